@@ -1,0 +1,18 @@
+// Package protocol holds crowdlog's wire formats and crypto suite, shared by
+// clients (ingest), relays and the aggregator. It is small and versioned:
+// every message starts with a version byte (Version) and every variable-length
+// field carries an explicit length.
+//
+// The suite:
+//   - OPRF randomness: RFC 9497 base mode over ristretto255 (oprf.go), one
+//     server key per epoch, after STAR (Davidson et al., CCS 2022) §4.
+//   - Artifact sealing: tag, AEAD key and Shamir polynomial derived from the
+//     OPRF output ω (seal.go, shamir.go), after CrowdLogging (Feild et al.,
+//     SIGIR 2011) §3.1 and STAR §4.
+//   - Onion layers: HPKE (RFC 9180) with DHKEM(X25519, HKDF-SHA256),
+//     HKDF-SHA256 and ChaCha20-Poly1305, one layer per hop, padded to fixed
+//     size classes (onion.go).
+package protocol
+
+// Version is the wire-format version byte that starts every message.
+const Version byte = 1

@@ -1,0 +1,76 @@
+package protocol
+
+import (
+	"crypto/rand"
+	"testing"
+
+	"github.com/cloudflare/circl/oprf"
+)
+
+func FuzzParseReport(f *testing.F) {
+	key, _ := oprf.GenerateKey(OPRFSuite, rand.Reader)
+	s, _ := DeriveSealing(omegaFor(f, key, "query", "e", "x"), "query", "e", FTu, 3)
+	u, _ := NewUserSecret()
+	r, _ := s.Seal(&u, "x", "X")
+	b, _ := r.MarshalBinary()
+	f.Add(b)
+	f.Add([]byte{1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := ParseReport(b)
+		if err != nil {
+			return
+		}
+		out, err := r.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ParseReport(out); err != nil {
+			t.Fatalf("re-encoded report does not parse: %v", err)
+		}
+	})
+}
+
+func FuzzPeel(f *testing.F) {
+	kp, _ := GenerateKeyPair(1)
+	l, _ := SealLayer(kp.PublicKey(), Hop{Kind: HopKafka, Key: []byte{9, 9}}, []byte("inner"))
+	f.Add(l)
+	f.Add([]byte{1, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		Peel([]*KeyPair{kp}, b) // must not panic
+	})
+}
+
+func FuzzParseRandomness(f *testing.F) {
+	q := &RandomnessRequest{Epoch: "e", Elements: [][]byte{make([]byte, 32)}}
+	b, _ := q.MarshalBinary()
+	f.Add(b)
+	p := &RandomnessResponse{Error: "closed"}
+	b, _ = p.MarshalBinary()
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if q, err := ParseRandomnessRequest(b); err == nil {
+			key, _ := oprf.GenerateKey(OPRFSuite, rand.Reader)
+			Evaluate(key, q) // invalid elements must be an error, not a panic
+		}
+		ParseRandomnessResponse(b)
+	})
+}
+
+func FuzzParsePayload(f *testing.F) {
+	p := Payload{Primary: "a", Secondary: "A"}
+	b, _ := p.MarshalBinary()
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if p, err := ParsePayload(b); err == nil {
+			if _, err := p.MarshalBinary(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+func FuzzParseDecrypted(f *testing.F) {
+	f.Add([]byte(`{"kind":"item","app":"query","item":"a"}`))
+	f.Add([]byte(`{"kind":"closed","partition":1,"partitions":4}`))
+	f.Fuzz(func(t *testing.T, b []byte) { ParseDecrypted(b) })
+}

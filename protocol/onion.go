@@ -1,0 +1,284 @@
+package protocol
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/cloudflare/circl/hpke"
+	"github.com/cloudflare/circl/kem"
+)
+
+// Suite is the HPKE suite of every onion layer (RFC 9180 §7):
+// DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, ChaCha20-Poly1305.
+var Suite = hpke.NewSuite(hpke.KEM_X25519_HKDF_SHA256, hpke.KDF_HKDF_SHA256, hpke.AEAD_ChaCha20Poly1305)
+
+var kemScheme = hpke.KEM_X25519_HKDF_SHA256.Scheme()
+
+var onionInfo = []byte("crowdlog-v1 onion")
+
+// encSize is the size of an X25519 encapsulated key.
+const encSize = 32
+
+// MaxLayer is the largest onion layer a relay accepts, in bytes.
+const MaxLayer = 256 << 10
+
+// ErrUnknownKey is returned by Peel when the layer names a key id the
+// receiver does not hold (rotated out, or a message for another hop).
+var ErrUnknownKey = errors.New("protocol: onion layer for an unknown key id")
+
+// KeyPair is an HPKE key pair of a relay or aggregator with the one-byte key
+// id carried in each layer header.
+type KeyPair struct {
+	ID      byte
+	Public  kem.PublicKey
+	Private kem.PrivateKey
+}
+
+// PublicKey is the public half of a KeyPair, what clients need to wrap.
+type PublicKey struct {
+	ID  byte
+	Key kem.PublicKey
+}
+
+// GenerateKeyPair draws a fresh X25519 key pair with the given key id.
+func GenerateKeyPair(id byte) (*KeyPair, error) {
+	pk, sk, err := kemScheme.GenerateKeyPair()
+	if err != nil {
+		return nil, err
+	}
+	return &KeyPair{ID: id, Public: pk, Private: sk}, nil
+}
+
+// PublicKey returns the public half.
+func (k *KeyPair) PublicKey() PublicKey { return PublicKey{ID: k.ID, Key: k.Public} }
+
+type keyFile struct {
+	Name    string `json:"name"`
+	ID      byte   `json:"id"`
+	Public  string `json:"public"`
+	Private string `json:"private,omitempty"`
+}
+
+// SaveKeyPair writes the key pair to path as JSON with mode 0600 (private) and
+// its public half to path+".pub" with mode 0644.
+func SaveKeyPair(path, name string, k *KeyPair) error {
+	pub, err := k.Public.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	priv, err := k.Private.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(keyFile{Name: name, ID: k.ID, Public: hex.EncodeToString(pub), Private: hex.EncodeToString(priv)}, "", "  ")
+	if err := os.WriteFile(path, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write key %s: %w", path, err)
+	}
+	b, _ = json.MarshalIndent(keyFile{Name: name, ID: k.ID, Public: hex.EncodeToString(pub)}, "", "  ")
+	return os.WriteFile(path+".pub", append(b, '\n'), 0o644)
+}
+
+// LoadKeyPair reads a key written by SaveKeyPair. Errors say which file is
+// bad; key bytes are never included in errors.
+func LoadKeyPair(path string) (*KeyPair, error) {
+	var f keyFile
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read key: %w (generate one with `crowdlog keys generate`)", err)
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("key file %s: not a crowdlog key: %w", path, err)
+	}
+	pk, err := decodePublic(f.Public)
+	if err != nil {
+		return nil, fmt.Errorf("key file %s: bad public key", path)
+	}
+	raw, err := hex.DecodeString(f.Private)
+	if err != nil {
+		return nil, fmt.Errorf("key file %s: bad private key", path)
+	}
+	sk, err := kemScheme.UnmarshalBinaryPrivateKey(raw)
+	if err != nil {
+		return nil, fmt.Errorf("key file %s: bad private key", path)
+	}
+	return &KeyPair{ID: f.ID, Public: pk, Private: sk}, nil
+}
+
+// LoadPublicKey reads a public key file (the ".pub" of SaveKeyPair, or the
+// private file itself, whose private half is ignored).
+func LoadPublicKey(path string) (PublicKey, error) {
+	var f keyFile
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return PublicKey{}, fmt.Errorf("read public key: %w (generate keys with `crowdlog keys generate`)", err)
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return PublicKey{}, fmt.Errorf("key file %s: not a crowdlog key: %w", path, err)
+	}
+	pk, err := decodePublic(f.Public)
+	if err != nil {
+		return PublicKey{}, fmt.Errorf("key file %s: bad public key", path)
+	}
+	return PublicKey{ID: f.ID, Key: pk}, nil
+}
+
+func decodePublic(s string) (kem.PublicKey, error) {
+	raw, err := hex.DecodeString(s)
+	if err != nil {
+		return nil, err
+	}
+	return kemScheme.UnmarshalBinaryPublicKey(raw)
+}
+
+// HopKind says what a relay does with the inner bytes after peeling.
+type HopKind byte
+
+const (
+	// HopRelay forwards the inner layer to the relay listening on Subject.
+	HopRelay HopKind = 1
+	// HopKafka produces the inner layer to the aggregator's Kafka topic
+	// with message key Key (a coarse bucket of the tag, see TagBucket).
+	HopKafka HopKind = 2
+	// HopDeliver marks the innermost layer: the inner bytes are the report.
+	HopDeliver HopKind = 3
+)
+
+// Hop is the routing instruction inside one onion layer.
+type Hop struct {
+	Kind    HopKind
+	Subject string // HopRelay: NATS subject of the next relay
+	Key     []byte // HopKafka: Kafka message key
+}
+
+// sizeClasses are the padded sizes of the innermost layer's plaintext, so
+// that report lengths reveal only a class (DESIGN decision 3).
+var sizeClasses = []int{512, 1024, 4096, 16384, 65536}
+
+func padTo(n int) (int, error) {
+	for _, c := range sizeClasses {
+		if n <= c {
+			return c, nil
+		}
+	}
+	return 0, fmt.Errorf("protocol: layer of %d bytes exceeds the largest size class %d", n, sizeClasses[len(sizeClasses)-1])
+}
+
+// SealLayer wraps inner for the hop holding pk (RFC 9180 §6.1 single-shot
+// Base mode). Layer: version ‖ key id ‖ enc[32] ‖ HPKE ciphertext of
+// (version ‖ kind ‖ hop fields ‖ u32 len inner ‖ inner ‖ zero padding).
+// Innermost (HopDeliver) plaintexts are padded to fixed size classes; outer
+// layers add a constant overhead, so all messages of one class and route have
+// one length.
+func SealLayer(pk PublicKey, hop Hop, inner []byte) ([]byte, error) {
+	w := writer{b: make([]byte, 0, len(inner)+64)}
+	w.u8(Version)
+	w.u8(byte(hop.Kind))
+	switch hop.Kind {
+	case HopRelay:
+		if len(hop.Subject) > 255 {
+			return nil, errors.New("protocol: relay subject longer than 255 bytes")
+		}
+		w.bytes8([]byte(hop.Subject))
+	case HopKafka:
+		if len(hop.Key) > 255 {
+			return nil, errors.New("protocol: kafka key longer than 255 bytes")
+		}
+		w.bytes8(hop.Key)
+	case HopDeliver:
+	default:
+		return nil, fmt.Errorf("protocol: unknown hop kind %d", hop.Kind)
+	}
+	w.bytes32(inner)
+	if hop.Kind == HopDeliver {
+		n, err := padTo(len(w.b))
+		if err != nil {
+			return nil, err
+		}
+		w.b = append(w.b, make([]byte, n-len(w.b))...)
+	}
+	snd, err := Suite.NewSender(pk.Key, onionInfo)
+	if err != nil {
+		return nil, err
+	}
+	enc, sealer, err := snd.Setup(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	hdr := []byte{Version, pk.ID}
+	ct, err := sealer.Seal(w.b, hdr)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, 2+len(enc)+len(ct))
+	out = append(append(append(out, hdr...), enc...), ct...)
+	return out, nil
+}
+
+// Peel opens one onion layer with whichever of keys matches the layer's key
+// id (two keys are valid during a rotation) and returns the hop instruction
+// and the inner bytes. Errors: wrapping ErrMalformed for bad framing, sizes
+// or failed decryption; ErrUnknownKey for an unknown key id.
+func Peel(keys []*KeyPair, layer []byte) (Hop, []byte, error) {
+	if len(layer) > MaxLayer {
+		return Hop{}, nil, malformed("layer of %d bytes exceeds %d", len(layer), MaxLayer)
+	}
+	if len(layer) < 2+encSize+16 {
+		return Hop{}, nil, malformed("layer of %d bytes is too short", len(layer))
+	}
+	if layer[0] != Version {
+		return Hop{}, nil, malformed("layer version %d, want %d", layer[0], Version)
+	}
+	var kp *KeyPair
+	for _, k := range keys {
+		if k.ID == layer[1] {
+			kp = k
+			break
+		}
+	}
+	if kp == nil {
+		return Hop{}, nil, fmt.Errorf("%w %d", ErrUnknownKey, layer[1])
+	}
+	rcv, err := Suite.NewReceiver(kp.Private, onionInfo)
+	if err != nil {
+		return Hop{}, nil, err
+	}
+	opener, err := rcv.Setup(layer[2 : 2+encSize])
+	if err != nil {
+		return Hop{}, nil, malformed("bad encapsulated key: %v", err)
+	}
+	pt, err := opener.Open(layer[2+encSize:], layer[:2])
+	if err != nil {
+		return Hop{}, nil, malformed("layer does not open with key %d (wrong key or tampered): %v", kp.ID, err)
+	}
+	r := reader{b: pt}
+	r.version("layer")
+	hop := Hop{Kind: HopKind(r.u8("hop kind"))}
+	switch hop.Kind {
+	case HopRelay:
+		hop.Subject = string(r.bytes8("subject"))
+	case HopKafka:
+		hop.Key = r.bytes8("kafka key")
+	case HopDeliver:
+	default:
+		if r.err == nil {
+			return Hop{}, nil, malformed("unknown hop kind %d", hop.Kind)
+		}
+	}
+	inner := r.bytes32("inner")
+	if r.err != nil {
+		return Hop{}, nil, r.err
+	}
+	// the rest is padding (zeros for HopDeliver, nothing otherwise)
+	return hop, inner, nil
+}
+
+// TagBucket is the Kafka message key relay B uses for a report: the first two
+// bytes of the tag. All shares of one artifact share a bucket, hence a
+// partition (DESIGN decision 4), while the last relay learns only one of
+// 65,536 buckets rather than the tag itself (DESIGN decision 3: no relay reads
+// the tag).
+func TagBucket(tag [32]byte) []byte { return []byte{tag[0], tag[1]} }

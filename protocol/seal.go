@@ -1,0 +1,310 @@
+package protocol
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"fmt"
+	"io"
+
+	"github.com/cloudflare/circl/group"
+	"golang.org/x/crypto/chacha20poly1305"
+)
+
+// Policy is the threshold policy a report was sealed for (CrowdLogging §3.2).
+type Policy byte
+
+const (
+	// FTa is the artifact-frequency threshold: an artifact opens once k
+	// reports of it exist; share x-coordinates are random (CrowdLogging
+	// §3.2.1).
+	FTa Policy = 1
+	// FTu is the user-frequency threshold: an artifact opens once k distinct
+	// users reported it; a user's share x is derived from the user's secret
+	// and the tag, so repeats add no share (CrowdLogging §3.2.2).
+	FTu Policy = 2
+)
+
+// String returns the CLI spelling: "ft-a" or "ft-u".
+func (p Policy) String() string {
+	switch p {
+	case FTa:
+		return "ft-a"
+	case FTu:
+		return "ft-u"
+	}
+	return fmt.Sprintf("policy(%d)", byte(p))
+}
+
+// ParsePolicy parses "ft-a" or "ft-u"; errors name the accepted values.
+func ParsePolicy(s string) (Policy, error) {
+	switch s {
+	case "ft-a", "fta", "FT_a":
+		return FTa, nil
+	case "ft-u", "ftu", "FT_u":
+		return FTu, nil
+	}
+	return 0, fmt.Errorf("unknown threshold policy %q: use ft-a (k reports) or ft-u (k distinct users)", s)
+}
+
+// MaxK is the largest supported threshold.
+const MaxK = 1024
+
+// UserSecret is a client's long-term 32-byte secret. It never leaves the
+// client; it determines FT_u share coordinates and pseudonymous unit ids.
+type UserSecret [32]byte
+
+// NewUserSecret draws a UserSecret from crypto/rand.
+func NewUserSecret() (UserSecret, error) {
+	var s UserSecret
+	_, err := io.ReadFull(rand.Reader, s[:])
+	return s, err
+}
+
+// Sealing is everything the OPRF output ω of one (app, epoch, artifact)
+// determines: the tag, the Shamir polynomial whose f(0) keys the AEAD, and the
+// policy parameters. Every client with the same artifact derives the same
+// Sealing (STAR §4; CrowdLogging §3.1's deterministic E(N(q)) is played by
+// the tag).
+type Sealing struct {
+	App, Epoch string
+	Policy     Policy
+	K          int
+	Tag        [32]byte
+	poly       Polynomial
+	key        [32]byte
+}
+
+// DeriveSealing derives a Sealing from ω (the 64-byte RFC 9497 output).
+// tag = SHA-256("crowdlog-v1 tag" ‖ policy ‖ k ‖ ω); polynomial coefficients
+// = HashToScalar(ω ‖ i); AEAD key = SHA-256("crowdlog-v1 key" ‖ tag ‖ f(0)).
+// Errors when k is outside 1..MaxK or the policy is unknown.
+func DeriveSealing(omega []byte, app, epoch string, policy Policy, k int) (Sealing, error) {
+	if k < 1 || k > MaxK {
+		return Sealing{}, fmt.Errorf("protocol: threshold k=%d outside 1..%d", k, MaxK)
+	}
+	if policy != FTa && policy != FTu {
+		return Sealing{}, fmt.Errorf("protocol: unknown policy %d", policy)
+	}
+	s := Sealing{App: app, Epoch: epoch, Policy: policy, K: k}
+	h := sha256.New()
+	h.Write([]byte("crowdlog-v1 tag"))
+	h.Write([]byte{byte(policy), byte(k >> 8), byte(k)})
+	h.Write(omega)
+	copy(s.Tag[:], h.Sum(nil))
+	s.poly = derivePolynomial(omega, k)
+	s.key = aeadKey(s.Tag, s.poly.Secret())
+	return s, nil
+}
+
+func aeadKey(tag [32]byte, secret group.Scalar) [32]byte {
+	b, _ := secret.MarshalBinary()
+	h := sha256.New()
+	h.Write([]byte("crowdlog-v1 key"))
+	h.Write(tag[:])
+	h.Write(b)
+	var k [32]byte
+	copy(k[:], h.Sum(nil))
+	return k
+}
+
+// ShareX returns the x-coordinate of a user's share: for FT_u
+// HashToScalar(secret ‖ tag) so a user adds one share however often it
+// repeats the artifact; for FT_a a fresh random scalar per report.
+func (s *Sealing) ShareX(user *UserSecret) group.Scalar {
+	if s.Policy == FTu {
+		msg := append(append([]byte{}, user[:]...), s.Tag[:]...)
+		return G.HashToScalar(msg, []byte("crowdlog-v1 ftu-x"))
+	}
+	return G.RandomNonZeroScalar(rand.Reader)
+}
+
+// UnitID returns the user's pseudonymous unit id for this tag:
+// HMAC-SHA-256(secret, "unit" ‖ tag)[:16]. It is stable per (user, artifact,
+// epoch), differs across artifacts (so it links nothing), travels inside the
+// AEAD ciphertext and lets the aggregator count distinct users exactly.
+func (s *Sealing) UnitID(user *UserSecret) [16]byte {
+	m := hmac.New(sha256.New, user[:])
+	m.Write([]byte("unit"))
+	m.Write(s.Tag[:])
+	var u [16]byte
+	copy(u[:], m.Sum(nil))
+	return u
+}
+
+// Seal builds one report of the artifact for user: a fresh random report id,
+// the tag, the user's share and the AEAD (XChaCha20-Poly1305, random nonce,
+// tag as associated data) of payload with its Unit set. One call = one
+// impression.
+func (s *Sealing) Seal(user *UserSecret, primary, secondary string) (*Report, error) {
+	r := &Report{App: s.App, Epoch: s.Epoch, Policy: s.Policy, K: uint16(s.K), Tag: s.Tag}
+	if _, err := io.ReadFull(rand.Reader, r.ID[:]); err != nil {
+		return nil, err
+	}
+	r.Share = s.poly.Eval(s.ShareX(user))
+	p := Payload{Primary: primary, Secondary: secondary, Unit: s.UnitID(user)}
+	pt, err := p.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	r.Ciphertext, err = sealAEAD(s.key, s.Tag, pt)
+	return r, err
+}
+
+func sealAEAD(key [32]byte, tag [32]byte, pt []byte) ([]byte, error) {
+	a, err := chacha20poly1305.NewX(key[:])
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, a.NonceSize(), a.NonceSize()+len(pt)+a.Overhead())
+	if _, err := io.ReadFull(rand.Reader, out); err != nil {
+		return nil, err
+	}
+	return a.Seal(out, out, pt, tag[:]), nil
+}
+
+// KeyFromSecret returns the AEAD key for a recovered polynomial secret f(0).
+func KeyFromSecret(tag [32]byte, secret group.Scalar) [32]byte { return aeadKey(tag, secret) }
+
+// OpenPayload decrypts a report's ciphertext with the AEAD key recovered for
+// its tag. Errors (wrapping ErrMalformed for bad encodings) when the key is
+// wrong or the ciphertext was tampered with.
+func OpenPayload(key [32]byte, r *Report) (Payload, error) {
+	a, err := chacha20poly1305.NewX(key[:])
+	if err != nil {
+		return Payload{}, err
+	}
+	if len(r.Ciphertext) < a.NonceSize()+a.Overhead() {
+		return Payload{}, malformed("ciphertext of %d bytes", len(r.Ciphertext))
+	}
+	n := a.NonceSize()
+	pt, err := a.Open(nil, r.Ciphertext[:n], r.Ciphertext[n:], r.Tag[:])
+	if err != nil {
+		return Payload{}, fmt.Errorf("protocol: AEAD open failed (wrong key or tampered report): %w", err)
+	}
+	return ParsePayload(pt)
+}
+
+// Payload is the AEAD plaintext of a report: Primary is the normalized
+// artifact (what is counted and released), Secondary the original form, Unit
+// the pseudonymous unit id (see Sealing.UnitID). CrowdLogging §3.1.
+type Payload struct {
+	Primary, Secondary string
+	Unit               [16]byte
+}
+
+// MaxField is the largest Primary or Secondary in bytes.
+const MaxField = 16 << 10
+
+// MarshalBinary encodes: version ‖ u16 len ‖ primary ‖ u16 len ‖ secondary ‖
+// unit[16]. Errors when a field exceeds MaxField.
+func (p *Payload) MarshalBinary() ([]byte, error) {
+	if len(p.Primary) > MaxField || len(p.Secondary) > MaxField {
+		return nil, fmt.Errorf("protocol: artifact longer than %d bytes", MaxField)
+	}
+	w := writer{b: make([]byte, 0, 1+4+len(p.Primary)+len(p.Secondary)+16)}
+	w.u8(Version)
+	w.bytes16([]byte(p.Primary))
+	w.bytes16([]byte(p.Secondary))
+	w.raw(p.Unit[:])
+	return w.b, nil
+}
+
+// ParsePayload decodes MarshalBinary's output; errors wrap ErrMalformed.
+func ParsePayload(b []byte) (Payload, error) {
+	r := reader{b: b}
+	r.version("payload")
+	var p Payload
+	p.Primary = string(r.bytes16("primary"))
+	p.Secondary = string(r.bytes16("secondary"))
+	copy(p.Unit[:], r.take(16, "unit"))
+	if err := r.done("payload"); err != nil {
+		return Payload{}, err
+	}
+	return p, nil
+}
+
+// Report is what the aggregator sees after peeling its onion layer: the
+// report id (replay/duplicate detection), the tag (grouping key), one Shamir
+// share and the AEAD ciphertext. CrowdLogging §3.1 / STAR §4.
+type Report struct {
+	App, Epoch string
+	Policy     Policy
+	K          uint16
+	ID         [16]byte
+	Tag        [32]byte
+	Share      Share
+	Ciphertext []byte
+}
+
+// MaxReport is the largest encoded report in bytes.
+const MaxReport = 64 << 10
+
+// MarshalBinary encodes: version ‖ u8 len app ‖ u8 len epoch ‖ policy ‖ u16 k
+// ‖ id[16] ‖ tag[32] ‖ x[32] ‖ y[32] ‖ u32 len ciphertext.
+func (r *Report) MarshalBinary() ([]byte, error) {
+	if len(r.App) > 255 || len(r.Epoch) > 255 {
+		return nil, fmt.Errorf("protocol: app or epoch name longer than 255 bytes")
+	}
+	x, err := r.Share.X.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	y, err := r.Share.Y.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	w := writer{b: make([]byte, 0, 160+len(r.Ciphertext)+len(r.App)+len(r.Epoch))}
+	w.u8(Version)
+	w.bytes8([]byte(r.App))
+	w.bytes8([]byte(r.Epoch))
+	w.u8(byte(r.Policy))
+	w.u16(r.K)
+	w.raw(r.ID[:])
+	w.raw(r.Tag[:])
+	w.raw(x)
+	w.raw(y)
+	w.bytes32(r.Ciphertext)
+	return w.b, nil
+}
+
+// ParseReport decodes MarshalBinary's output. Errors wrap ErrMalformed for
+// truncated or oversized input, unknown versions or policies, k outside
+// 1..MaxK, non-canonical scalars or x = 0.
+func ParseReport(b []byte) (*Report, error) {
+	if len(b) > MaxReport {
+		return nil, malformed("report of %d bytes exceeds %d", len(b), MaxReport)
+	}
+	rd := reader{b: b}
+	rd.version("report")
+	r := &Report{}
+	r.App = string(rd.bytes8("app"))
+	r.Epoch = string(rd.bytes8("epoch"))
+	r.Policy = Policy(rd.u8("policy"))
+	r.K = rd.u16("k")
+	copy(r.ID[:], rd.take(16, "id"))
+	copy(r.Tag[:], rd.take(32, "tag"))
+	xb := rd.take(ScalarSize, "share x")
+	yb := rd.take(ScalarSize, "share y")
+	r.Ciphertext = rd.bytes32("ciphertext")
+	if err := rd.done("report"); err != nil {
+		return nil, err
+	}
+	if r.Policy != FTa && r.Policy != FTu {
+		return nil, malformed("unknown policy %d", r.Policy)
+	}
+	if r.K < 1 || r.K > MaxK {
+		return nil, malformed("threshold k=%d outside 1..%d", r.K, MaxK)
+	}
+	r.Share.X, r.Share.Y = G.NewScalar(), G.NewScalar()
+	if err := r.Share.X.UnmarshalBinary(xb); err != nil {
+		return nil, malformed("share x: %v", err)
+	}
+	if err := r.Share.Y.UnmarshalBinary(yb); err != nil {
+		return nil, malformed("share y: %v", err)
+	}
+	if r.Share.X.IsZero() {
+		return nil, malformed("share x = 0")
+	}
+	return r, nil
+}
