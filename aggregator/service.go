@@ -1,0 +1,274 @@
+package aggregator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/crowdlog/crowdlog/protocol"
+)
+
+// Topic names shared by relays, aggregator and release.
+const (
+	ReportsTopic   = "reports"
+	DecryptedTopic = "decrypted"
+)
+
+// partitionHeader carries the source partition of an output message; the
+// writer's balancer routes it to the same partition number of DecryptedTopic.
+const partitionHeader = "crowdlog-partition"
+
+// Service runs Partition state machines over a Kafka consumer group on the
+// reports topic. Restart safety: the offset committed for a partition is
+// always after the outputs of every message before it were acknowledged by
+// Kafka; on (re)assignment the partition is replayed from its first offset to
+// rebuild state, emitting only for messages at or after the committed offset.
+// Outputs re-emitted after a crash (between write and commit) are duplicates
+// by report id, which the release stage drops. So a SIGKILL at any point
+// loses nothing and counts nothing twice. State moves with a partition to
+// whichever group member receives it.
+type Service struct {
+	Brokers  []string
+	GroupID  string // default "crowdlog-aggregator"
+	Keys     []*protocol.KeyPair
+	Logger   *slog.Logger
+	MaxBatch int           // messages per write/commit cycle; default 2000
+	MaxWait  time.Duration // flush a partial batch after this long; default 100 ms
+
+	Reports, Decrypted, Dropped atomic.Int64 // totals over all partitions
+	mu                          sync.Mutex
+	pending                     map[int]int // pending tags per owned partition
+}
+
+// PendingTags returns the number of undecrypted tags in partitions this
+// process owns.
+func (s *Service) PendingTags() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, v := range s.pending {
+		n += v
+	}
+	return n
+}
+
+// Run joins the consumer group and serves until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	if s.GroupID == "" {
+		s.GroupID = "crowdlog-aggregator"
+	}
+	if s.MaxBatch <= 0 {
+		s.MaxBatch = 2000
+	}
+	if s.MaxWait <= 0 {
+		s.MaxWait = 100 * time.Millisecond
+	}
+	log := s.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s.pending = map[int]int{}
+	count, err := partitionCount(ctx, s.Brokers[0], ReportsTopic)
+	if err != nil {
+		return err
+	}
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID: s.GroupID, Brokers: s.Brokers, Topics: []string{ReportsTopic},
+		StartOffset:       kafka.FirstOffset,
+		HeartbeatInterval: time.Second, SessionTimeout: 6 * time.Second, RebalanceTimeout: 6 * time.Second,
+		JoinGroupBackoff: time.Second, WatchPartitionChanges: true,
+	})
+	if err != nil {
+		return fmt.Errorf("aggregator: join consumer group %s: %w", s.GroupID, err)
+	}
+	defer cg.Close()
+	w := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: DecryptedTopic, Transport: &kafka.Transport{},
+		Balancer: kafka.BalancerFunc(samePartition), RequiredAcks: kafka.RequireAll,
+		BatchTimeout: 2 * time.Millisecond, BatchSize: 10000, BatchBytes: 64 << 20}
+	defer w.Close()
+	for {
+		gen, err := cg.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, kafka.ErrGroupClosed) {
+				return nil
+			}
+			log.Warn("aggregator: consumer group", "err", err)
+			continue
+		}
+		var ids []int
+		for _, a := range gen.Assignments[ReportsTopic] {
+			ids = append(ids, a.ID)
+			a := a
+			gen.Start(func(ctx context.Context) {
+				if err := s.runPartition(ctx, gen, w, a.ID, count, a.Offset, log); err != nil && ctx.Err() == nil {
+					log.Error("aggregator: partition stopped", "partition", a.ID, "err", err)
+				}
+			})
+		}
+		log.Info("aggregator: assigned", "generation", gen.ID, "partitions", ids)
+	}
+}
+
+func samePartition(m kafka.Message, partitions ...int) int {
+	for _, h := range m.Headers {
+		if h.Key == partitionHeader {
+			p, _ := strconv.Atoi(string(h.Value))
+			return partitions[p%len(partitions)]
+		}
+	}
+	return partitions[0]
+}
+
+func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *kafka.Writer, id, count int, committed int64, log *slog.Logger) error {
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: s.Brokers, Topic: ReportsTopic, Partition: id,
+		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: s.MaxWait})
+	defer r.Close()
+	if err := r.SetOffset(kafka.FirstOffset); err != nil {
+		return err
+	}
+	if committed < 0 {
+		committed = 0
+	}
+	st := NewPartition(id, count, s.Keys)
+	var prev Stats
+	pheader := []byte(strconv.Itoa(id))
+	replaying := committed > 0
+	if replaying {
+		log.Info("aggregator: rebuilding partition state by replay", "partition", id, "until", committed)
+	}
+	for {
+		var out []kafka.Message
+		last := int64(-1)
+		deadline := time.Now().Add(s.MaxWait)
+		for n := 0; n < s.MaxBatch; n++ {
+			fctx, cancel := context.WithDeadline(ctx, deadline)
+			m, err := r.FetchMessage(fctx)
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if errors.Is(err, context.DeadlineExceeded) {
+					break
+				}
+				return fmt.Errorf("fetch partition %d: %w", id, err)
+			}
+			last = m.Offset
+			msg := Message{Value: m.Value}
+			for _, h := range m.Headers {
+				if h.Key == protocol.ControlHeader {
+					msg.Control = true
+				}
+			}
+			emits := st.Apply(msg)
+			if m.Offset < committed {
+				continue // replay: already emitted before the last commit
+			}
+			for i := range emits {
+				b, _ := json.Marshal(&emits[i])
+				out = append(out, kafka.Message{Value: b, Headers: []kafka.Header{{Key: partitionHeader, Value: pheader}}})
+			}
+			if emits != nil && emits[len(emits)-1].Kind == protocol.KindClosed {
+				break // flush the epoch close promptly
+			}
+		}
+		if replaying && last+1 >= committed {
+			replaying = false
+			log.Info("aggregator: partition state rebuilt", "partition", id, "pending_tags", st.PendingTags())
+		}
+		if last < committed {
+			continue
+		}
+		if len(out) > 0 {
+			if err := writeRetry(ctx, w, out); err != nil {
+				return err
+			}
+		}
+		if err := gen.CommitOffsets(map[string]map[int]int64{ReportsTopic: {id: last + 1}}); err != nil {
+			return fmt.Errorf("commit partition %d: %w", id, err)
+		}
+		committed = last + 1
+		s.account(id, st, &prev)
+	}
+}
+
+func (s *Service) account(id int, st *Partition, prev *Stats) {
+	s.Reports.Add(st.Stats.Reports - prev.Reports)
+	s.Decrypted.Add(st.Stats.Decrypted - prev.Decrypted)
+	var d, pd int64
+	for _, v := range st.Stats.Dropped {
+		d += v
+	}
+	for _, v := range prev.Dropped {
+		pd += v
+	}
+	s.Dropped.Add(d - pd)
+	prev.Reports, prev.Decrypted = st.Stats.Reports, st.Stats.Decrypted
+	prev.Dropped = map[string]int64{"all": d}
+	s.mu.Lock()
+	s.pending[id] = st.PendingTags()
+	s.mu.Unlock()
+}
+
+func writeRetry(ctx context.Context, w *kafka.Writer, msgs []kafka.Message) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := w.WriteMessages(ctx, msgs...)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		slog.Warn("aggregator: write decrypted, retrying", "err", err, "in", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func partitionCount(ctx context.Context, broker, topic string) (int, error) {
+	conn, err := (&kafka.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", broker)
+	if err != nil {
+		return 0, fmt.Errorf("aggregator: dial kafka %s: %w", broker, err)
+	}
+	defer conn.Close()
+	ps, err := conn.ReadPartitions(topic)
+	if err != nil {
+		return 0, fmt.Errorf("aggregator: topic %s (create it with `crowdlog run` or your Kafka tooling): %w", topic, err)
+	}
+	return len(ps), nil
+}
+
+// CloseEpoch writes a protocol.EpochClose control message to every partition
+// of the reports topic (DESIGN decision 5). Each partition's owner summarizes
+// and deletes the epoch's pending shares when it reaches the marker, after
+// every report before it.
+func CloseEpoch(ctx context.Context, brokers []string, app, epoch string) error {
+	count, err := partitionCount(ctx, brokers[0], ReportsTopic)
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(protocol.EpochClose{App: app, Epoch: epoch, Partitions: count})
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: ReportsTopic, Transport: &kafka.Transport{},
+		Balancer: kafka.BalancerFunc(samePartition), RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond}
+	defer w.Close()
+	msgs := make([]kafka.Message, count)
+	for p := range msgs {
+		msgs[p] = kafka.Message{Value: b, Headers: []kafka.Header{
+			{Key: protocol.ControlHeader, Value: []byte("close-epoch")},
+			{Key: partitionHeader, Value: []byte(strconv.Itoa(p))}}}
+	}
+	return writeRetry(ctx, w, msgs)
+}

@@ -1,0 +1,281 @@
+// Package aggregator is crowdlog's threshold aggregation (CrowdLogging §3.1,
+// STAR §4): it collects reports keyed by tag, recovers an artifact's key once
+// k distinct shares exist, decrypts every report of that tag and emits the
+// decrypted items. The core (Partition) is a pure state machine over one
+// Kafka partition's messages; Service runs it over a Kafka consumer group.
+package aggregator
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"sort"
+
+	"github.com/crowdlog/crowdlog/protocol"
+)
+
+// Message is one record of the reports topic as the core sees it.
+type Message struct {
+	Value   []byte
+	Control bool // carries protocol.ControlHeader: Value is a protocol.EpochClose
+}
+
+// Stats counts what a Partition did. Dropped reasons: malformed (bad onion
+// layer or report), unknown-key, duplicate (a report id already seen: relays
+// deliver at least once), mismatch (a report whose app/epoch/policy/k differ
+// from its tag's first report), late (epoch already closed), bad-ciphertext
+// (AEAD fails under the recovered key).
+type Stats struct {
+	Reports       int64 // reports accepted
+	Decrypted     int64 // reports decrypted and emitted
+	Recoveries    int64 // tags whose key was recovered
+	FailedRecover int64 // recovery attempts that failed the AEAD check
+	Dropped       map[string]int64
+}
+
+type epochKey struct{ app, epoch string }
+
+type tagState struct {
+	app, epoch string
+	policy     protocol.Policy
+	k          int
+	key        *[32]byte
+	xs         map[[32]byte]struct{}
+	shares     []protocol.Share // distinct x, arrival order
+	seen       map[[16]byte]struct{}
+	pending    []*protocol.Report
+}
+
+// MaxAttempts bounds the k-subsets tried per arriving share when recovery
+// fails the AEAD check (a poisoned share among them).
+const MaxAttempts = 64
+
+// Partition is the aggregation state of one reports partition. It is
+// deterministic: the same message sequence gives the same outputs, which is
+// what makes restart by replay exact.
+type Partition struct {
+	ID, Count int // partition number and the topic's partition count
+	Keys      []*protocol.KeyPair
+	tags      map[[32]byte]*tagState
+	closed    map[epochKey]bool
+	Stats     Stats
+}
+
+// NewPartition returns empty state for partition id of count, opening
+// aggregator layers with keys.
+func NewPartition(id, count int, keys []*protocol.KeyPair) *Partition {
+	return &Partition{ID: id, Count: count, Keys: keys, tags: map[[32]byte]*tagState{},
+		closed: map[epochKey]bool{}, Stats: Stats{Dropped: map[string]int64{}}}
+}
+
+// PendingTags returns the number of tags still below threshold.
+func (p *Partition) PendingTags() int {
+	n := 0
+	for _, t := range p.tags {
+		if t.key == nil {
+			n++
+		}
+	}
+	return n
+}
+
+func (p *Partition) drop(reason string) { p.Stats.Dropped[reason]++ }
+
+// Apply processes one message and returns what to emit, in order.
+// It never fails: bad messages are counted in Stats.Dropped and skipped.
+func (p *Partition) Apply(m Message) []protocol.Decrypted {
+	if m.Control {
+		var c protocol.EpochClose
+		if err := json.Unmarshal(m.Value, &c); err != nil || c.App == "" || c.Epoch == "" {
+			p.drop("malformed-control")
+			return nil
+		}
+		return p.closeEpoch(c)
+	}
+	hop, inner, err := protocol.Peel(p.Keys, m.Value)
+	if err != nil {
+		if errors.Is(err, protocol.ErrUnknownKey) {
+			p.drop("unknown-key")
+		} else {
+			p.drop("malformed")
+		}
+		return nil
+	}
+	if hop.Kind != protocol.HopDeliver {
+		p.drop("malformed")
+		return nil
+	}
+	r, err := protocol.ParseReport(inner)
+	if err != nil {
+		p.drop("malformed")
+		return nil
+	}
+	if p.closed[epochKey{r.App, r.Epoch}] {
+		p.drop("late")
+		return nil
+	}
+	t := p.tags[r.Tag]
+	if t == nil {
+		t = &tagState{app: r.App, epoch: r.Epoch, policy: r.Policy, k: int(r.K),
+			xs: map[[32]byte]struct{}{}, seen: map[[16]byte]struct{}{}}
+		p.tags[r.Tag] = t
+	} else if t.app != r.App || t.epoch != r.Epoch || t.policy != r.Policy || t.k != int(r.K) {
+		p.drop("mismatch")
+		return nil
+	}
+	if _, dup := t.seen[r.ID]; dup {
+		p.drop("duplicate")
+		return nil
+	}
+	t.seen[r.ID] = struct{}{}
+	p.Stats.Reports++
+	if t.key != nil {
+		return p.open(t, []*protocol.Report{r})
+	}
+	t.pending = append(t.pending, r)
+	var x [32]byte
+	xb, _ := r.Share.X.MarshalBinary()
+	copy(x[:], xb)
+	if _, ok := t.xs[x]; ok {
+		return nil // same user (FT_u) repeating: an impression, not a share
+	}
+	t.xs[x] = struct{}{}
+	t.shares = append(t.shares, r.Share)
+	if len(t.shares) < t.k {
+		return nil
+	}
+	if !p.recover(t) {
+		return nil
+	}
+	p.Stats.Recoveries++
+	out := p.open(t, t.pending)
+	t.pending, t.shares, t.xs = nil, nil, nil
+	return out
+}
+
+// recover tries k-subsets that contain the newest share (older subsets were
+// tried when their last share arrived), in a fixed order, up to MaxAttempts;
+// a key is right when it opens one of the pending reports (AEAD check).
+func (p *Partition) recover(t *tagState) bool {
+	n := len(t.shares)
+	newest := t.shares[n-1]
+	idx := make([]int, t.k-1) // combination of k-1 among the first n-1
+	for i := range idx {
+		idx[i] = i
+	}
+	sub := make([]protocol.Share, t.k)
+	for attempt := 0; attempt < MaxAttempts; attempt++ {
+		for i, j := range idx {
+			sub[i] = t.shares[j]
+		}
+		sub[t.k-1] = newest
+		if secret, err := protocol.Recover(sub, t.k); err == nil {
+			key := protocol.KeyFromSecret(t.pending[0].Tag, secret)
+			for _, r := range t.pending {
+				if _, err := protocol.OpenPayload(key, r); err == nil {
+					t.key = &key
+					return true
+				}
+			}
+		}
+		p.Stats.FailedRecover++
+		if !nextCombination(idx, n-1) {
+			return false
+		}
+	}
+	return false
+}
+
+// nextCombination advances idx to the next k-combination of 0..n-1 in
+// lexicographic order; false when idx was the last.
+func nextCombination(idx []int, n int) bool {
+	k := len(idx)
+	for i := k - 1; i >= 0; i-- {
+		if idx[i] < n-k+i {
+			idx[i]++
+			for j := i + 1; j < k; j++ {
+				idx[j] = idx[j-1] + 1
+			}
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Partition) open(t *tagState, reports []*protocol.Report) []protocol.Decrypted {
+	out := make([]protocol.Decrypted, 0, len(reports))
+	for _, r := range reports {
+		pl, err := protocol.OpenPayload(*t.key, r)
+		if err != nil {
+			p.drop("bad-ciphertext")
+			continue
+		}
+		p.Stats.Decrypted++
+		out = append(out, protocol.Decrypted{Kind: protocol.KindItem, App: r.App, Epoch: r.Epoch,
+			Policy: r.Policy.String(), K: int(r.K), Tag: hex.EncodeToString(r.Tag[:]),
+			Report: hex.EncodeToString(r.ID[:]), Unit: hex.EncodeToString(pl.Unit[:]),
+			Item: pl.Primary, Variant: pl.Secondary})
+	}
+	return out
+}
+
+// closeEpoch summarizes the epoch's undecrypted tags as counts only
+// (CrowdLogging §3.3), deletes every tag of the epoch (pending shares
+// included) and emits the partition's closed marker (DESIGN decision 5).
+func (p *Partition) closeEpoch(c protocol.EpochClose) []protocol.Decrypted {
+	ek := epochKey{c.App, c.Epoch}
+	if p.closed[ek] {
+		return []protocol.Decrypted{p.closedMarker(c)}
+	}
+	type pk struct {
+		policy protocol.Policy
+		k      int
+	}
+	type rk struct{ reports, shares uint64 }
+	hist := map[pk]map[rk]uint64{}
+	for tag, t := range p.tags {
+		if t.app != c.App || t.epoch != c.Epoch {
+			continue
+		}
+		if t.key == nil {
+			g := pk{t.policy, t.k}
+			if hist[g] == nil {
+				hist[g] = map[rk]uint64{}
+			}
+			hist[g][rk{uint64(len(t.pending)), uint64(len(t.shares))}]++
+		}
+		delete(p.tags, tag)
+	}
+	p.closed[ek] = true
+	var out []protocol.Decrypted
+	groups := make([]pk, 0, len(hist))
+	for g := range hist {
+		groups = append(groups, g)
+	}
+	sort.Slice(groups, func(i, j int) bool {
+		if groups[i].policy != groups[j].policy {
+			return groups[i].policy < groups[j].policy
+		}
+		return groups[i].k < groups[j].k
+	})
+	for _, g := range groups {
+		var rows []protocol.SummaryRow
+		for r, n := range hist[g] {
+			rows = append(rows, protocol.SummaryRow{Reports: r.reports, Shares: r.shares, Tags: n})
+		}
+		sort.Slice(rows, func(i, j int) bool {
+			if rows[i].Reports != rows[j].Reports {
+				return rows[i].Reports > rows[j].Reports
+			}
+			return rows[i].Shares > rows[j].Shares
+		})
+		out = append(out, protocol.Decrypted{Kind: protocol.KindSummary, App: c.App, Epoch: c.Epoch,
+			Policy: g.policy.String(), K: g.k, Summary: rows, Partition: p.ID, Partitions: p.Count})
+	}
+	return append(out, p.closedMarker(c))
+}
+
+func (p *Partition) closedMarker(c protocol.EpochClose) protocol.Decrypted {
+	return protocol.Decrypted{Kind: protocol.KindClosed, App: c.App, Epoch: c.Epoch,
+		Partition: p.ID, Partitions: p.Count}
+}
