@@ -1,0 +1,67 @@
+// Package pipelines holds crowdlog's mining applications: what an artifact
+// is, and how one user's log turns into artifact instances (CrowdLogging,
+// Feild et al. SIGIR 2011, §3.3 "Applications": an application starts with a
+// user's local search log and produces search artifact instances; DESIGN.md
+// "Data flow", step "mine artifacts").
+package pipelines
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/crowdlog/crowdlog/ingest/aol"
+)
+
+// Artifact is one mined artifact instance: Primary is the normalized artifact
+// (what is counted and released), Secondary the original form.
+// They are CrowdLogging §3.3's primary and secondary private fields.
+//
+// Primary is the grouping key of the threshold scheme (the bytes the OPRF
+// randomness is derived from, DESIGN.md decision 2); Secondary travels only
+// inside the AEAD payload and is revealed together with Primary once k users
+// reported it. Time is the QueryTime of the log row the instance starts at;
+// it selects the epoch (DESIGN.md decision 5).
+type Artifact struct {
+	Primary, Secondary string
+	Time               time.Time
+}
+
+// App mines artifacts from one user's log, in time order.
+//
+// Mine receives all records of exactly one user (see aol.ReadUsers), in log
+// order, and returns that user's artifact instances in the same order. It
+// must be deterministic and must not retain records. Implementations are
+// stateless and safe for concurrent use.
+type App interface {
+	// Name is the application name used in pipeline specs, on the command
+	// line (--app) and in the released tables' app column.
+	Name() string
+	// Mine returns the artifact instances of one user's records.
+	Mine(records []aol.Record) []Artifact
+}
+
+// registry maps application names to constructors.
+var registry = map[string]func() App{
+	QueryAppName: func() App { return QueryApp{} },
+}
+
+// Lookup returns the mining application called name (e.g. "query").
+// Errors: an unknown name; the message lists the known applications.
+func Lookup(name string) (App, error) {
+	if mk, ok := registry[name]; ok {
+		return mk(), nil
+	}
+	return nil, fmt.Errorf("pipelines: unknown app %q (known apps: %s)", name, strings.Join(Apps(), ", "))
+}
+
+// Apps returns the names of all known applications, sorted.
+func Apps() []string {
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
