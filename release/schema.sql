@@ -1,0 +1,59 @@
+-- crowdlog release schema (ClickHouse 18.16 and current releases).
+-- Tables live in the database chosen by the writer (default "crowdlog").
+-- Statements are separated by semicolons; comments are whole lines.
+--
+-- Idempotence: the release stage writes released_items and
+-- undecrypted_summary first and the releases row LAST. A key
+-- (app, epoch, policy, k) that has a releases row is complete and is never
+-- written again. A key without one may hold rows of an interrupted attempt:
+-- the writer deletes them (ALTER TABLE ... DELETE, a mutation, available
+-- since 1.1.54388, so on 18.16) and waits for the mutation before
+-- re-inserting. ReplacingMergeTree on the full row key is a second line of
+-- defence (two writers racing on one key): duplicates collapse at merge
+-- time and SELECT ... FINAL hides them at once.
+
+-- One row per released histogram entry. item = normalized artifact,
+-- variant = its original (secondary) form or "". For threshold policies
+-- impressions and users are exact counts; for DP policies the noisy
+-- released values.
+CREATE TABLE IF NOT EXISTS released_items (
+    app String,
+    epoch String,
+    policy String,
+    k UInt32,
+    item String,
+    variant String,
+    impressions UInt64,
+    users UInt64,
+    released_at DateTime
+) ENGINE = ReplacingMergeTree(released_at)
+ORDER BY (app, epoch, policy, k, item, variant);
+
+-- Counts-only summary of what stayed encrypted when the epoch closed
+-- (CrowdLogging section 3.3): tags undecrypted tags each had reports
+-- reports from users distinct users.
+CREATE TABLE IF NOT EXISTS undecrypted_summary (
+    app String,
+    epoch String,
+    policy String,
+    k UInt32,
+    reports UInt64,
+    users UInt64,
+    tags UInt64,
+    released_at DateTime
+) ENGINE = ReplacingMergeTree(released_at)
+ORDER BY (app, epoch, policy, k, reports, users);
+
+-- Release log: one row per completed release of (app, epoch, policy, k),
+-- written last. items = number of released_items rows, impressions = their
+-- sum.
+CREATE TABLE IF NOT EXISTS releases (
+    app String,
+    epoch String,
+    policy String,
+    k UInt32,
+    items UInt64,
+    impressions UInt64,
+    released_at DateTime
+) ENGINE = ReplacingMergeTree(released_at)
+ORDER BY (app, epoch, policy, k);
