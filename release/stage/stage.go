@@ -40,9 +40,15 @@ type itemAcc struct {
 	variants map[string]int
 }
 
+type summaryKey struct {
+	partition int
+	policy    string
+	k         int
+}
+
 type epochAcc struct {
 	items   map[itemKey]*itemAcc
-	undec   map[release.Undecrypted]uint64 // Tags zeroed in the key
+	summary map[summaryKey]protocol.Decrypted // latest summary per partition, policy and k
 	closed  map[int]bool
 	parts   int
 	written bool
@@ -62,7 +68,7 @@ func (s *State) epoch(app, epoch string) *epochAcc {
 	k := epochKey{app, epoch}
 	e := s.epochs[k]
 	if e == nil {
-		e = &epochAcc{items: map[itemKey]*itemAcc{}, undec: map[release.Undecrypted]uint64{}, closed: map[int]bool{}}
+		e = &epochAcc{items: map[itemKey]*itemAcc{}, summary: map[summaryKey]protocol.Decrypted{}, closed: map[int]bool{}}
 		s.epochs[k] = e
 	}
 	return e
@@ -95,13 +101,9 @@ func (s *State) Apply(b []byte) (string, string, bool) {
 		a.units[d.Unit] = struct{}{}
 		a.variants[d.Variant]++
 	case protocol.KindSummary:
-		if e.closed[d.Partition] {
-			return "", "", false // a re-emitted summary of an already closed partition
-		}
-		for _, r := range d.Summary {
-			u := release.Undecrypted{App: d.App, Epoch: d.Epoch, Policy: d.Policy, K: d.K, Reports: r.Reports, Users: r.Shares}
-			e.undec[u] += r.Tags
-		}
+		// keyed by partition: a summary re-emitted after an aggregator
+		// restart replaces, never adds to, the first
+		e.summary[summaryKey{d.Partition, d.Policy, d.K}] = *d
 	case protocol.KindClosed:
 		e.closed[d.Partition] = true
 		e.parts = d.Partitions
@@ -134,8 +136,15 @@ func (s *State) Release(app, epoch string) ([]release.Item, []release.Undecrypte
 			Variant: best, Impressions: uint64(len(a.reports)), Users: uint64(len(a.units))})
 	}
 	release.SortItems(items)
-	undec := make([]release.Undecrypted, 0, len(e.undec))
-	for u, tags := range e.undec {
+	merged := map[release.Undecrypted]uint64{}
+	for _, d := range e.summary {
+		for _, r := range d.Summary {
+			u := release.Undecrypted{App: app, Epoch: epoch, Policy: d.Policy, K: d.K, Reports: r.Reports, Users: r.Shares}
+			merged[u] += r.Tags
+		}
+	}
+	undec := make([]release.Undecrypted, 0, len(merged))
+	for u, tags := range merged {
 		u.Tags = tags
 		undec = append(undec, u)
 	}

@@ -1,0 +1,42 @@
+# crowdlog — the two commands: `make demo` and `make test`.
+GO      ?= go
+BIN     := bin/crowdlog
+PKGS    := ./...
+
+.PHONY: all build test test-short vet fuzz bench demo clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/crowdlog
+
+vet:
+	$(GO) vet $(PKGS)
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# The full suite: unit tests, fuzz seed corpora, and end-to-end runs through
+# embedded NATS, kfake and a real ClickHouse server (installed by .ci/run or
+# `make demo`; without it, tests that need it skip unless CI=true).
+test: vet
+	$(GO) test -count=1 -timeout 60m $(PKGS)
+
+test-short: vet
+	$(GO) test -short -count=1 $(PKGS)
+
+# Short fuzzing of every network decoder (FUZZTIME per target).
+FUZZTIME ?= 20s
+fuzz:
+	@for spec in \
+	  "./protocol FuzzParseReport" "./protocol FuzzPeel" "./protocol FuzzParseRandomness" \
+	  "./protocol FuzzParsePayload" "./protocol FuzzParseDecrypted" "./aggregator FuzzApply" \
+	  "./release/stage FuzzApply" "./ingest/aol FuzzReader" "./ingest/normalize FuzzQuery"; do \
+	  set -- $$spec; echo "== $$1 $$2"; $(GO) test -run XXX -fuzz "^$$2$$" -fuzztime $(FUZZTIME) $$1 || exit 1; done
+
+bench:
+	$(GO) test -run XXX -bench . -benchtime 2s ./protocol ./aggregator ./relays
+
+demo:
+	bash scripts/demo.sh
+
+clean:
+	rm -rf bin demo-state

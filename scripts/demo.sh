@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# make demo: install what is missing, build, run the whole pipeline on the
+# bundled real AOL subset and show what an analyst gets from ClickHouse.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin"
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+if ! command -v clickhouse-server >/dev/null 2>&1 || ! command -v clickhouse-client >/dev/null 2>&1; then
+  echo "== installing ClickHouse (Debian package)"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clickhouse-server clickhouse-client >/dev/null
+fi
+echo "== building crowdlog"
+go build -o bin/crowdlog ./cmd/crowdlog
+
+STATE=demo-state
+rm -rf "$STATE"; mkdir -p "$STATE"
+echo "== starting a local ClickHouse server in $STATE/clickhouse"
+bin/crowdlog clickhouse --dir "$STATE/clickhouse" >"$STATE/clickhouse.out" 2>&1 &
+CH_PID=$!
+trap 'kill $CH_PID 2>/dev/null; wait $CH_PID 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do [ -s "$STATE/clickhouse/addr.env" ] && break; sleep 0.2; done
+[ -s "$STATE/clickhouse/addr.env" ] || { cat "$STATE/clickhouse.out"; exit 1; }
+. "$STATE/clickhouse/addr.env"
+
+echo "== crowdlog run: 1,000 real AOL users, query frequency, FT_u with k = 5"
+echo "   (embedded NATS relays a and b, kfake Kafka broker, aggregator, release -> ClickHouse)"
+bin/crowdlog run --input testdata/aol-top1000.tsv.gz --app query --policy ft-u --k 5 \
+  --clickhouse "$CH_TCP" --state "$STATE" --export "$STATE/released.tsv"
+
+q() { echo; echo "clickhouse-client> $1"; clickhouse-client --port "$CH_TCP_PORT" --database crowdlog --format PrettyCompact --query "$1"; }
+echo
+echo "== what an analyst sees (only artifacts that at least k = 5 distinct users sent)"
+q "SELECT item, impressions, users FROM released_items WHERE app = 'query' AND policy = 'ft-u' ORDER BY impressions DESC, item LIMIT 10"
+q "SELECT (SELECT sum(impressions) FROM released_items WHERE app = 'query' AND policy = 'ft-u') AS released_impressions, (SELECT sum(reports * tags) FROM undecrypted_summary WHERE app = 'query' AND policy = 'ft-u') AS undecrypted_reports, round(released_impressions / (released_impressions + undecrypted_reports), 4) AS share_of_impressions_released"
+q "SELECT reports, users, tags AS undecrypted_artifacts FROM undecrypted_summary WHERE app = 'query' AND policy = 'ft-u' ORDER BY reports DESC, users DESC LIMIT 8"
+echo
+echo "== export: $STATE/released.tsv ($(($(wc -l < "$STATE/released.tsv") - 1)) items)"
