@@ -1,0 +1,377 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/crowdlog/crowdlog/aggregator"
+	"github.com/crowdlog/crowdlog/ingest"
+	"github.com/crowdlog/crowdlog/ingest/publish"
+	"github.com/crowdlog/crowdlog/pipelines"
+	"github.com/crowdlog/crowdlog/pipelines/runner"
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/randomness"
+	"github.com/crowdlog/crowdlog/relays"
+)
+
+const (
+	defaultNATS  = "nats://127.0.0.1:4222"
+	defaultKafka = "127.0.0.1:9092"
+	defaultCH    = "127.0.0.1:9000"
+)
+
+func runCmd() *cobra.Command {
+	var cfg runner.Config
+	var noProgress bool
+	c := &cobra.Command{
+		Use:   "run --input LOG --app query --policy ft-u --k 5 [--export OUT.tsv]",
+		Short: "Run every stage on one machine (or against given services) and release a histogram",
+		Long: `run replays an AOL search log (TSV with header AnonID Query QueryTime ItemRank
+ClickURL, plain or .gz) as one client per AnonID, through the randomness
+service, relays a and b, the Kafka aggregator and the release stage, into
+ClickHouse, and prints a summary.
+
+Services: with no --nats/--kafka/--clickhouse, run starts an embedded NATS
+server, a Kafka-protocol broker (kfake, data in --state) and a local
+ClickHouse server (needs 'apt-get install -y clickhouse-server
+clickhouse-client'). Given addresses, it uses them with the same code path a
+cluster uses. With --external, the roles (randomness, relay, aggregate,
+release) already run elsewhere with the keys in --keys; run then only ingests,
+closes the epoch and waits for the release.
+
+Policies: ft-u releases artifacts sent by at least k distinct users, ft-a
+those with at least k reports; impressions and users are exact counts.
+
+Example:
+  crowdlog run --input testdata/aol-top1000.tsv.gz --app query --policy ft-u --k 5 --export out.tsv`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Logger = logger()
+			if !noProgress && term.IsTerminal(int(os.Stderr.Fd())) {
+				cfg.Progress = os.Stderr
+			}
+			sum, err := runner.Run(cmd.Context(), cfg)
+			if sum != nil {
+				sum.Print(os.Stdout)
+			}
+			if err == nil && cfg.Export != "" {
+				fmt.Printf("  export            %s\n", cfg.Export)
+			}
+			return err
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&cfg.Input, "input", "", "AOL TSV log (plain or .gz) to replay, one client per AnonID (required)")
+	f.StringVar(&cfg.App, "app", "query", "mining application: "+fmt.Sprint(pipelines.Apps()))
+	f.StringVar(&cfg.Policy, "policy", "ft-u", "threshold policy: ft-u (k distinct users) or ft-a (k reports)")
+	f.IntVar(&cfg.K, "k", 5, "threshold k: an artifact opens once k shares exist")
+	f.StringVar(&cfg.Epoch, "epoch", "all", "epoch name for the whole input (one OPRF key per epoch)")
+	f.StringVar(&cfg.Export, "export", "", "write the released histogram here as TSV (header: app epoch policy item impressions users)")
+	f.StringVar(&cfg.NATS, "nats", "", "NATS URL; empty starts an embedded server")
+	f.StringVar(&cfg.Kafka, "kafka", "", "Kafka bootstrap address; empty starts a kfake broker in --state")
+	f.StringVar(&cfg.ClickHouse, "clickhouse", "", "ClickHouse native address (host:port); empty starts a local server in --state")
+	f.StringVar(&cfg.Database, "database", "crowdlog", "ClickHouse database")
+	f.StringVar(&cfg.StateDir, "state", "", "state directory (keys, broker data, ClickHouse); empty = a temporary directory removed afterwards")
+	f.StringVar(&cfg.KeysDir, "keys", "", "keys directory (default STATE/keys; generated when missing unless --external)")
+	f.IntVar(&cfg.Partitions, "partitions", 8, "partitions of the reports and decrypted topics when run creates them")
+	f.BoolVar(&cfg.External, "external", false, "roles run elsewhere; only ingest, close the epoch and wait for the release")
+	f.IntVar(&cfg.Workers, "workers", 0, "clients replayed concurrently (default: number of CPUs)")
+	f.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "how long to wait for relays, aggregator and release after ingest")
+	f.BoolVar(&noProgress, "no-progress", false, "no progress bar on stderr (shown only when stderr is a terminal)")
+	c.MarkFlagRequired("input")
+	return c
+}
+
+func ingestCmd() *cobra.Command {
+	var input, app, pol, epoch, natsURL, keys string
+	var k, workers int
+	var noProgress bool
+	c := &cobra.Command{
+		Use:   "ingest --input LOG --keys DIR [--nats URL]",
+		Short: "Replay a log as clients: mine, seal, onion-wrap and publish reports to relay a",
+		Long: `ingest is the client side. Every AnonID of the log becomes a client with its own
+secret: it mines artifacts (--app), obtains OPRF randomness per artifact from
+the randomness service (RFC 9497, batched, the service never sees the
+artifact), seals one report per artifact instance, wraps it in three HPKE
+layers [relay a, relay b, aggregator] using the public keys in --keys
+(relay-a.key.pub, relay-b.key.pub, aggregator.key.pub) and publishes to relay
+a. When relays fall behind, publishing waits: nothing is dropped.
+
+ingest does not close the epoch: run 'crowdlog aggregate close-epoch' when all
+clients of the epoch have sent.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := logger()
+			ctx := cmd.Context()
+			a, err := pipelines.Lookup(app)
+			if err != nil {
+				return err
+			}
+			policy, err := protocol.ParsePolicy(pol)
+			if err != nil {
+				return err
+			}
+			ra, rb, ag, err := runner.LoadRoute(keys)
+			if err != nil {
+				return err
+			}
+			nc, err := runner.ConnectNATS(natsURL, "crowdlog-ingest")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			if err := relays.EnsureStream(ctx, js, 0); err != nil {
+				return err
+			}
+			pub := &publish.Publisher{JS: js, Subject: relays.Subject("a")}
+			client := &ingest.Client{App: a, Epoch: epoch, Policy: policy, K: k,
+				Randomness: &randomness.Client{NC: nc},
+				Route:      ingest.Route{RelayA: ra, RelayB: rb, Aggregator: ag, SubjectB: relays.Subject("b")},
+				Publish:    pub.Publish}
+			rp := &ingest.Replay{Client: client, Workers: workers}
+			if !noProgress && term.IsTerminal(int(os.Stderr.Fd())) {
+				rp.Progress = os.Stderr
+			}
+			sum, err := rp.Run(ctx, input)
+			if ferr := pub.Flush(ctx); err == nil {
+				err = ferr
+			}
+			log.Info("ingest done", "clients", sum.Users, "reports", sum.Reports, "log", sum.Log.String())
+			return err
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&input, "input", "", "AOL TSV log (plain or .gz) (required)")
+	f.StringVar(&app, "app", "query", "mining application: "+fmt.Sprint(pipelines.Apps()))
+	f.StringVar(&pol, "policy", "ft-u", "threshold policy: ft-u or ft-a")
+	f.IntVar(&k, "k", 5, "threshold k")
+	f.StringVar(&epoch, "epoch", "all", "epoch name")
+	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL")
+	f.StringVar(&keys, "keys", "keys", "directory with relay-a.key.pub, relay-b.key.pub, aggregator.key.pub")
+	f.IntVar(&workers, "workers", 0, "clients replayed concurrently (default: number of CPUs)")
+	f.BoolVar(&noProgress, "no-progress", false, "no progress bar on stderr (shown only when stderr is a terminal)")
+	c.MarkFlagRequired("input")
+	return c
+}
+
+func randomnessCmd() *cobra.Command {
+	var natsURL, keys string
+	c := &cobra.Command{
+		Use:   "randomness [--nats URL] [--keys DIR]",
+		Short: "Serve OPRF randomness (RFC 9497, ristretto255) over NATS request/reply",
+		Long: `randomness evaluates clients' blinded OPRF elements under the key of the
+requested epoch, on subject ` + randomness.Subject + ` (queue group: several
+processes sharing the seed file share the load). Epoch keys are derived from
+the 32-byte seed DIR/randomness.seed (created, mode 0600, when missing).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := logger()
+			nc, err := runner.ConnectNATS(natsURL, "crowdlog-randomness")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			s, err := runner.RunRandomness(cmd.Context(), nc, keys, log)
+			if err != nil {
+				return err
+			}
+			return s.Run(cmd.Context())
+		},
+	}
+	c.Flags().StringVar(&natsURL, "nats", defaultNATS, "NATS URL")
+	c.Flags().StringVar(&keys, "keys", "keys", "directory holding randomness.seed")
+	return c
+}
+
+func relayCmd() *cobra.Command {
+	var o runner.RelayOptions
+	var natsURL, kafkaAddr string
+	c := &cobra.Command{
+		Use:   "relay --name a|b --key FILE [--nats URL] [--kafka ADDR]",
+		Short: "Run a relay: peel one onion layer, batch, shuffle, forward",
+		Long: `relay consumes its subject crowdlog.relay.NAME (a JetStream work queue: more
+processes with the same --name and key = more capacity), peels its HPKE
+layer, collects a batch of --batch messages or --batch-timeout, shuffles it
+with crypto randomness and forwards each message to the next relay's subject
+or, as last hop, to Kafka topic "reports" keyed by a coarse tag bucket.
+Messages are acknowledged only after forwarding (at-least-once): a relay
+killed mid-batch loses nothing. Malformed, oversized or wrong-key messages are
+counted and dropped. Larger batches mean larger anonymity sets and more
+latency.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := logger()
+			if o.Name == "" {
+				return errors.New("--name is required (a or b)")
+			}
+			if len(o.KeyPaths) == 0 {
+				return errors.New("--key is required (see `crowdlog keys generate`)")
+			}
+			nc, err := runner.ConnectNATS(natsURL, "crowdlog-relay-"+o.Name)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			o.Kafka = []string{kafkaAddr}
+			r, closeW, err := runner.NewRelay(cmd.Context(), js, o, log)
+			if err != nil {
+				return err
+			}
+			defer closeW()
+			return r.Run(cmd.Context())
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.Name, "name", "", "relay name: its subject is crowdlog.relay.NAME")
+	f.StringSliceVar(&o.KeyPaths, "key", nil, "HPKE key file (repeat for two keys during a rotation)")
+	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL")
+	f.StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address (used by the last relay)")
+	f.IntVar(&o.BatchSize, "batch", 256, "mix batch size (messages)")
+	f.DurationVar(&o.BatchTimeout, "batch-timeout", 50*time.Millisecond, "forward a partial batch after this long")
+	return c
+}
+
+func aggregateCmd() *cobra.Command {
+	var kafkaAddr, group string
+	var keyPaths []string
+	c := &cobra.Command{
+		Use:   "aggregate --key FILE [--kafka ADDR]",
+		Short: "Run the threshold aggregator on Kafka topic reports",
+		Long: `aggregate joins Kafka consumer group --group on topic "reports" (more processes =
+partitions spread over them). Per (app, epoch, tag) it keeps the distinct
+shares and the reports; at k distinct shares it recovers the artifact key,
+decrypts every report of the tag (and later ones on arrival) and writes the
+items to topic "decrypted". A share that makes the AEAD fail does not block
+the tag. State is rebuilt by replaying a partition up to its committed offset,
+so kill -9 loses nothing and counts nothing twice.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := logger()
+			if len(keyPaths) == 0 {
+				return errors.New("--key is required (see `crowdlog keys generate`)")
+			}
+			s, err := runner.NewAggregator([]string{kafkaAddr}, keyPaths, log)
+			if err != nil {
+				return err
+			}
+			s.GroupID = group
+			return s.Run(cmd.Context())
+		},
+	}
+	c.Flags().StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address")
+	c.Flags().StringSliceVar(&keyPaths, "key", nil, "aggregator HPKE key file (repeat during a rotation)")
+	c.Flags().StringVar(&group, "group", "crowdlog-aggregator", "Kafka consumer group")
+
+	var app, epoch string
+	closeCmd := &cobra.Command{
+		Use:   "close-epoch --app APP --epoch EPOCH [--kafka ADDR]",
+		Short: "Close an epoch: summarize undecrypted tags (counts only) and delete pending shares",
+		Long: `close-epoch writes a control marker into every partition of "reports". When an
+aggregator reaches it, after every earlier report, it emits a counts-only
+summary of the epoch's undecrypted tags, deletes their shares and drops later
+reports of the epoch. The release stage writes the epoch once every partition
+has closed it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger()
+			if app == "" || epoch == "" {
+				return errors.New("--app and --epoch are required")
+			}
+			return aggregator.CloseEpoch(cmd.Context(), []string{kafkaAddr}, app, epoch)
+		},
+	}
+	closeCmd.Flags().StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address")
+	closeCmd.Flags().StringVar(&app, "app", "query", "application")
+	closeCmd.Flags().StringVar(&epoch, "epoch", "", "epoch to close")
+	c.AddCommand(closeCmd)
+	return c
+}
+
+func releaseCmd() *cobra.Command {
+	var kafkaAddr, ch, db string
+	c := &cobra.Command{
+		Use:   "release [--kafka ADDR] [--clickhouse ADDR]",
+		Short: "Write released histograms from topic decrypted into ClickHouse",
+		Long: `release reads topic "decrypted", drops duplicate reports (at-least-once
+delivery), and when every partition has closed an epoch writes its histogram
+(released_items), the counts-only undecrypted summary and a releases row to
+ClickHouse. Writes are idempotent per (app, epoch, policy, k); a ClickHouse
+outage is retried.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := logger()
+			st, w, err := runner.NewRelease(cmd.Context(), []string{kafkaAddr}, ch, db, log)
+			if err != nil {
+				return err
+			}
+			defer w.Close()
+			return st.Run(cmd.Context())
+		},
+	}
+	c.Flags().StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address")
+	c.Flags().StringVar(&ch, "clickhouse", defaultCH, "ClickHouse native address")
+	c.Flags().StringVar(&db, "database", "crowdlog", "ClickHouse database")
+	return c
+}
+
+func keysCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "keys",
+		Short: "Generate and list relay and aggregator HPKE keys",
+	}
+	var dir string
+	gen := &cobra.Command{
+		Use:   "generate --dir DIR",
+		Short: "Create relay-a, relay-b and aggregator key pairs in DIR (existing keys are kept)",
+		Long: `generate writes X25519 HPKE key pairs (RFC 9180) relay-a.key, relay-b.key and
+aggregator.key (mode 0600, private) and their public halves *.key.pub, which
+clients need. Existing files are never overwritten.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := runner.EnsureKeys(dir); err != nil {
+				return err
+			}
+			fmt.Println("keys in", dir)
+			return nil
+		},
+	}
+	gen.Flags().StringVar(&dir, "dir", "keys", "keys directory")
+	list := &cobra.Command{
+		Use:   "list --dir DIR",
+		Short: "List key files with their key ids (public information only)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			matches, _ := filepath.Glob(filepath.Join(dir, "*.pub"))
+			if len(matches) == 0 {
+				return fmt.Errorf("no public keys in %s (run `crowdlog keys generate --dir %s`)", dir, dir)
+			}
+			for _, m := range matches {
+				pk, err := protocol.LoadPublicKey(m)
+				if err != nil {
+					return err
+				}
+				b, _ := pk.Key.MarshalBinary()
+				fmt.Printf("%s\tid=%d\tpublic=%x\n", filepath.Base(m), pk.ID, b)
+			}
+			return nil
+		},
+	}
+	list.Flags().StringVar(&dir, "dir", "keys", "keys directory")
+	c.AddCommand(gen, list)
+	return c
+}

@@ -1,0 +1,151 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+)
+
+func TestBrokerPersistsRecordsAndOffsets(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	t0 := time.Now()
+	b, err := Start(ctx, dir, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kfake ready in %v at %s", time.Since(t0), b.Addr)
+	for i := 0; i < 2; i++ { // idempotent
+		if err := EnsureTopics(ctx, b.Addr, 4, "reports", "vectors"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An existing topic keeps its partition count.
+	if err := EnsureTopics(ctx, b.Addr, 9, "reports"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Partitions(ctx, b.Addr, "reports"); err != nil || n != 4 {
+		t.Fatalf("Partitions(reports) = %d, %v; want 4", n, err)
+	}
+	if _, err := Partitions(ctx, b.Addr, "missing"); err == nil {
+		t.Fatal("missing topic reported no error")
+	}
+
+	w := NewWriter(b.Addr, "reports")
+	const n = 1000
+	msgs := make([]kafkago.Message, n)
+	for i := range msgs {
+		msgs[i] = kafkago.Message{Key: []byte{byte(i % 7)}, Value: []byte(fmt.Sprint(i))}
+	}
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+
+	// Consume half with a group and commit.
+	r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: []string{b.Addr}, Topic: "reports", GroupID: "g",
+		MaxWait: 50 * time.Millisecond, Dialer: &kafkago.Dialer{}})
+	seen := map[string]bool{}
+	for len(seen) < n/2 {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[string(m.Value)] = true
+		if err := r.CommitMessages(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.Close()
+	b.Close()
+	b.Close() // idempotent
+
+	// Restart on the same dir: records and committed offsets survive.
+	b2, err := Start(ctx, dir, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	if n, err := Partitions(ctx, b2.Addr, "reports"); err != nil || n != 4 {
+		t.Fatalf("after restart Partitions(reports) = %d, %v; want 4", n, err)
+	}
+	r2 := kafkago.NewReader(kafkago.ReaderConfig{Brokers: []string{b2.Addr}, Topic: "reports", GroupID: "g",
+		MaxWait: 50 * time.Millisecond, Dialer: &kafkago.Dialer{}})
+	defer r2.Close()
+	rest := map[string]bool{}
+	for len(seen)+len(rest) < n {
+		m, err := r2.FetchMessage(ctx)
+		if err != nil {
+			t.Fatalf("after %d of %d: %v", len(seen)+len(rest), n, err)
+		}
+		if seen[string(m.Value)] {
+			t.Fatalf("committed record redelivered after restart")
+		}
+		rest[string(m.Value)] = true
+		if err := r2.CommitMessages(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		v := fmt.Sprint(i)
+		if !seen[v] && !rest[v] {
+			t.Fatalf("record %d lost", i)
+		}
+	}
+}
+
+func TestFixedPort(t *testing.T) {
+	ctx := context.Background()
+	b, err := Config{Dir: t.TempDir()}.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := b.Addr
+	b.Close()
+	var port int
+	fmt.Sscanf(addr[len("127.0.0.1:"):], "%d", &port)
+	b2, err := Config{Dir: t.TempDir(), Port: port}.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	if b2.Addr != addr {
+		t.Fatalf("Addr = %s, want %s", b2.Addr, addr)
+	}
+}
+
+// BenchmarkProduce measures keyed produce throughput with and without
+// SyncWrites (messages of 700 bytes in 256-message WriteMessages calls, the
+// shape of relay B's output).
+func BenchmarkProduce(b *testing.B) {
+	for _, sync := range []bool{false, true} {
+		b.Run(fmt.Sprintf("sync=%v", sync), func(b *testing.B) {
+			ctx := context.Background()
+			br, err := Config{Dir: b.TempDir(), Partitions: 8, SyncWrites: sync}.Start(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer br.Close()
+			if err := EnsureTopics(ctx, br.Addr, 8, "reports"); err != nil {
+				b.Fatal(err)
+			}
+			w := NewWriter(br.Addr, "reports")
+			defer w.Close()
+			batch := make([]kafkago.Message, 256)
+			for i := range batch {
+				batch[i] = kafkago.Message{Key: []byte{byte(i), byte(i >> 3)}, Value: make([]byte, 700)}
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i += len(batch) {
+				if err := w.WriteMessages(ctx, batch...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}

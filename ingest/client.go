@@ -1,0 +1,112 @@
+// Package ingest is crowdlog's client side: it mines a user's artifacts,
+// obtains OPRF randomness for them, seals one report per artifact instance
+// (DESIGN decision 2), wraps each in three onion layers (decision 3) and
+// publishes it to the first relay. Replay drives many such clients from one
+// AOL log, one client per AnonID, each with its own secret.
+package ingest
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/crowdlog/crowdlog/ingest/aol"
+	"github.com/crowdlog/crowdlog/pipelines"
+	"github.com/crowdlog/crowdlog/protocol"
+)
+
+// Route is the onion route [relay A, relay B, aggregator]: the public keys of
+// each hop and the NATS subject of relay B (relay A's subject is the
+// publisher's).
+type Route struct {
+	RelayA, RelayB, Aggregator protocol.PublicKey
+	SubjectB                   string
+}
+
+// Wrap builds the three onion layers around an encoded report: the innermost
+// for the aggregator (so no relay reads tag or share), relay B's with the
+// Kafka key protocol.TagBucket(tag), relay A's naming relay B's subject.
+func (rt *Route) Wrap(r *protocol.Report) ([]byte, error) {
+	b, err := r.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	l3, err := protocol.SealLayer(rt.Aggregator, protocol.Hop{Kind: protocol.HopDeliver}, b)
+	if err != nil {
+		return nil, err
+	}
+	l2, err := protocol.SealLayer(rt.RelayB, protocol.Hop{Kind: protocol.HopKafka, Key: protocol.TagBucket(r.Tag)}, l3)
+	if err != nil {
+		return nil, err
+	}
+	return protocol.SealLayer(rt.RelayA, protocol.Hop{Kind: protocol.HopRelay, Subject: rt.SubjectB}, l2)
+}
+
+// Randomness evaluates OPRF inputs of an epoch into ω values, in order
+// (satisfied by *randomness.Client).
+type Randomness interface {
+	Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([][]byte, error)
+}
+
+// Client seals and sends the artifacts of one application under one policy.
+// It is safe for concurrent use: each call handles one user.
+type Client struct {
+	App        pipelines.App
+	Epoch      string
+	Policy     protocol.Policy
+	K          int
+	Randomness Randomness
+	Route      Route
+	// Publish sends one onion to relay A; it blocks when relays fall behind
+	// (backpressure) and must not drop.
+	Publish func(ctx context.Context, onion []byte) error
+}
+
+// SubmitUser mines one user's records, fetches ω for each distinct artifact
+// (one batched OPRF round trip per 1,024 artifacts), and publishes one
+// report per artifact instance. It returns the number of reports published.
+func (c *Client) SubmitUser(ctx context.Context, secret *protocol.UserSecret, records []aol.Record) (int, error) {
+	arts := c.App.Mine(records)
+	if len(arts) == 0 {
+		return 0, nil
+	}
+	index := map[string]int{}
+	var inputs [][]byte
+	for _, a := range arts {
+		if _, ok := index[a.Primary]; !ok {
+			index[a.Primary] = len(inputs)
+			inputs = append(inputs, protocol.OPRFInput(c.App.Name(), c.Epoch, a.Primary))
+		}
+	}
+	omegas, err := c.Randomness.Evaluate(ctx, c.Epoch, inputs)
+	if err != nil {
+		return 0, err
+	}
+	if len(omegas) != len(inputs) {
+		return 0, fmt.Errorf("randomness: %d outputs for %d inputs", len(omegas), len(inputs))
+	}
+	sealings := make([]*protocol.Sealing, len(inputs))
+	n := 0
+	for _, a := range arts {
+		i := index[a.Primary]
+		if sealings[i] == nil {
+			s, err := protocol.DeriveSealing(omegas[i], c.App.Name(), c.Epoch, c.Policy, c.K)
+			if err != nil {
+				return n, err
+			}
+			sealings[i] = &s
+		}
+		r, err := sealings[i].Seal(secret, a.Primary, a.Secondary)
+		if err != nil {
+			return n, fmt.Errorf("seal: %w", err)
+		}
+		onion, err := c.Route.Wrap(r)
+		if err != nil {
+			return n, fmt.Errorf("onion: %w", err)
+		}
+		if err := c.Publish(ctx, onion); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}

@@ -1,0 +1,94 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/crowdlog/crowdlog/ingest/aol"
+	"github.com/crowdlog/crowdlog/protocol"
+)
+
+// ReplaySummary is what a replay did.
+type ReplaySummary struct {
+	Users   int       // clients replayed (AnonIDs)
+	Reports int64     // reports published
+	Log     aol.Stats // lines read, bad lines with line numbers
+}
+
+// Replay replays an AOL log as many clients: every AnonID becomes its own
+// client with a fresh UserSecret, Workers clients run at once.
+type Replay struct {
+	Client   *Client
+	Workers  int       // default GOMAXPROCS
+	Progress io.Writer // progress bar destination (e.g. os.Stderr); nil = none
+}
+
+// Run replays the log at path. Bad lines are counted in the summary, never
+// fatal; the first client error (e.g. randomness service unreachable) stops
+// the replay and is returned.
+func (rp *Replay) Run(ctx context.Context, path string) (ReplaySummary, error) {
+	workers := rp.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	var sum ReplaySummary
+	var reports atomic.Int64
+	var bar *progressbar.ProgressBar
+	if rp.Progress != nil {
+		bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(rp.Progress),
+			progressbar.OptionSetDescription("ingest: clients"), progressbar.OptionShowCount(),
+			progressbar.OptionShowIts(), progressbar.OptionSetItsString("clients"),
+			progressbar.OptionThrottle(200_000_000), progressbar.OptionClearOnFinish())
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	users := make(chan aol.User, workers)
+	var mu sync.Mutex
+	for i := 0; i < workers; i++ {
+		g.Go(func() error {
+			for u := range users {
+				secret, err := protocol.NewUserSecret()
+				if err != nil {
+					return err
+				}
+				n, err := rp.Client.SubmitUser(gctx, &secret, u.Records)
+				reports.Add(int64(n))
+				if err != nil {
+					return fmt.Errorf("client: %w", err)
+				}
+				if bar != nil {
+					mu.Lock()
+					bar.Add(1)
+					mu.Unlock()
+				}
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		defer close(users)
+		st, err := aol.ReadUsers(path, func(u aol.User) error {
+			select {
+			case users <- u:
+				sum.Users++
+				return nil
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+		})
+		sum.Log = st
+		return err
+	})
+	err := g.Wait()
+	if bar != nil {
+		bar.Finish()
+	}
+	sum.Reports = reports.Load()
+	return sum, err
+}

@@ -1,0 +1,56 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/crowdlog/crowdlog/protocol"
+)
+
+// Key file names inside a keys directory (see `crowdlog keys`).
+const (
+	RelayAKey      = "relay-a.key"
+	RelayBKey      = "relay-b.key"
+	AggregatorKey  = "aggregator.key"
+	RandomnessSeed = "randomness.seed"
+)
+
+// EnsureKeys creates the HPKE key pairs of relay A, relay B and the
+// aggregator in dir when missing (mode 0600, public halves in *.pub) and
+// returns nothing else: services load their own keys, clients the .pub files.
+func EnsureKeys(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("keys dir: %w", err)
+	}
+	for i, name := range []string{RelayAKey, RelayBKey, AggregatorKey} {
+		path := filepath.Join(dir, name)
+		if _, err := os.Stat(path); err == nil {
+			continue
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		k, err := protocol.GenerateKeyPair(byte(i + 1))
+		if err != nil {
+			return err
+		}
+		if err := protocol.SaveKeyPair(path, name[:len(name)-4], k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LoadRoute reads the public keys of the route [relay A, relay B, aggregator]
+// from dir.
+func LoadRoute(dir string) (a, b, agg protocol.PublicKey, err error) {
+	if a, err = protocol.LoadPublicKey(filepath.Join(dir, RelayAKey+".pub")); err != nil {
+		return
+	}
+	if b, err = protocol.LoadPublicKey(filepath.Join(dir, RelayBKey+".pub")); err != nil {
+		return
+	}
+	agg, err = protocol.LoadPublicKey(filepath.Join(dir, AggregatorKey+".pub"))
+	return
+}

@@ -1,0 +1,352 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/crowdlog/crowdlog/aggregator"
+	"github.com/crowdlog/crowdlog/infra/clickhouse"
+	"github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/natsserver"
+	"github.com/crowdlog/crowdlog/ingest"
+	"github.com/crowdlog/crowdlog/ingest/publish"
+	"github.com/crowdlog/crowdlog/pipelines"
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/randomness"
+	"github.com/crowdlog/crowdlog/relays"
+	"github.com/crowdlog/crowdlog/release"
+)
+
+// Config is one `crowdlog run`.
+type Config struct {
+	Input  string // AOL TSV log, plain or gzip
+	App    string // mining application, e.g. "query"
+	Policy string // "ft-u" or "ft-a"
+	K      int    // threshold k
+	Epoch  string // epoch name; the whole input is one epoch
+
+	NATS       string // NATS URL; "" starts an embedded server
+	Kafka      string // Kafka bootstrap address; "" starts kfake with a data dir
+	ClickHouse string // ClickHouse native address; "" starts a local server
+	Database   string // ClickHouse database; default "crowdlog"
+	StateDir   string // keys, broker data, ClickHouse dir; "" = a temp dir removed at the end
+	KeysDir    string // default StateDir/keys
+	Partitions int    // partitions of the reports topic when creating it; default 8
+
+	// External: randomness, relays, aggregator and release already run
+	// elsewhere against the same addresses and keys; run only ingests,
+	// closes the epoch and waits for the release.
+	External bool
+
+	Export   string        // write the released histogram as TSV here
+	Workers  int           // concurrent clients; default GOMAXPROCS
+	Progress io.Writer     // progress bar destination; nil = none
+	Timeout  time.Duration // for the wait after ingest; default 10 min
+	Logger   *slog.Logger
+}
+
+// Summary is what a run did.
+type Summary struct {
+	Users                int
+	LogLines, BadLines   int
+	Sent                 int64 // reports published by clients
+	Relayed              int64 // reports forwarded to Kafka by relay B (in-process runs)
+	RelayDropped         int64
+	Decrypted            int64 // reports decrypted by the aggregator (in-process runs)
+	AggregatorDropped    int64 // dropped by the aggregator, incl. duplicates from redelivery
+	Released             int   // released items
+	ReleasedImpressions  uint64
+	Undecrypted          []release.Undecrypted
+	Elapsed              time.Duration
+	NATS, Kafka, ClickHs string
+}
+
+// Print writes the summary for humans.
+func (s *Summary) Print(w io.Writer) {
+	fmt.Fprintf(w, "crowdlog run: %d clients, %d log lines (%d bad)\n", s.Users, s.LogLines, s.BadLines)
+	fmt.Fprintf(w, "  reports sent      %d\n", s.Sent)
+	if s.Relayed > 0 || s.Decrypted > 0 {
+		fmt.Fprintf(w, "  reports relayed   %d (dropped %d)\n", s.Relayed, s.RelayDropped)
+		fmt.Fprintf(w, "  reports decrypted %d (aggregator dropped %d, e.g. redelivered duplicates)\n", s.Decrypted, s.AggregatorDropped)
+	}
+	fmt.Fprintf(w, "  items released    %d (%d impressions)\n", s.Released, s.ReleasedImpressions)
+	var tags, reps uint64
+	for _, u := range s.Undecrypted {
+		tags += u.Tags
+		reps += u.Tags * u.Reports
+	}
+	fmt.Fprintf(w, "  undecrypted       %d artifacts (%d reports), summarized as counts only\n", tags, reps)
+	fmt.Fprintf(w, "  elapsed           %s\n", s.Elapsed.Round(time.Millisecond))
+}
+
+// Run runs the pipeline end to end and returns its summary.
+func Run(ctx context.Context, cfg Config) (*Summary, error) {
+	start := time.Now()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	app, err := pipelines.Lookup(cfg.App)
+	if err != nil {
+		return nil, err
+	}
+	policy, err := protocol.ParsePolicy(cfg.Policy)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(cfg.Input); err != nil {
+		return nil, fmt.Errorf("input log: %w", err)
+	}
+	state := cfg.StateDir
+	if state == "" {
+		if state, err = os.MkdirTemp("", "crowdlog-run-"); err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(state)
+	}
+	if cfg.KeysDir == "" {
+		cfg.KeysDir = filepath.Join(state, "keys")
+	}
+	sum := &Summary{}
+
+	// 1. services: given addresses, or started locally
+	if cfg.NATS == "" {
+		ns, err := natsserver.Start(ctx, filepath.Join(state, "nats"))
+		if err != nil {
+			return nil, fmt.Errorf("start embedded NATS: %w", err)
+		}
+		defer ns.Shutdown()
+		cfg.NATS = ns.URL
+	}
+	if cfg.Kafka == "" {
+		b, err := kafka.Start(ctx, filepath.Join(state, "kafka"), cfg.Partitions)
+		if err != nil {
+			return nil, fmt.Errorf("start kfake broker: %w", err)
+		}
+		defer b.Close()
+		cfg.Kafka = b.Addr
+	}
+	if cfg.ClickHouse == "" {
+		ch, err := clickhouse.Start(ctx, filepath.Join(state, "clickhouse"))
+		if err != nil {
+			return nil, err
+		}
+		defer ch.Stop()
+		cfg.ClickHouse = ch.TCPAddr
+	}
+	sum.NATS, sum.Kafka, sum.ClickHs = cfg.NATS, cfg.Kafka, cfg.ClickHouse
+	brokers := []string{cfg.Kafka}
+	if err := kafka.EnsureTopics(ctx, cfg.Kafka, cfg.Partitions, aggregator.ReportsTopic, aggregator.DecryptedTopic); err != nil {
+		return nil, err
+	}
+	if !cfg.External {
+		if err := EnsureKeys(cfg.KeysDir); err != nil {
+			return nil, err
+		}
+	}
+	nc, err := ConnectNATS(cfg.NATS, "crowdlog-run")
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	if err := relays.EnsureStream(ctx, js, 0); err != nil {
+		return nil, err
+	}
+	writer, err := releaseWriter(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer writer.Close()
+
+	// 2. the roles, in process unless External
+	svcCtx, stopServices := context.WithCancel(ctx)
+	var svc errgroup.Group
+	defer func() { stopServices(); svc.Wait() }()
+	var relayStats []*relays.Stats
+	var agg *aggregator.Service
+	if !cfg.External {
+		rs, err := RunRandomness(svcCtx, nc, cfg.KeysDir, log)
+		if err != nil {
+			return nil, err
+		}
+		svc.Go(func() error { return rs.Run(svcCtx) })
+		for _, name := range []string{"a", "b"} {
+			r, closeW, err := NewRelay(svcCtx, js, RelayOptions{Name: name, Kafka: brokers,
+				KeyPaths: []string{filepath.Join(cfg.KeysDir, "relay-"+name+".key")}}, log)
+			if err != nil {
+				return nil, err
+			}
+			relayStats = append(relayStats, r.Stats)
+			svc.Go(func() error { defer closeW(); return r.Run(svcCtx) })
+		}
+		agg, err = NewAggregator(brokers, []string{filepath.Join(cfg.KeysDir, AggregatorKey)}, log)
+		if err != nil {
+			return nil, err
+		}
+		svc.Go(func() error { return agg.Run(svcCtx) })
+		st, w, err := NewRelease(svcCtx, brokers, cfg.ClickHouse, cfg.Database, log)
+		if err != nil {
+			return nil, err
+		}
+		svc.Go(func() error { defer w.Close(); return st.Run(svcCtx) })
+	}
+
+	// 3. ingest: every AnonID a client
+	a, b, ag, err := LoadRoute(cfg.KeysDir)
+	if err != nil {
+		return nil, err
+	}
+	pub := &publish.Publisher{JS: js, Subject: relays.Subject("a")}
+	client := &ingest.Client{App: app, Epoch: cfg.Epoch, Policy: policy, K: cfg.K,
+		Randomness: &randomness.Client{NC: nc},
+		Route:      ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: relays.Subject("b")},
+		Publish:    pub.Publish}
+	rp := &ingest.Replay{Client: client, Workers: cfg.Workers, Progress: cfg.Progress}
+	log.Info("ingest: replaying log", "app", app.Name(), "epoch", cfg.Epoch, "policy", policy, "k", cfg.K)
+	rsum, err := rp.Run(ctx, cfg.Input)
+	sum.Users, sum.Sent = rsum.Users, rsum.Reports
+	sum.LogLines, sum.BadLines = rsum.Log.Lines, rsum.Log.Bad
+	if rsum.Log.Bad > 0 {
+		log.Warn("ingest: bad lines skipped", "summary", rsum.Log.String())
+	}
+	if err != nil {
+		return sum, fmt.Errorf("ingest: %w", err)
+	}
+	if err := pub.Flush(ctx); err != nil {
+		return sum, fmt.Errorf("ingest: flush: %w", err)
+	}
+
+	// 4. wait for the relays to drain, close the epoch, wait for the release
+	wctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	if err := waitFor(wctx, "relays to drain", func() (bool, error) { return relays.Drained(wctx, js, "a", "b") }); err != nil {
+		return sum, err
+	}
+	log.Info("relays drained; closing epoch", "epoch", cfg.Epoch)
+	if err := aggregator.CloseEpoch(wctx, brokers, app.Name(), cfg.Epoch); err != nil {
+		return sum, fmt.Errorf("close epoch: %w", err)
+	}
+	key := release.Key{App: app.Name(), Epoch: cfg.Epoch, Policy: policy.String(), K: cfg.K}
+	if err := waitFor(wctx, "the release in ClickHouse", func() (bool, error) { return writer.IsReleased(wctx, key) }); err != nil {
+		return sum, err
+	}
+	items, err := writer.ReleasedItems(ctx, key.App, key.Epoch, key.Policy, key.K)
+	if err != nil {
+		return sum, err
+	}
+	if sum.Undecrypted, err = writer.UndecryptedSummary(ctx, key.App, key.Epoch, key.Policy, key.K); err != nil {
+		return sum, err
+	}
+	sum.Released = len(items)
+	for _, it := range items {
+		sum.ReleasedImpressions += it.Impressions
+	}
+	if cfg.Export != "" {
+		if err := writeExport(cfg.Export, items); err != nil {
+			return sum, err
+		}
+	}
+	for _, s := range relayStats {
+		snap := s.Snapshot()
+		if s == relayStats[len(relayStats)-1] {
+			sum.Relayed = int64(snap.Forwarded)
+		}
+		sum.RelayDropped += int64(snap.Dropped())
+	}
+	if agg != nil {
+		sum.Decrypted, sum.AggregatorDropped = agg.Decrypted.Load(), agg.Dropped.Load()
+	}
+	sum.Elapsed = time.Since(start)
+	return sum, nil
+}
+
+func (cfg *Config) defaults() error {
+	if cfg.Input == "" {
+		return errors.New("no input: give --input LOG (AOL TSV, plain or .gz)")
+	}
+	if cfg.K < 1 || cfg.K > protocol.MaxK {
+		return fmt.Errorf("threshold --k %d outside 1..%d", cfg.K, protocol.MaxK)
+	}
+	if cfg.Epoch == "" {
+		cfg.Epoch = "all"
+	}
+	if !randomness.ValidEpoch(cfg.Epoch) {
+		return fmt.Errorf("epoch %q: use 1-64 letters, digits, '.', '_' or '-'", cfg.Epoch)
+	}
+	if cfg.Database == "" {
+		cfg.Database = "crowdlog"
+	}
+	if cfg.Partitions <= 0 {
+		cfg.Partitions = 8
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Minute
+	}
+	return nil
+}
+
+func releaseWriter(ctx context.Context, cfg Config) (*release.Writer, error) {
+	w, err := release.Open(ctx, cfg.ClickHouse, cfg.Database)
+	if err != nil {
+		return nil, fmt.Errorf("open ClickHouse at %s: %w", cfg.ClickHouse, err)
+	}
+	return w, nil
+}
+
+func writeExport(path string, items []release.Item) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if err := release.WriteTSV(f, items); err != nil {
+		f.Close()
+		return fmt.Errorf("export: %w", err)
+	}
+	return f.Close()
+}
+
+// waitFor polls cond every 200 ms until it holds or ctx ends.
+func waitFor(ctx context.Context, what string, cond func() (bool, error)) error {
+	var last error
+	var once sync.Once
+	t0 := time.Now()
+	for {
+		ok, err := cond()
+		if ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		if time.Since(t0) > 5*time.Second {
+			once.Do(func() { slog.Info("waiting for " + what) })
+		}
+		select {
+		case <-ctx.Done():
+			msg := fmt.Sprintf("timed out waiting for %s", what)
+			if last != nil {
+				msg += ": " + strings.TrimSpace(last.Error())
+			}
+			return errors.New(msg + " (are all roles running? see `crowdlog --help`)")
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

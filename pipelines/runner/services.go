@@ -1,0 +1,102 @@
+// Package runner starts crowdlog's roles — randomness, relays, aggregator,
+// release — against given service addresses, and runs the whole pipeline in
+// one process for `crowdlog run` (DESIGN "Data flow"). The same functions back
+// the per-role subcommands, so one machine and a cluster share one code path.
+package runner
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/crowdlog/crowdlog/aggregator"
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/randomness"
+	"github.com/crowdlog/crowdlog/relays"
+	"github.com/crowdlog/crowdlog/release"
+	"github.com/crowdlog/crowdlog/release/stage"
+)
+
+// ConnectNATS connects to url with reconnects forever (services outlive a
+// NATS restart).
+func ConnectNATS(url, name string) (*nats.Conn, error) {
+	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s (is it running? give --nats): %w", url, err)
+	}
+	return nc, nil
+}
+
+// RunRandomness serves OPRF randomness with the seed in keysDir until ctx ends.
+func RunRandomness(ctx context.Context, nc *nats.Conn, keysDir string, log *slog.Logger) (*randomness.Service, error) {
+	keys, err := randomness.LoadOrCreateSeed(filepath.Join(keysDir, RandomnessSeed))
+	if err != nil {
+		return nil, err
+	}
+	s := &randomness.Service{NC: nc, Keys: keys, Logger: log}
+	return s, nil
+}
+
+// RelayOptions configure one relay process.
+type RelayOptions struct {
+	Name         string        // "a" or "b": the relay's subject is relays.Subject(Name)
+	KeyPaths     []string      // HPKE key files; two during a rotation
+	Kafka        []string      // brokers, for the last hop
+	BatchSize    int           // mix batch size
+	BatchTimeout time.Duration // mix batch timeout
+	MaxMsgs      int64         // stream bound (backpressure); 0 = default
+}
+
+// NewRelay builds a relay service connected to js and Kafka.
+func NewRelay(ctx context.Context, js jetstream.JetStream, o RelayOptions, log *slog.Logger) (*relays.Relay, func(), error) {
+	var keys []*protocol.KeyPair
+	for _, p := range o.KeyPaths {
+		k, err := protocol.LoadKeyPair(p)
+		if err != nil {
+			return nil, nil, err
+		}
+		keys = append(keys, k)
+	}
+	maxMsgs := o.MaxMsgs
+	if maxMsgs <= 0 {
+		maxMsgs = 1_000_000
+	}
+	if err := relays.EnsureStream(ctx, js, maxMsgs); err != nil {
+		return nil, nil, err
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(o.Kafka...), Topic: aggregator.ReportsTopic, Transport: &kafka.Transport{},
+		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
+		BatchSize: 10000, BatchBytes: 64 << 20}
+	r := &relays.Relay{Name: o.Name, Keys: keys, JS: js, Kafka: w, BatchSize: o.BatchSize,
+		BatchTimeout: o.BatchTimeout, Logger: log, Stats: &relays.Stats{}}
+	return r, func() { w.Close() }, nil
+}
+
+// NewAggregator builds the aggregator service with the key files.
+func NewAggregator(brokers []string, keyPaths []string, log *slog.Logger) (*aggregator.Service, error) {
+	var keys []*protocol.KeyPair
+	for _, p := range keyPaths {
+		k, err := protocol.LoadKeyPair(p)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return &aggregator.Service{Brokers: brokers, Keys: keys, Logger: log}, nil
+}
+
+// NewRelease opens ClickHouse at addr (creating the schema) and builds the
+// release stage.
+func NewRelease(ctx context.Context, brokers []string, clickhouse, database string, log *slog.Logger) (*stage.Stage, *release.Writer, error) {
+	w, err := release.Open(ctx, clickhouse, database)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open ClickHouse at %s: %w", clickhouse, err)
+	}
+	return &stage.Stage{Brokers: brokers, Sink: w, Logger: log}, w, nil
+}

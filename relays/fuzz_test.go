@@ -1,0 +1,79 @@
+package relays
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/crowdlog/crowdlog/protocol"
+)
+
+// fakeMsg is a jetstream.Msg carrying only data (other methods unused).
+type fakeMsg struct {
+	jetstream.Msg
+	data []byte
+}
+
+func (f fakeMsg) Data() []byte { return f.data }
+
+// FuzzClassify feeds arbitrary inbox bytes to the relay's peel-and-check
+// step: it must never panic (a recovered panic would show as malformed, so
+// Peel is also called bare) and must keep only layers a relay may forward.
+func FuzzClassify(f *testing.F) {
+	k, err := protocol.GenerateKeyPair(1)
+	if err != nil {
+		f.Fatal(err)
+	}
+	seal := func(h protocol.Hop, inner []byte) []byte {
+		l, err := protocol.SealLayer(k.PublicKey(), h, inner)
+		if err != nil {
+			f.Fatal(err)
+		}
+		return l
+	}
+	f.Add(seal(protocol.Hop{Kind: protocol.HopRelay, Subject: Subject("b")}, []byte("inner")))
+	f.Add(seal(protocol.Hop{Kind: protocol.HopKafka, Key: []byte{1, 2}}, []byte("inner")))
+	f.Add(seal(protocol.Hop{Kind: protocol.HopDeliver}, []byte("report")))
+	f.Add(seal(protocol.Hop{Kind: protocol.HopRelay, Subject: "crowdlog.relay.>"}, nil))
+	f.Add([]byte{})
+	f.Add([]byte{protocol.Version, 1})
+	f.Add(make([]byte, 100))
+	r := &Relay{Name: "a", Keys: []*protocol.KeyPair{k}, Kafka: nilWriter{}}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, _, _ = protocol.Peel(r.Keys, data) // must not panic
+		it := &item{m: fakeMsg{data: data}}
+		r.peel(it)
+		if it.reason != keep {
+			return
+		}
+		switch it.hop.Kind {
+		case protocol.HopRelay:
+			if !strings.HasPrefix(it.hop.Subject, SubjectPrefix) || it.hop.Subject == Subject(r.Name) ||
+				strings.ContainsAny(it.hop.Subject[len(SubjectPrefix):], "*>. \t\r\n") {
+				t.Fatalf("kept a forward to an invalid subject %q", it.hop.Subject)
+			}
+		case protocol.HopKafka:
+		default:
+			t.Fatalf("kept hop kind %d", it.hop.Kind)
+		}
+	})
+}
+
+// FuzzValidForward checks the subject rule on arbitrary strings.
+func FuzzValidForward(f *testing.F) {
+	for _, s := range []string{"crowdlog.relay.b", "crowdlog.relay.a", "crowdlog.relay.>", "crowdlog.relay.b.c", "x", "crowdlog.relay.", "crowdlog.relay.b "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !validForward(s, "a") {
+			return
+		}
+		name := strings.TrimPrefix(s, SubjectPrefix)
+		if name == s || name == "a" || !ValidName(name) || strings.ContainsAny(name, "*>. \t\r\n") {
+			t.Fatalf("validForward accepted %q", s)
+		}
+	})
+}
+
+type nilWriter struct{ KafkaWriter }

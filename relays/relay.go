@@ -1,0 +1,474 @@
+package relays
+
+import (
+	"context"
+	crand "crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/crowdlog/crowdlog/protocol"
+)
+
+// KafkaWriter is where a relay produces HopKafka layers; *kafka.Writer
+// satisfies it. WriteMessages must return only after the messages are
+// acknowledged by the broker (kafka-go's synchronous mode), and an error if
+// any of them was not.
+type KafkaWriter interface {
+	WriteMessages(ctx context.Context, msgs ...kafka.Message) error
+}
+
+// Relay defaults.
+const (
+	DefaultBatchSize      = 256
+	DefaultBatchTimeout   = 50 * time.Millisecond
+	DefaultAckWait        = 30 * time.Second
+	DefaultNakDelay       = 500 * time.Millisecond
+	DefaultForwardTimeout = 30 * time.Second
+	DefaultMaxAckPending  = 1 << 16
+)
+
+// Relay is one relay/mix process (DESIGN decision 3). Set the fields, then
+// call Run. Several Relays (goroutines or processes) with the same Name
+// share one durable consumer and split its inbox.
+type Relay struct {
+	// Name identifies the relay; its inbox is Subject(Name). Required,
+	// see ValidName.
+	Name string
+	// Keys are the relay's HPKE key pairs; a layer is peeled with the one
+	// whose ID matches its key id (two during a key rotation). Required.
+	Keys []*protocol.KeyPair
+	// JS is the JetStream context for consuming the inbox and forwarding
+	// to next relays. Required; the stream must exist (EnsureStream).
+	JS jetstream.JetStream
+	// Kafka receives HopKafka layers. nil for a relay that only forwards to
+	// relays: HopKafka layers are then dropped as wrong hops.
+	Kafka KafkaWriter
+
+	// BatchSize is the most messages fetched, shuffled and forwarded
+	// together; 0 means 256.
+	BatchSize int
+	// BatchTimeout is the longest a fetch waits to fill a batch; 0 means
+	// 50 ms.
+	BatchTimeout time.Duration
+	// AckWait is how long a fetched message stays invisible to other
+	// processes before it is redelivered (when this process died); 0 means
+	// 30 s. Applied to the shared consumer when Run starts.
+	AckWait time.Duration
+	// NakDelay is how long a message whose forward failed waits before
+	// redelivery; 0 means 500 ms.
+	NakDelay time.Duration
+	// ForwardTimeout bounds one batch's Kafka write and the wait for its
+	// JetStream PubAcks; 0 means 30 s.
+	ForwardTimeout time.Duration
+	// Workers is the number of goroutines peeling a batch in parallel;
+	// 0 means GOMAXPROCS.
+	Workers int
+
+	// Logger receives operational logs (never payload bytes or keys);
+	// nil means slog.Default().
+	Logger *slog.Logger
+	// Stats counts what the relay did; nil means Run allocates one.
+	Stats *Stats
+	// Registerer, when set, gets Prometheus metrics labelled relay=Name:
+	// crowdlog_relay_reports_in_total, crowdlog_relay_forwarded_total,
+	// crowdlog_relay_dropped_total{reason}, crowdlog_relay_batch_size.
+	Registerer prometheus.Registerer
+}
+
+// dropReason says why a layer was dropped.
+type dropReason int
+
+const (
+	keep dropReason = iota
+	dropMalformed
+	dropOversized
+	dropUnknownKey
+	dropWrongHop
+)
+
+var reasonNames = [...]string{keep: "", dropMalformed: "malformed", dropOversized: "oversized", dropUnknownKey: "unknown_key", dropWrongHop: "wrong_hop"}
+
+// item is one fetched message and what peeling it gave.
+type item struct {
+	m      jetstream.Msg
+	hop    protocol.Hop
+	inner  []byte
+	reason dropReason
+	ok     bool // forward succeeded
+}
+
+// Run consumes the relay's inbox until ctx ends: fetch up to BatchSize
+// messages (or what arrived within BatchTimeout), peel each with Keys, drop
+// bad ones (Term: never redelivered; counted by reason), shuffle the rest
+// with a crypto-seeded ChaCha8 permutation, forward them (HopRelay:
+// JetStream publish of the inner layer to the next relay's subject, with a
+// Nats-Msg-Id of MsgID(inner) for deduplication; HopKafka: one
+// WriteMessages call per batch, Key = hop key, Value = inner layer, no
+// headers), and acknowledge each message only after its forward succeeded.
+// Failed forwards are Nak'ed with NakDelay and logged without contents.
+//
+// Run returns nil when ctx ends (fetched but unforwarded messages are
+// Nak'ed for immediate redelivery to another process), and an error for an
+// invalid configuration, when the consumer cannot be created, or when the
+// NATS connection is closed for good (nats.ErrConnectionClosed); transient
+// fetch errors are logged and retried with backoff. Call Run once per
+// Relay value; for more capacity run several Relay values (goroutines or
+// processes) with the same Name.
+func (r *Relay) Run(ctx context.Context) error {
+	if !ValidName(r.Name) {
+		return fmt.Errorf("relays: invalid relay name %q (use 1-64 characters from A-Za-z0-9_-)", r.Name)
+	}
+	if len(r.Keys) == 0 {
+		return fmt.Errorf("relays: relay %s has no keys (load them with protocol.LoadKeyPair)", r.Name)
+	}
+	for _, k := range r.Keys {
+		if k == nil || k.Private == nil {
+			return fmt.Errorf("relays: relay %s: a key pair has no private key", r.Name)
+		}
+	}
+	if r.JS == nil {
+		return fmt.Errorf("relays: relay %s has no JetStream context", r.Name)
+	}
+	if r.Stats == nil {
+		r.Stats = &Stats{}
+	}
+	log := r.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("relay", r.Name)
+	mx := newMetrics(r.Registerer, r.Name, log)
+
+	batchSize := def(r.BatchSize, DefaultBatchSize)
+	batchTimeout := def(r.BatchTimeout, DefaultBatchTimeout)
+
+	cons, err := r.consumer(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	var seed [32]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		return fmt.Errorf("relays: seed shuffle: %w", err)
+	}
+	rng := rand.New(rand.NewChaCha8(seed))
+
+	// Two stages: this goroutine fetches and peels batch k+1 while the
+	// forwarder shuffles, forwards and acks batch k.
+	ready := make(chan []*item, 1)
+	fwdDone := make(chan struct{})
+	go func() {
+		defer close(fwdDone)
+		for good := range ready {
+			r.forward(ctx, good, rng, mx, log)
+		}
+	}()
+	defer func() {
+		close(ready)
+		<-fwdDone
+	}()
+
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(batchSize, jetstream.FetchMaxWait(batchTimeout))
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return fmt.Errorf("relays: relay %s: NATS connection closed: %w", r.Name, err)
+		}
+		if err != nil {
+			log.Warn("fetch failed; retrying", "err", err, "retry_in", backoff)
+			if !sleep(ctx, backoff) {
+				break
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+				if c, err := r.consumer(ctx); err == nil {
+					cons = c
+				}
+			}
+			continue
+		}
+		var items []*item
+		for m := range batch.Messages() {
+			items = append(items, &item{m: m})
+		}
+		ferr := batch.Error()
+		if errors.Is(ferr, nats.ErrConnectionClosed) && len(items) == 0 {
+			return fmt.Errorf("relays: relay %s: NATS connection closed: %w", r.Name, ferr)
+		}
+		if err := ferr; err != nil && ctx.Err() == nil {
+			// Messages already received are still processed; a
+			// missing consumer is recreated on the next round.
+			log.Warn("fetch ended with an error", "err", err, "received", len(items))
+			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+				if c, err := r.consumer(ctx); err == nil {
+					cons = c
+				}
+			}
+			if len(items) == 0 {
+				if !sleep(ctx, backoff) {
+					break
+				}
+				backoff = min(backoff*2, 5*time.Second)
+				continue
+			}
+		}
+		backoff = 50 * time.Millisecond
+		if len(items) == 0 {
+			continue
+		}
+		if good := r.prepare(items, mx, log); len(good) > 0 {
+			ready <- good
+		}
+	}
+	return nil
+}
+
+// consumer creates or updates the relay's shared durable pull consumer.
+func (r *Relay) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	cfg := jetstream.ConsumerConfig{
+		Durable:       ConsumerName(r.Name),
+		Description:   "crowdlog relay " + r.Name,
+		FilterSubject: Subject(r.Name),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       def(r.AckWait, DefaultAckWait),
+		MaxDeliver:    -1,
+		MaxAckPending: max(DefaultMaxAckPending, 4*def(r.BatchSize, DefaultBatchSize)),
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		var c jetstream.Consumer
+		if c, err = r.JS.CreateOrUpdateConsumer(ctx, Stream, cfg); err == nil {
+			return c, nil
+		}
+		if errors.Is(err, jetstream.ErrStreamNotFound) || !sleep(ctx, time.Duration(20*(attempt+1))*time.Millisecond) {
+			break
+		}
+	}
+	return nil, fmt.Errorf("relays: consumer %s on stream %s: %w (call relays.EnsureStream first)", cfg.Durable, Stream, err)
+}
+
+// prepare peels one fetched batch, terminates and counts the bad messages,
+// and returns the good ones.
+func (r *Relay) prepare(items []*item, mx *metrics, log *slog.Logger) []*item {
+	st := r.Stats
+	st.In.Add(uint64(len(items)))
+	st.Batches.Add(1)
+	mx.batch(len(items))
+
+	r.peelAll(items)
+
+	var dropped [len(reasonNames)]int
+	good := items[:0:0]
+	for _, it := range items {
+		if it.reason != keep {
+			dropped[it.reason]++
+			_ = it.m.Term()
+			continue
+		}
+		good = append(good, it)
+	}
+	for reason, n := range dropped {
+		if n > 0 {
+			st.drop(dropReason(reason), n)
+			mx.drop(dropReason(reason), n)
+		}
+	}
+	if len(good) < len(items) {
+		log.Debug("dropped bad layers", "malformed", dropped[dropMalformed], "oversized", dropped[dropOversized],
+			"unknown_key", dropped[dropUnknownKey], "wrong_hop", dropped[dropWrongHop])
+	}
+	return good
+}
+
+// forward shuffles a batch of peeled messages, forwards them, and acks the
+// forwarded ones (Nak for the others).
+func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *metrics, log *slog.Logger) {
+	st := r.Stats
+	rng.Shuffle(len(good), func(i, j int) { good[i], good[j] = good[j], good[i] })
+
+	fctx, cancel := context.WithTimeout(ctx, def(r.ForwardTimeout, DefaultForwardTimeout))
+	defer cancel()
+
+	// Relay hops: async publishes (in shuffled order), PubAcks awaited below.
+	type pending struct {
+		it  *item
+		fut jetstream.PubAckFuture
+	}
+	var pubs []pending
+	var pubErr error
+	var kafkaItems []*item
+	for _, it := range good {
+		if it.hop.Kind == protocol.HopKafka {
+			kafkaItems = append(kafkaItems, it)
+			continue
+		}
+		msg := &nats.Msg{Subject: it.hop.Subject, Data: it.inner, Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, MsgID(it.inner))
+		fut, err := r.JS.PublishMsgAsync(msg)
+		if err != nil {
+			pubErr = err
+			continue
+		}
+		pubs = append(pubs, pending{it, fut})
+	}
+
+	// Kafka hops: one WriteMessages call for the batch, meanwhile the
+	// PubAcks arrive.
+	var kafkaErr error
+	if len(kafkaItems) > 0 {
+		msgs := make([]kafka.Message, len(kafkaItems))
+		for i, it := range kafkaItems {
+			msgs[i] = kafka.Message{Key: it.hop.Key, Value: it.inner}
+		}
+		if kafkaErr = r.Kafka.WriteMessages(fctx, msgs...); kafkaErr == nil {
+			for _, it := range kafkaItems {
+				it.ok = true
+			}
+		}
+	}
+	for _, p := range pubs {
+		select {
+		case <-p.fut.Ok():
+			p.it.ok = true
+		case err := <-p.fut.Err():
+			pubErr = err
+		case <-fctx.Done():
+			pubErr = fctx.Err()
+		}
+	}
+
+	// Acknowledge forwarded messages; Nak the others.
+	delay := def(r.NakDelay, DefaultNakDelay)
+	var fwd, failed int
+	for _, it := range good {
+		if it.ok {
+			_ = it.m.Ack()
+			fwd++
+			continue
+		}
+		failed++
+		if ctx.Err() != nil {
+			_ = it.m.Nak() // shutting down: let another process take it now
+		} else {
+			_ = it.m.NakWithDelay(delay)
+		}
+	}
+	st.Forwarded.Add(uint64(fwd))
+	mx.forwarded.Add(float64(fwd))
+	if failed > 0 {
+		st.ForwardFailures.Add(uint64(failed))
+		if ctx.Err() == nil {
+			log.Warn("forward failed; messages will be redelivered",
+				"failed", failed, "forwarded", fwd, "kafka_err", errString(kafkaErr), "nats_err", errString(pubErr), "retry_in", delay)
+		}
+	}
+}
+
+// peelAll peels every item in parallel and sets hop, inner and reason.
+func (r *Relay) peelAll(items []*item) {
+	workers := def(r.Workers, runtime.GOMAXPROCS(0))
+	workers = min(workers, (len(items)+7)/8)
+	if workers <= 1 {
+		for _, it := range items {
+			r.peel(it)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < len(items); i += workers {
+				r.peel(items[i])
+			}
+		}(w)
+	}
+	wg.Wait()
+}
+
+// peel classifies one message. It never panics on hostile input: Peel
+// validates lengths before slicing, and a panic would crash the relay for
+// everyone, so one is recovered and counted as malformed anyway.
+func (r *Relay) peel(it *item) {
+	defer func() {
+		if recover() != nil {
+			it.reason = dropMalformed
+		}
+	}()
+	data := it.m.Data()
+	if len(data) > protocol.MaxLayer {
+		it.reason = dropOversized
+		return
+	}
+	hop, inner, err := protocol.Peel(r.Keys, data)
+	switch {
+	case errors.Is(err, protocol.ErrUnknownKey):
+		it.reason = dropUnknownKey
+	case err != nil:
+		it.reason = dropMalformed
+	default:
+		it.hop, it.inner = hop, inner
+		switch hop.Kind {
+		case protocol.HopRelay:
+			if !validForward(hop.Subject, r.Name) {
+				it.reason = dropWrongHop
+			}
+		case protocol.HopKafka:
+			if r.Kafka == nil {
+				it.reason = dropWrongHop
+			}
+		default: // HopDeliver is for the aggregator, never a relay
+			it.reason = dropWrongHop
+		}
+	}
+}
+
+// MsgID is the JetStream deduplication id (Nats-Msg-Id header) of a layer:
+// base64url of the first 16 bytes of its SHA-256. Layers are HPKE
+// ciphertexts with fresh randomness, so equal ids mean a re-publication of
+// the same layer, and the id reveals nothing the layer itself does not.
+func MsgID(layer []byte) string {
+	h := sha256.Sum256(layer)
+	return base64.RawURLEncoding.EncodeToString(h[:16])
+}
+
+func def[T int | time.Duration](v, d T) T {
+	if v <= 0 {
+		return d
+	}
+	return v
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,122 @@
+package relays
+
+import (
+	"errors"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Stats counts a relay's work. All fields are atomic counters, safe to read
+// while Run works; Snapshot copies them. A message redelivered after a
+// failed forward is counted in In again.
+type Stats struct {
+	// In counts fetched messages.
+	In atomic.Uint64
+	// Forwarded counts messages whose forward succeeded (and were acked).
+	Forwarded atomic.Uint64
+	// Malformed counts dropped layers that failed framing or decryption
+	// (random bytes, truncation, tampering, wrong version).
+	Malformed atomic.Uint64
+	// Oversized counts dropped layers longer than protocol.MaxLayer.
+	Oversized atomic.Uint64
+	// UnknownKey counts dropped layers for a key id the relay does not hold.
+	UnknownKey atomic.Uint64
+	// WrongHop counts dropped layers whose instruction a relay must not
+	// follow: HopDeliver, a HopRelay subject outside SubjectPrefix or
+	// naming the relay itself, or HopKafka at a relay without Kafka.
+	WrongHop atomic.Uint64
+	// ForwardFailures counts messages Nak'ed because their forward failed.
+	ForwardFailures atomic.Uint64
+	// Batches counts processed (non-empty) batches.
+	Batches atomic.Uint64
+}
+
+// StatsSnapshot is a point-in-time copy of Stats.
+type StatsSnapshot struct {
+	In, Forwarded, Malformed, Oversized, UnknownKey, WrongHop, ForwardFailures, Batches uint64
+}
+
+// Dropped is the number of dropped messages over all reasons.
+func (s StatsSnapshot) Dropped() uint64 { return s.Malformed + s.Oversized + s.UnknownKey + s.WrongHop }
+
+// Snapshot copies the counters (each read atomically, not all at one instant).
+func (s *Stats) Snapshot() StatsSnapshot {
+	return StatsSnapshot{
+		In: s.In.Load(), Forwarded: s.Forwarded.Load(), Malformed: s.Malformed.Load(),
+		Oversized: s.Oversized.Load(), UnknownKey: s.UnknownKey.Load(), WrongHop: s.WrongHop.Load(),
+		ForwardFailures: s.ForwardFailures.Load(), Batches: s.Batches.Load(),
+	}
+}
+
+func (s *Stats) drop(r dropReason, n int) {
+	switch r {
+	case dropMalformed:
+		s.Malformed.Add(uint64(n))
+	case dropOversized:
+		s.Oversized.Add(uint64(n))
+	case dropUnknownKey:
+		s.UnknownKey.Add(uint64(n))
+	case dropWrongHop:
+		s.WrongHop.Add(uint64(n))
+	}
+}
+
+// metrics are the optional Prometheus collectors of one relay name. With a
+// nil Registerer they are live but unregistered (cheap no-ops for callers).
+type metrics struct {
+	in        prometheus.Counter
+	forwarded prometheus.Counter
+	dropped   *prometheus.CounterVec
+	batchSize prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer, name string, log *slog.Logger) *metrics {
+	labels := prometheus.Labels{"relay": name}
+	m := &metrics{
+		in: prometheus.NewCounter(prometheus.CounterOpts{Name: "crowdlog_relay_reports_in_total",
+			Help: "Onion layers fetched from the relay inbox.", ConstLabels: labels}),
+		forwarded: prometheus.NewCounter(prometheus.CounterOpts{Name: "crowdlog_relay_forwarded_total",
+			Help: "Peeled layers forwarded to the next hop and acknowledged.", ConstLabels: labels}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "crowdlog_relay_dropped_total",
+			Help: "Layers dropped by the relay, by reason.", ConstLabels: labels}, []string{"reason"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "crowdlog_relay_batch_size",
+			Help: "Messages per fetched batch (the mixing set size).", ConstLabels: labels,
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
+	}
+	if reg == nil {
+		return m
+	}
+	m.in = register(reg, m.in, log)
+	m.forwarded = register(reg, m.forwarded, log)
+	m.dropped = register(reg, m.dropped, log)
+	m.batchSize = register(reg, m.batchSize, log)
+	return m
+}
+
+// register registers c, or returns the already registered collector of the
+// same relay (several Relays with one Name in one process).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C, log *slog.Logger) C {
+	err := reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	log.Warn("prometheus metric not registered", "err", err)
+	return c
+}
+
+func (m *metrics) batch(n int) {
+	m.in.Add(float64(n))
+	m.batchSize.Observe(float64(n))
+}
+
+func (m *metrics) drop(r dropReason, n int) {
+	m.dropped.WithLabelValues(reasonNames[r]).Add(float64(n))
+}

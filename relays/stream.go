@@ -1,0 +1,172 @@
+// Package relays is the relay/mix service of DESIGN decision 3: each relay
+// peels one HPKE onion layer (RFC 9180, protocol.Peel) from the reports
+// addressed to it, batches and shuffles them (so arrival order does not link
+// a forwarded report to its sender), and forwards the inner layers either to
+// the next relay over NATS JetStream or to the aggregator's Kafka topic.
+//
+// Transport: one JetStream work-queue stream (Stream) holds the inbox of every
+// relay, one subject per relay name (Subject). A relay is a durable pull
+// consumer "relay-<name>" on its subject; several processes running the same
+// name share that consumer, so adding processes adds capacity. Messages are
+// acknowledged only after their forward succeeded (at-least-once; the
+// aggregator deduplicates by report id). Per-subject limits with DiscardNew
+// give backpressure: when a relay falls behind, whoever publishes to it gets
+// "maximum messages per subject exceeded" and retries.
+package relays
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/crowdlog/crowdlog/protocol"
+)
+
+// Stream is the name of the JetStream stream holding all relay inboxes.
+const Stream = "CROWDLOG_RELAY"
+
+// SubjectPrefix is the subject prefix of relay inboxes; Subject(name) appends
+// the relay name. A HopRelay layer must name a subject under this prefix.
+const SubjectPrefix = "crowdlog.relay."
+
+// DefaultMaxMsgs is the per-relay inbox limit EnsureStream uses for maxMsgs <= 0.
+const DefaultMaxMsgs = 1_000_000
+
+// HeaderAllowance is the room, in bytes, the stream's MaxMsgSize leaves for
+// NATS headers (the Nats-Msg-Id deduplication header) on top of
+// protocol.MaxLayer: JetStream counts headers against MaxMsgSize.
+const HeaderAllowance = 256
+
+// DuplicateWindow is the stream's deduplication window: a layer re-published
+// within it (a publisher retry after a lost ack, or a relay re-forwarding
+// after a crash) is stored once, keyed by MsgID.
+const DuplicateWindow = 2 * time.Minute
+
+// Subject returns the NATS subject of relay name's inbox:
+// "crowdlog.relay." + name.
+func Subject(name string) string { return SubjectPrefix + name }
+
+// ConsumerName returns the durable consumer name shared by all processes of
+// relay name: "relay-" + name.
+func ConsumerName(name string) string { return "relay-" + name }
+
+// ValidName reports whether name can name a relay: 1–64 characters from
+// [A-Za-z0-9_-] (one NATS subject token, usable in a durable name).
+func ValidName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// StreamConfig returns the configuration EnsureStream applies, with
+// maxMsgs (<= 0 means DefaultMaxMsgs) as the limit of each relay's inbox.
+//
+// The limit is per subject (MaxMsgsPerSubject with DiscardNewPerSubject),
+// not on the whole stream: with one stream-wide limit, a full inbox of relay
+// A would also stop A from forwarding into relay B's inbox, and A could never
+// drain (deadlock). Total size is therefore bounded by maxMsgs times the
+// number of relay subjects in use.
+func StreamConfig(maxMsgs int64) jetstream.StreamConfig {
+	if maxMsgs <= 0 {
+		maxMsgs = DefaultMaxMsgs
+	}
+	return jetstream.StreamConfig{
+		Name:                 Stream,
+		Description:          "crowdlog relay inboxes (onion layers); one subject per relay",
+		Subjects:             []string{SubjectPrefix + ">"},
+		Retention:            jetstream.WorkQueuePolicy,
+		Storage:              jetstream.FileStorage,
+		Discard:              jetstream.DiscardNew,
+		DiscardNewPerSubject: true,
+		MaxMsgs:              -1,
+		MaxMsgsPerSubject:    maxMsgs,
+		MaxBytes:             -1,
+		MaxAge:               0,
+		MaxMsgSize:           protocol.MaxLayer + HeaderAllowance,
+		Duplicates:           DuplicateWindow,
+		Replicas:             1,
+	}
+}
+
+// EnsureStream creates or updates the relay stream (StreamConfig(maxMsgs)).
+// It is idempotent and safe to call from several processes at once; the last
+// caller's maxMsgs wins. Errors wrap the JetStream error and say whether
+// JetStream is reachable.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, maxMsgs int64) error {
+	if js == nil {
+		return errors.New("relays: EnsureStream: nil JetStream")
+	}
+	cfg := StreamConfig(maxMsgs)
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if _, err = js.CreateOrUpdateStream(ctx, cfg); err == nil {
+			return nil
+		}
+		// A concurrent creator can make our create lose the race
+		// ("stream name already in use"); the next round updates.
+		if ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(10*(attempt+1)) * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("relays: create stream %s: %w (is JetStream enabled on the NATS server?)", Stream, err)
+}
+
+// Drained reports whether the inboxes of all named relays are empty: for
+// each name, its consumer (if it exists) has NumPending == 0 and
+// NumAckPending == 0, and the stream holds no message on Subject(name).
+// Pass names in route order (first hop first) and call it after the
+// publishers flushed: a relay's messages are acknowledged only after they
+// reached the next hop, so a true answer then means everything reached Kafka.
+func Drained(ctx context.Context, js jetstream.JetStream, names ...string) (bool, error) {
+	st, err := js.Stream(ctx, Stream)
+	if err != nil {
+		return false, fmt.Errorf("relays: stream %s: %w (call EnsureStream first)", Stream, err)
+	}
+	for _, n := range names {
+		c, err := js.Consumer(ctx, Stream, ConsumerName(n))
+		switch {
+		case err == nil:
+			info, err := c.Info(ctx)
+			if err != nil {
+				return false, fmt.Errorf("relays: consumer %s: %w", ConsumerName(n), err)
+			}
+			if info.NumPending > 0 || info.NumAckPending > 0 {
+				return false, nil
+			}
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+			// no relay ran yet; the subject count below decides
+		default:
+			return false, fmt.Errorf("relays: consumer %s: %w", ConsumerName(n), err)
+		}
+		subj := Subject(n)
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(subj))
+		if err != nil {
+			return false, fmt.Errorf("relays: stream %s: %w", Stream, err)
+		}
+		if info.State.Subjects[subj] > 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// validForward reports whether subj is a subject a relay named self may
+// forward to: under SubjectPrefix, one valid relay-name token, not self.
+func validForward(subj, self string) bool {
+	name, ok := strings.CutPrefix(subj, SubjectPrefix)
+	return ok && ValidName(name) && name != self
+}
