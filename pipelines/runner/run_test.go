@@ -36,7 +36,7 @@ func TestRunEndToEnd(t *testing.T) {
 		k        int
 		maxUsers int
 	}{
-		{"ft-u", 5, 0},   // the whole bundled log: 899 items
+		{"ft-u", 5, 0}, // the whole bundled log: 899 items
 		{"ft-a", 10, 0},
 	}
 	for _, c := range cases {
