@@ -136,3 +136,26 @@ func FuzzApply(f *testing.F) {
 		p.Apply(Message{Value: b, Control: control})
 	})
 }
+
+// BenchmarkApply: aggregator cost per report (HPKE open, parse, share
+// bookkeeping; one recovery and AEAD open per k reports at k=5, FT_u).
+func BenchmarkApply(b *testing.B) {
+	key, _ := protocol.GenerateKeyPair(1)
+	const k = 5
+	var msgs [][]byte
+	for a := 0; a < 200; a++ {
+		s := sealing(b, fmt.Sprintf("artifact-%d", a), protocol.FTu, k)
+		for u := 0; u < k; u++ {
+			sec, _ := protocol.NewUserSecret()
+			r, _ := s.Seal(&sec, "x", "x")
+			msgs = append(msgs, wrap(b, key, r))
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i += len(msgs) {
+		p := NewPartition(0, 1, []*protocol.KeyPair{key})
+		for _, m := range msgs {
+			p.Apply(Message{Value: m})
+		}
+	}
+}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/sync/errgroup"
@@ -28,6 +30,10 @@ type Replay struct {
 	Client   *Client
 	Workers  int       // default GOMAXPROCS
 	Progress io.Writer // progress bar destination (e.g. os.Stderr); nil = none
+	// Logger, when set and Progress is nil, gets a progress line every
+	// LogEvery (default 10 s): clients done and reports sent, nothing else.
+	Logger   *slog.Logger
+	LogEvery time.Duration
 }
 
 // Run replays the log at path. Bad lines are counted in the summary, never
@@ -47,6 +53,27 @@ func (rp *Replay) Run(ctx context.Context, path string) (ReplaySummary, error) {
 			progressbar.OptionShowIts(), progressbar.OptionSetItsString("clients"),
 			progressbar.OptionThrottle(200_000_000), progressbar.OptionClearOnFinish())
 	}
+	var done atomic.Int64
+	if bar == nil && rp.Logger != nil {
+		every := rp.LogEvery
+		if every <= 0 {
+			every = 10 * time.Second
+		}
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				select {
+				case <-tick.C:
+					rp.Logger.Info("ingest progress", "clients", done.Load(), "reports", reports.Load())
+				case <-stop:
+					return
+				}
+			}
+		}()
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	users := make(chan aol.User, workers)
 	var mu sync.Mutex
@@ -62,6 +89,7 @@ func (rp *Replay) Run(ctx context.Context, path string) (ReplaySummary, error) {
 				if err != nil {
 					return fmt.Errorf("client: %w", err)
 				}
+				done.Add(1)
 				if bar != nil {
 					mu.Lock()
 					bar.Add(1)

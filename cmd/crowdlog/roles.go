@@ -139,7 +139,7 @@ clients of the epoch have sent.`,
 				Randomness: &randomness.Client{NC: nc},
 				Route:      ingest.Route{RelayA: ra, RelayB: rb, Aggregator: ag, SubjectB: relays.Subject("b")},
 				Publish:    pub.Publish}
-			rp := &ingest.Replay{Client: client, Workers: workers}
+			rp := &ingest.Replay{Client: client, Workers: workers, Logger: log}
 			if !noProgress && term.IsTerminal(int(os.Stderr.Fd())) {
 				rp.Progress = os.Stderr
 			}

@@ -219,7 +219,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		Randomness: &randomness.Client{NC: nc},
 		Route:      ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: relays.Subject("b")},
 		Publish:    pub.Publish}
-	rp := &ingest.Replay{Client: client, Workers: cfg.Workers, Progress: cfg.Progress}
+	rp := &ingest.Replay{Client: client, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
 	log.Info("ingest: replaying log", "app", app.Name(), "epoch", cfg.Epoch, "policy", policy, "k", cfg.K)
 	rsum, err := rp.Run(ctx, cfg.Input)
 	sum.Users, sum.Sent = rsum.Users, rsum.Reports

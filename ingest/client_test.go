@@ -1,0 +1,150 @@
+package ingest
+
+import (
+	"context"
+	"crypto/rand"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cloudflare/circl/oprf"
+
+	"github.com/crowdlog/crowdlog/ingest/aol"
+	"github.com/crowdlog/crowdlog/pipelines"
+	"github.com/crowdlog/crowdlog/protocol"
+)
+
+// localRandomness evaluates the OPRF in process with a real key (the unit
+// test's stand-in for the NATS service; end-to-end tests use the service).
+type localRandomness struct{ key *oprf.PrivateKey }
+
+func (l localRandomness) Evaluate(_ context.Context, epoch string, inputs [][]byte) ([][]byte, error) {
+	fin, q, err := protocol.Blind(epoch, inputs)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := protocol.Evaluate(l.key, q)
+	if err != nil {
+		return nil, err
+	}
+	return protocol.Finalize(fin, resp)
+}
+
+type hops struct{ a, b, agg *protocol.KeyPair }
+
+func newHops(t testing.TB) (hops, Route) {
+	var h hops
+	h.a, _ = protocol.GenerateKeyPair(1)
+	h.b, _ = protocol.GenerateKeyPair(2)
+	h.agg, _ = protocol.GenerateKeyPair(3)
+	return h, Route{RelayA: h.a.PublicKey(), RelayB: h.b.PublicKey(), Aggregator: h.agg.PublicKey(), SubjectB: "crowdlog.relay.b"}
+}
+
+func TestSubmitUser(t *testing.T) {
+	key, _ := oprf.GenerateKey(protocol.OPRFSuite, rand.Reader)
+	h, route := newHops(t)
+	var mu sync.Mutex
+	var onions [][]byte
+	c := &Client{App: pipelines.QueryApp{}, Epoch: "e", Policy: protocol.FTu, K: 2,
+		Randomness: localRandomness{key}, Route: route,
+		Publish: func(_ context.Context, o []byte) error { mu.Lock(); onions = append(onions, o); mu.Unlock(); return nil }}
+	t0 := time.Date(2006, 3, 1, 0, 0, 0, 0, time.UTC)
+	recs := []aol.Record{{AnonID: "1", Query: "Weather", QueryTime: t0}, {AnonID: "1", Query: "weather ", QueryTime: t0},
+		{AnonID: "1", Query: "news", QueryTime: t0}, {AnonID: "1", Query: "weather", QueryTime: t0}}
+	u1, _ := protocol.NewUserSecret()
+	u2, _ := protocol.NewUserSecret()
+	n1, err := c.SubmitUser(context.Background(), &u1, recs)
+	if err != nil || n1 != 3 {
+		t.Fatalf("user 1: %d reports, %v (want 3: weather, news, weather)", n1, err)
+	}
+	if n2, err := c.SubmitUser(context.Background(), &u2, recs[:1]); err != nil || n2 != 1 {
+		t.Fatalf("user 2: %d reports, %v", n2, err)
+	}
+	// peel all three layers as the relays and aggregator would
+	tags := map[[32]byte][]*protocol.Report{}
+	for _, o := range onions {
+		hop, in, err := protocol.Peel([]*protocol.KeyPair{h.a}, o)
+		if err != nil || hop.Kind != protocol.HopRelay || hop.Subject != "crowdlog.relay.b" {
+			t.Fatalf("layer a: %v", err)
+		}
+		hop, in, err = protocol.Peel([]*protocol.KeyPair{h.b}, in)
+		if err != nil || hop.Kind != protocol.HopKafka {
+			t.Fatalf("layer b: %v", err)
+		}
+		key := hop.Key
+		hop, in, err = protocol.Peel([]*protocol.KeyPair{h.agg}, in)
+		if err != nil || hop.Kind != protocol.HopDeliver {
+			t.Fatalf("layer agg: %v", err)
+		}
+		r, err := protocol.ParseReport(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(key) != string(protocol.TagBucket(r.Tag)) {
+			t.Fatal("kafka key is not the tag bucket")
+		}
+		tags[r.Tag] = append(tags[r.Tag], r)
+	}
+	if len(tags) != 2 {
+		t.Fatalf("%d distinct tags, want 2 (weather, news)", len(tags))
+	}
+	for _, rs := range tags {
+		if len(rs) == 3 { // weather: two reports of user 1 with one share x, one of user 2
+			x0, _ := rs[0].Share.X.MarshalBinary()
+			x1, _ := rs[1].Share.X.MarshalBinary()
+			x2, _ := rs[2].Share.X.MarshalBinary()
+			if string(x0) != string(x1) || string(x0) == string(x2) {
+				t.Fatal("FT_u: a user's repeats must share x, different users must not")
+			}
+			sec, err := protocol.Recover([]protocol.Share{rs[0].Share, rs[2].Share}, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := protocol.OpenPayload(protocol.KeyFromSecret(rs[0].Tag, sec), rs[1])
+			if err != nil || p.Primary != "weather" {
+				t.Fatalf("open: %v %q", err, p.Primary)
+			}
+		}
+	}
+}
+
+// BenchmarkClientPerArtifact: one artifact's client cost — OPRF blind and
+// finalize (server evaluation excluded), sealing and three onion layers.
+func BenchmarkClientPerArtifact(b *testing.B) {
+	key, _ := oprf.GenerateKey(protocol.OPRFSuite, rand.Reader)
+	_, route := newHops(b)
+	u, _ := protocol.NewUserSecret()
+	const batch = 100
+	inputs := make([][]byte, batch)
+	for i := range inputs {
+		inputs[i] = protocol.OPRFInput("query", "e", string(rune('a'+i%26))+"query")
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i += batch {
+		fin, q, _ := protocol.Blind("e", inputs)
+		b.StopTimer()
+		resp, _ := protocol.Evaluate(key, q) // the service's work
+		b.StartTimer()
+		omegas, err := protocol.Finalize(fin, resp)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, w := range omegas {
+			s, _ := protocol.DeriveSealing(w, "query", "e", protocol.FTu, 5)
+			r, _ := s.Seal(&u, "query", "Query")
+			if _, err := route.Wrap(r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// BenchmarkHPKESeal is the bound the client cost is compared with: one HPKE
+// single-shot seal of a 512-byte layer on the same machine.
+func BenchmarkHPKESeal(b *testing.B) {
+	_, route := newHops(b)
+	msg := make([]byte, 400)
+	for b.Loop() {
+		protocol.SealLayer(route.Aggregator, protocol.Hop{Kind: protocol.HopDeliver}, msg)
+	}
+}
