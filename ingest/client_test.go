@@ -47,7 +47,12 @@ func TestSubmitUser(t *testing.T) {
 	var onions [][]byte
 	c := &Client{App: pipelines.QueryApp{}, Epoch: "e", Policy: protocol.FTu, K: 2,
 		Randomness: localRandomness{key}, Route: route,
-		Publish: func(_ context.Context, o []byte) error { mu.Lock(); onions = append(onions, o); mu.Unlock(); return nil }}
+		Publish: func(_ context.Context, o []byte) error {
+			mu.Lock()
+			onions = append(onions, o)
+			mu.Unlock()
+			return nil
+		}}
 	t0 := time.Date(2006, 3, 1, 0, 0, 0, 0, time.UTC)
 	recs := []aol.Record{{AnonID: "1", Query: "Weather", QueryTime: t0}, {AnonID: "1", Query: "weather ", QueryTime: t0},
 		{AnonID: "1", Query: "news", QueryTime: t0}, {AnonID: "1", Query: "weather", QueryTime: t0}}
