@@ -42,10 +42,43 @@ type Service struct {
 	Logger   *slog.Logger
 	MaxBatch int           // messages per write/commit cycle; default 2000
 	MaxWait  time.Duration // flush a partial batch after this long; default 100 ms
+	// SessionTimeout: a member silent this long leaves the group and its
+	// partitions move (also the wait after a crash); default 20 s.
+	SessionTimeout time.Duration
 
 	Reports, Decrypted, Dropped atomic.Int64 // totals over all partitions
 	mu                          sync.Mutex
 	pending                     map[int]int // pending tags per owned partition
+	kept                        map[int]keptState
+}
+
+// keptState is a partition's state exactly as of offset next (every message
+// before next applied, none after), kept across a rebalance that hands the
+// partition back to this process so it need not be replayed.
+type keptState struct {
+	st   *Partition
+	next int64
+}
+
+func (s *Service) keep(id int, st *Partition, next int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st == nil {
+		delete(s.kept, id)
+		return
+	}
+	s.kept[id] = keptState{st, next}
+}
+
+func (s *Service) take(id int, committed int64) *Partition {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k, ok := s.kept[id]
+	delete(s.kept, id)
+	if ok && k.next == committed {
+		return k.st
+	}
+	return nil
 }
 
 // PendingTags returns the number of undecrypted tags in partitions this
@@ -71,11 +104,15 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.MaxWait <= 0 {
 		s.MaxWait = 100 * time.Millisecond
 	}
+	if s.SessionTimeout <= 0 {
+		s.SessionTimeout = 20 * time.Second
+	}
 	log := s.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	s.pending = map[int]int{}
+	s.kept = map[int]keptState{}
 	count, err := partitionCount(ctx, s.Brokers[0], ReportsTopic)
 	if err != nil {
 		return err
@@ -83,7 +120,7 @@ func (s *Service) Run(ctx context.Context) error {
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID: s.GroupID, Brokers: s.Brokers, Topics: []string{ReportsTopic},
 		StartOffset:       kafka.FirstOffset,
-		HeartbeatInterval: time.Second, SessionTimeout: 6 * time.Second, RebalanceTimeout: 6 * time.Second,
+		HeartbeatInterval: 2 * time.Second, SessionTimeout: s.SessionTimeout, RebalanceTimeout: s.SessionTimeout,
 		JoinGroupBackoff: time.Second, WatchPartitionChanges: true,
 	})
 	if err != nil {
@@ -134,16 +171,22 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: s.Brokers, Topic: ReportsTopic, Partition: id,
 		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: s.MaxWait})
 	defer r.Close()
-	if err := r.SetOffset(kafka.FirstOffset); err != nil {
-		return err
-	}
 	if committed < 0 {
 		committed = 0
 	}
-	st := NewPartition(id, count, s.Keys)
+	st := s.take(id, committed)
+	from := int64(kafka.FirstOffset)
+	if st != nil {
+		from = committed // state kept from our own last commit: no replay
+	} else {
+		st = NewPartition(id, count, s.Keys)
+	}
+	if err := r.SetOffset(from); err != nil {
+		return err
+	}
 	var prev Stats
 	pheader := []byte(strconv.Itoa(id))
-	replaying := committed > 0
+	replaying := committed > 0 && from != committed
 	if replaying {
 		log.Info("aggregator: rebuilding partition state by replay", "partition", id, "until", committed)
 	}
@@ -163,6 +206,9 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 					break
 				}
 				return fmt.Errorf("fetch partition %d: %w", id, err)
+			}
+			if last < 0 {
+				s.keep(id, nil, 0) // st moves past the last commit
 			}
 			last = m.Offset
 			msg := Message{Value: m.Value}
@@ -199,6 +245,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 			return fmt.Errorf("commit partition %d: %w", id, err)
 		}
 		committed = last + 1
+		s.keep(id, st, committed)
 		s.account(id, st, &prev)
 	}
 }
