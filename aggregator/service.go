@@ -184,7 +184,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 	if err := r.SetOffset(from); err != nil {
 		return err
 	}
-	var prev Stats
+	var prev totals // counted so far; replayed messages are added here uncounted
 	pheader := []byte(strconv.Itoa(id))
 	replaying := committed > 0 && from != committed
 	if replaying {
@@ -217,10 +217,14 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 					msg.Control = true
 				}
 			}
-			emits := st.Apply(msg)
 			if m.Offset < committed {
-				continue // replay: already emitted before the last commit
+				// replay: already emitted (and counted) before the last commit
+				before := st.Stats.totals()
+				st.Apply(msg)
+				prev.add(st.Stats.totals().minus(before))
+				continue
 			}
+			emits := st.Apply(msg)
 			for i := range emits {
 				b, _ := json.Marshal(&emits[i])
 				out = append(out, kafka.Message{Value: b, Headers: []kafka.Header{{Key: partitionHeader, Value: pheader}}})
@@ -250,22 +254,37 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 	}
 }
 
-func (s *Service) account(id int, st *Partition, prev *Stats) {
-	s.Reports.Add(st.Stats.Reports - prev.Reports)
-	s.Decrypted.Add(st.Stats.Decrypted - prev.Decrypted)
-	var d, pd int64
-	for _, v := range st.Stats.Dropped {
-		d += v
-	}
-	for _, v := range prev.Dropped {
-		pd += v
-	}
-	s.Dropped.Add(d - pd)
-	prev.Reports, prev.Decrypted = st.Stats.Reports, st.Stats.Decrypted
-	prev.Dropped = map[string]int64{"all": d}
+func (s *Service) account(id int, st *Partition, prev *totals) {
+	now := st.Stats.totals()
+	d := now.minus(*prev)
+	s.Reports.Add(d.reports)
+	s.Decrypted.Add(d.decrypted)
+	s.Dropped.Add(d.dropped)
+	*prev = now
 	s.mu.Lock()
 	s.pending[id] = st.PendingTags()
 	s.mu.Unlock()
+}
+
+// totals are the Stats counters the service exports.
+type totals struct{ reports, decrypted, dropped int64 }
+
+func (st *Stats) totals() totals {
+	t := totals{reports: st.Reports, decrypted: st.Decrypted}
+	for _, v := range st.Dropped {
+		t.dropped += v
+	}
+	return t
+}
+
+func (t totals) minus(u totals) totals {
+	return totals{t.reports - u.reports, t.decrypted - u.decrypted, t.dropped - u.dropped}
+}
+
+func (t *totals) add(u totals) {
+	t.reports += u.reports
+	t.decrypted += u.decrypted
+	t.dropped += u.dropped
 }
 
 func writeRetry(ctx context.Context, w *kafka.Writer, msgs []kafka.Message) error {
