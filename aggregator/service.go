@@ -184,7 +184,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 	if err := r.SetOffset(from); err != nil {
 		return err
 	}
-	var prev totals // counted so far; replayed messages are added here uncounted
+	prev := st.Stats.totals() // counted so far (a kept state was counted before); replayed messages are added here uncounted
 	pheader := []byte(strconv.Itoa(id))
 	replaying := committed > 0 && from != committed
 	if replaying {
