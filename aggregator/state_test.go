@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"bytes"
 	"crypto/rand"
 	"fmt"
 	"testing"
@@ -84,23 +85,192 @@ func TestThresholdFTu(t *testing.T) {
 	}
 }
 
-// TestPoisonedShare: a bad share among the first k does not block the tag.
+// TestPoisonedShare: a bad share among the first k neither blocks nor
+// corrupts the tag: the optimistic recovery fails its C_0 check, the bad
+// share is found by the Feldman check and dropped, and the key opens the
+// honest reports. Without verification (baseline) the AEAD subset search
+// gets there too, but opens the poisoned report's ciphertext as well.
 func TestPoisonedShare(t *testing.T) {
 	key, _ := protocol.GenerateKeyPair(1)
 	const k = 3
+	for _, noVerify := range []bool{false, true} {
+		p := NewPartition(0, 1, []*protocol.KeyPair{key})
+		p.noVerify = noVerify
+		s := sealing(t, "weather", protocol.FTa, k)
+		u, _ := protocol.NewUserSecret()
+		r, _ := s.Seal(&u, "weather", "weather")
+		r.Share.Y = protocol.G.RandomScalar(rand.Reader) // poisoned
+		opened := 0
+		opened += len(p.Apply(Message{Value: wrap(t, key, r)}))
+		for i := 0; i < k; i++ {
+			r, _ := s.Seal(&u, "weather", "weather")
+			opened += len(p.Apply(Message{Value: wrap(t, key, r)}))
+		}
+		want, bad := k, int64(1)
+		if noVerify {
+			want, bad = k+1, 0
+		}
+		if opened != want || p.Stats.FailedRecover == 0 || p.Stats.Dropped["bad-share"] != bad || p.Stats.Reports != int64(want) {
+			t.Fatalf("noVerify=%v: opened %d reports (want %d), failed recoveries %d, dropped %v",
+				noVerify, opened, want, p.Stats.FailedRecover, p.Stats.Dropped)
+		}
+	}
+}
+
+// TestTamperedShareRejected: once a group is suspect, a tampered share is
+// rejected on arrival — before it can take part in a recovery — and counted.
+func TestTamperedShareRejected(t *testing.T) {
+	key, _ := protocol.GenerateKeyPair(1)
+	const k = 3
+	p := NewPartition(0, 1, []*protocol.KeyPair{key})
+	s := sealing(t, "weather", protocol.FTu, k)
+	seal := func(tamper bool) []byte {
+		u, _ := protocol.NewUserSecret()
+		r, _ := s.Seal(&u, "weather", "weather")
+		if tamper {
+			r.Share.Y.Add(r.Share.Y, protocol.G.NewScalar().SetUint64(1))
+		}
+		return wrap(t, key, r)
+	}
+	// two honest users and a tampered share: the optimistic attempt fails
+	for _, m := range [][]byte{seal(false), seal(true), seal(false)} {
+		if out := p.Apply(Message{Value: m}); len(out) != 0 {
+			t.Fatal("opened with a tampered share among k")
+		}
+	}
+	if p.Stats.Dropped["bad-share"] != 1 || p.Stats.FailedRecover != 1 {
+		t.Fatalf("after first attempt: dropped %v, failed %d", p.Stats.Dropped, p.Stats.FailedRecover)
+	}
+	// more tampered shares are rejected on arrival, with no recovery attempt
+	for i := 0; i < 5; i++ {
+		if out := p.Apply(Message{Value: seal(true)}); len(out) != 0 {
+			t.Fatal("tampered share opened the tag")
+		}
+	}
+	if p.Stats.Dropped["bad-share"] != 6 || p.Stats.FailedRecover != 1 || p.Stats.Reports != 2 {
+		t.Fatalf("tampered shares on arrival: dropped %v, failed %d, reports %d", p.Stats.Dropped, p.Stats.FailedRecover, p.Stats.Reports)
+	}
+	// the third honest user opens exactly the three honest reports
+	out := p.Apply(Message{Value: seal(false)})
+	if len(out) != 3 || p.Stats.Recoveries != 1 {
+		t.Fatalf("third honest user: %d items, %d recoveries", len(out), p.Stats.Recoveries)
+	}
+}
+
+// TestPoisonerCannotBlock: a poisoner that knows the artifact floods its tag
+// and commitment with bad shares before the honest users arrive. With share
+// verification the honest artifact opens at exactly k honest users; the
+// baseline AEAD subset search (MaxAttempts subsets per share) is blocked.
+func TestPoisonerCannotBlock(t *testing.T) {
+	key, _ := protocol.GenerateKeyPair(1)
+	const k, flood = 5, 30
+	for _, noVerify := range []bool{false, true} {
+		p := NewPartition(0, 1, []*protocol.KeyPair{key})
+		p.noVerify = noVerify
+		s := sealing(t, "weather", protocol.FTu, k)
+		for i := 0; i < flood; i++ {
+			u, _ := protocol.NewUserSecret()
+			r, _ := s.Seal(&u, "poison", "poison")
+			r.Share.Y = protocol.G.RandomScalar(rand.Reader)
+			if out := p.Apply(Message{Value: wrap(t, key, r)}); len(out) != 0 {
+				t.Fatalf("noVerify=%v: bad shares alone opened the tag", noVerify)
+			}
+		}
+		openedAt := 0
+		for users := 1; users <= k; users++ {
+			u, _ := protocol.NewUserSecret()
+			r, _ := s.Seal(&u, "weather", "weather")
+			for _, d := range p.Apply(Message{Value: wrap(t, key, r)}) {
+				if d.Item != "weather" {
+					t.Fatalf("noVerify=%v: poisoner's item %q released", noVerify, d.Item)
+				}
+				openedAt = users
+			}
+		}
+		if noVerify {
+			if openedAt != 0 {
+				t.Fatalf("baseline: expected the flood to block recovery (opened at %d users)", openedAt)
+			}
+			continue
+		}
+		if openedAt != k || p.Stats.Dropped["bad-share"] != flood {
+			t.Fatalf("verified: opened at %d honest users (want %d), dropped %v", openedAt, k, p.Stats.Dropped)
+		}
+	}
+}
+
+// TestPoisonerOwnPolynomial: a poisoner seals its own, consistent polynomial
+// under the honest artifact's tag (different commitment). Its reports are
+// kept apart: the honest artifact opens at exactly k honest users with only
+// honest payloads, k−1 poisoner reports stay pending as their own group, and
+// even k poisoner reports (k Sybils) open only their own group.
+func TestPoisonerOwnPolynomial(t *testing.T) {
+	key, _ := protocol.GenerateKeyPair(1)
+	const k = 4
+	for _, poisoners := range []int{k - 1, k} {
+		p := NewPartition(0, 1, []*protocol.KeyPair{key})
+		honest := sealing(t, "weather", protocol.FTu, k)
+		evil := sealing(t, "evil", protocol.FTu, k).WithTag(honest.Tag)
+		send := func(s protocol.Sealing, item string) []protocol.Decrypted {
+			u, _ := protocol.NewUserSecret()
+			r, _ := s.Seal(&u, item, item)
+			return p.Apply(Message{Value: wrap(t, key, r)})
+		}
+		items := map[string]int{}
+		openedAt := 0
+		for i := 0; i < k; i++ { // interleaved: poisoner first in every round
+			if i < poisoners {
+				for _, d := range send(evil, "injected") {
+					items[d.Item]++
+				}
+			}
+			for _, d := range send(honest, "weather") {
+				items[d.Item]++
+				openedAt = i + 1
+			}
+		}
+		if openedAt != k || items["weather"] != k {
+			t.Fatalf("%d poisoners: honest opened at %d users with %d items (want %d)", poisoners, openedAt, items["weather"], k)
+		}
+		if p.Stats.Dropped["bad-share"] != 0 || p.Stats.Dropped["mismatch"] != 0 {
+			t.Fatalf("%d poisoners: honest and poisoner reports mixed: %v", poisoners, p.Stats.Dropped)
+		}
+		wantInjected, wantPending := 0, 1
+		if poisoners == k { // the Sybil limit: k fake users open their own group
+			wantInjected, wantPending = k, 0
+		}
+		if items["injected"] != wantInjected || p.PendingTags() != wantPending {
+			t.Fatalf("%d poisoners: injected %d (want %d), pending groups %d (want %d)",
+				poisoners, items["injected"], wantInjected, p.PendingTags(), wantPending)
+		}
+	}
+}
+
+// TestBadCommitment: a commitment whose points do not decode is dropped as a
+// group, never recovered, and does not disturb the honest group of its tag.
+func TestBadCommitment(t *testing.T) {
+	key, _ := protocol.GenerateKeyPair(1)
+	const k = 2
 	p := NewPartition(0, 1, []*protocol.KeyPair{key})
 	s := sealing(t, "weather", protocol.FTa, k)
 	u, _ := protocol.NewUserSecret()
-	r, _ := s.Seal(&u, "weather", "weather")
-	r.Share.Y = protocol.G.RandomScalar(rand.Reader) // poisoned
+	for i := 0; i < k+1; i++ {
+		r, _ := s.Seal(&u, "junk", "junk")
+		r.Commitment = bytes.Repeat([]byte{0xff}, len(r.Commitment))
+		if out := p.Apply(Message{Value: wrap(t, key, r)}); len(out) != 0 {
+			t.Fatal("junk commitment opened")
+		}
+	}
+	if p.Stats.Dropped["bad-commitment"] != k+1 || p.PendingTags() != 0 {
+		t.Fatalf("dropped %v, pending %d", p.Stats.Dropped, p.PendingTags())
+	}
 	opened := 0
-	opened += len(p.Apply(Message{Value: wrap(t, key, r)}))
 	for i := 0; i < k; i++ {
 		r, _ := s.Seal(&u, "weather", "weather")
 		opened += len(p.Apply(Message{Value: wrap(t, key, r)}))
 	}
-	if opened != k+1 || p.Stats.FailedRecover == 0 {
-		t.Fatalf("opened %d reports (want %d), failed recoveries %d", opened, k+1, p.Stats.FailedRecover)
+	if opened != k {
+		t.Fatalf("honest group opened %d of %d", opened, k)
 	}
 }
 
@@ -138,7 +308,9 @@ func FuzzApply(f *testing.F) {
 }
 
 // BenchmarkApply: aggregator cost per report (HPKE open, parse, share
-// bookkeeping; one recovery and AEAD open per k reports at k=5, FT_u).
+// bookkeeping; one recovery, its C_0 check and AEAD open per k reports at
+// k=5, FT_u). Sub-benchmarks: verify (the default) and noverify (baseline:
+// no commitment check, AEAD subset search). ns/op is per report.
 func BenchmarkApply(b *testing.B) {
 	key, _ := protocol.GenerateKeyPair(1)
 	const k = 5
@@ -151,11 +323,51 @@ func BenchmarkApply(b *testing.B) {
 			msgs = append(msgs, wrap(b, key, r))
 		}
 	}
-	b.ResetTimer()
+	for _, noVerify := range []bool{false, true} {
+		name := "verify"
+		if noVerify {
+			name = "noverify"
+		}
+		b.Run(name, func(b *testing.B) {
+			for i := 0; i < b.N; i += len(msgs) {
+				p := NewPartition(0, 1, []*protocol.KeyPair{key})
+				p.noVerify = noVerify
+				for _, m := range msgs {
+					p.Apply(Message{Value: m})
+				}
+				if p.Stats.Recoveries != 200 {
+					b.Fatalf("%d recoveries", p.Stats.Recoveries)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkApplyAttacked: per report, when every artifact also receives one
+// bad share before its honest users (each group falls back to the full
+// Feldman check of every share).
+func BenchmarkApplyAttacked(b *testing.B) {
+	key, _ := protocol.GenerateKeyPair(1)
+	const k = 5
+	var msgs [][]byte
+	for a := 0; a < 100; a++ {
+		s := sealing(b, fmt.Sprintf("artifact-%d", a), protocol.FTu, k)
+		for u := 0; u <= k; u++ {
+			sec, _ := protocol.NewUserSecret()
+			r, _ := s.Seal(&sec, "x", "x")
+			if u == 0 {
+				r.Share.Y = protocol.G.RandomScalar(rand.Reader)
+			}
+			msgs = append(msgs, wrap(b, key, r))
+		}
+	}
 	for i := 0; i < b.N; i += len(msgs) {
 		p := NewPartition(0, 1, []*protocol.KeyPair{key})
 		for _, m := range msgs {
 			p.Apply(Message{Value: m})
+		}
+		if p.Stats.Recoveries != 100 {
+			b.Fatalf("%d recoveries", p.Stats.Recoveries)
 		}
 	}
 }

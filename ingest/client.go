@@ -42,7 +42,9 @@ func (rt *Route) Wrap(r *protocol.Report) ([]byte, error) {
 }
 
 // Randomness evaluates OPRF inputs of an epoch into ω values, in order
-// (satisfied by *randomness.Client).
+// (satisfied by *randomness.Client). Implementations verify the service's
+// VOPRF proof against the epoch's pinned public key (RFC 9497 §3.3.2) and
+// fail — never return unverified ω — when it does not hold.
 type Randomness interface {
 	Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([][]byte, error)
 }
@@ -64,6 +66,8 @@ type Client struct {
 // SubmitUser mines one user's records, fetches ω for each distinct artifact
 // (one batched OPRF round trip per 1,024 artifacts), and publishes one
 // report per artifact instance. It returns the number of reports published.
+// A randomness error (failed proof, changed epoch key, closed epoch) stops
+// the user before anything is sealed.
 func (c *Client) SubmitUser(ctx context.Context, secret *protocol.UserSecret, records []aol.Record) (int, error) {
 	arts := c.App.Mine(records)
 	if len(arts) == 0 {

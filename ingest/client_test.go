@@ -19,7 +19,7 @@ import (
 type localRandomness struct{ key *oprf.PrivateKey }
 
 func (l localRandomness) Evaluate(_ context.Context, epoch string, inputs [][]byte) ([][]byte, error) {
-	fin, q, err := protocol.Blind(epoch, inputs)
+	fin, q, err := protocol.Blind(l.key.Public(), epoch, inputs)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +126,7 @@ func BenchmarkClientPerArtifact(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i += batch {
-		fin, q, _ := protocol.Blind("e", inputs)
+		fin, q, _ := protocol.Blind(key.Public(), "e", inputs)
 		b.StopTimer()
 		resp, _ := protocol.Evaluate(key, q) // the service's work
 		b.StartTimer()

@@ -1,13 +1,21 @@
 package protocol
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/cloudflare/circl/oprf"
+	"github.com/cloudflare/circl/zk/dleq"
 )
 
 // OPRFSuite is RFC 9497's ristretto255-SHA512 suite used for randomness.
 var OPRFSuite = oprf.SuiteRistretto255
+
+// OPRFMode is the RFC 9497 mode crowdlog uses: verifiable (VOPRF, §3.3.2).
+// Every evaluation batch carries a DLEQ proof that it was computed under the
+// epoch's public key, so a randomness service cannot give one client a
+// private key (and thus tags nobody else shares) without being caught.
+const OPRFMode = oprf.VerifiableMode
 
 // MaxBatch is the largest number of OPRF elements in one randomness request.
 const MaxBatch = 4096
@@ -15,9 +23,26 @@ const MaxBatch = 4096
 // elementSize is the encoded size of a ristretto255 element.
 const elementSize = 32
 
+// PublicKeySize is the encoded size of an OPRF public key (a ristretto255
+// element).
+const PublicKeySize = elementSize
+
+// ProofSize is the encoded size of a DLEQ proof (RFC 9497 §2.2: c ‖ s).
+const ProofSize = 2 * ScalarSize
+
+// ErrProof is wrapped by Finalize when the randomness service's DLEQ proof
+// does not verify against the epoch's public key: the service evaluated
+// under another key, or the answer was tampered with. Clients must stop;
+// there is no fallback to unverified randomness.
+var ErrProof = errors.New("randomness proof failed: the service did not evaluate under the epoch's pinned public key")
+
+// ErrEpochClosed is wrapped when the randomness service refused an epoch
+// because it is closed: its randomness is no longer given out.
+var ErrEpochClosed = errors.New("epoch closed by the randomness service")
+
 // OPRFInput is the OPRF input for one artifact of an application in an epoch:
 // "crowdlog-v1" ‖ 0 ‖ app ‖ 0 ‖ epoch ‖ 0 ‖ artifact. The randomness
-// service never sees it (it evaluates blinded elements, RFC 9497 §3.3.1).
+// service never sees it (it evaluates blinded elements, RFC 9497 §3.3.2).
 func OPRFInput(app, epoch, artifact string) []byte {
 	b := make([]byte, 0, 16+len(app)+len(epoch)+len(artifact))
 	b = append(b, "crowdlog-v1"...)
@@ -28,7 +53,8 @@ func OPRFInput(app, epoch, artifact string) []byte {
 }
 
 // RandomnessRequest asks the randomness service to evaluate blinded
-// elements under the key of Epoch (RFC 9497 §3.3.1 BlindEvaluate, batched).
+// elements under the key of Epoch (RFC 9497 §3.3.2 BlindEvaluate, batched:
+// one request, one answer and one proof per batch).
 type RandomnessRequest struct {
 	Epoch    string
 	Elements [][]byte // each a 32-byte encoded ristretto255 element
@@ -70,28 +96,81 @@ func ParseRandomnessRequest(b []byte) (*RandomnessRequest, error) {
 	return q, nil
 }
 
-// RandomnessResponse carries the evaluated elements in request order, or an
-// error message (e.g. an unknown or closed epoch).
-type RandomnessResponse struct {
-	Error    string
-	Elements [][]byte
+// Status bytes of RandomnessResponse and PublicKeyResponse.
+const (
+	statusOK     = 0
+	statusError  = 1 // refused; a message follows
+	statusClosed = 2 // refused because the epoch is closed; a message follows
+)
+
+// maxErrorMessage bounds refusal messages on the wire, in bytes.
+const maxErrorMessage = 1024
+
+// writeStatus writes the status byte and, for a refusal, its message; it
+// reports whether the message was a refusal.
+func writeStatus(w *writer, msg string, closed bool) bool {
+	switch {
+	case closed:
+		w.u8(statusClosed)
+		if msg == "" {
+			msg = ErrEpochClosed.Error()
+		}
+	case msg != "":
+		w.u8(statusError)
+	default:
+		w.u8(statusOK)
+		return false
+	}
+	if len(msg) > maxErrorMessage {
+		msg = msg[:maxErrorMessage]
+	}
+	w.bytes16([]byte(msg))
+	return true
 }
 
-// MarshalBinary encodes: version ‖ status (0 ok, 1 error) ‖ (u16 count ‖
-// elements | u16 len message).
-func (p *RandomnessResponse) MarshalBinary() ([]byte, error) {
-	w := writer{}
-	w.u8(Version)
-	if p.Error != "" {
-		w.u8(1)
-		msg := p.Error
-		if len(msg) > 1024 {
-			msg = msg[:1024]
+// readStatus reads what writeStatus wrote: ok for statusOK, otherwise the
+// refusal's message and whether it is statusClosed. Unknown statuses and
+// empty messages set r.err.
+func readStatus(r *reader) (ok bool, msg string, closed bool) {
+	st := r.u8("status")
+	if r.err != nil {
+		return false, "", false
+	}
+	switch st {
+	case statusOK:
+		return true, "", false
+	case statusError, statusClosed:
+		msg = string(r.bytes16("error"))
+		if r.err == nil && (msg == "" || len(msg) > maxErrorMessage) {
+			r.err = malformed("error message of %d bytes (want 1..%d)", len(msg), maxErrorMessage)
 		}
-		w.bytes16([]byte(msg))
+		return false, msg, st == statusClosed
+	}
+	r.err = malformed("unknown status %d", st)
+	return false, "", false
+}
+
+// RandomnessResponse carries the evaluated elements in request order with
+// the batch's DLEQ proof (RFC 9497 §3.3.2), or a refusal: Error says why,
+// Closed marks a closed epoch.
+type RandomnessResponse struct {
+	Error    string
+	Closed   bool     // refused because the epoch is closed
+	Elements [][]byte // 32 bytes each, in request order
+	Proof    []byte   // ProofSize bytes (c ‖ s), one for the whole batch
+}
+
+// MarshalBinary encodes: version ‖ status (0 ok, 1 error, 2 epoch closed) ‖
+// (u16 count ‖ count×32 elements ‖ proof[64] | u16 len ‖ message).
+func (p *RandomnessResponse) MarshalBinary() ([]byte, error) {
+	w := writer{b: make([]byte, 0, 4+elementSize*len(p.Elements)+ProofSize)}
+	w.u8(Version)
+	if writeStatus(&w, p.Error, p.Closed) {
 		return w.b, nil
 	}
-	w.u8(0)
+	if len(p.Elements) > MaxBatch {
+		return nil, fmt.Errorf("protocol: randomness batch of %d exceeds %d", len(p.Elements), MaxBatch)
+	}
 	w.u16(uint16(len(p.Elements)))
 	for _, e := range p.Elements {
 		if len(e) != elementSize {
@@ -99,6 +178,10 @@ func (p *RandomnessResponse) MarshalBinary() ([]byte, error) {
 		}
 		w.raw(e)
 	}
+	if len(p.Proof) != ProofSize {
+		return nil, fmt.Errorf("protocol: proof of %d bytes, want %d", len(p.Proof), ProofSize)
+	}
+	w.raw(p.Proof)
 	return w.b, nil
 }
 
@@ -107,8 +190,8 @@ func ParseRandomnessResponse(b []byte) (*RandomnessResponse, error) {
 	r := reader{b: b}
 	r.version("randomness response")
 	p := &RandomnessResponse{}
-	switch r.u8("status") {
-	case 0:
+	ok, msg, closed := readStatus(&r)
+	if ok {
 		n := int(r.u16("count"))
 		if n > MaxBatch {
 			return nil, malformed("batch of %d exceeds %d", n, MaxBatch)
@@ -116,15 +199,9 @@ func ParseRandomnessResponse(b []byte) (*RandomnessResponse, error) {
 		for i := 0; i < n && r.err == nil; i++ {
 			p.Elements = append(p.Elements, r.take(elementSize, "element"))
 		}
-	case 1:
-		p.Error = string(r.bytes16("error"))
-		if r.err == nil && p.Error == "" {
-			return nil, malformed("empty error message")
-		}
-	default:
-		if r.err == nil {
-			return nil, malformed("unknown status")
-		}
+		p.Proof = r.take(ProofSize, "proof")
+	} else {
+		p.Error, p.Closed = msg, closed
 	}
 	if err := r.done("randomness response"); err != nil {
 		return nil, err
@@ -132,10 +209,109 @@ func ParseRandomnessResponse(b []byte) (*RandomnessResponse, error) {
 	return p, nil
 }
 
-// Blind blinds OPRF inputs for one request (RFC 9497 §3.3.1 Blind). It
-// returns the client's finalize state and the request to send.
-func Blind(epoch string, inputs [][]byte) (*oprf.FinalizeData, *RandomnessRequest, error) {
-	c := oprf.NewClient(OPRFSuite)
+// PublicKeyRequest asks the randomness service for an epoch's OPRF public
+// key (published so clients can pin it and verify proofs against it).
+type PublicKeyRequest struct {
+	Epoch string
+}
+
+// MarshalBinary encodes: version ‖ u8 len epoch ‖ epoch.
+func (q *PublicKeyRequest) MarshalBinary() ([]byte, error) {
+	if len(q.Epoch) > 255 {
+		return nil, fmt.Errorf("protocol: epoch name longer than 255 bytes")
+	}
+	w := writer{}
+	w.u8(Version)
+	w.bytes8([]byte(q.Epoch))
+	return w.b, nil
+}
+
+// ParsePublicKeyRequest decodes a request; errors wrap ErrMalformed.
+func ParsePublicKeyRequest(b []byte) (*PublicKeyRequest, error) {
+	r := reader{b: b}
+	r.version("public key request")
+	q := &PublicKeyRequest{Epoch: string(r.bytes8("epoch"))}
+	if err := r.done("public key request"); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// PublicKeyResponse is the randomness service's answer: the epoch it is for
+// and its 32-byte OPRF public key (RFC 9497 §3.2 pkS = skS·G), or a refusal.
+type PublicKeyResponse struct {
+	Error  string
+	Closed bool
+	Epoch  string
+	Key    []byte // PublicKeySize bytes
+}
+
+// MarshalBinary encodes: version ‖ status ‖ (u8 len epoch ‖ epoch ‖ key[32] |
+// u16 len ‖ message).
+func (p *PublicKeyResponse) MarshalBinary() ([]byte, error) {
+	w := writer{}
+	w.u8(Version)
+	if writeStatus(&w, p.Error, p.Closed) {
+		return w.b, nil
+	}
+	if len(p.Epoch) > 255 || len(p.Key) != PublicKeySize {
+		return nil, fmt.Errorf("protocol: public key of %d bytes (want %d) or epoch name too long", len(p.Key), PublicKeySize)
+	}
+	w.bytes8([]byte(p.Epoch))
+	w.raw(p.Key)
+	return w.b, nil
+}
+
+// ParsePublicKeyResponse decodes a response; errors wrap ErrMalformed. The
+// key bytes are not validated here: use ParseOPRFPublicKey.
+func ParsePublicKeyResponse(b []byte) (*PublicKeyResponse, error) {
+	r := reader{b: b}
+	r.version("public key response")
+	p := &PublicKeyResponse{}
+	ok, msg, closed := readStatus(&r)
+	if ok {
+		p.Epoch = string(r.bytes8("epoch"))
+		p.Key = r.take(PublicKeySize, "public key")
+	} else {
+		p.Error, p.Closed = msg, closed
+	}
+	if err := r.done("public key response"); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// ParseOPRFPublicKey decodes a 32-byte OPRF public key. Errors wrap
+// ErrMalformed for a bad encoding or the identity element.
+func ParseOPRFPublicKey(b []byte) (*oprf.PublicKey, error) {
+	if len(b) != PublicKeySize {
+		return nil, malformed("OPRF public key of %d bytes, want %d", len(b), PublicKeySize)
+	}
+	e := G.NewElement()
+	if err := e.UnmarshalBinary(b); err != nil || e.IsIdentity() {
+		return nil, malformed("OPRF public key is not a valid ristretto255 element")
+	}
+	pk := new(oprf.PublicKey)
+	if err := pk.UnmarshalBinary(OPRFSuite, b); err != nil {
+		return nil, fmt.Errorf("%w: OPRF public key: %v", ErrMalformed, err)
+	}
+	return pk, nil
+}
+
+// Blinded is a client's state between Blind and Finalize for one batch.
+type Blinded struct {
+	pub *oprf.PublicKey
+	fin *oprf.FinalizeData
+}
+
+// Blind blinds OPRF inputs for one request (RFC 9497 §3.3.2 Blind, verifiable
+// mode) against the epoch's public key pub. It returns the client's state
+// and the request to send. Errors when pub is nil or an input is rejected.
+func Blind(pub *oprf.PublicKey, epoch string, inputs [][]byte) (*Blinded, *RandomnessRequest, error) {
+	if pub == nil {
+		return nil, nil, errors.New("protocol: blind needs the epoch's OPRF public key")
+	}
+	c := oprf.NewVerifiableClient(OPRFSuite, pub)
 	fin, req, err := c.Blind(inputs)
 	if err != nil {
 		return nil, nil, fmt.Errorf("oprf blind: %w", err)
@@ -146,44 +322,58 @@ func Blind(epoch string, inputs [][]byte) (*oprf.FinalizeData, *RandomnessReques
 			return nil, nil, err
 		}
 	}
-	return fin, q, nil
+	return &Blinded{pub: pub, fin: fin}, q, nil
 }
 
-// Finalize unblinds a response into one 64-byte ω per input (RFC 9497
-// §3.3.1 Finalize). Errors when the response has the wrong count, carries an
-// error, or holds invalid elements.
-func Finalize(fin *oprf.FinalizeData, resp *RandomnessResponse) ([][]byte, error) {
+// Finalize verifies the batch's DLEQ proof against the public key given to
+// Blind and unblinds the response into one 64-byte ω per input (RFC 9497
+// §3.3.2 Finalize). Errors: the service's refusal (wrapping ErrEpochClosed
+// for a closed epoch), a wrong element count, invalid elements, or ErrProof
+// when the proof does not verify — never unverified output.
+func Finalize(b *Blinded, resp *RandomnessResponse) ([][]byte, error) {
+	if resp.Closed {
+		return nil, fmt.Errorf("randomness service: %w: %s", ErrEpochClosed, resp.Error)
+	}
 	if resp.Error != "" {
 		return nil, fmt.Errorf("randomness service: %s", resp.Error)
 	}
-	ev := &oprf.Evaluation{Elements: make([]oprf.Evaluated, len(resp.Elements))}
-	for i, b := range resp.Elements {
-		e := G.NewElement()
-		if err := e.UnmarshalBinary(b); err != nil {
+	ev := &oprf.Evaluation{Elements: make([]oprf.Evaluated, len(resp.Elements)), Proof: new(dleq.Proof)}
+	for i, e := range resp.Elements {
+		el := G.NewElement()
+		if err := el.UnmarshalBinary(e); err != nil {
 			return nil, fmt.Errorf("randomness service returned an invalid element: %w", err)
 		}
-		ev.Elements[i] = e
+		ev.Elements[i] = el
 	}
-	c := oprf.NewClient(OPRFSuite)
-	out, err := c.Finalize(fin, ev)
+	if err := ev.Proof.UnmarshalBinary(G, resp.Proof); err != nil {
+		return nil, fmt.Errorf("%w (undecodable proof: %v)", ErrProof, err)
+	}
+	out, err := oprf.NewVerifiableClient(OPRFSuite, b.pub).Finalize(b.fin, ev)
+	if errors.Is(err, oprf.ErrInvalidProof) {
+		return nil, ErrProof
+	}
 	if err != nil {
-		return nil, fmt.Errorf("oprf finalize: %w", err)
+		return nil, fmt.Errorf("oprf finalize (answer does not match the request): %w", err)
 	}
 	return out, nil
 }
 
-// Evaluate evaluates a request under key (RFC 9497 §3.3.1 BlindEvaluate).
-// Errors when an element is not a valid ristretto255 encoding.
+// Evaluate evaluates a request under key and proves it (RFC 9497 §3.3.2
+// BlindEvaluate with a batched DLEQ proof). Errors when an element is not a
+// valid ristretto255 encoding (wrapping ErrMalformed) or is the identity.
 func Evaluate(key *oprf.PrivateKey, q *RandomnessRequest) (*RandomnessResponse, error) {
+	if len(q.Elements) == 0 {
+		return nil, fmt.Errorf("%w: empty randomness batch", ErrMalformed)
+	}
 	req := &oprf.EvaluationRequest{Elements: make([]oprf.Blinded, len(q.Elements))}
 	for i, b := range q.Elements {
 		e := G.NewElement()
-		if err := e.UnmarshalBinary(b); err != nil {
-			return nil, fmt.Errorf("%w: element %d is not a ristretto255 encoding", ErrMalformed, i)
+		if err := e.UnmarshalBinary(b); err != nil || e.IsIdentity() {
+			return nil, fmt.Errorf("%w: element %d is not a non-identity ristretto255 encoding", ErrMalformed, i)
 		}
 		req.Elements[i] = e
 	}
-	ev, err := oprf.NewServer(OPRFSuite, key).Evaluate(req)
+	ev, err := oprf.NewVerifiableServer(OPRFSuite, key).Evaluate(req)
 	if err != nil {
 		return nil, err
 	}
@@ -193,5 +383,15 @@ func Evaluate(key *oprf.PrivateKey, q *RandomnessRequest) (*RandomnessResponse, 
 			return nil, err
 		}
 	}
+	if resp.Proof, err = ev.Proof.MarshalBinary(); err != nil {
+		return nil, err
+	}
 	return resp, nil
+}
+
+// DeriveOPRFKey derives an epoch's OPRF key pair from a 32-byte seed
+// (RFC 9497 §3.2.1 DeriveKeyPair in verifiable mode, info = "crowdlog-v1
+// epoch " ‖ epoch), so several randomness processes sharing the seed agree.
+func DeriveOPRFKey(seed []byte, epoch string) (*oprf.PrivateKey, error) {
+	return oprf.DeriveKey(OPRFSuite, OPRFMode, seed, []byte("crowdlog-v1 epoch "+epoch))
 }

@@ -11,7 +11,7 @@ import (
 
 func omegaFor(t testing.TB, key *oprf.PrivateKey, app, epoch, artifact string) []byte {
 	t.Helper()
-	fin, req, err := Blind(epoch, [][]byte{OPRFInput(app, epoch, artifact)})
+	fin, req, err := Blind(key.Public(), epoch, [][]byte{OPRFInput(app, epoch, artifact)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,12 +73,15 @@ type Sealing struct {
 	Tag        [32]byte
 	poly       Polynomial
 	key        [32]byte
+	commit     []byte // Feldman commitment C_0 ‖ … ‖ C_{k−1}
 }
 
 // DeriveSealing derives a Sealing from ω (the 64-byte RFC 9497 output).
 // tag = SHA-256("crowdlog-v1 tag" ‖ policy ‖ k ‖ ω); polynomial coefficients
-// = HashToScalar(ω ‖ i); AEAD key = SHA-256("crowdlog-v1 key" ‖ tag ‖ f(0)).
-// Errors when k is outside 1..MaxK or the policy is unknown.
+// = HashToScalar(ω ‖ i); AEAD key = SHA-256("crowdlog-v1 key" ‖ tag ‖ f(0));
+// Feldman commitment C_i = a_i·G (feldman.go; k fixed-base multiplications,
+// ~20 µs each, once per artifact). Errors when k is outside 1..MaxK or the
+// policy is unknown.
 func DeriveSealing(omega []byte, app, epoch string, policy Policy, k int) (Sealing, error) {
 	if k < 1 || k > MaxK {
 		return Sealing{}, fmt.Errorf("protocol: threshold k=%d outside 1..%d", k, MaxK)
@@ -94,7 +97,22 @@ func DeriveSealing(omega []byte, app, epoch string, policy Policy, k int) (Seali
 	copy(s.Tag[:], h.Sum(nil))
 	s.poly = derivePolynomial(omega, k)
 	s.key = aeadKey(s.Tag, s.poly.Secret())
+	s.commit = commitPolynomial(s.poly)
 	return s, nil
+}
+
+// Commitment returns the Feldman commitment to the sealing's polynomial
+// (CommitmentSize(K) bytes), identical for every client of the artifact.
+func (s *Sealing) Commitment() []byte { return append([]byte(nil), s.commit...) }
+
+// WithTag returns a copy sealed under another tag: same polynomial and
+// commitment, AEAD key re-derived for tag. Honest clients never need it; it
+// models a poisoner that seals its own consistent polynomial under a tag it
+// learned (attack tests; docs/threat-model.md).
+func (s Sealing) WithTag(tag [32]byte) Sealing {
+	s.Tag = tag
+	s.key = aeadKey(tag, s.poly.Secret())
+	return s
 }
 
 func aeadKey(tag [32]byte, secret group.Scalar) [32]byte {
@@ -133,11 +151,11 @@ func (s *Sealing) UnitID(user *UserSecret) [16]byte {
 }
 
 // Seal builds one report of the artifact for user: a fresh random report id,
-// the tag, the user's share and the AEAD (XChaCha20-Poly1305, random nonce,
+// the tag, the user's share, the polynomial's commitment and the AEAD (XChaCha20-Poly1305, random nonce,
 // tag as associated data) of payload with its Unit set. One call = one
 // impression.
 func (s *Sealing) Seal(user *UserSecret, primary, secondary string) (*Report, error) {
-	r := &Report{App: s.App, Epoch: s.Epoch, Policy: s.Policy, K: uint16(s.K), Tag: s.Tag}
+	r := &Report{App: s.App, Epoch: s.Epoch, Policy: s.Policy, K: uint16(s.K), Tag: s.Tag, Commitment: s.commit}
 	if _, err := io.ReadFull(rand.Reader, r.ID[:]); err != nil {
 		return nil, err
 	}
@@ -226,7 +244,8 @@ func ParsePayload(b []byte) (Payload, error) {
 
 // Report is what the aggregator sees after peeling its onion layer: the
 // report id (replay/duplicate detection), the tag (grouping key), one Shamir
-// share and the AEAD ciphertext. CrowdLogging §3.1 / STAR §4.
+// share, the Feldman commitment to the share's polynomial (k×32 bytes; see
+// feldman.go) and the AEAD ciphertext. CrowdLogging §3.1 / STAR §4.
 type Report struct {
 	App, Epoch string
 	Policy     Policy
@@ -234,6 +253,7 @@ type Report struct {
 	ID         [16]byte
 	Tag        [32]byte
 	Share      Share
+	Commitment []byte // C_0 ‖ … ‖ C_{K−1}, 32 bytes each
 	Ciphertext []byte
 }
 
@@ -241,10 +261,14 @@ type Report struct {
 const MaxReport = 64 << 10
 
 // MarshalBinary encodes: version ‖ u8 len app ‖ u8 len epoch ‖ policy ‖ u16 k
-// ‖ id[16] ‖ tag[32] ‖ x[32] ‖ y[32] ‖ u32 len ciphertext.
+// ‖ id[16] ‖ tag[32] ‖ x[32] ‖ y[32] ‖ u16 n ‖ n×32 commitment (n = k) ‖
+// u32 len ciphertext. Errors when the commitment is not k×32 bytes.
 func (r *Report) MarshalBinary() ([]byte, error) {
 	if len(r.App) > 255 || len(r.Epoch) > 255 {
 		return nil, fmt.Errorf("protocol: app or epoch name longer than 255 bytes")
+	}
+	if err := checkCommitmentSize(r.Commitment, int(r.K)); err != nil {
+		return nil, err
 	}
 	x, err := r.Share.X.MarshalBinary()
 	if err != nil {
@@ -254,7 +278,7 @@ func (r *Report) MarshalBinary() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := writer{b: make([]byte, 0, 160+len(r.Ciphertext)+len(r.App)+len(r.Epoch))}
+	w := writer{b: make([]byte, 0, 160+len(r.Commitment)+len(r.Ciphertext)+len(r.App)+len(r.Epoch))}
 	w.u8(Version)
 	w.bytes8([]byte(r.App))
 	w.bytes8([]byte(r.Epoch))
@@ -264,13 +288,17 @@ func (r *Report) MarshalBinary() ([]byte, error) {
 	w.raw(r.Tag[:])
 	w.raw(x)
 	w.raw(y)
+	w.u16(r.K)
+	w.raw(r.Commitment)
 	w.bytes32(r.Ciphertext)
 	return w.b, nil
 }
 
 // ParseReport decodes MarshalBinary's output. Errors wrap ErrMalformed for
 // truncated or oversized input, unknown versions or policies, k outside
-// 1..MaxK, non-canonical scalars or x = 0.
+// 1..MaxK, a commitment count other than k, non-canonical scalars or x = 0.
+// Commitment points are not decoded here (the aggregator decodes them once
+// per (tag, commitment) group).
 func ParseReport(b []byte) (*Report, error) {
 	if len(b) > MaxReport {
 		return nil, malformed("report of %d bytes exceeds %d", len(b), MaxReport)
@@ -286,6 +314,11 @@ func ParseReport(b []byte) (*Report, error) {
 	copy(r.Tag[:], rd.take(32, "tag"))
 	xb := rd.take(ScalarSize, "share x")
 	yb := rd.take(ScalarSize, "share y")
+	n := int(rd.u16("commitment count"))
+	if rd.err == nil && n != int(r.K) {
+		return nil, malformed("commitment of %d points for k=%d", n, r.K)
+	}
+	r.Commitment = rd.take(n*elementSize, "commitment")
 	r.Ciphertext = rd.bytes32("ciphertext")
 	if err := rd.done("report"); err != nil {
 		return nil, err

@@ -1,19 +1,30 @@
 // Package randomness is the OPRF randomness service and its client: clients
 // obtain the per-(app, epoch, artifact) randomness ω without revealing the
-// artifact (RFC 9497 base mode over ristretto255), as STAR (Davidson et al.,
-// CCS 2022) §4 prescribes in place of CrowdLogging's plain hash, which is open
-// to the offline probe attack (CrowdLogging §5.4).
+// artifact (RFC 9497 verifiable mode, VOPRF, over ristretto255), as STAR
+// (Davidson et al., CCS 2022) §4 prescribes in place of CrowdLogging's plain
+// hash, which is open to the offline probe attack (CrowdLogging §5.4).
+//
+// Every answer carries a DLEQ proof against the epoch's public key, which the
+// service publishes on PublicKeySubject and clients pin: a client refuses an
+// answer whose proof fails and a public key that changes within an epoch.
+// Trust assumption (docs/threat-model.md): the first key a client sees for an
+// epoch (or the one it was configured with) is the one every other client
+// sees; pin files and comparing keys out of band make a split view visible.
 package randomness
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +38,10 @@ import (
 // Subject is the NATS request/reply subject of the randomness service.
 const Subject = "crowdlog.randomness"
 
+// PublicKeySubject is the NATS request/reply subject on which the service
+// publishes epoch public keys (protocol.PublicKeyRequest/Response).
+const PublicKeySubject = "crowdlog.randomness.pubkey"
+
 // queue is the NATS queue group: more service processes sharing one seed file
 // share the load.
 const queue = "randomness"
@@ -37,17 +52,37 @@ var epochName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 // letters, digits, '.', '_' or '-'.
 func ValidEpoch(s string) bool { return epochName.MatchString(s) }
 
+// ErrKeyChanged is returned by Client when the service's public key for an
+// epoch differs from the one pinned (configured, seen earlier, or in the pin
+// file): the service changed keys mid-epoch or shows clients different keys.
+var ErrKeyChanged = errors.New("randomness: the epoch's OPRF public key changed")
+
 // Keys derives one OPRF key per epoch from a 32-byte master seed
-// (RFC 9497 §3.2.1 DeriveKeyPair with info = epoch), so several service
-// processes sharing the seed file evaluate under the same epoch key.
+// (RFC 9497 §3.2.1 DeriveKeyPair in verifiable mode, info = epoch), so
+// several service processes sharing the seed file evaluate under the same
+// epoch key. Epochs listed in the closed-epochs file (seed path + ".closed",
+// one name per line, written by Close) are refused.
+//
+// Closing refuses evaluation; it does not destroy the key, which stays
+// derivable from the seed (forward secrecy needs stored per-epoch keys:
+// issue 3).
 type Keys struct {
-	seed []byte
-	mu   sync.Mutex
-	byEp map[string]*oprf.PrivateKey
+	seed       []byte
+	closedPath string
+	mu         sync.Mutex
+	byEp       map[string]*oprf.PrivateKey
+	closed     map[string]bool
+	closedStat fileStamp
+}
+
+type fileStamp struct {
+	size  int64
+	mtime time.Time
 }
 
 // LoadOrCreateSeed reads the master seed at path, creating it (32 random
-// bytes, mode 0600) when absent. The seed is never logged.
+// bytes, mode 0600) when absent, and the closed-epochs file path+".closed"
+// when present. The seed is never logged.
 func LoadOrCreateSeed(path string) (*Keys, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -67,20 +102,104 @@ func LoadOrCreateSeed(path string) (*Keys, error) {
 	if len(b) != 32 {
 		return nil, fmt.Errorf("randomness seed %s has %d bytes, want 32 (delete it to make a new one)", path, len(b))
 	}
-	return &Keys{seed: b, byEp: map[string]*oprf.PrivateKey{}}, nil
+	k := &Keys{seed: b, closedPath: path + ".closed", byEp: map[string]*oprf.PrivateKey{}, closed: map[string]bool{}}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.reloadClosed(); err != nil {
+		return nil, err
+	}
+	return k, nil
 }
 
-// Epoch returns the OPRF private key of an epoch.
+// reloadClosed re-reads the closed-epochs file when its size or mtime
+// changed, so a Close by another process sharing the seed directory takes
+// effect. Callers hold mu.
+func (k *Keys) reloadClosed() error {
+	st, err := os.Stat(k.closedPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("randomness: closed-epochs file: %w", err)
+	}
+	stamp := fileStamp{st.Size(), st.ModTime()}
+	if stamp == k.closedStat {
+		return nil
+	}
+	b, err := os.ReadFile(k.closedPath)
+	if err != nil {
+		return fmt.Errorf("randomness: read closed-epochs file: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if e := strings.TrimSpace(line); e != "" {
+			k.closed[e] = true
+		}
+	}
+	k.closedStat = stamp
+	return nil
+}
+
+// Close marks epoch closed: it is appended (fsynced) to the closed-epochs
+// file and from then on Epoch refuses it, in this process at once and in
+// processes sharing the file at their next request. Idempotent.
+func (k *Keys) Close(epoch string) error {
+	if !ValidEpoch(epoch) {
+		return fmt.Errorf("invalid epoch name %q", epoch)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.reloadClosed(); err != nil {
+		return err
+	}
+	if k.closed[epoch] {
+		return nil
+	}
+	f, err := os.OpenFile(k.closedPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("randomness: close epoch %s: %w", epoch, err)
+	}
+	if _, err := f.WriteString(epoch + "\n"); err != nil {
+		f.Close()
+		return fmt.Errorf("randomness: close epoch %s: %w", epoch, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	k.closed[epoch] = true
+	delete(k.byEp, epoch)
+	return nil
+}
+
+// Closed reports whether epoch is closed.
+func (k *Keys) Closed(epoch string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.reloadClosed()
+	return k.closed[epoch]
+}
+
+// Epoch returns the OPRF private key of an epoch. Errors for invalid names
+// and, wrapping protocol.ErrEpochClosed, for closed epochs.
 func (k *Keys) Epoch(epoch string) (*oprf.PrivateKey, error) {
 	if !ValidEpoch(epoch) {
 		return nil, fmt.Errorf("invalid epoch name %q", epoch)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if err := k.reloadClosed(); err != nil {
+		return nil, err
+	}
+	if k.closed[epoch] {
+		return nil, fmt.Errorf("%w: epoch %s no longer gives out randomness (reports for it would never be aggregated)", protocol.ErrEpochClosed, epoch)
+	}
 	if key, ok := k.byEp[epoch]; ok {
 		return key, nil
 	}
-	key, err := oprf.DeriveKey(protocol.OPRFSuite, oprf.BaseMode, k.seed, []byte("crowdlog-v1 epoch "+epoch))
+	key, err := protocol.DeriveOPRFKey(k.seed, epoch)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +207,18 @@ func (k *Keys) Epoch(epoch string) (*oprf.PrivateKey, error) {
 	return key, nil
 }
 
-// Service answers RandomnessRequests on Subject.
+// PublicKey returns the 32-byte encoded OPRF public key of an epoch (what
+// clients pin). Errors like Epoch.
+func (k *Keys) PublicKey(epoch string) ([]byte, error) {
+	key, err := k.Epoch(epoch)
+	if err != nil {
+		return nil, err
+	}
+	return key.Public().MarshalBinary()
+}
+
+// Service answers RandomnessRequests on Subject and PublicKeyRequests on
+// PublicKeySubject.
 type Service struct {
 	NC     *nats.Conn
 	Keys   *Keys
@@ -105,9 +235,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	sub, err := s.NC.QueueSubscribe(Subject, queue, func(m *nats.Msg) {
-		resp := s.handle(m.Data)
-		b, err := resp.MarshalBinary()
+	respond := func(m *nats.Msg, b []byte, err error) {
 		if err != nil {
 			log.Error("randomness: encode response", "err", err)
 			return
@@ -115,15 +243,27 @@ func (s *Service) Run(ctx context.Context) error {
 		if err := m.Respond(b); err != nil {
 			log.Warn("randomness: respond", "err", err)
 		}
+	}
+	sub, err := s.NC.QueueSubscribe(Subject, queue, func(m *nats.Msg) {
+		b, err := s.handle(m.Data).MarshalBinary()
+		respond(m, b, err)
 	})
 	if err != nil {
 		return fmt.Errorf("randomness: subscribe %s: %w", Subject, err)
 	}
 	defer sub.Unsubscribe()
+	psub, err := s.NC.QueueSubscribe(PublicKeySubject, queue, func(m *nats.Msg) {
+		b, err := s.handlePublicKey(m.Data).MarshalBinary()
+		respond(m, b, err)
+	})
+	if err != nil {
+		return fmt.Errorf("randomness: subscribe %s: %w", PublicKeySubject, err)
+	}
+	defer psub.Unsubscribe()
 	if err := s.NC.Flush(); err != nil {
 		return err
 	}
-	log.Info("randomness service ready", "subject", Subject)
+	log.Info("randomness service ready", "subject", Subject, "public_keys", PublicKeySubject)
 	<-ctx.Done()
 	return nil
 }
@@ -137,7 +277,7 @@ func (s *Service) handle(data []byte) *protocol.RandomnessResponse {
 	key, err := s.Keys.Epoch(q.Epoch)
 	if err != nil {
 		s.Rejected.Add(1)
-		return &protocol.RandomnessResponse{Error: err.Error()}
+		return &protocol.RandomnessResponse{Error: err.Error(), Closed: errors.Is(err, protocol.ErrEpochClosed)}
 	}
 	resp, err := protocol.Evaluate(key, q)
 	if err != nil {
@@ -148,16 +288,207 @@ func (s *Service) handle(data []byte) *protocol.RandomnessResponse {
 	return resp
 }
 
-// Client obtains ω for artifacts from the service.
+func (s *Service) handlePublicKey(data []byte) *protocol.PublicKeyResponse {
+	q, err := protocol.ParsePublicKeyRequest(data)
+	if err != nil {
+		s.Rejected.Add(1)
+		return &protocol.PublicKeyResponse{Error: err.Error()}
+	}
+	pk, err := s.Keys.PublicKey(q.Epoch)
+	if err != nil {
+		s.Rejected.Add(1)
+		return &protocol.PublicKeyResponse{Error: err.Error(), Closed: errors.Is(err, protocol.ErrEpochClosed)}
+	}
+	return &protocol.PublicKeyResponse{Epoch: q.Epoch, Key: pk}
+}
+
+// Client obtains ω for artifacts from the service and verifies every batch's
+// proof against the epoch's pinned public key.
+//
+// The key of an epoch is, in order of precedence: Pinned[epoch]; the line
+// for the epoch in PinFile; otherwise it is fetched from PublicKeySubject
+// once, then remembered (and appended to PinFile when set: trust on first
+// use across runs). A fetched key that differs from a pinned or remembered
+// one fails with ErrKeyChanged; so does a proof against the pinned key
+// failing (protocol.ErrProof). There is no fallback to unverified ω.
 type Client struct {
 	NC      *nats.Conn
 	Timeout time.Duration // per request; default 30 s
 	Batch   int           // elements per request; default 1024, at most protocol.MaxBatch
+	// Pinned maps an epoch to its 32-byte OPRF public key, configured out of
+	// band (e.g. `crowdlog run` pins the key it derives itself).
+	Pinned map[string][]byte
+	// PinFile, when set, holds "epoch hex-key" lines: keys pinned on first
+	// use are appended, and later runs refuse a different key.
+	PinFile string
+
+	mu   sync.Mutex
+	keys map[string]*pinnedKey
+}
+
+type pinnedKey struct {
+	raw []byte
+	pub *oprf.PublicKey
+}
+
+// PublicKey returns the epoch's pinned OPRF public key (32 bytes), fetching
+// it from the service when nothing is pinned yet. Every call asks the
+// service and compares: a key that differs from the pinned one fails with
+// ErrKeyChanged.
+func (c *Client) PublicKey(ctx context.Context, epoch string) ([]byte, error) {
+	fetched, err := c.fetch(ctx, epoch)
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.pin(epoch, fetched)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), p.raw...), nil
+}
+
+func (c *Client) timeout() time.Duration {
+	if c.Timeout <= 0 {
+		return 30 * time.Second
+	}
+	return c.Timeout
+}
+
+func (c *Client) fetch(ctx context.Context, epoch string) ([]byte, error) {
+	b, err := (&protocol.PublicKeyRequest{Epoch: epoch}).MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.timeout())
+	defer cancel()
+	m, err := c.NC.RequestWithContext(rctx, PublicKeySubject, b)
+	if err != nil {
+		return nil, fmt.Errorf("randomness public key request (is `crowdlog randomness` running?): %w", err)
+	}
+	resp, err := protocol.ParsePublicKeyResponse(m.Data)
+	if err != nil {
+		return nil, fmt.Errorf("randomness public key response: %w", err)
+	}
+	if resp.Closed {
+		return nil, fmt.Errorf("randomness service: %w: %s", protocol.ErrEpochClosed, resp.Error)
+	}
+	if resp.Error != "" {
+		return nil, fmt.Errorf("randomness service: %s", resp.Error)
+	}
+	if resp.Epoch != epoch {
+		return nil, fmt.Errorf("randomness service answered the public key of epoch %q for %q", resp.Epoch, epoch)
+	}
+	return resp.Key, nil
+}
+
+// pin returns the epoch's pinned key; when seen is non-nil it must equal the
+// pinned key, or becomes it when nothing is pinned.
+func (c *Client) pin(epoch string, seen []byte) (*pinnedKey, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.keys == nil {
+		c.keys = map[string]*pinnedKey{}
+	}
+	p := c.keys[epoch]
+	if p == nil {
+		raw, fromFile, err := c.configured(epoch)
+		if err != nil {
+			return nil, err
+		}
+		if raw == nil {
+			if seen == nil {
+				return nil, nil
+			}
+			raw = seen
+		}
+		pub, err := protocol.ParseOPRFPublicKey(raw)
+		if err != nil {
+			return nil, fmt.Errorf("randomness: public key of epoch %s: %w", epoch, err)
+		}
+		p = &pinnedKey{raw: append([]byte(nil), raw...), pub: pub}
+		if c.PinFile != "" && !fromFile && c.Pinned[epoch] == nil {
+			if err := appendPin(c.PinFile, epoch, raw); err != nil {
+				return nil, err
+			}
+		}
+		c.keys[epoch] = p
+	}
+	if seen != nil && !bytes.Equal(seen, p.raw) {
+		return nil, fmt.Errorf("%w within epoch %s: pinned %x…, service now shows %x… — stop and compare keys with other clients out of band (a randomness service showing different keys can link reports)",
+			ErrKeyChanged, epoch, p.raw[:4], seen[:min(4, len(seen))])
+	}
+	return p, nil
+}
+
+// configured returns the key configured for epoch in Pinned or PinFile.
+func (c *Client) configured(epoch string) (raw []byte, fromFile bool, err error) {
+	if k := c.Pinned[epoch]; k != nil {
+		return k, false, nil
+	}
+	if c.PinFile == "" {
+		return nil, false, nil
+	}
+	f, err := os.Open(c.PinFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("randomness: pin file: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) != 2 || fields[0] != epoch {
+			continue
+		}
+		k, err := hex.DecodeString(fields[1])
+		if err != nil {
+			return nil, false, fmt.Errorf("randomness: pin file %s: bad key for epoch %s: %w", c.PinFile, epoch, err)
+		}
+		return k, true, nil
+	}
+	return nil, false, sc.Err()
+}
+
+func appendPin(path, epoch string, key []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("randomness: pin file: %w", err)
+	}
+	if _, err := fmt.Fprintf(f, "%s %x\n", epoch, key); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// key returns the epoch's pinned public key, fetching (and pinning) it once
+// when nothing is pinned.
+func (c *Client) key(ctx context.Context, epoch string) (*oprf.PublicKey, error) {
+	p, err := c.pin(epoch, nil)
+	if err != nil {
+		return nil, err
+	}
+	if p == nil {
+		if _, err := c.PublicKey(ctx, epoch); err != nil {
+			return nil, err
+		}
+		if p, err = c.pin(epoch, nil); err != nil {
+			return nil, err
+		}
+	}
+	return p.pub, nil
 }
 
 // Evaluate returns one 64-byte ω per input, in order, for epoch. Inputs are
-// built with protocol.OPRFInput. Requests are batched (one round trip per
-// Batch inputs). Errors name the service's refusal or the timeout.
+// built with protocol.OPRFInput. Requests are batched (one round trip and
+// one DLEQ proof per Batch inputs). Errors: the service's refusal (wrapping
+// protocol.ErrEpochClosed for closed epochs), the timeout, ErrKeyChanged,
+// or protocol.ErrProof when a proof fails against the pinned key.
 func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([][]byte, error) {
 	batch := c.Batch
 	if batch <= 0 {
@@ -166,14 +497,14 @@ func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([
 	if batch > protocol.MaxBatch {
 		batch = protocol.MaxBatch
 	}
-	timeout := c.Timeout
-	if timeout <= 0 {
-		timeout = 30 * time.Second
+	pub, err := c.key(ctx, epoch)
+	if err != nil {
+		return nil, err
 	}
 	out := make([][]byte, 0, len(inputs))
 	for lo := 0; lo < len(inputs); lo += batch {
 		hi := min(lo+batch, len(inputs))
-		fin, q, err := protocol.Blind(epoch, inputs[lo:hi])
+		bl, q, err := protocol.Blind(pub, epoch, inputs[lo:hi])
 		if err != nil {
 			return nil, err
 		}
@@ -181,7 +512,7 @@ func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([
 		if err != nil {
 			return nil, err
 		}
-		rctx, cancel := context.WithTimeout(ctx, timeout)
+		rctx, cancel := context.WithTimeout(ctx, c.timeout())
 		m, err := c.NC.RequestWithContext(rctx, Subject, b)
 		cancel()
 		if err != nil {
@@ -191,12 +522,12 @@ func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([
 		if err != nil {
 			return nil, fmt.Errorf("randomness response: %w", err)
 		}
-		if len(resp.Elements) != hi-lo && resp.Error == "" {
+		if len(resp.Elements) != hi-lo && resp.Error == "" && !resp.Closed {
 			return nil, fmt.Errorf("randomness service answered %d elements for %d", len(resp.Elements), hi-lo)
 		}
-		omegas, err := protocol.Finalize(fin, resp)
+		omegas, err := protocol.Finalize(bl, resp)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("epoch %s: %w", epoch, err)
 		}
 		out = append(out, omegas...)
 	}

@@ -2,6 +2,8 @@ package randomness
 
 import (
 	"context"
+	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,38 +15,54 @@ import (
 	"github.com/crowdlog/crowdlog/protocol"
 )
 
-// TestServiceOverNATS: ω from the service over a real NATS server equals the
-// unblinded OPRF under the epoch key, is the same for every client, differs
-// across epochs, survives a service restart (seed on disk), and bad requests
-// get a clear error reply.
-func TestServiceOverNATS(t *testing.T) {
+type env struct {
+	t   *testing.T
+	ctx context.Context
+	nc  *nats.Conn
+	dir string
+}
+
+func newEnv(t *testing.T) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	dir := t.TempDir()
 	ns, err := natsserver.Start(ctx, filepath.Join(dir, "nats"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ns.Shutdown()
+	t.Cleanup(ns.Shutdown)
 	nc, err := nats.Connect(ns.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	seed := filepath.Join(dir, "keys", "randomness.seed")
-	serve := func() context.CancelFunc {
-		keys, err := LoadOrCreateSeed(seed)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sctx, stop := context.WithCancel(ctx)
-		s := &Service{NC: nc, Keys: keys}
-		go s.Run(sctx)
-		time.Sleep(50 * time.Millisecond)
-		return stop
+	t.Cleanup(nc.Close)
+	return &env{t: t, ctx: ctx, nc: nc, dir: dir}
+}
+
+// serve runs a service on the seed file and returns its keys and a stop func
+// that waits until the service unsubscribed.
+func (e *env) serve(seed string) (*Keys, func()) {
+	keys, err := LoadOrCreateSeed(seed)
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	stop := serve()
-	c := &Client{NC: nc, Batch: 3}
+	sctx, stop := context.WithCancel(e.ctx)
+	s := &Service{NC: e.nc, Keys: keys}
+	done := make(chan struct{})
+	go func() { s.Run(sctx); close(done) }()
+	time.Sleep(50 * time.Millisecond)
+	return keys, func() { stop(); <-done; e.nc.Flush() }
+}
+
+// TestServiceOverNATS: ω from the service over a real NATS server is the
+// same for every client, differs across epochs, survives a service restart
+// (seed on disk), and bad requests get a clear error reply.
+func TestServiceOverNATS(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx
+	seed := filepath.Join(e.dir, "keys", "randomness.seed")
+	_, stop := e.serve(seed)
+	c := &Client{NC: e.nc, Batch: 3}
 	inputs := [][]byte{protocol.OPRFInput("query", "e1", "a"), protocol.OPRFInput("query", "e1", "b"),
 		protocol.OPRFInput("query", "e1", "c"), protocol.OPRFInput("query", "e1", "a")}
 	w1, err := c.Evaluate(ctx, "e1", inputs)
@@ -54,12 +72,17 @@ func TestServiceOverNATS(t *testing.T) {
 	if len(w1) != 4 || string(w1[0]) != string(w1[3]) || string(w1[0]) == string(w1[1]) {
 		t.Fatal("ω must be a function of the input: equal for equal inputs, different otherwise")
 	}
+	other := &Client{NC: e.nc}
+	w1b, err := other.Evaluate(ctx, "e1", inputs[:1])
+	if err != nil || string(w1b[0]) != string(w1[0]) {
+		t.Fatalf("a second client must get the same ω (%v)", err)
+	}
 	w2, _ := c.Evaluate(ctx, "e2", inputs[:1])
 	if string(w2[0]) == string(w1[0]) {
 		t.Fatal("ω must differ across epochs")
 	}
 	stop()
-	stop = serve() // restarted service: same seed, same epoch keys
+	_, stop = e.serve(seed) // restarted service: same seed, same epoch keys
 	defer stop()
 	w3, err := c.Evaluate(ctx, "e1", inputs[:1])
 	if err != nil || string(w3[0]) != string(w1[0]) {
@@ -68,12 +91,104 @@ func TestServiceOverNATS(t *testing.T) {
 	if _, err := c.Evaluate(ctx, "bad epoch!", inputs[:1]); err == nil || !strings.Contains(err.Error(), "invalid epoch") {
 		t.Fatalf("bad epoch: %v", err)
 	}
-	m, err := nc.RequestWithContext(ctx, Subject, []byte{1, 2, 3})
+	m, err := e.nc.RequestWithContext(ctx, Subject, []byte{1, 2, 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp, err := protocol.ParseRandomnessResponse(m.Data)
 	if err != nil || resp.Error == "" {
 		t.Fatalf("malformed request: want an error reply, got %+v %v", resp, err)
+	}
+}
+
+// TestWrongKeyService: a client that pinned the epoch key of service A and
+// is then answered by service B (another seed) gets a clear error — the
+// proof fails, and the published key differs from the pinned one — and no ω.
+func TestWrongKeyService(t *testing.T) {
+	e := newEnv(t)
+	keysA, stopA := e.serve(filepath.Join(e.dir, "a", "randomness.seed"))
+	pkA, err := keysA.PublicKey("e1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopA()
+	_, stopB := e.serve(filepath.Join(e.dir, "b", "randomness.seed"))
+	defer stopB()
+	in := [][]byte{protocol.OPRFInput("query", "e1", "a")}
+
+	pinned := &Client{NC: e.nc, Pinned: map[string][]byte{"e1": pkA}}
+	out, err := pinned.Evaluate(e.ctx, "e1", in)
+	if !errors.Is(err, protocol.ErrProof) || out != nil || !strings.Contains(err.Error(), "proof failed") {
+		t.Fatalf("service under another key: out=%v err=%v, want protocol.ErrProof", out != nil, err)
+	}
+	if _, err := pinned.PublicKey(e.ctx, "e1"); !errors.Is(err, ErrKeyChanged) {
+		t.Fatalf("published key differs from pinned: %v, want ErrKeyChanged", err)
+	}
+
+	// trust on first use through a pin file: the next run refuses B's key
+	pins := filepath.Join(e.dir, "client", "randomness.pins")
+	if err := appendPin(pins, "e1", pkA); err != nil {
+		t.Fatal(err)
+	}
+	tofu := &Client{NC: e.nc, PinFile: pins}
+	if _, err := tofu.Evaluate(e.ctx, "e1", in); !errors.Is(err, protocol.ErrProof) {
+		t.Fatalf("pin file ignored: %v", err)
+	}
+	fresh := &Client{NC: e.nc, PinFile: pins}
+	if _, err := fresh.Evaluate(e.ctx, "e2", in); err != nil { // e2 unpinned: pinned now
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(pins)
+	if strings.Count(string(b), "\n") != 2 || !strings.Contains(string(b), "e2 ") {
+		t.Fatalf("pin file after first use of e2: %d lines", strings.Count(string(b), "\n"))
+	}
+}
+
+// TestClosedEpoch: Keys.Close refuses the epoch with a clear error to
+// clients, persists across a restart, and reaches another process sharing
+// the seed directory.
+func TestClosedEpoch(t *testing.T) {
+	e := newEnv(t)
+	seed := filepath.Join(e.dir, "keys", "randomness.seed")
+	keys, stop := e.serve(seed)
+	c := &Client{NC: e.nc}
+	in := [][]byte{protocol.OPRFInput("query", "2006-03", "a")}
+	if _, err := c.Evaluate(e.ctx, "2006-03", in); err != nil {
+		t.Fatal(err)
+	}
+	other, err := LoadOrCreateSeed(seed) // a second process on the same files
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := keys.Close("2006-03"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Evaluate(e.ctx, "2006-03", in)
+	if !errors.Is(err, protocol.ErrEpochClosed) || !strings.Contains(err.Error(), "2006-03") {
+		t.Fatalf("closed epoch: %v, want ErrEpochClosed naming the epoch", err)
+	}
+	if _, err := (&Client{NC: e.nc}).PublicKey(e.ctx, "2006-03"); !errors.Is(err, protocol.ErrEpochClosed) {
+		t.Fatalf("public key of a closed epoch: %v", err)
+	}
+	if _, err := other.Epoch("2006-03"); !errors.Is(err, protocol.ErrEpochClosed) {
+		t.Fatalf("other process: %v", err)
+	}
+	if _, err := c.Evaluate(e.ctx, "2006-04", in); err != nil {
+		t.Fatalf("open epoch refused: %v", err)
+	}
+	stop()
+	again, err := LoadOrCreateSeed(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Closed("2006-03") || again.Closed("2006-04") {
+		t.Fatal("closed epochs must survive a restart")
+	}
+	if err := again.Close("2006-03"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(seed + ".closed")
+	if string(b) != "2006-03\n" {
+		t.Fatalf("Close must be idempotent: file %q", b)
 	}
 }

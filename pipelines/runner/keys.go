@@ -15,6 +15,9 @@ const (
 	RelayBKey      = "relay-b.key"
 	AggregatorKey  = "aggregator.key"
 	RandomnessSeed = "randomness.seed"
+	// RandomnessPins is the clients' pin file of epoch OPRF public keys
+	// (randomness.Client.PinFile): trust on first use, a changed key is refused.
+	RandomnessPins = "randomness.pins"
 )
 
 // EnsureKeys creates the HPKE key pairs of relay A, relay B and the

@@ -1,0 +1,235 @@
+package protocol
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cloudflare/circl/oprf"
+)
+
+// TestVOPRFProof: a batch evaluated under the pinned key verifies and gives
+// the same ω as a second client's batch; a service evaluating under another
+// key, a tampered proof or a tampered element make Finalize fail with
+// ErrProof and a message naming the pinned key — no output, no fallback.
+func TestVOPRFProof(t *testing.T) {
+	seed := make([]byte, 32)
+	rand.Read(seed)
+	key, err := DeriveOPRFKey(seed, "2006-03")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inputs := [][]byte{OPRFInput("query", "2006-03", "a"), OPRFInput("query", "2006-03", "b"), OPRFInput("query", "2006-03", "a")}
+	run := func(pub *oprf.PublicKey, server *oprf.PrivateKey, tamper func(*RandomnessResponse)) ([][]byte, error) {
+		b, q, err := Blind(pub, "2006-03", inputs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := q.MarshalBinary()
+		q2, err := ParseRandomnessRequest(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := Evaluate(server, q2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb, _ := resp.MarshalBinary()
+		resp2, err := ParseRandomnessResponse(rb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tamper != nil {
+			tamper(resp2)
+		}
+		return Finalize(b, resp2)
+	}
+	w1, err := run(key.Public(), key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2, err := run(key.Public(), key, nil)
+	if err != nil || !bytes.Equal(w1[0], w2[0]) || !bytes.Equal(w1[0], w1[2]) || bytes.Equal(w1[0], w1[1]) {
+		t.Fatalf("ω must be a function of the input across clients (%v)", err)
+	}
+	other, _ := DeriveOPRFKey(seed, "2006-04")
+	if out, err := run(key.Public(), other, nil); !errors.Is(err, ErrProof) || out != nil ||
+		!strings.Contains(err.Error(), "pinned public key") {
+		t.Fatalf("service with another key: out=%v err=%v, want ErrProof", out != nil, err)
+	}
+	if _, err := run(key.Public(), key, func(r *RandomnessResponse) { r.Proof[0] ^= 1 }); !errors.Is(err, ErrProof) {
+		t.Fatalf("tampered proof: %v", err)
+	}
+	if _, err := run(key.Public(), key, func(r *RandomnessResponse) { r.Elements[0], r.Elements[1] = r.Elements[1], r.Elements[0] }); !errors.Is(err, ErrProof) {
+		t.Fatalf("swapped elements: %v", err)
+	}
+	if _, err := run(key.Public(), key, func(r *RandomnessResponse) { *r = RandomnessResponse{Closed: true, Error: "epoch 2006-03 is closed"} }); !errors.Is(err, ErrEpochClosed) {
+		t.Fatalf("closed epoch: %v", err)
+	}
+	// the base-mode key of the same seed is a different key: modes never mix
+	base, _ := oprf.DeriveKey(OPRFSuite, oprf.BaseMode, seed, []byte("crowdlog-v1 epoch 2006-03"))
+	if _, err := run(key.Public(), base, nil); !errors.Is(err, ErrProof) {
+		t.Fatalf("base-mode key accepted: %v", err)
+	}
+}
+
+func TestPublicKeyMessages(t *testing.T) {
+	key, _ := oprf.GenerateKey(OPRFSuite, rand.Reader)
+	pk, _ := key.Public().MarshalBinary()
+	resp := &PublicKeyResponse{Epoch: "e1", Key: pk}
+	b, err := resp.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParsePublicKeyResponse(b)
+	if err != nil || got.Epoch != "e1" || !bytes.Equal(got.Key, pk) {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	if _, err := ParseOPRFPublicKey(got.Key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseOPRFPublicKey(make([]byte, 32)); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("identity public key accepted: %v", err)
+	}
+	b, _ = (&PublicKeyResponse{Closed: true}).MarshalBinary()
+	if got, err := ParsePublicKeyResponse(b); err != nil || !got.Closed || got.Error == "" {
+		t.Fatalf("closed: %+v %v", got, err)
+	}
+	q, _ := (&PublicKeyRequest{Epoch: "e1"}).MarshalBinary()
+	if got, err := ParsePublicKeyRequest(q); err != nil || got.Epoch != "e1" {
+		t.Fatalf("request: %+v %v", got, err)
+	}
+	// version 1 messages are refused
+	q[0] = 1
+	if _, err := ParsePublicKeyRequest(q); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("old version accepted: %v", err)
+	}
+}
+
+// TestFeldman: every client of an artifact sends the same commitment; its
+// shares verify, a tampered share does not, the recovered secret matches
+// C_0 and a secret recovered through a tampered share does not.
+func TestFeldman(t *testing.T) {
+	key, _ := oprf.GenerateKey(OPRFSuite, rand.Reader)
+	for _, k := range []int{1, 2, 5, 17} {
+		t.Run(fmt.Sprint("k=", k), func(t *testing.T) {
+			var reports []*Report
+			for u := 0; u < k; u++ {
+				s, _ := DeriveSealing(omegaFor(t, key, "query", "e1", "weather"), "query", "e1", FTu, k)
+				user, _ := NewUserSecret()
+				r, _ := s.Seal(&user, "weather", "weather")
+				b, _ := r.MarshalBinary()
+				if reports = append(reports, nil); true {
+					reports[u], _ = ParseReport(b)
+				}
+				if len(r.Commitment) != CommitmentSize(k) || !bytes.Equal(reports[u].Commitment, reports[0].Commitment) {
+					t.Fatal("honest clients of one artifact must send one commitment")
+				}
+			}
+			c, err := NewCommitment(reports[0].Commitment, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var shares []Share
+			for _, r := range reports {
+				if ok, err := c.VerifyShare(r.Share); !ok || err != nil {
+					t.Fatalf("honest share rejected (%v)", err)
+				}
+				shares = append(shares, r.Share)
+			}
+			sec, _ := Recover(shares, k)
+			if ok, _ := c.VerifySecret(sec); !ok {
+				t.Fatal("recovered secret does not match C_0")
+			}
+			bad := Share{X: shares[0].X, Y: G.NewScalar().Add(shares[0].Y, G.NewScalar().SetUint64(1))}
+			if ok, _ := c.VerifyShare(bad); ok {
+				t.Fatal("tampered share verified")
+			}
+			shares[0] = bad
+			sec, _ = Recover(shares, k)
+			if ok, _ := c.VerifySecret(sec); ok {
+				t.Fatal("secret recovered through a tampered share matches C_0")
+			}
+			// another artifact's commitment rejects this artifact's shares
+			s2, _ := DeriveSealing(omegaFor(t, key, "query", "e1", "other"), "query", "e1", FTu, k)
+			c2, _ := NewCommitment(s2.Commitment(), k)
+			if ok, _ := c2.VerifyShare(reports[0].Share); ok {
+				t.Fatal("share verified against another polynomial's commitment")
+			}
+		})
+	}
+	// invalid points fail verification with an error, never a panic
+	junk := bytes.Repeat([]byte{0xff}, CommitmentSize(3))
+	c, _ := NewCommitment(junk, 3)
+	if ok, err := c.VerifyShare(Share{X: G.RandomNonZeroScalar(rand.Reader), Y: G.RandomScalar(rand.Reader)}); ok || !errors.Is(err, ErrMalformed) {
+		t.Fatalf("junk commitment: %v %v", ok, err)
+	}
+	if _, err := NewCommitment(junk, 4); !errors.Is(err, ErrMalformed) {
+		t.Fatal("commitment of the wrong length accepted")
+	}
+}
+
+// BenchmarkVerifyShare: Feldman check of one share at k = 5 (k−1 variable-
+// base and one fixed-base multiplication), commitment already decoded.
+func BenchmarkVerifyShare(b *testing.B) {
+	for _, k := range []int{2, 5, 10} {
+		b.Run(fmt.Sprint("k=", k), func(b *testing.B) {
+			key, _ := oprf.GenerateKey(OPRFSuite, rand.Reader)
+			s, _ := DeriveSealing(omegaFor(b, key, "query", "e", "weather"), "query", "e", FTa, k)
+			u, _ := NewUserSecret()
+			r, _ := s.Seal(&u, "weather", "weather")
+			c, _ := NewCommitment(r.Commitment, k)
+			c.VerifyShare(r.Share)
+			for b.Loop() {
+				if ok, _ := c.VerifyShare(r.Share); !ok {
+					b.Fatal("rejected")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkVerifySecret: the optimistic check the aggregator runs once per
+// recovery (decode C_0 and one fixed-base multiplication).
+func BenchmarkVerifySecret(b *testing.B) {
+	key, _ := oprf.GenerateKey(OPRFSuite, rand.Reader)
+	s, _ := DeriveSealing(omegaFor(b, key, "query", "e", "weather"), "query", "e", FTa, 5)
+	secret := s.poly.Secret()
+	commit := s.Commitment()
+	for b.Loop() {
+		c, _ := NewCommitment(commit, 5)
+		if ok, _ := c.VerifySecret(secret); !ok {
+			b.Fatal("rejected")
+		}
+	}
+}
+
+// BenchmarkDeriveSealing: per-artifact client cost incl. the k = 5
+// commitment.
+func BenchmarkDeriveSealing(b *testing.B) {
+	omega := make([]byte, 64)
+	rand.Read(omega)
+	for b.Loop() {
+		DeriveSealing(omega, "query", "e", FTu, 5)
+	}
+}
+
+// BenchmarkVOPRF: one client round of 100 artifacts (blind, service evaluate
+// with proof, verify + finalize), per batch.
+func BenchmarkVOPRF(b *testing.B) {
+	key, _ := oprf.GenerateKey(OPRFSuite, rand.Reader)
+	inputs := make([][]byte, 100)
+	for i := range inputs {
+		inputs[i] = OPRFInput("query", "e", fmt.Sprint("artifact ", i))
+	}
+	for b.Loop() {
+		bl, q, _ := Blind(key.Public(), "e", inputs)
+		resp, _ := Evaluate(key, q)
+		if _, err := Finalize(bl, resp); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
