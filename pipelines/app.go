@@ -42,18 +42,36 @@ type App interface {
 	Mine(records []aol.Record) []Artifact
 }
 
-// registry maps application names to constructors.
-var registry = map[string]func() App{
-	QueryAppName: func() App { return QueryApp{} },
+// registry maps application names to constructors; o has its defaults
+// filled in (Options.withDefaults).
+var registry = map[string]func(o Options) App{
+	QueryAppName:         func(Options) App { return QueryApp{} },
+	ReformulationAppName: func(o Options) App { return ReformulationApp{Gap: o.SessionGap} },
+	ClickAppName:         func(o Options) App { return ClickApp{Level: o.URLLevel} },
+	URLAppName:           func(o Options) App { return URLApp{Level: o.URLLevel} },
+	LTRAppName:           func(o Options) App { return LTRApp{Level: o.URLLevel, Buckets: o.Buckets} },
+	KeywordAppName:       func(Options) App { return KeywordApp{} },
 }
 
-// Lookup returns the mining application called name (e.g. "query").
-// Errors: an unknown name; the message lists the known applications.
-func Lookup(name string) (App, error) {
-	if mk, ok := registry[name]; ok {
-		return mk(), nil
+// Lookup returns the mining application called name (e.g. "query") with
+// default Options. Errors: an unknown name; the message lists the known
+// applications.
+func Lookup(name string) (App, error) { return LookupWith(name, Options{}) }
+
+// LookupWith returns the mining application called name configured by o
+// (zero fields mean defaults; options an app does not use are ignored but
+// still validated). Errors: an unknown name (the message lists the known
+// applications) or an invalid option (the message names the flag).
+func LookupWith(name string, o Options) (App, error) {
+	mk, ok := registry[name]
+	if !ok {
+		return nil, fmt.Errorf("pipelines: unknown app %q (known apps: %s)", name, strings.Join(Apps(), ", "))
 	}
-	return nil, fmt.Errorf("pipelines: unknown app %q (known apps: %s)", name, strings.Join(Apps(), ", "))
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return mk(o), nil
 }
 
 // Apps returns the names of all known applications, sorted.

@@ -93,7 +93,7 @@ func Open(ctx context.Context, addr, database string) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, stmt := range SchemaStatements() {
+	for _, stmt := range append(SchemaStatements(), ViewStatements()...) {
 		if err := conn.Exec(ctx, stmt); err != nil {
 			conn.Close()
 			return nil, fmt.Errorf("release: apply schema in %s (%.60s…): %w", database, stmt, err)

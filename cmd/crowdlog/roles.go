@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/crowdlog/crowdlog/aggregator"
@@ -70,6 +71,7 @@ Example:
 	f := c.Flags()
 	f.StringVar(&cfg.Input, "input", "", "AOL TSV log (plain or .gz) to replay, one client per AnonID (required)")
 	f.StringVar(&cfg.App, "app", "query", "mining application: "+fmt.Sprint(pipelines.Apps()))
+	appFlags(f, &cfg.AppOptions)
 	f.StringVar(&cfg.Policy, "policy", "ft-u", "threshold policy: ft-u (k distinct users) or ft-a (k reports)")
 	f.IntVar(&cfg.K, "k", 5, "threshold k: an artifact opens once k shares exist")
 	f.StringVar(&cfg.Epoch, "epoch", "all", "epoch name for the whole input (one OPRF key per epoch)")
@@ -91,6 +93,7 @@ Example:
 
 func ingestCmd() *cobra.Command {
 	var input, app, pol, epoch, natsURL, keys string
+	var appOpts pipelines.Options
 	var k, workers int
 	var noProgress bool
 	c := &cobra.Command{
@@ -98,8 +101,9 @@ func ingestCmd() *cobra.Command {
 		Short: "Replay a log as clients: mine, seal, onion-wrap and publish reports to relay a",
 		Long: `ingest is the client side. Every AnonID of the log becomes a client with its own
 secret: it mines artifacts (--app), obtains OPRF randomness per artifact from
-the randomness service (RFC 9497, batched, the service never sees the
-artifact), seals one report per artifact instance, wraps it in three HPKE
+the randomness service (RFC 9497 VOPRF, batched, the service never sees the
+artifact; every batch's proof is checked against the epoch's public key, which
+is pinned on first use in --keys/randomness.pins and must not change), seals one report per artifact instance, wraps it in three HPKE
 layers [relay a, relay b, aggregator] using the public keys in --keys
 (relay-a.key.pub, relay-b.key.pub, aggregator.key.pub) and publishes to relay
 a. When relays fall behind, publishing waits: nothing is dropped.
@@ -110,7 +114,7 @@ clients of the epoch have sent.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
 			ctx := cmd.Context()
-			a, err := pipelines.Lookup(app)
+			a, err := pipelines.LookupWith(app, appOpts)
 			if err != nil {
 				return err
 			}
@@ -136,7 +140,7 @@ clients of the epoch have sent.`,
 			}
 			pub := &publish.Publisher{JS: js, Subject: relays.Subject("a")}
 			client := &ingest.Client{App: a, Epoch: epoch, Policy: policy, K: k,
-				Randomness: &randomness.Client{NC: nc},
+				Randomness: &randomness.Client{NC: nc, PinFile: filepath.Join(keys, runner.RandomnessPins)},
 				Route:      ingest.Route{RelayA: ra, RelayB: rb, Aggregator: ag, SubjectB: relays.Subject("b")},
 				Publish:    pub.Publish}
 			rp := &ingest.Replay{Client: client, Workers: workers, Logger: log}
@@ -154,6 +158,7 @@ clients of the epoch have sent.`,
 	f := c.Flags()
 	f.StringVar(&input, "input", "", "AOL TSV log (plain or .gz) (required)")
 	f.StringVar(&app, "app", "query", "mining application: "+fmt.Sprint(pipelines.Apps()))
+	appFlags(f, &appOpts)
 	f.StringVar(&pol, "policy", "ft-u", "threshold policy: ft-u or ft-a")
 	f.IntVar(&k, "k", 5, "threshold k")
 	f.StringVar(&epoch, "epoch", "all", "epoch name")
@@ -172,8 +177,11 @@ func randomnessCmd() *cobra.Command {
 		Short: "Serve OPRF randomness (RFC 9497, ristretto255) over NATS request/reply",
 		Long: `randomness evaluates clients' blinded OPRF elements under the key of the
 requested epoch, on subject ` + randomness.Subject + ` (queue group: several
-processes sharing the seed file share the load). Epoch keys are derived from
-the 32-byte seed DIR/randomness.seed (created, mode 0600, when missing).`,
+processes sharing the seed file share the load), with a DLEQ proof per batch
+(RFC 9497 verifiable mode). Epoch public keys are published on
+` + randomness.PublicKeySubject + `. Epoch keys are derived from the 32-byte
+seed DIR/randomness.seed (created, mode 0600, when missing); epochs listed in
+DIR/randomness.seed.closed are refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
@@ -374,4 +382,14 @@ clients need. Existing files are never overwritten.`,
 	list.Flags().StringVar(&dir, "dir", "keys", "keys directory")
 	c.AddCommand(gen, list)
 	return c
+}
+
+// appFlags registers the application options (pipelines.Options, see
+// docs/applications.md) on f; run and ingest must mine with the same ones.
+func appFlags(f *pflag.FlagSet, o *pipelines.Options) {
+	f.StringVar(&o.URLLevel, "url-level", pipelines.URLDomain, "apps click, url, ltr: how much of a clicked URL to keep: full, domain or dir")
+	f.DurationVar(&o.SessionGap, "session-gap", pipelines.DefaultSessionGap, "app reformulation: an idle time longer than this starts a new session")
+	f.IntSliceVar(&o.Buckets.Rank, "rank-buckets", pipelines.DefaultRankBuckets, "app ltr: upper bounds of the click-rank buckets")
+	f.DurationSliceVar(&o.Buckets.Dwell, "dwell-buckets", pipelines.DefaultDwellBuckets, "app ltr: upper bounds of the dwell-time buckets")
+	f.IntSliceVar(&o.Buckets.Length, "length-buckets", pipelines.DefaultLengthBuckets, "app ltr: upper bounds of the query-length buckets (tokens)")
 }

@@ -49,6 +49,10 @@ type Config struct {
 	// closes the epoch and waits for the release.
 	External bool
 
+	// AppOptions configure the application (--url-level, --session-gap,
+	// bucket flags); zero fields mean the defaults.
+	AppOptions pipelines.Options
+
 	Export   string        // write the released histogram as TSV here
 	Workers  int           // concurrent clients; default GOMAXPROCS
 	Progress io.Writer     // progress bar destination; nil = none
@@ -100,7 +104,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	app, err := pipelines.Lookup(cfg.App)
+	app, err := pipelines.LookupWith(cfg.App, cfg.AppOptions)
 	if err != nil {
 		return nil, err
 	}
@@ -182,11 +186,18 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	defer func() { stopServices(); svc.Wait() }()
 	var relayStats []*relays.Stats
 	var agg *aggregator.Service
+	rc := &randomness.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, RandomnessPins)}
 	if !cfg.External {
 		rs, err := RunRandomness(svcCtx, nc, cfg.KeysDir, log)
 		if err != nil {
 			return nil, err
 		}
+		// in process the client pins the epoch key derived from the seed itself
+		pk, err := rs.Keys.PublicKey(cfg.Epoch)
+		if err != nil {
+			return nil, err
+		}
+		rc.Pinned = map[string][]byte{cfg.Epoch: pk}
 		svc.Go(func() error { return rs.Run(svcCtx) })
 		for _, name := range []string{"a", "b"} {
 			r, closeW, err := NewRelay(svcCtx, js, RelayOptions{Name: name, Kafka: brokers,
@@ -216,7 +227,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	pub := &publish.Publisher{JS: js, Subject: relays.Subject("a")}
 	client := &ingest.Client{App: app, Epoch: cfg.Epoch, Policy: policy, K: cfg.K,
-		Randomness: &randomness.Client{NC: nc},
+		Randomness: rc,
 		Route:      ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: relays.Subject("b")},
 		Publish:    pub.Publish}
 	rp := &ingest.Replay{Client: client, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}

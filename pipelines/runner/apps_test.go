@@ -1,0 +1,142 @@
+package runner
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crowdlog/crowdlog/infra/clickhouse"
+	"github.com/crowdlog/crowdlog/internal/truth"
+	"github.com/crowdlog/crowdlog/pipelines"
+)
+
+// writeSubset writes the first n users of the bundled log to a gzip file in
+// dir and returns its path.
+func writeSubset(t *testing.T, dir string, n int) string {
+	t.Helper()
+	f, err := os.Open(bundled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, fmt.Sprintf("first-%d-users.tsv.gz", n))
+	out, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw := gzip.NewWriter(out)
+	sc := bufio.NewScanner(zr)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	users := map[string]bool{}
+	for sc.Scan() {
+		line := sc.Text()
+		u, _, _ := strings.Cut(line, "\t")
+		if u != "AnonID" && !users[u] {
+			if len(users) == n {
+				break
+			}
+			users[u] = true
+		}
+		zw.Write([]byte(line + "\n"))
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestAppsEndToEnd runs every mining application besides query (covered by
+// TestRunEndToEnd) under FT_u and FT_a through embedded NATS, kfake and one
+// shared real ClickHouse server (a database per subtest), and compares each
+// export item by item with internal/truth's release computed straight from
+// the raw log. User counts per app keep each run near 15-30k reports, so the
+// whole test stays within a few minutes on 2 cores. Some cases use
+// non-default options to check that they reach the clients.
+func TestAppsEndToEnd(t *testing.T) {
+	needClickHouse(t)
+	if testing.Short() {
+		t.Skip("end-to-end runs in -short mode")
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	ch, err := clickhouse.Start(ctx, filepath.Join(dir, "clickhouse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Stop()
+	gap := 10 * time.Minute
+	ltrB := pipelines.Buckets{Rank: []int{1, 3}, Dwell: []time.Duration{time.Minute, time.Hour}, Length: []int{2}}
+	cases := []struct {
+		app    string
+		users  int
+		policy string
+		k      int
+		o      pipelines.Options
+		to     truth.Options
+	}{
+		{"reformulation", 150, "ft-u", 2, pipelines.Options{}, truth.Options{}},
+		{"reformulation", 150, "ft-a", 3, pipelines.Options{SessionGap: gap}, truth.Options{SessionGap: gap}},
+		{"click", 60, "ft-u", 2, pipelines.Options{}, truth.Options{}},
+		{"click", 60, "ft-a", 3, pipelines.Options{URLLevel: "full"}, truth.Options{URLLevel: "full"}},
+		{"url", 40, "ft-u", 2, pipelines.Options{URLLevel: "dir"}, truth.Options{URLLevel: "dir"}},
+		{"url", 40, "ft-a", 3, pipelines.Options{}, truth.Options{}},
+		{"ltr", 25, "ft-u", 2, pipelines.Options{}, truth.Options{}},
+		{"ltr", 25, "ft-a", 3, pipelines.Options{Buckets: ltrB},
+			truth.Options{RankBuckets: ltrB.Rank, DwellBuckets: ltrB.Dwell, LengthBuckets: ltrB.Length}},
+		{"keyword", 30, "ft-u", 2, pipelines.Options{}, truth.Options{}},
+		{"keyword", 30, "ft-a", 3, pipelines.Options{}, truth.Options{}},
+	}
+	subsets := map[int]string{}
+	for i, c := range cases {
+		t.Run(c.app+"/"+c.policy, func(t *testing.T) {
+			input := subsets[c.users]
+			if input == "" {
+				input = writeSubset(t, dir, c.users)
+				subsets[c.users] = input
+			}
+			sub := t.TempDir()
+			out := filepath.Join(sub, "out.tsv")
+			t0 := time.Now()
+			sum, err := Run(ctx, Config{Input: input, App: c.app, AppOptions: c.o, Policy: c.policy, K: c.k,
+				Export: out, StateDir: filepath.Join(sub, "state"), Partitions: 4,
+				ClickHouse: ch.TCPAddr, Database: fmt.Sprintf("apps_%d", i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := truth.AppRelease(input, c.app, c.policy, c.k, 0, c.to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _, err := truth.ReadExport(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s %s k=%d, %d users: %d reports sent, %d decrypted (relays dropped %d, aggregator dropped %d); %d items expected, %d released, %s",
+				c.app, c.policy, c.k, c.users, sum.Sent, sum.Decrypted, sum.RelayDropped, sum.AggregatorDropped,
+				len(want), len(got), time.Since(t0).Round(time.Second))
+			if len(want) == 0 {
+				t.Fatal("the raw-log release is empty: the case tests nothing")
+			}
+			if d := truth.Diff(want, got, 10); len(d) > 0 {
+				t.Fatalf("export differs from the raw-log release (%d vs %d items):\n%v", len(got), len(want), d)
+			}
+		})
+	}
+}
