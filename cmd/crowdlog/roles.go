@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
@@ -87,6 +88,7 @@ Example:
 	f.IntVar(&cfg.Workers, "workers", 0, "clients replayed concurrently (default: number of CPUs)")
 	f.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "how long to wait for relays, aggregator and release after ingest")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar on stderr (shown only when stderr is a terminal)")
+	f.StringVar(&cfg.Metrics, "metrics", "", metricsHelp)
 	c.MarkFlagRequired("input")
 	return c
 }
@@ -171,7 +173,7 @@ clients of the epoch have sent.`,
 }
 
 func randomnessCmd() *cobra.Command {
-	var natsURL, keys string
+	var natsURL, keys, metricsAddr string
 	c := &cobra.Command{
 		Use:   "randomness [--nats URL] [--keys DIR]",
 		Short: "Serve OPRF randomness (RFC 9497, ristretto255) over NATS request/reply",
@@ -194,17 +196,21 @@ DIR/randomness.seed.closed are refused.`,
 			if err != nil {
 				return err
 			}
+			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterRandomness(reg, s) }); err != nil {
+				return err
+			}
 			return s.Run(cmd.Context())
 		},
 	}
 	c.Flags().StringVar(&natsURL, "nats", defaultNATS, "NATS URL")
 	c.Flags().StringVar(&keys, "keys", "keys", "directory holding randomness.seed")
+	addMetricsFlag(c, &metricsAddr)
 	return c
 }
 
 func relayCmd() *cobra.Command {
 	var o runner.RelayOptions
-	var natsURL, kafkaAddr string
+	var natsURL, kafkaAddr, metricsAddr string
 	c := &cobra.Command{
 		Use:   "relay --name a|b --key FILE [--nats URL] [--kafka ADDR]",
 		Short: "Run a relay: peel one onion layer, batch, shuffle, forward",
@@ -241,6 +247,11 @@ latency.`,
 				return err
 			}
 			defer closeW()
+			reg, err := serveMetrics(cmd.Context(), metricsAddr, nil)
+			if err != nil {
+				return err
+			}
+			r.Registerer = reg
 			return r.Run(cmd.Context())
 		},
 	}
@@ -251,11 +262,12 @@ latency.`,
 	f.StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address (used by the last relay)")
 	f.IntVar(&o.BatchSize, "batch", 256, "mix batch size (messages)")
 	f.DurationVar(&o.BatchTimeout, "batch-timeout", 50*time.Millisecond, "forward a partial batch after this long")
+	addMetricsFlag(c, &metricsAddr)
 	return c
 }
 
 func aggregateCmd() *cobra.Command {
-	var kafkaAddr, group string
+	var kafkaAddr, group, metricsAddr string
 	var keyPaths []string
 	c := &cobra.Command{
 		Use:   "aggregate --key FILE [--kafka ADDR]",
@@ -278,12 +290,16 @@ so kill -9 loses nothing and counts nothing twice.`,
 				return err
 			}
 			s.GroupID = group
+			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterAggregator(reg, s) }); err != nil {
+				return err
+			}
 			return s.Run(cmd.Context())
 		},
 	}
 	c.Flags().StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address")
 	c.Flags().StringSliceVar(&keyPaths, "key", nil, "aggregator HPKE key file (repeat during a rotation)")
 	c.Flags().StringVar(&group, "group", "crowdlog-aggregator", "Kafka consumer group")
+	addMetricsFlag(c, &metricsAddr)
 
 	var app, epoch string
 	closeCmd := &cobra.Command{
@@ -311,7 +327,7 @@ has closed it.`,
 }
 
 func releaseCmd() *cobra.Command {
-	var kafkaAddr, ch, db string
+	var kafkaAddr, ch, db, metricsAddr string
 	c := &cobra.Command{
 		Use:   "release [--kafka ADDR] [--clickhouse ADDR]",
 		Short: "Write released histograms from topic decrypted into ClickHouse",
@@ -328,12 +344,16 @@ outage is retried.`,
 				return err
 			}
 			defer w.Close()
+			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterRelease(reg, st) }); err != nil {
+				return err
+			}
 			return st.Run(cmd.Context())
 		},
 	}
 	c.Flags().StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address")
 	c.Flags().StringVar(&ch, "clickhouse", defaultCH, "ClickHouse native address")
 	c.Flags().StringVar(&db, "database", "crowdlog", "ClickHouse database")
+	addMetricsFlag(c, &metricsAddr)
 	return c
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
 	"github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/metrics"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/publish"
@@ -53,6 +54,13 @@ type Config struct {
 	// bucket flags); zero fields mean the defaults.
 	AppOptions pipelines.Options
 
+	// Metrics, when set (e.g. "127.0.0.1:9100"), serves /metrics, /healthz and
+	// /readyz for every in-process role.
+	Metrics string
+	// afterRelease, in tests, is called with the metrics address once the
+	// release is in ClickHouse, while the roles still run.
+	afterRelease func(metricsAddr string)
+
 	Export   string        // write the released histogram as TSV here
 	Workers  int           // concurrent clients; default GOMAXPROCS
 	Progress io.Writer     // progress bar destination; nil = none
@@ -73,6 +81,7 @@ type Summary struct {
 	ReleasedImpressions  uint64
 	Undecrypted          []release.Undecrypted
 	Elapsed              time.Duration
+	Metrics              string // address serving /metrics, when Config.Metrics was set
 	NATS, Kafka, ClickHs string
 }
 
@@ -181,6 +190,15 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	defer writer.Close()
 
 	// 2. the roles, in process unless External
+	reg := metrics.NewRegistry()
+	if cfg.Metrics != "" {
+		addr, err := metrics.Serve(ctx, cfg.Metrics, reg, nil)
+		if err != nil {
+			return nil, err
+		}
+		sum.Metrics = addr.String()
+		log.Info("metrics", "url", "http://"+sum.Metrics+"/metrics")
+	}
 	svcCtx, stopServices := context.WithCancel(ctx)
 	var svc errgroup.Group
 	defer func() { stopServices(); svc.Wait() }()
@@ -198,6 +216,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			return nil, err
 		}
 		rc.Pinned = map[string][]byte{cfg.Epoch: pk}
+		RegisterRandomness(reg, rs)
 		svc.Go(func() error { return rs.Run(svcCtx) })
 		for _, name := range []string{"a", "b"} {
 			r, closeW, err := NewRelay(svcCtx, js, RelayOptions{Name: name, Kafka: brokers,
@@ -205,6 +224,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			if err != nil {
 				return nil, err
 			}
+			r.Registerer = reg
 			relayStats = append(relayStats, r.Stats)
 			svc.Go(func() error { defer closeW(); return r.Run(svcCtx) })
 		}
@@ -212,11 +232,13 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		if err != nil {
 			return nil, err
 		}
+		RegisterAggregator(reg, agg)
 		svc.Go(func() error { return agg.Run(svcCtx) })
 		st, w, err := NewRelease(svcCtx, brokers, cfg.ClickHouse, cfg.Database, log)
 		if err != nil {
 			return nil, err
 		}
+		RegisterRelease(reg, st)
 		svc.Go(func() error { defer w.Close(); return st.Run(svcCtx) })
 	}
 
@@ -226,6 +248,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	pub := &publish.Publisher{JS: js, Subject: relays.Subject("a")}
+	RegisterPublisher(reg, pub)
 	client := &ingest.Client{App: app, Epoch: cfg.Epoch, Policy: policy, K: cfg.K,
 		Randomness: rc,
 		Route:      ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: relays.Subject("b")},
@@ -274,6 +297,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		if err := writeExport(cfg.Export, items); err != nil {
 			return sum, err
 		}
+	}
+	if cfg.afterRelease != nil {
+		cfg.afterRelease(sum.Metrics)
 	}
 	for _, s := range relayStats {
 		snap := s.Snapshot()

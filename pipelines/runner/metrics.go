@@ -1,0 +1,41 @@
+package runner
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/crowdlog/crowdlog/aggregator"
+	"github.com/crowdlog/crowdlog/infra/metrics"
+	"github.com/crowdlog/crowdlog/ingest/publish"
+	"github.com/crowdlog/crowdlog/randomness"
+	"github.com/crowdlog/crowdlog/release/stage"
+)
+
+// RegisterAggregator exposes an aggregator's counters: reports accepted,
+// decrypted and dropped (all reasons, incl. redelivered duplicates), and
+// undecrypted tags pending in the partitions this process owns.
+func RegisterAggregator(reg prometheus.Registerer, s *aggregator.Service) {
+	metrics.CounterFunc(reg, "crowdlog_aggregator_reports_total", "Reports accepted by the aggregator.", nil, func() float64 { return float64(s.Reports.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_aggregator_decrypted_total", "Reports decrypted and emitted.", nil, func() float64 { return float64(s.Decrypted.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_aggregator_dropped_total", "Reports dropped: malformed, duplicate, late, bad share or ciphertext.", nil, func() float64 { return float64(s.Dropped.Load()) })
+	metrics.GaugeFunc(reg, "crowdlog_aggregator_pending_tags", "Undecrypted tags in the partitions this process owns.", nil, func() float64 { return float64(s.PendingTags()) })
+}
+
+// RegisterRandomness exposes OPRF elements evaluated and requests rejected.
+func RegisterRandomness(reg prometheus.Registerer, s *randomness.Service) {
+	metrics.CounterFunc(reg, "crowdlog_randomness_evaluated_total", "OPRF elements evaluated.", nil, func() float64 { return float64(s.Evaluated.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_randomness_rejected_total", "Randomness requests refused (malformed, closed epoch).", nil, func() float64 { return float64(s.Rejected.Load()) })
+}
+
+// RegisterRelease exposes epochs released and item rows written.
+func RegisterRelease(reg prometheus.Registerer, st *stage.Stage) {
+	metrics.CounterFunc(reg, "crowdlog_release_epochs_total", "Epoch releases written to ClickHouse.", nil, func() float64 { return float64(st.Released.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_release_rows_total", "Released item rows written to ClickHouse.", nil, func() float64 { return float64(st.Rows.Load()) })
+}
+
+// RegisterPublisher exposes a client publisher's reports published and
+// retried.
+func RegisterPublisher(reg prometheus.Registerer, p *publish.Publisher) {
+	metrics.CounterFunc(reg, "crowdlog_ingest_reports_published_total", "Onion-wrapped reports stored by relay a's stream.", nil, func() float64 { return float64(p.Published.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_ingest_publish_retries_total", "Publishes retried (backpressure or timeouts).", nil, func() float64 { return float64(p.Retried.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_ingest_publish_failed_total", "Reports abandoned at Close.", nil, func() float64 { return float64(p.Failed.Load()) })
+}
