@@ -262,6 +262,7 @@ latency.`,
 	f.StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address (used by the last relay)")
 	f.IntVar(&o.BatchSize, "batch", 256, "mix batch size (messages)")
 	f.DurationVar(&o.BatchTimeout, "batch-timeout", 50*time.Millisecond, "forward a partial batch after this long")
+	f.DurationVar(&o.AckWait, "ack-wait", 30*time.Second, "redeliver a message this long after a relay took it without acknowledging (crash)")
 	addMetricsFlag(c, &metricsAddr)
 	return c
 }
@@ -269,6 +270,7 @@ latency.`,
 func aggregateCmd() *cobra.Command {
 	var kafkaAddr, group, metricsAddr string
 	var keyPaths []string
+	var session time.Duration
 	c := &cobra.Command{
 		Use:   "aggregate --key FILE [--kafka ADDR]",
 		Short: "Run the threshold aggregator on Kafka topic reports",
@@ -290,6 +292,7 @@ so kill -9 loses nothing and counts nothing twice.`,
 				return err
 			}
 			s.GroupID = group
+			s.SessionTimeout = session
 			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterAggregator(reg, s) }); err != nil {
 				return err
 			}
@@ -299,6 +302,7 @@ so kill -9 loses nothing and counts nothing twice.`,
 	c.Flags().StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address")
 	c.Flags().StringSliceVar(&keyPaths, "key", nil, "aggregator HPKE key file (repeat during a rotation)")
 	c.Flags().StringVar(&group, "group", "crowdlog-aggregator", "Kafka consumer group")
+	c.Flags().DurationVar(&session, "session-timeout", 20*time.Second, "a member silent this long leaves the group and its partitions move (also the wait after a crash)")
 	addMetricsFlag(c, &metricsAddr)
 
 	var app, epoch string

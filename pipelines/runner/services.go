@@ -51,6 +51,7 @@ type RelayOptions struct {
 	BatchSize    int           // mix batch size
 	BatchTimeout time.Duration // mix batch timeout
 	MaxMsgs      int64         // stream bound (backpressure); 0 = default
+	AckWait      time.Duration // redelivery after a crashed relay; 0 = relays.DefaultAckWait
 }
 
 // NewRelay builds a relay service connected to js and Kafka.
@@ -74,7 +75,7 @@ func NewRelay(ctx context.Context, js jetstream.JetStream, o RelayOptions, log *
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
 		BatchSize: 10000, BatchBytes: 64 << 20}
 	r := &relays.Relay{Name: o.Name, Keys: keys, JS: js, Kafka: w, BatchSize: o.BatchSize,
-		BatchTimeout: o.BatchTimeout, Logger: log, Stats: &relays.Stats{}}
+		BatchTimeout: o.BatchTimeout, AckWait: o.AckWait, Logger: log, Stats: &relays.Stats{}}
 	return r, func() { w.Close() }, nil
 }
 
