@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/crowdlog
 PKGS    := ./...
 
-.PHONY: all build test test-short vet fuzz bench demo clean
+.PHONY: all build test test-short vet fuzz bench demo chaos clean
 
 all: build
 
@@ -37,6 +37,12 @@ bench:
 
 demo:
 	bash scripts/demo.sh
+
+# The chaos test on the whole bundled log: random SIGKILLs of relays,
+# aggregators and release, aggregator group 1 -> 3 -> 2; the export must equal
+# the fault-free release.
+chaos:
+	CROWDLOG_CHAOS_USERS=1000 $(GO) test -count=1 -timeout 60m -run TestChaos -v ./cmd/crowdlog
 
 clean:
 	rm -rf bin demo-state

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/crowdlog/crowdlog/aggregator"
+	"github.com/crowdlog/crowdlog/infra/clickhouse"
+	"github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/natsserver"
+	"github.com/crowdlog/crowdlog/internal/truth"
+	"github.com/crowdlog/crowdlog/pipelines/runner"
+)
+
+// TestChaos ingests a log while SIGKILLing a random relay, aggregator or
+// release process every few seconds (and restarting it), and while the
+// aggregator group grows 1 → 3 and shrinks to 2. The export must equal the
+// release computed from the raw log: nothing lost, nothing counted twice.
+// `make chaos` runs it on the whole bundled log (CROWDLOG_CHAOS_USERS=1000);
+// `make test` on a small subset.
+func TestChaos(t *testing.T) {
+	if _, err := clickhouse.ServerBinary(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("ClickHouse is required in CI: %v", err)
+		}
+		t.Skipf("no ClickHouse: %v", err)
+	}
+	if testing.Short() {
+		t.Skip("multi-process chaos in -short mode")
+	}
+	users := 120
+	if v, err := strconv.Atoi(os.Getenv("CROWDLOG_CHAOS_USERS")); err == nil && v > 0 {
+		users = v
+	}
+	every := 3 * time.Second
+	const k, policy = 2, "ft-u"
+	input := subset(t, users)
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+
+	ns, err := natsserver.Start(ctx, filepath.Join(dir, "nats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	kb, err := kafka.Start(ctx, filepath.Join(dir, "kafka"), 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kb.Close()
+	if err := kafka.EnsureTopics(ctx, kb.Addr, 6, aggregator.ReportsTopic, aggregator.DecryptedTopic); err != nil {
+		t.Fatal(err)
+	}
+	ch, err := clickhouse.Start(ctx, filepath.Join(dir, "clickhouse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Stop()
+	keys := filepath.Join(dir, "keys")
+	if out, err := exec.Command(bin, "keys", "generate", "--dir", keys).CombinedOutput(); err != nil {
+		t.Fatalf("keys generate: %v %s", err, out)
+	}
+	logs := filepath.Join(dir, "logs")
+	os.MkdirAll(logs, 0o755)
+	start(t, bin, filepath.Join(logs, "randomness.log"), "randomness", "--nats", ns.URL, "--keys", keys)
+	var victims []*proc
+	for _, name := range []string{"a", "b"} {
+		victims = append(victims, start(t, bin, filepath.Join(logs, "relay-"+name+".log"), "relay", "--name", name,
+			"--nats", ns.URL, "--kafka", kb.Addr, "--key", filepath.Join(keys, "relay-"+name+".key"), "--ack-wait", "4s"))
+	}
+	aggArgs := []string{"aggregate", "--kafka", kb.Addr, "--key", filepath.Join(keys, runner.AggregatorKey), "--session-timeout", "6s"}
+	aggs := []*proc{start(t, bin, filepath.Join(logs, "aggregate-0.log"), aggArgs...)}
+	victims = append(victims, start(t, bin, filepath.Join(logs, "release.log"), "release", "--kafka", kb.Addr, "--clickhouse", ch.TCPAddr))
+
+	out := filepath.Join(dir, "out.tsv")
+	run := exec.CommandContext(ctx, bin, "run", "--external", "--no-progress", "--input", input, "--app", "query",
+		"--policy", policy, "--k", strconv.Itoa(k), "--epoch", "chaos", "--nats", ns.URL, "--kafka", kb.Addr,
+		"--clickhouse", ch.TCPAddr, "--keys", keys, "--export", out, "--timeout", "30m")
+	var runOut bytes.Buffer
+	run.Stdout, run.Stderr = &runOut, &runOut
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- run.Wait() }()
+
+	kills, joins, leaves := 0, 0, 0
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	var runErr error
+	for step := 1; ; step++ {
+		select {
+		case runErr = <-done:
+		case <-tick.C:
+			switch {
+			case step == 2 || step == 3: // 1 → 3 aggregators
+				aggs = append(aggs, start(t, bin, filepath.Join(logs, fmt.Sprintf("aggregate-%d.log", len(aggs))), aggArgs...))
+				joins++
+			case step == 6: // 3 → 2
+				aggs[len(aggs)-1].stop(syscall.SIGTERM)
+				aggs = aggs[:len(aggs)-1]
+				leaves++
+			default:
+				pool := append(append([]*proc{}, victims...), aggs...)
+				v := pool[rng.IntN(len(pool))]
+				v.stop(syscall.SIGKILL)
+				kills++
+				time.Sleep(300 * time.Millisecond)
+				v.restart()
+			}
+			continue
+		}
+		break
+	}
+	report := fmt.Sprintf("chaos: %d users, %d kills, %d aggregator joins, %d leaves (final group: %d)", users, kills, joins, leaves, len(aggs))
+	if runErr != nil {
+		t.Fatalf("%s\nrun: %v\n%s", report, runErr, runOut.String())
+	}
+	want, err := truth.Release(input, policy, k, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := truth.ReadExport(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := truth.Diff(want, got, 10); len(d) > 0 {
+		t.Fatalf("%s\nexport differs from the raw-log release (%d vs %d items):\n%v", report, len(got), len(want), d)
+	}
+	clean := filepath.Join(dir, "clean.tsv")
+	if _, err := runner.Run(ctx, runner.Config{Input: input, App: "query", Policy: policy, K: k, Epoch: "chaos",
+		Export: clean, StateDir: filepath.Join(dir, "clean"), ClickHouse: ch.TCPAddr, Database: "clean", Partitions: 6}); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.ReadFile(out)
+	b, _ := os.ReadFile(clean)
+	if !bytes.Equal(a, b) {
+		t.Fatalf("%s\nexport (%d bytes) is not byte-identical to the fault-free run's (%d bytes)", report, len(a), len(b))
+	}
+	t.Logf("%s; export of %d items byte-identical to the fault-free run and equal to the raw-log release", report, len(got))
+}
