@@ -45,6 +45,9 @@ type Service struct {
 	// SessionTimeout: a member silent this long leaves the group and its
 	// partitions move (also the wait after a crash); default 20 s.
 	SessionTimeout time.Duration
+	// CoarseSummary sets Partition.CoarseSummary: report counts in the
+	// epoch-close summary rounded down to powers of two.
+	CoarseSummary bool
 
 	Reports, Decrypted, Dropped atomic.Int64 // totals over all partitions
 	mu                          sync.Mutex
@@ -180,6 +183,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 		from = committed // state kept from our own last commit: no replay
 	} else {
 		st = NewPartition(id, count, s.Keys)
+		st.CoarseSummary = s.CoarseSummary
 	}
 	if err := r.SetOffset(from); err != nil {
 		return err

@@ -81,7 +81,68 @@ type Partition struct {
 	tags      map[groupKey]*tagState
 	closed    map[epochKey]bool
 	Stats     Stats
-	noVerify  bool // baseline for benchmarks: no commitment checks, AEAD subset search
+	// CoarseSummary rounds each undecrypted group's report count down to a
+	// power of two in the epoch-close summary (SummaryBucket), so a summary
+	// row says "Tags groups had between Reports and 2·Reports−1 reports"
+	// instead of an exact count that a frequency-matching reader can pin to
+	// one auxiliary query (docs/attacks.md, attack.TestFrequencySummary).
+	// Shares (distinct users, < k) stay exact. Off by default: with it,
+	// Σ Reports·Tags is only a lower bound of the undecrypted reports.
+	CoarseSummary bool
+	noVerify      bool // baseline for benchmarks: no commitment checks, AEAD subset search
+}
+
+// SummaryBucket is the lower bound of n's power-of-two bucket [2^i, 2^(i+1)):
+// 1→1, 2–3→2, 4–7→4, …; 0→0.
+func SummaryBucket(n uint64) uint64 {
+	if n == 0 {
+		return 0
+	}
+	b := uint64(1)
+	for b <= n/2 {
+		b <<= 1
+	}
+	return b
+}
+
+// PendingGroup is one (tag, commitment) group below threshold: what a thief
+// of the aggregator's memory (or of the reports topic plus the aggregator
+// key) holds about an artifact that has not opened. Tag and Commitment are
+// hex (Commitment = protocol.CommitmentHash of the vector); Reports counts
+// its reports (impressions), Shares its distinct shares (distinct users
+// under FT_u, always < K). The shares themselves and the ciphertexts are
+// useless below K and are not included.
+type PendingGroup struct {
+	App        string `json:"app"`
+	Epoch      string `json:"epoch"`
+	Policy     string `json:"policy"`
+	K          int    `json:"k"`
+	Tag        string `json:"tag"`
+	Commitment string `json:"commitment"`
+	Reports    int    `json:"reports"`
+	Shares     int    `json:"shares"`
+}
+
+// Pending returns every group of the partition still below threshold,
+// sorted by tag then commitment: the pending state an auditor examines
+// (`crowdlog attack snapshot`).
+func (p *Partition) Pending() []PendingGroup {
+	var out []PendingGroup
+	for gk, t := range p.tags {
+		if t.key != nil || t.dead {
+			continue
+		}
+		out = append(out, PendingGroup{App: t.app, Epoch: t.epoch, Policy: t.policy.String(), K: t.k,
+			Tag: hex.EncodeToString(gk.tag[:]), Commitment: hex.EncodeToString(gk.commit[:]),
+			Reports: len(t.pending), Shares: len(t.shares)})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Tag != out[j].Tag {
+			return out[i].Tag < out[j].Tag
+		}
+		return out[i].Commitment < out[j].Commitment
+	})
+	return out
 }
 
 // NewPartition returns empty state for partition id of count, opening
@@ -134,6 +195,15 @@ func (p *Partition) Apply(m Message) []protocol.Decrypted {
 		p.drop("malformed")
 		return nil
 	}
+	return p.ApplyReport(r)
+}
+
+// ApplyReport processes one report whose onion layer was already peeled
+// (Apply after protocol.Peel and protocol.ParseReport); attack and load
+// tests use it to skip HPKE. Same rules and counters as Apply: a report id
+// seen before in its group is dropped as "duplicate", so a replayed report
+// never adds an impression.
+func (p *Partition) ApplyReport(r *protocol.Report) []protocol.Decrypted {
 	if p.closed[epochKey{r.App, r.Epoch}] {
 		p.drop("late")
 		return nil
@@ -392,7 +462,11 @@ func (p *Partition) closeEpoch(c protocol.EpochClose) []protocol.Decrypted {
 			if hist[g] == nil {
 				hist[g] = map[rk]uint64{}
 			}
-			hist[g][rk{uint64(len(t.pending)), uint64(len(t.shares))}]++
+			reports := uint64(len(t.pending))
+			if p.CoarseSummary {
+				reports = SummaryBucket(reports)
+			}
+			hist[g][rk{reports, uint64(len(t.shares))}]++
 		}
 		delete(p.tags, gk)
 	}

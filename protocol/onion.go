@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/cloudflare/circl/hpke"
@@ -126,6 +127,34 @@ func LoadPublicKey(path string) (PublicKey, error) {
 	return PublicKey{ID: f.ID, Key: pk}, nil
 }
 
+// ErrKeyRole is wrapped by LoadPublicKeyFor when a public key file belongs
+// to another hop than the one it is used for (e.g. relay-b.key.pub given as
+// relay a's key): the relay would drop every layer as "unknown_key" or
+// "malformed" without the client ever hearing of it.
+var ErrKeyRole = errors.New("protocol: public key file is for another hop")
+
+// LoadPublicKeyFor is LoadPublicKey for the hop named role ("relay-a",
+// "relay-b", "aggregator"): it also checks the file's name field and that
+// the key id is not 0 (ids start at 1; `crowdlog keys rotate` increments
+// them). Errors wrap ErrKeyRole and say which file to use.
+func LoadPublicKeyFor(path, role string) (PublicKey, error) {
+	var f keyFile
+	b, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(b, &f)
+	}
+	if err != nil {
+		return PublicKey{}, fmt.Errorf("key file %s: %w (generate keys with `crowdlog keys generate`)", path, err)
+	}
+	if f.Name != role {
+		return PublicKey{}, fmt.Errorf("%w: %s holds the key of %q, not %q (use %s.key.pub)", ErrKeyRole, path, f.Name, role, role)
+	}
+	if f.ID == 0 {
+		return PublicKey{}, fmt.Errorf("%w: %s has key id 0 (ids start at 1; regenerate with `crowdlog keys generate`)", ErrKeyRole, path)
+	}
+	return LoadPublicKey(path)
+}
+
 func decodePublic(s string) (kem.PublicKey, error) {
 	raw, err := hex.DecodeString(s)
 	if err != nil {
@@ -174,6 +203,12 @@ func padTo(n int) (int, error) {
 // layers add a constant overhead, so all messages of one class and route have
 // one length.
 func SealLayer(pk PublicKey, hop Hop, inner []byte) ([]byte, error) {
+	return sealLayer(rand.Reader, pk, hop, inner)
+}
+
+// sealLayer is SealLayer with the HPKE ephemeral key drawn from rnd (golden
+// test vectors pass a fixed reader: RFC 9180 DeriveKeyPair(ikmE)).
+func sealLayer(rnd io.Reader, pk PublicKey, hop Hop, inner []byte) ([]byte, error) {
 	w := writer{b: make([]byte, 0, len(inner)+64)}
 	w.u8(Version)
 	w.u8(byte(hop.Kind))
@@ -204,7 +239,7 @@ func SealLayer(pk PublicKey, hop Hop, inner []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	enc, sealer, err := snd.Setup(rand.Reader)
+	enc, sealer, err := snd.Setup(rnd)
 	if err != nil {
 		return nil, err
 	}

@@ -211,3 +211,19 @@ func BenchmarkRecoverK5(b *testing.B) {
 		Recover(shares, 5)
 	}
 }
+
+// TestLoadPublicKeyFor: a client given another hop's public key file gets
+// ErrKeyRole instead of reports the relay silently drops.
+func TestLoadPublicKeyFor(t *testing.T) {
+	dir := t.TempDir()
+	k, _ := GenerateKeyPair(2)
+	if err := SaveKeyPair(dir+"/relay-b.key", "relay-b", k); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadPublicKeyFor(dir+"/relay-b.key.pub", "relay-b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadPublicKeyFor(dir+"/relay-b.key.pub", "relay-a"); !errors.Is(err, ErrKeyRole) {
+		t.Fatalf("relay b's key used for relay a: %v, want ErrKeyRole", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/sha512"
 	"fmt"
 	"io"
 
@@ -89,16 +90,42 @@ func DeriveSealing(omega []byte, app, epoch string, policy Policy, k int) (Seali
 	if policy != FTa && policy != FTu {
 		return Sealing{}, fmt.Errorf("protocol: unknown policy %d", policy)
 	}
-	s := Sealing{App: app, Epoch: epoch, Policy: policy, K: k}
-	h := sha256.New()
-	h.Write([]byte("crowdlog-v1 tag"))
-	h.Write([]byte{byte(policy), byte(k >> 8), byte(k)})
-	h.Write(omega)
-	copy(s.Tag[:], h.Sum(nil))
+	s := Sealing{App: app, Epoch: epoch, Policy: policy, K: k, Tag: TagFromOmega(omega, policy, k)}
 	s.poly = derivePolynomial(omega, k)
 	s.key = aeadKey(s.Tag, s.poly.Secret())
 	s.commit = commitPolynomial(s.poly)
 	return s, nil
+}
+
+// TagFromOmega is the tag part of DeriveSealing alone: SHA-256("crowdlog-v1
+// tag" ‖ policy ‖ u16 k ‖ ω), ~1 µs (DeriveSealing also builds the
+// commitment, k fixed-base multiplications). Anyone holding ω — every client
+// of the artifact, or an attacker who can compute ω (LocalOmega, or a stolen
+// epoch key) — gets the tag; attack/ uses it to probe pending tags.
+func TagFromOmega(omega []byte, policy Policy, k int) [32]byte {
+	h := sha256.New()
+	h.Write([]byte("crowdlog-v1 tag"))
+	h.Write([]byte{byte(policy), byte(k >> 8), byte(k)})
+	h.Write(omega)
+	var t [32]byte
+	copy(t[:], h.Sum(nil))
+	return t
+}
+
+// LocalOmega is the paper's "hash mode" ω = SHA-512("crowdlog-v1 local" ‖
+// OPRFInput(app, epoch, artifact)) (CrowdLogging §3.1 seals with a
+// deterministic hash of the artifact), 64 bytes like an RFC 9497 output.
+//
+// WARNING: for comparison and tests only (DESIGN decision 2). Without a
+// secret key anyone can compute ω for a guessed artifact, so a compromised
+// aggregator (or a thief of the reports topic) finds every pending artifact
+// of a candidate list: the offline probe of CrowdLogging §5.4, demonstrated
+// by attack.TestProbe. Production clients use the VOPRF (Blind/Finalize).
+func LocalOmega(app, epoch, artifact string) []byte {
+	h := sha512.New()
+	h.Write([]byte("crowdlog-v1 local"))
+	h.Write(OPRFInput(app, epoch, artifact))
+	return h.Sum(nil)
 }
 
 // Commitment returns the Feldman commitment to the sealing's polynomial
@@ -155,27 +182,33 @@ func (s *Sealing) UnitID(user *UserSecret) [16]byte {
 // tag as associated data) of payload with its Unit set. One call = one
 // impression.
 func (s *Sealing) Seal(user *UserSecret, primary, secondary string) (*Report, error) {
+	return s.seal(rand.Reader, user, s.ShareX(user), primary, secondary)
+}
+
+// seal is Seal with the report id and AEAD nonce drawn from rnd and the
+// share's x given (golden test vectors use fixed values).
+func (s *Sealing) seal(rnd io.Reader, user *UserSecret, x group.Scalar, primary, secondary string) (*Report, error) {
 	r := &Report{App: s.App, Epoch: s.Epoch, Policy: s.Policy, K: uint16(s.K), Tag: s.Tag, Commitment: s.commit}
-	if _, err := io.ReadFull(rand.Reader, r.ID[:]); err != nil {
+	if _, err := io.ReadFull(rnd, r.ID[:]); err != nil {
 		return nil, err
 	}
-	r.Share = s.poly.Eval(s.ShareX(user))
+	r.Share = s.poly.Eval(x)
 	p := Payload{Primary: primary, Secondary: secondary, Unit: s.UnitID(user)}
 	pt, err := p.MarshalBinary()
 	if err != nil {
 		return nil, err
 	}
-	r.Ciphertext, err = sealAEAD(s.key, s.Tag, pt)
+	r.Ciphertext, err = sealAEAD(rnd, s.key, s.Tag, pt)
 	return r, err
 }
 
-func sealAEAD(key [32]byte, tag [32]byte, pt []byte) ([]byte, error) {
+func sealAEAD(rnd io.Reader, key [32]byte, tag [32]byte, pt []byte) ([]byte, error) {
 	a, err := chacha20poly1305.NewX(key[:])
 	if err != nil {
 		return nil, err
 	}
 	out := make([]byte, a.NonceSize(), a.NonceSize()+len(pt)+a.Overhead())
-	if _, err := io.ReadFull(rand.Reader, out); err != nil {
+	if _, err := io.ReadFull(rnd, out); err != nil {
 		return nil, err
 	}
 	return a.Seal(out, out, pt, tag[:]), nil

@@ -75,6 +75,14 @@ type Relay struct {
 	// Workers is the number of goroutines peeling a batch in parallel;
 	// 0 means GOMAXPROCS.
 	Workers int
+	// ReplayWindow and ReplayEntries bound the replay filter: a layer this
+	// process already forwarded (same HPKE encapsulated key) is dropped as
+	// "replay" for at least min(ReplayWindow, the time to forward
+	// ReplayEntries layers) and at most twice that (see replayFilter).
+	// 0 means DefaultReplayWindow / DefaultReplayEntries; a negative
+	// ReplayWindow disables the filter (tests of downstream dedup).
+	ReplayWindow  time.Duration
+	ReplayEntries int
 
 	// Logger receives operational logs (never payload bytes or keys);
 	// nil means slog.Default().
@@ -85,6 +93,8 @@ type Relay struct {
 	// crowdlog_relay_reports_in_total, crowdlog_relay_forwarded_total,
 	// crowdlog_relay_dropped_total{reason}, crowdlog_relay_batch_size.
 	Registerer prometheus.Registerer
+
+	replay *replayFilter // nil when disabled
 }
 
 // dropReason says why a layer was dropped.
@@ -96,9 +106,10 @@ const (
 	dropOversized
 	dropUnknownKey
 	dropWrongHop
+	dropReplay
 )
 
-var reasonNames = [...]string{keep: "", dropMalformed: "malformed", dropOversized: "oversized", dropUnknownKey: "unknown_key", dropWrongHop: "wrong_hop"}
+var reasonNames = [...]string{keep: "", dropMalformed: "malformed", dropOversized: "oversized", dropUnknownKey: "unknown_key", dropWrongHop: "wrong_hop", dropReplay: "replay"}
 
 // item is one fetched message and what peeling it gave.
 type item struct {
@@ -107,6 +118,8 @@ type item struct {
 	inner  []byte
 	reason dropReason
 	ok     bool // forward succeeded
+	claim  bool // holds a replay-filter claim on key
+	key    replayKey
 }
 
 // Run consumes the relay's inbox until ctx ends: fetch up to BatchSize
@@ -166,6 +179,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		return fmt.Errorf("relays: seed shuffle: %w", err)
 	}
 	rng := rand.New(rand.NewChaCha8(seed))
+	if r.ReplayWindow >= 0 {
+		r.replay = newReplayFilter(def(r.ReplayWindow, DefaultReplayWindow), def(r.ReplayEntries, DefaultReplayEntries))
+	}
 
 	// Two stages: this goroutine fetches and peels batch k+1 while the
 	// forwarder shuffles, forwards and acks batch k.
@@ -271,6 +287,19 @@ func (r *Relay) prepare(items []*item, mx *metrics, log *slog.Logger) []*item {
 	mx.batch(len(items))
 
 	r.peelAll(items)
+	if r.replay != nil {
+		// after peeling: only layers that decrypt can claim an enc, so a
+		// forged copy of someone's enc cannot get the genuine layer dropped
+		for _, it := range items {
+			if it.reason != keep {
+				continue
+			}
+			it.key = keyOf(it.m.Data())
+			if it.claim = r.replay.claim(it.key); !it.claim {
+				it.reason = dropReplay
+			}
+		}
+	}
 
 	var dropped [len(reasonNames)]int
 	good := items[:0:0]
@@ -290,7 +319,7 @@ func (r *Relay) prepare(items []*item, mx *metrics, log *slog.Logger) []*item {
 	}
 	if len(good) < len(items) {
 		log.Debug("dropped bad layers", "malformed", dropped[dropMalformed], "oversized", dropped[dropOversized],
-			"unknown_key", dropped[dropUnknownKey], "wrong_hop", dropped[dropWrongHop])
+			"unknown_key", dropped[dropUnknownKey], "wrong_hop", dropped[dropWrongHop], "replay", dropped[dropReplay])
 	}
 	return good
 }
@@ -356,6 +385,9 @@ func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *m
 	delay := def(r.NakDelay, DefaultNakDelay)
 	var fwd, failed int
 	for _, it := range good {
+		if it.claim {
+			r.replay.done(it.key, it.ok)
+		}
 		if it.ok {
 			_ = it.m.Ack()
 			fwd++

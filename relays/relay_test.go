@@ -565,6 +565,10 @@ func TestRelayRetriesFailedKafkaWrites(t *testing.T) {
 	if b.Forwarded != uint64(len(rs)) {
 		t.Errorf("relay b forwarded %d, want %d", b.Forwarded, len(rs))
 	}
+	// redeliveries of messages whose forward failed are not replays
+	if b.Replay != 0 {
+		t.Errorf("relay b dropped %d redelivered layers as replays, want 0", b.Replay)
+	}
 }
 
 // blockingWriter signals its first call and blocks it until ctx ends.
@@ -771,4 +775,69 @@ func benchRelay(b *testing.B, batch int) {
 	b.StopTimer()
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "msgs/s")
 	r.stop(b)
+}
+
+// TestRelayDropsReplays: one onion published 1,000 times to relay a (no
+// Nats-Msg-Id, so JetStream's duplicate window does not help) is forwarded
+// once and dropped 999 times as "replay"; its relay-b layer replayed 100
+// times straight into relay b's inbox after it was forwarded is dropped 100
+// times. Other reports pass untouched: Kafka holds each report exactly once.
+func TestRelayDropsReplays(t *testing.T) {
+	e := newEnv(t, 0)
+	rs := randomReports(20)
+	layers := e.onions(t, rs)
+	var stA, stB relays.Stats
+	reg := prometheus.NewRegistry()
+	ra := e.relayA(t, &stA)
+	ra.Registerer = reg
+	runs := []*running{start(ra), start(e.relayB(t, e.writer(t), &stB))}
+	defer func() {
+		for _, r := range runs {
+			r.stop(t)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const replays = 1000
+	for i := 0; i < replays; i++ {
+		if _, err := e.js.Publish(ctx, relays.Subject("a"), layers[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range layers[1:] {
+		if _, err := e.js.Publish(ctx, relays.Subject("a"), l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs := e.waitKafka(t, len(rs), 30*time.Second)
+	e.waitDrained(t)
+	_, forB, err := protocol.Peel([]*protocol.KeyPair{e.a}, layers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		if _, err := e.js.Publish(ctx, relays.Subject("b"), forB); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitDrained(t)
+	time.Sleep(200 * time.Millisecond)
+	msgs, err = readAll(ctx, e.broker.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dups := e.checkDelivered(t, rs, msgs); dups != 0 || len(msgs) != len(rs) {
+		t.Fatalf("Kafka holds %d records (%d duplicates), want each of %d reports once", len(msgs), dups, len(rs))
+	}
+	a, b := stA.Snapshot(), stB.Snapshot()
+	t.Logf("relay a %+v; relay b %+v", a, b)
+	if a.Replay != replays-1 || a.Forwarded != uint64(len(rs)) {
+		t.Errorf("relay a: %d replays dropped (want %d), %d forwarded (want %d)", a.Replay, replays-1, a.Forwarded, len(rs))
+	}
+	if b.Replay != 100 || b.Forwarded != uint64(len(rs)) {
+		t.Errorf("relay b: %d replays dropped (want 100), %d forwarded (want %d)", b.Replay, b.Forwarded, len(rs))
+	}
+	if v := promValue(t, reg, "crowdlog_relay_dropped_total", "a"); v != replays-1 {
+		t.Errorf("crowdlog_relay_dropped_total{relay=a} = %v, want %d", v, replays-1)
+	}
 }

@@ -27,6 +27,9 @@ type Stats struct {
 	// follow: HopDeliver, a HopRelay subject outside SubjectPrefix or
 	// naming the relay itself, or HopKafka at a relay without Kafka.
 	WrongHop atomic.Uint64
+	// Replay counts dropped layers this process had already forwarded (or
+	// was forwarding) within the replay window: same HPKE encapsulated key.
+	Replay atomic.Uint64
 	// ForwardFailures counts messages Nak'ed because their forward failed.
 	ForwardFailures atomic.Uint64
 	// Batches counts processed (non-empty) batches.
@@ -35,17 +38,19 @@ type Stats struct {
 
 // StatsSnapshot is a point-in-time copy of Stats.
 type StatsSnapshot struct {
-	In, Forwarded, Malformed, Oversized, UnknownKey, WrongHop, ForwardFailures, Batches uint64
+	In, Forwarded, Malformed, Oversized, UnknownKey, WrongHop, Replay, ForwardFailures, Batches uint64
 }
 
 // Dropped is the number of dropped messages over all reasons.
-func (s StatsSnapshot) Dropped() uint64 { return s.Malformed + s.Oversized + s.UnknownKey + s.WrongHop }
+func (s StatsSnapshot) Dropped() uint64 {
+	return s.Malformed + s.Oversized + s.UnknownKey + s.WrongHop + s.Replay
+}
 
 // Snapshot copies the counters (each read atomically, not all at one instant).
 func (s *Stats) Snapshot() StatsSnapshot {
 	return StatsSnapshot{
 		In: s.In.Load(), Forwarded: s.Forwarded.Load(), Malformed: s.Malformed.Load(),
-		Oversized: s.Oversized.Load(), UnknownKey: s.UnknownKey.Load(), WrongHop: s.WrongHop.Load(),
+		Oversized: s.Oversized.Load(), UnknownKey: s.UnknownKey.Load(), WrongHop: s.WrongHop.Load(), Replay: s.Replay.Load(),
 		ForwardFailures: s.ForwardFailures.Load(), Batches: s.Batches.Load(),
 	}
 }
@@ -60,6 +65,8 @@ func (s *Stats) drop(r dropReason, n int) {
 		s.UnknownKey.Add(uint64(n))
 	case dropWrongHop:
 		s.WrongHop.Add(uint64(n))
+	case dropReplay:
+		s.Replay.Add(uint64(n))
 	}
 }
 

@@ -1,0 +1,107 @@
+package attack
+
+import (
+	"encoding/hex"
+	"fmt"
+	"os"
+
+	"github.com/cloudflare/circl/oprf"
+
+	"github.com/crowdlog/crowdlog/aggregator"
+	"github.com/crowdlog/crowdlog/protocol"
+)
+
+// Omega computes ω for an artifact the way an attacker can: LocalOmegaFunc
+// (the paper's hash mode, no secret) or KeyOmega (with the randomness
+// service's epoch key: aggregator + randomness collusion).
+type Omega func(app, epoch, artifact string) ([]byte, error)
+
+// LocalOmegaFunc is protocol.LocalOmega as an Omega: what anyone can compute.
+func LocalOmegaFunc(app, epoch, artifact string) ([]byte, error) {
+	return protocol.LocalOmega(app, epoch, artifact), nil
+}
+
+// KeyOmega evaluates the OPRF directly under the epoch keys derived from a
+// randomness seed (RFC 9497 FullEvaluate = what clients obtain through
+// Blind/Finalize): the randomness service colluding with the aggregator, or
+// a thief of keys/randomness.seed.
+func KeyOmega(seed []byte) Omega {
+	servers := map[string]oprf.VerifiableServer{}
+	return func(app, epoch, artifact string) ([]byte, error) {
+		s, ok := servers[epoch]
+		if !ok {
+			sk, err := protocol.DeriveOPRFKey(seed, epoch)
+			if err != nil {
+				return nil, err
+			}
+			s = oprf.NewVerifiableServer(protocol.OPRFSuite, sk)
+			servers[epoch] = s
+		}
+		return s.FullEvaluate(protocol.OPRFInput(app, epoch, artifact))
+	}
+}
+
+// SeedOmega reads a randomness seed file (32 bytes) and returns KeyOmega.
+func SeedOmega(path string) (Omega, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("attack: read randomness seed: %w", err)
+	}
+	if len(b) != 32 {
+		return nil, fmt.Errorf("attack: randomness seed %s has %d bytes, want 32", path, len(b))
+	}
+	return KeyOmega(b), nil
+}
+
+// ProbeResult counts what an offline probe found. Found[i] is the number
+// of pending groups whose artifact was identified from the candidates;
+// the identified artifacts themselves are in Artifacts (tag hex →
+// artifact), for the caller to count, never to print from real logs.
+type ProbeResult struct {
+	Candidates int
+	Pending    int
+	Found      int
+	Artifacts  map[string]string
+}
+
+// Probe is the offline probe of CrowdLogging §5.4: for every candidate
+// artifact and every (app, epoch, policy, k) present in the pending
+// groups, compute ω with omega, then the tag (protocol.TagFromOmega), and
+// look it up among the pending tags. In hash mode (LocalOmegaFunc on
+// reports sealed with protocol.LocalOmega) it finds every pending
+// candidate; against VOPRF reports without the epoch key it finds none.
+func Probe(groups []aggregator.PendingGroup, candidates []string, omega Omega) (ProbeResult, error) {
+	type params struct {
+		app, epoch string
+		policy     protocol.Policy
+		k          int
+	}
+	pending := map[string]bool{}
+	ps := map[params]bool{}
+	for _, g := range groups {
+		pending[g.Tag] = true
+		pol, err := protocol.ParsePolicy(g.Policy)
+		if err != nil {
+			return ProbeResult{}, err
+		}
+		ps[params{g.App, g.Epoch, pol, g.K}] = true
+	}
+	res := ProbeResult{Candidates: len(candidates), Pending: len(pending), Artifacts: map[string]string{}}
+	for p := range ps {
+		for _, c := range candidates {
+			w, err := omega(p.app, p.epoch, c)
+			if err != nil {
+				return res, err
+			}
+			tag := protocol.TagFromOmega(w, p.policy, p.k)
+			h := hex.EncodeToString(tag[:])
+			if pending[h] {
+				if _, dup := res.Artifacts[h]; !dup {
+					res.Found++
+				}
+				res.Artifacts[h] = c
+			}
+		}
+	}
+	return res, nil
+}

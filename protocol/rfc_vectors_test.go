@@ -1,0 +1,169 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/cloudflare/circl/oprf"
+)
+
+func readJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func hexList(t *testing.T, s string) [][]byte {
+	var out [][]byte
+	for _, p := range strings.Split(s, ",") {
+		out = append(out, mustHex(t, p))
+	}
+	return out
+}
+
+// TestRFC9497Vectors runs RFC 9497's ristretto255-SHA512 VOPRF vectors
+// (testdata/rfc9497-ristretto255-sha512-voprf.json) through the calls
+// crowdlog makes: DeriveKey with OPRFSuite/OPRFMode, a verifiable client's
+// blind (with the RFC's blinds), the server's evaluation elements, and our
+// Finalize wrapper (wire decoding + DLEQ proof check + unblinding) on the
+// RFC's evaluation elements and proof, which must give the RFC's outputs.
+func TestRFC9497Vectors(t *testing.T) {
+	var v struct {
+		Seed, KeyInfo, SkSm, PkSm string
+		Vectors                   []struct {
+			Batch                                                   int
+			Blind, BlindedElement, EvaluationElement, Input, Output string
+			Proof                                                   struct{ Proof, R string }
+		}
+	}
+	readJSON(t, "testdata/rfc9497-ristretto255-sha512-voprf.json", &v)
+	sk, err := oprf.DeriveKey(OPRFSuite, OPRFMode, mustHex(t, v.Seed), mustHex(t, v.KeyInfo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := sk.MarshalBinary(); hex.EncodeToString(got) != v.SkSm {
+		t.Fatalf("skSm = %x, RFC %s", got, v.SkSm)
+	}
+	pkb, _ := sk.Public().MarshalBinary()
+	if hex.EncodeToString(pkb) != v.PkSm {
+		t.Fatalf("pkSm = %x, RFC %s", pkb, v.PkSm)
+	}
+	pub, err := ParseOPRFPublicKey(pkb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tv := range v.Vectors {
+		inputs := hexList(t, tv.Input)
+		var blinds []oprf.Blind
+		for _, b := range hexList(t, tv.Blind) {
+			s := G.NewScalar()
+			if err := s.UnmarshalBinary(b); err != nil {
+				t.Fatal(err)
+			}
+			blinds = append(blinds, s)
+		}
+		fin, ereq, err := oprf.NewVerifiableClient(OPRFSuite, pub).DeterministicBlind(inputs, blinds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := &RandomnessRequest{Epoch: "rfc"}
+		for j, e := range ereq.Elements {
+			b, _ := e.MarshalBinaryCompress()
+			if want := hexList(t, tv.BlindedElement)[j]; !bytes.Equal(b, want) {
+				t.Fatalf("vector %d: blinded element %d = %x, RFC %x", i, j, b, want)
+			}
+			q.Elements = append(q.Elements, b)
+		}
+		// our server wrapper: same evaluation elements (its proof is randomized)
+		resp, err := Evaluate(sk, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rfcEval := hexList(t, tv.EvaluationElement)
+		for j := range rfcEval {
+			if !bytes.Equal(resp.Elements[j], rfcEval[j]) {
+				t.Fatalf("vector %d: evaluation element %d = %x, RFC %x", i, j, resp.Elements[j], rfcEval[j])
+			}
+		}
+		// our client wrapper on the RFC's answer: proof verifies, outputs match
+		rfcResp := &RandomnessResponse{Elements: rfcEval, Proof: mustHex(t, tv.Proof.Proof)}
+		b, err := rfcResp.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rfcResp, err = ParseRandomnessResponse(b); err != nil {
+			t.Fatal(err)
+		}
+		out, err := Finalize(&Blinded{pub: pub, fin: fin}, rfcResp)
+		if err != nil {
+			t.Fatalf("vector %d: RFC proof rejected: %v", i, err)
+		}
+		for j, want := range hexList(t, tv.Output) {
+			if !bytes.Equal(out[j], want) {
+				t.Fatalf("vector %d: output %d = %x, RFC %x", i, j, out[j], want)
+			}
+		}
+		// and a tampered proof is refused
+		bad := *rfcResp
+		bad.Proof = append([]byte(nil), rfcResp.Proof...)
+		bad.Proof[0] ^= 1
+		if _, err := Finalize(&Blinded{pub: pub, fin: fin}, &bad); err == nil {
+			t.Fatalf("vector %d: tampered proof accepted", i)
+		}
+	}
+}
+
+// TestRFC9180Vectors runs RFC 9180 A.2.1 (our Suite, Base mode) through
+// circl's HPKE with the RFC's ikmR/ikmE: the derived keys, enc and the
+// ciphertexts of consecutive seals must match, and our Suite's receiver
+// must open them.
+func TestRFC9180Vectors(t *testing.T) {
+	var v struct {
+		Mode, KemID, KdfID, AeadID        int
+		Info, IkmR, IkmE, SkRm, PkRm, Enc string
+		Encryptions                       []struct{ Aad, Ct, Pt string }
+	}
+	readJSON(t, "testdata/rfc9180-x25519-sha256-chacha20poly1305-base.json", &v)
+	pk, sk := kemScheme.DeriveKeyPair(mustHex(t, v.IkmR))
+	if b, _ := pk.MarshalBinary(); hex.EncodeToString(b) != v.PkRm {
+		t.Fatalf("pkRm = %x, RFC %s", b, v.PkRm)
+	}
+	if b, _ := sk.MarshalBinary(); hex.EncodeToString(b) != v.SkRm {
+		t.Fatalf("skRm = %x, RFC %s", b, v.SkRm)
+	}
+	snd, err := Suite.NewSender(pk, mustHex(t, v.Info))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, sealer, err := snd.Setup(bytes.NewReader(mustHex(t, v.IkmE)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hex.EncodeToString(enc) != v.Enc {
+		t.Fatalf("enc = %x, RFC %s", enc, v.Enc)
+	}
+	rcv, _ := Suite.NewReceiver(sk, mustHex(t, v.Info))
+	opener, err := rcv.Setup(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range v.Encryptions {
+		ct, err := sealer.Seal(mustHex(t, e.Pt), mustHex(t, e.Aad))
+		if err != nil || hex.EncodeToString(ct) != e.Ct {
+			t.Fatalf("encryption %d: ct = %x (%v), RFC %s", i, ct, err, e.Ct)
+		}
+		pt, err := opener.Open(mustHex(t, e.Ct), mustHex(t, e.Aad))
+		if err != nil || hex.EncodeToString(pt) != e.Pt {
+			t.Fatalf("encryption %d: open = %x (%v)", i, pt, err)
+		}
+	}
+}

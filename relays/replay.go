@@ -1,0 +1,107 @@
+package relays
+
+import (
+	"sync"
+	"time"
+)
+
+// Replay protection defaults (issue 3 item 4).
+const (
+	// DefaultReplayWindow is how long a generation of the replay filter
+	// lives before it rotates.
+	DefaultReplayWindow = time.Hour
+	// DefaultReplayEntries is the most layers one generation holds; a full
+	// generation rotates early. Two generations are kept: at 16-byte keys
+	// and Go map overhead (~48 B per entry) the filter stays under ~100 MB.
+	DefaultReplayEntries = 1 << 20
+)
+
+// replayKey identifies a peeled layer: the first 16 bytes of its HPKE
+// encapsulated key (RFC 9180 enc, an ephemeral X25519 public key the
+// sender draws fresh for every layer). The enc is bound to the ciphertext
+// (it keys the AEAD), so a layer with a copied enc and other bytes does not
+// peel and never reaches the filter. Two honest layers collide with
+// probability about n²/2^129 for n remembered layers: at 2^21 entries
+// ~2^-87, i.e. no false positives in practice.
+type replayKey [16]byte
+
+// replayFilter remembers the layers a relay process has forwarded, in two
+// rotating generations (current and previous), so memory is bounded by
+// 2×entries keys. A layer counts as forwarded only after its forward
+// succeeded: a message redelivered by JetStream because its forward failed
+// is not in the filter and is processed again. Layers being forwarded
+// right now are "in flight": a second copy arriving meanwhile is a replay
+// too (if the first copy's forward then fails, that copy is redelivered,
+// so one copy always survives).
+//
+// Window: a forwarded layer is remembered for at least min(window, the
+// time to forward entries layers) and at most twice that. A replay after
+// that passes this relay; the aggregator still drops its report id within
+// the epoch (aggregator.Partition). The filter is per process: relays
+// sharing a name do not share it, but JetStream's duplicate window
+// (DuplicateWindow, keyed by MsgID) already stops identical re-publications
+// within 2 minutes across processes.
+type replayFilter struct {
+	mu       sync.Mutex
+	window   time.Duration
+	entries  int
+	started  time.Time
+	cur      map[replayKey]struct{}
+	prev     map[replayKey]struct{}
+	inflight map[replayKey]struct{}
+	now      func() time.Time
+}
+
+func newReplayFilter(window time.Duration, entries int) *replayFilter {
+	return &replayFilter{window: window, entries: entries, now: time.Now,
+		cur: map[replayKey]struct{}{}, prev: map[replayKey]struct{}{}, inflight: map[replayKey]struct{}{}}
+}
+
+// keyOf returns the replay key of a layer that peeled (it is at least
+// 2+32+16 bytes long, checked by protocol.Peel).
+func keyOf(layer []byte) replayKey {
+	var k replayKey
+	copy(k[:], layer[2:2+len(k)])
+	return k
+}
+
+// claim reports whether the layer is new, and if so marks it in flight.
+// False means a replay: forwarded before or in flight now.
+func (f *replayFilter) claim(k replayKey) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rotate()
+	if _, ok := f.cur[k]; ok {
+		return false
+	}
+	if _, ok := f.prev[k]; ok {
+		return false
+	}
+	if _, ok := f.inflight[k]; ok {
+		return false
+	}
+	f.inflight[k] = struct{}{}
+	return true
+}
+
+// done ends a claim: forwarded layers are remembered, failed ones
+// forgotten (their redelivery is not a replay).
+func (f *replayFilter) done(k replayKey, forwarded bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.inflight, k)
+	if forwarded {
+		f.rotate()
+		f.cur[k] = struct{}{}
+	}
+}
+
+func (f *replayFilter) rotate() {
+	now := f.now()
+	if f.started.IsZero() {
+		f.started = now
+	}
+	if len(f.cur) >= f.entries || now.Sub(f.started) >= f.window {
+		f.prev, f.cur, f.started = f.cur, make(map[replayKey]struct{}, len(f.cur)), now
+	}
+}
