@@ -8,6 +8,7 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"sort"
 
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/pipelines"
@@ -61,6 +62,48 @@ type Client struct {
 	// Publish sends one onion to relay A; it blocks when relays fall behind
 	// (backpressure) and must not drop.
 	Publish func(ctx context.Context, onion []byte) error
+	// Limit, when > 0, keeps only the user's Limit most recent artifacts of
+	// the epoch after mining (DP_a/DP_u/ZEALOUS, CrowdLogging §3.2.3 and
+	// §4: "the most recent d artifacts"; see release/policy Limit).
+	// LimitDistinct makes it the Limit most recent distinct artifacts, one
+	// report each (DP_u, ZEALOUS); otherwise the Limit most recent artifact
+	// instances (DP_a).
+	Limit         int
+	LimitDistinct bool
+}
+
+// LimitArtifacts applies the client-side limit to arts (in log order, as
+// pipelines.App.Mine returns them): "most recent" is by Artifact.Time, ties
+// broken by log order (later = more recent). distinct=false keeps the n most
+// recent instances; distinct=true keeps, for the n most recently used
+// distinct Primary values, one instance each (its most recent). The result
+// is in time order. n ≤ 0 returns arts unchanged.
+func LimitArtifacts(arts []pipelines.Artifact, n int, distinct bool) []pipelines.Artifact {
+	if n <= 0 || (len(arts) <= n && !distinct) {
+		return arts
+	}
+	idx := make([]int, len(arts))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return arts[idx[a]].Time.Before(arts[idx[b]].Time) })
+	var keep []int
+	seen := map[string]bool{}
+	for j := len(idx) - 1; j >= 0 && len(keep) < n; j-- {
+		a := arts[idx[j]]
+		if distinct {
+			if seen[a.Primary] {
+				continue
+			}
+			seen[a.Primary] = true
+		}
+		keep = append(keep, idx[j])
+	}
+	out := make([]pipelines.Artifact, len(keep))
+	for i, j := range keep {
+		out[len(keep)-1-i] = arts[j]
+	}
+	return out
 }
 
 // SubmitUser mines one user's records, fetches ω for each distinct artifact
@@ -69,7 +112,7 @@ type Client struct {
 // A randomness error (failed proof, changed epoch key, closed epoch) stops
 // the user before anything is sealed.
 func (c *Client) SubmitUser(ctx context.Context, secret *protocol.UserSecret, records []aol.Record) (int, error) {
-	arts := c.App.Mine(records)
+	arts := LimitArtifacts(c.App.Mine(records), c.Limit, c.LimitDistinct)
 	if len(arts) == 0 {
 		return 0, nil
 	}

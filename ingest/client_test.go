@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"crypto/rand"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -151,5 +152,33 @@ func BenchmarkHPKESeal(b *testing.B) {
 	msg := make([]byte, 400)
 	for b.Loop() {
 		protocol.SealLayer(route.Aggregator, protocol.Hop{Kind: protocol.HopDeliver}, msg)
+	}
+}
+
+func TestLimitArtifacts(t *testing.T) {
+	t0 := time.Date(2006, 3, 1, 0, 0, 0, 0, time.UTC)
+	at := func(p string, min int) pipelines.Artifact {
+		return pipelines.Artifact{Primary: p, Time: t0.Add(time.Duration(min) * time.Minute)}
+	}
+	// log order with one out-of-order time: c@5 is more recent than b@4
+	arts := []pipelines.Artifact{at("a", 1), at("b", 2), at("a", 3), at("c", 5), at("b", 4), at("a", 6)}
+	prim := func(as []pipelines.Artifact) string {
+		var s []string
+		for _, a := range as {
+			s = append(s, a.Primary)
+		}
+		return strings.Join(s, ",")
+	}
+	if got := prim(LimitArtifacts(arts, 3, false)); got != "b,c,a" {
+		t.Fatalf("3 most recent instances: %s", got)
+	}
+	if got := prim(LimitArtifacts(arts, 2, true)); got != "c,a" {
+		t.Fatalf("2 most recent distinct: %s", got)
+	}
+	if got := prim(LimitArtifacts(arts, 10, true)); got != "b,c,a" {
+		t.Fatalf("all distinct, one each, most recent instance: %s", got)
+	}
+	if got := LimitArtifacts(arts, 0, true); len(got) != len(arts) {
+		t.Fatal("0 must not limit")
 	}
 }

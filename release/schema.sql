@@ -57,3 +57,23 @@ CREATE TABLE IF NOT EXISTS releases (
     released_at DateTime
 ) ENGINE = ReplacingMergeTree(released_at)
 ORDER BY (app, epoch, policy, k);
+
+-- Privacy budget ledger (docs/policies.md): one row per differentially
+-- private release, append-only, written BEFORE the release's rows, so no
+-- release is ever visible without its spend. A release's spend is found by
+-- its release key (app, epoch, policy, k); a redo after a crash finds its
+-- row and does not spend again. Budgets are per (dataset, epoch): the
+-- writer refuses a release whose epsilon or delta would push the sum of
+-- the (dataset, epoch) rows over the configured budget.
+CREATE TABLE IF NOT EXISTS privacy_ledger (
+    dataset String,
+    epoch String,
+    app String,
+    policy String,
+    k UInt32,
+    epsilon Float64,
+    delta Float64,
+    params String,
+    spent_at DateTime
+) ENGINE = MergeTree
+ORDER BY (dataset, epoch, spent_at, app, policy, k);

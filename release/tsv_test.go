@@ -68,10 +68,10 @@ func TestWriteTSVReportsWriteError(t *testing.T) {
 
 func TestSchemaStatements(t *testing.T) {
 	stmts := release.SchemaStatements()
-	if len(stmts) != 3 {
-		t.Fatalf("schema has %d statements, want 3", len(stmts))
+	if len(stmts) != 4 {
+		t.Fatalf("schema has %d statements, want 4", len(stmts))
 	}
-	for _, table := range []string{"released_items", "undecrypted_summary", "releases"} {
+	for _, table := range []string{"released_items", "undecrypted_summary", "releases", "privacy_ledger"} {
 		found := false
 		for _, s := range stmts {
 			if strings.HasPrefix(s, "CREATE TABLE IF NOT EXISTS "+table+" (") {

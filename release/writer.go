@@ -16,7 +16,7 @@ import (
 )
 
 // Schema is the DDL of the release tables (released_items,
-// undecrypted_summary, releases) as run by Open: CREATE TABLE IF NOT EXISTS
+// undecrypted_summary, releases, privacy_ledger) as run by Open: CREATE TABLE IF NOT EXISTS
 // statements separated by ";", valid on ClickHouse 18.16 and current
 // releases. Tables are unqualified; Open runs them in its database.
 // Exported so docs and operators can show or apply it

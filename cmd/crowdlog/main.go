@@ -55,6 +55,7 @@ Start with 'crowdlog run --help': it runs every role on one machine.`,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	root.AddCommand(runCmd(), ingestCmd(), randomnessCmd(), relayCmd(), aggregateCmd(), releaseCmd(), keysCmd(), clickhouseCmd())
+	root.AddCommand(runCmd(), simulateCmd(), ingestCmd(), randomnessCmd(), relayCmd(), aggregateCmd(), releaseCmd(), keysCmd(), clickhouseCmd())
+	root.AddCommand(attackCmd())
 	return root
 }

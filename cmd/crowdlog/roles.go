@@ -18,9 +18,10 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/pipelines"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
-	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/relays"
+	"github.com/crowdlog/crowdlog/release"
+	"github.com/crowdlog/crowdlog/release/policy"
 )
 
 const (
@@ -49,7 +50,10 @@ release) already run elsewhere with the keys in --keys; run then only ingests,
 closes the epoch and waits for the release.
 
 Policies: ft-u releases artifacts sent by at least k distinct users, ft-a
-those with at least k reports; impressions and users are exact counts.
+those with at least k reports; impressions and users are exact counts. dp-a,
+dp-u and zealous (--epsilon, --delta, --d, ...) limit every client to its d
+most recent artifacts, add Laplace noise, release noisy counts and record the
+spent (ε, δ) in the ClickHouse table privacy_ledger (docs/policies.md).
 
 Example:
   crowdlog run --input testdata/aol-top1000.tsv.gz --app query --policy ft-u --k 5 --export out.tsv`,
@@ -73,8 +77,10 @@ Example:
 	f.StringVar(&cfg.Input, "input", "", "AOL TSV log (plain or .gz) to replay, one client per AnonID (required)")
 	f.StringVar(&cfg.App, "app", "query", "mining application: "+fmt.Sprint(pipelines.Apps()))
 	appFlags(f, &cfg.AppOptions)
-	f.StringVar(&cfg.Policy, "policy", "ft-u", "threshold policy: ft-u (k distinct users) or ft-a (k reports)")
-	f.IntVar(&cfg.K, "k", 5, "threshold k: an artifact opens once k shares exist")
+	f.StringVar(&cfg.Policy, "policy", "ft-u", "policy: ft-u (k distinct users), ft-a (k reports), dp-a, dp-u or zealous (docs/policies.md)")
+	f.IntVar(&cfg.K, "k", 5, "threshold k of ft-u/ft-a: an artifact opens once k shares exist")
+	policyFlags(f, &cfg.DP)
+	budgetFlags(f, &cfg.Dataset, &cfg.Budget)
 	f.StringVar(&cfg.Epoch, "epoch", "all", "epoch name for the whole input (one OPRF key per epoch)")
 	f.StringVar(&cfg.Export, "export", "", "write the released histogram here as TSV (header: app epoch policy item impressions users)")
 	f.StringVar(&cfg.NATS, "nats", "", "NATS URL; empty starts an embedded server")
@@ -96,6 +102,7 @@ Example:
 func ingestCmd() *cobra.Command {
 	var input, app, pol, epoch, natsURL, keys string
 	var appOpts pipelines.Options
+	var dp policy.Params
 	var k, workers int
 	var noProgress bool
 	c := &cobra.Command{
@@ -120,10 +127,11 @@ clients of the epoch have sent.`,
 			if err != nil {
 				return err
 			}
-			policy, err := protocol.ParsePolicy(pol)
+			rp, err := runner.ResolvePolicy(pol, k, dp, input)
 			if err != nil {
 				return err
 			}
+			limit, distinct := rp.Limit()
 			ra, rb, ag, err := runner.LoadRoute(keys)
 			if err != nil {
 				return err
@@ -141,15 +149,15 @@ clients of the epoch have sent.`,
 				return err
 			}
 			pub := &publish.Publisher{JS: js, Subject: relays.Subject("a")}
-			client := &ingest.Client{App: a, Epoch: epoch, Policy: policy, K: k,
+			client := &ingest.Client{App: a, Epoch: epoch, Policy: rp.Sealing(), K: rp.ShamirK, Limit: limit, LimitDistinct: distinct,
 				Randomness: &randomness.Client{NC: nc, PinFile: filepath.Join(keys, runner.RandomnessPins)},
 				Route:      ingest.Route{RelayA: ra, RelayB: rb, Aggregator: ag, SubjectB: relays.Subject("b")},
 				Publish:    pub.Publish}
-			rp := &ingest.Replay{Client: client, Workers: workers, Logger: log}
+			replay := &ingest.Replay{Client: client, Workers: workers, Logger: log}
 			if !noProgress && term.IsTerminal(int(os.Stderr.Fd())) {
-				rp.Progress = os.Stderr
+				replay.Progress = os.Stderr
 			}
-			sum, err := rp.Run(ctx, input)
+			sum, err := replay.Run(ctx, input)
 			if ferr := pub.Flush(ctx); err == nil {
 				err = ferr
 			}
@@ -161,8 +169,9 @@ clients of the epoch have sent.`,
 	f.StringVar(&input, "input", "", "AOL TSV log (plain or .gz) (required)")
 	f.StringVar(&app, "app", "query", "mining application: "+fmt.Sprint(pipelines.Apps()))
 	appFlags(f, &appOpts)
-	f.StringVar(&pol, "policy", "ft-u", "threshold policy: ft-u or ft-a")
-	f.IntVar(&k, "k", 5, "threshold k")
+	f.StringVar(&pol, "policy", "ft-u", "policy: ft-u, ft-a, dp-a, dp-u or zealous (the release role must use the same)")
+	f.IntVar(&k, "k", 5, "threshold k of ft-u/ft-a")
+	policyFlags(f, &dp)
 	f.StringVar(&epoch, "epoch", "all", "epoch name")
 	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL")
 	f.StringVar(&keys, "keys", "keys", "directory with relay-a.key.pub, relay-b.key.pub, aggregator.key.pub")
@@ -331,23 +340,37 @@ has closed it.`,
 }
 
 func releaseCmd() *cobra.Command {
-	var kafkaAddr, ch, db, metricsAddr string
+	var kafkaAddr, ch, db, metricsAddr, pol, dataset string
+	var k int
+	var dp policy.Params
+	var budget release.Budget
 	c := &cobra.Command{
-		Use:   "release [--kafka ADDR] [--clickhouse ADDR]",
+		Use:   "release [--kafka ADDR] [--clickhouse ADDR] [--policy dp-u --users U ...]",
 		Short: "Write released histograms from topic decrypted into ClickHouse",
 		Long: `release reads topic "decrypted", drops duplicate reports (at-least-once
 delivery), and when every partition has closed an epoch writes its histogram
 (released_items), the counts-only undecrypted summary and a releases row to
 ClickHouse. Writes are idempotent per (app, epoch, policy, k); a ClickHouse
-outage is retried.`,
+outage is retried. With --policy dp-a, dp-u or zealous (and the same
+parameters the clients used, plus --users U) the items sealed for that policy
+are released with noise and the spend is recorded in privacy_ledger; a release
+over --budget-epsilon/--budget-delta is refused and logged.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
+			rp, err := runner.ResolvePolicy(pol, k, dp, "")
+			if err != nil {
+				return err
+			}
 			st, w, err := runner.NewRelease(cmd.Context(), []string{kafkaAddr}, ch, db, log)
 			if err != nil {
 				return err
 			}
 			defer w.Close()
+			if rp.Kind.IsDP() {
+				st.Policy, st.Dataset, st.Budget = rp, dataset, budget
+				log.Info("release: DP policy", "policy", rp.String())
+			}
 			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterRelease(reg, st) }); err != nil {
 				return err
 			}
@@ -357,54 +380,11 @@ outage is retried.`,
 	c.Flags().StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address")
 	c.Flags().StringVar(&ch, "clickhouse", defaultCH, "ClickHouse native address")
 	c.Flags().StringVar(&db, "database", "crowdlog", "ClickHouse database")
+	c.Flags().StringVar(&pol, "policy", "ft-u", "policy of the DP releases: dp-a, dp-u or zealous (ft-u/ft-a: exact releases only)")
+	c.Flags().IntVar(&k, "k", 5, "unused by DP policies (their Shamir k is derived)")
+	policyFlags(c.Flags(), &dp)
+	budgetFlags(c.Flags(), &dataset, &budget)
 	addMetricsFlag(c, &metricsAddr)
-	return c
-}
-
-func keysCmd() *cobra.Command {
-	c := &cobra.Command{
-		Use:   "keys",
-		Short: "Generate and list relay and aggregator HPKE keys",
-	}
-	var dir string
-	gen := &cobra.Command{
-		Use:   "generate --dir DIR",
-		Short: "Create relay-a, relay-b and aggregator key pairs in DIR (existing keys are kept)",
-		Long: `generate writes X25519 HPKE key pairs (RFC 9180) relay-a.key, relay-b.key and
-aggregator.key (mode 0600, private) and their public halves *.key.pub, which
-clients need. Existing files are never overwritten.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := runner.EnsureKeys(dir); err != nil {
-				return err
-			}
-			fmt.Println("keys in", dir)
-			return nil
-		},
-	}
-	gen.Flags().StringVar(&dir, "dir", "keys", "keys directory")
-	list := &cobra.Command{
-		Use:   "list --dir DIR",
-		Short: "List key files with their key ids (public information only)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			matches, _ := filepath.Glob(filepath.Join(dir, "*.pub"))
-			if len(matches) == 0 {
-				return fmt.Errorf("no public keys in %s (run `crowdlog keys generate --dir %s`)", dir, dir)
-			}
-			for _, m := range matches {
-				pk, err := protocol.LoadPublicKey(m)
-				if err != nil {
-					return err
-				}
-				b, _ := pk.Key.MarshalBinary()
-				fmt.Printf("%s\tid=%d\tpublic=%x\n", filepath.Base(m), pk.ID, b)
-			}
-			return nil
-		},
-	}
-	list.Flags().StringVar(&dir, "dir", "keys", "keys directory")
-	c.AddCommand(gen, list)
 	return c
 }
 

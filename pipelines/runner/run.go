@@ -21,20 +21,22 @@ import (
 	"github.com/crowdlog/crowdlog/infra/metrics"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/ingest"
+	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/pipelines"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release"
+	"github.com/crowdlog/crowdlog/release/policy"
 )
 
 // Config is one `crowdlog run`.
 type Config struct {
 	Input  string // AOL TSV log, plain or gzip
 	App    string // mining application, e.g. "query"
-	Policy string // "ft-u" or "ft-a"
-	K      int    // threshold k
+	Policy string // "ft-u", "ft-a", "dp-a", "dp-u" or "zealous" (release/policy)
+	K      int    // threshold k of ft-u/ft-a (DP policies derive their Shamir k)
 	Epoch  string // epoch name; the whole input is one epoch
 
 	NATS       string // NATS URL; "" starts an embedded server
@@ -49,6 +51,17 @@ type Config struct {
 	// elsewhere against the same addresses and keys; run only ingests,
 	// closes the epoch and waits for the release.
 	External bool
+
+	// DP holds the parameters of dp-a, dp-u and zealous (Epsilon, Delta, D,
+	// Users, CountShare, ShamirK, Slack, Lambda; Kind and K are taken from
+	// Policy and K). Users = 0 counts the AnonIDs of Input.
+	DP policy.Params
+	// Dataset and Budget: DP releases spend from the privacy budget of
+	// (Dataset, Epoch) in the ClickHouse table privacy_ledger; a release
+	// over Budget is refused (zero fields = no limit). Dataset default
+	// "default".
+	Dataset string
+	Budget  release.Budget
 
 	// AppOptions configure the application (--url-level, --session-gap,
 	// bucket flags); zero fields mean the defaults.
@@ -75,9 +88,10 @@ type Summary struct {
 	Sent                 int64 // reports published by clients
 	Relayed              int64 // reports forwarded to Kafka by relay B (in-process runs)
 	RelayDropped         int64
-	Decrypted            int64 // reports decrypted by the aggregator (in-process runs)
-	AggregatorDropped    int64 // dropped by the aggregator, incl. duplicates from redelivery
-	Released             int   // released items
+	Decrypted            int64  // reports decrypted by the aggregator (in-process runs)
+	AggregatorDropped    int64  // dropped by the aggregator, incl. duplicates from redelivery
+	Policy               string // the resolved policy with its parameters and achieved (ε, δ)
+	Released             int    // released items
 	ReleasedImpressions  uint64
 	Undecrypted          []release.Undecrypted
 	Elapsed              time.Duration
@@ -92,6 +106,9 @@ func (s *Summary) Print(w io.Writer) {
 	if s.Relayed > 0 || s.Decrypted > 0 {
 		fmt.Fprintf(w, "  reports relayed   %d (dropped %d)\n", s.Relayed, s.RelayDropped)
 		fmt.Fprintf(w, "  reports decrypted %d (aggregator dropped %d, e.g. redelivered duplicates)\n", s.Decrypted, s.AggregatorDropped)
+	}
+	if s.Policy != "" {
+		fmt.Fprintf(w, "  policy            %s\n", s.Policy)
 	}
 	fmt.Fprintf(w, "  items released    %d (%d impressions)\n", s.Released, s.ReleasedImpressions)
 	var tags, reps uint64
@@ -117,13 +134,14 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	policy, err := protocol.ParsePolicy(cfg.Policy)
-	if err != nil {
-		return nil, err
-	}
 	if _, err := os.Stat(cfg.Input); err != nil {
 		return nil, fmt.Errorf("input log: %w", err)
 	}
+	pol, err := ResolvePolicy(cfg.Policy, cfg.K, cfg.DP, cfg.Input)
+	if err != nil {
+		return nil, err
+	}
+	policy := pol.Sealing()
 	state := cfg.StateDir
 	if state == "" {
 		if state, err = os.MkdirTemp("", "crowdlog-run-"); err != nil {
@@ -134,7 +152,10 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if cfg.KeysDir == "" {
 		cfg.KeysDir = filepath.Join(state, "keys")
 	}
-	sum := &Summary{}
+	sum := &Summary{Policy: pol.String()}
+	key := release.Key{App: app.Name(), Epoch: cfg.Epoch, Policy: string(pol.Kind), K: pol.ShamirK}
+	spend := release.Spend{Dataset: cfg.Dataset, Epoch: cfg.Epoch, App: key.App, Policy: key.Policy, K: key.K,
+		Epsilon: pol.AchievedEpsilon, Delta: pol.AchievedDelta}
 
 	// 1. services: given addresses, or started locally
 	if cfg.NATS == "" {
@@ -188,6 +209,14 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	defer writer.Close()
+	if pol.Kind.IsDP() {
+		// fail before ingesting when the release would be refused anyway
+		if err := writer.CheckBudget(ctx, spend, cfg.Budget); err != nil {
+			return sum, err
+		}
+	}
+	var refusedMu sync.Mutex
+	var refused error
 
 	// 2. the roles, in process unless External
 	reg := metrics.NewRegistry()
@@ -238,6 +267,14 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		if err != nil {
 			return nil, err
 		}
+		if pol.Kind.IsDP() {
+			st.Policy, st.Dataset, st.Budget = pol, cfg.Dataset, cfg.Budget
+			st.OnRefused = func(app, epoch string, err error) {
+				refusedMu.Lock()
+				defer refusedMu.Unlock()
+				refused = err
+			}
+		}
 		RegisterRelease(reg, st)
 		svc.Go(func() error { defer w.Close(); return st.Run(svcCtx) })
 	}
@@ -249,12 +286,13 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	pub := &publish.Publisher{JS: js, Subject: relays.Subject("a")}
 	RegisterPublisher(reg, pub)
-	client := &ingest.Client{App: app, Epoch: cfg.Epoch, Policy: policy, K: cfg.K,
+	limit, distinct := pol.Limit()
+	client := &ingest.Client{App: app, Epoch: cfg.Epoch, Policy: policy, K: pol.ShamirK, Limit: limit, LimitDistinct: distinct,
 		Randomness: rc,
 		Route:      ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: relays.Subject("b")},
 		Publish:    pub.Publish}
 	rp := &ingest.Replay{Client: client, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
-	log.Info("ingest: replaying log", "app", app.Name(), "epoch", cfg.Epoch, "policy", policy, "k", cfg.K)
+	log.Info("ingest: replaying log", "app", app.Name(), "epoch", cfg.Epoch, "policy", pol.String())
 	rsum, err := rp.Run(ctx, cfg.Input)
 	sum.Users, sum.Sent = rsum.Users, rsum.Reports
 	sum.LogLines, sum.BadLines = rsum.Log.Lines, rsum.Log.Bad
@@ -278,8 +316,15 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := aggregator.CloseEpoch(wctx, brokers, app.Name(), cfg.Epoch); err != nil {
 		return sum, fmt.Errorf("close epoch: %w", err)
 	}
-	key := release.Key{App: app.Name(), Epoch: cfg.Epoch, Policy: policy.String(), K: cfg.K}
-	if err := waitFor(wctx, "the release in ClickHouse", func() (bool, error) { return writer.IsReleased(wctx, key) }); err != nil {
+	if err := waitFor(wctx, "the release in ClickHouse", func() (bool, error) {
+		refusedMu.Lock()
+		err := refused
+		refusedMu.Unlock()
+		if err != nil {
+			return false, &permanent{err}
+		}
+		return writer.IsReleased(wctx, key)
+	}); err != nil {
 		return sum, err
 	}
 	items, err := writer.ReleasedItems(ctx, key.App, key.Epoch, key.Policy, key.K)
@@ -319,7 +364,7 @@ func (cfg *Config) defaults() error {
 	if cfg.Input == "" {
 		return errors.New("no input: give --input LOG (AOL TSV, plain or .gz)")
 	}
-	if cfg.K < 1 || cfg.K > protocol.MaxK {
+	if kind, _ := policy.Parse(cfg.Policy); !kind.IsDP() && (cfg.K < 1 || cfg.K > protocol.MaxK) {
 		return fmt.Errorf("threshold --k %d outside 1..%d", cfg.K, protocol.MaxK)
 	}
 	if cfg.Epoch == "" {
@@ -330,6 +375,9 @@ func (cfg *Config) defaults() error {
 	}
 	if cfg.Database == "" {
 		cfg.Database = "crowdlog"
+	}
+	if cfg.Dataset == "" {
+		cfg.Dataset = "default"
 	}
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = 8
@@ -370,6 +418,10 @@ func waitFor(ctx context.Context, what string, cond func() (bool, error)) error 
 		if ok {
 			return nil
 		}
+		var perm *permanent
+		if errors.As(err, &perm) {
+			return perm.err
+		}
 		if err != nil {
 			last = err
 		}
@@ -385,5 +437,49 @@ func waitFor(ctx context.Context, what string, cond func() (bool, error)) error 
 			return errors.New(msg + " (are all roles running? see `crowdlog --help`)")
 		case <-time.After(200 * time.Millisecond):
 		}
+	}
+}
+
+// permanent marks a waitFor condition error that ends the wait at once.
+type permanent struct{ err error }
+
+func (p *permanent) Error() string { return p.err.Error() }
+
+// ResolvePolicy builds a release policy from its name, the FT threshold k
+// and the DP parameters p (Kind and K are overwritten); DP policies without
+// p.Users count the AnonIDs of input (U, public: the number of
+// contributing clients) when input is not "".
+func ResolvePolicy(name string, k int, p policy.Params, input string) (*policy.Policy, error) {
+	kind, err := policy.Parse(name)
+	if err != nil {
+		return nil, err
+	}
+	p.Kind, p.K = kind, k
+	if kind.IsDP() && p.Users == 0 && input != "" {
+		if p.Users, err = CountUsers(input); err != nil {
+			return nil, err
+		}
+	}
+	return policy.New(p)
+}
+
+// CountUsers returns the number of distinct AnonIDs of the AOL log at path
+// (bad lines are skipped).
+func CountUsers(path string) (int, error) {
+	r, err := aol.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("count users of %s: %w", path, err)
+	}
+	defer r.Close()
+	seen := map[string]struct{}{}
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return len(seen), nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("count users of %s: %w", path, err)
+		}
+		seen[rec.AnonID] = struct{}{}
 	}
 }

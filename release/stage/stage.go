@@ -2,7 +2,9 @@
 // "decrypted" topic, drops duplicates of at-least-once delivery, and when
 // every reports partition has closed an epoch it builds that epoch's
 // histogram — exact counts for the threshold policies FT_a and FT_u
-// (CrowdLogging §3.2.1–3.2.2) — and writes it to ClickHouse.
+// (CrowdLogging §3.2.1–3.2.2), or noisy counts under a configured
+// differentially private policy (release/policy: DP_a, DP_u, ZEALOUS) whose
+// spend is recorded in the privacy ledger — and writes it to ClickHouse.
 package stage
 
 import (
@@ -19,6 +21,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/release"
+	"github.com/crowdlog/crowdlog/release/policy"
 )
 
 // Sink receives a finished release (satisfied by *release.Writer).
@@ -36,7 +39,7 @@ type itemKey struct {
 
 type itemAcc struct {
 	reports  map[string]struct{}
-	units    map[string]struct{}
+	units    map[string]int // reports per pseudonymous unit id
 	variants map[string]int
 }
 
@@ -89,7 +92,7 @@ func (s *State) Apply(b []byte) (string, string, bool) {
 		k := itemKey{d.Policy, d.K, d.Item}
 		a := e.items[k]
 		if a == nil {
-			a = &itemAcc{reports: map[string]struct{}{}, units: map[string]struct{}{}, variants: map[string]int{}}
+			a = &itemAcc{reports: map[string]struct{}{}, units: map[string]int{}, variants: map[string]int{}}
 			e.items[k] = a
 		}
 		id := d.Tag + "/" + d.Report
@@ -98,7 +101,7 @@ func (s *State) Apply(b []byte) (string, string, bool) {
 			return "", "", false
 		}
 		a.reports[id] = struct{}{}
-		a.units[d.Unit] = struct{}{}
+		a.units[d.Unit]++
 		a.variants[d.Variant]++
 	case protocol.KindSummary:
 		// keyed by partition: a summary re-emitted after an aggregator
@@ -118,8 +121,13 @@ func (s *State) Apply(b []byte) (string, string, bool) {
 // Release returns the histogram of a completed epoch: per (policy, k, item)
 // impressions = distinct reports, users = distinct unit ids, variant = the
 // most frequent original form (ties: the smallest); and the undecrypted
-// summary.
+// summary. Counts are exact; ReleasePolicy applies a DP policy.
 func (s *State) Release(app, epoch string) ([]release.Item, []release.Undecrypted) {
+	return s.release(app, epoch, 0)
+}
+
+// release is Release with each unit's reports capped at unitCap (> 0).
+func (s *State) release(app, epoch string, unitCap int) ([]release.Item, []release.Undecrypted) {
 	e := s.epochs[epochKey{app, epoch}]
 	if e == nil {
 		return nil, nil
@@ -132,8 +140,15 @@ func (s *State) Release(app, epoch string) ([]release.Item, []release.Undecrypte
 				best, bestN = v, n
 			}
 		}
+		impressions := uint64(len(a.reports))
+		if unitCap > 0 {
+			impressions = 0
+			for _, n := range a.units {
+				impressions += uint64(min(n, unitCap))
+			}
+		}
 		items = append(items, release.Item{App: app, Epoch: epoch, Policy: k.policy, K: k.k, Item: k.item,
-			Variant: best, Impressions: uint64(len(a.reports)), Users: uint64(len(a.units))})
+			Variant: best, Impressions: impressions, Users: uint64(len(a.units))})
 	}
 	release.SortItems(items)
 	merged := map[release.Undecrypted]uint64{}
@@ -152,6 +167,61 @@ func (s *State) Release(app, epoch string) ([]release.Item, []release.Undecrypte
 	return items, undec
 }
 
+// ReleasePolicy returns the release of a completed epoch under pol. Items
+// and summary lines sealed for pol (pol.Sealing() and k = pol.ShamirK) are
+// released only under pol: for a DP policy each item goes through
+// pol.Decide (DP_a counts capped at d reports per unit id, so several
+// devices of one user count at most d), items it rejects are dropped, and
+// the survivors and summary lines are relabelled (Policy = pol.Kind, K =
+// pol.ShamirK); the returned spend is true. Everything else of the epoch is
+// released exactly, as Release does. A nil or FT pol is Release.
+func (s *State) ReleasePolicy(app, epoch string, pol *policy.Policy) ([]release.Item, []release.Undecrypted, bool, error) {
+	if pol == nil || !pol.Kind.IsDP() {
+		items, undec := s.Release(app, epoch)
+		return items, undec, false, nil
+	}
+	capped, undec := s.release(app, epoch, pol.PerUnitCap())
+	seal := pol.Sealing().String()
+	matches := func(p string, k int) bool { return p == seal && k == pol.ShamirK }
+	out := make([]release.Item, 0, len(capped))
+	for _, it := range capped {
+		if !matches(it.Policy, it.K) {
+			// exact release of another (policy, k) of the epoch: uncapped counts
+			continue
+		}
+		o, err := pol.Decide(it.Impressions, it.Users)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		if !o.Released {
+			continue
+		}
+		it.Policy, it.K, it.Impressions, it.Users = string(pol.Kind), pol.ShamirK, o.Impressions, o.Users
+		out = append(out, it)
+	}
+	exact, _ := s.Release(app, epoch)
+	for _, it := range exact {
+		if !matches(it.Policy, it.K) {
+			out = append(out, it)
+		}
+	}
+	for i := range undec {
+		if matches(undec[i].Policy, undec[i].K) {
+			undec[i].Policy = string(pol.Kind)
+		}
+	}
+	release.SortItems(out)
+	return out, undec, true, nil
+}
+
+// SpendingSink writes a differentially private release together with its
+// privacy-ledger row, refusing it when the budget would be exceeded
+// (satisfied by *release.Writer).
+type SpendingSink interface {
+	WriteSpendingRelease(ctx context.Context, key release.Key, items []release.Item, undec []release.Undecrypted,
+		releasedAt time.Time, spend release.Spend, budget release.Budget) error
+}
+
 // Stage reads the decrypted topic from its beginning (one reader per
 // partition) and writes each completed epoch to Sink. Restart safety: on
 // restart it re-reads the topic and rewrites; the Sink's writes are
@@ -161,6 +231,19 @@ type Stage struct {
 	Topic   string // default "decrypted"
 	Sink    Sink
 	Logger  *slog.Logger
+
+	// Policy, when a DP policy, is applied to the items sealed for it (see
+	// State.ReleasePolicy); Sink must then be a SpendingSink. nil = exact
+	// FT releases only.
+	Policy *policy.Policy
+	// Dataset names the privacy budget the DP releases spend from (with the
+	// epoch); default "default".
+	Dataset string
+	// Budget is the per-(dataset, epoch) budget; zero fields = no limit.
+	Budget release.Budget
+	// OnRefused, when set, is called when a DP release was refused (the
+	// error wraps release.ErrOverBudget); the stage goes on serving.
+	OnRefused func(app, epoch string, err error)
 
 	Released atomic.Int64 // epochs written
 	Rows     atomic.Int64 // item rows written
@@ -225,8 +308,23 @@ func (st *Stage) Run(ctx context.Context) error {
 			if !done {
 				continue
 			}
-			items, undec := state.Release(app, epoch)
-			if err := st.write(ctx, items, undec, log); err != nil {
+			items, undec, dp, err := state.ReleasePolicy(app, epoch, st.Policy)
+			if err != nil {
+				return err
+			}
+			if dp {
+				err = st.writeDP(ctx, app, epoch, items, undec, log)
+			} else {
+				err = st.write(ctx, items, undec, log)
+			}
+			if errors.Is(err, release.ErrOverBudget) {
+				log.Error("release: refused, over the privacy budget; nothing released", "app", app, "epoch", epoch, "err", err)
+				if st.OnRefused != nil {
+					st.OnRefused(app, epoch, err)
+				}
+				continue
+			}
+			if err != nil {
 				return err
 			}
 			st.Released.Add(1)
@@ -238,6 +336,65 @@ func (st *Stage) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// writeDP writes the DP release of (app, epoch) with its ledger row, and the
+// epoch's other (exact) keys as write does. The DP key is written even when
+// it released nothing (the spend happened). Retries like write, except that
+// an over-budget refusal is returned at once.
+func (st *Stage) writeDP(ctx context.Context, app, epoch string, items []release.Item, undec []release.Undecrypted, log *slog.Logger) error {
+	ss, ok := st.Sink.(SpendingSink)
+	if !ok {
+		return fmt.Errorf("release: policy %s needs a sink with a privacy ledger (release.Writer)", st.Policy.Kind)
+	}
+	key := release.Key{App: app, Epoch: epoch, Policy: string(st.Policy.Kind), K: st.Policy.ShamirK}
+	var dpItems, rest []release.Item
+	for _, it := range items {
+		if it.Key() == key {
+			dpItems = append(dpItems, it)
+		} else {
+			rest = append(rest, it)
+		}
+	}
+	var dpUndec, restUndec []release.Undecrypted
+	for _, u := range undec {
+		if u.Key() == key {
+			dpUndec = append(dpUndec, u)
+		} else {
+			restUndec = append(restUndec, u)
+		}
+	}
+	dataset := st.Dataset
+	if dataset == "" {
+		dataset = "default"
+	}
+	p := st.Policy
+	spend := release.Spend{Dataset: dataset, Epoch: epoch, App: app, Policy: key.Policy, K: key.K,
+		Epsilon: p.AchievedEpsilon, Delta: p.AchievedDelta, Params: p.String()}
+	backoff := 200 * time.Millisecond
+	for {
+		err := ss.WriteSpendingRelease(ctx, key, dpItems, dpUndec, time.Now(), spend, st.Budget)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, release.ErrOverBudget) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return errors.Join(err, ctx.Err())
+		}
+		log.Warn("release: write to ClickHouse failed, retrying", "err", err, "in", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+	if len(rest) == 0 && len(restUndec) == 0 {
+		return nil
+	}
+	return st.write(ctx, rest, restUndec, log)
 }
 
 // write retries the sink until it succeeds or ctx ends (a ClickHouse outage

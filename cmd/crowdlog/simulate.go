@@ -1,0 +1,105 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/crowdlog/crowdlog/pipelines"
+	"github.com/crowdlog/crowdlog/pipelines/simulate"
+	"github.com/crowdlog/crowdlog/release"
+	"github.com/crowdlog/crowdlog/release/policy"
+)
+
+func simulateCmd() *cobra.Command {
+	var o simulate.Options
+	var out, format string
+	c := &cobra.Command{
+		Use:   "simulate --input LOG [--app query] [--out DIR]",
+		Short: "CrowdLogging §4: what each policy would release as k grows (CSV and plots)",
+		Long: `simulate reads an AOL log and, without any cryptography or services, computes
+for every policy (ft-a, ft-u, dp-a, dp-u, zealous) the fraction of impressions
+and of distinct artifacts that would be released at thresholds k = 1..--max-k
+(CrowdLogging §4, Figure 3). DP policies use the paper's ε = ln 10 and
+δ = 1/(U+1) by default and, for each k, the largest d (m for ZEALOUS) whose
+threshold is at most k; each user keeps its d most recent artifacts, as the
+clients do. Writes DIR/APP.csv and DIR/APP-impressions.svg,
+DIR/APP-artifacts.svg (see docs/policies.md).
+
+Example:
+  crowdlog simulate --input testdata/aol-top1000.tsv.gz --app query --out sim`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger()
+			r, err := simulate.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			csvPath := filepath.Join(out, r.App+".csv")
+			f, err := os.Create(csvPath)
+			if err != nil {
+				return err
+			}
+			if err := r.WriteCSV(f); err != nil {
+				f.Close()
+				return err
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			plots, err := r.Plot(out, format)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("crowdlog simulate: app %s, %d users, %d impressions, %d distinct artifacts, ε=%.4g δ=%.4g\n",
+				r.App, r.Users, r.Impressions, r.Artifacts, r.Epsilon, r.Delta)
+			fmt.Println("policy   k  param  artifacts  impressions  (fraction of impressions)")
+			for _, p := range r.Points {
+				if p.K == 1 || p.K == 5 || p.K == 10 || p.K == 20 || p.K == 50 || p.K == 100 || p.K == 160 {
+					fmt.Printf("%-8s %3d %5d %10d %12d  %.4f\n", p.Policy, p.K, p.Param, p.Artifacts, p.Impressions, p.ImpressionFrac)
+				}
+			}
+			fmt.Println("wrote", csvPath, plots)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.Input, "input", "", "AOL TSV log (plain or .gz) (required)")
+	f.StringVar(&o.App, "app", "query", "mining application: "+fmt.Sprint(pipelines.Apps()))
+	appFlags(f, &o.AppOptions)
+	f.IntVar(&o.MaxK, "max-k", 160, "largest threshold k")
+	f.Float64Var(&o.Epsilon, "epsilon", math.Ln10, "ε of the DP policies (paper: ln 10)")
+	f.Float64Var(&o.Delta, "delta", 0, "δ of the DP policies; 0 = 1/(U+1) (paper)")
+	f.IntVar(&o.MaxUsers, "max-users", 0, "only the first N users of the log (0 = all)")
+	f.StringVar(&out, "out", "simulate", "output directory for the CSV and plots")
+	f.StringVar(&format, "format", "svg", "plot format: svg or png")
+	c.MarkFlagRequired("input")
+	return c
+}
+
+// policyFlags registers the DP policy parameters (release/policy.Params,
+// docs/policies.md) on f; run, ingest and release must agree on them.
+func policyFlags(f *pflag.FlagSet, p *policy.Params) {
+	f.Float64Var(&p.Epsilon, "epsilon", math.Ln10, "dp-a, dp-u, zealous: privacy quota ε of one release")
+	f.Float64Var(&p.Delta, "delta", 0, "dp-a, dp-u, zealous: δ, below 1/U; 0 = 1/(U+1)")
+	f.IntVar(&p.D, "d", 1, "dp-a, dp-u: artifacts per user per epoch (the most recent d); zealous: m")
+	f.IntVar(&p.Users, "users", 0, "dp-a, dp-u, zealous: number of users U; 0 = count the AnonIDs of --input (run)")
+	f.Float64Var(&p.CountShare, "count-share", policy.DefaultCountShare, "dp-a, dp-u: share of ε spent on the noisy released counts")
+	f.IntVar(&p.ShamirK, "shamir-k", 0, "dp-a, dp-u: Shamir threshold; zealous: τ; 0 = derived (docs/policies.md)")
+	f.Float64Var(&p.Slack, "slack", policy.DefaultSlack, "dp-a, dp-u: c in shamir-k = floor(k0 − c·b)")
+	f.Float64Var(&p.Lambda, "lambda", 0, "zealous: noise scale λ ≥ 2m/ε; 0 = 2m/ε")
+}
+
+// budgetFlags registers the privacy budget of DP releases.
+func budgetFlags(f *pflag.FlagSet, dataset *string, b *release.Budget) {
+	f.StringVar(dataset, "dataset", "default", "privacy budget name: DP releases spend from (dataset, epoch)")
+	f.Float64Var(&b.Epsilon, "budget-epsilon", 0, "ε budget per (dataset, epoch); a release over it is refused (0 = no limit)")
+	f.Float64Var(&b.Delta, "budget-delta", 0, "δ budget per (dataset, epoch) (0 = no limit)")
+}

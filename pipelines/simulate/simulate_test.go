@@ -1,0 +1,118 @@
+package simulate
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/crowdlog/crowdlog/internal/truth"
+	"github.com/crowdlog/crowdlog/release/policy"
+)
+
+const bundled = "../../testdata/aol-top1000.tsv.gz"
+
+// TestFTEqualsTruth: simulate's FT_u/FT_a numbers equal the release computed
+// by the independent truth package (the same truth the pipeline's exports
+// are tested against, item by item, in pipelines/runner).
+func TestFTEqualsTruth(t *testing.T) {
+	const users = 300
+	for _, app := range []string{"query", "click", "reformulation"} {
+		r, err := Run(context.Background(), Options{Input: bundled, App: app, MaxUsers: users, MaxK: 12})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kind := range []policy.Kind{policy.FTu, policy.FTa} {
+			for _, k := range []int{1, 2, 5, 12} {
+				want, err := truth.AppRelease(bundled, app, string(kind), k, users, truth.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var imp int64
+				for _, row := range want {
+					imp += int64(row.Impressions)
+				}
+				p, _ := r.At(kind, k)
+				if p.Artifacts != len(want) || p.Impressions != imp {
+					t.Fatalf("%s %s k=%d: simulate %d artifacts / %d impressions, truth %d / %d",
+						app, kind, k, p.Artifacts, p.Impressions, len(want), imp)
+				}
+				if k == 1 && (p.Artifacts != r.Artifacts || p.Impressions != r.Impressions || p.ImpressionFrac != 1) {
+					t.Fatalf("%s %s k=1 is not everything: %+v of %d/%d", app, kind, p, r.Artifacts, r.Impressions)
+				}
+			}
+		}
+	}
+}
+
+// TestDPMatchesLimitedTruth: dp-u's released count at each k equals the
+// number of queries with ≥ k users among users' d most recent distinct
+// queries (truth.RecentDistinctUsers), with d the largest whose k_u ≤ k.
+func TestDPMatchesLimitedTruth(t *testing.T) {
+	r, err := Run(context.Background(), Options{Input: bundled, MaxK: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delta := 1 / float64(r.Users+1)
+	checked := map[int]bool{}
+	for k := 1; k <= 60; k++ {
+		d := 0
+		for 1-float64(d+1)*math.Log(2*delta/float64(d+1))/math.Ln10 <= float64(k) {
+			d++
+		}
+		p, _ := r.At(policy.DPu, k)
+		if p.Param != d {
+			t.Fatalf("k=%d: d=%d, want %d", k, p.Param, d)
+		}
+		if d == 0 || checked[d] {
+			continue
+		}
+		checked[d] = true
+		counts, err := truth.RecentDistinctUsers(bundled, d, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, imp := 0, int64(0)
+		for _, c := range counts {
+			if c >= k {
+				n++
+				imp += int64(c)
+			}
+		}
+		if p.Artifacts != n || p.Impressions != imp {
+			t.Fatalf("dp-u k=%d d=%d: simulate %d/%d, truth %d/%d", k, d, p.Artifacts, p.Impressions, n, imp)
+		}
+	}
+	if len(checked) < 3 {
+		t.Fatalf("only %d values of d checked", len(checked))
+	}
+}
+
+func TestOutputs(t *testing.T) {
+	r, err := Run(context.Background(), Options{Input: bundled, MaxUsers: 50, MaxK: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := r.WriteCSV(&buf); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if lines[0] != CSVHeader || len(lines) != 1+5*20 {
+		t.Fatalf("CSV: %d lines, header %q", len(lines), lines[0])
+	}
+	dir := t.TempDir()
+	paths, err := r.Plot(dir, "svg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, []byte("<svg")) {
+			t.Fatalf("%s: not an SVG (%v)", filepath.Base(p), err)
+		}
+	}
+}
