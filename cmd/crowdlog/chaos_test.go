@@ -13,10 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crowdlog/crowdlog/aggregator"
-	"github.com/crowdlog/crowdlog/infra/clickhouse"
-	"github.com/crowdlog/crowdlog/infra/kafka"
-	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/internal/truth"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 )
@@ -28,65 +24,31 @@ import (
 // `make chaos` runs it on the whole bundled log (CROWDLOG_CHAOS_USERS=1000);
 // `make test` on a small subset.
 func TestChaos(t *testing.T) {
-	if _, err := clickhouse.ServerBinary(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("ClickHouse is required in CI: %v", err)
-		}
-		t.Skipf("no ClickHouse: %v", err)
-	}
-	if testing.Short() {
-		t.Skip("multi-process chaos in -short mode")
-	}
 	users := 120
 	if v, err := strconv.Atoi(os.Getenv("CROWDLOG_CHAOS_USERS")); err == nil && v > 0 {
 		users = v
 	}
 	every := 3 * time.Second
 	const k, policy = 2, "ft-u"
-	input := subset(t, users)
-	bin := buildBinary(t)
-	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-
-	ns, err := natsserver.Start(ctx, filepath.Join(dir, "nats"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
-	kb, err := kafka.Start(ctx, filepath.Join(dir, "kafka"), 6)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kb.Close()
-	if err := kafka.EnsureTopics(ctx, kb.Addr, 6, aggregator.ReportsTopic, aggregator.DecryptedTopic); err != nil {
-		t.Fatal(err)
-	}
-	ch, err := clickhouse.Start(ctx, filepath.Join(dir, "clickhouse"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Stop()
-	keys := filepath.Join(dir, "keys")
-	if out, err := exec.Command(bin, "keys", "generate", "--dir", keys).CombinedOutput(); err != nil {
-		t.Fatalf("keys generate: %v %s", err, out)
-	}
-	logs := filepath.Join(dir, "logs")
-	os.MkdirAll(logs, 0o755)
-	start(t, bin, filepath.Join(logs, "randomness.log"), "randomness", "--nats", ns.URL, "--keys", keys)
+	c := newCluster(t, ctx, 6)
+	input := subset(t, users)
+	bin, dir, keys := c.bin, c.dir, c.keys
+	c.start("randomness", "randomness", "--nats", c.nats, "--keys", keys)
 	var victims []*proc
 	for _, name := range []string{"a", "b"} {
-		victims = append(victims, start(t, bin, filepath.Join(logs, "relay-"+name+".log"), "relay", "--name", name,
-			"--nats", ns.URL, "--kafka", kb.Addr, "--key", filepath.Join(keys, "relay-"+name+".key"), "--ack-wait", "4s"))
+		victims = append(victims, c.start("relay-"+name, "relay", "--name", name,
+			"--nats", c.nats, "--kafka", c.kafka, "--key", filepath.Join(keys, "relay-"+name+".key"), "--ack-wait", "4s"))
 	}
-	aggArgs := []string{"aggregate", "--kafka", kb.Addr, "--key", filepath.Join(keys, runner.AggregatorKey), "--session-timeout", "6s"}
-	aggs := []*proc{start(t, bin, filepath.Join(logs, "aggregate-0.log"), aggArgs...)}
-	victims = append(victims, start(t, bin, filepath.Join(logs, "release.log"), "release", "--kafka", kb.Addr, "--clickhouse", ch.TCPAddr))
+	aggArgs := []string{"aggregate", "--kafka", c.kafka, "--key", filepath.Join(keys, runner.AggregatorKey), "--session-timeout", "6s"}
+	aggs := []*proc{c.start("aggregate-0", aggArgs...)}
+	victims = append(victims, c.start("release", "release", "--kafka", c.kafka, "--clickhouse", c.chd))
 
 	out := filepath.Join(dir, "out.tsv")
 	run := exec.CommandContext(ctx, bin, "run", "--external", "--no-progress", "--input", input, "--app", "query",
-		"--policy", policy, "--k", strconv.Itoa(k), "--epoch", "chaos", "--nats", ns.URL, "--kafka", kb.Addr,
-		"--clickhouse", ch.TCPAddr, "--keys", keys, "--export", out, "--timeout", "30m")
+		"--policy", policy, "--k", strconv.Itoa(k), "--epoch", "chaos", "--nats", c.nats, "--kafka", c.kafka,
+		"--clickhouse", c.chd, "--keys", keys, "--export", out, "--timeout", "30m")
 	var runOut bytes.Buffer
 	run.Stdout, run.Stderr = &runOut, &runOut
 	if err := run.Start(); err != nil {
@@ -106,7 +68,7 @@ func TestChaos(t *testing.T) {
 		case <-tick.C:
 			switch {
 			case step == 2 || step == 3: // 1 → 3 aggregators
-				aggs = append(aggs, start(t, bin, filepath.Join(logs, fmt.Sprintf("aggregate-%d.log", len(aggs))), aggArgs...))
+				aggs = append(aggs, c.start(fmt.Sprintf("aggregate-%d", len(aggs)), aggArgs...))
 				joins++
 			case step == 6: // 3 → 2
 				aggs[len(aggs)-1].stop(syscall.SIGTERM)
@@ -141,7 +103,7 @@ func TestChaos(t *testing.T) {
 	}
 	clean := filepath.Join(dir, "clean.tsv")
 	if _, err := runner.Run(ctx, runner.Config{Input: input, App: "query", Policy: policy, K: k, Epoch: "chaos",
-		Export: clean, StateDir: filepath.Join(dir, "clean"), ClickHouse: ch.TCPAddr, Database: "clean", Partitions: 6}); err != nil {
+		Export: clean, StateDir: filepath.Join(dir, "clean"), ClickHouse: c.chd, Database: "clean", Partitions: 6}); err != nil {
 		t.Fatal(err)
 	}
 	a, _ := os.ReadFile(out)

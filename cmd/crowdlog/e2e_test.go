@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,9 +13,6 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/crowdlog/crowdlog/aggregator"
-	"github.com/crowdlog/crowdlog/infra/clickhouse"
-	"github.com/crowdlog/crowdlog/infra/kafka"
-	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/internal/truth"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 )
@@ -28,34 +22,10 @@ const bundled = "../../testdata/aol-top1000.tsv.gz"
 // subset writes the first n users of the bundled log to a gzip file.
 func subset(t *testing.T, n int) string {
 	t.Helper()
-	f, err := os.Open(bundled)
+	path, err := truth.Subset(bundled, t.TempDir(), n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "subset.tsv.gz")
-	out, _ := os.Create(path)
-	zw := gzip.NewWriter(out)
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	users := map[string]bool{}
-	for sc.Scan() {
-		line := sc.Text()
-		u, _, _ := strings.Cut(line, "\t")
-		if u != "AnonID" && !users[u] {
-			if len(users) == n {
-				break
-			}
-			users[u] = true
-		}
-		zw.Write([]byte(line + "\n"))
-	}
-	zw.Close()
-	out.Close()
 	return path
 }
 
@@ -143,59 +113,25 @@ func decryptedCount(t *testing.T, addr string) int64 {
 // restarts it, and requires the export to equal both the raw-log release and
 // a fault-free in-process run byte for byte.
 func TestKillAggregator(t *testing.T) {
-	if _, err := clickhouse.ServerBinary(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("ClickHouse is required in CI: %v", err)
-		}
-		t.Skipf("no ClickHouse: %v", err)
-	}
-	if testing.Short() {
-		t.Skip("multi-process run in -short mode")
-	}
 	const users, k, policy = 250, 3, "ft-u"
-	input := subset(t, users)
-	bin := buildBinary(t)
-	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-
-	ns, err := natsserver.Start(ctx, filepath.Join(dir, "nats"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Shutdown()
-	kb, err := kafka.Start(ctx, filepath.Join(dir, "kafka"), 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kb.Close()
-	if err := kafka.EnsureTopics(ctx, kb.Addr, 4, aggregator.ReportsTopic, aggregator.DecryptedTopic); err != nil {
-		t.Fatal(err)
-	}
-	ch, err := clickhouse.Start(ctx, filepath.Join(dir, "clickhouse"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Stop()
-	keys := filepath.Join(dir, "keys")
-	if out, err := exec.Command(bin, "keys", "generate", "--dir", keys).CombinedOutput(); err != nil {
-		t.Fatalf("keys generate: %v %s", err, out)
-	}
-	logs := filepath.Join(dir, "logs")
-	os.MkdirAll(logs, 0o755)
-	start(t, bin, filepath.Join(logs, "randomness.log"), "randomness", "--nats", ns.URL, "--keys", keys)
+	c := newCluster(t, ctx, 4)
+	input := subset(t, users)
+	bin, dir, keys := c.bin, c.dir, c.keys
+	logs := c.logs
+	c.start("randomness", "randomness", "--nats", c.nats, "--keys", keys)
 	for _, name := range []string{"a", "b"} {
-		start(t, bin, filepath.Join(logs, "relay-"+name+".log"), "relay", "--name", name, "--nats", ns.URL,
-			"--kafka", kb.Addr, "--key", filepath.Join(keys, "relay-"+name+".key"))
+		c.start("relay-"+name, "relay", "--name", name, "--nats", c.nats,
+			"--kafka", c.kafka, "--key", filepath.Join(keys, "relay-"+name+".key"))
 	}
-	agg := start(t, bin, filepath.Join(logs, "aggregate.log"), "aggregate", "--kafka", kb.Addr,
-		"--key", filepath.Join(keys, runner.AggregatorKey))
-	start(t, bin, filepath.Join(logs, "release.log"), "release", "--kafka", kb.Addr, "--clickhouse", ch.TCPAddr)
+	agg := c.start("aggregate", "aggregate", "--kafka", c.kafka, "--key", filepath.Join(keys, runner.AggregatorKey))
+	c.start("release", "release", "--kafka", c.kafka, "--clickhouse", c.chd)
 
 	out := filepath.Join(dir, "out.tsv")
 	run := exec.CommandContext(ctx, bin, "run", "--external", "--no-progress", "--input", input, "--app", "query",
-		"--policy", policy, "--k", "3", "--epoch", "kill-test", "--nats", ns.URL, "--kafka", kb.Addr,
-		"--clickhouse", ch.TCPAddr, "--keys", keys, "--export", out)
+		"--policy", policy, "--k", "3", "--epoch", "kill-test", "--nats", c.nats, "--kafka", c.kafka,
+		"--clickhouse", c.chd, "--keys", keys, "--export", out)
 	var runOut bytes.Buffer
 	run.Stdout, run.Stderr = &runOut, &runOut
 	if err := run.Start(); err != nil {
@@ -204,9 +140,9 @@ func TestKillAggregator(t *testing.T) {
 	// kill the aggregator twice, each time once it has emitted more output
 	kills := 0
 	for kills < 2 {
-		seen := decryptedCount(t, kb.Addr)
+		seen := decryptedCount(t, c.kafka)
 		deadline := time.Now().Add(2 * time.Minute)
-		for decryptedCount(t, kb.Addr) <= seen && time.Now().Before(deadline) {
+		for decryptedCount(t, c.kafka) <= seen && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		agg.stop(syscall.SIGKILL)
@@ -236,7 +172,7 @@ func TestKillAggregator(t *testing.T) {
 	// the epoch name, which is a column)
 	clean := filepath.Join(dir, "clean.tsv")
 	if _, err := runner.Run(ctx, runner.Config{Input: input, App: "query", Policy: policy, K: k, Epoch: "kill-test",
-		Export: clean, StateDir: filepath.Join(dir, "clean"), ClickHouse: ch.TCPAddr, Database: "clean", Partitions: 4}); err != nil {
+		Export: clean, StateDir: filepath.Join(dir, "clean"), ClickHouse: c.chd, Database: "clean", Partitions: 4}); err != nil {
 		t.Fatal(err)
 	}
 	a, _ := os.ReadFile(out)

@@ -1,13 +1,9 @@
 package runner
 
 import (
-	"bufio"
-	"compress/gzip"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,42 +16,8 @@ import (
 // dir and returns its path.
 func writeSubset(t *testing.T, dir string, n int) string {
 	t.Helper()
-	f, err := os.Open(bundled)
+	path, err := truth.Subset(bundled, dir, n)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, fmt.Sprintf("first-%d-users.tsv.gz", n))
-	out, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	zw := gzip.NewWriter(out)
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	users := map[string]bool{}
-	for sc.Scan() {
-		line := sc.Text()
-		u, _, _ := strings.Cut(line, "\t")
-		if u != "AnonID" && !users[u] {
-			if len(users) == n {
-				break
-			}
-			users[u] = true
-		}
-		zw.Write([]byte(line + "\n"))
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
 		t.Fatal(err)
 	}
 	return path
