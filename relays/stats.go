@@ -99,6 +99,11 @@ func newMetrics(reg prometheus.Registerer, name string, log *slog.Logger) *metri
 	m.forwarded = register(reg, m.forwarded, log)
 	m.dropped = register(reg, m.dropped, log)
 	m.batchSize = register(reg, m.batchSize, log)
+	for _, reason := range reasonNames {
+		if reason != "" {
+			m.dropped.WithLabelValues(reason) // export every reason from the start, at 0
+		}
+	}
 	return m
 }
 

@@ -2,9 +2,12 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -52,6 +55,34 @@ func TestMetricsMatchSummary(t *testing.T) {
 	check("crowdlog_release_rows_total", int64(sum.Released))
 	if values["crowdlog_randomness_evaluated_total"] == 0 {
 		t.Error("randomness evaluated counter is zero")
+	}
+
+	// every metric the Grafana dashboard plots exists in the scrape
+	b, err := os.ReadFile("../../infra/deploy/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	metricName := regexp.MustCompile(`crowdlog_[a-z_]+`)
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, m := range metricName.FindAllString(tg.Expr, -1) {
+				if !strings.Contains(scraped, "\n"+m) && !strings.Contains(scraped, "# TYPE "+strings.TrimSuffix(m, "_bucket")) {
+					t.Errorf("dashboard panel %q plots %s, which no role exports", p.Title, m)
+				}
+			}
+		}
+	}
+	if len(dash.Panels) == 0 {
+		t.Error("dashboard has no panels")
 	}
 }
 
