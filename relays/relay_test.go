@@ -383,6 +383,7 @@ func promValue(t testing.TB, reg *prometheus.Registry, name, relay string) float
 	if err != nil {
 		t.Fatal(err)
 	}
+	sum, found := 0.0, false // summed over other labels (e.g. every drop reason)
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -390,13 +391,16 @@ func promValue(t testing.TB, reg *prometheus.Registry, name, relay string) float
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "relay" && l.GetValue() == relay {
-					return m.GetCounter().GetValue()
+					sum += m.GetCounter().GetValue()
+					found = true
 				}
 			}
 		}
 	}
-	t.Fatalf("metric %s{relay=%s} not registered", name, relay)
-	return 0
+	if !found {
+		t.Fatalf("metric %s{relay=%s} not registered", name, relay)
+	}
+	return sum
 }
 
 // (b) Bad inputs are dropped and counted by reason; valid ones all arrive.
