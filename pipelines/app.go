@@ -46,7 +46,7 @@ type App interface {
 // filled in (Options.withDefaults).
 var registry = map[string]func(o Options) App{
 	QueryAppName:         func(Options) App { return QueryApp{} },
-	ReformulationAppName: func(o Options) App { return ReformulationApp{Gap: o.SessionGap} },
+	ReformulationAppName: func(o Options) App { return ReformulationApp{Gap: o.SessionGap, Sorted: o.PairOrder == PairSorted} },
 	ClickAppName:         func(o Options) App { return ClickApp{Level: o.URLLevel} },
 	URLAppName:           func(o Options) App { return URLApp{Level: o.URLLevel} },
 	LTRAppName:           func(o Options) App { return LTRApp{Level: o.URLLevel, Buckets: o.Buckets} },

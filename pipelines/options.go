@@ -31,9 +31,20 @@ type Options struct {
 	// records' QueryTimes starts a new session (reformulation app).
 	// 0 means DefaultSessionGap; negative is an error.
 	SessionGap time.Duration
+	// PairOrder is how the reformulation app orders a pair: "time"
+	// (default: q1 → q2 as searched) or "sorted" (the two queries in byte
+	// order, so "dog → puppy" and "puppy → dog" are one artifact: related
+	// queries regardless of direction).
+	PairOrder string
 	// Buckets are the ltr app's feature buckets.
 	Buckets Buckets
 }
+
+// Pair orders of the reformulation application (--pair-order).
+const (
+	PairTime   = "time"
+	PairSorted = "sorted"
+)
 
 // Buckets are the upper bounds of the ltr features' buckets, each list
 // strictly increasing. A value v falls in the first bucket whose bound is
@@ -63,6 +74,13 @@ var (
 // withDefaults validates o and returns it with defaults filled in.
 // Errors name the offending option and what is allowed.
 func (o Options) withDefaults() (Options, error) {
+	switch o.PairOrder {
+	case "":
+		o.PairOrder = PairTime
+	case PairTime, PairSorted:
+	default:
+		return o, fmt.Errorf("--pair-order %q: use %s or %s", o.PairOrder, PairTime, PairSorted)
+	}
 	switch o.URLLevel {
 	case "":
 		o.URLLevel = URLDomain

@@ -31,8 +31,13 @@ const ReformulationAppName = "reformulation"
 // the QueryTime of q_{i+1}'s first record (when the reformulation happened).
 // A user's last query of a session has no pair, so the reformulations from
 // q are at most the query instances of q.
+//
+// With Sorted (--pair-order sorted) each pair is written with its two
+// queries in byte order (and Secondary in the same order), so both
+// directions of a reformulation are one artifact.
 type ReformulationApp struct {
-	Gap time.Duration // session gap; 0 = DefaultSessionGap
+	Gap    time.Duration // session gap; 0 = DefaultSessionGap
+	Sorted bool          // unordered pairs: the two queries in byte order
 }
 
 // Name returns "reformulation".
@@ -62,7 +67,11 @@ func (a ReformulationApp) Mine(records []aol.Record) []Artifact {
 			continue
 		}
 		if have {
-			out = append(out, Artifact{Primary: Join(prevQ, q), Secondary: Join(prevOrig, r.Query), Time: r.QueryTime})
+			q1, q2, o1, o2 := prevQ, q, prevOrig, r.Query
+			if a.Sorted && q2 < q1 {
+				q1, q2, o1, o2 = q2, q1, o2, o1
+			}
+			out = append(out, Artifact{Primary: Join(q1, q2), Secondary: Join(o1, o2), Time: r.QueryTime})
 		}
 		prevQ, prevOrig, have = q, r.Query, true
 	}

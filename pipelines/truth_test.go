@@ -39,6 +39,7 @@ func TestAppsMatchTruth(t *testing.T) {
 		{"reformulation", Options{}, truth.Options{}},
 		{"reformulation", Options{SessionGap: 5 * time.Minute}, truth.Options{SessionGap: 5 * time.Minute}},
 		{"reformulation", Options{SessionGap: 10 * time.Minute}, truth.Options{SessionGap: 10 * time.Minute}},
+		{"reformulation", Options{PairOrder: PairSorted}, truth.Options{SortedPairs: true}},
 		{"click", Options{}, truth.Options{}},
 		{"click", Options{URLLevel: URLFull}, truth.Options{URLLevel: "full"}},
 		{"url", Options{URLLevel: URLDir}, truth.Options{URLLevel: "dir"}},

@@ -393,6 +393,7 @@ over --budget-epsilon/--budget-delta is refused and logged.`,
 func appFlags(f *pflag.FlagSet, o *pipelines.Options) {
 	f.StringVar(&o.URLLevel, "url-level", pipelines.URLDomain, "apps click, url, ltr: how much of a clicked URL to keep: full, domain or dir")
 	f.DurationVar(&o.SessionGap, "session-gap", pipelines.DefaultSessionGap, "app reformulation: an idle time longer than this starts a new session")
+	f.StringVar(&o.PairOrder, "pair-order", pipelines.PairTime, "app reformulation: time (q1 → q2 as searched) or sorted (one artifact for both directions)")
 	f.IntSliceVar(&o.Buckets.Rank, "rank-buckets", pipelines.DefaultRankBuckets, "app ltr: upper bounds of the click-rank buckets")
 	f.DurationSliceVar(&o.Buckets.Dwell, "dwell-buckets", pipelines.DefaultDwellBuckets, "app ltr: upper bounds of the dwell-time buckets")
 	f.IntSliceVar(&o.Buckets.Length, "length-buckets", pipelines.DefaultLengthBuckets, "app ltr: upper bounds of the query-length buckets (tokens)")

@@ -21,6 +21,7 @@ import (
 type Options struct {
 	URLLevel      string
 	SessionGap    time.Duration
+	SortedPairs   bool // reformulation: the two queries of a pair in byte order
 	RankBuckets   []int
 	DwellBuckets  []time.Duration
 	LengthBuckets []int
@@ -182,7 +183,11 @@ func truthReformulation(rows []logRow, o Options) []string {
 			continue
 		}
 		if last != nil && r.t.Sub(last.t) <= o.SessionGap && r.q != last.q {
-			out = append(out, pair(last.q, r.q))
+			q1, q2 := last.q, r.q
+			if o.SortedPairs && q2 < q1 {
+				q1, q2 = q2, q1
+			}
+			out = append(out, pair(q1, q2))
 		}
 		last = r
 	}
