@@ -119,6 +119,8 @@ type item struct {
 	reason dropReason
 	ok     bool // forward succeeded
 	claim  bool // holds a replay-filter claim on key
+	later  bool // a redelivery of a message still in flight: Nak, retry later
+	done   bool // a redelivery of a message already forwarded: Ack
 	key    replayKey
 }
 
@@ -295,8 +297,19 @@ func (r *Relay) prepare(items []*item, mx *metrics, log *slog.Logger) []*item {
 				continue
 			}
 			it.key = keyOf(it.m.Data())
-			if it.claim = r.replay.claim(it.key); !it.claim {
+			var seq uint64
+			if md, err := it.m.Metadata(); err == nil {
+				seq = md.Sequence.Stream
+			}
+			switch r.replay.claim(it.key, seq) {
+			case claimNew:
+				it.claim = true
+			case claimReplay:
 				it.reason = dropReplay
+			case claimRedeliveryBusy:
+				it.later = true
+			case claimRedeliveryDone:
+				it.done = true
 			}
 		}
 	}
@@ -304,6 +317,14 @@ func (r *Relay) prepare(items []*item, mx *metrics, log *slog.Logger) []*item {
 	var dropped [len(reasonNames)]int
 	good := items[:0:0]
 	for _, it := range items {
+		if it.later { // its first delivery is being forwarded now
+			_ = it.m.NakWithDelay(def(r.NakDelay, DefaultNakDelay))
+			continue
+		}
+		if it.done { // already forwarded; only its ack was late
+			_ = it.m.Ack()
+			continue
+		}
 		if it.reason != keep {
 			dropped[it.reason]++
 			_ = it.m.Term()

@@ -46,15 +46,15 @@ type replayFilter struct {
 	window   time.Duration
 	entries  int
 	started  time.Time
-	cur      map[replayKey]struct{}
-	prev     map[replayKey]struct{}
-	inflight map[replayKey]struct{}
+	cur      map[replayKey]uint64 // key → JetStream stream sequence of the forwarded copy
+	prev     map[replayKey]uint64
+	inflight map[replayKey]uint64
 	now      func() time.Time
 }
 
 func newReplayFilter(window time.Duration, entries int) *replayFilter {
 	return &replayFilter{window: window, entries: entries, now: time.Now,
-		cur: map[replayKey]struct{}{}, prev: map[replayKey]struct{}{}, inflight: map[replayKey]struct{}{}}
+		cur: map[replayKey]uint64{}, prev: map[replayKey]uint64{}, inflight: map[replayKey]uint64{}}
 }
 
 // keyOf returns the replay key of a layer that peeled (it is at least
@@ -65,23 +65,40 @@ func keyOf(layer []byte) replayKey {
 	return k
 }
 
-// claim reports whether the layer is new, and if so marks it in flight.
-// False means a replay: forwarded before or in flight now.
-func (f *replayFilter) claim(k replayKey) bool {
+// claimResult is what the filter says of a peeled layer.
+type claimResult int
+
+const (
+	claimNew            claimResult = iota // first copy: now in flight
+	claimReplay                            // another message with the same layer: drop
+	claimRedeliveryBusy                    // JetStream redelivered this very message while it is in flight: retry later
+	claimRedeliveryDone                    // JetStream redelivered this very message after it was forwarded: ack
+)
+
+// claim classifies a layer with stream sequence seq (0 when unknown). A
+// replay is another message carrying the same layer; a redelivery of the
+// same message (same sequence) is never dropped, since terminating it would
+// also terminate the in-flight copy, which may still fail and need it.
+func (f *replayFilter) claim(k replayKey, seq uint64) claimResult {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.rotate()
-	if _, ok := f.cur[k]; ok {
-		return false
+	for _, m := range []map[replayKey]uint64{f.cur, f.prev} {
+		if s, ok := m[k]; ok {
+			if seq != 0 && s == seq {
+				return claimRedeliveryDone
+			}
+			return claimReplay
+		}
 	}
-	if _, ok := f.prev[k]; ok {
-		return false
+	if s, ok := f.inflight[k]; ok {
+		if seq != 0 && s == seq {
+			return claimRedeliveryBusy
+		}
+		return claimReplay
 	}
-	if _, ok := f.inflight[k]; ok {
-		return false
-	}
-	f.inflight[k] = struct{}{}
-	return true
+	f.inflight[k] = seq
+	return claimNew
 }
 
 // done ends a claim: forwarded layers are remembered, failed ones
@@ -89,10 +106,11 @@ func (f *replayFilter) claim(k replayKey) bool {
 func (f *replayFilter) done(k replayKey, forwarded bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	seq := f.inflight[k]
 	delete(f.inflight, k)
 	if forwarded {
 		f.rotate()
-		f.cur[k] = struct{}{}
+		f.cur[k] = seq
 	}
 }
 
@@ -102,6 +120,6 @@ func (f *replayFilter) rotate() {
 		f.started = now
 	}
 	if len(f.cur) >= f.entries || now.Sub(f.started) >= f.window {
-		f.prev, f.cur, f.started = f.cur, make(map[replayKey]struct{}, len(f.cur)), now
+		f.prev, f.cur, f.started = f.cur, make(map[replayKey]uint64, len(f.cur)), now
 	}
 }

@@ -88,6 +88,7 @@ type Summary struct {
 	Sent                 int64 // reports published by clients
 	Relayed              int64 // reports forwarded to Kafka by relay B (in-process runs)
 	RelayDropped         int64
+	RelayDrops           map[string]uint64 // by reason, over both relays (in-process runs)
 	Decrypted            int64  // reports decrypted by the aggregator (in-process runs)
 	AggregatorDropped    int64  // dropped by the aggregator, incl. duplicates from redelivery
 	Policy               string // the resolved policy with its parameters and achieved (ε, δ)
@@ -104,7 +105,7 @@ func (s *Summary) Print(w io.Writer) {
 	fmt.Fprintf(w, "crowdlog run: %d clients, %d log lines (%d bad)\n", s.Users, s.LogLines, s.BadLines)
 	fmt.Fprintf(w, "  reports sent      %d\n", s.Sent)
 	if s.Relayed > 0 || s.Decrypted > 0 {
-		fmt.Fprintf(w, "  reports relayed   %d (dropped %d)\n", s.Relayed, s.RelayDropped)
+		fmt.Fprintf(w, "  reports relayed   %d (dropped %d %v)\n", s.Relayed, s.RelayDropped, s.RelayDrops)
 		fmt.Fprintf(w, "  reports decrypted %d (aggregator dropped %d, e.g. redelivered duplicates)\n", s.Decrypted, s.AggregatorDropped)
 	}
 	if s.Policy != "" {
@@ -352,6 +353,15 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			sum.Relayed = int64(snap.Forwarded)
 		}
 		sum.RelayDropped += int64(snap.Dropped())
+		if sum.RelayDrops == nil {
+			sum.RelayDrops = map[string]uint64{}
+		}
+		for reason, n := range map[string]uint64{"malformed": snap.Malformed, "oversized": snap.Oversized,
+			"unknown_key": snap.UnknownKey, "wrong_hop": snap.WrongHop, "replay": snap.Replay} {
+			if n > 0 {
+				sum.RelayDrops[reason] += n
+			}
+		}
 	}
 	if agg != nil {
 		sum.Decrypted, sum.AggregatorDropped = agg.Decrypted.Load(), agg.Dropped.Load()
