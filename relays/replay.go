@@ -91,11 +91,11 @@ func (f *replayFilter) claim(k replayKey, seq uint64) claimResult {
 			return claimReplay
 		}
 	}
-	if s, ok := f.inflight[k]; ok {
-		if seq != 0 && s == seq {
-			return claimRedeliveryBusy
-		}
-		return claimReplay
+	if _, ok := f.inflight[k]; ok {
+		// a copy is being forwarded right now and may still fail: retry this
+		// one later rather than terminate it (it becomes a replay, and is
+		// dropped, only once the first copy was forwarded)
+		return claimRedeliveryBusy
 	}
 	f.inflight[k] = seq
 	return claimNew

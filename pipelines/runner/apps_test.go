@@ -90,8 +90,8 @@ func TestAppsEndToEnd(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%s %s k=%d, %d users: %d reports sent, %d decrypted (relays dropped %d, aggregator dropped %d); %d items expected, %d released, %s",
-				c.app, c.policy, c.k, c.users, sum.Sent, sum.Decrypted, sum.RelayDropped, sum.AggregatorDropped,
+			t.Logf("%s %s k=%d, %d users: %d reports sent, %d decrypted (relays dropped %d %v, aggregator dropped %d); %d items expected, %d released, %s",
+				c.app, c.policy, c.k, c.users, sum.Sent, sum.Decrypted, sum.RelayDropped, sum.RelayDrops, sum.AggregatorDropped,
 				len(want), len(got), time.Since(t0).Round(time.Second))
 			if len(want) == 0 {
 				t.Fatal("the raw-log release is empty: the case tests nothing")
