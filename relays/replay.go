@@ -29,10 +29,10 @@ type replayKey [16]byte
 // rotating generations (current and previous), so memory is bounded by
 // 2×entries keys. A layer counts as forwarded only after its forward
 // succeeded: a message redelivered by JetStream because its forward failed
-// is not in the filter and is processed again. Layers being forwarded
-// right now are "in flight": a second copy arriving meanwhile is a replay
-// too (if the first copy's forward then fails, that copy is redelivered,
-// so one copy always survives).
+// is not in the filter and is processed again. A copy arriving while
+// another is being forwarded ("in flight") is retried later (Nak with
+// delay), never terminated: the first copy may still fail, and terminating
+// a JetStream redelivery would terminate the very message in flight.
 //
 // Window: a forwarded layer is remembered for at least min(window, the
 // time to forward entries layers) and at most twice that. A replay after
@@ -70,8 +70,8 @@ type claimResult int
 
 const (
 	claimNew            claimResult = iota // first copy: now in flight
-	claimReplay                            // another message with the same layer: drop
-	claimRedeliveryBusy                    // JetStream redelivered this very message while it is in flight: retry later
+	claimReplay                            // another message with a layer already forwarded: drop
+	claimRedeliveryBusy                    // a copy (redelivery or replay) of a layer in flight: retry later
 	claimRedeliveryDone                    // JetStream redelivered this very message after it was forwarded: ack
 )
 

@@ -89,10 +89,10 @@ type Summary struct {
 	Relayed              int64 // reports forwarded to Kafka by relay B (in-process runs)
 	RelayDropped         int64
 	RelayDrops           map[string]uint64 // by reason, over both relays (in-process runs)
-	Decrypted            int64  // reports decrypted by the aggregator (in-process runs)
-	AggregatorDropped    int64  // dropped by the aggregator, incl. duplicates from redelivery
-	Policy               string // the resolved policy with its parameters and achieved (ε, δ)
-	Released             int    // released items
+	Decrypted            int64             // reports decrypted by the aggregator (in-process runs)
+	AggregatorDropped    int64             // dropped by the aggregator, incl. duplicates from redelivery
+	Policy               string            // the resolved policy with its parameters and achieved (ε, δ)
+	Released             int               // released items
 	ReleasedImpressions  uint64
 	Undecrypted          []release.Undecrypted
 	Elapsed              time.Duration
