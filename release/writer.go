@@ -8,7 +8,6 @@ import (
 	"math"
 	"regexp"
 	"sort"
-	"strings"
 	"time"
 
 	chgo "github.com/ClickHouse/clickhouse-go/v2"
@@ -121,22 +120,7 @@ func dial(ctx context.Context, addr, database string) (driver.Conn, error) {
 
 // SchemaStatements splits Schema into single statements (comment lines
 // removed), in order.
-func SchemaStatements() []string {
-	var lines []string
-	for _, l := range strings.Split(Schema, "\n") {
-		if strings.HasPrefix(strings.TrimSpace(l), "--") {
-			continue
-		}
-		lines = append(lines, l)
-	}
-	var out []string
-	for _, s := range strings.Split(strings.Join(lines, "\n"), ";") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
-}
+func SchemaStatements() []string { return splitStatements(Schema) }
 
 // Database returns the database the Writer writes to.
 func (w *Writer) Database() string { return w.database }
