@@ -9,18 +9,16 @@ import (
 	"github.com/cloudflare/circl/oprf"
 )
 
-func omegaFor(t testing.TB, key *oprf.PrivateKey, app, epoch, artifact string) []byte {
+// evaluateOverWire encodes q, decodes it as the service would, evaluates it
+// under key and returns the response after its own encode/decode round trip.
+func evaluateOverWire(t testing.TB, key *oprf.PrivateKey, q *RandomnessRequest) *RandomnessResponse {
 	t.Helper()
-	fin, req, err := Blind(key.Public(), epoch, [][]byte{OPRFInput(app, epoch, artifact)})
+	b, _ := q.MarshalBinary()
+	q2, err := ParseRandomnessRequest(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := req.MarshalBinary()
-	req2, err := ParseRandomnessRequest(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := Evaluate(key, req2)
+	resp, err := Evaluate(key, q2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +27,16 @@ func omegaFor(t testing.TB, key *oprf.PrivateKey, app, epoch, artifact string) [
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := Finalize(fin, resp2)
+	return resp2
+}
+
+func omegaFor(t testing.TB, key *oprf.PrivateKey, app, epoch, artifact string) []byte {
+	t.Helper()
+	fin, req, err := Blind(key.Public(), epoch, [][]byte{OPRFInput(app, epoch, artifact)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Finalize(fin, evaluateOverWire(t, key, req))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,20 +28,7 @@ func TestVOPRFProof(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, _ := q.MarshalBinary()
-		q2, err := ParseRandomnessRequest(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := Evaluate(server, q2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rb, _ := resp.MarshalBinary()
-		resp2, err := ParseRandomnessResponse(rb)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp2 := evaluateOverWire(t, server, q)
 		if tamper != nil {
 			tamper(resp2)
 		}

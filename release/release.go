@@ -81,16 +81,7 @@ func SortItems(items []Item) {
 		if a.Variant != b.Variant {
 			return a.Variant < b.Variant
 		}
-		if a.App != b.App {
-			return a.App < b.App
-		}
-		if a.Epoch != b.Epoch {
-			return a.Epoch < b.Epoch
-		}
-		if a.Policy != b.Policy {
-			return a.Policy < b.Policy
-		}
-		return a.K < b.K
+		return keyLess(a.Key(), b.Key())
 	})
 }
 

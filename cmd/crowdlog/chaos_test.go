@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crowdlog/crowdlog/internal/truth"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 )
 
@@ -90,26 +89,6 @@ func TestChaos(t *testing.T) {
 	if runErr != nil {
 		t.Fatalf("%s\nrun: %v\n%s", report, runErr, runOut.String())
 	}
-	want, err := truth.Release(input, policy, k, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, _, err := truth.ReadExport(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := truth.Diff(want, got, 10); len(d) > 0 {
-		t.Fatalf("%s\nexport differs from the raw-log release (%d vs %d items):\n%v", report, len(got), len(want), d)
-	}
-	clean := filepath.Join(dir, "clean.tsv")
-	if _, err := runner.Run(ctx, runner.Config{Input: input, App: "query", Policy: policy, K: k, Epoch: "chaos",
-		Export: clean, StateDir: filepath.Join(dir, "clean"), ClickHouse: c.chd, Database: "clean", Partitions: 6}); err != nil {
-		t.Fatal(err)
-	}
-	a, _ := os.ReadFile(out)
-	b, _ := os.ReadFile(clean)
-	if !bytes.Equal(a, b) {
-		t.Fatalf("%s\nexport (%d bytes) is not byte-identical to the fault-free run's (%d bytes)", report, len(a), len(b))
-	}
-	t.Logf("%s; export of %d items byte-identical to the fault-free run and equal to the raw-log release", report, len(got))
+	n := c.checkExport(ctx, input, out, policy, k, "chaos", 6, report)
+	t.Logf("%s; export of %d items byte-identical to the fault-free run and equal to the raw-log release", report, n)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -11,6 +12,8 @@ import (
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
+	"github.com/crowdlog/crowdlog/internal/truth"
+	"github.com/crowdlog/crowdlog/pipelines/runner"
 )
 
 // cluster is what the multi-process tests share: a built crowdlog binary,
@@ -69,4 +72,35 @@ func newCluster(t *testing.T, ctx context.Context, partitions int) *cluster {
 // start runs one role as a process logging to logs/NAME.log.
 func (c *cluster) start(name string, args ...string) *proc {
 	return start(c.t, c.bin, filepath.Join(c.logs, name+".log"), args...)
+}
+
+// checkExport requires the export at out to equal the release computed from
+// the raw input log (internal/truth) and to be byte-identical to the export
+// of a fault-free in-process run of the same input; what names the run in
+// failure messages. It returns the number of released items.
+func (c *cluster) checkExport(ctx context.Context, input, out, policy string, k int, epoch string, partitions int, what string) int {
+	t := c.t
+	t.Helper()
+	want, err := truth.Release(input, policy, k, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := truth.ReadExport(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := truth.Diff(want, got, 10); len(d) > 0 {
+		t.Fatalf("%s: export differs from the raw-log release (%d vs %d items):\n%v", what, len(got), len(want), d)
+	}
+	clean := filepath.Join(c.dir, "clean.tsv")
+	if _, err := runner.Run(ctx, runner.Config{Input: input, App: "query", Policy: policy, K: k, Epoch: epoch,
+		Export: clean, StateDir: filepath.Join(c.dir, "clean"), ClickHouse: c.chd, Database: "clean", Partitions: partitions}); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.ReadFile(out)
+	b, _ := os.ReadFile(clean)
+	if !bytes.Equal(a, b) {
+		t.Fatalf("%s: export (%d bytes) is not byte-identical to the fault-free run's (%d bytes)", what, len(a), len(b))
+	}
+	return len(got)
 }

@@ -156,29 +156,6 @@ func TestKillAggregator(t *testing.T) {
 	}
 	t.Logf("killed the aggregator %d times\n%s", kills, runOut.String())
 
-	want, err := truth.Release(input, policy, k, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, _, err := truth.ReadExport(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := truth.Diff(want, got, 10); len(d) > 0 {
-		t.Fatalf("export after kills differs from the raw-log release (%d vs %d items):\n%v", len(got), len(want), d)
-	}
-
-	// fault-free run of the same input, in process: identical bytes (up to
-	// the epoch name, which is a column)
-	clean := filepath.Join(dir, "clean.tsv")
-	if _, err := runner.Run(ctx, runner.Config{Input: input, App: "query", Policy: policy, K: k, Epoch: "kill-test",
-		Export: clean, StateDir: filepath.Join(dir, "clean"), ClickHouse: c.chd, Database: "clean", Partitions: 4}); err != nil {
-		t.Fatal(err)
-	}
-	a, _ := os.ReadFile(out)
-	b, _ := os.ReadFile(clean)
-	if !bytes.Equal(a, b) {
-		t.Fatalf("export after kills (%d bytes) differs from the fault-free export (%d bytes)", len(a), len(b))
-	}
-	t.Logf("export of %d items identical to the fault-free run and to the raw-log release", len(got))
+	n := c.checkExport(ctx, input, out, policy, k, "kill-test", 4, "after kills")
+	t.Logf("export of %d items identical to the fault-free run and to the raw-log release", n)
 }
