@@ -1,0 +1,158 @@
+// Package keywords is the keyword-count application of Private Data Donor
+// mode (Primault et al., WWW 2019, §3.1 "monitored queries", §5.3
+// "keywords"): a campaign monitors a list of L keywords, and one client's
+// round-s vector V_s holds, for each monitored keyword ℓ, the number of its
+// query instances on day s whose normalized query has ℓ as a token.
+//
+// Tokens come from pipelines.KeywordApp (normalized query split on " ",
+// consecutive repeated queries collapsed, an instance counts a token once),
+// so the same definition serves the threshold "keyword" application and the
+// blinded vectors. Days are UTC calendar days of QueryTime.
+package keywords
+
+import (
+	"bufio"
+	_ "embed"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/crowdlog/crowdlog/ingest/aol"
+	"github.com/crowdlog/crowdlog/ingest/normalize"
+	"github.com/crowdlog/crowdlog/pipelines"
+)
+
+//go:embed google-10000-english.txt
+var google10000 string
+
+// DefaultName names the default list: the 10,000 most common English words
+// (first20hours/google-10000-english, commit d0736d4), the list PDD's pilot
+// monitored (§5.3).
+const DefaultName = "google-10000-english"
+
+// List is an ordered list of monitored keywords: index ℓ of a count vector is
+// keyword Words[ℓ]. Keywords are normalized (normalize.Query) and contain
+// no space; duplicates are removed, keeping the first.
+type List struct {
+	Words []string
+	index map[string]int
+}
+
+// Default returns the embedded google-10000-english list (L = 10,000).
+func Default() *List {
+	l, err := Parse(strings.NewReader(google10000))
+	if err != nil {
+		panic(err) // the embedded file is checked by tests
+	}
+	return l
+}
+
+// Load reads a list from path, one keyword per line; "" or DefaultName
+// return Default. Errors name the file and line.
+func Load(path string) (*List, error) {
+	if path == "" || path == DefaultName {
+		return Default(), nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("keyword list: %w", err)
+	}
+	defer f.Close()
+	l, err := Parse(f)
+	if err != nil {
+		return nil, fmt.Errorf("keyword list %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// Parse reads one keyword per line. Blank lines and lines starting with '#'
+// are skipped; each keyword is normalized; a keyword that normalizes to
+// several tokens is an error (a vector slot counts one token).
+func Parse(r io.Reader) (*List, error) {
+	l := &List{index: map[string]int{}}
+	sc := bufio.NewScanner(r)
+	line := 0
+	for sc.Scan() {
+		line++
+		s := strings.TrimSpace(sc.Text())
+		if s == "" || strings.HasPrefix(s, "#") {
+			continue
+		}
+		w, ok := normalize.Query(s)
+		if !ok {
+			continue
+		}
+		if strings.Contains(w, " ") {
+			return nil, fmt.Errorf("line %d: keyword %q has several tokens; monitor one token per line", line, s)
+		}
+		if _, dup := l.index[w]; dup {
+			continue
+		}
+		l.index[w] = len(l.Words)
+		l.Words = append(l.Words, w)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(l.Words) == 0 {
+		return nil, fmt.Errorf("no keywords")
+	}
+	return l, nil
+}
+
+// Len is L, the vector length.
+func (l *List) Len() int { return len(l.Words) }
+
+// Index returns ℓ for keyword w, or -1 when w is not monitored.
+func (l *List) Index(w string) int {
+	if i, ok := l.index[w]; ok {
+		return i
+	}
+	return -1
+}
+
+// Day is a round: the number of UTC days since 1970-01-01 (PDD §3.4: "the
+// round number s becomes the number of days elapsed").
+type Day int32
+
+// DayOf returns the UTC day of t.
+func DayOf(t time.Time) Day { return Day(t.UTC().Unix() / 86400) }
+
+// Time returns the start (00:00 UTC) of day d.
+func (d Day) Time() time.Time { return time.Unix(int64(d)*86400, 0).UTC() }
+
+// String formats d as 2006-01-02.
+func (d Day) String() string { return d.Time().Format("2006-01-02") }
+
+// Sparse is one client's counts of one day: keyword index → count.
+type Sparse map[int]uint64
+
+// Counts returns one user's keyword counts per day from that user's records
+// (all records of one user, in log order, as pipelines.App.Mine takes them).
+// Keywords in blacklist (PDD §6.1: words the user never shares) are left out.
+func (l *List) Counts(records []aol.Record, blacklist map[string]bool) map[Day]Sparse {
+	out := map[Day]Sparse{}
+	for _, a := range (pipelines.KeywordApp{}).Mine(records) {
+		i := l.Index(a.Primary)
+		if i < 0 || blacklist[a.Primary] {
+			continue
+		}
+		d := DayOf(a.Time)
+		if out[d] == nil {
+			out[d] = Sparse{}
+		}
+		out[d][i]++
+	}
+	return out
+}
+
+// Dense expands s into a vector of length L.
+func (s Sparse) Dense(L int) []uint64 {
+	v := make([]uint64, L)
+	for i, c := range s {
+		v[i] = c
+	}
+	return v
+}
