@@ -20,6 +20,11 @@ import (
 const (
 	ReportsTopic   = "reports"
 	DecryptedTopic = "decrypted"
+	// VectorsTopic carries PDD blinded vectors, recovery answers and the
+	// coordinator's rosters and ticks, keyed by group (aggregator/vectors).
+	VectorsTopic = "vectors"
+	// GroupSumsTopic carries each group's outcome to the release stage.
+	GroupSumsTopic = "group-sums"
 )
 
 // partitionHeader carries the source partition of an output message; the

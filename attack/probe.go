@@ -4,11 +4,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/cloudflare/circl/oprf"
 
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/randomness"
 )
 
 // Omega computes ω for an artifact the way an attacker can: LocalOmegaFunc
@@ -24,7 +26,8 @@ func LocalOmegaFunc(app, epoch, artifact string) ([]byte, error) {
 // KeyOmega evaluates the OPRF directly under the epoch keys derived from a
 // randomness seed (RFC 9497 FullEvaluate = what clients obtain through
 // Blind/Finalize): the randomness service colluding with the aggregator, or
-// a thief of keys/randomness.seed.
+// a thief of keys/randomness.seed (the older layout, where every epoch key
+// was derived from one seed).
 func KeyOmega(seed []byte) Omega {
 	servers := map[string]oprf.VerifiableServer{}
 	return func(app, epoch, artifact string) ([]byte, error) {
@@ -41,8 +44,38 @@ func KeyOmega(seed []byte) Omega {
 	}
 }
 
-// SeedOmega reads a randomness seed file (32 bytes) and returns KeyOmega.
+// KeyDirOmega evaluates the OPRF directly under the epoch key files of a
+// randomness key directory (randomness.KeyFile): the randomness service
+// colluding with the aggregator, or a thief of keys/randomness.keys. An
+// epoch whose key was destroyed (closed + grace) fails: there is nothing
+// left to probe with.
+func KeyDirOmega(dir string) Omega {
+	servers := map[string]oprf.VerifiableServer{}
+	return func(app, epoch, artifact string) ([]byte, error) {
+		s, ok := servers[epoch]
+		if !ok {
+			sk, err := randomness.ReadKeyFile(randomness.KeyFile(dir, epoch))
+			if err != nil {
+				return nil, fmt.Errorf("attack: no usable key for epoch %s in %s (destroyed or never created): %w", epoch, dir, err)
+			}
+			s = oprf.NewVerifiableServer(protocol.OPRFSuite, sk)
+			servers[epoch] = s
+		}
+		return s.FullEvaluate(protocol.OPRFInput(app, epoch, artifact))
+	}
+}
+
+// SeedOmega returns the Omega of stolen randomness keys at path: a
+// randomness key directory (KeyDirOmega; a keys directory holding
+// randomness.keys works too) or a 32-byte seed file of the older layout
+// (KeyOmega).
 func SeedOmega(path string) (Omega, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		if sub := filepath.Join(path, "randomness.keys"); isDir(sub) {
+			path = sub
+		}
+		return KeyDirOmega(path), nil
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("attack: read randomness seed: %w", err)
@@ -51,6 +84,11 @@ func SeedOmega(path string) (Omega, error) {
 		return nil, fmt.Errorf("attack: randomness seed %s has %d bytes, want 32", path, len(b))
 	}
 	return KeyOmega(b), nil
+}
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }
 
 // ProbeResult counts what an offline probe found. Found[i] is the number

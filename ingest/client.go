@@ -42,6 +42,22 @@ func (rt *Route) Wrap(r *protocol.Report) ([]byte, error) {
 	return protocol.SealLayer(rt.RelayA, protocol.Hop{Kind: protocol.HopRelay, Subject: rt.SubjectB}, l2)
 }
 
+// WrapVector builds the onion layers around a PDD message (a blinded vector
+// or a recovery answer, protocol/blind): the innermost for the aggregator,
+// relay B's producing to Kafka topic "vectors" with key (the group,
+// blind.Instance.String()), relay A's naming relay B's subject.
+func (rt *Route) WrapVector(key, msg []byte) ([]byte, error) {
+	l3, err := protocol.SealLayer(rt.Aggregator, protocol.Hop{Kind: protocol.HopDeliver}, msg)
+	if err != nil {
+		return nil, err
+	}
+	l2, err := protocol.SealLayer(rt.RelayB, protocol.Hop{Kind: protocol.HopKafkaVectors, Key: key}, l3)
+	if err != nil {
+		return nil, err
+	}
+	return protocol.SealLayer(rt.RelayA, protocol.Hop{Kind: protocol.HopRelay, Subject: rt.SubjectB}, l2)
+}
+
 // Randomness evaluates OPRF inputs of an epoch into ω values, in order
 // (satisfied by *randomness.Client). Implementations verify the service's
 // VOPRF proof against the epoch's pinned public key (RFC 9497 §3.3.2) and

@@ -50,12 +50,10 @@ func FuzzParseRandomness(f *testing.F) {
 	resp, _ := Evaluate(key, q)
 	b, _ = resp.MarshalBinary()
 	f.Add(b)
-	p := &RandomnessResponse{Error: "unknown epoch"}
-	b, _ = p.MarshalBinary()
-	f.Add(b)
-	p = &RandomnessResponse{Closed: true}
-	b, _ = p.MarshalBinary()
-	f.Add(b)
+	for _, r := range []Refusal{{Error: "unknown epoch"}, {Closed: true}, {Expired: true}, {Future: true, Error: "not yet"}} {
+		b, _ = (&RandomnessResponse{Refusal: r}).MarshalBinary()
+		f.Add(b)
+	}
 	b, _ = (&PublicKeyRequest{Epoch: "e"}).MarshalBinary()
 	f.Add(b)
 	pk, _ := key.Public().MarshalBinary()
@@ -73,7 +71,7 @@ func FuzzParseRandomness(f *testing.F) {
 			if !bytes.Equal(out, b) {
 				t.Fatal("response re-encodes differently")
 			}
-			if r.Error == "" && !r.Closed {
+			if !r.Refused() {
 				bl, _, _ := Blind(key.Public(), "e", [][]byte{[]byte("x")})
 				Finalize(bl, r) // wrong counts, bad elements or proofs: an error, not a panic
 			}
@@ -104,4 +102,48 @@ func FuzzParseDecrypted(f *testing.F) {
 	f.Add([]byte(`{"kind":"item","app":"query","item":"a"}`))
 	f.Add([]byte(`{"kind":"closed","partition":1,"partitions":4}`))
 	f.Fuzz(func(t *testing.T, b []byte) { ParseDecrypted(b) })
+}
+
+// FuzzParseRelayKeys: relay key announcements and requests from the network
+// never panic the parser, and what parses re-encodes to the same bytes.
+func FuzzParseRelayKeys(f *testing.F) {
+	k1, _ := GenerateKeyPair(1)
+	k2, _ := GenerateKeyPair(2)
+	p, _ := RelayKeysOf("a", []*KeyPair{k2, k1})
+	b, _ := p.MarshalBinary()
+	f.Add(b)
+	b, _ = (&RelayKeysResponse{Error: "busy"}).MarshalBinary()
+	f.Add(b)
+	b, _ = (&RelayKeysRequest{Relay: "a"}).MarshalBinary()
+	f.Add(b)
+	f.Add([]byte{Version, 0, 1, 'a', 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if q, err := ParseRelayKeysRequest(b); err == nil {
+			out, err := q.MarshalBinary()
+			if err != nil || !bytes.Equal(out, b) {
+				t.Fatalf("request re-encodes differently: %v", err)
+			}
+		} else if !errors.Is(err, ErrMalformed) {
+			t.Fatalf("error not wrapping ErrMalformed: %v", err)
+		}
+		r, err := ParseRelayKeysResponse(b)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error not wrapping ErrMalformed: %v", err)
+			}
+			return
+		}
+		out, err := r.MarshalBinary()
+		if err != nil {
+			t.Fatalf("parsed announcement does not re-encode: %v", err)
+		}
+		if !bytes.Equal(out, b) {
+			t.Fatal("announcement re-encodes differently")
+		}
+		for _, id := range r.IDs() {
+			if _, ok := r.Lookup(id); !ok {
+				t.Fatalf("listed id %d not found", id)
+			}
+		}
+	})
 }

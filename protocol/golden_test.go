@@ -271,11 +271,14 @@ func TestGoldenRandomness(t *testing.T) {
 	if err != nil {
 		t.Fatalf("golden proof does not verify: %v", err)
 	}
-	refusal, _ := (&RandomnessResponse{Error: "epoch 1999-01 is in the future"}).MarshalBinary()
-	closed, _ := (&RandomnessResponse{Closed: true, Error: "epoch 2006-02 closed"}).MarshalBinary()
+	refusal, _ := (&RandomnessResponse{Refusal: Refusal{Error: "epoch 1999-01 is in the future"}}).MarshalBinary()
+	closed, _ := (&RandomnessResponse{Refusal: Refusal{Closed: true, Error: "epoch 2006-02 closed"}}).MarshalBinary()
+	expired, _ := (&RandomnessResponse{Refusal: Refusal{Expired: true, Error: "epoch 20060301T000000Z-24h expired"}}).MarshalBinary()
+	future, _ := (&RandomnessResponse{Refusal: Refusal{Future: true, Error: "epoch 20060301T000000Z-24h has not started"}}).MarshalBinary()
 	pkq, _ := (&PublicKeyRequest{Epoch: "2006-03"}).MarshalBinary()
 	pkr, _ := (&PublicKeyResponse{Epoch: "2006-03", Key: pkb}).MarshalBinary()
-	pkClosed, _ := (&PublicKeyResponse{Closed: true, Error: "epoch 2006-02 closed"}).MarshalBinary()
+	pkClosed, _ := (&PublicKeyResponse{Refusal: Refusal{Closed: true, Error: "epoch 2006-02 closed"}}).MarshalBinary()
+	pkExpired, _ := (&PublicKeyResponse{Refusal: Refusal{Expired: true, Error: "epoch 20060301T000000Z-24h expired"}}).MarshalBinary()
 	golden(t, "randomness", map[string]string{
 		"public_key": hex.EncodeToString(pkb), "blind0": scalarHex(blinds[0]), "blind1": scalarHex(blinds[1]),
 		"request": hex.EncodeToString(qb), "proof": hex.EncodeToString(resp.Proof), "response": hex.EncodeToString(rb),
@@ -283,12 +286,14 @@ func TestGoldenRandomness(t *testing.T) {
 		"response_refused": hex.EncodeToString(refusal), "response_closed": hex.EncodeToString(closed),
 		"pubkey_request": hex.EncodeToString(pkq), "pubkey_response": hex.EncodeToString(pkr),
 		"pubkey_response_closed": hex.EncodeToString(pkClosed),
+		"response_expired":       hex.EncodeToString(expired), "response_future": hex.EncodeToString(future),
+		"pubkey_response_expired": hex.EncodeToString(pkExpired),
 	})
 	if *update {
 		return
 	}
 	want := loadGolden(t, "randomness")
-	for _, name := range []string{"request", "response", "response_refused", "response_closed"} {
+	for _, name := range []string{"request", "response", "response_refused", "response_closed", "response_expired", "response_future"} {
 		var err error
 		switch name {
 		case "request":
@@ -302,6 +307,53 @@ func TestGoldenRandomness(t *testing.T) {
 	}
 	if p, err := ParsePublicKeyResponse(mustHex(t, want["pubkey_response"])); err != nil || !bytes.Equal(p.Key, pkb) {
 		t.Errorf("golden public key response: %v", err)
+	}
+	if p, err := ParseRandomnessResponse(mustHex(t, want["response_expired"])); err != nil || !p.Expired {
+		t.Errorf("golden expired response: %+v %v", p, err)
+	}
+	if p, err := ParsePublicKeyResponse(mustHex(t, want["pubkey_response_expired"])); err != nil || !p.Expired {
+		t.Errorf("golden expired public key response: %+v %v", p, err)
+	}
+}
+
+// TestGoldenRelayKeys: a relay's key announcement (the golden route's
+// relay-a key under ids 1 and 2, as during a rotation), its request and a
+// refusal; the golden bytes parse back to the same ids and keys.
+func TestGoldenRelayKeys(t *testing.T) {
+	keys := goldenKeys(t)
+	old := *keys[0]
+	old.ID = 2
+	p, err := RelayKeysOf("a", []*KeyPair{&old, keys[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := p.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, _ := (&RelayKeysRequest{Relay: "a"}).MarshalBinary()
+	refused, _ := (&RelayKeysResponse{Error: "relay shutting down"}).MarshalBinary()
+	pub, _ := keys[0].Public.MarshalBinary()
+	golden(t, "relaykeys", map[string]string{"relay_text": "a", "public_key": hex.EncodeToString(pub),
+		"request": hex.EncodeToString(qb), "response": hex.EncodeToString(pb), "response_refused": hex.EncodeToString(refused)})
+	if *update {
+		return
+	}
+	want := loadGolden(t, "relaykeys")
+	back, err := ParseRelayKeysResponse(mustHex(t, want["response"]))
+	if err != nil || back.Relay != "a" || !bytes.Equal(back.IDs(), []byte{1, 2}) {
+		t.Fatalf("golden announcement parses to %+v, %v", back, err)
+	}
+	for _, id := range []byte{1, 2} {
+		if k, ok := back.Lookup(id); !ok || !bytes.Equal(k, pub) {
+			t.Fatalf("golden announcement: key id %d", id)
+		}
+	}
+	if q, err := ParseRelayKeysRequest(mustHex(t, want["request"])); err != nil || q.Relay != "a" {
+		t.Fatalf("golden request: %+v %v", q, err)
+	}
+	if r, err := ParseRelayKeysResponse(mustHex(t, want["response_refused"])); err != nil || r.Error == "" {
+		t.Fatalf("golden refusal: %+v %v", r, err)
 	}
 }
 

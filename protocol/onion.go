@@ -174,18 +174,24 @@ const (
 	HopKafka HopKind = 2
 	// HopDeliver marks the innermost layer: the inner bytes are the report.
 	HopDeliver HopKind = 3
+	// HopKafkaVectors produces the inner bytes (a blinded vector or a
+	// recovery answer, protocol/blind) to Kafka topic "vectors" with message
+	// key Key (the group, in the clear: PDD's server learns group membership
+	// anyway; the relays hide the client's address and timing).
+	HopKafkaVectors HopKind = 4
 )
 
 // Hop is the routing instruction inside one onion layer.
 type Hop struct {
 	Kind    HopKind
 	Subject string // HopRelay: NATS subject of the next relay
-	Key     []byte // HopKafka: Kafka message key
+	Key     []byte // HopKafka, HopKafkaVectors: Kafka message key
 }
 
 // sizeClasses are the padded sizes of the innermost layer's plaintext, so
 // that report lengths reveal only a class (DESIGN decision 3).
-var sizeClasses = []int{512, 1024, 4096, 16384, 65536}
+// The 128 KiB class holds a blinded vector of the default 10,000 keywords.
+var sizeClasses = []int{512, 1024, 4096, 16384, 65536, 131072}
 
 func padTo(n int) (int, error) {
 	for _, c := range sizeClasses {
@@ -218,7 +224,7 @@ func sealLayer(rnd io.Reader, pk PublicKey, hop Hop, inner []byte) ([]byte, erro
 			return nil, errors.New("protocol: relay subject longer than 255 bytes")
 		}
 		w.bytes8([]byte(hop.Subject))
-	case HopKafka:
+	case HopKafka, HopKafkaVectors:
 		if len(hop.Key) > 255 {
 			return nil, errors.New("protocol: kafka key longer than 255 bytes")
 		}
@@ -295,7 +301,7 @@ func Peel(keys []*KeyPair, layer []byte) (Hop, []byte, error) {
 	switch hop.Kind {
 	case HopRelay:
 		hop.Subject = string(r.bytes8("subject"))
-	case HopKafka:
+	case HopKafka, HopKafkaVectors:
 		hop.Key = r.bytes8("kafka key")
 	case HopDeliver:
 	default:

@@ -3,6 +3,7 @@ package protocol
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/cloudflare/circl/oprf"
 	"github.com/cloudflare/circl/zk/dleq"
@@ -37,8 +38,19 @@ const ProofSize = 2 * ScalarSize
 var ErrProof = errors.New("randomness proof failed: the service did not evaluate under the epoch's pinned public key")
 
 // ErrEpochClosed is wrapped when the randomness service refused an epoch
-// because it is closed: its randomness is no longer given out.
+// because it is closed: its randomness is no longer given out (and its key
+// is destroyed after a grace period, never regenerated).
 var ErrEpochClosed = errors.New("epoch closed by the randomness service")
+
+// ErrEpochExpired is wrapped when the randomness service refused an epoch of
+// its schedule whose end plus grace period has passed: its key is destroyed.
+// Reports for it would never be aggregated; seal under the current epoch.
+var ErrEpochExpired = errors.New("epoch expired at the randomness service")
+
+// ErrEpochFuture is wrapped when the randomness service refused an epoch of
+// its schedule that has not started yet (beyond its clock-skew allowance):
+// check the client's clock and epoch name.
+var ErrEpochFuture = errors.New("epoch not started yet at the randomness service")
 
 // OPRFInput is the OPRF input for one artifact of an application in an epoch:
 // "crowdlog-v1" ‖ 0 ‖ app ‖ 0 ‖ epoch ‖ 0 ‖ artifact. The randomness
@@ -98,22 +110,85 @@ func ParseRandomnessRequest(b []byte) (*RandomnessRequest, error) {
 
 // Status bytes of RandomnessResponse and PublicKeyResponse.
 const (
-	statusOK     = 0
-	statusError  = 1 // refused; a message follows
-	statusClosed = 2 // refused because the epoch is closed; a message follows
+	statusOK      = 0
+	statusError   = 1 // refused; a message follows
+	statusClosed  = 2 // refused because the epoch is closed; a message follows
+	statusExpired = 3 // refused because the scheduled epoch expired; a message follows
+	statusFuture  = 4 // refused because the scheduled epoch has not started; a message follows
 )
 
 // maxErrorMessage bounds refusal messages on the wire, in bytes.
 const maxErrorMessage = 1024
 
-// writeStatus writes the status byte and, for a refusal, its message; it
-// reports whether the message was a refusal.
-func writeStatus(w *writer, msg string, closed bool) bool {
+// Refusal is why the randomness service refused a request, shared by
+// RandomnessResponse and PublicKeyResponse. The zero value is "not refused".
+// At most one of Closed, Expired and Future is set; each needs no Error
+// (a default message is sent), a plain refusal needs one.
+type Refusal struct {
+	Error   string // why; empty when not refused
+	Closed  bool   // the epoch is closed (wire status 2, ErrEpochClosed)
+	Expired bool   // the scheduled epoch's end plus grace passed (status 3, ErrEpochExpired)
+	Future  bool   // the scheduled epoch has not started (status 4, ErrEpochFuture)
+}
+
+// Refused reports whether f is a refusal.
+func (f Refusal) Refused() bool { return f.Error != "" || f.Closed || f.Expired || f.Future }
+
+// Err returns the refusal as an error for the client: wrapping
+// ErrEpochClosed, ErrEpochExpired or ErrEpochFuture for those statuses,
+// plain for others, nil when not refused.
+func (f Refusal) Err() error {
+	var sentinel error
 	switch {
-	case closed:
+	case f.Closed:
+		sentinel = ErrEpochClosed
+	case f.Expired:
+		sentinel = ErrEpochExpired
+	case f.Future:
+		sentinel = ErrEpochFuture
+	case f.Error != "":
+		return fmt.Errorf("randomness service: %s", f.Error)
+	default:
+		return nil
+	}
+	// the service's message usually starts with the sentinel's text already
+	msg := strings.TrimPrefix(f.Error, sentinel.Error()+": ")
+	if msg == "" || msg == sentinel.Error() {
+		return fmt.Errorf("randomness service: %w", sentinel)
+	}
+	return fmt.Errorf("randomness service: %w: %s", sentinel, msg)
+}
+
+// RefusalOf classifies a service-side error for the wire: errors wrapping
+// ErrEpochClosed, ErrEpochExpired or ErrEpochFuture get their status, others
+// a plain refusal. nil gives the zero Refusal.
+func RefusalOf(err error) Refusal {
+	if err == nil {
+		return Refusal{}
+	}
+	return Refusal{Error: err.Error(), Closed: errors.Is(err, ErrEpochClosed),
+		Expired: errors.Is(err, ErrEpochExpired), Future: errors.Is(err, ErrEpochFuture)}
+}
+
+// writeStatus writes the status byte and, for a refusal, its message; it
+// reports whether f was a refusal.
+func writeStatus(w *writer, f Refusal) bool {
+	msg := f.Error
+	switch {
+	case f.Closed:
 		w.u8(statusClosed)
 		if msg == "" {
 			msg = ErrEpochClosed.Error()
+		}
+	case f.Expired:
+		w.u8(statusExpired)
+		if msg == "" {
+			msg = ErrEpochExpired.Error()
+		}
+	case f.Future:
+		w.u8(statusFuture)
+		if msg == "" {
+			msg = ErrEpochFuture.Error()
 		}
 	case msg != "":
 		w.u8(statusError)
@@ -129,43 +204,42 @@ func writeStatus(w *writer, msg string, closed bool) bool {
 }
 
 // readStatus reads what writeStatus wrote: ok for statusOK, otherwise the
-// refusal's message and whether it is statusClosed. Unknown statuses and
-// empty messages set r.err.
-func readStatus(r *reader) (ok bool, msg string, closed bool) {
+// refusal. Unknown statuses and empty messages set r.err.
+func readStatus(r *reader) (ok bool, f Refusal) {
 	st := r.u8("status")
 	if r.err != nil {
-		return false, "", false
+		return false, f
 	}
 	switch st {
 	case statusOK:
-		return true, "", false
-	case statusError, statusClosed:
-		msg = string(r.bytes16("error"))
+		return true, f
+	case statusError, statusClosed, statusExpired, statusFuture:
+		msg := string(r.bytes16("error"))
 		if r.err == nil && (msg == "" || len(msg) > maxErrorMessage) {
 			r.err = malformed("error message of %d bytes (want 1..%d)", len(msg), maxErrorMessage)
 		}
-		return false, msg, st == statusClosed
+		return false, Refusal{Error: msg, Closed: st == statusClosed, Expired: st == statusExpired, Future: st == statusFuture}
 	}
 	r.err = malformed("unknown status %d", st)
-	return false, "", false
+	return false, f
 }
 
 // RandomnessResponse carries the evaluated elements in request order with
-// the batch's DLEQ proof (RFC 9497 §3.3.2), or a refusal: Error says why,
-// Closed marks a closed epoch.
+// the batch's DLEQ proof (RFC 9497 §3.3.2), or a refusal (Refusal: Error
+// says why; Closed, Expired, Future mark epoch refusals).
 type RandomnessResponse struct {
-	Error    string
-	Closed   bool     // refused because the epoch is closed
+	Refusal
 	Elements [][]byte // 32 bytes each, in request order
 	Proof    []byte   // ProofSize bytes (c ‖ s), one for the whole batch
 }
 
-// MarshalBinary encodes: version ‖ status (0 ok, 1 error, 2 epoch closed) ‖
-// (u16 count ‖ count×32 elements ‖ proof[64] | u16 len ‖ message).
+// MarshalBinary encodes: version ‖ status (0 ok, 1 error, 2 epoch closed,
+// 3 epoch expired, 4 epoch not started) ‖ (u16 count ‖ count×32 elements ‖
+// proof[64] | u16 len ‖ message).
 func (p *RandomnessResponse) MarshalBinary() ([]byte, error) {
 	w := writer{b: make([]byte, 0, 4+elementSize*len(p.Elements)+ProofSize)}
 	w.u8(Version)
-	if writeStatus(&w, p.Error, p.Closed) {
+	if writeStatus(&w, p.Refusal) {
 		return w.b, nil
 	}
 	if len(p.Elements) > MaxBatch {
@@ -190,7 +264,7 @@ func ParseRandomnessResponse(b []byte) (*RandomnessResponse, error) {
 	r := reader{b: b}
 	r.version("randomness response")
 	p := &RandomnessResponse{}
-	ok, msg, closed := readStatus(&r)
+	ok, f := readStatus(&r)
 	if ok {
 		n := int(r.u16("count"))
 		if n > MaxBatch {
@@ -201,7 +275,7 @@ func ParseRandomnessResponse(b []byte) (*RandomnessResponse, error) {
 		}
 		p.Proof = r.take(ProofSize, "proof")
 	} else {
-		p.Error, p.Closed = msg, closed
+		p.Refusal = f
 	}
 	if err := r.done("randomness response"); err != nil {
 		return nil, err
@@ -238,12 +312,12 @@ func ParsePublicKeyRequest(b []byte) (*PublicKeyRequest, error) {
 }
 
 // PublicKeyResponse is the randomness service's answer: the epoch it is for
-// and its 32-byte OPRF public key (RFC 9497 §3.2 pkS = skS·G), or a refusal.
+// and its 32-byte OPRF public key (RFC 9497 §3.2 pkS = skS·G), or a refusal
+// (same statuses as RandomnessResponse).
 type PublicKeyResponse struct {
-	Error  string
-	Closed bool
-	Epoch  string
-	Key    []byte // PublicKeySize bytes
+	Refusal
+	Epoch string
+	Key   []byte // PublicKeySize bytes
 }
 
 // MarshalBinary encodes: version ‖ status ‖ (u8 len epoch ‖ epoch ‖ key[32] |
@@ -251,7 +325,7 @@ type PublicKeyResponse struct {
 func (p *PublicKeyResponse) MarshalBinary() ([]byte, error) {
 	w := writer{}
 	w.u8(Version)
-	if writeStatus(&w, p.Error, p.Closed) {
+	if writeStatus(&w, p.Refusal) {
 		return w.b, nil
 	}
 	if len(p.Epoch) > 255 || len(p.Key) != PublicKeySize {
@@ -268,12 +342,12 @@ func ParsePublicKeyResponse(b []byte) (*PublicKeyResponse, error) {
 	r := reader{b: b}
 	r.version("public key response")
 	p := &PublicKeyResponse{}
-	ok, msg, closed := readStatus(&r)
+	ok, f := readStatus(&r)
 	if ok {
 		p.Epoch = string(r.bytes8("epoch"))
 		p.Key = r.take(PublicKeySize, "public key")
 	} else {
-		p.Error, p.Closed = msg, closed
+		p.Refusal = f
 	}
 	if err := r.done("public key response"); err != nil {
 		return nil, err
@@ -327,15 +401,13 @@ func Blind(pub *oprf.PublicKey, epoch string, inputs [][]byte) (*Blinded, *Rando
 
 // Finalize verifies the batch's DLEQ proof against the public key given to
 // Blind and unblinds the response into one 64-byte ω per input (RFC 9497
-// §3.3.2 Finalize). Errors: the service's refusal (wrapping ErrEpochClosed
-// for a closed epoch), a wrong element count, invalid elements, or ErrProof
-// when the proof does not verify — never unverified output.
+// §3.3.2 Finalize). Errors: the service's refusal (Refusal.Err: wrapping
+// ErrEpochClosed, ErrEpochExpired or ErrEpochFuture), a wrong element
+// count, invalid elements, or ErrProof when the proof does not verify —
+// never unverified output.
 func Finalize(b *Blinded, resp *RandomnessResponse) ([][]byte, error) {
-	if resp.Closed {
-		return nil, fmt.Errorf("randomness service: %w: %s", ErrEpochClosed, resp.Error)
-	}
-	if resp.Error != "" {
-		return nil, fmt.Errorf("randomness service: %s", resp.Error)
+	if err := resp.Refusal.Err(); err != nil {
+		return nil, err
 	}
 	ev := &oprf.Evaluation{Elements: make([]oprf.Evaluated, len(resp.Elements)), Proof: new(dleq.Proof)}
 	for i, e := range resp.Elements {
@@ -391,7 +463,9 @@ func Evaluate(key *oprf.PrivateKey, q *RandomnessRequest) (*RandomnessResponse, 
 
 // DeriveOPRFKey derives an epoch's OPRF key pair from a 32-byte seed
 // (RFC 9497 §3.2.1 DeriveKeyPair in verifiable mode, info = "crowdlog-v1
-// epoch " ‖ epoch), so several randomness processes sharing the seed agree.
+// epoch " ‖ epoch). The randomness service no longer uses it (it stores a
+// random key per epoch so that destroying the file destroys the key); it
+// remains for test vectors and for reading keys of the older seed layout.
 func DeriveOPRFKey(seed []byte, epoch string) (*oprf.PrivateKey, error) {
 	return oprf.DeriveKey(OPRFSuite, OPRFMode, seed, []byte("crowdlog-v1 epoch "+epoch))
 }

@@ -53,7 +53,9 @@ func TestVOPRFProof(t *testing.T) {
 	if _, err := run(key.Public(), key, func(r *RandomnessResponse) { r.Elements[0], r.Elements[1] = r.Elements[1], r.Elements[0] }); !errors.Is(err, ErrProof) {
 		t.Fatalf("swapped elements: %v", err)
 	}
-	if _, err := run(key.Public(), key, func(r *RandomnessResponse) { *r = RandomnessResponse{Closed: true, Error: "epoch 2006-03 is closed"} }); !errors.Is(err, ErrEpochClosed) {
+	if _, err := run(key.Public(), key, func(r *RandomnessResponse) {
+		*r = RandomnessResponse{Refusal: Refusal{Closed: true, Error: "epoch 2006-03 is closed"}}
+	}); !errors.Is(err, ErrEpochClosed) {
 		t.Fatalf("closed epoch: %v", err)
 	}
 	// the base-mode key of the same seed is a different key: modes never mix
@@ -81,7 +83,7 @@ func TestPublicKeyMessages(t *testing.T) {
 	if _, err := ParseOPRFPublicKey(make([]byte, 32)); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("identity public key accepted: %v", err)
 	}
-	b, _ = (&PublicKeyResponse{Closed: true}).MarshalBinary()
+	b, _ = (&PublicKeyResponse{Refusal: Refusal{Closed: true}}).MarshalBinary()
 	if got, err := ParsePublicKeyResponse(b); err != nil || !got.Closed || got.Error == "" {
 		t.Fatalf("closed: %+v %v", got, err)
 	}
@@ -218,5 +220,50 @@ func BenchmarkVOPRF(b *testing.B) {
 		if _, err := Finalize(bl, resp); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestRefusalStatuses: every refusal status survives the wire in both
+// response types and turns into an error wrapping its sentinel on the
+// client, with the service's message once (not its sentinel text twice).
+func TestRefusalStatuses(t *testing.T) {
+	for _, c := range []struct {
+		f    Refusal
+		want error
+	}{
+		{Refusal{Closed: true, Error: ErrEpochClosed.Error() + ": epoch 2006-03 closed"}, ErrEpochClosed},
+		{Refusal{Expired: true, Error: ErrEpochExpired.Error() + ": epoch 20060301T000000Z-24h ended"}, ErrEpochExpired},
+		{Refusal{Future: true}, ErrEpochFuture},
+		{Refusal{Error: "invalid epoch name"}, nil},
+	} {
+		b, err := (&RandomnessResponse{Refusal: c.f}).MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ParseRandomnessResponse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pb, _ := (&PublicKeyResponse{Refusal: c.f}).MarshalBinary()
+		pgot, err := ParsePublicKeyResponse(pb)
+		if err != nil || pgot.Refusal != got.Refusal {
+			t.Fatalf("public key response: %+v %v, want %+v", pgot.Refusal, err, got.Refusal)
+		}
+		if got.Closed != c.f.Closed || got.Expired != c.f.Expired || got.Future != c.f.Future || got.Error == "" {
+			t.Fatalf("%+v round-trips to %+v", c.f, got.Refusal)
+		}
+		e := got.Err()
+		if e == nil || (c.want != nil && !errors.Is(e, c.want)) {
+			t.Fatalf("%+v: client error %v, want %v", c.f, e, c.want)
+		}
+		if c.want != nil && strings.Count(e.Error(), c.want.Error()) != 1 {
+			t.Fatalf("sentinel repeated: %q", e)
+		}
+		if RefusalOf(e).Closed != c.f.Closed || RefusalOf(e).Expired != c.f.Expired || RefusalOf(e).Future != c.f.Future {
+			t.Fatalf("RefusalOf(%v) = %+v", e, RefusalOf(e))
+		}
+	}
+	if (Refusal{}).Err() != nil || (Refusal{}).Refused() {
+		t.Fatal("zero Refusal must not be a refusal")
 	}
 }

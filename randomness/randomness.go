@@ -10,13 +10,17 @@
 // Trust assumption (docs/threat-model.md): the first key a client sees for an
 // epoch (or the one it was configured with) is the one every other client
 // sees; pin files and comparing keys out of band make a split view visible.
+//
+// Epoch keys (keys.go) are random, one file per epoch in a key directory
+// shared by the service's processes, and destroyed after the epoch is
+// closed (or, with a schedule of absolute epoch boundaries, has ended) plus
+// a grace period; a destroyed epoch is never given a new key.
 package randomness
 
 import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -42,8 +46,8 @@ const Subject = "crowdlog.randomness"
 // publishes epoch public keys (protocol.PublicKeyRequest/Response).
 const PublicKeySubject = "crowdlog.randomness.pubkey"
 
-// queue is the NATS queue group: more service processes sharing one seed file
-// share the load.
+// queue is the NATS queue group: more service processes sharing one key
+// directory share the load.
 const queue = "randomness"
 
 var epochName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
@@ -57,172 +61,17 @@ func ValidEpoch(s string) bool { return epochName.MatchString(s) }
 // file): the service changed keys mid-epoch or shows clients different keys.
 var ErrKeyChanged = errors.New("randomness: the epoch's OPRF public key changed")
 
-// Keys derives one OPRF key per epoch from a 32-byte master seed
-// (RFC 9497 §3.2.1 DeriveKeyPair in verifiable mode, info = epoch), so
-// several service processes sharing the seed file evaluate under the same
-// epoch key. Epochs listed in the closed-epochs file (seed path + ".closed",
-// one name per line, written by Close) are refused.
-//
-// Closing refuses evaluation; it does not destroy the key, which stays
-// derivable from the seed (forward secrecy needs stored per-epoch keys:
-// issue 3).
-type Keys struct {
-	seed       []byte
-	closedPath string
-	mu         sync.Mutex
-	byEp       map[string]*oprf.PrivateKey
-	closed     map[string]bool
-	closedStat fileStamp
-}
-
-type fileStamp struct {
-	size  int64
-	mtime time.Time
-}
-
-// LoadOrCreateSeed reads the master seed at path, creating it (32 random
-// bytes, mode 0600) when absent, and the closed-epochs file path+".closed"
-// when present. The seed is never logged.
-func LoadOrCreateSeed(path string) (*Keys, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		b = make([]byte, 32)
-		if _, err := rand.Read(b); err != nil {
-			return nil, err
-		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			return nil, fmt.Errorf("write randomness seed: %w", err)
-		}
-	} else if err != nil {
-		return nil, fmt.Errorf("read randomness seed: %w", err)
-	}
-	if len(b) != 32 {
-		return nil, fmt.Errorf("randomness seed %s has %d bytes, want 32 (delete it to make a new one)", path, len(b))
-	}
-	k := &Keys{seed: b, closedPath: path + ".closed", byEp: map[string]*oprf.PrivateKey{}, closed: map[string]bool{}}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if err := k.reloadClosed(); err != nil {
-		return nil, err
-	}
-	return k, nil
-}
-
-// reloadClosed re-reads the closed-epochs file when its size or mtime
-// changed, so a Close by another process sharing the seed directory takes
-// effect. Callers hold mu.
-func (k *Keys) reloadClosed() error {
-	st, err := os.Stat(k.closedPath)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("randomness: closed-epochs file: %w", err)
-	}
-	stamp := fileStamp{st.Size(), st.ModTime()}
-	if stamp == k.closedStat {
-		return nil
-	}
-	b, err := os.ReadFile(k.closedPath)
-	if err != nil {
-		return fmt.Errorf("randomness: read closed-epochs file: %w", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if e := strings.TrimSpace(line); e != "" {
-			k.closed[e] = true
-		}
-	}
-	k.closedStat = stamp
-	return nil
-}
-
-// Close marks epoch closed: it is appended (fsynced) to the closed-epochs
-// file and from then on Epoch refuses it, in this process at once and in
-// processes sharing the file at their next request. Idempotent.
-func (k *Keys) Close(epoch string) error {
-	if !ValidEpoch(epoch) {
-		return fmt.Errorf("invalid epoch name %q", epoch)
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if err := k.reloadClosed(); err != nil {
-		return err
-	}
-	if k.closed[epoch] {
-		return nil
-	}
-	f, err := os.OpenFile(k.closedPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("randomness: close epoch %s: %w", epoch, err)
-	}
-	if _, err := f.WriteString(epoch + "\n"); err != nil {
-		f.Close()
-		return fmt.Errorf("randomness: close epoch %s: %w", epoch, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	k.closed[epoch] = true
-	delete(k.byEp, epoch)
-	return nil
-}
-
-// Closed reports whether epoch is closed.
-func (k *Keys) Closed(epoch string) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.reloadClosed()
-	return k.closed[epoch]
-}
-
-// Epoch returns the OPRF private key of an epoch. Errors for invalid names
-// and, wrapping protocol.ErrEpochClosed, for closed epochs.
-func (k *Keys) Epoch(epoch string) (*oprf.PrivateKey, error) {
-	if !ValidEpoch(epoch) {
-		return nil, fmt.Errorf("invalid epoch name %q", epoch)
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if err := k.reloadClosed(); err != nil {
-		return nil, err
-	}
-	if k.closed[epoch] {
-		return nil, fmt.Errorf("%w: epoch %s no longer gives out randomness (reports for it would never be aggregated)", protocol.ErrEpochClosed, epoch)
-	}
-	if key, ok := k.byEp[epoch]; ok {
-		return key, nil
-	}
-	key, err := protocol.DeriveOPRFKey(k.seed, epoch)
-	if err != nil {
-		return nil, err
-	}
-	k.byEp[epoch] = key
-	return key, nil
-}
-
-// PublicKey returns the 32-byte encoded OPRF public key of an epoch (what
-// clients pin). Errors like Epoch.
-func (k *Keys) PublicKey(epoch string) ([]byte, error) {
-	key, err := k.Epoch(epoch)
-	if err != nil {
-		return nil, err
-	}
-	return key.Public().MarshalBinary()
-}
+// DefaultSweepEvery is how often Service.Run destroys due epoch keys.
+const DefaultSweepEvery = time.Minute
 
 // Service answers RandomnessRequests on Subject and PublicKeyRequests on
-// PublicKeySubject.
+// PublicKeySubject, and destroys due epoch keys (Keys.Sweep) every
+// SweepEvery (0 means DefaultSweepEvery).
 type Service struct {
-	NC     *nats.Conn
-	Keys   *Keys
-	Logger *slog.Logger
+	NC         *nats.Conn
+	Keys       *Keys
+	Logger     *slog.Logger
+	SweepEvery time.Duration
 
 	Evaluated atomic.Int64 // elements evaluated
 	Rejected  atomic.Int64 // malformed or refused requests
@@ -263,43 +112,52 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := s.NC.Flush(); err != nil {
 		return err
 	}
-	log.Info("randomness service ready", "subject", Subject, "public_keys", PublicKeySubject)
-	<-ctx.Done()
-	return nil
+	log.Info("randomness service ready", "subject", Subject, "public_keys", PublicKeySubject,
+		"key_dir", s.Keys.Dir(), "epoch_length", s.Keys.EpochLength(), "current_epoch", s.Keys.Current())
+	every := s.SweepEvery
+	if every <= 0 {
+		every = DefaultSweepEvery
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if _, err := s.Keys.Sweep(); err != nil {
+			log.Error("randomness: destroying due epoch keys failed; retrying at the next sweep", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 func (s *Service) handle(data []byte) *protocol.RandomnessResponse {
 	q, err := protocol.ParseRandomnessRequest(data)
-	if err != nil {
-		s.Rejected.Add(1)
-		return &protocol.RandomnessResponse{Error: err.Error()}
+	if err == nil {
+		var key *oprf.PrivateKey
+		if key, err = s.Keys.Epoch(q.Epoch); err == nil {
+			var resp *protocol.RandomnessResponse
+			if resp, err = protocol.Evaluate(key, q); err == nil {
+				s.Evaluated.Add(int64(len(q.Elements)))
+				return resp
+			}
+		}
 	}
-	key, err := s.Keys.Epoch(q.Epoch)
-	if err != nil {
-		s.Rejected.Add(1)
-		return &protocol.RandomnessResponse{Error: err.Error(), Closed: errors.Is(err, protocol.ErrEpochClosed)}
-	}
-	resp, err := protocol.Evaluate(key, q)
-	if err != nil {
-		s.Rejected.Add(1)
-		return &protocol.RandomnessResponse{Error: err.Error()}
-	}
-	s.Evaluated.Add(int64(len(q.Elements)))
-	return resp
+	s.Rejected.Add(1)
+	return &protocol.RandomnessResponse{Refusal: protocol.RefusalOf(err)}
 }
 
 func (s *Service) handlePublicKey(data []byte) *protocol.PublicKeyResponse {
 	q, err := protocol.ParsePublicKeyRequest(data)
-	if err != nil {
-		s.Rejected.Add(1)
-		return &protocol.PublicKeyResponse{Error: err.Error()}
+	if err == nil {
+		var pk []byte
+		if pk, err = s.Keys.PublicKey(q.Epoch); err == nil {
+			return &protocol.PublicKeyResponse{Epoch: q.Epoch, Key: pk}
+		}
 	}
-	pk, err := s.Keys.PublicKey(q.Epoch)
-	if err != nil {
-		s.Rejected.Add(1)
-		return &protocol.PublicKeyResponse{Error: err.Error(), Closed: errors.Is(err, protocol.ErrEpochClosed)}
-	}
-	return &protocol.PublicKeyResponse{Epoch: q.Epoch, Key: pk}
+	s.Rejected.Add(1)
+	return &protocol.PublicKeyResponse{Refusal: protocol.RefusalOf(err)}
 }
 
 // Client obtains ω for artifacts from the service and verifies every batch's
@@ -369,11 +227,8 @@ func (c *Client) fetch(ctx context.Context, epoch string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("randomness public key response: %w", err)
 	}
-	if resp.Closed {
-		return nil, fmt.Errorf("randomness service: %w: %s", protocol.ErrEpochClosed, resp.Error)
-	}
-	if resp.Error != "" {
-		return nil, fmt.Errorf("randomness service: %s", resp.Error)
+	if err := resp.Refusal.Err(); err != nil {
+		return nil, err
 	}
 	if resp.Epoch != epoch {
 		return nil, fmt.Errorf("randomness service answered the public key of epoch %q for %q", resp.Epoch, epoch)
@@ -487,8 +342,10 @@ func (c *Client) key(ctx context.Context, epoch string) (*oprf.PublicKey, error)
 // Evaluate returns one 64-byte ω per input, in order, for epoch. Inputs are
 // built with protocol.OPRFInput. Requests are batched (one round trip and
 // one DLEQ proof per Batch inputs). Errors: the service's refusal (wrapping
-// protocol.ErrEpochClosed for closed epochs), the timeout, ErrKeyChanged,
-// or protocol.ErrProof when a proof fails against the pinned key.
+// protocol.ErrEpochClosed for closed epochs, protocol.ErrEpochExpired and
+// protocol.ErrEpochFuture for scheduled epochs outside their window), the
+// timeout, ErrKeyChanged, or protocol.ErrProof when a proof fails against
+// the pinned key.
 func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([][]byte, error) {
 	batch := c.Batch
 	if batch <= 0 {
@@ -522,7 +379,7 @@ func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([
 		if err != nil {
 			return nil, fmt.Errorf("randomness response: %w", err)
 		}
-		if len(resp.Elements) != hi-lo && resp.Error == "" && !resp.Closed {
+		if len(resp.Elements) != hi-lo && !resp.Refused() {
 			return nil, fmt.Errorf("randomness service answered %d elements for %d", len(resp.Elements), hi-lo)
 		}
 		omegas, err := protocol.Finalize(bl, resp)

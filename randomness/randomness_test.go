@@ -39,10 +39,14 @@ func newEnv(t *testing.T) *env {
 	return &env{t: t, ctx: ctx, nc: nc, dir: dir}
 }
 
-// serve runs a service on the seed file and returns its keys and a stop func
-// that waits until the service unsubscribed.
-func (e *env) serve(seed string) (*Keys, func()) {
-	keys, err := LoadOrCreateSeed(seed)
+// serve runs a service on the key directory and returns its keys and a
+// stop func that waits until the service unsubscribed.
+func (e *env) serve(dir string, o ...Options) (*Keys, func()) {
+	var opts Options
+	if len(o) > 0 {
+		opts = o[0]
+	}
+	keys, err := Open(dir, opts)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -56,12 +60,12 @@ func (e *env) serve(seed string) (*Keys, func()) {
 
 // TestServiceOverNATS: ω from the service over a real NATS server is the
 // same for every client, differs across epochs, survives a service restart
-// (seed on disk), and bad requests get a clear error reply.
+// (key files on disk), and bad requests get a clear error reply.
 func TestServiceOverNATS(t *testing.T) {
 	e := newEnv(t)
 	ctx := e.ctx
-	seed := filepath.Join(e.dir, "keys", "randomness.seed")
-	_, stop := e.serve(seed)
+	dir := filepath.Join(e.dir, "keys", "randomness.keys")
+	_, stop := e.serve(dir)
 	c := &Client{NC: e.nc, Batch: 3}
 	inputs := [][]byte{protocol.OPRFInput("query", "e1", "a"), protocol.OPRFInput("query", "e1", "b"),
 		protocol.OPRFInput("query", "e1", "c"), protocol.OPRFInput("query", "e1", "a")}
@@ -82,7 +86,7 @@ func TestServiceOverNATS(t *testing.T) {
 		t.Fatal("ω must differ across epochs")
 	}
 	stop()
-	_, stop = e.serve(seed) // restarted service: same seed, same epoch keys
+	_, stop = e.serve(dir) // restarted service: same key files, same epoch keys
 	defer stop()
 	w3, err := c.Evaluate(ctx, "e1", inputs[:1])
 	if err != nil || string(w3[0]) != string(w1[0]) {
@@ -102,17 +106,17 @@ func TestServiceOverNATS(t *testing.T) {
 }
 
 // TestWrongKeyService: a client that pinned the epoch key of service A and
-// is then answered by service B (another seed) gets a clear error — the
+// is then answered by service B (another key directory) gets a clear error — the
 // proof fails, and the published key differs from the pinned one — and no ω.
 func TestWrongKeyService(t *testing.T) {
 	e := newEnv(t)
-	keysA, stopA := e.serve(filepath.Join(e.dir, "a", "randomness.seed"))
+	keysA, stopA := e.serve(filepath.Join(e.dir, "a", "randomness.keys"))
 	pkA, err := keysA.PublicKey("e1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	stopA()
-	_, stopB := e.serve(filepath.Join(e.dir, "b", "randomness.seed"))
+	_, stopB := e.serve(filepath.Join(e.dir, "b", "randomness.keys"))
 	defer stopB()
 	in := [][]byte{protocol.OPRFInput("query", "e1", "a")}
 
@@ -146,18 +150,21 @@ func TestWrongKeyService(t *testing.T) {
 
 // TestClosedEpoch: Keys.Close refuses the epoch with a clear error to
 // clients, persists across a restart, and reaches another process sharing
-// the seed directory.
+// the key directory.
 func TestClosedEpoch(t *testing.T) {
 	e := newEnv(t)
-	seed := filepath.Join(e.dir, "keys", "randomness.seed")
-	keys, stop := e.serve(seed)
+	dir := filepath.Join(e.dir, "keys", "randomness.keys")
+	keys, stop := e.serve(dir)
 	c := &Client{NC: e.nc}
 	in := [][]byte{protocol.OPRFInput("query", "2006-03", "a")}
 	if _, err := c.Evaluate(e.ctx, "2006-03", in); err != nil {
 		t.Fatal(err)
 	}
-	other, err := LoadOrCreateSeed(seed) // a second process on the same files
+	other, err := Open(dir, Options{}) // a second process on the same files
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Epoch("2006-03"); err != nil {
 		t.Fatal(err)
 	}
 	if err := keys.Close("2006-03"); err != nil {
@@ -171,13 +178,13 @@ func TestClosedEpoch(t *testing.T) {
 		t.Fatalf("public key of a closed epoch: %v", err)
 	}
 	if _, err := other.Epoch("2006-03"); !errors.Is(err, protocol.ErrEpochClosed) {
-		t.Fatalf("other process: %v", err)
+		t.Fatalf("other process (key cached): %v", err)
 	}
 	if _, err := c.Evaluate(e.ctx, "2006-04", in); err != nil {
 		t.Fatalf("open epoch refused: %v", err)
 	}
 	stop()
-	again, err := LoadOrCreateSeed(seed)
+	again, err := Open(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,8 +194,8 @@ func TestClosedEpoch(t *testing.T) {
 	if err := again.Close("2006-03"); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := os.ReadFile(seed + ".closed")
-	if string(b) != "2006-03\n" {
+	b, _ := os.ReadFile(filepath.Join(dir, closedFile))
+	if lines := strings.Split(strings.TrimSpace(string(b)), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], "2006-03 ") {
 		t.Fatalf("Close must be idempotent: file %q", b)
 	}
 }

@@ -84,6 +84,10 @@ type Relay struct {
 	ReplayWindow  time.Duration
 	ReplayEntries int
 
+	// Vectors is where the relay produces HopKafkaVectors layers (PDD
+	// blinded vectors, Kafka topic "vectors"); nil drops them as wrong_hop.
+	Vectors KafkaWriter
+
 	// Logger receives operational logs (never payload bytes or keys);
 	// nil means slog.Default().
 	Logger *slog.Logger
@@ -133,6 +137,8 @@ type item struct {
 // WriteMessages call per batch, Key = hop key, Value = inner layer, no
 // headers), and acknowledge each message only after its forward succeeded.
 // Failed forwards are Nak'ed with NakDelay and logged without contents.
+// While it runs, the relay also announces its key ids and public keys on
+// KeysSubject(Name) (see FetchKeys).
 //
 // Run returns nil when ctx ends (fetched but unforwarded messages are
 // Nak'ed for immediate redelivery to another process), and an error for an
@@ -184,6 +190,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.ReplayWindow >= 0 {
 		r.replay = newReplayFilter(def(r.ReplayWindow, DefaultReplayWindow), def(r.ReplayEntries, DefaultReplayEntries))
 	}
+	// clients ask which key ids we hold (a layer for another id is dropped
+	// as "unknown_key" without the client hearing of it)
+	defer r.serveKeys(log)()
 
 	// Two stages: this goroutine fetches and peels batch k+1 while the
 	// forwarder shuffles, forwards and acks batch k.
@@ -361,8 +370,12 @@ func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *m
 	}
 	var pubs []pending
 	var pubErr error
-	var kafkaItems []*item
+	var kafkaItems, vectorItems []*item
 	for _, it := range good {
+		if it.hop.Kind == protocol.HopKafkaVectors {
+			vectorItems = append(vectorItems, it)
+			continue
+		}
 		if it.hop.Kind == protocol.HopKafka {
 			kafkaItems = append(kafkaItems, it)
 			continue
@@ -389,6 +402,19 @@ func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *m
 			for _, it := range kafkaItems {
 				it.ok = true
 			}
+		}
+	}
+	if len(vectorItems) > 0 {
+		msgs := make([]kafka.Message, len(vectorItems))
+		for i, it := range vectorItems {
+			msgs[i] = kafka.Message{Key: it.hop.Key, Value: it.inner}
+		}
+		if err := r.Vectors.WriteMessages(fctx, msgs...); err == nil {
+			for _, it := range vectorItems {
+				it.ok = true
+			}
+		} else {
+			kafkaErr = err
 		}
 	}
 	for _, p := range pubs {
@@ -480,6 +506,10 @@ func (r *Relay) peel(it *item) {
 		switch hop.Kind {
 		case protocol.HopRelay:
 			if !validForward(hop.Subject, r.Name) {
+				it.reason = dropWrongHop
+			}
+		case protocol.HopKafkaVectors:
+			if r.Vectors == nil {
 				it.reason = dropWrongHop
 			}
 		case protocol.HopKafka:

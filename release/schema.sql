@@ -77,3 +77,46 @@ CREATE TABLE IF NOT EXISTS privacy_ledger (
     spent_at DateTime
 ) ENGINE = MergeTree
 ORDER BY (dataset, epoch, spent_at, app, policy, k);
+
+-- Private Data Donor mode (docs/pdd-release.md; PDD = Primault et al., WWW
+-- 2019). Keyword counts per (campaign, day, keyword) from the group sums of
+-- blinded vectors, exact or with Laplace noise. Named pdd_keyword_counts
+-- because keyword_counts is the analyst view of the threshold keyword app
+-- (views.sql). Only non-zero counts are rows; count is signed because a
+-- noisy count may be negative (clamping it would bias sums over days).
+-- Written before the day's pdd_rounds row; a day without that row is
+-- incomplete: the writer deletes its rows (a mutation, waited for) and
+-- rewrites them, and the keyword_daily view never shows them.
+CREATE TABLE IF NOT EXISTS pdd_keyword_counts (
+    campaign String,
+    day Date,
+    keyword String,
+    count Int64,
+    released_at DateTime
+) ENGINE = ReplacingMergeTree(released_at)
+ORDER BY (campaign, day, keyword);
+
+-- One row per released PDD day (a round), written LAST: its presence marks
+-- the day complete and a restarted release stage skips it. active = clients
+-- active on the day, grouped = those put in groups, decrypted = members
+-- whose vectors the released sums cover; groups = groups of the round, split
+-- into complete (every member submitted), recovered (dropouts removed by
+-- recovery) and lost (nothing recoverable). confidence = decrypted / active
+-- (PDD section 4.5; 0 when active = 0). epsilon = Laplace epsilon per
+-- (day, keyword) with sensitivity max_count (0 = exact counts).
+CREATE TABLE IF NOT EXISTS pdd_rounds (
+    campaign String,
+    day Date,
+    active UInt32,
+    grouped UInt32,
+    decrypted UInt32,
+    groups UInt32,
+    groups_complete UInt32,
+    groups_recovered UInt32,
+    groups_lost UInt32,
+    confidence Float64,
+    epsilon Float64,
+    max_count UInt32,
+    released_at DateTime
+) ENGINE = ReplacingMergeTree(released_at)
+ORDER BY (campaign, day);

@@ -123,4 +123,23 @@ CREATE VIEW IF NOT EXISTS keyword_counts AS
 SELECT epoch, policy, k, item AS keyword, impressions, users
 FROM released_items FINAL
 WHERE app = 'keyword'
-  AND (app, epoch, policy, k) IN (SELECT app, epoch, policy, k FROM releases)
+  AND (app, epoch, policy, k) IN (SELECT app, epoch, policy, k FROM releases);
+
+-- Private Data Donor mode (docs/pdd-release.md): the daily keyword time
+-- series of a campaign. One row per (campaign, day, keyword) with a
+-- non-zero released count, only for complete days (a pdd_rounds row; the
+-- INNER join drops the rows of a day still being written), with the day's
+-- confidence = clients decrypted / clients active (PDD section 4.5).
+-- count is exact, or noisy when pdd_rounds.epsilon > 0.
+CREATE VIEW IF NOT EXISTS keyword_daily AS
+SELECT campaign, day, keyword, count, confidence
+FROM
+(
+    SELECT campaign, day, keyword, count
+    FROM pdd_keyword_counts FINAL
+)
+ANY INNER JOIN
+(
+    SELECT campaign, day, confidence
+    FROM pdd_rounds FINAL
+) USING (campaign, day)

@@ -26,7 +26,7 @@ printed (they are, by definition, below the threshold k).
 
   crowdlog attack snapshot --state demo-state --out pending.jsonl
   crowdlog attack probe --snapshot pending.jsonl --candidates words.txt --log log.tsv.gz
-  crowdlog attack frequency --snapshot pending.jsonl --aux other.tsv.gz --seed demo-state/keys/randomness.seed`,
+  crowdlog attack frequency --snapshot pending.jsonl --aux other.tsv.gz --seed demo-state/keys/randomness.keys`,
 	}
 	c.AddCommand(attackSnapshotCmd(), attackProbeCmd(), attackFrequencyCmd())
 	return c
@@ -117,14 +117,16 @@ func attackProbeCmd() *cobra.Command {
 	var snap, logPath, app, seed string
 	var candFiles []string
 	c := &cobra.Command{
-		Use:   "probe --snapshot FILE [--candidates FILE]... [--log LOG] [--seed FILE]",
+		Use:   "probe --snapshot FILE [--candidates FILE]... [--log LOG] [--seed DIR|FILE]",
 		Short: "Offline probe: compute tags of candidate artifacts and count pending groups they identify",
 		Long: `probe computes, for every candidate artifact, the tag a report of it would carry
 and counts the pending groups identified (CrowdLogging §5.4). Without --seed
 it uses hash mode (ω = hash of the artifact): this finds every pending
 candidate when reports were sealed in hash mode, none when they were sealed
-with VOPRF randomness. With --seed (the randomness service's seed: a
-collusion, or a stolen keys directory) it evaluates the OPRF itself.
+with VOPRF randomness. With --seed (the randomness service's epoch key
+directory keys/randomness.keys, or a seed file of the older layout: a
+collusion, or a stolen keys directory) it evaluates the OPRF itself; epochs
+whose keys were destroyed cannot be probed.
 Candidates: lines of --candidates files and the artifacts --app mines from --log.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -176,7 +178,7 @@ Candidates: lines of --candidates files and the artifacts --app mines from --log
 	c.Flags().StringSliceVar(&candFiles, "candidates", nil, "candidate list, one artifact per line (repeatable)")
 	c.Flags().StringVar(&logPath, "log", "", "AOL log whose mined artifacts are added to the candidates")
 	c.Flags().StringVar(&app, "app", "query", "mining application for --log")
-	c.Flags().StringVar(&seed, "seed", "", "randomness seed file: probe with the real epoch keys (collusion)")
+	c.Flags().StringVar(&seed, "seed", "", "randomness epoch key directory (keys/randomness.keys) or older seed file: probe with the real epoch keys (collusion)")
 	return c
 }
 
@@ -184,14 +186,15 @@ func attackFrequencyCmd() *cobra.Command {
 	var snap, aux, app, seed string
 	var top int
 	c := &cobra.Command{
-		Use:   "frequency --snapshot FILE --aux LOG --seed FILE",
+		Use:   "frequency --snapshot FILE --aux LOG --seed DIR|FILE",
 		Short: "Kumar-style frequency matching of pending tags against an auxiliary log",
 		Long: `frequency ranks the pending groups by (distinct shares, reports) and the
 auxiliary log's artifacts by (users, instances) and guesses that equal ranks
 are equal artifacts (Kumar et al., WWW 2007). To score the guesses the
-auditor needs ground truth: --seed (the randomness seed) maps the auxiliary
-artifacts to their tags. It also measures the counts-only summary, exact and
-coarsened into power-of-two buckets (aggregator CoarseSummary).`,
+auditor needs ground truth: --seed (the randomness epoch key directory, or a
+seed file of the older layout) maps the auxiliary artifacts to their tags. It
+also measures the counts-only summary, exact and coarsened into power-of-two
+buckets (aggregator CoarseSummary).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger()
@@ -232,7 +235,7 @@ coarsened into power-of-two buckets (aggregator CoarseSummary).`,
 	c.Flags().StringVar(&snap, "snapshot", "pending.jsonl", "snapshot file (crowdlog attack snapshot)")
 	c.Flags().StringVar(&aux, "aux", "", "auxiliary AOL log (the attacker's knowledge)")
 	c.Flags().StringVar(&app, "app", "query", "mining application")
-	c.Flags().StringVar(&seed, "seed", "", "randomness seed file (ground truth for scoring)")
+	c.Flags().StringVar(&seed, "seed", "", "randomness epoch key directory (keys/randomness.keys) or older seed file (ground truth for scoring)")
 	c.Flags().IntVar(&top, "top", 100, "also score the N most frequent pending groups")
 	c.MarkFlagRequired("aux")
 	c.MarkFlagRequired("seed")

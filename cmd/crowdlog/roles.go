@@ -115,7 +115,10 @@ artifact; every batch's proof is checked against the epoch's public key, which
 is pinned on first use in --keys/randomness.pins and must not change), seals one report per artifact instance, wraps it in three HPKE
 layers [relay a, relay b, aggregator] using the public keys in --keys
 (relay-a.key.pub, relay-b.key.pub, aggregator.key.pub) and publishes to relay
-a. When relays fall behind, publishing waits: nothing is dropped.
+a. When relays fall behind, publishing waits: nothing is dropped. Before
+sending, ingest asks relays a and b which key ids they hold and stops with an
+error when one does not hold the id of its key file (its reports would be
+dropped); a relay that does not answer is a warning.
 
 ingest does not close the epoch: run 'crowdlog aggregate close-epoch' when all
 clients of the epoch have sent.`,
@@ -141,6 +144,9 @@ clients of the epoch have sent.`,
 				return err
 			}
 			defer nc.Close()
+			if err := runner.CheckRoute(ctx, nc, ra, rb, log); err != nil {
+				return err
+			}
 			js, err := jetstream.New(nc)
 			if err != nil {
 				return err
@@ -183,25 +189,48 @@ clients of the epoch have sent.`,
 
 func randomnessCmd() *cobra.Command {
 	var natsURL, keys, metricsAddr string
+	var o randomness.Options
 	c := &cobra.Command{
-		Use:   "randomness [--nats URL] [--keys DIR]",
+		Use:   "randomness [--nats URL] [--keys DIR] [--epoch-length 24h] [--key-grace 1h]",
 		Short: "Serve OPRF randomness (RFC 9497, ristretto255) over NATS request/reply",
 		Long: `randomness evaluates clients' blinded OPRF elements under the key of the
 requested epoch, on subject ` + randomness.Subject + ` (queue group: several
-processes sharing the seed file share the load), with a DLEQ proof per batch
-(RFC 9497 verifiable mode). Epoch public keys are published on
-` + randomness.PublicKeySubject + `. Epoch keys are derived from the 32-byte
-seed DIR/randomness.seed (created, mode 0600, when missing); epochs listed in
-DIR/randomness.seed.closed are refused.`,
+processes sharing the key directory share the load), with a DLEQ proof per
+batch (RFC 9497 verifiable mode). Epoch public keys are published on
+` + randomness.PublicKeySubject + `.
+
+Epoch keys: one random key per epoch in DIR/` + runner.RandomnessKeys + `/EPOCH.key (mode 0600),
+created on the epoch's first request; processes sharing the directory agree
+on it (the first writer wins). Once an epoch is closed and --key-grace has
+passed, its key file is overwritten and removed and the epoch is refused for
+good (a tombstone stays; a restart never makes a new key).
+
+Epoch names: with --epoch-length 0 (default) any name (1-64 letters, digits,
+'.', '_', '-'), as log replays with historic epochs use; epochs end only when
+closed. With --epoch-length L (e.g. 24h) epochs follow an absolute UTC
+schedule that survives restarts: the epoch containing time t is named by its
+start floor(unix(t)/L)*L as ` + randomness.ScheduleLayout + ` plus "-" and L, e.g.
+"20060301T000000Z-24h". Epochs starting more than --epoch-skew ahead are
+refused (not started); epochs whose end + --key-grace has passed are refused
+(expired) and their keys destroyed.
+
+The seed file DIR/randomness.seed of older versions is no longer used (a
+warning says so); epochs listed in DIR/randomness.seed.closed stay closed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
+			if o.Grace == 0 {
+				o.Grace = -1 // an explicit 0: destroy at the first sweep after close
+			}
+			if o.Skew == 0 {
+				o.Skew = -1
+			}
 			nc, err := runner.ConnectNATS(natsURL, "crowdlog-randomness")
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			s, err := runner.RunRandomness(cmd.Context(), nc, keys, log)
+			s, err := runner.RunRandomness(cmd.Context(), nc, keys, o, log)
 			if err != nil {
 				return err
 			}
@@ -212,8 +241,41 @@ DIR/randomness.seed.closed are refused.`,
 		},
 	}
 	c.Flags().StringVar(&natsURL, "nats", defaultNATS, "NATS URL")
-	c.Flags().StringVar(&keys, "keys", "keys", "directory holding randomness.seed")
+	c.Flags().StringVar(&keys, "keys", "keys", "keys directory; epoch keys live in its "+runner.RandomnessKeys+" subdirectory")
+	c.Flags().DurationVar(&o.EpochLength, "epoch-length", 0, "epoch schedule length (e.g. 24h): absolute UTC epochs named START-LENGTH; 0 = named epochs, no schedule")
+	c.Flags().DurationVar(&o.Grace, "key-grace", randomness.DefaultGrace, "how long an epoch's key survives its close (and, with --epoch-length, its end) before it is destroyed")
+	c.Flags().DurationVar(&o.Skew, "epoch-skew", randomness.DefaultSkew, "with --epoch-length: how far ahead of this clock an epoch may start and still be served")
 	addMetricsFlag(c, &metricsAddr)
+	c.AddCommand(randomnessCloseCmd())
+	return c
+}
+
+func randomnessCloseCmd() *cobra.Command {
+	var keys, epoch string
+	c := &cobra.Command{
+		Use:   "close-epoch --keys DIR --epoch NAME",
+		Short: "Close an epoch at the randomness service: refused from now on, its key destroyed after --key-grace",
+		Long: `close-epoch appends the epoch to DIR/` + runner.RandomnessKeys + `/closed. Running randomness
+processes sharing the directory refuse it at their next request ("epoch
+closed") and destroy its key once their --key-grace has passed; the epoch is
+never given a new key. Run it after 'crowdlog aggregate close-epoch'.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger()
+			k, err := randomness.Open(filepath.Join(keys, runner.RandomnessKeys), randomness.Options{})
+			if err != nil {
+				return err
+			}
+			if err := k.Close(epoch); err != nil {
+				return err
+			}
+			fmt.Printf("epoch %s closed in %s\n", epoch, k.Dir())
+			return nil
+		},
+	}
+	c.Flags().StringVar(&keys, "keys", "keys", "keys directory of the randomness service")
+	c.Flags().StringVar(&epoch, "epoch", "", "epoch to close")
+	c.MarkFlagRequired("epoch")
 	return c
 }
 

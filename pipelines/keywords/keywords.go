@@ -12,6 +12,7 @@ package keywords
 
 import (
 	"bufio"
+	"crypto/sha256"
 	_ "embed"
 	"fmt"
 	"io"
@@ -155,4 +156,21 @@ func (s Sparse) Dense(L int) []uint64 {
 		v[i] = c
 	}
 	return v
+}
+
+// Hash identifies the list (blind.Roster.ListHash): SHA-256 of
+// "crowdlog-v1 pdd keyword list\n" followed by each keyword, in order, each
+// followed by "\n" (keywords hold no newline, so the encoding is
+// unambiguous). Coordinator, clients and release compare it so that vector
+// slots mean the same keywords everywhere.
+func (l *List) Hash() [32]byte {
+	h := sha256.New()
+	h.Write([]byte("crowdlog-v1 pdd keyword list\n"))
+	for _, w := range l.Words {
+		h.Write([]byte(w))
+		h.Write([]byte{'\n'})
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
 }

@@ -11,10 +11,16 @@ import (
 
 // Key file names inside a keys directory (see `crowdlog keys`).
 const (
-	RelayAKey      = "relay-a.key"
-	RelayBKey      = "relay-b.key"
-	AggregatorKey  = "aggregator.key"
+	RelayAKey     = "relay-a.key"
+	RelayBKey     = "relay-b.key"
+	AggregatorKey = "aggregator.key"
+	// RandomnessSeed is the master seed of the older randomness layout
+	// (epoch keys derived from it); no longer used, see RandomnessKeys.
 	RandomnessSeed = "randomness.seed"
+	// RandomnessKeys is the randomness service's epoch key directory: one
+	// EPOCH.key file (0600) per epoch, destroyed after the epoch closes
+	// (randomness.Keys).
+	RandomnessKeys = "randomness.keys"
 	// RandomnessPins is the clients' pin file of epoch OPRF public keys
 	// (randomness.Client.PinFile): trust on first use, a changed key is refused.
 	RandomnessPins = "randomness.pins"

@@ -236,11 +236,11 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	var agg *aggregator.Service
 	rc := &randomness.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, RandomnessPins)}
 	if !cfg.External {
-		rs, err := RunRandomness(svcCtx, nc, cfg.KeysDir, log)
+		rs, err := RunRandomness(svcCtx, nc, cfg.KeysDir, randomness.Options{}, log)
 		if err != nil {
 			return nil, err
 		}
-		// in process the client pins the epoch key derived from the seed itself
+		// in process the client pins the epoch key read from the key directory itself
 		pk, err := rs.Keys.PublicKey(cfg.Epoch)
 		if err != nil {
 			return nil, err
@@ -284,6 +284,11 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	a, b, ag, err := LoadRoute(cfg.KeysDir)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.External { // in process the relays hold these very keys
+		if err := CheckRoute(ctx, nc, a, b, log); err != nil {
+			return nil, err
+		}
 	}
 	pub := &publish.Publisher{JS: js, Subject: relays.Subject("a")}
 	RegisterPublisher(reg, pub)

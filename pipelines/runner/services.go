@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -33,9 +34,23 @@ func ConnectNATS(url, name string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// RunRandomness serves OPRF randomness with the seed in keysDir until ctx ends.
-func RunRandomness(ctx context.Context, nc *nats.Conn, keysDir string, log *slog.Logger) (*randomness.Service, error) {
-	keys, err := randomness.LoadOrCreateSeed(filepath.Join(keysDir, RandomnessSeed))
+// RunRandomness builds the OPRF randomness service on the epoch key
+// directory keysDir/randomness.keys (RandomnessKeys) with options o
+// (schedule, grace; o.LegacyClosed defaults to the older layout's
+// keysDir/randomness.seed.closed). A leftover randomness.seed of the older
+// layout is no longer used and is reported. Call Run on the result.
+func RunRandomness(ctx context.Context, nc *nats.Conn, keysDir string, o randomness.Options, log *slog.Logger) (*randomness.Service, error) {
+	if o.LegacyClosed == "" {
+		o.LegacyClosed = filepath.Join(keysDir, RandomnessSeed+".closed")
+	}
+	if o.Logger == nil {
+		o.Logger = log
+	}
+	if _, err := os.Stat(filepath.Join(keysDir, RandomnessSeed)); err == nil {
+		log.Warn("randomness: the seed file of the older layout is no longer used (epoch keys are stored per epoch now); delete it once its epochs are over: it can derive all their keys",
+			"seed", filepath.Join(keysDir, RandomnessSeed), "key_dir", filepath.Join(keysDir, RandomnessKeys))
+	}
+	keys, err := randomness.Open(filepath.Join(keysDir, RandomnessKeys), o)
 	if err != nil {
 		return nil, err
 	}
@@ -74,9 +89,13 @@ func NewRelay(ctx context.Context, js jetstream.JetStream, o RelayOptions, log *
 	w := &kafka.Writer{Addr: kafka.TCP(o.Kafka...), Topic: aggregator.ReportsTopic, Transport: &kafka.Transport{},
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
 		BatchSize: 10000, BatchBytes: 64 << 20}
-	r := &relays.Relay{Name: o.Name, Keys: keys, JS: js, Kafka: w, BatchSize: o.BatchSize,
+	// PDD blinded vectors (HopKafkaVectors), keyed by group
+	vw := &kafka.Writer{Addr: kafka.TCP(o.Kafka...), Topic: aggregator.VectorsTopic, Transport: &kafka.Transport{},
+		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
+		BatchSize: 1000, BatchBytes: 64 << 20}
+	r := &relays.Relay{Name: o.Name, Keys: keys, JS: js, Kafka: w, Vectors: vw, BatchSize: o.BatchSize,
 		BatchTimeout: o.BatchTimeout, AckWait: o.AckWait, Logger: log, Stats: &relays.Stats{}}
-	return r, func() { w.Close() }, nil
+	return r, func() { w.Close(); vw.Close() }, nil
 }
 
 // NewAggregator builds the aggregator service with the key files.

@@ -266,7 +266,7 @@ func TestRecoveryOneSurvivorRefused(t *testing.T) {
 
 func TestWireRoundTrip(t *testing.T) {
 	in := Instance{Campaign: "c-1", Round: -3, Group: 7}
-	ro := Roster{Instance: in, N: 10, T: 6, Deadline: 5, Groups: 3, Active: 40, Grouped: 31, L: 4}
+	ro := Roster{Instance: in, N: 10, T: 6, Deadline: 5, RecoverBy: 6, Groups: 3, Active: 40, Grouped: 31, L: 4}
 	ro.ListHash[0] = 9
 	msgs := []interface{ MarshalBinary() ([]byte, error) }{
 		&Submission{Instance: in, Member: 3, Y: []uint64{1, 1 << 63, 0, 5}},

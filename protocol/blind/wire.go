@@ -233,19 +233,21 @@ func parseBundle(p []byte) (*Bundle, error) {
 }
 
 // Roster announces a group of Instance: N members, threshold T, submissions
-// accepted until the end of day Deadline (round + 1 + delay); Groups is the
+// accepted until the end of day Deadline (round + 1 + delay), recovery
+// answers until the end of day RecoverBy (Deadline + recovery days); Groups is the
 // number of groups of the round, Active the clients active on the round's
 // day and Grouped those put in groups (PDD §4.5 confidence uses Active); L
 // and ListHash identify the monitored keyword list.
 type Roster struct {
-	Instance Instance
-	N, T     uint16
-	Deadline int32
-	Groups   uint32
-	Active   uint32
-	Grouped  uint32
-	L        uint32
-	ListHash [32]byte
+	Instance  Instance
+	N, T      uint16
+	Deadline  int32
+	RecoverBy int32
+	Groups    uint32
+	Active    uint32
+	Grouped   uint32
+	L         uint32
+	ListHash  [32]byte
 }
 
 // MarshalBinary encodes r.
@@ -256,6 +258,7 @@ func (r *Roster) MarshalBinary() ([]byte, error) {
 	w.u16(r.N)
 	w.u16(r.T)
 	w.u32(uint32(r.Deadline))
+	w.u32(uint32(r.RecoverBy))
 	w.u32(r.Groups)
 	w.u32(r.Active)
 	w.u32(r.Grouped)
@@ -328,9 +331,9 @@ type Message struct {
 
 func (r *rbuf) roster() *Roster {
 	ro := &Roster{Instance: r.instance(), N: r.u16("n"), T: r.u16("t"), Deadline: int32(r.u32("deadline")),
-		Groups: r.u32("groups"), Active: r.u32("active"), Grouped: r.u32("grouped"), L: r.u32("L")}
+		RecoverBy: int32(r.u32("recover by")), Groups: r.u32("groups"), Active: r.u32("active"), Grouped: r.u32("grouped"), L: r.u32("L")}
 	copy(ro.ListHash[:], r.take(32, "list hash"))
-	if r.err == nil && (ro.N < MinGroup || int(ro.T) != Threshold(int(ro.N)) || ro.L == 0 || ro.L > MaxL) {
+	if r.err == nil && (ro.N < MinGroup || ro.RecoverBy < ro.Deadline || int(ro.T) != Threshold(int(ro.N)) || ro.L == 0 || ro.L > MaxL) {
 		r.err = malformed("roster n=%d t=%d L=%d", ro.N, ro.T, ro.L)
 	}
 	return ro

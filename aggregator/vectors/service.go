@@ -1,0 +1,265 @@
+package vectors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/blind"
+)
+
+// Topics of PDD mode (the same names as aggregator.VectorsTopic and
+// aggregator.GroupSumsTopic).
+const (
+	VectorsTopic   = "vectors"
+	GroupSumsTopic = "group-sums"
+)
+
+// Recoverer receives recovery requests (the coordinator, over NATS). Ask
+// must be idempotent: a restarted aggregator may ask again.
+type Recoverer interface {
+	Ask(ctx context.Context, req blind.Request) error
+}
+
+// Service runs Partition state machines over a Kafka consumer group on
+// topic "vectors" and writes outcomes to "group-sums". Restart safety is the
+// threshold aggregator's (aggregator.Service): the committed offset of a
+// partition is after every output of the messages before it was
+// acknowledged; on assignment the partition is replayed from its start to
+// rebuild state, emitting only for messages at or after the committed
+// offset. Outcomes re-emitted after a crash are duplicates by instance,
+// which the release stage ignores; recovery requests re-sent are ignored by
+// the coordinator.
+type Service struct {
+	Brokers []string
+	// Keys are the aggregator's HPKE key pairs (the innermost onion layer
+	// of submissions and answers).
+	Keys      []*protocol.KeyPair
+	GroupID   string // default "crowdlog-vectors"
+	Recoverer Recoverer
+	Logger    *slog.Logger
+	MaxWait   time.Duration // flush a partial batch after this long; default 100 ms
+	// SessionTimeout: a member silent this long leaves the group; default 20 s.
+	SessionTimeout time.Duration
+
+	Submissions, Answers, Outcomes, Dropped atomic.Int64
+	mu                                      sync.Mutex
+	open                                    map[int]int
+	day                                     map[int]int32
+}
+
+// Day returns the latest coordinator day tick that every one of the n
+// partitions has applied, with its recovery requests acknowledged and its
+// outcomes written; false until this process owns all n partitions. Log
+// replays wait for it before clients ping on that day.
+func (s *Service) Day(n int) (int32, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.day) < n {
+		return 0, false
+	}
+	first := true
+	var d int32
+	for _, v := range s.day {
+		if first || v < d {
+			d, first = v, false
+		}
+	}
+	return d, true
+}
+
+// OpenGroups is the number of groups not yet final in owned partitions.
+func (s *Service) OpenGroups() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, v := range s.open {
+		n += v
+	}
+	return n
+}
+
+// Run joins the consumer group and serves until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	if s.GroupID == "" {
+		s.GroupID = "crowdlog-vectors"
+	}
+	if s.MaxWait <= 0 {
+		s.MaxWait = 100 * time.Millisecond
+	}
+	if s.SessionTimeout <= 0 {
+		s.SessionTimeout = 20 * time.Second
+	}
+	log := s.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s.mu.Lock()
+	s.open, s.day = map[int]int{}, map[int]int32{}
+	s.mu.Unlock()
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID: s.GroupID, Brokers: s.Brokers, Topics: []string{VectorsTopic},
+		StartOffset:       kafka.FirstOffset,
+		HeartbeatInterval: 2 * time.Second, SessionTimeout: s.SessionTimeout, RebalanceTimeout: s.SessionTimeout,
+		JoinGroupBackoff: time.Second, WatchPartitionChanges: true,
+	})
+	if err != nil {
+		return fmt.Errorf("vectors: join consumer group %s: %w", s.GroupID, err)
+	}
+	defer cg.Close()
+	w := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: GroupSumsTopic, Transport: &kafka.Transport{},
+		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
+		BatchTimeout: 2 * time.Millisecond, BatchSize: 1000, BatchBytes: 256 << 20}
+	defer w.Close()
+	for {
+		gen, err := cg.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
+				return nil
+			}
+			log.Warn("vectors: consumer group", "err", err)
+			continue
+		}
+		var ids []int
+		for _, a := range gen.Assignments[VectorsTopic] {
+			ids = append(ids, a.ID)
+			gen.Start(func(ctx context.Context) {
+				if err := s.runPartition(ctx, gen, w, a.ID, a.Offset, log); err != nil && ctx.Err() == nil {
+					log.Error("vectors: partition stopped", "partition", a.ID, "err", err)
+				}
+			})
+		}
+		log.Info("vectors: assigned", "generation", gen.ID, "partitions", ids)
+	}
+}
+
+func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *kafka.Writer, id int, committed int64, log *slog.Logger) error {
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: s.Brokers, Topic: VectorsTopic, Partition: id,
+		MinBytes: 1, MaxBytes: 64 << 20, MaxWait: s.MaxWait})
+	defer r.Close()
+	if committed < 0 {
+		committed = 0
+	}
+	if err := r.SetOffset(kafka.FirstOffset); err != nil {
+		return err
+	}
+	st := NewPartition()
+	var prev Stats
+	for {
+		var outs []blind.Outcome
+		var reqs []blind.Request
+		last := int64(-1)
+		deadline := time.Now().Add(s.MaxWait)
+		for n := 0; n < 256; n++ {
+			fctx, cancel := context.WithDeadline(ctx, deadline)
+			m, err := r.FetchMessage(fctx)
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if errors.Is(err, context.DeadlineExceeded) {
+					break
+				}
+				return fmt.Errorf("fetch partition %d: %w", id, err)
+			}
+			last = m.Offset
+			b, control := s.open1(m)
+			res := st.Apply(b, control)
+			if m.Offset < committed {
+				continue // replay: emitted before the last commit
+			}
+			outs = append(outs, res.Outcomes...)
+			reqs = append(reqs, res.Requests...)
+		}
+		if last < committed {
+			continue
+		}
+		for _, req := range reqs {
+			if s.Recoverer == nil {
+				log.Warn("vectors: recovery needed but no coordinator configured", "instance", req.Instance.String())
+				continue
+			}
+			if err := retry(ctx, func() error { return s.Recoverer.Ask(ctx, req) }); err != nil {
+				return err
+			}
+		}
+		if len(outs) > 0 {
+			msgs := make([]kafka.Message, len(outs))
+			for i := range outs {
+				b, _ := outs[i].MarshalBinary()
+				msgs[i] = kafka.Message{Key: []byte(outs[i].Roster.Instance.String()), Value: b}
+			}
+			if err := retry(ctx, func() error { return w.WriteMessages(ctx, msgs...) }); err != nil {
+				return err
+			}
+		}
+		if err := gen.CommitOffsets(map[string]map[int]int64{VectorsTopic: {id: last + 1}}); err != nil {
+			return fmt.Errorf("commit partition %d: %w", id, err)
+		}
+		committed = last + 1
+		s.account(id, st, &prev)
+	}
+}
+
+// open1 returns a message's blind bytes and whether it is a control
+// message; relay-delivered messages are peeled (a layer that does not open
+// yields nil, counted as malformed by Apply).
+func (s *Service) open1(m kafka.Message) ([]byte, bool) {
+	for _, h := range m.Headers {
+		if h.Key == ControlHeader {
+			return m.Value, true
+		}
+	}
+	hop, inner, err := protocol.Peel(s.Keys, m.Value)
+	if err != nil || hop.Kind != protocol.HopDeliver {
+		return nil, false
+	}
+	return inner, false
+}
+
+func (s *Service) account(id int, st *Partition, prev *Stats) {
+	now := st.Stats
+	s.Submissions.Add(now.Submissions - prev.Submissions)
+	s.Answers.Add(now.Answers - prev.Answers)
+	s.Outcomes.Add(now.Complete + now.Recovered + now.Lost - prev.Complete - prev.Recovered - prev.Lost)
+	s.Dropped.Add(now.dropped() - prev.dropped())
+	*prev = now
+	prev.Dropped = map[string]int64{"all": now.dropped()}
+	s.mu.Lock()
+	s.open[id] = st.Open()
+	s.day[id] = st.day
+	s.mu.Unlock()
+}
+
+func (st Stats) dropped() int64 {
+	var n int64
+	for _, v := range st.Dropped {
+		n += v
+	}
+	return n
+}
+
+func retry(ctx context.Context, f func() error) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := f()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		slog.Warn("vectors: retrying", "err", err, "in", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/crowdlog/crowdlog/aggregator/vectors"
+	"github.com/crowdlog/crowdlog/coordinator"
+	"github.com/crowdlog/crowdlog/pipelines/keywords"
+	"github.com/crowdlog/crowdlog/pipelines/runner"
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/release"
+	pddrelease "github.com/crowdlog/crowdlog/release/pdd"
+)
+
+func pddCmd() *cobra.Command {
+	var cfg runner.PDDConfig
+	c := &cobra.Command{
+		Use:   "pdd --input LOG [--group-size 100] [--delay 2] [--export OUT.tsv]",
+		Short: "Run Private Data Donor mode: daily keyword counts summed over blinded groups",
+		Long: `pdd replays an AOL log day by day as Private Data Donor clients (Primault et
+al., WWW 2019), one per AnonID: each registers an X25519 key with the
+coordinator, pings it on the days it is active (--online active) or every day
+(--online all), and for each round it owes sends its keyword counts of that
+day, blinded for its group, through relays a and b to Kafka topic "vectors".
+The aggregator sums each group once every member submitted; after --delay
+days a group with missing members is recovered from the survivors' shares
+(t = n/2+1 of them), so the sum of the members who did submit is still
+released — never one member's vector alone. The release stage writes
+per-day counts and PDD's confidence (clients decrypted / clients active) to
+ClickHouse (view keyword_daily).
+
+Monitored keywords: the google-10000-english list (--keywords FILE for
+another); --blacklist words are never counted by any client (PDD §6.1).
+--dropout skips each ping with that probability, to see recovery at work.
+
+Example:
+  crowdlog pdd --input testdata/aol-top1000.tsv.gz --group-size 50 --delay 2 --max-days 14 --export pdd.tsv`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Logger = logger()
+			sum, err := runner.RunPDD(cmd.Context(), cfg)
+			if sum != nil {
+				sum.Print(os.Stdout)
+			}
+			if err == nil && cfg.Export != "" {
+				fmt.Printf("  export %s\n", cfg.Export)
+			}
+			return err
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&cfg.Input, "input", "", "AOL TSV log (plain or .gz)")
+	f.StringVar(&cfg.Campaign, "campaign", "pdd", "campaign name")
+	f.StringVar(&cfg.Keywords, "keywords", "", "monitored keyword list, one per line (default: embedded "+keywords.DefaultName+")")
+	f.StringSliceVar(&cfg.Blacklist, "blacklist", nil, "keywords no client ever shares (comma-separated)")
+	f.IntVar(&cfg.MaxUsers, "max-users", 0, "only the first N users of the log (0 = all)")
+	f.IntVar(&cfg.MaxDays, "max-days", 0, "only the first N days of the log (0 = all)")
+	f.IntVar(&cfg.GroupSize, "group-size", 100, "clients per group (PDD §4.2)")
+	f.IntVar(&cfg.Delay, "delay", 2, "days the aggregator waits for late members (PDD §4.3)")
+	f.IntVar(&cfg.RecoveryDays, "recovery-days", 1, "days after the delay for survivors' recovery answers")
+	f.BoolVar(&cfg.Heuristic, "heuristic", false, "group only clients active on ≥ 1/δ of past days (PDD eq. 5)")
+	f.StringVar(&cfg.Online, "online", "active", "when clients ping: active (days with log records) or all (every day)")
+	f.Float64Var(&cfg.Dropout, "dropout", 0, "probability that a client skips a ping")
+	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of --dropout")
+	f.Float64Var(&cfg.Epsilon, "epsilon", 0, "Laplace noise on each released daily count (0 = exact)")
+	f.IntVar(&cfg.MaxCount, "max-count", 0, "per-client per-keyword per-day clip used as the noise sensitivity")
+	f.StringVar(&cfg.NATS, "nats", "", "NATS URL; empty starts an embedded server")
+	f.StringVar(&cfg.Kafka, "kafka", "", "Kafka bootstrap address; empty starts kfake")
+	f.StringVar(&cfg.ClickHouse, "clickhouse", "", "ClickHouse native address; empty starts a local server")
+	f.StringVar(&cfg.Database, "database", "crowdlog", "ClickHouse database")
+	f.StringVar(&cfg.StateDir, "state", "", "state directory (default: a temporary one)")
+	f.StringVar(&cfg.Export, "export", "", "write the released daily counts as TSV (campaign day keyword count confidence)")
+	f.IntVar(&cfg.Workers, "workers", 8, "clients pinging concurrently")
+	return c
+}
+
+func coordinatorCmd() *cobra.Command {
+	var natsURL, kafkaAddr, list string
+	var cp coordinator.Campaign
+	var wall bool
+	c := &cobra.Command{
+		Use:   "coordinator --campaign NAME [--group-size 100] [--delay 2]",
+		Short: "Run the PDD coordinator: registration, daily groups, instructions",
+		Long: `coordinator serves PDD clients over NATS request/reply (queue group
+crowdlog-coordinator: run several for capacity): registration of X25519 public
+keys, daily pings with the rounds a client owes, its group's public keys and
+recovery tasks, deposits of recovery bundles, and recovery requests from the
+aggregator. Each new day it forms the groups of the previous day's active
+clients (--heuristic: PDD eq. 5) and writes their rosters and a day tick to
+Kafka topic "vectors". State lives in JetStream key-value buckets and
+survives restarts.
+
+The day advances with --wall-clock (UTC days) or by requests on
+crowdlog.pdd.advance (log replays).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := logger()
+			l, err := keywords.Load(list)
+			if err != nil {
+				return err
+			}
+			cp.List, cp.ListName = l, list
+			if list == "" {
+				cp.ListName = keywords.DefaultName
+			}
+			nc, err := runner.ConnectNATS(natsURL, "crowdlog-coordinator")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			co := &coordinator.Coordinator{NC: nc, Brokers: []string{kafkaAddr}, Campaign: cp, Logger: log}
+			if err := co.Start(cmd.Context()); err != nil {
+				return err
+			}
+			defer co.Close()
+			log.Info("coordinator: serving", "campaign", cp.Name)
+			if !wall {
+				<-cmd.Context().Done()
+				return nil
+			}
+			t := time.NewTicker(time.Minute)
+			defer t.Stop()
+			for {
+				if _, err := co.Advance(cmd.Context(), int32(keywords.DayOf(time.Now()))); err != nil && cmd.Context().Err() == nil {
+					log.Error("coordinator: advance", "err", err)
+				}
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case <-t.C:
+				}
+			}
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&cp.Name, "campaign", "pdd", "campaign name")
+	f.StringVar(&list, "keywords", "", "monitored keyword list (default: embedded "+keywords.DefaultName+")")
+	f.IntVar(&cp.GroupSize, "group-size", 100, "clients per group")
+	f.IntVar(&cp.Delay, "delay", 2, "days to wait for late members")
+	f.IntVar(&cp.RecoveryDays, "recovery-days", 1, "days for recovery answers after the delay")
+	f.BoolVar(&cp.Heuristic, "heuristic", false, "PDD eq. 5 activity heuristic")
+	f.BoolVar(&wall, "wall-clock", false, "advance the day from the UTC wall clock")
+	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL")
+	f.StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address")
+	return c
+}
+
+func aggregateVectorsCmd() *cobra.Command {
+	var natsURL, kafkaAddr string
+	var keyPaths []string
+	c := &cobra.Command{
+		Use:   "aggregate-vectors --key FILE [--kafka ADDR] [--nats URL]",
+		Short: "Run the PDD aggregator: blinded group sums and dropout recovery",
+		Long: `aggregate-vectors joins Kafka consumer group crowdlog-vectors on topic
+"vectors" (more processes = more partitions served), sums each group's
+blinded vectors, asks the coordinator (NATS) for a recovery when members are
+missing after the delay, and writes each group's outcome to "group-sums".
+State is rebuilt by replaying a partition on assignment (restart-safe).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(keyPaths) == 0 {
+				return errors.New("--key is required (the aggregator's HPKE key, see `crowdlog keys generate`)")
+			}
+			var keys []*protocol.KeyPair
+			for _, p := range keyPaths {
+				k, err := protocol.LoadKeyPair(p)
+				if err != nil {
+					return err
+				}
+				keys = append(keys, k)
+			}
+			nc, err := runner.ConnectNATS(natsURL, "crowdlog-aggregate-vectors")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			s := &vectors.Service{Brokers: []string{kafkaAddr}, Keys: keys, Recoverer: coordinator.NATSRecoverer{NC: nc}, Logger: logger()}
+			return s.Run(cmd.Context())
+		},
+	}
+	f := c.Flags()
+	f.StringSliceVar(&keyPaths, "key", nil, "aggregator HPKE key file (repeat during a rotation)")
+	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL (the coordinator)")
+	f.StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address")
+	return c
+}
+
+func releasePDDCmd() *cobra.Command {
+	var kafkaAddr, ch, db, list string
+	var eps float64
+	var maxCount int
+	c := &cobra.Command{
+		Use:   "release-pdd [--kafka ADDR] [--clickhouse ADDR]",
+		Short: "Run the PDD release stage: daily keyword counts and confidence into ClickHouse",
+		Long: `release-pdd reads Kafka topic "group-sums", and once every group of a round
+has an outcome writes that day's counts (optionally with Laplace noise,
+--epsilon) and confidence to ClickHouse (tables pdd_keyword_counts,
+pdd_rounds; view keyword_daily). Idempotent on restart.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := keywords.Load(list)
+			if err != nil {
+				return err
+			}
+			w, err := release.Open(cmd.Context(), ch, db)
+			if err != nil {
+				return err
+			}
+			defer w.Close()
+			st := &pddrelease.Stage{Brokers: []string{kafkaAddr}, Writer: w, List: l, Epsilon: eps, MaxCount: int64(maxCount), Logger: logger()}
+			return st.Run(cmd.Context())
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address")
+	f.StringVar(&ch, "clickhouse", "127.0.0.1:9000", "ClickHouse native address")
+	f.StringVar(&db, "database", "crowdlog", "ClickHouse database")
+	f.StringVar(&list, "keywords", "", "monitored keyword list (the campaign's)")
+	f.Float64Var(&eps, "epsilon", 0, "Laplace noise per daily count (0 = exact)")
+	f.IntVar(&maxCount, "max-count", 0, "noise sensitivity: per-client per-keyword per-day clip")
+	return c
+}

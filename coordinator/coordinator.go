@@ -1,0 +1,670 @@
+// Package coordinator is the Private Data Donor server's control plane
+// (Primault et al., WWW 2019, §3.4 "Enhanced Aggregation Protocol"): client
+// registration with a long-term public key, the campaign (monitored
+// keywords, group size, delay δ, recovery window), the nightly formation of
+// groups from the clients active on the previous day (with PDD's activity
+// heuristic, eq. 5), and on each client's daily ping its instructions: the
+// rounds it owes, its groups' public keys, and recovery tasks.
+//
+// State is durable in two JetStream key-value buckets (file storage), so a
+// restarted coordinator — or another process of the queue group — carries
+// on: "crowdlog_pdd" holds clients, the clock and the campaign start;
+// "crowdlog_pdd_rounds" (with a retention age) holds groups, membership,
+// deposited recovery bundles and recovery requests. Group formation is
+// deterministic (seeded by campaign and round), so a formation interrupted
+// by a crash and redone produces the same groups. Rosters and day ticks go
+// to Kafka topic "vectors", where the aggregator (aggregator/vectors) reads
+// them in order with the members' submissions.
+//
+// The coordinator never sees counts: vectors travel through the relays to
+// the aggregator. It learns who is active on which day and the group
+// memberships, as PDD's server does.
+package coordinator
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/crowdlog/crowdlog/aggregator/vectors"
+	"github.com/crowdlog/crowdlog/pipelines/keywords"
+	"github.com/crowdlog/crowdlog/protocol/blind"
+)
+
+// Campaign is what analysts configure (PDD §5.3 "campaigns").
+type Campaign struct {
+	Name         string         // [A-Za-z0-9._-]{1,64}
+	List         *keywords.List // monitored keywords (default keywords.Default())
+	ListName     string         // shown to clients (e.g. keywords.DefaultName)
+	GroupSize    int            // gs; default 100 (PDD §4.2)
+	Delay        int            // δ in days; default 2 (PDD §4.3)
+	RecoveryDays int            // days after the delay for recovery answers; default 1
+	Heuristic    bool           // PDD eq. 5 activity heuristic
+	// End is the campaign's last round (a day number, keywords.Day); no
+	// groups are formed for later rounds. 0 means open-ended.
+	End int32
+}
+
+// ListHash identifies a keyword list (keywords.List.Hash).
+func ListHash(l *keywords.List) [32]byte { return l.Hash() }
+
+// Coordinator serves the coordinator subjects. Set the fields, then Start.
+type Coordinator struct {
+	NC       *nats.Conn
+	Brokers  []string // Kafka, for rosters and ticks on topic "vectors"
+	Campaign Campaign
+	// Retention bounds how long round state (groups, bundles) is kept;
+	// default 30 days.
+	Retention time.Duration
+	Logger    *slog.Logger
+
+	js         jetstream.JetStream
+	kv, rounds jetstream.KeyValue
+	w, tickW   *kafka.Writer
+	partitions int
+	hash       [32]byte
+	mu         sync.Mutex // serializes Advance
+	subs       []*nats.Subscription
+}
+
+type clientRec struct {
+	Public []byte  `json:"public"`
+	Days   []int32 `json:"days"` // active days, ascending
+}
+
+type groupRec struct {
+	Members   []string `json:"members"` // client ids
+	Pubs      [][]byte `json:"pubs"`
+	T         int      `json:"t"`
+	Deadline  int32    `json:"deadline"`
+	RecoverBy int32    `json:"recover_by"`
+}
+
+// Start creates the buckets (idempotent), connects to Kafka and subscribes
+// the handlers in queue group QueueGroup. Errors say which part failed.
+func (c *Coordinator) Start(ctx context.Context) error {
+	cp := &c.Campaign
+	if !blind.ValidCampaign(cp.Name) {
+		return fmt.Errorf("coordinator: campaign name %q: use 1-64 of [A-Za-z0-9._-]", cp.Name)
+	}
+	if cp.List == nil {
+		cp.List, cp.ListName = keywords.Default(), keywords.DefaultName
+	}
+	cp.GroupSize = max(cp.GroupSize, 0)
+	if cp.GroupSize == 0 {
+		cp.GroupSize = 100
+	}
+	if cp.GroupSize < blind.MinGroup {
+		return fmt.Errorf("coordinator: group size %d < %d", cp.GroupSize, blind.MinGroup)
+	}
+	if cp.Delay < 0 || cp.RecoveryDays < 0 {
+		return errors.New("coordinator: delay and recovery days must be ≥ 0")
+	}
+	if cp.RecoveryDays == 0 {
+		cp.RecoveryDays = 1
+	}
+	if c.Retention <= 0 {
+		c.Retention = 30 * 24 * time.Hour
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.hash = ListHash(cp.List)
+	js, err := jetstream.New(c.NC)
+	if err != nil {
+		return err
+	}
+	c.js = js
+	if c.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "crowdlog_pdd",
+		Description: "crowdlog PDD coordinator: clients, clock", Storage: jetstream.FileStorage, History: 1}); err != nil {
+		return fmt.Errorf("coordinator: key-value bucket (is JetStream enabled?): %w", err)
+	}
+	if c.rounds, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "crowdlog_pdd_rounds",
+		Description: "crowdlog PDD coordinator: groups, bundles, recoveries", Storage: jetstream.FileStorage,
+		History: 1, TTL: c.Retention, MaxValueSize: 4 << 20}); err != nil {
+		return fmt.Errorf("coordinator: key-value bucket: %w", err)
+	}
+	conn, err := (&kafka.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", c.Brokers[0])
+	if err != nil {
+		return fmt.Errorf("coordinator: dial kafka %s: %w", c.Brokers[0], err)
+	}
+	parts, err := conn.ReadPartitions("vectors")
+	conn.Close()
+	if err != nil || len(parts) == 0 {
+		return fmt.Errorf("coordinator: topic vectors (create it with `crowdlog pdd` or your Kafka tooling): %v", err)
+	}
+	c.partitions = len(parts)
+	c.w = &kafka.Writer{Addr: kafka.TCP(c.Brokers...), Topic: "vectors", Balancer: &kafka.Hash{},
+		RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond, Transport: &kafka.Transport{}}
+	c.tickW = &kafka.Writer{Addr: kafka.TCP(c.Brokers...), Topic: "vectors", Balancer: kafka.BalancerFunc(headerPartition),
+		RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond, Transport: &kafka.Transport{}}
+	handlers := map[string]func(context.Context, []byte) any{
+		SubjectRegister: c.handleRegister, SubjectPing: c.handlePing, SubjectDeposit: c.handleDeposit,
+		SubjectAdvance: c.handleAdvance, SubjectRecovery: c.handleRecovery,
+	}
+	for subj, h := range handlers {
+		sub, err := c.NC.QueueSubscribe(subj, QueueGroup, func(m *nats.Msg) {
+			hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			defer cancel()
+			b, _ := json.Marshal(h(hctx, m.Data))
+			_ = m.Respond(b)
+		})
+		if err != nil {
+			return fmt.Errorf("coordinator: subscribe %s: %w", subj, err)
+		}
+		c.subs = append(c.subs, sub)
+	}
+	return c.NC.Flush()
+}
+
+// Close unsubscribes and closes the Kafka writers.
+func (c *Coordinator) Close() {
+	for _, s := range c.subs {
+		_ = s.Unsubscribe()
+	}
+	if c.w != nil {
+		c.w.Close()
+		c.tickW.Close()
+	}
+}
+
+func headerPartition(m kafka.Message, partitions ...int) int {
+	for _, h := range m.Headers {
+		if h.Key == "crowdlog-partition" {
+			p, _ := strconv.Atoi(string(h.Value))
+			return partitions[p%len(partitions)]
+		}
+	}
+	return partitions[0]
+}
+
+func (c *Coordinator) handleRegister(ctx context.Context, b []byte) any {
+	r, err := ParseRegister(b)
+	if err != nil {
+		return RegisterReply{Error: err.Error()}
+	}
+	var raw [16]byte
+	_, _ = rand.Read(raw[:])
+	id := hex.EncodeToString(raw[:])
+	v, _ := json.Marshal(clientRec{Public: r.PublicKey})
+	if _, err := c.kv.Create(ctx, "client."+id, v); err != nil {
+		return RegisterReply{Error: "coordinator: store client: " + err.Error()}
+	}
+	return RegisterReply{ClientID: id}
+}
+
+// Day returns the coordinator's current day (the clock), or false before
+// the first Advance.
+func (c *Coordinator) Day(ctx context.Context) (int32, bool, error) {
+	e, err := c.kv.Get(ctx, "clock")
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	d, err := strconv.Atoi(string(e.Value()))
+	return int32(d), err == nil, err
+}
+
+func (c *Coordinator) start(ctx context.Context) (int32, error) {
+	e, err := c.kv.Get(ctx, "start."+c.Campaign.Name)
+	if err != nil {
+		return 0, err
+	}
+	d, err := strconv.Atoi(string(e.Value()))
+	return int32(d), err
+}
+
+func (c *Coordinator) handleAdvance(ctx context.Context, b []byte) any {
+	a, err := ParseAdvance(b)
+	if err != nil {
+		return AdvanceReply{Error: err.Error()}
+	}
+	rep, err := c.Advance(ctx, a.Day)
+	if err != nil {
+		return AdvanceReply{Error: err.Error()}
+	}
+	return rep
+}
+
+// Advance moves the clock to day (one day at a time from the current day;
+// the first call sets the campaign start). For each new day d it forms the
+// groups of round d−1, writes their rosters and then a Tick(d) to every
+// partition of "vectors", and only then sets the clock, so clients pinging
+// on day d find their groups and the aggregator sees rosters before any
+// submission. Calling it again for the current day is a no-op.
+func (c *Coordinator) Advance(ctx context.Context, day int32) (AdvanceReply, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cur, ok, err := c.Day(ctx)
+	if err != nil {
+		return AdvanceReply{}, err
+	}
+	if !ok {
+		if _, err := c.kv.Put(ctx, "start."+c.Campaign.Name, []byte(strconv.Itoa(int(day)))); err != nil {
+			return AdvanceReply{}, err
+		}
+		cur = day - 1
+	} else if _, err := c.kv.Get(ctx, "start."+c.Campaign.Name); errors.Is(err, jetstream.ErrKeyNotFound) {
+		if _, err := c.kv.Put(ctx, "start."+c.Campaign.Name, []byte(strconv.Itoa(int(cur)))); err != nil {
+			return AdvanceReply{}, err
+		}
+	}
+	if day <= cur {
+		return AdvanceReply{Day: cur}, nil
+	}
+	var rep AdvanceReply
+	for d := cur + 1; d <= day; d++ {
+		if rep, err = c.advanceOne(ctx, d); err != nil {
+			return rep, fmt.Errorf("coordinator: advance to day %s: %w", keywords.Day(d), err)
+		}
+	}
+	return rep, nil
+}
+
+func (c *Coordinator) advanceOne(ctx context.Context, d int32) (AdvanceReply, error) {
+	cp := c.Campaign
+	round := d - 1
+	start, err := c.start(ctx)
+	if err != nil {
+		return AdvanceReply{}, err
+	}
+	clients, err := c.clients(ctx)
+	if err != nil {
+		return AdvanceReply{}, err
+	}
+	var active, cand []string
+	for _, id := range sortedKeys(clients) {
+		rec := clients[id]
+		if !slices.Contains(rec.Days, round) {
+			continue
+		}
+		active = append(active, id)
+		// PDD eq. (5): with δ > 0 and d > δ (days counted from the start),
+		// keep clients active on at least a 1/δ share of days 0..d−2
+		if idx := d - start; cp.Heuristic && cp.Delay > 0 && int(idx) > cp.Delay {
+			n := 0
+			for _, x := range rec.Days {
+				if x >= start && x <= d-2 {
+					n++
+				}
+			}
+			if float64(n) < float64(idx-1)/float64(cp.Delay) {
+				continue
+			}
+		}
+		cand = append(cand, id)
+	}
+	// deterministic shuffle: the same groups if this formation is redone
+	seed := sha256.Sum256([]byte(fmt.Sprintf("crowdlog-v1 pdd groups %s %d", cp.Name, round)))
+	rng := mrand.New(mrand.NewChaCha8(seed))
+	rng.Shuffle(len(cand), func(i, j int) { cand[i], cand[j] = cand[j], cand[i] })
+	G := 0
+	if cp.End != 0 && round > cp.End {
+		cand = nil
+	}
+	if len(cand) >= blind.MinGroup {
+		G = max(1, len(cand)/cp.GroupSize)
+	}
+	groups := make([][]string, G)
+	for i, id := range cand[:len(cand)*min(G, 1)] {
+		groups[i%G] = append(groups[i%G], id)
+	}
+	deadline := round + 1 + int32(cp.Delay)
+	var rosters []kafka.Message
+	for g, members := range groups {
+		in := blind.Instance{Campaign: cp.Name, Round: round, Group: uint32(g)}
+		n := len(members)
+		rec := groupRec{Members: members, T: blind.Threshold(n), Deadline: deadline, RecoverBy: deadline + int32(cp.RecoveryDays)}
+		for _, id := range members {
+			rec.Pubs = append(rec.Pubs, clients[id].Public)
+		}
+		v, _ := json.Marshal(rec)
+		if _, err := c.rounds.Put(ctx, groupKey(in), v); err != nil {
+			return AdvanceReply{}, err
+		}
+		for i, id := range members {
+			if _, err := c.rounds.Put(ctx, memberKey(cp.Name, round, id), []byte(fmt.Sprintf("%d.%d", g, i))); err != nil {
+				return AdvanceReply{}, err
+			}
+		}
+		ro := blind.Roster{Instance: in, N: uint16(n), T: uint16(rec.T), Deadline: deadline, RecoverBy: rec.RecoverBy,
+			Groups: uint32(G), Active: uint32(len(active)), Grouped: uint32(len(cand)), L: uint32(cp.List.Len()), ListHash: c.hash}
+		b, _ := ro.MarshalBinary()
+		rosters = append(rosters, kafka.Message{Key: []byte(in.String()), Value: b, Headers: []kafka.Header{{Key: vectors.ControlHeader, Value: []byte("roster")}}})
+	}
+	if len(rosters) > 0 {
+		if err := c.w.WriteMessages(ctx, rosters...); err != nil {
+			return AdvanceReply{}, fmt.Errorf("write rosters: %w", err)
+		}
+	}
+	tb, _ := (&blind.Tick{Day: d}).MarshalBinary()
+	ticks := make([]kafka.Message, c.partitions)
+	for p := range ticks {
+		ticks[p] = kafka.Message{Value: tb, Headers: []kafka.Header{{Key: vectors.ControlHeader, Value: []byte("tick")},
+			{Key: "crowdlog-partition", Value: []byte(strconv.Itoa(p))}}}
+	}
+	if err := c.tickW.WriteMessages(ctx, ticks...); err != nil {
+		return AdvanceReply{}, fmt.Errorf("write ticks: %w", err)
+	}
+	if _, err := c.kv.Put(ctx, "clock", []byte(strconv.Itoa(int(d)))); err != nil {
+		return AdvanceReply{}, err
+	}
+	c.Logger.Info("coordinator: day advanced", "campaign", cp.Name, "day", keywords.Day(d).String(),
+		"round", keywords.Day(round).String(), "active", len(active), "grouped", len(cand), "groups", G)
+	return AdvanceReply{Day: d, Groups: G, Active: len(active), Grouped: len(cand)}, nil
+}
+
+func groupKey(in blind.Instance) string {
+	return fmt.Sprintf("group.%s.%d.%d", in.Campaign, in.Round, in.Group)
+}
+
+func memberKey(campaign string, round int32, id string) string {
+	return fmt.Sprintf("member.%s.%d.%s", campaign, round, id)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func (c *Coordinator) clients(ctx context.Context) (map[string]clientRec, error) {
+	lister, err := c.kv.ListKeysFiltered(ctx, "client.*")
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	out := map[string]clientRec{}
+	for k := range lister.Keys() {
+		e, err := c.kv.Get(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		var rec clientRec
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			return nil, fmt.Errorf("client record %s: %w", k, err)
+		}
+		out[strings.TrimPrefix(k, "client.")] = rec
+	}
+	return out, nil
+}
+
+// markActive adds day to the client's activity (compare-and-set).
+func (c *Coordinator) markActive(ctx context.Context, id string, day int32) (*clientRec, error) {
+	for {
+		e, err := c.kv.Get(ctx, "client."+id)
+		if err != nil {
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				return nil, fmt.Errorf("unknown client id: register first")
+			}
+			return nil, err
+		}
+		var rec clientRec
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			return nil, err
+		}
+		if n := len(rec.Days); n > 0 && rec.Days[n-1] >= day {
+			return &rec, nil
+		}
+		rec.Days = append(rec.Days, day)
+		v, _ := json.Marshal(rec)
+		if _, err := c.kv.Update(ctx, "client."+id, v, e.Revision()); err == nil {
+			return &rec, nil
+		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, err
+		}
+	}
+}
+
+func (c *Coordinator) handlePing(ctx context.Context, b []byte) any {
+	p, err := ParsePing(b)
+	if err != nil {
+		return Instructions{Error: err.Error()}
+	}
+	if p.Campaign != c.Campaign.Name {
+		return Instructions{Error: fmt.Sprintf("coordinator: no campaign %q (this coordinator runs %q)", p.Campaign, c.Campaign.Name)}
+	}
+	ins, err := c.instructions(ctx, p.ClientID)
+	if err != nil {
+		return Instructions{Error: "coordinator: " + err.Error()}
+	}
+	return ins
+}
+
+func (c *Coordinator) membership(ctx context.Context, round int32, id string) (blind.Instance, int, *groupRec, bool, error) {
+	cp := c.Campaign.Name
+	e, err := c.rounds.Get(ctx, memberKey(cp, round, id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return blind.Instance{}, 0, nil, false, nil
+	}
+	if err != nil {
+		return blind.Instance{}, 0, nil, false, err
+	}
+	var g, i int
+	if _, err := fmt.Sscanf(string(e.Value()), "%d.%d", &g, &i); err != nil {
+		return blind.Instance{}, 0, nil, false, err
+	}
+	in := blind.Instance{Campaign: cp, Round: round, Group: uint32(g)}
+	ge, err := c.rounds.Get(ctx, groupKey(in))
+	if err != nil {
+		return blind.Instance{}, 0, nil, false, err
+	}
+	var rec groupRec
+	if err := json.Unmarshal(ge.Value(), &rec); err != nil {
+		return blind.Instance{}, 0, nil, false, err
+	}
+	return in, i, &rec, true, nil
+}
+
+func (c *Coordinator) instructions(ctx context.Context, id string) (Instructions, error) {
+	cp := c.Campaign
+	day, ok, err := c.Day(ctx)
+	if err != nil {
+		return Instructions{}, err
+	}
+	if !ok {
+		return Instructions{}, errors.New("the campaign has not started (no day advanced yet)")
+	}
+	if _, err := c.markActive(ctx, id, day); err != nil {
+		return Instructions{}, err
+	}
+	ins := Instructions{Day: day, Campaign: cp.Name, Keywords: cp.ListName, L: cp.List.Len(), ListHash: c.hash[:]}
+	oldest := day - 2 - int32(cp.Delay) - int32(cp.RecoveryDays)
+	for r := oldest; r <= day-1; r++ {
+		in, i, g, ok, err := c.membership(ctx, r, id)
+		if err != nil || !ok {
+			if err != nil {
+				return Instructions{}, err
+			}
+			continue
+		}
+		task := Task{Round: r, Group: in.Group, Member: i, Members: g.Pubs, T: g.T, Deadline: g.Deadline}
+		if day <= g.Deadline {
+			if _, err := c.rounds.Get(ctx, markKey("deposited", in, i)); errors.Is(err, jetstream.ErrKeyNotFound) {
+				ins.Tasks = append(ins.Tasks, task)
+			}
+			continue
+		}
+		if day > g.RecoverBy {
+			continue
+		}
+		re, err := c.rounds.Get(ctx, recoveryKey(in))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		} else if err != nil {
+			return Instructions{}, err
+		}
+		var req blind.Request
+		if err := json.Unmarshal(re.Value(), &req); err != nil {
+			return Instructions{}, err
+		}
+		if slices.Contains(req.Dropped, uint16(i)) {
+			continue
+		}
+		if _, err := c.rounds.Create(ctx, markKey("served", in, i), nil); err != nil {
+			continue // served before (or a concurrent ping)
+		}
+		bundles, err := c.bundlesFor(ctx, in, i)
+		if err != nil {
+			return Instructions{}, err
+		}
+		ins.Recoveries = append(ins.Recoveries, RecoveryTask{Task: task, Dropped: req.Dropped, Bundles: bundles})
+	}
+	return ins, nil
+}
+
+func markKey(kind string, in blind.Instance, member int) string {
+	return fmt.Sprintf("%s.%s.%d.%d.%d", kind, in.Campaign, in.Round, in.Group, member)
+}
+
+func recoveryKey(in blind.Instance) string {
+	return fmt.Sprintf("recovery.%s.%d.%d", in.Campaign, in.Round, in.Group)
+}
+
+func bundleKey(in blind.Instance, to, from uint16) string {
+	return fmt.Sprintf("bundle.%s.%d.%d.%d.%d", in.Campaign, in.Round, in.Group, to, from)
+}
+
+func (c *Coordinator) bundlesFor(ctx context.Context, in blind.Instance, to int) ([]blind.SealedBundle, error) {
+	prefix := fmt.Sprintf("bundle.%s.%d.%d.%d.", in.Campaign, in.Round, in.Group, to)
+	lister, err := c.rounds.ListKeysFiltered(ctx, prefix+"*")
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []blind.SealedBundle
+	for k := range lister.Keys() {
+		e, err := c.rounds.Get(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		from, err := strconv.Atoi(strings.TrimPrefix(k, prefix))
+		if err != nil {
+			continue
+		}
+		out = append(out, blind.SealedBundle{From: uint16(from), To: uint16(to), Ciphertext: e.Value()})
+	}
+	slices.SortFunc(out, func(a, b blind.SealedBundle) int { return int(a.From) - int(b.From) })
+	return out, nil
+}
+
+func (c *Coordinator) handleDeposit(ctx context.Context, b []byte) any {
+	d, err := ParseDeposit(b)
+	if err != nil {
+		return Reply{Error: err.Error()}
+	}
+	in := blind.Instance{Campaign: d.Campaign, Round: d.Round, Group: d.Group}
+	ge, err := c.rounds.Get(ctx, groupKey(in))
+	if err != nil {
+		return Reply{Error: fmt.Sprintf("coordinator: no group %s: %v", in, err)}
+	}
+	var g groupRec
+	if err := json.Unmarshal(ge.Value(), &g); err != nil {
+		return Reply{Error: err.Error()}
+	}
+	if int(d.From) >= len(g.Members) {
+		return Reply{Error: "coordinator: member index outside the group"}
+	}
+	var futs []jetstream.PubAckFuture
+	for _, sb := range d.Bundles {
+		if int(sb.To) >= len(g.Members) {
+			return Reply{Error: "coordinator: bundle for a member outside the group"}
+		}
+		f, err := c.js.PublishAsync("$KV.crowdlog_pdd_rounds."+bundleKey(in, sb.To, sb.From), sb.Ciphertext)
+		if err != nil {
+			return Reply{Error: err.Error()}
+		}
+		futs = append(futs, f)
+	}
+	for _, f := range futs {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return Reply{Error: "coordinator: store bundle: " + err.Error()}
+		case <-ctx.Done():
+			return Reply{Error: ctx.Err().Error()}
+		}
+	}
+	if _, err := c.rounds.Put(ctx, markKey("deposited", in, int(d.From)), nil); err != nil {
+		return Reply{Error: err.Error()}
+	}
+	return Reply{}
+}
+
+func (c *Coordinator) handleRecovery(ctx context.Context, b []byte) any {
+	req, err := ParseRecovery(b)
+	if err != nil {
+		return Reply{Error: err.Error()}
+	}
+	if req.Instance.Campaign != c.Campaign.Name {
+		return Reply{Error: "coordinator: recovery for another campaign"}
+	}
+	v, _ := json.Marshal(req)
+	if _, err := c.rounds.Create(ctx, recoveryKey(req.Instance), v); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return Reply{Error: err.Error()}
+	}
+	c.Logger.Info("coordinator: recovery requested", "instance", req.Instance.String(), "dropped", len(req.Dropped), "n", req.N)
+	return Reply{}
+}
+
+// NATSRecoverer forwards the aggregator's recovery requests to the
+// coordinator over NATS (satisfies vectors.Recoverer).
+type NATSRecoverer struct{ NC *nats.Conn }
+
+// Ask sends req and waits for the coordinator's acknowledgement.
+func (r NATSRecoverer) Ask(ctx context.Context, req blind.Request) error {
+	var rep Reply
+	if err := Request(ctx, r.NC, SubjectRecovery, req, &rep); err != nil {
+		return err
+	}
+	if rep.Error != "" {
+		return errors.New(rep.Error)
+	}
+	return nil
+}
+
+// Request sends v as JSON on subj and decodes the reply into out. Errors
+// say when no coordinator answers.
+func Request(ctx context.Context, nc *nats.Conn, subj string, v, out any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+	}
+	m, err := nc.RequestWithContext(ctx, subj, b)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return fmt.Errorf("no coordinator answers on %s: start `crowdlog coordinator`: %w", subj, err)
+		}
+		return fmt.Errorf("request %s: %w", subj, err)
+	}
+	return json.Unmarshal(m.Data, out)
+}

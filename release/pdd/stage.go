@@ -1,0 +1,249 @@
+package pdd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/crowdlog/crowdlog/aggregator"
+	"github.com/crowdlog/crowdlog/pipelines/keywords"
+	"github.com/crowdlog/crowdlog/release"
+)
+
+// Sink receives released PDD days (satisfied by *release.Writer).
+type Sink interface {
+	// WritePDDRound writes one day idempotently (see release.Writer).
+	WritePDDRound(ctx context.Context, r release.PDDRound, releasedAt time.Time) error
+	// IsPDDReleased reports whether the day was completely written.
+	IsPDDReleased(ctx context.Context, campaign string, day time.Time) (bool, error)
+}
+
+// Released is what Stage.OnRound receives for each complete round.
+type Released struct {
+	// Round is the round as State computed it (exact sums).
+	Round Round
+	// Row is what this stage wrote (exact or noisy counts); when Written is
+	// false an earlier run had written the day and Row.Counts is nil (the
+	// released counts are those in ClickHouse).
+	Row     release.PDDRound
+	Written bool
+}
+
+// Stage reads topic "group-sums" (aggregator.GroupSumsTopic) from the first
+// offset of every partition, feeds State and writes every round it
+// completes to Sink. Restart safety: on restart it re-reads the topic;
+// days whose pdd_rounds row exists are skipped before any noise is drawn
+// (a noisy day is published once), and a day written halfway is rewritten
+// from scratch by the Sink.
+type Stage struct {
+	Brokers []string
+	// Topic defaults to aggregator.GroupSumsTopic.
+	Topic string
+	// Writer receives the days (a *release.Writer in production).
+	Writer Sink
+	// List is the campaigns' monitored keyword list; nil means
+	// keywords.Default(). Outcomes for another list are dropped
+	// (DropListMismatch).
+	List *keywords.List
+	// Epsilon > 0 adds Laplace noise per (day, keyword) with sensitivity
+	// MaxCount (see Noisy); 0 releases exact counts.
+	Epsilon float64
+	// MaxCount is the clients' per-keyword per-day clip; 0 means
+	// DefaultMaxCount. With noise, group sums above Decrypted × MaxCount
+	// are rejected as implausible (the group counts as lost).
+	MaxCount int64
+	Logger   *slog.Logger
+	// OnRound, when set, is called after each complete round is in
+	// ClickHouse (written now or by an earlier run), from Run's goroutine.
+	OnRound func(Released)
+
+	// Rounds counts days written by this run, Skipped those found already
+	// written; Dropped the messages State dropped.
+	Rounds, Skipped, Dropped atomic.Int64
+}
+
+func (st *Stage) config() (topic string, list *keywords.List, maxCount int64, log *slog.Logger, err error) {
+	topic, list, maxCount, log = st.Topic, st.List, st.MaxCount, st.Logger
+	if topic == "" {
+		topic = aggregator.GroupSumsTopic
+	}
+	if list == nil {
+		list = keywords.Default()
+	}
+	if maxCount == 0 {
+		maxCount = DefaultMaxCount
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	switch {
+	case len(st.Brokers) == 0:
+		err = errors.New("pdd release: no Kafka brokers given")
+	case st.Writer == nil:
+		err = errors.New("pdd release: no Writer (a *release.Writer) given")
+	case math.IsNaN(st.Epsilon) || math.IsInf(st.Epsilon, 0) || st.Epsilon < 0:
+		err = fmt.Errorf("pdd release: epsilon %v must be finite and ≥ 0 (0 = exact counts)", st.Epsilon)
+	case maxCount < 1 || maxCount > math.MaxUint32:
+		err = fmt.Errorf("pdd release: max count %d must be in 1..2^32−1 (default %d)", maxCount, DefaultMaxCount)
+	}
+	return topic, list, maxCount, log, err
+}
+
+// Run serves until ctx ends (then it returns nil). It returns an error when
+// the configuration is invalid, the topic cannot be read, or ctx ends while
+// a write is being retried; ClickHouse errors are retried with backoff
+// (200 ms doubling to 10 s), so an outage delays a day, it does not lose it.
+func (st *Stage) Run(ctx context.Context) error {
+	topic, list, maxCount, log, err := st.config()
+	if err != nil {
+		return err
+	}
+	conn, err := (&kafka.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", st.Brokers[0])
+	if err != nil {
+		return fmt.Errorf("pdd release: dial kafka %s: %w", st.Brokers[0], err)
+	}
+	parts, err := conn.ReadPartitions(topic)
+	conn.Close()
+	if err != nil {
+		return fmt.Errorf("pdd release: topic %s (is the aggregator running?): %w", topic, err)
+	}
+	msgs := make(chan []byte, 1024)
+	var wg sync.WaitGroup
+	rctx, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); wg.Wait() }()
+	for _, p := range parts {
+		wg.Add(1)
+		go func(id int) {
+			defer wg.Done()
+			r := kafka.NewReader(kafka.ReaderConfig{Brokers: st.Brokers, Topic: topic, Partition: id,
+				MinBytes: 1, MaxBytes: 64 << 20, MaxWait: 200 * time.Millisecond})
+			defer r.Close()
+			r.SetOffset(kafka.FirstOffset)
+			for {
+				m, err := r.ReadMessage(rctx)
+				if err != nil {
+					if rctx.Err() == nil {
+						log.Error("pdd release: read group sums", "topic", topic, "partition", id, "err", err)
+					}
+					return
+				}
+				select {
+				case msgs <- m.Value:
+				case <-rctx.Done():
+					return
+				}
+			}
+		}(p.ID)
+	}
+	state := NewState(list)
+	if st.Epsilon > 0 {
+		state.MaxCount = uint64(maxCount)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case b := <-msgs:
+			before := state.Accepted
+			r, done := state.Apply(b)
+			if state.Accepted == before {
+				st.Dropped.Add(1)
+				log.Debug("pdd release: outcome dropped", "dropped", state.Dropped)
+			}
+			if !done {
+				continue
+			}
+			if err := st.release(ctx, r, list, maxCount, log); err != nil {
+				return err
+			}
+			if len(state.Dropped) > 0 {
+				log.Info("pdd release: messages dropped so far", "by_reason", state.Dropped)
+			}
+		}
+	}
+}
+
+// release writes one complete round unless it was written before.
+func (st *Stage) release(ctx context.Context, r Round, list *keywords.List, maxCount int64, log *slog.Logger) error {
+	day := r.Day.Time()
+	var written bool
+	if err := retry(ctx, log, func() (err error) {
+		written, err = st.Writer.IsPDDReleased(ctx, r.Campaign, day)
+		return err
+	}); err != nil {
+		return err
+	}
+	if written {
+		st.Skipped.Add(1)
+		log.Info("pdd release: day already released; skipping", "campaign", r.Campaign, "day", r.Day.String())
+		if st.OnRound != nil {
+			st.OnRound(Released{Round: r, Row: roundRow(r), Written: false})
+		}
+		return nil
+	}
+	row, err := Release(r, list, st.Epsilon, maxCount)
+	if err != nil {
+		// a corrupt round cannot be fixed by retrying; keep serving the others
+		log.Error("pdd release: day not released", "campaign", r.Campaign, "day", r.Day.String(), "err", err)
+		return nil
+	}
+	if err := retry(ctx, log, func() error { return st.Writer.WritePDDRound(ctx, row, time.Now()) }); err != nil {
+		return err
+	}
+	st.Rounds.Add(1)
+	log.Info("pdd release: day released", "campaign", r.Campaign, "day", r.Day.String(), "keywords", len(row.Counts),
+		"groups", r.Groups, "complete", r.Complete, "recovered", r.Recovered, "lost", r.Lost,
+		"confidence", r.Confidence, "epsilon", st.Epsilon)
+	if st.OnRound != nil {
+		st.OnRound(Released{Round: r, Row: row, Written: true})
+	}
+	return nil
+}
+
+// roundRow is the pdd_rounds part of r (no counts).
+func roundRow(r Round) release.PDDRound {
+	return release.PDDRound{Campaign: r.Campaign, Day: r.Day.Time(), Active: r.Active, Grouped: r.Grouped,
+		Decrypted: r.Decrypted, Groups: r.Groups, Complete: r.Complete, Recovered: r.Recovered, Lost: r.Lost,
+		Confidence: r.Confidence}
+}
+
+// retry calls f until it succeeds or ctx ends; backoff 200 ms doubling to
+// 10 s (as release/stage does for the threshold releases).
+func retry(ctx context.Context, log *slog.Logger, f func() error) error {
+	backoff := 200 * time.Millisecond
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return errors.Join(err, ctx.Err())
+		}
+		log.Warn("pdd release: ClickHouse call failed, retrying", "err", err, "in", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+// Export writes the keyword_daily rows of campaign as TSV (header
+// `campaign day keyword count confidence`, rows by day then keyword; see
+// release.WriteKeywordDailyTSV). Errors name the failing read or write.
+func Export(ctx context.Context, w *release.Writer, campaign string, out io.Writer) error {
+	rows, err := w.ReadKeywordDaily(ctx, campaign)
+	if err != nil {
+		return err
+	}
+	return release.WriteKeywordDailyTSV(out, rows)
+}
