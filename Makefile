@@ -29,11 +29,13 @@ fuzz:
 	@for spec in \
 	  "./protocol FuzzParseReport" "./protocol FuzzPeel" "./protocol FuzzParseRandomness" \
 	  "./protocol FuzzParsePayload" "./protocol FuzzParseDecrypted" "./aggregator FuzzApply" \
-	  "./release/stage FuzzApply" "./ingest/aol FuzzReader" "./ingest/normalize FuzzQuery"; do \
+	  "./release/stage FuzzApply" "./ingest/aol FuzzReader" "./ingest/normalize FuzzQuery" \
+	  "./protocol/blind FuzzParse" "./protocol/blind FuzzOpenBundle" "./aggregator/vectors FuzzApply" \
+	  "./coordinator FuzzParse" "./release/pdd FuzzApply"; do \
 	  set -- $$spec; echo "== $$1 $$2"; $(GO) test -run XXX -fuzz "^$$2$$" -fuzztime $(FUZZTIME) $$1 || exit 1; done
 
 bench:
-	$(GO) test -run XXX -bench . -benchtime 2s ./protocol ./aggregator ./relays
+	$(GO) test -run XXX -bench . -benchtime 2s ./protocol ./protocol/blind ./aggregator ./relays
 
 demo:
 	bash scripts/demo.sh

@@ -15,6 +15,8 @@
 //   - Onion layers: HPKE (RFC 9180) with DHKEM(X25519, HKDF-SHA256),
 //     HKDF-SHA256 and ChaCha20-Poly1305, one layer per hop, padded to fixed
 //     size classes (onion.go).
+//   - Relay key announcements: the key ids and public keys a relay holds,
+//     so clients refuse a key id the relay would drop (relaykeys.go).
 package protocol
 
 // Version is the wire-format version byte that starts every message.

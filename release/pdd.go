@@ -124,7 +124,7 @@ func (w *Writer) WritePDDRound(ctx context.Context, r PDDRound, releasedAt time.
 		w.Logger.Info("pdd day already written; skipping", "key", key)
 		return nil
 	}
-	if err := w.deletePartial(ctx, "pdd_keyword_counts", key, pddWhere, r.Campaign, dayArg(day)); err != nil {
+	if err := w.deletePartial(ctx, "pdd_keyword_counts", "pdd release "+key, pddWhere, r.Campaign, dayArg(day)); err != nil {
 		return err
 	}
 	size := w.BatchSize
@@ -181,41 +181,6 @@ func (w *Writer) IsPDDReleased(ctx context.Context, campaign string, day time.Ti
 		return false, fmt.Errorf("pdd release %s: read pdd_rounds: %w", pddKey(campaign, day), err)
 	}
 	return n > 0, nil
-}
-
-// deletePartial deletes the rows matching where/args from table if there
-// are any and waits until the mutation has finished; see clearPartial for
-// why a mutation and how 18.16 is waited for.
-func (w *Writer) deletePartial(ctx context.Context, table, key, where string, args ...any) error {
-	var n uint64
-	if err := w.conn.QueryRow(ctx, "SELECT count() FROM "+table+where, args...).Scan(&n); err != nil {
-		return fmt.Errorf("pdd release %s: count partial rows in %s: %w", key, table, err)
-	}
-	if n == 0 {
-		return nil
-	}
-	w.Logger.Warn("redoing an interrupted release; deleting its partial rows", "key", key, "table", table, "rows", n)
-	if err := w.conn.Exec(ctx, "ALTER TABLE "+table+" DELETE"+where, args...); err != nil {
-		return fmt.Errorf("pdd release %s: delete partial rows from %s: %w", key, table, err)
-	}
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var pending uint64
-		err := w.conn.QueryRow(ctx, "SELECT count() FROM system.mutations WHERE database = ? AND table = ? AND is_done = 0",
-			w.database, table).Scan(&pending)
-		if err != nil {
-			return fmt.Errorf("pdd release %s: watch mutation on %s: %w", key, table, err)
-		}
-		if pending == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("pdd release %s: mutation deleting partial rows of %s did not finish (see system.mutations): %w", key, table, ctx.Err())
-		case <-tick.C:
-		}
-	}
 }
 
 // ReadKeywordDaily reads the keyword_daily view of campaign (complete days

@@ -310,16 +310,24 @@ func (w *Writer) IsReleased(ctx context.Context, key Key) (bool, error) {
 // system.mutations. A mutation only touches parts that existed when it was
 // created, so the re-inserted rows are safe even before it finishes.
 func (w *Writer) clearPartial(ctx context.Context, table string, key Key) error {
+	return w.deletePartial(ctx, table, "release "+key.String(), keyWhere, keyArgs(key)...)
+}
+
+// deletePartial deletes the rows matching where/args from table if there
+// are any and waits until the mutation has finished (see clearPartial for
+// why a mutation and how 18.16 is waited for). what names the release in
+// errors and logs.
+func (w *Writer) deletePartial(ctx context.Context, table, what, where string, args ...any) error {
 	var n uint64
-	if err := w.conn.QueryRow(ctx, "SELECT count() FROM "+table+keyWhere, keyArgs(key)...).Scan(&n); err != nil {
-		return fmt.Errorf("release %s: count partial rows in %s: %w", key, table, err)
+	if err := w.conn.QueryRow(ctx, "SELECT count() FROM "+table+where, args...).Scan(&n); err != nil {
+		return fmt.Errorf("%s: count partial rows in %s: %w", what, table, err)
 	}
 	if n == 0 {
 		return nil
 	}
-	w.Logger.Warn("redoing an interrupted release; deleting its partial rows", "key", key.String(), "table", table, "rows", n)
-	if err := w.conn.Exec(ctx, "ALTER TABLE "+table+" DELETE"+keyWhere, keyArgs(key)...); err != nil {
-		return fmt.Errorf("release %s: delete partial rows from %s: %w", key, table, err)
+	w.Logger.Warn("redoing an interrupted release; deleting its partial rows", "key", what, "table", table, "rows", n)
+	if err := w.conn.Exec(ctx, "ALTER TABLE "+table+" DELETE"+where, args...); err != nil {
+		return fmt.Errorf("%s: delete partial rows from %s: %w", what, table, err)
 	}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -328,14 +336,14 @@ func (w *Writer) clearPartial(ctx context.Context, table string, key Key) error 
 		err := w.conn.QueryRow(ctx, "SELECT count() FROM system.mutations WHERE database = ? AND table = ? AND is_done = 0",
 			w.database, table).Scan(&pending)
 		if err != nil {
-			return fmt.Errorf("release %s: watch mutation on %s: %w", key, table, err)
+			return fmt.Errorf("%s: watch mutation on %s: %w", what, table, err)
 		}
 		if pending == 0 {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("release %s: mutation deleting partial rows of %s did not finish (see system.mutations): %w", key, table, ctx.Err())
+			return fmt.Errorf("%s: mutation deleting partial rows of %s did not finish (see system.mutations): %w", what, table, ctx.Err())
 		case <-tick.C:
 		}
 	}

@@ -20,9 +20,7 @@ import (
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/aggregator/vectors"
 	"github.com/crowdlog/crowdlog/coordinator"
-	"github.com/crowdlog/crowdlog/infra/clickhouse"
 	"github.com/crowdlog/crowdlog/infra/kafka"
-	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/ingest/pdd"
@@ -197,30 +195,11 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 		defer os.RemoveAll(state)
 	}
 	keysDir := filepath.Join(state, "keys")
-	if cfg.NATS == "" {
-		ns, err := natsserver.Start(ctx, filepath.Join(state, "nats"))
-		if err != nil {
-			return nil, fmt.Errorf("start embedded NATS: %w", err)
-		}
-		defer ns.Shutdown()
-		cfg.NATS = ns.URL
+	stopLocal, err := startLocal(ctx, state, &cfg.NATS, &cfg.Kafka, &cfg.ClickHouse, cfg.Partitions)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Kafka == "" {
-		b, err := kafka.Start(ctx, filepath.Join(state, "kafka"), cfg.Partitions)
-		if err != nil {
-			return nil, fmt.Errorf("start kfake broker: %w", err)
-		}
-		defer b.Close()
-		cfg.Kafka = b.Addr
-	}
-	if cfg.ClickHouse == "" {
-		ch, err := clickhouse.Start(ctx, filepath.Join(state, "clickhouse"))
-		if err != nil {
-			return nil, err
-		}
-		defer ch.Stop()
-		cfg.ClickHouse = ch.TCPAddr
-	}
+	defer stopLocal()
 	brokers := []string{cfg.Kafka}
 	if err := kafka.EnsureTopics(ctx, cfg.Kafka, cfg.Partitions, aggregator.VectorsTopic, aggregator.GroupSumsTopic); err != nil {
 		return nil, err

@@ -159,30 +159,11 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		Epsilon: pol.AchievedEpsilon, Delta: pol.AchievedDelta}
 
 	// 1. services: given addresses, or started locally
-	if cfg.NATS == "" {
-		ns, err := natsserver.Start(ctx, filepath.Join(state, "nats"))
-		if err != nil {
-			return nil, fmt.Errorf("start embedded NATS: %w", err)
-		}
-		defer ns.Shutdown()
-		cfg.NATS = ns.URL
+	stopLocal, err := startLocal(ctx, state, &cfg.NATS, &cfg.Kafka, &cfg.ClickHouse, cfg.Partitions)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Kafka == "" {
-		b, err := kafka.Start(ctx, filepath.Join(state, "kafka"), cfg.Partitions)
-		if err != nil {
-			return nil, fmt.Errorf("start kfake broker: %w", err)
-		}
-		defer b.Close()
-		cfg.Kafka = b.Addr
-	}
-	if cfg.ClickHouse == "" {
-		ch, err := clickhouse.Start(ctx, filepath.Join(state, "clickhouse"))
-		if err != nil {
-			return nil, err
-		}
-		defer ch.Stop()
-		cfg.ClickHouse = ch.TCPAddr
-	}
+	defer stopLocal()
 	sum.NATS, sum.Kafka, sum.ClickHs = cfg.NATS, cfg.Kafka, cfg.ClickHouse
 	brokers := []string{cfg.Kafka}
 	if err := kafka.EnsureTopics(ctx, cfg.Kafka, cfg.Partitions, aggregator.ReportsTopic, aggregator.DecryptedTopic); err != nil {
@@ -421,6 +402,45 @@ func writeExport(path string, items []release.Item) error {
 		return fmt.Errorf("export: %w", err)
 	}
 	return f.Close()
+}
+
+// startLocal starts, for each empty address, the local service under state
+// (embedded NATS, kfake with a data dir, a ClickHouse server) and sets the
+// address; stop shuts down what it started, in reverse order.
+func startLocal(ctx context.Context, state string, natsURL, kafkaAddr, ch *string, partitions int) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	if *natsURL == "" {
+		ns, err := natsserver.Start(ctx, filepath.Join(state, "nats"))
+		if err != nil {
+			return stop, fmt.Errorf("start embedded NATS: %w", err)
+		}
+		stops = append(stops, ns.Shutdown)
+		*natsURL = ns.URL
+	}
+	if *kafkaAddr == "" {
+		b, err := kafka.Start(ctx, filepath.Join(state, "kafka"), partitions)
+		if err != nil {
+			stop()
+			return func() {}, fmt.Errorf("start kfake broker: %w", err)
+		}
+		stops = append(stops, b.Close)
+		*kafkaAddr = b.Addr
+	}
+	if *ch == "" {
+		srv, err := clickhouse.Start(ctx, filepath.Join(state, "clickhouse"))
+		if err != nil {
+			stop()
+			return func() {}, err
+		}
+		stops = append(stops, func() { srv.Stop() })
+		*ch = srv.TCPAddr
+	}
+	return stop, nil
 }
 
 // waitFor polls cond every 200 ms until it holds or ctx ends.

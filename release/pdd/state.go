@@ -74,21 +74,9 @@ type Round struct {
 }
 
 // ListHash is the identifier of a monitored keyword list carried in
-// blind.Roster.ListHash: SHA-256 of "crowdlog-v1 pdd keyword list\n"
-// followed by each keyword of l, in order, each followed by "\n".
-// Keywords hold no newline (keywords.Parse), so the encoding is
-// unambiguous. The coordinator must compute it the same way.
-func ListHash(l *keywords.List) [32]byte {
-	h := sha256.New()
-	h.Write([]byte("crowdlog-v1 pdd keyword list\n"))
-	for _, w := range l.Words {
-		h.Write([]byte(w))
-		h.Write([]byte{'\n'})
-	}
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
-}
+// blind.Roster.ListHash: l.Hash() (SHA-256 of the keywords in order; see
+// keywords.List.Hash), the value the coordinator puts in its rosters.
+func ListHash(l *keywords.List) [32]byte { return l.Hash() }
 
 type roundKey struct {
 	campaign string
