@@ -35,6 +35,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -80,6 +81,9 @@ type Coordinator struct {
 	hash       [32]byte
 	mu         sync.Mutex // serializes Advance
 	subs       []*nats.Subscription
+
+	// Pings counts answered pings, Errors requests answered with an error.
+	Pings, Errors atomic.Int64
 }
 
 type clientRec struct {
@@ -161,7 +165,13 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		sub, err := c.NC.QueueSubscribe(subj, QueueGroup, func(m *nats.Msg) {
 			hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			defer cancel()
-			b, _ := json.Marshal(h(hctx, m.Data))
+			rep := h(hctx, m.Data)
+			b, _ := json.Marshal(rep)
+			if strings.Contains(string(b), `"error":`) {
+				c.Errors.Add(1)
+			} else if subj == SubjectPing {
+				c.Pings.Add(1)
+			}
 			_ = m.Respond(b)
 		})
 		if err != nil {

@@ -6,10 +6,12 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/crowdlog/crowdlog/aggregator/vectors"
 	"github.com/crowdlog/crowdlog/coordinator"
+	"github.com/crowdlog/crowdlog/infra/metrics"
 	"github.com/crowdlog/crowdlog/pipelines/keywords"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 	"github.com/crowdlog/crowdlog/protocol"
@@ -80,7 +82,7 @@ Example:
 }
 
 func coordinatorCmd() *cobra.Command {
-	var natsURL, kafkaAddr, list string
+	var natsURL, kafkaAddr, list, metricsAddr string
 	var cp coordinator.Campaign
 	var wall bool
 	c := &cobra.Command{
@@ -118,6 +120,12 @@ crowdlog.pdd.advance (log replays).`,
 				return err
 			}
 			defer co.Close()
+			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) {
+				metrics.CounterFunc(reg, "crowdlog_coordinator_pings_total", "Client pings answered.", nil, func() float64 { return float64(co.Pings.Load()) })
+				metrics.CounterFunc(reg, "crowdlog_coordinator_errors_total", "Requests answered with an error.", nil, func() float64 { return float64(co.Errors.Load()) })
+			}); err != nil {
+				return err
+			}
 			log.Info("coordinator: serving", "campaign", cp.Name)
 			if !wall {
 				<-cmd.Context().Done()
@@ -147,11 +155,12 @@ crowdlog.pdd.advance (log replays).`,
 	f.BoolVar(&wall, "wall-clock", false, "advance the day from the UTC wall clock")
 	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL")
 	f.StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address")
+	addMetricsFlag(c, &metricsAddr)
 	return c
 }
 
 func aggregateVectorsCmd() *cobra.Command {
-	var natsURL, kafkaAddr string
+	var natsURL, kafkaAddr, metricsAddr string
 	var keyPaths []string
 	c := &cobra.Command{
 		Use:   "aggregate-vectors --key FILE [--kafka ADDR] [--nats URL]",
@@ -180,6 +189,9 @@ State is rebuilt by replaying a partition on assignment (restart-safe).`,
 			}
 			defer nc.Close()
 			s := &vectors.Service{Brokers: []string{kafkaAddr}, Keys: keys, Recoverer: coordinator.NATSRecoverer{NC: nc}, Logger: logger()}
+			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterVectors(reg, s) }); err != nil {
+				return err
+			}
 			return s.Run(cmd.Context())
 		},
 	}
@@ -187,11 +199,12 @@ State is rebuilt by replaying a partition on assignment (restart-safe).`,
 	f.StringSliceVar(&keyPaths, "key", nil, "aggregator HPKE key file (repeat during a rotation)")
 	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL (the coordinator)")
 	f.StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address")
+	addMetricsFlag(c, &metricsAddr)
 	return c
 }
 
 func releasePDDCmd() *cobra.Command {
-	var kafkaAddr, ch, db, list string
+	var kafkaAddr, ch, db, list, metricsAddr string
 	var eps float64
 	var maxCount int
 	c := &cobra.Command{
@@ -213,6 +226,9 @@ pdd_rounds; view keyword_daily). Idempotent on restart.`,
 			}
 			defer w.Close()
 			st := &pddrelease.Stage{Brokers: []string{kafkaAddr}, Writer: w, List: l, Epsilon: eps, MaxCount: int64(maxCount), Logger: logger()}
+			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterPDDRelease(reg, st) }); err != nil {
+				return err
+			}
 			return st.Run(cmd.Context())
 		},
 	}
@@ -223,5 +239,6 @@ pdd_rounds; view keyword_daily). Idempotent on restart.`,
 	f.StringVar(&list, "keywords", "", "monitored keyword list (the campaign's)")
 	f.Float64Var(&eps, "epsilon", 0, "Laplace noise per daily count (0 = exact)")
 	f.IntVar(&maxCount, "max-count", 0, "noise sensitivity: per-client per-keyword per-day clip")
+	addMetricsFlag(c, &metricsAddr)
 	return c
 }

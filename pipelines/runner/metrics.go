@@ -4,9 +4,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/crowdlog/crowdlog/aggregator"
+	"github.com/crowdlog/crowdlog/aggregator/vectors"
 	"github.com/crowdlog/crowdlog/infra/metrics"
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/randomness"
+	pddrelease "github.com/crowdlog/crowdlog/release/pdd"
 	"github.com/crowdlog/crowdlog/release/stage"
 )
 
@@ -38,4 +40,23 @@ func RegisterPublisher(reg prometheus.Registerer, p *publish.Publisher) {
 	metrics.CounterFunc(reg, "crowdlog_ingest_reports_published_total", "Onion-wrapped reports stored by relay a's stream.", nil, func() float64 { return float64(p.Published.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_ingest_publish_retries_total", "Publishes retried (backpressure or timeouts).", nil, func() float64 { return float64(p.Retried.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_ingest_publish_failed_total", "Reports abandoned at Close.", nil, func() float64 { return float64(p.Failed.Load()) })
+}
+
+// RegisterVectors exposes the PDD aggregator's counters: blinded vectors and
+// recovery answers accepted, group outcomes written, messages dropped, and
+// open groups in the partitions this process owns.
+func RegisterVectors(reg prometheus.Registerer, s *vectors.Service) {
+	metrics.CounterFunc(reg, "crowdlog_vectors_submissions_total", "Blinded vectors summed.", nil, func() float64 { return float64(s.Submissions.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_vectors_answers_total", "Recovery answers accepted.", nil, func() float64 { return float64(s.Answers.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_vectors_outcomes_total", "Group outcomes (complete, recovered, lost) written.", nil, func() float64 { return float64(s.Outcomes.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_vectors_dropped_total", "Messages dropped: malformed, unknown group, late, duplicate, unsolicited.", nil, func() float64 { return float64(s.Dropped.Load()) })
+	metrics.GaugeFunc(reg, "crowdlog_vectors_open_groups", "Groups not yet final in the partitions this process owns.", nil, func() float64 { return float64(s.OpenGroups()) })
+}
+
+// RegisterPDDRelease exposes PDD days written and skipped (already written)
+// and outcomes dropped.
+func RegisterPDDRelease(reg prometheus.Registerer, st *pddrelease.Stage) {
+	metrics.CounterFunc(reg, "crowdlog_pdd_release_days_total", "PDD days written to ClickHouse.", nil, func() float64 { return float64(st.Rounds.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_pdd_release_skipped_total", "PDD days found already written.", nil, func() float64 { return float64(st.Skipped.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_pdd_release_dropped_total", "Group outcomes dropped by the PDD release.", nil, func() float64 { return float64(st.Dropped.Load()) })
 }
