@@ -161,18 +161,25 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		SubjectRegister: c.handleRegister, SubjectPing: c.handlePing, SubjectDeposit: c.handleDeposit,
 		SubjectAdvance: c.handleAdvance, SubjectRecovery: c.handleRecovery,
 	}
+	// nats.go runs one subscription's callbacks one at a time; requests are
+	// independent, so each is served on its own goroutine (at most 64 at once)
+	sem := make(chan struct{}, 64)
 	for subj, h := range handlers {
 		sub, err := c.NC.QueueSubscribe(subj, QueueGroup, func(m *nats.Msg) {
-			hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-			defer cancel()
-			rep := h(hctx, m.Data)
-			b, _ := json.Marshal(rep)
-			if strings.Contains(string(b), `"error":`) {
-				c.Errors.Add(1)
-			} else if subj == SubjectPing {
-				c.Pings.Add(1)
-			}
-			_ = m.Respond(b)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem }()
+				hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				defer cancel()
+				rep := h(hctx, m.Data)
+				b, _ := json.Marshal(rep)
+				if strings.Contains(string(b), `"error":`) {
+					c.Errors.Add(1)
+				} else if subj == SubjectPing {
+					c.Pings.Add(1)
+				}
+				_ = m.Respond(b)
+			}()
 		})
 		if err != nil {
 			return fmt.Errorf("coordinator: subscribe %s: %w", subj, err)

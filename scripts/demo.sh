@@ -36,3 +36,14 @@ q "SELECT (SELECT sum(impressions) FROM released_items WHERE app = 'query' AND p
 q "SELECT reports, users, tags AS undecrypted_artifacts FROM undecrypted_summary WHERE app = 'query' AND policy = 'ft-u' ORDER BY reports DESC, users DESC LIMIT 8"
 echo
 echo "== export: $STATE/released.tsv ($(($(wc -l < "$STATE/released.tsv") - 1)) items)"
+
+echo
+echo "== crowdlog pdd: the same users as Private Data Donor clients, 7 days, groups of 50"
+echo "   (daily keyword counts; the aggregator sees only sums over blinded groups)"
+bin/crowdlog pdd --input testdata/aol-top1000.tsv.gz --max-days 7 --group-size 50 --delay 2 \
+  --clickhouse "$CH_TCP" --state "$STATE/pdd" --export "$STATE/pdd.tsv"
+q "SELECT day, active, decrypted, groups, groups_recovered, groups_lost, round(confidence, 3) AS confidence FROM pdd_rounds FINAL WHERE campaign = 'pdd' ORDER BY day"
+q "SELECT keyword, sum(count) AS searches FROM keyword_daily WHERE campaign = 'pdd' GROUP BY keyword ORDER BY searches DESC, keyword LIMIT 8"
+q "SELECT day, count, round(confidence, 3) AS confidence FROM keyword_daily WHERE campaign = 'pdd' AND keyword = 'free' ORDER BY day"
+echo
+echo "== export: $STATE/pdd.tsv ($(($(wc -l < "$STATE/pdd.tsv") - 1)) (day, keyword) counts)"

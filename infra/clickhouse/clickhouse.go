@@ -138,7 +138,11 @@ func Start(ctx context.Context, dir string) (*Server, error) {
 	// process may take them before the server binds; retry with new ports.
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		s, err := startOnce(ctx, argv, abs)
+		ports, err := freePorts(2)
+		if err != nil {
+			return nil, err
+		}
+		s, err := startOnce(ctx, argv, abs, ports[0], ports[1])
 		if err == nil {
 			return s, nil
 		}
@@ -152,12 +156,70 @@ func Start(ctx context.Context, dir string) (*Server, error) {
 
 var errAddrInUse = errors.New("address already in use")
 
-func startOnce(ctx context.Context, argv []string, dir string) (*Server, error) {
-	ports, err := freePorts(2)
+// RestartAttempts and RestartWait bound how long Restart waits for the old
+// server's ports to become free again.
+const (
+	RestartAttempts = 20
+	RestartWait     = 500 * time.Millisecond
+)
+
+// Restart stops s if it still runs (as Stop does) and starts a new server in
+// the same Dir on the same TCP and HTTP ports, keeping its data, so clients
+// configured with s.TCPAddr reconnect to it (fault tests: a ClickHouse
+// outage followed by its return). It waits like Start (bounded by ctx,
+// DefaultStartTimeout when ctx has no deadline) and retries while a port is
+// still in use (up to RestartAttempts, RestartWait apart). s stays stopped;
+// use the returned Server from then on and Stop it when done. Errors: as
+// Start's, or the ports could not be bound again (another process took
+// them: restart with Start on new ports instead).
+func (s *Server) Restart(ctx context.Context) (*Server, error) {
+	argv, err := ServerBinary()
 	if err != nil {
 		return nil, err
 	}
-	tcpPort, httpPort := ports[0], ports[1]
+	_ = s.Stop() // an earlier crash is what a restart is for
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultStartTimeout)
+		defer cancel()
+	}
+	tcpPort, err := port(s.TCPAddr)
+	if err != nil {
+		return nil, err
+	}
+	httpPort, err := port(s.HTTPAddr)
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for attempt := 0; attempt < RestartAttempts; attempt++ {
+		n, err := startOnce(ctx, argv, s.Dir, tcpPort, httpPort)
+		if err == nil {
+			return n, nil
+		}
+		lastErr = err
+		if !errors.Is(err, errAddrInUse) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-time.After(RestartWait):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("clickhouse: restart on ports %d/%d: %w (last: %w)", tcpPort, httpPort, ctx.Err(), lastErr)
+		}
+	}
+	return nil, fmt.Errorf("clickhouse: restart on ports %d/%d: %w", tcpPort, httpPort, lastErr)
+}
+
+// port returns the port number of a "host:port" address.
+func port(addr string) (int, error) {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, fmt.Errorf("clickhouse: address %q: %w", addr, err)
+	}
+	return strconv.Atoi(p)
+}
+
+func startOnce(ctx context.Context, argv []string, dir string, tcpPort, httpPort int) (*Server, error) {
 	cfgPath := filepath.Join(dir, "config.xml")
 	if err := os.WriteFile(cfgPath, []byte(configXML(dir, tcpPort, httpPort)), 0o644); err != nil {
 		return nil, fmt.Errorf("clickhouse: write %s: %w", cfgPath, err)
