@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
@@ -217,4 +218,50 @@ func (s slogLogger) Logf(level kfake.LogLevel, msg string, args ...any) {
 	case kfake.LogLevelWarn:
 		s.l.Warn(fmt.Sprintf(msg, args...))
 	}
+}
+
+// ReadAll reads every partition of topic from its first offset, each on its
+// own goroutine, and sends the message values to the returned channel (per
+// partition in order; partitions interleave). It is how the release stages
+// rebuild their state on start. stop ends the readers and waits for them.
+// Errors: the topic cannot be listed (it does not exist yet, or Kafka is
+// unreachable); read errors later are logged and end that partition's reader.
+func ReadAll(ctx context.Context, brokers []string, topic string, log *slog.Logger) (msgs <-chan []byte, stop func(), err error) {
+	conn, err := (&kafkago.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", brokers[0])
+	if err != nil {
+		return nil, nil, fmt.Errorf("dial kafka %s: %w", brokers[0], err)
+	}
+	parts, err := conn.ReadPartitions(topic)
+	conn.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("topic %s: %w", topic, err)
+	}
+	ch := make(chan []byte, 1024)
+	var wg sync.WaitGroup
+	rctx, cancel := context.WithCancel(ctx)
+	for _, p := range parts {
+		wg.Add(1)
+		go func(id int) {
+			defer wg.Done()
+			r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: brokers, Topic: topic, Partition: id,
+				MinBytes: 1, MaxBytes: 64 << 20, MaxWait: 200 * time.Millisecond})
+			defer r.Close()
+			r.SetOffset(kafkago.FirstOffset)
+			for {
+				m, err := r.ReadMessage(rctx)
+				if err != nil {
+					if rctx.Err() == nil {
+						log.Error("read topic", "topic", topic, "partition", id, "err", err)
+					}
+					return
+				}
+				select {
+				case ch <- m.Value:
+				case <-rctx.Done():
+					return
+				}
+			}
+		}(p.ID)
+	}
+	return ch, func() { cancel(); wg.Wait() }, nil
 }

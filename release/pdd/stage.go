@@ -7,11 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
 
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/pipelines/keywords"
@@ -106,43 +105,11 @@ func (st *Stage) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	conn, err := (&kafka.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", st.Brokers[0])
+	msgs, stop, err := infrakafka.ReadAll(ctx, st.Brokers, topic, log)
 	if err != nil {
-		return fmt.Errorf("pdd release: dial kafka %s: %w", st.Brokers[0], err)
+		return fmt.Errorf("pdd release: %w (is the aggregator running?)", err)
 	}
-	parts, err := conn.ReadPartitions(topic)
-	conn.Close()
-	if err != nil {
-		return fmt.Errorf("pdd release: topic %s (is the aggregator running?): %w", topic, err)
-	}
-	msgs := make(chan []byte, 1024)
-	var wg sync.WaitGroup
-	rctx, cancel := context.WithCancel(ctx)
-	defer func() { cancel(); wg.Wait() }()
-	for _, p := range parts {
-		wg.Add(1)
-		go func(id int) {
-			defer wg.Done()
-			r := kafka.NewReader(kafka.ReaderConfig{Brokers: st.Brokers, Topic: topic, Partition: id,
-				MinBytes: 1, MaxBytes: 64 << 20, MaxWait: 200 * time.Millisecond})
-			defer r.Close()
-			r.SetOffset(kafka.FirstOffset)
-			for {
-				m, err := r.ReadMessage(rctx)
-				if err != nil {
-					if rctx.Err() == nil {
-						log.Error("pdd release: read group sums", "topic", topic, "partition", id, "err", err)
-					}
-					return
-				}
-				select {
-				case msgs <- m.Value:
-				case <-rctx.Done():
-					return
-				}
-			}
-		}(p.ID)
-	}
+	defer stop()
 	state := NewState(list)
 	if st.Epsilon > 0 {
 		state.MaxCount = uint64(maxCount)

@@ -13,11 +13,10 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/segmentio/kafka-go"
+	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
 
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/release"
@@ -261,43 +260,11 @@ func (st *Stage) Run(ctx context.Context) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	conn, err := (&kafka.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", st.Brokers[0])
+	msgs, stop, err := infrakafka.ReadAll(ctx, st.Brokers, topic, log)
 	if err != nil {
-		return fmt.Errorf("release: dial kafka: %w", err)
+		return fmt.Errorf("release: %w", err)
 	}
-	parts, err := conn.ReadPartitions(topic)
-	conn.Close()
-	if err != nil {
-		return fmt.Errorf("release: topic %s: %w", topic, err)
-	}
-	msgs := make(chan []byte, 4096)
-	var wg sync.WaitGroup
-	rctx, cancel := context.WithCancel(ctx)
-	defer func() { cancel(); wg.Wait() }()
-	for _, p := range parts {
-		wg.Add(1)
-		go func(id int) {
-			defer wg.Done()
-			r := kafka.NewReader(kafka.ReaderConfig{Brokers: st.Brokers, Topic: topic, Partition: id,
-				MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 200 * time.Millisecond})
-			defer r.Close()
-			r.SetOffset(kafka.FirstOffset)
-			for {
-				m, err := r.ReadMessage(rctx)
-				if err != nil {
-					if rctx.Err() == nil {
-						log.Error("release: read decrypted", "partition", id, "err", err)
-					}
-					return
-				}
-				select {
-				case msgs <- m.Value:
-				case <-rctx.Done():
-					return
-				}
-			}
-		}(p.ID)
-	}
+	defer stop()
 	state := NewState()
 	for {
 		select {
