@@ -13,6 +13,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/crowdlog/crowdlog/internal/retry"
 	"github.com/crowdlog/crowdlog/protocol"
 )
 
@@ -297,20 +298,8 @@ func (t *totals) add(u totals) {
 }
 
 func writeRetry(ctx context.Context, w *kafka.Writer, msgs []kafka.Message) error {
-	backoff := 100 * time.Millisecond
-	for {
-		err := w.WriteMessages(ctx, msgs...)
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		slog.Warn("aggregator: write decrypted, retrying", "err", err, "in", backoff)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
+	return retry.Forever(ctx, slog.Default(), "aggregator: write "+w.Topic, 100*time.Millisecond, 5*time.Second,
+		func() error { return w.WriteMessages(ctx, msgs...) })
 }
 
 func partitionCount(ctx context.Context, broker, topic string) (int, error) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/crowdlog/crowdlog/internal/retry"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/blind"
 )
@@ -187,7 +188,8 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				log.Warn("vectors: recovery needed but no coordinator configured", "instance", req.Instance.String())
 				continue
 			}
-			if err := retry(ctx, func() error { return s.Recoverer.Ask(ctx, req) }); err != nil {
+			if err := retry.Forever(ctx, log, "vectors: recovery request to the coordinator", 100*time.Millisecond, 5*time.Second,
+				func() error { return s.Recoverer.Ask(ctx, req) }); err != nil {
 				return err
 			}
 		}
@@ -197,7 +199,8 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				b, _ := outs[i].MarshalBinary()
 				msgs[i] = kafka.Message{Key: []byte(outs[i].Roster.Instance.String()), Value: b}
 			}
-			if err := retry(ctx, func() error { return w.WriteMessages(ctx, msgs...) }); err != nil {
+			if err := retry.Forever(ctx, log, "vectors: write group-sums", 100*time.Millisecond, 5*time.Second,
+				func() error { return w.WriteMessages(ctx, msgs...) }); err != nil {
 				return err
 			}
 		}
@@ -245,21 +248,4 @@ func (st Stats) dropped() int64 {
 		n += v
 	}
 	return n
-}
-
-func retry(ctx context.Context, f func() error) error {
-	backoff := 100 * time.Millisecond
-	for {
-		err := f()
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		slog.Warn("vectors: retrying", "err", err, "in", backoff)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		backoff = min(2*backoff, 5*time.Second)
-	}
 }

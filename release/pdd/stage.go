@@ -11,6 +11,7 @@ import (
 	"time"
 
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/internal/retry"
 
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/pipelines/keywords"
@@ -142,7 +143,7 @@ func (st *Stage) Run(ctx context.Context) error {
 func (st *Stage) release(ctx context.Context, r Round, list *keywords.List, maxCount int64, log *slog.Logger) error {
 	day := r.Day.Time()
 	var written bool
-	if err := retry(ctx, log, func() (err error) {
+	if err := retry.Forever(ctx, log, "pdd release: ClickHouse call", 200*time.Millisecond, 10*time.Second, func() (err error) {
 		written, err = st.Writer.IsPDDReleased(ctx, r.Campaign, day)
 		return err
 	}); err != nil {
@@ -162,7 +163,8 @@ func (st *Stage) release(ctx context.Context, r Round, list *keywords.List, maxC
 		log.Error("pdd release: day not released", "campaign", r.Campaign, "day", r.Day.String(), "err", err)
 		return nil
 	}
-	if err := retry(ctx, log, func() error { return st.Writer.WritePDDRound(ctx, row, time.Now()) }); err != nil {
+	if err := retry.Forever(ctx, log, "pdd release: write to ClickHouse", 200*time.Millisecond, 10*time.Second,
+		func() error { return st.Writer.WritePDDRound(ctx, row, time.Now()) }); err != nil {
 		return err
 	}
 	st.Rounds.Add(1)
@@ -180,28 +182,6 @@ func roundRow(r Round) release.PDDRound {
 	return release.PDDRound{Campaign: r.Campaign, Day: r.Day.Time(), Active: r.Active, Grouped: r.Grouped,
 		Decrypted: r.Decrypted, Groups: r.Groups, Complete: r.Complete, Recovered: r.Recovered, Lost: r.Lost,
 		Confidence: r.Confidence}
-}
-
-// retry calls f until it succeeds or ctx ends; backoff 200 ms doubling to
-// 10 s (as release/stage does for the threshold releases).
-func retry(ctx context.Context, log *slog.Logger, f func() error) error {
-	backoff := 200 * time.Millisecond
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return errors.Join(err, ctx.Err())
-		}
-		log.Warn("pdd release: ClickHouse call failed, retrying", "err", err, "in", backoff)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		backoff = min(2*backoff, 10*time.Second)
-	}
 }
 
 // Export writes the keyword_daily rows of campaign as TSV (header

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/internal/retry"
 
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/release"
@@ -338,8 +339,12 @@ func (st *Stage) writeDP(ctx context.Context, app, epoch string, items []release
 	p := st.Policy
 	spend := release.Spend{Dataset: dataset, Epoch: epoch, App: app, Policy: key.Policy, K: key.K,
 		Epsilon: p.AchievedEpsilon, Delta: p.AchievedDelta, Params: p.String()}
-	if err := retry(ctx, log, func() error {
-		return ss.WriteSpendingRelease(ctx, key, dpItems, dpUndec, time.Now(), spend, st.Budget)
+	if err := retry.Forever(ctx, log, "release: write to ClickHouse", 200*time.Millisecond, 10*time.Second, func() error {
+		err := ss.WriteSpendingRelease(ctx, key, dpItems, dpUndec, time.Now(), spend, st.Budget)
+		if errors.Is(err, release.ErrOverBudget) {
+			return retry.Permanent(err) // refused, not failed: never retried
+		}
+		return err
 	}); err != nil {
 		return err
 	}
@@ -352,27 +357,6 @@ func (st *Stage) writeDP(ctx context.Context, app, epoch string, items []release
 // write retries the sink until it succeeds or ctx ends (a ClickHouse outage
 // delays the release; it does not lose it).
 func (st *Stage) write(ctx context.Context, items []release.Item, undec []release.Undecrypted, log *slog.Logger) error {
-	return retry(ctx, log, func() error { return st.Sink.WriteRelease(ctx, items, undec, time.Now()) })
-}
-
-// retry calls write until it succeeds, fails with release.ErrOverBudget
-// (final: retrying cannot help), or ctx ends; backoff 200 ms doubling to 10 s.
-func retry(ctx context.Context, log *slog.Logger, write func() error) error {
-	backoff := 200 * time.Millisecond
-	for {
-		err := write()
-		if err == nil || errors.Is(err, release.ErrOverBudget) {
-			return err
-		}
-		if ctx.Err() != nil {
-			return errors.Join(err, ctx.Err())
-		}
-		log.Warn("release: write to ClickHouse failed, retrying", "err", err, "in", backoff)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		backoff = min(2*backoff, 10*time.Second)
-	}
+	return retry.Forever(ctx, log, "release: write to ClickHouse", 200*time.Millisecond, 10*time.Second,
+		func() error { return st.Sink.WriteRelease(ctx, items, undec, time.Now()) })
 }
