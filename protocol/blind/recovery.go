@@ -46,9 +46,13 @@ var bundleSuite = hpke.NewSuite(hpke.KEM_X25519_HKDF_SHA256, hpke.KDF_HKDF_SHA25
 
 var bundleKEM = hpke.KEM_X25519_HKDF_SHA256.Scheme()
 
-func bundleInfo(in Instance) []byte { return append([]byte("crowdlog-v1 pdd bundle\x00"), in.info()...) }
+func bundleInfo(in Instance) []byte {
+	return append([]byte("crowdlog-v1 pdd bundle\x00"), in.info()...)
+}
 
-func bundleAAD(from, to uint16) []byte { return []byte{byte(from >> 8), byte(from), byte(to >> 8), byte(to)} }
+func bundleAAD(from, to uint16) []byte {
+	return []byte{byte(from >> 8), byte(from), byte(to >> 8), byte(to)}
+}
 
 // Deposit shares member self's pair seeds (from Seeds) with threshold t
 // among the other members and seals one bundle per holder. It returns
