@@ -36,7 +36,8 @@ const scalePartitions = 8
 // hash mode and wrapped in the aggregator's onion layer exactly as relay b
 // writes it: value = that layer, key = protocol.TagBucket(tag)), then
 // measures the report throughput of 1 and of 2 `crowdlog aggregate`
-// processes (fresh consumer groups, until every offset is committed), and
+// processes (fresh consumer groups, until every offset is committed), once
+// with GOMAXPROCS=1 per process and once with the default, and
 // the time for partition state to move: with 2 processes and their state
 // built, SIGKILL one (crash), start it again (join) and SIGTERM it
 // (graceful leave), each time until the receiving process logged "partition

@@ -90,7 +90,8 @@ func (s *PDDSummary) Print(w io.Writer) {
 	fmt.Fprintf(w, "  pings %d, vectors submitted %d, recovery answers %d\n", s.Pings, s.Submitted, s.Answered)
 	fmt.Fprintf(w, "  groups %d: complete %d, recovered %d, lost %d\n", s.Groups, s.Complete, s.Recovered, s.Lost)
 	fmt.Fprintf(w, "  mean confidence %.3f (clients decrypted / clients active, PDD §4.5)\n", s.MeanConfidence)
-	fmt.Fprintf(w, "  dropped: relays %d, aggregator %d; elapsed %s\n", s.RelayDrops, s.AggregatorDropped, s.Elapsed.Round(time.Second))
+	fmt.Fprintf(w, "  dropped: relays %d, aggregator %d (mostly recovery answers arriving after a group was recovered); elapsed %s\n",
+		s.RelayDrops, s.AggregatorDropped, s.Elapsed.Round(time.Second))
 }
 
 type pddUser struct {
