@@ -40,9 +40,10 @@ bench:
 demo:
 	bash scripts/demo.sh
 
-# The chaos test on the whole bundled log: random SIGKILLs of relays,
-# aggregators and release, aggregator group 1 -> 3 -> 2; the export must equal
-# the fault-free release.
+# The chaos test on the whole bundled log, on a 3-node NATS cluster and 3
+# kfake brokers: random SIGKILLs of relays, aggregators and release,
+# aggregator group 1 -> 3 -> 2, NATS nodes stopped and restarted; the export
+# must equal the fault-free release.
 chaos:
 	CROWDLOG_CHAOS_USERS=1000 $(GO) test -count=1 -timeout 60m -run TestChaos -v ./cmd/crowdlog
 

@@ -6,7 +6,8 @@
 // heuristic, eq. 5), and on each client's daily ping its instructions: the
 // rounds it owes, its groups' public keys, and recovery tasks.
 //
-// State is durable in two JetStream key-value buckets (file storage), so a
+// State is durable in two JetStream key-value buckets (file storage; 3
+// replicas on a NATS cluster of 3 or more, relays.Replicas), so a
 // restarted coordinator — or another process of the queue group — carries
 // on: "crowdlog_pdd" holds clients, the clock and the campaign start;
 // "crowdlog_pdd_rounds" (with a retention age) holds groups, membership,
@@ -45,6 +46,7 @@ import (
 	"github.com/crowdlog/crowdlog/aggregator/vectors"
 	"github.com/crowdlog/crowdlog/pipelines/keywords"
 	"github.com/crowdlog/crowdlog/protocol/blind"
+	"github.com/crowdlog/crowdlog/relays"
 )
 
 // Campaign is what analysts configure (PDD §5.3 "campaigns").
@@ -63,6 +65,19 @@ type Campaign struct {
 
 // ListHash identifies a keyword list (keywords.List.Hash).
 func ListHash(l *keywords.List) [32]byte { return l.Hash() }
+
+// bucketReplicas is the replica count for key-value bucket: an existing
+// bucket keeps its own (never scaled down by a process that sees fewer NATS
+// servers); a new one gets relays.Replicas (1 on a single server, 3 on a
+// cluster of 3 or more), like the relay stream.
+func bucketReplicas(ctx context.Context, js jetstream.JetStream, bucket string) int {
+	if kv, err := js.KeyValue(ctx, bucket); err == nil {
+		if st, err := kv.Status(ctx); err == nil && st.Config().Replicas > 0 {
+			return st.Config().Replicas
+		}
+	}
+	return relays.Replicas(js.Conn())
+}
 
 // Coordinator serves the coordinator subjects. Set the fields, then Start.
 type Coordinator struct {
@@ -135,12 +150,13 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	}
 	c.js = js
 	if c.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "crowdlog_pdd",
-		Description: "crowdlog PDD coordinator: clients, clock", Storage: jetstream.FileStorage, History: 1}); err != nil {
+		Description: "crowdlog PDD coordinator: clients, clock", Storage: jetstream.FileStorage, History: 1,
+		Replicas: bucketReplicas(ctx, js, "crowdlog_pdd")}); err != nil {
 		return fmt.Errorf("coordinator: key-value bucket (is JetStream enabled?): %w", err)
 	}
 	if c.rounds, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "crowdlog_pdd_rounds",
 		Description: "crowdlog PDD coordinator: groups, bundles, recoveries", Storage: jetstream.FileStorage,
-		History: 1, TTL: c.Retention, MaxValueSize: 4 << 20}); err != nil {
+		History: 1, TTL: c.Retention, MaxValueSize: 4 << 20, Replicas: bucketReplicas(ctx, js, "crowdlog_pdd_rounds")}); err != nil {
 		return fmt.Errorf("coordinator: key-value bucket: %w", err)
 	}
 	conn, err := (&kafka.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", c.Brokers[0])

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/crowdlog/crowdlog/protocol"
@@ -68,17 +69,38 @@ func ValidName(name string) bool {
 	return true
 }
 
+// MaxReplicas is the most copies Replicas asks JetStream to keep.
+const MaxReplicas = 3
+
+// Replicas returns how many copies of crowdlog's JetStream streams and
+// key-value buckets to keep on the NATS deployment nc is connected to: 1 on a
+// single server, and min(MaxReplicas, servers known to nc) when the server
+// belongs to a cluster (it reports a cluster name). Known servers are the
+// seed URLs plus those the cluster announced (nc.Servers), so a 3-node
+// cluster gives 3 whether one or all three URLs were given. A nil nc gives 1.
+func Replicas(nc *nats.Conn) int {
+	if nc == nil || nc.ConnectedClusterName() == "" {
+		return 1
+	}
+	return max(1, min(MaxReplicas, len(nc.Servers())))
+}
+
 // StreamConfig returns the configuration EnsureStream applies, with
-// maxMsgs (<= 0 means DefaultMaxMsgs) as the limit of each relay's inbox.
+// maxMsgs (<= 0 means DefaultMaxMsgs) as the limit of each relay's inbox
+// and replicas (<= 0 means 1) copies of the stream (JetStream clustering:
+// with 3, the stream survives the loss of one NATS server).
 //
 // The limit is per subject (MaxMsgsPerSubject with DiscardNewPerSubject),
 // not on the whole stream: with one stream-wide limit, a full inbox of relay
 // A would also stop A from forwarding into relay B's inbox, and A could never
 // drain (deadlock). Total size is therefore bounded by maxMsgs times the
 // number of relay subjects in use.
-func StreamConfig(maxMsgs int64) jetstream.StreamConfig {
+func StreamConfig(maxMsgs int64, replicas int) jetstream.StreamConfig {
 	if maxMsgs <= 0 {
 		maxMsgs = DefaultMaxMsgs
+	}
+	if replicas <= 0 {
+		replicas = 1
 	}
 	return jetstream.StreamConfig{
 		Name:                 Stream,
@@ -94,19 +116,26 @@ func StreamConfig(maxMsgs int64) jetstream.StreamConfig {
 		MaxAge:               0,
 		MaxMsgSize:           protocol.MaxLayer + HeaderAllowance,
 		Duplicates:           DuplicateWindow,
-		Replicas:             1,
+		Replicas:             replicas,
 	}
 }
 
-// EnsureStream creates or updates the relay stream (StreamConfig(maxMsgs)).
-// It is idempotent and safe to call from several processes at once; the last
-// caller's maxMsgs wins. Errors wrap the JetStream error and say whether
-// JetStream is reachable.
+// EnsureStream creates or updates the relay stream (StreamConfig(maxMsgs,
+// replicas)). It is idempotent and safe to call from several processes at
+// once; the last caller's maxMsgs wins. A new stream gets
+// Replicas(js.Conn()) copies (1 on a single server, 3 on a cluster of 3 or
+// more); an existing stream keeps its replica count, so a process that sees
+// fewer servers never scales it down (change it with the nats CLI). Errors
+// wrap the JetStream error and say whether JetStream is reachable.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, maxMsgs int64) error {
 	if js == nil {
 		return errors.New("relays: EnsureStream: nil JetStream")
 	}
-	cfg := StreamConfig(maxMsgs)
+	replicas := Replicas(js.Conn())
+	if st, err := js.Stream(ctx, Stream); err == nil {
+		replicas = st.CachedInfo().Config.Replicas
+	}
+	cfg := StreamConfig(maxMsgs, replicas)
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		if _, err = js.CreateOrUpdateStream(ctx, cfg); err == nil {

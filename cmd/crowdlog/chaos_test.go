@@ -8,30 +8,50 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/crowdlog/crowdlog/pipelines/runner"
+	"github.com/crowdlog/crowdlog/relays"
 )
 
 // TestChaos ingests a log while SIGKILLing a random relay, aggregator or
-// release process every few seconds (and restarting it), and while the
-// aggregator group grows 1 → 3 and shrinks to 2. The export must equal the
-// release computed from the raw log: nothing lost, nothing counted twice.
-// `make chaos` runs it on the whole bundled log (CROWDLOG_CHAOS_USERS=1000);
-// `make test` on a small subset.
+// release process every few seconds (and restarting it), while the
+// aggregator group grows 1 → 3 and shrinks to 2, and while one node of the
+// NATS cluster at a time is stopped for two ticks and restarted. The
+// services are a 3-node JetStream cluster (relay stream with 3 replicas) and
+// 3 kfake brokers (topics with replication factor 3, nominal in kfake); every
+// role gets all seed URLs and brokers. The export must equal the release
+// computed from the raw log, and byte for byte a fault-free run's: nothing
+// lost, nothing counted twice. `make chaos` runs it on the whole bundled log
+// (CROWDLOG_CHAOS_USERS=1000); `make test` on a small subset.
+// CROWDLOG_CHAOS_CLUSTER=0 runs it on one NATS server and one broker
+// (no NATS node stops).
+//
+// A stopped NATS node is never the one `crowdlog run` (ingest) or the
+// randomness service is connected to: an OPRF request in flight on a lost
+// connection is not retried (randomness.Client), so that would end the run;
+// relays ride the loss out (reconnect, redelivery after --ack-wait).
 func TestChaos(t *testing.T) {
 	users := 120
 	if v, err := strconv.Atoi(os.Getenv("CROWDLOG_CHAOS_USERS")); err == nil && v > 0 {
 		users = v
 	}
+	nodes := 3
+	if os.Getenv("CROWDLOG_CHAOS_CLUSTER") == "0" {
+		nodes = 1
+	}
 	every := 3 * time.Second
 	const k, policy = 2, "ft-u"
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	c := newCluster(t, ctx, 6)
+	c := newClusterOf(t, ctx, 6, nodes)
 	input := subset(t, users)
 	bin, dir, keys := c.bin, c.dir, c.keys
 	c.start("randomness", "randomness", "--nats", c.nats, "--keys", keys)
@@ -56,7 +76,9 @@ func TestChaos(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- run.Wait() }()
 
-	kills, joins, leaves := 0, 0, 0
+	kills, joins, leaves, natsStops := 0, 0, 0, 0
+	natsDown := -1        // the stopped NATS node
+	var natsWhat []string // what each stopped node served
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	tick := time.NewTicker(every)
 	defer tick.Stop()
@@ -73,6 +95,17 @@ func TestChaos(t *testing.T) {
 				aggs[len(aggs)-1].stop(syscall.SIGTERM)
 				aggs = aggs[:len(aggs)-1]
 				leaves++
+			case c.natsCluster != nil && step%6 == 5: // a NATS node down for two ticks
+				var what string
+				natsDown, what = c.spareNATSNode(rng)
+				c.natsCluster.Stop(natsDown)
+				natsStops++
+				natsWhat = append(natsWhat, what)
+			case natsDown >= 0 && step%6 == 1:
+				if err := c.natsCluster.Restart(ctx, natsDown); err != nil {
+					t.Fatalf("restart NATS node %d: %v", natsDown, err)
+				}
+				natsDown = -1
 			default:
 				pool := append(append([]*proc{}, victims...), aggs...)
 				v := pool[rng.IntN(len(pool))]
@@ -85,10 +118,68 @@ func TestChaos(t *testing.T) {
 		}
 		break
 	}
-	report := fmt.Sprintf("chaos: %d users, %d kills, %d aggregator joins, %d leaves (final group: %d)", users, kills, joins, leaves, len(aggs))
+	report := fmt.Sprintf("chaos: %d users, %d NATS servers + %d Kafka brokers, %d kills, %d aggregator joins, %d leaves (final group: %d), %d NATS node stops: %s",
+		users, nodes, nodes, kills, joins, leaves, len(aggs), natsStops, strings.Join(natsWhat, "; "))
 	if runErr != nil {
 		t.Fatalf("%s\nrun: %v\n%s", report, runErr, runOut.String())
 	}
 	n := c.checkExport(ctx, input, out, policy, k, "chaos", 6, report)
 	t.Logf("%s; export of %d items byte-identical to the fault-free run and equal to the raw-log release", report, n)
+}
+
+// spareNATSNode picks a running node of c's NATS cluster that neither
+// `crowdlog run` nor the randomness service is connected to (by their
+// connection names, runner.ConnectNATS); with 3 nodes and these 2 clients
+// one always exists. Among those it prefers, at random, one leading the
+// relay stream or a relay consumer (Shutdown does not hand leadership over:
+// the other replicas must elect a new leader, as after a crash). what
+// describes the node for the report: the roles connected to it and what it
+// led.
+func (c *cluster) spareNATSNode(rng *rand.Rand) (node int, what string) {
+	var spare, leaders []int
+	whats := map[int]string{}
+	for i := range c.natsCluster.URLs {
+		s := c.natsCluster.Node(i)
+		if s == nil {
+			continue
+		}
+		cz, err := s.NATS().Connz(&server.ConnzOptions{Limit: 1 << 16})
+		if err != nil {
+			c.t.Fatalf("NATS node %d connections: %v", i, err)
+		}
+		ok := true
+		var names []string
+		for _, ci := range cz.Conns {
+			if ci.Name == "crowdlog-run" || ci.Name == "crowdlog-randomness" {
+				ok = false
+			}
+			names = append(names, strings.TrimPrefix(ci.Name, "crowdlog-"))
+		}
+		if !ok {
+			continue
+		}
+		spare = append(spare, i)
+		var led []string
+		if s.NATS().JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, relays.Stream) {
+			led = append(led, "stream")
+		}
+		for _, r := range []string{"a", "b"} {
+			if s.NATS().JetStreamIsConsumerLeader(server.DEFAULT_GLOBAL_ACCOUNT, relays.Stream, relays.ConsumerName(r)) {
+				led = append(led, relays.ConsumerName(r))
+			}
+		}
+		if len(led) > 0 {
+			leaders = append(leaders, i)
+		}
+		sort.Strings(names)
+		whats[i] = fmt.Sprintf("node %d (clients %v, leader of %v)", i, names, led)
+	}
+	if len(spare) == 0 {
+		c.t.Fatal("every NATS node serves ingest or randomness")
+	}
+	if len(leaders) > 0 {
+		spare = leaders
+	}
+	node = spare[rng.IntN(len(spare))]
+	return node, whats[node]
 }

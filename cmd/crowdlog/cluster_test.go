@@ -20,16 +20,29 @@ import (
 // real NATS, kfake and ClickHouse servers, generated keys and a logs folder;
 // roles are started as separate processes with start.
 type cluster struct {
-	t                *testing.T
-	bin, dir         string
-	keys, logs       string
-	nats, kafka, chd string // NATS URL, Kafka address, ClickHouse native address
+	t          *testing.T
+	bin, dir   string
+	keys, logs string
+	// NATS URL(s), Kafka bootstrap address(es), ClickHouse native address;
+	// nats and kafka are comma-separated seed lists when nodes > 1.
+	nats, kafka, chd string
+	nodes            int                 // NATS servers and kfake brokers
+	natsCluster      *natsserver.Cluster // when nodes > 1
 }
 
-// newCluster starts the servers (stopped at test cleanup) with topics of the
-// given partition count. It skips when ClickHouse is missing outside CI and
-// in -short mode.
+// newCluster starts one NATS server, one kfake broker and ClickHouse
+// (stopped at test cleanup) with topics of the given partition count. It
+// skips when ClickHouse is missing outside CI and in -short mode.
 func newCluster(t *testing.T, ctx context.Context, partitions int) *cluster {
+	return newClusterOf(t, ctx, partitions, 1)
+}
+
+// newClusterOf is newCluster with nodes NATS servers and nodes kfake
+// brokers: nodes ≥ 3 starts a JetStream cluster on loopback
+// (natsserver.StartCluster; the relay stream gets 3 replicas) and kfake with
+// that many brokers (topics get replication factor 3, nominal in kfake, see
+// kafka.EnsureTopics).
+func newClusterOf(t *testing.T, ctx context.Context, partitions, nodes int) *cluster {
 	t.Helper()
 	if _, err := clickhouse.ServerBinary(); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -40,13 +53,23 @@ func newCluster(t *testing.T, ctx context.Context, partitions int) *cluster {
 	if testing.Short() {
 		t.Skip("multi-process run in -short mode")
 	}
-	c := &cluster{t: t, bin: buildBinary(t), dir: t.TempDir()}
-	ns, err := natsserver.Start(ctx, filepath.Join(c.dir, "nats"))
-	if err != nil {
-		t.Fatal(err)
+	c := &cluster{t: t, bin: buildBinary(t), dir: t.TempDir(), nodes: nodes}
+	if nodes > 1 {
+		nc, err := natsserver.StartCluster(ctx, filepath.Join(c.dir, "nats"), nodes, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Shutdown)
+		c.natsCluster, c.nats = nc, nc.URL()
+	} else {
+		ns, err := natsserver.Start(ctx, filepath.Join(c.dir, "nats"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(ns.Shutdown)
+		c.nats = ns.URL
 	}
-	t.Cleanup(ns.Shutdown)
-	kb, err := kafka.Start(ctx, filepath.Join(c.dir, "kafka"), partitions)
+	kb, err := kafka.Config{Dir: filepath.Join(c.dir, "kafka"), Partitions: partitions, SyncWrites: true, Brokers: nodes}.Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +82,7 @@ func newCluster(t *testing.T, ctx context.Context, partitions int) *cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ch.Stop() })
-	c.nats, c.kafka, c.chd = ns.URL, kb.Addr, ch.TCPAddr
+	c.kafka, c.chd = kb.Bootstrap(), ch.TCPAddr
 	c.keys = filepath.Join(c.dir, "keys")
 	if out, err := exec.Command(c.bin, "keys", "generate", "--dir", c.keys).CombinedOutput(); err != nil {
 		t.Fatalf("keys generate: %v %s", err, out)

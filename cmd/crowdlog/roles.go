@@ -83,8 +83,8 @@ Example:
 	budgetFlags(f, &cfg.Dataset, &cfg.Budget)
 	f.StringVar(&cfg.Epoch, "epoch", "all", "epoch name for the whole input (one OPRF key per epoch)")
 	f.StringVar(&cfg.Export, "export", "", "write the released histogram here as TSV (header: app epoch policy item impressions users)")
-	f.StringVar(&cfg.NATS, "nats", "", "NATS URL; empty starts an embedded server")
-	f.StringVar(&cfg.Kafka, "kafka", "", "Kafka bootstrap address; empty starts a kfake broker in --state")
+	f.StringVar(&cfg.NATS, "nats", "", "NATS URL (comma-separated list for a cluster); empty starts an embedded server")
+	f.StringVar(&cfg.Kafka, "kafka", "", "Kafka bootstrap brokers, comma-separated host:port list; empty starts a kfake broker in --state")
 	f.StringVar(&cfg.ClickHouse, "clickhouse", "", "ClickHouse native address (host:port); empty starts a local server in --state")
 	f.StringVar(&cfg.Database, "database", "crowdlog", "ClickHouse database")
 	f.StringVar(&cfg.StateDir, "state", "", "state directory (keys, broker data, ClickHouse); empty = a temporary directory removed afterwards")
@@ -179,7 +179,7 @@ clients of the epoch have sent.`,
 	f.IntVar(&k, "k", 5, "threshold k of ft-u/ft-a")
 	policyFlags(f, &dp)
 	f.StringVar(&epoch, "epoch", "all", "epoch name")
-	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL")
+	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
 	f.StringVar(&keys, "keys", "keys", "directory with relay-a.key.pub, relay-b.key.pub, aggregator.key.pub")
 	f.IntVar(&workers, "workers", 0, "clients replayed concurrently (default: number of CPUs)")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar on stderr (shown only when stderr is a terminal)")
@@ -240,7 +240,7 @@ warning says so); epochs listed in DIR/randomness.seed.closed stay closed.`,
 			return s.Run(cmd.Context())
 		},
 	}
-	c.Flags().StringVar(&natsURL, "nats", defaultNATS, "NATS URL")
+	c.Flags().StringVar(&natsURL, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
 	c.Flags().StringVar(&keys, "keys", "keys", "keys directory; epoch keys live in its "+runner.RandomnessKeys+" subdirectory")
 	c.Flags().DurationVar(&o.EpochLength, "epoch-length", 0, "epoch schedule length (e.g. 24h): absolute UTC epochs named START-LENGTH; 0 = named epochs, no schedule")
 	c.Flags().DurationVar(&o.Grace, "key-grace", randomness.DefaultGrace, "how long an epoch's key survives its close (and, with --epoch-length, its end) before it is destroyed")
@@ -281,9 +281,9 @@ never given a new key. Run it after 'crowdlog aggregate close-epoch'.`,
 
 func relayCmd() *cobra.Command {
 	var o runner.RelayOptions
-	var natsURL, kafkaAddr, metricsAddr string
+	var natsURL, metricsAddr string
 	c := &cobra.Command{
-		Use:   "relay --name a|b --key FILE [--nats URL] [--kafka ADDR]",
+		Use:   "relay --name a|b --key FILE [--nats URL[,URL...]] [--kafka ADDR[,ADDR...]]",
 		Short: "Run a relay: peel one onion layer, batch, shuffle, forward",
 		Long: `relay consumes its subject crowdlog.relay.NAME (a JetStream work queue: more
 processes with the same --name and key = more capacity), peels its HPKE
@@ -312,7 +312,6 @@ latency.`,
 			if err != nil {
 				return err
 			}
-			o.Kafka = []string{kafkaAddr}
 			r, closeW, err := runner.NewRelay(cmd.Context(), js, o, log)
 			if err != nil {
 				return err
@@ -329,8 +328,8 @@ latency.`,
 	f := c.Flags()
 	f.StringVar(&o.Name, "name", "", "relay name: its subject is crowdlog.relay.NAME")
 	f.StringSliceVar(&o.KeyPaths, "key", nil, "HPKE key file (repeat for two keys during a rotation)")
-	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL")
-	f.StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address (used by the last relay)")
+	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
+	f.StringSliceVar(&o.Kafka, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list (used by the last relay)")
 	f.IntVar(&o.BatchSize, "batch", 256, "mix batch size (messages)")
 	f.DurationVar(&o.BatchTimeout, "batch-timeout", 50*time.Millisecond, "forward a partial batch after this long")
 	f.DurationVar(&o.AckWait, "ack-wait", 30*time.Second, "redeliver a message this long after a relay took it without acknowledging (crash)")
@@ -339,11 +338,12 @@ latency.`,
 }
 
 func aggregateCmd() *cobra.Command {
-	var kafkaAddr, group, metricsAddr string
+	var kafkaAddrs []string
+	var group, metricsAddr string
 	var keyPaths []string
 	var session time.Duration
 	c := &cobra.Command{
-		Use:   "aggregate --key FILE [--kafka ADDR]",
+		Use:   "aggregate --key FILE [--kafka ADDR[,ADDR...]]",
 		Short: "Run the threshold aggregator on Kafka topic reports",
 		Long: `aggregate joins Kafka consumer group --group on topic "reports" (more processes =
 partitions spread over them). Per (app, epoch, tag) it keeps the distinct
@@ -358,7 +358,7 @@ so kill -9 loses nothing and counts nothing twice.`,
 			if len(keyPaths) == 0 {
 				return errors.New("--key is required (see `crowdlog keys generate`)")
 			}
-			s, err := runner.NewAggregator([]string{kafkaAddr}, keyPaths, log)
+			s, err := runner.NewAggregator(kafkaAddrs, keyPaths, log)
 			if err != nil {
 				return err
 			}
@@ -370,7 +370,7 @@ so kill -9 loses nothing and counts nothing twice.`,
 			return s.Run(cmd.Context())
 		},
 	}
-	c.Flags().StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address")
+	c.Flags().StringSliceVar(&kafkaAddrs, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")
 	c.Flags().StringSliceVar(&keyPaths, "key", nil, "aggregator HPKE key file (repeat during a rotation)")
 	c.Flags().StringVar(&group, "group", "crowdlog-aggregator", "Kafka consumer group")
 	c.Flags().DurationVar(&session, "session-timeout", 20*time.Second, "a member silent this long leaves the group and its partitions move (also the wait after a crash)")
@@ -378,7 +378,7 @@ so kill -9 loses nothing and counts nothing twice.`,
 
 	var app, epoch string
 	closeCmd := &cobra.Command{
-		Use:   "close-epoch --app APP --epoch EPOCH [--kafka ADDR]",
+		Use:   "close-epoch --app APP --epoch EPOCH [--kafka ADDR[,ADDR...]]",
 		Short: "Close an epoch: summarize undecrypted tags (counts only) and delete pending shares",
 		Long: `close-epoch writes a control marker into every partition of "reports". When an
 aggregator reaches it, after every earlier report, it emits a counts-only
@@ -391,10 +391,10 @@ has closed it.`,
 			if app == "" || epoch == "" {
 				return errors.New("--app and --epoch are required")
 			}
-			return aggregator.CloseEpoch(cmd.Context(), []string{kafkaAddr}, app, epoch)
+			return aggregator.CloseEpoch(cmd.Context(), kafkaAddrs, app, epoch)
 		},
 	}
-	closeCmd.Flags().StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address")
+	closeCmd.Flags().StringSliceVar(&kafkaAddrs, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")
 	closeCmd.Flags().StringVar(&app, "app", "query", "application")
 	closeCmd.Flags().StringVar(&epoch, "epoch", "", "epoch to close")
 	c.AddCommand(closeCmd)
@@ -402,12 +402,13 @@ has closed it.`,
 }
 
 func releaseCmd() *cobra.Command {
-	var kafkaAddr, ch, db, metricsAddr, pol, dataset string
+	var kafkaAddrs []string
+	var ch, db, metricsAddr, pol, dataset string
 	var k int
 	var dp policy.Params
 	var budget release.Budget
 	c := &cobra.Command{
-		Use:   "release [--kafka ADDR] [--clickhouse ADDR] [--policy dp-u --users U ...]",
+		Use:   "release [--kafka ADDR[,ADDR...]] [--clickhouse ADDR] [--policy dp-u --users U ...]",
 		Short: "Write released histograms from topic decrypted into ClickHouse",
 		Long: `release reads topic "decrypted", drops duplicate reports (at-least-once
 delivery), and when every partition has closed an epoch writes its histogram
@@ -424,7 +425,7 @@ over --budget-epsilon/--budget-delta is refused and logged.`,
 			if err != nil {
 				return err
 			}
-			st, w, err := runner.NewRelease(cmd.Context(), []string{kafkaAddr}, ch, db, log)
+			st, w, err := runner.NewRelease(cmd.Context(), kafkaAddrs, ch, db, log)
 			if err != nil {
 				return err
 			}
@@ -439,7 +440,7 @@ over --budget-epsilon/--budget-delta is refused and logged.`,
 			return st.Run(cmd.Context())
 		},
 	}
-	c.Flags().StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address")
+	c.Flags().StringSliceVar(&kafkaAddrs, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")
 	c.Flags().StringVar(&ch, "clickhouse", defaultCH, "ClickHouse native address")
 	c.Flags().StringVar(&db, "database", "crowdlog", "ClickHouse database")
 	c.Flags().StringVar(&pol, "policy", "ft-u", "policy of the DP releases: dp-a, dp-u or zealous (ft-u/ft-a: exact releases only)")

@@ -2,7 +2,8 @@
 // directory) for one-machine use, and holds the topic helpers the relays and
 // aggregators share (DESIGN decision 1: Kafka via segmentio/kafka-go; kfake
 // with DataDir for one machine, a real Kafka cluster in production with the
-// same client code).
+// same client code). Config.Brokers runs several kfake brokers in one process
+// (the chaos test's 3-broker cluster).
 package kafka
 
 import (
@@ -12,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,7 +31,15 @@ type Config struct {
 	// an explicit count; 0 means 8.
 	Partitions int
 	// Port to listen on (127.0.0.1 only); 0 picks a free random port.
+	// Only for a single broker.
 	Port int
+	// Brokers is the number of brokers, each on its own random port, in
+	// this one process; 0 means 1. They share one copy of the data (see
+	// EnsureTopics on replication), but partition leadership and the group
+	// coordinators are spread over them, so clients exercise the
+	// multi-broker routing a real cluster needs. A Dir written with one
+	// broker count should be reopened with the same count.
+	Brokers int
 	// SyncWrites fsyncs every produced batch before acknowledging it, so an
 	// acknowledged record survives a power loss, not only a process crash.
 	// Measured on 2 cores (BenchmarkProduce: 700-byte records in
@@ -40,10 +50,13 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Broker is a running local Kafka-protocol broker.
+// Broker is a running local Kafka-protocol broker (or several, see
+// Config.Brokers).
 type Broker struct {
-	// Addr is the bootstrap address "127.0.0.1:port".
+	// Addr is the bootstrap address "127.0.0.1:port" of the first broker.
 	Addr string
+	// Addrs are the addresses of all brokers, Addr first.
+	Addrs []string
 
 	c *kfake.Cluster
 }
@@ -77,10 +90,14 @@ func (c Config) Start(ctx context.Context) (*Broker, error) {
 		kfake.DefaultNumPartitions(parts),
 		kfake.ClusterID("crowdlog-local"),
 	}
-	if c.Port != 0 {
+	brokers := max(c.Brokers, 1)
+	switch {
+	case c.Port != 0 && brokers > 1:
+		return nil, fmt.Errorf("kafka: Config.Port is for a single broker; leave it 0 with Brokers = %d (random ports)", brokers)
+	case c.Port != 0:
 		opts = append(opts, kfake.Ports(c.Port))
-	} else {
-		opts = append(opts, kfake.NumBrokers(1))
+	default:
+		opts = append(opts, kfake.NumBrokers(brokers))
 	}
 	if c.SyncWrites {
 		opts = append(opts, kfake.SyncWrites())
@@ -97,22 +114,29 @@ func (c Config) Start(ctx context.Context) (*Broker, error) {
 		cl.Close()
 		return nil, errors.New("kafka: local broker has no listener")
 	}
-	b := &Broker{Addr: addrs[0], c: cl}
-	// Wait until the listener accepts (it starts in a goroutine).
+	b := &Broker{Addr: addrs[0], Addrs: addrs, c: cl}
+	// Wait until every listener accepts (they start in goroutines).
 	var d net.Dialer
-	for {
-		conn, err := d.DialContext(ctx, "tcp", b.Addr)
-		if err == nil {
-			conn.Close()
-			return b, nil
+	for _, addr := range addrs {
+		for {
+			conn, err := d.DialContext(ctx, "tcp", addr)
+			if err == nil {
+				conn.Close()
+				break
+			}
+			if ctx.Err() != nil {
+				cl.Close()
+				return nil, fmt.Errorf("kafka: local broker not reachable at %s: %w", addr, ctx.Err())
+			}
+			time.Sleep(2 * time.Millisecond)
 		}
-		if ctx.Err() != nil {
-			cl.Close()
-			return nil, fmt.Errorf("kafka: local broker not reachable at %s: %w", b.Addr, ctx.Err())
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
+	return b, nil
 }
+
+// Bootstrap returns all broker addresses joined by commas, the form every
+// crowdlog --kafka flag accepts.
+func (b *Broker) Bootstrap() string { return strings.Join(b.Addrs, ",") }
 
 // Close stops the broker and writes its state to Dir. Safe to call more
 // than once.
@@ -132,10 +156,24 @@ func client(addr string) *kafkago.Client {
 	return &kafkago.Client{Addr: kafkago.TCP(addr), Timeout: 10 * time.Second, Transport: &kafkago.Transport{}}
 }
 
-// EnsureTopics creates topics with the given partition count and replication
-// factor 1 at the broker addr (kafka-go CreateTopics). Existing topics are
-// fine and are left unchanged, whatever their partition count (check it with
-// Partitions). Errors name the topic that failed.
+// MaxReplication is the largest replication factor EnsureTopics asks for.
+const MaxReplication = 3
+
+// EnsureTopics creates topics with the given partition count at the broker
+// addr (kafka-go CreateTopics), with replication factor min(MaxReplication,
+// brokers in the cluster): 1 on a single broker, 3 on a cluster of 3 or more.
+// Existing topics are fine and are left unchanged, whatever their partition
+// count or replication (check the count with Partitions). Errors name the
+// topic that failed.
+//
+// On kfake (Config.Brokers > 1) the factor is accepted only up to the
+// number of brokers, recorded, persisted and reported in Metadata (replica
+// and ISR lists), but it is nominal: the brokers of one kfake process share
+// a single copy of every partition, produce requests are acknowledged at
+// once with nothing to replicate (its produce handler: "no replication to
+// wait on"), and leadership moves only on request. So there it checks that
+// topic creation and clients handle a replicated layout, not that data
+// survives a broker loss.
 func EnsureTopics(ctx context.Context, addr string, partitions int, topics ...string) error {
 	if partitions <= 0 {
 		return fmt.Errorf("kafka: EnsureTopics needs partitions > 0, got %d", partitions)
@@ -143,12 +181,17 @@ func EnsureTopics(ctx context.Context, addr string, partitions int, topics ...st
 	if len(topics) == 0 {
 		return nil
 	}
-	req := &kafkago.CreateTopicsRequest{}
-	for _, t := range topics {
-		req.Topics = append(req.Topics, kafkago.TopicConfig{Topic: t, NumPartitions: partitions, ReplicationFactor: 1})
-	}
 	cl := client(addr)
 	defer closeTransport(cl)
+	meta, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{}})
+	if err != nil {
+		return fmt.Errorf("kafka: metadata from %s: %w (is the broker running?)", addr, err)
+	}
+	replication := max(1, min(MaxReplication, len(meta.Brokers)))
+	req := &kafkago.CreateTopicsRequest{}
+	for _, t := range topics {
+		req.Topics = append(req.Topics, kafkago.TopicConfig{Topic: t, NumPartitions: partitions, ReplicationFactor: replication})
+	}
 	resp, err := cl.CreateTopics(ctx, req)
 	if err != nil {
 		return fmt.Errorf("kafka: create topics at %s: %w (is the broker running?)", addr, err)

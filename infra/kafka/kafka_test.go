@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,5 +148,74 @@ func BenchmarkProduce(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 		})
+	}
+}
+
+// TestThreeBrokers: Config.Brokers 3 gives three listeners; EnsureTopics
+// creates topics with replication factor 3 (read back from Metadata: every
+// partition lists 3 replicas and 3 in-sync replicas); leaders are spread
+// over the brokers; records written through one broker are all read back by
+// a consumer group bootstrapped with every address (counted against what was
+// written, per value).
+func TestThreeBrokers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := (Config{Dir: t.TempDir(), Port: 1, Brokers: 3}).Start(ctx); err == nil {
+		t.Fatal("Port with 3 brokers accepted")
+	}
+	b, err := Config{Dir: t.TempDir(), Partitions: 6, Brokers: 3}.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if len(b.Addrs) != 3 || b.Addrs[0] != b.Addr || strings.Count(b.Bootstrap(), ",") != 2 {
+		t.Fatalf("addresses %v, bootstrap %q", b.Addrs, b.Bootstrap())
+	}
+	if err := EnsureTopics(ctx, b.Addrs[1], 6, "reports"); err != nil {
+		t.Fatal(err)
+	}
+	cl := client(b.Addr)
+	defer closeTransport(cl)
+	meta, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{"reports"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(meta.Brokers) != 3 {
+		t.Fatalf("metadata lists %d brokers, want 3", len(meta.Brokers))
+	}
+	leaders := map[int]bool{}
+	for _, p := range meta.Topics[0].Partitions {
+		if len(p.Replicas) != 3 || len(p.Isr) != 3 {
+			t.Fatalf("partition %d: %d replicas, %d in sync; want 3, 3", p.ID, len(p.Replicas), len(p.Isr))
+		}
+		leaders[p.Leader.ID] = true
+	}
+	t.Logf("6 partitions, replication 3, leaders on %d of 3 brokers", len(leaders))
+
+	w := NewWriter(b.Addr, "reports")
+	const n = 600
+	msgs := make([]kafkago.Message, n)
+	for i := range msgs {
+		msgs[i] = kafkago.Message{Key: []byte(fmt.Sprint(i % 13)), Value: []byte(fmt.Sprint(i))}
+	}
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: b.Addrs, Topic: "reports", GroupID: "g",
+		MaxWait: 50 * time.Millisecond, Dialer: &kafkago.Dialer{}})
+	defer r.Close()
+	seen := map[string]bool{}
+	for len(seen) < n {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			t.Fatalf("after %d of %d records: %v", len(seen), n, err)
+		}
+		seen[string(m.Value)] = true
+	}
+	for _, m := range msgs {
+		if !seen[string(m.Value)] {
+			t.Fatalf("record %s not read back", m.Value)
+		}
 	}
 }

@@ -2,6 +2,10 @@
 // one-machine use (DESIGN decision 1: relays talk NATS; `crowdlog run` and the
 // tests start the broker in-process when no address is given).
 //
+// StartCluster runs several such servers as one JetStream cluster on
+// loopback (routes between all of them), for the chaos test and one-machine
+// trials of replicated streams.
+//
 // Production deployments point the same code at a real NATS cluster; nothing
 // here is needed there.
 package natsserver
@@ -12,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"time"
 
@@ -38,6 +43,21 @@ type Options struct {
 	// MaxPayload is the largest message the server accepts, in bytes;
 	// 0 keeps the NATS default (1 MiB).
 	MaxPayload int32
+
+	// ServerName names the server; "" means "crowdlog-embedded". The
+	// servers of a cluster need distinct names (JetStream peers are
+	// identified by them).
+	ServerName string
+	// ClusterName, when set, makes the server a member of a JetStream
+	// cluster of that name, listening for routes on ClusterPort and
+	// soliciting Routes. A JetStream cluster needs all three.
+	ClusterName string
+	// ClusterPort is the route port on Host; 0 with a ClusterName picks a
+	// free random port.
+	ClusterPort int
+	// Routes are the route URLs of the cluster's servers
+	// ("nats-route://127.0.0.1:PORT"); listing the server itself is fine.
+	Routes []string
 }
 
 // Server is a running embedded NATS server.
@@ -74,8 +94,12 @@ func (o Options) Start(ctx context.Context) (*Server, error) {
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
+	name := o.ServerName
+	if name == "" {
+		name = "crowdlog-embedded"
+	}
 	opts := &server.Options{
-		ServerName: "crowdlog-embedded",
+		ServerName: name,
 		Host:       host,
 		Port:       port,
 		JetStream:  true,
@@ -83,6 +107,21 @@ func (o Options) Start(ctx context.Context) (*Server, error) {
 		NoSigs:     true,
 		NoLog:      o.Logger == nil,
 		MaxPayload: o.MaxPayload,
+	}
+	if o.ClusterName != "" {
+		opts.Cluster.Name = o.ClusterName
+		opts.Cluster.Host = host
+		opts.Cluster.Port = o.ClusterPort
+		if opts.Cluster.Port == 0 {
+			opts.Cluster.Port = server.RANDOM_PORT
+		}
+		for _, r := range o.Routes {
+			u, err := url.Parse(r)
+			if err != nil {
+				return nil, fmt.Errorf("natsserver: route %q: %w (want nats-route://host:port)", r, err)
+			}
+			opts.Routes = append(opts.Routes, u)
+		}
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {

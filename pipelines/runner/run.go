@@ -39,8 +39,8 @@ type Config struct {
 	K      int    // threshold k of ft-u/ft-a (DP policies derive their Shamir k)
 	Epoch  string // epoch name; the whole input is one epoch
 
-	NATS       string // NATS URL; "" starts an embedded server
-	Kafka      string // Kafka bootstrap address; "" starts kfake with a data dir
+	NATS       string // NATS URL, or comma-separated URLs of a cluster; "" starts an embedded server
+	Kafka      string // Kafka bootstrap brokers "host:port[,host:port...]"; "" starts kfake with a data dir
 	ClickHouse string // ClickHouse native address; "" starts a local server
 	Database   string // ClickHouse database; default "crowdlog"
 	StateDir   string // keys, broker data, ClickHouse dir; "" = a temp dir removed at the end
@@ -165,8 +165,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	defer stopLocal()
 	sum.NATS, sum.Kafka, sum.ClickHs = cfg.NATS, cfg.Kafka, cfg.ClickHouse
-	brokers := []string{cfg.Kafka}
-	if err := kafka.EnsureTopics(ctx, cfg.Kafka, cfg.Partitions, aggregator.ReportsTopic, aggregator.DecryptedTopic); err != nil {
+	brokers := strings.Split(cfg.Kafka, ",")
+	if err := kafka.EnsureTopics(ctx, brokers[0], cfg.Partitions, aggregator.ReportsTopic, aggregator.DecryptedTopic); err != nil {
 		return nil, err
 	}
 	if !cfg.External {
