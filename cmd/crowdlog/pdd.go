@@ -82,7 +82,8 @@ Example:
 }
 
 func coordinatorCmd() *cobra.Command {
-	var natsURL, kafkaAddr, list, metricsAddr string
+	var natsURL, list, metricsAddr string
+	var kafkaAddr []string
 	var cp coordinator.Campaign
 	var wall bool
 	c := &cobra.Command{
@@ -115,7 +116,7 @@ crowdlog.pdd.advance (log replays).`,
 				return err
 			}
 			defer nc.Close()
-			co := &coordinator.Coordinator{NC: nc, Brokers: []string{kafkaAddr}, Campaign: cp, Logger: log}
+			co := &coordinator.Coordinator{NC: nc, Brokers: kafkaAddr, Campaign: cp, Logger: log}
 			if err := co.Start(cmd.Context()); err != nil {
 				return err
 			}
@@ -153,14 +154,15 @@ crowdlog.pdd.advance (log replays).`,
 	f.IntVar(&cp.RecoveryDays, "recovery-days", 1, "days for recovery answers after the delay")
 	f.BoolVar(&cp.Heuristic, "heuristic", false, "PDD eq. 5 activity heuristic")
 	f.BoolVar(&wall, "wall-clock", false, "advance the day from the UTC wall clock")
-	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL")
-	f.StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address")
+	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
+	f.StringSliceVar(&kafkaAddr, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated")
 	addMetricsFlag(c, &metricsAddr)
 	return c
 }
 
 func aggregateVectorsCmd() *cobra.Command {
-	var natsURL, kafkaAddr, metricsAddr string
+	var natsURL, metricsAddr string
+	var kafkaAddr []string
 	var keyPaths []string
 	c := &cobra.Command{
 		Use:   "aggregate-vectors --key FILE [--kafka ADDR] [--nats URL]",
@@ -188,7 +190,7 @@ State is rebuilt by replaying a partition on assignment (restart-safe).`,
 				return err
 			}
 			defer nc.Close()
-			s := &vectors.Service{Brokers: []string{kafkaAddr}, Keys: keys, Recoverer: coordinator.NATSRecoverer{NC: nc}, Logger: logger()}
+			s := &vectors.Service{Brokers: kafkaAddr, Keys: keys, Recoverer: coordinator.NATSRecoverer{NC: nc}, Logger: logger()}
 			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterVectors(reg, s) }); err != nil {
 				return err
 			}
@@ -197,14 +199,15 @@ State is rebuilt by replaying a partition on assignment (restart-safe).`,
 	}
 	f := c.Flags()
 	f.StringSliceVar(&keyPaths, "key", nil, "aggregator HPKE key file (repeat during a rotation)")
-	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL (the coordinator)")
-	f.StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address")
+	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL(s) of the coordinator, comma-separated")
+	f.StringSliceVar(&kafkaAddr, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated")
 	addMetricsFlag(c, &metricsAddr)
 	return c
 }
 
 func releasePDDCmd() *cobra.Command {
-	var kafkaAddr, ch, db, list, metricsAddr string
+	var ch, db, list, metricsAddr string
+	var kafkaAddr []string
 	var eps float64
 	var maxCount int
 	c := &cobra.Command{
@@ -225,7 +228,7 @@ pdd_rounds; view keyword_daily). Idempotent on restart.`,
 				return err
 			}
 			defer w.Close()
-			st := &pddrelease.Stage{Brokers: []string{kafkaAddr}, Writer: w, List: l, Epsilon: eps, MaxCount: int64(maxCount), Logger: logger()}
+			st := &pddrelease.Stage{Brokers: kafkaAddr, Writer: w, List: l, Epsilon: eps, MaxCount: int64(maxCount), Logger: logger()}
 			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterPDDRelease(reg, st) }); err != nil {
 				return err
 			}
@@ -233,7 +236,7 @@ pdd_rounds; view keyword_daily). Idempotent on restart.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&kafkaAddr, "kafka", defaultKafka, "Kafka bootstrap address")
+	f.StringSliceVar(&kafkaAddr, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated")
 	f.StringVar(&ch, "clickhouse", "127.0.0.1:9000", "ClickHouse native address")
 	f.StringVar(&db, "database", "crowdlog", "ClickHouse database")
 	f.StringVar(&list, "keywords", "", "monitored keyword list (the campaign's)")

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,7 +60,7 @@ type PDDConfig struct {
 	Epsilon  float64 // Laplace noise on daily counts; 0 = exact counts
 	MaxCount int     // per-client per-keyword per-day clip with noise
 
-	NATS, Kafka, ClickHouse string // "" = started locally
+	NATS, Kafka, ClickHouse string // "" = started locally; NATS and Kafka take comma-separated lists
 	Database                string // default "crowdlog"
 	StateDir                string // "" = temp dir removed at the end
 	Partitions              int    // default 8
@@ -201,8 +202,8 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 		return nil, err
 	}
 	defer stopLocal()
-	brokers := []string{cfg.Kafka}
-	if err := kafka.EnsureTopics(ctx, cfg.Kafka, cfg.Partitions, aggregator.VectorsTopic, aggregator.GroupSumsTopic); err != nil {
+	brokers := strings.Split(cfg.Kafka, ",")
+	if err := kafka.EnsureTopics(ctx, brokers[0], cfg.Partitions, aggregator.VectorsTopic, aggregator.GroupSumsTopic); err != nil {
 		return nil, err
 	}
 	if err := EnsureKeys(keysDir); err != nil {
