@@ -4,6 +4,8 @@ go 1.26.8
 
 require (
 	github.com/ClickHouse/clickhouse-go/v2 v2.50.0
+	github.com/bwesterb/go-ristretto v1.2.4
+	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/cloudflare/circl v1.6.5
 	github.com/google/differential-privacy/go/v3 v3.0.0
 	github.com/nats-io/nats-server/v2 v2.15.2
@@ -33,9 +35,7 @@ require (
 	github.com/andybalholm/brotli v1.2.6 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
-	github.com/bwesterb/go-ristretto v1.2.4 // indirect
 	github.com/campoy/embedmd v1.0.0 // indirect
-	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/go-faster/city v1.0.1 // indirect
 	github.com/go-faster/errors v0.7.1 // indirect

@@ -6,15 +6,28 @@
 // Verifiable shares: every report carries the Feldman commitment to its
 // polynomial (protocol/feldman.go). Reports with different commitments under
 // one tag are kept apart, so a poisoner's own polynomial never mixes with
-// the honest one. Shares are checked optimistically: at k distinct shares
-// the key is recovered and checked against C_0 (one fixed-base
-// multiplication); only when that fails is every share checked with
-// Feldman's equation (k multiplications each), the bad ones dropped
-// ("bad-share"), and from then on every new share of that group is checked
-// on arrival. So honest traffic pays ~20 µs per recovered artifact, an
-// attacked group pays the full check, and no number of bad shares blocks or
-// corrupts recovery (the old AEAD subset search gave up after MaxAttempts). The core (Partition) is a pure state machine over one
-// Kafka partition's messages; Service runs it over a Kafka consumer group.
+// the honest one. Every share that takes part in a recovery or whose report
+// is decrypted is checked against the commitment first:
+//   - at k distinct shares, all k in one batch: the polynomial f through
+//     them (protocol.Interpolate) is checked against the commitment
+//     (Commitment.VerifyPolynomial: Bellare–Garay–Rabin small-exponents
+//     test on f's coefficients, soundness error 2^−128, ~25 µs per share at
+//     k = 5). The k shares are all valid iff f is the committed polynomial,
+//     and then f(0) is the secret. When the batch fails, every share is
+//     checked alone (VerifyShare), the bad ones are dropped with their
+//     reports ("bad-share"), and from then on the group is suspect: each new
+//     share is checked alone on arrival, so bad shares never reach a
+//     recovery;
+//   - reports repeating a verified share's x (FT_u impressions) must carry
+//     the same y;
+//   - reports arriving after the recovery are checked against the verified
+//     f (y == f(x): a few scalar multiplications, the same verdict as
+//     Feldman's equation).
+//
+// No number of bad shares blocks or corrupts recovery (the old AEAD subset
+// search gave up after MaxAttempts). The core (Partition) is a pure state
+// machine over one Kafka partition's messages (deterministic up to the
+// batch check's 2^−128 error); Service runs it over a Kafka consumer group.
 package aggregator
 
 import (
@@ -43,7 +56,7 @@ type Stats struct {
 	Reports       int64 // reports accepted
 	Decrypted     int64 // reports decrypted and emitted
 	Recoveries    int64 // groups whose key was recovered
-	FailedRecover int64 // recovery attempts whose secret failed the C_0 (or AEAD) check
+	FailedRecover int64 // recovery attempts whose k shares failed the batch check (without verification: whose key failed the AEAD)
 	Dropped       map[string]int64
 }
 
@@ -59,12 +72,13 @@ type tagState struct {
 	k          int
 	key        *[32]byte
 	commit     *protocol.Commitment
-	suspect    bool // an optimistic recovery failed: shares are verified before use
+	suspect    bool // a batch check failed: every new share is verified on arrival
 	dead       bool // the commitment does not decode: every report is dropped
 	xs         map[[32]byte]struct{}
 	shares     []protocol.Share // distinct x, arrival order
 	seen       map[[16]byte]struct{}
 	pending    []*protocol.Report
+	poly       *protocol.Polynomial // after a verified recovery: the committed polynomial
 }
 
 // MaxAttempts bounds the k-subsets tried per arriving share when recovery
@@ -233,6 +247,10 @@ func (p *Partition) ApplyReport(r *protocol.Report) []protocol.Decrypted {
 		return nil
 	}
 	if t.key != nil {
+		if !p.noVerify && !p.laterShareOK(t, r.Share) {
+			p.drop("bad-share")
+			return nil
+		}
 		p.Stats.Reports++
 		return p.open(t, []*protocol.Report{r})
 	}
@@ -283,46 +301,71 @@ func xKey(s protocol.Share) [32]byte {
 	return x
 }
 
-// recoverVerified recovers the key of a group with at least k distinct
-// shares. Optimistically (first attempt) it interpolates the first k shares
-// and accepts the secret iff secret·G == C_0, which holds exactly when it is
-// the committed f(0). When it fails, the group becomes suspect: every share
-// is checked with Feldman's equation, failing ones are dropped with their
-// reports ("bad-share"), and recovery retries on verified shares only.
+// recoverVerified recovers the key of a group with k distinct shares,
+// using only verified shares. Unless the group is suspect (its shares were
+// then verified on arrival) the k shares are checked in one batch: their
+// interpolated polynomial against the commitment (VerifyPolynomial). When
+// the batch fails, the group becomes suspect: every share is checked alone,
+// failing ones are dropped with their reports ("bad-share"), and recovery
+// waits for more shares. With k verified shares the interpolated f is the
+// committed polynomial (up to the batch check's 2^−128 error): the key
+// comes from f(0) and f checks later shares. Pending reports that repeat a
+// verified x with another y are dropped ("bad-share") before anything is
+// decrypted.
 func (p *Partition) recoverVerified(t *tagState) bool {
-	if !t.suspect {
-		if p.tryKey(t) {
-			return true
-		}
-		if t.dead {
-			return false
-		}
-		t.suspect = true
-		if !p.purgeBadShares(t) || len(t.shares) < t.k {
-			return false
-		}
+	f, err := protocol.Interpolate(t.shares[:t.k])
+	if err != nil { // distinct non-zero x were checked on arrival; kept for safety
+		p.Stats.FailedRecover++
+		return false
 	}
-	return p.tryKey(t) // every share verified: the committed f(0)
-}
-
-// tryKey interpolates the first k shares and sets the key when the secret
-// matches C_0. An undecodable C_0 kills the group.
-func (p *Partition) tryKey(t *tagState) bool {
-	secret, err := protocol.Recover(t.shares, t.k)
-	if err == nil {
-		ok, cerr := t.commit.VerifySecret(secret)
-		if cerr != nil {
+	if !t.suspect {
+		ok, err := t.commit.VerifyPolynomial(f)
+		if err != nil {
 			p.kill(t)
 			return false
 		}
-		if ok {
-			key := protocol.KeyFromSecret(t.pending[0].Tag, secret)
-			t.key = &key
-			return true
+		if !ok {
+			p.Stats.FailedRecover++
+			t.suspect = true
+			if !p.purgeBadShares(t) || len(t.shares) < t.k {
+				return false
+			}
+			return p.recoverVerified(t) // every share now verified alone
 		}
 	}
-	p.Stats.FailedRecover++
-	return false
+	key := protocol.KeyFromSecret(t.pending[0].Tag, f.Secret())
+	t.key, t.poly = &key, &f
+	p.dropBadRepeats(t)
+	return true
+}
+
+// dropBadRepeats drops the pending reports whose share has a verified x but
+// another y (a tampered repeat: only one y lies on the polynomial at x).
+func (p *Partition) dropBadRepeats(t *tagState) {
+	if len(t.pending) == len(t.shares) { // no repeats: each report carries one share
+		return
+	}
+	byX := make(map[[32]byte]protocol.Share, len(t.shares))
+	for _, s := range t.shares {
+		byX[xKey(s)] = s
+	}
+	pending := t.pending[:0]
+	for _, r := range t.pending {
+		if v, ok := byX[xKey(r.Share)]; !ok || !v.Y.IsEqual(r.Share.Y) {
+			p.Stats.Reports--
+			p.drop("bad-share")
+			continue
+		}
+		pending = append(pending, r)
+	}
+	t.pending = pending
+}
+
+// laterShareOK checks the share of a report that arrives after its group
+// recovered: y == f(x) for the verified polynomial f, which is Feldman's
+// equation without group operations.
+func (p *Partition) laterShareOK(t *tagState, s protocol.Share) bool {
+	return t.poly.Contains(s)
 }
 
 // purgeBadShares checks every share of t against its commitment and drops
@@ -376,6 +419,8 @@ func (p *Partition) kill(t *tagState) {
 // recover tries k-subsets that contain the newest share (older subsets were
 // tried when their last share arrived), in a fixed order, up to MaxAttempts;
 // a key is right when it opens one of the pending reports (AEAD check).
+// f(0) comes from protocol.Interpolate, as in recoverVerified, so the two
+// differ only by verification (BenchmarkApply compares them).
 func (p *Partition) recover(t *tagState) bool {
 	n := len(t.shares)
 	newest := t.shares[n-1]
@@ -389,8 +434,8 @@ func (p *Partition) recover(t *tagState) bool {
 			sub[i] = t.shares[j]
 		}
 		sub[t.k-1] = newest
-		if secret, err := protocol.Recover(sub, t.k); err == nil {
-			key := protocol.KeyFromSecret(t.pending[0].Tag, secret)
+		if f, err := protocol.Interpolate(sub); err == nil {
+			key := protocol.KeyFromSecret(t.pending[0].Tag, f.Secret())
 			for _, r := range t.pending {
 				if _, err := protocol.OpenPayload(key, r); err == nil {
 					t.key = &key
