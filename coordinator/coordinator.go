@@ -660,7 +660,7 @@ func (c *Coordinator) handleRecovery(ctx context.Context, b []byte) any {
 	if _, err := c.rounds.Create(ctx, recoveryKey(req.Instance), v); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return Reply{Error: err.Error()}
 	}
-	c.Logger.Info("coordinator: recovery requested", "instance", req.Instance.String(), "dropped", len(req.Dropped), "n", req.N)
+	c.Logger.Debug("coordinator: recovery requested", "instance", req.Instance.String(), "dropped", len(req.Dropped), "n", req.N)
 	return Reply{}
 }
 

@@ -166,7 +166,7 @@ func (w *Writer) WritePDDRound(ctx context.Context, r PDDRound, releasedAt time.
 	if err := b.Send(); err != nil {
 		return fmt.Errorf("pdd release %s: insert pdd_rounds row (the day will be redone on the next call): %w", key, err)
 	}
-	w.Logger.Info("pdd day written", "key", key, "keywords", len(rows), "groups", r.Groups,
+	w.Logger.Debug("pdd day written", "key", key, "keywords", len(rows), "groups", r.Groups,
 		"lost", r.Lost, "confidence", r.Confidence, "epsilon", r.Epsilon)
 	return nil
 }
