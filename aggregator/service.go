@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+
 	"github.com/segmentio/kafka-go"
 
 	"github.com/crowdlog/crowdlog/internal/retry"
@@ -126,44 +128,14 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-		ID: s.GroupID, Brokers: s.Brokers, Topics: []string{ReportsTopic},
-		StartOffset:       kafka.FirstOffset,
-		HeartbeatInterval: 2 * time.Second, SessionTimeout: s.SessionTimeout, RebalanceTimeout: s.SessionTimeout,
-		JoinGroupBackoff: time.Second, WatchPartitionChanges: true,
-	})
-	if err != nil {
-		return fmt.Errorf("aggregator: join consumer group %s: %w", s.GroupID, err)
-	}
-	defer cg.Close()
 	w := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: DecryptedTopic, Transport: &kafka.Transport{},
 		Balancer: kafka.BalancerFunc(samePartition), RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 2 * time.Millisecond, BatchSize: 10000, BatchBytes: 64 << 20}
 	defer w.Close()
-	for {
-		gen, err := cg.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if errors.Is(err, kafka.ErrGroupClosed) {
-				return nil
-			}
-			log.Warn("aggregator: consumer group", "err", err)
-			continue
-		}
-		var ids []int
-		for _, a := range gen.Assignments[ReportsTopic] {
-			ids = append(ids, a.ID)
-			a := a
-			gen.Start(func(ctx context.Context) {
-				if err := s.runPartition(ctx, gen, w, a.ID, count, a.Offset, log); err != nil && ctx.Err() == nil {
-					log.Error("aggregator: partition stopped", "partition", a.ID, "err", err)
-				}
-			})
-		}
-		log.Info("aggregator: assigned", "generation", gen.ID, "partitions", ids)
-	}
+	return infrakafka.ServeGroup(ctx, s.Brokers, s.GroupID, ReportsTopic, s.SessionTimeout, log, "aggregator",
+		func(ctx context.Context, gen *kafka.Generation, id int, committed int64) error {
+			return s.runPartition(ctx, gen, w, id, count, committed, log)
+		})
 }
 
 func samePartition(m kafka.Message, partitions ...int) int {

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+
 	"github.com/segmentio/kafka-go"
 
 	"github.com/crowdlog/crowdlog/internal/retry"
@@ -105,40 +107,14 @@ func (s *Service) Run(ctx context.Context) error {
 	s.mu.Lock()
 	s.open, s.day = map[int]int{}, map[int]int32{}
 	s.mu.Unlock()
-	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-		ID: s.GroupID, Brokers: s.Brokers, Topics: []string{VectorsTopic},
-		StartOffset:       kafka.FirstOffset,
-		HeartbeatInterval: 2 * time.Second, SessionTimeout: s.SessionTimeout, RebalanceTimeout: s.SessionTimeout,
-		JoinGroupBackoff: time.Second, WatchPartitionChanges: true,
-	})
-	if err != nil {
-		return fmt.Errorf("vectors: join consumer group %s: %w", s.GroupID, err)
-	}
-	defer cg.Close()
 	w := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: GroupSumsTopic, Transport: &kafka.Transport{},
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 2 * time.Millisecond, BatchSize: 1000, BatchBytes: 256 << 20}
 	defer w.Close()
-	for {
-		gen, err := cg.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
-				return nil
-			}
-			log.Warn("vectors: consumer group", "err", err)
-			continue
-		}
-		var ids []int
-		for _, a := range gen.Assignments[VectorsTopic] {
-			ids = append(ids, a.ID)
-			gen.Start(func(ctx context.Context) {
-				if err := s.runPartition(ctx, gen, w, a.ID, a.Offset, log); err != nil && ctx.Err() == nil {
-					log.Error("vectors: partition stopped", "partition", a.ID, "err", err)
-				}
-			})
-		}
-		log.Info("vectors: assigned", "generation", gen.ID, "partitions", ids)
-	}
+	return infrakafka.ServeGroup(ctx, s.Brokers, s.GroupID, VectorsTopic, s.SessionTimeout, log, "vectors",
+		func(ctx context.Context, gen *kafka.Generation, id int, committed int64) error {
+			return s.runPartition(ctx, gen, w, id, committed, log)
+		})
 }
 
 func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *kafka.Writer, id int, committed int64, log *slog.Logger) error {

@@ -308,3 +308,43 @@ func ReadAll(ctx context.Context, brokers []string, topic string, log *slog.Logg
 	}
 	return ch, func() { cancel(); wg.Wait() }, nil
 }
+
+// ServeGroup joins consumer group id on topic and, for every generation,
+// runs serve on its own goroutine for each assigned partition with the
+// partition's committed offset (kafka-go Generation.Start: serve's context
+// ends when the generation does, e.g. on a rebalance). session is the
+// session and rebalance timeout. It returns nil when ctx ends, an error only
+// when the group cannot be joined. role prefixes its log lines.
+func ServeGroup(ctx context.Context, brokers []string, id, topic string, session time.Duration, log *slog.Logger, role string,
+	serve func(ctx context.Context, gen *kafkago.Generation, partition int, committed int64) error) error {
+	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
+		ID: id, Brokers: brokers, Topics: []string{topic},
+		StartOffset:       kafkago.FirstOffset,
+		HeartbeatInterval: 2 * time.Second, SessionTimeout: session, RebalanceTimeout: session,
+		JoinGroupBackoff: time.Second, WatchPartitionChanges: true,
+	})
+	if err != nil {
+		return fmt.Errorf("%s: join consumer group %s: %w", role, id, err)
+	}
+	defer cg.Close()
+	for {
+		gen, err := cg.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, kafkago.ErrGroupClosed) {
+				return nil
+			}
+			log.Warn(role+": consumer group", "err", err)
+			continue
+		}
+		var ids []int
+		for _, a := range gen.Assignments[topic] {
+			ids = append(ids, a.ID)
+			gen.Start(func(ctx context.Context) {
+				if err := serve(ctx, gen, a.ID, a.Offset); err != nil && ctx.Err() == nil {
+					log.Error(role+": partition stopped", "partition", a.ID, "err", err)
+				}
+			})
+		}
+		log.Info(role+": assigned", "generation", gen.ID, "partitions", ids)
+	}
+}
