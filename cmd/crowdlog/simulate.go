@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -41,22 +42,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			if err := os.MkdirAll(out, 0o755); err != nil {
-				return err
-			}
-			csvPath := filepath.Join(out, r.App+".csv")
-			f, err := os.Create(csvPath)
-			if err != nil {
-				return err
-			}
-			if err := r.WriteCSV(f); err != nil {
-				f.Close()
-				return err
-			}
-			if err := f.Close(); err != nil {
-				return err
-			}
-			plots, err := r.Plot(out, format)
+			csvPath, plots, err := writeSimulation(out, r.App+".csv", format, r)
 			if err != nil {
 				return err
 			}
@@ -119,22 +105,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			if err := os.MkdirAll(out, 0o755); err != nil {
-				return err
-			}
-			csvPath := filepath.Join(out, "pdd.csv")
-			f, err := os.Create(csvPath)
-			if err != nil {
-				return err
-			}
-			if err := r.WriteCSV(f); err != nil {
-				f.Close()
-				return err
-			}
-			if err := f.Close(); err != nil {
-				return err
-			}
-			plots, err := r.Plot(out, format)
+			csvPath, plots, err := writeSimulation(out, "pdd.csv", format, r)
 			if err != nil {
 				return err
 			}
@@ -180,4 +151,32 @@ func budgetFlags(f *pflag.FlagSet, dataset *string, b *release.Budget) {
 	f.StringVar(dataset, "dataset", "default", "privacy budget name: DP releases spend from (dataset, epoch)")
 	f.Float64Var(&b.Epsilon, "budget-epsilon", 0, "ε budget per (dataset, epoch); a release over it is refused (0 = no limit)")
 	f.Float64Var(&b.Delta, "budget-delta", 0, "δ budget per (dataset, epoch) (0 = no limit)")
+}
+
+// simulation is what both simulations write: a CSV and plots.
+type simulation interface {
+	WriteCSV(w io.Writer) error
+	Plot(dir, ext string) ([]string, error)
+}
+
+// writeSimulation writes r's CSV as dir/name and its plots (format svg or
+// png) into dir, creating dir; it returns the paths written.
+func writeSimulation(dir, name, format string, r simulation) (string, []string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", nil, err
+	}
+	csvPath := filepath.Join(dir, name)
+	f, err := os.Create(csvPath)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := r.WriteCSV(f); err != nil {
+		f.Close()
+		return "", nil, err
+	}
+	if err := f.Close(); err != nil {
+		return "", nil, err
+	}
+	plots, err := r.Plot(dir, format)
+	return csvPath, plots, err
 }
