@@ -27,7 +27,7 @@ test-short: vet
 FUZZTIME ?= 20s
 fuzz:
 	@for spec in \
-	  "./protocol FuzzParseReport" "./protocol FuzzPeel" "./protocol FuzzParseRandomness" \
+	  "./protocol FuzzParseReport" "./protocol FuzzPeel" "./protocol FuzzParseRandomness" "./protocol FuzzParseRelayKeys" \
 	  "./protocol FuzzParsePayload" "./protocol FuzzParseDecrypted" "./aggregator FuzzApply" \
 	  "./release/stage FuzzApply" "./ingest/aol FuzzReader" "./ingest/normalize FuzzQuery" \
 	  "./protocol/blind FuzzParse" "./protocol/blind FuzzOpenBundle" "./aggregator/vectors FuzzApply" \
