@@ -206,12 +206,21 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				prev.add(st.Stats.totals().minus(before))
 				continue
 			}
+			late := st.Stats.Dropped["late"]
 			emits := st.Apply(msg)
+			if st.Stats.Dropped["late"] > late {
+				// a report of a closed epoch: the relays were reported
+				// drained before it reached Kafka, so it is not counted
+				log.Warn("aggregator: report after its epoch's close dropped (late)", "partition", id, "offset", m.Offset)
+			}
 			for i := range emits {
 				b, _ := json.Marshal(&emits[i])
 				out = append(out, kafka.Message{Value: b, Headers: []kafka.Header{{Key: partitionHeader, Value: pheader}}})
 			}
 			if emits != nil && emits[len(emits)-1].Kind == protocol.KindClosed {
+				c := emits[len(emits)-1]
+				log.Info("aggregator: epoch closed", "partition", id, "app", c.App, "epoch", c.Epoch, "offset", m.Offset,
+					"reports", st.Stats.Reports, "decrypted", st.Stats.Decrypted, "dropped", st.Stats.Dropped)
 				break // flush the epoch close promptly
 			}
 		}

@@ -52,6 +52,7 @@ func TestChaos(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	c := newClusterOf(t, ctx, 6, nodes)
+	c.keepOnFailure()
 	input := subset(t, users)
 	bin, dir, keys := c.bin, c.dir, c.keys
 	c.start("randomness", "randomness", "--nats", c.nats, "--keys", keys)
@@ -120,8 +121,19 @@ func TestChaos(t *testing.T) {
 	}
 	report := fmt.Sprintf("chaos: %d users, %d NATS servers + %d Kafka brokers, %d kills, %d aggregator joins, %d leaves (final group: %d), %d NATS node stops: %s",
 		users, nodes, nodes, kills, joins, leaves, len(aggs), natsStops, strings.Join(natsWhat, "; "))
+	os.WriteFile(filepath.Join(c.logs, "run.log"), runOut.Bytes(), 0o644)
 	if runErr != nil {
 		t.Fatalf("%s\nrun: %v\n%s", report, runErr, runOut.String())
+	}
+	// Reconcile Kafka with the aggregator's output, report id by report
+	// id, so that a loss names its hop (see internal/audit).
+	aud := c.audit(ctx, "query", "chaos")
+	t.Log(aud.String())
+	if late, missing := aud.Lost(); late > 0 || missing > 0 || aud.Orphans > 0 {
+		t.Errorf("%s: %d reports reached Kafka only after the epoch close, %d were not emitted although their tag opened, %d emitted reports are not in Kafka", report, late, missing, aud.Orphans)
+	}
+	if sent := sentReports(runOut.String()); sent != aud.Reports {
+		t.Errorf("%s: %d reports sent by the clients, %d distinct in Kafka", report, sent, aud.Reports)
 	}
 	n := c.checkExport(ctx, input, out, policy, k, "chaos", 6, report)
 	t.Logf("%s; export of %d items byte-identical to the fault-free run and equal to the raw-log release", report, n)

@@ -6,14 +6,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
+	"github.com/crowdlog/crowdlog/internal/audit"
 	"github.com/crowdlog/crowdlog/internal/truth"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
+	"github.com/crowdlog/crowdlog/protocol"
 )
 
 // cluster is what the multi-process tests share: a built crowdlog binary,
@@ -126,4 +130,32 @@ func (c *cluster) checkExport(ctx context.Context, input, out, policy string, k 
 		t.Fatalf("%s: export (%d bytes) is not byte-identical to the fault-free run's (%d bytes)", what, len(a), len(b))
 	}
 	return len(got)
+}
+
+// audit reconciles the reports and decrypted topics of (app, epoch) with
+// the aggregator's key (internal/audit).
+func (c *cluster) audit(ctx context.Context, app, epoch string) *audit.Result {
+	kp, err := protocol.LoadKeyPair(filepath.Join(c.keys, runner.AggregatorKey))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	res, err := audit.Run(ctx, strings.Split(c.kafka, ","), aggregator.ReportsTopic, aggregator.DecryptedTopic,
+		[]*protocol.KeyPair{kp}, app, epoch)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return res
+}
+
+// sentReports reads "reports sent N" from a `crowdlog run` summary; -1
+// when it is missing.
+func sentReports(out string) int {
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "reports" && f[1] == "sent" {
+			if n, err := strconv.Atoi(f[2]); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }
