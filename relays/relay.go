@@ -324,18 +324,22 @@ func (r *Relay) prepare(items []*item, mx *metrics, log *slog.Logger) []*item {
 	}
 
 	var dropped [len(reasonNames)]int
+	var later, done, total int
 	good := items[:0:0]
 	for _, it := range items {
 		if it.later { // its first delivery is being forwarded now
 			_ = it.m.NakWithDelay(def(r.NakDelay, DefaultNakDelay))
+			later++
 			continue
 		}
 		if it.done { // already forwarded; only its ack was late
 			_ = it.m.Ack()
+			done++
 			continue
 		}
 		if it.reason != keep {
 			dropped[it.reason]++
+			total++
 			_ = it.m.Term()
 			continue
 		}
@@ -347,9 +351,14 @@ func (r *Relay) prepare(items []*item, mx *metrics, log *slog.Logger) []*item {
 			mx.drop(dropReason(reason), n)
 		}
 	}
-	if len(good) < len(items) {
-		log.Debug("dropped bad layers", "malformed", dropped[dropMalformed], "oversized", dropped[dropOversized],
+	if total > 0 {
+		// dropped for good (JetStream Term): an honest deployment sees
+		// none but replays, so say how many, never what
+		log.Warn("dropped bad layers", "malformed", dropped[dropMalformed], "oversized", dropped[dropOversized],
 			"unknown_key", dropped[dropUnknownKey], "wrong_hop", dropped[dropWrongHop], "replay", dropped[dropReplay])
+	}
+	if later > 0 || done > 0 {
+		log.Info("redeliveries of layers this process forwards or forwarded", "in_flight_retry_later", later, "already_forwarded_acked", done)
 	}
 	return good
 }
