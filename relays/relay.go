@@ -121,7 +121,8 @@ type item struct {
 	hop    protocol.Hop
 	inner  []byte
 	reason dropReason
-	ok     bool // forward succeeded
+	err    error // why Peel failed (no layer contents in it)
+	ok     bool  // forward succeeded
 	claim  bool // holds a replay-filter claim on key
 	later  bool // a redelivery of a message still in flight: Nak, retry later
 	done   bool // a redelivery of a message already forwarded: Ack
@@ -306,11 +307,7 @@ func (r *Relay) prepare(items []*item, mx *metrics, log *slog.Logger) []*item {
 				continue
 			}
 			it.key = keyOf(it.m.Data())
-			var seq uint64
-			if md, err := it.m.Metadata(); err == nil {
-				seq = md.Sequence.Stream
-			}
-			switch r.replay.claim(it.key, seq) {
+			switch r.replay.claim(it.key, it.seq()) {
 			case claimNew:
 				it.claim = true
 			case claimReplay:
@@ -325,6 +322,7 @@ func (r *Relay) prepare(items []*item, mx *metrics, log *slog.Logger) []*item {
 
 	var dropped [len(reasonNames)]int
 	var later, done, total int
+	var firstErr error
 	good := items[:0:0]
 	for _, it := range items {
 		if it.later { // its first delivery is being forwarded now
@@ -340,6 +338,9 @@ func (r *Relay) prepare(items []*item, mx *metrics, log *slog.Logger) []*item {
 		if it.reason != keep {
 			dropped[it.reason]++
 			total++
+			if firstErr == nil && it.err != nil {
+				firstErr = fmt.Errorf("%w (layer of %d bytes, stream sequence %d)", it.err, len(it.m.Data()), it.seq())
+			}
 			_ = it.m.Term()
 			continue
 		}
@@ -355,7 +356,8 @@ func (r *Relay) prepare(items []*item, mx *metrics, log *slog.Logger) []*item {
 		// dropped for good (JetStream Term): an honest deployment sees
 		// none but replays, so say how many, never what
 		log.Warn("dropped bad layers", "malformed", dropped[dropMalformed], "oversized", dropped[dropOversized],
-			"unknown_key", dropped[dropUnknownKey], "wrong_hop", dropped[dropWrongHop], "replay", dropped[dropReplay])
+			"unknown_key", dropped[dropUnknownKey], "wrong_hop", dropped[dropWrongHop], "replay", dropped[dropReplay],
+			"first_error", errString(firstErr))
 	}
 	if later > 0 || done > 0 {
 		log.Info("redeliveries of layers this process forwards or forwarded", "in_flight_retry_later", later, "already_forwarded_acked", done)
@@ -467,6 +469,14 @@ func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *m
 	}
 }
 
+// seq is the message's JetStream stream sequence, 0 when unknown.
+func (it *item) seq() uint64 {
+	if md, err := it.m.Metadata(); err == nil {
+		return md.Sequence.Stream
+	}
+	return 0
+}
+
 // peelAll peels every item in parallel and sets hop, inner and reason.
 func (r *Relay) peelAll(items []*item) {
 	workers := def(r.Workers, runtime.GOMAXPROCS(0))
@@ -505,6 +515,7 @@ func (r *Relay) peel(it *item) {
 		return
 	}
 	hop, inner, err := protocol.Peel(r.Keys, data)
+	it.err = err
 	switch {
 	case errors.Is(err, protocol.ErrUnknownKey):
 		it.reason = dropUnknownKey

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -11,11 +12,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 	"github.com/crowdlog/crowdlog/relays"
@@ -55,6 +58,7 @@ func TestChaos(t *testing.T) {
 	c.keepOnFailure()
 	input := subset(t, users)
 	bin, dir, keys := c.bin, c.dir, c.keys
+	adv := watchAdvisories(t, c.nats)
 	c.start("randomness", "randomness", "--nats", c.nats, "--keys", keys)
 	var victims []*proc
 	for _, name := range []string{"a", "b"} {
@@ -122,6 +126,7 @@ func TestChaos(t *testing.T) {
 	report := fmt.Sprintf("chaos: %d users, %d NATS servers + %d Kafka brokers, %d kills, %d aggregator joins, %d leaves (final group: %d), %d NATS node stops: %s",
 		users, nodes, nodes, kills, joins, leaves, len(aggs), natsStops, strings.Join(natsWhat, "; "))
 	os.WriteFile(filepath.Join(c.logs, "run.log"), runOut.Bytes(), 0o644)
+	t.Logf("JetStream advisories: %s", adv())
 	if runErr != nil {
 		t.Fatalf("%s\nrun: %v\n%s", report, runErr, runOut.String())
 	}
@@ -194,4 +199,44 @@ func (c *cluster) spareNATSNode(rng *rand.Rand) (node int, what string) {
 	}
 	node = spare[rng.IntN(len(spare))]
 	return node, whats[node]
+}
+
+// watchAdvisories counts JetStream advisories on the relay stream by type
+// and reason (e.g. a message the server terminated or deleted while
+// unacknowledged) until the test ends; the returned func summarizes them.
+func watchAdvisories(t *testing.T, url string) func() string {
+	nc, err := nats.Connect(url, nats.Name("chaos-advisories"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	var mu sync.Mutex
+	counts := map[string]int{}
+	_, err = nc.Subscribe("$JS.EVENT.ADVISORY.>", func(m *nats.Msg) {
+		var a struct {
+			Type   string `json:"type"`
+			Reason string `json:"reason"`
+		}
+		_ = json.Unmarshal(m.Data, &a)
+		key := strings.TrimPrefix(a.Type, "io.nats.jetstream.advisory.v1.")
+		if a.Reason != "" {
+			key += " (" + a.Reason + ")"
+		}
+		mu.Lock()
+		counts[key]++
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		keys := make([]string, 0, len(counts))
+		for k := range counts {
+			keys = append(keys, fmt.Sprintf("%s: %d", k, counts[k]))
+		}
+		sort.Strings(keys)
+		return strings.Join(keys, "; ")
+	}
 }
