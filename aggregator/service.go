@@ -122,6 +122,10 @@ func (s *Service) Run(ctx context.Context) error {
 	if log == nil {
 		log = slog.Default()
 	}
+	// before the partition goroutines share them (protocol.KeyPair.Prepare)
+	if err := protocol.PrepareKeys(s.Keys); err != nil {
+		return fmt.Errorf("aggregator: %w", err)
+	}
 	s.pending = map[int]int{}
 	s.kept = map[int]keptState{}
 	count, err := partitionCount(ctx, s.Brokers[0], ReportsTopic)

@@ -234,6 +234,9 @@ func ReadKeyFile(path string) (*oprf.PrivateKey, error) {
 	if len(b) != protocol.ScalarSize || sk.UnmarshalBinary(protocol.OPRFSuite, b) != nil {
 		return nil, fmt.Errorf("randomness: epoch key file %s is not a %d-byte OPRF private key (damaged or half-destroyed: close the epoch)", path, protocol.ScalarSize)
 	}
+	// circl computes the public key lazily on first use; do it now, before
+	// concurrent requests share sk (cf. protocol.KeyPair.Prepare)
+	sk.Public()
 	return sk, nil
 }
 
@@ -445,6 +448,7 @@ func (k *Keys) loadOrCreate(epoch string) (*oprf.PrivateKey, error) {
 	if err != nil {
 		return nil, err
 	}
+	fresh.Public() // fill circl's lazy cache before sharing (see ReadKeyFile)
 	raw, err := fresh.MarshalBinary()
 	if err != nil {
 		return nil, err

@@ -159,6 +159,10 @@ func (r *Relay) Run(ctx context.Context) error {
 		if k == nil || k.Private == nil {
 			return fmt.Errorf("relays: relay %s: a key pair has no private key", r.Name)
 		}
+		// before the peel workers share it (see protocol.KeyPair.Prepare)
+		if err := k.Prepare(); err != nil {
+			return fmt.Errorf("relays: relay %s: key %d: %w", r.Name, k.ID, err)
+		}
 	}
 	if r.JS == nil {
 		return fmt.Errorf("relays: relay %s has no JetStream context", r.Name)

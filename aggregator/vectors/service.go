@@ -100,6 +100,10 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.SessionTimeout <= 0 {
 		s.SessionTimeout = 20 * time.Second
 	}
+	// before the partition goroutines share them (protocol.KeyPair.Prepare)
+	if err := protocol.PrepareKeys(s.Keys); err != nil {
+		return fmt.Errorf("aggregate-vectors: %w", err)
+	}
 	log := s.Logger
 	if log == nil {
 		log = slog.Default()
