@@ -37,6 +37,11 @@ const (
 	DefaultNakDelay       = 500 * time.Millisecond
 	DefaultForwardTimeout = 30 * time.Second
 	DefaultMaxAckPending  = 1 << 16
+	// MalformedDeliveries is the delivery at which a layer that does not
+	// peel is terminated and counted as "malformed"; earlier deliveries
+	// are retried after NakDelay. Garbage thus costs two peels, and a
+	// genuine layer survives one transient failure to open.
+	MalformedDeliveries = 2
 )
 
 // Relay is one relay/mix process (DESIGN decision 3). Set the fields, then
@@ -123,15 +128,16 @@ type item struct {
 	reason dropReason
 	err    error // why Peel failed (no layer contents in it)
 	ok     bool  // forward succeeded
-	claim  bool // holds a replay-filter claim on key
-	later  bool // a redelivery of a message still in flight: Nak, retry later
-	done   bool // a redelivery of a message already forwarded: Ack
+	claim  bool  // holds a replay-filter claim on key
+	later  bool  // a redelivery of a message still in flight: Nak, retry later
+	done   bool  // a redelivery of a message already forwarded: Ack
 	key    replayKey
 }
 
 // Run consumes the relay's inbox until ctx ends: fetch up to BatchSize
 // messages (or what arrived within BatchTimeout), peel each with Keys, drop
-// bad ones (Term: never redelivered; counted by reason), shuffle the rest
+// bad ones (Term: never redelivered; counted by reason; a layer that does
+// not open is first retried once, see MalformedDeliveries), shuffle the rest
 // with a crypto-seeded ChaCha8 permutation, forward them (HopRelay:
 // JetStream publish of the inner layer to the next relay's subject, with a
 // Nats-Msg-Id of MsgID(inner) for deduplication; HopKafka: one
@@ -325,7 +331,7 @@ func (r *Relay) prepare(items []*item, mx *metrics, log *slog.Logger) []*item {
 	}
 
 	var dropped [len(reasonNames)]int
-	var later, done, total int
+	var later, done, total, retried int
 	var firstErr error
 	good := items[:0:0]
 	for _, it := range items {
@@ -337,6 +343,14 @@ func (r *Relay) prepare(items []*item, mx *metrics, log *slog.Logger) []*item {
 		if it.done { // already forwarded; only its ack was late
 			_ = it.m.Ack()
 			done++
+			continue
+		}
+		if it.reason == dropMalformed && it.delivered() < MalformedDeliveries {
+			// A genuine layer must never be lost to a transient local
+			// fault (as happened with circl's lazily cached public key,
+			// see protocol.KeyPair.Prepare): retry it before terminating.
+			_ = it.m.NakWithDelay(def(r.NakDelay, DefaultNakDelay))
+			retried++
 			continue
 		}
 		if it.reason != keep {
@@ -362,6 +376,9 @@ func (r *Relay) prepare(items []*item, mx *metrics, log *slog.Logger) []*item {
 		log.Warn("dropped bad layers", "malformed", dropped[dropMalformed], "oversized", dropped[dropOversized],
 			"unknown_key", dropped[dropUnknownKey], "wrong_hop", dropped[dropWrongHop], "replay", dropped[dropReplay],
 			"first_error", errString(firstErr))
+	}
+	if retried > 0 {
+		log.Warn("layers that did not peel will be retried once before they are dropped", "layers", retried)
 	}
 	if later > 0 || done > 0 {
 		log.Info("redeliveries of layers this process forwards or forwarded", "in_flight_retry_later", later, "already_forwarded_acked", done)
@@ -471,6 +488,15 @@ func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *m
 				"failed", failed, "forwarded", fwd, "kafka_err", errString(kafkaErr), "nats_err", errString(pubErr), "retry_in", delay)
 		}
 	}
+}
+
+// delivered is how many times JetStream delivered the message (1 the first
+// time); MalformedDeliveries when unknown, so that nothing loops.
+func (it *item) delivered() uint64 {
+	if md, err := it.m.Metadata(); err == nil {
+		return md.NumDelivered
+	}
+	return MalformedDeliveries
 }
 
 // seq is the message's JetStream stream sequence, 0 when unknown.
