@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -158,4 +160,15 @@ func TestKillAggregator(t *testing.T) {
 
 	n := c.checkExport(ctx, input, out, policy, k, "kill-test", 4, "after kills")
 	t.Logf("export of %d items identical to the fault-free run and to the raw-log release", n)
+
+	// the operators' reconciliation agrees: nothing late, missing or orphaned
+	aud, err := exec.CommandContext(ctx, bin, "aggregate", "audit", "--kafka", c.kafka, "--key", filepath.Join(keys, runner.AggregatorKey),
+		"--app", "query", "--epoch", "kill-test").CombinedOutput()
+	if err != nil {
+		t.Fatalf("crowdlog aggregate audit: %v\n%s", err, aud)
+	}
+	if sent := sentReports(runOut.String()); !strings.Contains(string(aud), fmt.Sprintf("audit: %d distinct reports in Kafka", sent)) {
+		t.Fatalf("audit does not count the %d reports sent:\n%s", sent, aud)
+	}
+	t.Logf("%s", aud)
 }
