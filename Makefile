@@ -31,7 +31,8 @@ fuzz:
 	  "./protocol FuzzParsePayload" "./protocol FuzzParseDecrypted" "./aggregator FuzzApply" \
 	  "./release/stage FuzzApply" "./ingest/aol FuzzReader" "./ingest/normalize FuzzQuery" \
 	  "./protocol/blind FuzzParse" "./protocol/blind FuzzOpenBundle" "./aggregator/vectors FuzzApply" \
-	  "./coordinator FuzzParse" "./release/pdd FuzzApply"; do \
+	  "./coordinator FuzzParse" "./release/pdd FuzzApply" "./relays FuzzClassify" "./relays FuzzValidForward" \
+	  "./pipelines FuzzSplit"; do \
 	  set -- $$spec; echo "== $$1 $$2"; $(GO) test -run XXX -fuzz "^$$2$$" -fuzztime $(FUZZTIME) $$1 || exit 1; done
 
 bench:
