@@ -32,7 +32,11 @@ import (
 // 3 kfake brokers (topics with replication factor 3, nominal in kfake); every
 // role gets all seed URLs and brokers. The export must equal the release
 // computed from the raw log, and byte for byte a fault-free run's: nothing
-// lost, nothing counted twice. `make chaos` runs it on the whole bundled log
+// lost, nothing counted twice. Before that, internal/audit reconciles the
+// reports topic with the aggregator's output report id by report id (every
+// report the clients sent must be in Kafka before the epoch's close, every
+// report of an opened artifact emitted), so that a loss names its hop; the
+// JetStream advisories seen are logged. `make chaos` runs it on the whole bundled log
 // (CROWDLOG_CHAOS_USERS=1000); `make test` on a small subset.
 // CROWDLOG_CHAOS_CLUSTER=0 runs it on one NATS server and one broker
 // (no NATS node stops).
