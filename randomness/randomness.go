@@ -33,6 +33,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/crowdlog/crowdlog/internal/retry"
+
 	"github.com/cloudflare/circl/oprf"
 	"github.com/nats-io/nats.go"
 
@@ -172,7 +174,13 @@ func (s *Service) handlePublicKey(data []byte) *protocol.PublicKeyResponse {
 type Client struct {
 	NC      *nats.Conn
 	Timeout time.Duration // per request; default 30 s
-	Batch   int           // elements per request; default 1024, at most protocol.MaxBatch
+	// RetryFor bounds how long a request that timed out or found no
+	// responder (the service restarting, a NATS node lost, a stalled
+	// machine) is re-sent with backoff; default 5 min, negative = never.
+	// Re-sending is safe: the same blinded elements get the same
+	// evaluations and reveal nothing new.
+	RetryFor time.Duration
+	Batch    int // elements per request; default 1024, at most protocol.MaxBatch
 	// Pinned maps an epoch to its 32-byte OPRF public key, configured out of
 	// band (e.g. `crowdlog run` pins the key it derives itself).
 	Pinned map[string][]byte
@@ -217,9 +225,7 @@ func (c *Client) fetch(ctx context.Context, epoch string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	rctx, cancel := context.WithTimeout(ctx, c.timeout())
-	defer cancel()
-	m, err := c.NC.RequestWithContext(rctx, PublicKeySubject, b)
+	m, err := c.request(ctx, PublicKeySubject, b)
 	if err != nil {
 		return nil, fmt.Errorf("randomness public key request (is `crowdlog randomness` running?): %w", err)
 	}
@@ -234,6 +240,45 @@ func (c *Client) fetch(ctx context.Context, epoch string) ([]byte, error) {
 		return nil, fmt.Errorf("randomness service answered the public key of epoch %q for %q", resp.Epoch, epoch)
 	}
 	return resp.Key, nil
+}
+
+// request sends one request with the per-request timeout and re-sends it
+// with backoff, for up to RetryFor, while it times out or finds no
+// responder. Other errors, and ctx ending, return at once.
+func (c *Client) request(ctx context.Context, subject string, b []byte) (*nats.Msg, error) {
+	budget := c.RetryFor
+	if budget == 0 {
+		budget = 5 * time.Minute
+	}
+	var m *nats.Msg
+	attempt := func() error {
+		rctx, cancel := context.WithTimeout(ctx, c.timeout())
+		defer cancel()
+		var err error
+		m, err = c.NC.RequestWithContext(rctx, subject, b)
+		if err == nil || ctx.Err() != nil || budget < 0 || !transient(err) {
+			return retry.Permanent(err)
+		}
+		return err
+	}
+	if budget < 0 {
+		return m, attempt()
+	}
+	bctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	err := retry.Forever(bctx, slog.Default(), "randomness request", 100*time.Millisecond, 5*time.Second, attempt)
+	if err != nil && ctx.Err() == nil && bctx.Err() != nil {
+		err = fmt.Errorf("no answer within %s of retries: %w", budget, err)
+	}
+	return m, err
+}
+
+// transient reports request errors worth re-sending: a timeout or no
+// responder (nats.go reports either while the service or a NATS node is
+// away, or the connection is reconnecting).
+func transient(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrDisconnected)
 }
 
 // pin returns the epoch's pinned key; when seen is non-nil it must equal the
@@ -369,9 +414,7 @@ func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([
 		if err != nil {
 			return nil, err
 		}
-		rctx, cancel := context.WithTimeout(ctx, c.timeout())
-		m, err := c.NC.RequestWithContext(rctx, Subject, b)
-		cancel()
+		m, err := c.request(ctx, Subject, b)
 		if err != nil {
 			return nil, fmt.Errorf("randomness request (is `crowdlog randomness` running?): %w", err)
 		}

@@ -199,3 +199,35 @@ func TestClosedEpoch(t *testing.T) {
 		t.Fatalf("Close must be idempotent: file %q", b)
 	}
 }
+
+// TestClientRetriesUntilServiceAnswers: a request that finds no responder
+// (the service is restarting, or its NATS node is away) is re-sent until
+// the service answers; with RetryFor < 0 it fails at once.
+func TestClientRetriesUntilServiceAnswers(t *testing.T) {
+	e := newEnv(t)
+	dir := filepath.Join(e.dir, "keys", "randomness.keys")
+	inputs := [][]byte{protocol.OPRFInput("query", "e1", "a")}
+
+	if _, err := (&Client{NC: e.nc, RetryFor: -1}).Evaluate(e.ctx, "e1", inputs); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("no service, no retries: %v, want ErrNoResponders", err)
+	}
+	started := make(chan func(), 1)
+	go func() {
+		time.Sleep(700 * time.Millisecond)
+		_, stop := e.serve(dir)
+		started <- stop
+	}()
+	c := &Client{NC: e.nc, Timeout: 2 * time.Second}
+	w, err := c.Evaluate(e.ctx, "e1", inputs)
+	(<-started)()
+	if err != nil {
+		t.Fatalf("Evaluate while the service starts late: %v", err)
+	}
+	if len(w) != 1 || len(w[0]) == 0 {
+		t.Fatalf("got %d outputs", len(w))
+	}
+	if _, err := (&Client{NC: e.nc, RetryFor: 300 * time.Millisecond}).Evaluate(e.ctx, "e2", inputs); err == nil ||
+		!strings.Contains(err.Error(), "no answer within") {
+		t.Fatalf("service gone, short retry budget: %v", err)
+	}
+}

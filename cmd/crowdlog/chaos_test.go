@@ -42,9 +42,10 @@ import (
 // (no NATS node stops).
 //
 // A stopped NATS node is never the one `crowdlog run` (ingest) or the
-// randomness service is connected to: an OPRF request in flight on a lost
-// connection is not retried (randomness.Client), so that would end the run;
-// relays ride the loss out (reconnect, redelivery after --ack-wait).
+// randomness service is connected to: the randomness client re-sends a
+// request that timed out (randomness.Client.RetryFor), but a request lost
+// with its connection only times out after 30 s, which would stall the
+// run; relays ride the loss out (reconnect, redelivery after --ack-wait).
 func TestChaos(t *testing.T) {
 	users := 120
 	if v, err := strconv.Atoi(os.Getenv("CROWDLOG_CHAOS_USERS")); err == nil && v > 0 {
