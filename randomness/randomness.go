@@ -246,27 +246,28 @@ func (c *Client) fetch(ctx context.Context, epoch string) ([]byte, error) {
 // with backoff, for up to RetryFor, while it times out or finds no
 // responder. Other errors, and ctx ending, return at once.
 func (c *Client) request(ctx context.Context, subject string, b []byte) (*nats.Msg, error) {
+	once := func() (*nats.Msg, error) {
+		rctx, cancel := context.WithTimeout(ctx, c.timeout())
+		defer cancel()
+		return c.NC.RequestWithContext(rctx, subject, b)
+	}
 	budget := c.RetryFor
+	if budget < 0 {
+		return once()
+	}
 	if budget == 0 {
 		budget = 5 * time.Minute
 	}
+	bctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
 	var m *nats.Msg
-	attempt := func() error {
-		rctx, cancel := context.WithTimeout(ctx, c.timeout())
-		defer cancel()
+	err := retry.Forever(bctx, slog.Default(), "randomness request", 100*time.Millisecond, 5*time.Second, func() error {
 		var err error
-		m, err = c.NC.RequestWithContext(rctx, subject, b)
-		if err == nil || ctx.Err() != nil || budget < 0 || !transient(err) {
+		if m, err = once(); err != nil && (ctx.Err() != nil || !transient(err)) {
 			return retry.Permanent(err)
 		}
 		return err
-	}
-	if budget < 0 {
-		return m, attempt()
-	}
-	bctx, cancel := context.WithTimeout(ctx, budget)
-	defer cancel()
-	err := retry.Forever(bctx, slog.Default(), "randomness request", 100*time.Millisecond, 5*time.Second, attempt)
+	})
 	if err != nil && ctx.Err() == nil && bctx.Err() != nil {
 		err = fmt.Errorf("no answer within %s of retries: %w", budget, err)
 	}

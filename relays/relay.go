@@ -161,14 +161,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	if len(r.Keys) == 0 {
 		return fmt.Errorf("relays: relay %s has no keys (load them with protocol.LoadKeyPair)", r.Name)
 	}
-	for _, k := range r.Keys {
-		if k == nil || k.Private == nil {
-			return fmt.Errorf("relays: relay %s: a key pair has no private key", r.Name)
-		}
-		// before the peel workers share it (see protocol.KeyPair.Prepare)
-		if err := k.Prepare(); err != nil {
-			return fmt.Errorf("relays: relay %s: key %d: %w", r.Name, k.ID, err)
-		}
+	// checks every key, and readies it before the peel workers share it
+	if err := protocol.PrepareKeys(r.Keys); err != nil {
+		return fmt.Errorf("relays: relay %s: %w", r.Name, err)
 	}
 	if r.JS == nil {
 		return fmt.Errorf("relays: relay %s has no JetStream context", r.Name)

@@ -134,11 +134,8 @@ func Run(ctx context.Context, brokers []string, reportsTopic, decryptedTopic str
 			if !late {
 				ap.Copies++
 			}
-			if s, ok := ids[r.ID]; ok {
-				if s.late && !late { // cannot happen in offset order; kept for safety
-					s.late = false
-				}
-				return
+			if _, ok := ids[r.ID]; ok {
+				return // a later copy: offsets ascend, so the first decided late
 			}
 			ids[r.ID] = &seen{partition: p, offset: m.Offset, tag: hex.EncodeToString(r.Tag[:]), late: late}
 			if late {
@@ -254,18 +251,18 @@ func readPartition(ctx context.Context, brokers []string, topic string, partitio
 	if err := r.SetOffset(first); err != nil {
 		return err
 	}
-	for {
+	for next := first; ; {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		m, err := r.FetchMessage(rctx)
 		cancel()
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-				return fmt.Errorf("audit: %s/%d: no record after offset %d of %d within 30 s", topic, partition, m.Offset, last)
+				return fmt.Errorf("audit: %s/%d: no record at offset %d (high watermark %d) within 30 s", topic, partition, next, last)
 			}
 			return fmt.Errorf("audit: %s/%d: %w", topic, partition, err)
 		}
 		fn(m)
-		if m.Offset+1 >= last {
+		if next = m.Offset + 1; next >= last {
 			return nil
 		}
 	}
