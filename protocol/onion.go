@@ -265,7 +265,7 @@ func SealLayer(pk PublicKey, hop Hop, inner []byte) ([]byte, error) {
 // sealLayer is SealLayer with the HPKE ephemeral key drawn from rnd (golden
 // test vectors pass a fixed reader: RFC 9180 DeriveKeyPair(ikmE)).
 func sealLayer(rnd io.Reader, pk PublicKey, hop Hop, inner []byte) ([]byte, error) {
-	w := writer{b: make([]byte, 0, len(inner)+64)}
+	w := writer{B: make([]byte, 0, len(inner)+64)}
 	w.u8(Version)
 	w.u8(byte(hop.Kind))
 	switch hop.Kind {
@@ -285,11 +285,11 @@ func sealLayer(rnd io.Reader, pk PublicKey, hop Hop, inner []byte) ([]byte, erro
 	}
 	w.bytes32(inner)
 	if hop.Kind == HopDeliver {
-		n, err := padTo(len(w.b))
+		n, err := padTo(len(w.B))
 		if err != nil {
 			return nil, err
 		}
-		w.b = append(w.b, make([]byte, n-len(w.b))...)
+		w.B = append(w.B, make([]byte, n-len(w.B))...)
 	}
 	snd, err := Suite.NewSender(pk.Key, onionInfo)
 	if err != nil {
@@ -300,7 +300,7 @@ func sealLayer(rnd io.Reader, pk PublicKey, hop Hop, inner []byte) ([]byte, erro
 		return nil, err
 	}
 	hdr := []byte{Version, pk.ID}
-	ct, err := sealer.Seal(w.b, hdr)
+	ct, err := sealer.Seal(w.B, hdr)
 	if err != nil {
 		return nil, err
 	}
@@ -345,7 +345,7 @@ func Peel(keys []*KeyPair, layer []byte) (Hop, []byte, error) {
 	if err != nil {
 		return Hop{}, nil, malformed("layer does not open with key %d (wrong key or tampered): %v", kp.ID, err)
 	}
-	r := reader{b: pt}
+	r := reader{B: pt}
 	r.version("layer")
 	hop := Hop{Kind: HopKind(r.u8("hop kind"))}
 	switch hop.Kind {
@@ -355,13 +355,13 @@ func Peel(keys []*KeyPair, layer []byte) (Hop, []byte, error) {
 		hop.Key = r.bytes8("kafka key")
 	case HopDeliver:
 	default:
-		if r.err == nil {
+		if r.Err == nil {
 			return Hop{}, nil, malformed("unknown hop kind %d", hop.Kind)
 		}
 	}
 	inner := r.bytes32("inner")
-	if r.err != nil {
-		return Hop{}, nil, r.err
+	if r.Err != nil {
+		return Hop{}, nil, r.Err
 	}
 	// the rest is padding (zeros for HopDeliver, nothing otherwise)
 	return hop, inner, nil

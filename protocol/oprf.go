@@ -21,8 +21,6 @@ const OPRFMode = oprf.VerifiableMode
 // MaxBatch is the largest number of OPRF elements in one randomness request.
 const MaxBatch = 4096
 
-// elementSize is the encoded size of a ristretto255 element.
-const elementSize = 32
 
 // PublicKeySize is the encoded size of an OPRF public key (a ristretto255
 // element).
@@ -77,7 +75,7 @@ func (q *RandomnessRequest) MarshalBinary() ([]byte, error) {
 	if len(q.Elements) > MaxBatch || len(q.Epoch) > 255 {
 		return nil, fmt.Errorf("protocol: randomness batch of %d exceeds %d (or epoch name too long)", len(q.Elements), MaxBatch)
 	}
-	w := writer{b: make([]byte, 0, 4+len(q.Epoch)+elementSize*len(q.Elements))}
+	w := writer{B: make([]byte, 0, 4+len(q.Epoch)+elementSize*len(q.Elements))}
 	w.u8(Version)
 	w.bytes8([]byte(q.Epoch))
 	w.u16(uint16(len(q.Elements)))
@@ -87,19 +85,19 @@ func (q *RandomnessRequest) MarshalBinary() ([]byte, error) {
 		}
 		w.raw(e)
 	}
-	return w.b, nil
+	return w.B, nil
 }
 
 // ParseRandomnessRequest decodes a request; errors wrap ErrMalformed.
 func ParseRandomnessRequest(b []byte) (*RandomnessRequest, error) {
-	r := reader{b: b}
+	r := reader{B: b}
 	r.version("randomness request")
 	q := &RandomnessRequest{Epoch: string(r.bytes8("epoch"))}
 	n := int(r.u16("count"))
 	if n > MaxBatch {
 		return nil, malformed("batch of %d exceeds %d", n, MaxBatch)
 	}
-	for i := 0; i < n && r.err == nil; i++ {
+	for i := 0; i < n && r.Err == nil; i++ {
 		q.Elements = append(q.Elements, r.take(elementSize, "element"))
 	}
 	if err := r.done("randomness request"); err != nil {
@@ -204,10 +202,10 @@ func writeStatus(w *writer, f Refusal) bool {
 }
 
 // readStatus reads what writeStatus wrote: ok for statusOK, otherwise the
-// refusal. Unknown statuses and empty messages set r.err.
+// refusal. Unknown statuses and empty messages set r.Err.
 func readStatus(r *reader) (ok bool, f Refusal) {
 	st := r.u8("status")
-	if r.err != nil {
+	if r.Err != nil {
 		return false, f
 	}
 	switch st {
@@ -215,12 +213,12 @@ func readStatus(r *reader) (ok bool, f Refusal) {
 		return true, f
 	case statusError, statusClosed, statusExpired, statusFuture:
 		msg := string(r.bytes16("error"))
-		if r.err == nil && (msg == "" || len(msg) > maxErrorMessage) {
-			r.err = malformed("error message of %d bytes (want 1..%d)", len(msg), maxErrorMessage)
+		if r.Err == nil && (msg == "" || len(msg) > maxErrorMessage) {
+			r.Err = malformed("error message of %d bytes (want 1..%d)", len(msg), maxErrorMessage)
 		}
 		return false, Refusal{Error: msg, Closed: st == statusClosed, Expired: st == statusExpired, Future: st == statusFuture}
 	}
-	r.err = malformed("unknown status %d", st)
+	r.Err = malformed("unknown status %d", st)
 	return false, f
 }
 
@@ -237,10 +235,10 @@ type RandomnessResponse struct {
 // 3 epoch expired, 4 epoch not started) ‖ (u16 count ‖ count×32 elements ‖
 // proof[64] | u16 len ‖ message).
 func (p *RandomnessResponse) MarshalBinary() ([]byte, error) {
-	w := writer{b: make([]byte, 0, 4+elementSize*len(p.Elements)+ProofSize)}
+	w := writer{B: make([]byte, 0, 4+elementSize*len(p.Elements)+ProofSize)}
 	w.u8(Version)
 	if writeStatus(&w, p.Refusal) {
-		return w.b, nil
+		return w.B, nil
 	}
 	if len(p.Elements) > MaxBatch {
 		return nil, fmt.Errorf("protocol: randomness batch of %d exceeds %d", len(p.Elements), MaxBatch)
@@ -256,12 +254,12 @@ func (p *RandomnessResponse) MarshalBinary() ([]byte, error) {
 		return nil, fmt.Errorf("protocol: proof of %d bytes, want %d", len(p.Proof), ProofSize)
 	}
 	w.raw(p.Proof)
-	return w.b, nil
+	return w.B, nil
 }
 
 // ParseRandomnessResponse decodes a response; errors wrap ErrMalformed.
 func ParseRandomnessResponse(b []byte) (*RandomnessResponse, error) {
-	r := reader{b: b}
+	r := reader{B: b}
 	r.version("randomness response")
 	p := &RandomnessResponse{}
 	ok, f := readStatus(&r)
@@ -270,7 +268,7 @@ func ParseRandomnessResponse(b []byte) (*RandomnessResponse, error) {
 		if n > MaxBatch {
 			return nil, malformed("batch of %d exceeds %d", n, MaxBatch)
 		}
-		for i := 0; i < n && r.err == nil; i++ {
+		for i := 0; i < n && r.Err == nil; i++ {
 			p.Elements = append(p.Elements, r.take(elementSize, "element"))
 		}
 		p.Proof = r.take(ProofSize, "proof")
@@ -297,12 +295,12 @@ func (q *PublicKeyRequest) MarshalBinary() ([]byte, error) {
 	w := writer{}
 	w.u8(Version)
 	w.bytes8([]byte(q.Epoch))
-	return w.b, nil
+	return w.B, nil
 }
 
 // ParsePublicKeyRequest decodes a request; errors wrap ErrMalformed.
 func ParsePublicKeyRequest(b []byte) (*PublicKeyRequest, error) {
-	r := reader{b: b}
+	r := reader{B: b}
 	r.version("public key request")
 	q := &PublicKeyRequest{Epoch: string(r.bytes8("epoch"))}
 	if err := r.done("public key request"); err != nil {
@@ -326,20 +324,20 @@ func (p *PublicKeyResponse) MarshalBinary() ([]byte, error) {
 	w := writer{}
 	w.u8(Version)
 	if writeStatus(&w, p.Refusal) {
-		return w.b, nil
+		return w.B, nil
 	}
 	if len(p.Epoch) > 255 || len(p.Key) != PublicKeySize {
 		return nil, fmt.Errorf("protocol: public key of %d bytes (want %d) or epoch name too long", len(p.Key), PublicKeySize)
 	}
 	w.bytes8([]byte(p.Epoch))
 	w.raw(p.Key)
-	return w.b, nil
+	return w.B, nil
 }
 
 // ParsePublicKeyResponse decodes a response; errors wrap ErrMalformed. The
 // key bytes are not validated here: use ParseOPRFPublicKey.
 func ParsePublicKeyResponse(b []byte) (*PublicKeyResponse, error) {
-	r := reader{b: b}
+	r := reader{B: b}
 	r.version("public key response")
 	p := &PublicKeyResponse{}
 	ok, f := readStatus(&r)

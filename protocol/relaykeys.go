@@ -28,12 +28,12 @@ func (q *RelayKeysRequest) MarshalBinary() ([]byte, error) {
 	w := writer{}
 	w.u8(Version)
 	w.bytes8([]byte(q.Relay))
-	return w.b, nil
+	return w.B, nil
 }
 
 // ParseRelayKeysRequest decodes a request; errors wrap ErrMalformed.
 func ParseRelayKeysRequest(b []byte) (*RelayKeysRequest, error) {
-	r := reader{b: b}
+	r := reader{B: b}
 	r.version("relay keys request")
 	q := &RelayKeysRequest{Relay: string(r.bytes8("relay name"))}
 	if err := r.done("relay keys request"); err != nil {
@@ -125,10 +125,10 @@ func (p *RelayKeysResponse) Lookup(id byte) ([]byte, bool) {
 // name ‖ u8 count ‖ count × (u8 key id ‖ u8 len ‖ public key) | u16 len ‖
 // message). Keys must be ascending by id, distinct, 32 bytes each.
 func (p *RelayKeysResponse) MarshalBinary() ([]byte, error) {
-	w := writer{b: make([]byte, 0, 4+len(p.Relay)+len(p.Keys)*(2+relayPublicKeySize))}
+	w := writer{B: make([]byte, 0, 4+len(p.Relay)+len(p.Keys)*(2+relayPublicKeySize))}
 	w.u8(Version)
 	if writeStatus(&w, Refusal{Error: p.Error}) {
-		return w.b, nil
+		return w.B, nil
 	}
 	if err := p.check(); err != nil {
 		return nil, err
@@ -139,24 +139,24 @@ func (p *RelayKeysResponse) MarshalBinary() ([]byte, error) {
 		w.u8(k.ID)
 		w.bytes8(k.Public)
 	}
-	return w.b, nil
+	return w.B, nil
 }
 
 // ParseRelayKeysResponse decodes an announcement; errors wrap ErrMalformed.
 // Public key bytes are length-checked only: compare them, or decode them
 // with the HPKE suite before use.
 func ParseRelayKeysResponse(b []byte) (*RelayKeysResponse, error) {
-	r := reader{b: b}
+	r := reader{B: b}
 	r.version("relay keys response")
 	p := &RelayKeysResponse{}
 	ok, f := readStatus(&r)
-	if r.err == nil && !ok && (f.Closed || f.Expired || f.Future) {
-		r.err = malformed("epoch status in a relay keys response")
+	if r.Err == nil && !ok && (f.Closed || f.Expired || f.Future) {
+		r.Err = malformed("epoch status in a relay keys response")
 	}
 	if ok {
 		p.Relay = string(r.bytes8("relay name"))
 		n := int(r.u8("key count"))
-		for i := 0; i < n && r.err == nil; i++ {
+		for i := 0; i < n && r.Err == nil; i++ {
 			k := RelayKey{ID: r.u8("key id")}
 			k.Public = r.bytes8("public key")
 			p.Keys = append(p.Keys, k)

@@ -253,17 +253,17 @@ func (p *Payload) MarshalBinary() ([]byte, error) {
 	if len(p.Primary) > MaxField || len(p.Secondary) > MaxField {
 		return nil, fmt.Errorf("protocol: artifact longer than %d bytes", MaxField)
 	}
-	w := writer{b: make([]byte, 0, 1+4+len(p.Primary)+len(p.Secondary)+16)}
+	w := writer{B: make([]byte, 0, 1+4+len(p.Primary)+len(p.Secondary)+16)}
 	w.u8(Version)
 	w.bytes16([]byte(p.Primary))
 	w.bytes16([]byte(p.Secondary))
 	w.raw(p.Unit[:])
-	return w.b, nil
+	return w.B, nil
 }
 
 // ParsePayload decodes MarshalBinary's output; errors wrap ErrMalformed.
 func ParsePayload(b []byte) (Payload, error) {
-	r := reader{b: b}
+	r := reader{B: b}
 	r.version("payload")
 	var p Payload
 	p.Primary = string(r.bytes16("primary"))
@@ -311,7 +311,7 @@ func (r *Report) MarshalBinary() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := writer{b: make([]byte, 0, 160+len(r.Commitment)+len(r.Ciphertext)+len(r.App)+len(r.Epoch))}
+	w := writer{B: make([]byte, 0, 160+len(r.Commitment)+len(r.Ciphertext)+len(r.App)+len(r.Epoch))}
 	w.u8(Version)
 	w.bytes8([]byte(r.App))
 	w.bytes8([]byte(r.Epoch))
@@ -324,7 +324,7 @@ func (r *Report) MarshalBinary() ([]byte, error) {
 	w.u16(r.K)
 	w.raw(r.Commitment)
 	w.bytes32(r.Ciphertext)
-	return w.b, nil
+	return w.B, nil
 }
 
 // ParseReport decodes MarshalBinary's output. Errors wrap ErrMalformed for
@@ -336,7 +336,7 @@ func ParseReport(b []byte) (*Report, error) {
 	if len(b) > MaxReport {
 		return nil, malformed("report of %d bytes exceeds %d", len(b), MaxReport)
 	}
-	rd := reader{b: b}
+	rd := reader{B: b}
 	rd.version("report")
 	r := &Report{}
 	r.App = string(rd.bytes8("app"))
@@ -348,7 +348,7 @@ func ParseReport(b []byte) (*Report, error) {
 	xb := rd.take(ScalarSize, "share x")
 	yb := rd.take(ScalarSize, "share y")
 	n := int(rd.u16("commitment count"))
-	if rd.err == nil && n != int(r.K) {
+	if rd.Err == nil && n != int(r.K) {
 		return nil, malformed("commitment of %d points for k=%d", n, r.K)
 	}
 	r.Commitment = rd.take(n*elementSize, "commitment")

@@ -7,12 +7,7 @@ import (
 	"github.com/cloudflare/circl/group"
 )
 
-// G is the prime-order group of the suite: ristretto255 (RFC 9496). Shares,
-// polynomial coefficients and the sealed secret are its scalars (32 bytes).
-var G = group.Ristretto255
 
-// ScalarSize is the encoded size of a ristretto255 scalar in bytes.
-const ScalarSize = 32
 
 // ErrThreshold is returned by Recover when fewer than k distinct shares are
 // given.

@@ -16,12 +16,12 @@ func malformed(format string, a ...any) error {
 }
 
 // writer appends length-prefixed fields to a byte slice.
-type writer struct{ b []byte }
+type writer struct{ B []byte }
 
-func (w *writer) u8(v byte)       { w.b = append(w.b, v) }
-func (w *writer) u16(v uint16)    { w.b = binary.BigEndian.AppendUint16(w.b, v) }
-func (w *writer) u32(v uint32)    { w.b = binary.BigEndian.AppendUint32(w.b, v) }
-func (w *writer) raw(p []byte)    { w.b = append(w.b, p...) }
+func (w *writer) u8(v byte)       { w.B = append(w.B, v) }
+func (w *writer) u16(v uint16)    { w.B = binary.BigEndian.AppendUint16(w.B, v) }
+func (w *writer) u32(v uint32)    { w.B = binary.BigEndian.AppendUint32(w.B, v) }
+func (w *writer) raw(p []byte)    { w.B = append(w.B, p...) }
 func (w *writer) bytes8(p []byte) { w.u8(byte(len(p))); w.raw(p) }
 func (w *writer) bytes16(p []byte) {
 	w.u16(uint16(len(p)))
@@ -34,26 +34,26 @@ func (w *writer) bytes32(p []byte) {
 
 // reader consumes fields; the first failure sticks in err.
 type reader struct {
-	b   []byte
-	err error
+	B   []byte
+	Err error
 }
 
 func (r *reader) fail(what string) {
-	if r.err == nil {
-		r.err = malformed("truncated %s", what)
+	if r.Err == nil {
+		r.Err = malformed("truncated %s", what)
 	}
 }
 
 func (r *reader) take(n int, what string) []byte {
-	if r.err != nil {
+	if r.Err != nil {
 		return nil
 	}
-	if n < 0 || n > len(r.b) {
+	if n < 0 || n > len(r.B) {
 		r.fail(what)
 		return nil
 	}
-	p := r.b[:n:n]
-	r.b = r.b[n:]
+	p := r.B[:n:n]
+	r.B = r.B[n:]
 	return p
 }
 
@@ -87,18 +87,18 @@ func (r *reader) bytes32(what string) []byte { return r.take(int(r.u32(what)), w
 
 // done reports the sticky error, or a malformed error when bytes remain.
 func (r *reader) done(what string) error {
-	if r.err != nil {
-		return r.err
+	if r.Err != nil {
+		return r.Err
 	}
-	if len(r.b) != 0 {
-		return malformed("%d trailing bytes after %s", len(r.b), what)
+	if len(r.B) != 0 {
+		return malformed("%d trailing bytes after %s", len(r.B), what)
 	}
 	return nil
 }
 
 func (r *reader) version(what string) {
 	v := r.u8(what + " version")
-	if r.err == nil && v != Version {
-		r.err = malformed("%s version %d, want %d (upgrade the sender or this service)", what, v, Version)
+	if r.Err == nil && v != Version {
+		r.Err = malformed("%s version %d, want %d (upgrade the sender or this service)", what, v, Version)
 	}
 }

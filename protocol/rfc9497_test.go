@@ -3,32 +3,10 @@ package protocol
 import (
 	"bytes"
 	"encoding/hex"
-	"encoding/json"
-	"os"
-	"strings"
 	"testing"
 
 	"github.com/cloudflare/circl/oprf"
 )
-
-func readJSON(t *testing.T, path string, v any) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func hexList(t *testing.T, s string) [][]byte {
-	var out [][]byte
-	for _, p := range strings.Split(s, ",") {
-		out = append(out, mustHex(t, p))
-	}
-	return out
-}
 
 // TestRFC9497Vectors runs RFC 9497's ristretto255-SHA512 VOPRF vectors
 // (testdata/rfc9497-ristretto255-sha512-voprf.json) through the calls
@@ -118,52 +96,6 @@ func TestRFC9497Vectors(t *testing.T) {
 		bad.Proof[0] ^= 1
 		if _, err := Finalize(&Blinded{pub: pub, fin: fin}, &bad); err == nil {
 			t.Fatalf("vector %d: tampered proof accepted", i)
-		}
-	}
-}
-
-// TestRFC9180Vectors runs RFC 9180 A.2.1 (our Suite, Base mode) through
-// circl's HPKE with the RFC's ikmR/ikmE: the derived keys, enc and the
-// ciphertexts of consecutive seals must match, and our Suite's receiver
-// must open them.
-func TestRFC9180Vectors(t *testing.T) {
-	var v struct {
-		Mode, KemID, KdfID, AeadID        int
-		Info, IkmR, IkmE, SkRm, PkRm, Enc string
-		Encryptions                       []struct{ Aad, Ct, Pt string }
-	}
-	readJSON(t, "testdata/rfc9180-x25519-sha256-chacha20poly1305-base.json", &v)
-	pk, sk := kemScheme.DeriveKeyPair(mustHex(t, v.IkmR))
-	if b, _ := pk.MarshalBinary(); hex.EncodeToString(b) != v.PkRm {
-		t.Fatalf("pkRm = %x, RFC %s", b, v.PkRm)
-	}
-	if b, _ := sk.MarshalBinary(); hex.EncodeToString(b) != v.SkRm {
-		t.Fatalf("skRm = %x, RFC %s", b, v.SkRm)
-	}
-	snd, err := Suite.NewSender(pk, mustHex(t, v.Info))
-	if err != nil {
-		t.Fatal(err)
-	}
-	enc, sealer, err := snd.Setup(bytes.NewReader(mustHex(t, v.IkmE)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if hex.EncodeToString(enc) != v.Enc {
-		t.Fatalf("enc = %x, RFC %s", enc, v.Enc)
-	}
-	rcv, _ := Suite.NewReceiver(sk, mustHex(t, v.Info))
-	opener, err := rcv.Setup(enc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, e := range v.Encryptions {
-		ct, err := sealer.Seal(mustHex(t, e.Pt), mustHex(t, e.Aad))
-		if err != nil || hex.EncodeToString(ct) != e.Ct {
-			t.Fatalf("encryption %d: ct = %x (%v), RFC %s", i, ct, err, e.Ct)
-		}
-		pt, err := opener.Open(mustHex(t, e.Ct), mustHex(t, e.Aad))
-		if err != nil || hex.EncodeToString(pt) != e.Pt {
-			t.Fatalf("encryption %d: open = %x (%v)", i, pt, err)
 		}
 	}
 }
