@@ -6,7 +6,8 @@ import (
 
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/pipelines"
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/star"
 )
 
 // BenchmarkApplyBundledLog is the verification overhead on real data: the
@@ -17,20 +18,20 @@ import (
 // short; it does not change the aggregator's work.
 func BenchmarkApplyBundledLog(b *testing.B) {
 	const users, k = 200, 5
-	key, _ := protocol.GenerateKeyPair(1)
+	key, _ := onion.GenerateKeyPair(1)
 	var msgs [][]byte
-	sealings := map[string]protocol.Sealing{}
+	sealings := map[string]star.Sealing{}
 	n := 0
 	_, err := aol.ReadUsers("../testdata/aol-top1000.tsv.gz", func(u aol.User) error {
 		if n++; n > users {
 			return nil
 		}
-		sec, _ := protocol.NewUserSecret()
+		sec, _ := star.NewUserSecret()
 		for _, a := range (pipelines.QueryApp{}).Mine(u.Records) {
 			s, ok := sealings[a.Primary]
 			if !ok {
 				var err error
-				if s, err = protocol.DeriveSealing(protocol.LocalOmega("query", "e1", a.Primary), "query", "e1", protocol.FTu, k); err != nil {
+				if s, err = star.DeriveSealing(star.LocalOmega("query", "e1", a.Primary), "query", "e1", star.FTu, k); err != nil {
 					return err
 				}
 				sealings[a.Primary] = s
@@ -48,7 +49,7 @@ func BenchmarkApplyBundledLog(b *testing.B) {
 	}
 	run := func(noVerify bool) (time.Duration, int64) {
 		start := time.Now()
-		p := NewPartition(0, 1, []*protocol.KeyPair{key})
+		p := NewPartition(0, 1, []*onion.KeyPair{key})
 		p.noVerify = noVerify
 		for _, m := range msgs {
 			p.Apply(Message{Value: m})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 
 	"github.com/segmentio/kafka-go"
 
@@ -46,7 +47,7 @@ const partitionHeader = "crowdlog-partition"
 type Service struct {
 	Brokers  []string
 	GroupID  string // default "crowdlog-aggregator"
-	Keys     []*protocol.KeyPair
+	Keys     []*onion.KeyPair
 	Logger   *slog.Logger
 	MaxBatch int           // messages per write/commit cycle; default 2000
 	MaxWait  time.Duration // flush a partial batch after this long; default 100 ms
@@ -123,7 +124,7 @@ func (s *Service) Run(ctx context.Context) error {
 		log = slog.Default()
 	}
 	// before the partition goroutines share them (protocol.KeyPair.Prepare)
-	if err := protocol.PrepareKeys(s.Keys); err != nil {
+	if err := onion.PrepareKeys(s.Keys); err != nil {
 		return fmt.Errorf("aggregator: %w", err)
 	}
 	s.pending = map[int]int{}

@@ -37,6 +37,9 @@ import (
 	"sort"
 
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/star"
+	"github.com/crowdlog/crowdlog/protocol/vss"
 )
 
 // Message is one record of the reports topic as the core sees it.
@@ -68,17 +71,17 @@ type groupKey struct{ tag, commit [32]byte }
 
 type tagState struct {
 	app, epoch string
-	policy     protocol.Policy
+	policy     star.Policy
 	k          int
 	key        *[32]byte
-	commit     *protocol.Commitment
+	commit     *vss.Commitment
 	suspect    bool // a batch check failed: every new share is verified on arrival
 	dead       bool // the commitment does not decode: every report is dropped
 	xs         map[[32]byte]struct{}
-	shares     []protocol.Share // distinct x, arrival order
+	shares     []vss.Share // distinct x, arrival order
 	seen       map[[16]byte]struct{}
-	pending    []*protocol.Report
-	poly       *protocol.Polynomial // after a verified recovery: the committed polynomial
+	pending    []*star.Report
+	poly       *vss.Polynomial // after a verified recovery: the committed polynomial
 }
 
 // MaxAttempts bounds the k-subsets tried per arriving share when recovery
@@ -91,7 +94,7 @@ const MaxAttempts = 64
 // what makes restart by replay exact.
 type Partition struct {
 	ID, Count int // partition number and the topic's partition count
-	Keys      []*protocol.KeyPair
+	Keys      []*onion.KeyPair
 	tags      map[groupKey]*tagState
 	closed    map[epochKey]bool
 	Stats     Stats
@@ -161,7 +164,7 @@ func (p *Partition) Pending() []PendingGroup {
 
 // NewPartition returns empty state for partition id of count, opening
 // aggregator layers with keys.
-func NewPartition(id, count int, keys []*protocol.KeyPair) *Partition {
+func NewPartition(id, count int, keys []*onion.KeyPair) *Partition {
 	return &Partition{ID: id, Count: count, Keys: keys, tags: map[groupKey]*tagState{},
 		closed: map[epochKey]bool{}, Stats: Stats{Dropped: map[string]int64{}}}
 }
@@ -191,20 +194,20 @@ func (p *Partition) Apply(m Message) []protocol.Decrypted {
 		}
 		return p.closeEpoch(c)
 	}
-	hop, inner, err := protocol.Peel(p.Keys, m.Value)
+	hop, inner, err := onion.Peel(p.Keys, m.Value)
 	if err != nil {
-		if errors.Is(err, protocol.ErrUnknownKey) {
+		if errors.Is(err, onion.ErrUnknownKey) {
 			p.drop("unknown-key")
 		} else {
 			p.drop("malformed")
 		}
 		return nil
 	}
-	if hop.Kind != protocol.HopDeliver {
+	if hop.Kind != onion.HopDeliver {
 		p.drop("malformed")
 		return nil
 	}
-	r, err := protocol.ParseReport(inner)
+	r, err := star.ParseReport(inner)
 	if err != nil {
 		p.drop("malformed")
 		return nil
@@ -217,15 +220,15 @@ func (p *Partition) Apply(m Message) []protocol.Decrypted {
 // tests use it to skip HPKE. Same rules and counters as Apply: a report id
 // seen before in its group is dropped as "duplicate", so a replayed report
 // never adds an impression.
-func (p *Partition) ApplyReport(r *protocol.Report) []protocol.Decrypted {
+func (p *Partition) ApplyReport(r *star.Report) []protocol.Decrypted {
 	if p.closed[epochKey{r.App, r.Epoch}] {
 		p.drop("late")
 		return nil
 	}
-	gk := groupKey{tag: r.Tag, commit: protocol.CommitmentHash(r.Commitment)}
+	gk := groupKey{tag: r.Tag, commit: vss.CommitmentHash(r.Commitment)}
 	t := p.tags[gk]
 	if t == nil {
-		c, err := protocol.NewCommitment(r.Commitment, int(r.K))
+		c, err := vss.NewCommitment(r.Commitment, int(r.K))
 		if err != nil { // ParseReport checked the size; kept for safety
 			p.drop("malformed")
 			return nil
@@ -252,7 +255,7 @@ func (p *Partition) ApplyReport(r *protocol.Report) []protocol.Decrypted {
 			return nil
 		}
 		p.Stats.Reports++
-		return p.open(t, []*protocol.Report{r})
+		return p.open(t, []*star.Report{r})
 	}
 	x := xKey(r.Share)
 	if _, ok := t.xs[x]; ok {
@@ -294,7 +297,7 @@ func (p *Partition) ApplyReport(r *protocol.Report) []protocol.Decrypted {
 	return out
 }
 
-func xKey(s protocol.Share) [32]byte {
+func xKey(s vss.Share) [32]byte {
 	var x [32]byte
 	xb, _ := s.X.MarshalBinary()
 	copy(x[:], xb)
@@ -313,7 +316,7 @@ func xKey(s protocol.Share) [32]byte {
 // verified x with another y are dropped ("bad-share") before anything is
 // decrypted.
 func (p *Partition) recoverVerified(t *tagState) bool {
-	f, err := protocol.Interpolate(t.shares[:t.k])
+	f, err := vss.Interpolate(t.shares[:t.k])
 	if err != nil { // distinct non-zero x were checked on arrival; kept for safety
 		p.Stats.FailedRecover++
 		return false
@@ -333,7 +336,7 @@ func (p *Partition) recoverVerified(t *tagState) bool {
 			return p.recoverVerified(t) // every share now verified alone
 		}
 	}
-	key := protocol.KeyFromSecret(t.pending[0].Tag, f.Secret())
+	key := star.KeyFromSecret(t.pending[0].Tag, f.Secret())
 	t.key, t.poly = &key, &f
 	p.dropBadRepeats(t)
 	return true
@@ -345,7 +348,7 @@ func (p *Partition) dropBadRepeats(t *tagState) {
 	if len(t.pending) == len(t.shares) { // no repeats: each report carries one share
 		return
 	}
-	byX := make(map[[32]byte]protocol.Share, len(t.shares))
+	byX := make(map[[32]byte]vss.Share, len(t.shares))
 	for _, s := range t.shares {
 		byX[xKey(s)] = s
 	}
@@ -364,7 +367,7 @@ func (p *Partition) dropBadRepeats(t *tagState) {
 // laterShareOK checks the share of a report that arrives after its group
 // recovered: y == f(x) for the verified polynomial f, which is Feldman's
 // equation without group operations.
-func (p *Partition) laterShareOK(t *tagState, s protocol.Share) bool {
+func (p *Partition) laterShareOK(t *tagState, s vss.Share) bool {
 	return t.poly.Contains(s)
 }
 
@@ -428,16 +431,16 @@ func (p *Partition) recover(t *tagState) bool {
 	for i := range idx {
 		idx[i] = i
 	}
-	sub := make([]protocol.Share, t.k)
+	sub := make([]vss.Share, t.k)
 	for attempt := 0; attempt < MaxAttempts; attempt++ {
 		for i, j := range idx {
 			sub[i] = t.shares[j]
 		}
 		sub[t.k-1] = newest
-		if f, err := protocol.Interpolate(sub); err == nil {
-			key := protocol.KeyFromSecret(t.pending[0].Tag, f.Secret())
+		if f, err := vss.Interpolate(sub); err == nil {
+			key := star.KeyFromSecret(t.pending[0].Tag, f.Secret())
 			for _, r := range t.pending {
-				if _, err := protocol.OpenPayload(key, r); err == nil {
+				if _, err := star.OpenPayload(key, r); err == nil {
 					t.key = &key
 					return true
 				}
@@ -467,10 +470,10 @@ func nextCombination(idx []int, n int) bool {
 	return false
 }
 
-func (p *Partition) open(t *tagState, reports []*protocol.Report) []protocol.Decrypted {
+func (p *Partition) open(t *tagState, reports []*star.Report) []protocol.Decrypted {
 	out := make([]protocol.Decrypted, 0, len(reports))
 	for _, r := range reports {
-		pl, err := protocol.OpenPayload(*t.key, r)
+		pl, err := star.OpenPayload(*t.key, r)
 		if err != nil {
 			p.drop("bad-ciphertext")
 			continue
@@ -493,7 +496,7 @@ func (p *Partition) closeEpoch(c protocol.EpochClose) []protocol.Decrypted {
 		return []protocol.Decrypted{p.closedMarker(c)}
 	}
 	type pk struct {
-		policy protocol.Policy
+		policy star.Policy
 		k      int
 	}
 	type rk struct{ reports, shares uint64 }

@@ -8,25 +8,27 @@ import (
 	"time"
 
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/star"
 )
 
-func wrap(t testing.TB, key *protocol.KeyPair, r *protocol.Report) []byte {
+func wrap(t testing.TB, key *onion.KeyPair, r *star.Report) []byte {
 	t.Helper()
 	b, err := r.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := protocol.SealLayer(key.PublicKey(), protocol.Hop{Kind: protocol.HopDeliver}, b)
+	l, err := onion.SealLayer(key.PublicKey(), onion.Hop{Kind: onion.HopDeliver}, b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return l
 }
 
-func sealing(t testing.TB, artifact string, pol protocol.Policy, k int) protocol.Sealing {
+func sealing(t testing.TB, artifact string, pol star.Policy, k int) star.Sealing {
 	omega := make([]byte, 64)
 	copy(omega, artifact) // stands in for the OPRF output: one ω per artifact
-	s, err := protocol.DeriveSealing(omega, "query", "e1", pol, k)
+	s, err := star.DeriveSealing(omega, "query", "e1", pol, k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,16 +38,16 @@ func sealing(t testing.TB, artifact string, pol protocol.Policy, k int) protocol
 // TestThresholdFTu: artifact i is reported by i users, each twice; exactly the
 // artifacts with at least k users open, with every report as an impression.
 func TestThresholdFTu(t *testing.T) {
-	key, _ := protocol.GenerateKeyPair(1)
+	key, _ := onion.GenerateKeyPair(1)
 	const k = 4
-	p := NewPartition(0, 1, []*protocol.KeyPair{key})
+	p := NewPartition(0, 1, []*onion.KeyPair{key})
 	got := map[string]int{}
 	var dup []byte
 	for users := 1; users <= 6; users++ {
 		art := fmt.Sprintf("artifact-%d", users)
-		s := sealing(t, art, protocol.FTu, k)
+		s := sealing(t, art, star.FTu, k)
 		for u := 0; u < users; u++ {
-			sec, _ := protocol.NewUserSecret()
+			sec, _ := star.NewUserSecret()
 			for rep := 0; rep < 2; rep++ {
 				r, _ := s.Seal(&sec, art, art)
 				l := wrap(t, key, r)
@@ -92,13 +94,13 @@ func TestThresholdFTu(t *testing.T) {
 // honest reports. Without verification (baseline) the AEAD subset search
 // gets there too, but opens the poisoned report's ciphertext as well.
 func TestPoisonedShare(t *testing.T) {
-	key, _ := protocol.GenerateKeyPair(1)
+	key, _ := onion.GenerateKeyPair(1)
 	const k = 3
 	for _, noVerify := range []bool{false, true} {
-		p := NewPartition(0, 1, []*protocol.KeyPair{key})
+		p := NewPartition(0, 1, []*onion.KeyPair{key})
 		p.noVerify = noVerify
-		s := sealing(t, "weather", protocol.FTa, k)
-		u, _ := protocol.NewUserSecret()
+		s := sealing(t, "weather", star.FTa, k)
+		u, _ := star.NewUserSecret()
 		r, _ := s.Seal(&u, "weather", "weather")
 		r.Share.Y = protocol.G.RandomScalar(rand.Reader) // poisoned
 		opened := 0
@@ -121,12 +123,12 @@ func TestPoisonedShare(t *testing.T) {
 // TestTamperedShareRejected: once a group is suspect, a tampered share is
 // rejected on arrival — before it can take part in a recovery — and counted.
 func TestTamperedShareRejected(t *testing.T) {
-	key, _ := protocol.GenerateKeyPair(1)
+	key, _ := onion.GenerateKeyPair(1)
 	const k = 3
-	p := NewPartition(0, 1, []*protocol.KeyPair{key})
-	s := sealing(t, "weather", protocol.FTu, k)
+	p := NewPartition(0, 1, []*onion.KeyPair{key})
+	s := sealing(t, "weather", star.FTu, k)
 	seal := func(tamper bool) []byte {
-		u, _ := protocol.NewUserSecret()
+		u, _ := star.NewUserSecret()
 		r, _ := s.Seal(&u, "weather", "weather")
 		if tamper {
 			r.Share.Y.Add(r.Share.Y, protocol.G.NewScalar().SetUint64(1))
@@ -163,14 +165,14 @@ func TestTamperedShareRejected(t *testing.T) {
 // verification the honest artifact opens at exactly k honest users; the
 // baseline AEAD subset search (MaxAttempts subsets per share) is blocked.
 func TestPoisonerCannotBlock(t *testing.T) {
-	key, _ := protocol.GenerateKeyPair(1)
+	key, _ := onion.GenerateKeyPair(1)
 	const k, flood = 5, 30
 	for _, noVerify := range []bool{false, true} {
-		p := NewPartition(0, 1, []*protocol.KeyPair{key})
+		p := NewPartition(0, 1, []*onion.KeyPair{key})
 		p.noVerify = noVerify
-		s := sealing(t, "weather", protocol.FTu, k)
+		s := sealing(t, "weather", star.FTu, k)
 		for i := 0; i < flood; i++ {
-			u, _ := protocol.NewUserSecret()
+			u, _ := star.NewUserSecret()
 			r, _ := s.Seal(&u, "poison", "poison")
 			r.Share.Y = protocol.G.RandomScalar(rand.Reader)
 			if out := p.Apply(Message{Value: wrap(t, key, r)}); len(out) != 0 {
@@ -179,7 +181,7 @@ func TestPoisonerCannotBlock(t *testing.T) {
 		}
 		openedAt := 0
 		for users := 1; users <= k; users++ {
-			u, _ := protocol.NewUserSecret()
+			u, _ := star.NewUserSecret()
 			r, _ := s.Seal(&u, "weather", "weather")
 			for _, d := range p.Apply(Message{Value: wrap(t, key, r)}) {
 				if d.Item != "weather" {
@@ -206,14 +208,14 @@ func TestPoisonerCannotBlock(t *testing.T) {
 // honest payloads, k−1 poisoner reports stay pending as their own group, and
 // even k poisoner reports (k Sybils) open only their own group.
 func TestPoisonerOwnPolynomial(t *testing.T) {
-	key, _ := protocol.GenerateKeyPair(1)
+	key, _ := onion.GenerateKeyPair(1)
 	const k = 4
 	for _, poisoners := range []int{k - 1, k} {
-		p := NewPartition(0, 1, []*protocol.KeyPair{key})
-		honest := sealing(t, "weather", protocol.FTu, k)
-		evil := sealing(t, "evil", protocol.FTu, k).WithTag(honest.Tag)
-		send := func(s protocol.Sealing, item string) []protocol.Decrypted {
-			u, _ := protocol.NewUserSecret()
+		p := NewPartition(0, 1, []*onion.KeyPair{key})
+		honest := sealing(t, "weather", star.FTu, k)
+		evil := sealing(t, "evil", star.FTu, k).WithTag(honest.Tag)
+		send := func(s star.Sealing, item string) []protocol.Decrypted {
+			u, _ := star.NewUserSecret()
 			r, _ := s.Seal(&u, item, item)
 			return p.Apply(Message{Value: wrap(t, key, r)})
 		}
@@ -250,11 +252,11 @@ func TestPoisonerOwnPolynomial(t *testing.T) {
 // TestBadCommitment: a commitment whose points do not decode is dropped as a
 // group, never recovered, and does not disturb the honest group of its tag.
 func TestBadCommitment(t *testing.T) {
-	key, _ := protocol.GenerateKeyPair(1)
+	key, _ := onion.GenerateKeyPair(1)
 	const k = 2
-	p := NewPartition(0, 1, []*protocol.KeyPair{key})
-	s := sealing(t, "weather", protocol.FTa, k)
-	u, _ := protocol.NewUserSecret()
+	p := NewPartition(0, 1, []*onion.KeyPair{key})
+	s := sealing(t, "weather", star.FTa, k)
+	u, _ := star.NewUserSecret()
 	for i := 0; i < k+1; i++ {
 		r, _ := s.Seal(&u, "junk", "junk")
 		r.Commitment = bytes.Repeat([]byte{0xff}, len(r.Commitment))
@@ -276,11 +278,11 @@ func TestBadCommitment(t *testing.T) {
 }
 
 func TestMalformedDropped(t *testing.T) {
-	key, _ := protocol.GenerateKeyPair(1)
-	other, _ := protocol.GenerateKeyPair(2)
-	p := NewPartition(0, 1, []*protocol.KeyPair{key})
-	s := sealing(t, "x", protocol.FTa, 1)
-	u, _ := protocol.NewUserSecret()
+	key, _ := onion.GenerateKeyPair(1)
+	other, _ := onion.GenerateKeyPair(2)
+	p := NewPartition(0, 1, []*onion.KeyPair{key})
+	s := sealing(t, "x", star.FTa, 1)
+	u, _ := star.NewUserSecret()
 	r, _ := s.Seal(&u, "x", "x")
 	for _, v := range [][]byte{nil, {1}, []byte("garbage garbage garbage garbage garbage garbage"), wrap(t, other, r)} {
 		if out := p.Apply(Message{Value: v}); out != nil {
@@ -296,14 +298,14 @@ func TestMalformedDropped(t *testing.T) {
 }
 
 func FuzzApply(f *testing.F) {
-	key, _ := protocol.GenerateKeyPair(1)
-	s := sealing(f, "x", protocol.FTa, 2)
-	u, _ := protocol.NewUserSecret()
+	key, _ := onion.GenerateKeyPair(1)
+	s := sealing(f, "x", star.FTa, 2)
+	u, _ := star.NewUserSecret()
 	r, _ := s.Seal(&u, "x", "x")
 	f.Add(wrap(f, key, r), false)
 	f.Add([]byte(`{"app":"a","epoch":"e"}`), true)
 	f.Fuzz(func(t *testing.T, b []byte, control bool) {
-		p := NewPartition(0, 1, []*protocol.KeyPair{key})
+		p := NewPartition(0, 1, []*onion.KeyPair{key})
 		p.Apply(Message{Value: b, Control: control})
 	})
 }
@@ -323,21 +325,21 @@ func FuzzApply(f *testing.F) {
 // without; verify-% = throughput with verification as a percentage of
 // throughput without (target ≥ 80, issue 3).
 func BenchmarkApply(b *testing.B) {
-	key, _ := protocol.GenerateKeyPair(1)
+	key, _ := onion.GenerateKeyPair(1)
 	for _, c := range []struct{ k, perArtifact int }{{2, 2}, {5, 5}, {10, 10}, {5, 15}} {
 		artifacts := 1000 / c.perArtifact
 		var msgs [][]byte
 		for a := 0; a < artifacts; a++ {
-			s := sealing(b, fmt.Sprintf("artifact-%d", a), protocol.FTu, c.k)
+			s := sealing(b, fmt.Sprintf("artifact-%d", a), star.FTu, c.k)
 			for u := 0; u < c.perArtifact; u++ {
-				sec, _ := protocol.NewUserSecret()
+				sec, _ := star.NewUserSecret()
 				r, _ := s.Seal(&sec, "x", "x")
 				msgs = append(msgs, wrap(b, key, r))
 			}
 		}
 		run := func(b *testing.B, noVerify bool) time.Duration {
 			start := time.Now()
-			p := NewPartition(0, 1, []*protocol.KeyPair{key})
+			p := NewPartition(0, 1, []*onion.KeyPair{key})
 			p.noVerify = noVerify
 			for _, m := range msgs {
 				p.Apply(Message{Value: m})
@@ -374,13 +376,13 @@ func BenchmarkApply(b *testing.B) {
 // fails, its k shares are checked one by one, and its last honest share is
 // checked alone on arrival.
 func BenchmarkApplyAttacked(b *testing.B) {
-	key, _ := protocol.GenerateKeyPair(1)
+	key, _ := onion.GenerateKeyPair(1)
 	const k = 5
 	var msgs [][]byte
 	for a := 0; a < 100; a++ {
-		s := sealing(b, fmt.Sprintf("artifact-%d", a), protocol.FTu, k)
+		s := sealing(b, fmt.Sprintf("artifact-%d", a), star.FTu, k)
 		for u := 0; u <= k; u++ {
-			sec, _ := protocol.NewUserSecret()
+			sec, _ := star.NewUserSecret()
 			r, _ := s.Seal(&sec, "x", "x")
 			if u == 0 {
 				r.Share.Y = protocol.G.RandomScalar(rand.Reader)
@@ -389,7 +391,7 @@ func BenchmarkApplyAttacked(b *testing.B) {
 		}
 	}
 	for i := 0; i < b.N; i += len(msgs) {
-		p := NewPartition(0, 1, []*protocol.KeyPair{key})
+		p := NewPartition(0, 1, []*onion.KeyPair{key})
 		for _, m := range msgs {
 			p.Apply(Message{Value: m})
 		}

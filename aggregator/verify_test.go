@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/star"
 )
 
 // TestEveryDecryptedShareVerified: reports of one artifact arrive in random
@@ -19,20 +21,20 @@ import (
 // report is either decrypted or dropped as "bad-share". (Under FT_u an
 // untampered repeat of a user whose share was tampered may go with it.)
 func TestEveryDecryptedShareVerified(t *testing.T) {
-	key, _ := protocol.GenerateKeyPair(1)
-	for _, pol := range []protocol.Policy{protocol.FTa, protocol.FTu} {
+	key, _ := onion.GenerateKeyPair(1)
+	for _, pol := range []star.Policy{star.FTa, star.FTu} {
 		for _, k := range []int{1, 2, 5} {
 			for trial := 0; trial < 4; trial++ {
 				t.Run(fmt.Sprintf("%v/k=%d/%d", pol, k, trial), func(t *testing.T) {
-					p := NewPartition(0, 1, []*protocol.KeyPair{key})
+					p := NewPartition(0, 1, []*onion.KeyPair{key})
 					s := sealing(t, "weather", pol, k)
 					type sent struct {
-						r              *protocol.Report
+						r              *star.Report
 						tampered, core bool
 					}
 					var msgs []sent
 					for u := 0; u < k+3; u++ {
-						sec, _ := protocol.NewUserSecret()
+						sec, _ := star.NewUserSecret()
 						for rep := 0; rep < 3; rep++ {
 							r, _ := s.Seal(&sec, "weather", "weather")
 							tampered := u >= k && mrand.IntN(2) == 0
@@ -72,11 +74,11 @@ func TestEveryDecryptedShareVerified(t *testing.T) {
 // is not on the committed polynomial is dropped, not decrypted, even though
 // its ciphertext would open; honest later reports still open.
 func TestLaterTamperedShare(t *testing.T) {
-	key, _ := protocol.GenerateKeyPair(1)
+	key, _ := onion.GenerateKeyPair(1)
 	const k = 3
-	p := NewPartition(0, 1, []*protocol.KeyPair{key})
-	s := sealing(t, "weather", protocol.FTa, k)
-	u, _ := protocol.NewUserSecret()
+	p := NewPartition(0, 1, []*onion.KeyPair{key})
+	s := sealing(t, "weather", star.FTa, k)
+	u, _ := star.NewUserSecret()
 	opened := 0
 	for i := 0; i < k; i++ {
 		r, _ := s.Seal(&u, "weather", "weather")
@@ -104,13 +106,13 @@ func TestLaterTamperedShare(t *testing.T) {
 // same x but another y, pending when the group opens, is dropped and its
 // report not decrypted.
 func TestTamperedRepeat(t *testing.T) {
-	key, _ := protocol.GenerateKeyPair(1)
+	key, _ := onion.GenerateKeyPair(1)
 	const k = 3
-	p := NewPartition(0, 1, []*protocol.KeyPair{key})
-	s := sealing(t, "weather", protocol.FTu, k)
+	p := NewPartition(0, 1, []*onion.KeyPair{key})
+	s := sealing(t, "weather", star.FTu, k)
 	var out []protocol.Decrypted
 	for u := 0; u < k; u++ {
-		sec, _ := protocol.NewUserSecret()
+		sec, _ := star.NewUserSecret()
 		r, _ := s.Seal(&sec, "weather", "weather")
 		out = append(out, p.Apply(Message{Value: wrap(t, key, r)})...)
 		if u == 0 { // a repeat of user 0 with a tampered y

@@ -19,6 +19,8 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/pipelines"
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/star"
 	"github.com/crowdlog/crowdlog/release"
 )
 
@@ -73,11 +75,11 @@ func buildFixture() (*fixture, error) {
 	}
 	f := &fixture{seed: make([]byte, 32), truth: map[string]string{}, released: map[string]bool{}}
 	rand.Read(f.seed)
-	key, _ := protocol.GenerateKeyPair(1)
-	f.hash = aggregator.NewPartition(0, 1, []*protocol.KeyPair{key})
-	f.oprf = aggregator.NewPartition(0, 1, []*protocol.KeyPair{key})
+	key, _ := onion.GenerateKeyPair(1)
+	f.hash = aggregator.NewPartition(0, 1, []*onion.KeyPair{key})
+	f.oprf = aggregator.NewPartition(0, 1, []*onion.KeyPair{key})
 	oprfOmega := KeyOmega(f.seed)
-	type pair struct{ hash, oprf *protocol.Sealing }
+	type pair struct{ hash, oprf *star.Sealing }
 	sealings := map[string]pair{}
 	auxUsers, auxHits := map[string]int{}, map[string]int{}
 	all := map[string]bool{}
@@ -101,11 +103,11 @@ func buildFixture() (*fixture, error) {
 			return nil
 		}
 		f.targetUsers++
-		sec, _ := protocol.NewUserSecret()
+		sec, _ := star.NewUserSecret()
 		for _, a := range arts {
 			s, ok := sealings[a.Primary]
 			if !ok {
-				hs, err := protocol.DeriveSealing(protocol.LocalOmega(fxApp, fxEpoch, a.Primary), fxApp, fxEpoch, protocol.FTu, fxK)
+				hs, err := star.DeriveSealing(star.LocalOmega(fxApp, fxEpoch, a.Primary), fxApp, fxEpoch, star.FTu, fxK)
 				if err != nil {
 					return err
 				}
@@ -113,7 +115,7 @@ func buildFixture() (*fixture, error) {
 				if err != nil {
 					return err
 				}
-				os, err := protocol.DeriveSealing(w, fxApp, fxEpoch, protocol.FTu, fxK)
+				os, err := star.DeriveSealing(w, fxApp, fxEpoch, star.FTu, fxK)
 				if err != nil {
 					return err
 				}
@@ -122,7 +124,7 @@ func buildFixture() (*fixture, error) {
 				f.truth[hex.EncodeToString(os.Tag[:])] = a.Primary
 			}
 			for _, m := range []struct {
-				s   *protocol.Sealing
+				s   *star.Sealing
 				p   *aggregator.Partition
 				out *[]protocol.Decrypted
 			}{{s.hash, f.hash, &f.hashItems}, {s.oprf, f.oprf, &f.items}} {
@@ -190,8 +192,8 @@ func TestProbe(t *testing.T) {
 		t.Fatalf("hash mode: found %d of %d pending artifacts, want all (the probe must succeed in hash mode)", res.Found, res.Pending)
 	}
 	for tag, a := range res.Artifacts { // every identification is right
-		w := protocol.LocalOmega(fxApp, fxEpoch, a)
-		if TagHex(w, protocol.FTu, fxK) != tag {
+		w := star.LocalOmega(fxApp, fxEpoch, a)
+		if TagHex(w, star.FTu, fxK) != tag {
 			t.Fatal("hash-mode probe identified a tag wrongly")
 		}
 	}
@@ -266,12 +268,12 @@ func TestFrequencySummary(t *testing.T) {
 		t.Fatalf("coarsening did not reduce the leak: exact %d/%d/%d, coarse %d/%d/%d", rows, ident, matched, crows, cident, cmatched)
 	}
 	// the aggregator's coarse summary is exactly what SummaryLeak modelled
-	key, _ := protocol.GenerateKeyPair(1)
-	p := aggregator.NewPartition(0, 1, []*protocol.KeyPair{key})
+	key, _ := onion.GenerateKeyPair(1)
+	p := aggregator.NewPartition(0, 1, []*onion.KeyPair{key})
 	p.CoarseSummary = true
 	for _, n := range []int{1, 3, 6, 7, 9} {
-		s, _ := protocol.DeriveSealing(protocol.LocalOmega(fxApp, "coarse", string(rune('a'+n))), fxApp, "coarse", protocol.FTa, 1000)
-		u, _ := protocol.NewUserSecret()
+		s, _ := star.DeriveSealing(star.LocalOmega(fxApp, "coarse", string(rune('a'+n))), fxApp, "coarse", star.FTa, 1000)
+		u, _ := star.NewUserSecret()
 		for i := 0; i < n; i++ {
 			r, _ := s.Seal(&u, "x", "x")
 			p.ApplyReport(r)
@@ -292,19 +294,19 @@ func TestFrequencySummary(t *testing.T) {
 // client) opens it: the attacker reads the real user's report. Known open
 // problem (CrowdLogging §5.4, STAR §7); no mechanism in crowdlog stops it.
 func TestSybil(t *testing.T) {
-	key, _ := protocol.GenerateKeyPair(1)
-	p := aggregator.NewPartition(0, 1, []*protocol.KeyPair{key})
+	key, _ := onion.GenerateKeyPair(1)
+	p := aggregator.NewPartition(0, 1, []*onion.KeyPair{key})
 	seed := make([]byte, 32)
 	rand.Read(seed)
 	q := "unique query " + hex.EncodeToString(seed[:4])
 	w, _ := KeyOmega(seed)(fxApp, fxEpoch, q)
-	s, _ := protocol.DeriveSealing(w, fxApp, fxEpoch, protocol.FTu, fxK)
-	real, _ := protocol.NewUserSecret()
+	s, _ := star.DeriveSealing(w, fxApp, fxEpoch, star.FTu, fxK)
+	real, _ := star.NewUserSecret()
 	r, _ := s.Seal(&real, q, "the real user's original form")
 	var out []protocol.Decrypted
 	out = append(out, p.ApplyReport(r)...)
 	for i := 0; i < fxK-1; i++ {
-		sybil, _ := protocol.NewUserSecret()
+		sybil, _ := star.NewUserSecret()
 		r, _ := s.Seal(&sybil, q, "sybil")
 		out = append(out, p.ApplyReport(r)...)
 	}
@@ -363,12 +365,12 @@ func TestLinking(t *testing.T) {
 		}
 	}
 	// one user's units for many artifacts: bitwise unrelated
-	var u protocol.UserSecret
+	var u star.UserSecret
 	rand.Read(u[:])
 	var total, pairs int
 	var prev [16]byte
 	for i := 0; i < 200; i++ {
-		s, _ := protocol.DeriveSealing(protocol.LocalOmega(fxApp, fxEpoch, string(rune(i+'0'))), fxApp, fxEpoch, protocol.FTu, fxK)
+		s, _ := star.DeriveSealing(star.LocalOmega(fxApp, fxEpoch, string(rune(i+'0'))), fxApp, fxEpoch, star.FTu, fxK)
 		unit := s.UnitID(&u)
 		if i > 0 {
 			for j := range unit {

@@ -7,7 +7,7 @@ import (
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/pipelines"
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/star"
 )
 
 // Count is an artifact's frequency in an auxiliary log: distinct users and
@@ -129,8 +129,8 @@ func abs(x int) int {
 }
 
 // TagHex is the hex tag a pending group would carry for ω.
-func TagHex(omega []byte, policy protocol.Policy, k int) string {
-	t := protocol.TagFromOmega(omega, policy, k)
+func TagHex(omega []byte, policy star.Policy, k int) string {
+	t := star.TagFromOmega(omega, policy, k)
 	return hex.EncodeToString(t[:])
 }
 

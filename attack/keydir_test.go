@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/oprf"
 	"github.com/crowdlog/crowdlog/randomness"
 )
 
@@ -23,16 +23,16 @@ func TestKeyDirOmega(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := protocol.OPRFInput("query", "2006-03", "some artifact")
-	bl, q, err := protocol.Blind(sk.Public(), "2006-03", [][]byte{in})
+	in := oprf.OPRFInput("query", "2006-03", "some artifact")
+	bl, q, err := oprf.Blind(sk.Public(), "2006-03", [][]byte{in})
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := protocol.Evaluate(sk, q)
+	resp, err := oprf.Evaluate(sk, q)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := protocol.Finalize(bl, resp)
+	want, err := oprf.Finalize(bl, resp)
 	if err != nil {
 		t.Fatal(err)
 	}

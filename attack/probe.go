@@ -6,10 +6,11 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/cloudflare/circl/oprf"
+	circloprf "github.com/cloudflare/circl/oprf"
 
 	"github.com/crowdlog/crowdlog/aggregator"
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/oprf"
+	"github.com/crowdlog/crowdlog/protocol/star"
 	"github.com/crowdlog/crowdlog/randomness"
 )
 
@@ -20,7 +21,7 @@ type Omega func(app, epoch, artifact string) ([]byte, error)
 
 // LocalOmegaFunc is protocol.LocalOmega as an Omega: what anyone can compute.
 func LocalOmegaFunc(app, epoch, artifact string) ([]byte, error) {
-	return protocol.LocalOmega(app, epoch, artifact), nil
+	return star.LocalOmega(app, epoch, artifact), nil
 }
 
 // KeyOmega evaluates the OPRF directly under the epoch keys derived from a
@@ -29,18 +30,18 @@ func LocalOmegaFunc(app, epoch, artifact string) ([]byte, error) {
 // a thief of keys/randomness.seed (the older layout, where every epoch key
 // was derived from one seed).
 func KeyOmega(seed []byte) Omega {
-	servers := map[string]oprf.VerifiableServer{}
+	servers := map[string]circloprf.VerifiableServer{}
 	return func(app, epoch, artifact string) ([]byte, error) {
 		s, ok := servers[epoch]
 		if !ok {
-			sk, err := protocol.DeriveOPRFKey(seed, epoch)
+			sk, err := oprf.DeriveOPRFKey(seed, epoch)
 			if err != nil {
 				return nil, err
 			}
-			s = oprf.NewVerifiableServer(protocol.OPRFSuite, sk)
+			s = circloprf.NewVerifiableServer(oprf.OPRFSuite, sk)
 			servers[epoch] = s
 		}
-		return s.FullEvaluate(protocol.OPRFInput(app, epoch, artifact))
+		return s.FullEvaluate(oprf.OPRFInput(app, epoch, artifact))
 	}
 }
 
@@ -50,7 +51,7 @@ func KeyOmega(seed []byte) Omega {
 // epoch whose key was destroyed (closed + grace) fails: there is nothing
 // left to probe with.
 func KeyDirOmega(dir string) Omega {
-	servers := map[string]oprf.VerifiableServer{}
+	servers := map[string]circloprf.VerifiableServer{}
 	return func(app, epoch, artifact string) ([]byte, error) {
 		s, ok := servers[epoch]
 		if !ok {
@@ -58,10 +59,10 @@ func KeyDirOmega(dir string) Omega {
 			if err != nil {
 				return nil, fmt.Errorf("attack: no usable key for epoch %s in %s (destroyed or never created): %w", epoch, dir, err)
 			}
-			s = oprf.NewVerifiableServer(protocol.OPRFSuite, sk)
+			s = circloprf.NewVerifiableServer(oprf.OPRFSuite, sk)
 			servers[epoch] = s
 		}
-		return s.FullEvaluate(protocol.OPRFInput(app, epoch, artifact))
+		return s.FullEvaluate(oprf.OPRFInput(app, epoch, artifact))
 	}
 }
 
@@ -111,14 +112,14 @@ type ProbeResult struct {
 func Probe(groups []aggregator.PendingGroup, candidates []string, omega Omega) (ProbeResult, error) {
 	type params struct {
 		app, epoch string
-		policy     protocol.Policy
+		policy     star.Policy
 		k          int
 	}
 	pending := map[string]bool{}
 	ps := map[params]bool{}
 	for _, g := range groups {
 		pending[g.Tag] = true
-		pol, err := protocol.ParsePolicy(g.Policy)
+		pol, err := star.ParsePolicy(g.Policy)
 		if err != nil {
 			return ProbeResult{}, err
 		}
@@ -131,7 +132,7 @@ func Probe(groups []aggregator.PendingGroup, candidates []string, omega Omega) (
 			if err != nil {
 				return res, err
 			}
-			tag := protocol.TagFromOmega(w, p.policy, p.k)
+			tag := star.TagFromOmega(w, p.policy, p.k)
 			h := hex.EncodeToString(tag[:])
 			if pending[h] {
 				if _, dup := res.Artifacts[h]; !dup {

@@ -12,7 +12,8 @@ import (
 
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/star"
 	"github.com/crowdlog/crowdlog/relays"
 )
 
@@ -61,29 +62,29 @@ func TestReplay1000(t *testing.T) {
 	if err := relays.EnsureStream(ctx, js, 0); err != nil {
 		t.Fatal(err)
 	}
-	ka, _ := protocol.GenerateKeyPair(1)
-	kb, _ := protocol.GenerateKeyPair(2)
-	kagg, _ := protocol.GenerateKeyPair(3)
+	ka, _ := onion.GenerateKeyPair(1)
+	kb, _ := onion.GenerateKeyPair(2)
+	kagg, _ := onion.GenerateKeyPair(3)
 	w := &collectWriter{}
 	var stA, stB relays.Stats
 	rctx, rcancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, r := range []*relays.Relay{
-		{Name: "a", Keys: []*protocol.KeyPair{ka}, JS: js, Stats: &stA, Logger: quiet()},
-		{Name: "b", Keys: []*protocol.KeyPair{kb}, JS: js, Kafka: w, Stats: &stB, Logger: quiet()},
+		{Name: "a", Keys: []*onion.KeyPair{ka}, JS: js, Stats: &stA, Logger: quiet()},
+		{Name: "b", Keys: []*onion.KeyPair{kb}, JS: js, Kafka: w, Stats: &stB, Logger: quiet()},
 	} {
 		wg.Add(1)
 		go func(r *relays.Relay) { defer wg.Done(); r.Run(rctx) }(r)
 	}
 	defer func() { rcancel(); wg.Wait() }()
 
-	s, _ := protocol.DeriveSealing(protocol.LocalOmega(fxApp, fxEpoch, "replayed"), fxApp, fxEpoch, protocol.FTu, 1)
-	u, _ := protocol.NewUserSecret()
+	s, _ := star.DeriveSealing(star.LocalOmega(fxApp, fxEpoch, "replayed"), fxApp, fxEpoch, star.FTu, 1)
+	u, _ := star.NewUserSecret()
 	rep, _ := s.Seal(&u, "replayed", "replayed")
 	rb, _ := rep.MarshalBinary()
-	l3, _ := protocol.SealLayer(kagg.PublicKey(), protocol.Hop{Kind: protocol.HopDeliver}, rb)
-	l2, _ := protocol.SealLayer(kb.PublicKey(), protocol.Hop{Kind: protocol.HopKafka, Key: protocol.TagBucket(rep.Tag)}, l3)
-	l1, _ := protocol.SealLayer(ka.PublicKey(), protocol.Hop{Kind: protocol.HopRelay, Subject: relays.Subject("b")}, l2)
+	l3, _ := onion.SealLayer(kagg.PublicKey(), onion.Hop{Kind: onion.HopDeliver}, rb)
+	l2, _ := onion.SealLayer(kb.PublicKey(), onion.Hop{Kind: onion.HopKafka, Key: onion.TagBucket(rep.Tag)}, l3)
+	l1, _ := onion.SealLayer(ka.PublicKey(), onion.Hop{Kind: onion.HopRelay, Subject: relays.Subject("b")}, l2)
 	const n = 1000
 	for i := 0; i < n; i++ {
 		if _, err := js.Publish(ctx, relays.Subject("a"), l1); err != nil {
@@ -106,7 +107,7 @@ func TestReplay1000(t *testing.T) {
 	if len(got) != 1 || a.Replay != n-1 {
 		t.Fatalf("relays forwarded %d copies (replay drops %d); want 1 copy, %d drops", len(got), a.Replay, n-1)
 	}
-	p := aggregator.NewPartition(0, 1, []*protocol.KeyPair{kagg})
+	p := aggregator.NewPartition(0, 1, []*onion.KeyPair{kagg})
 	impressions := len(p.Apply(aggregator.Message{Value: got[0]}))
 	for i := 0; i < n; i++ {
 		impressions += len(p.Apply(aggregator.Message{Value: l3}))

@@ -29,6 +29,7 @@ import (
 	"github.com/crowdlog/crowdlog/aggregator"
 	ikafka "github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
 // WriteSnapshot writes groups as JSON lines.
@@ -64,7 +65,7 @@ func ReadSnapshot(r io.Reader) ([]aggregator.PendingGroup, error) {
 // in partition order) to fresh aggregator state and returns its pending
 // groups. Control records (epoch closes) are skipped on purpose: the thief
 // sees every report the topic still holds, also of closed epochs.
-func Rebuild(records map[int][][]byte, keys []*protocol.KeyPair) []aggregator.PendingGroup {
+func Rebuild(records map[int][][]byte, keys []*onion.KeyPair) []aggregator.PendingGroup {
 	var out []aggregator.PendingGroup
 	ids := make([]int, 0, len(records))
 	for id := range records {
@@ -165,7 +166,7 @@ func FromState(ctx context.Context, dir string) ([]aggregator.PendingGroup, erro
 	return Rebuild(recs, keys), nil
 }
 
-func aggregatorKeys(dir string) ([]*protocol.KeyPair, error) {
+func aggregatorKeys(dir string) ([]*onion.KeyPair, error) {
 	paths, _ := filepath.Glob(filepath.Join(dir, "aggregator*.key"))
 	if len(paths) == 0 {
 		return nil, fmt.Errorf("attack: no aggregator*.key in %s", dir)
@@ -174,10 +175,10 @@ func aggregatorKeys(dir string) ([]*protocol.KeyPair, error) {
 }
 
 // LoadKeys loads private key files (protocol.LoadKeyPair).
-func LoadKeys(paths []string) ([]*protocol.KeyPair, error) {
-	var keys []*protocol.KeyPair
+func LoadKeys(paths []string) ([]*onion.KeyPair, error) {
+	var keys []*onion.KeyPair
 	for _, p := range paths {
-		k, err := protocol.LoadKeyPair(p)
+		k, err := onion.LoadKeyPair(p)
 		if err != nil {
 			return nil, err
 		}

@@ -15,6 +15,8 @@ import (
 	ikafka "github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/star"
 )
 
 // TestSnapshotFromState: reports written to a broker in a state directory,
@@ -29,7 +31,7 @@ func TestSnapshotFromState(t *testing.T) {
 	if err := runner.EnsureKeys(keysDir); err != nil {
 		t.Fatal(err)
 	}
-	key, err := protocol.LoadKeyPair(filepath.Join(keysDir, runner.AggregatorKey))
+	key, err := onion.LoadKeyPair(filepath.Join(keysDir, runner.AggregatorKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,15 +42,15 @@ func TestSnapshotFromState(t *testing.T) {
 	if err := ikafka.EnsureTopics(ctx, b.Addr, 1, aggregator.ReportsTopic); err != nil {
 		t.Fatal(err)
 	}
-	live := aggregator.NewPartition(0, 1, []*protocol.KeyPair{key})
+	live := aggregator.NewPartition(0, 1, []*onion.KeyPair{key})
 	var msgs []kafka.Message
 	for i := 1; i <= 6; i++ {
-		s, _ := protocol.DeriveSealing(protocol.LocalOmega(fxApp, fxEpoch, strconv.Itoa(i)), fxApp, fxEpoch, protocol.FTu, 4)
+		s, _ := star.DeriveSealing(star.LocalOmega(fxApp, fxEpoch, strconv.Itoa(i)), fxApp, fxEpoch, star.FTu, 4)
 		for u := 0; u < i; u++ {
-			sec, _ := protocol.NewUserSecret()
+			sec, _ := star.NewUserSecret()
 			r, _ := s.Seal(&sec, "x", "x")
 			rb, _ := r.MarshalBinary()
-			l, _ := protocol.SealLayer(key.PublicKey(), protocol.Hop{Kind: protocol.HopDeliver}, rb)
+			l, _ := onion.SealLayer(key.PublicKey(), onion.Hop{Kind: onion.HopDeliver}, rb)
 			live.Apply(aggregator.Message{Value: l})
 			msgs = append(msgs, kafka.Message{Value: l})
 		}

@@ -12,34 +12,36 @@ import (
 
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/pipelines"
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/oprf"
+	"github.com/crowdlog/crowdlog/protocol/star"
 )
 
 // Route is the onion route [relay A, relay B, aggregator]: the public keys of
 // each hop and the NATS subject of relay B (relay A's subject is the
 // publisher's).
 type Route struct {
-	RelayA, RelayB, Aggregator protocol.PublicKey
+	RelayA, RelayB, Aggregator onion.PublicKey
 	SubjectB                   string
 }
 
 // Wrap builds the three onion layers around an encoded report: the innermost
 // for the aggregator (so no relay reads tag or share), relay B's with the
 // Kafka key protocol.TagBucket(tag), relay A's naming relay B's subject.
-func (rt *Route) Wrap(r *protocol.Report) ([]byte, error) {
+func (rt *Route) Wrap(r *star.Report) ([]byte, error) {
 	b, err := r.MarshalBinary()
 	if err != nil {
 		return nil, err
 	}
-	l3, err := protocol.SealLayer(rt.Aggregator, protocol.Hop{Kind: protocol.HopDeliver}, b)
+	l3, err := onion.SealLayer(rt.Aggregator, onion.Hop{Kind: onion.HopDeliver}, b)
 	if err != nil {
 		return nil, err
 	}
-	l2, err := protocol.SealLayer(rt.RelayB, protocol.Hop{Kind: protocol.HopKafka, Key: protocol.TagBucket(r.Tag)}, l3)
+	l2, err := onion.SealLayer(rt.RelayB, onion.Hop{Kind: onion.HopKafka, Key: onion.TagBucket(r.Tag)}, l3)
 	if err != nil {
 		return nil, err
 	}
-	return protocol.SealLayer(rt.RelayA, protocol.Hop{Kind: protocol.HopRelay, Subject: rt.SubjectB}, l2)
+	return onion.SealLayer(rt.RelayA, onion.Hop{Kind: onion.HopRelay, Subject: rt.SubjectB}, l2)
 }
 
 // WrapVector builds the onion layers around a PDD message (a blinded vector
@@ -47,15 +49,15 @@ func (rt *Route) Wrap(r *protocol.Report) ([]byte, error) {
 // relay B's producing to Kafka topic "vectors" with key (the group,
 // blind.Instance.String()), relay A's naming relay B's subject.
 func (rt *Route) WrapVector(key, msg []byte) ([]byte, error) {
-	l3, err := protocol.SealLayer(rt.Aggregator, protocol.Hop{Kind: protocol.HopDeliver}, msg)
+	l3, err := onion.SealLayer(rt.Aggregator, onion.Hop{Kind: onion.HopDeliver}, msg)
 	if err != nil {
 		return nil, err
 	}
-	l2, err := protocol.SealLayer(rt.RelayB, protocol.Hop{Kind: protocol.HopKafkaVectors, Key: key}, l3)
+	l2, err := onion.SealLayer(rt.RelayB, onion.Hop{Kind: onion.HopKafkaVectors, Key: key}, l3)
 	if err != nil {
 		return nil, err
 	}
-	return protocol.SealLayer(rt.RelayA, protocol.Hop{Kind: protocol.HopRelay, Subject: rt.SubjectB}, l2)
+	return onion.SealLayer(rt.RelayA, onion.Hop{Kind: onion.HopRelay, Subject: rt.SubjectB}, l2)
 }
 
 // Randomness evaluates OPRF inputs of an epoch into ω values, in order
@@ -71,7 +73,7 @@ type Randomness interface {
 type Client struct {
 	App        pipelines.App
 	Epoch      string
-	Policy     protocol.Policy
+	Policy     star.Policy
 	K          int
 	Randomness Randomness
 	Route      Route
@@ -127,7 +129,7 @@ func LimitArtifacts(arts []pipelines.Artifact, n int, distinct bool) []pipelines
 // report per artifact instance. It returns the number of reports published.
 // A randomness error (failed proof, changed epoch key, closed epoch) stops
 // the user before anything is sealed.
-func (c *Client) SubmitUser(ctx context.Context, secret *protocol.UserSecret, records []aol.Record) (int, error) {
+func (c *Client) SubmitUser(ctx context.Context, secret *star.UserSecret, records []aol.Record) (int, error) {
 	arts := LimitArtifacts(c.App.Mine(records), c.Limit, c.LimitDistinct)
 	if len(arts) == 0 {
 		return 0, nil
@@ -137,7 +139,7 @@ func (c *Client) SubmitUser(ctx context.Context, secret *protocol.UserSecret, re
 	for _, a := range arts {
 		if _, ok := index[a.Primary]; !ok {
 			index[a.Primary] = len(inputs)
-			inputs = append(inputs, protocol.OPRFInput(c.App.Name(), c.Epoch, a.Primary))
+			inputs = append(inputs, oprf.OPRFInput(c.App.Name(), c.Epoch, a.Primary))
 		}
 	}
 	omegas, err := c.Randomness.Evaluate(ctx, c.Epoch, inputs)
@@ -147,12 +149,12 @@ func (c *Client) SubmitUser(ctx context.Context, secret *protocol.UserSecret, re
 	if len(omegas) != len(inputs) {
 		return 0, fmt.Errorf("randomness: %d outputs for %d inputs", len(omegas), len(inputs))
 	}
-	sealings := make([]*protocol.Sealing, len(inputs))
+	sealings := make([]*star.Sealing, len(inputs))
 	n := 0
 	for _, a := range arts {
 		i := index[a.Primary]
 		if sealings[i] == nil {
-			s, err := protocol.DeriveSealing(omegas[i], c.App.Name(), c.Epoch, c.Policy, c.K)
+			s, err := star.DeriveSealing(omegas[i], c.App.Name(), c.Epoch, c.Policy, c.K)
 			if err != nil {
 				return n, err
 			}

@@ -8,45 +8,48 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cloudflare/circl/oprf"
+	circloprf "github.com/cloudflare/circl/oprf"
 
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/pipelines"
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/oprf"
+	"github.com/crowdlog/crowdlog/protocol/star"
+	"github.com/crowdlog/crowdlog/protocol/vss"
 )
 
 // localRandomness evaluates the OPRF in process with a real key (the unit
 // test's stand-in for the NATS service; end-to-end tests use the service).
-type localRandomness struct{ key *oprf.PrivateKey }
+type localRandomness struct{ key *circloprf.PrivateKey }
 
 func (l localRandomness) Evaluate(_ context.Context, epoch string, inputs [][]byte) ([][]byte, error) {
-	fin, q, err := protocol.Blind(l.key.Public(), epoch, inputs)
+	fin, q, err := oprf.Blind(l.key.Public(), epoch, inputs)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := protocol.Evaluate(l.key, q)
+	resp, err := oprf.Evaluate(l.key, q)
 	if err != nil {
 		return nil, err
 	}
-	return protocol.Finalize(fin, resp)
+	return oprf.Finalize(fin, resp)
 }
 
-type hops struct{ a, b, agg *protocol.KeyPair }
+type hops struct{ a, b, agg *onion.KeyPair }
 
 func newHops(t testing.TB) (hops, Route) {
 	var h hops
-	h.a, _ = protocol.GenerateKeyPair(1)
-	h.b, _ = protocol.GenerateKeyPair(2)
-	h.agg, _ = protocol.GenerateKeyPair(3)
+	h.a, _ = onion.GenerateKeyPair(1)
+	h.b, _ = onion.GenerateKeyPair(2)
+	h.agg, _ = onion.GenerateKeyPair(3)
 	return h, Route{RelayA: h.a.PublicKey(), RelayB: h.b.PublicKey(), Aggregator: h.agg.PublicKey(), SubjectB: "crowdlog.relay.b"}
 }
 
 func TestSubmitUser(t *testing.T) {
-	key, _ := oprf.GenerateKey(protocol.OPRFSuite, rand.Reader)
+	key, _ := circloprf.GenerateKey(oprf.OPRFSuite, rand.Reader)
 	h, route := newHops(t)
 	var mu sync.Mutex
 	var onions [][]byte
-	c := &Client{App: pipelines.QueryApp{}, Epoch: "e", Policy: protocol.FTu, K: 2,
+	c := &Client{App: pipelines.QueryApp{}, Epoch: "e", Policy: star.FTu, K: 2,
 		Randomness: localRandomness{key}, Route: route,
 		Publish: func(_ context.Context, o []byte) error {
 			mu.Lock()
@@ -57,8 +60,8 @@ func TestSubmitUser(t *testing.T) {
 	t0 := time.Date(2006, 3, 1, 0, 0, 0, 0, time.UTC)
 	recs := []aol.Record{{AnonID: "1", Query: "Weather", QueryTime: t0}, {AnonID: "1", Query: "weather ", QueryTime: t0},
 		{AnonID: "1", Query: "news", QueryTime: t0}, {AnonID: "1", Query: "weather", QueryTime: t0}}
-	u1, _ := protocol.NewUserSecret()
-	u2, _ := protocol.NewUserSecret()
+	u1, _ := star.NewUserSecret()
+	u2, _ := star.NewUserSecret()
 	n1, err := c.SubmitUser(context.Background(), &u1, recs)
 	if err != nil || n1 != 3 {
 		t.Fatalf("user 1: %d reports, %v (want 3: weather, news, weather)", n1, err)
@@ -67,26 +70,26 @@ func TestSubmitUser(t *testing.T) {
 		t.Fatalf("user 2: %d reports, %v", n2, err)
 	}
 	// peel all three layers as the relays and aggregator would
-	tags := map[[32]byte][]*protocol.Report{}
+	tags := map[[32]byte][]*star.Report{}
 	for _, o := range onions {
-		hop, in, err := protocol.Peel([]*protocol.KeyPair{h.a}, o)
-		if err != nil || hop.Kind != protocol.HopRelay || hop.Subject != "crowdlog.relay.b" {
+		hop, in, err := onion.Peel([]*onion.KeyPair{h.a}, o)
+		if err != nil || hop.Kind != onion.HopRelay || hop.Subject != "crowdlog.relay.b" {
 			t.Fatalf("layer a: %v", err)
 		}
-		hop, in, err = protocol.Peel([]*protocol.KeyPair{h.b}, in)
-		if err != nil || hop.Kind != protocol.HopKafka {
+		hop, in, err = onion.Peel([]*onion.KeyPair{h.b}, in)
+		if err != nil || hop.Kind != onion.HopKafka {
 			t.Fatalf("layer b: %v", err)
 		}
 		key := hop.Key
-		hop, in, err = protocol.Peel([]*protocol.KeyPair{h.agg}, in)
-		if err != nil || hop.Kind != protocol.HopDeliver {
+		hop, in, err = onion.Peel([]*onion.KeyPair{h.agg}, in)
+		if err != nil || hop.Kind != onion.HopDeliver {
 			t.Fatalf("layer agg: %v", err)
 		}
-		r, err := protocol.ParseReport(in)
+		r, err := star.ParseReport(in)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if string(key) != string(protocol.TagBucket(r.Tag)) {
+		if string(key) != string(onion.TagBucket(r.Tag)) {
 			t.Fatal("kafka key is not the tag bucket")
 		}
 		tags[r.Tag] = append(tags[r.Tag], r)
@@ -102,11 +105,11 @@ func TestSubmitUser(t *testing.T) {
 			if string(x0) != string(x1) || string(x0) == string(x2) {
 				t.Fatal("FT_u: a user's repeats must share x, different users must not")
 			}
-			sec, err := protocol.Recover([]protocol.Share{rs[0].Share, rs[2].Share}, 2)
+			sec, err := vss.Recover([]vss.Share{rs[0].Share, rs[2].Share}, 2)
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, err := protocol.OpenPayload(protocol.KeyFromSecret(rs[0].Tag, sec), rs[1])
+			p, err := star.OpenPayload(star.KeyFromSecret(rs[0].Tag, sec), rs[1])
 			if err != nil || p.Primary != "weather" {
 				t.Fatalf("open: %v %q", err, p.Primary)
 			}
@@ -117,26 +120,26 @@ func TestSubmitUser(t *testing.T) {
 // BenchmarkClientPerArtifact: one artifact's client cost — OPRF blind and
 // finalize (server evaluation excluded), sealing and three onion layers.
 func BenchmarkClientPerArtifact(b *testing.B) {
-	key, _ := oprf.GenerateKey(protocol.OPRFSuite, rand.Reader)
+	key, _ := circloprf.GenerateKey(oprf.OPRFSuite, rand.Reader)
 	_, route := newHops(b)
-	u, _ := protocol.NewUserSecret()
+	u, _ := star.NewUserSecret()
 	const batch = 100
 	inputs := make([][]byte, batch)
 	for i := range inputs {
-		inputs[i] = protocol.OPRFInput("query", "e", string(rune('a'+i%26))+"query")
+		inputs[i] = oprf.OPRFInput("query", "e", string(rune('a'+i%26))+"query")
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i += batch {
-		fin, q, _ := protocol.Blind(key.Public(), "e", inputs)
+		fin, q, _ := oprf.Blind(key.Public(), "e", inputs)
 		b.StopTimer()
-		resp, _ := protocol.Evaluate(key, q) // the service's work
+		resp, _ := oprf.Evaluate(key, q) // the service's work
 		b.StartTimer()
-		omegas, err := protocol.Finalize(fin, resp)
+		omegas, err := oprf.Finalize(fin, resp)
 		if err != nil {
 			b.Fatal(err)
 		}
 		for _, w := range omegas {
-			s, _ := protocol.DeriveSealing(w, "query", "e", protocol.FTu, 5)
+			s, _ := star.DeriveSealing(w, "query", "e", star.FTu, 5)
 			r, _ := s.Seal(&u, "query", "Query")
 			if _, err := route.Wrap(r); err != nil {
 				b.Fatal(err)
@@ -151,7 +154,7 @@ func BenchmarkHPKESeal(b *testing.B) {
 	_, route := newHops(b)
 	msg := make([]byte, 400)
 	for b.Loop() {
-		protocol.SealLayer(route.Aggregator, protocol.Hop{Kind: protocol.HopDeliver}, msg)
+		onion.SealLayer(route.Aggregator, onion.Hop{Kind: onion.HopDeliver}, msg)
 	}
 }
 

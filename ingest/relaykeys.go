@@ -9,7 +9,7 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
 // ErrRelayKeyUnknown is wrapped by CheckRelayKeys when a relay does not hold
@@ -20,13 +20,13 @@ var ErrRelayKeyUnknown = errors.New("unknown relay key id")
 
 // RelayKeysFunc asks the relay named relay for its key announcement
 // (relays.FetchKeys bound to a NATS connection and a timeout).
-type RelayKeysFunc func(ctx context.Context, relay string) (*protocol.RelayKeysResponse, error)
+type RelayKeysFunc func(ctx context.Context, relay string) (*onion.RelayKeysResponse, error)
 
 // RelayHop is one relay of the route as the client sees it: the relay's
 // name and the public key (with key id) the client seals its layer for.
 type RelayHop struct {
 	Name string
-	Key  protocol.PublicKey
+	Key  onion.PublicKey
 }
 
 // CheckRelayKeys asks each relay of the route once, before any report is

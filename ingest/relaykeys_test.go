@@ -9,30 +9,30 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
 // TestCheckRelayKeys: the client refuses a route whose key id a relay does
 // not hold, or holds with another public key, with an error naming the
 // relay, the id and the ids it holds; an unanswered relay is a warning.
 func TestCheckRelayKeys(t *testing.T) {
-	gen := func(id byte) *protocol.KeyPair {
-		k, err := protocol.GenerateKeyPair(id)
+	gen := func(id byte) *onion.KeyPair {
+		k, err := onion.GenerateKeyPair(id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return k
 	}
 	a4, a5, b1 := gen(4), gen(5), gen(1)
-	held := map[string][]*protocol.KeyPair{"a": {a4, a5}, "b": {b1}}
+	held := map[string][]*onion.KeyPair{"a": {a4, a5}, "b": {b1}}
 	asked := map[string]int{}
-	fetch := func(_ context.Context, relay string) (*protocol.RelayKeysResponse, error) {
+	fetch := func(_ context.Context, relay string) (*onion.RelayKeysResponse, error) {
 		asked[relay]++
 		ks, ok := held[relay]
 		if !ok {
 			return nil, errors.New("no responders")
 		}
-		return protocol.RelayKeysOf(relay, ks)
+		return onion.RelayKeysOf(relay, ks)
 	}
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))

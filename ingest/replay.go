@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/crowdlog/crowdlog/ingest/aol"
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/star"
 )
 
 // ReplaySummary is what a replay did.
@@ -80,7 +80,7 @@ func (rp *Replay) Run(ctx context.Context, path string) (ReplaySummary, error) {
 	for i := 0; i < workers; i++ {
 		g.Go(func() error {
 			for u := range users {
-				secret, err := protocol.NewUserSecret()
+				secret, err := star.NewUserSecret()
 				if err != nil {
 					return err
 				}

@@ -50,7 +50,7 @@ type SummaryRow struct {
 // or an unknown kind.
 func ParseDecrypted(b []byte) (*Decrypted, error) {
 	if len(b) > MaxReport*2 {
-		return nil, malformed("decrypted message of %d bytes", len(b))
+		return nil, Malformed("decrypted message of %d bytes", len(b))
 	}
 	var d Decrypted
 	if err := json.Unmarshal(b, &d); err != nil {
@@ -59,7 +59,7 @@ func ParseDecrypted(b []byte) (*Decrypted, error) {
 	switch d.Kind {
 	case KindItem, KindSummary, KindClosed:
 	default:
-		return nil, malformed("unknown kind %q", d.Kind)
+		return nil, Malformed("unknown kind %q", d.Kind)
 	}
 	return &d, nil
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"testing"
+
+	"github.com/crowdlog/crowdlog/protocol/internal/testvec"
 )
 
 // Golden test vectors (issue 3 item 6): protocol/testdata/golden-*.json hold
@@ -17,8 +19,8 @@ import (
 // epoch-close control message, as written by the aggregator.
 func TestGoldenDecrypted(t *testing.T) {
 	item := Decrypted{Kind: KindItem, App: "query", Epoch: "2006-03", Policy: "ft-u", K: 5,
-		Tag: hex.EncodeToString(fixedBytes("tag", 32)), Report: hex.EncodeToString(fixedBytes("id", 16)),
-		Unit: hex.EncodeToString(fixedBytes("unit", 16)), Item: "new york weather", Variant: "New York  Weather"}
+		Tag: hex.EncodeToString(testvec.FixedBytes("tag", 32)), Report: hex.EncodeToString(testvec.FixedBytes("id", 16)),
+		Unit: hex.EncodeToString(testvec.FixedBytes("unit", 16)), Item: "new york weather", Variant: "New York  Weather"}
 	sum := Decrypted{Kind: KindSummary, App: "query", Epoch: "2006-03", Policy: "ft-u", K: 5,
 		Summary: []SummaryRow{{Reports: 8, Shares: 4, Tags: 1}, {Reports: 1, Shares: 1, Tags: 812}}, Partition: 3, Partitions: 8}
 	closed := Decrypted{Kind: KindClosed, App: "query", Epoch: "2006-03", Partition: 3, Partitions: 8}
@@ -26,7 +28,7 @@ func TestGoldenDecrypted(t *testing.T) {
 	for name, d := range map[string]Decrypted{"item_json": item, "summary_json": sum, "closed_json": closed} {
 		b, _ := json.Marshal(&d)
 		got[name] = string(b)
-		if !*update {
+		if !*testvec.Update {
 			back, err := ParseDecrypted(b)
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
@@ -38,5 +40,5 @@ func TestGoldenDecrypted(t *testing.T) {
 	}
 	b, _ := json.Marshal(EpochClose{App: "query", Epoch: "2006-03", Partitions: 8})
 	got["epoch_close_json"] = string(b)
-	golden(t, "decrypted", got)
+	testvec.Golden(t, "decrypted", got)
 }

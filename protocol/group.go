@@ -12,4 +12,7 @@ var G = group.Ristretto255
 const ScalarSize = 32
 
 // elementSize is the encoded size of a ristretto255 element.
-const elementSize = 32
+const ElementSize = 32
+
+// MaxReport is the largest encoded report in bytes.
+const MaxReport = 64 << 10

@@ -14,9 +14,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cloudflare/circl/oprf"
+	circloprf "github.com/cloudflare/circl/oprf"
 
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/oprf"
 )
 
 // Key directory layout (issue 3 item 1, "epoch key lifecycle"). One
@@ -24,7 +25,7 @@ import (
 //
 //	EPOCH.key        the epoch's OPRF private key: the 32-byte scalar
 //	                 (RFC 9497 SerializeScalar), mode 0600, random
-//	                 (circl oprf.GenerateKey), written once
+//	                 (circl circloprf.GenerateKey), written once
 //	EPOCH.destroyed  tombstone of a destroyed key (empty): never regenerated
 //	closed           closed epochs, one "EPOCH RFC3339-time" line each
 //	~tmp-*           a key being written (removed by Sweep when stale)
@@ -150,7 +151,7 @@ type Keys struct {
 	o      Options
 	log    *slog.Logger
 	mu     sync.Mutex
-	byEp   map[string]*oprf.PrivateKey
+	byEp   map[string]*circloprf.PrivateKey
 	closed map[string]time.Time // epoch → when it was closed
 	stamp  fileStamp            // of the closed file when last read
 }
@@ -191,7 +192,7 @@ func Open(dir string, o Options) (*Keys, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("randomness: key directory: %w", err)
 	}
-	k := &Keys{dir: dir, o: o, log: log, byEp: map[string]*oprf.PrivateKey{}, closed: map[string]time.Time{}}
+	k := &Keys{dir: dir, o: o, log: log, byEp: map[string]*circloprf.PrivateKey{}, closed: map[string]time.Time{}}
 	k.mu.Lock()
 	err := k.reloadClosed()
 	if err == nil && o.LegacyClosed != "" {
@@ -225,13 +226,13 @@ func KeyFile(dir, epoch string) string { return filepath.Join(dir, epoch+keySuff
 
 // ReadKeyFile reads an epoch key file. Errors say which file is bad and
 // never include key bytes; a missing file wraps fs.ErrNotExist.
-func ReadKeyFile(path string) (*oprf.PrivateKey, error) {
+func ReadKeyFile(path string) (*circloprf.PrivateKey, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("randomness: epoch key: %w", err)
 	}
-	sk := new(oprf.PrivateKey)
-	if len(b) != protocol.ScalarSize || sk.UnmarshalBinary(protocol.OPRFSuite, b) != nil {
+	sk := new(circloprf.PrivateKey)
+	if len(b) != protocol.ScalarSize || sk.UnmarshalBinary(oprf.OPRFSuite, b) != nil {
 		return nil, fmt.Errorf("randomness: epoch key file %s is not a %d-byte OPRF private key (damaged or half-destroyed: close the epoch)", path, protocol.ScalarSize)
 	}
 	// circl computes the public key lazily on first use; do it now, before
@@ -384,7 +385,7 @@ func (k *Keys) window(epoch string) (start, end time.Time, err error) {
 // Skew from now and protocol.ErrEpochExpired for one whose end plus Grace
 // has passed (its key is destroyed on the way); I/O errors of the key
 // directory.
-func (k *Keys) Epoch(epoch string) (*oprf.PrivateKey, error) {
+func (k *Keys) Epoch(epoch string) (*circloprf.PrivateKey, error) {
 	if !ValidEpoch(epoch) {
 		return nil, fmt.Errorf("invalid epoch name %q (use 1-64 letters, digits, '.', '_' or '-')", epoch)
 	}
@@ -434,7 +435,7 @@ func (k *Keys) closedErr(epoch string) error {
 // to a temporary file (0600, fsynced) and hard-linked to EPOCH.key, which
 // fails when another process linked first — then that process's key is
 // read. A tombstone refuses the epoch. Callers hold mu.
-func (k *Keys) loadOrCreate(epoch string) (*oprf.PrivateKey, error) {
+func (k *Keys) loadOrCreate(epoch string) (*circloprf.PrivateKey, error) {
 	path := KeyFile(k.dir, epoch)
 	tomb := filepath.Join(k.dir, epoch+tombstoneSuffix)
 	if _, err := os.Stat(tomb); err == nil {
@@ -444,7 +445,7 @@ func (k *Keys) loadOrCreate(epoch string) (*oprf.PrivateKey, error) {
 	if err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return key, err
 	}
-	fresh, err := oprf.GenerateKey(protocol.OPRFSuite, rand.Reader)
+	fresh, err := circloprf.GenerateKey(oprf.OPRFSuite, rand.Reader)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/oprf"
 )
 
 // clock is an injectable clock for Options.Now.
@@ -251,7 +252,7 @@ func TestSchedule(t *testing.T) {
 		t.Fatalf("current epoch %q", cur)
 	}
 	client := &Client{NC: e.nc}
-	in := [][]byte{protocol.OPRFInput("query", cur, "a")}
+	in := [][]byte{oprf.OPRFInput("query", cur, "a")}
 	w1, err := client.Evaluate(e.ctx, cur, in)
 	if err != nil {
 		t.Fatal(err)

@@ -34,11 +34,11 @@ import (
 	"time"
 
 	"github.com/crowdlog/crowdlog/internal/retry"
-
-	"github.com/cloudflare/circl/oprf"
-	"github.com/nats-io/nats.go"
-
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/oprf"
+
+	circloprf "github.com/cloudflare/circl/oprf"
+	"github.com/nats-io/nats.go"
 )
 
 // Subject is the NATS request/reply subject of the randomness service.
@@ -134,32 +134,32 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 }
 
-func (s *Service) handle(data []byte) *protocol.RandomnessResponse {
-	q, err := protocol.ParseRandomnessRequest(data)
+func (s *Service) handle(data []byte) *oprf.RandomnessResponse {
+	q, err := oprf.ParseRandomnessRequest(data)
 	if err == nil {
-		var key *oprf.PrivateKey
+		var key *circloprf.PrivateKey
 		if key, err = s.Keys.Epoch(q.Epoch); err == nil {
-			var resp *protocol.RandomnessResponse
-			if resp, err = protocol.Evaluate(key, q); err == nil {
+			var resp *oprf.RandomnessResponse
+			if resp, err = oprf.Evaluate(key, q); err == nil {
 				s.Evaluated.Add(int64(len(q.Elements)))
 				return resp
 			}
 		}
 	}
 	s.Rejected.Add(1)
-	return &protocol.RandomnessResponse{Refusal: protocol.RefusalOf(err)}
+	return &oprf.RandomnessResponse{Refusal: protocol.RefusalOf(err)}
 }
 
-func (s *Service) handlePublicKey(data []byte) *protocol.PublicKeyResponse {
-	q, err := protocol.ParsePublicKeyRequest(data)
+func (s *Service) handlePublicKey(data []byte) *oprf.PublicKeyResponse {
+	q, err := oprf.ParsePublicKeyRequest(data)
 	if err == nil {
 		var pk []byte
 		if pk, err = s.Keys.PublicKey(q.Epoch); err == nil {
-			return &protocol.PublicKeyResponse{Epoch: q.Epoch, Key: pk}
+			return &oprf.PublicKeyResponse{Epoch: q.Epoch, Key: pk}
 		}
 	}
 	s.Rejected.Add(1)
-	return &protocol.PublicKeyResponse{Refusal: protocol.RefusalOf(err)}
+	return &oprf.PublicKeyResponse{Refusal: protocol.RefusalOf(err)}
 }
 
 // Client obtains ω for artifacts from the service and verifies every batch's
@@ -194,7 +194,7 @@ type Client struct {
 
 type pinnedKey struct {
 	raw []byte
-	pub *oprf.PublicKey
+	pub *circloprf.PublicKey
 }
 
 // PublicKey returns the epoch's pinned OPRF public key (32 bytes), fetching
@@ -221,7 +221,7 @@ func (c *Client) timeout() time.Duration {
 }
 
 func (c *Client) fetch(ctx context.Context, epoch string) ([]byte, error) {
-	b, err := (&protocol.PublicKeyRequest{Epoch: epoch}).MarshalBinary()
+	b, err := (&oprf.PublicKeyRequest{Epoch: epoch}).MarshalBinary()
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +229,7 @@ func (c *Client) fetch(ctx context.Context, epoch string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("randomness public key request (is `crowdlog randomness` running?): %w", err)
 	}
-	resp, err := protocol.ParsePublicKeyResponse(m.Data)
+	resp, err := oprf.ParsePublicKeyResponse(m.Data)
 	if err != nil {
 		return nil, fmt.Errorf("randomness public key response: %w", err)
 	}
@@ -302,7 +302,7 @@ func (c *Client) pin(epoch string, seen []byte) (*pinnedKey, error) {
 			}
 			raw = seen
 		}
-		pub, err := protocol.ParseOPRFPublicKey(raw)
+		pub, err := oprf.ParseOPRFPublicKey(raw)
 		if err != nil {
 			return nil, fmt.Errorf("randomness: public key of epoch %s: %w", epoch, err)
 		}
@@ -369,7 +369,7 @@ func appendPin(path, epoch string, key []byte) error {
 
 // key returns the epoch's pinned public key, fetching (and pinning) it once
 // when nothing is pinned.
-func (c *Client) key(ctx context.Context, epoch string) (*oprf.PublicKey, error) {
+func (c *Client) key(ctx context.Context, epoch string) (*circloprf.PublicKey, error) {
 	p, err := c.pin(epoch, nil)
 	if err != nil {
 		return nil, err
@@ -397,8 +397,8 @@ func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([
 	if batch <= 0 {
 		batch = 1024
 	}
-	if batch > protocol.MaxBatch {
-		batch = protocol.MaxBatch
+	if batch > oprf.MaxBatch {
+		batch = oprf.MaxBatch
 	}
 	pub, err := c.key(ctx, epoch)
 	if err != nil {
@@ -407,7 +407,7 @@ func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([
 	out := make([][]byte, 0, len(inputs))
 	for lo := 0; lo < len(inputs); lo += batch {
 		hi := min(lo+batch, len(inputs))
-		bl, q, err := protocol.Blind(pub, epoch, inputs[lo:hi])
+		bl, q, err := oprf.Blind(pub, epoch, inputs[lo:hi])
 		if err != nil {
 			return nil, err
 		}
@@ -419,14 +419,14 @@ func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([
 		if err != nil {
 			return nil, fmt.Errorf("randomness request (is `crowdlog randomness` running?): %w", err)
 		}
-		resp, err := protocol.ParseRandomnessResponse(m.Data)
+		resp, err := oprf.ParseRandomnessResponse(m.Data)
 		if err != nil {
 			return nil, fmt.Errorf("randomness response: %w", err)
 		}
 		if len(resp.Elements) != hi-lo && !resp.Refused() {
 			return nil, fmt.Errorf("randomness service answered %d elements for %d", len(resp.Elements), hi-lo)
 		}
-		omegas, err := protocol.Finalize(bl, resp)
+		omegas, err := oprf.Finalize(bl, resp)
 		if err != nil {
 			return nil, fmt.Errorf("epoch %s: %w", epoch, err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/oprf"
 )
 
 type env struct {
@@ -67,8 +68,8 @@ func TestServiceOverNATS(t *testing.T) {
 	dir := filepath.Join(e.dir, "keys", "randomness.keys")
 	_, stop := e.serve(dir)
 	c := &Client{NC: e.nc, Batch: 3}
-	inputs := [][]byte{protocol.OPRFInput("query", "e1", "a"), protocol.OPRFInput("query", "e1", "b"),
-		protocol.OPRFInput("query", "e1", "c"), protocol.OPRFInput("query", "e1", "a")}
+	inputs := [][]byte{oprf.OPRFInput("query", "e1", "a"), oprf.OPRFInput("query", "e1", "b"),
+		oprf.OPRFInput("query", "e1", "c"), oprf.OPRFInput("query", "e1", "a")}
 	w1, err := c.Evaluate(ctx, "e1", inputs)
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +100,7 @@ func TestServiceOverNATS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := protocol.ParseRandomnessResponse(m.Data)
+	resp, err := oprf.ParseRandomnessResponse(m.Data)
 	if err != nil || resp.Error == "" {
 		t.Fatalf("malformed request: want an error reply, got %+v %v", resp, err)
 	}
@@ -118,11 +119,11 @@ func TestWrongKeyService(t *testing.T) {
 	stopA()
 	_, stopB := e.serve(filepath.Join(e.dir, "b", "randomness.keys"))
 	defer stopB()
-	in := [][]byte{protocol.OPRFInput("query", "e1", "a")}
+	in := [][]byte{oprf.OPRFInput("query", "e1", "a")}
 
 	pinned := &Client{NC: e.nc, Pinned: map[string][]byte{"e1": pkA}}
 	out, err := pinned.Evaluate(e.ctx, "e1", in)
-	if !errors.Is(err, protocol.ErrProof) || out != nil || !strings.Contains(err.Error(), "proof failed") {
+	if !errors.Is(err, oprf.ErrProof) || out != nil || !strings.Contains(err.Error(), "proof failed") {
 		t.Fatalf("service under another key: out=%v err=%v, want protocol.ErrProof", out != nil, err)
 	}
 	if _, err := pinned.PublicKey(e.ctx, "e1"); !errors.Is(err, ErrKeyChanged) {
@@ -135,7 +136,7 @@ func TestWrongKeyService(t *testing.T) {
 		t.Fatal(err)
 	}
 	tofu := &Client{NC: e.nc, PinFile: pins}
-	if _, err := tofu.Evaluate(e.ctx, "e1", in); !errors.Is(err, protocol.ErrProof) {
+	if _, err := tofu.Evaluate(e.ctx, "e1", in); !errors.Is(err, oprf.ErrProof) {
 		t.Fatalf("pin file ignored: %v", err)
 	}
 	fresh := &Client{NC: e.nc, PinFile: pins}
@@ -156,7 +157,7 @@ func TestClosedEpoch(t *testing.T) {
 	dir := filepath.Join(e.dir, "keys", "randomness.keys")
 	keys, stop := e.serve(dir)
 	c := &Client{NC: e.nc}
-	in := [][]byte{protocol.OPRFInput("query", "2006-03", "a")}
+	in := [][]byte{oprf.OPRFInput("query", "2006-03", "a")}
 	if _, err := c.Evaluate(e.ctx, "2006-03", in); err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,7 @@ func TestClosedEpoch(t *testing.T) {
 func TestClientRetriesUntilServiceAnswers(t *testing.T) {
 	e := newEnv(t)
 	dir := filepath.Join(e.dir, "keys", "randomness.keys")
-	inputs := [][]byte{protocol.OPRFInput("query", "e1", "a")}
+	inputs := [][]byte{oprf.OPRFInput("query", "e1", "a")}
 
 	if _, err := (&Client{NC: e.nc, RetryFor: -1}).Evaluate(e.ctx, "e1", inputs); !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("no service, no retries: %v, want ErrNoResponders", err)

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
 // fakeMsg is a jetstream.Msg carrying only data (other methods unused).
@@ -21,39 +22,39 @@ func (f fakeMsg) Data() []byte { return f.data }
 // step: it must never panic (a recovered panic would show as malformed, so
 // Peel is also called bare) and must keep only layers a relay may forward.
 func FuzzClassify(f *testing.F) {
-	k, err := protocol.GenerateKeyPair(1)
+	k, err := onion.GenerateKeyPair(1)
 	if err != nil {
 		f.Fatal(err)
 	}
-	seal := func(h protocol.Hop, inner []byte) []byte {
-		l, err := protocol.SealLayer(k.PublicKey(), h, inner)
+	seal := func(h onion.Hop, inner []byte) []byte {
+		l, err := onion.SealLayer(k.PublicKey(), h, inner)
 		if err != nil {
 			f.Fatal(err)
 		}
 		return l
 	}
-	f.Add(seal(protocol.Hop{Kind: protocol.HopRelay, Subject: Subject("b")}, []byte("inner")))
-	f.Add(seal(protocol.Hop{Kind: protocol.HopKafka, Key: []byte{1, 2}}, []byte("inner")))
-	f.Add(seal(protocol.Hop{Kind: protocol.HopDeliver}, []byte("report")))
-	f.Add(seal(protocol.Hop{Kind: protocol.HopRelay, Subject: "crowdlog.relay.>"}, nil))
+	f.Add(seal(onion.Hop{Kind: onion.HopRelay, Subject: Subject("b")}, []byte("inner")))
+	f.Add(seal(onion.Hop{Kind: onion.HopKafka, Key: []byte{1, 2}}, []byte("inner")))
+	f.Add(seal(onion.Hop{Kind: onion.HopDeliver}, []byte("report")))
+	f.Add(seal(onion.Hop{Kind: onion.HopRelay, Subject: "crowdlog.relay.>"}, nil))
 	f.Add([]byte{})
 	f.Add([]byte{protocol.Version, 1})
 	f.Add(make([]byte, 100))
-	r := &Relay{Name: "a", Keys: []*protocol.KeyPair{k}, Kafka: nilWriter{}}
+	r := &Relay{Name: "a", Keys: []*onion.KeyPair{k}, Kafka: nilWriter{}}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_, _, _ = protocol.Peel(r.Keys, data) // must not panic
+		_, _, _ = onion.Peel(r.Keys, data) // must not panic
 		it := &item{m: fakeMsg{data: data}}
 		r.peel(it)
 		if it.reason != keep {
 			return
 		}
 		switch it.hop.Kind {
-		case protocol.HopRelay:
+		case onion.HopRelay:
 			if !strings.HasPrefix(it.hop.Subject, SubjectPrefix) || it.hop.Subject == Subject(r.Name) ||
 				strings.ContainsAny(it.hop.Subject[len(SubjectPrefix):], "*>. \t\r\n") {
 				t.Fatalf("kept a forward to an invalid subject %q", it.hop.Subject)
 			}
-		case protocol.HopKafka:
+		case onion.HopKafka:
 		default:
 			t.Fatalf("kept hop kind %d", it.hop.Kind)
 		}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
 // KeysSubjectPrefix is the subject prefix of relay key announcements;
@@ -36,7 +36,7 @@ func (r *Relay) serveKeys(log *slog.Logger) func() {
 	if nc == nil {
 		return func() {}
 	}
-	ann, err := protocol.RelayKeysOf(r.Name, r.Keys)
+	ann, err := onion.RelayKeysOf(r.Name, r.Keys)
 	var reply []byte
 	if err == nil {
 		reply, err = ann.MarshalBinary()
@@ -47,12 +47,12 @@ func (r *Relay) serveKeys(log *slog.Logger) func() {
 	}
 	sub, err := nc.QueueSubscribe(KeysSubject(r.Name), ConsumerName(r.Name), func(m *nats.Msg) {
 		out := reply
-		q, err := protocol.ParseRelayKeysRequest(m.Data)
+		q, err := onion.ParseRelayKeysRequest(m.Data)
 		if err == nil && q.Relay != r.Name {
 			err = fmt.Errorf("this is relay %s, not %s", r.Name, q.Relay)
 		}
 		if err != nil {
-			out, _ = (&protocol.RelayKeysResponse{Error: err.Error()}).MarshalBinary()
+			out, _ = (&onion.RelayKeysResponse{Error: err.Error()}).MarshalBinary()
 		}
 		if err := m.Respond(out); err != nil {
 			log.Debug("relay keys: respond", "err", err)
@@ -70,8 +70,8 @@ func (r *Relay) serveKeys(log *slog.Logger) func() {
 // within ctx's deadline. Errors: ErrNoKeysAnswer when no relay answered
 // (older relay, none running, timeout); a refusal or an announcement of
 // another relay; protocol.ErrMalformed for an undecodable answer.
-func FetchKeys(ctx context.Context, nc *nats.Conn, name string) (*protocol.RelayKeysResponse, error) {
-	q, err := (&protocol.RelayKeysRequest{Relay: name}).MarshalBinary()
+func FetchKeys(ctx context.Context, nc *nats.Conn, name string) (*onion.RelayKeysResponse, error) {
+	q, err := (&onion.RelayKeysRequest{Relay: name}).MarshalBinary()
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func FetchKeys(ctx context.Context, nc *nats.Conn, name string) (*protocol.Relay
 	if err != nil {
 		return nil, fmt.Errorf("relays: key announcement of relay %s: %w", name, err)
 	}
-	p, err := protocol.ParseRelayKeysResponse(m.Data)
+	p, err := onion.ParseRelayKeysResponse(m.Data)
 	if err != nil {
 		return nil, fmt.Errorf("relays: key announcement of relay %s: %w", name, err)
 	}

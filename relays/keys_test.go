@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/relays"
 )
 
@@ -19,7 +19,7 @@ import (
 // another relay is refused.
 func TestRelayAnnouncesKeys(t *testing.T) {
 	e := newEnv(t, 0)
-	rotated, err := protocol.GenerateKeyPair(7)
+	rotated, err := onion.GenerateKeyPair(7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestRelayAnnouncesKeys(t *testing.T) {
 	nc := e.connect(t).Conn()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var ann *protocol.RelayKeysResponse
+	var ann *onion.RelayKeysResponse
 	for deadline := time.Now().Add(5 * time.Second); ; { // Run subscribes asynchronously
 		ann, err = relays.FetchKeys(ctx, nc, "a")
 		if err == nil || !errors.Is(err, relays.ErrNoKeysAnswer) || time.Now().After(deadline) {
@@ -45,7 +45,7 @@ func TestRelayAnnouncesKeys(t *testing.T) {
 	if ann.Relay != "a" || !bytes.Equal(ann.IDs(), []byte{e.a.ID, rotated.ID}) {
 		t.Fatalf("announcement %s ids %v, want relay a ids [%d %d]", ann.Relay, ann.IDs(), e.a.ID, rotated.ID)
 	}
-	for _, k := range []*protocol.KeyPair{e.a, rotated} {
+	for _, k := range []*onion.KeyPair{e.a, rotated} {
 		want, _ := k.Public.MarshalBinary()
 		if got, ok := ann.Lookup(k.ID); !ok || !bytes.Equal(got, want) {
 			t.Fatalf("key id %d: announced public key differs from the relay's", k.ID)
@@ -64,19 +64,19 @@ func TestRelayAnnouncesKeys(t *testing.T) {
 	if _, err := relays.FetchKeys(sctx, nc, "b"); !errors.Is(err, relays.ErrNoKeysAnswer) {
 		t.Fatalf("relay b not running: %v, want ErrNoKeysAnswer", err)
 	}
-	q, _ := (&protocol.RelayKeysRequest{Relay: "b"}).MarshalBinary()
+	q, _ := (&onion.RelayKeysRequest{Relay: "b"}).MarshalBinary()
 	m, err := nc.RequestWithContext(ctx, relays.KeysSubject("a"), q)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, err := protocol.ParseRelayKeysResponse(m.Data); err != nil || !strings.Contains(p.Error, "not b") {
+	if p, err := onion.ParseRelayKeysResponse(m.Data); err != nil || !strings.Contains(p.Error, "not b") {
 		t.Fatalf("request for b at a's subject: %+v %v, want a refusal", p, err)
 	}
 	m, err = nc.RequestWithContext(ctx, relays.KeysSubject("a"), []byte{1, 2, 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, err := protocol.ParseRelayKeysResponse(m.Data); err != nil || p.Error == "" {
+	if p, err := onion.ParseRelayKeysResponse(m.Data); err != nil || p.Error == "" {
 		t.Fatalf("malformed request: %+v %v, want a refusal", p, err)
 	}
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
 // KafkaWriter is where a relay produces HopKafka layers; *kafka.Writer
@@ -53,7 +53,7 @@ type Relay struct {
 	Name string
 	// Keys are the relay's HPKE key pairs; a layer is peeled with the one
 	// whose ID matches its key id (two during a key rotation). Required.
-	Keys []*protocol.KeyPair
+	Keys []*onion.KeyPair
 	// JS is the JetStream context for consuming the inbox and forwarding
 	// to next relays. Required; the stream must exist (EnsureStream).
 	JS jetstream.JetStream
@@ -123,7 +123,7 @@ var reasonNames = [...]string{keep: "", dropMalformed: "malformed", dropOversize
 // item is one fetched message and what peeling it gave.
 type item struct {
 	m      jetstream.Msg
-	hop    protocol.Hop
+	hop    onion.Hop
 	inner  []byte
 	reason dropReason
 	err    error // why Peel failed (no layer contents in it)
@@ -162,7 +162,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		return fmt.Errorf("relays: relay %s has no keys (load them with protocol.LoadKeyPair)", r.Name)
 	}
 	// checks every key, and readies it before the peel workers share it
-	if err := protocol.PrepareKeys(r.Keys); err != nil {
+	if err := onion.PrepareKeys(r.Keys); err != nil {
 		return fmt.Errorf("relays: relay %s: %w", r.Name, err)
 	}
 	if r.JS == nil {
@@ -399,11 +399,11 @@ func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *m
 	var pubErr error
 	var kafkaItems, vectorItems []*item
 	for _, it := range good {
-		if it.hop.Kind == protocol.HopKafkaVectors {
+		if it.hop.Kind == onion.HopKafkaVectors {
 			vectorItems = append(vectorItems, it)
 			continue
 		}
-		if it.hop.Kind == protocol.HopKafka {
+		if it.hop.Kind == onion.HopKafka {
 			kafkaItems = append(kafkaItems, it)
 			continue
 		}
@@ -535,29 +535,29 @@ func (r *Relay) peel(it *item) {
 		}
 	}()
 	data := it.m.Data()
-	if len(data) > protocol.MaxLayer {
+	if len(data) > onion.MaxLayer {
 		it.reason = dropOversized
 		return
 	}
-	hop, inner, err := protocol.Peel(r.Keys, data)
+	hop, inner, err := onion.Peel(r.Keys, data)
 	it.err = err
 	switch {
-	case errors.Is(err, protocol.ErrUnknownKey):
+	case errors.Is(err, onion.ErrUnknownKey):
 		it.reason = dropUnknownKey
 	case err != nil:
 		it.reason = dropMalformed
 	default:
 		it.hop, it.inner = hop, inner
 		switch hop.Kind {
-		case protocol.HopRelay:
+		case onion.HopRelay:
 			if !validForward(hop.Subject, r.Name) {
 				it.reason = dropWrongHop
 			}
-		case protocol.HopKafkaVectors:
+		case onion.HopKafkaVectors:
 			if r.Vectors == nil {
 				it.reason = dropWrongHop
 			}
-		case protocol.HopKafka:
+		case onion.HopKafka:
 			if r.Kafka == nil {
 				it.reason = dropWrongHop
 			}

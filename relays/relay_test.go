@@ -23,6 +23,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/relays"
 )
 
@@ -37,8 +38,8 @@ type env struct {
 	nats   *natsserver.Server
 	broker *ikafka.Broker
 	js     jetstream.JetStream // for publishers and inspection
-	a, b   *protocol.KeyPair   // relay keys
-	agg    *protocol.KeyPair   // aggregator key (innermost layer)
+	a, b   *onion.KeyPair      // relay keys
+	agg    *onion.KeyPair      // aggregator key (innermost layer)
 }
 
 func newEnv(t testing.TB, maxMsgs int64) *env {
@@ -77,8 +78,8 @@ func newEnv(t testing.TB, maxMsgs int64) *env {
 			t.Fatal(err)
 		}
 	}
-	for i, k := range []**protocol.KeyPair{&e.a, &e.b, &e.agg} {
-		if *k, err = protocol.GenerateKeyPair(byte(i + 1)); err != nil {
+	for i, k := range []**onion.KeyPair{&e.a, &e.b, &e.agg} {
+		if *k, err = onion.GenerateKeyPair(byte(i + 1)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -118,15 +119,15 @@ func randomReports(n int) []report {
 
 // onion wraps a report for the route client → a → b → Kafka → aggregator.
 func (e *env) onion(t testing.TB, r report) []byte {
-	inner, err := protocol.SealLayer(e.agg.PublicKey(), protocol.Hop{Kind: protocol.HopDeliver}, r.payload)
+	inner, err := onion.SealLayer(e.agg.PublicKey(), onion.Hop{Kind: onion.HopDeliver}, r.payload)
 	if err != nil {
 		t.Fatal(err)
 	}
-	forB, err := protocol.SealLayer(e.b.PublicKey(), protocol.Hop{Kind: protocol.HopKafka, Key: r.key}, inner)
+	forB, err := onion.SealLayer(e.b.PublicKey(), onion.Hop{Kind: onion.HopKafka, Key: r.key}, inner)
 	if err != nil {
 		t.Fatal(err)
 	}
-	forA, err := protocol.SealLayer(e.a.PublicKey(), protocol.Hop{Kind: protocol.HopRelay, Subject: relays.Subject("b")}, forB)
+	forA, err := onion.SealLayer(e.a.PublicKey(), onion.Hop{Kind: onion.HopRelay, Subject: relays.Subject("b")}, forB)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,11 +176,11 @@ func start(r *relays.Relay) *running {
 }
 
 func (e *env) relayA(t testing.TB, st *relays.Stats) *relays.Relay {
-	return &relays.Relay{Name: "a", Keys: []*protocol.KeyPair{e.a}, JS: e.connect(t), Logger: quiet, Stats: st}
+	return &relays.Relay{Name: "a", Keys: []*onion.KeyPair{e.a}, JS: e.connect(t), Logger: quiet, Stats: st}
 }
 
 func (e *env) relayB(t testing.TB, w relays.KafkaWriter, st *relays.Stats) *relays.Relay {
-	return &relays.Relay{Name: "b", Keys: []*protocol.KeyPair{e.b}, JS: e.connect(t), Kafka: w, Logger: quiet, Stats: st}
+	return &relays.Relay{Name: "b", Keys: []*onion.KeyPair{e.b}, JS: e.connect(t), Kafka: w, Logger: quiet, Stats: st}
 }
 
 func (e *env) writer(t testing.TB) *kafka.Writer {
@@ -261,8 +262,8 @@ func (e *env) checkDelivered(t testing.TB, rs []report, msgs []kafka.Message) (d
 		if len(m.Headers) != 0 {
 			t.Fatalf("record has %d headers; reports must have none", len(m.Headers))
 		}
-		hop, payload, err := protocol.Peel([]*protocol.KeyPair{e.agg}, m.Value)
-		if err != nil || hop.Kind != protocol.HopDeliver {
+		hop, payload, err := onion.Peel([]*onion.KeyPair{e.agg}, m.Value)
+		if err != nil || hop.Kind != onion.HopDeliver {
 			t.Fatalf("record value is not an aggregator layer: %v", err)
 		}
 		key, ok := want[string(payload)]
@@ -437,9 +438,9 @@ func TestRelayDropsBadLayers(t *testing.T) {
 		want.Malformed++
 	}
 	// a layer for an unknown key id
-	other, _ := protocol.GenerateKeyPair(77)
+	other, _ := onion.GenerateKeyPair(77)
 	for i := 0; i < 20; i++ {
-		l, err := protocol.SealLayer(other.PublicKey(), protocol.Hop{Kind: protocol.HopRelay, Subject: relays.Subject("b")}, []byte("x"))
+		l, err := onion.SealLayer(other.PublicKey(), onion.Hop{Kind: onion.HopRelay, Subject: relays.Subject("b")}, []byte("x"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -447,16 +448,16 @@ func TestRelayDropsBadLayers(t *testing.T) {
 		want.UnknownKey++
 	}
 	// wrong hops at a relay: deliver, foreign subject, itself, wildcard
-	for _, hop := range []protocol.Hop{
-		{Kind: protocol.HopDeliver},
-		{Kind: protocol.HopRelay, Subject: "other.subject"},
-		{Kind: protocol.HopRelay, Subject: relays.Subject("a")},
-		{Kind: protocol.HopRelay, Subject: relays.SubjectPrefix + ">"},
-		{Kind: protocol.HopRelay, Subject: relays.SubjectPrefix + "b.c"},
-		{Kind: protocol.HopKafka, Key: []byte{1, 2}}, // relay a has no Kafka writer
+	for _, hop := range []onion.Hop{
+		{Kind: onion.HopDeliver},
+		{Kind: onion.HopRelay, Subject: "other.subject"},
+		{Kind: onion.HopRelay, Subject: relays.Subject("a")},
+		{Kind: onion.HopRelay, Subject: relays.SubjectPrefix + ">"},
+		{Kind: onion.HopRelay, Subject: relays.SubjectPrefix + "b.c"},
+		{Kind: onion.HopKafka, Key: []byte{1, 2}}, // relay a has no Kafka writer
 	} {
 		for i := 0; i < 5; i++ {
-			l, err := protocol.SealLayer(e.a.PublicKey(), hop, []byte("inner"))
+			l, err := onion.SealLayer(e.a.PublicKey(), hop, []byte("inner"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -465,20 +466,20 @@ func TestRelayDropsBadLayers(t *testing.T) {
 		}
 	}
 	// An oversized layer is refused by the Publisher...
-	big := make([]byte, protocol.MaxLayer+relays.HeaderAllowance+100)
+	big := make([]byte, onion.MaxLayer+relays.HeaderAllowance+100)
 	pub := &publish.Publisher{JS: e.connect(t), Subject: relays.Subject("a")}
 	if err := pub.Publish(ctx, big); !errors.Is(err, publish.ErrTooLarge) {
 		t.Fatalf("Publish(oversized) = %v, want ErrTooLarge", err)
 	}
 	// ...and, published raw (the stream leaves HeaderAllowance), dropped by the relay.
 	for i := 0; i < 3; i++ {
-		if _, err := e.js.Publish(ctx, relays.Subject("a"), big[:protocol.MaxLayer+1+i]); err != nil {
+		if _, err := e.js.Publish(ctx, relays.Subject("a"), big[:onion.MaxLayer+1+i]); err != nil {
 			t.Fatalf("raw oversized publish: %v", err)
 		}
 		want.Oversized++
 	}
 	// Larger than the stream allows at all: rejected by JetStream.
-	if _, err := e.js.Publish(ctx, relays.Subject("a"), big[:protocol.MaxLayer+relays.HeaderAllowance+1]); err == nil {
+	if _, err := e.js.Publish(ctx, relays.Subject("a"), big[:onion.MaxLayer+relays.HeaderAllowance+1]); err == nil {
 		t.Fatal("stream accepted a message larger than MaxLayer+HeaderAllowance")
 	}
 	// Relay b gets a layer from a that is garbage for b.
@@ -486,7 +487,7 @@ func TestRelayDropsBadLayers(t *testing.T) {
 		junk := make([]byte, 300)
 		crand.Read(junk)
 		junk[0], junk[1] = protocol.Version, e.b.ID
-		l, err := protocol.SealLayer(e.a.PublicKey(), protocol.Hop{Kind: protocol.HopRelay, Subject: relays.Subject("b")}, junk)
+		l, err := onion.SealLayer(e.a.PublicKey(), onion.Hop{Kind: onion.HopRelay, Subject: relays.Subject("b")}, junk)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -606,7 +607,7 @@ func TestRelayCancelledMidBatchLosesNothing(t *testing.T) {
 			}
 			js, _ := jetstream.New(nc)
 			var st1 relays.Stats
-			r1 := &relays.Relay{Name: "b", Keys: []*protocol.KeyPair{e.b}, JS: js, Kafka: bw, Logger: quiet, Stats: &st1, AckWait: 2 * time.Second}
+			r1 := &relays.Relay{Name: "b", Keys: []*onion.KeyPair{e.b}, JS: js, Kafka: bw, Logger: quiet, Stats: &st1, AckWait: 2 * time.Second}
 			run1 := start(r1)
 			publishAll(t, &publish.Publisher{JS: e.connect(t), Subject: relays.Subject("a")}, layers, 4)
 			select {
@@ -714,13 +715,13 @@ func TestPublishBackpressure(t *testing.T) {
 }
 
 func TestRunRejectsBadConfig(t *testing.T) {
-	k, _ := protocol.GenerateKeyPair(1)
+	k, _ := onion.GenerateKeyPair(1)
 	ctx := context.Background()
 	for _, r := range []*relays.Relay{
-		{Name: "", Keys: []*protocol.KeyPair{k}},
-		{Name: "a.b", Keys: []*protocol.KeyPair{k}},
+		{Name: "", Keys: []*onion.KeyPair{k}},
+		{Name: "a.b", Keys: []*onion.KeyPair{k}},
 		{Name: "a"},
-		{Name: "a", Keys: []*protocol.KeyPair{k}}, // no JS
+		{Name: "a", Keys: []*onion.KeyPair{k}}, // no JS
 	} {
 		if err := r.Run(ctx); err == nil {
 			t.Errorf("Run(%+v) accepted a bad configuration", r.Name)
@@ -749,7 +750,7 @@ func benchRelay(b *testing.B, batch int) {
 		go func(w int) {
 			defer wg.Done()
 			for i := w; i < n; i += 4 {
-				l, err := protocol.SealLayer(e.b.PublicKey(), protocol.Hop{Kind: protocol.HopKafka, Key: []byte{byte(i), byte(i >> 8)}}, inner)
+				l, err := onion.SealLayer(e.b.PublicKey(), onion.Hop{Kind: onion.HopKafka, Key: []byte{byte(i), byte(i >> 8)}}, inner)
 				if err != nil {
 					b.Error(err)
 					return
@@ -815,7 +816,7 @@ func TestRelayDropsReplays(t *testing.T) {
 	}
 	msgs := e.waitKafka(t, len(rs), 30*time.Second)
 	e.waitDrained(t)
-	_, forB, err := protocol.Peel([]*protocol.KeyPair{e.a}, layers[0])
+	_, forB, err := onion.Peel([]*onion.KeyPair{e.a}, layers[0])
 	if err != nil {
 		t.Fatal(err)
 	}

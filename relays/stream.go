@@ -24,7 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
 // Stream is the name of the JetStream stream holding all relay inboxes.
@@ -114,7 +114,7 @@ func StreamConfig(maxMsgs int64, replicas int) jetstream.StreamConfig {
 		MaxMsgsPerSubject:    maxMsgs,
 		MaxBytes:             -1,
 		MaxAge:               0,
-		MaxMsgSize:           protocol.MaxLayer + HeaderAllowance,
+		MaxMsgSize:           onion.MaxLayer + HeaderAllowance,
 		Duplicates:           DuplicateWindow,
 		Replicas:             replicas,
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/crowdlog/crowdlog/internal/retry"
-	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/blind"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
 // Topics of PDD mode (the same names as aggregator.VectorsTopic and
@@ -44,7 +44,7 @@ type Service struct {
 	Brokers []string
 	// Keys are the aggregator's HPKE key pairs (the innermost onion layer
 	// of submissions and answers).
-	Keys      []*protocol.KeyPair
+	Keys      []*onion.KeyPair
 	GroupID   string // default "crowdlog-vectors"
 	Recoverer Recoverer
 	Logger    *slog.Logger
@@ -101,7 +101,7 @@ func (s *Service) Run(ctx context.Context) error {
 		s.SessionTimeout = 20 * time.Second
 	}
 	// before the partition goroutines share them (protocol.KeyPair.Prepare)
-	if err := protocol.PrepareKeys(s.Keys); err != nil {
+	if err := onion.PrepareKeys(s.Keys); err != nil {
 		return fmt.Errorf("aggregate-vectors: %w", err)
 	}
 	log := s.Logger
@@ -201,8 +201,8 @@ func (s *Service) open1(m kafka.Message) ([]byte, bool) {
 			return m.Value, true
 		}
 	}
-	hop, inner, err := protocol.Peel(s.Keys, m.Value)
-	if err != nil || hop.Kind != protocol.HopDeliver {
+	hop, inner, err := onion.Peel(s.Keys, m.Value)
+	if err != nil || hop.Kind != onion.HopDeliver {
 		return nil, false
 	}
 	return inner, false

@@ -17,7 +17,7 @@ import (
 	"github.com/crowdlog/crowdlog/internal/audit"
 	"github.com/crowdlog/crowdlog/internal/truth"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
 // cluster is what the multi-process tests share: a built crowdlog binary,
@@ -135,12 +135,12 @@ func (c *cluster) checkExport(ctx context.Context, input, out, policy string, k 
 // audit reconciles the reports and decrypted topics of (app, epoch) with
 // the aggregator's key (internal/audit).
 func (c *cluster) audit(ctx context.Context, app, epoch string) *audit.Result {
-	kp, err := protocol.LoadKeyPair(filepath.Join(c.keys, runner.AggregatorKey))
+	kp, err := onion.LoadKeyPair(filepath.Join(c.keys, runner.AggregatorKey))
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	res, err := audit.Run(ctx, strings.Split(c.kafka, ","), aggregator.ReportsTopic, aggregator.DecryptedTopic,
-		[]*protocol.KeyPair{kp}, app, epoch)
+		[]*onion.KeyPair{kp}, app, epoch)
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crowdlog/crowdlog/pipelines/runner"
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
 // Key files in a keys directory (issue 3 item 5): ROLE.key is a role's
@@ -149,7 +149,7 @@ func listKeys(dir string) ([]keyInfo, error) {
 		sort.Strings(old)
 		paths = append(paths, old...)
 		for i, p := range paths {
-			pk, err := protocol.LoadPublicKey(p + ".pub")
+			pk, err := onion.LoadPublicKey(p + ".pub")
 			if errors.Is(err, os.ErrNotExist) {
 				continue
 			}
@@ -186,7 +186,7 @@ func rotateKey(dir, role string) (oldID, newID int, err error) {
 		return 0, 0, fmt.Errorf("--role %q: use one of %v", role, keyRoles)
 	}
 	cur := filepath.Join(dir, role+".key")
-	k, err := protocol.LoadKeyPair(cur)
+	k, err := onion.LoadKeyPair(cur)
 	if err != nil {
 		return 0, 0, fmt.Errorf("rotate %s: %w", role, err)
 	}
@@ -206,12 +206,12 @@ func rotateKey(dir, role string) (oldID, newID int, err error) {
 	if _, err := os.Stat(old); err == nil {
 		return 0, 0, fmt.Errorf("rotate %s: %s exists; retire it first", role, old)
 	}
-	nk, err := protocol.GenerateKeyPair(byte(newID))
+	nk, err := onion.GenerateKeyPair(byte(newID))
 	if err != nil {
 		return 0, 0, err
 	}
 	tmp := filepath.Join(dir, "."+role+".new.key")
-	if err := protocol.SaveKeyPair(tmp, role, nk); err != nil {
+	if err := onion.SaveKeyPair(tmp, role, nk); err != nil {
 		return 0, 0, err
 	}
 	if err := os.Rename(cur, old); err != nil {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/crowdlog/crowdlog/pipelines/runner"
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
 // TestKeysRotate: after a rotation the new key has the next id, the old one
@@ -18,7 +18,7 @@ func TestKeysRotate(t *testing.T) {
 	if err := runner.EnsureKeys(dir); err != nil {
 		t.Fatal(err)
 	}
-	oldPub, err := protocol.LoadPublicKeyFor(filepath.Join(dir, "relay-b.key.pub"), "relay-b")
+	oldPub, err := onion.LoadPublicKeyFor(filepath.Join(dir, "relay-b.key.pub"), "relay-b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,20 +30,20 @@ func TestKeysRotate(t *testing.T) {
 	if st, err := os.Stat(oldPath); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("old key kept as %s: %v %v", oldPath, st.Mode(), err)
 	}
-	newKey, _ := protocol.LoadKeyPair(filepath.Join(dir, "relay-b.key"))
-	oldKey, _ := protocol.LoadKeyPair(oldPath)
-	newPub, err := protocol.LoadPublicKeyFor(filepath.Join(dir, "relay-b.key.pub"), "relay-b")
+	newKey, _ := onion.LoadKeyPair(filepath.Join(dir, "relay-b.key"))
+	oldKey, _ := onion.LoadKeyPair(oldPath)
+	newPub, err := onion.LoadPublicKeyFor(filepath.Join(dir, "relay-b.key.pub"), "relay-b")
 	if err != nil || int(newPub.ID) != newID {
 		t.Fatalf("new public key: id %d, %v", newPub.ID, err)
 	}
-	for _, pub := range []protocol.PublicKey{oldPub, newPub} {
-		l, _ := protocol.SealLayer(pub, protocol.Hop{Kind: protocol.HopDeliver}, []byte("x"))
-		if _, in, err := protocol.Peel([]*protocol.KeyPair{newKey, oldKey}, l); err != nil || string(in) != "x" {
+	for _, pub := range []onion.PublicKey{oldPub, newPub} {
+		l, _ := onion.SealLayer(pub, onion.Hop{Kind: onion.HopDeliver}, []byte("x"))
+		if _, in, err := onion.Peel([]*onion.KeyPair{newKey, oldKey}, l); err != nil || string(in) != "x" {
 			t.Fatalf("layer for key id %d does not peel during the rotation: %v", pub.ID, err)
 		}
 	}
-	l, _ := protocol.SealLayer(oldPub, protocol.Hop{Kind: protocol.HopDeliver}, []byte("x"))
-	if _, _, err := protocol.Peel([]*protocol.KeyPair{newKey}, l); err == nil {
+	l, _ := onion.SealLayer(oldPub, onion.Hop{Kind: onion.HopDeliver}, []byte("x"))
+	if _, _, err := onion.Peel([]*onion.KeyPair{newKey}, l); err == nil {
 		t.Fatal("retired key id still accepted")
 	}
 	ks, err := listKeys(dir)

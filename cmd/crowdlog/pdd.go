@@ -14,7 +14,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/metrics"
 	"github.com/crowdlog/crowdlog/pipelines/keywords"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/release"
 	pddrelease "github.com/crowdlog/crowdlog/release/pdd"
 )
@@ -177,9 +177,9 @@ State is rebuilt by replaying a partition on assignment (restart-safe).`,
 			if len(keyPaths) == 0 {
 				return errors.New("--key is required (the aggregator's HPKE key, see `crowdlog keys generate`)")
 			}
-			var keys []*protocol.KeyPair
+			var keys []*onion.KeyPair
 			for _, p := range keyPaths {
-				k, err := protocol.LoadKeyPair(p)
+				k, err := onion.LoadKeyPair(p)
 				if err != nil {
 					return err
 				}

@@ -19,7 +19,7 @@ import (
 	"github.com/crowdlog/crowdlog/internal/audit"
 	"github.com/crowdlog/crowdlog/pipelines"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release"
@@ -429,9 +429,9 @@ Example:
 			if len(keyPaths) == 0 || epoch == "" {
 				return errors.New("--key and --epoch are required")
 			}
-			var keys []*protocol.KeyPair
+			var keys []*onion.KeyPair
 			for _, p := range keyPaths {
-				kp, err := protocol.LoadKeyPair(p)
+				kp, err := onion.LoadKeyPair(p)
 				if err != nil {
 					return err
 				}

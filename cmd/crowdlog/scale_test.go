@@ -22,7 +22,8 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/pipelines"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/star"
 )
 
 // scalePartitions is the reports topic's partition count in the scaling
@@ -203,7 +204,7 @@ func TestScaleAggregators(t *testing.T) {
 // mode: the aggregator's work does not depend on where ω came from), wraps
 // each in the aggregator's onion layer and writes them to topic reports the
 // way relay b does. It returns the number written.
-func preload(ctx context.Context, addr, input string, ag protocol.PublicKey) (int64, error) {
+func preload(ctx context.Context, addr, input string, ag onion.PublicKey) (int64, error) {
 	app, err := pipelines.Lookup("query")
 	if err != nil {
 		return 0, err
@@ -218,9 +219,9 @@ func preload(ctx context.Context, addr, input string, ag protocol.PublicKey) (in
 	g, gctx := errgroup.WithContext(ctx)
 	for i := 0; i < 2; i++ {
 		g.Go(func() error {
-			sealings := map[string]*protocol.Sealing{}
+			sealings := map[string]*star.Sealing{}
 			for u := range jobs {
-				secret, err := protocol.NewUserSecret()
+				secret, err := star.NewUserSecret()
 				if err != nil {
 					return err
 				}
@@ -228,7 +229,7 @@ func preload(ctx context.Context, addr, input string, ag protocol.PublicKey) (in
 				for _, a := range app.Mine(u.Records) {
 					s := sealings[a.Primary]
 					if s == nil {
-						d, err := protocol.DeriveSealing(protocol.LocalOmega(app.Name(), "scale", a.Primary), app.Name(), "scale", protocol.FTu, 5)
+						d, err := star.DeriveSealing(star.LocalOmega(app.Name(), "scale", a.Primary), app.Name(), "scale", star.FTu, 5)
 						if err != nil {
 							return err
 						}
@@ -243,11 +244,11 @@ func preload(ctx context.Context, addr, input string, ag protocol.PublicKey) (in
 					if err != nil {
 						return err
 					}
-					layer, err := protocol.SealLayer(ag, protocol.Hop{Kind: protocol.HopDeliver}, b)
+					layer, err := onion.SealLayer(ag, onion.Hop{Kind: onion.HopDeliver}, b)
 					if err != nil {
 						return err
 					}
-					msgs = append(msgs, kafkago.Message{Key: protocol.TagBucket(r.Tag), Value: layer})
+					msgs = append(msgs, kafkago.Message{Key: onion.TagBucket(r.Tag), Value: layer})
 				}
 				if err := w.WriteMessages(gctx, msgs...); err != nil {
 					return err

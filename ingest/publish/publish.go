@@ -20,7 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/relays"
 )
 
@@ -116,8 +116,8 @@ func (p *Publisher) Publish(ctx context.Context, layer []byte) error {
 	if p.JS == nil || p.Subject == "" {
 		return errors.New("publish: Publisher needs JS and Subject (e.g. relays.Subject(\"a\"))")
 	}
-	if len(layer) > protocol.MaxLayer {
-		return fmt.Errorf("%w: %d bytes > %d", ErrTooLarge, len(layer), protocol.MaxLayer)
+	if len(layer) > onion.MaxLayer {
+		return fmt.Errorf("%w: %d bytes > %d", ErrTooLarge, len(layer), onion.MaxLayer)
 	}
 	p.init()
 	select {

@@ -21,6 +21,8 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/star"
 )
 
 // Partition is what one partition of the reports topic held and what the
@@ -98,7 +100,7 @@ type seen struct {
 // peeling reports with keys (the aggregator's). It reads each partition up
 // to its high watermark at the time of the call. Errors: a topic cannot be
 // listed or read.
-func Run(ctx context.Context, brokers []string, reportsTopic, decryptedTopic string, keys []*protocol.KeyPair, app, epoch string) (*Result, error) {
+func Run(ctx context.Context, brokers []string, reportsTopic, decryptedTopic string, keys []*onion.KeyPair, app, epoch string) (*Result, error) {
 	res := &Result{}
 	ids := map[[16]byte]*seen{}
 	parts, err := partitions(ctx, brokers[0], reportsTopic)
@@ -117,12 +119,12 @@ func Run(ctx context.Context, brokers []string, reportsTopic, decryptedTopic str
 					return
 				}
 			}
-			hop, inner, err := protocol.Peel(keys, m.Value)
-			if err != nil || hop.Kind != protocol.HopDeliver {
+			hop, inner, err := onion.Peel(keys, m.Value)
+			if err != nil || hop.Kind != onion.HopDeliver {
 				ap.Undecodable++
 				return
 			}
-			r, err := protocol.ParseReport(inner)
+			r, err := star.ParseReport(inner)
 			if err != nil {
 				ap.Undecodable++
 				return

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
 // Key file names inside a keys directory (see `crowdlog keys`).
@@ -40,11 +40,11 @@ func EnsureKeys(dir string) error {
 		} else if !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
-		k, err := protocol.GenerateKeyPair(byte(i + 1))
+		k, err := onion.GenerateKeyPair(byte(i + 1))
 		if err != nil {
 			return err
 		}
-		if err := protocol.SaveKeyPair(path, name[:len(name)-4], k); err != nil {
+		if err := onion.SaveKeyPair(path, name[:len(name)-4], k); err != nil {
 			return err
 		}
 	}
@@ -53,13 +53,13 @@ func EnsureKeys(dir string) error {
 
 // LoadRoute reads the public keys of the route [relay A, relay B, aggregator]
 // from dir.
-func LoadRoute(dir string) (a, b, agg protocol.PublicKey, err error) {
-	if a, err = protocol.LoadPublicKey(filepath.Join(dir, RelayAKey+".pub")); err != nil {
+func LoadRoute(dir string) (a, b, agg onion.PublicKey, err error) {
+	if a, err = onion.LoadPublicKey(filepath.Join(dir, RelayAKey+".pub")); err != nil {
 		return
 	}
-	if b, err = protocol.LoadPublicKey(filepath.Join(dir, RelayBKey+".pub")); err != nil {
+	if b, err = onion.LoadPublicKey(filepath.Join(dir, RelayBKey+".pub")); err != nil {
 		return
 	}
-	agg, err = protocol.LoadPublicKey(filepath.Join(dir, AggregatorKey+".pub"))
+	agg, err = onion.LoadPublicKey(filepath.Join(dir, AggregatorKey+".pub"))
 	return
 }

@@ -27,7 +27,7 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/pdd"
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/pipelines/keywords"
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release"
 	pddrelease "github.com/crowdlog/crowdlog/release/pdd"
@@ -247,11 +247,11 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 		return nil, err
 	}
 	defer coord.Close()
-	aggKey, err := protocol.LoadKeyPair(filepath.Join(keysDir, AggregatorKey))
+	aggKey, err := onion.LoadKeyPair(filepath.Join(keysDir, AggregatorKey))
 	if err != nil {
 		return nil, err
 	}
-	agg := &vectors.Service{Brokers: brokers, Keys: []*protocol.KeyPair{aggKey}, Recoverer: coordinator.NATSRecoverer{NC: nc}, Logger: log}
+	agg := &vectors.Service{Brokers: brokers, Keys: []*onion.KeyPair{aggKey}, Recoverer: coordinator.NATSRecoverer{NC: nc}, Logger: log}
 	svc.Go(func() error { return agg.Run(svcCtx) })
 	var relMu sync.Mutex
 	var released []pddrelease.Round

@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/crowdlog/crowdlog/ingest"
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/relays"
 )
 
@@ -19,8 +19,8 @@ const relayKeysTimeout = 3 * time.Second
 // fails (ingest.ErrRelayKeyUnknown) when one does not hold the id of the
 // client's public key a or b; relays that do not answer within 3 s (older
 // relays) are logged as warnings. Clients call it before sending.
-func CheckRoute(ctx context.Context, nc *nats.Conn, a, b protocol.PublicKey, log *slog.Logger) error {
-	fetch := func(ctx context.Context, relay string) (*protocol.RelayKeysResponse, error) {
+func CheckRoute(ctx context.Context, nc *nats.Conn, a, b onion.PublicKey, log *slog.Logger) error {
+	fetch := func(ctx context.Context, relay string) (*onion.RelayKeysResponse, error) {
 		rctx, cancel := context.WithTimeout(ctx, relayKeysTimeout)
 		defer cancel()
 		return relays.FetchKeys(rctx, nc, relay)

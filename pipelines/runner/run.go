@@ -24,7 +24,7 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/pipelines"
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/vss"
 	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release"
@@ -360,8 +360,8 @@ func (cfg *Config) defaults() error {
 	if cfg.Input == "" {
 		return errors.New("no input: give --input LOG (AOL TSV, plain or .gz)")
 	}
-	if kind, _ := policy.Parse(cfg.Policy); !kind.IsDP() && (cfg.K < 1 || cfg.K > protocol.MaxK) {
-		return fmt.Errorf("threshold --k %d outside 1..%d", cfg.K, protocol.MaxK)
+	if kind, _ := policy.Parse(cfg.Policy); !kind.IsDP() && (cfg.K < 1 || cfg.K > vss.MaxK) {
+		return fmt.Errorf("threshold --k %d outside 1..%d", cfg.K, vss.MaxK)
 	}
 	if cfg.Epoch == "" {
 		cfg.Epoch = "all"

@@ -17,7 +17,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/crowdlog/crowdlog/aggregator"
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release"
@@ -77,9 +77,9 @@ type RelayOptions struct {
 
 // NewRelay builds a relay service connected to js and Kafka.
 func NewRelay(ctx context.Context, js jetstream.JetStream, o RelayOptions, log *slog.Logger) (*relays.Relay, func(), error) {
-	var keys []*protocol.KeyPair
+	var keys []*onion.KeyPair
 	for _, p := range o.KeyPaths {
-		k, err := protocol.LoadKeyPair(p)
+		k, err := onion.LoadKeyPair(p)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -106,9 +106,9 @@ func NewRelay(ctx context.Context, js jetstream.JetStream, o RelayOptions, log *
 
 // NewAggregator builds the aggregator service with the key files.
 func NewAggregator(brokers []string, keyPaths []string, log *slog.Logger) (*aggregator.Service, error) {
-	var keys []*protocol.KeyPair
+	var keys []*onion.KeyPair
 	for _, p := range keyPaths {
-		k, err := protocol.LoadKeyPair(p)
+		k, err := onion.LoadKeyPair(p)
 		if err != nil {
 			return nil, err
 		}

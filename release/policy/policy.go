@@ -22,7 +22,8 @@ import (
 
 	"github.com/google/differential-privacy/go/v3/noise"
 
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/star"
+	"github.com/crowdlog/crowdlog/protocol/vss"
 )
 
 // Kind names a release policy; its string is the CLI spelling and the
@@ -170,8 +171,8 @@ type Policy struct {
 func New(p Params) (*Policy, error) {
 	switch p.Kind {
 	case FTa, FTu:
-		if p.K < 1 || p.K > protocol.MaxK {
-			return nil, fmt.Errorf("policy %s: threshold k=%d outside 1..%d", p.Kind, p.K, protocol.MaxK)
+		if p.K < 1 || p.K > vss.MaxK {
+			return nil, fmt.Errorf("policy %s: threshold k=%d outside 1..%d", p.Kind, p.K, vss.MaxK)
 		}
 		return &Policy{Params: p, ShamirK: p.K, Threshold: float64(p.K)}, nil
 	case DPa, DPu, Zealous:
@@ -198,8 +199,8 @@ func New(p Params) (*Policy, error) {
 		return nil, fmt.Errorf("policy %s: delta %v must be in (0, 1/U) = (0, %.3g) for U=%d users (default 1/(U+1))",
 			p.Kind, p.Delta, 1/float64(p.Users), p.Users)
 	}
-	if p.ShamirK < 0 || p.ShamirK > protocol.MaxK {
-		return nil, fmt.Errorf("policy %s: Shamir threshold %d outside 1..%d (0 = derive it)", p.Kind, p.ShamirK, protocol.MaxK)
+	if p.ShamirK < 0 || p.ShamirK > vss.MaxK {
+		return nil, fmt.Errorf("policy %s: Shamir threshold %d outside 1..%d (0 = derive it)", p.Kind, p.ShamirK, vss.MaxK)
 	}
 	if p.Kind == Zealous {
 		return newZealous(p)
@@ -227,7 +228,7 @@ func New(p Params) (*Policy, error) {
 	ks := p.ShamirK
 	if ks == 0 {
 		ks = max(1, int(math.Floor(k0-p.Slack*b)))
-		ks = min(ks, protocol.MaxK)
+		ks = min(ks, vss.MaxK)
 	}
 	t := k0
 	if ks >= 2 {
@@ -290,7 +291,7 @@ func newZealous(p Params) (*Policy, error) {
 	}
 	tau := p.ShamirK
 	if tau == 0 {
-		tau = min(max(1, int(math.Round(p.Lambda))), protocol.MaxK) // Proposition 4: τ = λ minimises τ'
+		tau = min(max(1, int(math.Round(p.Lambda))), vss.MaxK) // Proposition 4: τ = λ minimises τ'
 	}
 	t2 := ZealousTau2(p.Lambda, tau, p.Users, p.D, p.Delta)
 	return &Policy{Params: p, ShamirK: tau, Threshold: t2, B: p.Lambda, BA: p.Lambda,
@@ -308,11 +309,11 @@ func dName(k Kind) string {
 // Sealing returns the protocol policy clients seal with: FT_a's random
 // share coordinates for FT_a and DP_a (the threshold counts reports),
 // FT_u's user-derived ones for FT_u, DP_u and ZEALOUS (it counts users).
-func (p *Policy) Sealing() protocol.Policy {
+func (p *Policy) Sealing() star.Policy {
 	if p.Kind == FTa || p.Kind == DPa {
-		return protocol.FTa
+		return star.FTa
 	}
-	return protocol.FTu
+	return star.FTu
 }
 
 // Limit returns the client-side limit: at most n artifacts per user per

@@ -6,7 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/star"
+	"github.com/crowdlog/crowdlog/protocol/vss"
 )
 
 func near(a, b, rel float64) bool { return math.Abs(a-b) <= rel*math.Max(1, math.Abs(b)) }
@@ -113,7 +114,7 @@ func TestValidation(t *testing.T) {
 		{Params{Kind: DPu, Epsilon: 1, D: 1, Users: 100, CountShare: 1}, "count share"},
 		{Params{Kind: FTu, K: 0}, "k=0"},
 		{Params{Kind: "dp-x"}, "unknown policy"},
-		{Params{Kind: DPu, Epsilon: 1, D: 1, Users: 100, ShamirK: protocol.MaxK + 1}, "Shamir"},
+		{Params{Kind: DPu, Epsilon: 1, D: 1, Users: 100, ShamirK: vss.MaxK + 1}, "Shamir"},
 	} {
 		_, err := New(c.p)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -200,9 +201,9 @@ func TestSelectionProbability(t *testing.T) {
 func TestSealingAndLimit(t *testing.T) {
 	for _, c := range []struct {
 		kind     Kind
-		seal     protocol.Policy
+		seal     star.Policy
 		distinct bool
-	}{{DPa, protocol.FTa, false}, {DPu, protocol.FTu, true}, {Zealous, protocol.FTu, true}} {
+	}{{DPa, star.FTa, false}, {DPu, star.FTu, true}, {Zealous, star.FTu, true}} {
 		p, err := New(Params{Kind: c.kind, Epsilon: 1, D: 4, Users: 100})
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package protocol
+package oprf
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/cloudflare/circl/oprf"
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/internal/testvec"
 )
 
 // TestRFC9497Vectors runs RFC 9497's ristretto255-SHA512 VOPRF vectors
@@ -23,8 +25,8 @@ func TestRFC9497Vectors(t *testing.T) {
 			Proof                                                   struct{ Proof, R string }
 		}
 	}
-	readJSON(t, "testdata/rfc9497-ristretto255-sha512-voprf.json", &v)
-	sk, err := oprf.DeriveKey(OPRFSuite, OPRFMode, mustHex(t, v.Seed), mustHex(t, v.KeyInfo))
+	testvec.ReadJSON(t, "testdata/rfc9497-ristretto255-sha512-voprf.json", &v)
+	sk, err := oprf.DeriveKey(OPRFSuite, OPRFMode, testvec.MustHex(t, v.Seed), testvec.MustHex(t, v.KeyInfo))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,10 +42,10 @@ func TestRFC9497Vectors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, tv := range v.Vectors {
-		inputs := hexList(t, tv.Input)
+		inputs := testvec.HexList(t, tv.Input)
 		var blinds []oprf.Blind
-		for _, b := range hexList(t, tv.Blind) {
-			s := G.NewScalar()
+		for _, b := range testvec.HexList(t, tv.Blind) {
+			s := protocol.G.NewScalar()
 			if err := s.UnmarshalBinary(b); err != nil {
 				t.Fatal(err)
 			}
@@ -56,7 +58,7 @@ func TestRFC9497Vectors(t *testing.T) {
 		q := &RandomnessRequest{Epoch: "rfc"}
 		for j, e := range ereq.Elements {
 			b, _ := e.MarshalBinaryCompress()
-			if want := hexList(t, tv.BlindedElement)[j]; !bytes.Equal(b, want) {
+			if want := testvec.HexList(t, tv.BlindedElement)[j]; !bytes.Equal(b, want) {
 				t.Fatalf("vector %d: blinded element %d = %x, RFC %x", i, j, b, want)
 			}
 			q.Elements = append(q.Elements, b)
@@ -66,14 +68,14 @@ func TestRFC9497Vectors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rfcEval := hexList(t, tv.EvaluationElement)
+		rfcEval := testvec.HexList(t, tv.EvaluationElement)
 		for j := range rfcEval {
 			if !bytes.Equal(resp.Elements[j], rfcEval[j]) {
 				t.Fatalf("vector %d: evaluation element %d = %x, RFC %x", i, j, resp.Elements[j], rfcEval[j])
 			}
 		}
 		// our client wrapper on the RFC's answer: proof verifies, outputs match
-		rfcResp := &RandomnessResponse{Elements: rfcEval, Proof: mustHex(t, tv.Proof.Proof)}
+		rfcResp := &RandomnessResponse{Elements: rfcEval, Proof: testvec.MustHex(t, tv.Proof.Proof)}
 		b, err := rfcResp.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)
@@ -85,7 +87,7 @@ func TestRFC9497Vectors(t *testing.T) {
 		if err != nil {
 			t.Fatalf("vector %d: RFC proof rejected: %v", i, err)
 		}
-		for j, want := range hexList(t, tv.Output) {
+		for j, want := range testvec.HexList(t, tv.Output) {
 			if !bytes.Equal(out[j], want) {
 				t.Fatalf("vector %d: output %d = %x, RFC %x", i, j, out[j], want)
 			}

@@ -1,8 +1,10 @@
-package protocol
+package onion
 
 import (
 	"fmt"
 	"slices"
+
+	"github.com/crowdlog/crowdlog/protocol"
 )
 
 // Relay key announcement (issue 3: "a client gets a clear error when a relay
@@ -25,22 +27,22 @@ func (q *RelayKeysRequest) MarshalBinary() ([]byte, error) {
 	if len(q.Relay) == 0 || len(q.Relay) > MaxRelayName {
 		return nil, fmt.Errorf("protocol: relay name of %d bytes (want 1..%d)", len(q.Relay), MaxRelayName)
 	}
-	w := writer{}
-	w.u8(Version)
-	w.bytes8([]byte(q.Relay))
+	w := protocol.Writer{}
+	w.U8(protocol.Version)
+	w.Bytes8([]byte(q.Relay))
 	return w.B, nil
 }
 
 // ParseRelayKeysRequest decodes a request; errors wrap ErrMalformed.
 func ParseRelayKeysRequest(b []byte) (*RelayKeysRequest, error) {
-	r := reader{B: b}
-	r.version("relay keys request")
-	q := &RelayKeysRequest{Relay: string(r.bytes8("relay name"))}
-	if err := r.done("relay keys request"); err != nil {
+	r := protocol.Reader{B: b}
+	r.ReadVersion("relay keys request")
+	q := &RelayKeysRequest{Relay: string(r.Bytes8("relay name"))}
+	if err := r.Done("relay keys request"); err != nil {
 		return nil, err
 	}
 	if len(q.Relay) == 0 || len(q.Relay) > MaxRelayName {
-		return nil, malformed("relay name of %d bytes (want 1..%d)", len(q.Relay), MaxRelayName)
+		return nil, protocol.Malformed("relay name of %d bytes (want 1..%d)", len(q.Relay), MaxRelayName)
 	}
 	return q, nil
 }
@@ -86,17 +88,17 @@ func RelayKeysOf(name string, keys []*KeyPair) (*RelayKeysResponse, error) {
 // ascending distinct ids and 32-byte public keys.
 func (p *RelayKeysResponse) check() error {
 	if len(p.Relay) == 0 || len(p.Relay) > MaxRelayName {
-		return malformed("relay name of %d bytes (want 1..%d)", len(p.Relay), MaxRelayName)
+		return protocol.Malformed("relay name of %d bytes (want 1..%d)", len(p.Relay), MaxRelayName)
 	}
 	if len(p.Keys) == 0 || len(p.Keys) > 255 {
-		return malformed("%d relay keys (want 1..255)", len(p.Keys))
+		return protocol.Malformed("%d relay keys (want 1..255)", len(p.Keys))
 	}
 	for i, k := range p.Keys {
 		if i > 0 && k.ID <= p.Keys[i-1].ID {
-			return malformed("relay key ids not ascending and distinct (%d after %d)", k.ID, p.Keys[i-1].ID)
+			return protocol.Malformed("relay key ids not ascending and distinct (%d after %d)", k.ID, p.Keys[i-1].ID)
 		}
 		if len(k.Public) != relayPublicKeySize {
-			return malformed("relay public key of %d bytes, want %d", len(k.Public), relayPublicKeySize)
+			return protocol.Malformed("relay public key of %d bytes, want %d", len(k.Public), relayPublicKeySize)
 		}
 	}
 	return nil
@@ -125,19 +127,19 @@ func (p *RelayKeysResponse) Lookup(id byte) ([]byte, bool) {
 // name ‖ u8 count ‖ count × (u8 key id ‖ u8 len ‖ public key) | u16 len ‖
 // message). Keys must be ascending by id, distinct, 32 bytes each.
 func (p *RelayKeysResponse) MarshalBinary() ([]byte, error) {
-	w := writer{B: make([]byte, 0, 4+len(p.Relay)+len(p.Keys)*(2+relayPublicKeySize))}
-	w.u8(Version)
-	if writeStatus(&w, Refusal{Error: p.Error}) {
+	w := protocol.Writer{B: make([]byte, 0, 4+len(p.Relay)+len(p.Keys)*(2+relayPublicKeySize))}
+	w.U8(protocol.Version)
+	if protocol.WriteStatus(&w, protocol.Refusal{Error: p.Error}) {
 		return w.B, nil
 	}
 	if err := p.check(); err != nil {
 		return nil, err
 	}
-	w.bytes8([]byte(p.Relay))
-	w.u8(byte(len(p.Keys)))
+	w.Bytes8([]byte(p.Relay))
+	w.U8(byte(len(p.Keys)))
 	for _, k := range p.Keys {
-		w.u8(k.ID)
-		w.bytes8(k.Public)
+		w.U8(k.ID)
+		w.Bytes8(k.Public)
 	}
 	return w.B, nil
 }
@@ -146,25 +148,25 @@ func (p *RelayKeysResponse) MarshalBinary() ([]byte, error) {
 // Public key bytes are length-checked only: compare them, or decode them
 // with the HPKE suite before use.
 func ParseRelayKeysResponse(b []byte) (*RelayKeysResponse, error) {
-	r := reader{B: b}
-	r.version("relay keys response")
+	r := protocol.Reader{B: b}
+	r.ReadVersion("relay keys response")
 	p := &RelayKeysResponse{}
-	ok, f := readStatus(&r)
+	ok, f := protocol.ReadStatus(&r)
 	if r.Err == nil && !ok && (f.Closed || f.Expired || f.Future) {
-		r.Err = malformed("epoch status in a relay keys response")
+		r.Err = protocol.Malformed("epoch status in a relay keys response")
 	}
 	if ok {
-		p.Relay = string(r.bytes8("relay name"))
-		n := int(r.u8("key count"))
+		p.Relay = string(r.Bytes8("relay name"))
+		n := int(r.U8("key count"))
 		for i := 0; i < n && r.Err == nil; i++ {
-			k := RelayKey{ID: r.u8("key id")}
-			k.Public = r.bytes8("public key")
+			k := RelayKey{ID: r.U8("key id")}
+			k.Public = r.Bytes8("public key")
 			p.Keys = append(p.Keys, k)
 		}
 	} else {
 		p.Error = f.Error
 	}
-	if err := r.done("relay keys response"); err != nil {
+	if err := r.Done("relay keys response"); err != nil {
 		return nil, err
 	}
 	if ok {

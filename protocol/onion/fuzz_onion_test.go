@@ -1,9 +1,11 @@
-package protocol
+package onion
 
 import (
 	"bytes"
 	"errors"
 	"testing"
+
+	"github.com/crowdlog/crowdlog/protocol"
 )
 
 func FuzzPeel(f *testing.F) {
@@ -28,19 +30,19 @@ func FuzzParseRelayKeys(f *testing.F) {
 	f.Add(b)
 	b, _ = (&RelayKeysRequest{Relay: "a"}).MarshalBinary()
 	f.Add(b)
-	f.Add([]byte{Version, 0, 1, 'a', 0})
+	f.Add([]byte{protocol.Version, 0, 1, 'a', 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if q, err := ParseRelayKeysRequest(b); err == nil {
 			out, err := q.MarshalBinary()
 			if err != nil || !bytes.Equal(out, b) {
 				t.Fatalf("request re-encodes differently: %v", err)
 			}
-		} else if !errors.Is(err, ErrMalformed) {
+		} else if !errors.Is(err, protocol.ErrMalformed) {
 			t.Fatalf("error not wrapping ErrMalformed: %v", err)
 		}
 		r, err := ParseRelayKeysResponse(b)
 		if err != nil {
-			if !errors.Is(err, ErrMalformed) {
+			if !errors.Is(err, protocol.ErrMalformed) {
 				t.Fatalf("error not wrapping ErrMalformed: %v", err)
 			}
 			return

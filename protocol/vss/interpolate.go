@@ -1,10 +1,11 @@
-package protocol
+package vss
 
 import (
 	"errors"
 	"math/big"
 
 	"github.com/cloudflare/circl/group"
+	"github.com/crowdlog/crowdlog/protocol"
 )
 
 // Interpolate returns the polynomial of degree < len(shares) through the
@@ -35,10 +36,10 @@ func Interpolate(shares []Share) (Polynomial, error) {
 	// m(X) = Π_i (X − x_i), coefficients m[0..n]
 	m := make([]group.Scalar, n+1)
 	for i := range m {
-		m[i] = G.NewScalar()
+		m[i] = protocol.G.NewScalar()
 	}
 	m[0].SetUint64(1)
-	t := G.NewScalar()
+	t := protocol.G.NewScalar()
 	for i, s := range shares {
 		// multiply m (degree i) by (X − x_i)
 		for j := i + 1; j >= 1; j-- {
@@ -52,7 +53,7 @@ func Interpolate(shares []Share) (Polynomial, error) {
 	// d_i = Π_{j≠i} (x_i − x_j), then their inverses by one inversion
 	d := make([]group.Scalar, n)
 	for i := range shares {
-		d[i] = G.NewScalar().SetUint64(1)
+		d[i] = protocol.G.NewScalar().SetUint64(1)
 		for j := range shares {
 			if i == j {
 				continue
@@ -65,24 +66,24 @@ func Interpolate(shares []Share) (Polynomial, error) {
 		}
 	}
 	prefix := make([]group.Scalar, n) // prefix[i] = d_0·…·d_{i−1}
-	acc := G.NewScalar().SetUint64(1)
+	acc := protocol.G.NewScalar().SetUint64(1)
 	for i := range d {
 		prefix[i] = acc.Copy()
 		acc.Mul(acc, d[i])
 	}
 	acc = invertVarTime(acc)
 	for i := n - 1; i >= 0; i-- {
-		inv := G.NewScalar().Mul(acc, prefix[i]) // 1/d_i
+		inv := protocol.G.NewScalar().Mul(acc, prefix[i]) // 1/d_i
 		acc.Mul(acc, d[i])
 		d[i] = inv
 	}
 	// f = Σ_i y_i/d_i · m(X)/(X − x_i); q = m/(X − x_i) by synthetic division
 	coeffs := make([]group.Scalar, n)
 	for j := range coeffs {
-		coeffs[j] = G.NewScalar()
+		coeffs[j] = protocol.G.NewScalar()
 	}
-	q := G.NewScalar()
-	w := G.NewScalar()
+	q := protocol.G.NewScalar()
+	w := protocol.G.NewScalar()
 	for i, s := range shares {
 		w.Mul(s.Y, d[i])
 		q.Set(m[n]) // q_{n−1}
@@ -110,7 +111,7 @@ func invertVarTime(s group.Scalar) group.Scalar {
 	}
 	z := new(big.Int).SetBytes(be)
 	z.ModInverse(z, order)
-	return G.NewScalar().SetBigInt(z)
+	return protocol.G.NewScalar().SetBigInt(z)
 }
 
 // Contains reports whether the share lies on p: y == p(x).

@@ -1,4 +1,4 @@
-package protocol
+package vss
 
 import (
 	r255 "github.com/bwesterb/go-ristretto"

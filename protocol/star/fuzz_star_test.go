@@ -1,15 +1,17 @@
-package protocol
+package star
 
 import (
 	"crypto/rand"
 	"testing"
 
-	"github.com/cloudflare/circl/oprf"
+	circloprf "github.com/cloudflare/circl/oprf"
+	"github.com/crowdlog/crowdlog/protocol/internal/oprftest"
+	"github.com/crowdlog/crowdlog/protocol/oprf"
 )
 
 func FuzzParseReport(f *testing.F) {
-	key, _ := oprf.GenerateKey(OPRFSuite, rand.Reader)
-	s, _ := DeriveSealing(omegaFor(f, key, "query", "e", "x"), "query", "e", FTu, 3)
+	key, _ := circloprf.GenerateKey(oprf.OPRFSuite, rand.Reader)
+	s, _ := DeriveSealing(oprftest.OmegaFor(f, key, "query", "e", "x"), "query", "e", FTu, 3)
 	u, _ := NewUserSecret()
 	r, _ := s.Seal(&u, "x", "X")
 	b, _ := r.MarshalBinary()

@@ -1,4 +1,4 @@
-package protocol
+package star
 
 import (
 	"crypto/rand"

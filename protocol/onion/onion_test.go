@@ -1,9 +1,11 @@
-package protocol
+package onion
 
 import (
 	"bytes"
 	"errors"
 	"testing"
+
+	"github.com/crowdlog/crowdlog/protocol"
 )
 
 func TestOnion(t *testing.T) {
@@ -23,7 +25,7 @@ func TestOnion(t *testing.T) {
 		t.Fatalf("wrong key id: %v", err)
 	}
 	ra2, _ := GenerateKeyPair(1)
-	if _, _, err := Peel([]*KeyPair{ra2}, l1); !errors.Is(err, ErrMalformed) {
+	if _, _, err := Peel([]*KeyPair{ra2}, l1); !errors.Is(err, protocol.ErrMalformed) {
 		t.Fatalf("wrong key same id: %v", err)
 	}
 	hop, in, err := Peel([]*KeyPair{rb, ra}, l1)
@@ -45,7 +47,7 @@ func TestOnion(t *testing.T) {
 	}
 	// tampering is detected
 	l1[len(l1)-1] ^= 1
-	if _, _, err := Peel([]*KeyPair{ra}, l1); !errors.Is(err, ErrMalformed) {
+	if _, _, err := Peel([]*KeyPair{ra}, l1); !errors.Is(err, protocol.ErrMalformed) {
 		t.Fatalf("tampered: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package protocol
+package onion
 
 import (
 	"errors"

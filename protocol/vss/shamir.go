@@ -1,13 +1,12 @@
-package protocol
+package vss
 
 import (
 	"errors"
 	"fmt"
 
 	"github.com/cloudflare/circl/group"
+	"github.com/crowdlog/crowdlog/protocol"
 )
-
-
 
 // ErrThreshold is returned by Recover when fewer than k distinct shares are
 // given.
@@ -30,12 +29,12 @@ type Polynomial struct {
 // derivePolynomial builds f of degree k−1 with coefficients
 // HashToScalar(ω ‖ i) (domain "crowdlog-v1 poly"); NOTES-infra: circl's
 // RandomScalar ignores its reader on ristretto255, so this is done by hand.
-func derivePolynomial(omega []byte, k int) Polynomial {
+func DerivePolynomial(omega []byte, k int) Polynomial {
 	dst := []byte("crowdlog-v1 poly")
 	c := make([]group.Scalar, k)
 	for i := range c {
 		msg := append(append([]byte{}, omega...), byte(i>>8), byte(i))
-		c[i] = G.HashToScalar(msg, dst)
+		c[i] = protocol.G.HashToScalar(msg, dst)
 	}
 	return Polynomial{coeffs: c}
 }
@@ -45,7 +44,7 @@ func (p Polynomial) Secret() group.Scalar { return p.coeffs[0].Copy() }
 
 // Eval returns the share (x, f(x)) by Horner's rule.
 func (p Polynomial) Eval(x group.Scalar) Share {
-	y := G.NewScalar()
+	y := protocol.G.NewScalar()
 	for i := len(p.coeffs) - 1; i >= 0; i-- {
 		y.Mul(y, x)
 		y.Add(y, p.coeffs[i])
@@ -66,11 +65,11 @@ func Recover(shares []Share, k int) (group.Scalar, error) {
 		return nil, fmt.Errorf("%w: have %d, need %d", ErrThreshold, len(shares), k)
 	}
 	s := shares[:k]
-	secret := G.NewScalar()
-	num := G.NewScalar()
-	den := G.NewScalar()
-	diff := G.NewScalar()
-	term := G.NewScalar()
+	secret := protocol.G.NewScalar()
+	num := protocol.G.NewScalar()
+	den := protocol.G.NewScalar()
+	diff := protocol.G.NewScalar()
+	term := protocol.G.NewScalar()
 	for i := range s {
 		if s[i].X.IsZero() {
 			return nil, errors.New("protocol: share with x = 0")
@@ -95,3 +94,6 @@ func Recover(shares []Share, k int) (group.Scalar, error) {
 	}
 	return secret, nil
 }
+
+// MaxK is the largest supported threshold.
+const MaxK = 1024

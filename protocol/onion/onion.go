@@ -1,4 +1,4 @@
-package protocol
+package onion
 
 import (
 	"crypto/rand"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/cloudflare/circl/hpke"
 	"github.com/cloudflare/circl/kem"
+	"github.com/crowdlog/crowdlog/protocol"
 )
 
 // Suite is the HPKE suite of every onion layer (RFC 9180 §7):
@@ -265,25 +266,25 @@ func SealLayer(pk PublicKey, hop Hop, inner []byte) ([]byte, error) {
 // sealLayer is SealLayer with the HPKE ephemeral key drawn from rnd (golden
 // test vectors pass a fixed reader: RFC 9180 DeriveKeyPair(ikmE)).
 func sealLayer(rnd io.Reader, pk PublicKey, hop Hop, inner []byte) ([]byte, error) {
-	w := writer{B: make([]byte, 0, len(inner)+64)}
-	w.u8(Version)
-	w.u8(byte(hop.Kind))
+	w := protocol.Writer{B: make([]byte, 0, len(inner)+64)}
+	w.U8(protocol.Version)
+	w.U8(byte(hop.Kind))
 	switch hop.Kind {
 	case HopRelay:
 		if len(hop.Subject) > 255 {
 			return nil, errors.New("protocol: relay subject longer than 255 bytes")
 		}
-		w.bytes8([]byte(hop.Subject))
+		w.Bytes8([]byte(hop.Subject))
 	case HopKafka, HopKafkaVectors:
 		if len(hop.Key) > 255 {
 			return nil, errors.New("protocol: kafka key longer than 255 bytes")
 		}
-		w.bytes8(hop.Key)
+		w.Bytes8(hop.Key)
 	case HopDeliver:
 	default:
 		return nil, fmt.Errorf("protocol: unknown hop kind %d", hop.Kind)
 	}
-	w.bytes32(inner)
+	w.Bytes32(inner)
 	if hop.Kind == HopDeliver {
 		n, err := padTo(len(w.B))
 		if err != nil {
@@ -299,7 +300,7 @@ func sealLayer(rnd io.Reader, pk PublicKey, hop Hop, inner []byte) ([]byte, erro
 	if err != nil {
 		return nil, err
 	}
-	hdr := []byte{Version, pk.ID}
+	hdr := []byte{protocol.Version, pk.ID}
 	ct, err := sealer.Seal(w.B, hdr)
 	if err != nil {
 		return nil, err
@@ -315,13 +316,13 @@ func sealLayer(rnd io.Reader, pk PublicKey, hop Hop, inner []byte) ([]byte, erro
 // or failed decryption; ErrUnknownKey for an unknown key id.
 func Peel(keys []*KeyPair, layer []byte) (Hop, []byte, error) {
 	if len(layer) > MaxLayer {
-		return Hop{}, nil, malformed("layer of %d bytes exceeds %d", len(layer), MaxLayer)
+		return Hop{}, nil, protocol.Malformed("layer of %d bytes exceeds %d", len(layer), MaxLayer)
 	}
 	if len(layer) < 2+encSize+16 {
-		return Hop{}, nil, malformed("layer of %d bytes is too short", len(layer))
+		return Hop{}, nil, protocol.Malformed("layer of %d bytes is too short", len(layer))
 	}
-	if layer[0] != Version {
-		return Hop{}, nil, malformed("layer version %d, want %d", layer[0], Version)
+	if layer[0] != protocol.Version {
+		return Hop{}, nil, protocol.Malformed("layer version %d, want %d", layer[0], protocol.Version)
 	}
 	var kp *KeyPair
 	for _, k := range keys {
@@ -339,27 +340,27 @@ func Peel(keys []*KeyPair, layer []byte) (Hop, []byte, error) {
 	}
 	opener, err := rcv.Setup(layer[2 : 2+encSize])
 	if err != nil {
-		return Hop{}, nil, malformed("bad encapsulated key: %v", err)
+		return Hop{}, nil, protocol.Malformed("bad encapsulated key: %v", err)
 	}
 	pt, err := opener.Open(layer[2+encSize:], layer[:2])
 	if err != nil {
-		return Hop{}, nil, malformed("layer does not open with key %d (wrong key or tampered): %v", kp.ID, err)
+		return Hop{}, nil, protocol.Malformed("layer does not open with key %d (wrong key or tampered): %v", kp.ID, err)
 	}
-	r := reader{B: pt}
-	r.version("layer")
-	hop := Hop{Kind: HopKind(r.u8("hop kind"))}
+	r := protocol.Reader{B: pt}
+	r.ReadVersion("layer")
+	hop := Hop{Kind: HopKind(r.U8("hop kind"))}
 	switch hop.Kind {
 	case HopRelay:
-		hop.Subject = string(r.bytes8("subject"))
+		hop.Subject = string(r.Bytes8("subject"))
 	case HopKafka, HopKafkaVectors:
-		hop.Key = r.bytes8("kafka key")
+		hop.Key = r.Bytes8("kafka key")
 	case HopDeliver:
 	default:
 		if r.Err == nil {
-			return Hop{}, nil, malformed("unknown hop kind %d", hop.Kind)
+			return Hop{}, nil, protocol.Malformed("unknown hop kind %d", hop.Kind)
 		}
 	}
-	inner := r.bytes32("inner")
+	inner := r.Bytes32("inner")
 	if r.Err != nil {
 		return Hop{}, nil, r.Err
 	}

@@ -1,4 +1,4 @@
-package protocol
+package oprf
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/cloudflare/circl/oprf"
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/internal/testvec"
 )
 
 // TestGoldenRandomness: request, response, public key messages and
@@ -14,7 +16,7 @@ import (
 // golden file keeps one proof and the test checks that it verifies and that
 // every other byte is reproduced.
 func TestGoldenRandomness(t *testing.T) {
-	sk, err := DeriveOPRFKey(fixedBytes("oprf seed", 32), "2006-03")
+	sk, err := DeriveOPRFKey(testvec.FixedBytes("oprf seed", 32), "2006-03")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +28,7 @@ func TestGoldenRandomness(t *testing.T) {
 	inputs := [][]byte{OPRFInput("query", "2006-03", "new york weather"), OPRFInput("query", "2006-03", "google")}
 	blinds := make([]oprf.Blind, len(inputs))
 	for i := range blinds {
-		blinds[i] = G.HashToScalar(fixedBytes(fmt.Sprint("blind", i), 32), []byte("golden blind"))
+		blinds[i] = protocol.G.HashToScalar(testvec.FixedBytes(fmt.Sprint("blind", i), 32), []byte("golden blind"))
 	}
 	fin, ereq, err := oprf.NewVerifiableClient(OPRFSuite, pub).DeterministicBlind(inputs, blinds)
 	if err != nil {
@@ -42,24 +44,24 @@ func TestGoldenRandomness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if old := loadGolden(t, "randomness"); old["proof"] != "" && !*update {
-		resp.Proof = mustHex(t, old["proof"]) // the golden proof; must verify below
+	if old := testvec.LoadGolden(t, "randomness"); old["proof"] != "" && !*testvec.Update {
+		resp.Proof = testvec.MustHex(t, old["proof"]) // the golden proof; must verify below
 	}
 	rb, _ := resp.MarshalBinary()
 	omegas, err := Finalize(&Blinded{pub: pub, fin: fin}, resp)
 	if err != nil {
 		t.Fatalf("golden proof does not verify: %v", err)
 	}
-	refusal, _ := (&RandomnessResponse{Refusal: Refusal{Error: "epoch 1999-01 is in the future"}}).MarshalBinary()
-	closed, _ := (&RandomnessResponse{Refusal: Refusal{Closed: true, Error: "epoch 2006-02 closed"}}).MarshalBinary()
-	expired, _ := (&RandomnessResponse{Refusal: Refusal{Expired: true, Error: "epoch 20060301T000000Z-24h expired"}}).MarshalBinary()
-	future, _ := (&RandomnessResponse{Refusal: Refusal{Future: true, Error: "epoch 20060301T000000Z-24h has not started"}}).MarshalBinary()
+	refusal, _ := (&RandomnessResponse{Refusal: protocol.Refusal{Error: "epoch 1999-01 is in the future"}}).MarshalBinary()
+	closed, _ := (&RandomnessResponse{Refusal: protocol.Refusal{Closed: true, Error: "epoch 2006-02 closed"}}).MarshalBinary()
+	expired, _ := (&RandomnessResponse{Refusal: protocol.Refusal{Expired: true, Error: "epoch 20060301T000000Z-24h expired"}}).MarshalBinary()
+	future, _ := (&RandomnessResponse{Refusal: protocol.Refusal{Future: true, Error: "epoch 20060301T000000Z-24h has not started"}}).MarshalBinary()
 	pkq, _ := (&PublicKeyRequest{Epoch: "2006-03"}).MarshalBinary()
 	pkr, _ := (&PublicKeyResponse{Epoch: "2006-03", Key: pkb}).MarshalBinary()
-	pkClosed, _ := (&PublicKeyResponse{Refusal: Refusal{Closed: true, Error: "epoch 2006-02 closed"}}).MarshalBinary()
-	pkExpired, _ := (&PublicKeyResponse{Refusal: Refusal{Expired: true, Error: "epoch 20060301T000000Z-24h expired"}}).MarshalBinary()
-	golden(t, "randomness", map[string]string{
-		"public_key": hex.EncodeToString(pkb), "blind0": scalarHex(blinds[0]), "blind1": scalarHex(blinds[1]),
+	pkClosed, _ := (&PublicKeyResponse{Refusal: protocol.Refusal{Closed: true, Error: "epoch 2006-02 closed"}}).MarshalBinary()
+	pkExpired, _ := (&PublicKeyResponse{Refusal: protocol.Refusal{Expired: true, Error: "epoch 20060301T000000Z-24h expired"}}).MarshalBinary()
+	testvec.Golden(t, "randomness", map[string]string{
+		"public_key": hex.EncodeToString(pkb), "blind0": testvec.ScalarHex(blinds[0]), "blind1": testvec.ScalarHex(blinds[1]),
 		"request": hex.EncodeToString(qb), "proof": hex.EncodeToString(resp.Proof), "response": hex.EncodeToString(rb),
 		"omega0": hex.EncodeToString(omegas[0]), "omega1": hex.EncodeToString(omegas[1]),
 		"response_refused": hex.EncodeToString(refusal), "response_closed": hex.EncodeToString(closed),
@@ -68,29 +70,29 @@ func TestGoldenRandomness(t *testing.T) {
 		"response_expired":       hex.EncodeToString(expired), "response_future": hex.EncodeToString(future),
 		"pubkey_response_expired": hex.EncodeToString(pkExpired),
 	})
-	if *update {
+	if *testvec.Update {
 		return
 	}
-	want := loadGolden(t, "randomness")
+	want := testvec.LoadGolden(t, "randomness")
 	for _, name := range []string{"request", "response", "response_refused", "response_closed", "response_expired", "response_future"} {
 		var err error
 		switch name {
 		case "request":
-			_, err = ParseRandomnessRequest(mustHex(t, want[name]))
+			_, err = ParseRandomnessRequest(testvec.MustHex(t, want[name]))
 		default:
-			_, err = ParseRandomnessResponse(mustHex(t, want[name]))
+			_, err = ParseRandomnessResponse(testvec.MustHex(t, want[name]))
 		}
 		if err != nil {
 			t.Errorf("golden %s does not parse: %v", name, err)
 		}
 	}
-	if p, err := ParsePublicKeyResponse(mustHex(t, want["pubkey_response"])); err != nil || !bytes.Equal(p.Key, pkb) {
+	if p, err := ParsePublicKeyResponse(testvec.MustHex(t, want["pubkey_response"])); err != nil || !bytes.Equal(p.Key, pkb) {
 		t.Errorf("golden public key response: %v", err)
 	}
-	if p, err := ParseRandomnessResponse(mustHex(t, want["response_expired"])); err != nil || !p.Expired {
+	if p, err := ParseRandomnessResponse(testvec.MustHex(t, want["response_expired"])); err != nil || !p.Expired {
 		t.Errorf("golden expired response: %+v %v", p, err)
 	}
-	if p, err := ParsePublicKeyResponse(mustHex(t, want["pubkey_response_expired"])); err != nil || !p.Expired {
+	if p, err := ParsePublicKeyResponse(testvec.MustHex(t, want["pubkey_response_expired"])); err != nil || !p.Expired {
 		t.Errorf("golden expired public key response: %+v %v", p, err)
 	}
 }

@@ -1,10 +1,12 @@
-package protocol
+package onion
 
 import (
 	"bytes"
 	"encoding/hex"
 	"fmt"
 	"testing"
+
+	"github.com/crowdlog/crowdlog/protocol/internal/testvec"
 )
 
 // goldenKeys are the route's fixed key pairs: RFC 9180 DeriveKeyPair of a
@@ -12,7 +14,7 @@ import (
 func goldenKeys(t *testing.T) []*KeyPair {
 	var out []*KeyPair
 	for i, name := range []string{"relay-a", "relay-b", "aggregator"} {
-		pk, sk := kemScheme.DeriveKeyPair(fixedBytes("ikm "+name, 32))
+		pk, sk := kemScheme.DeriveKeyPair(testvec.FixedBytes("ikm "+name, 32))
 		out = append(out, &KeyPair{ID: byte(i + 1), Public: pk, Private: sk})
 	}
 	return out
@@ -23,16 +25,16 @@ func goldenKeys(t *testing.T) []*KeyPair {
 // layer peels to the golden next layer with the right hop.
 func TestGoldenOnion(t *testing.T) {
 	keys := goldenKeys(t)
-	inner := fixedBytes("inner report", 300)
-	l3, err := sealLayer(fixedReader("enc aggregator"), keys[2].PublicKey(), Hop{Kind: HopDeliver}, inner)
+	inner := testvec.FixedBytes("inner report", 300)
+	l3, err := sealLayer(testvec.FixedReader("enc aggregator"), keys[2].PublicKey(), Hop{Kind: HopDeliver}, inner)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l2, err := sealLayer(fixedReader("enc relay-b"), keys[1].PublicKey(), Hop{Kind: HopKafka, Key: []byte{0xab, 0xcd}}, l3)
+	l2, err := sealLayer(testvec.FixedReader("enc relay-b"), keys[1].PublicKey(), Hop{Kind: HopKafka, Key: []byte{0xab, 0xcd}}, l3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l1, err := sealLayer(fixedReader("enc relay-a"), keys[0].PublicKey(), Hop{Kind: HopRelay, Subject: "crowdlog.relay.b"}, l2)
+	l1, err := sealLayer(testvec.FixedReader("enc relay-a"), keys[0].PublicKey(), Hop{Kind: HopRelay, Subject: "crowdlog.relay.b"}, l2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,12 +46,12 @@ func TestGoldenOnion(t *testing.T) {
 		got[fmt.Sprintf("key%d_public", i+1)] = hex.EncodeToString(pub)
 		got[fmt.Sprintf("key%d_private", i+1)] = hex.EncodeToString(priv)
 	}
-	golden(t, "onion", got)
-	if *update {
+	testvec.Golden(t, "onion", got)
+	if *testvec.Update {
 		return
 	}
-	want := loadGolden(t, "onion")
-	layer := mustHex(t, want["layer_relay_a"])
+	want := testvec.LoadGolden(t, "onion")
+	layer := testvec.MustHex(t, want["layer_relay_a"])
 	for i, wantHop := range []Hop{{Kind: HopRelay, Subject: "crowdlog.relay.b"}, {Kind: HopKafka, Key: []byte{0xab, 0xcd}}, {Kind: HopDeliver}} {
 		hop, next, err := Peel(keys, layer)
 		if err != nil || hop.Kind != wantHop.Kind || hop.Subject != wantHop.Subject || !bytes.Equal(hop.Key, wantHop.Key) {
@@ -80,13 +82,13 @@ func TestGoldenRelayKeys(t *testing.T) {
 	qb, _ := (&RelayKeysRequest{Relay: "a"}).MarshalBinary()
 	refused, _ := (&RelayKeysResponse{Error: "relay shutting down"}).MarshalBinary()
 	pub, _ := keys[0].Public.MarshalBinary()
-	golden(t, "relaykeys", map[string]string{"relay_text": "a", "public_key": hex.EncodeToString(pub),
+	testvec.Golden(t, "relaykeys", map[string]string{"relay_text": "a", "public_key": hex.EncodeToString(pub),
 		"request": hex.EncodeToString(qb), "response": hex.EncodeToString(pb), "response_refused": hex.EncodeToString(refused)})
-	if *update {
+	if *testvec.Update {
 		return
 	}
-	want := loadGolden(t, "relaykeys")
-	back, err := ParseRelayKeysResponse(mustHex(t, want["response"]))
+	want := testvec.LoadGolden(t, "relaykeys")
+	back, err := ParseRelayKeysResponse(testvec.MustHex(t, want["response"]))
 	if err != nil || back.Relay != "a" || !bytes.Equal(back.IDs(), []byte{1, 2}) {
 		t.Fatalf("golden announcement parses to %+v, %v", back, err)
 	}
@@ -95,10 +97,10 @@ func TestGoldenRelayKeys(t *testing.T) {
 			t.Fatalf("golden announcement: key id %d", id)
 		}
 	}
-	if q, err := ParseRelayKeysRequest(mustHex(t, want["request"])); err != nil || q.Relay != "a" {
+	if q, err := ParseRelayKeysRequest(testvec.MustHex(t, want["request"])); err != nil || q.Relay != "a" {
 		t.Fatalf("golden request: %+v %v", q, err)
 	}
-	if r, err := ParseRelayKeysResponse(mustHex(t, want["response_refused"])); err != nil || r.Error == "" {
+	if r, err := ParseRelayKeysResponse(testvec.MustHex(t, want["response_refused"])); err != nil || r.Error == "" {
 		t.Fatalf("golden refusal: %+v %v", r, err)
 	}
 }

@@ -1,4 +1,4 @@
-package protocol
+package vss
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ func BenchmarkVerifyShares(b *testing.B) {
 		for _, n := range []int{k, 64} {
 			b.Run(fmt.Sprintf("k=%d/n=%d", k, n), func(b *testing.B) {
 				p := randomPoly(k)
-				raw := commitPolynomial(p)
+				raw := CommitPolynomial(p)
 				shares := randomShares(p, n)
 				for b.Loop() {
 					c, _ := NewCommitment(raw, k)
@@ -38,7 +38,7 @@ func BenchmarkVerifyShares(b *testing.B) {
 func BenchmarkVerifyPolynomial(b *testing.B) {
 	for _, k := range []int{2, 5, 10} {
 		p := randomPoly(k)
-		raw := commitPolynomial(p)
+		raw := CommitPolynomial(p)
 		shares := randomShares(p, k)
 		b.Run(fmt.Sprint("k=", k, "/check"), func(b *testing.B) {
 			f, _ := Interpolate(shares)

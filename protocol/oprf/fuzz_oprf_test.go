@@ -1,4 +1,4 @@
-package protocol
+package oprf
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cloudflare/circl/oprf"
+	"github.com/crowdlog/crowdlog/protocol"
 )
 
 func FuzzParseRandomness(f *testing.F) {
@@ -17,7 +18,7 @@ func FuzzParseRandomness(f *testing.F) {
 	resp, _ := Evaluate(key, q)
 	b, _ = resp.MarshalBinary()
 	f.Add(b)
-	for _, r := range []Refusal{{Error: "unknown epoch"}, {Closed: true}, {Expired: true}, {Future: true, Error: "not yet"}} {
+	for _, r := range []protocol.Refusal{{Error: "unknown epoch"}, {Closed: true}, {Expired: true}, {Future: true, Error: "not yet"}} {
 		b, _ = (&RandomnessResponse{Refusal: r}).MarshalBinary()
 		f.Add(b)
 	}
@@ -43,7 +44,7 @@ func FuzzParseRandomness(f *testing.F) {
 				Finalize(bl, r) // wrong counts, bad elements or proofs: an error, not a panic
 			}
 		}
-		if _, err := ParsePublicKeyRequest(b); err != nil && !errors.Is(err, ErrMalformed) {
+		if _, err := ParsePublicKeyRequest(b); err != nil && !errors.Is(err, protocol.ErrMalformed) {
 			t.Fatalf("error not wrapping ErrMalformed: %v", err)
 		}
 		if r, err := ParsePublicKeyResponse(b); err == nil && r.Error == "" {

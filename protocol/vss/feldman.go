@@ -1,4 +1,4 @@
-package protocol
+package vss
 
 import (
 	"crypto/rand"
@@ -7,6 +7,7 @@ import (
 
 	r255 "github.com/bwesterb/go-ristretto"
 	"github.com/cloudflare/circl/group"
+	"github.com/crowdlog/crowdlog/protocol"
 )
 
 // Feldman commitments (Feldman, FOCS 1987) to an artifact's Shamir
@@ -31,13 +32,13 @@ import (
 // the vector it receives (CommitmentHash) to key its state.
 
 // CommitmentSize returns the encoded size of a commitment for threshold k.
-func CommitmentSize(k int) int { return k * elementSize }
+func CommitmentSize(k int) int { return k * protocol.ElementSize }
 
 // commitPolynomial returns C_0 ‖ … ‖ C_{k−1}, each a compressed 32-byte
 // ristretto255 element.
-func commitPolynomial(p Polynomial) []byte {
+func CommitPolynomial(p Polynomial) []byte {
 	out := make([]byte, 0, CommitmentSize(len(p.coeffs)))
-	e := G.NewElement()
+	e := protocol.G.NewElement()
 	for _, a := range p.coeffs {
 		e.MulGen(a)
 		b, _ := e.MarshalBinaryCompress()
@@ -77,7 +78,7 @@ type Commitment struct {
 // methods.
 func NewCommitment(raw []byte, k int) (*Commitment, error) {
 	if k < 1 || k > MaxK || len(raw) != CommitmentSize(k) {
-		return nil, malformed("commitment of %d bytes for k=%d, want %d", len(raw), k, CommitmentSize(k))
+		return nil, protocol.Malformed("commitment of %d bytes for k=%d, want %d", len(raw), k, CommitmentSize(k))
 	}
 	return &Commitment{raw: raw, k: k}, nil
 }
@@ -85,11 +86,11 @@ func NewCommitment(raw []byte, k int) (*Commitment, error) {
 // decodePoint decodes commitment point i (RFC 9496 §4.3.1: non-canonical
 // encodings are refused, as circl's UnmarshalBinary does).
 func (c *Commitment) decodePoint(i int) (*r255.Point, error) {
-	var buf [elementSize]byte
-	copy(buf[:], c.raw[i*elementSize:(i+1)*elementSize])
+	var buf [protocol.ElementSize]byte
+	copy(buf[:], c.raw[i*protocol.ElementSize:(i+1)*protocol.ElementSize])
 	p := new(r255.Point)
 	if !p.SetBytes(&buf) {
-		return nil, malformed("commitment point %d is not a ristretto255 encoding", i)
+		return nil, protocol.Malformed("commitment point %d is not a ristretto255 encoding", i)
 	}
 	return p, nil
 }
@@ -132,7 +133,7 @@ func (c *Commitment) decodeTables() error {
 func toR255(s group.Scalar) r255.Scalar {
 	var out r255.Scalar
 	b, _ := s.MarshalBinary()
-	var buf [ScalarSize]byte
+	var buf [protocol.ScalarSize]byte
 	copy(buf[:], b)
 	out.SetBytes(&buf)
 	return out
@@ -229,7 +230,7 @@ func (c *Commitment) VerifyShares(shares []Share) (bool, error) {
 	coef := make([]r255.Scalar, c.k)
 	var ysum, r, p, tmp r255.Scalar
 	for i, s := range shares {
-		var buf [ScalarSize]byte
+		var buf [protocol.ScalarSize]byte
 		copy(buf[:], weights[i*BatchWeightBits/8:(i+1)*BatchWeightBits/8])
 		r.SetBytes(&buf)
 		y := toR255(s.Y)
@@ -294,7 +295,7 @@ func (c *Commitment) verifyCoefficientsBatch(f Polynomial) (bool, error) {
 	rho := make([]r255.Scalar, c.k)
 	var asum, tmp r255.Scalar
 	for j := range rho {
-		var buf [ScalarSize]byte
+		var buf [protocol.ScalarSize]byte
 		copy(buf[:], weights[j*BatchWeightBits/8:(j+1)*BatchWeightBits/8])
 		rho[j].SetBytes(&buf)
 		a := toR255(f.coeffs[j])
@@ -329,9 +330,9 @@ func (c *Commitment) verifyCoefficients(f Polynomial) (bool, error) {
 }
 
 // checkCommitmentSize validates a report's commitment length against k.
-func checkCommitmentSize(b []byte, k int) error {
+func CheckCommitmentSize(b []byte, k int) error {
 	if len(b) != CommitmentSize(k) {
-		return fmt.Errorf("%w: commitment of %d bytes for k=%d, want %d", ErrMalformed, len(b), k, CommitmentSize(k))
+		return fmt.Errorf("%w: commitment of %d bytes for k=%d, want %d", protocol.ErrMalformed, len(b), k, CommitmentSize(k))
 	}
 	return nil
 }

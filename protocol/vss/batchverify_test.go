@@ -1,4 +1,4 @@
-package protocol
+package vss
 
 import (
 	"crypto/rand"
@@ -9,6 +9,7 @@ import (
 
 	r255 "github.com/bwesterb/go-ristretto"
 	"github.com/cloudflare/circl/group"
+	"github.com/crowdlog/crowdlog/protocol"
 )
 
 // feldmanNaive is the ground truth: Feldman's equation y·G == Σ x^j·C_j
@@ -16,58 +17,58 @@ import (
 // per term, independent of msm.go.
 func feldmanNaive(t testing.TB, commit []byte, k int, s Share) bool {
 	t.Helper()
-	rhs := G.Identity()
-	pow := G.NewScalar().SetUint64(1)
+	rhs := protocol.G.Identity()
+	pow := protocol.G.NewScalar().SetUint64(1)
 	for j := 0; j < k; j++ {
-		c := G.NewElement()
-		if err := c.UnmarshalBinary(commit[j*elementSize : (j+1)*elementSize]); err != nil {
+		c := protocol.G.NewElement()
+		if err := c.UnmarshalBinary(commit[j*protocol.ElementSize : (j+1)*protocol.ElementSize]); err != nil {
 			t.Fatal(err)
 		}
-		rhs.Add(rhs, G.NewElement().Mul(c, pow))
+		rhs.Add(rhs, protocol.G.NewElement().Mul(c, pow))
 		pow.Mul(pow, s.X)
 	}
-	return G.NewElement().MulGen(s.Y).IsEqual(rhs)
+	return protocol.G.NewElement().MulGen(s.Y).IsEqual(rhs)
 }
 
 func randomPoly(k int) Polynomial {
 	omega := make([]byte, 64)
 	rand.Read(omega)
-	return derivePolynomial(omega, k)
+	return DerivePolynomial(omega, k)
 }
 
 func randomShares(p Polynomial, n int) []Share {
 	out := make([]Share, n)
 	for i := range out {
-		out[i] = p.Eval(G.RandomNonZeroScalar(rand.Reader))
+		out[i] = p.Eval(protocol.G.RandomNonZeroScalar(rand.Reader))
 	}
 	return out
 }
 
-func one() group.Scalar { return G.NewScalar().SetUint64(1) }
+func one() group.Scalar { return protocol.G.NewScalar().SetUint64(1) }
 
 // TestMultiScalarMult: Σ s_j·P_j from msm.go equals the sum of circl's
 // single multiplications, for random, zero, small and maximal scalars.
 func TestMultiScalarMult(t *testing.T) {
-	minusOne := G.NewScalar().Neg(one())
+	minusOne := protocol.G.NewScalar().Neg(one())
 	for _, n := range []int{1, 2, 3, 5, 10, 17} {
 		for trial := 0; trial < 4; trial++ {
 			var tables []*nafTable
 			var scalars []r255.Scalar
-			want := G.Identity()
+			want := protocol.G.Identity()
 			for j := 0; j < n; j++ {
-				p := G.RandomElement(rand.Reader)
+				p := protocol.G.RandomElement(rand.Reader)
 				var s group.Scalar
 				switch (j + trial) % 5 {
 				case 0:
-					s = G.NewScalar()
+					s = protocol.G.NewScalar()
 				case 1:
-					s = G.NewScalar().SetUint64(uint64(mrand.IntN(40)))
+					s = protocol.G.NewScalar().SetUint64(uint64(mrand.IntN(40)))
 				case 2:
 					s = minusOne
 				default:
-					s = G.RandomScalar(rand.Reader)
+					s = protocol.G.RandomScalar(rand.Reader)
 				}
-				want.Add(want, G.NewElement().Mul(p, s))
+				want.Add(want, protocol.G.NewElement().Mul(p, s))
 				b, _ := p.MarshalBinaryCompress()
 				var buf [32]byte
 				copy(buf[:], b)
@@ -94,7 +95,7 @@ func TestVerifyShares(t *testing.T) {
 		for _, n := range []int{1, k, 3 * k} {
 			t.Run(fmt.Sprintf("k=%d/n=%d", k, n), func(t *testing.T) {
 				p := randomPoly(k)
-				raw := commitPolynomial(p)
+				raw := CommitPolynomial(p)
 				c, err := NewCommitment(raw, k)
 				if err != nil {
 					t.Fatal(err)
@@ -105,7 +106,7 @@ func TestVerifyShares(t *testing.T) {
 				}
 				for m := range shares {
 					bad := append([]Share(nil), shares...)
-					bad[m] = Share{X: bad[m].X, Y: G.NewScalar().Add(bad[m].Y, one())}
+					bad[m] = Share{X: bad[m].X, Y: protocol.G.NewScalar().Add(bad[m].Y, one())}
 					if feldmanNaive(t, raw, k, bad[m]) {
 						t.Fatal("tampered share satisfies Feldman's equation")
 					}
@@ -124,7 +125,7 @@ func TestVerifyShares(t *testing.T) {
 	}
 	// empty batch; undecodable commitment
 	p := randomPoly(3)
-	c, _ := NewCommitment(commitPolynomial(p), 3)
+	c, _ := NewCommitment(CommitPolynomial(p), 3)
 	if ok, err := c.VerifyShares(nil); !ok || err != nil {
 		t.Fatalf("empty batch: %v %v", ok, err)
 	}
@@ -133,7 +134,7 @@ func TestVerifyShares(t *testing.T) {
 		junk[i] = 0xff
 	}
 	cj, _ := NewCommitment(junk, 3)
-	if ok, err := cj.VerifyShares(randomShares(p, 3)); ok || !errors.Is(err, ErrMalformed) {
+	if ok, err := cj.VerifyShares(randomShares(p, 3)); ok || !errors.Is(err, protocol.ErrMalformed) {
 		t.Fatalf("junk commitment: %v %v", ok, err)
 	}
 }
@@ -144,21 +145,21 @@ func TestVerifyShares(t *testing.T) {
 func TestVerifySharesCancelling(t *testing.T) {
 	const k = 4
 	p := randomPoly(k)
-	raw := commitPolynomial(p)
+	raw := CommitPolynomial(p)
 	c, _ := NewCommitment(raw, k)
 	shares := randomShares(p, k)
-	delta := G.RandomNonZeroScalar(rand.Reader)
-	shares[1].Y = G.NewScalar().Add(shares[1].Y, delta)
-	shares[2].Y = G.NewScalar().Sub(shares[2].Y, delta)
+	delta := protocol.G.RandomNonZeroScalar(rand.Reader)
+	shares[1].Y = protocol.G.NewScalar().Add(shares[1].Y, delta)
+	shares[2].Y = protocol.G.NewScalar().Sub(shares[2].Y, delta)
 	// the unweighted sum Σ y_i·G == Σ_j (Σ_i x_i^j)·C_j still holds
-	ysum, lhs := G.NewScalar(), G.Identity()
+	ysum, lhs := protocol.G.NewScalar(), protocol.G.Identity()
 	for _, s := range shares {
 		ysum.Add(ysum, s.Y)
 	}
 	for j := 0; j < k; j++ {
-		cj := G.NewElement()
-		cj.UnmarshalBinary(raw[j*elementSize : (j+1)*elementSize])
-		e := G.NewScalar()
+		cj := protocol.G.NewElement()
+		cj.UnmarshalBinary(raw[j*protocol.ElementSize : (j+1)*protocol.ElementSize])
+		e := protocol.G.NewScalar()
 		for _, s := range shares {
 			pow := one()
 			for i := 0; i < j; i++ {
@@ -166,9 +167,9 @@ func TestVerifySharesCancelling(t *testing.T) {
 			}
 			e.Add(e, pow)
 		}
-		lhs.Add(lhs, G.NewElement().Mul(cj, e))
+		lhs.Add(lhs, protocol.G.NewElement().Mul(cj, e))
 	}
-	if !G.NewElement().MulGen(ysum).IsEqual(lhs) {
+	if !protocol.G.NewElement().MulGen(ysum).IsEqual(lhs) {
 		t.Fatal("test setup: errors should cancel in the unweighted sum")
 	}
 	for i := 0; i < 20; i++ {
@@ -191,7 +192,7 @@ func TestVerifySharesRandomized(t *testing.T) {
 		k := 1 + mrand.IntN(8)
 		n := 1 + mrand.IntN(12)
 		p := randomPoly(k)
-		raw := commitPolynomial(p)
+		raw := CommitPolynomial(p)
 		c, _ := NewCommitment(raw, k)
 		shares := randomShares(p, n)
 		other := randomPoly(k)
@@ -201,9 +202,9 @@ func TestVerifySharesRandomized(t *testing.T) {
 			}
 			switch mrand.IntN(4) {
 			case 0:
-				shares[i].Y = G.RandomScalar(rand.Reader)
+				shares[i].Y = protocol.G.RandomScalar(rand.Reader)
 			case 1:
-				shares[i].X = G.NewScalar().Add(shares[i].X, one())
+				shares[i].X = protocol.G.NewScalar().Add(shares[i].X, one())
 			case 2:
 				shares[i] = other.Eval(shares[i].X)
 			case 3:
@@ -231,7 +232,7 @@ func TestVerifySharesRandomized(t *testing.T) {
 func TestInterpolate(t *testing.T) {
 	for _, k := range []int{1, 2, 5, 10} {
 		p := randomPoly(k)
-		raw := commitPolynomial(p)
+		raw := CommitPolynomial(p)
 		got, err := Interpolate(randomShares(p, k))
 		if err != nil {
 			t.Fatal(err)
@@ -266,7 +267,7 @@ func TestVerifyPolynomial(t *testing.T) {
 	for round := 0; round < 60; round++ {
 		k := 1 + round%10
 		p := randomPoly(k)
-		raw := commitPolynomial(p)
+		raw := CommitPolynomial(p)
 		c, _ := NewCommitment(raw, k)
 		if ok, err := c.VerifyPolynomial(p); !ok || err != nil {
 			t.Fatalf("k=%d: committed polynomial rejected (%v)", k, err)
@@ -276,7 +277,7 @@ func TestVerifyPolynomial(t *testing.T) {
 			m := mrand.IntN(k)
 			switch round % 3 {
 			case 1:
-				shares[m].Y = G.NewScalar().Add(shares[m].Y, one())
+				shares[m].Y = protocol.G.NewScalar().Add(shares[m].Y, one())
 			case 2:
 				shares[m] = randomPoly(k).Eval(shares[m].X)
 			}
@@ -298,12 +299,12 @@ func TestVerifyPolynomial(t *testing.T) {
 		// a tampered coefficient of the committed polynomial
 		q := Polynomial{coeffs: append([]group.Scalar(nil), p.coeffs...)}
 		j := mrand.IntN(k)
-		q.coeffs[j] = G.NewScalar().Add(q.coeffs[j], one())
+		q.coeffs[j] = protocol.G.NewScalar().Add(q.coeffs[j], one())
 		if ok, _ := c.VerifyPolynomial(q); ok {
 			t.Fatalf("k=%d: coefficient %d tampered, check passed", k, j)
 		}
 	}
-	c, _ := NewCommitment(commitPolynomial(randomPoly(3)), 3)
+	c, _ := NewCommitment(CommitPolynomial(randomPoly(3)), 3)
 	if _, err := c.VerifyPolynomial(randomPoly(2)); err == nil {
 		t.Fatal("polynomial of degree 1 checked against k=3")
 	}
@@ -314,7 +315,7 @@ func TestVerifyPolynomial(t *testing.T) {
 			junk[i] = 0xff
 		}
 		cj, _ := NewCommitment(junk, k)
-		if ok, err := cj.VerifyPolynomial(randomPoly(k)); ok || !errors.Is(err, ErrMalformed) {
+		if ok, err := cj.VerifyPolynomial(randomPoly(k)); ok || !errors.Is(err, protocol.ErrMalformed) {
 			t.Fatalf("k=%d junk commitment: %v %v", k, ok, err)
 		}
 	}

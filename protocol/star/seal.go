@@ -1,4 +1,4 @@
-package protocol
+package star
 
 import (
 	"crypto/hmac"
@@ -9,6 +9,9 @@ import (
 	"io"
 
 	"github.com/cloudflare/circl/group"
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/oprf"
+	"github.com/crowdlog/crowdlog/protocol/vss"
 	"golang.org/x/crypto/chacha20poly1305"
 )
 
@@ -48,9 +51,6 @@ func ParsePolicy(s string) (Policy, error) {
 	return 0, fmt.Errorf("unknown threshold policy %q: use ft-a (k reports) or ft-u (k distinct users)", s)
 }
 
-// MaxK is the largest supported threshold.
-const MaxK = 1024
-
 // UserSecret is a client's long-term 32-byte secret. It never leaves the
 // client; it determines FT_u share coordinates and pseudonymous unit ids.
 type UserSecret [32]byte
@@ -72,7 +72,7 @@ type Sealing struct {
 	Policy     Policy
 	K          int
 	Tag        [32]byte
-	poly       Polynomial
+	poly       vss.Polynomial
 	key        [32]byte
 	commit     []byte // Feldman commitment C_0 ‖ … ‖ C_{k−1}
 }
@@ -84,16 +84,16 @@ type Sealing struct {
 // ~20 µs each, once per artifact). Errors when k is outside 1..MaxK or the
 // policy is unknown.
 func DeriveSealing(omega []byte, app, epoch string, policy Policy, k int) (Sealing, error) {
-	if k < 1 || k > MaxK {
-		return Sealing{}, fmt.Errorf("protocol: threshold k=%d outside 1..%d", k, MaxK)
+	if k < 1 || k > vss.MaxK {
+		return Sealing{}, fmt.Errorf("protocol: threshold k=%d outside 1..%d", k, vss.MaxK)
 	}
 	if policy != FTa && policy != FTu {
 		return Sealing{}, fmt.Errorf("protocol: unknown policy %d", policy)
 	}
 	s := Sealing{App: app, Epoch: epoch, Policy: policy, K: k, Tag: TagFromOmega(omega, policy, k)}
-	s.poly = derivePolynomial(omega, k)
+	s.poly = vss.DerivePolynomial(omega, k)
 	s.key = aeadKey(s.Tag, s.poly.Secret())
-	s.commit = commitPolynomial(s.poly)
+	s.commit = vss.CommitPolynomial(s.poly)
 	return s, nil
 }
 
@@ -124,7 +124,7 @@ func TagFromOmega(omega []byte, policy Policy, k int) [32]byte {
 func LocalOmega(app, epoch, artifact string) []byte {
 	h := sha512.New()
 	h.Write([]byte("crowdlog-v1 local"))
-	h.Write(OPRFInput(app, epoch, artifact))
+	h.Write(oprf.OPRFInput(app, epoch, artifact))
 	return h.Sum(nil)
 }
 
@@ -159,9 +159,9 @@ func aeadKey(tag [32]byte, secret group.Scalar) [32]byte {
 func (s *Sealing) ShareX(user *UserSecret) group.Scalar {
 	if s.Policy == FTu {
 		msg := append(append([]byte{}, user[:]...), s.Tag[:]...)
-		return G.HashToScalar(msg, []byte("crowdlog-v1 ftu-x"))
+		return protocol.G.HashToScalar(msg, []byte("crowdlog-v1 ftu-x"))
 	}
-	return G.RandomNonZeroScalar(rand.Reader)
+	return protocol.G.RandomNonZeroScalar(rand.Reader)
 }
 
 // UnitID returns the user's pseudonymous unit id for this tag:
@@ -226,7 +226,7 @@ func OpenPayload(key [32]byte, r *Report) (Payload, error) {
 		return Payload{}, err
 	}
 	if len(r.Ciphertext) < a.NonceSize()+a.Overhead() {
-		return Payload{}, malformed("ciphertext of %d bytes", len(r.Ciphertext))
+		return Payload{}, protocol.Malformed("ciphertext of %d bytes", len(r.Ciphertext))
 	}
 	n := a.NonceSize()
 	pt, err := a.Open(nil, r.Ciphertext[:n], r.Ciphertext[n:], r.Tag[:])
@@ -253,23 +253,23 @@ func (p *Payload) MarshalBinary() ([]byte, error) {
 	if len(p.Primary) > MaxField || len(p.Secondary) > MaxField {
 		return nil, fmt.Errorf("protocol: artifact longer than %d bytes", MaxField)
 	}
-	w := writer{B: make([]byte, 0, 1+4+len(p.Primary)+len(p.Secondary)+16)}
-	w.u8(Version)
-	w.bytes16([]byte(p.Primary))
-	w.bytes16([]byte(p.Secondary))
-	w.raw(p.Unit[:])
+	w := protocol.Writer{B: make([]byte, 0, 1+4+len(p.Primary)+len(p.Secondary)+16)}
+	w.U8(protocol.Version)
+	w.Bytes16([]byte(p.Primary))
+	w.Bytes16([]byte(p.Secondary))
+	w.Raw(p.Unit[:])
 	return w.B, nil
 }
 
 // ParsePayload decodes MarshalBinary's output; errors wrap ErrMalformed.
 func ParsePayload(b []byte) (Payload, error) {
-	r := reader{B: b}
-	r.version("payload")
+	r := protocol.Reader{B: b}
+	r.ReadVersion("payload")
 	var p Payload
-	p.Primary = string(r.bytes16("primary"))
-	p.Secondary = string(r.bytes16("secondary"))
-	copy(p.Unit[:], r.take(16, "unit"))
-	if err := r.done("payload"); err != nil {
+	p.Primary = string(r.Bytes16("primary"))
+	p.Secondary = string(r.Bytes16("secondary"))
+	copy(p.Unit[:], r.Take(16, "unit"))
+	if err := r.Done("payload"); err != nil {
 		return Payload{}, err
 	}
 	return p, nil
@@ -285,13 +285,10 @@ type Report struct {
 	K          uint16
 	ID         [16]byte
 	Tag        [32]byte
-	Share      Share
+	Share      vss.Share
 	Commitment []byte // C_0 ‖ … ‖ C_{K−1}, 32 bytes each
 	Ciphertext []byte
 }
-
-// MaxReport is the largest encoded report in bytes.
-const MaxReport = 64 << 10
 
 // MarshalBinary encodes: version ‖ u8 len app ‖ u8 len epoch ‖ policy ‖ u16 k
 // ‖ id[16] ‖ tag[32] ‖ x[32] ‖ y[32] ‖ u16 n ‖ n×32 commitment (n = k) ‖
@@ -300,7 +297,7 @@ func (r *Report) MarshalBinary() ([]byte, error) {
 	if len(r.App) > 255 || len(r.Epoch) > 255 {
 		return nil, fmt.Errorf("protocol: app or epoch name longer than 255 bytes")
 	}
-	if err := checkCommitmentSize(r.Commitment, int(r.K)); err != nil {
+	if err := vss.CheckCommitmentSize(r.Commitment, int(r.K)); err != nil {
 		return nil, err
 	}
 	x, err := r.Share.X.MarshalBinary()
@@ -311,19 +308,19 @@ func (r *Report) MarshalBinary() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := writer{B: make([]byte, 0, 160+len(r.Commitment)+len(r.Ciphertext)+len(r.App)+len(r.Epoch))}
-	w.u8(Version)
-	w.bytes8([]byte(r.App))
-	w.bytes8([]byte(r.Epoch))
-	w.u8(byte(r.Policy))
-	w.u16(r.K)
-	w.raw(r.ID[:])
-	w.raw(r.Tag[:])
-	w.raw(x)
-	w.raw(y)
-	w.u16(r.K)
-	w.raw(r.Commitment)
-	w.bytes32(r.Ciphertext)
+	w := protocol.Writer{B: make([]byte, 0, 160+len(r.Commitment)+len(r.Ciphertext)+len(r.App)+len(r.Epoch))}
+	w.U8(protocol.Version)
+	w.Bytes8([]byte(r.App))
+	w.Bytes8([]byte(r.Epoch))
+	w.U8(byte(r.Policy))
+	w.U16(r.K)
+	w.Raw(r.ID[:])
+	w.Raw(r.Tag[:])
+	w.Raw(x)
+	w.Raw(y)
+	w.U16(r.K)
+	w.Raw(r.Commitment)
+	w.Bytes32(r.Ciphertext)
 	return w.B, nil
 }
 
@@ -333,44 +330,44 @@ func (r *Report) MarshalBinary() ([]byte, error) {
 // Commitment points are not decoded here (the aggregator decodes them once
 // per (tag, commitment) group).
 func ParseReport(b []byte) (*Report, error) {
-	if len(b) > MaxReport {
-		return nil, malformed("report of %d bytes exceeds %d", len(b), MaxReport)
+	if len(b) > protocol.MaxReport {
+		return nil, protocol.Malformed("report of %d bytes exceeds %d", len(b), protocol.MaxReport)
 	}
-	rd := reader{B: b}
-	rd.version("report")
+	rd := protocol.Reader{B: b}
+	rd.ReadVersion("report")
 	r := &Report{}
-	r.App = string(rd.bytes8("app"))
-	r.Epoch = string(rd.bytes8("epoch"))
-	r.Policy = Policy(rd.u8("policy"))
-	r.K = rd.u16("k")
-	copy(r.ID[:], rd.take(16, "id"))
-	copy(r.Tag[:], rd.take(32, "tag"))
-	xb := rd.take(ScalarSize, "share x")
-	yb := rd.take(ScalarSize, "share y")
-	n := int(rd.u16("commitment count"))
+	r.App = string(rd.Bytes8("app"))
+	r.Epoch = string(rd.Bytes8("epoch"))
+	r.Policy = Policy(rd.U8("policy"))
+	r.K = rd.U16("k")
+	copy(r.ID[:], rd.Take(16, "id"))
+	copy(r.Tag[:], rd.Take(32, "tag"))
+	xb := rd.Take(protocol.ScalarSize, "share x")
+	yb := rd.Take(protocol.ScalarSize, "share y")
+	n := int(rd.U16("commitment count"))
 	if rd.Err == nil && n != int(r.K) {
-		return nil, malformed("commitment of %d points for k=%d", n, r.K)
+		return nil, protocol.Malformed("commitment of %d points for k=%d", n, r.K)
 	}
-	r.Commitment = rd.take(n*elementSize, "commitment")
-	r.Ciphertext = rd.bytes32("ciphertext")
-	if err := rd.done("report"); err != nil {
+	r.Commitment = rd.Take(n*protocol.ElementSize, "commitment")
+	r.Ciphertext = rd.Bytes32("ciphertext")
+	if err := rd.Done("report"); err != nil {
 		return nil, err
 	}
 	if r.Policy != FTa && r.Policy != FTu {
-		return nil, malformed("unknown policy %d", r.Policy)
+		return nil, protocol.Malformed("unknown policy %d", r.Policy)
 	}
-	if r.K < 1 || r.K > MaxK {
-		return nil, malformed("threshold k=%d outside 1..%d", r.K, MaxK)
+	if r.K < 1 || r.K > vss.MaxK {
+		return nil, protocol.Malformed("threshold k=%d outside 1..%d", r.K, vss.MaxK)
 	}
-	r.Share.X, r.Share.Y = G.NewScalar(), G.NewScalar()
+	r.Share.X, r.Share.Y = protocol.G.NewScalar(), protocol.G.NewScalar()
 	if err := r.Share.X.UnmarshalBinary(xb); err != nil {
-		return nil, malformed("share x: %v", err)
+		return nil, protocol.Malformed("share x: %v", err)
 	}
 	if err := r.Share.Y.UnmarshalBinary(yb); err != nil {
-		return nil, malformed("share y: %v", err)
+		return nil, protocol.Malformed("share y: %v", err)
 	}
 	if r.Share.X.IsZero() {
-		return nil, malformed("share x = 0")
+		return nil, protocol.Malformed("share x = 0")
 	}
 	return r, nil
 }

@@ -1,22 +1,26 @@
-package protocol
+package star
 
 import (
 	"crypto/rand"
 	"errors"
 	"testing"
 
-	"github.com/cloudflare/circl/oprf"
+	circloprf "github.com/cloudflare/circl/oprf"
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/internal/oprftest"
+	"github.com/crowdlog/crowdlog/protocol/oprf"
+	"github.com/crowdlog/crowdlog/protocol/vss"
 )
 
 func TestSealRecoverOpen(t *testing.T) {
-	key, _ := oprf.GenerateKey(OPRFSuite, rand.Reader)
+	key, _ := circloprf.GenerateKey(oprf.OPRFSuite, rand.Reader)
 	const k = 5
 	for _, pol := range []Policy{FTa, FTu} {
 		var reports []*Report
 		for u := 0; u < k; u++ {
 			user, _ := NewUserSecret()
 			// every client evaluates the OPRF itself: blinding differs, ω must not
-			s, err := DeriveSealing(omegaFor(t, key, "query", "e1", "weather"), "query", "e1", pol, k)
+			s, err := DeriveSealing(oprftest.OmegaFor(t, key, "query", "e1", "weather"), "query", "e1", pol, k)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -39,7 +43,7 @@ func TestSealRecoverOpen(t *testing.T) {
 				t.Fatalf("%v: tags differ across clients", pol)
 			}
 		}
-		distinct := map[string]Share{}
+		distinct := map[string]vss.Share{}
 		for _, r := range reports {
 			x, _ := r.Share.X.MarshalBinary()
 			distinct[string(x)] = r.Share
@@ -51,14 +55,14 @@ func TestSealRecoverOpen(t *testing.T) {
 		if len(distinct) != wantDistinct {
 			t.Fatalf("%v: %d distinct shares, want %d", pol, len(distinct), wantDistinct)
 		}
-		var shares []Share
+		var shares []vss.Share
 		for _, s := range distinct {
 			shares = append(shares, s)
 		}
-		if _, err := Recover(shares[:k-1], k); !errors.Is(err, ErrThreshold) {
+		if _, err := vss.Recover(shares[:k-1], k); !errors.Is(err, vss.ErrThreshold) {
 			t.Fatalf("k-1 shares: err %v, want ErrThreshold", err)
 		}
-		sec, err := Recover(shares, k)
+		sec, err := vss.Recover(shares, k)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,33 +77,33 @@ func TestSealRecoverOpen(t *testing.T) {
 			}
 		}
 		// k-1 genuine shares plus a wrong one give a key that fails the AEAD
-		bad := append([]Share{}, shares[:k-1]...)
-		bad = append(bad, Share{X: G.RandomNonZeroScalar(rand.Reader), Y: G.RandomScalar(rand.Reader)})
-		sec, _ = Recover(bad, k)
+		bad := append([]vss.Share{}, shares[:k-1]...)
+		bad = append(bad, vss.Share{X: protocol.G.RandomNonZeroScalar(rand.Reader), Y: protocol.G.RandomScalar(rand.Reader)})
+		sec, _ = vss.Recover(bad, k)
 		if _, err := OpenPayload(KeyFromSecret(reports[0].Tag, sec), reports[0]); err == nil {
 			t.Fatal("poisoned share opened the report")
 		}
 		// duplicate x is an error, not a panic
-		if _, err := Recover([]Share{shares[0], shares[0], shares[1], shares[2], shares[3]}, k); err == nil {
+		if _, err := vss.Recover([]vss.Share{shares[0], shares[0], shares[1], shares[2], shares[3]}, k); err == nil {
 			t.Fatal("duplicate shares accepted")
 		}
 	}
 }
 
 func TestDifferentArtifactsDifferentTags(t *testing.T) {
-	key, _ := oprf.GenerateKey(OPRFSuite, rand.Reader)
-	a, _ := DeriveSealing(omegaFor(t, key, "query", "e1", "a"), "query", "e1", FTu, 3)
-	b, _ := DeriveSealing(omegaFor(t, key, "query", "e1", "b"), "query", "e1", FTu, 3)
-	key2, _ := oprf.GenerateKey(OPRFSuite, rand.Reader)
-	c, _ := DeriveSealing(omegaFor(t, key2, "query", "e2", "a"), "query", "e2", FTu, 3)
+	key, _ := circloprf.GenerateKey(oprf.OPRFSuite, rand.Reader)
+	a, _ := DeriveSealing(oprftest.OmegaFor(t, key, "query", "e1", "a"), "query", "e1", FTu, 3)
+	b, _ := DeriveSealing(oprftest.OmegaFor(t, key, "query", "e1", "b"), "query", "e1", FTu, 3)
+	key2, _ := circloprf.GenerateKey(oprf.OPRFSuite, rand.Reader)
+	c, _ := DeriveSealing(oprftest.OmegaFor(t, key2, "query", "e2", "a"), "query", "e2", FTu, 3)
 	if a.Tag == b.Tag || a.Tag == c.Tag {
 		t.Fatal("tags collide across artifacts or epochs")
 	}
 }
 
 func BenchmarkSealReport(b *testing.B) {
-	key, _ := oprf.GenerateKey(OPRFSuite, rand.Reader)
-	s, _ := DeriveSealing(omegaFor(b, key, "query", "e", "weather"), "query", "e", FTu, 5)
+	key, _ := circloprf.GenerateKey(oprf.OPRFSuite, rand.Reader)
+	s, _ := DeriveSealing(oprftest.OmegaFor(b, key, "query", "e", "weather"), "query", "e", FTu, 5)
 	u, _ := NewUserSecret()
 	for b.Loop() {
 		if _, err := s.Seal(&u, "weather", "Weather"); err != nil {
