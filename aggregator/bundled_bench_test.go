@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/crowdlog/crowdlog/ingest/aol"
-	"github.com/crowdlog/crowdlog/pipelines"
+	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/star"
 )
@@ -27,7 +27,7 @@ func BenchmarkApplyBundledLog(b *testing.B) {
 			return nil
 		}
 		sec, _ := star.NewUserSecret()
-		for _, a := range (pipelines.QueryApp{}).Mine(u.Records) {
+		for _, a := range (apps.QueryApp{}).Mine(u.Records) {
 			s, ok := sealings[a.Primary]
 			if !ok {
 				var err error

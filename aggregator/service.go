@@ -12,11 +12,11 @@ import (
 	"time"
 
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/retry"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/crowdlog/crowdlog/internal/retry"
 	"github.com/crowdlog/crowdlog/protocol"
 )
 

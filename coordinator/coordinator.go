@@ -44,7 +44,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/crowdlog/crowdlog/aggregator/vectors"
-	"github.com/crowdlog/crowdlog/pipelines/keywords"
+	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/protocol/blind"
 	"github.com/crowdlog/crowdlog/relays"
 )

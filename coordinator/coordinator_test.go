@@ -13,7 +13,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
-	"github.com/crowdlog/crowdlog/pipelines/keywords"
+	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/protocol/blind"
 )
 

@@ -11,7 +11,7 @@ import (
 	"sort"
 
 	"github.com/crowdlog/crowdlog/ingest/aol"
-	"github.com/crowdlog/crowdlog/pipelines"
+	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
 	"github.com/crowdlog/crowdlog/protocol/star"
@@ -71,7 +71,7 @@ type Randomness interface {
 // Client seals and sends the artifacts of one application under one policy.
 // It is safe for concurrent use: each call handles one user.
 type Client struct {
-	App        pipelines.App
+	App        apps.App
 	Epoch      string
 	Policy     star.Policy
 	K          int
@@ -96,7 +96,7 @@ type Client struct {
 // recent instances; distinct=true keeps, for the n most recently used
 // distinct Primary values, one instance each (its most recent). The result
 // is in time order. n ≤ 0 returns arts unchanged.
-func LimitArtifacts(arts []pipelines.Artifact, n int, distinct bool) []pipelines.Artifact {
+func LimitArtifacts(arts []apps.Artifact, n int, distinct bool) []apps.Artifact {
 	if n <= 0 || (len(arts) <= n && !distinct) {
 		return arts
 	}
@@ -117,7 +117,7 @@ func LimitArtifacts(arts []pipelines.Artifact, n int, distinct bool) []pipelines
 		}
 		keep = append(keep, idx[j])
 	}
-	out := make([]pipelines.Artifact, len(keep))
+	out := make([]apps.Artifact, len(keep))
 	for i, j := range keep {
 		out[len(keep)-1-i] = arts[j]
 	}

@@ -11,7 +11,7 @@ import (
 	circloprf "github.com/cloudflare/circl/oprf"
 
 	"github.com/crowdlog/crowdlog/ingest/aol"
-	"github.com/crowdlog/crowdlog/pipelines"
+	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
 	"github.com/crowdlog/crowdlog/protocol/star"
@@ -49,7 +49,7 @@ func TestSubmitUser(t *testing.T) {
 	h, route := newHops(t)
 	var mu sync.Mutex
 	var onions [][]byte
-	c := &Client{App: pipelines.QueryApp{}, Epoch: "e", Policy: star.FTu, K: 2,
+	c := &Client{App: apps.QueryApp{}, Epoch: "e", Policy: star.FTu, K: 2,
 		Randomness: localRandomness{key}, Route: route,
 		Publish: func(_ context.Context, o []byte) error {
 			mu.Lock()
@@ -160,12 +160,12 @@ func BenchmarkHPKESeal(b *testing.B) {
 
 func TestLimitArtifacts(t *testing.T) {
 	t0 := time.Date(2006, 3, 1, 0, 0, 0, 0, time.UTC)
-	at := func(p string, min int) pipelines.Artifact {
-		return pipelines.Artifact{Primary: p, Time: t0.Add(time.Duration(min) * time.Minute)}
+	at := func(p string, min int) apps.Artifact {
+		return apps.Artifact{Primary: p, Time: t0.Add(time.Duration(min) * time.Minute)}
 	}
 	// log order with one out-of-order time: c@5 is more recent than b@4
-	arts := []pipelines.Artifact{at("a", 1), at("b", 2), at("a", 3), at("c", 5), at("b", 4), at("a", 6)}
-	prim := func(as []pipelines.Artifact) string {
+	arts := []apps.Artifact{at("a", 1), at("b", 2), at("a", 3), at("c", 5), at("b", 4), at("a", 6)}
+	prim := func(as []apps.Artifact) string {
 		var s []string
 		for _, a := range as {
 			s = append(s, a.Primary)

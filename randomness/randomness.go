@@ -33,7 +33,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/crowdlog/crowdlog/internal/retry"
+	"github.com/crowdlog/crowdlog/infra/retry"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
 

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/retry"
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/crowdlog/crowdlog/internal/retry"
 	"github.com/crowdlog/crowdlog/protocol/blind"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 )

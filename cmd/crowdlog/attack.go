@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crowdlog/crowdlog/aggregator"
-	"github.com/crowdlog/crowdlog/attack"
-	"github.com/crowdlog/crowdlog/pipelines"
+	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/pipelines/attack"
 )
 
 func attackCmd() *cobra.Command {
@@ -144,7 +144,7 @@ Candidates: lines of --candidates files and the artifacts --app mines from --log
 				cands = append(cands, l...)
 			}
 			if logPath != "" {
-				a, err := pipelines.Lookup(app)
+				a, err := apps.Lookup(app)
 				if err != nil {
 					return err
 				}
@@ -202,7 +202,7 @@ buckets (aggregator CoarseSummary).`,
 			if err != nil {
 				return err
 			}
-			a, err := pipelines.Lookup(app)
+			a, err := apps.Lookup(app)
 			if err != nil {
 				return err
 			}

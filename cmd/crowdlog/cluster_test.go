@@ -11,13 +11,13 @@ import (
 	"testing"
 
 	"github.com/crowdlog/crowdlog/aggregator"
+	"github.com/crowdlog/crowdlog/aggregator/audit"
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
-	"github.com/crowdlog/crowdlog/internal/audit"
-	"github.com/crowdlog/crowdlog/internal/truth"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/tests/truth"
 )
 
 // cluster is what the multi-process tests share: a built crowdlog binary,

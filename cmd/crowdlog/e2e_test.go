@@ -15,8 +15,8 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/crowdlog/crowdlog/aggregator"
-	"github.com/crowdlog/crowdlog/internal/truth"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
+	"github.com/crowdlog/crowdlog/tests/truth"
 )
 
 const bundled = "../../testdata/aol-top1000.tsv.gz"

@@ -14,10 +14,10 @@ import (
 	"golang.org/x/term"
 
 	"github.com/crowdlog/crowdlog/aggregator"
+	"github.com/crowdlog/crowdlog/aggregator/audit"
 	"github.com/crowdlog/crowdlog/ingest"
+	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/ingest/publish"
-	"github.com/crowdlog/crowdlog/internal/audit"
-	"github.com/crowdlog/crowdlog/pipelines"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/randomness"
@@ -77,7 +77,7 @@ Example:
 	}
 	f := c.Flags()
 	f.StringVar(&cfg.Input, "input", "", "AOL TSV log (plain or .gz) to replay, one client per AnonID (required)")
-	f.StringVar(&cfg.App, "app", "query", "mining application: "+fmt.Sprint(pipelines.Apps()))
+	f.StringVar(&cfg.App, "app", "query", "mining application: "+fmt.Sprint(apps.Apps()))
 	appFlags(f, &cfg.AppOptions)
 	f.StringVar(&cfg.Policy, "policy", "ft-u", "policy: ft-u (k distinct users), ft-a (k reports), dp-a, dp-u or zealous (docs/policies.md)")
 	f.IntVar(&cfg.K, "k", 5, "threshold k of ft-u/ft-a: an artifact opens once k shares exist")
@@ -103,7 +103,7 @@ Example:
 
 func ingestCmd() *cobra.Command {
 	var input, app, pol, epoch, natsURL, keys string
-	var appOpts pipelines.Options
+	var appOpts apps.Options
 	var dp policy.Params
 	var k, workers int
 	var noProgress bool
@@ -128,7 +128,7 @@ clients of the epoch have sent.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
 			ctx := cmd.Context()
-			a, err := pipelines.LookupWith(app, appOpts)
+			a, err := apps.LookupWith(app, appOpts)
 			if err != nil {
 				return err
 			}
@@ -175,7 +175,7 @@ clients of the epoch have sent.`,
 	}
 	f := c.Flags()
 	f.StringVar(&input, "input", "", "AOL TSV log (plain or .gz) (required)")
-	f.StringVar(&app, "app", "query", "mining application: "+fmt.Sprint(pipelines.Apps()))
+	f.StringVar(&app, "app", "query", "mining application: "+fmt.Sprint(apps.Apps()))
 	appFlags(f, &appOpts)
 	f.StringVar(&pol, "policy", "ft-u", "policy: ft-u, ft-a, dp-a, dp-u or zealous (the release role must use the same)")
 	f.IntVar(&k, "k", 5, "threshold k of ft-u/ft-a")
@@ -507,11 +507,11 @@ over --budget-epsilon/--budget-delta is refused and logged.`,
 
 // appFlags registers the application options (pipelines.Options, see
 // docs/applications.md) on f; run and ingest must mine with the same ones.
-func appFlags(f *pflag.FlagSet, o *pipelines.Options) {
-	f.StringVar(&o.URLLevel, "url-level", pipelines.URLDomain, "apps click, url, ltr: how much of a clicked URL to keep: full, domain or dir")
-	f.DurationVar(&o.SessionGap, "session-gap", pipelines.DefaultSessionGap, "app reformulation: an idle time longer than this starts a new session")
-	f.StringVar(&o.PairOrder, "pair-order", pipelines.PairTime, "app reformulation: time (q1 → q2 as searched) or sorted (one artifact for both directions)")
-	f.IntSliceVar(&o.Buckets.Rank, "rank-buckets", pipelines.DefaultRankBuckets, "app ltr: upper bounds of the click-rank buckets")
-	f.DurationSliceVar(&o.Buckets.Dwell, "dwell-buckets", pipelines.DefaultDwellBuckets, "app ltr: upper bounds of the dwell-time buckets")
-	f.IntSliceVar(&o.Buckets.Length, "length-buckets", pipelines.DefaultLengthBuckets, "app ltr: upper bounds of the query-length buckets (tokens)")
+func appFlags(f *pflag.FlagSet, o *apps.Options) {
+	f.StringVar(&o.URLLevel, "url-level", apps.URLDomain, "apps click, url, ltr: how much of a clicked URL to keep: full, domain or dir")
+	f.DurationVar(&o.SessionGap, "session-gap", apps.DefaultSessionGap, "app reformulation: an idle time longer than this starts a new session")
+	f.StringVar(&o.PairOrder, "pair-order", apps.PairTime, "app reformulation: time (q1 → q2 as searched) or sorted (one artifact for both directions)")
+	f.IntSliceVar(&o.Buckets.Rank, "rank-buckets", apps.DefaultRankBuckets, "app ltr: upper bounds of the click-rank buckets")
+	f.DurationSliceVar(&o.Buckets.Dwell, "dwell-buckets", apps.DefaultDwellBuckets, "app ltr: upper bounds of the dwell-time buckets")
+	f.IntSliceVar(&o.Buckets.Length, "length-buckets", apps.DefaultLengthBuckets, "app ltr: upper bounds of the query-length buckets (tokens)")
 }

@@ -20,7 +20,7 @@ import (
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/ingest/aol"
-	"github.com/crowdlog/crowdlog/pipelines"
+	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/star"
@@ -205,7 +205,7 @@ func TestScaleAggregators(t *testing.T) {
 // each in the aggregator's onion layer and writes them to topic reports the
 // way relay b does. It returns the number written.
 func preload(ctx context.Context, addr, input string, ag onion.PublicKey) (int64, error) {
-	app, err := pipelines.Lookup("query")
+	app, err := apps.Lookup("query")
 	if err != nil {
 		return 0, err
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/crowdlog/crowdlog/pipelines"
-	"github.com/crowdlog/crowdlog/pipelines/keywords"
+	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/pipelines/simulate"
 	"github.com/crowdlog/crowdlog/release"
 	"github.com/crowdlog/crowdlog/release/policy"
@@ -60,7 +60,7 @@ Example:
 	}
 	f := c.Flags()
 	f.StringVar(&o.Input, "input", "", "AOL TSV log (plain or .gz) (required)")
-	f.StringVar(&o.App, "app", "query", "mining application: "+fmt.Sprint(pipelines.Apps()))
+	f.StringVar(&o.App, "app", "query", "mining application: "+fmt.Sprint(apps.Apps()))
 	appFlags(f, &o.AppOptions)
 	f.IntVar(&o.MaxK, "max-k", 160, "largest threshold k")
 	f.Float64Var(&o.Epsilon, "epsilon", math.Ln10, "ε of the DP policies (paper: ln 10)")

@@ -21,7 +21,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/coordinator"
 	"github.com/crowdlog/crowdlog/ingest"
-	"github.com/crowdlog/crowdlog/pipelines/keywords"
+	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/protocol/blind"
 )
 

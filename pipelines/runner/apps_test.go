@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
-	"github.com/crowdlog/crowdlog/internal/truth"
-	"github.com/crowdlog/crowdlog/pipelines"
+	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/tests/truth"
 )
 
 // writeSubset writes the first n users of the bundled log to a gzip file in
@@ -44,26 +44,26 @@ func TestAppsEndToEnd(t *testing.T) {
 	}
 	defer ch.Stop()
 	gap := 10 * time.Minute
-	ltrB := pipelines.Buckets{Rank: []int{1, 3}, Dwell: []time.Duration{time.Minute, time.Hour}, Length: []int{2}}
+	ltrB := apps.Buckets{Rank: []int{1, 3}, Dwell: []time.Duration{time.Minute, time.Hour}, Length: []int{2}}
 	cases := []struct {
 		app    string
 		users  int
 		policy string
 		k      int
-		o      pipelines.Options
+		o      apps.Options
 		to     truth.Options
 	}{
-		{"reformulation", 150, "ft-u", 2, pipelines.Options{}, truth.Options{}},
-		{"reformulation", 150, "ft-a", 3, pipelines.Options{SessionGap: gap}, truth.Options{SessionGap: gap}},
-		{"click", 60, "ft-u", 2, pipelines.Options{}, truth.Options{}},
-		{"click", 60, "ft-a", 3, pipelines.Options{URLLevel: "full"}, truth.Options{URLLevel: "full"}},
-		{"url", 40, "ft-u", 2, pipelines.Options{URLLevel: "dir"}, truth.Options{URLLevel: "dir"}},
-		{"url", 40, "ft-a", 3, pipelines.Options{}, truth.Options{}},
-		{"ltr", 25, "ft-u", 2, pipelines.Options{}, truth.Options{}},
-		{"ltr", 25, "ft-a", 3, pipelines.Options{Buckets: ltrB},
+		{"reformulation", 150, "ft-u", 2, apps.Options{}, truth.Options{}},
+		{"reformulation", 150, "ft-a", 3, apps.Options{SessionGap: gap}, truth.Options{SessionGap: gap}},
+		{"click", 60, "ft-u", 2, apps.Options{}, truth.Options{}},
+		{"click", 60, "ft-a", 3, apps.Options{URLLevel: "full"}, truth.Options{URLLevel: "full"}},
+		{"url", 40, "ft-u", 2, apps.Options{URLLevel: "dir"}, truth.Options{URLLevel: "dir"}},
+		{"url", 40, "ft-a", 3, apps.Options{}, truth.Options{}},
+		{"ltr", 25, "ft-u", 2, apps.Options{}, truth.Options{}},
+		{"ltr", 25, "ft-a", 3, apps.Options{Buckets: ltrB},
 			truth.Options{RankBuckets: ltrB.Rank, DwellBuckets: ltrB.Dwell, LengthBuckets: ltrB.Length}},
-		{"keyword", 30, "ft-u", 2, pipelines.Options{}, truth.Options{}},
-		{"keyword", 30, "ft-a", 3, pipelines.Options{}, truth.Options{}},
+		{"keyword", 30, "ft-u", 2, apps.Options{}, truth.Options{}},
+		{"keyword", 30, "ft-a", 3, apps.Options{}, truth.Options{}},
 	}
 	subsets := map[int]string{}
 	for i, c := range cases {

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
-	"github.com/crowdlog/crowdlog/internal/truth"
 	"github.com/crowdlog/crowdlog/release"
 	"github.com/crowdlog/crowdlog/release/policy"
+	"github.com/crowdlog/crowdlog/tests/truth"
 )
 
 // TestRunDPu runs `crowdlog run --policy dp-u` (d = 3) on the bundled log

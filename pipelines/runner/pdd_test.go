@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crowdlog/crowdlog/internal/truth"
+	"github.com/crowdlog/crowdlog/tests/truth"
 )
 
 const keywordList = "../keywords/google-10000-english.txt"

@@ -22,8 +22,8 @@ import (
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/aol"
+	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/ingest/publish"
-	"github.com/crowdlog/crowdlog/pipelines"
 	"github.com/crowdlog/crowdlog/protocol/vss"
 	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/relays"
@@ -65,7 +65,7 @@ type Config struct {
 
 	// AppOptions configure the application (--url-level, --session-gap,
 	// bucket flags); zero fields mean the defaults.
-	AppOptions pipelines.Options
+	AppOptions apps.Options
 
 	// Metrics, when set (e.g. "127.0.0.1:9100"), serves /metrics, /healthz and
 	// /readyz for every in-process role.
@@ -131,7 +131,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	app, err := pipelines.LookupWith(cfg.App, cfg.AppOptions)
+	app, err := apps.LookupWith(cfg.App, cfg.AppOptions)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
-	"github.com/crowdlog/crowdlog/internal/truth"
+	"github.com/crowdlog/crowdlog/tests/truth"
 )
 
 const bundled = "../../testdata/aol-top1000.tsv.gz"

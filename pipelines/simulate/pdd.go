@@ -21,8 +21,8 @@ import (
 	"gonum.org/v1/gonum/stat/distuv"
 
 	"github.com/crowdlog/crowdlog/ingest/aol"
-	"github.com/crowdlog/crowdlog/pipelines"
-	"github.com/crowdlog/crowdlog/pipelines/keywords"
+	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/ingest/keywords"
 )
 
 // PDD §4.1 simulation inputs (DESIGN.md "PDD simulation inputs").
@@ -206,7 +206,7 @@ func LoadQueryPool(ctx context.Context, path string, list *keywords.List) (*Quer
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		for _, q := range (pipelines.QueryApp{}).Mine(u.Records) {
+		for _, q := range (apps.QueryApp{}).Mine(u.Records) {
 			id, ok := ids[q.Primary]
 			if !ok {
 				id = int32(len(p.kw))

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crowdlog/crowdlog/pipelines/keywords"
+	"github.com/crowdlog/crowdlog/ingest/keywords"
 )
 
 // identity keeps the candidates in ascending user order, so groups can be

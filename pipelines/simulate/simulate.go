@@ -35,19 +35,19 @@ import (
 	"strconv"
 
 	"github.com/crowdlog/crowdlog/ingest/aol"
-	"github.com/crowdlog/crowdlog/pipelines"
+	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/release/policy"
 )
 
 // Options configure a simulation. Zero fields take the defaults.
 type Options struct {
-	Input      string            // AOL TSV log, plain or .gz
-	App        string            // application; default "query"
-	AppOptions pipelines.Options // as for `crowdlog run`
-	MaxK       int               // thresholds 1..MaxK; default 160 (Figure 3)
-	Epsilon    float64           // default ln 10 (CrowdLogging §4, after Korolova et al.)
-	Delta      float64           // default 1/(U+1) (CrowdLogging §4)
-	MaxUsers   int               // only the first MaxUsers AnonIDs (0 = all)
+	Input      string       // AOL TSV log, plain or .gz
+	App        string       // application; default "query"
+	AppOptions apps.Options // as for `crowdlog run`
+	MaxK       int          // thresholds 1..MaxK; default 160 (Figure 3)
+	Epsilon    float64      // default ln 10 (CrowdLogging §4, after Korolova et al.)
+	Delta      float64      // default 1/(U+1) (CrowdLogging §4)
+	MaxUsers   int          // only the first MaxUsers AnonIDs (0 = all)
 }
 
 // Point is one policy at one threshold.
@@ -89,7 +89,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if !(o.Epsilon > 0) || math.IsInf(o.Epsilon, 0) {
 		return nil, fmt.Errorf("simulate: epsilon %v must be > 0", o.Epsilon)
 	}
-	app, err := pipelines.LookupWith(o.App, o.AppOptions)
+	app, err := apps.LookupWith(o.App, o.AppOptions)
 	if err != nil {
 		return nil, err
 	}

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/crowdlog/crowdlog/internal/truth"
 	"github.com/crowdlog/crowdlog/release/policy"
+	"github.com/crowdlog/crowdlog/tests/truth"
 )
 
 const bundled = "../../testdata/aol-top1000.tsv.gz"

@@ -6,7 +6,7 @@ import (
 
 	"github.com/google/differential-privacy/go/v3/noise"
 
-	"github.com/crowdlog/crowdlog/pipelines/keywords"
+	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/release"
 )
 

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
-	"github.com/crowdlog/crowdlog/internal/retry"
+	"github.com/crowdlog/crowdlog/infra/retry"
+	"github.com/crowdlog/crowdlog/ingest/keywords"
 
 	"github.com/crowdlog/crowdlog/aggregator"
-	"github.com/crowdlog/crowdlog/pipelines/keywords"
 	"github.com/crowdlog/crowdlog/release"
 )
 

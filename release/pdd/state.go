@@ -16,7 +16,7 @@ import (
 	"crypto/sha256"
 	"math"
 
-	"github.com/crowdlog/crowdlog/pipelines/keywords"
+	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/protocol/blind"
 )
 

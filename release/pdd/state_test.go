@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/crowdlog/crowdlog/pipelines/keywords"
+	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/protocol/blind"
 )
 

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
-	"github.com/crowdlog/crowdlog/internal/retry"
+	"github.com/crowdlog/crowdlog/infra/retry"
 
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/release"

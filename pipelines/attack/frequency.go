@@ -6,7 +6,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/ingest/aol"
-	"github.com/crowdlog/crowdlog/pipelines"
+	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/protocol/star"
 )
 
@@ -137,7 +137,7 @@ func TagHex(omega []byte, policy star.Policy, k int) string {
 // LogCounts mines every user of an AOL log with app and returns each
 // artifact's distinct users and instances (the auxiliary log of a
 // frequency attack, or a candidate list for a probe).
-func LogCounts(path string, app pipelines.App) ([]Count, error) {
+func LogCounts(path string, app apps.App) ([]Count, error) {
 	users, hits := map[string]int{}, map[string]int{}
 	_, err := aol.ReadUsers(path, func(u aol.User) error {
 		seen := map[string]bool{}

@@ -1,4 +1,4 @@
-package pipelines
+package apps
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/crowdlog/crowdlog/ingest/aol"
-	"github.com/crowdlog/crowdlog/internal/truth"
+	"github.com/crowdlog/crowdlog/tests/truth"
 )
 
 // TestAppsMatchTruth mines the first truthUsers users of the bundled real log with every app and

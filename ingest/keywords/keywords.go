@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/crowdlog/crowdlog/ingest/aol"
+	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/ingest/normalize"
-	"github.com/crowdlog/crowdlog/pipelines"
 )
 
 //go:embed google-10000-english.txt
@@ -135,7 +135,7 @@ type Sparse map[int]uint64
 // Keywords in blacklist (PDD §6.1: words the user never shares) are left out.
 func (l *List) Counts(records []aol.Record, blacklist map[string]bool) map[Day]Sparse {
 	out := map[Day]Sparse{}
-	for _, a := range (pipelines.KeywordApp{}).Mine(records) {
+	for _, a := range (apps.KeywordApp{}).Mine(records) {
 		i := l.Index(a.Primary)
 		if i < 0 || blacklist[a.Primary] {
 			continue

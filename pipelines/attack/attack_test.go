@@ -17,7 +17,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/ingest/aol"
-	"github.com/crowdlog/crowdlog/pipelines"
+	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/star"
@@ -32,7 +32,7 @@ import (
 // Tests assert aggregate outcomes only, never individual queries.
 
 const (
-	bundledLog = "../testdata/aol-top1000.tsv.gz"
+	bundledLog = "../../testdata/aol-top1000.tsv.gz"
 	fxApp      = "query"
 	fxEpoch    = "2006-03"
 	fxK        = 5
@@ -69,7 +69,7 @@ func loadFixture(t *testing.T) *fixture {
 }
 
 func buildFixture() (*fixture, error) {
-	app, err := pipelines.Lookup(fxApp)
+	app, err := apps.Lookup(fxApp)
 	if err != nil {
 		return nil, err
 	}

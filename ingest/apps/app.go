@@ -3,7 +3,7 @@
 // Feild et al. SIGIR 2011, §3.3 "Applications": an application starts with a
 // user's local search log and produces search artifact instances; DESIGN.md
 // "Data flow", step "mine artifacts").
-package pipelines
+package apps
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package pipelines
+package apps
 
 import (
 	"bufio"
@@ -70,7 +70,7 @@ func TestQueryAppMine(t *testing.T) {
 	}
 }
 
-const realLog = "../testdata/aol-top1000.tsv.gz"
+const realLog = "../../testdata/aol-top1000.tsv.gz"
 
 // TestQueryAppRealLog mines the bundled real AOL log and compares the
 // multiset of primaries with an independent computation straight from the
