@@ -20,21 +20,6 @@ import (
 	"github.com/crowdlog/crowdlog/protocol"
 )
 
-// Topic names shared by relays, aggregator and release.
-const (
-	ReportsTopic   = "reports"
-	DecryptedTopic = "decrypted"
-	// VectorsTopic carries PDD blinded vectors, recovery answers and the
-	// coordinator's rosters and ticks, keyed by group (aggregator/vectors).
-	VectorsTopic = "vectors"
-	// GroupSumsTopic carries each group's outcome to the release stage.
-	GroupSumsTopic = "group-sums"
-)
-
-// partitionHeader carries the source partition of an output message; the
-// writer's balancer routes it to the same partition number of DecryptedTopic.
-const partitionHeader = "crowdlog-partition"
-
 // Service runs Partition state machines over a Kafka consumer group on the
 // reports topic. Restart safety: the offset committed for a partition is
 // always after the outputs of every message before it were acknowledged by
@@ -129,15 +114,15 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.pending = map[int]int{}
 	s.kept = map[int]keptState{}
-	count, err := partitionCount(ctx, s.Brokers[0], ReportsTopic)
+	count, err := partitionCount(ctx, s.Brokers[0], protocol.ReportsTopic)
 	if err != nil {
 		return err
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: DecryptedTopic, Transport: &kafka.Transport{},
+	w := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: protocol.DecryptedTopic, Transport: &kafka.Transport{},
 		Balancer: kafka.BalancerFunc(samePartition), RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 2 * time.Millisecond, BatchSize: 10000, BatchBytes: 64 << 20}
 	defer w.Close()
-	return infrakafka.ServeGroup(ctx, s.Brokers, s.GroupID, ReportsTopic, s.SessionTimeout, log, "aggregator",
+	return infrakafka.ServeGroup(ctx, s.Brokers, s.GroupID, protocol.ReportsTopic, s.SessionTimeout, log, "aggregator",
 		func(ctx context.Context, gen *kafka.Generation, id int, committed int64) error {
 			return s.runPartition(ctx, gen, w, id, count, committed, log)
 		})
@@ -145,7 +130,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 func samePartition(m kafka.Message, partitions ...int) int {
 	for _, h := range m.Headers {
-		if h.Key == partitionHeader {
+		if h.Key == protocol.PartitionHeader {
 			p, _ := strconv.Atoi(string(h.Value))
 			return partitions[p%len(partitions)]
 		}
@@ -154,7 +139,7 @@ func samePartition(m kafka.Message, partitions ...int) int {
 }
 
 func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *kafka.Writer, id, count int, committed int64, log *slog.Logger) error {
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: s.Brokers, Topic: ReportsTopic, Partition: id,
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: s.Brokers, Topic: protocol.ReportsTopic, Partition: id,
 		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: s.MaxWait})
 	defer r.Close()
 	if committed < 0 {
@@ -220,7 +205,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 			}
 			for i := range emits {
 				b, _ := json.Marshal(&emits[i])
-				out = append(out, kafka.Message{Value: b, Headers: []kafka.Header{{Key: partitionHeader, Value: pheader}}})
+				out = append(out, kafka.Message{Value: b, Headers: []kafka.Header{{Key: protocol.PartitionHeader, Value: pheader}}})
 			}
 			if emits != nil && emits[len(emits)-1].Kind == protocol.KindClosed {
 				c := emits[len(emits)-1]
@@ -241,7 +226,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				return err
 			}
 		}
-		if err := gen.CommitOffsets(map[string]map[int]int64{ReportsTopic: {id: last + 1}}); err != nil {
+		if err := gen.CommitOffsets(map[string]map[int]int64{protocol.ReportsTopic: {id: last + 1}}); err != nil {
 			return fmt.Errorf("commit partition %d: %w", id, err)
 		}
 		committed = last + 1
@@ -306,19 +291,19 @@ func partitionCount(ctx context.Context, broker, topic string) (int, error) {
 // and deletes the epoch's pending shares when it reaches the marker, after
 // every report before it.
 func CloseEpoch(ctx context.Context, brokers []string, app, epoch string) error {
-	count, err := partitionCount(ctx, brokers[0], ReportsTopic)
+	count, err := partitionCount(ctx, brokers[0], protocol.ReportsTopic)
 	if err != nil {
 		return err
 	}
 	b, _ := json.Marshal(protocol.EpochClose{App: app, Epoch: epoch, Partitions: count})
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: ReportsTopic, Transport: &kafka.Transport{},
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: protocol.ReportsTopic, Transport: &kafka.Transport{},
 		Balancer: kafka.BalancerFunc(samePartition), RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond}
 	defer w.Close()
 	msgs := make([]kafka.Message, count)
 	for p := range msgs {
 		msgs[p] = kafka.Message{Value: b, Headers: []kafka.Header{
 			{Key: protocol.ControlHeader, Value: []byte("close-epoch")},
-			{Key: partitionHeader, Value: []byte(strconv.Itoa(p))}}}
+			{Key: protocol.PartitionHeader, Value: []byte(strconv.Itoa(p))}}}
 	}
 	return writeRetry(ctx, w, msgs)
 }

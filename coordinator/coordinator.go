@@ -43,8 +43,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/segmentio/kafka-go"
 
-	"github.com/crowdlog/crowdlog/aggregator/vectors"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/blind"
 	"github.com/crowdlog/crowdlog/relays"
 )
@@ -62,9 +62,6 @@ type Campaign struct {
 	// groups are formed for later rounds. 0 means open-ended.
 	End int32
 }
-
-// ListHash identifies a keyword list (keywords.List.Hash).
-func ListHash(l *keywords.List) [32]byte { return l.Hash() }
 
 // bucketReplicas is the replica count for key-value bucket: an existing
 // bucket keeps its own (never scaled down by a process that sees fewer NATS
@@ -143,7 +140,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	c.hash = ListHash(cp.List)
+	c.hash = cp.List.Hash()
 	js, err := jetstream.New(c.NC)
 	if err != nil {
 		return err
@@ -163,25 +160,25 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("coordinator: dial kafka %s: %w", c.Brokers[0], err)
 	}
-	parts, err := conn.ReadPartitions("vectors")
+	parts, err := conn.ReadPartitions(protocol.VectorsTopic)
 	conn.Close()
 	if err != nil || len(parts) == 0 {
 		return fmt.Errorf("coordinator: topic vectors (create it with `crowdlog pdd` or your Kafka tooling): %v", err)
 	}
 	c.partitions = len(parts)
-	c.w = &kafka.Writer{Addr: kafka.TCP(c.Brokers...), Topic: "vectors", Balancer: &kafka.Hash{},
+	c.w = &kafka.Writer{Addr: kafka.TCP(c.Brokers...), Topic: protocol.VectorsTopic, Balancer: &kafka.Hash{},
 		RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond, Transport: &kafka.Transport{}}
-	c.tickW = &kafka.Writer{Addr: kafka.TCP(c.Brokers...), Topic: "vectors", Balancer: kafka.BalancerFunc(headerPartition),
+	c.tickW = &kafka.Writer{Addr: kafka.TCP(c.Brokers...), Topic: protocol.VectorsTopic, Balancer: kafka.BalancerFunc(headerPartition),
 		RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond, Transport: &kafka.Transport{}}
 	handlers := map[string]func(context.Context, []byte) any{
-		SubjectRegister: c.handleRegister, SubjectPing: c.handlePing, SubjectDeposit: c.handleDeposit,
-		SubjectAdvance: c.handleAdvance, SubjectRecovery: c.handleRecovery,
+		protocol.PDDRegisterSubject: c.handleRegister, protocol.PDDPingSubject: c.handlePing, protocol.PDDDepositSubject: c.handleDeposit,
+		protocol.PDDAdvanceSubject: c.handleAdvance, protocol.PDDRecoverySubject: c.handleRecovery,
 	}
 	// nats.go runs one subscription's callbacks one at a time; requests are
 	// independent, so each is served on its own goroutine (at most 64 at once)
 	sem := make(chan struct{}, 64)
 	for subj, h := range handlers {
-		sub, err := c.NC.QueueSubscribe(subj, QueueGroup, func(m *nats.Msg) {
+		sub, err := c.NC.QueueSubscribe(subj, protocol.CoordinatorQueueGroup, func(m *nats.Msg) {
 			sem <- struct{}{}
 			go func() {
 				defer func() { <-sem }()
@@ -191,7 +188,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 				b, _ := json.Marshal(rep)
 				if strings.Contains(string(b), `"error":`) {
 					c.Errors.Add(1)
-				} else if subj == SubjectPing {
+				} else if subj == protocol.PDDPingSubject {
 					c.Pings.Add(1)
 				}
 				_ = m.Respond(b)
@@ -218,7 +215,7 @@ func (c *Coordinator) Close() {
 
 func headerPartition(m kafka.Message, partitions ...int) int {
 	for _, h := range m.Headers {
-		if h.Key == "crowdlog-partition" {
+		if h.Key == protocol.PartitionHeader {
 			p, _ := strconv.Atoi(string(h.Value))
 			return partitions[p%len(partitions)]
 		}
@@ -227,18 +224,18 @@ func headerPartition(m kafka.Message, partitions ...int) int {
 }
 
 func (c *Coordinator) handleRegister(ctx context.Context, b []byte) any {
-	r, err := ParseRegister(b)
+	r, err := blind.ParseRegister(b)
 	if err != nil {
-		return RegisterReply{Error: err.Error()}
+		return blind.RegisterReply{Error: err.Error()}
 	}
 	var raw [16]byte
 	_, _ = rand.Read(raw[:])
 	id := hex.EncodeToString(raw[:])
 	v, _ := json.Marshal(clientRec{Public: r.PublicKey})
 	if _, err := c.kv.Create(ctx, "client."+id, v); err != nil {
-		return RegisterReply{Error: "coordinator: store client: " + err.Error()}
+		return blind.RegisterReply{Error: "coordinator: store client: " + err.Error()}
 	}
-	return RegisterReply{ClientID: id}
+	return blind.RegisterReply{ClientID: id}
 }
 
 // Day returns the coordinator's current day (the clock), or false before
@@ -265,13 +262,13 @@ func (c *Coordinator) start(ctx context.Context) (int32, error) {
 }
 
 func (c *Coordinator) handleAdvance(ctx context.Context, b []byte) any {
-	a, err := ParseAdvance(b)
+	a, err := blind.ParseAdvance(b)
 	if err != nil {
-		return AdvanceReply{Error: err.Error()}
+		return blind.AdvanceReply{Error: err.Error()}
 	}
 	rep, err := c.Advance(ctx, a.Day)
 	if err != nil {
-		return AdvanceReply{Error: err.Error()}
+		return blind.AdvanceReply{Error: err.Error()}
 	}
 	return rep
 }
@@ -282,27 +279,27 @@ func (c *Coordinator) handleAdvance(ctx context.Context, b []byte) any {
 // partition of "vectors", and only then sets the clock, so clients pinging
 // on day d find their groups and the aggregator sees rosters before any
 // submission. Calling it again for the current day is a no-op.
-func (c *Coordinator) Advance(ctx context.Context, day int32) (AdvanceReply, error) {
+func (c *Coordinator) Advance(ctx context.Context, day int32) (blind.AdvanceReply, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cur, ok, err := c.Day(ctx)
 	if err != nil {
-		return AdvanceReply{}, err
+		return blind.AdvanceReply{}, err
 	}
 	if !ok {
 		if _, err := c.kv.Put(ctx, "start."+c.Campaign.Name, []byte(strconv.Itoa(int(day)))); err != nil {
-			return AdvanceReply{}, err
+			return blind.AdvanceReply{}, err
 		}
 		cur = day - 1
 	} else if _, err := c.kv.Get(ctx, "start."+c.Campaign.Name); errors.Is(err, jetstream.ErrKeyNotFound) {
 		if _, err := c.kv.Put(ctx, "start."+c.Campaign.Name, []byte(strconv.Itoa(int(cur)))); err != nil {
-			return AdvanceReply{}, err
+			return blind.AdvanceReply{}, err
 		}
 	}
 	if day <= cur {
-		return AdvanceReply{Day: cur}, nil
+		return blind.AdvanceReply{Day: cur}, nil
 	}
-	var rep AdvanceReply
+	var rep blind.AdvanceReply
 	for d := cur + 1; d <= day; d++ {
 		if rep, err = c.advanceOne(ctx, d); err != nil {
 			return rep, fmt.Errorf("coordinator: advance to day %s: %w", keywords.Day(d), err)
@@ -311,16 +308,16 @@ func (c *Coordinator) Advance(ctx context.Context, day int32) (AdvanceReply, err
 	return rep, nil
 }
 
-func (c *Coordinator) advanceOne(ctx context.Context, d int32) (AdvanceReply, error) {
+func (c *Coordinator) advanceOne(ctx context.Context, d int32) (blind.AdvanceReply, error) {
 	cp := c.Campaign
 	round := d - 1
 	start, err := c.start(ctx)
 	if err != nil {
-		return AdvanceReply{}, err
+		return blind.AdvanceReply{}, err
 	}
 	clients, err := c.clients(ctx)
 	if err != nil {
-		return AdvanceReply{}, err
+		return blind.AdvanceReply{}, err
 	}
 	var active, cand []string
 	for _, id := range sortedKeys(clients) {
@@ -370,38 +367,38 @@ func (c *Coordinator) advanceOne(ctx context.Context, d int32) (AdvanceReply, er
 		}
 		v, _ := json.Marshal(rec)
 		if _, err := c.rounds.Put(ctx, groupKey(in), v); err != nil {
-			return AdvanceReply{}, err
+			return blind.AdvanceReply{}, err
 		}
 		for i, id := range members {
 			if _, err := c.rounds.Put(ctx, memberKey(cp.Name, round, id), []byte(fmt.Sprintf("%d.%d", g, i))); err != nil {
-				return AdvanceReply{}, err
+				return blind.AdvanceReply{}, err
 			}
 		}
 		ro := blind.Roster{Instance: in, N: uint16(n), T: uint16(rec.T), Deadline: deadline, RecoverBy: rec.RecoverBy,
 			Groups: uint32(G), Active: uint32(len(active)), Grouped: uint32(len(cand)), L: uint32(cp.List.Len()), ListHash: c.hash}
 		b, _ := ro.MarshalBinary()
-		rosters = append(rosters, kafka.Message{Key: []byte(in.String()), Value: b, Headers: []kafka.Header{{Key: vectors.ControlHeader, Value: []byte("roster")}}})
+		rosters = append(rosters, kafka.Message{Key: []byte(in.String()), Value: b, Headers: []kafka.Header{{Key: protocol.ControlHeader, Value: []byte("roster")}}})
 	}
 	if len(rosters) > 0 {
 		if err := c.w.WriteMessages(ctx, rosters...); err != nil {
-			return AdvanceReply{}, fmt.Errorf("write rosters: %w", err)
+			return blind.AdvanceReply{}, fmt.Errorf("write rosters: %w", err)
 		}
 	}
 	tb, _ := (&blind.Tick{Day: d}).MarshalBinary()
 	ticks := make([]kafka.Message, c.partitions)
 	for p := range ticks {
-		ticks[p] = kafka.Message{Value: tb, Headers: []kafka.Header{{Key: vectors.ControlHeader, Value: []byte("tick")},
-			{Key: "crowdlog-partition", Value: []byte(strconv.Itoa(p))}}}
+		ticks[p] = kafka.Message{Value: tb, Headers: []kafka.Header{{Key: protocol.ControlHeader, Value: []byte("tick")},
+			{Key: protocol.PartitionHeader, Value: []byte(strconv.Itoa(p))}}}
 	}
 	if err := c.tickW.WriteMessages(ctx, ticks...); err != nil {
-		return AdvanceReply{}, fmt.Errorf("write ticks: %w", err)
+		return blind.AdvanceReply{}, fmt.Errorf("write ticks: %w", err)
 	}
 	if _, err := c.kv.Put(ctx, "clock", []byte(strconv.Itoa(int(d)))); err != nil {
-		return AdvanceReply{}, err
+		return blind.AdvanceReply{}, err
 	}
 	c.Logger.Info("coordinator: day advanced", "campaign", cp.Name, "day", keywords.Day(d).String(),
 		"round", keywords.Day(round).String(), "active", len(active), "grouped", len(cand), "groups", G)
-	return AdvanceReply{Day: d, Groups: G, Active: len(active), Grouped: len(cand)}, nil
+	return blind.AdvanceReply{Day: d, Groups: G, Active: len(active), Grouped: len(cand)}, nil
 }
 
 func groupKey(in blind.Instance) string {
@@ -472,16 +469,16 @@ func (c *Coordinator) markActive(ctx context.Context, id string, day int32) (*cl
 }
 
 func (c *Coordinator) handlePing(ctx context.Context, b []byte) any {
-	p, err := ParsePing(b)
+	p, err := blind.ParsePing(b)
 	if err != nil {
-		return Instructions{Error: err.Error()}
+		return blind.Instructions{Error: err.Error()}
 	}
 	if p.Campaign != c.Campaign.Name {
-		return Instructions{Error: fmt.Sprintf("coordinator: no campaign %q (this coordinator runs %q)", p.Campaign, c.Campaign.Name)}
+		return blind.Instructions{Error: fmt.Sprintf("coordinator: no campaign %q (this coordinator runs %q)", p.Campaign, c.Campaign.Name)}
 	}
 	ins, err := c.instructions(ctx, p.ClientID)
 	if err != nil {
-		return Instructions{Error: "coordinator: " + err.Error()}
+		return blind.Instructions{Error: "coordinator: " + err.Error()}
 	}
 	return ins
 }
@@ -511,29 +508,29 @@ func (c *Coordinator) membership(ctx context.Context, round int32, id string) (b
 	return in, i, &rec, true, nil
 }
 
-func (c *Coordinator) instructions(ctx context.Context, id string) (Instructions, error) {
+func (c *Coordinator) instructions(ctx context.Context, id string) (blind.Instructions, error) {
 	cp := c.Campaign
 	day, ok, err := c.Day(ctx)
 	if err != nil {
-		return Instructions{}, err
+		return blind.Instructions{}, err
 	}
 	if !ok {
-		return Instructions{}, errors.New("the campaign has not started (no day advanced yet)")
+		return blind.Instructions{}, errors.New("the campaign has not started (no day advanced yet)")
 	}
 	if _, err := c.markActive(ctx, id, day); err != nil {
-		return Instructions{}, err
+		return blind.Instructions{}, err
 	}
-	ins := Instructions{Day: day, Campaign: cp.Name, Keywords: cp.ListName, L: cp.List.Len(), ListHash: c.hash[:]}
+	ins := blind.Instructions{Day: day, Campaign: cp.Name, Keywords: cp.ListName, L: cp.List.Len(), ListHash: c.hash[:]}
 	oldest := day - 2 - int32(cp.Delay) - int32(cp.RecoveryDays)
 	for r := oldest; r <= day-1; r++ {
 		in, i, g, ok, err := c.membership(ctx, r, id)
 		if err != nil || !ok {
 			if err != nil {
-				return Instructions{}, err
+				return blind.Instructions{}, err
 			}
 			continue
 		}
-		task := Task{Round: r, Group: in.Group, Member: i, Members: g.Pubs, T: g.T, Deadline: g.Deadline}
+		task := blind.Task{Round: r, Group: in.Group, Member: i, Members: g.Pubs, T: g.T, Deadline: g.Deadline}
 		if day <= g.Deadline {
 			if _, err := c.rounds.Get(ctx, markKey("deposited", in, i)); errors.Is(err, jetstream.ErrKeyNotFound) {
 				ins.Tasks = append(ins.Tasks, task)
@@ -547,11 +544,11 @@ func (c *Coordinator) instructions(ctx context.Context, id string) (Instructions
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		} else if err != nil {
-			return Instructions{}, err
+			return blind.Instructions{}, err
 		}
 		var req blind.Request
 		if err := json.Unmarshal(re.Value(), &req); err != nil {
-			return Instructions{}, err
+			return blind.Instructions{}, err
 		}
 		if slices.Contains(req.Dropped, uint16(i)) {
 			continue
@@ -561,9 +558,9 @@ func (c *Coordinator) instructions(ctx context.Context, id string) (Instructions
 		}
 		bundles, err := c.bundlesFor(ctx, in, i)
 		if err != nil {
-			return Instructions{}, err
+			return blind.Instructions{}, err
 		}
-		ins.Recoveries = append(ins.Recoveries, RecoveryTask{Task: task, Dropped: req.Dropped, Bundles: bundles})
+		ins.Recoveries = append(ins.Recoveries, blind.RecoveryTask{Task: task, Dropped: req.Dropped, Bundles: bundles})
 	}
 	return ins, nil
 }
@@ -606,30 +603,30 @@ func (c *Coordinator) bundlesFor(ctx context.Context, in blind.Instance, to int)
 }
 
 func (c *Coordinator) handleDeposit(ctx context.Context, b []byte) any {
-	d, err := ParseDeposit(b)
+	d, err := blind.ParseDeposit(b)
 	if err != nil {
-		return Reply{Error: err.Error()}
+		return blind.Reply{Error: err.Error()}
 	}
 	in := blind.Instance{Campaign: d.Campaign, Round: d.Round, Group: d.Group}
 	ge, err := c.rounds.Get(ctx, groupKey(in))
 	if err != nil {
-		return Reply{Error: fmt.Sprintf("coordinator: no group %s: %v", in, err)}
+		return blind.Reply{Error: fmt.Sprintf("coordinator: no group %s: %v", in, err)}
 	}
 	var g groupRec
 	if err := json.Unmarshal(ge.Value(), &g); err != nil {
-		return Reply{Error: err.Error()}
+		return blind.Reply{Error: err.Error()}
 	}
 	if int(d.From) >= len(g.Members) {
-		return Reply{Error: "coordinator: member index outside the group"}
+		return blind.Reply{Error: "coordinator: member index outside the group"}
 	}
 	var futs []jetstream.PubAckFuture
 	for _, sb := range d.Bundles {
 		if int(sb.To) >= len(g.Members) {
-			return Reply{Error: "coordinator: bundle for a member outside the group"}
+			return blind.Reply{Error: "coordinator: bundle for a member outside the group"}
 		}
 		f, err := c.js.PublishAsync("$KV.crowdlog_pdd_rounds."+bundleKey(in, sb.To, sb.From), sb.Ciphertext)
 		if err != nil {
-			return Reply{Error: err.Error()}
+			return blind.Reply{Error: err.Error()}
 		}
 		futs = append(futs, f)
 	}
@@ -637,31 +634,31 @@ func (c *Coordinator) handleDeposit(ctx context.Context, b []byte) any {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			return Reply{Error: "coordinator: store bundle: " + err.Error()}
+			return blind.Reply{Error: "coordinator: store bundle: " + err.Error()}
 		case <-ctx.Done():
-			return Reply{Error: ctx.Err().Error()}
+			return blind.Reply{Error: ctx.Err().Error()}
 		}
 	}
 	if _, err := c.rounds.Put(ctx, markKey("deposited", in, int(d.From)), nil); err != nil {
-		return Reply{Error: err.Error()}
+		return blind.Reply{Error: err.Error()}
 	}
-	return Reply{}
+	return blind.Reply{}
 }
 
 func (c *Coordinator) handleRecovery(ctx context.Context, b []byte) any {
-	req, err := ParseRecovery(b)
+	req, err := blind.ParseRecovery(b)
 	if err != nil {
-		return Reply{Error: err.Error()}
+		return blind.Reply{Error: err.Error()}
 	}
 	if req.Instance.Campaign != c.Campaign.Name {
-		return Reply{Error: "coordinator: recovery for another campaign"}
+		return blind.Reply{Error: "coordinator: recovery for another campaign"}
 	}
 	v, _ := json.Marshal(req)
 	if _, err := c.rounds.Create(ctx, recoveryKey(req.Instance), v); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return Reply{Error: err.Error()}
+		return blind.Reply{Error: err.Error()}
 	}
 	c.Logger.Debug("coordinator: recovery requested", "instance", req.Instance.String(), "dropped", len(req.Dropped), "n", req.N)
-	return Reply{}
+	return blind.Reply{}
 }
 
 // NATSRecoverer forwards the aggregator's recovery requests to the
@@ -670,8 +667,8 @@ type NATSRecoverer struct{ NC *nats.Conn }
 
 // Ask sends req and waits for the coordinator's acknowledgement.
 func (r NATSRecoverer) Ask(ctx context.Context, req blind.Request) error {
-	var rep Reply
-	if err := Request(ctx, r.NC, SubjectRecovery, req, &rep); err != nil {
+	var rep blind.Reply
+	if err := Request(ctx, r.NC, protocol.PDDRecoverySubject, req, &rep); err != nil {
 		return err
 	}
 	if rep.Error != "" {

@@ -14,6 +14,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/blind"
 )
 
@@ -76,17 +77,17 @@ func (e *env) coordinator(t *testing.T, cp Campaign) *Coordinator {
 func register(t *testing.T, nc *nats.Conn) (string, []byte) {
 	t.Helper()
 	k, _ := blind.GenerateKey()
-	var rep RegisterReply
-	if err := Request(context.Background(), nc, SubjectRegister, RegisterRequest{PublicKey: k.PublicKey().Bytes()}, &rep); err != nil || rep.Error != "" {
+	var rep blind.RegisterReply
+	if err := Request(context.Background(), nc, protocol.PDDRegisterSubject, blind.RegisterRequest{PublicKey: k.PublicKey().Bytes()}, &rep); err != nil || rep.Error != "" {
 		t.Fatalf("register: %v %s", err, rep.Error)
 	}
 	return rep.ClientID, k.PublicKey().Bytes()
 }
 
-func ping(t *testing.T, nc *nats.Conn, id string) Instructions {
+func ping(t *testing.T, nc *nats.Conn, id string) blind.Instructions {
 	t.Helper()
-	var ins Instructions
-	if err := Request(context.Background(), nc, SubjectPing, PingRequest{ClientID: id, Campaign: "flu"}, &ins); err != nil || ins.Error != "" {
+	var ins blind.Instructions
+	if err := Request(context.Background(), nc, protocol.PDDPingSubject, blind.PingRequest{ClientID: id, Campaign: "flu"}, &ins); err != nil || ins.Error != "" {
 		t.Fatalf("ping: %v %s", err, ins.Error)
 	}
 	return ins
@@ -128,7 +129,7 @@ func TestGroupsAndRestart(t *testing.T) {
 	if ins := ping(t, e.nc, ids[6]); len(ins.Tasks) != 0 {
 		t.Fatalf("inactive client got a task: %+v", ins.Tasks)
 	}
-	tasks := map[string]Task{}
+	tasks := map[string]blind.Task{}
 	for _, id := range ids[:6] {
 		ins := ping(t, e.nc, id)
 		if len(ins.Tasks) != 1 || ins.Tasks[0].Round != day || ins.Tasks[0].Deadline != day+2 {
@@ -162,8 +163,8 @@ func TestGroupsAndRestart(t *testing.T) {
 	}
 	// a deposit marks the task done
 	tk := tasks[ids[0]]
-	var rp Reply
-	if err := Request(ctx, e.nc, SubjectDeposit, DepositRequest{Campaign: "flu", Round: tk.Round, Group: tk.Group, From: uint16(tk.Member)}, &rp); err != nil || rp.Error != "" {
+	var rp blind.Reply
+	if err := Request(ctx, e.nc, protocol.PDDDepositSubject, blind.DepositRequest{Campaign: "flu", Round: tk.Round, Group: tk.Group, From: uint16(tk.Member)}, &rp); err != nil || rp.Error != "" {
 		t.Fatalf("deposit: %v %s", err, rp.Error)
 	}
 	if ins := ping(t, e.nc, ids[0]); len(ins.Tasks) != 0 {
@@ -177,9 +178,9 @@ func TestRecoveryRequestValidated(t *testing.T) {
 	e := newEnv(t)
 	list, _ := keywords.Parse(stringsReader("flu\n"))
 	e.coordinator(t, Campaign{Name: "flu", List: list, GroupSize: 3})
-	var rp Reply
+	var rp blind.Reply
 	req := blind.Request{Instance: blind.Instance{Campaign: "flu", Round: 1, Group: 0}, N: 3, T: 2, Dropped: []uint16{0, 1}}
-	if err := Request(context.Background(), e.nc, SubjectRecovery, req, &rp); err != nil {
+	if err := Request(context.Background(), e.nc, protocol.PDDRecoverySubject, req, &rp); err != nil {
 		t.Fatal(err)
 	}
 	if rp.Error == "" {
@@ -191,8 +192,8 @@ func TestNoCoordinatorError(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var rep RegisterReply
-	err := Request(ctx, e.nc, SubjectRegister, RegisterRequest{PublicKey: make([]byte, 32)}, &rep)
+	var rep blind.RegisterReply
+	err := Request(ctx, e.nc, protocol.PDDRegisterSubject, blind.RegisterRequest{PublicKey: make([]byte, 32)}, &rep)
 	if !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("want a no-responders error, got %v", err)
 	}
@@ -206,13 +207,13 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"day":5}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, parse := range []func([]byte) error{
-			func(b []byte) error { _, err := ParsePing(b); return err },
-			func(b []byte) error { _, err := ParseRegister(b); return err },
-			func(b []byte) error { _, err := ParseDeposit(b); return err },
-			func(b []byte) error { _, err := ParseRecovery(b); return err },
-			func(b []byte) error { _, err := ParseAdvance(b); return err },
+			func(b []byte) error { _, err := blind.ParsePing(b); return err },
+			func(b []byte) error { _, err := blind.ParseRegister(b); return err },
+			func(b []byte) error { _, err := blind.ParseDeposit(b); return err },
+			func(b []byte) error { _, err := blind.ParseRecovery(b); return err },
+			func(b []byte) error { _, err := blind.ParseAdvance(b); return err },
 		} {
-			if err := parse(b); err != nil && !errors.Is(err, ErrMalformed) {
+			if err := parse(b); err != nil && !errors.Is(err, blind.ErrMalformedCoordination) {
 				t.Fatalf("error not wrapping ErrMalformed: %v", err)
 			}
 		}

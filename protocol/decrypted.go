@@ -72,7 +72,3 @@ type EpochClose struct {
 	Epoch      string `json:"epoch"`
 	Partitions int    `json:"partitions"`
 }
-
-// ControlHeader marks control messages on the reports topic. Relays never set
-// headers, so clients cannot forge control messages.
-const ControlHeader = "crowdlog-control"

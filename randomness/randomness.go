@@ -41,13 +41,6 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Subject is the NATS request/reply subject of the randomness service.
-const Subject = "crowdlog.randomness"
-
-// PublicKeySubject is the NATS request/reply subject on which the service
-// publishes epoch public keys (protocol.PublicKeyRequest/Response).
-const PublicKeySubject = "crowdlog.randomness.pubkey"
-
 // queue is the NATS queue group: more service processes sharing one key
 // directory share the load.
 const queue = "randomness"
@@ -95,26 +88,26 @@ func (s *Service) Run(ctx context.Context) error {
 			log.Warn("randomness: respond", "err", err)
 		}
 	}
-	sub, err := s.NC.QueueSubscribe(Subject, queue, func(m *nats.Msg) {
+	sub, err := s.NC.QueueSubscribe(protocol.RandomnessSubject, queue, func(m *nats.Msg) {
 		b, err := s.handle(m.Data).MarshalBinary()
 		respond(m, b, err)
 	})
 	if err != nil {
-		return fmt.Errorf("randomness: subscribe %s: %w", Subject, err)
+		return fmt.Errorf("randomness: subscribe %s: %w", protocol.RandomnessSubject, err)
 	}
 	defer sub.Unsubscribe()
-	psub, err := s.NC.QueueSubscribe(PublicKeySubject, queue, func(m *nats.Msg) {
+	psub, err := s.NC.QueueSubscribe(protocol.RandomnessPublicKeySubject, queue, func(m *nats.Msg) {
 		b, err := s.handlePublicKey(m.Data).MarshalBinary()
 		respond(m, b, err)
 	})
 	if err != nil {
-		return fmt.Errorf("randomness: subscribe %s: %w", PublicKeySubject, err)
+		return fmt.Errorf("randomness: subscribe %s: %w", protocol.RandomnessPublicKeySubject, err)
 	}
 	defer psub.Unsubscribe()
 	if err := s.NC.Flush(); err != nil {
 		return err
 	}
-	log.Info("randomness service ready", "subject", Subject, "public_keys", PublicKeySubject,
+	log.Info("randomness service ready", "subject", protocol.RandomnessSubject, "public_keys", protocol.RandomnessPublicKeySubject,
 		"key_dir", s.Keys.Dir(), "epoch_length", s.Keys.EpochLength(), "current_epoch", s.Keys.Current())
 	every := s.SweepEvery
 	if every <= 0 {
@@ -225,7 +218,7 @@ func (c *Client) fetch(ctx context.Context, epoch string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := c.request(ctx, PublicKeySubject, b)
+	m, err := c.request(ctx, protocol.RandomnessPublicKeySubject, b)
 	if err != nil {
 		return nil, fmt.Errorf("randomness public key request (is `crowdlog randomness` running?): %w", err)
 	}
@@ -415,7 +408,7 @@ func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([
 		if err != nil {
 			return nil, err
 		}
-		m, err := c.request(ctx, Subject, b)
+		m, err := c.request(ctx, protocol.RandomnessSubject, b)
 		if err != nil {
 			return nil, fmt.Errorf("randomness request (is `crowdlog randomness` running?): %w", err)
 		}

@@ -96,7 +96,7 @@ func TestServiceOverNATS(t *testing.T) {
 	if _, err := c.Evaluate(ctx, "bad epoch!", inputs[:1]); err == nil || !strings.Contains(err.Error(), "invalid epoch") {
 		t.Fatalf("bad epoch: %v", err)
 	}
-	m, err := e.nc.RequestWithContext(ctx, Subject, []byte{1, 2, 3})
+	m, err := e.nc.RequestWithContext(ctx, protocol.RandomnessSubject, []byte{1, 2, 3})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func FuzzClassify(f *testing.F) {
 		}
 		return l
 	}
-	f.Add(seal(onion.Hop{Kind: onion.HopRelay, Subject: Subject("b")}, []byte("inner")))
+	f.Add(seal(onion.Hop{Kind: onion.HopRelay, Subject: protocol.RelaySubject("b")}, []byte("inner")))
 	f.Add(seal(onion.Hop{Kind: onion.HopKafka, Key: []byte{1, 2}}, []byte("inner")))
 	f.Add(seal(onion.Hop{Kind: onion.HopDeliver}, []byte("report")))
 	f.Add(seal(onion.Hop{Kind: onion.HopRelay, Subject: "crowdlog.relay.>"}, nil))
@@ -50,8 +50,8 @@ func FuzzClassify(f *testing.F) {
 		}
 		switch it.hop.Kind {
 		case onion.HopRelay:
-			if !strings.HasPrefix(it.hop.Subject, SubjectPrefix) || it.hop.Subject == Subject(r.Name) ||
-				strings.ContainsAny(it.hop.Subject[len(SubjectPrefix):], "*>. \t\r\n") {
+			if !strings.HasPrefix(it.hop.Subject, protocol.RelaySubjectPrefix) || it.hop.Subject == protocol.RelaySubject(r.Name) ||
+				strings.ContainsAny(it.hop.Subject[len(protocol.RelaySubjectPrefix):], "*>. \t\r\n") {
 				t.Fatalf("kept a forward to an invalid subject %q", it.hop.Subject)
 			}
 		case onion.HopKafka:
@@ -70,7 +70,7 @@ func FuzzValidForward(f *testing.F) {
 		if !validForward(s, "a") {
 			return
 		}
-		name := strings.TrimPrefix(s, SubjectPrefix)
+		name := strings.TrimPrefix(s, protocol.RelaySubjectPrefix)
 		if name == s || name == "a" || !ValidName(name) || strings.ContainsAny(name, "*>. \t\r\n") {
 			t.Fatalf("validForward accepted %q", s)
 		}

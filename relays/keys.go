@@ -8,19 +8,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 )
-
-// KeysSubjectPrefix is the subject prefix of relay key announcements;
-// KeysSubject(name) appends the relay name. It lies outside SubjectPrefix on
-// purpose: the relay stream captures "crowdlog.relay.>", and a request
-// published there would be stored as an inbox message and acknowledged by
-// JetStream instead of answered by the relay.
-const KeysSubjectPrefix = "crowdlog.relaykeys."
-
-// KeysSubject returns the NATS request/reply subject on which relay name
-// announces the HPKE key ids it holds: "crowdlog.relaykeys." + name.
-func KeysSubject(name string) string { return KeysSubjectPrefix + name }
 
 // ErrNoKeysAnswer is wrapped by FetchKeys when no relay answered: nothing
 // subscribes to the subject (a relay of a version without announcements,
@@ -45,7 +35,7 @@ func (r *Relay) serveKeys(log *slog.Logger) func() {
 		log.Warn("relay keys cannot be announced; clients will not be able to check their key ids", "err", err)
 		return func() {}
 	}
-	sub, err := nc.QueueSubscribe(KeysSubject(r.Name), ConsumerName(r.Name), func(m *nats.Msg) {
+	sub, err := nc.QueueSubscribe(protocol.RelayKeysSubject(r.Name), ConsumerName(r.Name), func(m *nats.Msg) {
 		out := reply
 		q, err := onion.ParseRelayKeysRequest(m.Data)
 		if err == nil && q.Relay != r.Name {
@@ -59,10 +49,10 @@ func (r *Relay) serveKeys(log *slog.Logger) func() {
 		}
 	})
 	if err != nil {
-		log.Warn("relay keys cannot be announced; clients will not be able to check their key ids", "subject", KeysSubject(r.Name), "err", err)
+		log.Warn("relay keys cannot be announced; clients will not be able to check their key ids", "subject", protocol.RelayKeysSubject(r.Name), "err", err)
 		return func() {}
 	}
-	log.Info("relay keys announced", "subject", KeysSubject(r.Name), "key_ids", fmt.Sprint(ann.IDs()))
+	log.Info("relay keys announced", "subject", protocol.RelayKeysSubject(r.Name), "key_ids", fmt.Sprint(ann.IDs()))
 	return func() { sub.Unsubscribe() }
 }
 
@@ -75,7 +65,7 @@ func FetchKeys(ctx context.Context, nc *nats.Conn, name string) (*onion.RelayKey
 	if err != nil {
 		return nil, err
 	}
-	m, err := nc.RequestWithContext(ctx, KeysSubject(name), q)
+	m, err := nc.RequestWithContext(ctx, protocol.RelayKeysSubject(name), q)
 	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
 		return nil, fmt.Errorf("%w %s (%v)", ErrNoKeysAnswer, name, err)
 	}

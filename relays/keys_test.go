@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/relays"
 )
@@ -65,14 +66,14 @@ func TestRelayAnnouncesKeys(t *testing.T) {
 		t.Fatalf("relay b not running: %v, want ErrNoKeysAnswer", err)
 	}
 	q, _ := (&onion.RelayKeysRequest{Relay: "b"}).MarshalBinary()
-	m, err := nc.RequestWithContext(ctx, relays.KeysSubject("a"), q)
+	m, err := nc.RequestWithContext(ctx, protocol.RelayKeysSubject("a"), q)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p, err := onion.ParseRelayKeysResponse(m.Data); err != nil || !strings.Contains(p.Error, "not b") {
 		t.Fatalf("request for b at a's subject: %+v %v, want a refusal", p, err)
 	}
-	m, err = nc.RequestWithContext(ctx, relays.KeysSubject("a"), []byte{1, 2, 3})
+	m, err = nc.RequestWithContext(ctx, protocol.RelayKeysSubject("a"), []byte{1, 2, 3})
 	if err != nil {
 		t.Fatal(err)
 	}

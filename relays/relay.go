@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
@@ -275,7 +276,7 @@ func (r *Relay) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	cfg := jetstream.ConsumerConfig{
 		Durable:       ConsumerName(r.Name),
 		Description:   "crowdlog relay " + r.Name,
-		FilterSubject: Subject(r.Name),
+		FilterSubject: protocol.RelaySubject(r.Name),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       def(r.AckWait, DefaultAckWait),
 		MaxDeliver:    -1,

@@ -127,7 +127,7 @@ func (e *env) onion(t testing.TB, r report) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	forA, err := onion.SealLayer(e.a.PublicKey(), onion.Hop{Kind: onion.HopRelay, Subject: relays.Subject("b")}, forB)
+	forA, err := onion.SealLayer(e.a.PublicKey(), onion.Hop{Kind: onion.HopRelay, Subject: protocol.RelaySubject("b")}, forB)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestRelayChainDeliversAll(t *testing.T) {
 		}
 	}()
 
-	pub := &publish.Publisher{JS: e.connect(t), Subject: relays.Subject("a")}
+	pub := &publish.Publisher{JS: e.connect(t), Subject: protocol.RelaySubject("a")}
 	t0 := time.Now()
 	publishAll(t, pub, layers, 8)
 	msgs := e.waitKafka(t, len(rs), 30*time.Second)
@@ -440,7 +440,7 @@ func TestRelayDropsBadLayers(t *testing.T) {
 	// a layer for an unknown key id
 	other, _ := onion.GenerateKeyPair(77)
 	for i := 0; i < 20; i++ {
-		l, err := onion.SealLayer(other.PublicKey(), onion.Hop{Kind: onion.HopRelay, Subject: relays.Subject("b")}, []byte("x"))
+		l, err := onion.SealLayer(other.PublicKey(), onion.Hop{Kind: onion.HopRelay, Subject: protocol.RelaySubject("b")}, []byte("x"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -451,9 +451,9 @@ func TestRelayDropsBadLayers(t *testing.T) {
 	for _, hop := range []onion.Hop{
 		{Kind: onion.HopDeliver},
 		{Kind: onion.HopRelay, Subject: "other.subject"},
-		{Kind: onion.HopRelay, Subject: relays.Subject("a")},
-		{Kind: onion.HopRelay, Subject: relays.SubjectPrefix + ">"},
-		{Kind: onion.HopRelay, Subject: relays.SubjectPrefix + "b.c"},
+		{Kind: onion.HopRelay, Subject: protocol.RelaySubject("a")},
+		{Kind: onion.HopRelay, Subject: protocol.RelaySubjectPrefix + ">"},
+		{Kind: onion.HopRelay, Subject: protocol.RelaySubjectPrefix + "b.c"},
 		{Kind: onion.HopKafka, Key: []byte{1, 2}}, // relay a has no Kafka writer
 	} {
 		for i := 0; i < 5; i++ {
@@ -467,19 +467,19 @@ func TestRelayDropsBadLayers(t *testing.T) {
 	}
 	// An oversized layer is refused by the Publisher...
 	big := make([]byte, onion.MaxLayer+relays.HeaderAllowance+100)
-	pub := &publish.Publisher{JS: e.connect(t), Subject: relays.Subject("a")}
+	pub := &publish.Publisher{JS: e.connect(t), Subject: protocol.RelaySubject("a")}
 	if err := pub.Publish(ctx, big); !errors.Is(err, publish.ErrTooLarge) {
 		t.Fatalf("Publish(oversized) = %v, want ErrTooLarge", err)
 	}
 	// ...and, published raw (the stream leaves HeaderAllowance), dropped by the relay.
 	for i := 0; i < 3; i++ {
-		if _, err := e.js.Publish(ctx, relays.Subject("a"), big[:onion.MaxLayer+1+i]); err != nil {
+		if _, err := e.js.Publish(ctx, protocol.RelaySubject("a"), big[:onion.MaxLayer+1+i]); err != nil {
 			t.Fatalf("raw oversized publish: %v", err)
 		}
 		want.Oversized++
 	}
 	// Larger than the stream allows at all: rejected by JetStream.
-	if _, err := e.js.Publish(ctx, relays.Subject("a"), big[:onion.MaxLayer+relays.HeaderAllowance+1]); err == nil {
+	if _, err := e.js.Publish(ctx, protocol.RelaySubject("a"), big[:onion.MaxLayer+relays.HeaderAllowance+1]); err == nil {
 		t.Fatal("stream accepted a message larger than MaxLayer+HeaderAllowance")
 	}
 	// Relay b gets a layer from a that is garbage for b.
@@ -487,7 +487,7 @@ func TestRelayDropsBadLayers(t *testing.T) {
 		junk := make([]byte, 300)
 		crand.Read(junk)
 		junk[0], junk[1] = protocol.Version, e.b.ID
-		l, err := onion.SealLayer(e.a.PublicKey(), onion.Hop{Kind: onion.HopRelay, Subject: relays.Subject("b")}, junk)
+		l, err := onion.SealLayer(e.a.PublicKey(), onion.Hop{Kind: onion.HopRelay, Subject: protocol.RelaySubject("b")}, junk)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -558,7 +558,7 @@ func TestRelayRetriesFailedKafkaWrites(t *testing.T) {
 			r.stop(t)
 		}
 	}()
-	publishAll(t, &publish.Publisher{JS: e.connect(t), Subject: relays.Subject("a")}, layers, 4)
+	publishAll(t, &publish.Publisher{JS: e.connect(t), Subject: protocol.RelaySubject("a")}, layers, 4)
 	msgs := e.waitKafka(t, len(rs), 30*time.Second)
 	e.waitDrained(t)
 	e.checkDelivered(t, rs, msgs)
@@ -609,7 +609,7 @@ func TestRelayCancelledMidBatchLosesNothing(t *testing.T) {
 			var st1 relays.Stats
 			r1 := &relays.Relay{Name: "b", Keys: []*onion.KeyPair{e.b}, JS: js, Kafka: bw, Logger: quiet, Stats: &st1, AckWait: 2 * time.Second}
 			run1 := start(r1)
-			publishAll(t, &publish.Publisher{JS: e.connect(t), Subject: relays.Subject("a")}, layers, 4)
+			publishAll(t, &publish.Publisher{JS: e.connect(t), Subject: protocol.RelaySubject("a")}, layers, 4)
 			select {
 			case <-bw.entered:
 			case <-time.After(20 * time.Second):
@@ -649,7 +649,7 @@ func TestPublishBackpressure(t *testing.T) {
 	e := newEnv(t, 100)
 	rs := randomReports(600)
 	layers := e.onions(t, rs)
-	pub := &publish.Publisher{JS: e.connect(t), Subject: relays.Subject("a"), MaxPending: 50, MaxBackoff: 200 * time.Millisecond, Logger: quiet}
+	pub := &publish.Publisher{JS: e.connect(t), Subject: protocol.RelaySubject("a"), MaxPending: 50, MaxBackoff: 200 * time.Millisecond, Logger: quiet}
 
 	var returned atomic.Int64
 	pubDone := make(chan error, 1)
@@ -676,11 +676,11 @@ func TestPublishBackpressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(relays.Subject("a")))
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(protocol.RelaySubject("a")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored := info.State.Subjects[relays.Subject("a")]
+	stored := info.State.Subjects[protocol.RelaySubject("a")]
 	t.Logf("blocked after %d Publish calls; inbox holds %d; retried %d", n, stored, pub.Retried.Load())
 	if stored != 100 {
 		t.Errorf("inbox holds %d, want its limit 100", stored)
@@ -760,7 +760,7 @@ func benchRelay(b *testing.B, batch int) {
 		}(w)
 	}
 	wg.Wait()
-	pub := &publish.Publisher{JS: e.connect(b), Subject: relays.Subject("b")}
+	pub := &publish.Publisher{JS: e.connect(b), Subject: protocol.RelaySubject("b")}
 	for _, l := range layers {
 		if err := pub.Publish(ctx, l); err != nil {
 			b.Fatal(err)
@@ -805,12 +805,12 @@ func TestRelayDropsReplays(t *testing.T) {
 	defer cancel()
 	const replays = 1000
 	for i := 0; i < replays; i++ {
-		if _, err := e.js.Publish(ctx, relays.Subject("a"), layers[0]); err != nil {
+		if _, err := e.js.Publish(ctx, protocol.RelaySubject("a"), layers[0]); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, l := range layers[1:] {
-		if _, err := e.js.Publish(ctx, relays.Subject("a"), l); err != nil {
+		if _, err := e.js.Publish(ctx, protocol.RelaySubject("a"), l); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -821,7 +821,7 @@ func TestRelayDropsReplays(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 100; i++ {
-		if _, err := e.js.Publish(ctx, relays.Subject("b"), forB); err != nil {
+		if _, err := e.js.Publish(ctx, protocol.RelaySubject("b"), forB); err != nil {
 			t.Fatal(err)
 		}
 	}

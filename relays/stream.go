@@ -24,15 +24,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
 // Stream is the name of the JetStream stream holding all relay inboxes.
 const Stream = "CROWDLOG_RELAY"
-
-// SubjectPrefix is the subject prefix of relay inboxes; Subject(name) appends
-// the relay name. A HopRelay layer must name a subject under this prefix.
-const SubjectPrefix = "crowdlog.relay."
 
 // DefaultMaxMsgs is the per-relay inbox limit EnsureStream uses for maxMsgs <= 0.
 const DefaultMaxMsgs = 1_000_000
@@ -46,10 +43,6 @@ const HeaderAllowance = 256
 // within it (a publisher retry after a lost ack, or a relay re-forwarding
 // after a crash) is stored once, keyed by MsgID.
 const DuplicateWindow = 2 * time.Minute
-
-// Subject returns the NATS subject of relay name's inbox:
-// "crowdlog.relay." + name.
-func Subject(name string) string { return SubjectPrefix + name }
 
 // ConsumerName returns the durable consumer name shared by all processes of
 // relay name: "relay-" + name.
@@ -105,7 +98,7 @@ func StreamConfig(maxMsgs int64, replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:                 Stream,
 		Description:          "crowdlog relay inboxes (onion layers); one subject per relay",
-		Subjects:             []string{SubjectPrefix + ">"},
+		Subjects:             []string{protocol.RelaySubjectPrefix + ">"},
 		Retention:            jetstream.WorkQueuePolicy,
 		Storage:              jetstream.FileStorage,
 		Discard:              jetstream.DiscardNew,
@@ -181,7 +174,7 @@ func Drained(ctx context.Context, js jetstream.JetStream, names ...string) (bool
 		default:
 			return false, fmt.Errorf("relays: consumer %s: %w", ConsumerName(n), err)
 		}
-		subj := Subject(n)
+		subj := protocol.RelaySubject(n)
 		info, err := st.Info(ctx, jetstream.WithSubjectFilter(subj))
 		if err != nil {
 			return false, fmt.Errorf("relays: stream %s: %w", Stream, err)
@@ -196,6 +189,6 @@ func Drained(ctx context.Context, js jetstream.JetStream, names ...string) (bool
 // validForward reports whether subj is a subject a relay named self may
 // forward to: under SubjectPrefix, one valid relay-name token, not self.
 func validForward(subj, self string) bool {
-	name, ok := strings.CutPrefix(subj, SubjectPrefix)
+	name, ok := strings.CutPrefix(subj, protocol.RelaySubjectPrefix)
 	return ok && ValidName(name) && name != self
 }

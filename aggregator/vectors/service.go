@@ -11,18 +11,12 @@ import (
 
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/retry"
+	"github.com/crowdlog/crowdlog/protocol"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/crowdlog/crowdlog/protocol/blind"
 	"github.com/crowdlog/crowdlog/protocol/onion"
-)
-
-// Topics of PDD mode (the same names as aggregator.VectorsTopic and
-// aggregator.GroupSumsTopic).
-const (
-	VectorsTopic   = "vectors"
-	GroupSumsTopic = "group-sums"
 )
 
 // Recoverer receives recovery requests (the coordinator, over NATS). Ask
@@ -111,18 +105,18 @@ func (s *Service) Run(ctx context.Context) error {
 	s.mu.Lock()
 	s.open, s.day = map[int]int{}, map[int]int32{}
 	s.mu.Unlock()
-	w := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: GroupSumsTopic, Transport: &kafka.Transport{},
+	w := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: protocol.GroupSumsTopic, Transport: &kafka.Transport{},
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 2 * time.Millisecond, BatchSize: 1000, BatchBytes: 256 << 20}
 	defer w.Close()
-	return infrakafka.ServeGroup(ctx, s.Brokers, s.GroupID, VectorsTopic, s.SessionTimeout, log, "vectors",
+	return infrakafka.ServeGroup(ctx, s.Brokers, s.GroupID, protocol.VectorsTopic, s.SessionTimeout, log, "vectors",
 		func(ctx context.Context, gen *kafka.Generation, id int, committed int64) error {
 			return s.runPartition(ctx, gen, w, id, committed, log)
 		})
 }
 
 func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *kafka.Writer, id int, committed int64, log *slog.Logger) error {
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: s.Brokers, Topic: VectorsTopic, Partition: id,
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: s.Brokers, Topic: protocol.VectorsTopic, Partition: id,
 		MinBytes: 1, MaxBytes: 64 << 20, MaxWait: s.MaxWait})
 	defer r.Close()
 	if committed < 0 {
@@ -184,7 +178,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				return err
 			}
 		}
-		if err := gen.CommitOffsets(map[string]map[int]int64{VectorsTopic: {id: last + 1}}); err != nil {
+		if err := gen.CommitOffsets(map[string]map[int]int64{protocol.VectorsTopic: {id: last + 1}}); err != nil {
 			return fmt.Errorf("commit partition %d: %w", id, err)
 		}
 		committed = last + 1
@@ -197,7 +191,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 // yields nil, counted as malformed by Apply).
 func (s *Service) open1(m kafka.Message) ([]byte, bool) {
 	for _, h := range m.Headers {
-		if h.Key == ControlHeader {
+		if h.Key == protocol.ControlHeader {
 			return m.Value, true
 		}
 	}

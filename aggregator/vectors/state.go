@@ -100,9 +100,6 @@ func (p *Partition) Apply(b []byte, control bool) Result {
 	return Result{}
 }
 
-// ControlHeader marks the coordinator's messages on topic "vectors".
-const ControlHeader = "crowdlog-control"
-
 func (p *Partition) roster(r *blind.Roster) {
 	if p.final[r.Instance] || p.groups[r.Instance] != nil {
 		return // the coordinator re-wrote it after a restart

@@ -10,12 +10,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/aggregator/audit"
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/tests/truth"
 )
@@ -78,7 +78,7 @@ func newClusterOf(t *testing.T, ctx context.Context, partitions, nodes int) *clu
 		t.Fatal(err)
 	}
 	t.Cleanup(kb.Close)
-	if err := kafka.EnsureTopics(ctx, kb.Addr, partitions, aggregator.ReportsTopic, aggregator.DecryptedTopic); err != nil {
+	if err := kafka.EnsureTopics(ctx, kb.Addr, partitions, protocol.ReportsTopic, protocol.DecryptedTopic); err != nil {
 		t.Fatal(err)
 	}
 	ch, err := clickhouse.Start(ctx, filepath.Join(c.dir, "clickhouse"))
@@ -139,7 +139,7 @@ func (c *cluster) audit(ctx context.Context, app, epoch string) *audit.Result {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	res, err := audit.Run(ctx, strings.Split(c.kafka, ","), aggregator.ReportsTopic, aggregator.DecryptedTopic,
+	res, err := audit.Run(ctx, strings.Split(c.kafka, ","), protocol.ReportsTopic, protocol.DecryptedTopic,
 		[]*onion.KeyPair{kp}, app, epoch)
 	if err != nil {
 		c.t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/crowdlog/crowdlog/aggregator"
+	"github.com/crowdlog/crowdlog/protocol"
 )
 
 // crowdlogArgs walks a parsed YAML tree and returns the argument lists of
@@ -70,7 +70,7 @@ func TestDeployManifests(t *testing.T) {
 				spec := doc["spec"].(map[string]any)
 				for _, tr := range spec["triggers"].([]any) {
 					md := tr.(map[string]any)["metadata"].(map[string]any)
-					if md["topic"] != aggregator.ReportsTopic || md["consumerGroup"] != "crowdlog-aggregator" {
+					if md["topic"] != protocol.ReportsTopic || md["consumerGroup"] != "crowdlog-aggregator" {
 						t.Errorf("%s: KEDA trigger %v does not match the aggregator", f, md)
 					}
 					kedaOK = true

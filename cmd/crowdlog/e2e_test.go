@@ -14,8 +14,8 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/tests/truth"
 )
 
@@ -91,7 +91,7 @@ func decryptedCount(t *testing.T, addr string) int64 {
 		return 0
 	}
 	defer conn.Close()
-	parts, err := conn.ReadPartitions(aggregator.DecryptedTopic)
+	parts, err := conn.ReadPartitions(protocol.DecryptedTopic)
 	if err != nil {
 		return 0
 	}

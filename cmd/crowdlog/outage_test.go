@@ -14,9 +14,9 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
+	"github.com/crowdlog/crowdlog/protocol"
 )
 
 // groupOffsets returns, summed over the partitions of topic at addr, the
@@ -224,7 +224,7 @@ func TestStalledAggregator(t *testing.T) {
 
 	const group = "crowdlog-aggregator"
 	lag := func() (int64, int64) {
-		end, committed, err := groupOffsets(ctx, c.kafka, group, aggregator.ReportsTopic)
+		end, committed, err := groupOffsets(ctx, c.kafka, group, protocol.ReportsTopic)
 		if err != nil {
 			t.Logf("offsets: %v", err)
 		}
@@ -250,7 +250,7 @@ func TestStalledAggregator(t *testing.T) {
 	// time until the aggregator has caught up with what arrived during the stall
 	var caughtUp time.Duration
 	for caughtUp == 0 && time.Since(resumed) < 5*time.Minute {
-		end, committed, err := groupOffsets(ctx, c.kafka, group, aggregator.ReportsTopic)
+		end, committed, err := groupOffsets(ctx, c.kafka, group, protocol.ReportsTopic)
 		if err == nil && committed >= endStall && end > 0 {
 			caughtUp = time.Since(resumed)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/relays"
@@ -156,10 +157,10 @@ clients of the epoch have sent.`,
 			if err := relays.EnsureStream(ctx, js, 0); err != nil {
 				return err
 			}
-			pub := &publish.Publisher{JS: js, Subject: relays.Subject("a")}
+			pub := &publish.Publisher{JS: js, Subject: protocol.RelaySubject("a")}
 			client := &ingest.Client{App: a, Epoch: epoch, Policy: rp.Sealing(), K: rp.ShamirK, Limit: limit, LimitDistinct: distinct,
 				Randomness: &randomness.Client{NC: nc, PinFile: filepath.Join(keys, runner.RandomnessPins)},
-				Route:      ingest.Route{RelayA: ra, RelayB: rb, Aggregator: ag, SubjectB: relays.Subject("b")},
+				Route:      ingest.Route{RelayA: ra, RelayB: rb, Aggregator: ag, SubjectB: protocol.RelaySubject("b")},
 				Publish:    pub.Publish}
 			replay := &ingest.Replay{Client: client, Workers: workers, Logger: log}
 			if !noProgress && term.IsTerminal(int(os.Stderr.Fd())) {
@@ -196,10 +197,10 @@ func randomnessCmd() *cobra.Command {
 		Use:   "randomness [--nats URL] [--keys DIR] [--epoch-length 24h] [--key-grace 1h]",
 		Short: "Serve OPRF randomness (RFC 9497, ristretto255) over NATS request/reply",
 		Long: `randomness evaluates clients' blinded OPRF elements under the key of the
-requested epoch, on subject ` + randomness.Subject + ` (queue group: several
+requested epoch, on subject ` + protocol.RandomnessSubject + ` (queue group: several
 processes sharing the key directory share the load), with a DLEQ proof per
 batch (RFC 9497 verifiable mode). Epoch public keys are published on
-` + randomness.PublicKeySubject + `.
+` + protocol.RandomnessPublicKeySubject + `.
 
 Epoch keys: one random key per epoch in DIR/` + runner.RandomnessKeys + `/EPOCH.key (mode 0600),
 created on the epoch's first request; processes sharing the directory agree
@@ -437,7 +438,7 @@ Example:
 				}
 				keys = append(keys, kp)
 			}
-			res, err := audit.Run(cmd.Context(), kafkaAddrs, aggregator.ReportsTopic, aggregator.DecryptedTopic, keys, app, epoch)
+			res, err := audit.Run(cmd.Context(), kafkaAddrs, protocol.ReportsTopic, protocol.DecryptedTopic, keys, app, epoch)
 			if err != nil {
 				return err
 			}

@@ -17,11 +17,11 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/star"
 )
@@ -63,7 +63,7 @@ func TestScaleAggregators(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(kb.Close)
-	if err := kafka.EnsureTopics(ctx, kb.Addr, scalePartitions, aggregator.ReportsTopic, aggregator.DecryptedTopic); err != nil {
+	if err := kafka.EnsureTopics(ctx, kb.Addr, scalePartitions, protocol.ReportsTopic, protocol.DecryptedTopic); err != nil {
 		t.Fatal(err)
 	}
 	keys := filepath.Join(dir, "keys")
@@ -82,7 +82,7 @@ func TestScaleAggregators(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if end, _, err := groupOffsets(ctx, kb.Addr, "none", aggregator.ReportsTopic); err != nil || end != n {
+	if end, _, err := groupOffsets(ctx, kb.Addr, "none", protocol.ReportsTopic); err != nil || end != n {
 		t.Fatalf("reports topic holds %d messages, wrote %d (%v)", end, n, err)
 	}
 	t.Logf("pre-loaded %d reports of %d users into %d partitions in %s", n, users, scalePartitions, time.Since(t0).Round(time.Second))
@@ -209,7 +209,7 @@ func preload(ctx context.Context, addr, input string, ag onion.PublicKey) (int64
 	if err != nil {
 		return 0, err
 	}
-	w := &kafkago.Writer{Addr: kafkago.TCP(addr), Topic: aggregator.ReportsTopic, Transport: &kafkago.Transport{},
+	w := &kafkago.Writer{Addr: kafkago.TCP(addr), Topic: protocol.ReportsTopic, Transport: &kafkago.Transport{},
 		Balancer: &kafkago.Hash{}, RequiredAcks: kafkago.RequireAll, BatchTimeout: 5 * time.Millisecond,
 		BatchSize: 10000, BatchBytes: 64 << 20}
 	defer w.Close()
@@ -287,7 +287,7 @@ func watchCommits(ctx context.Context, t *testing.T, addr, group string, n int64
 	var m commitMarks
 	deadline := time.Now().Add(20 * time.Minute)
 	for time.Now().Before(deadline) {
-		_, c, err := groupOffsets(ctx, addr, group, aggregator.ReportsTopic)
+		_, c, err := groupOffsets(ctx, addr, group, protocol.ReportsTopic)
 		now := time.Now()
 		if err == nil {
 			if c > 0 && m.first.IsZero() {

@@ -22,6 +22,7 @@ import (
 	"github.com/crowdlog/crowdlog/coordinator"
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/blind"
 )
 
@@ -61,8 +62,8 @@ func Register(ctx context.Context, tr *Transport, campaign string, list *keyword
 	if err != nil {
 		return nil, err
 	}
-	var rep coordinator.RegisterReply
-	if err := coordinator.Request(ctx, tr.NC, coordinator.SubjectRegister, coordinator.RegisterRequest{PublicKey: k.PublicKey().Bytes()}, &rep); err != nil {
+	var rep blind.RegisterReply
+	if err := coordinator.Request(ctx, tr.NC, protocol.PDDRegisterSubject, blind.RegisterRequest{PublicKey: k.PublicKey().Bytes()}, &rep); err != nil {
 		return nil, err
 	}
 	if rep.Error != "" {
@@ -81,14 +82,14 @@ type DayStats struct {
 // coordinator's, ErrListMismatch, or a relay publish error.
 func (c *Client) Ping(ctx context.Context, tr *Transport) (DayStats, error) {
 	var st DayStats
-	var ins coordinator.Instructions
-	if err := coordinator.Request(ctx, tr.NC, coordinator.SubjectPing, coordinator.PingRequest{ClientID: c.ID, Campaign: c.Campaign}, &ins); err != nil {
+	var ins blind.Instructions
+	if err := coordinator.Request(ctx, tr.NC, protocol.PDDPingSubject, blind.PingRequest{ClientID: c.ID, Campaign: c.Campaign}, &ins); err != nil {
 		return st, err
 	}
 	if ins.Error != "" {
 		return st, fmt.Errorf("pdd: ping: %s", ins.Error)
 	}
-	if h := coordinator.ListHash(c.List); ins.L != c.List.Len() || string(ins.ListHash) != string(h[:]) {
+	if h := c.List.Hash(); ins.L != c.List.Len() || string(ins.ListHash) != string(h[:]) {
 		return st, fmt.Errorf("%w (coordinator: %s, L=%d; client: L=%d): load the campaign's list with --keywords", ErrListMismatch, ins.Keywords, ins.L, c.List.Len())
 	}
 	if c.sent == nil {
@@ -119,7 +120,7 @@ func (c *Client) Ping(ctx context.Context, tr *Transport) (DayStats, error) {
 	return st, nil
 }
 
-func (c *Client) seeds(t coordinator.Task) ([]blind.Seed, error) {
+func (c *Client) seeds(t blind.Task) ([]blind.Seed, error) {
 	if t.Member < 0 || t.Member >= len(t.Members) || string(t.Members[t.Member]) != string(c.Key.PublicKey().Bytes()) {
 		return nil, errors.New("the roster does not list this client's key at its member index")
 	}
@@ -129,7 +130,7 @@ func (c *Client) seeds(t coordinator.Task) ([]blind.Seed, error) {
 	return blind.Seeds(c.Key, t.Member, t.Members, t.Instance(c.Campaign))
 }
 
-func (c *Client) submit(ctx context.Context, tr *Transport, t coordinator.Task) error {
+func (c *Client) submit(ctx context.Context, tr *Transport, t blind.Task) error {
 	in := t.Instance(c.Campaign)
 	seeds, err := c.seeds(t)
 	if err != nil {
@@ -139,8 +140,8 @@ func (c *Client) submit(ctx context.Context, tr *Transport, t coordinator.Task) 
 	if err != nil {
 		return err
 	}
-	var rep coordinator.Reply
-	if err := coordinator.Request(ctx, tr.NC, coordinator.SubjectDeposit, coordinator.DepositRequest{
+	var rep blind.Reply
+	if err := coordinator.Request(ctx, tr.NC, protocol.PDDDepositSubject, blind.DepositRequest{
 		Campaign: c.Campaign, Round: t.Round, Group: t.Group, From: uint16(t.Member), Bundles: bundles}, &rep); err != nil {
 		return err
 	}
@@ -166,7 +167,7 @@ func (c *Client) send(ctx context.Context, tr *Transport, in blind.Instance, msg
 	return tr.Publish(ctx, onion)
 }
 
-func (c *Client) answer(ctx context.Context, tr *Transport, rt coordinator.RecoveryTask) error {
+func (c *Client) answer(ctx context.Context, tr *Transport, rt blind.RecoveryTask) error {
 	in := rt.Instance(c.Campaign)
 	seeds, err := c.seeds(rt.Task)
 	if err != nil {

@@ -3,7 +3,6 @@ package pdd
 import (
 	"testing"
 
-	"github.com/crowdlog/crowdlog/coordinator"
 	"github.com/crowdlog/crowdlog/protocol/blind"
 )
 
@@ -16,7 +15,7 @@ func TestClientChecksRoster(t *testing.T) {
 	third, _ := blind.GenerateKey()
 	c := &Client{Key: me, Campaign: "c"}
 	members := [][]byte{other.PublicKey().Bytes(), me.PublicKey().Bytes(), third.PublicKey().Bytes()}
-	ok := coordinator.Task{Round: 1, Group: 0, Member: 1, Members: members, T: blind.Threshold(3)}
+	ok := blind.Task{Round: 1, Group: 0, Member: 1, Members: members, T: blind.Threshold(3)}
 	seeds, err := c.seeds(ok)
 	if err != nil || len(seeds) != 3 {
 		t.Fatalf("valid roster refused: %v", err)

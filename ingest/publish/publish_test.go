@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/crowdlog/crowdlog/infra/natsserver"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/relays"
 )
 
@@ -57,7 +58,7 @@ func TestConcurrentPublish(t *testing.T) {
 	if err := relays.EnsureStream(ctx, js, 0); err != nil {
 		t.Fatal(err)
 	}
-	p := &Publisher{JS: js, Subject: relays.Subject("a"), MaxPending: 256}
+	p := &Publisher{JS: js, Subject: protocol.RelaySubject("a"), MaxPending: 256}
 	const goroutines, each = 16, 500
 	var wg sync.WaitGroup
 	for g := 0; g < goroutines; g++ {
@@ -82,7 +83,7 @@ func TestConcurrentPublish(t *testing.T) {
 	if got := p.Published.Load(); got != goroutines*each {
 		t.Fatalf("Published = %d, want %d", got, goroutines*each)
 	}
-	if n := subjectCount(t, js, relays.Subject("a")); n != goroutines*each {
+	if n := subjectCount(t, js, protocol.RelaySubject("a")); n != goroutines*each {
 		t.Fatalf("stream holds %d, want %d", n, goroutines*each)
 	}
 	// The same layer again is deduplicated by its Nats-Msg-Id.
@@ -92,7 +93,7 @@ func TestConcurrentPublish(t *testing.T) {
 	if err := p.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := subjectCount(t, js, relays.Subject("a")); n != goroutines*each {
+	if n := subjectCount(t, js, protocol.RelaySubject("a")); n != goroutines*each {
 		t.Fatalf("re-published layer stored twice: %d", n)
 	}
 }
@@ -102,7 +103,7 @@ func TestPublishWaitsForStream(t *testing.T) {
 	js, _ := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := &Publisher{JS: js, Subject: relays.Subject("a"), MaxBackoff: 50 * time.Millisecond, AckTimeout: time.Second, Logger: quiet}
+	p := &Publisher{JS: js, Subject: protocol.RelaySubject("a"), MaxBackoff: 50 * time.Millisecond, AckTimeout: time.Second, Logger: quiet}
 	for i := 0; i < 20; i++ {
 		if err := p.Publish(ctx, []byte{byte(i)}); err != nil {
 			t.Fatal(err)
@@ -116,7 +117,7 @@ func TestPublishWaitsForStream(t *testing.T) {
 	if err := p.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := subjectCount(t, js, relays.Subject("a")); n != 20 {
+	if n := subjectCount(t, js, protocol.RelaySubject("a")); n != 20 {
 		t.Fatalf("stream holds %d, want 20", n)
 	}
 	if p.Retried.Load() == 0 {
@@ -132,7 +133,7 @@ func TestCloseAbandonsWhenStreamStaysFull(t *testing.T) {
 	if err := relays.EnsureStream(ctx, js, 10); err != nil {
 		t.Fatal(err)
 	}
-	p := &Publisher{JS: js, Subject: relays.Subject("a"), MaxPending: 5, MaxBackoff: 20 * time.Millisecond, Logger: quiet}
+	p := &Publisher{JS: js, Subject: protocol.RelaySubject("a"), MaxPending: 5, MaxBackoff: 20 * time.Millisecond, Logger: quiet}
 	for i := 0; i < 15; i++ {
 		if err := p.Publish(ctx, []byte{byte(i)}); err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/star"
 	"github.com/crowdlog/crowdlog/relays"
@@ -84,10 +85,10 @@ func TestReplay1000(t *testing.T) {
 	rb, _ := rep.MarshalBinary()
 	l3, _ := onion.SealLayer(kagg.PublicKey(), onion.Hop{Kind: onion.HopDeliver}, rb)
 	l2, _ := onion.SealLayer(kb.PublicKey(), onion.Hop{Kind: onion.HopKafka, Key: onion.TagBucket(rep.Tag)}, l3)
-	l1, _ := onion.SealLayer(ka.PublicKey(), onion.Hop{Kind: onion.HopRelay, Subject: relays.Subject("b")}, l2)
+	l1, _ := onion.SealLayer(ka.PublicKey(), onion.Hop{Kind: onion.HopRelay, Subject: protocol.RelaySubject("b")}, l2)
 	const n = 1000
 	for i := 0; i < n; i++ {
-		if _, err := js.Publish(ctx, relays.Subject("a"), l1); err != nil {
+		if _, err := js.Publish(ctx, protocol.RelaySubject("a"), l1); err != nil {
 			t.Fatal(err)
 		}
 	}

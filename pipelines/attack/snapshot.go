@@ -85,7 +85,7 @@ func Rebuild(records map[int][][]byte, keys []*onion.KeyPair) []aggregator.Pendi
 // ReadReportsTopic reads every non-control record of the reports topic
 // from the first offset to the current end, per partition.
 func ReadReportsTopic(ctx context.Context, broker string) (map[int][][]byte, error) {
-	n, err := ikafka.Partitions(ctx, broker, aggregator.ReportsTopic)
+	n, err := ikafka.Partitions(ctx, broker, protocol.ReportsTopic)
 	if err != nil {
 		return nil, fmt.Errorf("attack: reports topic on %s: %w", broker, err)
 	}
@@ -101,7 +101,7 @@ func ReadReportsTopic(ctx context.Context, broker string) (map[int][][]byte, err
 }
 
 func readPartition(ctx context.Context, broker string, p int) ([][]byte, error) {
-	conn, err := kafka.DialLeader(ctx, "tcp", broker, aggregator.ReportsTopic, p)
+	conn, err := kafka.DialLeader(ctx, "tcp", broker, protocol.ReportsTopic, p)
 	if err != nil {
 		return nil, err
 	}

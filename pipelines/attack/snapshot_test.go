@@ -39,7 +39,7 @@ func TestSnapshotFromState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ikafka.EnsureTopics(ctx, b.Addr, 1, aggregator.ReportsTopic); err != nil {
+	if err := ikafka.EnsureTopics(ctx, b.Addr, 1, protocol.ReportsTopic); err != nil {
 		t.Fatal(err)
 	}
 	live := aggregator.NewPartition(0, 1, []*onion.KeyPair{key})
@@ -58,7 +58,7 @@ func TestSnapshotFromState(t *testing.T) {
 	want := live.Pending()
 	msgs = append(msgs, kafka.Message{Value: []byte(`{"app":"query","epoch":"2006-03","partitions":1}`),
 		Headers: []kafka.Header{{Key: protocol.ControlHeader, Value: []byte("close-epoch")}}})
-	w := ikafka.NewWriter(b.Addr, aggregator.ReportsTopic)
+	w := ikafka.NewWriter(b.Addr, protocol.ReportsTopic)
 	if err := w.WriteMessages(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}

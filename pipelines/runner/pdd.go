@@ -18,7 +18,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/aggregator/vectors"
 	"github.com/crowdlog/crowdlog/coordinator"
 	"github.com/crowdlog/crowdlog/infra/kafka"
@@ -27,6 +26,7 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/ingest/pdd"
 	"github.com/crowdlog/crowdlog/ingest/publish"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release"
@@ -203,7 +203,7 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 	}
 	defer stopLocal()
 	brokers := strings.Split(cfg.Kafka, ",")
-	if err := kafka.EnsureTopics(ctx, brokers[0], cfg.Partitions, aggregator.VectorsTopic, aggregator.GroupSumsTopic); err != nil {
+	if err := kafka.EnsureTopics(ctx, brokers[0], cfg.Partitions, protocol.VectorsTopic, protocol.GroupSumsTopic); err != nil {
 		return nil, err
 	}
 	if err := EnsureKeys(keysDir); err != nil {
@@ -268,9 +268,9 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 	if err != nil {
 		return nil, err
 	}
-	pub := &publish.Publisher{JS: js, Subject: relays.Subject("a")}
+	pub := &publish.Publisher{JS: js, Subject: protocol.RelaySubject("a")}
 	defer pub.Close(context.Background())
-	tr := &pdd.Transport{NC: nc, Route: ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: relays.Subject("b")}, Publish: pub.Publish}
+	tr := &pdd.Transport{NC: nc, Route: ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: protocol.RelaySubject("b")}, Publish: pub.Publish}
 	if err := forEach(ctx, cfg.Workers, users, func(ctx context.Context, u *pddUser) error {
 		c, err := pdd.Register(ctx, tr, cfg.Campaign, list)
 		if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/ingest/publish"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/vss"
 	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/relays"
@@ -166,7 +167,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	defer stopLocal()
 	sum.NATS, sum.Kafka, sum.ClickHs = cfg.NATS, cfg.Kafka, cfg.ClickHouse
 	brokers := strings.Split(cfg.Kafka, ",")
-	if err := kafka.EnsureTopics(ctx, brokers[0], cfg.Partitions, aggregator.ReportsTopic, aggregator.DecryptedTopic); err != nil {
+	if err := kafka.EnsureTopics(ctx, brokers[0], cfg.Partitions, protocol.ReportsTopic, protocol.DecryptedTopic); err != nil {
 		return nil, err
 	}
 	if !cfg.External {
@@ -271,12 +272,12 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			return nil, err
 		}
 	}
-	pub := &publish.Publisher{JS: js, Subject: relays.Subject("a")}
+	pub := &publish.Publisher{JS: js, Subject: protocol.RelaySubject("a")}
 	RegisterPublisher(reg, pub)
 	limit, distinct := pol.Limit()
 	client := &ingest.Client{App: app, Epoch: cfg.Epoch, Policy: policy, K: pol.ShamirK, Limit: limit, LimitDistinct: distinct,
 		Randomness: rc,
-		Route:      ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: relays.Subject("b")},
+		Route:      ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: protocol.RelaySubject("b")},
 		Publish:    pub.Publish}
 	rp := &ingest.Replay{Client: client, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
 	log.Info("ingest: replaying log", "app", app.Name(), "epoch", cfg.Epoch, "policy", pol.String())

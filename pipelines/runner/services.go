@@ -17,6 +17,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/crowdlog/crowdlog/aggregator"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/relays"
@@ -92,11 +93,11 @@ func NewRelay(ctx context.Context, js jetstream.JetStream, o RelayOptions, log *
 	if err := relays.EnsureStream(ctx, js, maxMsgs); err != nil {
 		return nil, nil, err
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(o.Kafka...), Topic: aggregator.ReportsTopic, Transport: &kafka.Transport{},
+	w := &kafka.Writer{Addr: kafka.TCP(o.Kafka...), Topic: protocol.ReportsTopic, Transport: &kafka.Transport{},
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
 		BatchSize: 10000, BatchBytes: 64 << 20}
 	// PDD blinded vectors (HopKafkaVectors), keyed by group
-	vw := &kafka.Writer{Addr: kafka.TCP(o.Kafka...), Topic: aggregator.VectorsTopic, Transport: &kafka.Transport{},
+	vw := &kafka.Writer{Addr: kafka.TCP(o.Kafka...), Topic: protocol.VectorsTopic, Transport: &kafka.Transport{},
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
 		BatchSize: 1000, BatchBytes: 64 << 20}
 	r := &relays.Relay{Name: o.Name, Keys: keys, JS: js, Kafka: w, Vectors: vw, BatchSize: o.BatchSize,

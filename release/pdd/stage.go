@@ -13,8 +13,8 @@ import (
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/retry"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
+	"github.com/crowdlog/crowdlog/protocol"
 
-	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/release"
 )
 
@@ -37,7 +37,7 @@ type Released struct {
 	Written bool
 }
 
-// Stage reads topic "group-sums" (aggregator.GroupSumsTopic) from the first
+// Stage reads topic "group-sums" (protocol.GroupSumsTopic) from the first
 // offset of every partition, feeds State and writes every round it
 // completes to Sink. Restart safety: on restart it re-reads the topic;
 // days whose pdd_rounds row exists are skipped before any noise is drawn
@@ -45,7 +45,7 @@ type Released struct {
 // from scratch by the Sink.
 type Stage struct {
 	Brokers []string
-	// Topic defaults to aggregator.GroupSumsTopic.
+	// Topic defaults to protocol.GroupSumsTopic.
 	Topic string
 	// Writer receives the days (a *release.Writer in production).
 	Writer Sink
@@ -73,7 +73,7 @@ type Stage struct {
 func (st *Stage) config() (topic string, list *keywords.List, maxCount int64, log *slog.Logger, err error) {
 	topic, list, maxCount, log = st.Topic, st.List, st.MaxCount, st.Logger
 	if topic == "" {
-		topic = aggregator.GroupSumsTopic
+		topic = protocol.GroupSumsTopic
 	}
 	if list == nil {
 		list = keywords.Default()

@@ -17,10 +17,10 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/blind"
 	"github.com/crowdlog/crowdlog/release"
 )
@@ -184,7 +184,7 @@ func TestStageReleasesExactCountsAndRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer broker.Close()
-	if err := kafka.EnsureTopics(ctx, broker.Addr, 3, aggregator.GroupSumsTopic); err != nil {
+	if err := kafka.EnsureTopics(ctx, broker.Addr, 3, protocol.GroupSumsTopic); err != nil {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -193,7 +193,7 @@ func TestStageReleasesExactCountsAndRestarts(t *testing.T) {
 	other, _ := synthCampaign(t, rng, testList(t, 61), "other-list", []int32{13210}) // dropped: list mismatch
 	msgs = append(msgs, other...)
 	rng.Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
-	kw := kafka.NewWriter(broker.Addr, aggregator.GroupSumsTopic)
+	kw := kafka.NewWriter(broker.Addr, protocol.GroupSumsTopic)
 	if err := kw.WriteMessages(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}

@@ -73,11 +73,6 @@ type Round struct {
 	Counts []uint64
 }
 
-// ListHash is the identifier of a monitored keyword list carried in
-// blind.Roster.ListHash: l.Hash() (SHA-256 of the keywords in order; see
-// keywords.List.Hash), the value the coordinator puts in its rosters.
-func ListHash(l *keywords.List) [32]byte { return l.Hash() }
-
 type roundKey struct {
 	campaign string
 	round    int32
@@ -116,9 +111,9 @@ type State struct {
 }
 
 // NewState returns an empty State for campaigns monitoring list: outcomes
-// must have L = list.Len() and ListHash = ListHash(list).
+// must have L = list.Len() and ListHash = list.Hash().
 func NewState(list *keywords.List) *State {
-	return &State{Dropped: map[string]int64{}, list: list, hash: ListHash(list),
+	return &State{Dropped: map[string]int64{}, list: list, hash: list.Hash(),
 		open: map[roundKey]*roundAcc{}, released: map[roundKey]bool{}}
 }
 

@@ -44,7 +44,7 @@ type group struct {
 func roster(list *keywords.List, campaign string, round int32, g uint32, n int, groups, active, grouped uint32) blind.Roster {
 	return blind.Roster{Instance: blind.Instance{Campaign: campaign, Round: round, Group: g},
 		N: uint16(n), T: uint16(blind.Threshold(n)), Deadline: round + 2, RecoverBy: round + 3,
-		Groups: groups, Active: active, Grouped: grouped, L: uint32(list.Len()), ListHash: ListHash(list)}
+		Groups: groups, Active: active, Grouped: grouped, L: uint32(list.Len()), ListHash: list.Hash()}
 }
 
 // outcome is what the aggregator emits for g: the sum of the submitted

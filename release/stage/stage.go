@@ -255,7 +255,7 @@ type Stage struct {
 func (st *Stage) Run(ctx context.Context) error {
 	topic := st.Topic
 	if topic == "" {
-		topic = "decrypted"
+		topic = protocol.DecryptedTopic
 	}
 	log := st.Logger
 	if log == nil {

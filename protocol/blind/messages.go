@@ -1,27 +1,14 @@
-package coordinator
+package blind
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
-
-	"github.com/crowdlog/crowdlog/protocol/blind"
-)
-
-// NATS subjects of the coordinator (request/reply; several coordinator
-// processes form the queue group "crowdlog-coordinator").
-const (
-	SubjectRegister = "crowdlog.pdd.register"
-	SubjectPing     = "crowdlog.pdd.ping"
-	SubjectDeposit  = "crowdlog.pdd.deposit"
-	SubjectAdvance  = "crowdlog.pdd.advance"
-	SubjectRecovery = "crowdlog.pdd.recovery"
-	QueueGroup      = "crowdlog-coordinator"
 )
 
 // ErrMalformed is wrapped by every decoding error of coordinator messages.
-var ErrMalformed = errors.New("coordinator: malformed message")
+var ErrMalformedCoordination = errors.New("coordinator: malformed message")
 
 var clientID = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
@@ -56,8 +43,8 @@ type Task struct {
 }
 
 // Instance is the task's protocol instance.
-func (t *Task) Instance(campaign string) blind.Instance {
-	return blind.Instance{Campaign: campaign, Round: t.Round, Group: t.Group}
+func (t *Task) Instance(campaign string) Instance {
+	return Instance{Campaign: campaign, Round: t.Round, Group: t.Group}
 }
 
 // RecoveryTask asks a survivor for its recovery answer: the group's task,
@@ -65,8 +52,8 @@ func (t *Task) Instance(campaign string) blind.Instance {
 // this member.
 type RecoveryTask struct {
 	Task
-	Dropped []uint16             `json:"dropped"`
-	Bundles []blind.SealedBundle `json:"bundles"`
+	Dropped []uint16       `json:"dropped"`
+	Bundles []SealedBundle `json:"bundles"`
 }
 
 // Instructions is the ping reply: today's day, the campaign's keyword list
@@ -85,11 +72,11 @@ type Instructions struct {
 
 // DepositRequest stores member From's sealed bundles for one instance.
 type DepositRequest struct {
-	Campaign string               `json:"campaign"`
-	Round    int32                `json:"round"`
-	Group    uint32               `json:"group"`
-	From     uint16               `json:"from"`
-	Bundles  []blind.SealedBundle `json:"bundles"`
+	Campaign string         `json:"campaign"`
+	Round    int32          `json:"round"`
+	Group    uint32         `json:"group"`
+	From     uint16         `json:"from"`
+	Bundles  []SealedBundle `json:"bundles"`
 }
 
 // AdvanceRequest starts day Day (the operator's or a log replay's clock;
@@ -114,10 +101,10 @@ type Reply struct {
 
 func decode(b []byte, v any) error {
 	if len(b) > 64<<20 {
-		return fmt.Errorf("%w: %d bytes", ErrMalformed, len(b))
+		return fmt.Errorf("%w: %d bytes", ErrMalformedCoordination, len(b))
 	}
 	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%w: %v", ErrMalformed, err)
+		return fmt.Errorf("%w: %v", ErrMalformedCoordination, err)
 	}
 	return nil
 }
@@ -128,8 +115,8 @@ func ParsePing(b []byte) (*PingRequest, error) {
 	if err := decode(b, &p); err != nil {
 		return nil, err
 	}
-	if !clientID.MatchString(p.ClientID) || !blind.ValidCampaign(p.Campaign) {
-		return nil, fmt.Errorf("%w: bad client id or campaign", ErrMalformed)
+	if !clientID.MatchString(p.ClientID) || !ValidCampaign(p.Campaign) {
+		return nil, fmt.Errorf("%w: bad client id or campaign", ErrMalformedCoordination)
 	}
 	return &p, nil
 }
@@ -141,7 +128,7 @@ func ParseRegister(b []byte) (*RegisterRequest, error) {
 		return nil, err
 	}
 	if len(r.PublicKey) != 32 {
-		return nil, fmt.Errorf("%w: public key of %d bytes, want 32 (X25519)", ErrMalformed, len(r.PublicKey))
+		return nil, fmt.Errorf("%w: public key of %d bytes, want 32 (X25519)", ErrMalformedCoordination, len(r.PublicKey))
 	}
 	return &r, nil
 }
@@ -152,28 +139,28 @@ func ParseDeposit(b []byte) (*DepositRequest, error) {
 	if err := decode(b, &d); err != nil {
 		return nil, err
 	}
-	if !blind.ValidCampaign(d.Campaign) {
-		return nil, fmt.Errorf("%w: campaign", ErrMalformed)
+	if !ValidCampaign(d.Campaign) {
+		return nil, fmt.Errorf("%w: campaign", ErrMalformedCoordination)
 	}
 	for _, sb := range d.Bundles {
 		if sb.From != d.From || sb.To == d.From || len(sb.Ciphertext) < 48 || len(sb.Ciphertext) > 1<<20 {
-			return nil, fmt.Errorf("%w: bundle %d→%d", ErrMalformed, sb.From, sb.To)
+			return nil, fmt.Errorf("%w: bundle %d→%d", ErrMalformedCoordination, sb.From, sb.To)
 		}
 	}
 	return &d, nil
 }
 
 // ParseRecovery decodes a recovery request from the aggregator.
-func ParseRecovery(b []byte) (*blind.Request, error) {
-	var r blind.Request
+func ParseRecovery(b []byte) (*Request, error) {
+	var r Request
 	if err := decode(b, &r); err != nil {
 		return nil, err
 	}
-	if !blind.ValidCampaign(r.Instance.Campaign) {
-		return nil, fmt.Errorf("%w: campaign", ErrMalformed)
+	if !ValidCampaign(r.Instance.Campaign) {
+		return nil, fmt.Errorf("%w: campaign", ErrMalformedCoordination)
 	}
-	if _, err := blind.NewRecovery(r); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	if _, err := NewRecovery(r); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformedCoordination, err)
 	}
 	return &r, nil
 }

@@ -1,0 +1,76 @@
+package protocol
+
+// The names two roles must agree on: Kafka topics and headers, NATS
+// subjects and queue groups. Each is defined here once; roles and clients
+// refer to these constants, never to string literals.
+
+// Kafka topics.
+const (
+	// ReportsTopic carries sealed reports (the aggregator's onion layer),
+	// keyed by a tag bucket, from relay b to the aggregator, and the
+	// EpochClose control messages.
+	ReportsTopic = "reports"
+	// DecryptedTopic carries the aggregator's Decrypted messages to the
+	// release stage, on the partition number of their reports partition.
+	DecryptedTopic = "decrypted"
+	// VectorsTopic carries PDD blinded vectors, recovery answers and the
+	// coordinator's rosters and ticks, keyed by group (aggregator/vectors).
+	VectorsTopic = "vectors"
+	// GroupSumsTopic carries each PDD group's outcome to the release stage.
+	GroupSumsTopic = "group-sums"
+)
+
+// Kafka headers.
+const (
+	// ControlHeader marks control messages (EpochClose on ReportsTopic;
+	// rosters and ticks on VectorsTopic). Relays never set headers, so
+	// clients cannot forge control messages.
+	ControlHeader = "crowdlog-control"
+	// PartitionHeader carries the partition number a message must be
+	// written to (the source partition of an aggregator output, the
+	// partition of a coordinator tick); the writer's balancer reads it.
+	PartitionHeader = "crowdlog-partition"
+)
+
+// NATS subjects of the randomness service (request/reply).
+const (
+	// RandomnessSubject: OPRF evaluation (oprf.RandomnessRequest/Response).
+	RandomnessSubject = "crowdlog.randomness"
+	// RandomnessPublicKeySubject: epoch public keys
+	// (oprf.PublicKeyRequest/Response).
+	RandomnessPublicKeySubject = "crowdlog.randomness.pubkey"
+)
+
+// RelaySubjectPrefix is the subject prefix of relay inboxes; RelaySubject
+// appends the relay name. A HopRelay layer must name a subject under this
+// prefix.
+const RelaySubjectPrefix = "crowdlog.relay."
+
+// RelaySubject returns the NATS subject of relay name's inbox:
+// "crowdlog.relay." + name.
+func RelaySubject(name string) string { return RelaySubjectPrefix + name }
+
+// RelayKeysSubjectPrefix is the subject prefix of relay key announcements;
+// RelayKeysSubject appends the relay name. It lies outside
+// RelaySubjectPrefix on purpose: the relay stream captures
+// "crowdlog.relay.>", and a request published there would be stored as an
+// inbox message and acknowledged by JetStream instead of answered by the
+// relay.
+const RelayKeysSubjectPrefix = "crowdlog.relaykeys."
+
+// RelayKeysSubject returns the NATS request/reply subject on which relay
+// name announces the HPKE key ids it holds (onion.RelayKeysRequest/Response):
+// "crowdlog.relaykeys." + name.
+func RelayKeysSubject(name string) string { return RelayKeysSubjectPrefix + name }
+
+// NATS subjects of the PDD coordinator (request/reply; several coordinator
+// processes form the queue group CoordinatorQueueGroup). Messages are in
+// package blind (messages.go).
+const (
+	PDDRegisterSubject    = "crowdlog.pdd.register"
+	PDDPingSubject        = "crowdlog.pdd.ping"
+	PDDDepositSubject     = "crowdlog.pdd.deposit"
+	PDDAdvanceSubject     = "crowdlog.pdd.advance"
+	PDDRecoverySubject    = "crowdlog.pdd.recovery"
+	CoordinatorQueueGroup = "crowdlog-coordinator"
+)
