@@ -43,10 +43,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/blind"
-	"github.com/crowdlog/crowdlog/relays"
 )
 
 // Campaign is what analysts configure (PDD §5.3 "campaigns").
@@ -73,7 +73,7 @@ func bucketReplicas(ctx context.Context, js jetstream.JetStream, bucket string) 
 			return st.Config().Replicas
 		}
 	}
-	return relays.Replicas(js.Conn())
+	return natsconn.Replicas(js.Conn())
 }
 
 // Coordinator serves the coordinator subjects. Set the fields, then Start.
@@ -668,33 +668,11 @@ type NATSRecoverer struct{ NC *nats.Conn }
 // Ask sends req and waits for the coordinator's acknowledgement.
 func (r NATSRecoverer) Ask(ctx context.Context, req blind.Request) error {
 	var rep blind.Reply
-	if err := Request(ctx, r.NC, protocol.PDDRecoverySubject, req, &rep); err != nil {
+	if err := natsconn.RequestJSON(ctx, r.NC, protocol.PDDRecoverySubject, req, &rep); err != nil {
 		return err
 	}
 	if rep.Error != "" {
 		return errors.New(rep.Error)
 	}
 	return nil
-}
-
-// Request sends v as JSON on subj and decodes the reply into out. Errors
-// say when no coordinator answers.
-func Request(ctx context.Context, nc *nats.Conn, subj string, v, out any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
-		defer cancel()
-	}
-	m, err := nc.RequestWithContext(ctx, subj, b)
-	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
-			return fmt.Errorf("no coordinator answers on %s: start `crowdlog coordinator`: %w", subj, err)
-		}
-		return fmt.Errorf("request %s: %w", subj, err)
-	}
-	return json.Unmarshal(m.Data, out)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/protocol"
@@ -78,7 +79,7 @@ func register(t *testing.T, nc *nats.Conn) (string, []byte) {
 	t.Helper()
 	k, _ := blind.GenerateKey()
 	var rep blind.RegisterReply
-	if err := Request(context.Background(), nc, protocol.PDDRegisterSubject, blind.RegisterRequest{PublicKey: k.PublicKey().Bytes()}, &rep); err != nil || rep.Error != "" {
+	if err := natsconn.RequestJSON(context.Background(), nc, protocol.PDDRegisterSubject, blind.RegisterRequest{PublicKey: k.PublicKey().Bytes()}, &rep); err != nil || rep.Error != "" {
 		t.Fatalf("register: %v %s", err, rep.Error)
 	}
 	return rep.ClientID, k.PublicKey().Bytes()
@@ -87,7 +88,7 @@ func register(t *testing.T, nc *nats.Conn) (string, []byte) {
 func ping(t *testing.T, nc *nats.Conn, id string) blind.Instructions {
 	t.Helper()
 	var ins blind.Instructions
-	if err := Request(context.Background(), nc, protocol.PDDPingSubject, blind.PingRequest{ClientID: id, Campaign: "flu"}, &ins); err != nil || ins.Error != "" {
+	if err := natsconn.RequestJSON(context.Background(), nc, protocol.PDDPingSubject, blind.PingRequest{ClientID: id, Campaign: "flu"}, &ins); err != nil || ins.Error != "" {
 		t.Fatalf("ping: %v %s", err, ins.Error)
 	}
 	return ins
@@ -164,7 +165,7 @@ func TestGroupsAndRestart(t *testing.T) {
 	// a deposit marks the task done
 	tk := tasks[ids[0]]
 	var rp blind.Reply
-	if err := Request(ctx, e.nc, protocol.PDDDepositSubject, blind.DepositRequest{Campaign: "flu", Round: tk.Round, Group: tk.Group, From: uint16(tk.Member)}, &rp); err != nil || rp.Error != "" {
+	if err := natsconn.RequestJSON(ctx, e.nc, protocol.PDDDepositSubject, blind.DepositRequest{Campaign: "flu", Round: tk.Round, Group: tk.Group, From: uint16(tk.Member)}, &rp); err != nil || rp.Error != "" {
 		t.Fatalf("deposit: %v %s", err, rp.Error)
 	}
 	if ins := ping(t, e.nc, ids[0]); len(ins.Tasks) != 0 {
@@ -180,7 +181,7 @@ func TestRecoveryRequestValidated(t *testing.T) {
 	e.coordinator(t, Campaign{Name: "flu", List: list, GroupSize: 3})
 	var rp blind.Reply
 	req := blind.Request{Instance: blind.Instance{Campaign: "flu", Round: 1, Group: 0}, N: 3, T: 2, Dropped: []uint16{0, 1}}
-	if err := Request(context.Background(), e.nc, protocol.PDDRecoverySubject, req, &rp); err != nil {
+	if err := natsconn.RequestJSON(context.Background(), e.nc, protocol.PDDRecoverySubject, req, &rp); err != nil {
 		t.Fatal(err)
 	}
 	if rp.Error == "" {
@@ -193,7 +194,7 @@ func TestNoCoordinatorError(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var rep blind.RegisterReply
-	err := Request(ctx, e.nc, protocol.PDDRegisterSubject, blind.RegisterRequest{PublicKey: make([]byte, 32)}, &rep)
+	err := natsconn.RequestJSON(ctx, e.nc, protocol.PDDRegisterSubject, blind.RegisterRequest{PublicKey: make([]byte, 32)}, &rep)
 	if !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("want a no-responders error, got %v", err)
 	}

@@ -3,8 +3,6 @@ package relays
 import (
 	"context"
 	crand "crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -409,7 +407,7 @@ func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *m
 			continue
 		}
 		msg := &nats.Msg{Subject: it.hop.Subject, Data: it.inner, Header: nats.Header{}}
-		msg.Header.Set(jetstream.MsgIDHeader, MsgID(it.inner))
+		msg.Header.Set(jetstream.MsgIDHeader, protocol.LayerMsgID(it.inner))
 		fut, err := r.JS.PublishMsgAsync(msg)
 		if err != nil {
 			pubErr = err
@@ -566,15 +564,6 @@ func (r *Relay) peel(it *item) {
 			it.reason = dropWrongHop
 		}
 	}
-}
-
-// MsgID is the JetStream deduplication id (Nats-Msg-Id header) of a layer:
-// base64url of the first 16 bytes of its SHA-256. Layers are HPKE
-// ciphertexts with fresh randomness, so equal ids mean a re-publication of
-// the same layer, and the id reveals nothing the layer itself does not.
-func MsgID(layer []byte) string {
-	h := sha256.Sum256(layer)
-	return base64.RawURLEncoding.EncodeToString(h[:16])
 }
 
 func def[T int | time.Duration](v, d T) T {

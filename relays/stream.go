@@ -21,9 +21,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 )
@@ -60,22 +60,6 @@ func ValidName(name string) bool {
 		}
 	}
 	return true
-}
-
-// MaxReplicas is the most copies Replicas asks JetStream to keep.
-const MaxReplicas = 3
-
-// Replicas returns how many copies of crowdlog's JetStream streams and
-// key-value buckets to keep on the NATS deployment nc is connected to: 1 on a
-// single server, and min(MaxReplicas, servers known to nc) when the server
-// belongs to a cluster (it reports a cluster name). Known servers are the
-// seed URLs plus those the cluster announced (nc.Servers), so a 3-node
-// cluster gives 3 whether one or all three URLs were given. A nil nc gives 1.
-func Replicas(nc *nats.Conn) int {
-	if nc == nil || nc.ConnectedClusterName() == "" {
-		return 1
-	}
-	return max(1, min(MaxReplicas, len(nc.Servers())))
 }
 
 // StreamConfig returns the configuration EnsureStream applies, with
@@ -124,7 +108,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, maxMsgs int64) er
 	if js == nil {
 		return errors.New("relays: EnsureStream: nil JetStream")
 	}
-	replicas := Replicas(js.Conn())
+	replicas := natsconn.Replicas(js.Conn())
 	if st, err := js.Stream(ctx, Stream); err == nil {
 		replicas = st.CachedInfo().Config.Replicas
 	}

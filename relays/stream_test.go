@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/relays"
 )
@@ -55,7 +56,7 @@ func TestEnsureStreamReplicas(t *testing.T) {
 	}
 	defer one.Shutdown()
 	nc, js := connect(one.URL)
-	if got := relays.Replicas(nc); got != 1 {
+	if got := natsconn.Replicas(nc); got != 1 {
 		t.Fatalf("single server: Replicas = %d, want 1", got)
 	}
 	if err := relays.EnsureStream(ctx, js, 0); err != nil {
@@ -72,7 +73,7 @@ func TestEnsureStreamReplicas(t *testing.T) {
 	defer c.Shutdown()
 	for _, url := range []string{c.URLs[1], c.URL()} {
 		nc, _ := connect(url)
-		if got := relays.Replicas(nc); got != len(c.URLs) {
+		if got := natsconn.Replicas(nc); got != len(c.URLs) {
 			t.Fatalf("cluster via %q: Replicas = %d, want %d (servers known: %v)", url, got, len(c.URLs), nc.Servers())
 		}
 	}
@@ -86,7 +87,7 @@ func TestEnsureStreamReplicas(t *testing.T) {
 	// A client that knows one server only (Replicas 1) updates the limit
 	// and keeps the replicas.
 	nc1, js1 := connect(c.URLs[0], nats.IgnoreDiscoveredServers())
-	if got := relays.Replicas(nc1); got != 1 {
+	if got := natsconn.Replicas(nc1); got != 1 {
 		t.Fatalf("one known server: Replicas = %d, want 1", got)
 	}
 	if err := relays.EnsureStream(ctx, js1, 10); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/crowdlog/crowdlog/aggregator/vectors"
 	"github.com/crowdlog/crowdlog/coordinator"
 	"github.com/crowdlog/crowdlog/infra/metrics"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 	"github.com/crowdlog/crowdlog/protocol/onion"
@@ -111,7 +112,7 @@ crowdlog.pdd.advance (log replays).`,
 			if list == "" {
 				cp.ListName = keywords.DefaultName
 			}
-			nc, err := runner.ConnectNATS(natsURL, "crowdlog-coordinator")
+			nc, err := natsconn.Connect(natsURL, "crowdlog-coordinator")
 			if err != nil {
 				return err
 			}
@@ -185,7 +186,7 @@ State is rebuilt by replaying a partition on assignment (restart-safe).`,
 				}
 				keys = append(keys, k)
 			}
-			nc, err := runner.ConnectNATS(natsURL, "crowdlog-aggregate-vectors")
+			nc, err := natsconn.Connect(natsURL, "crowdlog-aggregate-vectors")
 			if err != nil {
 				return err
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/aggregator/audit"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/ingest/publish"
@@ -142,7 +143,7 @@ clients of the epoch have sent.`,
 			if err != nil {
 				return err
 			}
-			nc, err := runner.ConnectNATS(natsURL, "crowdlog-ingest")
+			nc, err := natsconn.Connect(natsURL, "crowdlog-ingest")
 			if err != nil {
 				return err
 			}
@@ -228,7 +229,7 @@ warning says so); epochs listed in DIR/randomness.seed.closed stay closed.`,
 			if o.Skew == 0 {
 				o.Skew = -1
 			}
-			nc, err := runner.ConnectNATS(natsURL, "crowdlog-randomness")
+			nc, err := natsconn.Connect(natsURL, "crowdlog-randomness")
 			if err != nil {
 				return err
 			}
@@ -306,7 +307,7 @@ latency.`,
 			if len(o.KeyPaths) == 0 {
 				return errors.New("--key is required (see `crowdlog keys generate`)")
 			}
-			nc, err := runner.ConnectNATS(natsURL, "crowdlog-relay-"+o.Name)
+			nc, err := natsconn.Connect(natsURL, "crowdlog-relay-"+o.Name)
 			if err != nil {
 				return err
 			}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/crowdlog/crowdlog/coordinator"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/protocol"
@@ -63,7 +63,7 @@ func Register(ctx context.Context, tr *Transport, campaign string, list *keyword
 		return nil, err
 	}
 	var rep blind.RegisterReply
-	if err := coordinator.Request(ctx, tr.NC, protocol.PDDRegisterSubject, blind.RegisterRequest{PublicKey: k.PublicKey().Bytes()}, &rep); err != nil {
+	if err := natsconn.RequestJSON(ctx, tr.NC, protocol.PDDRegisterSubject, blind.RegisterRequest{PublicKey: k.PublicKey().Bytes()}, &rep); err != nil {
 		return nil, err
 	}
 	if rep.Error != "" {
@@ -83,7 +83,7 @@ type DayStats struct {
 func (c *Client) Ping(ctx context.Context, tr *Transport) (DayStats, error) {
 	var st DayStats
 	var ins blind.Instructions
-	if err := coordinator.Request(ctx, tr.NC, protocol.PDDPingSubject, blind.PingRequest{ClientID: c.ID, Campaign: c.Campaign}, &ins); err != nil {
+	if err := natsconn.RequestJSON(ctx, tr.NC, protocol.PDDPingSubject, blind.PingRequest{ClientID: c.ID, Campaign: c.Campaign}, &ins); err != nil {
 		return st, err
 	}
 	if ins.Error != "" {
@@ -141,7 +141,7 @@ func (c *Client) submit(ctx context.Context, tr *Transport, t blind.Task) error 
 		return err
 	}
 	var rep blind.Reply
-	if err := coordinator.Request(ctx, tr.NC, protocol.PDDDepositSubject, blind.DepositRequest{
+	if err := natsconn.RequestJSON(ctx, tr.NC, protocol.PDDDepositSubject, blind.DepositRequest{
 		Campaign: c.Campaign, Round: t.Round, Group: t.Group, From: uint16(t.Member), Bundles: bundles}, &rep); err != nil {
 		return err
 	}

@@ -20,8 +20,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
-	"github.com/crowdlog/crowdlog/relays"
 )
 
 // Defaults of Publisher.
@@ -141,7 +141,7 @@ func (p *Publisher) Publish(ctx context.Context, layer []byte) error {
 	p.mu.Unlock()
 
 	msg := &nats.Msg{Subject: p.Subject, Data: layer, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, relays.MsgID(layer))
+	msg.Header.Set(jetstream.MsgIDHeader, protocol.LayerMsgID(layer))
 	e := &entry{msg: msg}
 	e.fut, e.err = p.JS.PublishMsgAsync(msg)
 	p.queue <- e // never blocks: len(queue) <= outstanding <= cap(slots)

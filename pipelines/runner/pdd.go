@@ -21,6 +21,7 @@ import (
 	"github.com/crowdlog/crowdlog/aggregator/vectors"
 	"github.com/crowdlog/crowdlog/coordinator"
 	"github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
@@ -209,7 +210,7 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 	if err := EnsureKeys(keysDir); err != nil {
 		return nil, err
 	}
-	nc, err := ConnectNATS(cfg.NATS, "crowdlog-pdd")
+	nc, err := natsconn.Connect(cfg.NATS, "crowdlog-pdd")
 	if err != nil {
 		return nil, err
 	}

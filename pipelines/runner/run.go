@@ -19,6 +19,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/metrics"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/aol"
@@ -175,7 +176,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			return nil, err
 		}
 	}
-	nc, err := ConnectNATS(cfg.NATS, "crowdlog-run")
+	nc, err := natsconn.Connect(cfg.NATS, "crowdlog-run")
 	if err != nil {
 		return nil, err
 	}
