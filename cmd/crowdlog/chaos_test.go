@@ -20,7 +20,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/crowdlog/crowdlog/pipelines/runner"
+	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/relays"
 )
 
@@ -70,7 +70,7 @@ func TestChaos(t *testing.T) {
 		victims = append(victims, c.start("relay-"+name, "relay", "--name", name,
 			"--nats", c.nats, "--kafka", c.kafka, "--key", filepath.Join(keys, "relay-"+name+".key"), "--ack-wait", "4s"))
 	}
-	aggArgs := []string{"aggregate", "--kafka", c.kafka, "--key", filepath.Join(keys, runner.AggregatorKey), "--session-timeout", "6s"}
+	aggArgs := []string{"aggregate", "--kafka", c.kafka, "--key", filepath.Join(keys, keydir.AggregatorKey), "--session-timeout", "6s"}
 	aggs := []*proc{c.start("aggregate-0", aggArgs...)}
 	victims = append(victims, c.start("release", "release", "--kafka", c.kafka, "--clickhouse", c.chd))
 

@@ -13,6 +13,7 @@ import (
 	"github.com/crowdlog/crowdlog/aggregator/audit"
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
 	"github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 	"github.com/crowdlog/crowdlog/protocol"
@@ -135,7 +136,7 @@ func (c *cluster) checkExport(ctx context.Context, input, out, policy string, k 
 // audit reconciles the reports and decrypted topics of (app, epoch) with
 // the aggregator's key (internal/audit).
 func (c *cluster) audit(ctx context.Context, app, epoch string) *audit.Result {
-	kp, err := onion.LoadKeyPair(filepath.Join(c.keys, runner.AggregatorKey))
+	kp, err := onion.LoadKeyPair(filepath.Join(c.keys, keydir.AggregatorKey))
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/crowdlog/crowdlog/pipelines/runner"
+	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/tests/truth"
 )
@@ -127,7 +127,7 @@ func TestKillAggregator(t *testing.T) {
 		c.start("relay-"+name, "relay", "--name", name, "--nats", c.nats,
 			"--kafka", c.kafka, "--key", filepath.Join(keys, "relay-"+name+".key"))
 	}
-	agg := c.start("aggregate", "aggregate", "--kafka", c.kafka, "--key", filepath.Join(keys, runner.AggregatorKey))
+	agg := c.start("aggregate", "aggregate", "--kafka", c.kafka, "--key", filepath.Join(keys, keydir.AggregatorKey))
 	c.start("release", "release", "--kafka", c.kafka, "--clickhouse", c.chd)
 
 	out := filepath.Join(dir, "out.tsv")
@@ -162,7 +162,7 @@ func TestKillAggregator(t *testing.T) {
 	t.Logf("export of %d items identical to the fault-free run and to the raw-log release", n)
 
 	// the operators' reconciliation agrees: nothing late, missing or orphaned
-	aud, err := exec.CommandContext(ctx, bin, "aggregate", "audit", "--kafka", c.kafka, "--key", filepath.Join(keys, runner.AggregatorKey),
+	aud, err := exec.CommandContext(ctx, bin, "aggregate", "audit", "--kafka", c.kafka, "--key", filepath.Join(keys, keydir.AggregatorKey),
 		"--app", "query", "--epoch", "kill-test").CombinedOutput()
 	if err != nil {
 		t.Fatalf("crowdlog aggregate audit: %v\n%s", err, aud)

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/crowdlog/crowdlog/pipelines/runner"
+	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
@@ -15,14 +15,14 @@ import (
 // new key reports the old id as unknown.
 func TestKeysRotate(t *testing.T) {
 	dir := t.TempDir()
-	if err := runner.EnsureKeys(dir); err != nil {
+	if err := keydir.EnsureKeys(dir); err != nil {
 		t.Fatal(err)
 	}
 	oldPub, err := onion.LoadPublicKeyFor(filepath.Join(dir, "relay-b.key.pub"), "relay-b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	oldID, newID, err := rotateKey(dir, "relay-b")
+	oldID, newID, err := keydir.Rotate(dir, "relay-b")
 	if err != nil || newID != oldID+1 || oldID != int(oldPub.ID) {
 		t.Fatalf("rotate: old %d new %d err %v", oldID, newID, err)
 	}
@@ -46,7 +46,7 @@ func TestKeysRotate(t *testing.T) {
 	if _, _, err := onion.Peel([]*onion.KeyPair{newKey}, l); err == nil {
 		t.Fatal("retired key id still accepted")
 	}
-	ks, err := listKeys(dir)
+	ks, err := keydir.List(dir)
 	if err != nil || len(ks) != 4 {
 		t.Fatalf("list: %d keys, %v", len(ks), err)
 	}

@@ -15,7 +15,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
-	"github.com/crowdlog/crowdlog/pipelines/runner"
+	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/protocol"
 )
 
@@ -118,7 +118,7 @@ func (c *cluster) startRoles(ch string, aggArgs ...string) *proc {
 			"--kafka", c.kafka, "--key", filepath.Join(c.keys, "relay-"+name+".key"))
 	}
 	agg := c.start("aggregate", append([]string{"aggregate", "--kafka", c.kafka,
-		"--key", filepath.Join(c.keys, runner.AggregatorKey)}, aggArgs...)...)
+		"--key", filepath.Join(c.keys, keydir.AggregatorKey)}, aggArgs...)...)
 	c.start("release", "release", "--kafka", c.kafka, "--clickhouse", ch)
 	return agg
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/aggregator/audit"
+	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/apps"
@@ -26,6 +27,7 @@ import (
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release"
 	"github.com/crowdlog/crowdlog/release/policy"
+	"github.com/crowdlog/crowdlog/release/stage"
 )
 
 const (
@@ -139,7 +141,7 @@ clients of the epoch have sent.`,
 				return err
 			}
 			limit, distinct := rp.Limit()
-			ra, rb, ag, err := runner.LoadRoute(keys)
+			ra, rb, ag, err := keydir.LoadRoute(keys)
 			if err != nil {
 				return err
 			}
@@ -160,7 +162,7 @@ clients of the epoch have sent.`,
 			}
 			pub := &publish.Publisher{JS: js, Subject: protocol.RelaySubject("a")}
 			client := &ingest.Client{App: a, Epoch: epoch, Policy: rp.Sealing(), K: rp.ShamirK, Limit: limit, LimitDistinct: distinct,
-				Randomness: &randomness.Client{NC: nc, PinFile: filepath.Join(keys, runner.RandomnessPins)},
+				Randomness: &randomness.Client{NC: nc, PinFile: filepath.Join(keys, keydir.RandomnessPins)},
 				Route:      ingest.Route{RelayA: ra, RelayB: rb, Aggregator: ag, SubjectB: protocol.RelaySubject("b")},
 				Publish:    pub.Publish}
 			replay := &ingest.Replay{Client: client, Workers: workers, Logger: log}
@@ -203,7 +205,7 @@ processes sharing the key directory share the load), with a DLEQ proof per
 batch (RFC 9497 verifiable mode). Epoch public keys are published on
 ` + protocol.RandomnessPublicKeySubject + `.
 
-Epoch keys: one random key per epoch in DIR/` + runner.RandomnessKeys + `/EPOCH.key (mode 0600),
+Epoch keys: one random key per epoch in DIR/` + keydir.RandomnessKeys + `/EPOCH.key (mode 0600),
 created on the epoch's first request; processes sharing the directory agree
 on it (the first writer wins). Once an epoch is closed and --key-grace has
 passed, its key file is overwritten and removed and the epoch is refused for
@@ -234,7 +236,7 @@ warning says so); epochs listed in DIR/randomness.seed.closed stay closed.`,
 				return err
 			}
 			defer nc.Close()
-			s, err := runner.RunRandomness(cmd.Context(), nc, keys, o, log)
+			s, err := randomness.New(cmd.Context(), nc, keys, o, log)
 			if err != nil {
 				return err
 			}
@@ -245,7 +247,7 @@ warning says so); epochs listed in DIR/randomness.seed.closed stay closed.`,
 		},
 	}
 	c.Flags().StringVar(&natsURL, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
-	c.Flags().StringVar(&keys, "keys", "keys", "keys directory; epoch keys live in its "+runner.RandomnessKeys+" subdirectory")
+	c.Flags().StringVar(&keys, "keys", "keys", "keys directory; epoch keys live in its "+keydir.RandomnessKeys+" subdirectory")
 	c.Flags().DurationVar(&o.EpochLength, "epoch-length", 0, "epoch schedule length (e.g. 24h): absolute UTC epochs named START-LENGTH; 0 = named epochs, no schedule")
 	c.Flags().DurationVar(&o.Grace, "key-grace", randomness.DefaultGrace, "how long an epoch's key survives its close (and, with --epoch-length, its end) before it is destroyed")
 	c.Flags().DurationVar(&o.Skew, "epoch-skew", randomness.DefaultSkew, "with --epoch-length: how far ahead of this clock an epoch may start and still be served")
@@ -259,14 +261,14 @@ func randomnessCloseCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "close-epoch --keys DIR --epoch NAME",
 		Short: "Close an epoch at the randomness service: refused from now on, its key destroyed after --key-grace",
-		Long: `close-epoch appends the epoch to DIR/` + runner.RandomnessKeys + `/closed. Running randomness
+		Long: `close-epoch appends the epoch to DIR/` + keydir.RandomnessKeys + `/closed. Running randomness
 processes sharing the directory refuse it at their next request ("epoch
 closed") and destroy its key once their --key-grace has passed; the epoch is
 never given a new key. Run it after 'crowdlog aggregate close-epoch'.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger()
-			k, err := randomness.Open(filepath.Join(keys, runner.RandomnessKeys), randomness.Options{})
+			k, err := randomness.Open(filepath.Join(keys, keydir.RandomnessKeys), randomness.Options{})
 			if err != nil {
 				return err
 			}
@@ -284,7 +286,7 @@ never given a new key. Run it after 'crowdlog aggregate close-epoch'.`,
 }
 
 func relayCmd() *cobra.Command {
-	var o runner.RelayOptions
+	var o relays.Options
 	var natsURL, metricsAddr string
 	c := &cobra.Command{
 		Use:   "relay --name a|b --key FILE [--nats URL[,URL...]] [--kafka ADDR[,ADDR...]]",
@@ -316,7 +318,7 @@ latency.`,
 			if err != nil {
 				return err
 			}
-			r, closeW, err := runner.NewRelay(cmd.Context(), js, o, log)
+			r, closeW, err := relays.New(cmd.Context(), js, o, log)
 			if err != nil {
 				return err
 			}
@@ -362,7 +364,7 @@ so kill -9 loses nothing and counts nothing twice.`,
 			if len(keyPaths) == 0 {
 				return errors.New("--key is required (see `crowdlog keys generate`)")
 			}
-			s, err := runner.NewAggregator(kafkaAddrs, keyPaths, log)
+			s, err := aggregator.New(kafkaAddrs, keyPaths, log)
 			if err != nil {
 				return err
 			}
@@ -481,7 +483,7 @@ over --budget-epsilon/--budget-delta is refused and logged.`,
 			if err != nil {
 				return err
 			}
-			st, w, err := runner.NewRelease(cmd.Context(), kafkaAddrs, ch, db, log)
+			st, w, err := stage.New(cmd.Context(), kafkaAddrs, ch, db, log)
 			if err != nil {
 				return err
 			}

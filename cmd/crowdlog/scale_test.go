@@ -18,9 +18,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/ingest/apps"
-	"github.com/crowdlog/crowdlog/pipelines/runner"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/star"
@@ -70,7 +70,7 @@ func TestScaleAggregators(t *testing.T) {
 	if out, err := exec.Command(bin, "keys", "generate", "--dir", keys).CombinedOutput(); err != nil {
 		t.Fatalf("keys generate: %v %s", err, out)
 	}
-	_, _, ag, err := runner.LoadRoute(keys)
+	_, _, ag, err := keydir.LoadRoute(keys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestScaleAggregators(t *testing.T) {
 			for i := 0; i < procs; i++ {
 				lp := filepath.Join(logs, fmt.Sprintf("%s-%d.log", group, i))
 				logPaths = append(logPaths, lp)
-				ps = append(ps, start(t, bin, lp, "aggregate", "--kafka", kb.Addr, "--key", filepath.Join(keys, runner.AggregatorKey),
+				ps = append(ps, start(t, bin, lp, "aggregate", "--kafka", kb.Addr, "--key", filepath.Join(keys, keydir.AggregatorKey),
 					"--group", group, "--session-timeout", session.String()))
 			}
 			m := watchCommits(ctx, t, kb.Addr, group, n)

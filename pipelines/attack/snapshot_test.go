@@ -13,7 +13,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/aggregator"
 	ikafka "github.com/crowdlog/crowdlog/infra/kafka"
-	"github.com/crowdlog/crowdlog/pipelines/runner"
+	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/star"
@@ -28,10 +28,10 @@ func TestSnapshotFromState(t *testing.T) {
 	defer cancel()
 	state := t.TempDir()
 	keysDir := filepath.Join(state, "keys")
-	if err := runner.EnsureKeys(keysDir); err != nil {
+	if err := keydir.EnsureKeys(keysDir); err != nil {
 		t.Fatal(err)
 	}
-	key, err := onion.LoadKeyPair(filepath.Join(keysDir, runner.AggregatorKey))
+	key, err := onion.LoadKeyPair(filepath.Join(keysDir, keydir.AggregatorKey))
 	if err != nil {
 		t.Fatal(err)
 	}

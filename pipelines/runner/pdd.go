@@ -21,6 +21,7 @@ import (
 	"github.com/crowdlog/crowdlog/aggregator/vectors"
 	"github.com/crowdlog/crowdlog/coordinator"
 	"github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/aol"
@@ -207,7 +208,7 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 	if err := kafka.EnsureTopics(ctx, brokers[0], cfg.Partitions, protocol.VectorsTopic, protocol.GroupSumsTopic); err != nil {
 		return nil, err
 	}
-	if err := EnsureKeys(keysDir); err != nil {
+	if err := keydir.EnsureKeys(keysDir); err != nil {
 		return nil, err
 	}
 	nc, err := natsconn.Connect(cfg.NATS, "crowdlog-pdd")
@@ -233,7 +234,7 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 	defer func() { stop(); svc.Wait() }()
 	var relayStats []*relays.Stats
 	for _, name := range []string{"a", "b"} {
-		r, closeW, err := NewRelay(svcCtx, js, RelayOptions{Name: name, Kafka: brokers,
+		r, closeW, err := relays.New(svcCtx, js, relays.Options{Name: name, Kafka: brokers,
 			KeyPaths: []string{filepath.Join(keysDir, "relay-"+name+".key")}}, log)
 		if err != nil {
 			return nil, err
@@ -248,7 +249,7 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 		return nil, err
 	}
 	defer coord.Close()
-	aggKey, err := onion.LoadKeyPair(filepath.Join(keysDir, AggregatorKey))
+	aggKey, err := onion.LoadKeyPair(filepath.Join(keysDir, keydir.AggregatorKey))
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +266,7 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 	svc.Go(func() error { return rel.Run(svcCtx) })
 
 	// 3. clients register
-	a, b, ag, err := LoadRoute(keysDir)
+	a, b, ag, err := keydir.LoadRoute(keysDir)
 	if err != nil {
 		return nil, err
 	}

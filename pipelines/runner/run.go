@@ -18,6 +18,7 @@ import (
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
 	"github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/metrics"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
@@ -31,6 +32,7 @@ import (
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release"
 	"github.com/crowdlog/crowdlog/release/policy"
+	"github.com/crowdlog/crowdlog/release/stage"
 )
 
 // Config is one `crowdlog run`.
@@ -172,7 +174,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		return nil, err
 	}
 	if !cfg.External {
-		if err := EnsureKeys(cfg.KeysDir); err != nil {
+		if err := keydir.EnsureKeys(cfg.KeysDir); err != nil {
 			return nil, err
 		}
 	}
@@ -217,9 +219,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	defer func() { stopServices(); svc.Wait() }()
 	var relayStats []*relays.Stats
 	var agg *aggregator.Service
-	rc := &randomness.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, RandomnessPins)}
+	rc := &randomness.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, keydir.RandomnessPins)}
 	if !cfg.External {
-		rs, err := RunRandomness(svcCtx, nc, cfg.KeysDir, randomness.Options{}, log)
+		rs, err := randomness.New(svcCtx, nc, cfg.KeysDir, randomness.Options{}, log)
 		if err != nil {
 			return nil, err
 		}
@@ -232,7 +234,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		RegisterRandomness(reg, rs)
 		svc.Go(func() error { return rs.Run(svcCtx) })
 		for _, name := range []string{"a", "b"} {
-			r, closeW, err := NewRelay(svcCtx, js, RelayOptions{Name: name, Kafka: brokers,
+			r, closeW, err := relays.New(svcCtx, js, relays.Options{Name: name, Kafka: brokers,
 				KeyPaths: []string{filepath.Join(cfg.KeysDir, "relay-"+name+".key")}}, log)
 			if err != nil {
 				return nil, err
@@ -241,13 +243,13 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 			relayStats = append(relayStats, r.Stats)
 			svc.Go(func() error { defer closeW(); return r.Run(svcCtx) })
 		}
-		agg, err = NewAggregator(brokers, []string{filepath.Join(cfg.KeysDir, AggregatorKey)}, log)
+		agg, err = aggregator.New(brokers, []string{filepath.Join(cfg.KeysDir, keydir.AggregatorKey)}, log)
 		if err != nil {
 			return nil, err
 		}
 		RegisterAggregator(reg, agg)
 		svc.Go(func() error { return agg.Run(svcCtx) })
-		st, w, err := NewRelease(svcCtx, brokers, cfg.ClickHouse, cfg.Database, log)
+		st, w, err := stage.New(svcCtx, brokers, cfg.ClickHouse, cfg.Database, log)
 		if err != nil {
 			return nil, err
 		}
@@ -264,7 +266,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 
 	// 3. ingest: every AnonID a client
-	a, b, ag, err := LoadRoute(cfg.KeysDir)
+	a, b, ag, err := keydir.LoadRoute(cfg.KeysDir)
 	if err != nil {
 		return nil, err
 	}

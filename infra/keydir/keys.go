@@ -1,4 +1,9 @@
-package runner
+// Package keydir is the layout of a crowdlog keys directory and its rules:
+// the HPKE key files of relay a, relay b and the aggregator (created by
+// EnsureKeys, listed by List, rotated by Rotate with the old key kept for
+// the rotation window), the clients' route of public keys (LoadRoute), and
+// the randomness service's epoch key directory and pin file names.
+package keydir
 
 import (
 	"errors"

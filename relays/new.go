@@ -1,0 +1,53 @@
+package relays
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+)
+
+// RelayOptions configure one relay process.
+type Options struct {
+	Name         string        // "a" or "b": the relay's subject is Subject(Name)
+	KeyPaths     []string      // HPKE key files; two during a rotation
+	Kafka        []string      // brokers, for the last hop
+	BatchSize    int           // mix batch size
+	BatchTimeout time.Duration // mix batch timeout
+	MaxMsgs      int64         // stream bound (backpressure); 0 = default
+	AckWait      time.Duration // redelivery after a crashed relay; 0 = DefaultAckWait
+}
+
+// NewRelay builds a relay service connected to js and Kafka.
+func New(ctx context.Context, js jetstream.JetStream, o Options, log *slog.Logger) (*Relay, func(), error) {
+	var keys []*onion.KeyPair
+	for _, p := range o.KeyPaths {
+		k, err := onion.LoadKeyPair(p)
+		if err != nil {
+			return nil, nil, err
+		}
+		keys = append(keys, k)
+	}
+	maxMsgs := o.MaxMsgs
+	if maxMsgs <= 0 {
+		maxMsgs = 1_000_000
+	}
+	if err := EnsureStream(ctx, js, maxMsgs); err != nil {
+		return nil, nil, err
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(o.Kafka...), Topic: protocol.ReportsTopic, Transport: &kafka.Transport{},
+		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
+		BatchSize: 10000, BatchBytes: 64 << 20}
+	// PDD blinded vectors (HopKafkaVectors), keyed by group
+	vw := &kafka.Writer{Addr: kafka.TCP(o.Kafka...), Topic: protocol.VectorsTopic, Transport: &kafka.Transport{},
+		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
+		BatchSize: 1000, BatchBytes: 64 << 20}
+	r := &Relay{Name: o.Name, Keys: keys, JS: js, Kafka: w, Vectors: vw, BatchSize: o.BatchSize,
+		BatchTimeout: o.BatchTimeout, AckWait: o.AckWait, Logger: log, Stats: &Stats{}}
+	return r, func() { w.Close(); vw.Close() }, nil
+}
