@@ -27,16 +27,16 @@ test-short: vet
 FUZZTIME ?= 20s
 fuzz:
 	@for spec in \
-	  "./protocol FuzzParseReport" "./protocol FuzzPeel" "./protocol FuzzParseRandomness" "./protocol FuzzParseRelayKeys" \
-	  "./protocol FuzzParsePayload" "./protocol FuzzParseDecrypted" "./aggregator FuzzApply" \
+	  "./protocol/star FuzzParseReport" "./protocol/onion FuzzPeel" "./protocol/oprf FuzzParseRandomness" "./protocol/onion FuzzParseRelayKeys" \
+	  "./protocol/star FuzzParsePayload" "./protocol FuzzParseDecrypted" "./aggregator FuzzApply" \
 	  "./release/stage FuzzApply" "./ingest/aol FuzzReader" "./ingest/normalize FuzzQuery" \
 	  "./protocol/blind FuzzParse" "./protocol/blind FuzzOpenBundle" "./aggregator/vectors FuzzApply" \
 	  "./coordinator FuzzParse" "./release/pdd FuzzApply" "./relays FuzzClassify" "./relays FuzzValidForward" \
-	  "./pipelines FuzzSplit"; do \
+	  "./ingest/apps FuzzSplit"; do \
 	  set -- $$spec; echo "== $$1 $$2"; $(GO) test -run XXX -fuzz "^$$2$$" -fuzztime $(FUZZTIME) $$1 || exit 1; done
 
 bench:
-	$(GO) test -run XXX -bench . -benchtime 2s ./protocol ./protocol/blind ./aggregator ./relays
+	$(GO) test -run XXX -bench . -benchtime 2s ./protocol/... ./aggregator ./relays
 
 demo:
 	bash scripts/demo.sh
@@ -46,7 +46,7 @@ demo:
 # aggregator group 1 -> 3 -> 2, NATS nodes stopped and restarted; the export
 # must equal the fault-free release.
 chaos:
-	CROWDLOG_CHAOS_USERS=1000 $(GO) test -count=1 -timeout 60m -run TestChaos -v ./cmd/crowdlog
+	CROWDLOG_CHAOS_USERS=1000 $(GO) test -count=1 -timeout 60m -run TestChaos -v ./tests
 
 clean:
 	rm -rf bin demo-state

@@ -1,4 +1,4 @@
-package main
+package tests
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 	"github.com/crowdlog/crowdlog/tests/truth"
 )
 
-const bundled = "../../testdata/aol-top1000.tsv.gz"
+const bundled = "../testdata/aol-top1000.tsv.gz"
 
 // subset writes the first n users of the bundled log to a gzip file.
 func subset(t *testing.T, n int) string {
@@ -34,7 +34,7 @@ func subset(t *testing.T, n int) string {
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "crowdlog")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd := exec.Command("go", "build", "-o", bin, "../cmd/crowdlog")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

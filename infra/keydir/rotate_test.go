@@ -1,4 +1,4 @@
-package main
+package keydir_test
 
 import (
 	"os"

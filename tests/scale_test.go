@@ -1,4 +1,4 @@
-package main
+package tests
 
 import (
 	"bufio"
@@ -45,7 +45,7 @@ const scalePartitions = 8
 // state rebuilt" for every partition it took over. Skipped unless
 // CROWDLOG_SCALE=1; results go to docs/benchmarks.md by hand.
 //
-//	CROWDLOG_SCALE=1 go test -count=1 -run TestScaleAggregators -v -timeout 30m ./cmd/crowdlog
+//	CROWDLOG_SCALE=1 go test -count=1 -run TestScaleAggregators -v -timeout 30m ./tests
 func TestScaleAggregators(t *testing.T) {
 	if os.Getenv("CROWDLOG_SCALE") != "1" {
 		t.Skip("scaling measurement: set CROWDLOG_SCALE=1")
