@@ -287,7 +287,7 @@ func partitionCount(ctx context.Context, broker, topic string) (int, error) {
 }
 
 // CloseEpoch writes a protocol.EpochClose control message to every partition
-// of the reports topic (DESIGN decision 5). Each partition's owner summarizes
+// of the reports topic (epoch close, docs/architecture.md). Each partition's owner summarizes
 // and deletes the epoch's pending shares when it reaches the marker, after
 // every report before it.
 func CloseEpoch(ctx context.Context, brokers []string, app, epoch string) error {

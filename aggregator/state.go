@@ -489,7 +489,7 @@ func (p *Partition) open(t *tagState, reports []*star.Report) []protocol.Decrypt
 
 // closeEpoch summarizes the epoch's undecrypted tags as counts only
 // (CrowdLogging §3.3), deletes every tag of the epoch (pending shares
-// included) and emits the partition's closed marker (DESIGN decision 5).
+// included) and emits the partition's closed marker (epoch close, docs/architecture.md).
 func (p *Partition) closeEpoch(c protocol.EpochClose) []protocol.Decrypted {
 	ek := epochKey{c.App, c.Epoch}
 	if p.closed[ek] {

@@ -323,7 +323,7 @@ func FuzzApply(f *testing.F) {
 // iteration, so load from other processes hits both alike. Metrics, per
 // report: ns/op and verify-ns/report with verification, noverify-ns/report
 // without; verify-% = throughput with verification as a percentage of
-// throughput without (target ≥ 80, issue 3).
+// throughput without (target ≥ 80).
 func BenchmarkApply(b *testing.B) {
 	key, _ := onion.GenerateKeyPair(1)
 	for _, c := range []struct{ k, perArtifact int }{{2, 2}, {5, 5}, {10, 10}, {5, 15}} {

@@ -1,6 +1,6 @@
 // Package ingest is crowdlog's client side: it mines a user's artifacts,
 // obtains OPRF randomness for them, seals one report per artifact instance
-// (DESIGN decision 2), wraps each in three onion layers (decision 3) and
+// (STAR, Davidson et al., CCS 2022, §4), wraps each in three onion layers (RFC 9180) and
 // publishes it to the first relay. Replay drives many such clients from one
 // AOL log, one client per AnonID, each with its own secret.
 package ingest

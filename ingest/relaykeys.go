@@ -33,7 +33,7 @@ type RelayHop struct {
 // sent, which key ids it holds, and fails with an error wrapping
 // ErrRelayKeyUnknown — naming the relay, the client's key id and the ids
 // the relay holds — when a relay does not hold the client's id or holds a
-// different public key under it (issue 3: a clear error instead of reports
+// different public key under it (a clear error instead of reports
 // that would be dropped). A relay that gives no usable answer (an older
 // relay without announcements, none running yet, a timeout) is logged as a
 // warning and not checked.

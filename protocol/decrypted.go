@@ -66,7 +66,7 @@ func ParseDecrypted(b []byte) (*Decrypted, error) {
 
 // EpochClose is the control message an operator (or `crowdlog run`) writes to
 // every partition of the reports topic, with header ControlHeader, to close
-// an epoch (DESIGN decision 5).
+// an epoch (epoch close, docs/architecture.md).
 type EpochClose struct {
 	App        string `json:"app"`
 	Epoch      string `json:"epoch"`

@@ -21,6 +21,6 @@ package protocol
 
 // Version is the wire-format version byte that starts every message.
 // Version 2: reports carry a Feldman commitment, randomness responses a DLEQ
-// proof, and the randomness service publishes epoch public keys (issue 3).
+// proof, and the randomness service publishes epoch public keys.
 // Version 1 messages are refused as malformed.
 const Version byte = 2

@@ -9,7 +9,7 @@ import (
 	"github.com/crowdlog/crowdlog/protocol/internal/testvec"
 )
 
-// Golden test vectors (issue 3 item 6): protocol/testdata/golden-*.json hold
+// Golden test vectors: protocol/testdata/golden-*.json hold
 // every message type's encoding for fixed inputs, so a future client in any
 // language can be checked against them. `go test ./protocol -run TestGolden
 // -update` rewrites them; by default the test recomputes every value and

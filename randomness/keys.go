@@ -20,7 +20,7 @@ import (
 	"github.com/crowdlog/crowdlog/protocol/oprf"
 )
 
-// Key directory layout (issue 3 item 1, "epoch key lifecycle"). One
+// Key directory layout (epoch key lifecycle). One
 // directory, shared by every randomness process of a deployment, holds:
 //
 //	EPOCH.key        the epoch's OPRF private key: the 32-byte scalar

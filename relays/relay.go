@@ -43,7 +43,7 @@ const (
 	MalformedDeliveries = 2
 )
 
-// Relay is one relay/mix process (DESIGN decision 3). Set the fields, then
+// Relay is one relay/mix process (RFC 9180 onion layers). Set the fields, then
 // call Run. Several Relays (goroutines or processes) with the same Name
 // share one durable consumer and split its inbox.
 type Relay struct {

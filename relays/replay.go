@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Replay protection defaults (issue 3 item 4).
+// Replay protection defaults (docs/threat-model.md).
 const (
 	// DefaultReplayWindow is how long a generation of the replay filter
 	// lives before it rotates.

@@ -1,4 +1,4 @@
-// Package relays is the relay/mix service of DESIGN decision 3: each relay
+// Package relays is the relay/mix service (RFC 9180 onion layers, batch + shuffle): each relay
 // peels one HPKE onion layer (RFC 9180, protocol.Peel) from the reports
 // addressed to it, batches and shuffles them (so arrival order does not link
 // a forwarded report to its sender), and forwards the inner layers either to

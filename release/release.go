@@ -21,7 +21,7 @@ import (
 // Item is one released histogram row of one release key (App, Epoch,
 // Policy, K).
 //
-// Item is the normalized artifact (DESIGN.md decision 7), Variant its
+// Item is the normalized artifact (CrowdLogging §3.3 normalization, docs/applications.md), Variant its
 // original (secondary) form or "". For threshold policies (FT_a, FT_u)
 // Impressions and Users are exact counts; for DP policies (DP_a, DP_u,
 // ZEALOUS) they are the noisy released values. K is the Shamir threshold
@@ -63,7 +63,7 @@ func (k Key) String() string {
 }
 
 // TSVHeader is the header line WriteTSV writes (without the newline); the
-// column contract of `crowdlog run --export` (DESIGN.md "Contracts").
+// column contract of `crowdlog run --export` (README, `crowdlog run`).
 const TSVHeader = "app\tepoch\tpolicy\titem\timpressions\tusers"
 
 // SortItems orders items the way releases are shown: impressions

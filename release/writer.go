@@ -29,11 +29,11 @@ var Schema string
 const DefaultDatabase = "crowdlog"
 
 // DefaultBatchSize is the number of rows per native batch insert (measured
-// ~1.3–1.7 M rows/s at 100k-row batches on 18.16; see NOTES-infra.md).
+// ~1.3–1.7 M rows/s at 100k-row batches on 18.16; docs/benchmarks.md).
 const DefaultBatchSize = 50000
 
 // DefaultTimeout bounds a Writer call whose ctx has no deadline: ClickHouse
-// 18.16 can hang a statement until the deadline (NOTES-infra.md), so no call
+// 18.16 can hang a statement until the deadline (docs/decisions.md), so no call
 // runs without one.
 const DefaultTimeout = 5 * time.Minute
 
@@ -104,7 +104,7 @@ func Open(ctx context.Context, addr, database string) (*Writer, error) {
 func dial(ctx context.Context, addr, database string) (driver.Conn, error) {
 	conn, err := chgo.Open(&chgo.Options{
 		Addr:        []string{addr},
-		Protocol:    chgo.Native, // HTTP fails on 18.16 (NOTES-infra.md)
+		Protocol:    chgo.Native, // HTTP fails on 18.16 (docs/decisions.md)
 		Auth:        chgo.Auth{Database: database, Username: "default"},
 		DialTimeout: 10 * time.Second,
 	})

@@ -30,7 +30,7 @@ import (
 // measurement (the `crowdlog run` default).
 const scalePartitions = 8
 
-// TestScaleAggregators is issue 6's scaling measurement, not a test of
+// TestScaleAggregators is the aggregator scaling measurement, not a test of
 // correctness: it pre-loads topic "reports" (kfake with a data dir, 8
 // partitions) with the sealed reports of the bundled log's first
 // CROWDLOG_SCALE_USERS users (default 1000: all; FT_u k = 5, sealed in
@@ -139,7 +139,7 @@ func TestScaleAggregators(t *testing.T) {
 				p.stop(syscall.SIGTERM)
 			}
 		}
-		t.Logf("%s: throughput ratio 2 vs 1 processes (steady): %.2fx (issue 6 asks for >= 1.6x)", mode.name, rates[2]/rates[1])
+		t.Logf("%s: throughput ratio 2 vs 1 processes (steady): %.2fx (the target is >= 1.6x)", mode.name, rates[2]/rates[1])
 	}
 
 	// partition moves, with both processes' state built

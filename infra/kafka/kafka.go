@@ -1,6 +1,6 @@
 // Package kafka starts a local Kafka-protocol broker (kfake, persisted to a
 // directory) for one-machine use, and holds the topic helpers the relays and
-// aggregators share (DESIGN decision 1: Kafka via segmentio/kafka-go; kfake
+// aggregators share (Kafka via segmentio/kafka-go; kfake
 // with DataDir for one machine, a real Kafka cluster in production with the
 // same client code). Config.Brokers runs several kfake brokers in one process
 // (the chaos test's 3-broker cluster).
@@ -151,7 +151,7 @@ func (b *Broker) Close() {
 func (b *Broker) Cluster() *kfake.Cluster { return b.c }
 
 // client returns a kafka-go admin client with its own Transport (the shared
-// default transport caches stale metadata, see NOTES-infra).
+// default transport caches stale metadata, docs/decisions.md).
 func client(addr string) *kafkago.Client {
 	return &kafkago.Client{Addr: kafkago.TCP(addr), Timeout: 10 * time.Second, Transport: &kafkago.Transport{}}
 }

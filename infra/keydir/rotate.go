@@ -120,7 +120,7 @@ func Rotate(dir, role string) (oldID, newID int, err error) {
 	return oldID, newID, os.Rename(tmp+".pub", cur+".pub")
 }
 
-// Key files in a keys directory (issue 3 item 5): ROLE.key is a role's
+// Key files in a keys directory: ROLE.key is a role's
 // current HPKE key pair (mode 0600) and ROLE.key.pub its public half for
 // clients; `keys rotate` keeps the previous pair as ROLE.ID.key (+ .pub) so
 // relays and the aggregator can accept both (--key twice) until `keys

@@ -1,5 +1,5 @@
 // Package natsserver starts an embedded NATS server with JetStream for
-// one-machine use (DESIGN decision 1: relays talk NATS; `crowdlog run` and the
+// one-machine use (relays talk NATS; `crowdlog run` and the
 // tests start the broker in-process when no address is given).
 //
 // StartCluster runs several such servers as one JetStream cluster on

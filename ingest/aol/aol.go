@@ -1,5 +1,5 @@
 // Package aol reads the AOL 2006 search log in its TSV layout
-// (DESIGN.md "Contracts": header `AnonID Query QueryTime ItemRank ClickURL`,
+// (header `AnonID Query QueryTime ItemRank ClickURL`,
 // optionally gzipped) as a stream of records.
 //
 // Reading is tolerant: a malformed line is counted in Stats, remembered (line

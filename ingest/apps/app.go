@@ -1,8 +1,8 @@
 // Package pipelines holds crowdlog's mining applications: what an artifact
 // is, and how one user's log turns into artifact instances (CrowdLogging,
 // Feild et al. SIGIR 2011, §3.3 "Applications": an application starts with a
-// user's local search log and produces search artifact instances; DESIGN.md
-// "Data flow", step "mine artifacts").
+// user's local search log and produces search artifact instances;
+// docs/architecture.md, step "mine artifacts").
 package apps
 
 import (
@@ -19,10 +19,10 @@ import (
 // They are CrowdLogging §3.3's primary and secondary private fields.
 //
 // Primary is the grouping key of the threshold scheme (the bytes the OPRF
-// randomness is derived from, DESIGN.md decision 2); Secondary travels only
+// randomness is derived from); Secondary travels only
 // inside the AEAD payload and is revealed together with Primary once k users
 // reported it. Time is the QueryTime of the log row the instance starts at;
-// it selects the epoch (DESIGN.md decision 5).
+// it selects the epoch.
 type Artifact struct {
 	Primary, Secondary string
 	Time               time.Time

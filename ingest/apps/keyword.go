@@ -10,8 +10,7 @@ import (
 const KeywordAppName = "keyword"
 
 // KeywordApp is the "keyword" mining application: token frequency
-// (CrowdLogging §3.3 lists keyword statistics among the artifacts; DESIGN.md
-// "keyword counts"). Each query instance of QueryApp (normalized query,
+// (CrowdLogging §3.3 lists keyword statistics among the artifacts). Each query instance of QueryApp (normalized query,
 // consecutive repeats collapsed) is split on " " (normalized queries have
 // single spaces and no leading or trailing ones), and every distinct token
 // of the instance is one artifact, in order of first occurrence: an

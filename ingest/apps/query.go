@@ -10,7 +10,7 @@ const QueryAppName = "query"
 
 // QueryApp is the "query" mining application: one artifact per query
 // instance (CrowdLogging §3.3 "Query frequency mining", with §4's "remove
-// duplicate queries that occurred in succession"; DESIGN.md decision 7).
+// duplicate queries that occurred in succession").
 //
 // Each record's query is normalized with normalize.Query; records it rejects
 // (empty, or the AOL placeholder "-") are skipped. Then consecutive records

@@ -1,5 +1,5 @@
 // Package normalize implements crowdlog's query normalization N(q)
-// (DESIGN.md decision 7; CrowdLogging, Feild et al. SIGIR 2011, §3.3 "Query
+// ( CrowdLogging, Feild et al. SIGIR 2011, §3.3 "Query
 // frequency mining": a normalized form that collapses minor differences such
 // as spacing and capitalization). Every client must map the same query to the
 // same bytes, or the threshold scheme never sees k identical artifacts.

@@ -1,5 +1,5 @@
-// Package publish is the client side of the first relay hop (DESIGN decision
-// 3, data flow "seal ──NATS──▶ relay A"): it publishes onion layers to a
+// Package publish is the client side of the first relay hop (data flow "seal ──NATS──▶
+// relay A", docs/architecture.md): it publishes onion layers to a
 // relay's JetStream inbox with bounded memory and without loss. When the
 // relays fall behind, the inbox is full (DiscardNew per subject) and
 // JetStream rejects new messages; the Publisher then retries with

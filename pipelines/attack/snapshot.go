@@ -1,4 +1,4 @@
-// Package attack is the auditor's toolbox of issue 3 item 7: it attacks a
+// Package attack is the auditor's toolbox: it attacks a
 // crowdlog deployment the way a thief of the aggregator (its memory, or the
 // Kafka "reports" topic plus the aggregator key) or an analyst would, and
 // measures what leaks. Its tests (`make test`) are the attack suite of

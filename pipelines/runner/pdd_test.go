@@ -67,7 +67,7 @@ func runPDD(t *testing.T, cfg PDDConfig) (*PDDSummary, string) {
 }
 
 // With every client online, the released counts equal the exact keyword
-// counts per day computed directly from the raw log (issue 5 acceptance),
+// counts per day computed directly from the raw log,
 // through embedded NATS, kfake and a real ClickHouse; the blacklisted
 // keyword is never released.
 func TestPDDAllOnlineExact(t *testing.T) {

@@ -25,7 +25,7 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/keywords"
 )
 
-// PDD §4.1 simulation inputs (DESIGN.md "PDD simulation inputs").
+// PDD §4.1 simulation inputs (Primault et al., WWW 2019, §4.1).
 const (
 	// PDDActiveAlpha and PDDActiveBeta are the Beta distribution of the
 	// share of days a user is active (fitted on Mozilla's 2010 data).

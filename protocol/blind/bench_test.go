@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// BenchmarkBlind is issue 5's bound: one member's blinded vector for a group
+// BenchmarkBlind is the PDD bound: one member's blinded vector for a group
 // of 100 and L = 10,000 keywords (target ≤ 10 ms). "seeds" includes the 99
 // X25519 + HKDF pair seeds; "masks" only the PRG expansion and additions.
 func BenchmarkBlind(b *testing.B) {

@@ -240,7 +240,7 @@ type Hop struct {
 }
 
 // sizeClasses are the padded sizes of the innermost layer's plaintext, so
-// that report lengths reveal only a class (DESIGN decision 3).
+// that report lengths reveal only a class (RFC 9180 onion layers).
 // The 128 KiB class holds a blinded vector of the default 10,000 keywords.
 var sizeClasses = []int{512, 1024, 4096, 16384, 65536, 131072}
 
@@ -370,7 +370,7 @@ func Peel(keys []*KeyPair, layer []byte) (Hop, []byte, error) {
 
 // TagBucket is the Kafka message key relay B uses for a report: the first two
 // bytes of the tag. All shares of one artifact share a bucket, hence a
-// partition (DESIGN decision 4), while the last relay learns only one of
-// 65,536 buckets rather than the tag itself (DESIGN decision 3: no relay reads
+// partition (reports are keyed by tag bucket), while the last relay learns only one of
+// 65,536 buckets rather than the tag itself (no relay reads
 // the tag).
 func TagBucket(tag [32]byte) []byte { return []byte{tag[0], tag[1]} }

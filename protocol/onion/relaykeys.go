@@ -7,7 +7,7 @@ import (
 	"github.com/crowdlog/crowdlog/protocol"
 )
 
-// Relay key announcement (issue 3: "a client gets a clear error when a relay
+// Relay key announcement ("a client gets a clear error when a relay
 // key id is unknown"). A relay answers RelayKeysRequest with the HPKE key
 // ids and public keys it currently holds, so a client can refuse to seal
 // onions for a key id the relay would drop as "unknown_key" — a drop the

@@ -116,7 +116,7 @@ func TagFromOmega(omega []byte, policy Policy, k int) [32]byte {
 // OPRFInput(app, epoch, artifact)) (CrowdLogging §3.1 seals with a
 // deterministic hash of the artifact), 64 bytes like an RFC 9497 output.
 //
-// WARNING: for comparison and tests only (DESIGN decision 2). Without a
+// WARNING: for comparison and tests only (STAR, Davidson et al., CCS 2022, §4). Without a
 // secret key anyone can compute ω for a guessed artifact, so a compromised
 // aggregator (or a thief of the reports topic) finds every pending artifact
 // of a candidate list: the offline probe of CrowdLogging §5.4, demonstrated

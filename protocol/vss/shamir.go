@@ -27,7 +27,7 @@ type Polynomial struct {
 }
 
 // derivePolynomial builds f of degree k−1 with coefficients
-// HashToScalar(ω ‖ i) (domain "crowdlog-v1 poly"); NOTES-infra: circl's
+// HashToScalar(ω ‖ i) (domain "crowdlog-v1 poly"); measured: circl's
 // RandomScalar ignores its reader on ristretto255, so this is done by hand.
 func DerivePolynomial(omega []byte, k int) Polynomial {
 	dst := []byte("crowdlog-v1 poly")

@@ -1,5 +1,5 @@
 // Package pdd is the release stage of Private Data Donor mode (Primault et
-// al., WWW 2019; issue 5): it reads the aggregator's group outcomes from
+// al., WWW 2019): it reads the aggregator's group outcomes from
 // Kafka topic "group-sums" (one blind.Outcome per (campaign, round, group),
 // aggregator/vectors), and when every group of a round has an outcome it
 // releases the round's day: per monitored keyword the sum of the non-lost

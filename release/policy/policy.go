@@ -1,5 +1,5 @@
 // Package policy holds crowdlog's release policies (CrowdLogging §3.2,
-// DESIGN decision 6): the threshold policies FT_a and FT_u (exact counts of
+// CrowdLogging §3.2): the threshold policies FT_a and FT_u (exact counts of
 // what the aggregator decrypted at k) and the differentially private
 // policies DP_a and DP_u (CrowdLogging §3.2.3, after Korolova et al., WWW
 // 2009) and ZEALOUS (Götz et al., "Publishing Search Logs — A Comparative

@@ -26,7 +26,7 @@ type Row struct {
 // Release returns the items an FT_u (users ≥ k) or FT_a (instances ≥ k)
 // release of the query application must contain, from the first maxUsers
 // AnonIDs of the log (0 = all), keyed by item. Normalization: NFKC, lower
-// case, Unicode white space collapsed (DESIGN decision 7); per user,
+// case, Unicode white space collapsed (CrowdLogging §3.3); per user,
 // consecutive equal normalized queries are one instance.
 func Release(path, policy string, k, maxUsers int) (map[string]Row, error) {
 	f, err := os.Open(path)
