@@ -1,22 +1,17 @@
-// Package protocol holds crowdlog's wire formats and crypto suite, shared by
-// clients (ingest), relays and the aggregator. It is small and versioned:
-// every message starts with a version byte (Version) and every variable-length
-// field carries an explicit length.
+// Package protocol is the ground of crowdlog's wire contract, shared by
+// clients (ingest) and every role. It holds the codec every message uses
+// (Writer, Reader: a version byte first, explicit lengths, errors wrapping
+// ErrMalformed), the group constants of the suite (ristretto255), refusals
+// a service sends instead of an answer (Refusal), every Kafka topic, header
+// and NATS subject two roles agree on (names.go), and the messages that
+// belong to no single primitive (Decrypted, EpochClose).
 //
-// The suite:
-//   - OPRF randomness: RFC 9497 verifiable mode (VOPRF, §3.3.2) over
-//     ristretto255 (oprf.go), one server key per epoch whose public key
-//     clients pin; every batch answer carries a DLEQ proof. After STAR
-//     (Davidson et al., CCS 2022) §4.
-//   - Artifact sealing: tag, AEAD key and Shamir polynomial derived from the
-//     OPRF output ω (seal.go, shamir.go), after CrowdLogging (Feild et al.,
-//     SIGIR 2011) §3.1 and STAR §4. Each report carries a Feldman commitment
-//     to its polynomial (feldman.go) so the aggregator can check shares.
-//   - Onion layers: HPKE (RFC 9180) with DHKEM(X25519, HKDF-SHA256),
-//     HKDF-SHA256 and ChaCha20-Poly1305, one layer per hop, padded to fixed
-//     size classes (onion.go).
-//   - Relay key announcements: the key ids and public keys a relay holds,
-//     so clients refuse a key id the relay would drop (relaykeys.go).
+// One package per primitive sits below it:
+//   - oprf: RFC 9497 VOPRF randomness (STAR, Davidson et al., CCS 2022, §4);
+//   - vss: Shamir shares, interpolation, Feldman commitments;
+//   - onion: HPKE (RFC 9180) onion layers and relay key announcements;
+//   - star: artifact sealing and reports (CrowdLogging §3.1, STAR §4);
+//   - blind: Private Data Donor blinded vectors and coordinator messages.
 package protocol
 
 // Version is the wire-format version byte that starts every message.
