@@ -13,7 +13,7 @@ import (
 	"github.com/crowdlog/crowdlog/tests/truth"
 )
 
-const keywordList = "../keywords/google-10000-english.txt"
+const keywordList = "../../ingest/keywords/google-10000-english.txt"
 
 // readPDDExport reads `crowdlog pdd --export`: day → keyword → count, and
 // day → confidence.
