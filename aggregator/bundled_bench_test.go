@@ -14,7 +14,7 @@ import (
 // query reports (FT_u, k = 5) of the first 200 users of the bundled AOL log
 // — most artifacts never reach k, some reach it with many more reports —
 // applied with and without share verification, alternately, over the same
-// messages. ω comes from protocol.LocalOmega (hash mode) to keep the setup
+// messages. ω comes from star.LocalOmega (hash mode) to keep the setup
 // short; it does not change the aggregator's work.
 func BenchmarkApplyBundledLog(b *testing.B) {
 	const users, k = 200, 5

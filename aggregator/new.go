@@ -6,7 +6,7 @@ import (
 	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
-// NewAggregator builds the aggregator service with the key files.
+// New builds the aggregator service with the key files.
 func New(brokers []string, keyPaths []string, log *slog.Logger) (*Service, error) {
 	var keys []*onion.KeyPair
 	for _, p := range keyPaths {

@@ -108,7 +108,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	// before the partition goroutines share them (protocol.KeyPair.Prepare)
+	// before the partition goroutines share them (onion.KeyPair.Prepare)
 	if err := onion.PrepareKeys(s.Keys); err != nil {
 		return fmt.Errorf("aggregator: %w", err)
 	}

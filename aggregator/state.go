@@ -9,7 +9,7 @@
 // the honest one. Every share that takes part in a recovery or whose report
 // is decrypted is checked against the commitment first:
 //   - at k distinct shares, all k in one batch: the polynomial f through
-//     them (protocol.Interpolate) is checked against the commitment
+//     them (vss.Interpolate) is checked against the commitment
 //     (Commitment.VerifyPolynomial: Bellare–Garay–Rabin small-exponents
 //     test on f's coefficients, soundness error 2^−128, ~25 µs per share at
 //     k = 5). The k shares are all valid iff f is the committed polynomial,
@@ -125,7 +125,7 @@ func SummaryBucket(n uint64) uint64 {
 // PendingGroup is one (tag, commitment) group below threshold: what a thief
 // of the aggregator's memory (or of the reports topic plus the aggregator
 // key) holds about an artifact that has not opened. Tag and Commitment are
-// hex (Commitment = protocol.CommitmentHash of the vector); Reports counts
+// hex (Commitment = vss.CommitmentHash of the vector); Reports counts
 // its reports (impressions), Shares its distinct shares (distinct users
 // under FT_u, always < K). The shares themselves and the ciphertexts are
 // useless below K and are not included.
@@ -216,7 +216,7 @@ func (p *Partition) Apply(m Message) []protocol.Decrypted {
 }
 
 // ApplyReport processes one report whose onion layer was already peeled
-// (Apply after protocol.Peel and protocol.ParseReport); attack and load
+// (Apply after onion.Peel and star.ParseReport); attack and load
 // tests use it to skip HPKE. Same rules and counters as Apply: a report id
 // seen before in its group is dropped as "duplicate", so a replayed report
 // never adds an impression.
@@ -422,7 +422,7 @@ func (p *Partition) kill(t *tagState) {
 // recover tries k-subsets that contain the newest share (older subsets were
 // tried when their last share arrived), in a fixed order, up to MaxAttempts;
 // a key is right when it opens one of the pending reports (AEAD check).
-// f(0) comes from protocol.Interpolate, as in recoverVerified, so the two
+// f(0) comes from vss.Interpolate, as in recoverVerified, so the two
 // differ only by verification (BenchmarkApply compares them).
 func (p *Partition) recover(t *tagState) bool {
 	n := len(t.shares)

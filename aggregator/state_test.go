@@ -314,7 +314,7 @@ func FuzzApply(f *testing.F) {
 // bookkeeping; per artifact one recovery and its AEAD opens), FT_u, one
 // report per user, with verification (the default) and without (noVerify:
 // no commitment check, AEAD subset search; both recover f(0) with
-// protocol.Interpolate). reports=k: every report is one of the k shares of
+// vss.Interpolate). reports=k: every report is one of the k shares of
 // its artifact's recovery (one batch check per k reports: the worst case);
 // reports=3k: the last 2k reports of each artifact arrive after its
 // recovery (y == f(x) each).

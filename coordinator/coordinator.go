@@ -7,7 +7,7 @@
 // rounds it owes, its groups' public keys, and recovery tasks.
 //
 // State is durable in two JetStream key-value buckets (file storage; 3
-// replicas on a NATS cluster of 3 or more, relays.Replicas), so a
+// replicas on a NATS cluster of 3 or more, natsconn.Replicas), so a
 // restarted coordinator — or another process of the queue group — carries
 // on: "crowdlog_pdd" holds clients, the clock and the campaign start;
 // "crowdlog_pdd_rounds" (with a retention age) holds groups, membership,
@@ -65,7 +65,7 @@ type Campaign struct {
 
 // bucketReplicas is the replica count for key-value bucket: an existing
 // bucket keeps its own (never scaled down by a process that sees fewer NATS
-// servers); a new one gets relays.Replicas (1 on a single server, 3 on a
+// servers); a new one gets natsconn.Replicas (1 on a single server, 3 on a
 // cluster of 3 or more), like the relay stream.
 func bucketReplicas(ctx context.Context, js jetstream.JetStream, bucket string) int {
 	if kv, err := js.KeyValue(ctx, bucket); err == nil {

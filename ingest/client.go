@@ -27,7 +27,7 @@ type Route struct {
 
 // Wrap builds the three onion layers around an encoded report: the innermost
 // for the aggregator (so no relay reads tag or share), relay B's with the
-// Kafka key protocol.TagBucket(tag), relay A's naming relay B's subject.
+// Kafka key onion.TagBucket(tag), relay A's naming relay B's subject.
 func (rt *Route) Wrap(r *star.Report) ([]byte, error) {
 	b, err := r.MarshalBinary()
 	if err != nil {
@@ -91,7 +91,7 @@ type Client struct {
 }
 
 // LimitArtifacts applies the client-side limit to arts (in log order, as
-// pipelines.App.Mine returns them): "most recent" is by Artifact.Time, ties
+// apps.App.Mine returns them): "most recent" is by Artifact.Time, ties
 // broken by log order (later = more recent). distinct=false keeps the n most
 // recent instances; distinct=true keeps, for the n most recently used
 // distinct Primary values, one instance each (its most recent). The result

@@ -11,7 +11,7 @@ var G = group.Ristretto255
 // ScalarSize is the encoded size of a ristretto255 scalar in bytes.
 const ScalarSize = 32
 
-// elementSize is the encoded size of a ristretto255 element.
+// ElementSize is the encoded size of a ristretto255 element.
 const ElementSize = 32
 
 // MaxReport is the largest encoded report in bytes.

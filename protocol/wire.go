@@ -15,7 +15,7 @@ func Malformed(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, a...))
 }
 
-// writer appends length-prefixed fields to a byte slice.
+// Writer appends length-prefixed fields to a byte slice.
 type Writer struct{ B []byte }
 
 func (w *Writer) U8(v byte)       { w.B = append(w.B, v) }
@@ -32,7 +32,7 @@ func (w *Writer) Bytes32(p []byte) {
 	w.Raw(p)
 }
 
-// reader consumes fields; the first failure sticks in err.
+// Reader consumes fields; the first failure sticks in err.
 type Reader struct {
 	B   []byte
 	Err error
@@ -85,7 +85,7 @@ func (r *Reader) Bytes8(what string) []byte  { return r.Take(int(r.U8(what)), wh
 func (r *Reader) Bytes16(what string) []byte { return r.Take(int(r.U16(what)), what) }
 func (r *Reader) Bytes32(what string) []byte { return r.Take(int(r.U32(what)), what) }
 
-// done reports the sticky error, or a malformed error when bytes remain.
+// Done reports the sticky error, or a malformed error when bytes remain.
 func (r *Reader) Done(what string) error {
 	if r.Err != nil {
 		return r.Err

@@ -236,7 +236,7 @@ func ReadKeyFile(path string) (*circloprf.PrivateKey, error) {
 		return nil, fmt.Errorf("randomness: epoch key file %s is not a %d-byte OPRF private key (damaged or half-destroyed: close the epoch)", path, protocol.ScalarSize)
 	}
 	// circl computes the public key lazily on first use; do it now, before
-	// concurrent requests share sk (cf. protocol.KeyPair.Prepare)
+	// concurrent requests share sk (cf. onion.KeyPair.Prepare)
 	sk.Public()
 	return sk, nil
 }

@@ -11,10 +11,10 @@ import (
 	"github.com/crowdlog/crowdlog/infra/keydir"
 )
 
-// RunRandomness builds the OPRF randomness service on the epoch key
-// directory keysDir/keys (RandomnessKeys) with options o
-// (schedule, grace; o.LegacyClosed defaults to the older layout's
-// keysDir/seed.closed). A leftover seed of the older
+// New builds the OPRF randomness service on the epoch key directory
+// keysDir/randomness.keys (keydir.RandomnessKeys) with options o (schedule,
+// grace; o.LegacyClosed defaults to the older layout's
+// keysDir/randomness.seed.closed). A leftover randomness.seed of the older
 // layout is no longer used and is reported. Call Run on the result.
 func New(ctx context.Context, nc *nats.Conn, keysDir string, o Options, log *slog.Logger) (*Service, error) {
 	if o.LegacyClosed == "" {

@@ -163,7 +163,7 @@ func (s *Service) handlePublicKey(data []byte) *oprf.PublicKeyResponse {
 // once, then remembered (and appended to PinFile when set: trust on first
 // use across runs). A fetched key that differs from a pinned or remembered
 // one fails with ErrKeyChanged; so does a proof against the pinned key
-// failing (protocol.ErrProof). There is no fallback to unverified ω.
+// failing (oprf.ErrProof). There is no fallback to unverified ω.
 type Client struct {
 	NC      *nats.Conn
 	Timeout time.Duration // per request; default 30 s
@@ -173,7 +173,7 @@ type Client struct {
 	// Re-sending is safe: the same blinded elements get the same
 	// evaluations and reveal nothing new.
 	RetryFor time.Duration
-	Batch    int // elements per request; default 1024, at most protocol.MaxBatch
+	Batch    int // elements per request; default 1024, at most oprf.MaxBatch
 	// Pinned maps an epoch to its 32-byte OPRF public key, configured out of
 	// band (e.g. `crowdlog run` pins the key it derives itself).
 	Pinned map[string][]byte
@@ -379,11 +379,11 @@ func (c *Client) key(ctx context.Context, epoch string) (*circloprf.PublicKey, e
 }
 
 // Evaluate returns one 64-byte ω per input, in order, for epoch. Inputs are
-// built with protocol.OPRFInput. Requests are batched (one round trip and
+// built with oprf.OPRFInput. Requests are batched (one round trip and
 // one DLEQ proof per Batch inputs). Errors: the service's refusal (wrapping
 // protocol.ErrEpochClosed for closed epochs, protocol.ErrEpochExpired and
 // protocol.ErrEpochFuture for scheduled epochs outside their window), the
-// timeout, ErrKeyChanged, or protocol.ErrProof when a proof fails against
+// timeout, ErrKeyChanged, or oprf.ErrProof when a proof fails against
 // the pinned key.
 func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([][]byte, error) {
 	batch := c.Batch

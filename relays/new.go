@@ -12,9 +12,9 @@ import (
 	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
-// RelayOptions configure one relay process.
+// Options configure one relay process.
 type Options struct {
-	Name         string        // "a" or "b": the relay's subject is Subject(Name)
+	Name         string        // "a" or "b": the relay's subject is protocol.RelaySubject(Name)
 	KeyPaths     []string      // HPKE key files; two during a rotation
 	Kafka        []string      // brokers, for the last hop
 	BatchSize    int           // mix batch size
@@ -23,7 +23,7 @@ type Options struct {
 	AckWait      time.Duration // redelivery after a crashed relay; 0 = DefaultAckWait
 }
 
-// NewRelay builds a relay service connected to js and Kafka.
+// New builds a relay service connected to js and Kafka.
 func New(ctx context.Context, js jetstream.JetStream, o Options, log *slog.Logger) (*Relay, func(), error) {
 	var keys []*onion.KeyPair
 	for _, p := range o.KeyPaths {

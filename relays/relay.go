@@ -342,7 +342,7 @@ func (r *Relay) prepare(items []*item, mx *metrics, log *slog.Logger) []*item {
 		if it.reason == dropMalformed && it.delivered() < MalformedDeliveries {
 			// A genuine layer must never be lost to a transient local
 			// fault (as happened with circl's lazily cached public key,
-			// see protocol.KeyPair.Prepare): retry it before terminating.
+			// see onion.KeyPair.Prepare): retry it before terminating.
 			_ = it.m.NakWithDelay(def(r.NakDelay, DefaultNakDelay))
 			retried++
 			continue

@@ -58,7 +58,7 @@ func newReplayFilter(window time.Duration, entries int) *replayFilter {
 }
 
 // keyOf returns the replay key of a layer that peeled (it is at least
-// 2+32+16 bytes long, checked by protocol.Peel).
+// 2+32+16 bytes long, checked by onion.Peel).
 func keyOf(layer []byte) replayKey {
 	var k replayKey
 	copy(k[:], layer[2:2+len(k)])

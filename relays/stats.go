@@ -19,7 +19,7 @@ type Stats struct {
 	// Malformed counts dropped layers that failed framing or decryption
 	// (random bytes, truncation, tampering, wrong version).
 	Malformed atomic.Uint64
-	// Oversized counts dropped layers longer than protocol.MaxLayer.
+	// Oversized counts dropped layers longer than onion.MaxLayer.
 	Oversized atomic.Uint64
 	// UnknownKey counts dropped layers for a key id the relay does not hold.
 	UnknownKey atomic.Uint64

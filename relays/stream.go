@@ -1,5 +1,5 @@
 // Package relays is the relay/mix service (RFC 9180 onion layers, batch + shuffle): each relay
-// peels one HPKE onion layer (RFC 9180, protocol.Peel) from the reports
+// peels one HPKE onion layer (RFC 9180, onion.Peel) from the reports
 // addressed to it, batches and shuffles them (so arrival order does not link
 // a forwarded report to its sender), and forwards the inner layers either to
 // the next relay over NATS JetStream or to the aggregator's Kafka topic.
@@ -36,7 +36,7 @@ const DefaultMaxMsgs = 1_000_000
 
 // HeaderAllowance is the room, in bytes, the stream's MaxMsgSize leaves for
 // NATS headers (the Nats-Msg-Id deduplication header) on top of
-// protocol.MaxLayer: JetStream counts headers against MaxMsgSize.
+// onion.MaxLayer: JetStream counts headers against MaxMsgSize.
 const HeaderAllowance = 256
 
 // DuplicateWindow is the stream's deduplication window: a layer re-published

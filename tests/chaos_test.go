@@ -32,7 +32,7 @@ import (
 // 3 kfake brokers (topics with replication factor 3, nominal in kfake); every
 // role gets all seed URLs and brokers. The export must equal the release
 // computed from the raw log, and byte for byte a fault-free run's: nothing
-// lost, nothing counted twice. Before that, internal/audit reconciles the
+// lost, nothing counted twice. Before that, aggregator/audit reconciles the
 // reports topic with the aggregator's output report id by report id (every
 // report the clients sent must be in Kafka before the epoch's close, every
 // report of an opened artifact emitted), so that a loss names its hop; the
@@ -136,7 +136,7 @@ func TestChaos(t *testing.T) {
 		t.Fatalf("%s\nrun: %v\n%s", report, runErr, runOut.String())
 	}
 	// Reconcile Kafka with the aggregator's output, report id by report
-	// id, so that a loss names its hop (see internal/audit).
+	// id, so that a loss names its hop (see aggregator/audit).
 	aud := c.audit(ctx, "query", "chaos")
 	t.Log(aud.String())
 	if late, missing := aud.Lost(); late > 0 || missing > 0 || aud.Orphans > 0 {
@@ -151,7 +151,7 @@ func TestChaos(t *testing.T) {
 
 // spareNATSNode picks a running node of c's NATS cluster that neither
 // `crowdlog run` nor the randomness service is connected to (by their
-// connection names, runner.ConnectNATS); with 3 nodes and these 2 clients
+// connection names, natsconn.Connect); with 3 nodes and these 2 clients
 // one always exists. Among those it prefers, at random, one leading the
 // relay stream or a relay consumer (Shutdown does not hand leadership over:
 // the other replicas must elect a new leader, as after a crash). what

@@ -103,7 +103,7 @@ func (c *cluster) start(name string, args ...string) *proc {
 }
 
 // checkExport requires the export at out to equal the release computed from
-// the raw input log (internal/truth) and to be byte-identical to the export
+// the raw input log (tests/truth) and to be byte-identical to the export
 // of a fault-free in-process run of the same input; what names the run in
 // failure messages. It returns the number of released items.
 func (c *cluster) checkExport(ctx context.Context, input, out, policy string, k int, epoch string, partitions int, what string) int {
@@ -134,7 +134,7 @@ func (c *cluster) checkExport(ctx context.Context, input, out, policy string, k 
 }
 
 // audit reconciles the reports and decrypted topics of (app, epoch) with
-// the aggregator's key (internal/audit).
+// the aggregator's key (aggregator/audit).
 func (c *cluster) audit(ctx context.Context, app, epoch string) *audit.Result {
 	kp, err := onion.LoadKeyPair(filepath.Join(c.keys, keydir.AggregatorKey))
 	if err != nil {

@@ -35,7 +35,7 @@ const scalePartitions = 8
 // partitions) with the sealed reports of the bundled log's first
 // CROWDLOG_SCALE_USERS users (default 1000: all; FT_u k = 5, sealed in
 // hash mode and wrapped in the aggregator's onion layer exactly as relay b
-// writes it: value = that layer, key = protocol.TagBucket(tag)), then
+// writes it: value = that layer, key = onion.TagBucket(tag)), then
 // measures the report throughput of 1 and of 2 `crowdlog aggregate`
 // processes (fresh consumer groups, until every offset is committed), once
 // with GOMAXPROCS=1 per process and once with the default, and

@@ -94,7 +94,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.SessionTimeout <= 0 {
 		s.SessionTimeout = 20 * time.Second
 	}
-	// before the partition goroutines share them (protocol.KeyPair.Prepare)
+	// before the partition goroutines share them (onion.KeyPair.Prepare)
 	if err := onion.PrepareKeys(s.Keys); err != nil {
 		return fmt.Errorf("aggregate-vectors: %w", err)
 	}

@@ -407,7 +407,7 @@ has closed it.`,
 	return c
 }
 
-// auditCmd is `crowdlog aggregate audit`: internal/audit from the shell.
+// auditCmd is `crowdlog aggregate audit`: aggregator/audit from the shell.
 func auditCmd() *cobra.Command {
 	var kafkaAddrs, keyPaths []string
 	var app, epoch string
@@ -509,7 +509,7 @@ over --budget-epsilon/--budget-delta is refused and logged.`,
 	return c
 }
 
-// appFlags registers the application options (pipelines.Options, see
+// appFlags registers the application options (apps.Options, see
 // docs/applications.md) on f; run and ingest must mine with the same ones.
 func appFlags(f *pflag.FlagSet, o *apps.Options) {
 	f.StringVar(&o.URLLevel, "url-level", apps.URLDomain, "apps click, url, ltr: how much of a clicked URL to keep: full, domain or dir")

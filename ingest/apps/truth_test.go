@@ -11,7 +11,7 @@ import (
 
 // TestAppsMatchTruth mines the first truthUsers users of the bundled real log with every app and
 // compares each artifact's instances and distinct users with
-// internal/truth's independent computation from the raw file (k = 1, so
+// tests/truth's independent computation from the raw file (k = 1, so
 // every artifact). Only counts are logged. It also checks time order.
 func TestAppsMatchTruth(t *testing.T) {
 	if testing.Short() {

@@ -4,7 +4,7 @@
 // round-s vector V_s holds, for each monitored keyword ℓ, the number of its
 // query instances on day s whose normalized query has ℓ as a token.
 //
-// Tokens come from pipelines.KeywordApp (normalized query split on " ",
+// Tokens come from apps.KeywordApp (normalized query split on " ",
 // consecutive repeated queries collapsed, an instance counts a token once),
 // so the same definition serves the threshold "keyword" application and the
 // blinded vectors. Days are UTC calendar days of QueryTime.
@@ -131,7 +131,7 @@ func (d Day) String() string { return d.Time().Format("2006-01-02") }
 type Sparse map[int]uint64
 
 // Counts returns one user's keyword counts per day from that user's records
-// (all records of one user, in log order, as pipelines.App.Mine takes them).
+// (all records of one user, in log order, as apps.App.Mine takes them).
 // Keywords in blacklist (PDD §6.1: words the user never shares) are left out.
 func (l *List) Counts(records []aol.Record, blacklist map[string]bool) map[Day]Sparse {
 	out := map[Day]Sparse{}

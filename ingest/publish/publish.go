@@ -33,7 +33,7 @@ const (
 )
 
 // ErrTooLarge is returned by Publish for a layer longer than
-// protocol.MaxLayer (no relay would accept it).
+// onion.MaxLayer (no relay would accept it).
 var ErrTooLarge = errors.New("publish: layer exceeds protocol.MaxLayer")
 
 // ErrClosed is returned by Publish after Close.
@@ -46,7 +46,7 @@ var ErrClosed = errors.New("publish: publisher closed")
 type Publisher struct {
 	// JS is the JetStream context to publish with. Required.
 	JS jetstream.JetStream
-	// Subject is the first relay's inbox, e.g. relays.Subject("a").
+	// Subject is the first relay's inbox, e.g. protocol.RelaySubject("a").
 	// Required.
 	Subject string
 	// MaxPending bounds the accepted but not yet acknowledged layers (and

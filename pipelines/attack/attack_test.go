@@ -26,7 +26,7 @@ import (
 
 // The fixture: the bundled AOL log's users split in two halves by order of
 // appearance. The even half is the target: its query artifacts are sealed
-// (FT_u, k = 5) twice — once in the paper's hash mode (protocol.LocalOmega)
+// (FT_u, k = 5) twice — once in the paper's hash mode (star.LocalOmega)
 // and once with OPRF randomness under a fresh epoch key — and applied to an
 // aggregator partition each. The odd half is the attacker's auxiliary log.
 // Tests assert aggregate outcomes only, never individual queries.

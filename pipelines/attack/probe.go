@@ -19,7 +19,7 @@ import (
 // service's epoch key: aggregator + randomness collusion).
 type Omega func(app, epoch, artifact string) ([]byte, error)
 
-// LocalOmegaFunc is protocol.LocalOmega as an Omega: what anyone can compute.
+// LocalOmegaFunc is star.LocalOmega as an Omega: what anyone can compute.
 func LocalOmegaFunc(app, epoch, artifact string) ([]byte, error) {
 	return star.LocalOmega(app, epoch, artifact), nil
 }
@@ -105,9 +105,9 @@ type ProbeResult struct {
 
 // Probe is the offline probe of CrowdLogging §5.4: for every candidate
 // artifact and every (app, epoch, policy, k) present in the pending
-// groups, compute ω with omega, then the tag (protocol.TagFromOmega), and
+// groups, compute ω with omega, then the tag (star.TagFromOmega), and
 // look it up among the pending tags. In hash mode (LocalOmegaFunc on
-// reports sealed with protocol.LocalOmega) it finds every pending
+// reports sealed with star.LocalOmega) it finds every pending
 // candidate; against VOPRF reports without the epoch key it finds none.
 func Probe(groups []aggregator.PendingGroup, candidates []string, omega Omega) (ProbeResult, error) {
 	type params struct {

@@ -174,7 +174,7 @@ func aggregatorKeys(dir string) ([]*onion.KeyPair, error) {
 	return LoadKeys(paths)
 }
 
-// LoadKeys loads private key files (protocol.LoadKeyPair).
+// LoadKeys loads private key files (onion.LoadKeyPair).
 func LoadKeys(paths []string) ([]*onion.KeyPair, error) {
 	var keys []*onion.KeyPair
 	for _, p := range paths {

@@ -26,7 +26,7 @@ func writeSubset(t *testing.T, dir string, n int) string {
 // TestAppsEndToEnd runs every mining application besides query (covered by
 // TestRunEndToEnd) under FT_u and FT_a through embedded NATS, kfake and one
 // shared real ClickHouse server (a database per subtest), and compares each
-// export item by item with internal/truth's release computed straight from
+// export item by item with tests/truth's release computed straight from
 // the raw log. User counts per app keep each run near 15-30k reports, so the
 // whole test stays within a few minutes on 2 cores. Some cases use
 // non-default options to check that they reach the clients.

@@ -196,8 +196,8 @@ type QueryPool struct {
 }
 
 // LoadQueryPool reads the log at path and keeps every query instance
-// (pipelines.QueryApp over all users: normalized, consecutive repeats
-// collapsed) with its distinct tokens (pipelines.KeywordApp's split) that
+// (apps.QueryApp over all users: normalized, consecutive repeats
+// collapsed) with its distinct tokens (apps.KeywordApp's split) that
 // are in list. Errors: unreadable log, a log without queries.
 func LoadQueryPool(ctx context.Context, path string, list *keywords.List) (*QueryPool, error) {
 	p := &QueryPool{}

@@ -14,7 +14,7 @@
 //   - Search volume (§4.1): on each active day, round(Normal(μ=1.3020,
 //     σ²=0.7603)) searches, clipped at 0.
 //   - Search content: each search is a query instance drawn uniformly from
-//     the query instances (pipelines.QueryApp) of a real log, so queries are
+//     the query instances (apps.QueryApp) of a real log, so queries are
 //     weighted by frequency; it counts its tokens that are in the monitored
 //     keyword list (package keywords, google-10000-english by default).
 //   - nnz(u, s) is the number of non-zero entries of user u's round-s

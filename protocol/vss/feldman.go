@@ -34,7 +34,7 @@ import (
 // CommitmentSize returns the encoded size of a commitment for threshold k.
 func CommitmentSize(k int) int { return k * protocol.ElementSize }
 
-// commitPolynomial returns C_0 ‖ … ‖ C_{k−1}, each a compressed 32-byte
+// CommitPolynomial returns C_0 ‖ … ‖ C_{k−1}, each a compressed 32-byte
 // ristretto255 element.
 func CommitPolynomial(p Polynomial) []byte {
 	out := make([]byte, 0, CommitmentSize(len(p.coeffs)))
@@ -329,7 +329,7 @@ func (c *Commitment) verifyCoefficients(f Polynomial) (bool, error) {
 	return ok, nil
 }
 
-// checkCommitmentSize validates a report's commitment length against k.
+// CheckCommitmentSize validates a report's commitment length against k.
 func CheckCommitmentSize(b []byte, k int) error {
 	if len(b) != CommitmentSize(k) {
 		return fmt.Errorf("%w: commitment of %d bytes for k=%d, want %d", protocol.ErrMalformed, len(b), k, CommitmentSize(k))

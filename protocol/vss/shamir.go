@@ -26,7 +26,7 @@ type Polynomial struct {
 	coeffs []group.Scalar // coeffs[0] is the secret
 }
 
-// derivePolynomial builds f of degree k−1 with coefficients
+// DerivePolynomial builds f of degree k−1 with coefficients
 // HashToScalar(ω ‖ i) (domain "crowdlog-v1 poly"); measured: circl's
 // RandomScalar ignores its reader on ristretto255, so this is done by hand.
 func DerivePolynomial(omega []byte, k int) Polynomial {

@@ -12,7 +12,7 @@ import (
 
 // DefaultMaxCount is the default per-client per-keyword per-day clip, the
 // sensitivity of the Laplace noise. A client counts each query instance
-// once per keyword (pipelines/keywords), so the clip is the number of a
+// once per keyword (ingest/keywords), so the clip is the number of a
 // client's query instances in one day that contain the keyword; PDD §4.1's
 // users make 1.3 ± 0.9 searches per active day, and 10 keeps almost every
 // real count intact while bounding what one client can add.

@@ -93,7 +93,7 @@ const (
 // Params configure a policy. Zero fields take the documented defaults.
 type Params struct {
 	Kind Kind
-	// K is the threshold of FT_a/FT_u (1..protocol.MaxK). Ignored by DP
+	// K is the threshold of FT_a/FT_u (1..vss.MaxK). Ignored by DP
 	// policies (use ShamirK).
 	K int
 	// Epsilon is the privacy quota ε > 0 of one release. DP_a/DP_u split it
@@ -127,7 +127,7 @@ type Params struct {
 // Policy is a resolved, validated policy.
 type Policy struct {
 	Params
-	// ShamirK is the threshold clients seal with (1..protocol.MaxK): FT's k,
+	// ShamirK is the threshold clients seal with (1..vss.MaxK): FT's k,
 	// DP's k_shamir, ZEALOUS's τ. No artifact with fewer reports (FT_a,
 	// DP_a) or distinct users (others) than ShamirK is ever decrypted, hence
 	// ever released.

@@ -8,7 +8,7 @@ import (
 	"github.com/crowdlog/crowdlog/release"
 )
 
-// NewRelease opens ClickHouse at addr (creating the schema) and builds the
+// New opens ClickHouse at addr (creating the schema) and builds the
 // release
 func New(ctx context.Context, brokers []string, clickhouse, database string, log *slog.Logger) (*Stage, *release.Writer, error) {
 	w, err := release.Open(ctx, clickhouse, database)

@@ -1,3 +1,6 @@
+// Package oprftest runs the OPRF over the wire for tests: EvaluateOverWire
+// encodes, decodes and evaluates a request as the randomness service would,
+// and OmegaFor gives an artifact's ω through blind, evaluate and finalize.
 package oprftest
 
 import (
