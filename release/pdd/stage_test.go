@@ -141,8 +141,11 @@ func synthCampaign(t *testing.T, rng *rand.Rand, list *keywords.List, campaign s
 	return msgs, want
 }
 
-// runStage runs st until n rounds were reported, then stops it.
-func runStage(t *testing.T, st *Stage, n int) []Released {
+// runStage runs st until n rounds were reported and settled (when not nil)
+// holds, then stops it. settled lets a test wait for messages that follow
+// the last round in the topic (duplicates, mismatches) to be consumed too;
+// both waits are bounded by one minute.
+func runStage(t *testing.T, st *Stage, n int, settled func() bool) []Released {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -165,6 +168,15 @@ func runStage(t *testing.T, st *Stage, n int) []Released {
 		t.Fatalf("stage stopped: %v", err)
 	case <-ctx.Done():
 		t.Fatalf("only %d of %d rounds released", len(got), n)
+	}
+	for settled != nil && !settled() {
+		select {
+		case err := <-errc:
+			t.Fatalf("stage stopped: %v", err)
+		case <-ctx.Done():
+			t.Fatal("rounds released but the stage did not settle within a minute")
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 	cancel()
 	if err := <-errc; err != nil {
@@ -201,13 +213,13 @@ func TestStageReleasesExactCountsAndRestarts(t *testing.T) {
 
 	sink := &flaky{Sink: w, fail: 1}
 	st := &Stage{Brokers: []string{broker.Addr}, Writer: sink, List: list}
-	got := runStage(t, st, 2)
+	accepted := 2 * 4 // two rounds of four groups
+	got := runStage(t, st, 2, func() bool { return st.Dropped.Load() >= int64(len(msgs)-accepted) })
 	for _, r := range got {
 		if !r.Written || r.Row.Epsilon != 0 {
 			t.Fatalf("round %s: written %v epsilon %v", r.Row.Day, r.Written, r.Row.Epsilon)
 		}
 	}
-	accepted := 2 * 4 // two rounds of four groups
 	if sink.writes.Load() != 3 || st.Rounds.Load() != 2 || st.Dropped.Load() != int64(len(msgs)-accepted) {
 		t.Fatalf("writes %d (want 3, one failed), rounds %d, dropped %d (want %d duplicates and mismatches)",
 			sink.writes.Load(), st.Rounds.Load(), st.Dropped.Load(), len(msgs)-accepted)
@@ -231,7 +243,7 @@ func TestStageReleasesExactCountsAndRestarts(t *testing.T) {
 
 	// A restarted stage finds both days written and writes nothing.
 	st2 := &Stage{Brokers: []string{broker.Addr}, Writer: w, List: list}
-	for _, r := range runStage(t, st2, 2) {
+	for _, r := range runStage(t, st2, 2, nil) {
 		if r.Written || r.Row.Counts != nil {
 			t.Fatalf("restart rewrote %s", r.Row.Day)
 		}
@@ -247,7 +259,7 @@ func TestStageReleasesExactCountsAndRestarts(t *testing.T) {
 	// and the day records ε and the clip.
 	wn := openTestWriter(t)
 	st3 := &Stage{Brokers: []string{broker.Addr}, Writer: wn, List: list, Epsilon: 1, MaxCount: 2}
-	for _, r := range runStage(t, st3, 2) {
+	for _, r := range runStage(t, st3, 2, nil) {
 		if !r.Written || r.Row.Epsilon != 1 || r.Row.MaxCount != 2 {
 			t.Fatalf("noisy round %+v", r.Row)
 		}
