@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/crowdlog
 PKGS    := ./...
 
-.PHONY: all build test test-short vet fuzz bench demo chaos clean
+.PHONY: all build test test-short vet attacks fuzz bench demo chaos clean
 
 all: build
 
@@ -17,8 +17,14 @@ vet:
 # The full suite: unit tests, fuzz seed corpora, and end-to-end runs through
 # embedded NATS, kfake and a real ClickHouse server (installed by .ci/run or
 # `make demo`; without it, tests that need it skip unless CI=true).
-test: vet
+test: vet attacks
 	$(GO) test -count=1 -timeout 60m $(PKGS)
+
+# The attack suite: every TestAttack* test mounts one attack of
+# docs/threat-model.md against real state and prints
+# `ATTACK <name>: <outcome with numbers>`; fails when an attack succeeds.
+attacks:
+	GO=$(GO) bash scripts/attacks.sh
 
 test-short: vet
 	$(GO) test -short -count=1 $(PKGS)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# make attacks: runs every attack test (Go tests named TestAttack*, each of
+# which mounts one attack of docs/threat-model.md against real state) and
+# prints one line per attack:
+#   ATTACK <name>: <outcome with numbers>
+# It exits non-zero when any attack test fails (the attack succeeded where
+# the threat model says it must not) or when no attack ran at all.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+$GO test -count=1 -timeout 30m -v -run '^TestAttack' ./... >"$out" 2>&1
+rc=$?
+grep -E '^ATTACK ' "$out" | sort
+n=$(grep -cE '^ATTACK ' "$out")
+if [ "$rc" -ne 0 ]; then
+  echo "attacks: go test failed (exit $rc); the failing tests:" >&2
+  grep -E -- '^(--- FAIL|FAIL|panic:|\s+\S+_test\.go:[0-9]+:)' "$out" >&2
+  exit 1
+fi
+if [ "$n" -eq 0 ]; then
+  echo "attacks: no ATTACK lines printed: no attack test ran" >&2
+  exit 1
+fi
+echo "attacks: $n attacks, all held"
