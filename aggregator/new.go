@@ -3,18 +3,15 @@ package aggregator
 import (
 	"log/slog"
 
-	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/infra/keydir"
 )
 
-// New builds the aggregator service with the key files.
+// New builds the aggregator service with the key files (two during a
+// rotation); it errors when keyPaths is empty or a file is bad.
 func New(brokers []string, keyPaths []string, log *slog.Logger) (*Service, error) {
-	var keys []*onion.KeyPair
-	for _, p := range keyPaths {
-		k, err := onion.LoadKeyPair(p)
-		if err != nil {
-			return nil, err
-		}
-		keys = append(keys, k)
+	keys, err := keydir.LoadKeyPairs(keyPaths)
+	if err != nil {
+		return nil, err
 	}
 	return &Service{Brokers: brokers, Keys: keys, Logger: log}, nil
 }

@@ -1,16 +1,10 @@
 package main
 
 import (
-	"bufio"
-	"context"
-	"errors"
 	"fmt"
-	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/pipelines/attack"
 )
@@ -47,20 +41,15 @@ reports, so a thief rebuilds them too.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger()
-			groups, err := snapshot(cmd.Context(), state, broker, keyPaths)
+			groups, err := attack.Snapshot(cmd.Context(), state, broker, keyPaths)
 			if err != nil {
 				return err
 			}
-			f, err := os.Create(out)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			if err := attack.WriteSnapshot(f, groups); err != nil {
+			if err := attack.WriteSnapshotFile(out, groups); err != nil {
 				return err
 			}
 			fmt.Printf("%d pending groups written to %s\n", len(groups), out)
-			return f.Close()
+			return nil
 		},
 	}
 	c.Flags().StringVar(&state, "state", "", "a `crowdlog run --state` directory (broker data in kafka/, keys in keys/)")
@@ -68,49 +57,6 @@ reports, so a thief rebuilds them too.`,
 	c.Flags().StringSliceVar(&keyPaths, "key", nil, "aggregator key file with --kafka (repeat for rotated keys)")
 	c.Flags().StringVar(&out, "out", "pending.jsonl", "snapshot file to write")
 	return c
-}
-
-func snapshot(ctx context.Context, state, broker string, keyPaths []string) ([]aggregator.PendingGroup, error) {
-	switch {
-	case state != "":
-		return attack.FromState(ctx, state)
-	case broker != "" && len(keyPaths) > 0:
-		keys, err := attack.LoadKeys(keyPaths)
-		if err != nil {
-			return nil, err
-		}
-		recs, err := attack.ReadReportsTopic(ctx, broker)
-		if err != nil {
-			return nil, err
-		}
-		return attack.Rebuild(recs, keys), nil
-	}
-	return nil, errors.New("give --state DIR, or --kafka ADDR with --key FILE")
-}
-
-func readSnapshot(path string) ([]aggregator.PendingGroup, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: %w (write one with `crowdlog attack snapshot`)", err)
-	}
-	defer f.Close()
-	return attack.ReadSnapshot(f)
-}
-
-func readLines(path string) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if s := strings.TrimSpace(sc.Text()); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out, sc.Err()
 }
 
 func attackProbeCmd() *cobra.Command {
@@ -131,33 +77,13 @@ Candidates: lines of --candidates files and the artifacts --app mines from --log
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger()
-			groups, err := readSnapshot(snap)
+			groups, err := attack.ReadSnapshotFile(snap)
 			if err != nil {
 				return err
 			}
-			var cands []string
-			for _, p := range candFiles {
-				l, err := readLines(p)
-				if err != nil {
-					return err
-				}
-				cands = append(cands, l...)
-			}
-			if logPath != "" {
-				a, err := apps.Lookup(app)
-				if err != nil {
-					return err
-				}
-				counts, err := attack.LogCounts(logPath, a)
-				if err != nil {
-					return err
-				}
-				for _, c := range counts {
-					cands = append(cands, c.Artifact)
-				}
-			}
-			if len(cands) == 0 {
-				return errors.New("no candidates: give --candidates FILE or --log LOG")
+			cands, err := attack.Candidates(candFiles, logPath, app)
+			if err != nil {
+				return err
 			}
 			omega, mode := attack.Omega(attack.LocalOmegaFunc), "hash mode (no key)"
 			if seed != "" {
@@ -198,7 +124,7 @@ buckets (aggregator CoarseSummary).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger()
-			groups, err := readSnapshot(snap)
+			groups, err := attack.ReadSnapshotFile(snap)
 			if err != nil {
 				return err
 			}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 
@@ -35,9 +34,8 @@ until interrupted. Needs: apt-get install -y clickhouse-server clickhouse-client
 				return err
 			}
 			defer s.Stop()
-			_, port, _ := net.SplitHostPort(s.TCPAddr)
-			env := fmt.Sprintf("CH_TCP=%s\nCH_TCP_PORT=%s\nCH_HTTP=%s\n", s.TCPAddr, port, s.HTTPAddr)
-			if err := os.WriteFile(filepath.Join(abs, "addr.env"), []byte(env), 0o644); err != nil {
+			env, err := s.WriteAddrEnv(abs)
+			if err != nil {
 				return err
 			}
 			fmt.Print(env)

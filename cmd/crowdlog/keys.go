@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -83,17 +82,10 @@ aggregator.key (mode 0600, private) with key id 1 and their public halves
 		Short: "Delete a rotated-out key pair (ROLE.ID.key and its .pub); the current key cannot be retired",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !keydir.ValidRole(role) {
-				return fmt.Errorf("--role %q: use one of %v", role, keydir.Roles)
-			}
-			path := filepath.Join(dir, fmt.Sprintf("%s.%d.key", role, id))
-			if _, err := os.Stat(path); err != nil {
-				return fmt.Errorf("no rotated-out key %s: %w (see `crowdlog keys list`)", path, err)
-			}
-			if err := os.Remove(path); err != nil {
+			path, err := keydir.Retire(dir, role, id)
+			if err != nil {
 				return err
 			}
-			_ = os.Remove(path + ".pub")
 			fmt.Printf("%s: key id %d retired; restart the %s without --key %s\n", role, id, role, path)
 			return nil
 		},

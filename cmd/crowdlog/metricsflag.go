@@ -33,3 +33,12 @@ func serveMetrics(ctx context.Context, addr string, register func(reg prometheus
 	slog.Info("metrics", "url", "http://"+a.String()+"/metrics")
 	return reg, nil
 }
+
+// serveRole serves a role's metrics (when addr is set) and runs it until
+// ctx ends.
+func serveRole(ctx context.Context, addr string, register func(reg prometheus.Registerer), run func(context.Context) error) error {
+	if _, err := serveMetrics(ctx, addr, register); err != nil {
+		return err
+	}
+	return run(ctx)
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -11,11 +10,10 @@ import (
 
 	"github.com/crowdlog/crowdlog/aggregator/vectors"
 	"github.com/crowdlog/crowdlog/coordinator"
-	"github.com/crowdlog/crowdlog/infra/metrics"
+	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
-	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/release"
 	pddrelease "github.com/crowdlog/crowdlog/release/pdd"
 )
@@ -122,10 +120,7 @@ crowdlog.pdd.advance (log replays).`,
 				return err
 			}
 			defer co.Close()
-			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) {
-				metrics.CounterFunc(reg, "crowdlog_coordinator_pings_total", "Client pings answered.", nil, func() float64 { return float64(co.Pings.Load()) })
-				metrics.CounterFunc(reg, "crowdlog_coordinator_errors_total", "Requests answered with an error.", nil, func() float64 { return float64(co.Errors.Load()) })
-			}); err != nil {
+			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterCoordinator(reg, co) }); err != nil {
 				return err
 			}
 			log.Info("coordinator: serving", "campaign", cp.Name)
@@ -133,18 +128,7 @@ crowdlog.pdd.advance (log replays).`,
 				<-cmd.Context().Done()
 				return nil
 			}
-			t := time.NewTicker(time.Minute)
-			defer t.Stop()
-			for {
-				if _, err := co.Advance(cmd.Context(), int32(keywords.DayOf(time.Now()))); err != nil && cmd.Context().Err() == nil {
-					log.Error("coordinator: advance", "err", err)
-				}
-				select {
-				case <-cmd.Context().Done():
-					return nil
-				case <-t.C:
-				}
-			}
+			return co.FollowWallClock(cmd.Context(), time.Minute)
 		},
 	}
 	f := c.Flags()
@@ -175,16 +159,9 @@ missing after the delay, and writes each group's outcome to "group-sums".
 State is rebuilt by replaying a partition on assignment (restart-safe).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if len(keyPaths) == 0 {
-				return errors.New("--key is required (the aggregator's HPKE key, see `crowdlog keys generate`)")
-			}
-			var keys []*onion.KeyPair
-			for _, p := range keyPaths {
-				k, err := onion.LoadKeyPair(p)
-				if err != nil {
-					return err
-				}
-				keys = append(keys, k)
+			keys, err := keydir.LoadKeyPairs(keyPaths)
+			if err != nil {
+				return err
 			}
 			nc, err := natsconn.Connect(natsURL, "crowdlog-aggregate-vectors")
 			if err != nil {
@@ -192,10 +169,7 @@ State is rebuilt by replaying a partition on assignment (restart-safe).`,
 			}
 			defer nc.Close()
 			s := &vectors.Service{Brokers: kafkaAddr, Keys: keys, Recoverer: coordinator.NATSRecoverer{NC: nc}, Logger: logger()}
-			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterVectors(reg, s) }); err != nil {
-				return err
-			}
-			return s.Run(cmd.Context())
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterVectors(reg, s) }, s.Run)
 		},
 	}
 	f := c.Flags()
@@ -230,10 +204,7 @@ pdd_rounds; view keyword_daily). Idempotent on restart.`,
 			}
 			defer w.Close()
 			st := &pddrelease.Stage{Brokers: kafkaAddr, Writer: w, List: l, Epsilon: eps, MaxCount: int64(maxCount), Logger: logger()}
-			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterPDDRelease(reg, st) }); err != nil {
-				return err
-			}
-			return st.Run(cmd.Context())
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterPDDRelease(reg, st) }, st.Run)
 		},
 	}
 	f := c.Flags()

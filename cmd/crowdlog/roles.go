@@ -17,12 +17,9 @@ import (
 	"github.com/crowdlog/crowdlog/aggregator/audit"
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
-	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/apps"
-	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 	"github.com/crowdlog/crowdlog/protocol"
-	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release"
@@ -106,10 +103,7 @@ Example:
 }
 
 func ingestCmd() *cobra.Command {
-	var input, app, pol, epoch, natsURL, keys string
-	var appOpts apps.Options
-	var dp policy.Params
-	var k, workers int
+	cfg := runner.IngestConfig{}
 	var noProgress bool
 	c := &cobra.Command{
 		Use:   "ingest --input LOG --keys DIR [--nats URL]",
@@ -130,64 +124,25 @@ ingest does not close the epoch: run 'crowdlog aggregate close-epoch' when all
 clients of the epoch have sent.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := logger()
-			ctx := cmd.Context()
-			a, err := apps.LookupWith(app, appOpts)
-			if err != nil {
-				return err
-			}
-			rp, err := runner.ResolvePolicy(pol, k, dp, input)
-			if err != nil {
-				return err
-			}
-			limit, distinct := rp.Limit()
-			ra, rb, ag, err := keydir.LoadRoute(keys)
-			if err != nil {
-				return err
-			}
-			nc, err := natsconn.Connect(natsURL, "crowdlog-ingest")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			if err := runner.CheckRoute(ctx, nc, ra, rb, log); err != nil {
-				return err
-			}
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return err
-			}
-			if err := relays.EnsureStream(ctx, js, 0); err != nil {
-				return err
-			}
-			pub := &publish.Publisher{JS: js, Subject: protocol.RelaySubject("a")}
-			client := &ingest.Client{App: a, Epoch: epoch, Policy: rp.Sealing(), K: rp.ShamirK, Limit: limit, LimitDistinct: distinct,
-				Randomness: &randomness.Client{NC: nc, PinFile: filepath.Join(keys, keydir.RandomnessPins)},
-				Route:      ingest.Route{RelayA: ra, RelayB: rb, Aggregator: ag, SubjectB: protocol.RelaySubject("b")},
-				Publish:    pub.Publish}
-			replay := &ingest.Replay{Client: client, Workers: workers, Logger: log}
+			cfg.Logger = logger()
 			if !noProgress && term.IsTerminal(int(os.Stderr.Fd())) {
-				replay.Progress = os.Stderr
+				cfg.Progress = os.Stderr
 			}
-			sum, err := replay.Run(ctx, input)
-			if ferr := pub.Flush(ctx); err == nil {
-				err = ferr
-			}
-			log.Info("ingest done", "clients", sum.Users, "reports", sum.Reports, "log", sum.Log.String())
+			_, err := runner.Ingest(cmd.Context(), cfg)
 			return err
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&input, "input", "", "AOL TSV log (plain or .gz) (required)")
-	f.StringVar(&app, "app", "query", "mining application: "+fmt.Sprint(apps.Apps()))
-	appFlags(f, &appOpts)
-	f.StringVar(&pol, "policy", "ft-u", "policy: ft-u, ft-a, dp-a, dp-u or zealous (the release role must use the same)")
-	f.IntVar(&k, "k", 5, "threshold k of ft-u/ft-a")
-	policyFlags(f, &dp)
-	f.StringVar(&epoch, "epoch", "all", "epoch name")
-	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
-	f.StringVar(&keys, "keys", "keys", "directory with relay-a.key.pub, relay-b.key.pub, aggregator.key.pub")
-	f.IntVar(&workers, "workers", 0, "clients replayed concurrently (default: number of CPUs)")
+	f.StringVar(&cfg.Input, "input", "", "AOL TSV log (plain or .gz) (required)")
+	f.StringVar(&cfg.App, "app", "query", "mining application: "+fmt.Sprint(apps.Apps()))
+	appFlags(f, &cfg.AppOptions)
+	f.StringVar(&cfg.Policy, "policy", "ft-u", "policy: ft-u, ft-a, dp-a, dp-u or zealous (the release role must use the same)")
+	f.IntVar(&cfg.K, "k", 5, "threshold k of ft-u/ft-a")
+	policyFlags(f, &cfg.DP)
+	f.StringVar(&cfg.Epoch, "epoch", "all", "epoch name")
+	f.StringVar(&cfg.NATS, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
+	f.StringVar(&cfg.KeysDir, "keys", "keys", "directory with relay-a.key.pub, relay-b.key.pub, aggregator.key.pub")
+	f.IntVar(&cfg.Workers, "workers", 0, "clients replayed concurrently (default: number of CPUs)")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar on stderr (shown only when stderr is a terminal)")
 	c.MarkFlagRequired("input")
 	return c
@@ -240,10 +195,7 @@ warning says so); epochs listed in DIR/randomness.seed.closed stay closed.`,
 			if err != nil {
 				return err
 			}
-			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterRandomness(reg, s) }); err != nil {
-				return err
-			}
-			return s.Run(cmd.Context())
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterRandomness(reg, s) }, s.Run)
 		},
 	}
 	c.Flags().StringVar(&natsURL, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
@@ -370,10 +322,7 @@ so kill -9 loses nothing and counts nothing twice.`,
 			}
 			s.GroupID = group
 			s.SessionTimeout = session
-			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterAggregator(reg, s) }); err != nil {
-				return err
-			}
-			return s.Run(cmd.Context())
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterAggregator(reg, s) }, s.Run)
 		},
 	}
 	c.Flags().StringSliceVar(&kafkaAddrs, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")
@@ -433,13 +382,9 @@ Example:
 			if len(keyPaths) == 0 || epoch == "" {
 				return errors.New("--key and --epoch are required")
 			}
-			var keys []*onion.KeyPair
-			for _, p := range keyPaths {
-				kp, err := onion.LoadKeyPair(p)
-				if err != nil {
-					return err
-				}
-				keys = append(keys, kp)
+			keys, err := keydir.LoadKeyPairs(keyPaths)
+			if err != nil {
+				return err
 			}
 			res, err := audit.Run(cmd.Context(), kafkaAddrs, protocol.ReportsTopic, protocol.DecryptedTopic, keys, app, epoch)
 			if err != nil {
@@ -492,10 +437,7 @@ over --budget-epsilon/--budget-delta is refused and logged.`,
 				st.Policy, st.Dataset, st.Budget = rp, dataset, budget
 				log.Info("release: DP policy", "policy", rp.String())
 			}
-			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterRelease(reg, st) }); err != nil {
-				return err
-			}
-			return st.Run(cmd.Context())
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterRelease(reg, st) }, st.Run)
 		},
 	}
 	c.Flags().StringSliceVar(&kafkaAddrs, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")

@@ -2,10 +2,8 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -42,17 +40,12 @@ Example:
 			if err != nil {
 				return err
 			}
-			csvPath, plots, err := writeSimulation(out, r.App+".csv", format, r)
+			csvPath, plots, err := simulate.WriteFiles(out, r.App+".csv", format, r)
 			if err != nil {
 				return err
 			}
-			fmt.Printf("crowdlog simulate: app %s, %d users, %d impressions, %d distinct artifacts, ε=%.4g δ=%.4g\n",
-				r.App, r.Users, r.Impressions, r.Artifacts, r.Epsilon, r.Delta)
-			fmt.Println("policy   k  param  artifacts  impressions  (fraction of impressions)")
-			for _, p := range r.Points {
-				if p.K == 1 || p.K == 5 || p.K == 10 || p.K == 20 || p.K == 50 || p.K == 100 || p.K == 160 {
-					fmt.Printf("%-8s %3d %5d %10d %12d  %.4f\n", p.Policy, p.K, p.Param, p.Artifacts, p.Impressions, p.ImpressionFrac)
-				}
+			if err := r.WriteSummary(os.Stdout); err != nil {
+				return err
 			}
 			fmt.Println("wrote", csvPath, plots)
 			return nil
@@ -105,7 +98,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			csvPath, plots, err := writeSimulation(out, "pdd.csv", format, r)
+			csvPath, plots, err := simulate.WriteFiles(out, "pdd.csv", format, r)
 			if err != nil {
 				return err
 			}
@@ -151,32 +144,4 @@ func budgetFlags(f *pflag.FlagSet, dataset *string, b *release.Budget) {
 	f.StringVar(dataset, "dataset", "default", "privacy budget name: DP releases spend from (dataset, epoch)")
 	f.Float64Var(&b.Epsilon, "budget-epsilon", 0, "ε budget per (dataset, epoch); a release over it is refused (0 = no limit)")
 	f.Float64Var(&b.Delta, "budget-delta", 0, "δ budget per (dataset, epoch) (0 = no limit)")
-}
-
-// simulation is what both simulations write: a CSV and plots.
-type simulation interface {
-	WriteCSV(w io.Writer) error
-	Plot(dir, ext string) ([]string, error)
-}
-
-// writeSimulation writes r's CSV as dir/name and its plots (format svg or
-// png) into dir, creating dir; it returns the paths written.
-func writeSimulation(dir, name, format string, r simulation) (string, []string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", nil, err
-	}
-	csvPath := filepath.Join(dir, name)
-	f, err := os.Create(csvPath)
-	if err != nil {
-		return "", nil, err
-	}
-	if err := r.WriteCSV(f); err != nil {
-		f.Close()
-		return "", nil, err
-	}
-	if err := f.Close(); err != nil {
-		return "", nil, err
-	}
-	plots, err := r.Plot(dir, format)
-	return csvPath, plots, err
 }

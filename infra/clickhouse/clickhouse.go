@@ -470,3 +470,15 @@ func xmlEscape(s string) string {
 	}
 	return b.String()
 }
+
+// WriteAddrEnv writes the server's addresses to dir/addr.env as shell
+// variables (CH_TCP=host:port, CH_TCP_PORT, CH_HTTP) for scripts, and
+// returns the file's text.
+func (s *Server) WriteAddrEnv(dir string) (string, error) {
+	_, p, err := net.SplitHostPort(s.TCPAddr)
+	if err != nil {
+		return "", fmt.Errorf("clickhouse: TCP address %q: %w", s.TCPAddr, err)
+	}
+	env := fmt.Sprintf("CH_TCP=%s\nCH_TCP_PORT=%s\nCH_HTTP=%s\n", s.TCPAddr, p, s.HTTPAddr)
+	return env, os.WriteFile(filepath.Join(dir, "addr.env"), []byte(env), 0o644)
+}

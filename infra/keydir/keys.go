@@ -68,3 +68,22 @@ func LoadRoute(dir string) (a, b, agg onion.PublicKey, err error) {
 	agg, err = onion.LoadPublicKey(filepath.Join(dir, AggregatorKey+".pub"))
 	return
 }
+
+// LoadKeyPairs reads the HPKE key files at paths (onion.LoadKeyPair), in
+// order: a role started with two files during a rotation accepts layers
+// sealed for either key id. It errors when paths is empty (say which
+// --key files to give) or a file is bad (the error names it).
+func LoadKeyPairs(paths []string) ([]*onion.KeyPair, error) {
+	if len(paths) == 0 {
+		return nil, errors.New("no key file given: pass --key FILE (see `crowdlog keys generate`)")
+	}
+	keys := make([]*onion.KeyPair, 0, len(paths))
+	for _, p := range paths {
+		k, err := onion.LoadKeyPair(p)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}

@@ -127,3 +127,21 @@ func Rotate(dir, role string) (oldID, newID int, err error) {
 // retire` removes it. Roles: relay-a, relay-b, aggregator.
 var Roles = []string{"relay-a", "relay-b", "aggregator"}
 var oldKeyName = regexp.MustCompile(`^(relay-a|relay-b|aggregator)\.([0-9]+)\.key$`)
+
+// Retire deletes the rotated-out key pair ROLE.ID.key of dir and its .pub
+// and returns the private key's path. The current key (ROLE.key) cannot be
+// retired this way; it errors for an unknown role or a missing file.
+func Retire(dir, role string, id int) (string, error) {
+	if !ValidRole(role) {
+		return "", fmt.Errorf("--role %q: use one of %v", role, Roles)
+	}
+	path := filepath.Join(dir, fmt.Sprintf("%s.%d.key", role, id))
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("no rotated-out key %s: %w (see `crowdlog keys list`)", path, err)
+	}
+	if err := os.Remove(path); err != nil {
+		return "", err
+	}
+	_ = os.Remove(path + ".pub")
+	return path, nil
+}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/aggregator"
 	ikafka "github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 )
@@ -174,15 +175,5 @@ func aggregatorKeys(dir string) ([]*onion.KeyPair, error) {
 	return LoadKeys(paths)
 }
 
-// LoadKeys loads private key files (onion.LoadKeyPair).
-func LoadKeys(paths []string) ([]*onion.KeyPair, error) {
-	var keys []*onion.KeyPair
-	for _, p := range paths {
-		k, err := onion.LoadKeyPair(p)
-		if err != nil {
-			return nil, err
-		}
-		keys = append(keys, k)
-	}
-	return keys, nil
-}
+// LoadKeys loads private key files (keydir.LoadKeyPairs).
+func LoadKeys(paths []string) ([]*onion.KeyPair, error) { return keydir.LoadKeyPairs(paths) }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/aggregator/vectors"
+	"github.com/crowdlog/crowdlog/coordinator"
 	"github.com/crowdlog/crowdlog/infra/metrics"
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/randomness"
@@ -59,4 +60,11 @@ func RegisterPDDRelease(reg prometheus.Registerer, st *pddrelease.Stage) {
 	metrics.CounterFunc(reg, "crowdlog_pdd_release_days_total", "PDD days written to ClickHouse.", nil, func() float64 { return float64(st.Rounds.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_pdd_release_skipped_total", "PDD days found already written.", nil, func() float64 { return float64(st.Skipped.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_pdd_release_dropped_total", "Group outcomes dropped by the PDD release.", nil, func() float64 { return float64(st.Dropped.Load()) })
+}
+
+// RegisterCoordinator exposes the PDD coordinator's pings answered and
+// requests answered with an error.
+func RegisterCoordinator(reg prometheus.Registerer, co *coordinator.Coordinator) {
+	metrics.CounterFunc(reg, "crowdlog_coordinator_pings_total", "Client pings answered.", nil, func() float64 { return float64(co.Pings.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_coordinator_errors_total", "Requests answered with an error.", nil, func() float64 { return float64(co.Errors.Load()) })
 }

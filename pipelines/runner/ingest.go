@@ -1,0 +1,91 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/crowdlog/crowdlog/infra/keydir"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
+	"github.com/crowdlog/crowdlog/ingest"
+	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/ingest/publish"
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/randomness"
+	"github.com/crowdlog/crowdlog/relays"
+	"github.com/crowdlog/crowdlog/release/policy"
+)
+
+// IngestConfig is one `crowdlog ingest`: the client side alone, against
+// roles that run elsewhere.
+type IngestConfig struct {
+	Input      string       // AOL TSV log, plain or gzip; one client per AnonID
+	App        string       // mining application, e.g. "query"
+	AppOptions apps.Options // zero fields mean the defaults
+	Policy     string       // "ft-u", "ft-a", "dp-a", "dp-u" or "zealous"
+	K          int          // threshold k of ft-u/ft-a
+	DP         policy.Params
+	Epoch      string // epoch name
+	NATS       string // NATS URL, or comma-separated URLs of a cluster
+	KeysDir    string // relay-a.key.pub, relay-b.key.pub, aggregator.key.pub and the randomness pins
+	Workers    int    // clients replayed concurrently; 0 = number of CPUs
+	Progress   io.Writer
+	Logger     *slog.Logger
+}
+
+// Ingest replays cfg.Input as clients: it checks that relays a and b hold
+// the key ids of the route (CheckRoute), mines, seals, onion-wraps and
+// publishes every report to relay a, and waits until JetStream has stored
+// each one (publish.Publisher.Flush). It does not close the epoch. The
+// summary is returned even on error, with what was sent so far.
+func Ingest(ctx context.Context, cfg IngestConfig) (ingest.ReplaySummary, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	var none ingest.ReplaySummary
+	a, err := apps.LookupWith(cfg.App, cfg.AppOptions)
+	if err != nil {
+		return none, err
+	}
+	pol, err := ResolvePolicy(cfg.Policy, cfg.K, cfg.DP, cfg.Input)
+	if err != nil {
+		return none, err
+	}
+	ra, rb, ag, err := keydir.LoadRoute(cfg.KeysDir)
+	if err != nil {
+		return none, err
+	}
+	nc, err := natsconn.Connect(cfg.NATS, "crowdlog-ingest")
+	if err != nil {
+		return none, err
+	}
+	defer nc.Close()
+	if err := CheckRoute(ctx, nc, ra, rb, log); err != nil {
+		return none, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return none, fmt.Errorf("ingest: JetStream: %w", err)
+	}
+	if err := relays.EnsureStream(ctx, js, 0); err != nil {
+		return none, err
+	}
+	pub := &publish.Publisher{JS: js, Subject: protocol.RelaySubject("a")}
+	limit, distinct := pol.Limit()
+	client := &ingest.Client{App: a, Epoch: cfg.Epoch, Policy: pol.Sealing(), K: pol.ShamirK, Limit: limit, LimitDistinct: distinct,
+		Randomness: &randomness.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, keydir.RandomnessPins)},
+		Route:      ingest.Route{RelayA: ra, RelayB: rb, Aggregator: ag, SubjectB: protocol.RelaySubject("b")},
+		Publish:    pub.Publish}
+	replay := &ingest.Replay{Client: client, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
+	sum, err := replay.Run(ctx, cfg.Input)
+	if ferr := pub.Flush(ctx); err == nil {
+		err = ferr
+	}
+	log.Info("ingest done", "clients", sum.Users, "reports", sum.Reports, "log", sum.Log.String())
+	return sum, err
+}
