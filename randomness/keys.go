@@ -25,7 +25,9 @@ import (
 //
 //	EPOCH.key        the epoch's OPRF private key: the 32-byte scalar
 //	                 (RFC 9497 SerializeScalar), mode 0600, random
-//	                 (circl circloprf.GenerateKey), written once
+//	                 (circl circloprf.GenerateKey), written once: by
+//	                 OpenEpoch (named epochs) or on the first request of
+//	                 a scheduled epoch; never for a client-named epoch
 //	EPOCH.destroyed  tombstone of a destroyed key (empty): never regenerated
 //	closed           closed epochs, one "EPOCH RFC3339-time" line each
 //	~tmp-*           a key being written (removed by Sweep when stale)
@@ -113,9 +115,11 @@ type Options struct {
 	// names of this length (a whole number of seconds), a request for an
 	// epoch starting more than Skew after now is refused (ErrEpochFuture),
 	// and an epoch whose end plus Grace has passed is refused
-	// (ErrEpochExpired) and its key destroyed. 0 is named-epoch mode: any
-	// valid name (ValidEpoch), no clock, for log replays with historic
-	// epochs; epochs end only by Close.
+	// (ErrEpochExpired) and its key destroyed; the schedule opens its
+	// epochs (a key is created on an epoch's first request). 0 is
+	// named-epoch mode: any valid name (ValidEpoch), no clock, for log
+	// replays with historic epochs; an operator opens each epoch
+	// (OpenEpoch) before clients use it, and it ends only by Close.
 	EpochLength time.Duration
 	// Grace is how long a key survives its epoch's Close (and, in schedule
 	// mode, its end) before it is destroyed. 0 means DefaultGrace; a
@@ -137,10 +141,14 @@ type Options struct {
 
 // Keys holds one OPRF key per epoch (RFC 9497 verifiable mode over
 // ristretto255), stored in a key directory shared by every randomness
-// process of a deployment. A key is created at random on an epoch's first
-// use, written atomically with first-writer-wins semantics (a hard link
-// from a fully written temporary file: processes racing on a new epoch all
-// end up with the file that won), and destroyed — overwritten, removed and
+// process of a deployment. A key is created at random — in named-epoch
+// mode only by an operator (OpenEpoch, `crowdlog randomness open-epoch`),
+// in schedule mode by the schedule on the epoch's first request, never by a
+// client naming an epoch (Lookup refuses unopened named epochs with
+// ErrEpochNotOpen: no client can fill the directory with key files) — and
+// written atomically with first-writer-wins semantics (a hard link from a
+// fully written temporary file: processes racing on a new epoch all end up
+// with the file that won). It is destroyed — overwritten, removed and
 // replaced by a tombstone — once the epoch is closed (Close) or, in
 // schedule mode, has ended, plus a grace period. A closed, expired or
 // destroyed epoch is never given a new key: forward secrecy for the
@@ -378,33 +386,84 @@ func (k *Keys) window(epoch string) (start, end time.Time, err error) {
 	return start, start.Add(k.o.EpochLength), nil
 }
 
-// Epoch returns the OPRF private key of an epoch, creating it on first use.
-// Errors: an invalid name (or, in schedule mode, a name not of the
-// schedule); protocol.ErrEpochClosed for a closed or destroyed epoch;
-// in schedule mode protocol.ErrEpochFuture for an epoch starting more than
-// Skew from now and protocol.ErrEpochExpired for one whose end plus Grace
-// has passed (its key is destroyed on the way); I/O errors of the key
-// directory.
+// ErrEpochNotOpen is wrapped when a named epoch was never opened (it has no
+// key file): in named-epoch mode only an operator creates epochs
+// (Keys.OpenEpoch, `crowdlog randomness open-epoch`), so a client cannot
+// make the service create keys by naming new epochs. On the wire it is a
+// plain refusal (status 1) whose message starts with this error's text;
+// Client wraps it again, so errors.Is works on both sides.
+var ErrEpochNotOpen = errors.New("epoch not opened at the randomness service")
+
+// OpenEpoch opens a named epoch: it creates the epoch's key file
+// (EPOCH.key, 32-byte RFC 9497 ristretto255 scalar, mode 0600) unless it
+// exists, and returns the epoch's 32-byte encoded OPRF public key (what
+// clients pin; publish it out of band to detect a split view) and whether
+// this call created the key file (false: the epoch was open). This is the
+// operator's action (`crowdlog randomness open-epoch`, `crowdlog run` for
+// its own epoch); the service never calls it for a request. Idempotent:
+// opening an open epoch returns its key unchanged, also across processes
+// sharing the directory. Errors: an invalid name (or, in schedule mode, a
+// name not of the schedule); protocol.ErrEpochClosed for a closed or
+// destroyed epoch (never reopened); in schedule mode ErrEpochFuture and
+// ErrEpochExpired as Lookup; I/O errors of the key directory.
+func (k *Keys) OpenEpoch(epoch string) (pub []byte, created bool, err error) {
+	key, created, err := k.get(epoch, true)
+	if err != nil {
+		return nil, false, err
+	}
+	pub, err = key.Public().MarshalBinary()
+	return pub, created, err
+}
+
+// Lookup returns the OPRF private key of an open epoch; it is what the
+// service uses for every request. In named-epoch mode an epoch is open once
+// an operator opened it (OpenEpoch, in this or another process sharing the
+// directory); a name without a key file is refused with ErrEpochNotOpen and
+// nothing is written. In schedule mode the schedule opens epochs: the key
+// of an epoch within its window is created on first use. Errors: an invalid
+// name (or, in schedule mode, a name not of the schedule); ErrEpochNotOpen;
+// protocol.ErrEpochClosed for a closed or destroyed epoch; in schedule mode
+// protocol.ErrEpochFuture for an epoch starting more than Skew from now and
+// protocol.ErrEpochExpired for one whose end plus Grace has passed (its key
+// is destroyed on the way); I/O errors of the key directory.
+func (k *Keys) Lookup(epoch string) (*circloprf.PrivateKey, error) {
+	key, _, err := k.get(epoch, k.o.EpochLength > 0)
+	return key, err
+}
+
+// Epoch returns the OPRF private key of an epoch, opening it (creating its
+// key) when needed: OpenEpoch for tools that hold the key directory and need
+// the private key (tests, the attack suite's key-directory thief). It is an
+// operator action: code answering a client must use Lookup, which never
+// creates a named epoch. Errors like OpenEpoch.
 func (k *Keys) Epoch(epoch string) (*circloprf.PrivateKey, error) {
+	key, _, err := k.get(epoch, true)
+	return key, err
+}
+
+// get returns epoch's key after the name, close and schedule checks; when
+// the key file is missing it creates it if create is set and refuses with
+// ErrEpochNotOpen otherwise. created reports a new key file.
+func (k *Keys) get(epoch string, create bool) (key *circloprf.PrivateKey, created bool, err error) {
 	if !ValidEpoch(epoch) {
-		return nil, fmt.Errorf("invalid epoch name %q (use 1-64 letters, digits, '.', '_' or '-')", epoch)
+		return nil, false, fmt.Errorf("invalid epoch name %q (use 1-64 letters, digits, '.', '_' or '-')", epoch)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if err := k.reloadClosed(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if _, ok := k.closed[epoch]; ok {
-		return nil, k.closedErr(epoch)
+		return nil, false, k.closedErr(epoch)
 	}
 	if k.o.EpochLength > 0 {
 		start, end, err := k.window(epoch)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		now := k.o.Now()
 		if start.After(now.Add(k.o.Skew)) {
-			return nil, fmt.Errorf("%w: epoch %s starts at %s, the service's clock says %s (current epoch: %s); check the client's clock and epoch name",
+			return nil, false, fmt.Errorf("%w: epoch %s starts at %s, the service's clock says %s (current epoch: %s); check the client's clock and epoch name",
 				protocol.ErrEpochFuture, epoch, start.Format(time.RFC3339), now.UTC().Format(time.RFC3339), ScheduleEpoch(now, k.o.EpochLength))
 		}
 		if !now.Before(end.Add(k.o.Grace)) {
@@ -412,54 +471,64 @@ func (k *Keys) Epoch(epoch string) (*circloprf.PrivateKey, error) {
 			if err := k.destroy(epoch); err != nil {
 				k.log.Error("randomness: destroy expired epoch key", "epoch", epoch, "err", err)
 			}
-			return nil, fmt.Errorf("%w: epoch %s ended at %s (grace %s): its key is destroyed; seal under the current epoch %s",
+			return nil, false, fmt.Errorf("%w: epoch %s ended at %s (grace %s): its key is destroyed; seal under the current epoch %s",
 				protocol.ErrEpochExpired, epoch, end.Format(time.RFC3339), k.o.Grace, ScheduleEpoch(now, k.o.EpochLength))
 		}
 	}
 	if key, ok := k.byEp[epoch]; ok {
-		return key, nil
+		return key, false, nil
 	}
-	key, err := k.loadOrCreate(epoch)
+	key, created, err = k.loadOrCreate(epoch, create)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	k.byEp[epoch] = key
-	return key, nil
+	return key, created, nil
+}
+
+func (k *Keys) notOpenErr(epoch string) error {
+	return fmt.Errorf("%w: epoch %s has no key; named epochs are opened by an operator (crowdlog randomness open-epoch --keys DIR --epoch %s), never by a request: check the epoch name or ask the operator to open it",
+		ErrEpochNotOpen, epoch, epoch)
 }
 
 func (k *Keys) closedErr(epoch string) error {
 	return fmt.Errorf("%w: epoch %s no longer gives out randomness (reports for it would never be aggregated)", protocol.ErrEpochClosed, epoch)
 }
 
-// loadOrCreate reads epoch's key file or creates it: a fresh key written
-// to a temporary file (0600, fsynced) and hard-linked to EPOCH.key, which
-// fails when another process linked first — then that process's key is
-// read. A tombstone refuses the epoch. Callers hold mu.
-func (k *Keys) loadOrCreate(epoch string) (*circloprf.PrivateKey, error) {
+// loadOrCreate reads epoch's key file or, when create is set, creates it: a
+// fresh key written to a temporary file (0600, fsynced) and hard-linked to
+// EPOCH.key, which fails when another process linked first — then that
+// process's key is read. Without create a missing file is ErrEpochNotOpen
+// and nothing is written. A tombstone refuses the epoch. created reports a
+// key file this call linked. Callers hold mu.
+func (k *Keys) loadOrCreate(epoch string, create bool) (key *circloprf.PrivateKey, created bool, err error) {
 	path := KeyFile(k.dir, epoch)
 	tomb := filepath.Join(k.dir, epoch+tombstoneSuffix)
 	if _, err := os.Stat(tomb); err == nil {
-		return nil, k.closedErr(epoch)
+		return nil, false, k.closedErr(epoch)
 	}
-	key, err := ReadKeyFile(path)
+	key, err = ReadKeyFile(path)
 	if err == nil || !errors.Is(err, fs.ErrNotExist) {
-		return key, err
+		return key, false, err
+	}
+	if !create {
+		return nil, false, k.notOpenErr(epoch)
 	}
 	fresh, err := circloprf.GenerateKey(oprf.OPRFSuite, rand.Reader)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	fresh.Public() // fill circl's lazy cache before sharing (see ReadKeyFile)
 	raw, err := fresh.MarshalBinary()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var nonce [8]byte
 	rand.Read(nonce[:])
 	tmp := filepath.Join(k.dir, tmpPrefix+hex.EncodeToString(nonce[:]))
 	if err := writeSynced(tmp, raw); err != nil {
 		os.Remove(tmp)
-		return nil, fmt.Errorf("randomness: write epoch key: %w", err)
+		return nil, false, fmt.Errorf("randomness: write epoch key: %w", err)
 	}
 	lerr := os.Link(tmp, path)
 	if lerr == nil {
@@ -474,21 +543,23 @@ func (k *Keys) loadOrCreate(epoch string) (*circloprf.PrivateKey, error) {
 		// between the checks above and the link: never serve then
 		if _, err := os.Stat(tomb); err == nil {
 			overwriteRemove(path)
-			return nil, k.closedErr(epoch)
+			return nil, false, k.closedErr(epoch)
 		}
 		k.log.Info("randomness: epoch key created", "epoch", epoch, "file", path)
-		return fresh, nil
+		return fresh, true, nil
 	case errors.Is(lerr, fs.ErrExist):
-		return ReadKeyFile(path) // another process won the race
+		key, err = ReadKeyFile(path) // another process won the race
+		return key, false, err
 	default:
-		return nil, fmt.Errorf("randomness: store epoch key (the key directory must support hard links): %w", lerr)
+		return nil, false, fmt.Errorf("randomness: store epoch key (the key directory must support hard links): %w", lerr)
 	}
 }
 
-// PublicKey returns the 32-byte encoded OPRF public key of an epoch (what
-// clients pin). Errors like Epoch.
+// PublicKey returns the 32-byte encoded OPRF public key of an open epoch
+// (what clients pin); like Lookup it never opens a named epoch. Errors like
+// Lookup.
 func (k *Keys) PublicKey(epoch string) ([]byte, error) {
-	key, err := k.Epoch(epoch)
+	key, err := k.Lookup(epoch)
 	if err != nil {
 		return nil, err
 	}

@@ -58,7 +58,7 @@ func TestKeyFiles(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			var err error
-			if pubs[i], err = ks[i].PublicKey("2006-03"); err != nil {
+			if pubs[i], _, err = ks[i].OpenEpoch("2006-03"); err != nil {
 				t.Error(err)
 			}
 		}(i)
@@ -92,7 +92,7 @@ func TestKeyFiles(t *testing.T) {
 		}
 		t.Fatalf("key directory holds %v, want only 2006-03.key", names)
 	}
-	other, _ := ks[0].PublicKey("2006-04")
+	other, _, _ := ks[0].OpenEpoch("2006-04")
 	if bytes.Equal(other, pubs[0]) {
 		t.Fatal("two epochs share a key")
 	}
@@ -133,7 +133,7 @@ func TestDestroyAfterGrace(t *testing.T) {
 	o := Options{Grace: time.Hour, Now: c.now}
 	k := open(t, dir, o)
 	peer := open(t, dir, o)
-	pub, err := k.PublicKey("2006-03")
+	pub, _, err := k.OpenEpoch("2006-03")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +159,9 @@ func TestDestroyAfterGrace(t *testing.T) {
 		if _, err := inst.Epoch("2006-03"); !errors.Is(err, protocol.ErrEpochClosed) {
 			t.Fatalf("%s: destroyed epoch gives %v, want ErrEpochClosed", name, err)
 		}
+	}
+	if _, _, err := open(t, dir, o).OpenEpoch("2006-03"); !errors.Is(err, protocol.ErrEpochClosed) {
+		t.Fatalf("the operator reopening a destroyed epoch: %v, want ErrEpochClosed", err)
 	}
 	if exists(keyFile) {
 		t.Fatal("a refused epoch was given a new key file")
@@ -339,5 +342,51 @@ func TestServiceSweeps(t *testing.T) {
 	}
 	if exists(KeyFile(dir, "2006-03")) {
 		t.Fatal("the service did not destroy the closed epoch's key")
+	}
+}
+
+// TestOpenEpoch: in named-epoch mode Lookup (the service's path) refuses an
+// epoch no operator opened with ErrEpochNotOpen and writes nothing; an
+// operator opening it in another process (OpenEpoch, idempotent) makes it
+// served under the key of its file. In schedule mode the schedule opens
+// epochs: Lookup creates the current epoch's key.
+func TestOpenEpoch(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "randomness.keys")
+	svc := open(t, dir, Options{})
+	if _, err := svc.Lookup("2006-03"); !errors.Is(err, ErrEpochNotOpen) || !strings.Contains(err.Error(), "open-epoch") {
+		t.Fatalf("unopened epoch: %v, want ErrEpochNotOpen naming open-epoch", err)
+	}
+	if _, err := svc.PublicKey("2006-03"); !errors.Is(err, ErrEpochNotOpen) {
+		t.Fatalf("public key of an unopened epoch: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("a refused lookup wrote %d files", len(entries))
+	}
+	op := open(t, dir, Options{}) // the operator's command, another process
+	pub, created, err := op.OpenEpoch("2006-03")
+	if err != nil || !created || len(pub) != protocol.ElementSize {
+		t.Fatalf("OpenEpoch: %d-byte key, created %v, %v", len(pub), created, err)
+	}
+	again, created, err := op.OpenEpoch("2006-03")
+	if err != nil || created || !bytes.Equal(again, pub) {
+		t.Fatalf("reopening an open epoch: created %v, same key %v, %v", created, bytes.Equal(again, pub), err)
+	}
+	if p, err := svc.PublicKey("2006-03"); err != nil || !bytes.Equal(p, pub) {
+		t.Fatalf("service after the operator opened the epoch: %v", err)
+	}
+	if _, _, err := op.OpenEpoch("bad/epoch"); err == nil || !strings.Contains(err.Error(), "invalid epoch") {
+		t.Fatalf("invalid name: %v", err)
+	}
+	if err := op.Close("2006-03"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := op.OpenEpoch("2006-03"); !errors.Is(err, protocol.ErrEpochClosed) {
+		t.Fatalf("reopening a closed epoch: %v, want ErrEpochClosed", err)
+	}
+
+	c := &clock{t: time.Date(2006, 3, 1, 13, 0, 0, 0, time.UTC)}
+	sched := open(t, filepath.Join(t.TempDir(), "randomness.keys"), Options{EpochLength: 24 * time.Hour, Now: c.now})
+	if _, err := sched.Lookup(sched.Current()); err != nil {
+		t.Fatalf("schedule mode: the current epoch must be served without an operator: %v", err)
 	}
 }

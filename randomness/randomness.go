@@ -12,7 +12,10 @@
 // sees; pin files and comparing keys out of band make a split view visible.
 //
 // Epoch keys (keys.go) are random, one file per epoch in a key directory
-// shared by the service's processes, and destroyed after the epoch is
+// shared by the service's processes, created only by an operator opening a
+// named epoch (Keys.OpenEpoch, `crowdlog randomness open-epoch`) or by the
+// schedule — a request naming an unopened epoch is refused
+// (ErrEpochNotOpen) and writes nothing — and destroyed after the epoch is
 // closed (or, with a schedule of absolute epoch boundaries, has ended) plus
 // a grace period; a destroyed epoch is never given a new key.
 package randomness
@@ -131,7 +134,7 @@ func (s *Service) handle(data []byte) *oprf.RandomnessResponse {
 	q, err := oprf.ParseRandomnessRequest(data)
 	if err == nil {
 		var key *circloprf.PrivateKey
-		if key, err = s.Keys.Epoch(q.Epoch); err == nil {
+		if key, err = s.Keys.Lookup(q.Epoch); err == nil { // never opens a named epoch
 			var resp *oprf.RandomnessResponse
 			if resp, err = oprf.Evaluate(key, q); err == nil {
 				s.Evaluated.Add(int64(len(q.Elements)))
@@ -226,7 +229,7 @@ func (c *Client) fetch(ctx context.Context, epoch string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("randomness public key response: %w", err)
 	}
-	if err := resp.Refusal.Err(); err != nil {
+	if err := refusalErr(resp.Refusal); err != nil {
 		return nil, err
 	}
 	if resp.Epoch != epoch {
@@ -378,9 +381,21 @@ func (c *Client) key(ctx context.Context, epoch string) (*circloprf.PublicKey, e
 	return p.pub, nil
 }
 
+// refusalErr is f.Err(), wrapping ErrEpochNotOpen too when the service
+// refused a named epoch that no operator opened (a plain refusal on the
+// wire whose message starts with ErrEpochNotOpen's text).
+func refusalErr(f protocol.Refusal) error {
+	err := f.Err()
+	if err != nil && !f.Closed && !f.Expired && !f.Future && strings.HasPrefix(f.Error, ErrEpochNotOpen.Error()) {
+		return fmt.Errorf("randomness service: %w%s", ErrEpochNotOpen, strings.TrimPrefix(f.Error, ErrEpochNotOpen.Error()))
+	}
+	return err
+}
+
 // Evaluate returns one 64-byte ω per input, in order, for epoch. Inputs are
 // built with oprf.OPRFInput. Requests are batched (one round trip and
 // one DLEQ proof per Batch inputs). Errors: the service's refusal (wrapping
+// ErrEpochNotOpen for a named epoch no operator opened,
 // protocol.ErrEpochClosed for closed epochs, protocol.ErrEpochExpired and
 // protocol.ErrEpochFuture for scheduled epochs outside their window), the
 // timeout, ErrKeyChanged, or oprf.ErrProof when a proof fails against
@@ -416,7 +431,10 @@ func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([
 		if err != nil {
 			return nil, fmt.Errorf("randomness response: %w", err)
 		}
-		if len(resp.Elements) != hi-lo && !resp.Refused() {
+		if err := refusalErr(resp.Refusal); err != nil {
+			return nil, fmt.Errorf("epoch %s: %w", epoch, err)
+		}
+		if len(resp.Elements) != hi-lo {
 			return nil, fmt.Errorf("randomness service answered %d elements for %d", len(resp.Elements), hi-lo)
 		}
 		omegas, err := oprf.Finalize(bl, resp)

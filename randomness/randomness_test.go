@@ -59,6 +59,16 @@ func (e *env) serve(dir string, o ...Options) (*Keys, func()) {
 	return keys, func() { stop(); <-done; e.nc.Flush() }
 }
 
+// openEpochs opens named epochs as the operator does (Keys.OpenEpoch).
+func openEpochs(t *testing.T, keys *Keys, epochs ...string) {
+	t.Helper()
+	for _, ep := range epochs {
+		if _, _, err := keys.OpenEpoch(ep); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestServiceOverNATS: ω from the service over a real NATS server is the
 // same for every client, differs across epochs, survives a service restart
 // (key files on disk), and bad requests get a clear error reply.
@@ -66,7 +76,8 @@ func TestServiceOverNATS(t *testing.T) {
 	e := newEnv(t)
 	ctx := e.ctx
 	dir := filepath.Join(e.dir, "keys", "randomness.keys")
-	_, stop := e.serve(dir)
+	keys, stop := e.serve(dir)
+	openEpochs(t, keys, "e1", "e2") // the operator opens named epochs
 	c := &Client{NC: e.nc, Batch: 3}
 	inputs := [][]byte{oprf.OPRFInput("query", "e1", "a"), oprf.OPRFInput("query", "e1", "b"),
 		oprf.OPRFInput("query", "e1", "c"), oprf.OPRFInput("query", "e1", "a")}
@@ -112,13 +123,14 @@ func TestServiceOverNATS(t *testing.T) {
 func TestWrongKeyService(t *testing.T) {
 	e := newEnv(t)
 	keysA, stopA := e.serve(filepath.Join(e.dir, "a", "randomness.keys"))
-	pkA, err := keysA.PublicKey("e1")
+	pkA, _, err := keysA.OpenEpoch("e1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	stopA()
-	_, stopB := e.serve(filepath.Join(e.dir, "b", "randomness.keys"))
+	keysB, stopB := e.serve(filepath.Join(e.dir, "b", "randomness.keys"))
 	defer stopB()
+	openEpochs(t, keysB, "e1", "e2")
 	in := [][]byte{oprf.OPRFInput("query", "e1", "a")}
 
 	pinned := &Client{NC: e.nc, Pinned: map[string][]byte{"e1": pkA}}
@@ -156,6 +168,7 @@ func TestClosedEpoch(t *testing.T) {
 	e := newEnv(t)
 	dir := filepath.Join(e.dir, "keys", "randomness.keys")
 	keys, stop := e.serve(dir)
+	openEpochs(t, keys, "2006-03", "2006-04")
 	c := &Client{NC: e.nc}
 	in := [][]byte{oprf.OPRFInput("query", "2006-03", "a")}
 	if _, err := c.Evaluate(e.ctx, "2006-03", in); err != nil {
@@ -208,6 +221,7 @@ func TestClientRetriesUntilServiceAnswers(t *testing.T) {
 	e := newEnv(t)
 	dir := filepath.Join(e.dir, "keys", "randomness.keys")
 	inputs := [][]byte{oprf.OPRFInput("query", "e1", "a")}
+	openEpochs(t, open(t, dir, Options{}), "e1", "e2")
 
 	if _, err := (&Client{NC: e.nc, RetryFor: -1}).Evaluate(e.ctx, "e1", inputs); !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("no service, no retries: %v, want ErrNoResponders", err)

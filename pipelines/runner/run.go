@@ -53,7 +53,10 @@ type Config struct {
 
 	// External: randomness, relays, aggregator and release already run
 	// elsewhere against the same addresses and keys; run only ingests,
-	// closes the epoch and waits for the release.
+	// closes the epoch and waits for the release. The operator opens the
+	// named epoch at the randomness service first (`crowdlog randomness
+	// open-epoch`); clients of an unopened epoch stop with
+	// randomness.ErrEpochNotOpen. In process, run opens Epoch itself.
 	External bool
 
 	// DP holds the parameters of dp-a, dp-u and zealous (Epsilon, Delta, D,
@@ -225,10 +228,12 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		if err != nil {
 			return nil, err
 		}
-		// in process the client pins the epoch key read from the key directory itself
-		pk, err := rs.Keys.PublicKey(cfg.Epoch)
+		// the run is the operator of its named epoch: open it in the key
+		// directory before any client asks (the service never opens a named
+		// epoch for a request), and pin the key read from the directory itself
+		pk, _, err := rs.Keys.OpenEpoch(cfg.Epoch)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("open epoch %s at the randomness service: %w", cfg.Epoch, err)
 		}
 		rc.Pinned = map[string][]byte{cfg.Epoch: pk}
 		RegisterRandomness(reg, rs)
