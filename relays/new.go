@@ -17,10 +17,15 @@ type Options struct {
 	Name         string        // "a" or "b": the relay's subject is protocol.RelaySubject(Name)
 	KeyPaths     []string      // HPKE key files; two during a rotation
 	Kafka        []string      // brokers, for the last hop
-	BatchSize    int           // mix batch size
-	BatchTimeout time.Duration // mix batch timeout
+	BatchSize    int           // most messages per fetch; 0 = DefaultBatchSize
+	BatchTimeout time.Duration // longest wait of one fetch; 0 = DefaultBatchTimeout
 	MaxMsgs      int64         // stream bound (backpressure); 0 = default
-	AckWait      time.Duration // redelivery after a crashed relay; 0 = DefaultAckWait
+	AckWait      time.Duration // redelivery after a crashed relay; 0 = DefaultAckWait; at least 2×PoolTimeout
+	// PoolSize (P) and PoolTimeout (T): forward when P peeled messages are
+	// held or T after the oldest arrived (Relay.PoolSize: anonymity set
+	// against latency); 0 = DefaultPoolSize, DefaultPoolTimeout.
+	PoolSize    int
+	PoolTimeout time.Duration
 }
 
 // New builds a relay service connected to js and Kafka.
@@ -48,6 +53,7 @@ func New(ctx context.Context, js jetstream.JetStream, o Options, log *slog.Logge
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
 		BatchSize: 1000, BatchBytes: 64 << 20}
 	r := &Relay{Name: o.Name, Keys: keys, JS: js, Kafka: w, Vectors: vw, BatchSize: o.BatchSize,
-		BatchTimeout: o.BatchTimeout, AckWait: o.AckWait, Logger: log, Stats: &Stats{}}
+		BatchTimeout: o.BatchTimeout, AckWait: o.AckWait, PoolSize: o.PoolSize, PoolTimeout: o.PoolTimeout,
+		Logger: log, Stats: &Stats{}}
 	return r, func() { w.Close(); vw.Close() }, nil
 }

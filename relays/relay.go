@@ -36,6 +36,13 @@ const (
 	DefaultNakDelay       = 500 * time.Millisecond
 	DefaultForwardTimeout = 30 * time.Second
 	DefaultMaxAckPending  = 1 << 16
+	// DefaultPoolSize and DefaultPoolTimeout are the threshold-and-timeout
+	// pool's P and T (Relay.PoolSize, Relay.PoolTimeout): a batch is
+	// forwarded once 64 peeled messages are held, or 1 s after the oldest
+	// held one arrived. At 64 messages per second or more every batch
+	// mixes at least 64; below that a batch holds what arrived within 1 s.
+	DefaultPoolSize    = 64
+	DefaultPoolTimeout = time.Second
 	// MalformedDeliveries is the delivery at which a layer that does not
 	// peel is terminated and counted as "malformed"; earlier deliveries
 	// are retried after NakDelay. Garbage thus costs two peels, and a
@@ -60,15 +67,40 @@ type Relay struct {
 	// relays: HopKafka layers are then dropped as wrong hops.
 	Kafka KafkaWriter
 
-	// BatchSize is the most messages fetched, shuffled and forwarded
-	// together; 0 means 256.
+	// PoolSize (P) and PoolTimeout (T) make the relay a threshold-and-
+	// timeout pool mix: peeled messages are held, and all held messages
+	// are shuffled and forwarded together as soon as at least P are held,
+	// or T after the oldest of them arrived, whichever comes first.
+	//
+	// Trade-off, anonymity set against latency: under a load of P/T
+	// messages per second or more, every forwarded batch mixes at least P
+	// messages (an observer of the relay's input and output cannot tell
+	// which of ≥ P inputs an output is); below that load a batch holds
+	// only what arrived within T, down to a single message when one
+	// arrives alone, and each message waits at most T (plus one forward)
+	// per relay. Raising P or T enlarges the anonymity set under light
+	// load and adds up to T of latency per hop; T also bounds the wait,
+	// so nothing is held forever. Messages are still acknowledged only
+	// after their forward succeeded: a held message stays unacknowledged,
+	// which is why Run requires AckWait ≥ 2·T and sizes the consumer's
+	// MaxAckPending for P held messages. 0 means DefaultPoolSize (64) and
+	// DefaultPoolTimeout (1 s); PoolSize 1 forwards every fetch at once
+	// (no mixing beyond what one fetch brings, the behaviour before pools).
+	PoolSize    int
+	PoolTimeout time.Duration
+	// BatchSize is the most messages one fetch from the inbox returns
+	// (a forwarded batch is a pool of one or more fetches); 0 means 256.
 	BatchSize int
-	// BatchTimeout is the longest a fetch waits to fill a batch; 0 means
+	// BatchTimeout is the longest one fetch waits for BatchSize messages
+	// (a poll interval; the pool's T decides when to forward); 0 means
 	// 50 ms.
 	BatchTimeout time.Duration
 	// AckWait is how long a fetched message stays invisible to other
 	// processes before it is redelivered (when this process died); 0 means
-	// 30 s. Applied to the shared consumer when Run starts.
+	// 30 s. Applied to the shared consumer when Run starts. Must be at
+	// least 2·PoolTimeout, or Run refuses the configuration: held messages
+	// are not acknowledged, and one redelivered while held would be
+	// forwarded twice.
 	AckWait time.Duration
 	// NakDelay is how long a message whose forward failed waits before
 	// redelivery; 0 means 500 ms.
@@ -136,8 +168,10 @@ type item struct {
 // Run consumes the relay's inbox until ctx ends: fetch up to BatchSize
 // messages (or what arrived within BatchTimeout), peel each with Keys, drop
 // bad ones (Term: never redelivered; counted by reason; a layer that does
-// not open is first retried once, see MalformedDeliveries), shuffle the rest
-// with a crypto-seeded ChaCha8 permutation, forward them (HopRelay:
+// not open is first retried once, see MalformedDeliveries), hold the rest in
+// the pool until PoolSize are held or PoolTimeout passed since the oldest
+// arrived, then shuffle the pool with a crypto-seeded ChaCha8 permutation
+// and forward it (HopRelay:
 // JetStream publish of the inner layer to the next relay's subject, with a
 // Nats-Msg-Id of MsgID(inner) for deduplication; HopKafka: one
 // WriteMessages call per batch, Key = hop key, Value = inner layer, no
@@ -146,8 +180,9 @@ type item struct {
 // While it runs, the relay also announces its key ids and public keys on
 // KeysSubject(Name) (see FetchKeys).
 //
-// Run returns nil when ctx ends (fetched but unforwarded messages are
-// Nak'ed for immediate redelivery to another process), and an error for an
+// Run returns nil when ctx ends (fetched but unforwarded messages, the
+// pool included, are Nak'ed for immediate redelivery to another process),
+// and an error for an
 // invalid configuration, when the consumer cannot be created, or when the
 // NATS connection is closed for good (nats.ErrConnectionClosed); transient
 // fetch errors are logged and retried with backoff. Call Run once per
@@ -179,6 +214,11 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	batchSize := def(r.BatchSize, DefaultBatchSize)
 	batchTimeout := def(r.BatchTimeout, DefaultBatchTimeout)
+	poolSize := def(r.PoolSize, DefaultPoolSize)
+	poolTimeout := def(r.PoolTimeout, DefaultPoolTimeout)
+	if ackWait := def(r.AckWait, DefaultAckWait); ackWait < 2*poolTimeout {
+		return fmt.Errorf("relays: relay %s: ack wait %v is shorter than twice the pool timeout %v: held messages would be redelivered while held (raise the ack wait or lower the pool timeout)", r.Name, ackWait, poolTimeout)
+	}
 
 	cons, err := r.consumer(ctx)
 	if err != nil {
@@ -214,9 +254,34 @@ func (r *Relay) Run(ctx context.Context) error {
 		<-fwdDone
 	}()
 
+	// The pool: peeled messages held until poolSize are held or poolTimeout
+	// passed since the oldest arrived (held are unacknowledged; see PoolSize).
+	var pool []*item
+	var oldest time.Time
+	flush := func() {
+		if len(pool) > 0 {
+			if len(pool) < poolSize {
+				r.Stats.TimeoutFlushes.Add(1)
+			}
+			ready <- pool
+			pool = nil
+		}
+	}
+	// shutting down: held messages go back to the inbox at once
+	defer func() { r.release(pool) }()
+
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(batchSize, jetstream.FetchMaxWait(batchTimeout))
+		wait := batchTimeout
+		if len(pool) > 0 {
+			left := time.Until(oldest.Add(poolTimeout))
+			if left <= 0 {
+				flush()
+				continue
+			}
+			wait = max(min(wait, left), time.Millisecond)
+		}
+		batch, err := cons.Fetch(batchSize, jetstream.FetchMaxWait(wait))
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			return fmt.Errorf("relays: relay %s: NATS connection closed: %w", r.Name, err)
 		}
@@ -263,10 +328,28 @@ func (r *Relay) Run(ctx context.Context) error {
 			continue
 		}
 		if good := r.prepare(items, mx, log); len(good) > 0 {
-			ready <- good
+			if len(pool) == 0 {
+				oldest = time.Now()
+			}
+			pool = append(pool, good...)
+		}
+		if len(pool) >= poolSize {
+			flush()
 		}
 	}
 	return nil
+}
+
+// release gives held messages back unforwarded (shutdown): Nak for
+// immediate redelivery, and their replay claims end (a redelivery is not a
+// replay).
+func (r *Relay) release(items []*item) {
+	for _, it := range items {
+		if it.claim {
+			r.replay.done(it.key, false)
+		}
+		_ = it.m.Nak()
+	}
 }
 
 // consumer creates or updates the relay's shared durable pull consumer.
@@ -278,7 +361,9 @@ func (r *Relay) consumer(ctx context.Context) (jetstream.Consumer, error) {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       def(r.AckWait, DefaultAckWait),
 		MaxDeliver:    -1,
-		MaxAckPending: max(DefaultMaxAckPending, 4*def(r.BatchSize, DefaultBatchSize)),
+		// room for a full pool plus a fetch being peeled and a batch being
+		// forwarded, with a margin for several processes
+		MaxAckPending: max(DefaultMaxAckPending, 4*(def(r.PoolSize, DefaultPoolSize)+2*def(r.BatchSize, DefaultBatchSize))),
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
 	var err error
@@ -299,8 +384,7 @@ func (r *Relay) consumer(ctx context.Context) (jetstream.Consumer, error) {
 func (r *Relay) prepare(items []*item, mx *metrics, log *slog.Logger) []*item {
 	st := r.Stats
 	st.In.Add(uint64(len(items)))
-	st.Batches.Add(1)
-	mx.batch(len(items))
+	mx.in.Add(float64(len(items)))
 
 	r.peelAll(items)
 	if r.replay != nil {
@@ -380,10 +464,12 @@ func (r *Relay) prepare(items []*item, mx *metrics, log *slog.Logger) []*item {
 	return good
 }
 
-// forward shuffles a batch of peeled messages, forwards them, and acks the
-// forwarded ones (Nak for the others).
+// forward shuffles a batch of peeled messages (one pool), forwards them,
+// and acks the forwarded ones (Nak for the others).
 func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *metrics, log *slog.Logger) {
 	st := r.Stats
+	st.Batches.Add(1)
+	mx.batchSize.Observe(float64(len(good)))
 	rng.Shuffle(len(good), func(i, j int) { good[i], good[j] = good[j], good[i] })
 
 	fctx, cancel := context.WithTimeout(ctx, def(r.ForwardTimeout, DefaultForwardTimeout))

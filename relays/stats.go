@@ -32,13 +32,17 @@ type Stats struct {
 	Replay atomic.Uint64
 	// ForwardFailures counts messages Nak'ed because their forward failed.
 	ForwardFailures atomic.Uint64
-	// Batches counts processed (non-empty) batches.
+	// Batches counts forwarded batches (pools), each shuffled as one set.
 	Batches atomic.Uint64
+	// TimeoutFlushes counts the batches forwarded because PoolTimeout
+	// passed with fewer than PoolSize messages held (light load: those
+	// batches mixed fewer than P messages).
+	TimeoutFlushes atomic.Uint64
 }
 
 // StatsSnapshot is a point-in-time copy of Stats.
 type StatsSnapshot struct {
-	In, Forwarded, Malformed, Oversized, UnknownKey, WrongHop, Replay, ForwardFailures, Batches uint64
+	In, Forwarded, Malformed, Oversized, UnknownKey, WrongHop, Replay, ForwardFailures, Batches, TimeoutFlushes uint64
 }
 
 // Dropped is the number of dropped messages over all reasons.
@@ -51,7 +55,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 	return StatsSnapshot{
 		In: s.In.Load(), Forwarded: s.Forwarded.Load(), Malformed: s.Malformed.Load(),
 		Oversized: s.Oversized.Load(), UnknownKey: s.UnknownKey.Load(), WrongHop: s.WrongHop.Load(), Replay: s.Replay.Load(),
-		ForwardFailures: s.ForwardFailures.Load(), Batches: s.Batches.Load(),
+		ForwardFailures: s.ForwardFailures.Load(), Batches: s.Batches.Load(), TimeoutFlushes: s.TimeoutFlushes.Load(),
 	}
 }
 
@@ -89,7 +93,7 @@ func newMetrics(reg prometheus.Registerer, name string, log *slog.Logger) *metri
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "crowdlog_relay_dropped_total",
 			Help: "Layers dropped by the relay, by reason.", ConstLabels: labels}, []string{"reason"}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "crowdlog_relay_batch_size",
-			Help: "Messages per fetched batch (the mixing set size).", ConstLabels: labels,
+			Help: "Messages per forwarded batch (one pool: the mixing set size).", ConstLabels: labels,
 			Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
 	}
 	if reg == nil {
@@ -122,11 +126,6 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C, log *slog.
 	}
 	log.Warn("prometheus metric not registered", "err", err)
 	return c
-}
-
-func (m *metrics) batch(n int) {
-	m.in.Add(float64(n))
-	m.batchSize.Observe(float64(n))
 }
 
 func (m *metrics) drop(r dropReason, n int) {
