@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"github.com/cloudflare/circl/hpke"
 	"github.com/cloudflare/circl/kem"
@@ -239,26 +240,77 @@ type Hop struct {
 	Key     []byte // HopKafka, HopKafkaVectors: Kafka message key
 }
 
-// sizeClasses are the padded sizes of the innermost layer's plaintext, so
-// that report lengths reveal only a class (RFC 9180 onion layers).
-// The 128 KiB class holds a blinded vector of the default 10,000 keywords.
-var sizeClasses = []int{512, 1024, 4096, 16384, 65536, 131072}
+// Size classes. Every onion layer, as sent (version ‖ key id ‖ enc ‖ HPKE
+// ciphertext), is exactly one of SizeClasses() bytes long: SealLayer pads
+// the plaintext inside the AEAD with zeros, so the padding is authenticated
+// and Peel removes it (and refuses non-zero padding). A layer's length thus
+// reveals only its class, never the length of the report, of a hop's
+// subject or Kafka key, or of anything else inside it.
+//
+// The classes are baseClasses plus 0–3 steps of LayerStep. The innermost
+// layer (HopDeliver) is padded to the smallest base class that holds it, so
+// its length reveals one of six report-length classes, as before every
+// layer was padded; any other layer is padded to the smallest class that
+// holds it: it adds at most layerOverhead+255 < LayerStep bytes to the
+// layer it wraps and so lands exactly one step above it, whatever its hop
+// fields. Every report of one base class and route therefore has one length
+// at each hop (512, 1024, 1536 bytes for a report of up to 456 bytes on the
+// route [relay a, relay b, aggregator]).
+var baseClasses = []int{512, 1024, 4096, 16384, 65536, 131072}
 
-func padTo(n int) (int, error) {
-	for _, c := range sizeClasses {
+// LayerStep is the growth of a layer's size class per onion layer around
+// it. It exceeds the largest overhead of one layer (layerOverhead plus a
+// 255-byte subject or key).
+const LayerStep = 512
+
+// layerOverhead is a layer's size beyond its inner bytes and hop fields:
+// version, key id, enc, AEAD tag, and in the plaintext version, kind, the
+// hop field's length byte and the u32 inner length.
+const layerOverhead = 2 + encSize + 16 + 1 + 1 + 1 + 4
+
+// maxSteps is how many LayerSteps above a base class there are classes.
+const maxSteps = 3
+
+var sizeClasses = func() []int {
+	seen := map[int]bool{}
+	var cs []int
+	for _, b := range baseClasses {
+		for i := 0; i <= maxSteps; i++ {
+			if c := b + i*LayerStep; !seen[c] {
+				seen[c] = true
+				cs = append(cs, c)
+			}
+		}
+	}
+	slices.Sort(cs)
+	return cs
+}()
+
+// SizeClasses returns the lengths an onion layer can have, ascending.
+func SizeClasses() []int { return slices.Clone(sizeClasses) }
+
+// IsSizeClass reports whether n is the length of a well-formed layer.
+func IsSizeClass(n int) bool {
+	_, ok := slices.BinarySearch(sizeClasses, n)
+	return ok
+}
+
+// padTo returns the smallest of classes that holds a layer of n bytes.
+func padTo(classes []int, n int) (int, error) {
+	for _, c := range classes {
 		if n <= c {
 			return c, nil
 		}
 	}
-	return 0, fmt.Errorf("protocol: layer of %d bytes exceeds the largest size class %d", n, sizeClasses[len(sizeClasses)-1])
+	return 0, fmt.Errorf("protocol: layer of %d bytes exceeds the largest size class %d", n, classes[len(classes)-1])
 }
 
 // SealLayer wraps inner for the hop holding pk (RFC 9180 §6.1 single-shot
 // Base mode). Layer: version ‖ key id ‖ enc[32] ‖ HPKE ciphertext of
-// (version ‖ kind ‖ hop fields ‖ u32 len inner ‖ inner ‖ zero padding).
-// Innermost (HopDeliver) plaintexts are padded to fixed size classes; outer
-// layers add a constant overhead, so all messages of one class and route have
-// one length.
+// (version ‖ kind ‖ hop fields ‖ u32 len inner ‖ inner ‖ zero padding),
+// where the padding makes the whole layer one of SizeClasses() bytes long
+// (every layer, not only the innermost): all layers of one route and report
+// class have one length at each hop.
 func SealLayer(pk PublicKey, hop Hop, inner []byte) ([]byte, error) {
 	return sealLayer(rand.Reader, pk, hop, inner)
 }
@@ -266,7 +318,7 @@ func SealLayer(pk PublicKey, hop Hop, inner []byte) ([]byte, error) {
 // sealLayer is SealLayer with the HPKE ephemeral key drawn from rnd (golden
 // test vectors pass a fixed reader: RFC 9180 DeriveKeyPair(ikmE)).
 func sealLayer(rnd io.Reader, pk PublicKey, hop Hop, inner []byte) ([]byte, error) {
-	w := protocol.Writer{B: make([]byte, 0, len(inner)+64)}
+	w := protocol.Writer{B: make([]byte, 0, len(inner)+LayerStep)}
 	w.U8(protocol.Version)
 	w.U8(byte(hop.Kind))
 	switch hop.Kind {
@@ -285,13 +337,18 @@ func sealLayer(rnd io.Reader, pk PublicKey, hop Hop, inner []byte) ([]byte, erro
 		return nil, fmt.Errorf("protocol: unknown hop kind %d", hop.Kind)
 	}
 	w.Bytes32(inner)
+	// the layer is 2 + enc + plaintext + AEAD tag bytes; pad the plaintext
+	// so that the layer is a size class
+	const frame = 2 + encSize + 16
+	classes := sizeClasses
 	if hop.Kind == HopDeliver {
-		n, err := padTo(len(w.B))
-		if err != nil {
-			return nil, err
-		}
-		w.B = append(w.B, make([]byte, n-len(w.B))...)
+		classes = baseClasses
 	}
+	n, err := padTo(classes, frame+len(w.B))
+	if err != nil {
+		return nil, err
+	}
+	w.B = append(w.B, make([]byte, n-frame-len(w.B))...)
 	snd, err := Suite.NewSender(pk.Key, onionInfo)
 	if err != nil {
 		return nil, err
@@ -320,6 +377,9 @@ func Peel(keys []*KeyPair, layer []byte) (Hop, []byte, error) {
 	}
 	if len(layer) < 2+encSize+16 {
 		return Hop{}, nil, protocol.Malformed("layer of %d bytes is too short", len(layer))
+	}
+	if !IsSizeClass(len(layer)) {
+		return Hop{}, nil, protocol.Malformed("layer of %d bytes is not a size class", len(layer))
 	}
 	if layer[0] != protocol.Version {
 		return Hop{}, nil, protocol.Malformed("layer version %d, want %d", layer[0], protocol.Version)
@@ -364,7 +424,12 @@ func Peel(keys []*KeyPair, layer []byte) (Hop, []byte, error) {
 	if r.Err != nil {
 		return Hop{}, nil, r.Err
 	}
-	// the rest is padding (zeros for HopDeliver, nothing otherwise)
+	// the rest is padding: zeros, authenticated by the AEAD like the rest
+	for _, b := range r.B {
+		if b != 0 {
+			return Hop{}, nil, protocol.Malformed("non-zero padding")
+		}
+	}
 	return hop, inner, nil
 }
 
