@@ -16,9 +16,10 @@ vet:
 
 # The full suite: unit tests, fuzz seed corpora, and end-to-end runs through
 # embedded NATS, kfake and a real ClickHouse server (installed by .ci/run or
-# `make demo`; without it, tests that need it skip unless CI=true).
+# `make demo`; without it, tests that need it skip unless CI=true). The
+# attack tests run first, in `make attacks`, and are skipped here.
 test: vet attacks
-	$(GO) test -count=1 -timeout 60m $(PKGS)
+	$(GO) test -count=1 -timeout 60m -skip '^TestAttack' $(PKGS)
 
 # The attack suite: every TestAttack* test mounts one attack of
 # docs/threat-model.md against real state and prints

@@ -2,9 +2,12 @@ package attack
 
 import (
 	"bufio"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/bits"
@@ -174,45 +177,49 @@ func words(t *testing.T) []string {
 	return out
 }
 
-// TestProbe: the offline probe of a compromised aggregator's pending
-// shares with the 10k common words plus every query of the bundled log.
-// Hash mode: every pending artifact is found. OPRF mode without the epoch
-// key: found 0 of N. With the epoch key (aggregator + randomness service
-// collusion) the probe works again on the 10k words.
-func TestProbe(t *testing.T) {
+// TestAttackProbe: the offline probe of a compromised aggregator's pending
+// shares (CrowdLogging §5.4) with the 10k common words plus every query of
+// the bundled log. The attacker knows the whole derivation — RFC 9497
+// OPRF input, tag, polynomial (star.DeriveSealing) — and lacks only the
+// epoch key, so it evaluates the OPRF under keys it can choose. It must
+// find nothing. Two controls show the test can fail: the same probe finds
+// every pending artifact in hash mode (star.LocalOmega, no key), and finds
+// every pending artifact among the words once it holds the real epoch key
+// (aggregator + randomness service collusion).
+func TestAttackProbe(t *testing.T) {
 	f := loadFixture(t)
 	cands := append(words(t), f.allQueries...)
+
+	// control 1: hash mode falls to the probe
 	hashPending := f.hash.Pending()
 	res, err := Probe(hashPending, cands, LocalOmegaFunc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("hash mode: %d candidates, found %d of %d pending artifacts", res.Candidates, res.Found, res.Pending)
 	if res.Pending == 0 || res.Found != res.Pending {
-		t.Fatalf("hash mode: found %d of %d pending artifacts, want all (the probe must succeed in hash mode)", res.Found, res.Pending)
+		t.Fatalf("hash mode: found %d of %d pending artifacts, want all (the probe must work where no key protects ω)", res.Found, res.Pending)
 	}
 	for tag, a := range res.Artifacts { // every identification is right
-		w := star.LocalOmega(fxApp, fxEpoch, a)
-		if TagHex(w, star.FTu, fxK) != tag {
+		if TagHex(star.LocalOmega(fxApp, fxEpoch, a), star.FTu, fxK) != tag {
 			t.Fatal("hash-mode probe identified a tag wrongly")
 		}
 	}
+	hashFound := res.Found
 
+	// the attack: correct derivation, guessed epoch keys
 	oprfPending := f.oprf.Pending()
-	res, err = Probe(oprfPending, cands, LocalOmegaFunc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("OPRF mode: found %d of %d pending artifacts with %d candidates", res.Found, res.Pending, res.Candidates)
-	if res.Found != 0 || res.Pending != len(hashPending) {
-		t.Fatalf("OPRF mode: found %d of %d, want 0 of %d", res.Found, res.Pending, len(hashPending))
-	}
-	// a wrong epoch key (the attacker's guess) finds nothing either
-	res, _ = Probe(oprfPending, words(t), KeyOmega(make([]byte, 32)))
-	if res.Found != 0 {
-		t.Fatalf("OPRF mode with a wrong key: found %d, want 0", res.Found)
+	found, guesses := 0, 1
+	for g := 0; g < guesses; g++ {
+		guess := make([]byte, 32)
+		rand.Read(guess)
+		res, err := Probe(oprfPending, cands, KeyOmega(guess))
+		if err != nil {
+			t.Fatal(err)
+		}
+		found += res.Found
 	}
 
+	// control 2: the same code path with the real epoch key
 	w := words(t)
 	res, err = Probe(oprfPending, w, KeyOmega(f.seed))
 	if err != nil {
@@ -228,9 +235,13 @@ func TestProbe(t *testing.T) {
 			want++
 		}
 	}
-	t.Logf("OPRF mode with the epoch key (collusion): found %d of %d pending with the 10k words", res.Found, res.Pending)
+	fmt.Printf("ATTACK probe-oprf: found %d of %d pending artifacts with %d candidates under %d guessed epoch keys (controls: hash mode %d of %d, real epoch key %d of %d among the words)\n",
+		found, len(oprfPending), len(cands), guesses, hashFound, len(hashPending), res.Found, want)
 	if res.Found != want || want == 0 {
-		t.Fatalf("collusion probe found %d, want %d (pending artifacts among the words)", res.Found, want)
+		t.Fatalf("control: the probe with the real epoch key found %d, want %d: the probe code does not derive tags as clients do", res.Found, want)
+	}
+	if found != 0 {
+		t.Fatalf("the probe without the epoch key identified %d pending artifacts", found)
 	}
 }
 
@@ -322,13 +333,14 @@ func TestSybil(t *testing.T) {
 	}
 }
 
-// TestLinking: nothing an analyst reads links two artifacts of one user.
+// TestAttackLinkingByUnitID: nothing an analyst or the aggregator reads
+// links two artifacts of one user.
 // Released rows (release.Item) carry no unit, report or tag; a decrypted
 // item carries exactly the documented fields; unit ids are per (user, tag):
 // across every decrypted item of the fixture no unit id appears under two
 // tags, and one user's unit ids differ in ~64 of 128 bits like unrelated
 // random strings.
-func TestLinking(t *testing.T) {
+func TestAttackLinkingByUnitID(t *testing.T) {
 	f := loadFixture(t)
 	rt := reflect.TypeOf(release.Item{})
 	for i := 0; i < rt.NumField(); i++ {
@@ -381,8 +393,32 @@ func TestLinking(t *testing.T) {
 		prev = unit
 	}
 	mean := float64(total) / float64(pairs)
-	t.Logf("linking: %d decrypted items, %d unit ids, %d shared across tags; one user's unit ids differ in %.1f of 128 bits on average",
-		len(f.items), len(unitTags), shared, mean)
+	// control: the same linker over units derived from the user alone
+	// (no tag) links every user's artifacts, so the count above can fail
+	control := map[[16]byte]map[string]bool{}
+	for i := 0; i < 20; i++ {
+		var u star.UserSecret
+		rand.Read(u[:])
+		m := hmac.New(sha256.New, u[:])
+		m.Write([]byte("unit"))
+		var unit [16]byte
+		copy(unit[:], m.Sum(nil))
+		control[unit] = map[string]bool{}
+		for j := 0; j < 5; j++ {
+			control[unit][fmt.Sprint(i, j)] = true
+		}
+	}
+	linked := 0
+	for _, tags := range control {
+		if len(tags) > 1 {
+			linked++
+		}
+	}
+	fmt.Printf("ATTACK linking-unit-id: %d of %d unit ids shared across tags in %d decrypted items; one user's unit ids differ in %.1f of 128 bits (control, per-user units: %d of 20 users linked)\n",
+		shared, len(unitTags), len(f.items), mean, linked)
+	if linked != 20 {
+		t.Fatalf("control: the linker linked %d of 20 users with per-user units", linked)
+	}
 	if shared != 0 || mean < 56 || mean > 72 {
 		t.Fatalf("unit ids link artifacts: %d shared across tags, mean distance %.1f bits (want 0 and ≈64)", shared, mean)
 	}
