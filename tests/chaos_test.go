@@ -74,6 +74,7 @@ func TestChaos(t *testing.T) {
 	aggs := []*proc{c.start("aggregate-0", aggArgs...)}
 	victims = append(victims, c.start("release", "release", "--kafka", c.kafka, "--clickhouse", c.chd))
 
+	c.openEpoch("chaos")
 	out := filepath.Join(dir, "out.tsv")
 	run := exec.CommandContext(ctx, bin, "run", "--external", "--no-progress", "--input", input, "--app", "query",
 		"--policy", policy, "--k", strconv.Itoa(k), "--epoch", "chaos", "--nats", c.nats, "--kafka", c.kafka,

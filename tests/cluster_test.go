@@ -18,6 +18,7 @@ import (
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/tests/truth"
 )
 
@@ -95,6 +96,20 @@ func newClusterOf(t *testing.T, ctx context.Context, partitions, nodes int) *clu
 	c.logs = filepath.Join(c.dir, "logs")
 	os.MkdirAll(c.logs, 0o755)
 	return c
+}
+
+// openEpoch opens a named epoch in the key directory of the randomness
+// service, as the operator does (`crowdlog randomness open-epoch`) before
+// clients start: the service refuses named epochs nobody opened.
+func (c *cluster) openEpoch(epoch string) {
+	c.t.Helper()
+	k, err := randomness.Open(filepath.Join(c.keys, keydir.RandomnessKeys), randomness.Options{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if _, _, err := k.OpenEpoch(epoch); err != nil {
+		c.t.Fatalf("open epoch %s: %v", epoch, err)
+	}
 }
 
 // start runs one role as a process logging to logs/NAME.log.

@@ -130,6 +130,7 @@ func TestKillAggregator(t *testing.T) {
 	agg := c.start("aggregate", "aggregate", "--kafka", c.kafka, "--key", filepath.Join(keys, keydir.AggregatorKey))
 	c.start("release", "release", "--kafka", c.kafka, "--clickhouse", c.chd)
 
+	c.openEpoch("kill-test")
 	out := filepath.Join(dir, "out.tsv")
 	run := exec.CommandContext(ctx, bin, "run", "--external", "--no-progress", "--input", input, "--app", "query",
 		"--policy", policy, "--k", "3", "--epoch", "kill-test", "--nats", c.nats, "--kafka", c.kafka,

@@ -91,11 +91,13 @@ func countInFile(path, s string) int {
 	return bytes.Count(b, []byte(s))
 }
 
-// startRun starts `crowdlog run --external` on input against c's services
+// startRun opens epoch at the randomness service (as the operator does)
+// and starts `crowdlog run --external` on input against c's services
 // (ClickHouse at ch) and returns a channel receiving its exit and its
 // combined output (read it only after the exit).
 func (c *cluster) startRun(ctx context.Context, input, ch, policy string, k int, epoch, out string) (<-chan error, *bytes.Buffer) {
 	c.t.Helper()
+	c.openEpoch(epoch)
 	run := exec.CommandContext(ctx, c.bin, "run", "--external", "--no-progress", "--input", input, "--app", "query",
 		"--policy", policy, "--k", strconv.Itoa(k), "--epoch", epoch, "--nats", c.nats, "--kafka", c.kafka,
 		"--clickhouse", ch, "--keys", c.keys, "--export", out)
