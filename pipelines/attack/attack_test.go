@@ -200,7 +200,7 @@ func TestAttackProbe(t *testing.T) {
 		t.Fatalf("hash mode: found %d of %d pending artifacts, want all (the probe must work where no key protects ω)", res.Found, res.Pending)
 	}
 	for tag, a := range res.Artifacts { // every identification is right
-		if TagHex(star.LocalOmega(fxApp, fxEpoch, a), star.FTu, fxK) != tag {
+		if TagHex(star.LocalOmega(fxApp, fxEpoch, a), fxApp, fxEpoch, star.FTu, fxK) != tag {
 			t.Fatal("hash-mode probe identified a tag wrongly")
 		}
 	}

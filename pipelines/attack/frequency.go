@@ -128,9 +128,10 @@ func abs(x int) int {
 	return x
 }
 
-// TagHex is the hex tag a pending group would carry for ω.
-func TagHex(omega []byte, policy star.Policy, k int) string {
-	t := star.TagFromOmega(omega, policy, k)
+// TagHex is the hex tag a pending group of (app, epoch, policy, k) would
+// carry for ω.
+func TagHex(omega []byte, app, epoch string, policy star.Policy, k int) string {
+	t := star.TagFromOmega(omega, app, epoch, policy, k)
 	return hex.EncodeToString(t[:])
 }
 

@@ -132,7 +132,7 @@ func Probe(groups []aggregator.PendingGroup, candidates []string, omega Omega) (
 			if err != nil {
 				return res, err
 			}
-			tag := star.TagFromOmega(w, p.policy, p.k)
+			tag := star.TagFromOmega(w, p.app, p.epoch, p.policy, p.k)
 			h := hex.EncodeToString(tag[:])
 			if pending[h] {
 				if _, dup := res.Artifacts[h]; !dup {

@@ -1,6 +1,7 @@
 package star
 
 import (
+	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -77,12 +78,22 @@ type Sealing struct {
 	commit     []byte // Feldman commitment C_0 ‖ … ‖ C_{k−1}
 }
 
-// DeriveSealing derives a Sealing from ω (the 64-byte RFC 9497 output).
-// tag = SHA-256("crowdlog-v1 tag" ‖ policy ‖ k ‖ ω); polynomial coefficients
-// = HashToScalar(ω ‖ i); AEAD key = SHA-256("crowdlog-v1 key" ‖ tag ‖ f(0));
-// Feldman commitment C_i = a_i·G (feldman.go; k fixed-base multiplications,
-// ~20 µs each, once per artifact). Errors when k is outside 1..MaxK or the
-// policy is unknown.
+// DeriveSealing derives a Sealing from ω (the 64-byte RFC 9497 output) and
+// the whole release context (app, epoch, policy, k), so that no two
+// contexts share a tag, a polynomial or a commitment: shares sealed for
+// FT_a and FT_u, or for k = 3 and k = 5, of one artifact lie on unrelated
+// polynomials and never combine (docs/wire.md, "Sealing derivation"):
+//
+//	ctx    = u8 len(app) ‖ app ‖ u8 len(epoch) ‖ epoch ‖ u8 policy ‖ u16 k
+//	tag    = HKDF-SHA-256(IKM = ω, salt = "crowdlog-v2", info = "crowdlog-v2 tag" ‖ ctx, L = 32)
+//	seed   = HKDF-SHA-256(IKM = ω, salt = "crowdlog-v2", info = "crowdlog-v2 poly" ‖ ctx, L = 32)
+//	a_i    = HashToScalar(seed ‖ u16 i, "crowdlog-v1 poly")   (vss.DerivePolynomial)
+//	key    = SHA-256("crowdlog-v1 key" ‖ tag ‖ f(0))
+//	C_i    = a_i·G                                          (Feldman commitment)
+//
+// HKDF is RFC 5869; k fixed-base multiplications (~20 µs each) once per
+// artifact. Errors when k is outside 1..MaxK, the policy is unknown, or app
+// or epoch is longer than 255 bytes.
 func DeriveSealing(omega []byte, app, epoch string, policy Policy, k int) (Sealing, error) {
 	if k < 1 || k > vss.MaxK {
 		return Sealing{}, fmt.Errorf("protocol: threshold k=%d outside 1..%d", k, vss.MaxK)
@@ -90,26 +101,58 @@ func DeriveSealing(omega []byte, app, epoch string, policy Policy, k int) (Seali
 	if policy != FTa && policy != FTu {
 		return Sealing{}, fmt.Errorf("protocol: unknown policy %d", policy)
 	}
-	s := Sealing{App: app, Epoch: epoch, Policy: policy, K: k, Tag: TagFromOmega(omega, policy, k)}
-	s.poly = vss.DerivePolynomial(omega, k)
+	if len(app) > 255 || len(epoch) > 255 {
+		return Sealing{}, fmt.Errorf("protocol: app (%d bytes) or epoch (%d bytes) longer than 255 bytes", len(app), len(epoch))
+	}
+	ctx := contextBytes(app, epoch, policy, k)
+	s := Sealing{App: app, Epoch: epoch, Policy: policy, K: k}
+	copy(s.Tag[:], bound(omega, "crowdlog-v2 tag", ctx))
+	s.poly = vss.DerivePolynomial(bound(omega, "crowdlog-v2 poly", ctx), k)
 	s.key = aeadKey(s.Tag, s.poly.Secret())
 	s.commit = vss.CommitPolynomial(s.poly)
 	return s, nil
 }
 
-// TagFromOmega is the tag part of DeriveSealing alone: SHA-256("crowdlog-v1
-// tag" ‖ policy ‖ u16 k ‖ ω), ~1 µs (DeriveSealing also builds the
-// commitment, k fixed-base multiplications). Anyone holding ω — every client
-// of the artifact, or an attacker who can compute ω (LocalOmega, or a stolen
-// epoch key) — gets the tag; attack/ uses it to probe pending tags.
-func TagFromOmega(omega []byte, policy Policy, k int) [32]byte {
-	h := sha256.New()
-	h.Write([]byte("crowdlog-v1 tag"))
-	h.Write([]byte{byte(policy), byte(k >> 8), byte(k)})
-	h.Write(omega)
+// contextBytes is the release context of DeriveSealing: u8 len(app) ‖ app ‖
+// u8 len(epoch) ‖ epoch ‖ u8 policy ‖ u16 k (big-endian). Callers check the
+// lengths.
+func contextBytes(app, epoch string, policy Policy, k int) []byte {
+	b := make([]byte, 0, 5+len(app)+len(epoch))
+	b = append(b, byte(len(app)))
+	b = append(b, app...)
+	b = append(b, byte(len(epoch)))
+	b = append(b, epoch...)
+	return append(b, byte(policy), byte(k>>8), byte(k))
+}
+
+// bound is HKDF-SHA-256 (RFC 5869) of ω with salt "crowdlog-v2" and info
+// label ‖ ctx, 32 bytes.
+func bound(omega []byte, label string, ctx []byte) []byte {
+	out, err := hkdf.Key(sha256.New, omega, []byte("crowdlog-v2"), label+string(ctx), 32)
+	if err != nil { // only for L > 255·32
+		panic(err)
+	}
+	return out
+}
+
+// TagFromOmega is the tag part of DeriveSealing alone (HKDF-SHA-256 of ω
+// with the release context), ~2 µs (DeriveSealing also builds the
+// commitment, k fixed-base multiplications). Anyone holding ω — every
+// client of the artifact, or an attacker who can compute ω (LocalOmega, or
+// a stolen epoch key) — gets the tag; pipelines/attack uses it to probe
+// pending tags. app and epoch longer than 255 bytes are cut to 255 (no
+// sealing has them).
+func TagFromOmega(omega []byte, app, epoch string, policy Policy, k int) [32]byte {
 	var t [32]byte
-	copy(t[:], h.Sum(nil))
+	copy(t[:], bound(omega, "crowdlog-v2 tag", contextBytes(clip(app), clip(epoch), policy, k)))
 	return t
+}
+
+func clip(s string) string {
+	if len(s) > 255 {
+		return s[:255]
+	}
+	return s
 }
 
 // LocalOmega is the paper's "hash mode" ω = SHA-512("crowdlog-v1 local" ‖
@@ -179,7 +222,7 @@ func (s *Sealing) UnitID(user *UserSecret) [16]byte {
 
 // Seal builds one report of the artifact for user: a fresh random report id,
 // the tag, the user's share, the polynomial's commitment and the AEAD (XChaCha20-Poly1305, random nonce,
-// tag as associated data) of payload with its Unit set. One call = one
+// the report header as associated data) of payload with its Unit set. One call = one
 // impression.
 func (s *Sealing) Seal(user *UserSecret, primary, secondary string) (*Report, error) {
 	return s.seal(rand.Reader, user, s.ShareX(user), primary, secondary)
@@ -198,11 +241,11 @@ func (s *Sealing) seal(rnd io.Reader, user *UserSecret, x group.Scalar, primary,
 	if err != nil {
 		return nil, err
 	}
-	r.Ciphertext, err = sealAEAD(rnd, s.key, s.Tag, pt)
+	r.Ciphertext, err = sealAEAD(rnd, s.key, r.associatedData(), pt)
 	return r, err
 }
 
-func sealAEAD(rnd io.Reader, key [32]byte, tag [32]byte, pt []byte) ([]byte, error) {
+func sealAEAD(rnd io.Reader, key [32]byte, ad []byte, pt []byte) ([]byte, error) {
 	a, err := chacha20poly1305.NewX(key[:])
 	if err != nil {
 		return nil, err
@@ -211,7 +254,22 @@ func sealAEAD(rnd io.Reader, key [32]byte, tag [32]byte, pt []byte) ([]byte, err
 	if _, err := io.ReadFull(rnd, out); err != nil {
 		return nil, err
 	}
-	return a.Seal(out, out, pt, tag[:]), nil
+	return a.Seal(out, out, pt, ad), nil
+}
+
+// associatedData is the AEAD associated data of a report: every field of
+// its metadata the aggregator groups and releases by, so a report whose
+// metadata was altered (another epoch, policy, k, app, id or tag) does not
+// open even under its group's key:
+//
+//	"crowdlog-v2 report" ‖ u8 len(app) ‖ app ‖ u8 len(epoch) ‖ epoch ‖ u8 policy ‖ u16 k ‖ id[16] ‖ tag[32]
+func (r *Report) associatedData() []byte {
+	const label = "crowdlog-v2 report"
+	b := make([]byte, 0, len(label)+5+len(r.App)+len(r.Epoch)+48)
+	b = append(b, label...)
+	b = append(b, contextBytes(clip(r.App), clip(r.Epoch), r.Policy, int(r.K))...)
+	b = append(b, r.ID[:]...)
+	return append(b, r.Tag[:]...)
 }
 
 // KeyFromSecret returns the AEAD key for a recovered polynomial secret f(0).
@@ -229,7 +287,7 @@ func OpenPayload(key [32]byte, r *Report) (Payload, error) {
 		return Payload{}, protocol.Malformed("ciphertext of %d bytes", len(r.Ciphertext))
 	}
 	n := a.NonceSize()
-	pt, err := a.Open(nil, r.Ciphertext[:n], r.Ciphertext[n:], r.Tag[:])
+	pt, err := a.Open(nil, r.Ciphertext[:n], r.Ciphertext[n:], r.associatedData())
 	if err != nil {
 		return Payload{}, fmt.Errorf("protocol: AEAD open failed (wrong key or tampered report): %w", err)
 	}
