@@ -27,7 +27,8 @@ type Route struct {
 
 // Wrap builds the three onion layers around an encoded report: the innermost
 // for the aggregator (so no relay reads tag or share), relay B's with the
-// Kafka key onion.TagBucket(tag), relay A's naming relay B's subject.
+// Kafka key onion.ReportKey(tag) (one of 256 tag buckets: what partitioning
+// by tag needs and no more), relay A's naming relay B's subject.
 func (rt *Route) Wrap(r *star.Report) ([]byte, error) {
 	b, err := r.MarshalBinary()
 	if err != nil {
@@ -37,7 +38,7 @@ func (rt *Route) Wrap(r *star.Report) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	l2, err := onion.SealLayer(rt.RelayB, onion.Hop{Kind: onion.HopKafka, Key: onion.TagBucket(r.Tag)}, l3)
+	l2, err := onion.SealLayer(rt.RelayB, onion.Hop{Kind: onion.HopKafka, Key: onion.ReportKey(r.Tag)}, l3)
 	if err != nil {
 		return nil, err
 	}

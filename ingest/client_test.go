@@ -89,8 +89,8 @@ func TestSubmitUser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if string(key) != string(onion.TagBucket(r.Tag)) {
-			t.Fatal("kafka key is not the tag bucket")
+		if string(key) != string(onion.ReportKey(r.Tag)) {
+			t.Fatal("kafka key is not the report key (tag bucket)")
 		}
 		tags[r.Tag] = append(tags[r.Tag], r)
 	}

@@ -26,6 +26,9 @@ type Options struct {
 	// against latency); 0 = DefaultPoolSize, DefaultPoolTimeout.
 	PoolSize    int
 	PoolTimeout time.Duration
+	// Next is the relay this one forwards to on the route (Relay.Next):
+	// "" = RouteNext(Name) (b after a; Kafka after b), LastHop = Kafka.
+	Next string
 }
 
 // New builds a relay service connected to js and Kafka.
@@ -54,6 +57,6 @@ func New(ctx context.Context, js jetstream.JetStream, o Options, log *slog.Logge
 		BatchSize: 1000, BatchBytes: 64 << 20}
 	r := &Relay{Name: o.Name, Keys: keys, JS: js, Kafka: w, Vectors: vw, BatchSize: o.BatchSize,
 		BatchTimeout: o.BatchTimeout, AckWait: o.AckWait, PoolSize: o.PoolSize, PoolTimeout: o.PoolTimeout,
-		Logger: log, Stats: &Stats{}}
+		Next: o.Next, Logger: log, Stats: &Stats{}}
 	return r, func() { w.Close(); vw.Close() }, nil
 }

@@ -124,6 +124,20 @@ type Relay struct {
 	// blinded vectors, Kafka topic "vectors"); nil drops them as wrong_hop.
 	Vectors KafkaWriter
 
+	// Next is this relay's place on the route client → a → b → Kafka: the
+	// name of the relay it forwards to, or LastHop for the route's last
+	// relay, which produces to Kafka only. A relay refuses (drops as
+	// "wrong_hop") every layer whose next hop is not the route's next
+	// role: a relay with a Next forwards HopRelay layers to
+	// RelaySubject(Next) only, never to Kafka; the last relay forwards
+	// HopKafka and HopKafkaVectors layers only, never to a relay. Without
+	// this rule an onion of alternating relay-a/relay-b layers made the
+	// relays peel one layer per hop, as many as fit into
+	// onion.MaxLayer, for one published message (amplification). ""
+	// means RouteNext(Name): relay "a" forwards to "b", every other relay
+	// is a last hop.
+	Next string
+
 	// Logger receives operational logs (never payload bytes or keys);
 	// nil means slog.Default().
 	Logger *slog.Logger
@@ -174,7 +188,8 @@ type item struct {
 // and forward it (HopRelay:
 // JetStream publish of the inner layer to the next relay's subject, with a
 // Nats-Msg-Id of MsgID(inner) for deduplication; HopKafka: one
-// WriteMessages call per batch, Key = hop key, Value = inner layer, no
+// WriteMessages call per batch, Key = the hop key's first
+// onion.ReportKeyLen bytes (see reportKey), Value = inner layer, no
 // headers), and acknowledge each message only after its forward succeeded.
 // Failed forwards are Nak'ed with NakDelay and logged without contents.
 // While it runs, the relay also announces its key ids and public keys on
@@ -201,6 +216,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	if r.JS == nil {
 		return fmt.Errorf("relays: relay %s has no JetStream context", r.Name)
+	}
+	if next := r.next(); next != "" && (!ValidName(next) || next == r.Name) {
+		return fmt.Errorf("relays: relay %s: invalid next relay %q (a relay name other than its own, or %q for the last relay)", r.Name, r.Next, LastHop)
 	}
 	if r.Stats == nil {
 		r.Stats = &Stats{}
@@ -508,7 +526,7 @@ func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *m
 	if len(kafkaItems) > 0 {
 		msgs := make([]kafka.Message, len(kafkaItems))
 		for i, it := range kafkaItems {
-			msgs[i] = kafka.Message{Key: it.hop.Key, Value: it.inner}
+			msgs[i] = kafka.Message{Key: reportKey(it.hop.Key), Value: it.inner}
 		}
 		if kafkaErr = r.Kafka.WriteMessages(fctx, msgs...); kafkaErr == nil {
 			for _, it := range kafkaItems {
@@ -633,23 +651,61 @@ func (r *Relay) peel(it *item) {
 		it.reason = dropMalformed
 	default:
 		it.hop, it.inner = hop, inner
+		next := r.next()
 		switch hop.Kind {
-		case onion.HopRelay:
-			if !validForward(hop.Subject, r.Name) {
+		case onion.HopRelay: // only to the route's next relay
+			if next == "" || hop.Subject != protocol.RelaySubject(next) || !validForward(hop.Subject, r.Name) {
 				it.reason = dropWrongHop
 			}
-		case onion.HopKafkaVectors:
-			if r.Vectors == nil {
+		case onion.HopKafkaVectors: // only from the last relay
+			if next != "" || r.Vectors == nil {
 				it.reason = dropWrongHop
 			}
-		case onion.HopKafka:
-			if r.Kafka == nil {
+		case onion.HopKafka: // only from the last relay
+			if next != "" || r.Kafka == nil {
 				it.reason = dropWrongHop
 			}
 		default: // HopDeliver is for the aggregator, never a relay
 			it.reason = dropWrongHop
 		}
 	}
+}
+
+// LastHop as Relay.Next marks the route's last relay (Kafka only) whatever
+// its name.
+const LastHop = "."
+
+// RouteNext is the relay after name on the route client → a → b → Kafka:
+// "b" after "a", "" (the last relay) after any other name.
+func RouteNext(name string) string {
+	if name == "a" {
+		return "b"
+	}
+	return ""
+}
+
+// next resolves Relay.Next: the relay to forward to, "" for the last relay.
+func (r *Relay) next() string {
+	switch r.Next {
+	case "":
+		return RouteNext(r.Name)
+	case LastHop:
+		return ""
+	}
+	return r.Next
+}
+
+// reportKey is the Kafka key relay b writes for a HopKafka layer: at most
+// onion.ReportKeyLen bytes of the client's hop key. Honest clients send
+// onion.ReportKey (one byte, one of 256 tag buckets); a longer key (the
+// former two-byte onion.TagBucket, or a client trying to stand out) is cut
+// to its prefix, which keeps every report of a tag in one partition while
+// readers of topic reports never see more than 256 key values.
+func reportKey(k []byte) []byte {
+	if len(k) > onion.ReportKeyLen {
+		return k[:onion.ReportKeyLen]
+	}
+	return k
 }
 
 func def[T int | time.Duration](v, d T) T {

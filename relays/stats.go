@@ -24,8 +24,9 @@ type Stats struct {
 	// UnknownKey counts dropped layers for a key id the relay does not hold.
 	UnknownKey atomic.Uint64
 	// WrongHop counts dropped layers whose instruction a relay must not
-	// follow: HopDeliver, a HopRelay subject outside SubjectPrefix or
-	// naming the relay itself, or HopKafka at a relay without Kafka.
+	// follow: HopDeliver, a HopRelay layer at the last relay or naming any
+	// subject but the route's next relay (Relay.Next), or HopKafka /
+	// HopKafkaVectors at a relay that is not the last or has no writer.
 	WrongHop atomic.Uint64
 	// Replay counts dropped layers this process had already forwarded (or
 	// was forwarding) within the replay window: same HPKE encapsulated key.

@@ -222,7 +222,8 @@ const (
 	// HopRelay forwards the inner layer to the relay listening on Subject.
 	HopRelay HopKind = 1
 	// HopKafka produces the inner layer to the aggregator's Kafka topic
-	// with message key Key (a coarse bucket of the tag, see TagBucket).
+	// with message key Key (a coarse bucket of the tag, see ReportKey;
+	// relays pass on at most ReportKeyLen bytes of it).
 	HopKafka HopKind = 2
 	// HopDeliver marks the innermost layer: the inner bytes are the report.
 	HopDeliver HopKind = 3
@@ -433,9 +434,30 @@ func Peel(keys []*KeyPair, layer []byte) (Hop, []byte, error) {
 	return hop, inner, nil
 }
 
-// TagBucket is the Kafka message key relay B uses for a report: the first two
-// bytes of the tag. All shares of one artifact share a bucket, hence a
-// partition (reports are keyed by tag bucket), while the last relay learns only one of
-// 65,536 buckets rather than the tag itself (no relay reads
+// ReportBuckets is how many Kafka message keys topic "reports" can carry:
+// ReportKey puts each report in one of 256 tag buckets, enough to spread
+// reports over up to 256 partitions, while a bucket holds many tags (about
+// 330 of the bundled log's ~85k), so the key does not single out a tag.
+const ReportBuckets = 256
+
+// ReportKeyLen is the length of ReportKey, and the most key bytes relay b
+// passes on to Kafka for a HopKafka layer (relays truncate longer keys).
+const ReportKeyLen = 1
+
+// ReportKey is the Kafka message key a client puts in relay b's layer
+// (HopKafka) for a report: the tag's first byte, one of ReportBuckets. All
+// shares of one artifact have one tag, hence one key and one partition
+// (Kafka's hash balancer), which the aggregator needs; relay b and readers
+// of topic "reports" learn one of 256 buckets, not the tag (no relay reads
 // the tag).
+func ReportKey(tag [32]byte) []byte { return []byte{tag[0]} }
+
+// TagBucket is the former report key: the first two bytes of the tag, one
+// of 65,536 buckets, which with ~85k tags names about one tag per bucket
+// (released counts then match bucket counts). Its first byte is ReportKey,
+// so relays truncating a TagBucket key to ReportKeyLen bytes put the
+// report in ReportKey's partition.
+//
+// Deprecated: clients use ReportKey; TagBucket stays for golden vectors and
+// tools that write topic "reports" directly.
 func TagBucket(tag [32]byte) []byte { return []byte{tag[0], tag[1]} }
