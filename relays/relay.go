@@ -431,8 +431,9 @@ func (r *Relay) prepare(items []*item, mx *metrics, log *slog.Logger) []*item {
 	var firstErr error
 	good := items[:0:0]
 	for _, it := range items {
-		if it.later { // its first delivery is being forwarded now
-			_ = it.m.NakWithDelay(def(r.NakDelay, DefaultNakDelay))
+		if it.later { // its first delivery is held or being forwarded now:
+			// retry once that pool is likely gone, not every NakDelay
+			_ = it.m.NakWithDelay(max(def(r.NakDelay, DefaultNakDelay), def(r.PoolTimeout, DefaultPoolTimeout)))
 			later++
 			continue
 		}
