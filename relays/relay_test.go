@@ -778,6 +778,7 @@ func benchRelay(b *testing.B, batch int) {
 	var st relays.Stats
 	rb := e.relayB(b, e.writer(b), &st)
 	rb.BatchSize = batch
+	rb.PoolSize = 1 // forward every fetch: the pool would only add T to the tail
 	b.ResetTimer()
 	r := start(rb)
 	for st.Forwarded.Load() < uint64(n) {
