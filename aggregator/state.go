@@ -8,8 +8,9 @@
 // one tag are kept apart, so a poisoner's own polynomial never mixes with
 // the honest one. Every share that takes part in a recovery or whose report
 // is decrypted is checked against the commitment first:
-//   - at k distinct shares, all k in one batch: the polynomial f through
-//     them (vss.Interpolate) is checked against the commitment
+//   - at k distinct shares (vss.Commitment.RecoverVerified), all k in one
+//     batch: the polynomial f through them (vss.Interpolate) is checked
+//     against the commitment
 //     (Commitment.VerifyPolynomial: Bellare–Garay–Rabin small-exponents
 //     test on f's coefficients, soundness error 2^−128, ~25 µs per share at
 //     k = 5). The k shares are all valid iff f is the committed polynomial,
@@ -50,8 +51,7 @@ type Message struct {
 
 // Stats counts what a Partition did. Dropped reasons: malformed (bad onion
 // layer or report), unknown-key, duplicate (a report id already seen: relays
-// deliver at least once), mismatch (a report whose app/epoch/policy/k differ
-// from its group's first report), late (epoch already closed), bad-share (a
+// deliver at least once), late (epoch already closed), bad-share (a
 // share that fails the Feldman check against its report's commitment),
 // bad-commitment (commitment points that do not decode), bad-ciphertext
 // (AEAD fails under the recovered key).
@@ -65,9 +65,18 @@ type Stats struct {
 
 type epochKey struct{ app, epoch string }
 
-// groupKey keys aggregation state: one tag may carry several polynomials
-// (an honest one and poisoners'), told apart by their commitments.
-type groupKey struct{ tag, commit [32]byte }
+// groupKey keys aggregation state by everything a report's metadata
+// claims: one tag may carry several polynomials (an honest one and
+// poisoners'), told apart by their commitments, and a report whose app,
+// epoch, policy or k disagree with the honest ones forms a group of its
+// own instead of claiming theirs (its AEAD binds the header, so it never
+// opens; pipelines/attack.TestAttackPoisonedGroup).
+type groupKey struct {
+	app, epoch  string
+	policy      star.Policy
+	k           uint16
+	tag, commit [32]byte
+}
 
 type tagState struct {
 	app, epoch string
@@ -225,7 +234,7 @@ func (p *Partition) ApplyReport(r *star.Report) []protocol.Decrypted {
 		p.drop("late")
 		return nil
 	}
-	gk := groupKey{tag: r.Tag, commit: vss.CommitmentHash(r.Commitment)}
+	gk := groupKey{app: r.App, epoch: r.Epoch, policy: r.Policy, k: r.K, tag: r.Tag, commit: vss.CommitmentHash(r.Commitment)}
 	t := p.tags[gk]
 	if t == nil {
 		c, err := vss.NewCommitment(r.Commitment, int(r.K))
@@ -236,9 +245,6 @@ func (p *Partition) ApplyReport(r *star.Report) []protocol.Decrypted {
 		t = &tagState{app: r.App, epoch: r.Epoch, policy: r.Policy, k: int(r.K), commit: c,
 			xs: map[[32]byte]struct{}{}, seen: map[[16]byte]struct{}{}}
 		p.tags[gk] = t
-	} else if t.app != r.App || t.epoch != r.Epoch || t.policy != r.Policy || t.k != int(r.K) {
-		p.drop("mismatch")
-		return nil
 	}
 	if _, dup := t.seen[r.ID]; dup {
 		p.drop("duplicate")
@@ -305,37 +311,29 @@ func xKey(s vss.Share) [32]byte {
 }
 
 // recoverVerified recovers the key of a group with k distinct shares,
-// using only verified shares. Unless the group is suspect (its shares were
-// then verified on arrival) the k shares are checked in one batch: their
-// interpolated polynomial against the commitment (VerifyPolynomial). When
-// the batch fails, the group becomes suspect: every share is checked alone,
-// failing ones are dropped with their reports ("bad-share"), and recovery
-// waits for more shares. With k verified shares the interpolated f is the
-// committed polynomial (up to the batch check's 2^−128 error): the key
-// comes from f(0) and f checks later shares. Pending reports that repeat a
-// verified x with another y are dropped ("bad-share") before anything is
-// decrypted.
+// using only verified shares (vss.Commitment.RecoverVerified: the k shares
+// in one batch unless the group is suspect, whose shares were verified on
+// arrival). When the batch fails, the group becomes suspect: the shares
+// that fail alone are dropped with their reports ("bad-share"), and
+// recovery waits for more shares if fewer than k remain. The key comes from
+// f(0) of the committed polynomial f, and f checks later shares. Pending
+// reports that repeat a verified x with another y are dropped ("bad-share")
+// before anything is decrypted.
 func (p *Partition) recoverVerified(t *tagState) bool {
-	f, err := vss.Interpolate(t.shares[:t.k])
-	if err != nil { // distinct non-zero x were checked on arrival; kept for safety
-		p.Stats.FailedRecover++
+	rec, err := t.commit.RecoverVerified(t.shares, t.suspect)
+	p.Stats.FailedRecover += int64(rec.Failed)
+	if rec.BatchFailed {
+		t.suspect = true
+	}
+	if errors.Is(err, protocol.ErrMalformed) { // the commitment does not decode
+		p.kill(t)
 		return false
 	}
-	if !t.suspect {
-		ok, err := t.commit.VerifyPolynomial(f)
-		if err != nil {
-			p.kill(t)
-			return false
-		}
-		if !ok {
-			p.Stats.FailedRecover++
-			t.suspect = true
-			if !p.purgeBadShares(t) || len(t.shares) < t.k {
-				return false
-			}
-			return p.recoverVerified(t) // every share now verified alone
-		}
+	p.dropBadShares(t, rec.Bad)
+	if err != nil { // fewer than k verified shares (or, kept for safety, duplicate x)
+		return false
 	}
+	f := rec.Poly
 	key := star.KeyFromSecret(t.pending[0].Tag, f.Secret())
 	t.key, t.poly = &key, &f
 	p.dropBadRepeats(t)
@@ -371,33 +369,29 @@ func (p *Partition) laterShareOK(t *tagState, s vss.Share) bool {
 	return t.poly.Contains(s)
 }
 
-// purgeBadShares checks every share of t against its commitment and drops
-// failing shares together with the pending reports that carry them. False
-// when the commitment does not decode (the group is killed).
-func (p *Partition) purgeBadShares(t *tagState) bool {
-	bad := map[[32]byte]bool{}
+// dropBadShares removes the shares of t at indexes bad (ascending, as
+// vss.Recovery.Bad gives them) together with the pending reports that carry
+// them ("bad-share").
+func (p *Partition) dropBadShares(t *tagState, bad []int) {
+	if len(bad) == 0 {
+		return
+	}
+	badX := make(map[[32]byte]bool, len(bad))
 	kept := t.shares[:0]
-	for _, s := range t.shares {
-		ok, err := t.commit.VerifyShare(s)
-		if err != nil {
-			p.kill(t)
-			return false
-		}
-		if ok {
-			kept = append(kept, s)
+	for i, s := range t.shares {
+		if len(bad) > 0 && bad[0] == i {
+			bad = bad[1:]
+			x := xKey(s)
+			badX[x] = true
+			delete(t.xs, x)
 			continue
 		}
-		x := xKey(s)
-		bad[x] = true
-		delete(t.xs, x)
+		kept = append(kept, s)
 	}
 	t.shares = kept
-	if len(bad) == 0 {
-		return true
-	}
 	pending := t.pending[:0]
 	for _, r := range t.pending {
-		if bad[xKey(r.Share)] {
+		if badX[xKey(r.Share)] {
 			p.Stats.Reports--
 			p.drop("bad-share")
 			continue
@@ -405,7 +399,6 @@ func (p *Partition) purgeBadShares(t *tagState) bool {
 		pending = append(pending, r)
 	}
 	t.pending = pending
-	return true
 }
 
 // kill drops every pending report of a group whose commitment does not
@@ -420,54 +413,28 @@ func (p *Partition) kill(t *tagState) {
 }
 
 // recover tries k-subsets that contain the newest share (older subsets were
-// tried when their last share arrived), in a fixed order, up to MaxAttempts;
-// a key is right when it opens one of the pending reports (AEAD check).
-// f(0) comes from vss.Interpolate, as in recoverVerified, so the two
-// differ only by verification (BenchmarkApply compares them).
+// tried when their last share arrived), in a fixed order, up to MaxAttempts
+// (vss.SearchSubsets); a key is right when it opens one of the pending
+// reports (AEAD check). f(0) comes from vss.Interpolate, as in
+// recoverVerified, so the two differ only by verification (BenchmarkApply
+// compares them).
 func (p *Partition) recover(t *tagState) bool {
-	n := len(t.shares)
-	newest := t.shares[n-1]
-	idx := make([]int, t.k-1) // combination of k-1 among the first n-1
-	for i := range idx {
-		idx[i] = i
-	}
-	sub := make([]vss.Share, t.k)
-	for attempt := 0; attempt < MaxAttempts; attempt++ {
-		for i, j := range idx {
-			sub[i] = t.shares[j]
-		}
-		sub[t.k-1] = newest
-		if f, err := vss.Interpolate(sub); err == nil {
-			key := star.KeyFromSecret(t.pending[0].Tag, f.Secret())
-			for _, r := range t.pending {
-				if _, err := star.OpenPayload(key, r); err == nil {
-					t.key = &key
-					return true
-				}
+	var key [32]byte
+	_, failed, err := vss.SearchSubsets(t.shares, t.k, MaxAttempts, func(f vss.Polynomial) bool {
+		key = star.KeyFromSecret(t.pending[0].Tag, f.Secret())
+		for _, r := range t.pending {
+			if _, err := star.OpenPayload(key, r); err == nil {
+				return true
 			}
 		}
-		p.Stats.FailedRecover++
-		if !nextCombination(idx, n-1) {
-			return false
-		}
+		return false
+	})
+	p.Stats.FailedRecover += int64(failed)
+	if err != nil {
+		return false
 	}
-	return false
-}
-
-// nextCombination advances idx to the next k-combination of 0..n-1 in
-// lexicographic order; false when idx was the last.
-func nextCombination(idx []int, n int) bool {
-	k := len(idx)
-	for i := k - 1; i >= 0; i-- {
-		if idx[i] < n-k+i {
-			idx[i]++
-			for j := i + 1; j < k; j++ {
-				idx[j] = idx[j-1] + 1
-			}
-			return true
-		}
-	}
-	return false
+	t.key = &key
+	return true
 }
 
 func (p *Partition) open(t *tagState, reports []*star.Report) []protocol.Decrypted {
