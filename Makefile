@@ -35,7 +35,7 @@ FUZZTIME ?= 20s
 fuzz:
 	@for spec in \
 	  "./protocol/star FuzzParseReport" "./protocol/onion FuzzPeel" "./protocol/oprf FuzzParseRandomness" "./protocol/onion FuzzParseRelayKeys" \
-	  "./protocol/star FuzzParsePayload" "./protocol FuzzParseDecrypted" "./aggregator FuzzApply" \
+	  "./protocol/star FuzzParsePayload" "./protocol FuzzParseDecrypted" "./protocol FuzzParseControl" "./aggregator FuzzApply" \
 	  "./release/stage FuzzApply" "./ingest/aol FuzzReader" "./ingest/normalize FuzzQuery" \
 	  "./protocol/blind FuzzParse" "./protocol/blind FuzzOpenBundle" "./aggregator/vectors FuzzApply" \
 	  "./coordinator FuzzParse" "./release/pdd FuzzApply" "./relays FuzzClassify" "./relays FuzzValidForward" \

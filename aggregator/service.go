@@ -42,6 +42,14 @@ type Service struct {
 	// CoarseSummary sets Partition.CoarseSummary: report counts in the
 	// epoch-close summary rounded down to powers of two.
 	CoarseSummary bool
+	// MaxOpenEpochs, MaxPendingReports and MaxPendingBytes set the
+	// Partition bounds of the same names (≤ 0: the defaults, 8 open epochs
+	// per app, 4,000,000 reports and 2 GiB per (app, epoch) and
+	// partition). Every member of a group must use the same values:
+	// partitions move between members and are rebuilt by replay.
+	MaxOpenEpochs     int
+	MaxPendingReports int64
+	MaxPendingBytes   int64
 
 	Reports, Decrypted, Dropped atomic.Int64 // totals over all partitions
 	mu                          sync.Mutex
@@ -150,8 +158,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 	if st != nil {
 		from = committed // state kept from our own last commit: no replay
 	} else {
-		st = NewPartition(id, count, s.Keys)
-		st.CoarseSummary = s.CoarseSummary
+		st = s.newPartition(id, count)
 	}
 	if err := r.SetOffset(from); err != nil {
 		return err
@@ -196,12 +203,29 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				prev.add(st.Stats.totals().minus(before))
 				continue
 			}
-			late := st.Stats.Dropped["late"]
+			late, unknown, full := st.Stats.Dropped["late"], st.Stats.Dropped["unknown-epoch"], st.Stats.Dropped["epoch-full"]
+			refused, reopen := st.Stats.Dropped["open-refused"], st.Stats.Dropped["open-after-close"]
 			emits := st.Apply(msg)
 			if st.Stats.Dropped["late"] > late {
 				// a report of a closed epoch: the relays were reported
 				// drained before it reached Kafka, so it is not counted
 				log.Warn("aggregator: report after its epoch's close dropped (late)", "partition", id, "offset", m.Offset)
+			}
+			// clients choose these: logged at 1, 2, 4, … per partition, never per report
+			if n := st.Stats.Dropped["unknown-epoch"]; n > unknown && n&(n-1) == 0 {
+				log.Warn("aggregator: reports of epochs that are not open dropped (unknown-epoch); open an epoch with 'crowdlog aggregate open-epoch' before clients send",
+					"partition", id, "offset", m.Offset, "unknown_epoch_total", n)
+			}
+			if n := st.Stats.Dropped["epoch-full"]; n > full && n&(n-1) == 0 {
+				log.Warn("aggregator: an epoch's pending reports reached --max-pending-reports or --max-pending-bytes; reports of groups below threshold dropped (epoch-full)",
+					"partition", id, "offset", m.Offset, "epoch_full_total", n)
+			}
+			if st.Stats.Dropped["open-refused"] > refused {
+				log.Error("aggregator: epoch open refused: its app already has --max-open-epochs open epochs; close one ('crowdlog aggregate close-epoch') and open it again",
+					"partition", id, "offset", m.Offset, "max_open_epochs", st.maxOpenEpochs())
+			}
+			if st.Stats.Dropped["open-after-close"] > reopen {
+				log.Error("aggregator: epoch open refused: the epoch was closed before; use a new epoch name", "partition", id, "offset", m.Offset)
 			}
 			for i := range emits {
 				b, _ := json.Marshal(&emits[i])
@@ -286,23 +310,57 @@ func partitionCount(ctx context.Context, broker, topic string) (int, error) {
 	return len(ps), nil
 }
 
+// newPartition is the state the service runs for partition id of count:
+// RequireOpen and the service's bounds.
+func (s *Service) newPartition(id, count int) *Partition {
+	st := NewPartition(id, count, s.Keys)
+	st.CoarseSummary = s.CoarseSummary
+	st.RequireOpen = true
+	st.MaxOpenEpochs, st.MaxPendingReports, st.MaxPendingBytes = s.MaxOpenEpochs, s.MaxPendingReports, s.MaxPendingBytes
+	return st
+}
+
+// OpenEpoch writes a protocol.EpochOpen control message to every partition
+// of the reports topic. Run it before clients send reports of (app, epoch):
+// the aggregator drops reports of epochs that are not open
+// ("unknown-epoch"). A partition's owner refuses the open, and logs it,
+// when app already has its --max-open-epochs open epochs or the epoch was
+// closed before. Errors: the topic cannot be listed (create it with
+// `crowdlog run` or your Kafka tooling), app or epoch empty or longer than
+// 255 bytes; a write is retried until ctx ends.
+func OpenEpoch(ctx context.Context, brokers []string, app, epoch string) error {
+	return writeControl(ctx, brokers, protocol.ControlOpenEpoch, app, epoch)
+}
+
 // CloseEpoch writes a protocol.EpochClose control message to every partition
 // of the reports topic (epoch close, docs/architecture.md). Each partition's owner summarizes
 // and deletes the epoch's pending shares when it reaches the marker, after
-// every report before it.
+// every report before it. Errors as OpenEpoch's.
 func CloseEpoch(ctx context.Context, brokers []string, app, epoch string) error {
+	return writeControl(ctx, brokers, protocol.ControlCloseEpoch, app, epoch)
+}
+
+func writeControl(ctx context.Context, brokers []string, op, app, epoch string) error {
+	if app == "" || epoch == "" || len(app) > 255 || len(epoch) > 255 {
+		return fmt.Errorf("aggregator: %s: app %q and epoch %q must be 1 to 255 bytes", op, app, epoch)
+	}
 	count, err := partitionCount(ctx, brokers[0], protocol.ReportsTopic)
 	if err != nil {
 		return err
 	}
-	b, _ := json.Marshal(protocol.EpochClose{App: app, Epoch: epoch, Partitions: count})
+	var b []byte
+	if op == protocol.ControlOpenEpoch {
+		b, _ = json.Marshal(protocol.EpochOpen{Op: op, App: app, Epoch: epoch, Partitions: count})
+	} else {
+		b, _ = json.Marshal(protocol.EpochClose{Op: op, App: app, Epoch: epoch, Partitions: count})
+	}
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: protocol.ReportsTopic, Transport: &kafka.Transport{},
 		Balancer: kafka.BalancerFunc(samePartition), RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond}
 	defer w.Close()
 	msgs := make([]kafka.Message, count)
 	for p := range msgs {
 		msgs[p] = kafka.Message{Value: b, Headers: []kafka.Header{
-			{Key: protocol.ControlHeader, Value: []byte("close-epoch")},
+			{Key: protocol.ControlHeader, Value: []byte(op)},
 			{Key: protocol.PartitionHeader, Value: []byte(strconv.Itoa(p))}}}
 	}
 	return writeRetry(ctx, w, msgs)

@@ -33,7 +33,6 @@ package aggregator
 
 import (
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"sort"
 
@@ -46,15 +45,21 @@ import (
 // Message is one record of the reports topic as the core sees it.
 type Message struct {
 	Value   []byte
-	Control bool // carries protocol.ControlHeader: Value is a protocol.EpochClose
+	Control bool // carries protocol.ControlHeader: Value is a protocol.EpochOpen or protocol.EpochClose (protocol.ParseControl)
 }
 
-// Stats counts what a Partition did. Dropped reasons: malformed (bad onion
-// layer or report), unknown-key, duplicate (a report id already seen: relays
-// deliver at least once), late (epoch already closed), bad-share (a
-// share that fails the Feldman check against its report's commitment),
-// bad-commitment (commitment points that do not decode), bad-ciphertext
-// (AEAD fails under the recovered key).
+// Stats counts what a Partition did. Dropped reasons for reports:
+// malformed (bad onion layer or report), unknown-key, duplicate (a report
+// id already seen: relays deliver at least once), late (epoch already
+// closed), unknown-epoch (with RequireOpen: an (app, epoch) never opened by
+// an EpochOpen), epoch-full (the epoch's groups below threshold already
+// hold MaxPendingReports reports or MaxPendingBytes bytes in this
+// partition), bad-share (a share that fails the Feldman check against its
+// report's commitment), bad-commitment (commitment points that do not
+// decode), bad-ciphertext (AEAD fails under the recovered key). For control
+// messages: malformed-control, open-refused (an EpochOpen beyond
+// MaxOpenEpochs open epochs of its app), open-after-close (an EpochOpen of
+// a closed epoch).
 type Stats struct {
 	Reports       int64 // reports accepted
 	Decrypted     int64 // reports decrypted and emitted
@@ -64,6 +69,39 @@ type Stats struct {
 }
 
 type epochKey struct{ app, epoch string }
+
+// epochState is the per-(app, epoch) accounting of a Partition. held counts
+// the report ids remembered by the epoch's groups below threshold (pending
+// reports, and reports dropped from such groups: their ids stay for
+// duplicate detection); heldBytes charges each of them its size
+// (reportBytes) on arrival. Both fall by a group's share when it recovers.
+type epochState struct {
+	open            bool // opened by an EpochOpen (not just seen without RequireOpen)
+	held, heldBytes int64
+}
+
+// Defaults of the Partition's bounds (Service options and `crowdlog
+// aggregate` flags set them).
+const (
+	// DefaultMaxOpenEpochs is the number of epochs per app that may be
+	// open at once.
+	DefaultMaxOpenEpochs = 8
+	// DefaultMaxPendingReports bounds the reports held below threshold per
+	// (app, epoch) and partition.
+	DefaultMaxPendingReports = 4_000_000
+	// DefaultMaxPendingBytes bounds their bytes (reportBytes) per (app,
+	// epoch) and partition: 2 GiB, about 4,000,000 reports of k = 5.
+	DefaultMaxPendingBytes = 2 << 30
+)
+
+// reportOverhead approximates what a held report costs besides its
+// variable fields (Report struct, share, pending slot, id in seen), bytes.
+const reportOverhead = 256
+
+// reportBytes is what a held report is charged against MaxPendingBytes.
+func reportBytes(r *star.Report) int64 {
+	return int64(reportOverhead + len(r.App) + len(r.Epoch) + len(r.Commitment) + len(r.Ciphertext))
+}
 
 // groupKey keys aggregation state by everything a report's metadata
 // claims: one tag may carry several polynomials (an honest one and
@@ -80,6 +118,8 @@ type groupKey struct {
 
 type tagState struct {
 	app, epoch string
+	ep         *epochState
+	heldBytes  int64 // Σ reportBytes of the ids in seen while below threshold
 	policy     star.Policy
 	k          int
 	key        *[32]byte
@@ -100,13 +140,32 @@ const MaxAttempts = 64
 
 // Partition is the aggregation state of one reports partition. It is
 // deterministic: the same message sequence gives the same outputs, which is
-// what makes restart by replay exact.
+// what makes restart by replay exact. Epoch opens and closes are messages
+// of that sequence too, so the bounds below hold identically on replay.
 type Partition struct {
 	ID, Count int // partition number and the topic's partition count
 	Keys      []*onion.KeyPair
-	tags      map[groupKey]*tagState
-	closed    map[epochKey]bool
-	Stats     Stats
+	// RequireOpen drops reports of an (app, epoch) that no EpochOpen
+	// opened ("unknown-epoch"; "late" after its close), so clients cannot
+	// make the aggregator keep state for epochs they name. Service always
+	// sets it; NewPartition leaves it off for offline tools that apply
+	// reports without the topic's control messages (pipelines/attack).
+	RequireOpen bool
+	// MaxOpenEpochs bounds the open epochs per app; an EpochOpen beyond it
+	// is refused ("open-refused"). ≤ 0: DefaultMaxOpenEpochs.
+	MaxOpenEpochs int
+	// MaxPendingReports and MaxPendingBytes bound what the groups of one
+	// (app, epoch) below threshold hold in this partition (reports;
+	// bytes as reportBytes charges them); a report beyond either is dropped
+	// ("epoch-full"), a report of a group that already recovered never is.
+	// ≤ 0: DefaultMaxPendingReports, DefaultMaxPendingBytes.
+	MaxPendingReports int64
+	MaxPendingBytes   int64
+	tags              map[groupKey]*tagState
+	closed            map[epochKey]bool
+	epochs            map[epochKey]*epochState // open epochs (and, without RequireOpen, epochs seen)
+	openPerApp        map[string]int
+	Stats             Stats
 	// CoarseSummary rounds each undecrypted group's report count down to a
 	// power of two in the epoch-close summary (SummaryBucket), so a summary
 	// row says "Tags groups had between Reports and 2·Reports−1 reports"
@@ -172,10 +231,11 @@ func (p *Partition) Pending() []PendingGroup {
 }
 
 // NewPartition returns empty state for partition id of count, opening
-// aggregator layers with keys.
+// aggregator layers with keys, with RequireOpen off and the default bounds.
 func NewPartition(id, count int, keys []*onion.KeyPair) *Partition {
 	return &Partition{ID: id, Count: count, Keys: keys, tags: map[groupKey]*tagState{},
-		closed: map[epochKey]bool{}, Stats: Stats{Dropped: map[string]int64{}}}
+		closed: map[epochKey]bool{}, epochs: map[epochKey]*epochState{}, openPerApp: map[string]int{},
+		Stats: Stats{Dropped: map[string]int64{}}}
 }
 
 // PendingTags returns the number of (tag, commitment) groups still below
@@ -196,12 +256,16 @@ func (p *Partition) drop(reason string) { p.Stats.Dropped[reason]++ }
 // It never fails: bad messages are counted in Stats.Dropped and skipped.
 func (p *Partition) Apply(m Message) []protocol.Decrypted {
 	if m.Control {
-		var c protocol.EpochClose
-		if err := json.Unmarshal(m.Value, &c); err != nil || c.App == "" || c.Epoch == "" {
+		c, err := protocol.ParseControl(m.Value)
+		if err != nil {
 			p.drop("malformed-control")
 			return nil
 		}
-		return p.closeEpoch(c)
+		if c.Op == protocol.ControlOpenEpoch {
+			p.openEpoch(c.App, c.Epoch)
+			return nil
+		}
+		return p.closeEpoch(protocol.EpochClose{App: c.App, Epoch: c.Epoch, Partitions: c.Partitions})
 	}
 	hop, inner, err := onion.Peel(p.Keys, m.Value)
 	if err != nil {
@@ -230,27 +294,52 @@ func (p *Partition) Apply(m Message) []protocol.Decrypted {
 // seen before in its group is dropped as "duplicate", so a replayed report
 // never adds an impression.
 func (p *Partition) ApplyReport(r *star.Report) []protocol.Decrypted {
-	if p.closed[epochKey{r.App, r.Epoch}] {
-		p.drop("late")
-		return nil
+	ek := epochKey{r.App, r.Epoch}
+	e := p.epochs[ek]
+	if e == nil {
+		switch {
+		case p.closed[ek]:
+			p.drop("late")
+			return nil
+		case p.RequireOpen:
+			p.drop("unknown-epoch")
+			return nil
+		}
+		e = &epochState{}
+		p.epochs[ek] = e
 	}
 	gk := groupKey{app: r.App, epoch: r.Epoch, policy: r.Policy, k: r.K, tag: r.Tag, commit: vss.CommitmentHash(r.Commitment)}
 	t := p.tags[gk]
+	if t != nil {
+		if _, dup := t.seen[r.ID]; dup {
+			p.drop("duplicate")
+			return nil
+		}
+	}
+	var size int64
+	if t == nil || t.key == nil {
+		size = reportBytes(r)
+		if e.held >= p.maxPendingReports() || e.heldBytes+size > p.maxPendingBytes() {
+			p.drop("epoch-full")
+			return nil
+		}
+	}
 	if t == nil {
 		c, err := vss.NewCommitment(r.Commitment, int(r.K))
 		if err != nil { // ParseReport checked the size; kept for safety
 			p.drop("malformed")
 			return nil
 		}
-		t = &tagState{app: r.App, epoch: r.Epoch, policy: r.Policy, k: int(r.K), commit: c,
+		t = &tagState{app: r.App, epoch: r.Epoch, ep: e, policy: r.Policy, k: int(r.K), commit: c,
 			xs: map[[32]byte]struct{}{}, seen: map[[16]byte]struct{}{}}
 		p.tags[gk] = t
 	}
-	if _, dup := t.seen[r.ID]; dup {
-		p.drop("duplicate")
-		return nil
-	}
 	t.seen[r.ID] = struct{}{}
+	if t.key == nil {
+		e.held++
+		e.heldBytes += size
+		t.heldBytes += size
+	}
 	if t.dead {
 		p.drop("bad-commitment")
 		return nil
@@ -298,6 +387,9 @@ func (p *Partition) ApplyReport(r *star.Report) []protocol.Decrypted {
 		return nil
 	}
 	p.Stats.Recoveries++
+	t.ep.held -= int64(len(t.seen)) // recovered: what it holds no longer counts against the epoch's bounds
+	t.ep.heldBytes -= t.heldBytes
+	t.heldBytes = 0
 	out := p.open(t, t.pending)
 	t.pending, t.shares, t.xs, t.commit = nil, nil, nil, nil
 	return out
@@ -454,6 +546,57 @@ func (p *Partition) open(t *tagState, reports []*star.Report) []protocol.Decrypt
 	return out
 }
 
+func (p *Partition) maxOpenEpochs() int {
+	if p.MaxOpenEpochs > 0 {
+		return p.MaxOpenEpochs
+	}
+	return DefaultMaxOpenEpochs
+}
+
+func (p *Partition) maxPendingReports() int64 {
+	if p.MaxPendingReports > 0 {
+		return p.MaxPendingReports
+	}
+	return DefaultMaxPendingReports
+}
+
+func (p *Partition) maxPendingBytes() int64 {
+	if p.MaxPendingBytes > 0 {
+		return p.MaxPendingBytes
+	}
+	return DefaultMaxPendingBytes
+}
+
+// OpenEpochs returns the number of open epochs of app in this partition.
+func (p *Partition) OpenEpochs(app string) int { return p.openPerApp[app] }
+
+// openEpoch applies an EpochOpen: the epoch becomes open unless it is
+// closed ("open-after-close": its summary was emitted, reopening would
+// release a second time) or app already has MaxOpenEpochs open epochs
+// ("open-refused": close one first). Opening an open epoch does nothing
+// (the operator may repeat the command).
+func (p *Partition) openEpoch(app, epoch string) {
+	ek := epochKey{app, epoch}
+	if p.closed[ek] {
+		p.drop("open-after-close")
+		return
+	}
+	e := p.epochs[ek]
+	if e != nil && e.open {
+		return
+	}
+	if p.openPerApp[app] >= p.maxOpenEpochs() {
+		p.drop("open-refused")
+		return
+	}
+	if e == nil {
+		e = &epochState{}
+		p.epochs[ek] = e
+	}
+	e.open = true
+	p.openPerApp[app]++
+}
+
 // closeEpoch summarizes the epoch's undecrypted tags as counts only
 // (CrowdLogging §3.3), deletes every tag of the epoch (pending shares
 // included) and emits the partition's closed marker (epoch close, docs/architecture.md).
@@ -486,6 +629,15 @@ func (p *Partition) closeEpoch(c protocol.EpochClose) []protocol.Decrypted {
 		delete(p.tags, gk)
 	}
 	p.closed[ek] = true
+	if e := p.epochs[ek]; e != nil {
+		if e.open {
+			p.openPerApp[c.App]--
+			if p.openPerApp[c.App] == 0 {
+				delete(p.openPerApp, c.App)
+			}
+		}
+		delete(p.epochs, ek)
+	}
 	var out []protocol.Decrypted
 	groups := make([]pk, 0, len(hist))
 	for g := range hist {

@@ -304,6 +304,8 @@ func FuzzApply(f *testing.F) {
 	r, _ := s.Seal(&u, "x", "x")
 	f.Add(wrap(f, key, r), false)
 	f.Add([]byte(`{"app":"a","epoch":"e"}`), true)
+	f.Add([]byte(`{"op":"open-epoch","app":"query","epoch":"e1","partitions":1}`), true)
+	f.Add([]byte(`{"op":"close-epoch","app":"query","epoch":"e1","partitions":1}`), true)
 	f.Fuzz(func(t *testing.T, b []byte, control bool) {
 		p := NewPartition(0, 1, []*onion.KeyPair{key})
 		p.Apply(Message{Value: b, Control: control})

@@ -66,8 +66,10 @@ func ParseDecrypted(b []byte) (*Decrypted, error) {
 
 // EpochClose is the control message an operator (or `crowdlog run`) writes to
 // every partition of the reports topic, with header ControlHeader, to close
-// an epoch (epoch close, docs/architecture.md).
+// an epoch (epoch close, docs/architecture.md). Op is ControlCloseEpoch or
+// empty (closes written before EpochOpen existed); ParseControl decodes it.
 type EpochClose struct {
+	Op         string `json:"op,omitempty"`
 	App        string `json:"app"`
 	Epoch      string `json:"epoch"`
 	Partitions int    `json:"partitions"`

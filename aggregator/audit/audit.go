@@ -31,7 +31,8 @@ type Partition struct {
 	ID int
 	// Messages is every record read (reports, controls and undecodable).
 	Messages int
-	// CloseOffset is the offset of the first epoch-close control record,
+	// CloseOffset is the offset of the first close record of (app, epoch)
+	// (opens and other epochs' closes do not end it),
 	// -1 when there is none.
 	CloseOffset int64
 	// Reports counts distinct report ids before the close record; Copies
@@ -113,7 +114,10 @@ func Run(ctx context.Context, brokers []string, reportsTopic, decryptedTopic str
 			ap.Messages++
 			for _, h := range m.Headers {
 				if h.Key == protocol.ControlHeader {
-					if ap.CloseOffset < 0 {
+					// only the close of (app, epoch) ends it: opens (and
+					// other epochs' markers) come before its reports
+					c, err := protocol.ParseControl(m.Value)
+					if err == nil && c.Op == protocol.ControlCloseEpoch && c.App == app && c.Epoch == epoch && ap.CloseOffset < 0 {
 						ap.CloseOffset = m.Offset
 					}
 					return

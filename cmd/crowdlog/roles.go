@@ -300,6 +300,8 @@ func aggregateCmd() *cobra.Command {
 	var group, metricsAddr string
 	var keyPaths []string
 	var session time.Duration
+	var maxOpen int
+	var maxPending, maxPendingBytes int64
 	c := &cobra.Command{
 		Use:   "aggregate --key FILE [--kafka ADDR[,ADDR...]]",
 		Short: "Run the threshold aggregator on Kafka topic reports",
@@ -309,7 +311,13 @@ shares and the reports; at k distinct shares it recovers the artifact key,
 decrypts every report of the tag (and later ones on arrival) and writes the
 items to topic "decrypted". A share that makes the AEAD fail does not block
 the tag. State is rebuilt by replaying a partition up to its committed offset,
-so kill -9 loses nothing and counts nothing twice.`,
+so kill -9 loses nothing and counts nothing twice.
+
+Only reports of open epochs are kept: run 'crowdlog aggregate open-epoch'
+before clients send. Reports of epochs that are not open are dropped
+(unknown-epoch), and so are reports beyond --max-pending-reports or
+--max-pending-bytes held below threshold per (app, epoch) and partition
+(epoch-full). Every process of a group must use the same bounds.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
@@ -322,6 +330,7 @@ so kill -9 loses nothing and counts nothing twice.`,
 			}
 			s.GroupID = group
 			s.SessionTimeout = session
+			s.MaxOpenEpochs, s.MaxPendingReports, s.MaxPendingBytes = maxOpen, maxPending, maxPendingBytes
 			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterAggregator(reg, s) }, s.Run)
 		},
 	}
@@ -329,6 +338,9 @@ so kill -9 loses nothing and counts nothing twice.`,
 	c.Flags().StringSliceVar(&keyPaths, "key", nil, "aggregator HPKE key file (repeat during a rotation)")
 	c.Flags().StringVar(&group, "group", "crowdlog-aggregator", "Kafka consumer group")
 	c.Flags().DurationVar(&session, "session-timeout", 20*time.Second, "a member silent this long leaves the group and its partitions move (also the wait after a crash)")
+	c.Flags().IntVar(&maxOpen, "max-open-epochs", aggregator.DefaultMaxOpenEpochs, "open epochs per app; an open beyond it is refused (logged)")
+	c.Flags().Int64Var(&maxPending, "max-pending-reports", aggregator.DefaultMaxPendingReports, "reports held below threshold per (app, epoch) and partition; beyond it reports are dropped (epoch-full)")
+	c.Flags().Int64Var(&maxPendingBytes, "max-pending-bytes", aggregator.DefaultMaxPendingBytes, "bytes of those reports per (app, epoch) and partition; beyond it reports are dropped (epoch-full)")
 	addMetricsFlag(c, &metricsAddr)
 
 	var app, epoch string
@@ -352,7 +364,27 @@ has closed it.`,
 	closeCmd.Flags().StringSliceVar(&kafkaAddrs, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")
 	closeCmd.Flags().StringVar(&app, "app", "query", "application")
 	closeCmd.Flags().StringVar(&epoch, "epoch", "", "epoch to close")
-	c.AddCommand(closeCmd, auditCmd())
+	openCmd := &cobra.Command{
+		Use:   "open-epoch --app APP --epoch EPOCH [--kafka ADDR[,ADDR...]]",
+		Short: "Open an epoch: the aggregator keeps reports only of open epochs",
+		Long: `open-epoch writes a control marker into every partition of "reports". Run it
+before clients send reports of the epoch: an aggregator drops reports of an
+(app, epoch) that is not open (unknown-epoch) or already closed (late). An
+aggregator refuses the open, and logs it, when the app already has
+--max-open-epochs open epochs (close one first) or the epoch was closed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger()
+			if app == "" || epoch == "" {
+				return errors.New("--app and --epoch are required")
+			}
+			return aggregator.OpenEpoch(cmd.Context(), kafkaAddrs, app, epoch)
+		},
+	}
+	openCmd.Flags().StringSliceVar(&kafkaAddrs, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")
+	openCmd.Flags().StringVar(&app, "app", "query", "application")
+	openCmd.Flags().StringVar(&epoch, "epoch", "", "epoch to open")
+	c.AddCommand(openCmd, closeCmd, auditCmd())
 	return c
 }
 

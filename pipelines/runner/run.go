@@ -288,6 +288,14 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		Route:      ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: protocol.RelaySubject("b")},
 		Publish:    pub.Publish}
 	rp := &ingest.Replay{Client: client, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
+	// the aggregator keeps reports only of open epochs: the open marker
+	// precedes every report in each partition
+	octx, ocancel := context.WithTimeout(ctx, cfg.Timeout)
+	err = aggregator.OpenEpoch(octx, brokers, app.Name(), cfg.Epoch)
+	ocancel()
+	if err != nil {
+		return sum, fmt.Errorf("open epoch at the aggregator (is Kafka up?): %w", err)
+	}
 	log.Info("ingest: replaying log", "app", app.Name(), "epoch", cfg.Epoch, "policy", pol.String())
 	rsum, err := rp.Run(ctx, cfg.Input)
 	sum.Users, sum.Sent = rsum.Users, rsum.Reports
