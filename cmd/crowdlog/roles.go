@@ -245,13 +245,15 @@ func relayCmd() *cobra.Command {
 		Short: "Run a relay: peel one onion layer, batch, shuffle, forward",
 		Long: `relay consumes its subject crowdlog.relay.NAME (a JetStream work queue: more
 processes with the same --name and key = more capacity), peels its HPKE
-layer, collects a batch of --batch messages or --batch-timeout, shuffles it
-with crypto randomness and forwards each message to the next relay's subject
-or, as last hop, to Kafka topic "reports" keyed by a coarse tag bucket.
-Messages are acknowledged only after forwarding (at-least-once): a relay
-killed mid-batch loses nothing. Malformed, oversized or wrong-key messages are
-counted and dropped. Larger batches mean larger anonymity sets and more
-latency.`,
+layer and holds the peeled messages in a pool: once --pool messages are
+held, or --pool-timeout after the oldest arrived, it shuffles them with
+crypto randomness and forwards each to the next hop of the route (relay a:
+only relay b; relay b: only Kafka topic "reports", keyed by a 1-byte tag
+bucket). Messages are acknowledged only after forwarding (at-least-once): a
+relay killed mid-pool loses nothing. Malformed, oversized, wrong-key,
+wrong-hop and replayed messages are counted and dropped. A larger pool or
+timeout means larger anonymity sets and more latency (docs/threat-model.md,
+"Mixing").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
@@ -288,8 +290,11 @@ latency.`,
 	f.StringSliceVar(&o.KeyPaths, "key", nil, "HPKE key file (repeat for two keys during a rotation)")
 	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
 	f.StringSliceVar(&o.Kafka, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list (used by the last relay)")
-	f.IntVar(&o.BatchSize, "batch", 256, "mix batch size (messages)")
-	f.DurationVar(&o.BatchTimeout, "batch-timeout", 50*time.Millisecond, "forward a partial batch after this long")
+	f.IntVar(&o.BatchSize, "batch", 256, "most messages per fetch from the inbox")
+	f.DurationVar(&o.BatchTimeout, "batch-timeout", 50*time.Millisecond, "longest wait of one fetch (poll interval; --pool-timeout decides when to forward)")
+	f.IntVar(&o.PoolSize, "pool", relays.DefaultPoolSize, "forward once this many peeled messages are held (P: the least anonymity set when at least P per --pool-timeout arrive)")
+	f.DurationVar(&o.PoolTimeout, "pool-timeout", relays.DefaultPoolTimeout, "forward what is held this long after the oldest held message arrived, even below --pool (T: bounds each message's wait); --ack-wait must be at least twice this")
+	f.StringVar(&o.Next, "next", "", `next hop on the route: empty = relay b for relay a, Kafka for any other; "." = last hop (Kafka only)`)
 	f.DurationVar(&o.AckWait, "ack-wait", 30*time.Second, "redeliver a message this long after a relay took it without acknowledging (crash)")
 	addMetricsFlag(c, &metricsAddr)
 	return c
