@@ -7,8 +7,11 @@ package ingest
 
 import (
 	"context"
+	cryptorand "crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/ingest/apps"
@@ -89,6 +92,12 @@ type Client struct {
 	// instances (DP_a).
 	Limit         int
 	LimitDistinct bool
+	// Spread is the window over which one user's reports are sent: each
+	// report leaves at its own uniformly random offset in [0, Spread) from
+	// the end of sealing, in a random order, so an observer of relay a's
+	// inbox does not see one user's artifacts as one burst. 0 sends them
+	// back to back (still in a random order): log replays and tests.
+	Spread time.Duration
 }
 
 // LimitArtifacts applies the client-side limit to arts (in log order, as
@@ -151,28 +160,84 @@ func (c *Client) SubmitUser(ctx context.Context, secret *star.UserSecret, record
 		return 0, fmt.Errorf("randomness: %d outputs for %d inputs", len(omegas), len(inputs))
 	}
 	sealings := make([]*star.Sealing, len(inputs))
-	n := 0
+	onions := make([][]byte, 0, len(arts))
 	for _, a := range arts {
 		i := index[a.Primary]
 		if sealings[i] == nil {
 			s, err := star.DeriveSealing(omegas[i], c.App.Name(), c.Epoch, c.Policy, c.K)
 			if err != nil {
-				return n, err
+				return 0, err
 			}
 			sealings[i] = &s
 		}
 		r, err := sealings[i].Seal(secret, a.Primary, a.Secondary)
 		if err != nil {
-			return n, fmt.Errorf("seal: %w", err)
+			return 0, fmt.Errorf("seal: %w", err)
 		}
 		onion, err := c.Route.Wrap(r)
 		if err != nil {
-			return n, fmt.Errorf("onion: %w", err)
+			return 0, fmt.Errorf("onion: %w", err)
 		}
-		if err := c.Publish(ctx, onion); err != nil {
+		onions = append(onions, onion)
+	}
+	return c.send(ctx, onions)
+}
+
+// send publishes onions in a random order, each at a uniformly random
+// offset in [0, Spread) from now (sorted, so it sleeps at most Spread in
+// all); it returns how many were published and stops at the first publish
+// error or when ctx ends.
+func (c *Client) send(ctx context.Context, onions [][]byte) (int, error) {
+	perm := cryptoPerm(len(onions))
+	var offsets []time.Duration
+	if c.Spread > 0 {
+		offsets = make([]time.Duration, len(onions))
+		for i := range offsets {
+			offsets[i] = time.Duration(cryptoUint64() % uint64(c.Spread))
+		}
+		sort.Slice(offsets, func(a, b int) bool { return offsets[a] < offsets[b] })
+	}
+	start := time.Now()
+	n := 0
+	for i, j := range perm {
+		if offsets != nil {
+			if d := time.Until(start.Add(offsets[i])); d > 0 {
+				t := time.NewTimer(d)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return n, fmt.Errorf("ingest: stopped while spreading reports (%d of %d sent): %w", n, len(onions), ctx.Err())
+				case <-t.C:
+				}
+			}
+		}
+		if err := c.Publish(ctx, onions[j]); err != nil {
 			return n, err
 		}
 		n++
 	}
 	return n, nil
+}
+
+// cryptoUint64 is a uniform 64-bit value from crypto/rand.
+func cryptoUint64() uint64 {
+	var b [8]byte
+	if _, err := cryptorand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand.Read does not fail on supported platforms
+	}
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// cryptoPerm is a uniformly random permutation of 0..n-1 (Fisher–Yates
+// over crypto/rand).
+func cryptoPerm(n int) []int {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = i
+	}
+	for i := n - 1; i > 0; i-- {
+		j := int(cryptoUint64() % uint64(i+1))
+		p[i], p[j] = p[j], p[i]
+	}
+	return p
 }

@@ -95,6 +95,7 @@ Example:
 	f.IntVar(&cfg.Partitions, "partitions", 8, "partitions of the reports and decrypted topics when run creates them")
 	f.BoolVar(&cfg.External, "external", false, "roles run elsewhere; only ingest, close the epoch and wait for the release")
 	f.IntVar(&cfg.Workers, "workers", 0, "clients replayed concurrently (default: number of CPUs)")
+	f.DurationVar(&cfg.Spread, "spread", 0, "each client sends its reports at random times within this window, not as one burst an observer links (e.g. 1h for real clients; 0 = back to back, for replays)")
 	f.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "how long to wait for relays, aggregator and release after ingest")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar on stderr (shown only when stderr is a terminal)")
 	f.StringVar(&cfg.Metrics, "metrics", "", metricsHelp)
@@ -143,6 +144,7 @@ clients of the epoch have sent.`,
 	f.StringVar(&cfg.NATS, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
 	f.StringVar(&cfg.KeysDir, "keys", "keys", "directory with relay-a.key.pub, relay-b.key.pub, aggregator.key.pub")
 	f.IntVar(&cfg.Workers, "workers", 0, "clients replayed concurrently (default: number of CPUs)")
+	f.DurationVar(&cfg.Spread, "spread", 0, "each client sends its reports at random times within this window, not as one burst an observer links (e.g. 1h for real clients; 0 = back to back, for replays)")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar on stderr (shown only when stderr is a terminal)")
 	c.MarkFlagRequired("input")
 	return c

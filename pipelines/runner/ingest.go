@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -29,10 +30,11 @@ type IngestConfig struct {
 	Policy     string       // "ft-u", "ft-a", "dp-a", "dp-u" or "zealous"
 	K          int          // threshold k of ft-u/ft-a
 	DP         policy.Params
-	Epoch      string // epoch name
-	NATS       string // NATS URL, or comma-separated URLs of a cluster
-	KeysDir    string // relay-a.key.pub, relay-b.key.pub, aggregator.key.pub and the randomness pins
-	Workers    int    // clients replayed concurrently; 0 = number of CPUs
+	Epoch      string        // epoch name
+	NATS       string        // NATS URL, or comma-separated URLs of a cluster
+	KeysDir    string        // relay-a.key.pub, relay-b.key.pub, aggregator.key.pub and the randomness pins
+	Workers    int           // clients replayed concurrently; 0 = number of CPUs
+	Spread     time.Duration // each client's window for sending its reports (ingest.Client.Spread)
 	Progress   io.Writer
 	Logger     *slog.Logger
 }
@@ -77,7 +79,7 @@ func Ingest(ctx context.Context, cfg IngestConfig) (ingest.ReplaySummary, error)
 	}
 	pub := &publish.Publisher{JS: js, Subject: protocol.RelaySubject("a")}
 	limit, distinct := pol.Limit()
-	client := &ingest.Client{App: a, Epoch: cfg.Epoch, Policy: pol.Sealing(), K: pol.ShamirK, Limit: limit, LimitDistinct: distinct,
+	client := &ingest.Client{App: a, Epoch: cfg.Epoch, Policy: pol.Sealing(), K: pol.ShamirK, Limit: limit, LimitDistinct: distinct, Spread: cfg.Spread,
 		Randomness: &randomness.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, keydir.RandomnessPins)},
 		Route:      ingest.Route{RelayA: ra, RelayB: rb, Aggregator: ag, SubjectB: protocol.RelaySubject("b")},
 		Publish:    pub.Publish}

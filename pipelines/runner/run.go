@@ -74,6 +74,10 @@ type Config struct {
 	// bucket flags); zero fields mean the defaults.
 	AppOptions apps.Options
 
+	// Spread is each client's window for sending its reports
+	// (ingest.Client.Spread); 0 sends them back to back.
+	Spread time.Duration
+
 	// Metrics, when set (e.g. "127.0.0.1:9100"), serves /metrics, /healthz and
 	// /readyz for every in-process role.
 	Metrics string
@@ -284,7 +288,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	RegisterPublisher(reg, pub)
 	limit, distinct := pol.Limit()
 	client := &ingest.Client{App: app, Epoch: cfg.Epoch, Policy: policy, K: pol.ShamirK, Limit: limit, LimitDistinct: distinct,
-		Randomness: rc,
+		Spread: cfg.Spread, Randomness: rc,
 		Route:      ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: protocol.RelaySubject("b")},
 		Publish:    pub.Publish}
 	rp := &ingest.Replay{Client: client, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
