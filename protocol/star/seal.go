@@ -163,7 +163,7 @@ func clip(s string) string {
 // secret key anyone can compute ω for a guessed artifact, so a compromised
 // aggregator (or a thief of the reports topic) finds every pending artifact
 // of a candidate list: the offline probe of CrowdLogging §5.4, demonstrated
-// by attack.TestProbe. Production clients use the VOPRF (Blind/Finalize).
+// by attack.TestAttackProbe. Production clients use the VOPRF (Blind/Finalize).
 func LocalOmega(app, epoch, artifact string) []byte {
 	h := sha512.New()
 	h.Write([]byte("crowdlog-v1 local"))
