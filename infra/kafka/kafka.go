@@ -1,9 +1,10 @@
 // Package kafka starts a local Kafka-protocol broker (kfake, persisted to a
-// directory) for one-machine use, and holds the topic helpers the relays and
-// aggregators share (Kafka via segmentio/kafka-go; kfake
-// with DataDir for one machine, a real Kafka cluster in production with the
-// same client code). Config.Brokers runs several kfake brokers in one process
-// (the chaos test's 3-broker cluster).
+// directory) for one-machine use, and holds the topic helpers the relays,
+// aggregators and release stages share, among them ServeGroup, the one
+// consumer loop of the aggregators and release stages (Kafka via
+// segmentio/kafka-go; kfake with DataDir for one machine, a real Kafka
+// cluster in production with the same client code). Config.Brokers runs
+// several kfake brokers in one process (the chaos test's 3-broker cluster).
 package kafka
 
 import (
@@ -263,60 +264,62 @@ func (s slogLogger) Logf(level kfake.LogLevel, msg string, args ...any) {
 	}
 }
 
-// ReadAll reads every partition of topic from its first offset, each on its
-// own goroutine, and sends the message values to the returned channel (per
-// partition in order; partitions interleave). It is how the release stages
-// rebuild their state on start. stop ends the readers and waits for them.
-// Errors: the topic cannot be listed (it does not exist yet, or Kafka is
-// unreachable); read errors later are logged and end that partition's reader.
-func ReadAll(ctx context.Context, brokers []string, topic string, log *slog.Logger) (msgs <-chan []byte, stop func(), err error) {
-	conn, err := (&kafkago.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", brokers[0])
-	if err != nil {
-		return nil, nil, fmt.Errorf("dial kafka %s: %w", brokers[0], err)
-	}
-	parts, err := conn.ReadPartitions(topic)
-	conn.Close()
-	if err != nil {
-		return nil, nil, fmt.Errorf("topic %s: %w", topic, err)
-	}
-	ch := make(chan []byte, 1024)
-	var wg sync.WaitGroup
-	rctx, cancel := context.WithCancel(ctx)
-	for _, p := range parts {
-		wg.Add(1)
-		go func(id int) {
-			defer wg.Done()
-			r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: brokers, Topic: topic, Partition: id,
-				MinBytes: 1, MaxBytes: 64 << 20, MaxWait: 200 * time.Millisecond})
-			defer r.Close()
-			r.SetOffset(kafkago.FirstOffset)
-			for {
-				m, err := r.ReadMessage(rctx)
-				if err != nil {
-					if rctx.Err() == nil {
-						log.Error("read topic", "topic", topic, "partition", id, "err", err)
-					}
-					return
+// Forward returns a ServeGroup serve function that reads its partition of
+// topic from the offset ServeGroup gives it (kafkago.FirstOffset: the
+// partition's first message) and sends each message value to msgs, per
+// partition in order (partitions interleave), until its context ends; a
+// send waits for room in msgs at most that long. It is how the release
+// stages, with ServeGroup without a group, read every partition from the
+// start on their one apply goroutine. A read error is logged ("read topic",
+// with topic and partition) and ends that partition's reader, not the
+// others; it returns an error only when the start offset cannot be set.
+func Forward(brokers []string, topic string, msgs chan<- []byte, log *slog.Logger) func(ctx context.Context, gen *kafkago.Generation, partition int, from int64) error {
+	return func(ctx context.Context, _ *kafkago.Generation, id int, from int64) error {
+		r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: brokers, Topic: topic, Partition: id,
+			MinBytes: 1, MaxBytes: 64 << 20, MaxWait: 200 * time.Millisecond})
+		defer r.Close()
+		if err := r.SetOffset(from); err != nil {
+			return fmt.Errorf("read topic %s partition %d from offset %d: %w", topic, id, from, err)
+		}
+		for {
+			m, err := r.ReadMessage(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Error("read topic", "topic", topic, "partition", id, "err", err)
 				}
-				select {
-				case ch <- m.Value:
-				case <-rctx.Done():
-					return
-				}
+				return nil
 			}
-		}(p.ID)
+			select {
+			case msgs <- m.Value:
+			case <-ctx.Done():
+				return nil
+			}
+		}
 	}
-	return ch, func() { cancel(); wg.Wait() }, nil
 }
 
 // ServeGroup joins consumer group id on topic and, for every generation,
 // runs serve on its own goroutine for each assigned partition with the
-// partition's committed offset (kafka-go Generation.Start: serve's context
-// ends when the generation does, e.g. on a rebalance). session is the
-// session and rebalance timeout. It returns nil when ctx ends, an error only
-// when the group cannot be joined. role prefixes its log lines.
+// partition's committed offset (kafkago.FirstOffset when none was
+// committed; kafka-go Generation.Start: serve's context ends when the
+// generation does, e.g. on a rebalance). session is the session and
+// rebalance timeout. It returns nil when ctx ends, an error only when the
+// group cannot be joined. role prefixes its log lines and errors.
+//
+// With id "" there is no group (as kafka-go's ReaderConfig.GroupID ""): it
+// lists topic's partitions once and runs serve for every one of them with
+// gen nil (nothing to commit) and offset kafkago.FirstOffset, all in one
+// generation that ends with ctx; session is unused. This is how a consumer
+// that needs the whole topic, such as a release stage, reads it. It then
+// returns nil after ctx ended and every serve returned, and an error
+// ("<role>: dial kafka <addr>: …" or "<role>: topic <topic>: …") when the
+// partitions cannot be listed: the topic does not exist yet or brokers[0]
+// is unreachable (10 s dial timeout).
 func ServeGroup(ctx context.Context, brokers []string, id, topic string, session time.Duration, log *slog.Logger, role string,
 	serve func(ctx context.Context, gen *kafkago.Generation, partition int, committed int64) error) error {
+	if id == "" {
+		return serveAll(ctx, brokers, topic, log, role, serve)
+	}
 	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
 		ID: id, Brokers: brokers, Topics: []string{topic},
 		StartOffset:       kafkago.FirstOffset,
@@ -347,4 +350,33 @@ func ServeGroup(ctx context.Context, brokers []string, id, topic string, session
 		}
 		log.Info(role+": assigned", "generation", gen.ID, "partitions", ids)
 	}
+}
+
+// serveAll is ServeGroup without a group: serve on every partition of
+// topic from its first offset, until ctx ends.
+func serveAll(ctx context.Context, brokers []string, topic string, log *slog.Logger, role string,
+	serve func(ctx context.Context, gen *kafkago.Generation, partition int, committed int64) error) error {
+	conn, err := (&kafkago.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", brokers[0])
+	if err != nil {
+		return fmt.Errorf("%s: dial kafka %s: %w", role, brokers[0], err)
+	}
+	parts, err := conn.ReadPartitions(topic)
+	conn.Close()
+	if err != nil {
+		return fmt.Errorf("%s: topic %s: %w", role, topic, err)
+	}
+	var wg sync.WaitGroup
+	for _, p := range parts {
+		wg.Go(func() {
+			if err := serve(ctx, nil, p.ID, kafkago.FirstOffset); err != nil && ctx.Err() == nil {
+				log.Error(role+": partition stopped", "partition", p.ID, "err", err)
+			}
+		})
+	}
+	// The generation lasts as long as ctx, also when every serve returned
+	// early (a partition whose reader failed is not restarted); then the
+	// wait for the serves is bounded by their reaction to ctx's end.
+	<-ctx.Done()
+	wg.Wait()
+	return nil
 }

@@ -3,7 +3,9 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -217,5 +219,90 @@ func TestThreeBrokers(t *testing.T) {
 		if !seen[string(m.Value)] {
 			t.Fatalf("record %s not read back", m.Value)
 		}
+	}
+}
+
+// TestServeGroupWithoutGroup: ServeGroup with id "" serves every partition
+// of the topic from its first offset, with gen nil, in one generation that
+// ends with ctx (then it returns nil); Forward delivers every record once. A
+// missing topic is an error naming the role and the topic, at once.
+func TestServeGroupWithoutGroup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b, err := Start(ctx, t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	log := slog.New(slog.DiscardHandler)
+	brokers := []string{b.Addr}
+	never := func(context.Context, *kafkago.Generation, int, int64) error {
+		t.Error("serve called for a missing topic")
+		return nil
+	}
+	if err := ServeGroup(ctx, brokers, "", "missing", 0, log, "test", never); err == nil ||
+		!strings.HasPrefix(err.Error(), "test: topic missing: ") {
+		t.Fatalf("missing topic: err %v, want \"test: topic missing: …\"", err)
+	}
+	if err := EnsureTopics(ctx, b.Addr, 3, "t"); err != nil {
+		t.Fatal(err)
+	}
+	w := NewWriter(b.Addr, "t")
+	const n = 300
+	msgs := make([]kafkago.Message, n)
+	for i := range msgs {
+		msgs[i] = kafkago.Message{Key: []byte(fmt.Sprint(i % 11)), Value: []byte(fmt.Sprint(i))}
+	}
+	if err := w.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+
+	values := make(chan []byte, 16)
+	fwd := Forward(brokers, "t", values, log)
+	var mu sync.Mutex
+	served := map[int]int64{}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() {
+		done <- ServeGroup(sctx, brokers, "", "t", 0, log, "test",
+			func(ctx context.Context, gen *kafkago.Generation, p int, from int64) error {
+				if gen != nil {
+					t.Errorf("partition %d: generation %d without a group", p, gen.ID)
+				}
+				mu.Lock()
+				served[p] = from
+				mu.Unlock()
+				return fwd(ctx, gen, p, from)
+			})
+	}()
+	seen := map[string]bool{}
+	for len(seen) < n {
+		select {
+		case v := <-values:
+			if seen[string(v)] {
+				t.Fatalf("record %s delivered twice", v)
+			}
+			seen[string(v)] = true
+		case err := <-done:
+			t.Fatalf("ServeGroup returned %v before ctx ended, after %d of %d records", err, len(seen), n)
+		case <-ctx.Done():
+			t.Fatalf("only %d of %d records within a minute", len(seen), n)
+		}
+	}
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("ServeGroup after ctx ended: %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ServeGroup did not return within 10 s of ctx's end")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(served) != 3 || served[0] != kafkago.FirstOffset || served[1] != kafkago.FirstOffset || served[2] != kafkago.FirstOffset {
+		t.Fatalf("served partitions (from offset) %v, want 0, 1, 2 from %d", served, kafkago.FirstOffset)
 	}
 }

@@ -38,11 +38,11 @@ type Released struct {
 }
 
 // Stage reads topic "group-sums" (protocol.GroupSumsTopic) from the first
-// offset of every partition, feeds State and writes every round it
-// completes to Sink. Restart safety: on restart it re-reads the topic;
-// days whose pdd_rounds row exists are skipped before any noise is drawn
-// (a noisy day is published once), and a day written halfway is rewritten
-// from scratch by the Sink.
+// offset of every partition (infra/kafka.ServeGroup without a group), feeds
+// State and writes every round it completes to Sink. Restart safety: on
+// restart it re-reads the topic; days whose pdd_rounds row exists are
+// skipped before any noise is drawn (a noisy day is published once), and a
+// day written halfway is rewritten from scratch by the Sink.
 type Stage struct {
 	Brokers []string
 	// Topic defaults to protocol.GroupSumsTopic.
@@ -106,11 +106,20 @@ func (st *Stage) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	msgs, stop, err := infrakafka.ReadAll(ctx, st.Brokers, topic, log)
-	if err != nil {
-		return fmt.Errorf("pdd release: %w (is the aggregator running?)", err)
-	}
-	defer stop()
+	// The shared consumer loop without a group: every partition read from
+	// its first offset, the values forwarded to this goroutine, which alone
+	// applies them and writes.
+	msgs := make(chan []byte, 1024)
+	rctx, cancel := context.WithCancel(ctx)
+	var readErr error
+	readers := make(chan struct{})
+	go func() {
+		defer close(readers)
+		readErr = infrakafka.ServeGroup(rctx, st.Brokers, "", topic, 0, log, "pdd release",
+			infrakafka.Forward(st.Brokers, topic, msgs, log))
+	}()
+	// The readers end with rctx: a blocked read or send returns at once.
+	defer func() { cancel(); <-readers }()
 	state := NewState(list)
 	if st.Epsilon > 0 {
 		state.MaxCount = uint64(maxCount)
@@ -118,7 +127,16 @@ func (st *Stage) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			cancel()
+			<-readers
+			if readErr != nil { // ctx ended while the partitions were listed
+				return fmt.Errorf("%w (is the aggregator running?)", readErr)
+			}
 			return nil
+		case <-readers:
+			// before ctx ends only when the partitions cannot be listed:
+			// "pdd release: topic group-sums: …" or "pdd release: dial kafka …"
+			return fmt.Errorf("%w (is the aggregator running?)", readErr)
 		case b := <-msgs:
 			before := state.Accepted
 			r, done := state.Apply(b)

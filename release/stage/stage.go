@@ -214,6 +214,24 @@ func (s *State) ReleasePolicy(app, epoch string, pol *policy.Policy) ([]release.
 	return out, undec, true, nil
 }
 
+// Publish is ReleasePolicy with the summary shaped for publication
+// (release.ShapeSummary under mode, "" = coarse): under a DP pol the summary
+// lines of the DP release are withheld, whatever the mode.
+func (s *State) Publish(app, epoch string, pol *policy.Policy, mode release.SummaryMode) ([]release.Item, []release.Undecrypted, bool, error) {
+	items, undec, dp, err := s.ReleasePolicy(app, epoch, pol)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	if mode == "" {
+		mode = release.SummaryCoarse
+	}
+	var withhold func(string, int) bool
+	if pol != nil && pol.Kind.IsDP() {
+		withhold = func(p string, k int) bool { return p == string(pol.Kind) && k == pol.ShamirK }
+	}
+	return items, release.ShapeSummary(undec, mode, withhold), dp, nil
+}
+
 // SpendingSink writes a differentially private release together with its
 // privacy-ledger row, refusing it when the budget would be exceeded
 // (satisfied by *release.Writer).
@@ -223,7 +241,8 @@ type SpendingSink interface {
 }
 
 // Stage reads the decrypted topic from its beginning (one reader per
-// partition) and writes each completed epoch to Sink. Restart safety: on
+// partition: infra/kafka.ServeGroup without a group) and writes each
+// completed epoch to Sink. Restart safety: on
 // restart it re-reads the topic and rewrites; the Sink's writes are
 // idempotent per release key, so nothing is written twice.
 type Stage struct {
@@ -241,6 +260,12 @@ type Stage struct {
 	Dataset string
 	// Budget is the per-(dataset, epoch) budget; zero fields = no limit.
 	Budget release.Budget
+	// Summary is how much of the undecrypted summary is published
+	// (release.ShapeSummary): "" or coarse (the default), exact or none.
+	// Under a DP Policy the lines of the DP release are withheld whatever
+	// the mode: an exact count of undecrypted tags is outside the recorded
+	// (ε, δ).
+	Summary release.SummaryMode
 	// OnRefused, when set, is called when a DP release was refused (the
 	// error wraps release.ErrOverBudget); the stage goes on serving.
 	OnRefused func(app, epoch string, err error)
@@ -251,7 +276,11 @@ type Stage struct {
 	OnRelease func(app, epoch string, items []release.Item)
 }
 
-// Run serves until ctx ends.
+// Run serves until ctx ends (then it returns nil). Errors: the topic's
+// partitions cannot be listed ("release: topic decrypted: …", the topic does
+// not exist yet; "release: dial kafka …"), a DP Policy without a
+// SpendingSink, a policy that fails to decide, or ctx ends while a write is
+// retried; ClickHouse errors are retried (200 ms doubling to 10 s).
 func (st *Stage) Run(ctx context.Context) error {
 	topic := st.Topic
 	if topic == "" {
@@ -261,22 +290,37 @@ func (st *Stage) Run(ctx context.Context) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	msgs, stop, err := infrakafka.ReadAll(ctx, st.Brokers, topic, log)
-	if err != nil {
-		return fmt.Errorf("release: %w", err)
-	}
-	defer stop()
+	// The shared consumer loop without a group: every partition read from
+	// its first offset, the values forwarded to this goroutine, which alone
+	// applies them and writes.
+	msgs := make(chan []byte, 1024)
+	rctx, cancel := context.WithCancel(ctx)
+	var readErr error
+	readers := make(chan struct{})
+	go func() {
+		defer close(readers)
+		readErr = infrakafka.ServeGroup(rctx, st.Brokers, "", topic, 0, log, "release",
+			infrakafka.Forward(st.Brokers, topic, msgs, log))
+	}()
+	// The readers end with rctx: a blocked read or send returns at once.
+	defer func() { cancel(); <-readers }()
 	state := NewState()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			cancel()
+			<-readers
+			return readErr // nil, unless ctx ended while the partitions were listed
+		case <-readers:
+			// before ctx ends only when the partitions cannot be listed:
+			// "release: topic decrypted: …" or "release: dial kafka …"
+			return readErr
 		case b := <-msgs:
 			app, epoch, done := state.Apply(b)
 			if !done {
 				continue
 			}
-			items, undec, dp, err := state.ReleasePolicy(app, epoch, st.Policy)
+			items, undec, dp, err := state.Publish(app, epoch, st.Policy, st.Summary)
 			if err != nil {
 				return err
 			}
