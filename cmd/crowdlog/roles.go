@@ -86,6 +86,7 @@ Example:
 	budgetFlags(f, &cfg.Dataset, &cfg.Budget)
 	f.StringVar(&cfg.Epoch, "epoch", "all", "epoch name for the whole input (one OPRF key per epoch)")
 	f.StringVar(&cfg.Export, "export", "", "write the released histogram here as TSV (header: app epoch policy item impressions users)")
+	f.StringVar((*string)(&cfg.Summary), "summary", string(release.SummaryCoarse), summaryHelp)
 	f.StringVar(&cfg.NATS, "nats", "", "NATS URL (comma-separated list for a cluster); empty starts an embedded server")
 	f.StringVar(&cfg.Kafka, "kafka", "", "Kafka bootstrap brokers, comma-separated host:port list; empty starts a kfake broker in --state")
 	f.StringVar(&cfg.ClickHouse, "clickhouse", "", "ClickHouse native address (host:port); empty starts a local server in --state")
@@ -445,7 +446,7 @@ Example:
 
 func releaseCmd() *cobra.Command {
 	var kafkaAddrs []string
-	var ch, db, metricsAddr, pol, dataset string
+	var ch, db, metricsAddr, pol, dataset, summary string
 	var k int
 	var dp policy.Params
 	var budget release.Budget
@@ -472,6 +473,9 @@ over --budget-epsilon/--budget-delta is refused and logged.`,
 				return err
 			}
 			defer w.Close()
+			if st.Summary, err = release.ParseSummaryMode(summary); err != nil {
+				return err
+			}
 			if rp.Kind.IsDP() {
 				st.Policy, st.Dataset, st.Budget = rp, dataset, budget
 				log.Info("release: DP policy", "policy", rp.String())
@@ -482,6 +486,7 @@ over --budget-epsilon/--budget-delta is refused and logged.`,
 	c.Flags().StringSliceVar(&kafkaAddrs, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")
 	c.Flags().StringVar(&ch, "clickhouse", defaultCH, "ClickHouse native address")
 	c.Flags().StringVar(&db, "database", "crowdlog", "ClickHouse database")
+	c.Flags().StringVar(&summary, "summary", string(release.SummaryCoarse), summaryHelp)
 	c.Flags().StringVar(&pol, "policy", "ft-u", "policy of the DP releases: dp-a, dp-u or zealous (ft-u/ft-a: exact releases only)")
 	c.Flags().IntVar(&k, "k", 5, "unused by DP policies (their Shamir k is derived)")
 	policyFlags(c.Flags(), &dp)
@@ -489,6 +494,8 @@ over --budget-epsilon/--budget-delta is refused and logged.`,
 	addMetricsFlag(c, &metricsAddr)
 	return c
 }
+
+const summaryHelp = "undecrypted summary published next to each release: coarse (report counts in power-of-two buckets), exact or none; DP releases withhold theirs in every mode"
 
 // appFlags registers the application options (apps.Options, see
 // docs/applications.md) on f; run and ingest must mine with the same ones.

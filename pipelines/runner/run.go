@@ -74,6 +74,10 @@ type Config struct {
 	// bucket flags); zero fields mean the defaults.
 	AppOptions apps.Options
 
+	// Summary is how much of the undecrypted summary the release publishes
+	// (release.SummaryMode: "" = coarse, exact, none); DP releases withhold
+	// theirs whatever the mode.
+	Summary release.SummaryMode
 	// Spread is each client's window for sending its reports
 	// (ingest.Client.Spread); 0 sends them back to back.
 	Spread time.Duration
@@ -148,6 +152,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	if _, err := os.Stat(cfg.Input); err != nil {
 		return nil, fmt.Errorf("input log: %w", err)
+	}
+	if cfg.Summary, err = release.ParseSummaryMode(string(cfg.Summary)); err != nil {
+		return nil, fmt.Errorf("--summary: %w", err)
 	}
 	pol, err := ResolvePolicy(cfg.Policy, cfg.K, cfg.DP, cfg.Input)
 	if err != nil {
@@ -262,6 +269,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		if err != nil {
 			return nil, err
 		}
+		st.Summary = cfg.Summary
 		if pol.Kind.IsDP() {
 			st.Policy, st.Dataset, st.Budget = pol, cfg.Dataset, cfg.Budget
 			st.OnRefused = func(app, epoch string, err error) {
