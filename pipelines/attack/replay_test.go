@@ -2,6 +2,7 @@ package attack
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -41,12 +42,12 @@ func (c *collectWriter) values() [][]byte {
 	return out
 }
 
-// TestReplay1000: one report's onion replayed 1,000 times into relay a
+// TestAttackReplay: one report's onion replayed 1,000 times into relay a
 // (real NATS JetStream, no Nats-Msg-Id so the stream does not dedup) is
 // forwarded once (999 "replay" drops), and its aggregator layer replayed
 // 1,000 more times straight into the aggregator (a relay-b operator
 // bypassing the relays) is counted once: 1 report, 1 impression.
-func TestReplay1000(t *testing.T) {
+func TestAttackReplay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ns, err := natsserver.Start(ctx, t.TempDir())
@@ -115,6 +116,8 @@ func TestReplay1000(t *testing.T) {
 	}
 	t.Logf("aggregator: %d replays of the aggregator layer: %d report, %d impression, %d dropped as duplicate",
 		n, p.Stats.Reports, impressions, p.Stats.Dropped["duplicate"])
+	fmt.Printf("ATTACK replay: %d copies of one onion into relay a reached Kafka %d time(s) (%d replay drops); %d aggregator-layer replays counted %d report(s), %d impression(s)\n",
+		n, len(got), a.Replay, n, p.Stats.Reports, impressions)
 	if p.Stats.Reports != 1 || impressions != 1 || p.Stats.Dropped["duplicate"] != n {
 		t.Fatalf("replayed report counted %d times (%d impressions), want once", p.Stats.Reports, impressions)
 	}
