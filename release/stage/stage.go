@@ -242,9 +242,9 @@ type SpendingSink interface {
 
 // Stage reads the decrypted topic from its beginning (one reader per
 // partition: infra/kafka.ServeGroup without a group) and writes each
-// completed epoch to Sink. Restart safety: on
-// restart it re-reads the topic and rewrites; the Sink's writes are
-// idempotent per release key, so nothing is written twice.
+// completed epoch to Sink. Restart safety: on restart it re-reads the topic
+// and rewrites; the Sink's writes are idempotent per release key, so
+// nothing is written twice.
 type Stage struct {
 	Brokers []string
 	Topic   string // default "decrypted"
