@@ -114,7 +114,7 @@ func (p *Publisher) init() {
 // was then not sent), ErrTooLarge, ErrClosed, or a configuration error.
 func (p *Publisher) Publish(ctx context.Context, layer []byte) error {
 	if p.JS == nil || p.Subject == "" {
-		return errors.New("publish: Publisher needs JS and Subject (e.g. relays.Subject(\"a\"))")
+		return errors.New("publish: Publisher needs JS and Subject (e.g. protocol.RelaySubject(\"a\"))")
 	}
 	if len(layer) > onion.MaxLayer {
 		return fmt.Errorf("%w: %d bytes > %d", ErrTooLarge, len(layer), onion.MaxLayer)
