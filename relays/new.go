@@ -31,6 +31,10 @@ type Options struct {
 	Next string
 }
 
+// maxBatchBytes bounds one produce batch of a relay's Kafka writers, below
+// Kafka's default max.message.bytes of 1,048,588.
+const maxBatchBytes = 1_000_000
+
 // New builds a relay service connected to js and Kafka.
 func New(ctx context.Context, js jetstream.JetStream, o Options, log *slog.Logger) (*Relay, func(), error) {
 	var keys []*onion.KeyPair
@@ -48,13 +52,16 @@ func New(ctx context.Context, js jetstream.JetStream, o Options, log *slog.Logge
 	if err := EnsureStream(ctx, js, maxMsgs); err != nil {
 		return nil, nil, err
 	}
+	// BatchBytes stays under Kafka's default max.message.bytes (1,048,588):
+	// a pool forwards up to P messages at once, and one produce batch per
+	// partition above that limit is refused whole ("Message Size Too Large").
 	w := &kafka.Writer{Addr: kafka.TCP(o.Kafka...), Topic: protocol.ReportsTopic, Transport: &kafka.Transport{},
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
-		BatchSize: 10000, BatchBytes: 64 << 20}
+		BatchSize: 10000, BatchBytes: maxBatchBytes}
 	// PDD blinded vectors (HopKafkaVectors), keyed by group
 	vw := &kafka.Writer{Addr: kafka.TCP(o.Kafka...), Topic: protocol.VectorsTopic, Transport: &kafka.Transport{},
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
-		BatchSize: 1000, BatchBytes: 64 << 20}
+		BatchSize: 1000, BatchBytes: maxBatchBytes}
 	r := &Relay{Name: o.Name, Keys: keys, JS: js, Kafka: w, Vectors: vw, BatchSize: o.BatchSize,
 		BatchTimeout: o.BatchTimeout, AckWait: o.AckWait, PoolSize: o.PoolSize, PoolTimeout: o.PoolTimeout,
 		Next: o.Next, Logger: log, Stats: &Stats{}}
