@@ -297,8 +297,8 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	limit, distinct := pol.Limit()
 	client := &ingest.Client{App: app, Epoch: cfg.Epoch, Policy: policy, K: pol.ShamirK, Limit: limit, LimitDistinct: distinct,
 		Spread: cfg.Spread, Randomness: rc,
-		Route:      ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: protocol.RelaySubject("b")},
-		Publish:    pub.Publish}
+		Route:   ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: protocol.RelaySubject("b")},
+		Publish: pub.Publish}
 	rp := &ingest.Replay{Client: client, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
 	// the aggregator keeps reports only of open epochs: the open marker
 	// precedes every report in each partition
