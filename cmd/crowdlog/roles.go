@@ -164,14 +164,17 @@ batch (RFC 9497 verifiable mode). Epoch public keys are published on
 ` + protocol.RandomnessPublicKeySubject + `.
 
 Epoch keys: one random key per epoch in DIR/` + keydir.RandomnessKeys + `/EPOCH.key (mode 0600),
-created on the epoch's first request; processes sharing the directory agree
-on it (the first writer wins). Once an epoch is closed and --key-grace has
+created when an operator opens a named epoch ('crowdlog randomness
+open-epoch') or, with --epoch-length, on a scheduled epoch's first request;
+a request for a named epoch nobody opened is refused ("epoch not opened")
+and creates nothing. Processes sharing the directory agree on a key (the
+first writer wins). Once an epoch is closed and --key-grace has
 passed, its key file is overwritten and removed and the epoch is refused for
 good (a tombstone stays; a restart never makes a new key).
 
 Epoch names: with --epoch-length 0 (default) any name (1-64 letters, digits,
-'.', '_', '-'), as log replays with historic epochs use; epochs end only when
-closed. With --epoch-length L (e.g. 24h) epochs follow an absolute UTC
+'.', '_', '-'), as log replays with historic epochs use, served once opened
+with open-epoch; epochs end only when closed. With --epoch-length L (e.g. 24h) epochs follow an absolute UTC
 schedule that survives restarts: the epoch containing time t is named by its
 start floor(unix(t)/L)*L as ` + randomness.ScheduleLayout + ` plus "-" and L, e.g.
 "20060301T000000Z-24h". Epochs starting more than --epoch-skew ahead are
@@ -207,7 +210,7 @@ warning says so); epochs listed in DIR/randomness.seed.closed stay closed.`,
 	c.Flags().DurationVar(&o.Grace, "key-grace", randomness.DefaultGrace, "how long an epoch's key survives its close (and, with --epoch-length, its end) before it is destroyed")
 	c.Flags().DurationVar(&o.Skew, "epoch-skew", randomness.DefaultSkew, "with --epoch-length: how far ahead of this clock an epoch may start and still be served")
 	addMetricsFlag(c, &metricsAddr)
-	c.AddCommand(randomnessCloseCmd())
+	c.AddCommand(randomnessOpenCmd(), randomnessCloseCmd())
 	return c
 }
 
