@@ -53,6 +53,7 @@ func TestLoadedKeyPeelsConcurrently(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	kp.Role = "relay-b" // as LoadKeyPair sets it from the file
 	path := filepath.Join(t.TempDir(), "relay-b.key")
 	if err := SaveKeyPair(path, "relay-b", kp); err != nil {
 		t.Fatal(err)

@@ -39,12 +39,19 @@ type KeyPair struct {
 	ID      byte
 	Public  kem.PublicKey
 	Private kem.PrivateKey
+	// Role is the hop the key belongs to ("relay-a", "relay-b",
+	// "aggregator"; the name field of its key file), bound into the HPKE
+	// info of every layer sealed for it (layerInfo): a layer sealed for one
+	// role does not open at another, even when an operator installed the
+	// same key for both. "" (generated keys in tests) binds no role.
+	Role string
 }
 
 // PublicKey is the public half of a KeyPair, what clients need to wrap.
 type PublicKey struct {
-	ID  byte
-	Key kem.PublicKey
+	ID   byte
+	Key  kem.PublicKey
+	Role string // the hop's role, as KeyPair.Role
 }
 
 // GenerateKeyPair draws a fresh X25519 key pair with the given key id.
@@ -57,7 +64,16 @@ func GenerateKeyPair(id byte) (*KeyPair, error) {
 }
 
 // PublicKey returns the public half.
-func (k *KeyPair) PublicKey() PublicKey { return PublicKey{ID: k.ID, Key: k.Public} }
+func (k *KeyPair) PublicKey() PublicKey { return PublicKey{ID: k.ID, Key: k.Public, Role: k.Role} }
+
+// layerInfo is the HPKE info of a layer for a hop of role (RFC 9180 §5.1):
+// "crowdlog-v1 onion" without a role, "crowdlog-v2 onion " ‖ role with one.
+func layerInfo(role string) []byte {
+	if role == "" {
+		return onionInfo
+	}
+	return []byte("crowdlog-v2 onion " + role)
+}
 
 type keyFile struct {
 	Name    string `json:"name"`
@@ -108,7 +124,7 @@ func LoadKeyPair(path string) (*KeyPair, error) {
 	if err != nil {
 		return nil, fmt.Errorf("key file %s: bad private key", path)
 	}
-	kp := &KeyPair{ID: f.ID, Public: pk, Private: sk}
+	kp := &KeyPair{ID: f.ID, Public: pk, Private: sk, Role: f.Name}
 	if err := kp.Prepare(); err != nil {
 		return nil, fmt.Errorf("key file %s: %w", path, err)
 	}
@@ -176,7 +192,7 @@ func LoadPublicKey(path string) (PublicKey, error) {
 	if err != nil {
 		return PublicKey{}, fmt.Errorf("key file %s: bad public key", path)
 	}
-	return PublicKey{ID: f.ID, Key: pk}, nil
+	return PublicKey{ID: f.ID, Key: pk, Role: f.Name}, nil
 }
 
 // ErrKeyRole is wrapped by LoadPublicKeyFor when a public key file belongs
@@ -350,7 +366,7 @@ func sealLayer(rnd io.Reader, pk PublicKey, hop Hop, inner []byte) ([]byte, erro
 		return nil, err
 	}
 	w.B = append(w.B, make([]byte, n-frame-len(w.B))...)
-	snd, err := Suite.NewSender(pk.Key, onionInfo)
+	snd, err := Suite.NewSender(pk.Key, layerInfo(pk.Role))
 	if err != nil {
 		return nil, err
 	}
@@ -395,7 +411,7 @@ func Peel(keys []*KeyPair, layer []byte) (Hop, []byte, error) {
 	if kp == nil {
 		return Hop{}, nil, fmt.Errorf("%w %d", ErrUnknownKey, layer[1])
 	}
-	rcv, err := Suite.NewReceiver(kp.Private, onionInfo)
+	rcv, err := Suite.NewReceiver(kp.Private, layerInfo(kp.Role))
 	if err != nil {
 		return Hop{}, nil, err
 	}
