@@ -161,10 +161,11 @@ func (c *Client) SubmitUser(ctx context.Context, secret *star.UserSecret, record
 	}
 	sealings := make([]*star.Sealing, len(inputs))
 	onions := make([][]byte, 0, len(arts))
+	meaning := apps.Meaning(c.App)
 	for _, a := range arts {
 		i := index[a.Primary]
 		if sealings[i] == nil {
-			s, err := star.DeriveSealing(omegas[i], c.App.Name(), c.Epoch, c.Policy, c.K)
+			s, err := star.DeriveSealingIn(omegas[i], star.Context{App: c.App.Name(), Meaning: meaning, Epoch: c.Epoch, Policy: c.Policy, K: c.K})
 			if err != nil {
 				return 0, err
 			}

@@ -20,7 +20,7 @@ import (
 func TestAttackCrossPolicyShares(t *testing.T) {
 	const artifacts = 200
 	const app, epoch = "query", "2006-03"
-	pooled, reused := 0, 0
+	pooled, reused, options, control := 0, 0, 0, 0
 	for i := 0; i < artifacts; i++ {
 		omega := make([]byte, 64) // an OPRF output: the attacker does not need it
 		rand.Read(omega)
@@ -66,9 +66,45 @@ func TestAttackCrossPolicyShares(t *testing.T) {
 			}
 		}
 	}
-	fmt.Printf("ATTACK cross-policy-shares: %d of %d artifacts opened below k by pooling FT_a+FT_u shares; %d of %d k=5 groups opened with an opened k=3 group's secret\n",
-		pooled, artifacts, reused, artifacts)
-	if pooled != 0 || reused != 0 {
+	// 3. click clients with --url-level full (3) and domain (2) mining one
+	// artifact string: their shares must not pool (star.Context.Meaning);
+	// control: without the options bound, the 5 shares open.
+	for i := 0; i < artifacts; i++ {
+		omega := make([]byte, 64)
+		rand.Read(omega)
+		pool := func(m1, m2 string) bool {
+			var shares []vss.Share
+			var last *star.Report
+			for u, m := range []string{m1, m1, m1, m2, m2} {
+				s, err := star.DeriveSealingIn(omega, star.Context{App: "click", Meaning: m, Epoch: epoch, Policy: star.FTu, K: 5})
+				if err != nil {
+					t.Fatal(err)
+				}
+				sec, _ := star.NewUserSecret()
+				r, _ := s.Seal(&sec, fmt.Sprint("q → site ", i, u), "")
+				shares = append(shares, r.Share)
+				last = r
+			}
+			f, err := vss.Interpolate(shares)
+			if err != nil {
+				return false
+			}
+			_, err = star.OpenPayload(star.KeyFromSecret(last.Tag, f.Secret()), last)
+			return err == nil
+		}
+		if pool("url-level=full", "url-level=domain") {
+			options++
+		}
+		if pool("", "") {
+			control++
+		}
+	}
+	if control != artifacts {
+		t.Fatalf("control: only %d of %d groups of 5 same-context shares opened", control, artifacts)
+	}
+	fmt.Printf("ATTACK cross-policy-shares: %d of %d artifacts opened below k by pooling FT_a+FT_u shares; %d of %d k=5 groups opened with an opened k=3 group's secret; %d of %d opened by pooling click shares mined with different --url-level (control, same options: %d of %d)\n",
+		pooled, artifacts, reused, artifacts, options, artifacts, control, artifacts)
+	if pooled != 0 || reused != 0 || options != 0 {
 		t.Fatalf("groups opened below their threshold: %d by pooling across policies, %d by reusing a smaller k's secret", pooled, reused)
 	}
 }

@@ -77,3 +77,27 @@ func TestDerivationIndependent(t *testing.T) {
 		t.Fatal("report opened with an altered app in its associated data")
 	}
 }
+
+// TestDerivationMeaningIndependent: with application options bound
+// (Context.Meaning), ctx gains u8 len ‖ meaning; recomputed with the
+// standard library's HKDF. Without a meaning the sealing is DeriveSealing's.
+func TestDerivationMeaningIndependent(t *testing.T) {
+	omega := testvec.FixedBytes("omega", 64)
+	s, err := DeriveSealingIn(omega, Context{App: "click", Meaning: "url-level=full", Epoch: "2006-03", Policy: FTu, K: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := append([]byte{5}, "click"...)
+	ctx = append(append(ctx, 7), "2006-03"...)
+	ctx = append(ctx, 0x02, 0x00, 0x03, 14)
+	ctx = append(ctx, "url-level=full"...)
+	tag, _ := hkdf.Key(sha256.New, omega, []byte("crowdlog-v2"), "crowdlog-v2 tag"+string(ctx), 32)
+	if hex.EncodeToString(tag) != hex.EncodeToString(s.Tag[:]) {
+		t.Fatalf("tag with meaning: independent %x, code %x", tag, s.Tag)
+	}
+	plain, _ := DeriveSealing(omega, "click", "2006-03", FTu, 3)
+	empty, _ := DeriveSealingIn(omega, Context{App: "click", Epoch: "2006-03", Policy: FTu, K: 3})
+	if plain.Tag != empty.Tag || plain.Tag == s.Tag {
+		t.Fatal("an empty meaning must derive DeriveSealing's tag, and a meaning another one")
+	}
+}

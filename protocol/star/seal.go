@@ -95,16 +95,39 @@ type Sealing struct {
 // artifact. Errors when k is outside 1..MaxK, the policy is unknown, or app
 // or epoch is longer than 255 bytes.
 func DeriveSealing(omega []byte, app, epoch string, policy Policy, k int) (Sealing, error) {
+	return DeriveSealingIn(omega, Context{App: app, Epoch: epoch, Policy: policy, K: k})
+}
+
+// Context is the whole release context a sealing is bound to. Meaning is
+// the canonical text of the application's options that change what an
+// artifact string means (e.g. "url-level=domain"; ingest/apps.Meaning), ""
+// when none do; it is appended to ctx as u8 len ‖ meaning only when not
+// empty, so it never travels in a report but keeps clients with different
+// options from sharing tags and polynomials.
+type Context struct {
+	App, Meaning, Epoch string
+	Policy              Policy
+	K                   int
+}
+
+// DeriveSealingIn is DeriveSealing with the application's Meaning bound
+// too (docs/wire.md). Errors as DeriveSealing, and when Meaning is longer
+// than 255 bytes.
+func DeriveSealingIn(omega []byte, c Context) (Sealing, error) {
+	app, epoch, policy, k := c.App, c.Epoch, c.Policy, c.K
 	if k < 1 || k > vss.MaxK {
 		return Sealing{}, fmt.Errorf("protocol: threshold k=%d outside 1..%d", k, vss.MaxK)
 	}
 	if policy != FTa && policy != FTu {
 		return Sealing{}, fmt.Errorf("protocol: unknown policy %d", policy)
 	}
-	if len(app) > 255 || len(epoch) > 255 {
-		return Sealing{}, fmt.Errorf("protocol: app (%d bytes) or epoch (%d bytes) longer than 255 bytes", len(app), len(epoch))
+	if len(app) > 255 || len(epoch) > 255 || len(c.Meaning) > 255 {
+		return Sealing{}, fmt.Errorf("protocol: app (%d bytes), epoch (%d bytes) or app options (%d bytes) longer than 255 bytes", len(app), len(epoch), len(c.Meaning))
 	}
 	ctx := contextBytes(app, epoch, policy, k)
+	if c.Meaning != "" {
+		ctx = append(append(ctx, byte(len(c.Meaning))), c.Meaning...)
+	}
 	s := Sealing{App: app, Epoch: epoch, Policy: policy, K: k}
 	copy(s.Tag[:], bound(omega, "crowdlog-v2 tag", ctx))
 	s.poly = vss.DerivePolynomial(bound(omega, "crowdlog-v2 poly", ctx), k)
