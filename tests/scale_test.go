@@ -17,6 +17,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/ingest/aol"
@@ -78,10 +79,16 @@ func TestScaleAggregators(t *testing.T) {
 	os.MkdirAll(logs, 0o755)
 
 	t0 := time.Now()
+	// the aggregator keeps reports of opened epochs only: one open marker
+	// per partition precedes the reports
+	if err := aggregator.OpenEpoch(ctx, []string{kb.Addr}, "query", "scale"); err != nil {
+		t.Fatal(err)
+	}
 	n, err := preload(ctx, kb.Addr, subset(t, users), ag)
 	if err != nil {
 		t.Fatal(err)
 	}
+	n += scalePartitions // the topic's messages: reports and open markers
 	if end, _, err := groupOffsets(ctx, kb.Addr, "none", protocol.ReportsTopic); err != nil || end != n {
 		t.Fatalf("reports topic holds %d messages, wrote %d (%v)", end, n, err)
 	}

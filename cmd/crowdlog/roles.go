@@ -122,8 +122,11 @@ sending, ingest asks relays a and b which key ids they hold and stops with an
 error when one does not hold the id of its key file (its reports would be
 dropped); a relay that does not answer is a warning.
 
-ingest does not close the epoch: run 'crowdlog aggregate close-epoch' when all
-clients of the epoch have sent.`,
+The epoch must be open before clients send: 'crowdlog randomness open-epoch'
+(else randomness requests are refused) and 'crowdlog aggregate open-epoch'
+(else the aggregator drops the reports as unknown-epoch). ingest does not
+close the epoch: run 'crowdlog aggregate close-epoch' when all clients of the
+epoch have sent.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = logger()
