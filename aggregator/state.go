@@ -167,7 +167,7 @@ type Partition struct {
 	openPerApp        map[string]int
 	Stats             Stats
 	// CoarseSummary rounds each undecrypted group's report count down to a
-	// power of two in the epoch-close summary (SummaryBucket), so a summary
+	// power of two in the epoch-close summary (protocol.SummaryBucket), so a summary
 	// row says "Tags groups had between Reports and 2·Reports−1 reports"
 	// instead of an exact count that a frequency-matching reader can pin to
 	// one auxiliary query (docs/attacks.md, attack.TestFrequencySummary).
@@ -175,19 +175,6 @@ type Partition struct {
 	// Σ Reports·Tags is only a lower bound of the undecrypted reports.
 	CoarseSummary bool
 	noVerify      bool // baseline for benchmarks: no commitment checks, AEAD subset search
-}
-
-// SummaryBucket is the lower bound of n's power-of-two bucket [2^i, 2^(i+1)):
-// 1→1, 2–3→2, 4–7→4, …; 0→0.
-func SummaryBucket(n uint64) uint64 {
-	if n == 0 {
-		return 0
-	}
-	b := uint64(1)
-	for b <= n/2 {
-		b <<= 1
-	}
-	return b
 }
 
 // PendingGroup is one (tag, commitment) group below threshold: what a thief
@@ -622,7 +609,7 @@ func (p *Partition) closeEpoch(c protocol.EpochClose) []protocol.Decrypted {
 			}
 			reports := uint64(len(t.pending))
 			if p.CoarseSummary {
-				reports = SummaryBucket(reports)
+				reports = protocol.SummaryBucket(reports)
 			}
 			hist[g][rk{reports, uint64(len(t.shares))}]++
 		}

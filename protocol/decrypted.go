@@ -74,3 +74,18 @@ type EpochClose struct {
 	Epoch      string `json:"epoch"`
 	Partitions int    `json:"partitions"`
 }
+
+// SummaryBucket is the lower bound of n's power-of-two bucket [2^i, 2^(i+1)):
+// 1→1, 2–3→2, 4–7→4, …; 0→0. A coarse summary line reports this instead of
+// an exact report count (the aggregator's CoarseSummary, the release's
+// coarse summary mode).
+func SummaryBucket(n uint64) uint64 {
+	if n == 0 {
+		return 0
+	}
+	b := uint64(1)
+	for b <= n/2 {
+		b <<= 1
+	}
+	return b
+}

@@ -3,6 +3,8 @@ package release
 import (
 	"fmt"
 	"sort"
+
+	"github.com/crowdlog/crowdlog/protocol"
 )
 
 // SummaryMode says how much of the counts-only undecrypted summary
@@ -34,19 +36,6 @@ func ParseSummaryMode(s string) (SummaryMode, error) {
 	return "", fmt.Errorf("summary mode %q: use exact, coarse or none", s)
 }
 
-// ReportsBucket is the lower bound of n's power-of-two bucket
-// [2^i, 2^(i+1)): 1→1, 2–3→2, 4–7→4, …; 0→0.
-func ReportsBucket(n uint64) uint64 {
-	if n == 0 {
-		return 0
-	}
-	b := uint64(1)
-	for b <= n/2 {
-		b <<= 1
-	}
-	return b
-}
-
 // ShapeSummary returns the summary lines a release publishes under mode:
 // lines for which withhold(policy, k) is true are removed whatever the mode
 // (the DP policies: an exact count of undecrypted tags is outside the
@@ -65,7 +54,7 @@ func ShapeSummary(lines []Undecrypted, mode SummaryMode, withhold func(policy st
 		tags := u.Tags
 		u.Tags = 0
 		if mode != SummaryExact {
-			u.Reports = ReportsBucket(u.Reports)
+			u.Reports = protocol.SummaryBucket(u.Reports)
 		}
 		merged[u] += tags
 	}

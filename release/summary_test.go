@@ -24,11 +24,6 @@ func TestShapeSummary(t *testing.T) {
 	if got := ShapeSummary(lines, SummaryExact, dp); len(got) != 4 {
 		t.Fatalf("withheld ft-a lines still present: %+v", got)
 	}
-	for n, b := range map[uint64]uint64{0: 0, 1: 1, 2: 2, 3: 2, 4: 4, 7: 4, 8: 8, 1000: 512} {
-		if ReportsBucket(n) != b {
-			t.Fatalf("ReportsBucket(%d) = %d, want %d", n, ReportsBucket(n), b)
-		}
-	}
 	if m, err := ParseSummaryMode(""); err != nil || m != SummaryCoarse {
 		t.Fatal("empty mode is not coarse")
 	}

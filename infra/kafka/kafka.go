@@ -298,6 +298,48 @@ func Forward(brokers []string, topic string, msgs chan<- []byte, log *slog.Logge
 	}
 }
 
+// Tail is every partition of a topic read from its first message on
+// background goroutines (ServeGroup without a group, with Forward) and fed
+// to one channel: how the release stages read their whole input topic on
+// their one apply goroutine. Start one with ReadTopic.
+type Tail struct {
+	// Msgs carries the message values, per partition in order.
+	Msgs <-chan []byte
+	// Done is closed when the readers ended: after Stop, or earlier when
+	// the topic's partitions could not be listed (Err then says why).
+	Done   <-chan struct{}
+	cancel context.CancelFunc
+	err    error // ServeGroup's error, set before Done is closed
+}
+
+// ReadTopic starts a Tail of topic (role prefixes logs and errors, as in
+// ServeGroup). Call Stop when done.
+func ReadTopic(ctx context.Context, brokers []string, topic, role string, log *slog.Logger) *Tail {
+	msgs := make(chan []byte, 1024)
+	done := make(chan struct{})
+	rctx, cancel := context.WithCancel(ctx)
+	t := &Tail{Msgs: msgs, Done: done, cancel: cancel}
+	go func() {
+		defer close(done)
+		t.err = ServeGroup(rctx, brokers, "", topic, 0, log, role, Forward(brokers, topic, msgs, log))
+	}()
+	return t
+}
+
+// Err is ServeGroup's error once Done is closed: nil, unless the partitions
+// could not be listed ("<role>: topic <topic>: …", "<role>: dial kafka …").
+func (t *Tail) Err() error {
+	<-t.Done
+	return t.err
+}
+
+// Stop ends the readers (a blocked read or send returns at once), waits for
+// them and returns Err.
+func (t *Tail) Stop() error {
+	t.cancel()
+	return t.Err()
+}
+
 // ServeGroup joins consumer group id on topic and, for every generation,
 // runs serve on its own goroutine for each assigned partition with the
 // partition's committed offset (kafkago.FirstOffset when none was

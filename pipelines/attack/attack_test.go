@@ -1,7 +1,6 @@
 package attack
 
 import (
-	"bufio"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -11,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"math/bits"
-	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -162,19 +160,11 @@ func buildFixture() (*fixture, error) {
 
 func words(t *testing.T) []string {
 	t.Helper()
-	fh, err := os.Open("testdata/google-10000-english.txt")
+	w, err := readLines("testdata/google-10000-english.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fh.Close()
-	var out []string
-	sc := bufio.NewScanner(fh)
-	for sc.Scan() {
-		if w := strings.TrimSpace(sc.Text()); w != "" {
-			out = append(out, w)
-		}
-	}
-	return out
+	return w
 }
 
 // TestAttackProbe: the offline probe of a compromised aggregator's pending

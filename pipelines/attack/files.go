@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/crowdlog/crowdlog/aggregator"
+	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/ingest/apps"
 )
 
@@ -21,7 +22,7 @@ func Snapshot(ctx context.Context, state, broker string, keyPaths []string) ([]a
 	case state != "":
 		return FromState(ctx, state)
 	case broker != "" && len(keyPaths) > 0:
-		keys, err := LoadKeys(keyPaths)
+		keys, err := keydir.LoadKeyPairs(keyPaths)
 		if err != nil {
 			return nil, err
 		}

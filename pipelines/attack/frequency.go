@@ -7,6 +7,7 @@ import (
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/star"
 )
 
@@ -81,7 +82,7 @@ func RankMatch(groups []aggregator.PendingGroup, aux []Count, truth map[string]s
 // auxiliary artifact (not released) whose hits, scaled by scale (target
 // size / aux size), fall in the row's report range and whose users are
 // closest to the row's shares — correct when it is the group's artifact.
-// With coarse rows (aggregator.SummaryBucket) a row covers [Reports,
+// With coarse rows (protocol.SummaryBucket) a row covers [Reports,
 // 2·Reports).
 func SummaryLeak(groups []aggregator.PendingGroup, coarse bool, aux []Count, scale float64, truth map[string]string) (rows, identifying, matched int) {
 	type rk struct{ r, s int }
@@ -89,7 +90,7 @@ func SummaryLeak(groups []aggregator.PendingGroup, coarse bool, aux []Count, sca
 	for _, g := range groups {
 		r := g.Reports
 		if coarse {
-			r = int(aggregator.SummaryBucket(uint64(r)))
+			r = int(protocol.SummaryBucket(uint64(r)))
 		}
 		byRow[rk{r, g.Shares}] = append(byRow[rk{r, g.Shares}], g)
 	}

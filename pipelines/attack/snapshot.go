@@ -172,8 +172,5 @@ func aggregatorKeys(dir string) ([]*onion.KeyPair, error) {
 	if len(paths) == 0 {
 		return nil, fmt.Errorf("attack: no aggregator*.key in %s", dir)
 	}
-	return LoadKeys(paths)
+	return keydir.LoadKeyPairs(paths)
 }
-
-// LoadKeys loads private key files (keydir.LoadKeyPairs).
-func LoadKeys(paths []string) ([]*onion.KeyPair, error) { return keydir.LoadKeyPairs(paths) }

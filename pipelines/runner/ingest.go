@@ -16,6 +16,7 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release/policy"
@@ -78,11 +79,8 @@ func Ingest(ctx context.Context, cfg IngestConfig) (ingest.ReplaySummary, error)
 		return none, err
 	}
 	pub := &publish.Publisher{JS: js, Subject: protocol.RelaySubject("a")}
-	limit, distinct := pol.Limit()
-	client := &ingest.Client{App: a, Epoch: cfg.Epoch, Policy: pol.Sealing(), K: pol.ShamirK, Limit: limit, LimitDistinct: distinct, Spread: cfg.Spread,
-		Randomness: &randomness.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, keydir.RandomnessPins)},
-		Route:      ingest.Route{RelayA: ra, RelayB: rb, Aggregator: ag, SubjectB: protocol.RelaySubject("b")},
-		Publish:    pub.Publish}
+	client := newClient(a, cfg.Epoch, pol, cfg.Spread,
+		&randomness.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, keydir.RandomnessPins)}, ra, rb, ag, pub)
 	replay := &ingest.Replay{Client: client, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
 	sum, err := replay.Run(ctx, cfg.Input)
 	if ferr := pub.Flush(ctx); err == nil {
@@ -90,4 +88,16 @@ func Ingest(ctx context.Context, cfg IngestConfig) (ingest.ReplaySummary, error)
 	}
 	log.Info("ingest done", "clients", sum.Users, "reports", sum.Reports, "log", sum.Log.String())
 	return sum, err
+}
+
+// newClient is the client `run` and `ingest` replay with: app's artifacts
+// sealed for epoch under pol (its sealing policy, Shamir k and per-user
+// limit), ω from rc, wrapped for the route [a, b, ag] and published to
+// relay a through pub, each user's reports spread over spread.
+func newClient(app apps.App, epoch string, pol *policy.Policy, spread time.Duration, rc ingest.Randomness,
+	a, b, ag onion.PublicKey, pub *publish.Publisher) *ingest.Client {
+	limit, distinct := pol.Limit()
+	return &ingest.Client{App: app, Epoch: epoch, Policy: pol.Sealing(), K: pol.ShamirK, Limit: limit, LimitDistinct: distinct,
+		Spread: spread, Randomness: rc, Publish: pub.Publish,
+		Route: ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: protocol.RelaySubject("b")}}
 }

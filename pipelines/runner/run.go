@@ -160,7 +160,6 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	policy := pol.Sealing()
 	state := cfg.StateDir
 	if state == "" {
 		if state, err = os.MkdirTemp("", "crowdlog-run-"); err != nil {
@@ -294,11 +293,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	pub := &publish.Publisher{JS: js, Subject: protocol.RelaySubject("a")}
 	RegisterPublisher(reg, pub)
-	limit, distinct := pol.Limit()
-	client := &ingest.Client{App: app, Epoch: cfg.Epoch, Policy: policy, K: pol.ShamirK, Limit: limit, LimitDistinct: distinct,
-		Spread: cfg.Spread, Randomness: rc,
-		Route:   ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: protocol.RelaySubject("b")},
-		Publish: pub.Publish}
+	client := newClient(app, cfg.Epoch, pol, cfg.Spread, rc, a, b, ag, pub)
 	rp := &ingest.Replay{Client: client, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
 	// the aggregator keeps reports only of open epochs: the open marker
 	// precedes every report in each partition

@@ -106,20 +106,10 @@ func (st *Stage) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// The shared consumer loop without a group: every partition read from
-	// its first offset, the values forwarded to this goroutine, which alone
-	// applies them and writes.
-	msgs := make(chan []byte, 1024)
-	rctx, cancel := context.WithCancel(ctx)
-	var readErr error
-	readers := make(chan struct{})
-	go func() {
-		defer close(readers)
-		readErr = infrakafka.ServeGroup(rctx, st.Brokers, "", topic, 0, log, "pdd release",
-			infrakafka.Forward(st.Brokers, topic, msgs, log))
-	}()
-	// The readers end with rctx: a blocked read or send returns at once.
-	defer func() { cancel(); <-readers }()
+	// every partition read from its first offset, the values applied and
+	// written on this goroutine alone
+	tail := infrakafka.ReadTopic(ctx, st.Brokers, topic, "pdd release", log)
+	defer tail.Stop()
 	state := NewState(list)
 	if st.Epsilon > 0 {
 		state.MaxCount = uint64(maxCount)
@@ -127,17 +117,15 @@ func (st *Stage) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			cancel()
-			<-readers
-			if readErr != nil { // ctx ended while the partitions were listed
-				return fmt.Errorf("%w (is the aggregator running?)", readErr)
+			if err := tail.Stop(); err != nil { // ctx ended while the partitions were listed
+				return fmt.Errorf("%w (is the aggregator running?)", err)
 			}
 			return nil
-		case <-readers:
+		case <-tail.Done:
 			// before ctx ends only when the partitions cannot be listed:
 			// "pdd release: topic group-sums: …" or "pdd release: dial kafka …"
-			return fmt.Errorf("%w (is the aggregator running?)", readErr)
-		case b := <-msgs:
+			return fmt.Errorf("%w (is the aggregator running?)", tail.Err())
+		case b := <-tail.Msgs:
 			before := state.Accepted
 			r, done := state.Apply(b)
 			if state.Accepted == before {

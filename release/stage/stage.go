@@ -290,32 +290,20 @@ func (st *Stage) Run(ctx context.Context) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	// The shared consumer loop without a group: every partition read from
-	// its first offset, the values forwarded to this goroutine, which alone
-	// applies them and writes.
-	msgs := make(chan []byte, 1024)
-	rctx, cancel := context.WithCancel(ctx)
-	var readErr error
-	readers := make(chan struct{})
-	go func() {
-		defer close(readers)
-		readErr = infrakafka.ServeGroup(rctx, st.Brokers, "", topic, 0, log, "release",
-			infrakafka.Forward(st.Brokers, topic, msgs, log))
-	}()
-	// The readers end with rctx: a blocked read or send returns at once.
-	defer func() { cancel(); <-readers }()
+	// every partition read from its first offset, the values applied and
+	// written on this goroutine alone
+	tail := infrakafka.ReadTopic(ctx, st.Brokers, topic, "release", log)
+	defer tail.Stop()
 	state := NewState()
 	for {
 		select {
 		case <-ctx.Done():
-			cancel()
-			<-readers
-			return readErr // nil, unless ctx ended while the partitions were listed
-		case <-readers:
+			return tail.Stop() // nil, unless ctx ended while the partitions were listed
+		case <-tail.Done:
 			// before ctx ends only when the partitions cannot be listed:
 			// "release: topic decrypted: …" or "release: dial kafka …"
-			return readErr
-		case b := <-msgs:
+			return tail.Err()
+		case b := <-tail.Msgs:
 			app, epoch, done := state.Apply(b)
 			if !done {
 				continue
