@@ -35,35 +35,62 @@ type Budget struct {
 // that release is written.
 var ErrOverBudget = errors.New("privacy budget exceeded")
 
-// check returns an ErrOverBudget error when spent + s exceeds b.
-func (b Budget) check(spentEps, spentDelta float64, s Spend) error {
+// over reports the first coordinate ("epsilon" or "delta") on which
+// spent + s exceeds b, with the numbers; coord is "" when s fits.
+func (b Budget) over(spentEps, spentDelta float64, s Spend) (coord string, spent, add, limit float64) {
 	const tol = 1e-9
 	if b.Epsilon > 0 && spentEps+s.Epsilon > b.Epsilon*(1+tol) {
-		return fmt.Errorf("release %s: %w: epsilon %.4g already spent on dataset %q epoch %q + %.4g for this release > budget %.4g; nothing was released (raise --budget-epsilon, use a new --epoch, or lower --epsilon)",
-			s.Key(), ErrOverBudget, spentEps, s.Dataset, s.Epoch, s.Epsilon, b.Epsilon)
+		return "epsilon", spentEps, s.Epsilon, b.Epsilon
 	}
 	if b.Delta > 0 && spentDelta+s.Delta > b.Delta*(1+tol) {
+		return "delta", spentDelta, s.Delta, b.Delta
+	}
+	return "", 0, 0, 0
+}
+
+// check returns an ErrOverBudget error when spent + s exceeds b.
+func (b Budget) check(spentEps, spentDelta float64, s Spend) error {
+	switch coord, spent, add, limit := b.over(spentEps, spentDelta, s); coord {
+	case "epsilon":
+		return fmt.Errorf("release %s: %w: epsilon %.4g already spent on dataset %q epoch %q + %.4g for this release > budget %.4g; nothing was released (raise --budget-epsilon, use a new --epoch, or lower --epsilon)",
+			s.Key(), ErrOverBudget, spent, s.Dataset, s.Epoch, add, limit)
+	case "delta":
 		return fmt.Errorf("release %s: %w: delta %.4g already spent on dataset %q epoch %q + %.4g for this release > budget %.4g; nothing was released (raise --budget-delta or use a new --epoch)",
-			s.Key(), ErrOverBudget, spentDelta, s.Dataset, s.Epoch, s.Delta, b.Delta)
+			s.Key(), ErrOverBudget, spent, s.Dataset, s.Epoch, add, limit)
 	}
 	return nil
 }
 
 // Ledger returns the ledger rows of (dataset, epoch) in spending order.
 func (w *Writer) Ledger(ctx context.Context, dataset, epoch string) ([]Spend, error) {
+	return w.readLedger(ctx, dataset, &epoch)
+}
+
+// DatasetLedger returns every ledger row of dataset, all epochs (threshold
+// epochs and PDD days alike), ordered by epoch, then in spending order.
+func (w *Writer) DatasetLedger(ctx context.Context, dataset string) ([]Spend, error) {
+	return w.readLedger(ctx, dataset, nil)
+}
+
+// readLedger reads the rows of dataset, of one epoch when epoch is not nil.
+func (w *Writer) readLedger(ctx context.Context, dataset string, epoch *string) ([]Spend, error) {
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
-	rows, err := w.conn.Query(ctx, "SELECT app, policy, k, epsilon, delta, params, spent_at FROM privacy_ledger"+
-		" WHERE dataset = ? AND epoch = ? ORDER BY spent_at, app, policy, k", dataset, epoch)
+	where, args, what := " WHERE dataset = ?", []any{dataset}, dataset
+	if epoch != nil {
+		where, args, what = where+" AND epoch = ?", append(args, *epoch), dataset+"/"+*epoch
+	}
+	rows, err := w.conn.Query(ctx, "SELECT epoch, app, policy, k, epsilon, delta, params, spent_at FROM privacy_ledger"+
+		where+" ORDER BY epoch, spent_at, app, policy, k", args...)
 	if err != nil {
-		return nil, fmt.Errorf("release: read privacy_ledger for %s/%s: %w", dataset, epoch, err)
+		return nil, fmt.Errorf("release: read privacy_ledger for %s: %w", what, err)
 	}
 	defer rows.Close()
 	out := []Spend{}
 	for rows.Next() {
-		s := Spend{Dataset: dataset, Epoch: epoch}
+		s := Spend{Dataset: dataset}
 		var k uint32
-		if err := rows.Scan(&s.App, &s.Policy, &k, &s.Epsilon, &s.Delta, &s.Params, &s.SpentAt); err != nil {
+		if err := rows.Scan(&s.Epoch, &s.App, &s.Policy, &k, &s.Epsilon, &s.Delta, &s.Params, &s.SpentAt); err != nil {
 			return nil, fmt.Errorf("release: scan privacy_ledger: %w", err)
 		}
 		s.K = int(k)
@@ -122,7 +149,7 @@ func (w *Writer) WriteSpendingRelease(ctx context.Context, key Key, items []Item
 	if spend.Key() != key {
 		return fmt.Errorf("release %s: ledger spend is for %s", key, spend.Key())
 	}
-	if !(spend.Epsilon >= 0) || !(spend.Delta >= 0) || math.IsInf(spend.Epsilon, 0) || math.IsInf(spend.Delta, 0) {
+	if !validSpend(spend) {
 		return fmt.Errorf("release %s: invalid spend (epsilon %v, delta %v)", key, spend.Epsilon, spend.Delta)
 	}
 	ctx, cancel := withDeadline(ctx)
@@ -150,20 +177,135 @@ func (w *Writer) WriteSpendingRelease(ctx context.Context, key Key, items []Item
 		if at.IsZero() {
 			at = releasedAt
 		}
-		b, err := w.conn.PrepareBatch(ctx, "INSERT INTO privacy_ledger (dataset, epoch, app, policy, k, epsilon, delta, params, spent_at)")
-		if err != nil {
-			return fmt.Errorf("release %s: prepare privacy_ledger insert: %w", key, err)
-		}
-		if err := b.Append(spend.Dataset, spend.Epoch, spend.App, spend.Policy, uint32(spend.K), spend.Epsilon, spend.Delta,
-			spend.Params, at.UTC().Truncate(time.Second)); err != nil {
-			b.Abort()
-			return fmt.Errorf("release %s: append ledger row: %w", key, err)
-		}
-		if err := b.Send(); err != nil {
-			return fmt.Errorf("release %s: insert ledger row: %w", key, err)
+		if err := w.insertSpend(ctx, "release "+key.String(), spend, at); err != nil {
+			return err
 		}
 		w.Logger.Info("privacy budget spent", "key", key.String(), "dataset", spend.Dataset,
 			"epsilon", spend.Epsilon, "delta", spend.Delta, "epoch_epsilon_total", eps+spend.Epsilon)
 	}
 	return w.WriteKeyedRelease(ctx, key, items, undec, releasedAt)
+}
+
+// insertSpend appends spend to privacy_ledger at at (UTC, truncated to the
+// second); what names the release in errors.
+func (w *Writer) insertSpend(ctx context.Context, what string, spend Spend, at time.Time) error {
+	b, err := w.conn.PrepareBatch(ctx, "INSERT INTO privacy_ledger (dataset, epoch, app, policy, k, epsilon, delta, params, spent_at)")
+	if err != nil {
+		return fmt.Errorf("%s: prepare privacy_ledger insert: %w", what, err)
+	}
+	if err := b.Append(spend.Dataset, spend.Epoch, spend.App, spend.Policy, uint32(spend.K), spend.Epsilon, spend.Delta,
+		spend.Params, at.UTC().Truncate(time.Second)); err != nil {
+		b.Abort()
+		return fmt.Errorf("%s: append ledger row: %w", what, err)
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("%s: insert ledger row: %w", what, err)
+	}
+	return nil
+}
+
+func validSpend(s Spend) bool {
+	return s.Epsilon >= 0 && s.Delta >= 0 && !math.IsInf(s.Epsilon, 0) && !math.IsInf(s.Delta, 0)
+}
+
+// PDDPolicy is the policy column of the ledger rows of noisy Private Data
+// Donor days (release/pdd): the Laplace mechanism of PDD mode. It is no
+// threshold policy name (release/policy), so a PDD row never shares a key
+// with a threshold release.
+const PDDPolicy = "pdd-laplace"
+
+// PDDLedgerKey is the ledger key of the PDD day (campaign, day): App = the
+// campaign, Epoch = the UTC day as YYYY-MM-DD, Policy = PDDPolicy, K = 0.
+// The day is the epoch because a PDD round is one day of the clients' data,
+// as an epoch is in the threshold mode: the budget of (dataset, day) is
+// shared by every campaign, and every threshold release whose epoch is
+// named after that day, in the dataset.
+func PDDLedgerKey(campaign string, day time.Time) Key {
+	return Key{App: campaign, Epoch: dayArg(day), Policy: PDDPolicy}
+}
+
+// WriteSpendingPDDRound writes a noisy PDD day as WritePDDRound does,
+// after spending spend from the budget of (spend.Dataset, day) as
+// WriteSpendingRelease does for a threshold DP release. spend's key must
+// be PDDLedgerKey(r.Campaign, r.Day).
+//
+// Order and idempotence are WriteSpendingRelease's: a complete day
+// (pdd_rounds row present) is skipped and spends nothing; a ledger row of
+// the day without its pdd_rounds row is an interrupted attempt, not spent
+// again, and the day is rewritten. Otherwise, when the (dataset, day)
+// ledger plus spend exceeds budget, it returns an error wrapping
+// ErrOverBudget that names the campaign, the day and the budget, and
+// writes nothing. The ledger row goes in first, so no day is visible
+// without its spend; a day WritePDDRound would refuse (bad campaign, day,
+// groups, duplicate keywords) is refused before anything is spent.
+func (w *Writer) WriteSpendingPDDRound(ctx context.Context, r PDDRound, releasedAt time.Time, spend Spend, budget Budget) error {
+	key := PDDLedgerKey(r.Campaign, r.Day)
+	what := "pdd release " + pddKey(r.Campaign, r.Day)
+	if spend.Key() != key {
+		return fmt.Errorf("%s: ledger spend is for %s, want %s", what, spend.Key(), key)
+	}
+	if !validSpend(spend) {
+		return fmt.Errorf("%s: invalid spend (epsilon %v, delta %v)", what, spend.Epsilon, spend.Delta)
+	}
+	if err := checkPDDRound(r); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	ctx, cancel := withDeadline(ctx)
+	defer cancel()
+	done, err := w.IsPDDReleased(ctx, r.Campaign, r.Day)
+	if err != nil {
+		return err
+	}
+	if done {
+		w.Logger.Info("pdd day already written; skipping", "key", pddKey(r.Campaign, r.Day))
+		return nil
+	}
+	eps, delta, has, err := w.spentOn(ctx, spend.Dataset, key)
+	if err != nil {
+		return err
+	}
+	if !has {
+		if coord, spent, add, limit := budget.over(eps, delta, spend); coord != "" {
+			return fmt.Errorf("%s: %w: campaign %q day %s would spend %s %.4g (%s) from dataset %q, which has %.4g spent on that day: %.4g > budget %.4g; nothing was released (raise --budget-%s, lower --epsilon, or monitor fewer keywords: a noisy day spends keywords × epsilon)",
+				what, ErrOverBudget, r.Campaign, key.Epoch, coord, add, spend.Params, spend.Dataset, spent, spent+add, limit, coord)
+		}
+		at := spend.SpentAt
+		if at.IsZero() {
+			at = releasedAt
+		}
+		if at.IsZero() {
+			at = time.Now()
+		}
+		if err := w.insertSpend(ctx, what, spend, at); err != nil {
+			return err
+		}
+		w.Logger.Info("privacy budget spent", "key", key.String(), "dataset", spend.Dataset,
+			"epsilon", spend.Epsilon, "delta", spend.Delta, "day_epsilon_total", eps+spend.Epsilon)
+	}
+	return w.WritePDDRound(ctx, r, releasedAt)
+}
+
+// checkPDDRound returns the error WritePDDRound would refuse r with before
+// writing anything (nil when it would write it).
+func checkPDDRound(r PDDRound) error {
+	if r.Campaign == "" || len(r.Campaign) > 64 {
+		return errors.New("campaign name must be 1–64 bytes")
+	}
+	if d := r.Day.UTC().Truncate(24*time.Hour).Unix() / 86400; d < 0 || d > maxDateDay {
+		return errors.New("day outside the ClickHouse Date range 1970-01-01..2149-06-06")
+	}
+	if math.IsNaN(r.Confidence) || math.IsInf(r.Confidence, 0) || math.IsNaN(r.Epsilon) || math.IsInf(r.Epsilon, 0) || r.Epsilon < 0 {
+		return fmt.Errorf("confidence %v and epsilon %v must be finite (epsilon ≥ 0)", r.Confidence, r.Epsilon)
+	}
+	if r.Complete+r.Recovered+r.Lost != r.Groups {
+		return fmt.Errorf("%d complete + %d recovered + %d lost groups ≠ %d groups", r.Complete, r.Recovered, r.Lost, r.Groups)
+	}
+	seen := make(map[string]struct{}, len(r.Counts))
+	for _, c := range r.Counts {
+		if _, dup := seen[c.Keyword]; dup {
+			return fmt.Errorf("keyword %q appears twice; merge counts before releasing", c.Keyword)
+		}
+		seen[c.Keyword] = struct{}{}
+	}
+	return nil
 }

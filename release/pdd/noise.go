@@ -55,6 +55,27 @@ func Noisy(counts []uint64, epsilon float64, maxCount int64) ([]int64, error) {
 	return out, nil
 }
 
+// DaySpend is the privacy-ledger row of the noisy day row (row.Epsilon > 0,
+// made by Release from a keyword list of length keywords) on the budget of
+// (dataset, row.Day): key release.PDDLedgerKey(row.Campaign, row.Day),
+// ε = keywords × row.Epsilon, δ = 0 (pure Laplace).
+//
+// Why keywords × ε and not ε: the ledger records, per release, the
+// guarantee every contributor gets (the threshold mode records its
+// policies' achieved ε for a user sending all d artifacts). Every one of
+// the L counts of a day is released with its own Lap(MaxCount/ε), and a
+// client's vector may have all L entries non-zero (nothing bounds the
+// keywords a client counts in a day, only each one's count), so the day is
+// (L·ε, 0)-DP for one client: the k·ε of Noisy's doc with k = L. A client
+// who searched fewer keywords is better protected than the ledger says,
+// never worse. Params records the per-keyword ε, L and the clip.
+func DaySpend(dataset string, row release.PDDRound, keywords int) release.Spend {
+	key := release.PDDLedgerKey(row.Campaign, row.Day)
+	return release.Spend{Dataset: dataset, Epoch: key.Epoch, App: key.App, Policy: key.Policy, K: key.K,
+		Epsilon: float64(keywords) * row.Epsilon,
+		Params:  fmt.Sprintf("mechanism=laplace keywords=%d epsilon_per_keyword=%g max_count=%d", keywords, row.Epsilon, row.MaxCount)}
+}
+
 // Release turns a complete round into the day to write: keyword names from
 // list (Counts[ℓ] is list.Words[ℓ]), exact counts when epsilon = 0, noisy
 // counts (Noisy) when epsilon > 0, recorded with epsilon and maxCount.

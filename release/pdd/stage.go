@@ -26,6 +26,20 @@ type Sink interface {
 	IsPDDReleased(ctx context.Context, campaign string, day time.Time) (bool, error)
 }
 
+// SpendingSink writes a noisy day together with its privacy-ledger row,
+// refusing it when the budget would be exceeded (satisfied by
+// *release.Writer; see release.Writer.WriteSpendingPDDRound).
+type SpendingSink interface {
+	WriteSpendingPDDRound(ctx context.Context, r release.PDDRound, releasedAt time.Time, spend release.Spend, budget release.Budget) error
+}
+
+var _ SpendingSink = (*release.Writer)(nil)
+
+// DefaultDataset is the privacy budget noisy days spend from when
+// Stage.Dataset is empty: the threshold release stage's default too, so
+// both modes share one budget unless told otherwise.
+const DefaultDataset = "default"
+
 // Released is what Stage.OnRound receives for each complete round.
 type Released struct {
 	// Round is the round as State computed it (exact sums).
@@ -43,11 +57,20 @@ type Released struct {
 // restart it re-reads the topic; days whose pdd_rounds row exists are
 // skipped before any noise is drawn (a noisy day is published once), and a
 // day written halfway is rewritten from scratch by the Sink.
+//
+// Privacy ledger: with Epsilon > 0 every noisy day spends DaySpend (ε ×
+// the list's length, δ = 0) from the budget of (Dataset, day) in
+// privacy_ledger, written before the day and once per day
+// (release.Writer.WriteSpendingPDDRound), as the threshold stage's DP
+// releases do; a day over Budget is refused, logged, passed to OnRefused
+// and not written. Exact days (Epsilon = 0) spend nothing and have no
+// ledger row, as the threshold mode's exact releases.
 type Stage struct {
 	Brokers []string
 	// Topic defaults to protocol.GroupSumsTopic.
 	Topic string
-	// Writer receives the days (a *release.Writer in production).
+	// Writer receives the days (a *release.Writer in production); with
+	// Epsilon > 0 it must be a SpendingSink too.
 	Writer Sink
 	// List is the campaigns' monitored keyword list; nil means
 	// keywords.Default(). Outcomes for another list are dropped
@@ -60,14 +83,24 @@ type Stage struct {
 	// DefaultMaxCount. With noise, group sums above Decrypted × MaxCount
 	// are rejected as implausible (the group counts as lost).
 	MaxCount int64
-	Logger   *slog.Logger
+	// Dataset names the privacy budget noisy days spend from (with the
+	// day); "" means DefaultDataset.
+	Dataset string
+	// Budget is the per-(Dataset, day) budget; zero fields = no limit.
+	Budget release.Budget
+	// OnRefused, when set, is called when a noisy day was refused (err
+	// wraps release.ErrOverBudget and names campaign, day and budget);
+	// the stage goes on serving, and a restart tries the day again.
+	OnRefused func(campaign string, day time.Time, err error)
+	Logger    *slog.Logger
 	// OnRound, when set, is called after each complete round is in
 	// ClickHouse (written now or by an earlier run), from Run's goroutine.
 	OnRound func(Released)
 
 	// Rounds counts days written by this run, Skipped those found already
-	// written; Dropped the messages State dropped.
-	Rounds, Skipped, Dropped atomic.Int64
+	// written, Refused those refused over the budget; Dropped the messages
+	// State dropped.
+	Rounds, Skipped, Refused, Dropped atomic.Int64
 }
 
 func (st *Stage) config() (topic string, list *keywords.List, maxCount int64, log *slog.Logger, err error) {
@@ -93,6 +126,8 @@ func (st *Stage) config() (topic string, list *keywords.List, maxCount int64, lo
 		err = fmt.Errorf("pdd release: epsilon %v must be finite and ≥ 0 (0 = exact counts)", st.Epsilon)
 	case maxCount < 1 || maxCount > math.MaxUint32:
 		err = fmt.Errorf("pdd release: max count %d must be in 1..2^32−1 (default %d)", maxCount, DefaultMaxCount)
+	case st.Epsilon > 0 && !isSpending(st.Writer):
+		err = errors.New("pdd release: epsilon > 0 needs a Writer with a privacy ledger (a *release.Writer: SpendingSink)")
 	}
 	return topic, list, maxCount, log, err
 }
@@ -169,8 +204,33 @@ func (st *Stage) release(ctx context.Context, r Round, list *keywords.List, maxC
 		log.Error("pdd release: day not released", "campaign", r.Campaign, "day", r.Day.String(), "err", err)
 		return nil
 	}
-	if err := retry.Forever(ctx, log, "pdd release: write to ClickHouse", 200*time.Millisecond, 10*time.Second,
-		func() error { return st.Writer.WritePDDRound(ctx, row, time.Now()) }); err != nil {
+	write := func() error { return st.Writer.WritePDDRound(ctx, row, time.Now()) }
+	if st.Epsilon > 0 {
+		dataset := st.Dataset
+		if dataset == "" {
+			dataset = DefaultDataset
+		}
+		spend := DaySpend(dataset, row, list.Len())
+		ss := st.Writer.(SpendingSink) // checked by config
+		write = func() error {
+			err := ss.WriteSpendingPDDRound(ctx, row, time.Now(), spend, st.Budget)
+			if errors.Is(err, release.ErrOverBudget) {
+				return retry.Permanent(err) // refused, not failed: never retried
+			}
+			return err
+		}
+	}
+	err = retry.Forever(ctx, log, "pdd release: write to ClickHouse", 200*time.Millisecond, 10*time.Second, write)
+	if errors.Is(err, release.ErrOverBudget) {
+		st.Refused.Add(1)
+		log.Error("pdd release: day refused, over the privacy budget; nothing released", "campaign", r.Campaign,
+			"day", r.Day.String(), "err", err)
+		if st.OnRefused != nil {
+			st.OnRefused(r.Campaign, day, err)
+		}
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	st.Rounds.Add(1)
@@ -181,6 +241,11 @@ func (st *Stage) release(ctx context.Context, r Round, list *keywords.List, maxC
 		st.OnRound(Released{Round: r, Row: row, Written: true})
 	}
 	return nil
+}
+
+func isSpending(s Sink) bool {
+	_, ok := s.(SpendingSink)
+	return ok
 }
 
 // roundRow is the pdd_rounds part of r (no counts).

@@ -254,6 +254,10 @@ func TestStageReleasesExactCountsAndRestarts(t *testing.T) {
 	if again, _ := w.ReadKeywordDaily(ctx, "flu"); !reflect.DeepEqual(again, want) {
 		t.Fatal("keyword_daily changed after the restart")
 	}
+	// exact days spend nothing: no ledger row, as for threshold FT releases
+	if spent, err := w.DatasetLedger(ctx, DefaultDataset); err != nil || len(spent) != 0 {
+		t.Fatalf("exact days left ledger rows %+v, %v", spent, err)
+	}
 
 	// With noise, into a fresh database: every keyword of the list is noised
 	// and the day records ε and the clip.
@@ -282,9 +286,184 @@ func TestStageConfig(t *testing.T) {
 		"no writer":    {Brokers: []string{"x"}},
 		"neg epsilon":  {Brokers: []string{"x"}, Writer: &flaky{}, Epsilon: -1},
 		"neg maxcount": {Brokers: []string{"x"}, Writer: &flaky{}, MaxCount: -3},
+		// noise needs a Writer with a privacy ledger (flaky hides it)
+		"noisy without ledger": {Brokers: []string{"x"}, Writer: &flaky{}, Epsilon: 1},
 	} {
 		if err := st.Run(context.Background()); err == nil {
 			t.Errorf("%s: Run accepted the configuration", name)
 		}
 	}
+}
+
+// startCampaign starts a Kafka broker, creates group-sums and writes the
+// outcomes of campaign "flu" over rounds (list of 60 keywords) into it.
+func startCampaign(t *testing.T, ctx context.Context, seed uint64, rounds []int32) (string, *keywords.List) {
+	t.Helper()
+	broker, err := kafka.Start(ctx, t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { broker.Close() })
+	if err := kafka.EnsureTopics(ctx, broker.Addr, 3, protocol.GroupSumsTopic); err != nil {
+		t.Fatal(err)
+	}
+	list := testList(t, 60)
+	msgs, _ := synthCampaign(t, rand.New(rand.NewPCG(seed, 1)), list, "flu", rounds)
+	kw := kafka.NewWriter(broker.Addr, protocol.GroupSumsTopic)
+	defer kw.Close()
+	if err := kw.WriteMessages(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	return broker.Addr, list
+}
+
+// dayName is the UTC date of PDD round r (the day number since the Unix
+// epoch), computed without keywords.Day.
+func dayName(r int32) string { return time.Unix(int64(r)*86400, 0).UTC().Format("2006-01-02") }
+
+// wantSpend is the ledger row a noisy day of "flu" must have: a client
+// may count all 60 keywords of the list, each count is ε-DP, so the day
+// costs 60·ε (basic composition) and δ = 0.
+func wantSpend(dataset string, round int32, eps float64) release.Spend {
+	return release.Spend{Dataset: dataset, Epoch: dayName(round), App: "flu", Policy: "pdd-laplace", K: 0,
+		Epsilon: 60 * eps, Delta: 0, Params: fmt.Sprintf("mechanism=laplace keywords=60 epsilon_per_keyword=%g max_count=2", eps)}
+}
+
+// checkLedger fails unless the ledger of dataset holds exactly want (in
+// any order), SpentAt aside, and returns what it holds, ordered by epoch,
+// app and policy.
+func checkLedger(t *testing.T, ctx context.Context, w *release.Writer, dataset string, want ...release.Spend) []release.Spend {
+	t.Helper()
+	got, err := w.DatasetLedger(ctx, dataset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("ledger of %s has %d rows, want %d:\n got %+v\nwant %+v", dataset, len(got), len(want), got, want)
+	}
+	byKey := func(s []release.Spend) {
+		sort.Slice(s, func(i, j int) bool {
+			a, b := s[i], s[j]
+			return a.Epoch < b.Epoch || a.Epoch == b.Epoch && (a.App < b.App || a.App == b.App && a.Policy < b.Policy)
+		})
+	}
+	want = append([]release.Spend(nil), want...)
+	byKey(got)
+	byKey(want)
+	for i := range got {
+		g := got[i]
+		g.SpentAt = time.Time{}
+		if g != want[i] {
+			t.Fatalf("ledger row %d:\n got %+v\nwant %+v", i, g, want[i])
+		}
+	}
+	return got
+}
+
+// TestStageNoisyDaysSpendFromLedger: every noisy day the stage writes
+// spends 60·ε (δ = 0) once from the budget of (dataset, day), keyed by
+// campaign, day and mechanism; a restarted stage finds the days written
+// and spends nothing again.
+func TestStageNoisyDaysSpendFromLedger(t *testing.T) {
+	w := openTestWriter(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	rounds := []int32{13210, 13211, 13212}
+	broker, list := startCampaign(t, ctx, 11, rounds)
+	const eps = 0.5
+
+	st := &Stage{Brokers: []string{broker}, Writer: w, List: list, Epsilon: eps, MaxCount: 2}
+	if got := runStage(t, st, len(rounds), nil); len(got) != len(rounds) || st.Rounds.Load() != int64(len(rounds)) {
+		t.Fatalf("released %d days, wrote %d", len(got), st.Rounds.Load())
+	}
+	var want []release.Spend
+	for _, r := range rounds {
+		want = append(want, wantSpend("default", r, eps))
+	}
+	first := checkLedger(t, ctx, w, "default", want...)
+	var total float64
+	for _, s := range first {
+		total += s.Epsilon
+	}
+	if total != float64(len(rounds))*60*eps {
+		t.Fatalf("total spent %v, want days × keywords × ε = %v", total, float64(len(rounds))*60*eps)
+	}
+	rows, err := w.ReadPDDRounds(ctx, "flu")
+	if err != nil || len(rows) != len(rounds) {
+		t.Fatalf("pdd_rounds %+v, %v", rows, err)
+	}
+
+	// restart: every day skipped before noise, the ledger unchanged
+	st2 := &Stage{Brokers: []string{broker}, Writer: w, List: list, Epsilon: eps, MaxCount: 2}
+	for _, r := range runStage(t, st2, len(rounds), nil) {
+		if r.Written {
+			t.Fatalf("restart rewrote %s", r.Row.Day)
+		}
+	}
+	if st2.Skipped.Load() != int64(len(rounds)) || st2.Rounds.Load() != 0 {
+		t.Fatalf("restart: skipped %d written %d", st2.Skipped.Load(), st2.Rounds.Load())
+	}
+	if again := checkLedger(t, ctx, w, "default", want...); !reflect.DeepEqual(again, first) {
+		t.Fatalf("ledger changed on restart:\n%+v\n%+v", first, again)
+	}
+}
+
+// TestStageRefusesNoisyDayOverBudget: the budget of (dataset, day) is the
+// threshold mode's: a day that would exceed it (here because a threshold
+// DP release named after that day spent 0.6 already) is refused with an
+// error naming campaign, day and budget and written nowhere, the other
+// days are released, and a restart with a larger budget releases the
+// refused day and spends nothing again for the others.
+func TestStageRefusesNoisyDayOverBudget(t *testing.T) {
+	w := openTestWriter(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	rounds := []int32{13210, 13211}
+	broker, list := startCampaign(t, ctx, 12, rounds)
+	const eps = 0.5 // 30 per day
+	tk := release.Key{App: "query", Epoch: dayName(rounds[0]), Policy: "dp-u", K: 2}
+	pre := release.Spend{Dataset: "aol", Epoch: tk.Epoch, App: tk.App, Policy: tk.Policy, K: tk.K, Epsilon: 0.6, Params: "test"}
+	if err := w.WriteSpendingRelease(ctx, tk, nil, nil, time.Time{}, pre, release.Budget{}); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	var refused []error
+	st := &Stage{Brokers: []string{broker}, Writer: w, List: list, Epsilon: eps, MaxCount: 2,
+		Dataset: "aol", Budget: release.Budget{Epsilon: 30.5},
+		OnRefused: func(campaign string, day time.Time, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if campaign != "flu" || day.Format("2006-01-02") != dayName(rounds[0]) {
+				t.Errorf("refused %s %s", campaign, day)
+			}
+			refused = append(refused, err)
+		}}
+	got := runStage(t, st, 1, func() bool { return st.Refused.Load() == 1 })
+	if len(got) != 1 || got[0].Round.Round != rounds[1] || len(refused) != 1 {
+		t.Fatalf("released %+v, refused %v", got, refused)
+	}
+	err := refused[0]
+	if !errors.Is(err, release.ErrOverBudget) {
+		t.Fatalf("refusal %v does not wrap ErrOverBudget", err)
+	}
+	for _, s := range []string{`campaign "flu"`, "day " + dayName(rounds[0]), "budget 30.5", `dataset "aol"`} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("refusal %q does not say %s", err, s)
+		}
+	}
+	t.Logf("refusal: %v", err)
+	if done, _ := w.IsPDDReleased(ctx, "flu", keywords.Day(rounds[0]).Time()); done {
+		t.Fatal("refused day was written")
+	}
+	checkLedger(t, ctx, w, "aol", pre, wantSpend("aol", rounds[1], eps))
+
+	// restart with a budget the refused day fits in: it is released now
+	st2 := &Stage{Brokers: []string{broker}, Writer: w, List: list, Epsilon: eps, MaxCount: 2,
+		Dataset: "aol", Budget: release.Budget{Epsilon: 31}}
+	runStage(t, st2, 2, nil)
+	if st2.Rounds.Load() != 1 || st2.Skipped.Load() != 1 || st2.Refused.Load() != 0 {
+		t.Fatalf("restart: wrote %d skipped %d refused %d", st2.Rounds.Load(), st2.Skipped.Load(), st2.Refused.Load())
+	}
+	checkLedger(t, ctx, w, "aol", pre, wantSpend("aol", rounds[0], eps), wantSpend("aol", rounds[1], eps))
 }
