@@ -24,6 +24,7 @@ package coordinator
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -94,13 +95,60 @@ type Coordinator struct {
 	mu         sync.Mutex // serializes Advance
 	subs       []*nats.Subscription
 
+	// AggregatorKey is the aggregator's Ed25519 credential: recovery
+	// requests over NATS must be signed with it (refused when nil).
+	AggregatorKey ed25519.PublicKey
+	// OperatorKey is the operator's Ed25519 credential: clock advances
+	// over NATS must be signed with it (refused when nil; Advance called in
+	// process needs none).
+	OperatorKey ed25519.PublicKey
+
 	// Pings counts answered pings, Errors requests answered with an error.
 	Pings, Errors atomic.Int64
+
+	refusedMu sync.Mutex
+	refused   map[string]int64
+}
+
+// Reasons a request is refused (Refused counts them).
+const (
+	RefusedMalformed    = "malformed"     // does not parse
+	RefusedSignature    = "bad_signature" // not signed by the key it must come from
+	RefusedReplay       = "replay"        // a sequence number not above the client's last
+	RefusedUnknown      = "unknown"       // unknown client or group
+	RefusedNotMember    = "not_member"    // a deposit for a member index that is not the caller
+	RefusedConflict     = "conflict"      // a second, different recovery request for a group
+	RefusedUnconfigured = "no_credential" // recovery or advance with no credential configured
+)
+
+// Refused returns how many requests were refused for each reason.
+func (c *Coordinator) Refused() map[string]int64 {
+	c.refusedMu.Lock()
+	defer c.refusedMu.Unlock()
+	out := map[string]int64{}
+	for k, v := range c.refused {
+		out[k] = v
+	}
+	return out
+}
+
+func (c *Coordinator) refuse(reason, format string, a ...any) string {
+	c.refusedMu.Lock()
+	if c.refused == nil {
+		c.refused = map[string]int64{}
+	}
+	c.refused[reason]++
+	c.refusedMu.Unlock()
+	msg := fmt.Sprintf("coordinator: refused (%s): ", reason) + fmt.Sprintf(format, a...)
+	c.Logger.Warn(msg)
+	return msg
 }
 
 type clientRec struct {
-	Public []byte  `json:"public"`
-	Days   []int32 `json:"days"` // active days, ascending
+	Public  []byte  `json:"public"`
+	Sign    []byte  `json:"sign"`     // Ed25519 signing key
+	LastSeq uint64  `json:"last_seq"` // highest sequence number accepted
+	Days    []int32 `json:"days"`     // active days, ascending
 }
 
 type groupRec struct {
@@ -226,12 +274,16 @@ func headerPartition(m kafka.Message, partitions ...int) int {
 func (c *Coordinator) handleRegister(ctx context.Context, b []byte) any {
 	r, err := blind.ParseRegister(b)
 	if err != nil {
-		return blind.RegisterReply{Error: err.Error()}
+		reason := RefusedMalformed
+		if errors.Is(err, blind.ErrBadSignature) {
+			reason = RefusedSignature
+		}
+		return blind.RegisterReply{Error: c.refuse(reason, "register: %v", err)}
 	}
 	var raw [16]byte
 	_, _ = rand.Read(raw[:])
 	id := hex.EncodeToString(raw[:])
-	v, _ := json.Marshal(clientRec{Public: r.PublicKey})
+	v, _ := json.Marshal(clientRec{Public: r.PublicKey, Sign: r.SignKey})
 	if _, err := c.kv.Create(ctx, "client."+id, v); err != nil {
 		return blind.RegisterReply{Error: "coordinator: store client: " + err.Error()}
 	}
@@ -262,9 +314,15 @@ func (c *Coordinator) start(ctx context.Context) (int32, error) {
 }
 
 func (c *Coordinator) handleAdvance(ctx context.Context, b []byte) any {
-	a, err := blind.ParseAdvance(b)
+	a, sig, err := blind.ParseAdvance(b)
 	if err != nil {
-		return blind.AdvanceReply{Error: err.Error()}
+		return blind.AdvanceReply{Error: c.refuse(RefusedMalformed, "advance: %v", err)}
+	}
+	if c.OperatorKey == nil {
+		return blind.AdvanceReply{Error: c.refuse(RefusedUnconfigured, "advance: this coordinator has no operator credential (start it with --operator-key)")}
+	}
+	if err := sig.Verify(c.OperatorKey, blind.PurposeAdvance); err != nil {
+		return blind.AdvanceReply{Error: c.refuse(RefusedSignature, "advance to day %d: %v", a.Day, err)}
 	}
 	rep, err := c.Advance(ctx, a.Day)
 	if err != nil {
@@ -441,13 +499,21 @@ func (c *Coordinator) clients(ctx context.Context) (map[string]clientRec, error)
 	return out, nil
 }
 
-// markActive adds day to the client's activity (compare-and-set).
-func (c *Coordinator) markActive(ctx context.Context, id string, day int32) (*clientRec, error) {
+// errRefused carries a refusal reason out of authenticate.
+type errRefused struct{ reason, msg string }
+
+func (e *errRefused) Error() string { return e.msg }
+
+// authenticate verifies a client's signed request under its registered
+// key, and that seq is above the last accepted one; it records seq and,
+// when day ≥ 0, day as an active day (compare-and-set, so concurrent
+// requests of one client cannot both pass with one seq).
+func (c *Coordinator) authenticate(ctx context.Context, id string, sig *blind.Signed, purpose string, seq uint64, day int32) (*clientRec, error) {
 	for {
 		e, err := c.kv.Get(ctx, "client."+id)
 		if err != nil {
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
-				return nil, fmt.Errorf("unknown client id: register first")
+				return nil, &errRefused{RefusedUnknown, "unknown client id: register first"}
 			}
 			return nil, err
 		}
@@ -455,10 +521,16 @@ func (c *Coordinator) markActive(ctx context.Context, id string, day int32) (*cl
 		if err := json.Unmarshal(e.Value(), &rec); err != nil {
 			return nil, err
 		}
-		if n := len(rec.Days); n > 0 && rec.Days[n-1] >= day {
-			return &rec, nil
+		if err := sig.Verify(rec.Sign, purpose); err != nil {
+			return nil, &errRefused{RefusedSignature, fmt.Sprintf("%s of client %s: %v", purpose, id, err)}
 		}
-		rec.Days = append(rec.Days, day)
+		if seq <= rec.LastSeq {
+			return nil, &errRefused{RefusedReplay, fmt.Sprintf("%s of client %s: sequence %d not above %d (a replayed or reordered request)", purpose, id, seq, rec.LastSeq)}
+		}
+		rec.LastSeq = seq
+		if n := len(rec.Days); day >= 0 && (n == 0 || rec.Days[n-1] < day) {
+			rec.Days = append(rec.Days, day)
+		}
 		v, _ := json.Marshal(rec)
 		if _, err := c.kv.Update(ctx, "client."+id, v, e.Revision()); err == nil {
 			return &rec, nil
@@ -469,14 +541,18 @@ func (c *Coordinator) markActive(ctx context.Context, id string, day int32) (*cl
 }
 
 func (c *Coordinator) handlePing(ctx context.Context, b []byte) any {
-	p, err := blind.ParsePing(b)
+	p, sig, err := blind.ParsePing(b)
 	if err != nil {
-		return blind.Instructions{Error: err.Error()}
+		return blind.Instructions{Error: c.refuse(RefusedMalformed, "ping: %v", err)}
 	}
 	if p.Campaign != c.Campaign.Name {
 		return blind.Instructions{Error: fmt.Sprintf("coordinator: no campaign %q (this coordinator runs %q)", p.Campaign, c.Campaign.Name)}
 	}
-	ins, err := c.instructions(ctx, p.ClientID)
+	ins, err := c.instructions(ctx, p.ClientID, sig, p.Seq)
+	var rf *errRefused
+	if errors.As(err, &rf) {
+		return blind.Instructions{Error: c.refuse(rf.reason, "%s", rf.msg)}
+	}
 	if err != nil {
 		return blind.Instructions{Error: "coordinator: " + err.Error()}
 	}
@@ -508,7 +584,7 @@ func (c *Coordinator) membership(ctx context.Context, round int32, id string) (b
 	return in, i, &rec, true, nil
 }
 
-func (c *Coordinator) instructions(ctx context.Context, id string) (blind.Instructions, error) {
+func (c *Coordinator) instructions(ctx context.Context, id string, sig *blind.Signed, seq uint64) (blind.Instructions, error) {
 	cp := c.Campaign
 	day, ok, err := c.Day(ctx)
 	if err != nil {
@@ -517,7 +593,7 @@ func (c *Coordinator) instructions(ctx context.Context, id string) (blind.Instru
 	if !ok {
 		return blind.Instructions{}, errors.New("the campaign has not started (no day advanced yet)")
 	}
-	if _, err := c.markActive(ctx, id, day); err != nil {
+	if _, err := c.authenticate(ctx, id, sig, blind.PurposePing, seq, day); err != nil {
 		return blind.Instructions{}, err
 	}
 	ins := blind.Instructions{Day: day, Campaign: cp.Name, Keywords: cp.ListName, L: cp.List.Len(), ListHash: c.hash[:]}
@@ -534,12 +610,14 @@ func (c *Coordinator) instructions(ctx context.Context, id string) (blind.Instru
 		if day <= g.Deadline {
 			if _, err := c.rounds.Get(ctx, markKey("deposited", in, i)); errors.Is(err, jetstream.ErrKeyNotFound) {
 				ins.Tasks = append(ins.Tasks, task)
+				continue
 			}
-			continue
 		}
 		if day > g.RecoverBy {
 			continue
 		}
+		// the unmasking request: after the deadline, or as soon as every
+		// member submitted
 		re, err := c.rounds.Get(ctx, recoveryKey(in))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
@@ -603,26 +681,41 @@ func (c *Coordinator) bundlesFor(ctx context.Context, in blind.Instance, to int)
 }
 
 func (c *Coordinator) handleDeposit(ctx context.Context, b []byte) any {
-	d, err := blind.ParseDeposit(b)
+	d, sig, err := blind.ParseDeposit(b)
 	if err != nil {
-		return blind.Reply{Error: err.Error()}
+		return blind.Reply{Error: c.refuse(RefusedMalformed, "deposit: %v", err)}
 	}
 	in := blind.Instance{Campaign: d.Campaign, Round: d.Round, Group: d.Group}
 	ge, err := c.rounds.Get(ctx, groupKey(in))
 	if err != nil {
-		return blind.Reply{Error: fmt.Sprintf("coordinator: no group %s: %v", in, err)}
+		return blind.Reply{Error: c.refuse(RefusedUnknown, "deposit: no group %s: %v", in, err)}
 	}
 	var g groupRec
 	if err := json.Unmarshal(ge.Value(), &g); err != nil {
 		return blind.Reply{Error: err.Error()}
 	}
-	if int(d.From) >= len(g.Members) {
-		return blind.Reply{Error: "coordinator: member index outside the group"}
+	if int(d.From) >= len(g.Members) || g.Members[d.From] != d.ClientID {
+		return blind.Reply{Error: c.refuse(RefusedNotMember, "deposit for member %d of %s: client %s is not that member", d.From, in, d.ClientID)}
+	}
+	if _, err := c.authenticate(ctx, d.ClientID, sig, blind.PurposeDeposit, d.Seq, -1); err != nil {
+		var rf *errRefused
+		if errors.As(err, &rf) {
+			return blind.Reply{Error: c.refuse(rf.reason, "%s", rf.msg)}
+		}
+		return blind.Reply{Error: "coordinator: " + err.Error()}
+	}
+	n := len(g.Members)
+	if len(d.Roots) != n || len(d.Bundles) != n {
+		return blind.Reply{Error: c.refuse(RefusedMalformed, "deposit for %s: %d roots and %d bundles, want %d of each", in, len(d.Roots), len(d.Bundles), n)}
+	}
+	cm := blind.Commitments{Instance: in, Member: d.From, Roots: make([][32]byte, n)}
+	for h, r := range d.Roots {
+		copy(cm.Roots[h][:], r)
 	}
 	var futs []jetstream.PubAckFuture
 	for _, sb := range d.Bundles {
-		if int(sb.To) >= len(g.Members) {
-			return blind.Reply{Error: "coordinator: bundle for a member outside the group"}
+		if int(sb.To) >= n {
+			return blind.Reply{Error: c.refuse(RefusedMalformed, "deposit: bundle for a member outside the group")}
 		}
 		f, err := c.js.PublishAsync("$KV.crowdlog_pdd_rounds."+bundleKey(in, sb.To, sb.From), sb.Ciphertext)
 		if err != nil {
@@ -639,6 +732,14 @@ func (c *Coordinator) handleDeposit(ctx context.Context, b []byte) any {
 			return blind.Reply{Error: ctx.Err().Error()}
 		}
 	}
+	// the commitments reach the aggregator (same partition as the group's
+	// vectors) before the member's submission can: it is sent only after
+	// this reply
+	cb, _ := cm.MarshalBinary()
+	if err := c.w.WriteMessages(ctx, kafka.Message{Key: []byte(in.String()), Value: cb,
+		Headers: []kafka.Header{{Key: protocol.ControlHeader, Value: []byte("commit")}}}); err != nil {
+		return blind.Reply{Error: "coordinator: write commitments: " + err.Error()}
+	}
 	if _, err := c.rounds.Put(ctx, markKey("deposited", in, int(d.From)), nil); err != nil {
 		return blind.Reply{Error: err.Error()}
 	}
@@ -646,15 +747,34 @@ func (c *Coordinator) handleDeposit(ctx context.Context, b []byte) any {
 }
 
 func (c *Coordinator) handleRecovery(ctx context.Context, b []byte) any {
-	req, err := blind.ParseRecovery(b)
+	req, sig, err := blind.ParseRecovery(b)
 	if err != nil {
-		return blind.Reply{Error: err.Error()}
+		return blind.Reply{Error: c.refuse(RefusedMalformed, "recovery request: %v", err)}
+	}
+	if c.AggregatorKey == nil {
+		return blind.Reply{Error: c.refuse(RefusedUnconfigured, "recovery request: this coordinator has no aggregator credential (start it with --aggregator-key)")}
+	}
+	if err := sig.Verify(c.AggregatorKey, blind.PurposeRecovery); err != nil {
+		return blind.Reply{Error: c.refuse(RefusedSignature, "recovery request for %s: %v", req.Instance, err)}
 	}
 	if req.Instance.Campaign != c.Campaign.Name {
 		return blind.Reply{Error: "coordinator: recovery for another campaign"}
 	}
+	ge, err := c.rounds.Get(ctx, groupKey(req.Instance))
+	if err != nil {
+		return blind.Reply{Error: c.refuse(RefusedUnknown, "recovery request: no group %s", req.Instance)}
+	}
+	var g groupRec
+	if err := json.Unmarshal(ge.Value(), &g); err != nil || len(g.Members) != req.N || g.T != req.T {
+		return blind.Reply{Error: c.refuse(RefusedMalformed, "recovery request for %s: n=%d t=%d do not match the group", req.Instance, req.N, req.T)}
+	}
 	v, _ := json.Marshal(req)
-	if _, err := c.rounds.Create(ctx, recoveryKey(req.Instance), v); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := c.rounds.Create(ctx, recoveryKey(req.Instance), v); errors.Is(err, jetstream.ErrKeyExists) {
+		// the aggregator's retry of the same request is fine; another is not
+		if e, gerr := c.rounds.Get(ctx, recoveryKey(req.Instance)); gerr != nil || string(e.Value()) != string(v) {
+			return blind.Reply{Error: c.refuse(RefusedConflict, "recovery request for %s differs from the one already stored", req.Instance)}
+		}
+	} else if err != nil {
 		return blind.Reply{Error: err.Error()}
 	}
 	c.Logger.Debug("coordinator: recovery requested", "instance", req.Instance.String(), "dropped", len(req.Dropped), "n", req.N)
@@ -662,13 +782,21 @@ func (c *Coordinator) handleRecovery(ctx context.Context, b []byte) any {
 }
 
 // NATSRecoverer forwards the aggregator's recovery requests to the
-// coordinator over NATS (satisfies vectors.Recoverer).
-type NATSRecoverer struct{ NC *nats.Conn }
+// coordinator over NATS, signed with the aggregator's credential Key
+// (satisfies vectors.Recoverer).
+type NATSRecoverer struct {
+	NC  *nats.Conn
+	Key ed25519.PrivateKey
+}
 
-// Ask sends req and waits for the coordinator's acknowledgement.
+// Ask signs req, sends it and waits for the coordinator's acknowledgement.
 func (r NATSRecoverer) Ask(ctx context.Context, req blind.Request) error {
+	signed, err := blind.SignMessage(r.Key, blind.PurposeRecovery, req)
+	if err != nil {
+		return err
+	}
 	var rep blind.Reply
-	if err := natsconn.RequestJSON(ctx, r.NC, protocol.PDDRecoverySubject, req, &rep); err != nil {
+	if err := natsconn.RequestJSON(ctx, r.NC, protocol.PDDRecoverySubject, signed, &rep); err != nil {
 		return err
 	}
 	if rep.Error != "" {

@@ -2,6 +2,9 @@ package coordinator
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"reflect"
@@ -75,23 +78,53 @@ func (e *env) coordinator(t *testing.T, cp Campaign) *Coordinator {
 	return c
 }
 
-func register(t *testing.T, nc *nats.Conn) (string, []byte) {
-	t.Helper()
-	k, _ := blind.GenerateKey()
-	var rep blind.RegisterReply
-	if err := natsconn.RequestJSON(context.Background(), nc, protocol.PDDRegisterSubject, blind.RegisterRequest{PublicKey: k.PublicKey().Bytes()}, &rep); err != nil || rep.Error != "" {
-		t.Fatalf("register: %v %s", err, rep.Error)
-	}
-	return rep.ClientID, k.PublicKey().Bytes()
+// testClient is a registered client's keys and sequence numbers.
+type testClient struct {
+	id   string
+	pub  []byte
+	sign ed25519.PrivateKey
+	seq  uint64
 }
 
-func ping(t *testing.T, nc *nats.Conn, id string) blind.Instructions {
+func register(t *testing.T, nc *nats.Conn) *testClient {
+	t.Helper()
+	k, _ := blind.GenerateKey()
+	spub, spriv, _ := ed25519.GenerateKey(rand.Reader)
+	signed, _ := blind.SignMessage(spriv, blind.PurposeRegister, blind.RegisterRequest{PublicKey: k.PublicKey().Bytes(), SignKey: spub})
+	var rep blind.RegisterReply
+	if err := natsconn.RequestJSON(context.Background(), nc, protocol.PDDRegisterSubject, signed, &rep); err != nil || rep.Error != "" {
+		t.Fatalf("register: %v %s", err, rep.Error)
+	}
+	return &testClient{id: rep.ClientID, pub: k.PublicKey().Bytes(), sign: spriv}
+}
+
+func (c *testClient) pingMsg() blind.Signed {
+	c.seq++
+	s, _ := blind.SignMessage(c.sign, blind.PurposePing, blind.PingRequest{ClientID: c.id, Campaign: "flu", Seq: c.seq})
+	return s
+}
+
+func ping(t *testing.T, nc *nats.Conn, c *testClient) blind.Instructions {
 	t.Helper()
 	var ins blind.Instructions
-	if err := natsconn.RequestJSON(context.Background(), nc, protocol.PDDPingSubject, blind.PingRequest{ClientID: id, Campaign: "flu"}, &ins); err != nil || ins.Error != "" {
+	if err := natsconn.RequestJSON(context.Background(), nc, protocol.PDDPingSubject, c.pingMsg(), &ins); err != nil || ins.Error != "" {
 		t.Fatalf("ping: %v %s", err, ins.Error)
 	}
 	return ins
+}
+
+// deposit is member tk.Member's deposit (fake bundles and roots: the
+// coordinator cannot read them anyway) signed by c.
+func (c *testClient) deposit(tk blind.Task) blind.Signed {
+	c.seq++
+	n := len(tk.Members)
+	d := blind.DepositRequest{ClientID: c.id, Seq: c.seq, Campaign: "flu", Round: tk.Round, Group: tk.Group, From: uint16(tk.Member)}
+	for h := 0; h < n; h++ {
+		d.Roots = append(d.Roots, make([]byte, 32))
+		d.Bundles = append(d.Bundles, blind.SealedBundle{From: uint16(tk.Member), To: uint16(h), Ciphertext: make([]byte, 64)})
+	}
+	s, _ := blind.SignMessage(c.sign, blind.PurposeDeposit, d)
+	return s
 }
 
 // Groups are formed from the previous day's active clients, handed out on
@@ -107,12 +140,9 @@ func TestGroupsAndRestart(t *testing.T) {
 	if _, err := c.Advance(ctx, day); err != nil {
 		t.Fatal(err)
 	}
-	pubs := map[string][]byte{}
-	var ids []string
+	var ids []*testClient
 	for i := 0; i < 7; i++ {
-		id, pk := register(t, e.nc)
-		ids = append(ids, id)
-		pubs[id] = pk
+		ids = append(ids, register(t, e.nc))
 	}
 	// day 13000: clients 0..5 active (6 → two groups of 3); client 6 not
 	for _, id := range ids[:6] {
@@ -130,14 +160,14 @@ func TestGroupsAndRestart(t *testing.T) {
 	if ins := ping(t, e.nc, ids[6]); len(ins.Tasks) != 0 {
 		t.Fatalf("inactive client got a task: %+v", ins.Tasks)
 	}
-	tasks := map[string]blind.Task{}
+	tasks := map[*testClient]blind.Task{}
 	for _, id := range ids[:6] {
 		ins := ping(t, e.nc, id)
 		if len(ins.Tasks) != 1 || ins.Tasks[0].Round != day || ins.Tasks[0].Deadline != day+2 {
 			t.Fatalf("client tasks %+v", ins.Tasks)
 		}
 		tk := ins.Tasks[0]
-		if len(tk.Members) != 3 || !reflect.DeepEqual(tk.Members[tk.Member], pubs[id]) || tk.T != blind.Threshold(3) {
+		if len(tk.Members) != 3 || !reflect.DeepEqual(tk.Members[tk.Member], id.pub) || tk.T != blind.Threshold(3) {
 			t.Fatalf("task does not list the client at its index: %+v", tk)
 		}
 		tasks[id] = tk
@@ -165,7 +195,7 @@ func TestGroupsAndRestart(t *testing.T) {
 	// a deposit marks the task done
 	tk := tasks[ids[0]]
 	var rp blind.Reply
-	if err := natsconn.RequestJSON(ctx, e.nc, protocol.PDDDepositSubject, blind.DepositRequest{Campaign: "flu", Round: tk.Round, Group: tk.Group, From: uint16(tk.Member)}, &rp); err != nil || rp.Error != "" {
+	if err := natsconn.RequestJSON(ctx, e.nc, protocol.PDDDepositSubject, ids[0].deposit(tk), &rp); err != nil || rp.Error != "" {
 		t.Fatalf("deposit: %v %s", err, rp.Error)
 	}
 	if ins := ping(t, e.nc, ids[0]); len(ins.Tasks) != 0 {
@@ -178,10 +208,13 @@ func TestGroupsAndRestart(t *testing.T) {
 func TestRecoveryRequestValidated(t *testing.T) {
 	e := newEnv(t)
 	list, _ := keywords.Parse(stringsReader("flu\n"))
-	e.coordinator(t, Campaign{Name: "flu", List: list, GroupSize: 3})
+	c := e.coordinator(t, Campaign{Name: "flu", List: list, GroupSize: 3})
+	_, agg, _ := ed25519.GenerateKey(rand.Reader)
+	c.AggregatorKey = agg.Public().(ed25519.PublicKey)
 	var rp blind.Reply
 	req := blind.Request{Instance: blind.Instance{Campaign: "flu", Round: 1, Group: 0}, N: 3, T: 2, Dropped: []uint16{0, 1}}
-	if err := natsconn.RequestJSON(context.Background(), e.nc, protocol.PDDRecoverySubject, req, &rp); err != nil {
+	signed, _ := blind.SignMessage(agg, blind.PurposeRecovery, req)
+	if err := natsconn.RequestJSON(context.Background(), e.nc, protocol.PDDRecoverySubject, signed, &rp); err != nil {
 		t.Fatal(err)
 	}
 	if rp.Error == "" {
@@ -194,27 +227,35 @@ func TestNoCoordinatorError(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var rep blind.RegisterReply
-	err := natsconn.RequestJSON(ctx, e.nc, protocol.PDDRegisterSubject, blind.RegisterRequest{PublicKey: make([]byte, 32)}, &rep)
+	err := natsconn.RequestJSON(ctx, e.nc, protocol.PDDRegisterSubject, blind.Signed{}, &rep)
 	if !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("want a no-responders error, got %v", err)
 	}
 }
 
 func FuzzParse(f *testing.F) {
-	f.Add([]byte(`{"client_id":"0123456789abcdef0123456789abcdef","campaign":"flu"}`))
-	f.Add([]byte(`{"public_key":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}`))
-	f.Add([]byte(`{"campaign":"flu","round":1,"group":0,"from":1,"bundles":[{"From":1,"To":0,"Ciphertext":"AAAA"}]}`))
-	f.Add([]byte(`{"Instance":{"Campaign":"flu","Round":1,"Group":0},"N":5,"T":3,"Dropped":[1]}`))
-	f.Add([]byte(`{"day":5}`))
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	for _, v := range []any{
+		blind.PingRequest{ClientID: "0123456789abcdef0123456789abcdef", Campaign: "flu", Seq: 3},
+		blind.RegisterRequest{PublicKey: make([]byte, 32), SignKey: key.Public().(ed25519.PublicKey)},
+		blind.DepositRequest{ClientID: "0123456789abcdef0123456789abcdef", Campaign: "flu", Round: 1, From: 1, Roots: [][]byte{make([]byte, 32)},
+			Bundles: []blind.SealedBundle{{From: 1, To: 0, Ciphertext: make([]byte, 48)}}},
+		blind.Request{Instance: blind.Instance{Campaign: "flu", Round: 1, Group: 0}, N: 5, T: 3, Dropped: []uint16{1}},
+		blind.AdvanceRequest{Day: 5},
+	} {
+		s, _ := blind.SignMessage(key, blind.PurposePing, v)
+		b, _ := json.Marshal(s)
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, parse := range []func([]byte) error{
-			func(b []byte) error { _, err := blind.ParsePing(b); return err },
+			func(b []byte) error { _, _, err := blind.ParsePing(b); return err },
 			func(b []byte) error { _, err := blind.ParseRegister(b); return err },
-			func(b []byte) error { _, err := blind.ParseDeposit(b); return err },
-			func(b []byte) error { _, err := blind.ParseRecovery(b); return err },
-			func(b []byte) error { _, err := blind.ParseAdvance(b); return err },
+			func(b []byte) error { _, _, err := blind.ParseDeposit(b); return err },
+			func(b []byte) error { _, _, err := blind.ParseRecovery(b); return err },
+			func(b []byte) error { _, _, err := blind.ParseAdvance(b); return err },
 		} {
-			if err := parse(b); err != nil && !errors.Is(err, blind.ErrMalformedCoordination) {
+			if err := parse(b); err != nil && !errors.Is(err, blind.ErrMalformedCoordination) && !errors.Is(err, blind.ErrBadSignature) {
 				t.Fatalf("error not wrapping ErrMalformed: %v", err)
 			}
 		}

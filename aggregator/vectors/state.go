@@ -14,7 +14,6 @@ package vectors
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -30,12 +29,14 @@ const (
 	DropBadMember   = "bad_member"   // member index outside the group, or vector length ≠ L
 	DropUnsolicited = "unsolicited"  // an answer for a group not in recovery, or from a dropped member
 	DropKind        = "unexpected"   // a message kind that does not belong on this topic
-	DropCorrupt     = "bad_recovery" // shares that do not combine (kept waiting for more)
+	DropCorrupt     = "bad_recovery" // an answer with shares that fail their commitments (the rest are kept)
+	DropUncommitted = "uncommitted"  // a submission whose dealer's commitments never arrived
 )
 
 // Stats counts what a partition did.
 type Stats struct {
 	Submissions, Answers int64
+	BadShares            int64 // revealed shares that failed their commitments
 	Complete, Recovered  int64
 	Lost                 int64
 	Dropped              map[string]int64
@@ -45,6 +46,7 @@ type group struct {
 	roster    blind.Roster
 	sum       []uint64
 	submitted map[uint16]bool
+	commits   map[uint16]*blind.Commitments
 	rec       *blind.Recovery
 }
 
@@ -90,6 +92,8 @@ func (p *Partition) Apply(b []byte, control bool) Result {
 		p.roster(m.Roster)
 	case control && m.Tick != nil:
 		return p.tick(m.Tick.Day)
+	case control && m.Commit != nil:
+		p.commit(m.Commit)
 	case !control && m.Submission != nil:
 		return p.submission(m.Submission)
 	case !control && m.Answer != nil:
@@ -104,7 +108,18 @@ func (p *Partition) roster(r *blind.Roster) {
 	if p.final[r.Instance] || p.groups[r.Instance] != nil {
 		return // the coordinator re-wrote it after a restart
 	}
-	p.groups[r.Instance] = &group{roster: *r, submitted: map[uint16]bool{}}
+	p.groups[r.Instance] = &group{roster: *r, submitted: map[uint16]bool{}, commits: map[uint16]*blind.Commitments{}}
+}
+
+// commit stores a dealer's commitments until its submission; a redeal
+// before the submission replaces them, later ones are ignored.
+func (p *Partition) commit(c *blind.Commitments) {
+	g := p.groups[c.Instance]
+	if g == nil || g.rec != nil || c.Member >= g.roster.N || len(c.Roots) != int(g.roster.N) || g.submitted[c.Member] {
+		p.drop(DropLate)
+		return
+	}
+	g.commits[c.Member] = c
 }
 
 func (p *Partition) submission(s *blind.Submission) Result {
@@ -126,6 +141,9 @@ func (p *Partition) submission(s *blind.Submission) Result {
 	case g.submitted[s.Member]:
 		p.drop(DropDuplicate)
 		return Result{}
+	case g.commits[s.Member] == nil:
+		p.drop(DropUncommitted)
+		return Result{}
 	}
 	p.Stats.Submissions++
 	g.submitted[s.Member] = true
@@ -135,10 +153,28 @@ func (p *Partition) submission(s *blind.Submission) Result {
 		blind.Sum(g.sum, s.Y)
 	}
 	if len(g.submitted) == int(g.roster.N) {
-		p.Stats.Complete++
-		return p.finish(g, blind.StatusComplete)
+		// everyone submitted: unmask now, nobody dropped
+		return p.unmask(g)
 	}
 	return Result{}
+}
+
+// unmask starts the group's unmasking request: survivors are the members
+// that submitted, the others are dropped.
+func (p *Partition) unmask(g *group) Result {
+	in := g.roster.Instance
+	req := blind.Request{Instance: in, N: int(g.roster.N), T: int(g.roster.T)}
+	for i := 0; i < req.N; i++ {
+		if !g.submitted[uint16(i)] {
+			req.Dropped = append(req.Dropped, uint16(i))
+		}
+	}
+	rec, err := blind.NewRecovery(req, g.commits)
+	if err != nil { // cannot happen: ≥ T submitted, each with commitments
+		panic(fmt.Sprintf("vectors: recovery for %v: %v", in, err))
+	}
+	g.rec = rec
+	return Result{Requests: []blind.Request{req}}
 }
 
 func (p *Partition) finish(g *group, st blind.Status) Result {
@@ -146,6 +182,11 @@ func (p *Partition) finish(g *group, st blind.Status) Result {
 	if st != blind.StatusLost {
 		o.Decrypted = uint16(len(g.submitted))
 		o.Sum = g.sum
+	}
+	if g.rec != nil {
+		for _, b := range g.rec.Bad() {
+			o.Bad = append(o.Bad, uint16(b[0]))
+		}
 	}
 	delete(p.groups, g.roster.Instance)
 	p.final[g.roster.Instance] = true
@@ -166,8 +207,15 @@ func (p *Partition) answer(a *blind.Answer) Result {
 		p.drop(DropUnsolicited)
 		return Result{}
 	}
-	if !g.rec.Add(a) {
-		p.drop(DropDuplicate)
+	good, bad := g.rec.Add(a)
+	if bad > 0 {
+		p.drop(DropCorrupt)
+		p.Stats.BadShares += int64(bad)
+	}
+	if good == 0 {
+		if bad == 0 {
+			p.drop(DropDuplicate)
+		}
 		return Result{}
 	}
 	p.Stats.Answers++
@@ -176,13 +224,13 @@ func (p *Partition) answer(a *blind.Answer) Result {
 	}
 	sum := append([]uint64(nil), g.sum...)
 	if err := g.rec.Correct(sum); err != nil {
-		// a faulty holder's shares: wait for more answers (or the recovery deadline)
-		if !errors.Is(err, blind.ErrThreshold) {
-			p.drop(DropCorrupt)
-		}
-		return Result{}
+		return Result{} // cannot happen once Ready: every share verified
 	}
 	g.sum = sum
+	if len(g.rec.Request().Dropped) == 0 {
+		p.Stats.Complete++
+		return p.finish(g, blind.StatusComplete)
+	}
 	p.Stats.Recovered++
 	return p.finish(g, blind.StatusRecovered)
 }
@@ -201,24 +249,12 @@ func (p *Partition) tick(day int32) Result {
 		g := p.groups[in]
 		switch {
 		case g.rec == nil && day > g.roster.Deadline:
-			n, s := int(g.roster.N), len(g.submitted)
-			if s < int(g.roster.T) {
+			if len(g.submitted) < int(g.roster.T) {
 				p.Stats.Lost++
 				res.Outcomes = append(res.Outcomes, p.finish(g, blind.StatusLost).Outcomes...)
 				continue
 			}
-			req := blind.Request{Instance: in, N: n, T: int(g.roster.T)}
-			for i := 0; i < n; i++ {
-				if !g.submitted[uint16(i)] {
-					req.Dropped = append(req.Dropped, uint16(i))
-				}
-			}
-			rec, err := blind.NewRecovery(req)
-			if err != nil { // cannot happen: s ≥ T and s < n checked above
-				panic(fmt.Sprintf("vectors: recovery for %v: %v", in, err))
-			}
-			g.rec = rec
-			res.Requests = append(res.Requests, req)
+			res.Requests = append(res.Requests, p.unmask(g).Requests...)
 			if day > g.roster.RecoverBy { // a tick that skipped the whole window
 				p.Stats.Lost++
 				res.Outcomes = append(res.Outcomes, p.finish(g, blind.StatusLost).Outcomes...)

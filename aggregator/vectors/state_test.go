@@ -2,6 +2,7 @@ package vectors
 
 import (
 	"crypto/ecdh"
+	crand "crypto/rand"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -17,6 +18,7 @@ type testGroup struct {
 	vs     [][]uint64
 	roster blind.Roster
 	boxes  map[int][]blind.SealedBundle
+	self   []blind.Seed
 }
 
 func newTestGroup(t testing.TB, rng *rand.Rand, n, L int, round int32) *testGroup {
@@ -33,6 +35,9 @@ func newTestGroup(t testing.TB, rng *rand.Rand, n, L int, round int32) *testGrou
 			v[j] = uint64(rng.IntN(3))
 		}
 		g.vs = append(g.vs, v)
+		var b blind.Seed
+		crand.Read(b[:])
+		g.self = append(g.self, b)
 	}
 	g.roster = blind.Roster{Instance: g.in, N: uint16(n), T: uint16(blind.Threshold(n)), Deadline: round + 3,
 		RecoverBy: round + 4, Groups: 1, Active: uint32(n + 2), Grouped: uint32(n), L: uint32(L)}
@@ -47,24 +52,39 @@ func enc(t testing.TB, m interface{ MarshalBinary() ([]byte, error) }) []byte {
 	return b
 }
 
-// submit returns member i's submission bytes and stores its deposit.
+// deal stores member i's deposit and returns its commitments message (the
+// coordinator's control message).
+func (g *testGroup) deal(t testing.TB, i int) []byte {
+	seeds, err := blind.Seeds(g.privs[i], i, g.pubs, g.in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := blind.Deal(g.in, i, seeds, g.self[i], g.pubs, blind.Threshold(len(g.pubs)), crand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range d.Bundles {
+		g.boxes[int(sb.To)] = append(g.boxes[int(sb.To)], sb)
+	}
+	return enc(t, &d.Commit)
+}
+
+// submit returns member i's submission bytes.
 func (g *testGroup) submit(t testing.TB, i int) []byte {
 	seeds, err := blind.Seeds(g.privs[i], i, g.pubs, g.in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dep, err := blind.Deposit(g.in, i, seeds, g.pubs, blind.Threshold(len(g.pubs)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sb := range dep {
-		g.boxes[int(sb.To)] = append(g.boxes[int(sb.To)], sb)
-	}
-	return enc(t, &blind.Submission{Instance: g.in, Member: uint16(i), Y: blind.Blind(g.vs[i], i, seeds)})
+	return enc(t, &blind.Submission{Instance: g.in, Member: uint16(i), Y: blind.Blind(g.vs[i], i, seeds, g.self[i])})
+}
+
+// send applies member i's commitments (control) and then its submission.
+func (g *testGroup) send(t testing.TB, p *Partition, i int) Result {
+	p.Apply(g.deal(t, i), true)
+	return p.Apply(g.submit(t, i), false)
 }
 
 func (g *testGroup) answer(t testing.TB, req blind.Request, h int) []byte {
-	seeds, _ := blind.Seeds(g.privs[h], h, g.pubs, g.in)
 	var opened []*blind.Bundle
 	for _, sb := range g.boxes[h] {
 		b, err := blind.OpenBundle(g.privs[h], g.in, uint16(h), sb)
@@ -73,11 +93,21 @@ func (g *testGroup) answer(t testing.TB, req blind.Request, h int) []byte {
 		}
 		opened = append(opened, b)
 	}
-	a, err := blind.MakeAnswer(&req, h, seeds, opened)
+	a, err := blind.MakeAnswer(&req, h, opened)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return enc(t, a)
+}
+
+// answerAll applies answers of members hs until an outcome appears.
+func (g *testGroup) answerAll(t testing.TB, p *Partition, req blind.Request, hs []int) []blind.Outcome {
+	for _, h := range hs {
+		if out := p.Apply(g.answer(t, req, h), false).Outcomes; len(out) > 0 {
+			return out
+		}
+	}
+	return nil
 }
 
 func sumOf(vs [][]uint64, keep func(int) bool) []uint64 {
@@ -98,15 +128,20 @@ func TestCompleteGroup(t *testing.T) {
 	p.Apply(enc(t, &g.roster), true)
 	var res Result
 	for i := 5; i >= 0; i-- {
-		res = p.Apply(g.submit(t, i), false)
-		if i > 0 && len(res.Outcomes) != 0 {
-			t.Fatal("outcome before every member submitted")
+		res = g.send(t, p, i)
+		if i > 0 && (len(res.Outcomes) != 0 || len(res.Requests) != 0) {
+			t.Fatal("outcome or request before every member submitted")
 		}
 	}
-	if len(res.Outcomes) != 1 || res.Outcomes[0].Status != blind.StatusComplete || res.Outcomes[0].Decrypted != 6 {
-		t.Fatalf("outcome %+v", res.Outcomes)
+	// every member submitted: an unmasking request with nobody dropped
+	if len(res.Outcomes) != 0 || len(res.Requests) != 1 || len(res.Requests[0].Dropped) != 0 {
+		t.Fatalf("after the last submission: %+v", res)
 	}
-	if want := sumOf(g.vs, func(int) bool { return true }); !reflect.DeepEqual(res.Outcomes[0].Sum, want) {
+	out := g.answerAll(t, p, res.Requests[0], []int{4, 1, 0, 5, 2, 3})
+	if len(out) != 1 || out[0].Status != blind.StatusComplete || out[0].Decrypted != 6 {
+		t.Fatalf("outcome %+v", out)
+	}
+	if want := sumOf(g.vs, func(int) bool { return true }); !reflect.DeepEqual(out[0].Sum, want) {
 		t.Fatal("complete sum != Σ V_i")
 	}
 	if p.Open() != 0 {
@@ -135,8 +170,8 @@ func TestRecoveredGroupsEqualSurvivorSums(t *testing.T) {
 		}
 		for i := 0; i < n; i++ {
 			if !dropped[i] {
-				if res := p.Apply(g.submit(t, i), false); len(res.Outcomes) != 0 {
-					t.Fatal("outcome with members missing")
+				if res := g.send(t, p, i); len(res.Outcomes) != 0 || len(res.Requests) != 0 {
+					t.Fatal("outcome or request with members missing")
 				}
 			}
 		}
@@ -154,16 +189,13 @@ func TestRecoveredGroupsEqualSurvivorSums(t *testing.T) {
 			p.Apply(g.submit(t, i), false)
 			break
 		}
-		var out []blind.Outcome
+		var hs []int
 		for _, h := range rng.Perm(n) {
-			if dropped[h] {
-				continue
-			}
-			out = append(out, p.Apply(g.answer(t, req, h), false).Outcomes...)
-			if len(out) > 0 {
-				break
+			if !dropped[h] {
+				hs = append(hs, h)
 			}
 		}
+		out := g.answerAll(t, p, req, hs)
 		if len(out) != 1 || out[0].Status != blind.StatusRecovered || int(out[0].Decrypted) != n-nd {
 			t.Fatalf("trial %d: outcomes %+v", trial, out)
 		}
@@ -179,8 +211,8 @@ func TestLostGroups(t *testing.T) {
 	g := newTestGroup(t, rng, 6, 10, 300)
 	p := NewPartition()
 	p.Apply(enc(t, &g.roster), true)
-	p.Apply(g.submit(t, 0), false)
-	p.Apply(g.submit(t, 1), false)
+	g.send(t, p, 0)
+	g.send(t, p, 1)
 	res := p.Apply(enc(t, &blind.Tick{Day: 304}), true)
 	if len(res.Requests) != 0 || len(res.Outcomes) != 1 || res.Outcomes[0].Status != blind.StatusLost || res.Outcomes[0].Sum != nil {
 		t.Fatalf("%+v", res)
@@ -189,7 +221,7 @@ func TestLostGroups(t *testing.T) {
 	g = newTestGroup(t, rng, 6, 10, 400)
 	p.Apply(enc(t, &g.roster), true)
 	for i := 0; i < 5; i++ {
-		p.Apply(g.submit(t, i), false)
+		g.send(t, p, i)
 	}
 	if res := p.Apply(enc(t, &blind.Tick{Day: 404}), true); len(res.Requests) != 1 {
 		t.Fatalf("%+v", res)
@@ -210,9 +242,13 @@ func TestMalformedCountedAndDropped(t *testing.T) {
 	bad := &blind.Submission{Instance: g.in, Member: 7, Y: make([]uint64, 5)}
 	p.Apply(enc(t, &g.roster), true)
 	p.Apply(enc(t, bad), false)
-	// a roster or tick through the relays (not control) is refused
+	// a roster, tick or commitments through the relays (not control) is refused
 	p.Apply(enc(t, &blind.Tick{Day: 99}), false)
-	if p.Stats.Dropped[DropMalformed] != 4 || p.Stats.Dropped[DropUnknown] != 1 || p.Stats.Dropped[DropBadMember] != 1 || p.Stats.Dropped[DropKind] != 1 {
+	p.Apply(g.deal(t, 1), false)
+	// a submission whose commitments never arrived
+	p.Apply(g.submit(t, 2), false)
+	if p.Stats.Dropped[DropMalformed] != 4 || p.Stats.Dropped[DropUnknown] != 1 || p.Stats.Dropped[DropBadMember] != 1 ||
+		p.Stats.Dropped[DropKind] != 2 || p.Stats.Dropped[DropUncommitted] != 1 {
 		t.Fatalf("dropped %v", p.Stats.Dropped)
 	}
 }
@@ -221,6 +257,7 @@ func FuzzApply(f *testing.F) {
 	g := newTestGroup(f, rand.New(rand.NewPCG(5, 5)), 3, 4, 1)
 	f.Add(enc(f, &g.roster))
 	f.Add(g.submit(f, 1))
+	f.Add(g.deal(f, 1))
 	f.Add(enc(f, &blind.Tick{Day: 9}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p := NewPartition()

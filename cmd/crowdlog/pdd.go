@@ -81,7 +81,7 @@ Example:
 }
 
 func coordinatorCmd() *cobra.Command {
-	var natsURL, list, metricsAddr string
+	var natsURL, list, metricsAddr, aggKey, opKey string
 	var kafkaAddr []string
 	var cp coordinator.Campaign
 	var wall bool
@@ -98,7 +98,11 @@ Kafka topic "vectors". State lives in JetStream key-value buckets and
 survives restarts.
 
 The day advances with --wall-clock (UTC days) or by requests on
-crowdlog.pdd.advance (log replays).`,
+crowdlog.pdd.advance (log replays) signed with the operator's Ed25519 key
+(--operator-key, its public half). Recovery requests are accepted only when
+signed with the aggregator's key (--aggregator-key); client requests only
+under each client's registered key, with growing sequence numbers. Refused
+requests are counted per reason.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
@@ -116,6 +120,14 @@ crowdlog.pdd.advance (log replays).`,
 			}
 			defer nc.Close()
 			co := &coordinator.Coordinator{NC: nc, Brokers: kafkaAddr, Campaign: cp, Logger: log}
+			if co.AggregatorKey, err = keydir.LoadSigningPublic(aggKey); err != nil {
+				return fmt.Errorf("--aggregator-key: %w (create it with the aggregator's keys dir, file %s)", err, keydir.AggregatorSignKey)
+			}
+			if opKey != "" {
+				if co.OperatorKey, err = keydir.LoadSigningPublic(opKey); err != nil {
+					return fmt.Errorf("--operator-key: %w", err)
+				}
+			}
 			if err := co.Start(cmd.Context()); err != nil {
 				return err
 			}
@@ -139,6 +151,8 @@ crowdlog.pdd.advance (log replays).`,
 	f.IntVar(&cp.RecoveryDays, "recovery-days", 1, "days for recovery answers after the delay")
 	f.BoolVar(&cp.Heuristic, "heuristic", false, "PDD eq. 5 activity heuristic")
 	f.BoolVar(&wall, "wall-clock", false, "advance the day from the UTC wall clock")
+	f.StringVar(&aggKey, "aggregator-key", "keys/"+keydir.AggregatorSignKey+".pub", "the aggregator's Ed25519 public key (PEM): recovery requests must be signed with it")
+	f.StringVar(&opKey, "operator-key", "", "the operator's Ed25519 public key (PEM): clock advances over NATS must be signed with it (none accepted when unset)")
 	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
 	f.StringSliceVar(&kafkaAddr, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated")
 	addMetricsFlag(c, &metricsAddr)
@@ -146,7 +160,7 @@ crowdlog.pdd.advance (log replays).`,
 }
 
 func aggregateVectorsCmd() *cobra.Command {
-	var natsURL, metricsAddr string
+	var natsURL, metricsAddr, signKey string
 	var kafkaAddr []string
 	var keyPaths []string
 	c := &cobra.Command{
@@ -154,8 +168,11 @@ func aggregateVectorsCmd() *cobra.Command {
 		Short: "Run the PDD aggregator: blinded group sums and dropout recovery",
 		Long: `aggregate-vectors joins Kafka consumer group crowdlog-vectors on topic
 "vectors" (more processes = more partitions served), sums each group's
-blinded vectors, asks the coordinator (NATS) for a recovery when members are
-missing after the delay, and writes each group's outcome to "group-sums".
+blinded vectors, asks the coordinator (NATS, signed with --sign-key) to
+unmask each group once every member submitted or the delay passed (double
+masking: survivors' self masks, dropped members' pair masks), verifies every
+revealed share against its dealer's commitments, and writes each group's
+outcome to "group-sums".
 State is rebuilt by replaying a partition on assignment (restart-safe).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -163,17 +180,22 @@ State is rebuilt by replaying a partition on assignment (restart-safe).`,
 			if err != nil {
 				return err
 			}
+			sign, err := keydir.EnsureSigningKey(signKey)
+			if err != nil {
+				return fmt.Errorf("--sign-key: %w", err)
+			}
 			nc, err := natsconn.Connect(natsURL, "crowdlog-aggregate-vectors")
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			s := &vectors.Service{Brokers: kafkaAddr, Keys: keys, Recoverer: coordinator.NATSRecoverer{NC: nc}, Logger: logger()}
+			s := &vectors.Service{Brokers: kafkaAddr, Keys: keys, Recoverer: coordinator.NATSRecoverer{NC: nc, Key: sign}, Logger: logger()}
 			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterVectors(reg, s) }, s.Run)
 		},
 	}
 	f := c.Flags()
 	f.StringSliceVar(&keyPaths, "key", nil, "aggregator HPKE key file (repeat during a rotation)")
+	f.StringVar(&signKey, "sign-key", "keys/"+keydir.AggregatorSignKey, "the aggregator's Ed25519 credential (PEM; created when missing): signs recovery requests")
 	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL(s) of the coordinator, comma-separated")
 	f.StringSliceVar(&kafkaAddr, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated")
 	addMetricsFlag(c, &metricsAddr)

@@ -5,7 +5,10 @@
 // own log, blinds it for its group (protocol/blind), deposits the recovery
 // shares of its pair seeds with the coordinator, and sends the blinded
 // vector through the onion relays to Kafka topic "vectors". When asked, it
-// answers recovery requests for groups where members dropped.
+// answers the group's unmasking request (double masking, Bonawitz et al.
+// CCS 2017 §4): at most once per group, only for a roster it submitted for.
+// Every request to the coordinator is signed with its registered Ed25519
+// key and carries a growing sequence number.
 //
 // A client-side blacklist (PDD §6.1) removes keywords the user never shares
 // before anything is counted.
@@ -14,8 +17,15 @@ package pdd
 import (
 	"context"
 	"crypto/ecdh"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -34,18 +44,30 @@ var ErrListMismatch = errors.New("pdd: the coordinator's keyword list differs fr
 // Client is one PDD client. Counts holds its keyword counts per day (from
 // keywords.List.Counts, blacklist already applied). It is not safe for
 // concurrent use; many clients may run concurrently.
+//
+// Its state — keys, the deal secret, the last sequence number, the rounds
+// it submitted (with the roster it submitted for) and the recovery requests
+// it answered — is kept in memory, and in the file StatePath when set
+// (written atomically after every change, mode 0600; Open reads it back),
+// so a restarted client never answers a second request for one group and
+// never signs a replayable sequence number.
 type Client struct {
 	ID       string
-	Key      *ecdh.PrivateKey
+	Key      *ecdh.PrivateKey   // long-term X25519 key: pair seeds, bundles
+	SignKey  ed25519.PrivateKey // signs every coordination request
+	Secret   [32]byte           // keys self-mask seeds and deal randomness (blind.DealSecret)
 	Campaign string
 	List     *keywords.List
 	Counts   map[keywords.Day]keywords.Sparse
 	// MaxCount, when > 0, clips each keyword's count of a day to MaxCount
 	// before blinding (the sensitivity of the release's Laplace noise).
 	MaxCount uint64
+	// StatePath, when set, is the file the client's state is kept in.
+	StatePath string
 
+	seq      uint64
 	answered map[blind.Instance]bool
-	sent     map[blind.Instance]bool
+	sent     map[blind.Instance][32]byte // instance → hash of the roster submitted for
 }
 
 // Transport is what a client talks through: the coordinator over NATS and
@@ -56,20 +78,38 @@ type Transport struct {
 	Publish func(ctx context.Context, onion []byte) error
 }
 
-// Register creates a client with a fresh key and registers it.
-func Register(ctx context.Context, tr *Transport, campaign string, list *keywords.List) (*Client, error) {
+// Register creates a client with fresh keys and registers it (the request
+// is signed by the new signing key, proving possession). With statePath
+// set, the state is written there.
+func Register(ctx context.Context, tr *Transport, campaign string, list *keywords.List, statePath string) (*Client, error) {
 	k, err := blind.GenerateKey()
 	if err != nil {
 		return nil, err
 	}
+	spub, spriv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{Key: k, SignKey: spriv, Campaign: campaign, List: list, StatePath: statePath}
+	if _, err := rand.Read(c.Secret[:]); err != nil {
+		return nil, err
+	}
+	signed, err := blind.SignMessage(spriv, blind.PurposeRegister, blind.RegisterRequest{PublicKey: k.PublicKey().Bytes(), SignKey: spub})
+	if err != nil {
+		return nil, err
+	}
 	var rep blind.RegisterReply
-	if err := natsconn.RequestJSON(ctx, tr.NC, protocol.PDDRegisterSubject, blind.RegisterRequest{PublicKey: k.PublicKey().Bytes()}, &rep); err != nil {
+	if err := natsconn.RequestJSON(ctx, tr.NC, protocol.PDDRegisterSubject, signed, &rep); err != nil {
 		return nil, err
 	}
 	if rep.Error != "" {
 		return nil, fmt.Errorf("pdd: register: %s", rep.Error)
 	}
-	return &Client{ID: rep.ClientID, Key: k, Campaign: campaign, List: list}, nil
+	c.ID = rep.ClientID
+	if err := c.save(); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // DayStats says what one Ping did.
@@ -77,13 +117,29 @@ type DayStats struct {
 	Submitted, Answered int
 }
 
+func (c *Client) nextSeq() uint64 {
+	c.seq = max(c.seq+1, uint64(time.Now().UnixNano()))
+	return c.seq
+}
+
 // Ping is the client's contact of the day: it fetches its instructions,
-// submits every owed round and answers every recovery task. Errors: the
-// coordinator's, ErrListMismatch, or a relay publish error.
+// submits every owed round and answers every unmasking request. Errors: the
+// coordinator's, ErrListMismatch, a refused request, or a relay publish
+// error.
 func (c *Client) Ping(ctx context.Context, tr *Transport) (DayStats, error) {
 	var st DayStats
+	if c.sent == nil {
+		c.sent, c.answered = map[blind.Instance][32]byte{}, map[blind.Instance]bool{}
+	}
+	signed, err := blind.SignMessage(c.SignKey, blind.PurposePing, blind.PingRequest{ClientID: c.ID, Campaign: c.Campaign, Seq: c.nextSeq()})
+	if err != nil {
+		return st, err
+	}
+	if err := c.save(); err != nil {
+		return st, err
+	}
 	var ins blind.Instructions
-	if err := natsconn.RequestJSON(ctx, tr.NC, protocol.PDDPingSubject, blind.PingRequest{ClientID: c.ID, Campaign: c.Campaign}, &ins); err != nil {
+	if err := natsconn.RequestJSON(ctx, tr.NC, protocol.PDDPingSubject, signed, &ins); err != nil {
 		return st, err
 	}
 	if ins.Error != "" {
@@ -92,18 +148,14 @@ func (c *Client) Ping(ctx context.Context, tr *Transport) (DayStats, error) {
 	if h := c.List.Hash(); ins.L != c.List.Len() || string(ins.ListHash) != string(h[:]) {
 		return st, fmt.Errorf("%w (coordinator: %s, L=%d; client: L=%d): load the campaign's list with --keywords", ErrListMismatch, ins.Keywords, ins.L, c.List.Len())
 	}
-	if c.sent == nil {
-		c.sent, c.answered = map[blind.Instance]bool{}, map[blind.Instance]bool{}
-	}
 	for _, t := range ins.Tasks {
 		in := t.Instance(c.Campaign)
-		if c.sent[in] {
+		if _, ok := c.sent[in]; ok {
 			continue
 		}
 		if err := c.submit(ctx, tr, t); err != nil {
 			return st, fmt.Errorf("pdd: submit %s: %w", in, err)
 		}
-		c.sent[in] = true
 		st.Submitted++
 	}
 	for _, rt := range ins.Recoveries {
@@ -114,10 +166,22 @@ func (c *Client) Ping(ctx context.Context, tr *Transport) (DayStats, error) {
 		if err := c.answer(ctx, tr, rt); err != nil {
 			return st, fmt.Errorf("pdd: recovery %s: %w", in, err)
 		}
-		c.answered[in] = true
 		st.Answered++
 	}
 	return st, nil
+}
+
+// rosterHash identifies the roster a task names (its members' keys in
+// order, the member index and the threshold).
+func rosterHash(t blind.Task) [32]byte {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d %d %d %d %d\n", t.Round, t.Group, t.Member, t.T, len(t.Members))
+	for _, m := range t.Members {
+		h.Write(m)
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
 }
 
 func (c *Client) seeds(t blind.Task) ([]blind.Seed, error) {
@@ -136,13 +200,28 @@ func (c *Client) submit(ctx context.Context, tr *Transport, t blind.Task) error 
 	if err != nil {
 		return err
 	}
-	bundles, err := blind.Deposit(in, t.Member, seeds, t.Members, t.T)
+	selfSeed, rnd, err := blind.DealSecret(c.Secret[:], in)
 	if err != nil {
 		return err
 	}
+	d, err := blind.Deal(in, t.Member, seeds, selfSeed, t.Members, t.T, rnd)
+	if err != nil {
+		return err
+	}
+	roots := make([][]byte, len(d.Commit.Roots))
+	for h := range roots {
+		roots[h] = d.Commit.Roots[h][:]
+	}
+	signed, err := blind.SignMessage(c.SignKey, blind.PurposeDeposit, blind.DepositRequest{ClientID: c.ID, Seq: c.nextSeq(),
+		Roots: roots, Campaign: c.Campaign, Round: t.Round, Group: t.Group, From: uint16(t.Member), Bundles: d.Bundles})
+	if err != nil {
+		return err
+	}
+	if err := c.save(); err != nil {
+		return err
+	}
 	var rep blind.Reply
-	if err := natsconn.RequestJSON(ctx, tr.NC, protocol.PDDDepositSubject, blind.DepositRequest{
-		Campaign: c.Campaign, Round: t.Round, Group: t.Group, From: uint16(t.Member), Bundles: bundles}, &rep); err != nil {
+	if err := natsconn.RequestJSON(ctx, tr.NC, protocol.PDDDepositSubject, signed, &rep); err != nil {
 		return err
 	}
 	if rep.Error != "" {
@@ -154,9 +233,13 @@ func (c *Client) submit(ctx context.Context, tr *Transport, t blind.Task) error 
 			v[k] = min(v[k], c.MaxCount)
 		}
 	}
-	sub := &blind.Submission{Instance: in, Member: uint16(t.Member), Y: blind.Blind(v, t.Member, seeds)}
+	sub := &blind.Submission{Instance: in, Member: uint16(t.Member), Y: blind.Blind(v, t.Member, seeds, selfSeed)}
 	b, _ := sub.MarshalBinary()
-	return c.send(ctx, tr, in, b)
+	if err := c.send(ctx, tr, in, b); err != nil {
+		return err
+	}
+	c.sent[in] = rosterHash(t)
+	return c.save()
 }
 
 func (c *Client) send(ctx context.Context, tr *Transport, in blind.Instance, msg []byte) error {
@@ -167,11 +250,23 @@ func (c *Client) send(ctx context.Context, tr *Transport, in blind.Instance, msg
 	return tr.Publish(ctx, onion)
 }
 
+// ErrRequestRefused is wrapped when a client refuses an unmasking request
+// that does not match what it submitted for.
+var ErrRequestRefused = errors.New("pdd: unmasking request refused")
+
+// answer checks an unmasking request against the roster the client
+// submitted for (same members and keys, same index and threshold) and
+// blind.Request.Check (a survivor, ≥ t survivors), records that it
+// answered (before sending: a crash never leads to a second answer), and
+// sends its revealed shares through the relays.
 func (c *Client) answer(ctx context.Context, tr *Transport, rt blind.RecoveryTask) error {
 	in := rt.Instance(c.Campaign)
-	seeds, err := c.seeds(rt.Task)
-	if err != nil {
-		return err
+	h, ok := c.sent[in]
+	if !ok {
+		return fmt.Errorf("%w: it names this client a survivor of %s, but the client never submitted there", ErrRequestRefused, in)
+	}
+	if h != rosterHash(rt.Task) {
+		return fmt.Errorf("%w: the roster of %s differs from the one the client submitted for", ErrRequestRefused, in)
 	}
 	req := blind.Request{Instance: in, N: len(rt.Members), T: rt.T, Dropped: rt.Dropped}
 	if err := req.Check(rt.Member, len(rt.Members)); err != nil {
@@ -185,10 +280,95 @@ func (c *Client) answer(ctx context.Context, tr *Transport, rt blind.RecoveryTas
 		}
 		opened = append(opened, b)
 	}
-	a, err := blind.MakeAnswer(&req, rt.Member, seeds, opened)
+	a, err := blind.MakeAnswer(&req, rt.Member, opened)
 	if err != nil {
+		return err
+	}
+	c.answered[in] = true
+	if err := c.save(); err != nil {
 		return err
 	}
 	b, _ := a.MarshalBinary()
 	return c.send(ctx, tr, in, b)
+}
+
+// state is the client's file format (JSON).
+type state struct {
+	ID       string            `json:"id"`
+	Campaign string            `json:"campaign"`
+	Key      []byte            `json:"x25519"`
+	SignSeed []byte            `json:"ed25519_seed"`
+	Secret   []byte            `json:"secret"`
+	Seq      uint64            `json:"seq"`
+	Sent     map[string][]byte `json:"sent"`
+	Answered []string          `json:"answered"`
+}
+
+func instKey(in blind.Instance) string { return fmt.Sprintf("%d/%d", in.Round, in.Group) }
+
+func (c *Client) save() error {
+	if c.StatePath == "" {
+		return nil
+	}
+	st := state{ID: c.ID, Campaign: c.Campaign, Key: c.Key.Bytes(), SignSeed: c.SignKey.Seed(), Secret: c.Secret[:], Seq: c.seq,
+		Sent: map[string][]byte{}}
+	for in, h := range c.sent {
+		st.Sent[instKey(in)] = h[:]
+	}
+	for in := range c.answered {
+		st.Answered = append(st.Answered, instKey(in))
+	}
+	slices.Sort(st.Answered)
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	tmp := c.StatePath + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("pdd: client state %s: %w", c.StatePath, err)
+	}
+	if err := os.Rename(tmp, c.StatePath); err != nil {
+		return fmt.Errorf("pdd: client state %s: %w", c.StatePath, err)
+	}
+	return nil
+}
+
+// Open reads a client's state written by a client with StatePath set
+// (Register then Ping). Errors name the file and what is wrong in it.
+func Open(path string, list *keywords.List) (*Client, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("pdd: client state: %w", err)
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("pdd: client state %s: %w", path, err)
+	}
+	k, err := ecdh.X25519().NewPrivateKey(st.Key)
+	if err != nil || len(st.SignSeed) != ed25519.SeedSize || len(st.Secret) != 32 {
+		return nil, fmt.Errorf("pdd: client state %s: bad keys", path)
+	}
+	c := &Client{ID: st.ID, Key: k, SignKey: ed25519.NewKeyFromSeed(st.SignSeed), Campaign: st.Campaign, List: list,
+		StatePath: path, seq: st.Seq, sent: map[blind.Instance][32]byte{}, answered: map[blind.Instance]bool{}}
+	copy(c.Secret[:], st.Secret)
+	parse := func(s string) (blind.Instance, error) {
+		in := blind.Instance{Campaign: st.Campaign}
+		_, err := fmt.Sscanf(s, "%d/%d", &in.Round, &in.Group)
+		return in, err
+	}
+	for s, h := range st.Sent {
+		in, err := parse(s)
+		if err != nil || len(h) != 32 {
+			return nil, fmt.Errorf("pdd: client state %s: sent entry %q", path, s)
+		}
+		c.sent[in] = [32]byte(h)
+	}
+	for _, s := range st.Answered {
+		in, err := parse(s)
+		if err != nil {
+			return nil, fmt.Errorf("pdd: client state %s: answered entry %q", path, s)
+		}
+		c.answered[in] = true
+	}
+	return c, nil
 }

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -242,9 +243,18 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 		relayStats = append(relayStats, r.Stats)
 		svc.Go(func() error { defer closeW(); return r.Run(svcCtx) })
 	}
-	coord := &coordinator.Coordinator{NC: nc, Brokers: brokers, Logger: log, Campaign: coordinator.Campaign{
-		Name: cfg.Campaign, List: list, ListName: listName, GroupSize: cfg.GroupSize, Delay: cfg.Delay,
-		RecoveryDays: cfg.RecoveryDays, Heuristic: cfg.Heuristic, End: int32(last)}}
+	aggSign, err := keydir.EnsureSigningKey(filepath.Join(keysDir, keydir.AggregatorSignKey))
+	if err != nil {
+		return nil, err
+	}
+	opSign, err := keydir.EnsureSigningKey(filepath.Join(keysDir, keydir.OperatorSignKey))
+	if err != nil {
+		return nil, err
+	}
+	coord := &coordinator.Coordinator{NC: nc, Brokers: brokers, Logger: log,
+		AggregatorKey: aggSign.Public().(ed25519.PublicKey), OperatorKey: opSign.Public().(ed25519.PublicKey), Campaign: coordinator.Campaign{
+			Name: cfg.Campaign, List: list, ListName: listName, GroupSize: cfg.GroupSize, Delay: cfg.Delay,
+			RecoveryDays: cfg.RecoveryDays, Heuristic: cfg.Heuristic, End: int32(last)}}
 	if err := coord.Start(svcCtx); err != nil {
 		return nil, err
 	}
@@ -253,7 +263,7 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 	if err != nil {
 		return nil, err
 	}
-	agg := &vectors.Service{Brokers: brokers, Keys: []*onion.KeyPair{aggKey}, Recoverer: coordinator.NATSRecoverer{NC: nc}, Logger: log}
+	agg := &vectors.Service{Brokers: brokers, Keys: []*onion.KeyPair{aggKey}, Recoverer: coordinator.NATSRecoverer{NC: nc, Key: aggSign}, Logger: log}
 	svc.Go(func() error { return agg.Run(svcCtx) })
 	var relMu sync.Mutex
 	var released []pddrelease.Round
@@ -274,7 +284,7 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 	defer pub.Close(context.Background())
 	tr := &pdd.Transport{NC: nc, Route: ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: protocol.RelaySubject("b")}, Publish: pub.Publish}
 	if err := forEach(ctx, cfg.Workers, users, func(ctx context.Context, u *pddUser) error {
-		c, err := pdd.Register(ctx, tr, cfg.Campaign, list)
+		c, err := pdd.Register(ctx, tr, cfg.Campaign, list, "")
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,8 @@
 package blind
 
 import (
+	crand "crypto/rand"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -18,24 +20,37 @@ func BenchmarkBlind(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			_ = Blind(v, 0, s)
+			_ = Blind(v, 0, s, g.self[0])
 		}
 	})
 	b.Run("masks", func(b *testing.B) {
 		for b.Loop() {
-			_ = Blind(v, 0, g.seeds[0])
+			_ = Blind(v, 0, g.seeds[0], g.self[0])
 		}
 	})
 }
 
 // BenchmarkDeposit is the recovery overhead of one member's submission: its
-// 99 pair seeds Shamir-shared (t = 51) among 99 holders and sealed.
+// self-mask seed and 99 pair seeds Shamir-shared (t = 51) among the group,
+// committed (a Merkle root per holder) and sealed to 100 holders. It reports
+// the deposit's size per member.
 func BenchmarkDeposit(b *testing.B) {
-	g := newGroup(b, 100)
-	for b.Loop() {
-		if _, err := Deposit(g.in, 0, g.seeds[0], g.pubs, Threshold(100)); err != nil {
-			b.Fatal(err)
-		}
+	for _, n := range []int{100} {
+		g := newGroup(b, n)
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			var size int
+			for b.Loop() {
+				d, err := Deal(g.in, 0, g.seeds[0], g.self[0], g.pubs, Threshold(n), crand.Reader)
+				if err != nil {
+					b.Fatal(err)
+				}
+				size = 32 * len(d.Commit.Roots)
+				for _, sb := range d.Bundles {
+					size += len(sb.Ciphertext)
+				}
+			}
+			b.ReportMetric(float64(size), "deposit-bytes")
+		})
 	}
 }
 

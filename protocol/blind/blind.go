@@ -1,31 +1,35 @@
 // Package blind is Private Data Donor's blinded count vectors (Primault et
-// al., WWW 2019, §3.2, after Melis et al., NDSS 2016) with crowdlog's dropout
-// recovery (after Bonawitz et al., CCS 2017, §4, adapted to clients that
-// contact the server at most once a day).
+// al., WWW 2019, §3.2, after Melis et al., NDSS 2016) with crowdlog's
+// double-masked dropout recovery (Bonawitz et al., CCS 2017, §4, adapted to
+// clients that contact the server at most once a day).
 //
 // A group of n members runs one instance per (campaign, round, group). Member
 // i holds a long-term X25519 key pair (x_i, y_i). For each other member j the
 // pair seed s_ij = HKDF-SHA256(X25519(x_i, y_j), instance) is 16 bytes and
-// symmetric (s_ij = s_ji). Member i's blinding vector is PDD eq. (1) with a
-// PRG in place of one hash per slot:
+// symmetric (s_ij = s_ji). Member i also draws a self-mask seed b_i. Its
+// blinded vector is PDD eq. (1) with a PRG in place of one hash per slot,
+// plus Bonawitz's self mask:
 //
-//	K_i = Σ_{j≠i} sign(i,j) · PRG(s_ij)   (mod 2^64, element-wise)
+//	Y_i = V_i + PRG(b_i) + Σ_{j≠i} sign(i,j) · PRG(s_ij)   (mod 2^64, element-wise)
 //	sign(i,j) = +1 when i < j, −1 when i > j
 //
-// where PRG is AES-128-CTR keyed by s_ij (zero IV), read as little-endian
-// uint64s. The K_i of a group sum to zero (PDD eq. 3), so the server's sum of
-// the blinded vectors Y_i = V_i + K_i is Σ V_i (eq. 2).
+// where PRG is AES-128-CTR keyed by the seed (zero IV), read as
+// little-endian uint64s. The pair masks of a group sum to zero (PDD eq. 3).
 //
-// Recovery. When some members D never submit, Σ_{i∈S} Y_i still carries
-// Σ_{i∈S, j∈D} sign(i,j)·PRG(s_ij). With its submission, member i deposits
-// Shamir shares (threshold t, over GF(2^61−1)) of each of its pair seeds
-// s_ij: holder h receives, encrypted to y_h, a share of s_ij for every
-// j ∉ {i, h}. After the delay the server names S and D; each survivor h that
-// comes back reveals its own seeds s_hj (j ∈ D) and its shares of s_ij
-// (i ∈ S, j ∈ D). Any t answering holders suffice for every pair, so the
-// recovery does not need every survivor. A member never reveals anything
-// about a pair of two survivors, and refuses when |S| < t (so a recovery can
-// never isolate one member's vector): see Request.Check.
+// Unmasking. With its submission, member i deals (Deal) Shamir shares
+// (threshold t = ⌊n/2⌋+1, over GF(2^61−1)) of b_i to every member and of
+// each s_ij to every member but j, commits to every share (a Merkle root
+// per holder) and seals one bundle per holder. After the deadline (or once
+// all n submitted) the aggregator names the survivors S and the dropped D
+// (Request). Each answering survivor reveals, for each i ∈ S, its share of
+// b_i and, for each j ∈ D, its shares of s_ij (MakeAnswer) — never a share
+// of b_j for j ∈ D, and never anything about a pair of two survivors. The
+// aggregator verifies every share against the dealer's commitments,
+// combines any t good ones (Recovery) and removes the masks from
+// Σ_{i∈S} Y_i. A vector that reaches the aggregator after it was declared
+// dropped keeps its self mask: b_j is never revealed, so the vector is never
+// unmasked, whatever the aggregator holds. A member refuses a request with
+// fewer than t survivors (Request.Check), so no sum isolates one member.
 package blind
 
 import (
@@ -37,6 +41,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	mrand "math/rand/v2"
 )
 
 // SeedSize is the size of a pair seed s_ij in bytes (an AES-128 key).
@@ -150,11 +156,13 @@ func Seeds(priv *ecdh.PrivateKey, self int, members [][]byte, in Instance) ([]Se
 	return seeds, nil
 }
 
-// Blind returns Y = V + K_self (PDD eq. 1, mod 2^64) as a new vector of
-// len(v). seeds come from Seeds. O(n·L) AES blocks.
-func Blind(v []uint64, self int, seeds []Seed) []uint64 {
+// Blind returns Y = V + PRG(selfSeed) + K_self (PDD eq. 1 with Bonawitz's
+// self mask, mod 2^64) as a new vector of len(v). seeds come from Seeds.
+// O(n·L) AES blocks.
+func Blind(v []uint64, self int, seeds []Seed, selfSeed Seed) []uint64 {
 	y := append([]uint64(nil), v...)
 	var p PRG
+	p.AddMask(y, selfSeed, 1)
 	for j := range seeds {
 		if j == self {
 			continue
@@ -162,6 +170,23 @@ func Blind(v []uint64, self int, seeds []Seed) []uint64 {
 		p.AddMask(y, seeds[j], Sign(self, j))
 	}
 	return y
+}
+
+// DealSecret derives, from a client's 32-byte secret, its self-mask seed
+// b for an instance and the deterministic randomness its Deal uses
+// (HKDF-SHA256, then a ChaCha8 stream): a client that retries a deposit
+// after a crash deals byte-identical bundles and commitments, so the
+// aggregator's commitments always match the coordinator's bundles.
+func DealSecret(secret []byte, in Instance) (Seed, io.Reader, error) {
+	k, err := hkdf.Key(sha256.New, secret, nil, "crowdlog-v2 pdd deal\x00"+string(in.info()), SeedSize+32)
+	if err != nil {
+		return Seed{}, nil, err
+	}
+	var b Seed
+	copy(b[:], k)
+	var s [32]byte
+	copy(s[:], k[SeedSize:])
+	return b, mrand.NewChaCha8(s), nil
 }
 
 // Sum adds src into dst element-wise mod 2^64 (the server's eq. 2).

@@ -2,6 +2,7 @@ package blind
 
 import (
 	"crypto/ecdh"
+	crand "crypto/rand"
 	"errors"
 	"math/rand/v2"
 	"reflect"
@@ -13,6 +14,7 @@ type group struct {
 	privs []*ecdh.PrivateKey
 	pubs  [][]byte
 	seeds [][]Seed
+	self  []Seed // b_i
 }
 
 func newGroup(t testing.TB, n int) *group {
@@ -31,6 +33,9 @@ func newGroup(t testing.TB, n int) *group {
 			t.Fatal(err)
 		}
 		g.seeds = append(g.seeds, s)
+		var b Seed
+		crand.Read(b[:])
+		g.self = append(g.self, b)
 	}
 	return g
 }
@@ -75,17 +80,19 @@ func TestBlindedSumEqualsSum(t *testing.T) {
 	want := make([]uint64, L)
 	got := make([]uint64, L)
 	for i := 0; i < n; i++ {
-		y := Blind(vs[i], i, g.seeds[i])
+		y := Blind(vs[i], i, g.seeds[i], g.self[i])
 		if reflect.DeepEqual(y, vs[i]) {
 			t.Fatal("blinding left the vector unchanged")
 		}
 		Sum(got, y)
+		var p PRG
+		p.AddMask(got, g.self[i], -1) // the aggregator's unmasking of b_i
 		for k, c := range vs[i] {
 			want[k] += c
 		}
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatal("Σ Y_i != Σ V_i")
+		t.Fatal("Σ (Y_i − PRG(b_i)) != Σ V_i")
 	}
 }
 
@@ -95,7 +102,7 @@ func TestShamirSeed(t *testing.T) {
 		s[k] = byte(0xf0 + k)
 	}
 	xs := []uint16{1, 2, 3, 4, 5, 6}
-	sh, err := shareSeeds([]Seed{s}, xs, 4)
+	sh, err := shareSeeds([]Seed{s}, xs, 4, crand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +119,52 @@ func TestShamirSeed(t *testing.T) {
 	}
 }
 
+// deal runs every member's Deal and returns the coordinator's mailbox
+// (holder → sealed bundles) and the commitments.
+func (g *group) deal(t testing.TB, members []int) (map[int][]SealedBundle, map[uint16]*Commitments) {
+	n := len(g.pubs)
+	mailbox := map[int][]SealedBundle{}
+	commits := map[uint16]*Commitments{}
+	for _, i := range members {
+		d, err := Deal(g.in, i, g.seeds[i], g.self[i], g.pubs, Threshold(n), crand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sb := range d.Bundles {
+			mailbox[int(sb.To)] = append(mailbox[int(sb.To)], sb)
+		}
+		cb, _ := d.Commit.MarshalBinary()
+		m, err := Parse(cb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		commits[uint16(i)] = m.Commit
+	}
+	return mailbox, commits
+}
+
+// answer is holder h's answer to req through the wire encoding.
+func (g *group) answer(t testing.TB, req *Request, h int, mailbox map[int][]SealedBundle) *Answer {
+	var opened []*Bundle
+	for _, sb := range mailbox[h] {
+		b, err := OpenBundle(g.privs[h], g.in, uint16(h), sb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opened = append(opened, b)
+	}
+	a, err := MakeAnswer(req, h, opened)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := a.MarshalBinary()
+	m, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Answer
+}
+
 // recoverGroup runs one instance with the given members dropped and the
 // given survivors answering, through the wire encodings, and returns the
 // corrected sum.
@@ -123,55 +176,36 @@ func recoverGroup(t *testing.T, g *group, vs [][]uint64, dropped []uint16, answe
 		isDropped[int(d)] = true
 	}
 	sum := make([]uint64, len(vs[0]))
-	mailbox := map[int][]SealedBundle{} // holder → bundles (the coordinator's store)
+	var surv []int
 	for i := 0; i < n; i++ {
 		if isDropped[i] {
 			continue
 		}
-		sub := &Submission{Instance: g.in, Member: uint16(i), Y: Blind(vs[i], i, g.seeds[i])}
+		surv = append(surv, i)
+		sub := &Submission{Instance: g.in, Member: uint16(i), Y: Blind(vs[i], i, g.seeds[i], g.self[i])}
 		b, _ := sub.MarshalBinary()
 		m, err := Parse(b)
 		if err != nil {
 			t.Fatal(err)
 		}
 		Sum(sum, m.Submission.Y)
-		dep, err := Deposit(g.in, i, g.seeds[i], g.pubs, T)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, sb := range dep {
-			mailbox[int(sb.To)] = append(mailbox[int(sb.To)], sb)
-		}
 	}
+	mailbox, commits := g.deal(t, surv)
 	req := Request{Instance: g.in, N: n, T: T, Dropped: dropped}
-	rec, err := NewRecovery(req)
+	rec, err := NewRecovery(req, commits)
 	if err != nil {
 		return nil, err
 	}
 	for _, h := range answering {
-		var opened []*Bundle
-		for _, sb := range mailbox[h] {
-			b, err := OpenBundle(g.privs[h], g.in, uint16(h), sb)
-			if err != nil {
-				t.Fatal(err)
-			}
-			opened = append(opened, b)
-		}
-		a, err := MakeAnswer(&req, h, g.seeds[h], opened)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ps := range a.Shares {
-			if !isDropped[int(ps.J)] || isDropped[int(ps.I)] {
-				t.Fatalf("answer reveals a share of a survivor pair (%d,%d)", ps.I, ps.J)
+		a := g.answer(t, &req, h, mailbox)
+		for _, rv := range a.Reveals {
+			if isDropped[int(rv.From)] || (rv.J != rv.From && !isDropped[int(rv.J)]) {
+				t.Fatalf("answer reveals a share of a dropped self mask or a survivor pair (%d,%d)", rv.From, rv.J)
 			}
 		}
-		b, _ := a.MarshalBinary()
-		m, err := Parse(b)
-		if err != nil {
-			t.Fatal(err)
+		if good, bad := rec.Add(a); bad != 0 || good == 0 {
+			t.Fatalf("holder %d: %d good, %d bad shares", h, good, bad)
 		}
-		rec.Add(m.Answer)
 	}
 	if !rec.Ready() {
 		return nil, ErrThreshold
@@ -191,7 +225,7 @@ func TestRecoveryEqualsSurvivorSum(t *testing.T) {
 	for trial := 0; trial < 20; trial++ {
 		vs := randVectors(rng, n, L)
 		perm := rng.Perm(n)
-		nd := 1 + rng.IntN(n-Threshold(n)) // keep ≥ t survivors
+		nd := rng.IntN(n - Threshold(n) + 1) // keep ≥ t survivors; none dropped is an unmasking too
 		var dropped []uint16
 		isDropped := map[int]bool{}
 		for _, d := range perm[:nd] {
@@ -226,14 +260,12 @@ func TestRecoveryEqualsSurvivorSum(t *testing.T) {
 	}
 }
 
-// Fewer than t answering survivors (and no direct seed for some pair) is not
-// enough to recover.
+// Fewer than t answering survivors is not enough to unmask.
 func TestRecoveryNeedsThreshold(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	g := newGroup(t, 9)
 	vs := randVectors(rng, 9, 50)
-	// t = 5; 2 dropped; only 4 survivors answer: pairs of the 3 silent
-	// survivors have 4 < 5 shares.
+	// t = 5; 2 dropped; only 4 survivors answer: 4 < 5 shares of each seed
 	if _, err := recoverGroup(t, g, vs, []uint16{0, 1}, []int{2, 3, 4, 5}); !errors.Is(err, ErrThreshold) {
 		t.Fatalf("recovery with 4 < t answers: %v", err)
 	}
@@ -245,10 +277,10 @@ func TestRecoveryNeedsThreshold(t *testing.T) {
 func TestRecoveryOneSurvivorRefused(t *testing.T) {
 	g := newGroup(t, 4)
 	req := Request{Instance: g.in, N: 4, T: Threshold(4), Dropped: []uint16{0, 1, 2}}
-	if _, err := NewRecovery(req); !errors.Is(err, ErrRefused) {
+	if _, err := NewRecovery(req, nil); !errors.Is(err, ErrRefused) {
 		t.Fatalf("server accepted a one-survivor recovery: %v", err)
 	}
-	if _, err := MakeAnswer(&req, 3, g.seeds[3], nil); !errors.Is(err, ErrRefused) {
+	if _, err := MakeAnswer(&req, 3, nil); !errors.Is(err, ErrRefused) {
 		t.Fatalf("member answered a one-survivor recovery: %v", err)
 	}
 	// a forged threshold does not help
@@ -270,8 +302,9 @@ func TestWireRoundTrip(t *testing.T) {
 	ro.ListHash[0] = 9
 	msgs := []interface{ MarshalBinary() ([]byte, error) }{
 		&Submission{Instance: in, Member: 3, Y: []uint64{1, 1 << 63, 0, 5}},
-		&Answer{Instance: in, Member: 2, Direct: []DirectSeed{{J: 4, Seed: Seed{1, 2}}},
-			Shares: []PairShare{{I: 1, J: 4, Share: SeedShare{X: 3, Y: [3]uint64{1, 2, 3}}}}},
+		&Answer{Instance: in, Member: 2, Reveals: []Reveal{{From: 1, J: 4, Share: SeedShare{X: 3, Y: [3]uint64{1, 2, 3}},
+			Nonce: [NonceSize]byte{7}, Index: 2, Proof: [][32]byte{{1}, {2}}}, {From: 1, J: 1}}},
+		&Commitments{Instance: in, Member: 1, Roots: [][32]byte{{1}, {2}, {3}}},
 		&ro,
 		&Tick{Day: 13001},
 		&Outcome{Roster: ro, Status: StatusRecovered, Decrypted: 8, Sum: []uint64{4, 3, 2, 1}},
@@ -310,11 +343,12 @@ func TestWireRoundTrip(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	in := Instance{Campaign: "c", Round: 1, Group: 2}
 	s, _ := (&Submission{Instance: in, Member: 1, Y: []uint64{1, 2}}).MarshalBinary()
-	a, _ := (&Answer{Instance: in, Member: 1, Direct: []DirectSeed{{J: 2}}, Shares: []PairShare{{I: 0, J: 2, Share: SeedShare{X: 2}}}}).MarshalBinary()
+	a, _ := (&Answer{Instance: in, Member: 1, Reveals: []Reveal{{From: 0, J: 2, Share: SeedShare{X: 2}, Proof: [][32]byte{{3}}}}}).MarshalBinary()
+	c, _ := (&Commitments{Instance: in, Member: 1, Roots: [][32]byte{{1}, {2}}}).MarshalBinary()
 	r, _ := (&Roster{Instance: in, N: 3, T: 2, L: 2}).MarshalBinary()
 	tk, _ := (&Tick{Day: 3}).MarshalBinary()
 	o, _ := (&Outcome{Roster: Roster{Instance: in, N: 3, T: 2, L: 2}, Status: StatusComplete, Decrypted: 3, Sum: []uint64{1, 2}}).MarshalBinary()
-	for _, b := range [][]byte{s, a, r, tk, o} {
+	for _, b := range [][]byte{s, a, r, tk, o, c} {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -337,6 +371,8 @@ func FuzzParse(f *testing.F) {
 			enc, _ = m.Tick.MarshalBinary()
 		case m.Outcome != nil:
 			enc, _ = m.Outcome.MarshalBinary()
+		case m.Commit != nil:
+			enc, _ = m.Commit.MarshalBinary()
 		default:
 			t.Fatal("parsed to nothing")
 		}
@@ -348,12 +384,93 @@ func FuzzParse(f *testing.F) {
 
 func FuzzOpenBundle(f *testing.F) {
 	g := newGroup(f, 3)
-	dep, _ := Deposit(g.in, 0, g.seeds[0], g.pubs, 2)
-	f.Add(dep[0].Ciphertext)
+	dep, _ := Deal(g.in, 0, g.seeds[0], g.self[0], g.pubs, 2, crand.Reader)
+	f.Add(dep.Bundles[1].Ciphertext)
 	f.Fuzz(func(t *testing.T, ct []byte) {
 		_, err := OpenBundle(g.privs[1], g.in, 1, SealedBundle{From: 0, To: 1, Ciphertext: ct})
 		if err != nil && !errors.Is(err, ErrMalformed) {
 			t.Fatalf("error not wrapping ErrMalformed: %v", err)
 		}
 	})
+}
+
+// Double masking (Bonawitz et al. §4): a member declared dropped whose
+// vector reaches the aggregator anyway stays masked by its self mask, even
+// with every seed the recovery revealed; a survivor's vector alone is
+// never revealed either.
+func TestLateVectorStaysMasked(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const n, L = 6, 100
+	g := newGroup(t, n)
+	vs := randVectors(rng, n, L)
+	late := 2
+	mailbox, commits := g.deal(t, []int{0, 1, 2, 3, 4, 5}) // the late member dealt too
+	req := Request{Instance: g.in, N: n, T: Threshold(n), Dropped: []uint16{uint16(late)}}
+	rec, err := NewRecovery(req, commits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range req.Survivors() {
+		rec.Add(g.answer(t, &req, int(h), mailbox))
+	}
+	if !rec.Ready() {
+		t.Fatal("not ready with every survivor answering")
+	}
+	// everything the aggregator learned: every revealed share, combined
+	yLate := Blind(vs[late], late, g.seeds[late], g.self[late])
+	guess := append([]uint64(nil), yLate...)
+	var p PRG
+	for _, i := range req.Survivors() {
+		s, err := rec.combine([2]uint16{i, uint16(late)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.AddMask(guess, s, -Sign(late, int(i)))
+	}
+	if reflect.DeepEqual(guess, vs[late]) {
+		t.Fatal("the late vector was unmasked from the recovery's seeds")
+	}
+	if _, ok := rec.shares[[2]uint16{uint16(late), uint16(late)}]; ok {
+		t.Fatal("a share of the dropped member's self-mask seed was revealed")
+	}
+}
+
+// Robust recovery: one holder's corrupted share among t+1 is detected by the
+// commitments, skipped, and its holder named; the sum is exact.
+func TestCorruptShareSkipped(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	const n, L = 7, 64
+	g := newGroup(t, n)
+	vs := randVectors(rng, n, L)
+	dropped := []uint16{6}
+	surv := []int{0, 1, 2, 3, 4, 5}
+	mailbox, commits := g.deal(t, surv)
+	req := Request{Instance: g.in, N: n, T: Threshold(n), Dropped: dropped}
+	rec, err := NewRecovery(req, commits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := make([]uint64, L)
+	want := make([]uint64, L)
+	for _, i := range surv {
+		Sum(sum, Blind(vs[i], i, g.seeds[i], g.self[i]))
+		Sum(want, vs[i])
+	}
+	// t = 4; holders 0..4 answer (t+1); holder 1 flips one bit of one share
+	for _, h := range []int{0, 1, 2, 3, 4} {
+		a := g.answer(t, &req, h, mailbox)
+		if h == 1 {
+			a.Reveals[0].Share.Y[0] ^= 1
+		}
+		rec.Add(a)
+	}
+	if bad := rec.Bad(); len(bad) != 1 || bad[0] != [2]int{1, 1} {
+		t.Fatalf("bad holders %v, want holder 1 with 1 share", bad)
+	}
+	if err := rec.Correct(sum); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(sum, want) {
+		t.Fatal("sum with a corrupted share skipped != Σ over survivors")
+	}
 }

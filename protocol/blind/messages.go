@@ -1,21 +1,88 @@
 package blind
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 )
 
-// ErrMalformed is wrapped by every decoding error of coordinator messages.
+// ErrMalformedCoordination is wrapped by every decoding error of
+// coordinator messages.
 var ErrMalformedCoordination = errors.New("coordinator: malformed message")
+
+// ErrBadSignature is wrapped when a signed coordination message does not
+// verify under the key it must come from.
+var ErrBadSignature = errors.New("coordinator: bad signature")
+
+// Purposes of signed coordination messages: the signature covers
+// "crowdlog-v2 pdd <purpose>\x00" ‖ body, so a signature made for one
+// message kind never verifies as another.
+const (
+	PurposeRegister = "register" // client, own new signing key (proof of possession)
+	PurposePing     = "ping"     // client, registered signing key
+	PurposeDeposit  = "deposit"  // client, registered signing key
+	PurposeRecovery = "recovery" // aggregator credential
+	PurposeAdvance  = "advance"  // operator credential
+)
+
+// Signed is a signed coordination message (Ed25519, RFC 8032): Body is the
+// request's JSON and Sig = Ed25519(key, "crowdlog-v2 pdd "+purpose+"\x00" ‖
+// Body). Every client request carries its client id and a sequence number
+// Seq that must grow from one request to the next, so a replayed message is
+// refused.
+type Signed struct {
+	Body json.RawMessage `json:"body"`
+	Sig  []byte          `json:"sig"`
+}
+
+func signedBytes(purpose string, body []byte) []byte {
+	return append([]byte("crowdlog-v2 pdd "+purpose+"\x00"), body...)
+}
+
+// SignMessage encodes v as JSON and signs it for purpose.
+func SignMessage(priv ed25519.PrivateKey, purpose string, v any) (Signed, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return Signed{}, err
+	}
+	return Signed{Body: body, Sig: ed25519.Sign(priv, signedBytes(purpose, body))}, nil
+}
+
+// Verify checks the signature under pub for purpose. Errors wrap
+// ErrBadSignature.
+func (s *Signed) Verify(pub []byte, purpose string) error {
+	if len(pub) != ed25519.PublicKeySize || len(s.Sig) != ed25519.SignatureSize ||
+		!ed25519.Verify(ed25519.PublicKey(pub), signedBytes(purpose, s.Body), s.Sig) {
+		return fmt.Errorf("%w: %s message not signed by the expected key", ErrBadSignature, purpose)
+	}
+	return nil
+}
+
+// parseSigned decodes a signed envelope and its body into v.
+func parseSigned(b []byte, v any) (*Signed, error) {
+	var s Signed
+	if err := decode(b, &s); err != nil {
+		return nil, err
+	}
+	if len(s.Sig) != ed25519.SignatureSize {
+		return nil, fmt.Errorf("%w: unsigned message (sign it with the client's registered key)", ErrMalformedCoordination)
+	}
+	if err := decode(s.Body, v); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
 
 var clientID = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // RegisterRequest registers a client's long-term X25519 public key (PDD §3.2
-// Initialization).
+// Initialization) and its Ed25519 signing key, which signs every later
+// request of the client (sent as Signed, signed by SignKey itself).
 type RegisterRequest struct {
 	PublicKey []byte `json:"public_key"`
+	SignKey   []byte `json:"sign_key"`
 }
 
 // RegisterReply carries the client id the coordinator assigned.
@@ -29,6 +96,7 @@ type RegisterReply struct {
 type PingRequest struct {
 	ClientID string `json:"client_id"`
 	Campaign string `json:"campaign"`
+	Seq      uint64 `json:"seq"`
 }
 
 // Task is one submission a client owes: its counts of day Round for group
@@ -70,8 +138,13 @@ type Instructions struct {
 	Error      string         `json:"error,omitempty"`
 }
 
-// DepositRequest stores member From's sealed bundles for one instance.
+// DepositRequest stores member From's sealed bundles and commitments
+// (Roots, one 32-byte Merkle root per holder) for one instance. ClientID
+// must be the roster's member From.
 type DepositRequest struct {
+	ClientID string         `json:"client_id"`
+	Seq      uint64         `json:"seq"`
+	Roots    [][]byte       `json:"roots"`
 	Campaign string         `json:"campaign"`
 	Round    int32          `json:"round"`
 	Group    uint32         `json:"group"`
@@ -109,67 +182,87 @@ func decode(b []byte, v any) error {
 	return nil
 }
 
-// ParsePing decodes and validates a ping. Errors wrap ErrMalformed.
-func ParsePing(b []byte) (*PingRequest, error) {
+// ParsePing decodes and validates a signed ping; the caller verifies the
+// signature with the client's registered key. Errors wrap
+// ErrMalformedCoordination.
+func ParsePing(b []byte) (*PingRequest, *Signed, error) {
 	var p PingRequest
-	if err := decode(b, &p); err != nil {
-		return nil, err
+	s, err := parseSigned(b, &p)
+	if err != nil {
+		return nil, nil, err
 	}
 	if !clientID.MatchString(p.ClientID) || !ValidCampaign(p.Campaign) {
-		return nil, fmt.Errorf("%w: bad client id or campaign", ErrMalformedCoordination)
+		return nil, nil, fmt.Errorf("%w: bad client id or campaign", ErrMalformedCoordination)
 	}
-	return &p, nil
+	return &p, s, nil
 }
 
-// ParseRegister decodes and validates a registration.
+// ParseRegister decodes, validates and verifies a signed registration (the
+// signature must verify under the SignKey it registers). Errors wrap
+// ErrMalformedCoordination or ErrBadSignature.
 func ParseRegister(b []byte) (*RegisterRequest, error) {
 	var r RegisterRequest
-	if err := decode(b, &r); err != nil {
+	s, err := parseSigned(b, &r)
+	if err != nil {
 		return nil, err
 	}
-	if len(r.PublicKey) != 32 {
-		return nil, fmt.Errorf("%w: public key of %d bytes, want 32 (X25519)", ErrMalformedCoordination, len(r.PublicKey))
+	if len(r.PublicKey) != 32 || len(r.SignKey) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("%w: keys of %d and %d bytes, want 32 (X25519) and 32 (Ed25519)", ErrMalformedCoordination, len(r.PublicKey), len(r.SignKey))
+	}
+	if err := s.Verify(r.SignKey, PurposeRegister); err != nil {
+		return nil, err
 	}
 	return &r, nil
 }
 
-// ParseDeposit decodes and validates a deposit.
-func ParseDeposit(b []byte) (*DepositRequest, error) {
+// ParseDeposit decodes and validates a signed deposit; the caller verifies
+// the signature with the client's registered key.
+func ParseDeposit(b []byte) (*DepositRequest, *Signed, error) {
 	var d DepositRequest
-	if err := decode(b, &d); err != nil {
-		return nil, err
+	s, err := parseSigned(b, &d)
+	if err != nil {
+		return nil, nil, err
 	}
-	if !ValidCampaign(d.Campaign) {
-		return nil, fmt.Errorf("%w: campaign", ErrMalformedCoordination)
+	if !ValidCampaign(d.Campaign) || !clientID.MatchString(d.ClientID) {
+		return nil, nil, fmt.Errorf("%w: campaign or client id", ErrMalformedCoordination)
 	}
-	for _, sb := range d.Bundles {
-		if sb.From != d.From || sb.To == d.From || len(sb.Ciphertext) < 48 || len(sb.Ciphertext) > 1<<20 {
-			return nil, fmt.Errorf("%w: bundle %d→%d", ErrMalformedCoordination, sb.From, sb.To)
+	for _, r := range d.Roots {
+		if len(r) != 32 {
+			return nil, nil, fmt.Errorf("%w: commitment root of %d bytes", ErrMalformedCoordination, len(r))
 		}
 	}
-	return &d, nil
+	for _, sb := range d.Bundles {
+		if sb.From != d.From || len(sb.Ciphertext) < 48 || len(sb.Ciphertext) > 1<<20 {
+			return nil, nil, fmt.Errorf("%w: bundle %d→%d", ErrMalformedCoordination, sb.From, sb.To)
+		}
+	}
+	return &d, s, nil
 }
 
-// ParseRecovery decodes a recovery request from the aggregator.
-func ParseRecovery(b []byte) (*Request, error) {
+// ParseRecovery decodes a signed recovery request from the aggregator; the
+// caller verifies the signature with the aggregator's credential.
+func ParseRecovery(b []byte) (*Request, *Signed, error) {
 	var r Request
-	if err := decode(b, &r); err != nil {
-		return nil, err
+	s, err := parseSigned(b, &r)
+	if err != nil {
+		return nil, nil, err
 	}
 	if !ValidCampaign(r.Instance.Campaign) {
-		return nil, fmt.Errorf("%w: campaign", ErrMalformedCoordination)
+		return nil, nil, fmt.Errorf("%w: campaign", ErrMalformedCoordination)
 	}
-	if _, err := NewRecovery(r); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformedCoordination, err)
+	if err := r.Check(-1, r.N); err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrMalformedCoordination, err)
 	}
-	return &r, nil
+	return &r, s, nil
 }
 
-// ParseAdvance decodes an advance request.
-func ParseAdvance(b []byte) (*AdvanceRequest, error) {
+// ParseAdvance decodes a signed advance request; the caller verifies the
+// signature with the operator's credential.
+func ParseAdvance(b []byte) (*AdvanceRequest, *Signed, error) {
 	var a AdvanceRequest
-	if err := decode(b, &a); err != nil {
-		return nil, err
+	s, err := parseSigned(b, &a)
+	if err != nil {
+		return nil, nil, err
 	}
-	return &a, nil
+	return &a, s, nil
 }

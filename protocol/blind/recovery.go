@@ -2,8 +2,11 @@ package blind
 
 import (
 	"crypto/ecdh"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 
 	"github.com/cloudflare/circl/hpke"
@@ -20,26 +23,54 @@ const MinGroup = 2
 // members).
 func Threshold(n int) int { return max(n/2+1, MinGroup) }
 
-// PairShare is a holder's share of s_ij for the pair (I, J).
-type PairShare struct {
-	I, J  uint16
+// NonceSize is the size of the random nonce that hides each share inside its
+// commitment leaf.
+const NonceSize = 16
+
+// BundleShare is one share a holder receives from dealer From: of the
+// dealer's self-mask seed b_From when J == From, else of the pair seed
+// s_{From,J}. Nonce blinds the share's commitment leaf.
+type BundleShare struct {
+	J     uint16
 	Share SeedShare
+	Nonce [NonceSize]byte
 }
 
-// Bundle is what holder To receives from member From: a share of s_{From,j}
-// for every member j ∉ {From, To}.
+// Bundle is what holder To receives from dealer From: first its share of
+// b_From, then a share of s_{From,j} for every member j ∉ {From, To}, j
+// ascending. The dealer is a holder of its own shares (From == To is a
+// valid bundle without the pair share of the holder itself).
 type Bundle struct {
 	From, To uint16
-	Shares   []PairShare
+	Shares   []BundleShare
 }
 
 // SealedBundle is a Bundle encrypted to holder To's long-term key (HPKE
-// RFC 9180 Base mode, protocol suite X25519/HKDF-SHA256/ChaCha20-Poly1305;
-// info = the instance, aad = from ‖ to). The coordinator stores it without
-// being able to read it.
+// RFC 9180 Base mode, X25519/HKDF-SHA256/ChaCha20-Poly1305; info = the
+// instance, aad = from ‖ to). The coordinator stores it without being able
+// to read it.
 type SealedBundle struct {
 	From, To   uint16
 	Ciphertext []byte
+}
+
+// Commitments is dealer Member's public commitment to every share it dealt:
+// Roots[h] is the Merkle root (SHA-256) over the leaves of holder h's
+// bundle, in bundle order. The coordinator forwards it to the aggregator on
+// Kafka "vectors" before the dealer's submission can arrive, so the
+// aggregator verifies each revealed share on its own (robust recovery: a
+// corrupted share is skipped and its holder named).
+type Commitments struct {
+	Instance Instance
+	Member   uint16
+	Roots    [][32]byte
+}
+
+// Dealing is what a member deposits for one instance: one sealed bundle per
+// holder (itself included, n in all) and the commitments.
+type Dealing struct {
+	Bundles []SealedBundle
+	Commit  Commitments
 }
 
 var bundleSuite = hpke.NewSuite(hpke.KEM_X25519_HKDF_SHA256, hpke.KDF_HKDF_SHA256, hpke.AEAD_ChaCha20Poly1305)
@@ -47,67 +78,160 @@ var bundleSuite = hpke.NewSuite(hpke.KEM_X25519_HKDF_SHA256, hpke.KDF_HKDF_SHA25
 var bundleKEM = hpke.KEM_X25519_HKDF_SHA256.Scheme()
 
 func bundleInfo(in Instance) []byte {
-	return append([]byte("crowdlog-v1 pdd bundle\x00"), in.info()...)
+	return append([]byte("crowdlog-v2 pdd bundle\x00"), in.info()...)
 }
 
 func bundleAAD(from, to uint16) []byte {
 	return []byte{byte(from >> 8), byte(from), byte(to >> 8), byte(to)}
 }
 
-// Deposit shares member self's pair seeds (from Seeds) with threshold t
-// among the other members and seals one bundle per holder. It returns
-// n−1 bundles (none for self). Cost: (n−1)²·3·t field multiplications plus
-// n−1 HPKE seals.
-func Deposit(in Instance, self int, seeds []Seed, members [][]byte, t int) ([]SealedBundle, error) {
+// leaf is the commitment leaf of one share: SHA-256 over a domain, the
+// instance, dealer, holder, J, the share and its nonce.
+func leaf(in Instance, from, to uint16, s *BundleShare) [32]byte {
+	h := sha256.New()
+	h.Write([]byte("crowdlog-v2 pdd leaf\x00"))
+	h.Write(in.info())
+	var b [8]byte
+	binary.BigEndian.PutUint16(b[0:], from)
+	binary.BigEndian.PutUint16(b[2:], to)
+	binary.BigEndian.PutUint16(b[4:], s.J)
+	binary.BigEndian.PutUint16(b[6:], s.Share.X)
+	h.Write(b[:])
+	for _, y := range s.Share.Y {
+		h.Write(binary.BigEndian.AppendUint64(nil, y))
+	}
+	h.Write(s.Nonce[:])
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+func node(l, r [32]byte) [32]byte {
+	h := sha256.New()
+	h.Write([]byte{1})
+	h.Write(l[:])
+	h.Write(r[:])
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// merkle returns the tree's levels (leaves padded with zero hashes to a
+// power of two); levels[len-1][0] is the root.
+func merkle(leaves [][32]byte) [][][32]byte {
+	n := 1
+	for n < len(leaves) {
+		n *= 2
+	}
+	lv := make([][32]byte, n)
+	copy(lv, leaves)
+	levels := [][][32]byte{lv}
+	for len(lv) > 1 {
+		up := make([][32]byte, len(lv)/2)
+		for k := range up {
+			up[k] = node(lv[2*k], lv[2*k+1])
+		}
+		levels = append(levels, up)
+		lv = up
+	}
+	return levels
+}
+
+func proof(levels [][][32]byte, idx int) [][32]byte {
+	var p [][32]byte
+	for _, lv := range levels[:len(levels)-1] {
+		p = append(p, lv[idx^1])
+		idx /= 2
+	}
+	return p
+}
+
+func verifyProof(root, lf [32]byte, idx int, p [][32]byte) bool {
+	h := lf
+	for _, s := range p {
+		if idx&1 == 0 {
+			h = node(h, s)
+		} else {
+			h = node(s, h)
+		}
+		idx /= 2
+	}
+	return idx == 0 && h == root
+}
+
+// Deal is member self's deposit for an instance (Bonawitz et al. CCS 2017
+// §4, double masking): it shares its self-mask seed selfSeed and each of
+// its pair seeds (from Seeds) with threshold t among the group's members —
+// b_self among all n, s_{self,j} among all but j — commits to every share
+// (Commitments) and seals one bundle per holder to its long-term key
+// members[h]. rnd supplies every random choice (polynomial coefficients,
+// nonces, HPKE encapsulation): a deterministic rnd keyed by a client secret
+// makes a retried deposit byte-identical. Cost: about n²·3·t field
+// multiplications plus n HPKE seals; the deposit is about n²·46 bytes.
+func Deal(in Instance, self int, seeds []Seed, selfSeed Seed, members [][]byte, t int, rnd io.Reader) (*Dealing, error) {
 	n := len(members)
 	if len(seeds) != n || self < 0 || self >= n {
-		return nil, fmt.Errorf("blind: deposit for member %d with %d seeds in a group of %d", self, len(seeds), n)
+		return nil, fmt.Errorf("blind: deal for member %d with %d seeds in a group of %d", self, len(seeds), n)
 	}
-	var secrets []Seed
-	var js []uint16
-	var xs []uint16
-	for j := 0; j < n; j++ {
-		if j == self {
-			continue
-		}
-		secrets = append(secrets, seeds[j])
-		js = append(js, uint16(j))
-		xs = append(xs, uint16(j+1))
+	xs := make([]uint16, n)
+	for h := range xs {
+		xs[h] = uint16(h + 1)
 	}
-	shares, err := shareSeeds(secrets, xs, t)
+	// secret 0 is b_self; secret 1+j is s_{self,j} (unused for j == self)
+	secrets := make([]Seed, n+1)
+	secrets[0] = selfSeed
+	copy(secrets[1:], seeds)
+	shares, err := shareSeeds(secrets, xs, t, rnd)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]SealedBundle, 0, n-1)
-	for h, x := range xs {
-		to := x - 1
-		b := Bundle{From: uint16(self), To: to}
-		for s, j := range js {
-			if j == to {
+	d := &Dealing{Commit: Commitments{Instance: in, Member: uint16(self), Roots: make([][32]byte, n)}}
+	for h := 0; h < n; h++ {
+		b := Bundle{From: uint16(self), To: uint16(h)}
+		add := func(j uint16, sh SeedShare) error {
+			bs := BundleShare{J: j, Share: sh}
+			if _, err := io.ReadFull(rnd, bs.Nonce[:]); err != nil {
+				return err
+			}
+			b.Shares = append(b.Shares, bs)
+			return nil
+		}
+		if err := add(uint16(self), shares[0][h]); err != nil {
+			return nil, err
+		}
+		for j := 0; j < n; j++ {
+			if j == self || j == h {
 				continue
 			}
-			b.Shares = append(b.Shares, PairShare{I: uint16(self), J: j, Share: shares[s][h]})
+			if err := add(uint16(j), shares[1+j][h]); err != nil {
+				return nil, err
+			}
 		}
-		pt := b.marshal()
-		pk, err := bundleKEM.UnmarshalBinaryPublicKey(members[to])
+		leaves := make([][32]byte, len(b.Shares))
+		for k := range b.Shares {
+			leaves[k] = leaf(in, b.From, b.To, &b.Shares[k])
+		}
+		lv := merkle(leaves)
+		d.Commit.Roots[h] = lv[len(lv)-1][0]
+		pk, err := bundleKEM.UnmarshalBinaryPublicKey(members[h])
 		if err != nil {
-			return nil, fmt.Errorf("%w: member %d: %v", ErrBadKey, to, err)
+			return nil, fmt.Errorf("%w: member %d: %v", ErrBadKey, h, err)
 		}
 		snd, err := bundleSuite.NewSender(pk, bundleInfo(in))
 		if err != nil {
 			return nil, err
 		}
-		enc, sealer, err := snd.Setup(nil)
+		enc, sealer, err := snd.Setup(rnd)
 		if err != nil {
 			return nil, err
 		}
-		ct, err := sealer.Seal(pt, bundleAAD(b.From, b.To))
+		ct, err := sealer.Seal(b.marshal(), bundleAAD(b.From, b.To))
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, SealedBundle{From: b.From, To: b.To, Ciphertext: append(enc, ct...)})
+		d.Bundles = append(d.Bundles, SealedBundle{From: b.From, To: b.To, Ciphertext: append(enc, ct...)})
 	}
-	return out, nil
+	return d, nil
 }
 
 // OpenBundle decrypts a bundle addressed to priv's holder. Errors wrap
@@ -145,9 +269,12 @@ func OpenBundle(priv *ecdh.PrivateKey, in Instance, to uint16, sb SealedBundle) 
 	return b, nil
 }
 
-// Request is the server's recovery request for one instance after the delay:
-// the group size N, threshold T and the members that never submitted
-// (Dropped, sorted, distinct). Survivors are all others.
+// Request is the aggregator's unmasking request for one instance: the group
+// size N, threshold T and the members that never submitted (Dropped,
+// sorted, distinct, possibly empty). Survivors are all others. Holders
+// reveal, for each survivor i, their share of i's self-mask seed b_i and,
+// for each dropped j, their shares of s_ij — never a share of a dropped
+// member's self-mask seed, so a vector that arrives late stays masked.
 type Request struct {
 	Instance Instance
 	N, T     int
@@ -171,18 +298,15 @@ func (r *Request) Survivors() []uint16 {
 
 // Check is what an honest member self verifies before answering: the
 // request is well formed, T is the group's threshold, self is a survivor,
-// at least T members survive (so the recovered sum covers at least T ≥ 2
-// members and never one member's vector alone), and at least one member
-// dropped. Errors wrap ErrRefused.
+// and at least T members survive (so the unmasked sum covers at least
+// T ≥ 2 members and never one member's vector alone). self < 0 checks
+// from no member's point of view. Errors wrap ErrRefused.
 func (r *Request) Check(self, n int) error {
 	if r.N != n || n < MinGroup {
 		return fmt.Errorf("%w: group of %d, request says %d", ErrRefused, n, r.N)
 	}
 	if r.T != Threshold(n) {
 		return fmt.Errorf("%w: threshold %d, want %d for a group of %d", ErrRefused, r.T, Threshold(n), n)
-	}
-	if len(r.Dropped) == 0 {
-		return fmt.Errorf("%w: nobody dropped", ErrRefused)
 	}
 	for k, d := range r.Dropped {
 		if int(d) >= n || (k > 0 && d <= r.Dropped[k-1]) {
@@ -198,69 +322,86 @@ func (r *Request) Check(self, n int) error {
 	return nil
 }
 
-// Answer is survivor Member's recovery answer: its own seeds with every
-// dropped member (Direct, keyed by the dropped member) and its shares of
-// s_ij for survivors i ≠ Member and dropped j.
+// Reveal is one share a holder reveals: dealer From's share of b_From
+// (J == From) or of s_{From,J}, with its nonce and the Merkle proof of leaf
+// Index under the dealer's root for this holder.
+type Reveal struct {
+	From, J uint16
+	Share   SeedShare
+	Nonce   [NonceSize]byte
+	Index   uint16
+	Proof   [][32]byte
+}
+
+// Answer is holder Member's answer to a Request.
 type Answer struct {
 	Instance Instance
 	Member   uint16
-	Direct   []DirectSeed
-	Shares   []PairShare
+	Reveals  []Reveal
 }
 
-// DirectSeed is s_{Member,J} revealed by Member for a dropped J.
-type DirectSeed struct {
-	J    uint16
-	Seed Seed
-}
-
-// MakeAnswer builds member self's answer to req (which must pass Check)
-// from its own seeds and the opened bundles of the survivors. Bundles from
-// dropped members or not addressed to self are ignored.
-func MakeAnswer(req *Request, self int, seeds []Seed, bundles []*Bundle) (*Answer, error) {
-	if err := req.Check(self, len(seeds)); err != nil {
+// MakeAnswer builds holder self's answer to req (which must pass Check)
+// from its opened bundles: for each surviving dealer i, its share of b_i
+// and its shares of s_ij for dropped j. Bundles from dropped dealers or not
+// addressed to self are ignored. self must be a survivor.
+func MakeAnswer(req *Request, self int, bundles []*Bundle) (*Answer, error) {
+	if err := req.Check(self, req.N); err != nil {
 		return nil, err
 	}
 	a := &Answer{Instance: req.Instance, Member: uint16(self)}
 	dropped := map[uint16]bool{}
 	for _, d := range req.Dropped {
 		dropped[d] = true
-		a.Direct = append(a.Direct, DirectSeed{J: d, Seed: seeds[d]})
 	}
 	for _, b := range bundles {
-		if b == nil || int(b.To) != self || dropped[b.From] || int(b.From) == self {
+		if b == nil || int(b.To) != self || dropped[b.From] || int(b.From) >= req.N {
 			continue
 		}
-		for _, ps := range b.Shares {
-			if ps.I == b.From && dropped[ps.J] {
-				a.Shares = append(a.Shares, ps)
+		leaves := make([][32]byte, len(b.Shares))
+		for k := range b.Shares {
+			leaves[k] = leaf(req.Instance, b.From, b.To, &b.Shares[k])
+		}
+		lv := merkle(leaves)
+		for k, s := range b.Shares {
+			if s.J != b.From && !dropped[s.J] {
+				continue // a pair of two survivors: never revealed
 			}
+			a.Reveals = append(a.Reveals, Reveal{From: b.From, J: s.J, Share: s.Share, Nonce: s.Nonce, Index: uint16(k), Proof: proof(lv, k)})
 		}
 	}
 	return a, nil
 }
 
-// Recovery is the server side of one instance's recovery: it collects
-// answers until every pair (i ∈ S, j ∈ D) has s_ij, directly from i or from
-// T holders' shares, then removes those masks from Σ_{i∈S} Y_i.
+// Recovery is the aggregator side of one instance's unmasking: it collects
+// answers, verifies every revealed share against its dealer's commitments,
+// and once each survivor's b_i and each pair (i ∈ S, j ∈ D) has T verified
+// shares, removes those masks from Σ_{i∈S} Y_i.
 type Recovery struct {
 	req      Request
 	dropped  map[uint16]bool
-	direct   map[[2]uint16]Seed
-	shares   map[[2]uint16][]SeedShare
+	commits  map[uint16]*Commitments
+	shares   map[[2]uint16]map[uint16]SeedShare // (dealer, J) → holder x → share
 	answered map[uint16]bool
+	bad      map[uint16]int
 }
 
-// NewRecovery starts a recovery for req (validated like Request.Check, from
-// no member's point of view).
-func NewRecovery(req Request) (*Recovery, error) {
+// NewRecovery starts a recovery for req (validated like Request.Check from
+// no member's point of view) with the survivors' commitments (commits[i]
+// for every survivor i). Errors wrap ErrRefused, or name a survivor
+// without commitments.
+func NewRecovery(req Request, commits map[uint16]*Commitments) (*Recovery, error) {
 	if err := req.Check(-1, req.N); err != nil {
 		return nil, err
 	}
-	r := &Recovery{req: req, dropped: map[uint16]bool{}, direct: map[[2]uint16]Seed{},
-		shares: map[[2]uint16][]SeedShare{}, answered: map[uint16]bool{}}
+	r := &Recovery{req: req, dropped: map[uint16]bool{}, commits: commits,
+		shares: map[[2]uint16]map[uint16]SeedShare{}, answered: map[uint16]bool{}, bad: map[uint16]int{}}
 	for _, d := range req.Dropped {
 		r.dropped[d] = true
+	}
+	for _, i := range req.Survivors() {
+		if c := commits[i]; c == nil || len(c.Roots) != req.N {
+			return nil, fmt.Errorf("blind: no commitments from survivor %d", i)
+		}
 	}
 	return r, nil
 }
@@ -268,42 +409,69 @@ func NewRecovery(req Request) (*Recovery, error) {
 // Request returns the request this recovery answers.
 func (r *Recovery) Request() Request { return r.req }
 
-// Add takes one survivor's answer. A second answer from the same member, or
-// one from a dropped member, is ignored (returns false); entries naming pairs
-// outside S×D are dropped, so a faulty answer cannot make the server learn a
-// survivor pair. Shares that later fail to combine make Correct fail for that
-// pair only until more shares arrive.
-func (r *Recovery) Add(a *Answer) bool {
+// Add takes one holder's answer and returns how many of its shares
+// verified and how many failed (a failed share is skipped and its holder
+// counted in Bad). Shares outside what the request asks (a survivor pair,
+// a dropped dealer, a share whose X is not the holder's) are ignored;
+// answers from dropped members are ignored (returns 0, 0). A second answer
+// from the same holder adds only shares not yet held.
+func (r *Recovery) Add(a *Answer) (good, bad int) {
 	m := a.Member
-	if int(m) >= r.req.N || r.dropped[m] || r.answered[m] || a.Instance != r.req.Instance {
-		return false
+	if int(m) >= r.req.N || r.dropped[m] || a.Instance != r.req.Instance {
+		return 0, 0
 	}
-	r.answered[m] = true
-	for _, d := range a.Direct {
-		if r.dropped[d.J] {
-			r.direct[[2]uint16{m, d.J}] = d.Seed
-		}
-	}
-	for _, ps := range a.Shares {
-		if int(ps.I) >= r.req.N || r.dropped[ps.I] || !r.dropped[ps.J] || ps.I == m || ps.Share.X != m+1 {
+	for k := range a.Reveals {
+		rv := &a.Reveals[k]
+		if int(rv.From) >= r.req.N || r.dropped[rv.From] || rv.Share.X != m+1 {
 			continue
 		}
-		k := [2]uint16{ps.I, ps.J}
-		r.shares[k] = append(r.shares[k], ps.Share)
+		if rv.J != rv.From && !r.dropped[rv.J] {
+			continue
+		}
+		bs := BundleShare{J: rv.J, Share: rv.Share, Nonce: rv.Nonce}
+		if !verifyProof(r.commits[rv.From].Roots[m], leaf(r.req.Instance, rv.From, m, &bs), int(rv.Index), rv.Proof) {
+			bad++
+			continue
+		}
+		key := [2]uint16{rv.From, rv.J}
+		if r.shares[key] == nil {
+			r.shares[key] = map[uint16]SeedShare{}
+		}
+		r.shares[key][rv.Share.X] = rv.Share
+		good++
 	}
-	return true
+	if good > 0 {
+		r.answered[m] = true
+	}
+	if bad > 0 {
+		r.bad[m] += bad
+	}
+	return good, bad
 }
 
-// Answered is the number of survivors that answered.
+// Answered is the number of holders with at least one verified share.
 func (r *Recovery) Answered() int { return len(r.answered) }
 
-// Ready reports whether every pair (i ∈ S, j ∈ D) has a direct seed or at
-// least T shares.
+// Bad returns the holders whose revealed shares failed verification, with
+// how many failed, ascending by holder.
+func (r *Recovery) Bad() [][2]int {
+	var out [][2]int
+	for h, n := range r.bad {
+		out = append(out, [2]int{int(h), n})
+	}
+	slices.SortFunc(out, func(a, b [2]int) int { return a[0] - b[0] })
+	return out
+}
+
+// Ready reports whether every survivor's self-mask seed and every pair
+// (i ∈ S, j ∈ D) has at least T verified shares.
 func (r *Recovery) Ready() bool {
 	for _, i := range r.req.Survivors() {
+		if len(r.shares[[2]uint16{i, i}]) < r.req.T {
+			return false
+		}
 		for _, j := range r.req.Dropped {
-			k := [2]uint16{i, j}
-			if _, ok := r.direct[k]; !ok && len(r.shares[k]) < r.req.T {
+			if len(r.shares[[2]uint16{i, j}]) < r.req.T {
 				return false
 			}
 		}
@@ -311,20 +479,38 @@ func (r *Recovery) Ready() bool {
 	return true
 }
 
-// Correct subtracts Σ_{i∈S, j∈D} sign(i,j)·PRG(s_ij) from sum (which must
-// be Σ_{i∈S} Y_i), leaving Σ_{i∈S} V_i. Errors with ErrThreshold when not
-// Ready, or when shares do not combine to a seed.
+func (r *Recovery) combine(key [2]uint16) (Seed, error) {
+	m := r.shares[key]
+	xs := make([]uint16, 0, len(m))
+	for x := range m {
+		xs = append(xs, x)
+	}
+	slices.Sort(xs)
+	use := make([]SeedShare, 0, len(xs))
+	for _, x := range xs {
+		use = append(use, m[x])
+	}
+	return CombineSeed(use, r.req.T)
+}
+
+// Correct subtracts Σ_{i∈S} PRG(b_i) + Σ_{i∈S, j∈D} sign(i,j)·PRG(s_ij)
+// from sum (which must be Σ_{i∈S} Y_i), leaving Σ_{i∈S} V_i. Errors with
+// ErrThreshold when not Ready.
 func (r *Recovery) Correct(sum []uint64) error {
+	if !r.Ready() {
+		return ErrThreshold
+	}
 	var p PRG
 	for _, i := range r.req.Survivors() {
+		b, err := r.combine([2]uint16{i, i})
+		if err != nil {
+			return fmt.Errorf("self-mask seed of %d: %w", i, err)
+		}
+		p.AddMask(sum, b, -1)
 		for _, j := range r.req.Dropped {
-			k := [2]uint16{i, j}
-			s, ok := r.direct[k]
-			if !ok {
-				var err error
-				if s, err = CombineSeed(r.shares[k], r.req.T); err != nil {
-					return fmt.Errorf("pair (%d,%d): %w", i, j, err)
-				}
+			s, err := r.combine([2]uint16{i, j})
+			if err != nil {
+				return fmt.Errorf("pair (%d,%d): %w", i, j, err)
 			}
 			p.AddMask(sum, s, -Sign(int(i), int(j)))
 		}

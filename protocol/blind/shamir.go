@@ -1,10 +1,10 @@
 package blind
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/bits"
 )
 
@@ -100,15 +100,15 @@ var ErrThreshold = errors.New("blind: fewer shares than the threshold")
 
 // shareSeeds shares each secret (seed) among holders xs with threshold t.
 // out[s][h] is the share of secret s for holder xs[h]. Coefficients come
-// from crypto/rand.
-func shareSeeds(secrets []Seed, xs []uint16, t int) ([][]SeedShare, error) {
+// from rnd.
+func shareSeeds(secrets []Seed, xs []uint16, t int, rnd io.Reader) ([][]SeedShare, error) {
 	if t < 1 {
 		return nil, fmt.Errorf("blind: threshold %d < 1", t)
 	}
 	coeffs := make([]uint64, len(secrets)*Limbs*(t-1))
 	if len(coeffs) > 0 {
 		raw := make([]byte, 8*len(coeffs))
-		if _, err := rand.Read(raw); err != nil {
+		if _, err := io.ReadFull(rnd, raw); err != nil {
 			return nil, err
 		}
 		for k := range coeffs {

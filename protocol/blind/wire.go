@@ -13,7 +13,7 @@ import (
 // and has a fuzz target.
 
 // Version is the wire version of this package's messages.
-const Version byte = 1
+const Version byte = 2
 
 // Kind says which message follows the version byte.
 type Kind byte
@@ -24,6 +24,7 @@ const (
 	KindRoster     Kind = 3 // a group formed (coordinator → vectors)
 	KindTick       Kind = 4 // a new day began (coordinator → every partition of vectors)
 	KindOutcome    Kind = 5 // a group's sum or loss (aggregator → group-sums)
+	KindCommit     Kind = 6 // a dealer's share commitments (coordinator → vectors)
 )
 
 // MaxL bounds the vector length a parser accepts (the monitored list size).
@@ -172,26 +173,34 @@ func (s *Submission) MarshalBinary() ([]byte, error) {
 	return w.b, nil
 }
 
-// MarshalBinary encodes a: version ‖ kind ‖ instance ‖ member ‖ u16 n ‖
-// n×(j u16 ‖ seed 16) ‖ u32 m ‖ m×(i u16 ‖ j u16 ‖ x u16 ‖ 3×u64).
+// MarshalBinary encodes a: version ‖ kind ‖ instance ‖ member ‖ u32 m ‖
+// m×(from u16 ‖ j u16 ‖ x u16 ‖ 3×u64 ‖ nonce 16 ‖ index u16 ‖ u8 p ‖
+// p×32-byte proof hashes).
 func (a *Answer) MarshalBinary() ([]byte, error) {
 	w := wbuf{}
 	w.head(KindAnswer)
 	w.instance(a.Instance)
 	w.u16(a.Member)
-	w.u16(uint16(len(a.Direct)))
-	for _, d := range a.Direct {
-		w.u16(d.J)
-		w.b = append(w.b, d.Seed[:]...)
-	}
-	w.u32(uint32(len(a.Shares)))
-	for _, s := range a.Shares {
-		w.u16(s.I)
-		w.u16(s.J)
-		putShare(&w, s.Share)
+	w.u32(uint32(len(a.Reveals)))
+	for _, rv := range a.Reveals {
+		if len(rv.Proof) > maxProof {
+			return nil, fmt.Errorf("blind: proof of %d hashes", len(rv.Proof))
+		}
+		w.u16(rv.From)
+		w.u16(rv.J)
+		putShare(&w, rv.Share)
+		w.b = append(w.b, rv.Nonce[:]...)
+		w.u16(rv.Index)
+		w.u8(byte(len(rv.Proof)))
+		for _, h := range rv.Proof {
+			w.b = append(w.b, h[:]...)
+		}
 	}
 	return w.b, nil
 }
+
+// maxProof bounds a Merkle proof: 16 levels cover 65,536 leaves per bundle.
+const maxProof = 16
 
 func putShare(w *wbuf, s SeedShare) {
 	w.u16(s.X)
@@ -201,15 +210,15 @@ func putShare(w *wbuf, s SeedShare) {
 }
 
 func (b *Bundle) marshal() []byte {
-	w := wbuf{b: make([]byte, 0, 16+len(b.Shares)*30)}
+	w := wbuf{b: make([]byte, 0, 16+len(b.Shares)*44)}
 	w.u8(Version)
 	w.u16(b.From)
 	w.u16(b.To)
 	w.u32(uint32(len(b.Shares)))
 	for _, s := range b.Shares {
-		w.u16(s.I)
 		w.u16(s.J)
 		putShare(&w, s.Share)
+		w.b = append(w.b, s.Nonce[:]...)
 	}
 	return w.b
 }
@@ -221,15 +230,33 @@ func parseBundle(p []byte) (*Bundle, error) {
 	}
 	b := &Bundle{From: r.u16("from"), To: r.u16("to")}
 	n := r.u32("share count")
-	if r.err == nil && int(n)*30 > len(r.b) {
+	if r.err == nil && int(n)*44 > len(r.b) {
 		return nil, malformed("%d shares in %d bytes", n, len(r.b))
 	}
 	for k := 0; k < int(n) && r.err == nil; k++ {
-		ps := PairShare{I: r.u16("i"), J: r.u16("j")}
-		ps.Share = r.share()
-		b.Shares = append(b.Shares, ps)
+		bs := BundleShare{J: r.u16("j")}
+		bs.Share = r.share()
+		copy(bs.Nonce[:], r.take(NonceSize, "nonce"))
+		b.Shares = append(b.Shares, bs)
+	}
+	if r.err == nil && (len(b.Shares) == 0 || b.Shares[0].J != b.From) {
+		return nil, malformed("bundle without the dealer's self-mask share first")
 	}
 	return b, r.end()
+}
+
+// MarshalBinary encodes c: version ‖ kind ‖ instance ‖ member ‖ u16 n ‖
+// n×32-byte roots.
+func (c *Commitments) MarshalBinary() ([]byte, error) {
+	w := wbuf{b: make([]byte, 0, 16+len(c.Instance.Campaign)+32*len(c.Roots))}
+	w.head(KindCommit)
+	w.instance(c.Instance)
+	w.u16(c.Member)
+	w.u16(uint16(len(c.Roots)))
+	for _, r := range c.Roots {
+		w.b = append(w.b, r[:]...)
+	}
+	return w.b, nil
 }
 
 // Roster announces a group of Instance: N members, threshold T, submissions
@@ -300,12 +327,15 @@ func (s Status) String() string {
 }
 
 // Outcome is the aggregator's result for one group: the roster, how many
-// members' vectors the sum covers (Decrypted), and Sum (nil when lost).
+// members' vectors the sum covers (Decrypted), Sum (nil when lost), and
+// the holders whose revealed shares failed their commitments (Bad,
+// ascending).
 type Outcome struct {
 	Roster    Roster
 	Status    Status
 	Decrypted uint16
 	Sum       []uint64
+	Bad       []uint16
 }
 
 // MarshalBinary encodes o.
@@ -317,6 +347,10 @@ func (o *Outcome) MarshalBinary() ([]byte, error) {
 	w.u8(byte(o.Status))
 	w.u16(o.Decrypted)
 	w.vector(o.Sum)
+	w.u16(uint16(len(o.Bad)))
+	for _, h := range o.Bad {
+		w.u16(h)
+	}
 	return w.b, nil
 }
 
@@ -327,6 +361,7 @@ type Message struct {
 	Roster     *Roster
 	Tick       *Tick
 	Outcome    *Outcome
+	Commit     *Commitments
 }
 
 func (r *rbuf) roster() *Roster {
@@ -354,22 +389,39 @@ func Parse(b []byte) (Message, error) {
 		m.Submission = s
 	case KindAnswer:
 		a := &Answer{Instance: r.instance(), Member: r.u16("member")}
-		nd := int(r.u16("direct count"))
-		for i := 0; i < nd && r.err == nil; i++ {
-			d := DirectSeed{J: r.u16("j")}
-			copy(d.Seed[:], r.take(SeedSize, "seed"))
-			a.Direct = append(a.Direct, d)
-		}
-		ns := r.u32("share count")
-		if r.err == nil && int(ns)*30 > len(r.b) {
-			return Message{}, malformed("%d shares in %d bytes", ns, len(r.b))
+		ns := r.u32("reveal count")
+		if r.err == nil && int(ns)*47 > len(r.b) {
+			return Message{}, malformed("%d reveals in %d bytes", ns, len(r.b))
 		}
 		for i := 0; i < int(ns) && r.err == nil; i++ {
-			ps := PairShare{I: r.u16("i"), J: r.u16("j")}
-			ps.Share = r.share()
-			a.Shares = append(a.Shares, ps)
+			rv := Reveal{From: r.u16("from"), J: r.u16("j")}
+			rv.Share = r.share()
+			copy(rv.Nonce[:], r.take(NonceSize, "nonce"))
+			rv.Index = r.u16("index")
+			np := int(r.u8("proof length"))
+			if np > maxProof && r.err == nil {
+				r.err = malformed("proof of %d hashes", np)
+			}
+			for k := 0; k < np && r.err == nil; k++ {
+				var h [32]byte
+				copy(h[:], r.take(32, "proof hash"))
+				rv.Proof = append(rv.Proof, h)
+			}
+			a.Reveals = append(a.Reveals, rv)
 		}
 		m.Answer = a
+	case KindCommit:
+		c := &Commitments{Instance: r.instance(), Member: r.u16("member")}
+		n := int(r.u16("root count"))
+		if r.err == nil && (n < MinGroup || int(c.Member) >= n || n*32 > len(r.b)) {
+			return Message{}, malformed("commitments of member %d with %d roots in %d bytes", c.Member, n, len(r.b))
+		}
+		for k := 0; k < n && r.err == nil; k++ {
+			var h [32]byte
+			copy(h[:], r.take(32, "root"))
+			c.Roots = append(c.Roots, h)
+		}
+		m.Commit = c
 	case KindRoster:
 		m.Roster = r.roster()
 	case KindTick:
@@ -377,6 +429,13 @@ func Parse(b []byte) (Message, error) {
 	case KindOutcome:
 		o := &Outcome{Roster: *r.roster(), Status: Status(r.u8("status")), Decrypted: r.u16("decrypted")}
 		o.Sum = r.vector()
+		nb := int(r.u16("bad count"))
+		if r.err == nil && 2*nb > len(r.b) {
+			r.err = malformed("%d bad holders in %d bytes", nb, len(r.b))
+		}
+		for k := 0; k < nb && r.err == nil; k++ {
+			o.Bad = append(o.Bad, r.u16("bad holder"))
+		}
 		if r.err == nil {
 			switch {
 			case o.Status != StatusComplete && o.Status != StatusRecovered && o.Status != StatusLost:
