@@ -35,7 +35,7 @@ func BenchmarkBlind(b *testing.B) {
 // committed (a Merkle root per holder) and sealed to 100 holders. It reports
 // the deposit's size per member.
 func BenchmarkDeposit(b *testing.B) {
-	for _, n := range []int{100} {
+	for _, n := range []int{10, 100, 1000} {
 		g := newGroup(b, n)
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			var size int
