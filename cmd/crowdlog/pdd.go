@@ -203,7 +203,8 @@ State is rebuilt by replaying a partition on assignment (restart-safe).`,
 }
 
 func releasePDDCmd() *cobra.Command {
-	var ch, db, list, metricsAddr string
+	var ch, db, list, metricsAddr, dataset string
+	var budget release.Budget
 	var kafkaAddr []string
 	var eps float64
 	var maxCount int
@@ -213,7 +214,9 @@ func releasePDDCmd() *cobra.Command {
 		Long: `release-pdd reads Kafka topic "group-sums", and once every group of a round
 has an outcome writes that day's counts (optionally with Laplace noise,
 --epsilon) and confidence to ClickHouse (tables pdd_keyword_counts,
-pdd_rounds; view keyword_daily). Idempotent on restart.`,
+pdd_rounds; view keyword_daily). Idempotent on restart. A noisy day spends
+L·ε (δ = 0) from the privacy ledger of --dataset for that day, once; a day
+over --budget-epsilon is refused and nothing of it is released.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l, err := keywords.Load(list)
@@ -225,7 +228,8 @@ pdd_rounds; view keyword_daily). Idempotent on restart.`,
 				return err
 			}
 			defer w.Close()
-			st := &pddrelease.Stage{Brokers: kafkaAddr, Writer: w, List: l, Epsilon: eps, MaxCount: int64(maxCount), Logger: logger()}
+			st := &pddrelease.Stage{Brokers: kafkaAddr, Writer: w, List: l, Epsilon: eps, MaxCount: int64(maxCount), Logger: logger(),
+				Dataset: dataset, Budget: budget}
 			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterPDDRelease(reg, st) }, st.Run)
 		},
 	}
@@ -236,6 +240,7 @@ pdd_rounds; view keyword_daily). Idempotent on restart.`,
 	f.StringVar(&list, "keywords", "", "monitored keyword list (the campaign's)")
 	f.Float64Var(&eps, "epsilon", 0, "Laplace noise per daily count (0 = exact)")
 	f.IntVar(&maxCount, "max-count", 0, "noise sensitivity: per-client per-keyword per-day clip")
+	budgetFlags(c.Flags(), &dataset, &budget)
 	addMetricsFlag(c, &metricsAddr)
 	return c
 }

@@ -60,6 +60,7 @@ func RegisterPDDRelease(reg prometheus.Registerer, st *pddrelease.Stage) {
 	metrics.CounterFunc(reg, "crowdlog_pdd_release_days_total", "PDD days written to ClickHouse.", nil, func() float64 { return float64(st.Rounds.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_pdd_release_skipped_total", "PDD days found already written.", nil, func() float64 { return float64(st.Skipped.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_pdd_release_dropped_total", "Group outcomes dropped by the PDD release.", nil, func() float64 { return float64(st.Dropped.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_pdd_release_refused_total", "PDD days refused over the privacy budget.", nil, func() float64 { return float64(st.Refused.Load()) })
 }
 
 // RegisterCoordinator exposes the PDD coordinator's pings answered and
@@ -67,4 +68,9 @@ func RegisterPDDRelease(reg prometheus.Registerer, st *pddrelease.Stage) {
 func RegisterCoordinator(reg prometheus.Registerer, co *coordinator.Coordinator) {
 	metrics.CounterFunc(reg, "crowdlog_coordinator_pings_total", "Client pings answered.", nil, func() float64 { return float64(co.Pings.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_coordinator_errors_total", "Requests answered with an error.", nil, func() float64 { return float64(co.Errors.Load()) })
+	for _, reason := range []string{coordinator.RefusedMalformed, coordinator.RefusedSignature, coordinator.RefusedReplay, coordinator.RefusedUnknown,
+		coordinator.RefusedNotMember, coordinator.RefusedConflict, coordinator.RefusedUnconfigured} {
+		metrics.CounterFunc(reg, "crowdlog_coordinator_refused_total", "Requests refused (forged, replayed, malformed), by reason.",
+			prometheus.Labels{"reason": reason}, func() float64 { return float64(co.Refused()[reason]) })
+	}
 }

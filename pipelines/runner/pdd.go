@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -62,6 +63,11 @@ type PDDConfig struct {
 
 	Epsilon  float64 // Laplace noise on daily counts; 0 = exact counts
 	MaxCount int     // per-client per-keyword per-day clip with noise
+	// Dataset and Budget: the privacy ledger a noisy day spends from (L·ε
+	// per day, release/pdd.Stage); a day over budget ends the run with an
+	// error wrapping release.ErrOverBudget.
+	Dataset string
+	Budget  release.Budget
 
 	NATS, Kafka, ClickHouse string // "" = started locally; NATS and Kafka take comma-separated lists
 	Database                string // default "crowdlog"
@@ -267,7 +273,13 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 	svc.Go(func() error { return agg.Run(svcCtx) })
 	var relMu sync.Mutex
 	var released []pddrelease.Round
+	var refused error
 	rel := &pddrelease.Stage{Brokers: brokers, Writer: writer, List: list, Epsilon: cfg.Epsilon, MaxCount: int64(cfg.MaxCount),
+		Dataset: cfg.Dataset, Budget: cfg.Budget, OnRefused: func(_ string, _ time.Time, err error) {
+			relMu.Lock()
+			defer relMu.Unlock()
+			refused = cmp.Or(refused, err)
+		},
 		Logger: log, OnRound: func(r pddrelease.Released) {
 			relMu.Lock()
 			defer relMu.Unlock()
@@ -364,6 +376,9 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 	if err := waitFor(wctx, "the PDD release of every round", func() (bool, error) {
 		relMu.Lock()
 		defer relMu.Unlock()
+		if refused != nil {
+			return false, &permanent{fmt.Errorf("pdd: a day was refused over the privacy budget: %w", refused)}
+		}
 		return len(released) >= expect, nil
 	}); err != nil {
 		return nil, err
