@@ -1,6 +1,7 @@
 package blind
 
 import (
+	"crypto/ecdh"
 	crand "crypto/rand"
 	"fmt"
 	"math/rand/v2"
@@ -76,5 +77,39 @@ func BenchmarkParseSubmission(b *testing.B) {
 		if _, err := Parse(raw); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkClientRound is one member's whole client cost for one round with
+// double masking and L = 10,000 keywords: its pair seeds (n−1 X25519 +
+// HKDF), its blinded vector (n AES-CTR masks) and its deal (Deal). Only
+// member 0's keys are derived, so large groups stay cheap to set up.
+func BenchmarkClientRound(b *testing.B) {
+	const L = 10000
+	v := randVectors(rand.New(rand.NewPCG(1, 1)), 1, L)[0]
+	for _, n := range []int{100, 1000} {
+		in := Instance{Campaign: "flu", Round: 13000, Group: 3}
+		var pubs [][]byte
+		var priv0 = func() *ecdh.PrivateKey { k, _ := GenerateKey(); return k }()
+		for i := 0; i < n; i++ {
+			k := priv0
+			if i > 0 {
+				k, _ = GenerateKey()
+			}
+			pubs = append(pubs, k.PublicKey().Bytes())
+		}
+		var self Seed
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				seeds, err := Seeds(priv0, 0, pubs, in)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = Blind(v, 0, seeds, self)
+				if _, err := Deal(in, 0, seeds, self, pubs, Threshold(n), crand.Reader); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
