@@ -17,6 +17,13 @@
 // to Kafka topic "vectors", where the aggregator (aggregator/vectors) reads
 // them in order with the members' submissions.
 //
+// A member's deposit is about 44·n² bytes for a group of n, so it arrives
+// in chunks (blind.DepositRequest, blind.SplitDeposit) and a survivor
+// fetches the bundles addressed to it in pages (blind.BundlesRequest), each
+// message under blind.MaxMessageBytes (512 KiB) of JSON: group size is
+// bounded by the members' CPU (dealing is O(n²)), not by NATS's 1 MiB
+// default payload.
+//
 // The coordinator never sees counts: vectors travel through the relays to
 // the aggregator. It learns who is active on which day and the group
 // memberships, as PDD's server does.
@@ -221,6 +228,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	handlers := map[string]func(context.Context, []byte) any{
 		protocol.PDDRegisterSubject: c.handleRegister, protocol.PDDPingSubject: c.handlePing, protocol.PDDDepositSubject: c.handleDeposit,
 		protocol.PDDAdvanceSubject: c.handleAdvance, protocol.PDDRecoverySubject: c.handleRecovery,
+		protocol.PDDBundlesSubject: c.handleBundles,
 	}
 	// nats.go runs one subscription's callbacks one at a time; requests are
 	// independent, so each is served on its own goroutine (at most 64 at once)
@@ -634,11 +642,8 @@ func (c *Coordinator) instructions(ctx context.Context, id string, sig *blind.Si
 		if _, err := c.rounds.Create(ctx, markKey("served", in, i), nil); err != nil {
 			continue // served before (or a concurrent ping)
 		}
-		bundles, err := c.bundlesFor(ctx, in, i)
-		if err != nil {
-			return blind.Instructions{}, err
-		}
-		ins.Recoveries = append(ins.Recoveries, blind.RecoveryTask{Task: task, Dropped: req.Dropped, Bundles: bundles})
+		// the bundles are fetched page by page on PDDBundlesSubject
+		ins.Recoveries = append(ins.Recoveries, blind.RecoveryTask{Task: task, Dropped: req.Dropped})
 	}
 	return ins, nil
 }
@@ -655,31 +660,97 @@ func bundleKey(in blind.Instance, to, from uint16) string {
 	return fmt.Sprintf("bundle.%s.%d.%d.%d.%d", in.Campaign, in.Round, in.Group, to, from)
 }
 
-func (c *Coordinator) bundlesFor(ctx context.Context, in blind.Instance, to int) ([]blind.SealedBundle, error) {
-	prefix := fmt.Sprintf("bundle.%s.%d.%d.%d.", in.Campaign, in.Round, in.Group, to)
-	lister, err := c.rounds.ListKeysFiltered(ctx, prefix+"*")
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
+// maxChunkBytes bounds the JSON of one bundles page
+// (blind.MaxMessageBytes; tests lower it to see several pages).
+var maxChunkBytes = blind.MaxMessageBytes
+
+// bundlesPage returns the stored bundles addressed to member to of in from
+// dealers offset, offset+1, … < n (a dealer with none stored is skipped),
+// as many as fit in maxChunkBytes of JSON (at least one), and the dealer
+// index to continue from, or −1 when no dealer below n is left.
+func (c *Coordinator) bundlesPage(ctx context.Context, in blind.Instance, to, offset, n int) ([]blind.SealedBundle, int, error) {
 	var out []blind.SealedBundle
-	for k := range lister.Keys() {
-		e, err := c.rounds.Get(ctx, k)
-		if err != nil {
-			return nil, err
-		}
-		from, err := strconv.Atoi(strings.TrimPrefix(k, prefix))
-		if err != nil {
+	size := blind.MessageOverhead
+	for from := offset; from < n; from++ {
+		e, err := c.rounds.Get(ctx, bundleKey(in, uint16(to), uint16(from)))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		}
-		out = append(out, blind.SealedBundle{From: uint16(from), To: uint16(to), Ciphertext: e.Value()})
+		if err != nil {
+			return nil, 0, err
+		}
+		sb := blind.SealedBundle{From: uint16(from), To: uint16(to), Ciphertext: e.Value()}
+		s := blind.BundleJSONSize(sb)
+		if len(out) > 0 && size+s > maxChunkBytes {
+			return out, from, nil
+		}
+		size += s
+		out = append(out, sb)
 	}
-	slices.SortFunc(out, func(a, b blind.SealedBundle) int { return int(a.From) - int(b.From) })
-	return out, nil
+	return out, -1, nil
 }
 
+// handleBundles answers a survivor's blind.BundlesRequest with one page of
+// the bundles addressed to it. Refused: a malformed request, an unknown
+// client or group, a bad signature or replayed Seq, a caller that is not
+// the roster's member Member (not_member), no stored recovery request for
+// the group (unknown), or Member in its Dropped list (not_member: only
+// survivors answer).
+func (c *Coordinator) handleBundles(ctx context.Context, b []byte) any {
+	r, sig, err := blind.ParseBundles(b)
+	if err != nil {
+		return blind.BundlesReply{Next: -1, Error: c.refuse(RefusedMalformed, "bundles: %v", err)}
+	}
+	if r.Campaign != c.Campaign.Name {
+		return blind.BundlesReply{Next: -1, Error: fmt.Sprintf("coordinator: no campaign %q (this coordinator runs %q)", r.Campaign, c.Campaign.Name)}
+	}
+	in := blind.Instance{Campaign: r.Campaign, Round: r.Round, Group: r.Group}
+	if _, err := c.authenticate(ctx, r.ClientID, sig, blind.PurposeBundles, r.Seq, -1); err != nil {
+		var rf *errRefused
+		if errors.As(err, &rf) {
+			return blind.BundlesReply{Next: -1, Error: c.refuse(rf.reason, "%s", rf.msg)}
+		}
+		return blind.BundlesReply{Next: -1, Error: "coordinator: " + err.Error()}
+	}
+	ge, err := c.rounds.Get(ctx, groupKey(in))
+	if err != nil {
+		return blind.BundlesReply{Next: -1, Error: c.refuse(RefusedUnknown, "bundles: no group %s: %v", in, err)}
+	}
+	var g groupRec
+	if err := json.Unmarshal(ge.Value(), &g); err != nil {
+		return blind.BundlesReply{Next: -1, Error: err.Error()}
+	}
+	if r.Member >= len(g.Members) || g.Members[r.Member] != r.ClientID {
+		return blind.BundlesReply{Next: -1, Error: c.refuse(RefusedNotMember, "bundles of member %d of %s: client %s is not that member", r.Member, in, r.ClientID)}
+	}
+	re, err := c.rounds.Get(ctx, recoveryKey(in))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return blind.BundlesReply{Next: -1, Error: c.refuse(RefusedUnknown, "bundles of member %d of %s: no recovery request for the group", r.Member, in)}
+	} else if err != nil {
+		return blind.BundlesReply{Next: -1, Error: "coordinator: " + err.Error()}
+	}
+	var req blind.Request
+	if err := json.Unmarshal(re.Value(), &req); err != nil {
+		return blind.BundlesReply{Next: -1, Error: "coordinator: " + err.Error()}
+	}
+	if slices.Contains(req.Dropped, uint16(r.Member)) {
+		return blind.BundlesReply{Next: -1, Error: c.refuse(RefusedNotMember, "bundles of member %d of %s: the member dropped (only survivors answer)", r.Member, in)}
+	}
+	page, next, err := c.bundlesPage(ctx, in, r.Member, r.Offset, len(g.Members))
+	if err != nil {
+		return blind.BundlesReply{Next: -1, Error: "coordinator: bundles: " + err.Error()}
+	}
+	return blind.BundlesReply{Bundles: page, Next: next}
+}
+
+// handleDeposit stores one chunk of a member's deposit
+// (blind.DepositRequest): its bundles, as KV entries
+// bundle.<campaign>.<round>.<group>.<to>.<from>. On the last chunk it checks
+// that the dealer's bundles for all n holders are stored (refused as
+// malformed, naming the missing holders, when not: the client sends the
+// whole deposit again) and that it carries n roots, then writes the
+// commitments to Kafka and the "deposited" mark, so the mark means a
+// complete deposit.
 func (c *Coordinator) handleDeposit(ctx context.Context, b []byte) any {
 	d, sig, err := blind.ParseDeposit(b)
 	if err != nil {
@@ -705,12 +776,8 @@ func (c *Coordinator) handleDeposit(ctx context.Context, b []byte) any {
 		return blind.Reply{Error: "coordinator: " + err.Error()}
 	}
 	n := len(g.Members)
-	if len(d.Roots) != n || len(d.Bundles) != n {
-		return blind.Reply{Error: c.refuse(RefusedMalformed, "deposit for %s: %d roots and %d bundles, want %d of each", in, len(d.Roots), len(d.Bundles), n)}
-	}
-	cm := blind.Commitments{Instance: in, Member: d.From, Roots: make([][32]byte, n)}
-	for h, r := range d.Roots {
-		copy(cm.Roots[h][:], r)
+	if d.Last() && len(d.Roots) != n {
+		return blind.Reply{Error: c.refuse(RefusedMalformed, "deposit for %s: %d roots, want %d", in, len(d.Roots), n)}
 	}
 	var futs []jetstream.PubAckFuture
 	for _, sb := range d.Bundles {
@@ -732,6 +799,21 @@ func (c *Coordinator) handleDeposit(ctx context.Context, b []byte) any {
 			return blind.Reply{Error: ctx.Err().Error()}
 		}
 	}
+	if !d.Last() {
+		return blind.Reply{}
+	}
+	missing, err := c.missingBundles(ctx, in, d.From, n)
+	if err != nil {
+		return blind.Reply{Error: "coordinator: " + err.Error()}
+	}
+	if len(missing) > 0 {
+		return blind.Reply{Error: c.refuse(RefusedMalformed, "deposit of member %d for %s: bundles for %d of %d holders missing (holders %s) after the last of %d chunks: send the whole deposit again",
+			d.From, in, len(missing), n, holderList(missing), d.Chunks)}
+	}
+	cm := blind.Commitments{Instance: in, Member: d.From, Roots: make([][32]byte, n)}
+	for h, r := range d.Roots {
+		copy(cm.Roots[h][:], r)
+	}
 	// the commitments reach the aggregator (same partition as the group's
 	// vectors) before the member's submission can: it is sent only after
 	// this reply
@@ -744,6 +826,49 @@ func (c *Coordinator) handleDeposit(ctx context.Context, b []byte) any {
 		return blind.Reply{Error: err.Error()}
 	}
 	return blind.Reply{}
+}
+
+// missingBundles lists the holders h < n, ascending, with no stored bundle
+// from dealer from (keys bundle.<campaign>.<round>.<group>.*.<from>).
+func (c *Coordinator) missingBundles(ctx context.Context, in blind.Instance, from uint16, n int) ([]int, error) {
+	have := make([]bool, n)
+	prefix := fmt.Sprintf("bundle.%s.%d.%d.", in.Campaign, in.Round, in.Group)
+	suffix := fmt.Sprintf(".%d", from)
+	lister, err := c.rounds.ListKeysFiltered(ctx, prefix+"*"+suffix)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, err
+	}
+	if err == nil {
+		for k := range lister.Keys() {
+			to, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(k, prefix), suffix))
+			if err == nil && to >= 0 && to < n {
+				have[to] = true
+			}
+		}
+	}
+	var missing []int
+	for h, ok := range have {
+		if !ok {
+			missing = append(missing, h)
+		}
+	}
+	return missing, nil
+}
+
+// holderList names the first 10 holders of hs and counts the others
+// ("3, 4, 7"; "0, 1, 2, 3, 4, 5, 6, 7, 8, 9 and 12 more").
+func holderList(hs []int) string {
+	var b strings.Builder
+	for k, h := range hs[:min(len(hs), 10)] {
+		if k > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Itoa(h))
+	}
+	if len(hs) > 10 {
+		fmt.Fprintf(&b, " and %d more", len(hs)-10)
+	}
+	return b.String()
 }
 
 func (c *Coordinator) handleRecovery(ctx context.Context, b []byte) any {

@@ -113,12 +113,13 @@ func ping(t *testing.T, nc *nats.Conn, c *testClient) blind.Instructions {
 	return ins
 }
 
-// deposit is member tk.Member's deposit (fake bundles and roots: the
-// coordinator cannot read them anyway) signed by c.
+// deposit is member tk.Member's deposit in one chunk (fake bundles and
+// roots: the coordinator cannot read them anyway) signed by c.
 func (c *testClient) deposit(tk blind.Task) blind.Signed {
 	c.seq++
 	n := len(tk.Members)
-	d := blind.DepositRequest{ClientID: c.id, Seq: c.seq, Campaign: "flu", Round: tk.Round, Group: tk.Group, From: uint16(tk.Member)}
+	d := blind.DepositRequest{ClientID: c.id, Seq: c.seq, Campaign: "flu", Round: tk.Round, Group: tk.Group, From: uint16(tk.Member),
+		Chunk: 0, Chunks: 1}
 	for h := 0; h < n; h++ {
 		d.Roots = append(d.Roots, make([]byte, 32))
 		d.Bundles = append(d.Bundles, blind.SealedBundle{From: uint16(tk.Member), To: uint16(h), Ciphertext: make([]byte, 64)})
@@ -240,6 +241,9 @@ func FuzzParse(f *testing.F) {
 		blind.RegisterRequest{PublicKey: make([]byte, 32), SignKey: key.Public().(ed25519.PublicKey)},
 		blind.DepositRequest{ClientID: "0123456789abcdef0123456789abcdef", Campaign: "flu", Round: 1, From: 1, Roots: [][]byte{make([]byte, 32)},
 			Bundles: []blind.SealedBundle{{From: 1, To: 0, Ciphertext: make([]byte, 48)}}},
+		blind.DepositRequest{ClientID: "0123456789abcdef0123456789abcdef", Campaign: "flu", Round: 1, From: 1, Chunk: 1, Chunks: 3,
+			Bundles: []blind.SealedBundle{{From: 1, To: 2, Ciphertext: make([]byte, 48)}}},
+		blind.BundlesRequest{ClientID: "0123456789abcdef0123456789abcdef", Campaign: "flu", Round: 1, Group: 2, Member: 1, Offset: 40},
 		blind.Request{Instance: blind.Instance{Campaign: "flu", Round: 1, Group: 0}, N: 5, T: 3, Dropped: []uint16{1}},
 		blind.AdvanceRequest{Day: 5},
 	} {
@@ -252,6 +256,7 @@ func FuzzParse(f *testing.F) {
 			func(b []byte) error { _, _, err := blind.ParsePing(b); return err },
 			func(b []byte) error { _, err := blind.ParseRegister(b); return err },
 			func(b []byte) error { _, _, err := blind.ParseDeposit(b); return err },
+			func(b []byte) error { _, _, err := blind.ParseBundles(b); return err },
 			func(b []byte) error { _, _, err := blind.ParseRecovery(b); return err },
 			func(b []byte) error { _, _, err := blind.ParseAdvance(b); return err },
 		} {

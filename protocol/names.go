@@ -67,10 +67,12 @@ func RelayKeysSubject(name string) string { return RelayKeysSubjectPrefix + name
 // processes form the queue group CoordinatorQueueGroup). Messages are in
 // package blind (messages.go).
 const (
-	PDDRegisterSubject    = "crowdlog.pdd.register"
-	PDDPingSubject        = "crowdlog.pdd.ping"
-	PDDDepositSubject     = "crowdlog.pdd.deposit"
-	PDDAdvanceSubject     = "crowdlog.pdd.advance"
-	PDDRecoverySubject    = "crowdlog.pdd.recovery"
+	PDDRegisterSubject = "crowdlog.pdd.register"
+	PDDPingSubject     = "crowdlog.pdd.ping"
+	PDDDepositSubject  = "crowdlog.pdd.deposit" // chunked (blind.SplitDeposit)
+	PDDBundlesSubject  = "crowdlog.pdd.bundles" // a survivor's bundles, page by page
+	PDDAdvanceSubject  = "crowdlog.pdd.advance"
+	PDDRecoverySubject = "crowdlog.pdd.recovery"
+
 	CoordinatorQueueGroup = "crowdlog-coordinator"
 )

@@ -3,10 +3,13 @@
 // with the coordinator, contacts it once on each day it is active, and for
 // every round it owes builds its keyword-count vector of that day from its
 // own log, blinds it for its group (protocol/blind), deposits the recovery
-// shares of its pair seeds with the coordinator, and sends the blinded
-// vector through the onion relays to Kafka topic "vectors". When asked, it
-// answers the group's unmasking request (double masking, Bonawitz et al.
-// CCS 2017 §4): at most once per group, only for a roster it submitted for.
+// shares of its pair seeds with the coordinator (in chunks of at most
+// blind.MaxMessageBytes, blind.SplitDeposit: a deposit is about 44·n² bytes),
+// and sends the blinded vector through the onion relays to Kafka topic
+// "vectors". When asked, it fetches the bundles addressed to it page by
+// page and answers the group's unmasking request (double masking, Bonawitz
+// et al. CCS 2017 §4): at most once per group, only for a roster it
+// submitted for.
 // Every request to the coordinator is signed with its registered Ed25519
 // key and carries a growing sequence number.
 //
@@ -212,20 +215,22 @@ func (c *Client) submit(ctx context.Context, tr *Transport, t blind.Task) error 
 	for h := range roots {
 		roots[h] = d.Commit.Roots[h][:]
 	}
-	signed, err := blind.SignMessage(c.SignKey, blind.PurposeDeposit, blind.DepositRequest{ClientID: c.ID, Seq: c.nextSeq(),
-		Roots: roots, Campaign: c.Campaign, Round: t.Round, Group: t.Group, From: uint16(t.Member), Bundles: d.Bundles})
+	chunks, err := blind.SplitDeposit(blind.DepositRequest{ClientID: c.ID, Roots: roots, Campaign: c.Campaign, Round: t.Round,
+		Group: t.Group, From: uint16(t.Member), Bundles: d.Bundles}, maxChunkBytes)
 	if err != nil {
 		return err
 	}
-	if err := c.save(); err != nil {
-		return err
-	}
-	var rep blind.Reply
-	if err := natsconn.RequestJSON(ctx, tr.NC, protocol.PDDDepositSubject, signed, &rep); err != nil {
-		return err
-	}
-	if rep.Error != "" {
-		return errors.New(rep.Error)
+	// a refused last chunk (a chunk lost on the way, so the coordinator
+	// misses bundles) is answered by sending the whole deposit once more:
+	// the deal is deterministic, so it is byte-identical
+	for attempt := 0; ; attempt++ {
+		last, err := c.deposit(ctx, tr, chunks)
+		if err == nil {
+			break
+		}
+		if !last || attempt > 0 {
+			return err
+		}
 	}
 	v := c.Counts[keywords.Day(t.Round)].Dense(c.List.Len())
 	if c.MaxCount > 0 {
@@ -242,6 +247,65 @@ func (c *Client) submit(ctx context.Context, tr *Transport, t blind.Task) error 
 	return c.save()
 }
 
+// maxChunkBytes bounds the JSON of one deposit chunk
+// (blind.MaxMessageBytes; tests lower it).
+var maxChunkBytes = blind.MaxMessageBytes
+
+// deposit sends the chunks of a deposit in order, each signed with its own
+// sequence number (saved before it is sent). Errors: a transport error or
+// the coordinator's refusal; last says the refusal was of the last chunk.
+func (c *Client) deposit(ctx context.Context, tr *Transport, chunks []blind.DepositRequest) (last bool, err error) {
+	for _, ch := range chunks {
+		ch.Seq = c.nextSeq()
+		signed, err := blind.SignMessage(c.SignKey, blind.PurposeDeposit, ch)
+		if err != nil {
+			return false, err
+		}
+		if err := c.save(); err != nil {
+			return false, err
+		}
+		var rep blind.Reply
+		if err := natsconn.RequestJSON(ctx, tr.NC, protocol.PDDDepositSubject, signed, &rep); err != nil {
+			return false, fmt.Errorf("deposit chunk %d of %d: %w", ch.Chunk+1, ch.Chunks, err)
+		}
+		if rep.Error != "" {
+			return ch.Last(), fmt.Errorf("deposit chunk %d of %d: %s", ch.Chunk+1, ch.Chunks, rep.Error)
+		}
+	}
+	return false, nil
+}
+
+// bundles fetches, page by page, the sealed bundles the coordinator holds
+// for this client as member rt.Member of rt's instance (each page a signed
+// blind.BundlesRequest with its own sequence number). Errors: a transport
+// error, the coordinator's refusal, or a page that does not move forward.
+func (c *Client) bundles(ctx context.Context, tr *Transport, rt blind.RecoveryTask) ([]blind.SealedBundle, error) {
+	var out []blind.SealedBundle
+	for offset := 0; offset >= 0; {
+		signed, err := blind.SignMessage(c.SignKey, blind.PurposeBundles, blind.BundlesRequest{ClientID: c.ID, Seq: c.nextSeq(),
+			Campaign: c.Campaign, Round: rt.Round, Group: rt.Group, Member: rt.Member, Offset: offset})
+		if err != nil {
+			return nil, err
+		}
+		if err := c.save(); err != nil {
+			return nil, err
+		}
+		var rep blind.BundlesReply
+		if err := natsconn.RequestJSON(ctx, tr.NC, protocol.PDDBundlesSubject, signed, &rep); err != nil {
+			return nil, fmt.Errorf("bundles from %d: %w", offset, err)
+		}
+		if rep.Error != "" {
+			return nil, fmt.Errorf("bundles from %d: %s", offset, rep.Error)
+		}
+		if rep.Next >= 0 && rep.Next <= offset {
+			return nil, fmt.Errorf("bundles from %d: the next page starts at %d", offset, rep.Next)
+		}
+		out = append(out, rep.Bundles...)
+		offset = rep.Next
+	}
+	return out, nil
+}
+
 func (c *Client) send(ctx context.Context, tr *Transport, in blind.Instance, msg []byte) error {
 	onion, err := tr.Route.WrapVector([]byte(in.String()), msg)
 	if err != nil {
@@ -256,9 +320,10 @@ var ErrRequestRefused = errors.New("pdd: unmasking request refused")
 
 // answer checks an unmasking request against the roster the client
 // submitted for (same members and keys, same index and threshold) and
-// blind.Request.Check (a survivor, ≥ t survivors), records that it
-// answered (before sending: a crash never leads to a second answer), and
-// sends its revealed shares through the relays.
+// blind.Request.Check (a survivor, ≥ t survivors), fetches the bundles
+// addressed to it (every page), records that it answered (before sending:
+// a crash never leads to a second answer), and sends its revealed shares
+// through the relays.
 func (c *Client) answer(ctx context.Context, tr *Transport, rt blind.RecoveryTask) error {
 	in := rt.Instance(c.Campaign)
 	h, ok := c.sent[in]
@@ -272,8 +337,12 @@ func (c *Client) answer(ctx context.Context, tr *Transport, rt blind.RecoveryTas
 	if err := req.Check(rt.Member, len(rt.Members)); err != nil {
 		return err
 	}
+	sealed, err := c.bundles(ctx, tr, rt)
+	if err != nil {
+		return err
+	}
 	var opened []*blind.Bundle
-	for _, sb := range rt.Bundles {
+	for _, sb := range sealed {
 		b, err := blind.OpenBundle(c.Key, in, uint16(rt.Member), sb)
 		if err != nil {
 			continue // a bundle that does not open is skipped; others' shares suffice

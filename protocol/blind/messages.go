@@ -2,6 +2,7 @@ package blind
 
 import (
 	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ const (
 	PurposeRegister = "register" // client, own new signing key (proof of possession)
 	PurposePing     = "ping"     // client, registered signing key
 	PurposeDeposit  = "deposit"  // client, registered signing key
+	PurposeBundles  = "bundles"  // client, registered signing key
 	PurposeRecovery = "recovery" // aggregator credential
 	PurposeAdvance  = "advance"  // operator credential
 )
@@ -115,13 +117,14 @@ func (t *Task) Instance(campaign string) Instance {
 	return Instance{Campaign: campaign, Round: t.Round, Group: t.Group}
 }
 
-// RecoveryTask asks a survivor for its recovery answer: the group's task,
-// the members that never submitted, and the sealed bundles addressed to
-// this member.
+// RecoveryTask asks a survivor for its recovery answer: the group's task
+// and the members that never submitted. The sealed bundles addressed to
+// this member are not in it (n of them, about 44·n bytes each, would
+// outgrow a NATS message): the survivor fetches them page by page with
+// BundlesRequest.
 type RecoveryTask struct {
 	Task
-	Dropped []uint16       `json:"dropped"`
-	Bundles []SealedBundle `json:"bundles"`
+	Dropped []uint16 `json:"dropped"`
 }
 
 // Instructions is the ping reply: today's day, the campaign's keyword list
@@ -138,9 +141,16 @@ type Instructions struct {
 	Error      string         `json:"error,omitempty"`
 }
 
-// DepositRequest stores member From's sealed bundles and commitments
-// (Roots, one 32-byte Merkle root per holder) for one instance. ClientID
-// must be the roster's member From.
+// DepositRequest is chunk Chunk of Chunks of member From's deposit for one
+// instance: some of its n sealed bundles, and in the last chunk
+// (Chunk == Chunks−1) only, its commitments (Roots, one 32-byte Merkle root
+// per holder, n of them). A whole deposit is about 44·n² bytes, so it is
+// sent as several signed requests (SplitDeposit), each with its own growing
+// Seq and at most MaxMessageBytes of JSON. The coordinator stores each
+// chunk's bundles; on the last chunk it checks that all n bundles of the
+// dealer are stored and only then accepts the commitments, so a lost chunk
+// fails the deposit and the client sends it all again. Chunks 0 reads as 1
+// (a deposit in one request). ClientID must be the roster's member From.
 type DepositRequest struct {
 	ClientID string         `json:"client_id"`
 	Seq      uint64         `json:"seq"`
@@ -150,6 +160,110 @@ type DepositRequest struct {
 	Group    uint32         `json:"group"`
 	From     uint16         `json:"from"`
 	Bundles  []SealedBundle `json:"bundles"`
+	Chunk    int            `json:"chunk"`
+	Chunks   int            `json:"chunks"`
+}
+
+// Last reports whether d is its deposit's last chunk (the one carrying the
+// roots).
+func (d *DepositRequest) Last() bool { return d.Chunk == max(d.Chunks, 1)-1 }
+
+// BundlesRequest asks for one page of the sealed bundles addressed to
+// member Member of an instance: those of dealers From ≥ Offset, in dealer
+// order. The coordinator answers only the roster's member Member (ClientID),
+// only while the instance's recovery request is stored and names it a
+// survivor.
+type BundlesRequest struct {
+	ClientID string `json:"client_id"`
+	Seq      uint64 `json:"seq"`
+	Campaign string `json:"campaign"`
+	Round    int32  `json:"round"`
+	Group    uint32 `json:"group"`
+	Member   int    `json:"member"`
+	Offset   int    `json:"offset"`
+}
+
+// BundlesReply is one page of bundles (at most MaxMessageBytes of JSON,
+// From ascending, To the requesting member) and Next, the Offset of the
+// next page, or −1 when this page is the last.
+type BundlesReply struct {
+	Bundles []SealedBundle `json:"bundles,omitempty"`
+	Next    int            `json:"next"`
+	Error   string         `json:"error,omitempty"`
+}
+
+// Sizes of chunked coordination messages.
+const (
+	// MaxMessageBytes bounds the JSON of one deposit chunk or bundles page
+	// (signed envelope included): 512 KiB, half of NATS's default maximum
+	// payload of 1 MiB.
+	MaxMessageBytes = 512 << 10
+	// MessageOverhead bounds the JSON bytes of a deposit chunk or bundles
+	// page outside its bundles and roots: ids, campaign (≤ 64 bytes),
+	// numbers, field names, the signature.
+	MessageOverhead = 1 << 10
+	// MaxChunks bounds a deposit's chunk count.
+	MaxChunks = 1 << 16
+)
+
+// BundleJSONSize bounds the bytes sb takes in a JSON message, its
+// separating comma included: the base64 ciphertext (4/3 of its length,
+// padded) and 48 bytes of field names and numbers.
+func BundleJSONSize(sb SealedBundle) int {
+	return base64.StdEncoding.EncodedLen(len(sb.Ciphertext)) + 48
+}
+
+// RootsJSONSize bounds the bytes n 32-byte commitment roots take in a JSON
+// message: 44 base64 characters, quotes and a comma each.
+func RootsJSONSize(n int) int { return 47 * n }
+
+// SplitDeposit splits a whole deposit d (every bundle and every root, Seq
+// unset) into chunks whose JSON, signed, stays within maxBytes each
+// (MaxMessageBytes on the wire): bundles in order, as many per chunk as fit;
+// the roots in the last chunk, which may carry no bundle when they do not
+// fit beside the last bundles. Chunk and Chunks are set; the caller sets
+// each chunk's Seq and signs it. Errors: a bundle or the roots that alone
+// exceed maxBytes − MessageOverhead, or more than MaxChunks chunks.
+func SplitDeposit(d DepositRequest, maxBytes int) ([]DepositRequest, error) {
+	budget := maxBytes - MessageOverhead
+	chunk := func(bs []SealedBundle) DepositRequest {
+		c := d
+		c.Roots, c.Bundles, c.Seq = nil, bs, 0
+		return c
+	}
+	var out []DepositRequest
+	var cur []SealedBundle
+	size := 0
+	for _, sb := range d.Bundles {
+		s := BundleJSONSize(sb)
+		if s > budget {
+			return nil, fmt.Errorf("blind: a bundle of %d bytes does not fit in a deposit chunk of %d bytes", len(sb.Ciphertext), maxBytes)
+		}
+		if size+s > budget {
+			out = append(out, chunk(cur))
+			cur, size = nil, 0
+		}
+		cur = append(cur, sb)
+		size += s
+	}
+	rs := RootsJSONSize(len(d.Roots))
+	if rs > budget {
+		return nil, fmt.Errorf("blind: %d commitment roots (%d bytes of JSON) do not fit in a deposit chunk of %d bytes", len(d.Roots), rs, maxBytes)
+	}
+	if size+rs > budget {
+		out = append(out, chunk(cur))
+		cur = nil
+	}
+	last := chunk(cur)
+	last.Roots = d.Roots
+	out = append(out, last)
+	if len(out) > MaxChunks {
+		return nil, fmt.Errorf("blind: a deposit of %d chunks (at most %d)", len(out), MaxChunks)
+	}
+	for k := range out {
+		out[k].Chunk, out[k].Chunks = k, len(out)
+	}
+	return out, nil
 }
 
 // AdvanceRequest starts day Day (the operator's or a log replay's clock;
@@ -215,8 +329,13 @@ func ParseRegister(b []byte) (*RegisterRequest, error) {
 	return &r, nil
 }
 
-// ParseDeposit decodes and validates a signed deposit; the caller verifies
-// the signature with the client's registered key.
+// ParseDeposit decodes and validates a signed deposit chunk: campaign and
+// client id, 0 ≤ Chunk < Chunks ≤ MaxChunks (Chunks 0 is read as 1), roots
+// of 32 bytes and only in the last chunk, bundles from From of 48 bytes to
+// 1 MiB. Whether the deposit holds one bundle and one root per member is
+// the coordinator's check on the last chunk (it knows n). The caller
+// verifies the signature with the client's registered key. Errors wrap
+// ErrMalformedCoordination.
 func ParseDeposit(b []byte) (*DepositRequest, *Signed, error) {
 	var d DepositRequest
 	s, err := parseSigned(b, &d)
@@ -225,6 +344,15 @@ func ParseDeposit(b []byte) (*DepositRequest, *Signed, error) {
 	}
 	if !ValidCampaign(d.Campaign) || !clientID.MatchString(d.ClientID) {
 		return nil, nil, fmt.Errorf("%w: campaign or client id", ErrMalformedCoordination)
+	}
+	if d.Chunks == 0 {
+		d.Chunks = 1
+	}
+	if d.Chunk < 0 || d.Chunk >= d.Chunks || d.Chunks > MaxChunks {
+		return nil, nil, fmt.Errorf("%w: chunk %d of %d (want 0 ≤ chunk < chunks ≤ %d)", ErrMalformedCoordination, d.Chunk, d.Chunks, MaxChunks)
+	}
+	if !d.Last() && len(d.Roots) > 0 {
+		return nil, nil, fmt.Errorf("%w: commitment roots in chunk %d of %d (only the last chunk carries them)", ErrMalformedCoordination, d.Chunk, d.Chunks)
 	}
 	for _, r := range d.Roots {
 		if len(r) != 32 {
@@ -237,6 +365,25 @@ func ParseDeposit(b []byte) (*DepositRequest, *Signed, error) {
 		}
 	}
 	return &d, s, nil
+}
+
+// ParseBundles decodes and validates a signed bundles request: campaign,
+// client id, 0 ≤ Member < 65536 and 0 ≤ Offset < 65536. The caller verifies
+// the signature with the client's registered key. Errors wrap
+// ErrMalformedCoordination.
+func ParseBundles(b []byte) (*BundlesRequest, *Signed, error) {
+	var r BundlesRequest
+	s, err := parseSigned(b, &r)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !ValidCampaign(r.Campaign) || !clientID.MatchString(r.ClientID) {
+		return nil, nil, fmt.Errorf("%w: campaign or client id", ErrMalformedCoordination)
+	}
+	if r.Member < 0 || r.Member > 0xffff || r.Offset < 0 || r.Offset > 0xffff {
+		return nil, nil, fmt.Errorf("%w: member %d, offset %d", ErrMalformedCoordination, r.Member, r.Offset)
+	}
+	return &r, s, nil
 }
 
 // ParseRecovery decodes a signed recovery request from the aggregator; the
