@@ -11,8 +11,10 @@
 // restarted coordinator — or another process of the queue group — carries
 // on: "crowdlog_pdd" holds clients, the clock and the campaign start;
 // "crowdlog_pdd_rounds" (with a retention age) holds groups, membership,
-// deposited recovery bundles and recovery requests. Group formation is
-// deterministic (seeded by campaign and round), so a formation interrupted
+// deposited recovery bundles and recovery requests; the stream
+// "crowdlog_pdd_active" indexes the clients active per campaign and day
+// (index.go), so a day's formation reads only that day's clients. Group
+// formation is deterministic (seeded by campaign and round), so a formation interrupted
 // by a crash and redone produces the same groups. Rosters and day ticks go
 // to Kafka topic "vectors", where the aggregator (aggregator/vectors) reads
 // them in order with the members' submissions.
@@ -33,13 +35,11 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	mrand "math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -211,6 +211,9 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		History: 1, TTL: c.Retention, MaxValueSize: 4 << 20, Replicas: bucketReplicas(ctx, js, "crowdlog_pdd_rounds")}); err != nil {
 		return fmt.Errorf("coordinator: key-value bucket: %w", err)
 	}
+	if err := EnsureActiveIndex(ctx, js, c.Retention); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
 	conn, err := (&kafka.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", c.Brokers[0])
 	if err != nil {
 		return fmt.Errorf("coordinator: dial kafka %s: %w", c.Brokers[0], err)
@@ -381,56 +384,29 @@ func (c *Coordinator) advanceOne(ctx context.Context, d int32) (blind.AdvanceRep
 	if err != nil {
 		return blind.AdvanceReply{}, err
 	}
-	clients, err := c.clients(ctx)
+	// the clients active on the round's day, from the index their pings
+	// wrote (not every client record); PDD eq. 5 and the deterministic
+	// shuffle are FormGroups'
+	entries, err := ActiveOn(ctx, c.js, cp.Name, round)
 	if err != nil {
 		return blind.AdvanceReply{}, err
 	}
-	var active, cand []string
-	for _, id := range sortedKeys(clients) {
-		rec := clients[id]
-		if !slices.Contains(rec.Days, round) {
-			continue
-		}
-		active = append(active, id)
-		// PDD eq. (5): with δ > 0 and d > δ (days counted from the start),
-		// keep clients active on at least a 1/δ share of days 0..d−2
-		if idx := d - start; cp.Heuristic && cp.Delay > 0 && int(idx) > cp.Delay {
-			n := 0
-			for _, x := range rec.Days {
-				if x >= start && x <= d-2 {
-					n++
-				}
-			}
-			if float64(n) < float64(idx-1)/float64(cp.Delay) {
-				continue
-			}
-		}
-		cand = append(cand, id)
-	}
-	// deterministic shuffle: the same groups if this formation is redone
-	seed := sha256.Sum256([]byte(fmt.Sprintf("crowdlog-v1 pdd groups %s %d", cp.Name, round)))
-	rng := mrand.New(mrand.NewChaCha8(seed))
-	rng.Shuffle(len(cand), func(i, j int) { cand[i], cand[j] = cand[j], cand[i] })
-	G := 0
-	if cp.End != 0 && round > cp.End {
-		cand = nil
-	}
-	if len(cand) >= blind.MinGroup {
-		G = max(1, len(cand)/cp.GroupSize)
-	}
-	groups := make([][]string, G)
-	for i, id := range cand[:len(cand)*min(G, 1)] {
-		groups[i%G] = append(groups[i%G], id)
+	nActive, formed := FormGroups(cp.Name, round, entries, start, cp.GroupSize, cp.Delay, cp.Heuristic, cp.End)
+	G, grouped := len(formed), 0
+	for _, g := range formed {
+		grouped += len(g)
 	}
 	deadline := round + 1 + int32(cp.Delay)
 	var rosters []kafka.Message
-	for g, members := range groups {
+	for g, group := range formed {
 		in := blind.Instance{Campaign: cp.Name, Round: round, Group: uint32(g)}
-		n := len(members)
-		rec := groupRec{Members: members, T: blind.Threshold(n), Deadline: deadline, RecoverBy: deadline + int32(cp.RecoveryDays)}
-		for _, id := range members {
-			rec.Pubs = append(rec.Pubs, clients[id].Public)
+		n := len(group)
+		rec := groupRec{T: blind.Threshold(n), Deadline: deadline, RecoverBy: deadline + int32(cp.RecoveryDays)}
+		for _, e := range group {
+			rec.Members = append(rec.Members, e.ID)
+			rec.Pubs = append(rec.Pubs, e.Public)
 		}
+		members := rec.Members
 		v, _ := json.Marshal(rec)
 		if _, err := c.rounds.Put(ctx, groupKey(in), v); err != nil {
 			return blind.AdvanceReply{}, err
@@ -441,7 +417,7 @@ func (c *Coordinator) advanceOne(ctx context.Context, d int32) (blind.AdvanceRep
 			}
 		}
 		ro := blind.Roster{Instance: in, N: uint16(n), T: uint16(rec.T), Deadline: deadline, RecoverBy: rec.RecoverBy,
-			Groups: uint32(G), Active: uint32(len(active)), Grouped: uint32(len(cand)), L: uint32(cp.List.Len()), ListHash: c.hash}
+			Groups: uint32(G), Active: uint32(nActive), Grouped: uint32(grouped), L: uint32(cp.List.Len()), ListHash: c.hash}
 		b, _ := ro.MarshalBinary()
 		rosters = append(rosters, kafka.Message{Key: []byte(in.String()), Value: b, Headers: []kafka.Header{{Key: protocol.ControlHeader, Value: []byte("roster")}}})
 	}
@@ -463,8 +439,8 @@ func (c *Coordinator) advanceOne(ctx context.Context, d int32) (blind.AdvanceRep
 		return blind.AdvanceReply{}, err
 	}
 	c.Logger.Info("coordinator: day advanced", "campaign", cp.Name, "day", keywords.Day(d).String(),
-		"round", keywords.Day(round).String(), "active", len(active), "grouped", len(cand), "groups", G)
-	return blind.AdvanceReply{Day: d, Groups: G, Active: len(active), Grouped: len(cand)}, nil
+		"round", keywords.Day(round).String(), "active", nActive, "grouped", grouped, "groups", G)
+	return blind.AdvanceReply{Day: d, Groups: G, Active: nActive, Grouped: grouped}, nil
 }
 
 func groupKey(in blind.Instance) string {
@@ -473,38 +449,6 @@ func groupKey(in blind.Instance) string {
 
 func memberKey(campaign string, round int32, id string) string {
 	return fmt.Sprintf("member.%s.%d.%s", campaign, round, id)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
-}
-
-func (c *Coordinator) clients(ctx context.Context) (map[string]clientRec, error) {
-	lister, err := c.kv.ListKeysFiltered(ctx, "client.*")
-	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	out := map[string]clientRec{}
-	for k := range lister.Keys() {
-		e, err := c.kv.Get(ctx, k)
-		if err != nil {
-			return nil, err
-		}
-		var rec clientRec
-		if err := json.Unmarshal(e.Value(), &rec); err != nil {
-			return nil, fmt.Errorf("client record %s: %w", k, err)
-		}
-		out[strings.TrimPrefix(k, "client.")] = rec
-	}
-	return out, nil
 }
 
 // errRefused carries a refusal reason out of authenticate.
@@ -601,8 +545,24 @@ func (c *Coordinator) instructions(ctx context.Context, id string, sig *blind.Si
 	if !ok {
 		return blind.Instructions{}, errors.New("the campaign has not started (no day advanced yet)")
 	}
-	if _, err := c.authenticate(ctx, id, sig, blind.PurposePing, seq, day); err != nil {
+	rec, err := c.authenticate(ctx, id, sig, blind.PurposePing, seq, day)
+	if err != nil {
 		return blind.Instructions{}, err
+	}
+	// index the client as active today (idempotent: every ping of the day
+	// records the same entry, so a retried ping after a failed record counts)
+	start, err := c.start(ctx)
+	if err != nil {
+		return blind.Instructions{}, err
+	}
+	prior := 0
+	for _, x := range rec.Days {
+		if x >= start && x < day {
+			prior++
+		}
+	}
+	if err := RecordActive(ctx, c.js, cp.Name, day, ActiveEntry{ID: id, Public: rec.Public, Sign: rec.Sign, Prior: prior}); err != nil {
+		return blind.Instructions{}, fmt.Errorf("record activity: %w", err)
 	}
 	ins := blind.Instructions{Day: day, Campaign: cp.Name, Keywords: cp.ListName, L: cp.List.Len(), ListHash: c.hash[:]}
 	oldest := day - 2 - int32(cp.Delay) - int32(cp.RecoveryDays)
