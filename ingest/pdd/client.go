@@ -323,7 +323,8 @@ var ErrRequestRefused = errors.New("pdd: unmasking request refused")
 // blind.Request.Check (a survivor, ≥ t survivors), fetches the bundles
 // addressed to it (every page), records that it answered (before sending:
 // a crash never leads to a second answer), and sends its revealed shares
-// through the relays.
+// through the relays, in as many messages as the onion size classes need
+// (splitAnswer).
 func (c *Client) answer(ctx context.Context, tr *Transport, rt blind.RecoveryTask) error {
 	in := rt.Instance(c.Campaign)
 	h, ok := c.sent[in]
@@ -357,8 +358,46 @@ func (c *Client) answer(ctx context.Context, tr *Transport, rt blind.RecoveryTas
 	if err := c.save(); err != nil {
 		return err
 	}
-	b, _ := a.MarshalBinary()
-	return c.send(ctx, tr, in, b)
+	for _, part := range splitAnswer(a, maxAnswerBytes) {
+		b, err := part.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		if err := c.send(ctx, tr, in, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxAnswerBytes bounds one recovery answer message: the largest onion
+// size class (128 KiB) less 1 KiB for the answer's header and the
+// innermost layer's overhead. An answer reveals |S|·(1+|D|) shares of about
+// 49 + 32·⌈log2 n⌉ bytes each (305 bytes at n = 200), so in a large group
+// with dropped members it takes several messages.
+var maxAnswerBytes = 128<<10 - 1<<10
+
+// splitAnswer splits a into answers of the same instance and member whose
+// encodings stay within maxBytes each, the reveals in order (at least one
+// answer, and one reveal per answer even when it alone is larger). The
+// aggregator's blind.Recovery.Add takes a holder's answer in parts: each
+// adds the shares not yet held.
+func splitAnswer(a *blind.Answer, maxBytes int) []*blind.Answer {
+	const head = 2 + 1 + 64 + 8 + 2 + 4 // version, kind, instance, member, count
+	var out []*blind.Answer
+	cur := &blind.Answer{Instance: a.Instance, Member: a.Member}
+	size := head
+	for _, rv := range a.Reveals {
+		s := 2 + 2 + 2 + 24 + blind.NonceSize + 2 + 1 + 32*len(rv.Proof)
+		if len(cur.Reveals) > 0 && size+s > maxBytes {
+			out = append(out, cur)
+			cur = &blind.Answer{Instance: a.Instance, Member: a.Member}
+			size = head
+		}
+		cur.Reveals = append(cur.Reveals, rv)
+		size += s
+	}
+	return append(out, cur)
 }
 
 // state is the client's file format (JSON).

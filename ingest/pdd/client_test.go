@@ -113,3 +113,92 @@ func mustMarshal(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// An answer split into parts (here of 2 KiB, a few reveals each) recovers
+// a group as the whole answers do: every part stays within the limit, the
+// parts hold the answer's reveals in order, and the aggregator's Recovery,
+// fed every survivor's parts, removes the masks from the survivors' sum.
+func TestSplitAnswerRecovers(t *testing.T) {
+	const n, L, dropped = 9, 16, 8
+	in := blind.Instance{Campaign: "c", Round: 1, Group: 0}
+	keys := make([]*ecdh.PrivateKey, n)
+	pubs := make([][]byte, n)
+	for i := range keys {
+		keys[i], _ = blind.GenerateKey()
+		pubs[i] = keys[i].PublicKey().Bytes()
+	}
+	T := blind.Threshold(n)
+	sum, want := make([]uint64, L), make([]uint64, L)
+	commits := map[uint16]*blind.Commitments{}
+	sealed := make([][]blind.SealedBundle, n) // sealed[to]
+	for i := 0; i < n; i++ {
+		seeds, err := blind.Seeds(keys[i], i, pubs, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var secret [32]byte
+		rand.Read(secret[:])
+		selfSeed, rnd, _ := blind.DealSecret(secret[:], in)
+		d, err := blind.Deal(in, i, seeds, selfSeed, pubs, T, rnd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sb := range d.Bundles {
+			sealed[sb.To] = append(sealed[sb.To], sb)
+		}
+		if i == dropped {
+			continue // dealt, never submitted
+		}
+		commits[uint16(i)] = &d.Commit
+		v := make([]uint64, L)
+		for k := range v {
+			v[k] = uint64(i*100 + k)
+		}
+		blind.Sum(want, v)
+		blind.Sum(sum, blind.Blind(v, i, seeds, selfSeed))
+	}
+	req := blind.Request{Instance: in, N: n, T: T, Dropped: []uint16{dropped}}
+	rec, err := blind.NewRecovery(req, commits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := 0
+	for h := 0; h < n; h++ {
+		if h == dropped {
+			continue
+		}
+		var opened []*blind.Bundle
+		for _, sb := range sealed[h] {
+			b, err := blind.OpenBundle(keys[h], in, uint16(h), sb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opened = append(opened, b)
+		}
+		a, err := blind.MakeAnswer(&req, h, opened)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var again []blind.Reveal
+		for _, p := range splitAnswer(a, 2048) {
+			b, _ := p.MarshalBinary()
+			if len(b) > 2048 || p.Instance != in || p.Member != uint16(h) || len(p.Reveals) == 0 {
+				t.Fatalf("holder %d: a part of %d bytes with %d reveals", h, len(b), len(p.Reveals))
+			}
+			again = append(again, p.Reveals...)
+			if _, bad := rec.Add(p); bad != 0 {
+				t.Fatalf("holder %d: %d shares of a part failed", h, bad)
+			}
+			parts++
+		}
+		if !reflect.DeepEqual(again, a.Reveals) {
+			t.Fatalf("holder %d: the parts' reveals differ from the answer's", h)
+		}
+	}
+	if parts <= n-1 || !rec.Ready() {
+		t.Fatalf("%d parts from %d holders, ready %v", parts, n-1, rec.Ready())
+	}
+	if err := rec.Correct(sum); err != nil || !reflect.DeepEqual(sum, want) {
+		t.Fatalf("recovered sum %v (%v), want %v", sum[:4], err, want[:4])
+	}
+}
