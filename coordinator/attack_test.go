@@ -126,6 +126,10 @@ func TestAttackForgedCoordination(t *testing.T) {
 			t.Errorf("refused %s: %d, want %d (%v)", k, ref[k], v, ref)
 		}
 	}
+	// positive control: the operator's signed advance moves the clock
+	if rep, err := NATSAdvance(ctx, e.nc, op, day+2); err != nil || rep.Day != day+2 {
+		t.Fatalf("operator's advance: %+v %v", rep, err)
+	}
 	// the stored request is the aggregator's
 	re, err := c.rounds.Get(ctx, recoveryKey(in))
 	if err != nil || string(re.Value()) != mustJSON(real) {

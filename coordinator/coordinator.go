@@ -889,3 +889,23 @@ func (r NATSRecoverer) Ask(ctx context.Context, req blind.Request) error {
 	}
 	return nil
 }
+
+// NATSAdvance asks the coordinator to start day, signed with the
+// operator's credential key (the coordinator's OperatorKey must be its
+// public half), and returns the coordinator's reply. Errors: the NATS
+// request's, or the coordinator's refusal (a bad signature, a day not
+// after the current one is not an error: the reply says the current day).
+func NATSAdvance(ctx context.Context, nc *nats.Conn, key ed25519.PrivateKey, day int32) (blind.AdvanceReply, error) {
+	signed, err := blind.SignMessage(key, blind.PurposeAdvance, blind.AdvanceRequest{Day: day})
+	if err != nil {
+		return blind.AdvanceReply{}, err
+	}
+	var rep blind.AdvanceReply
+	if err := natsconn.RequestJSON(ctx, nc, protocol.PDDAdvanceSubject, signed, &rep); err != nil {
+		return rep, err
+	}
+	if rep.Error != "" {
+		return rep, errors.New(rep.Error)
+	}
+	return rep, nil
+}

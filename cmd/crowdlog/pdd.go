@@ -156,6 +156,52 @@ requests are counted per reason.`,
 	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
 	f.StringSliceVar(&kafkaAddr, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated")
 	addMetricsFlag(c, &metricsAddr)
+	c.AddCommand(coordinatorAdvanceCmd())
+	return c
+}
+
+func coordinatorAdvanceCmd() *cobra.Command {
+	var natsURL, key, day string
+	c := &cobra.Command{
+		Use:   "advance --day YYYY-MM-DD --key operator-sign.key",
+		Short: "Start a PDD campaign day (signed with the operator's credential)",
+		Long: `advance asks the running coordinators to start a day: they form the groups
+of the day before from its active clients and write rosters and a tick to
+Kafka "vectors". The request is signed with the operator's Ed25519 key
+(--key; keys/operator-sign.key, created by the first crowdlog pdd run or by
+this command when missing); the coordinator accepts it only when started
+with --operator-key set to its public half. Days move one at a time up to
+--day; a day not after the current one changes nothing.`,
+		Example: "  crowdlog coordinator advance --day 2006-03-02 --key keys/operator-sign.key",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, err := time.Parse("2006-01-02", day)
+			if err != nil {
+				return fmt.Errorf("--day %q: want YYYY-MM-DD", day)
+			}
+			k, err := keydir.EnsureSigningKey(key)
+			if err != nil {
+				return fmt.Errorf("--key: %w", err)
+			}
+			nc, err := natsconn.Connect(natsURL, "crowdlog-coordinator-advance")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			rep, err := coordinator.NATSAdvance(cmd.Context(), nc, k, int32(keywords.DayOf(t)))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "day %s: %d groups from %d active clients (%d grouped)\n",
+				keywords.Day(rep.Day), rep.Groups, rep.Active, rep.Grouped)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&day, "day", "", "the day to start (UTC), YYYY-MM-DD")
+	f.StringVar(&key, "key", "keys/"+keydir.OperatorSignKey, "the operator's Ed25519 credential (PEM)")
+	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL(s) of the coordinators, comma-separated")
+	_ = c.MarkFlagRequired("day")
 	return c
 }
 
