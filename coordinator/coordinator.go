@@ -875,6 +875,9 @@ type NATSRecoverer struct {
 }
 
 // Ask signs req, sends it and waits for the coordinator's acknowledgement.
+// A refusal (bad credential, a conflicting request) wraps blind.ErrRefused:
+// it would be refused again, so it is not worth a retry — check the
+// aggregator's --sign-key against the coordinator's --aggregator-key.
 func (r NATSRecoverer) Ask(ctx context.Context, req blind.Request) error {
 	signed, err := blind.SignMessage(r.Key, blind.PurposeRecovery, req)
 	if err != nil {
@@ -885,6 +888,11 @@ func (r NATSRecoverer) Ask(ctx context.Context, req blind.Request) error {
 		return err
 	}
 	if rep.Error != "" {
+		if strings.Contains(rep.Error, "refused (") {
+			// a refusal (bad credential, conflicting request) does not
+			// change on retry
+			return fmt.Errorf("%w: %s", blind.ErrRefused, rep.Error)
+		}
 		return errors.New(rep.Error)
 	}
 	return nil

@@ -20,7 +20,9 @@ import (
 )
 
 // Recoverer receives recovery requests (the coordinator, over NATS). Ask
-// must be idempotent: a restarted aggregator may ask again.
+// must be idempotent: a restarted aggregator may ask again. An error
+// wrapping blind.ErrRefused is final (not retried; the group is lost at its
+// recovery deadline); any other is retried.
 type Recoverer interface {
 	Ask(ctx context.Context, req blind.Request) error
 }
@@ -47,9 +49,11 @@ type Service struct {
 	SessionTimeout time.Duration
 
 	Submissions, Answers, Outcomes, Dropped atomic.Int64
-	mu                                      sync.Mutex
-	open                                    map[int]int
-	day                                     map[int]int32
+	// RefusedRequests counts unmasking requests the coordinator refused.
+	RefusedRequests atomic.Int64
+	mu              sync.Mutex
+	open            map[int]int
+	day             map[int]int32
 }
 
 // Day returns the latest coordinator day tick that every one of the n
@@ -163,8 +167,21 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				continue
 			}
 			if err := retry.Forever(ctx, log, "vectors: recovery request to the coordinator", 100*time.Millisecond, 5*time.Second,
-				func() error { return s.Recoverer.Ask(ctx, req) }); err != nil {
-				return err
+				func() error {
+					err := s.Recoverer.Ask(ctx, req)
+					if errors.Is(err, blind.ErrRefused) {
+						return retry.Permanent(err)
+					}
+					return err
+				}); err != nil {
+				if !errors.Is(err, blind.ErrRefused) {
+					return err
+				}
+				// a refused request is not retried: the group is lost at its
+				// recovery deadline instead of blocking the partition
+				s.RefusedRequests.Add(1)
+				log.Error("vectors: the coordinator refused an unmasking request; the group will be lost at its recovery deadline",
+					"instance", req.Instance.String(), "err", err)
 			}
 		}
 		if len(outs) > 0 {
@@ -172,6 +189,12 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 			for i := range outs {
 				b, _ := outs[i].MarshalBinary()
 				msgs[i] = kafka.Message{Key: []byte(outs[i].Roster.Instance.String()), Value: b}
+			}
+			for i := range outs {
+				if len(outs[i].Bad) > 0 {
+					log.Warn("vectors: holders revealed shares that failed their commitments (skipped)",
+						"instance", outs[i].Roster.Instance.String(), "holders", outs[i].Bad)
+				}
 			}
 			if err := retry.Forever(ctx, log, "vectors: write group-sums", 100*time.Millisecond, 5*time.Second,
 				func() error { return w.WriteMessages(ctx, msgs...) }); err != nil {

@@ -51,6 +51,7 @@ func RegisterVectors(reg prometheus.Registerer, s *vectors.Service) {
 	metrics.CounterFunc(reg, "crowdlog_vectors_answers_total", "Recovery answers accepted.", nil, func() float64 { return float64(s.Answers.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_vectors_outcomes_total", "Group outcomes (complete, recovered, lost) written.", nil, func() float64 { return float64(s.Outcomes.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_vectors_dropped_total", "Messages dropped: malformed, unknown group, late, duplicate, unsolicited.", nil, func() float64 { return float64(s.Dropped.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_vectors_refused_requests_total", "Unmasking requests the coordinator refused (check --sign-key against the coordinator's --aggregator-key).", nil, func() float64 { return float64(s.RefusedRequests.Load()) })
 	metrics.GaugeFunc(reg, "crowdlog_vectors_open_groups", "Groups not yet final in the partitions this process owns.", nil, func() float64 { return float64(s.OpenGroups()) })
 }
 
