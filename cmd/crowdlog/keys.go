@@ -31,11 +31,20 @@ Private keys are written with mode 0600 and never printed or logged.`,
 		Short: "Create relay-a, relay-b and aggregator key pairs in DIR (existing keys are kept)",
 		Long: `generate writes X25519 HPKE key pairs relay-a.key, relay-b.key and
 aggregator.key (mode 0600, private) with key id 1 and their public halves
-*.key.pub, which clients need. Existing files are never overwritten.`,
+*.key.pub, which clients need, and the Ed25519 credentials of PDD mode:
+aggregator-sign.key (aggregate-vectors --sign-key signs unmasking requests)
+and operator-sign.key (crowdlog coordinator advance), with their public
+halves *.pub for the coordinator's --aggregator-key and --operator-key.
+Existing files are never overwritten.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := keydir.EnsureKeys(dir); err != nil {
 				return err
+			}
+			for _, name := range []string{keydir.AggregatorSignKey, keydir.OperatorSignKey} {
+				if _, err := keydir.EnsureSigningKey(filepath.Join(dir, name)); err != nil {
+					return err
+				}
 			}
 			fmt.Println("keys in", dir)
 			return nil
