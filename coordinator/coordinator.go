@@ -456,6 +456,16 @@ type errRefused struct{ reason, msg string }
 
 func (e *errRefused) Error() string { return e.msg }
 
+// errorReply is the reply text for a handler's error: a refusal is counted
+// by its reason, anything else is reported as the coordinator's failure.
+func (c *Coordinator) errorReply(err error) string {
+	var rf *errRefused
+	if errors.As(err, &rf) {
+		return c.refuse(rf.reason, "%s", rf.msg)
+	}
+	return "coordinator: " + err.Error()
+}
+
 // authenticate verifies a client's signed request under its registered
 // key, and that seq is above the last accepted one; it records seq and,
 // when day ≥ 0, day as an active day (compare-and-set, so concurrent
@@ -501,12 +511,8 @@ func (c *Coordinator) handlePing(ctx context.Context, b []byte) any {
 		return blind.Instructions{Error: fmt.Sprintf("coordinator: no campaign %q (this coordinator runs %q)", p.Campaign, c.Campaign.Name)}
 	}
 	ins, err := c.instructions(ctx, p.ClientID, sig, p.Seq)
-	var rf *errRefused
-	if errors.As(err, &rf) {
-		return blind.Instructions{Error: c.refuse(rf.reason, "%s", rf.msg)}
-	}
 	if err != nil {
-		return blind.Instructions{Error: "coordinator: " + err.Error()}
+		return blind.Instructions{Error: c.errorReply(err)}
 	}
 	return ins
 }
@@ -666,11 +672,7 @@ func (c *Coordinator) handleBundles(ctx context.Context, b []byte) any {
 	}
 	in := blind.Instance{Campaign: r.Campaign, Round: r.Round, Group: r.Group}
 	if _, err := c.authenticate(ctx, r.ClientID, sig, blind.PurposeBundles, r.Seq, -1); err != nil {
-		var rf *errRefused
-		if errors.As(err, &rf) {
-			return blind.BundlesReply{Next: -1, Error: c.refuse(rf.reason, "%s", rf.msg)}
-		}
-		return blind.BundlesReply{Next: -1, Error: "coordinator: " + err.Error()}
+		return blind.BundlesReply{Next: -1, Error: c.errorReply(err)}
 	}
 	ge, err := c.rounds.Get(ctx, groupKey(in))
 	if err != nil {
@@ -729,11 +731,7 @@ func (c *Coordinator) handleDeposit(ctx context.Context, b []byte) any {
 		return blind.Reply{Error: c.refuse(RefusedNotMember, "deposit for member %d of %s: client %s is not that member", d.From, in, d.ClientID)}
 	}
 	if _, err := c.authenticate(ctx, d.ClientID, sig, blind.PurposeDeposit, d.Seq, -1); err != nil {
-		var rf *errRefused
-		if errors.As(err, &rf) {
-			return blind.Reply{Error: c.refuse(rf.reason, "%s", rf.msg)}
-		}
-		return blind.Reply{Error: "coordinator: " + err.Error()}
+		return blind.Reply{Error: c.errorReply(err)}
 	}
 	n := len(g.Members)
 	if d.Last() && len(d.Roots) != n {

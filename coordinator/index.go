@@ -111,17 +111,6 @@ func validActiveID(id string) bool {
 	return true
 }
 
-// streamReplicas is the replica count for stream name: an existing stream
-// keeps its own (never scaled down by a process that sees fewer NATS
-// servers); a new one gets natsconn.Replicas, as bucketReplicas does for
-// key-value buckets.
-func streamReplicas(ctx context.Context, js jetstream.JetStream, name string) int {
-	if st, err := js.Stream(ctx, name); err == nil && st.CachedInfo().Config.Replicas > 0 {
-		return st.CachedInfo().Config.Replicas
-	}
-	return natsconn.Replicas(js.Conn())
-}
-
 // EnsureActiveIndex creates or updates the stream ActiveStream (subjects
 // "crowdlog.pdd.active.>", file storage, entries kept for retention — ≤ 0
 // means 30 days — deduplication window ActiveDuplicateWindow). It is
@@ -148,24 +137,12 @@ func EnsureActiveIndex(ctx context.Context, js jetstream.JetStream, retention ti
 		MaxAge:      retention,
 		MaxMsgSize:  activeMaxMsgSize,
 		Duplicates:  ActiveDuplicateWindow,
-		Replicas:    streamReplicas(ctx, js, ActiveStream),
+		Replicas:    natsconn.StreamReplicas(ctx, js, ActiveStream),
 	}
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		if _, err = js.CreateOrUpdateStream(ctx, cfg); err == nil {
-			return nil
-		}
-		// a concurrent creator can win the race ("stream name already in
-		// use"); the next round updates
-		if ctx.Err() != nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Duration(10*(attempt+1)) * time.Millisecond):
-		}
+	if err := natsconn.EnsureStream(ctx, js, cfg); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
 	}
-	return fmt.Errorf("coordinator: create stream %s: %w (is JetStream enabled on the NATS server?)", ActiveStream, err)
+	return nil
 }
 
 // checkActive validates a campaign, day's entry before it is published.

@@ -108,27 +108,10 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, maxMsgs int64) er
 	if js == nil {
 		return errors.New("relays: EnsureStream: nil JetStream")
 	}
-	replicas := natsconn.Replicas(js.Conn())
-	if st, err := js.Stream(ctx, Stream); err == nil {
-		replicas = st.CachedInfo().Config.Replicas
+	if err := natsconn.EnsureStream(ctx, js, StreamConfig(maxMsgs, natsconn.StreamReplicas(ctx, js, Stream))); err != nil {
+		return fmt.Errorf("relays: %w", err)
 	}
-	cfg := StreamConfig(maxMsgs, replicas)
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		if _, err = js.CreateOrUpdateStream(ctx, cfg); err == nil {
-			return nil
-		}
-		// A concurrent creator can make our create lose the race
-		// ("stream name already in use"); the next round updates.
-		if ctx.Err() != nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Duration(10*(attempt+1)) * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("relays: create stream %s: %w (is JetStream enabled on the NATS server?)", Stream, err)
+	return nil
 }
 
 // Drained reports whether the inboxes of all named relays are empty: for

@@ -49,12 +49,7 @@ func TestClientChecksRoster(t *testing.T) {
 func TestDepositChunksFit(t *testing.T) {
 	const n = 150
 	in := blind.Instance{Campaign: "c", Round: 1, Group: 0}
-	keys := make([]*ecdh.PrivateKey, n)
-	pubs := make([][]byte, n)
-	for i := range keys {
-		keys[i], _ = blind.GenerateKey()
-		pubs[i] = keys[i].PublicKey().Bytes()
-	}
+	keys, pubs := groupKeys(n)
 	c := &Client{ID: "0123456789abcdef0123456789abcdef", Key: keys[7], Campaign: "c"}
 	_, c.SignKey, _ = ed25519.GenerateKey(rand.Reader)
 	tk := blind.Task{Round: 1, Group: 0, Member: 7, Members: pubs, T: blind.Threshold(n)}
@@ -121,12 +116,7 @@ func mustMarshal(t *testing.T, v any) []byte {
 func TestSplitAnswerRecovers(t *testing.T) {
 	const n, L, dropped = 9, 16, 8
 	in := blind.Instance{Campaign: "c", Round: 1, Group: 0}
-	keys := make([]*ecdh.PrivateKey, n)
-	pubs := make([][]byte, n)
-	for i := range keys {
-		keys[i], _ = blind.GenerateKey()
-		pubs[i] = keys[i].PublicKey().Bytes()
-	}
+	keys, pubs := groupKeys(n)
 	T := blind.Threshold(n)
 	sum, want := make([]uint64, L), make([]uint64, L)
 	commits := map[uint16]*blind.Commitments{}
@@ -201,4 +191,15 @@ func TestSplitAnswerRecovers(t *testing.T) {
 	if err := rec.Correct(sum); err != nil || !reflect.DeepEqual(sum, want) {
 		t.Fatalf("recovered sum %v (%v), want %v", sum[:4], err, want[:4])
 	}
+}
+
+// groupKeys draws n members' long-term keys and their public halves.
+func groupKeys(n int) ([]*ecdh.PrivateKey, [][]byte) {
+	keys := make([]*ecdh.PrivateKey, n)
+	pubs := make([][]byte, n)
+	for i := range keys {
+		keys[i], _ = blind.GenerateKey()
+		pubs[i] = keys[i].PublicKey().Bytes()
+	}
+	return keys, pubs
 }
