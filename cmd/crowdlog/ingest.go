@@ -1,0 +1,61 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/pipelines/runner"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+func ingestCmd() *cobra.Command {
+	cfg := runner.IngestConfig{}
+	var noProgress bool
+	c := &cobra.Command{
+		Use:   "ingest --input LOG --keys DIR [--nats URL]",
+		Short: "Replay a log as clients: mine, seal, onion-wrap and publish reports to relay a",
+		Long: `ingest is the client side. Every AnonID of the log becomes a client with its own
+secret: it mines artifacts (--app), obtains OPRF randomness per artifact from
+the randomness service (RFC 9497 VOPRF, batched, the service never sees the
+artifact; every batch's proof is checked against the epoch's public key, which
+is pinned on first use in --keys/randomness.pins and must not change), seals one report per artifact instance, wraps it in three HPKE
+layers [relay a, relay b, aggregator] using the public keys in --keys
+(relay-a.key.pub, relay-b.key.pub, aggregator.key.pub) and publishes to relay
+a. When relays fall behind, publishing waits: nothing is dropped. Before
+sending, ingest asks relays a and b which key ids they hold and stops with an
+error when one does not hold the id of its key file (its reports would be
+dropped); a relay that does not answer is a warning.
+
+The epoch must be open before clients send: 'crowdlog randomness open-epoch'
+(else randomness requests are refused) and 'crowdlog aggregate open-epoch'
+(else the aggregator drops the reports as unknown-epoch). ingest does not
+close the epoch: run 'crowdlog aggregate close-epoch' when all clients of the
+epoch have sent.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Logger = logger()
+			if !noProgress && term.IsTerminal(int(os.Stderr.Fd())) {
+				cfg.Progress = os.Stderr
+			}
+			_, err := runner.Ingest(cmd.Context(), cfg)
+			return err
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&cfg.Input, "input", "", "AOL TSV log (plain or .gz) (required)")
+	f.StringVar(&cfg.App, "app", "query", "mining application: "+fmt.Sprint(apps.Apps()))
+	appFlags(f, &cfg.AppOptions)
+	f.StringVar(&cfg.Policy, "policy", "ft-u", "policy: ft-u, ft-a, dp-a, dp-u or zealous (the release role must use the same)")
+	f.IntVar(&cfg.K, "k", 5, "threshold k of ft-u/ft-a")
+	policyFlags(f, &cfg.DP)
+	f.StringVar(&cfg.Epoch, "epoch", "all", "epoch name")
+	f.StringVar(&cfg.NATS, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
+	f.StringVar(&cfg.KeysDir, "keys", "keys", "directory with relay-a.key.pub, relay-b.key.pub, aggregator.key.pub")
+	f.IntVar(&cfg.Workers, "workers", 0, "clients replayed concurrently (default: number of CPUs)")
+	f.DurationVar(&cfg.Spread, "spread", 0, "each client sends its reports at random times within this window, not as one burst an observer links (e.g. 1h for real clients; 0 = back to back, for replays)")
+	f.BoolVar(&noProgress, "no-progress", false, "no progress bar on stderr (shown only when stderr is a terminal)")
+	c.MarkFlagRequired("input")
+	return c
+}
