@@ -1,6 +1,8 @@
-// Package aol reads the AOL 2006 search log in its TSV layout
-// (header `AnonID Query QueryTime ItemRank ClickURL`,
-// optionally gzipped) as a stream of records.
+// Package aol reads search logs in the common tab-separated shapes as a
+// stream of records: the AOL 2006 log (header `AnonID Query QueryTime
+// ItemRank ClickURL`, click columns optional) and the Excite 1997/1999 logs
+// (`AnonID QueryTime Query`, no header), plain or gzipped, from a file or
+// from stdin ("-").
 //
 // Reading is tolerant: a malformed line is counted in Stats, remembered (line
 // number and reason, never its content) among the first MaxExamples bad
@@ -11,6 +13,17 @@
 // is skipped and Stats.Header is true. Otherwise line 1 is treated as data,
 // because some AOL files (e.g. per-user splits) have no header; if it is not
 // valid data it is simply counted as a bad line.
+//
+// Time formats and columns are detected per file, from the first good line
+// (see Options.TimeFormat): QueryTime as `2006-01-02 15:04:05` (AOL), RFC
+// 3339, Unix seconds or the compact `yymmddHHMMSS` of the Excite logs (e.g.
+// 970916105432 = 1997-09-16 10:54:32); the columns in AOL order, or in
+// Excite order on 3-field lines whose second field is the time. Every later
+// line must have the same format and column order, or it is a bad line
+// (ReasonTimeMixed): a log is written by one program, and a line in another
+// shape is more likely garbage than data. Per-file detection also settles
+// the one ambiguity between the formats: a 12-digit number is yymmddHHMMSS
+// unless the file's first good line was read as Unix seconds.
 package aol
 
 import (
@@ -42,14 +55,49 @@ const MaxExamples = 20
 // Header lists the AOL TSV column names in file order.
 var Header = []string{"AnonID", "Query", "QueryTime", "ItemRank", "ClickURL"}
 
+// Column orders reported in Stats.Columns.
+const (
+	// ColumnsAOL is AnonID, Query, QueryTime, and optionally ItemRank and
+	// ClickURL (5 fields, or 3 when the click columns are absent).
+	ColumnsAOL = "AOL (AnonID Query QueryTime [ItemRank ClickURL])"
+	// ColumnsExcite is AnonID, QueryTime, Query: 3 fields, no header, as in
+	// the Excite 1997 and 1999 logs.
+	ColumnsExcite = "Excite (AnonID QueryTime Query)"
+)
+
 // Bad-line reasons reported in BadLine.Reason. They never contain line content.
 const (
-	ReasonFieldCount = "wrong field count (want 5 tab-separated fields, or 3 without click columns)"
-	ReasonTime       = "bad QueryTime (want " + TimeLayout + ")"
+	ReasonFieldCount = "wrong field count (want 5 tab-separated fields AnonID Query QueryTime ItemRank ClickURL, " +
+		"or 3: AnonID Query QueryTime, or AnonID QueryTime Query)"
+	ReasonTime = "bad QueryTime (want 2006-01-02 15:04:05, RFC 3339, Unix seconds or yymmddHHMMSS; " +
+		"other layouts with --time-format)"
+	ReasonTimeLayout = "QueryTime does not match the given time format (--time-format)"
 	ReasonAnonID     = "empty AnonID"
 	ReasonItemRank   = "bad ItemRank (want empty or a positive decimal integer)"
 	ReasonTooLong    = "line longer than 1 MiB"
 )
+
+// ReasonTimeDetected is the reason of a bad QueryTime once the first good
+// line fixed the format (named as in Stats.TimeFormat) and column order
+// (Stats.Columns): e.g. "bad QueryTime (want yymmddHHMMSS in the Excite
+// column, as on the first good line)".
+func ReasonTimeDetected(format, columns string) string {
+	col := "third"
+	if columns == ColumnsExcite {
+		col = "second"
+	}
+	return "bad QueryTime (want " + format + " in the " + col + " column, as on the first good line)"
+}
+
+// Options configure a Reader. The zero value detects the time format.
+type Options struct {
+	// TimeFormat is how QueryTime is written: "" or FormatAuto detects it
+	// from the first good line; FormatAOL, FormatRFC3339, FormatUnix or
+	// FormatExcite name one; anything else is a Go time layout (reference
+	// time "2006-01-02 15:04:05", e.g. "02/01/2006 15:04") parsed as UTC
+	// unless it carries a zone. Column order is detected either way.
+	TimeFormat string
+}
 
 // Record is one row of the log.
 type Record struct {
@@ -92,10 +140,18 @@ type Stats struct {
 	Header bool
 	// Examples holds the first MaxExamples bad lines, in input order.
 	Examples []BadLine
+	// TimeFormat names the QueryTime format in use: the one given in
+	// Options, or the one detected on the first good line (e.g.
+	// "yymmddHHMMSS"); "" while none is known.
+	TimeFormat string
+	// Columns is ColumnsAOL or ColumnsExcite once the first good line is
+	// read; "" before.
+	Columns string
 }
 
 // String summarizes s in one line, e.g.
-// "407930 lines, 407929 records, 0 bad, header: yes" or, with bad lines,
+// "407930 lines, 407929 records, 0 bad, header: yes, time format:
+// 2006-01-02 15:04:05, columns: AOL (…)" or, with bad lines,
 // "... 3 bad, header: no; first bad lines: 1 (empty AnonID), 7 (...)".
 func (s Stats) String() string {
 	var b strings.Builder
@@ -104,6 +160,12 @@ func (s Stats) String() string {
 		hdr = "yes"
 	}
 	fmt.Fprintf(&b, "%d lines, %d records, %d bad, header: %s", s.Lines, s.Records, s.Bad, hdr)
+	if s.TimeFormat != "" {
+		fmt.Fprintf(&b, ", time format: %s", s.TimeFormat)
+	}
+	if s.Columns != "" {
+		fmt.Fprintf(&b, ", columns: %s", s.Columns)
+	}
 	for i, e := range s.Examples {
 		if i == 0 {
 			b.WriteString("; first bad lines: ")
@@ -118,27 +180,59 @@ func (s Stats) String() string {
 	return b.String()
 }
 
-// Reader streams Records from an AOL TSV log. It is not safe for concurrent
+// Reader streams Records from a search log. It is not safe for concurrent
 // use.
 type Reader struct {
-	br     *bufio.Reader
-	gz     *gzip.Reader // non-nil when the input is gzip-compressed
-	file   *os.File     // non-nil when opened by Open
-	stats  Stats
-	err    error // sticky I/O error or io.EOF
-	closed bool
+	br      *bufio.Reader
+	gz      *gzip.Reader // non-nil when the input is gzip-compressed
+	file    *os.File     // non-nil when opened by Open from a file
+	stats   Stats
+	err     error // sticky I/O error or io.EOF
+	closed  bool
+	formats []timeFormat // candidates: the given one, autoFormats, then the detected one
+	given   bool         // formats came from Options.TimeFormat
+	cols    int          // colsUnknown until the first good line
+	badTime string       // the reason of a bad time once cols is known
 }
 
-// Open opens the log at path, plain or gzip-compressed. Compression is
-// detected from the gzip magic bytes (1f 8b), not from the file name.
-// Errors: the file cannot be opened, or it starts like gzip but has an
-// invalid gzip header. The caller must Close the Reader.
+// Column orders.
+const (
+	colsUnknown = iota
+	colsAOL
+	colsExcite
+)
+
+// Stdin is the path that makes Open, OpenOptions and ReadUsersOptions read
+// standard input.
+const Stdin = "-"
+
+// Open is OpenOptions with the zero Options (the time format detected).
 func Open(path string) (*Reader, error) {
+	return OpenOptions(path, Options{})
+}
+
+// OpenOptions opens the log at path, plain or gzip-compressed, or standard
+// input when path is Stdin ("-"; Close then leaves stdin open). Compression
+// is detected from the gzip magic bytes (1f 8b), not from the file name.
+// Errors: opts.TimeFormat is not a usable layout, the file cannot be opened,
+// or it starts like gzip but has an invalid gzip header. The caller must
+// Close the Reader.
+func OpenOptions(path string, opts Options) (*Reader, error) {
+	if path == Stdin {
+		r, err := NewReaderOptions(os.Stdin, opts)
+		if err != nil {
+			return nil, fmt.Errorf("aol: stdin: %w", err)
+		}
+		return r, nil
+	}
+	if _, err := resolveFormat(opts.TimeFormat); err != nil {
+		return nil, err
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("aol: open log: %w (check the --input path)", err)
 	}
-	r, err := NewReader(f)
+	r, err := NewReaderOptions(f, opts)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("aol: %s: %w", path, err)
@@ -147,16 +241,31 @@ func Open(path string) (*Reader, error) {
 	return r, nil
 }
 
-// NewReader reads a log from r, plain or gzip-compressed (detected from the
-// magic bytes). Errors: reading the first bytes fails, or the gzip header is
-// invalid. Close releases the decompressor but does not close r.
+// NewReader is NewReaderOptions with the zero Options.
 func NewReader(r io.Reader) (*Reader, error) {
+	return NewReaderOptions(r, Options{})
+}
+
+// NewReaderOptions reads a log from r, plain or gzip-compressed (detected
+// from the magic bytes). Errors: opts.TimeFormat is not a usable layout,
+// reading the first bytes fails, or the gzip header is invalid. Close
+// releases the decompressor but does not close r.
+func NewReaderOptions(r io.Reader, opts Options) (*Reader, error) {
+	formats, err := resolveFormat(opts.TimeFormat)
+	if err != nil {
+		return nil, err
+	}
+	rd := &Reader{formats: formats, given: formats != nil}
+	if rd.given {
+		rd.stats.TimeFormat = formats[0].name
+	} else {
+		rd.formats = autoFormats
+	}
 	src := bufio.NewReaderSize(r, MaxLineBytes+2)
 	magic, err := src.Peek(2)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("aol: read log start: %w", err)
 	}
-	rd := &Reader{}
 	if len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		gz, err := gzip.NewReader(src)
 		if err != nil {
@@ -227,7 +336,7 @@ func (r *Reader) Next() (Record, error) {
 				continue
 			}
 		}
-		rec, reason := parse(line)
+		rec, reason := r.parse(line)
 		if reason != "" {
 			r.bad(n, reason)
 			continue
@@ -291,9 +400,11 @@ func isHeader(line []byte) bool {
 }
 
 // parse turns one line (without terminator) into a Record, or returns the
-// reason it is malformed. Accepted: 5 fields, or 3 fields (AnonID, Query,
-// QueryTime) as in AOL rows without a click whose trailing tabs were lost.
-func parse(line []byte) (Record, string) {
+// reason it is malformed. Accepted: 5 fields (AOL), or 3 fields: AnonID,
+// Query, QueryTime as in AOL rows without a click whose trailing tabs were
+// lost, or AnonID, QueryTime, Query (Excite). The first good line fixes the
+// time format (unless given) and the column order for the rest of the input.
+func (r *Reader) parse(line []byte) (Record, string) {
 	var f [5][]byte
 	n := 0
 	rest := line
@@ -311,18 +422,40 @@ func parse(line []byte) (Record, string) {
 		n++
 		rest = rest[i+1:]
 	}
-	if n != 5 && n != 3 {
+	if n != 5 && n != 3 || r.cols == colsExcite && n != 3 {
 		return Record{}, ReasonFieldCount
 	}
 	id := strings.TrimSpace(string(f[0]))
 	if id == "" {
 		return Record{}, ReasonAnonID
 	}
-	ts, err := time.ParseInLocation(TimeLayout, string(bytes.TrimSpace(f[2])), time.UTC)
-	if err != nil {
+	// Find the time: AOL's third field, or Excite's second on 3-field
+	// lines. While the order is unknown and both parse (an Excite query
+	// such as "1999" reads as Unix seconds), the more specific format wins
+	// (the earlier in autoFormats); on a tie, AOL order.
+	cols, fi := colsAOL, -1
+	var ts time.Time
+	if r.cols != colsExcite {
+		ts, fi = r.parseTime(f[2])
+	}
+	if n == 3 && r.cols != colsAOL {
+		if t, i := r.parseTime(f[1]); i >= 0 && (fi < 0 || i < fi) {
+			ts, fi, cols = t, i, colsExcite
+		}
+	}
+	if fi < 0 {
+		switch {
+		case r.given:
+			return Record{}, ReasonTimeLayout
+		case r.cols != colsUnknown:
+			return Record{}, r.badTime
+		}
 		return Record{}, ReasonTime
 	}
 	rec := Record{AnonID: id, Query: string(f[1]), QueryTime: ts}
+	if cols == colsExcite {
+		rec.Query = string(f[2])
+	}
 	if n == 5 {
 		if rank := bytes.TrimSpace(f[3]); len(rank) > 0 {
 			v, err := strconv.Atoi(string(rank))
@@ -333,5 +466,31 @@ func parse(line []byte) (Record, string) {
 		}
 		rec.ClickURL = string(bytes.TrimSpace(f[4]))
 	}
+	if r.cols == colsUnknown { // the first good line: fix its shape
+		r.cols = cols
+		r.stats.Columns = ColumnsAOL
+		if cols == colsExcite {
+			r.stats.Columns = ColumnsExcite
+		}
+		tf := r.formats[fi]
+		if tf.name == fmtUnix.name {
+			tf = fmtUnix // detection stops at 11 digits; the file's later lines need not
+		}
+		r.formats = []timeFormat{tf}
+		r.stats.TimeFormat = r.formats[0].name
+		r.badTime = ReasonTimeDetected(r.stats.TimeFormat, r.stats.Columns)
+	}
 	return rec, ""
+}
+
+// parseTime parses field with the candidate formats and returns the time
+// and the index of the first format that matched, or -1.
+func (r *Reader) parseTime(field []byte) (time.Time, int) {
+	s := string(bytes.TrimSpace(field))
+	for i, tf := range r.formats {
+		if t, ok := tf.parse(s); ok {
+			return t, i
+		}
+	}
+	return time.Time{}, -1
 }

@@ -108,8 +108,9 @@ func TestBadLines(t *testing.T) {
 		t.Fatalf("records = %+v", got)
 	}
 	st := r.Stats()
+	aolTime := ReasonTimeDetected("2006-01-02 15:04:05", ColumnsAOL)
 	wantBad := []BadLine{
-		{3, ReasonFieldCount}, {4, ReasonAnonID}, {5, ReasonTime}, {6, ReasonTime},
+		{3, ReasonFieldCount}, {4, ReasonAnonID}, {5, aolTime}, {6, aolTime},
 		{7, ReasonItemRank}, {8, ReasonItemRank}, {9, ReasonFieldCount}, {10, ReasonTooLong}, {11, ReasonFieldCount},
 	}
 	if st.Lines != 12 || st.Records != 2 || st.Bad != len(wantBad) || !st.Header {
@@ -388,28 +389,38 @@ func TestRealLog(t *testing.T) {
 	}
 }
 
+// fuzzFormats are the Options.TimeFormat values FuzzReader picks from.
+var fuzzFormats = []string{"", FormatAOL, FormatRFC3339, FormatUnix, FormatExcite, "02/01/2006 15:04"}
+
 func FuzzReader(f *testing.F) {
-	f.Add([]byte(hdr + "142\trentdirect.com\t2006-03-01 07:17:12\t\t\n"))
-	f.Add([]byte("142\tq\t2006-03-01 07:17:12\t1\thttp://x\r\n\n\t\t\t\t\n"))
-	f.Add([]byte("1\tq\t2006-03-01 07:17:12"))
-	f.Add([]byte("\ufeffAnonID\tQuery\tQueryTime\tItemRank\tClickURL\r\n1\t-\t2006-02-30 00:00:00\tx\t\n"))
-	f.Add(gz(f, hdr+"5\tq\t2006-03-01 00:00:00\t\t\n"))
-	f.Add([]byte{0x1f, 0x8b})
-	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := NewReader(bytes.NewReader(data))
+	f.Add([]byte(hdr+"142\trentdirect.com\t2006-03-01 07:17:12\t\t\n"), uint8(0))
+	f.Add([]byte("142\tq\t2006-03-01 07:17:12\t1\thttp://x\r\n\n\t\t\t\t\n"), uint8(1))
+	f.Add([]byte("1\tq\t2006-03-01 07:17:12"), uint8(0))
+	f.Add([]byte("\ufeffAnonID\tQuery\tQueryTime\tItemRank\tClickURL\r\n1\t-\t2006-02-30 00:00:00\tx\t\n"), uint8(0))
+	f.Add(gz(f, hdr+"5\tq\t2006-03-01 00:00:00\t\t\n"), uint8(0))
+	f.Add([]byte{0x1f, 0x8b}, uint8(0))
+	f.Add([]byte{}, uint8(0))
+	f.Add([]byte("1\tq\t2006-03-01T07:17:12+02:00\n1\tr\t2006-03-01T07:17:12.5Z\n"), uint8(0))
+	f.Add([]byte("1\tq\t1141197432\t2\thttp://x\n1\tr\t100000000000\n"), uint8(0))
+	f.Add([]byte("2A9E\t970916105432\tcheap flights\n2A9E\t970916105501\t\n2A9E\tq\t970916105501\n"), uint8(0))
+	f.Add([]byte("u\t970916105432\t1999\nu\t991316105432\tx\n"), uint8(4))
+	f.Add([]byte("u\tq\t16/09/1997 10:54\n"), uint8(5))
+	f.Fuzz(func(t *testing.T, data []byte, format uint8) {
+		opts := Options{TimeFormat: fuzzFormats[int(format)%len(fuzzFormats)]}
+		r, err := NewReaderOptions(bytes.NewReader(data), opts)
 		if err != nil {
 			return // only a broken gzip header
 		}
 		defer r.Close()
-		recs := 0
+		var recs []Record
 		for {
 			rec, err := r.Next()
 			if err != nil {
 				break // io.EOF or a decompression error
 			}
-			recs++
-			if rec.AnonID == "" || rec.ItemRank < 0 || rec.Line < 1 || rec.Line > r.Stats().Lines {
+			recs = append(recs, rec)
+			if rec.AnonID == "" || rec.ItemRank < 0 || rec.Line < 1 || rec.Line > r.Stats().Lines ||
+				rec.QueryTime.Location() != time.UTC {
 				t.Fatalf("invalid record %+v", rec)
 			}
 		}
@@ -418,14 +429,44 @@ func FuzzReader(f *testing.F) {
 		if st.Header {
 			header = 1
 		}
-		if st.Records != recs || st.Lines != st.Records+st.Bad+header {
-			t.Fatalf("stats %v inconsistent with %d records", st, recs)
+		if st.Records != len(recs) || st.Lines != st.Records+st.Bad+header {
+			t.Fatalf("stats %v inconsistent with %d records", st, len(recs))
 		}
 		if len(st.Examples) > MaxExamples || len(st.Examples) > st.Bad {
 			t.Fatalf("examples %v", st.Examples)
 		}
 		if len(data) > 0 && data[0] != 0x1f && st.Lines != bytes.Count(data, []byte("\n"))+boolInt(!bytes.HasSuffix(data, []byte("\n"))) {
 			t.Fatalf("counted %d lines in %q", st.Lines, data)
+		}
+		if st.Records > 0 && (st.TimeFormat == "" || st.Columns == "") {
+			t.Fatalf("records without a time format or columns: %v", st)
+		}
+		// Detection is per file: giving the detected format explicitly
+		// reads exactly the same records. (Except when an earlier line is
+		// good only under the given format: Unix seconds given take any
+		// number of digits, detected only up to 11.)
+		if opts.TimeFormat == "" && st.Records > 0 {
+			name := map[string]string{fmtAOL.name: FormatAOL, fmtRFC3339.name: FormatRFC3339, fmtUnix.name: FormatUnix, fmtExcite.name: FormatExcite}[st.TimeFormat]
+			r2, err := NewReaderOptions(bytes.NewReader(data), Options{TimeFormat: name})
+			if err != nil {
+				t.Fatalf("detected format %q refused: %v", st.TimeFormat, err)
+			}
+			defer r2.Close()
+			for i := 0; ; i++ {
+				rec, err := r2.Next()
+				if i == 0 && err == nil && rec.Line < recs[0].Line && st.TimeFormat == fmtUnix.name {
+					break
+				}
+				if err != nil {
+					if i != len(recs) {
+						t.Fatalf("with the detected format %s: %d records, auto read %d", st.TimeFormat, i, len(recs))
+					}
+					break
+				}
+				if i >= len(recs) || rec != recs[i] {
+					t.Fatalf("with the detected format %s: record %d = %+v, auto read %+v", st.TimeFormat, i, rec, recs)
+				}
+			}
 		}
 	})
 }

@@ -26,7 +26,13 @@ type User struct {
 // opening or reading the file (wrapped), or the first error returned by fn,
 // which stops the iteration and is returned unchanged.
 func ReadUsers(path string, fn func(u User) error) (Stats, error) {
-	r, err := Open(path)
+	return ReadUsersOptions(path, Options{}, fn)
+}
+
+// ReadUsersOptions is ReadUsers with reader options (the time format) and
+// Stdin ("-") as a path (see OpenOptions).
+func ReadUsersOptions(path string, opts Options, fn func(u User) error) (Stats, error) {
+	r, err := OpenOptions(path, opts)
 	if err != nil {
 		return Stats{}, err
 	}
