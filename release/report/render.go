@@ -1,0 +1,274 @@
+package report
+
+import (
+	"bytes"
+	"fmt"
+	"html/template"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/crowdlog/crowdlog/release"
+)
+
+// figure is one inline SVG plot; Name is its data-plot attribute.
+type figure struct {
+	Name    string
+	SVG     template.HTML // gonum's SVG; its text is escaped by vgsvg
+	Caption string
+}
+
+type releaseView struct {
+	Release
+	Title            string
+	Share            string
+	Still, StillTags uint64
+	Top, Undec       *figure
+}
+
+type totalView struct {
+	LedgerTotal
+	EpsBudget, EpsLeft, DeltaBudget, DeltaLeft string
+	Over                                       bool
+}
+
+type page struct {
+	Database, Generated string
+	Releases            []releaseView
+	Detailed            []releaseView
+	Omitted             int
+	Share               *figure
+	ShareDropped        int
+	NoShare             int
+	Ledger              []release.Spend
+	Totals              []totalView
+	LedgerPlot          *figure
+	Top                 int
+}
+
+// Render writes d as one self-contained HTML page to w: inline CSS and
+// SVG, no script, nothing loaded from elsewhere.
+func Render(w io.Writer, d *Data) error {
+	pg := page{Database: d.Database, Generated: time.Now().UTC().Format(time.RFC3339), Ledger: d.Ledger, Top: d.Top}
+	views := make([]releaseView, len(d.Releases))
+	for i, r := range d.Releases {
+		v := releaseView{Release: r, Title: keyTitle(r), Still: r.UndecryptedReports(), StillTags: r.UndecryptedTags(), Share: "no summary"}
+		if sh, ok := r.Share(); ok {
+			v.Share = fmt.Sprintf("%.1f%%", 100*sh)
+		} else {
+			pg.NoShare++
+		}
+		views[i] = v
+	}
+	for n, i := range d.Detailed {
+		v := views[i]
+		if len(v.Release.Top) > 0 {
+			s, err := topPlot(v.Release)
+			if err != nil {
+				return err
+			}
+			v.Top = &figure{Name: fmt.Sprintf("top-%d", n), SVG: template.HTML(s)}
+		}
+		if len(v.Undecrypted) > 0 {
+			s, err := undecryptedPlot(v.Release)
+			if err != nil {
+				return err
+			}
+			v.Undec = &figure{Name: fmt.Sprintf("undecrypted-%d", n), SVG: template.HTML(s)}
+		}
+		pg.Detailed = append(pg.Detailed, v)
+	}
+	pg.Releases = views
+	pg.Omitted = len(d.Releases) - len(d.Detailed)
+	if ss, epochs, dropped := shareSeries(d.Releases); len(ss) > 0 {
+		s, err := sharePlot(ss, epochs)
+		if err != nil {
+			return err
+		}
+		pg.Share = &figure{Name: "share", SVG: template.HTML(s)}
+		pg.ShareDropped = dropped
+	}
+	for _, t := range d.Totals {
+		v := totalView{LedgerTotal: t, EpsBudget: "no limit", EpsLeft: "—", DeltaBudget: "no limit", DeltaLeft: "—"}
+		if b := d.Budget.Epsilon; b > 0 {
+			v.EpsBudget, v.EpsLeft = num(b), num(b-t.Epsilon)
+			v.Over = v.Over || t.Epsilon > b*(1+1e-9)
+		}
+		if b := d.Budget.Delta; b > 0 {
+			v.DeltaBudget, v.DeltaLeft = num(b), num(b-t.Delta)
+			v.Over = v.Over || t.Delta > b*(1+1e-9)
+		}
+		pg.Totals = append(pg.Totals, v)
+	}
+	if len(d.Totals) > 0 {
+		s, err := ledgerPlot(d.Totals, d.Budget.Epsilon)
+		if err != nil {
+			return err
+		}
+		pg.LedgerPlot = &figure{Name: "ledger", SVG: template.HTML(s)}
+	}
+	var buf bytes.Buffer
+	if err := pageTemplate.Execute(&buf, pg); err != nil {
+		return fmt.Errorf("report: render: %w", err)
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// WriteFile renders d into path, atomically (a temporary file in the same
+// folder, renamed).
+func WriteFile(path string, d *Data) error {
+	var buf bytes.Buffer
+	if err := Render(&buf, d); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".report-*.html")
+	if err != nil {
+		return fmt.Errorf("report: write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(buf.Bytes()); err != nil {
+		tmp.Close()
+		return fmt.Errorf("report: write %s: %w", path, err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return fmt.Errorf("report: write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("report: write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("report: write %s: %w", path, err)
+	}
+	return nil
+}
+
+func num(f float64) string { return fmt.Sprintf("%.4g", f) }
+
+var pageTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
+	"num":  num,
+	"time": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+	"inc":  func(i int) int { return i + 1 },
+}).Parse(`<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>crowdlog release report: {{.Database}}</title>
+<style>
+body { font-family: sans-serif; margin: 2em auto; max-width: 60em; padding: 0 1em; color: #222; }
+h1, h2, h3 { font-weight: 600; }
+h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
+table { border-collapse: collapse; margin: .5em 0 1.5em; font-size: 90%; }
+th, td { border: 1px solid #ddd; padding: .25em .6em; text-align: left; vertical-align: top; }
+td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
+td.item { max-width: 28em; overflow-wrap: anywhere; }
+tr.over td { background: #fdd; }
+figure.plot { margin: 1em 0; }
+figure.plot svg { max-width: 100%; height: auto; }
+.note { color: #555; font-size: 90%; }
+</style>
+</head>
+<body>
+<h1>crowdlog: what was released</h1>
+<p>Database <code>{{.Database}}</code>, generated {{.Generated}}. {{len .Releases}} completed releases (app, epoch, policy, k): only keys with a row in <code>releases</code> are shown, as in the analyst views. Everything on this page was released, so public by construction.</p>
+
+<section id="releases">
+<h2>Releases</h2>
+<table>
+<thead><tr><th>app</th><th>epoch</th><th>policy</th><th class="n">k</th><th class="n">artifacts released</th><th class="n">impressions released</th><th class="n">artifacts still encrypted</th><th class="n">their reports</th><th class="n">share released</th><th>released at</th></tr></thead>
+<tbody>
+{{- range .Releases}}
+<tr><td>{{.App}}</td><td>{{.Epoch}}</td><td>{{.Policy}}</td><td class="n">{{.K}}</td><td class="n">{{.Items}}</td><td class="n">{{.Impressions}}</td><td class="n">{{.StillTags}}</td><td class="n">{{.Still}}</td><td class="n">{{.Share}}</td><td>{{time .ReleasedAt}}</td></tr>
+{{- end}}
+</tbody>
+</table>
+</section>
+
+<section id="share">
+<h2>Share of impressions released per epoch</h2>
+<p class="note">Released impressions / (released impressions + reports still encrypted when the epoch closed, from the undecrypted summary). Under the coarse summary a line's reports are its bucket's lower bound, so the share is an upper bound. Releases without summary lines (DP policies withhold them; <code>--summary none</code>) have no share{{if .NoShare}}: {{.NoShare}} here{{end}}.</p>
+{{- with .Share}}
+<figure class="plot" data-plot="{{.Name}}">{{.SVG}}</figure>
+{{- else}}
+<p>No release published an undecrypted summary, so no share can be shown.</p>
+{{- end}}
+{{- if .ShareDropped}}
+<p class="note">{{.ShareDropped}} (app, policy, k) series with fewer impressions are left out of the plot; the table above has them.</p>
+{{- end}}
+</section>
+
+<section id="top">
+<h2>Top artifacts and what stayed encrypted</h2>
+<p class="note">The {{.Top}} artifacts with the most impressions of each release{{if .Omitted}}, for the {{len .Detailed}} most recent releases ({{.Omitted}} older ones are only in the table above){{end}}. For threshold policies the counts are exact; for DP policies they are the noisy released values.</p>
+{{- range .Detailed}}
+<article>
+<h3>{{.Title}}</h3>
+{{- with .Top}}
+<figure class="plot" data-plot="{{.Name}}">{{.SVG}}</figure>
+{{- end}}
+{{- if .Release.Top}}
+<table class="top">
+<thead><tr><th class="n">rank</th><th>artifact</th><th>variant</th><th class="n">impressions</th><th class="n">users</th></tr></thead>
+<tbody>
+{{- range $i, $it := .Release.Top}}
+<tr><td class="n">{{inc $i}}</td><td class="item">{{$it.Item}}</td><td class="item">{{$it.Variant}}</td><td class="n">{{$it.Impressions}}</td><td class="n">{{$it.Users}}</td></tr>
+{{- end}}
+</tbody>
+</table>
+{{- else}}
+<p>This release released no artifact.</p>
+{{- end}}
+<h4>Still encrypted at epoch close</h4>
+{{- with .Undec}}
+<figure class="plot" data-plot="{{.Name}}">{{.SVG}}</figure>
+{{- end}}
+{{- if .Undecrypted}}
+<p>{{.StillTags}} artifacts with {{.Still}} reports stayed encrypted (counts only: no artifact is named).</p>
+<table class="undecrypted">
+<thead><tr><th class="n">reports per artifact</th><th class="n">users</th><th class="n">artifacts</th></tr></thead>
+<tbody>
+{{- range .Undecrypted}}
+<tr><td class="n">{{.Reports}}</td><td class="n">{{.Users}}</td><td class="n">{{.Tags}}</td></tr>
+{{- end}}
+</tbody>
+</table>
+{{- else}}
+<p>No summary lines were published for this release.</p>
+{{- end}}
+</article>
+{{- end}}
+</section>
+
+<section id="ledger">
+<h2>Privacy ledger</h2>
+{{- if .Totals}}
+<p class="note">Spend of the differentially private releases per (dataset, epoch), against the budget given to this report (<code>--budget-epsilon</code>, <code>--budget-delta</code>; the database does not record it). A spend counts from the moment it is written, before its release completes.</p>
+{{- with .LedgerPlot}}
+<figure class="plot" data-plot="{{.Name}}">{{.SVG}}</figure>
+{{- end}}
+<table class="totals">
+<thead><tr><th>dataset</th><th>epoch</th><th class="n">releases</th><th class="n">ε spent</th><th class="n">ε budget</th><th class="n">ε left</th><th class="n">δ spent</th><th class="n">δ budget</th><th class="n">δ left</th></tr></thead>
+<tbody>
+{{- range .Totals}}
+<tr{{if .Over}} class="over"{{end}}><td>{{.Dataset}}</td><td>{{.Epoch}}</td><td class="n">{{.Rows}}</td><td class="n">{{num .Epsilon}}</td><td class="n">{{.EpsBudget}}</td><td class="n">{{.EpsLeft}}</td><td class="n">{{num .Delta}}</td><td class="n">{{.DeltaBudget}}</td><td class="n">{{.DeltaLeft}}</td></tr>
+{{- end}}
+</tbody>
+</table>
+<table class="spends">
+<thead><tr><th>dataset</th><th>epoch</th><th>app</th><th>policy</th><th class="n">k</th><th class="n">ε</th><th class="n">δ</th><th>parameters</th><th>spent at</th></tr></thead>
+<tbody>
+{{- range .Ledger}}
+<tr><td>{{.Dataset}}</td><td>{{.Epoch}}</td><td>{{.App}}</td><td>{{.Policy}}</td><td class="n">{{.K}}</td><td class="n">{{num .Epsilon}}</td><td class="n">{{num .Delta}}</td><td>{{.Params}}</td><td>{{time .SpentAt}}</td></tr>
+{{- end}}
+</tbody>
+</table>
+{{- else}}
+<p>No differentially private release has spent budget: the ledger is empty.</p>
+{{- end}}
+</section>
+</body>
+</html>
+`))

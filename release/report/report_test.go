@@ -1,0 +1,383 @@
+package report_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"html"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	chgo "github.com/ClickHouse/clickhouse-go/v2"
+
+	"github.com/crowdlog/crowdlog/infra/clickhouse"
+	"github.com/crowdlog/crowdlog/release"
+	"github.com/crowdlog/crowdlog/release/report"
+)
+
+// One ClickHouse server for the package's tests.
+var (
+	srvOnce sync.Once
+	srv     *clickhouse.Server
+	srvErr  error
+	srvDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if srv != nil {
+		_ = srv.Stop()
+	}
+	if srvDir != "" {
+		os.RemoveAll(srvDir)
+	}
+	os.Exit(code)
+}
+
+// server returns the shared ClickHouse server. A missing binary skips,
+// unless CI=true, where it fails.
+func server(t *testing.T) *clickhouse.Server {
+	t.Helper()
+	srvOnce.Do(func() {
+		srvDir, srvErr = os.MkdirTemp("", "crowdlog-report-ch-")
+		if srvErr != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		srv, srvErr = clickhouse.Start(ctx, srvDir)
+	})
+	if errors.Is(srvErr, clickhouse.ErrNotInstalled) && os.Getenv("CI") != "true" {
+		t.Skipf("skipping: %v", srvErr)
+	}
+	if srvErr != nil {
+		t.Fatalf("start ClickHouse: %v", srvErr)
+	}
+	return srv
+}
+
+func freshDB(t *testing.T) string {
+	return fmt.Sprintf("report_%d", time.Now().UnixNano())
+}
+
+// chromium returns the headless browser's path. Missing, it skips, unless
+// CI=true, where it fails.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	msg := "no chromium on $PATH: install it with `apt-get install -y chromium`"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip("skipping: " + msg)
+	return ""
+}
+
+// dumpDOM renders path in headless Chromium and returns the DOM after
+// parsing, as Chromium serializes it.
+func dumpDOM(t *testing.T, browser, path string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	profile := t.TempDir()
+	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+		"--user-data-dir="+profile, "--dump-dom", "file://"+path)
+	cmd.Env = append(os.Environ(), "HOME="+profile)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if ctx.Err() != nil {
+		t.Fatalf("chromium --dump-dom did not finish within 90 s; stderr:\n%s", stderr.String())
+	}
+	if err != nil {
+		t.Fatalf("chromium --dump-dom: %v; stderr:\n%s", err, stderr.String())
+	}
+	if len(out) == 0 {
+		t.Fatalf("chromium --dump-dom printed nothing; stderr:\n%s", stderr.String())
+	}
+	return string(out)
+}
+
+var (
+	svgRE   = regexp.MustCompile(`(?s)<svg\b.*?</svg>`)
+	tagRE   = regexp.MustCompile(`<[^>]*>`)
+	spaceRE = regexp.MustCompile(`\s+`)
+)
+
+// visibleText is the text of dom outside its SVG plots, tags replaced by a
+// space, entities decoded, runs of white space collapsed to one space.
+func visibleText(dom string) string {
+	s := svgRE.ReplaceAllString(dom, " ")
+	s = tagRE.ReplaceAllString(s, " ")
+	s = html.UnescapeString(s)
+	return spaceRE.ReplaceAllString(s, " ")
+}
+
+func at(day int) time.Time { return time.Date(2026, 1, day, 12, 0, 0, 0, time.UTC) }
+
+// madeUp is a made-up release: nothing here comes from a real log.
+type madeUp struct {
+	key   release.Key
+	items []release.Item
+	undec []release.Undecrypted
+	spend *release.Spend
+	when  time.Time
+}
+
+func items(key release.Key, names []string, counts [][2]uint64) []release.Item {
+	out := make([]release.Item, len(names))
+	for i, n := range names {
+		out[i] = release.Item{App: key.App, Epoch: key.Epoch, Policy: key.Policy, K: key.K, Item: n,
+			Impressions: counts[i][0], Users: counts[i][1]}
+	}
+	return out
+}
+
+func TestReportInChromium(t *testing.T) {
+	browser := chromium(t)
+	s := server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := freshDB(t)
+	w, err := release.Open(ctx, s.TCPAddr, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+
+	evil := `<b>bold</b> & "quoted" 'made-up'`
+	a := release.Key{App: "query", Epoch: "2026-w01", Policy: "ft-u", K: 3}
+	aNames := []string{"alpha pie recipe", "beta weather", "gamma tickets", "delta museum hours", evil,
+		"epsilon bus map", "zeta garden tools", "eta chess rules", "theta ferry times", "iota lamp repair",
+		"kappa below the cut", "lambda below the cut"}
+	aCounts := [][2]uint64{{90, 30}, {75, 25}, {75, 20}, {60, 12}, {55, 11}, {40, 9}, {33, 8}, {21, 7}, {17, 5}, {12, 4}, {9, 3}, {5, 3}}
+	b := release.Key{App: "query", Epoch: "2026-w02", Policy: "ft-u", K: 3}
+	c := release.Key{App: "query", Epoch: "2026-w01", Policy: "dp-u", K: 10}
+	d := release.Key{App: "url", Epoch: "2026-w01", Policy: "dp-a", K: 8}
+	rels := []madeUp{
+		{key: a, items: items(a, aNames, aCounts), when: at(1), undec: []release.Undecrypted{
+			{Reports: 2, Users: 2, Tags: 5}, {Reports: 1, Users: 1, Tags: 7}, {Reports: 2, Users: 1, Tags: 3}}},
+		{key: b, items: items(b, []string{"mu kite shop", "nu train strike"}, [][2]uint64{{14, 6}, {8, 4}}), when: at(8),
+			undec: []release.Undecrypted{{Reports: 1, Users: 1, Tags: 4}}},
+		{key: c, items: items(c, []string{"xi noisy count"}, [][2]uint64{{131, 41}}), when: at(2),
+			spend: &release.Spend{Dataset: "made-up", Epsilon: 1.5, Delta: 1e-6, Params: "d=1 made-up"}},
+		{key: d, items: items(d, []string{"example.org/omicron"}, [][2]uint64{{44, 0}}), when: at(3),
+			spend: &release.Spend{Dataset: "made-up", Epsilon: 0.25, Delta: 0, Params: "d=2 made-up"}},
+	}
+	budget := release.Budget{Epsilon: 3}
+	for _, r := range rels {
+		for i := range r.undec {
+			r.undec[i].App, r.undec[i].Epoch, r.undec[i].Policy, r.undec[i].K = r.key.App, r.key.Epoch, r.key.Policy, r.key.K
+		}
+		if r.spend == nil {
+			err = w.WriteKeyedRelease(ctx, r.key, r.items, r.undec, r.when)
+		} else {
+			sp := *r.spend
+			sp.App, sp.Epoch, sp.Policy, sp.K = r.key.App, r.key.Epoch, r.key.Policy, r.key.K
+			err = w.WriteSpendingRelease(ctx, r.key, r.items, r.undec, r.when, sp, budget)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An interrupted release: rows without a releases row must not show.
+	conn, err := chgo.Open(&chgo.Options{Addr: []string{s.TCPAddr}, Protocol: chgo.Native,
+		Auth: chgo.Auth{Database: db, Username: "default"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	batch, err := conn.PrepareBatch(ctx, "INSERT INTO released_items (app, epoch, policy, k, item, variant, impressions, users, released_at)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := batch.Append("query", "2026-w09-partial", "ft-u", uint32(3), "pi partial only", "", uint64(999), uint64(99), at(9)); err != nil {
+		t.Fatal(err)
+	}
+	if err := batch.Send(); err != nil {
+		t.Fatal(err)
+	}
+
+	data, err := report.Load(ctx, report.Options{Addr: s.TCPAddr, Database: db, Top: 10, Budget: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "report.html")
+	if err := report.WriteFile(out, data); err != nil {
+		t.Fatal(err)
+	}
+	dom := dumpDOM(t, browser, out)
+	text := visibleText(dom)
+
+	// Expected, from the made-up rows alone.
+	wantPlots := []string{"share", "ledger"}
+	for _, r := range rels {
+		type row struct {
+			item       string
+			imp, users uint64
+		}
+		var rows []row
+		for _, it := range r.items {
+			rows = append(rows, row{it.Item, it.Impressions, it.Users})
+		}
+		sort.Slice(rows, func(i, j int) bool {
+			if rows[i].imp != rows[j].imp {
+				return rows[i].imp > rows[j].imp
+			}
+			return rows[i].item < rows[j].item
+		})
+		title := fmt.Sprintf("%s · %s · %s · k=%d", r.key.App, r.key.Epoch, r.key.Policy, r.key.K)
+		if !strings.Contains(text, title) {
+			t.Errorf("report lacks the section %q", title)
+		}
+		for i, row := range rows {
+			line := fmt.Sprintf("%d %s %d %d", i+1, row.item, row.imp, row.users)
+			if i < 10 && !strings.Contains(text, line) {
+				t.Errorf("%s: report lacks top artifact row %q", title, line)
+			}
+			if i >= 10 && strings.Contains(text, row.item) {
+				t.Errorf("%s: artifact %q (rank %d) shown though only the top 10 are asked for", title, row.item, i+1)
+			}
+		}
+		var imp, still, tags uint64
+		for _, it := range r.items {
+			imp += it.Impressions
+		}
+		for _, u := range r.undec {
+			still += u.Reports * u.Tags
+			tags += u.Tags
+		}
+		share := "no summary"
+		if len(r.undec) > 0 {
+			share = fmt.Sprintf("%.1f%%", 100*float64(imp)/float64(imp+still))
+		}
+		summary := fmt.Sprintf("%s %s %s %d %d %d %d %d %s", r.key.App, r.key.Epoch, r.key.Policy, r.key.K, len(r.items), imp, tags, still, share)
+		if !strings.Contains(text, summary) {
+			t.Errorf("report lacks the release row %q", summary)
+		}
+		wantPlots = append(wantPlots, "top-")
+		if len(r.undec) > 0 {
+			wantPlots = append(wantPlots, "undecrypted-")
+			if line := fmt.Sprintf("%d artifacts with %d reports stayed encrypted", tags, still); !strings.Contains(text, line) {
+				t.Errorf("report lacks %q", line)
+			}
+		}
+	}
+	// Ledger: one (dataset, epoch) here.
+	var eps, delta float64
+	spends := 0
+	for _, r := range rels {
+		if r.spend != nil {
+			eps += r.spend.Epsilon
+			delta += r.spend.Delta
+			spends++
+		}
+	}
+	ledger := fmt.Sprintf("made-up 2026-w01 %d %.4g %.4g %.4g %.4g no limit —", spends, eps, budget.Epsilon, budget.Epsilon-eps, delta)
+	if !strings.Contains(text, ledger) {
+		t.Errorf("report lacks the ledger total %q", ledger)
+	}
+	if !strings.Contains(text, "d=1 made-up") {
+		t.Error("report lacks the ledger row's parameters")
+	}
+
+	// Only completed releases.
+	if strings.Contains(dom, "pi partial only") || strings.Contains(dom, "2026-w09-partial") {
+		t.Error("report shows rows of a release without a releases row")
+	}
+	// Escaped: the made-up artifact's markup is text, never elements.
+	if !strings.Contains(text, evil) {
+		t.Errorf("report lacks the artifact %q as text", evil)
+	}
+	if strings.Contains(dom, "<b>") {
+		t.Error("an artifact's markup became an element: a string from the database is not escaped")
+	}
+	// Every plot is an inline SVG.
+	figures := regexp.MustCompile(`(?s)<figure class="plot" data-plot="([a-z]+-?)\d*">\s*<svg\b`).FindAllStringSubmatch(dom, -1)
+	var got []string
+	for _, f := range figures {
+		got = append(got, f[1])
+	}
+	sort.Strings(got)
+	sort.Strings(wantPlots)
+	if strings.Join(got, ",") != strings.Join(wantPlots, ",") {
+		t.Errorf("plots with an <svg>: got %v, want %v", got, wantPlots)
+	}
+	if n := strings.Count(dom, "<svg"); n != len(wantPlots) {
+		t.Errorf("%d <svg> elements, want %d", n, len(wantPlots))
+	}
+	for _, ext := range []string{"http://", "https://", "src=", "<link", "<script"} {
+		for _, m := range regexp.MustCompile(regexp.QuoteMeta(ext)+`[^"' >]*`).FindAllString(dom, -1) {
+			if !strings.HasPrefix(m, "http://www.w3.org/") {
+				t.Errorf("report refers to something outside the page: %q", m)
+			}
+		}
+	}
+}
+
+func TestNoSuchDatabase(t *testing.T) {
+	s := server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := report.Load(ctx, report.Options{Addr: s.TCPAddr, Database: "no_such_db_" + fmt.Sprint(time.Now().UnixNano())})
+	if !errors.Is(err, report.ErrNoDatabase) {
+		t.Fatalf("Load on a missing database: %v, want ErrNoDatabase", err)
+	}
+	if !strings.Contains(err.Error(), "--database") {
+		t.Errorf("error %q does not say what to do", err)
+	}
+}
+
+func TestEmptyDatabase(t *testing.T) {
+	s := server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// A database with the tables and no release.
+	db := freshDB(t)
+	w, err := release.Open(ctx, s.TCPAddr, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	_, err = report.Load(ctx, report.Options{Addr: s.TCPAddr, Database: db})
+	if !errors.Is(err, report.ErrNoRelease) || !strings.Contains(err.Error(), "no completed release yet") {
+		t.Fatalf("Load on an empty crowdlog database: %v, want ErrNoRelease", err)
+	}
+
+	// A database without crowdlog's tables.
+	conn, err := chgo.Open(&chgo.Options{Addr: []string{s.TCPAddr}, Protocol: chgo.Native, Auth: chgo.Auth{Username: "default"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	bare := freshDB(t)
+	if err := conn.Exec(ctx, "CREATE DATABASE "+bare); err != nil {
+		t.Fatal(err)
+	}
+	_, err = report.Load(ctx, report.Options{Addr: s.TCPAddr, Database: bare})
+	if !errors.Is(err, report.ErrNoRelease) {
+		t.Fatalf("Load on a database without tables: %v, want ErrNoRelease", err)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	ctx := context.Background()
+	if _, err := report.Load(ctx, report.Options{}); err == nil || !strings.Contains(err.Error(), "--clickhouse") {
+		t.Errorf("Load without an address: %v, want an error naming --clickhouse", err)
+	}
+	if _, err := report.Load(ctx, report.Options{Addr: "127.0.0.1:1", Database: "x; DROP"}); err == nil || !strings.Contains(err.Error(), "identifier") {
+		t.Errorf("Load with a bad database name: %v, want an error about the identifier", err)
+	}
+}
