@@ -1,8 +1,13 @@
 // Package ingest is crowdlog's client side: it mines a user's artifacts,
 // obtains OPRF randomness for them, seals one report per artifact instance
 // (STAR, Davidson et al., CCS 2022, §4), wraps each in three onion layers (RFC 9180) and
-// publishes it to the first relay. Replay drives many such clients from one
-// AOL log, one client per AnonID, each with its own secret.
+// publishes it to the first relay.
+//
+// Device is the embeddable client: New, Submit, Close, with its state on
+// disk (a user secret per epoch, pinned keys, what it sent), so a restart
+// adds no second share. Client is the stateless sealer a Device sends
+// through, one per application. Replay drives many devices from one AOL
+// log, one per AnonID.
 package ingest
 
 import (
@@ -110,6 +115,17 @@ func LimitArtifacts(arts []apps.Artifact, n int, distinct bool) []apps.Artifact 
 	if n <= 0 || (len(arts) <= n && !distinct) {
 		return arts
 	}
+	keep := limitIndex(arts, n, distinct)
+	out := make([]apps.Artifact, len(keep))
+	for i, j := range keep {
+		out[i] = arts[j]
+	}
+	return out
+}
+
+// limitIndex is LimitArtifacts as indices into arts, in time order; n ≤ 0
+// keeps nothing.
+func limitIndex(arts []apps.Artifact, n int, distinct bool) []int {
 	idx := make([]int, len(arts))
 	for i := range idx {
 		idx[i] = i
@@ -127,22 +143,39 @@ func LimitArtifacts(arts []apps.Artifact, n int, distinct bool) []apps.Artifact 
 		}
 		keep = append(keep, idx[j])
 	}
-	out := make([]apps.Artifact, len(keep))
-	for i, j := range keep {
-		out[len(keep)-1-i] = arts[j]
+	for i, j := 0, len(keep)-1; i < j; i, j = i+1, j-1 {
+		keep[i], keep[j] = keep[j], keep[i]
 	}
-	return out
+	return keep
 }
 
-// SubmitUser mines one user's records, fetches ω for each distinct artifact
-// (one batched OPRF round trip per 1,024 artifacts), and publishes one
-// report per artifact instance. It returns the number of reports published.
-// A randomness error (failed proof, changed epoch key, closed epoch) stops
-// the user before anything is sealed.
+// SubmitUser mines one user's records and sends the artifacts (Send). It
+// returns the number of reports published.
 func (c *Client) SubmitUser(ctx context.Context, secret *star.UserSecret, records []aol.Record) (int, error) {
-	arts := LimitArtifacts(c.App.Mine(records), c.Limit, c.LimitDistinct)
+	return c.Send(ctx, secret, c.App.Mine(records))
+}
+
+// Send seals and publishes one user's artifacts of the epoch, as
+// apps.App.Mine returns them: it applies Limit, fetches ω for each
+// distinct artifact (one batched OPRF round trip per 1,024 artifacts), and
+// publishes one report per artifact instance. It returns the number of
+// reports published. A randomness error (failed proof, changed epoch key,
+// closed epoch) stops the user before anything is sealed. Send keeps no
+// state: two calls with the same artifacts send them twice (Device
+// remembers what it sent).
+func (c *Client) Send(ctx context.Context, secret *star.UserSecret, arts []apps.Artifact) (int, error) {
+	onions, err := c.seal(ctx, secret, LimitArtifacts(arts, c.Limit, c.LimitDistinct))
+	if err != nil {
+		return 0, err
+	}
+	return c.send(ctx, onions)
+}
+
+// seal returns one onion per artifact of arts (no limit applied): ω for
+// each distinct artifact, one report each instance, three layers.
+func (c *Client) seal(ctx context.Context, secret *star.UserSecret, arts []apps.Artifact) ([][]byte, error) {
 	if len(arts) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	index := map[string]int{}
 	var inputs [][]byte
@@ -154,10 +187,10 @@ func (c *Client) SubmitUser(ctx context.Context, secret *star.UserSecret, record
 	}
 	omegas, err := c.Randomness.Evaluate(ctx, c.Epoch, inputs)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if len(omegas) != len(inputs) {
-		return 0, fmt.Errorf("randomness: %d outputs for %d inputs", len(omegas), len(inputs))
+		return nil, fmt.Errorf("randomness: %d outputs for %d inputs", len(omegas), len(inputs))
 	}
 	sealings := make([]*star.Sealing, len(inputs))
 	onions := make([][]byte, 0, len(arts))
@@ -167,21 +200,21 @@ func (c *Client) SubmitUser(ctx context.Context, secret *star.UserSecret, record
 		if sealings[i] == nil {
 			s, err := star.DeriveSealingIn(omegas[i], star.Context{App: c.App.Name(), Meaning: meaning, Epoch: c.Epoch, Policy: c.Policy, K: c.K})
 			if err != nil {
-				return 0, err
+				return nil, err
 			}
 			sealings[i] = &s
 		}
 		r, err := sealings[i].Seal(secret, a.Primary, a.Secondary)
 		if err != nil {
-			return 0, fmt.Errorf("seal: %w", err)
+			return nil, fmt.Errorf("seal: %w", err)
 		}
 		onion, err := c.Route.Wrap(r)
 		if err != nil {
-			return 0, fmt.Errorf("onion: %w", err)
+			return nil, fmt.Errorf("onion: %w", err)
 		}
 		onions = append(onions, onion)
 	}
-	return c.send(ctx, onions)
+	return onions, nil
 }
 
 // send publishes onions in a random order, each at a uniformly random

@@ -2,9 +2,12 @@ package ingest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -14,7 +17,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/crowdlog/crowdlog/ingest/aol"
-	"github.com/crowdlog/crowdlog/protocol/star"
 )
 
 // ReplaySummary is what a replay did.
@@ -24,10 +26,15 @@ type ReplaySummary struct {
 	Log     aol.Stats // lines read, bad lines with line numbers
 }
 
-// Replay replays an AOL log as many clients: every AnonID becomes its own
-// client with a fresh UserSecret, Workers clients run at once.
+// Replay replays an AOL log as many devices: every AnonID becomes its own
+// Device in front of Client, Workers at once. Each device's state (its
+// user secret of the epoch, what it sent) is in memory, unless StateDir is
+// set: then it lives in StateDir/users/ID, ID the first 16 bytes of
+// SHA-256(AnonID) in hex, so a replay restarted on the same log sends
+// nothing twice (FT_u counts each AnonID once).
 type Replay struct {
 	Client   *Client
+	StateDir string    // per-device state on disk; "" = in memory
 	Workers  int       // default GOMAXPROCS
 	Progress io.Writer // progress bar destination (e.g. os.Stderr); nil = none
 	// Logger, when set and Progress is nil, gets a progress line every
@@ -80,11 +87,11 @@ func (rp *Replay) Run(ctx context.Context, path string) (ReplaySummary, error) {
 	for i := 0; i < workers; i++ {
 		g.Go(func() error {
 			for u := range users {
-				secret, err := star.NewUserSecret()
+				dev, err := rp.device(u.AnonID)
 				if err != nil {
 					return err
 				}
-				n, err := rp.Client.SubmitUser(gctx, &secret, u.Records)
+				n, err := dev.Submit(gctx, rp.Client.App.Name(), rp.Client.App.Mine(u.Records)...)
 				reports.Add(int64(n))
 				if err != nil {
 					return fmt.Errorf("client: %w", err)
@@ -119,4 +126,17 @@ func (rp *Replay) Run(ctx context.Context, path string) (ReplaySummary, error) {
 	}
 	sum.Reports = reports.Load()
 	return sum, err
+}
+
+// device is the replayed device of AnonID id.
+func (rp *Replay) device(id string) (*Device, error) {
+	if rp.StateDir == "" {
+		return newClientDevice(rp.Client, newMemStore()), nil
+	}
+	h := sha256.Sum256([]byte(id))
+	st, err := openDiskStore(filepath.Join(rp.StateDir, "users", hex.EncodeToString(h[:16])))
+	if err != nil {
+		return nil, err
+	}
+	return newClientDevice(rp.Client, st), nil
 }
