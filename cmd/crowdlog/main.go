@@ -57,6 +57,7 @@ Start with 'crowdlog run --help': it runs every role on one machine.`,
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.AddCommand(runCmd(), simulateCmd(), ingestCmd(), randomnessCmd(), relayCmd(), aggregateCmd(), releaseCmd(), keysCmd(), clickhouseCmd())
 	root.AddCommand(attackCmd())
+	root.AddCommand(reportCmd())
 	root.AddCommand(pddCmd(), coordinatorCmd(), aggregateVectorsCmd(), releasePDDCmd())
 	return root
 }
