@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make demo: install what is missing, build, run the whole pipeline on the
-# bundled real AOL subset and show what an analyst gets from ClickHouse.
+# bundled real AOL subset, show what an analyst gets from ClickHouse and
+# write the HTML report; the last line printed is the report's path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -47,3 +48,9 @@ q "SELECT keyword, sum(count) AS searches FROM keyword_daily WHERE campaign = 'p
 q "SELECT day, count, round(confidence, 3) AS confidence FROM keyword_daily WHERE campaign = 'pdd' AND keyword = 'free' ORDER BY day"
 echo
 echo "== export: $STATE/pdd.tsv ($(($(wc -l < "$STATE/pdd.tsv") - 1)) (day, keyword) counts)"
+
+echo
+echo "== crowdlog report: one HTML page with plots of what was released (top artifacts,"
+echo "   share released per epoch, what stayed encrypted, privacy ledger)"
+bin/crowdlog report --clickhouse "$CH_TCP" --out "$STATE/report.html"
+echo "$(pwd)/$STATE/report.html"
