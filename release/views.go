@@ -1,20 +1,55 @@
 package release
 
 import (
+	"context"
 	_ "embed"
+	"errors"
+	"fmt"
+	"regexp"
 	"strings"
+	"time"
+
+	chgo "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/crowdlog/crowdlog/infra/clickhouse"
 )
 
-// Views is the DDL of the analyst views (reformulation_pairs,
+// Views is the DDL of the analyst views as run by Open after Schema:
+// CREATE VIEW IF NOT EXISTS statements separated by ";", valid on
+// ClickHouse 18.16 and current releases, unqualified (created in Open's
+// database). The first views (reformulation_pairs,
 // reformulation_proportions, click_pairs, url_popularity, ltr_features,
-// keyword_counts) as run by Open after Schema: CREATE VIEW IF NOT EXISTS
-// statements separated by ";", valid on ClickHouse 18.16 and current
-// releases, unqualified (created in Open's database). What each column
-// means, in particular the reformulation proportions of CrowdLogging §3.3,
-// is documented in views.sql and docs/applications.md.
+// keyword_counts, keyword_daily) keep their columns as they were; the
+// analyst's views (completed_releases, one released_* view per application
+// as in AppViews, released_undecrypted) add the epoch's time range
+// (epoch_start, epoch_end) and users as NULL where the policy does not
+// measure them. What each column means, in particular the reformulation
+// proportions of CrowdLogging §3.3, is documented in views.sql,
+// docs/applications.md and docs/sql.md.
 //
 //go:embed views.sql
 var Views string
+
+// AppViews names the analyst view of each mining application
+// (ingest/apps): app name → view in Open's database. Each reads only
+// completed releases and has the columns epoch, epoch_start, epoch_end,
+// policy, k, the application's fields, impressions and users (NULL when not
+// measured).
+var AppViews = map[string]string{
+	"query":         "released_queries",
+	"reformulation": "released_reformulations",
+	"click":         "released_clicks",
+	"url":           "released_urls",
+	"ltr":           "released_ltr_features",
+	"keyword":       "released_keywords",
+}
+
+// UsersMeasured reports whether releases under policy carry a users count
+// (exact or noisy). False only for dp-a, whose users column holds 0
+// (docs/policies.md); the views show NULL there. views.sql encodes the
+// same rule (completed_releases.users_measured).
+func UsersMeasured(policy string) bool { return policy != "dp-a" }
 
 // ViewStatements splits Views into single statements (comment lines
 // removed), in order.
@@ -37,4 +72,287 @@ func splitStatements(ddl string) []string {
 		}
 	}
 	return out
+}
+
+// Server is what crowdlog needs to know of a ClickHouse server, learnt by
+// Probe (and by Open) from the server itself rather than from a version
+// table.
+type Server struct {
+	// Version is the server's version() string, e.g. "18.16.1".
+	Version string
+	// LowCardinality is true when tables may have LowCardinality(String)
+	// columns without an experimental setting: the setting
+	// allow_experimental_low_cardinality_type is absent or on (it is off on
+	// 18.16, where LowCardinality in tables is experimental; on in current
+	// releases, where the setting is obsolete).
+	LowCardinality bool
+	// SQLUsers is true when users and grants are managed with SQL (CREATE
+	// USER, GRANT; ClickHouse 20.4 and later, seen as the table
+	// system.users). False on 18.16, where users live in users.xml and
+	// users.d/ (infra/clickhouse.WriteAnalystUser).
+	SQLUsers bool
+}
+
+// Probe connects to the native-protocol address addr as user default and
+// describes the server. ctx bounds the call (DefaultTimeout when it has no
+// deadline).
+func Probe(ctx context.Context, addr string) (Server, error) {
+	ctx, cancel := withDeadline(ctx)
+	defer cancel()
+	conn, err := dial(ctx, addr, "default")
+	if err != nil {
+		return Server{}, err
+	}
+	defer conn.Close()
+	return probe(ctx, conn)
+}
+
+func probe(ctx context.Context, conn driver.Conn) (Server, error) {
+	var s Server
+	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&s.Version); err != nil {
+		return s, fmt.Errorf("release: read the server version: %w", err)
+	}
+	var lcOff, users uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM system.settings WHERE name = 'allow_experimental_low_cardinality_type' AND value = '0'").Scan(&lcOff); err != nil {
+		return s, fmt.Errorf("release: read system.settings of ClickHouse %s: %w", s.Version, err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = 'system' AND name = 'users'").Scan(&users); err != nil {
+		return s, fmt.Errorf("release: read system.tables of ClickHouse %s: %w", s.Version, err)
+	}
+	s.LowCardinality, s.SQLUsers = lcOff == 0, users > 0
+	return s, nil
+}
+
+// lowCardinalityColumn matches the schema.sql lines of the few-valued
+// String columns that LowCardinality suits: app, epoch, policy, dataset,
+// campaign.
+var lowCardinalityColumn = regexp.MustCompile(`(?m)^(\s+(?:app|epoch|policy|dataset|campaign)) String,$`)
+
+// SchemaStatementsFor returns SchemaStatements for server s: with
+// s.LowCardinality the app, epoch, policy, dataset and campaign columns are
+// LowCardinality(String) (dictionary-encoded; the values and every query
+// stay the same), otherwise as in schema.sql. The choice applies to tables
+// Open creates; existing tables are never altered.
+func SchemaStatementsFor(s Server) []string {
+	if !s.LowCardinality {
+		return SchemaStatements()
+	}
+	return splitStatements(lowCardinalityColumn.ReplaceAllString(Schema, "$1 LowCardinality(String),"))
+}
+
+// Analyst is a read-only ClickHouse user for analysts: SELECT on one
+// database and nothing else (CreateAnalyst; on 18.16
+// infra/clickhouse.WriteAnalystUser).
+type Analyst struct {
+	// Name is the user name, an identifier ([A-Za-z_][A-Za-z0-9_]*).
+	Name string
+	// Password is the user's password (stored by the server as SHA-256).
+	Password string
+	// Database is the one database the user may read, e.g. DefaultDatabase.
+	Database string
+}
+
+// ErrNoSQLUsers is returned (wrapped) by CreateAnalyst on a server without
+// SQL user management (ClickHouse before 20.4, e.g. 18.16): write the user
+// into users.d instead (`crowdlog clickhouse init --users-d`,
+// infra/clickhouse.WriteAnalystUser).
+var ErrNoSQLUsers = errors.New("server has no CREATE USER")
+
+// AnalystStatements returns the SQL that creates (or replaces) a and gives
+// it SELECT on a.Database only, with readonly = 1 (no INSERT, DDL or SET):
+// CREATE USER OR REPLACE … IDENTIFIED WITH sha256_password BY … SETTINGS
+// readonly = 1, then GRANT SELECT ON db.* TO user. Errors for a name or
+// database that is not an identifier, or an empty password.
+func AnalystStatements(a Analyst) ([]string, error) {
+	if !identRE.MatchString(a.Name) {
+		return nil, fmt.Errorf("release: analyst name %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)", a.Name)
+	}
+	if !identRE.MatchString(a.Database) {
+		return nil, fmt.Errorf("release: database name %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)", a.Database)
+	}
+	if a.Password == "" {
+		return nil, errors.New("release: the analyst needs a password (give one, or let `crowdlog clickhouse init` make one)")
+	}
+	pw := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(a.Password)
+	return []string{
+		"CREATE USER OR REPLACE `" + a.Name + "` IDENTIFIED WITH sha256_password BY '" + pw + "' SETTINGS readonly = 1",
+		"GRANT SELECT ON `" + a.Database + "`.* TO `" + a.Name + "`",
+	}, nil
+}
+
+// CreateAnalyst creates the analyst user a on the server at addr (as user
+// default, which needs access management) with AnalystStatements. On a
+// server without SQL users (18.16) it changes nothing and returns an error
+// wrapping ErrNoSQLUsers. ctx bounds the call (DefaultTimeout when it has
+// no deadline).
+func CreateAnalyst(ctx context.Context, addr string, a Analyst) error {
+	stmts, err := AnalystStatements(a)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := withDeadline(ctx)
+	defer cancel()
+	conn, err := dial(ctx, addr, "default")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	s, err := probe(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if !s.SQLUsers {
+		return fmt.Errorf("release: create analyst %s on ClickHouse %s at %s: %w; users live in users.xml/users.d there (crowdlog clickhouse init --users-d DIR)",
+			a.Name, s.Version, addr, ErrNoSQLUsers)
+	}
+	for i, stmt := range stmts {
+		if err := conn.Exec(ctx, stmt); err != nil {
+			what := "CREATE USER"
+			if i > 0 {
+				what = "GRANT"
+			}
+			return fmt.Errorf("release: %s for analyst %s on %s (does user default have access_management?): %w", what, a.Name, addr, err)
+		}
+	}
+	return nil
+}
+
+// DefaultAnalystWait bounds how long Init waits for a users.d analyst to
+// be able to log in (the server reloads users.d every few seconds).
+const DefaultAnalystWait = 30 * time.Second
+
+// InitOptions configure Init (`crowdlog clickhouse init`).
+type InitOptions struct {
+	// Addr is the native-protocol address "host:port"; Init works as user
+	// default (no password) there.
+	Addr string
+	// Database receives the tables and views; DefaultDatabase when empty.
+	Database string
+	// Analyst is the read-only user to create; none when Analyst.Name is
+	// empty. Analyst.Database is set to Database.
+	Analyst Analyst
+	// UsersDir is the users.d directory of the server (e.g.
+	// infra/clickhouse.UsersDir of a `crowdlog clickhouse --dir`, or
+	// /etc/clickhouse-server/users.d), used on servers without SQL users
+	// (18.16). Init fails there when it is empty.
+	UsersDir string
+	// Networks restrict where a users.d analyst may connect from
+	// (127.0.0.1 and ::1 when empty). SQL users are created without a HOST
+	// clause (any host); restrict them with ALTER USER … HOST if needed.
+	Networks []string
+	// AnalystWait bounds the wait for the analyst's first login;
+	// DefaultAnalystWait when 0.
+	AnalystWait time.Duration
+}
+
+// InitResult says what Init did.
+type InitResult struct {
+	// Server is the probed server.
+	Server Server
+	// AnalystFile is the users.d file written for the analyst (servers
+	// without SQL users), "" otherwise.
+	AnalystFile string
+}
+
+// Init creates Database with the Schema tables (LowCardinality where the
+// server supports it) and the Views, as Open does, then, when
+// o.Analyst.Name is set, the read-only analyst: with CREATE USER and GRANT
+// SELECT ON Database.* where the server has SQL users (CreateAnalyst), else
+// by writing a users.d file into o.UsersDir
+// (infra/clickhouse.WriteAnalystUser: profile readonly, allow_databases =
+// Database). It then waits until the analyst can log in and read
+// completed_releases (CheckAnalyst), bounded by AnalystWait. Idempotent:
+// a rerun keeps the data and replaces the user's password. ctx bounds the
+// call (DefaultTimeout when it has no deadline).
+func Init(ctx context.Context, o InitOptions) (InitResult, error) {
+	if o.Database == "" {
+		o.Database = DefaultDatabase
+	}
+	ctx, cancel := withDeadline(ctx)
+	defer cancel()
+	w, err := Open(ctx, o.Addr, o.Database)
+	if err != nil {
+		return InitResult{}, err
+	}
+	res := InitResult{Server: w.Server()}
+	w.Close()
+	if o.Analyst.Name == "" {
+		return res, nil
+	}
+	a := o.Analyst
+	a.Database = o.Database
+	if res.Server.SQLUsers {
+		if err := CreateAnalyst(ctx, o.Addr, a); err != nil {
+			return res, err
+		}
+	} else {
+		if o.UsersDir == "" {
+			return res, fmt.Errorf("release: ClickHouse %s at %s has no CREATE USER (%w): give the server's users.d directory (--users-d, e.g. /etc/clickhouse-server/users.d on its machine, or --dir of `crowdlog clickhouse`)",
+				res.Server.Version, o.Addr, ErrNoSQLUsers)
+		}
+		path, err := clickhouse.WriteAnalystUser(o.UsersDir, clickhouse.AnalystUser{Name: a.Name, Password: a.Password, Database: a.Database, Networks: o.Networks})
+		if err != nil {
+			return res, err
+		}
+		res.AnalystFile = path
+	}
+	wait := o.AnalystWait
+	if wait <= 0 {
+		wait = DefaultAnalystWait
+	}
+	wctx, wcancel := context.WithTimeout(ctx, wait)
+	defer wcancel()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := CheckAnalyst(wctx, o.Addr, a)
+		if err == nil {
+			return res, nil
+		}
+		select {
+		case <-wctx.Done():
+			return res, fmt.Errorf("release: analyst %s could not read %s.completed_releases within %s (is %s the users.d directory the server reads? see its log): %w",
+				a.Name, a.Database, wait, o.UsersDir, err)
+		case <-tick.C:
+		}
+	}
+}
+
+// CheckAnalyst logs in at addr as a (password a.Password, database
+// a.Database) and reads completed_releases. nil means the analyst exists
+// and may read the views. ctx bounds the call (DefaultTimeout when it has
+// no deadline).
+func CheckAnalyst(ctx context.Context, addr string, a Analyst) error {
+	ctx, cancel := withDeadline(ctx)
+	defer cancel()
+	conn, err := DialAs(ctx, addr, a.Database, a.Name, a.Password)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var n uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM completed_releases").Scan(&n); err != nil {
+		return fmt.Errorf("release: analyst %s reads %s.completed_releases: %w", a.Name, a.Database, err)
+	}
+	return nil
+}
+
+// DialAs opens a native-protocol connection to addr as user with password,
+// in database, and pings it: what an analyst's client does. The caller
+// closes the connection. ctx bounds the ping.
+func DialAs(ctx context.Context, addr, database, user, password string) (driver.Conn, error) {
+	conn, err := chgo.Open(&chgo.Options{
+		Addr:        []string{addr},
+		Protocol:    chgo.Native,
+		Auth:        chgo.Auth{Database: database, Username: user, Password: password},
+		DialTimeout: 10 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("release: open ClickHouse %s as %s: %w", addr, user, err)
+	}
+	if err := conn.Ping(ctx); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("release: ClickHouse at %s as %s in %s: %w", addr, user, database, err)
+	}
+	return conn, nil
 }

@@ -50,6 +50,7 @@ type Writer struct {
 
 	conn     driver.Conn
 	database string
+	server   Server
 
 	// hook, when set (tests), is called at "items-batch" after every
 	// released_items batch, at "undecrypted" after the summary insert and
@@ -70,8 +71,11 @@ func withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
 // Open connects to the ClickHouse native-protocol address addr
 // ("host:port", user default, no password), creates database (an
 // identifier: letters, digits, underscore) and the Schema tables in it if
-// they do not exist, and returns a Writer. It is idempotent. ctx bounds
-// the whole call (DefaultTimeout when it has no deadline).
+// they do not exist, then the Views, and returns a Writer. Tables get
+// LowCardinality(String) columns where the server supports them without an
+// experimental setting (SchemaStatementsFor; not on 18.16). It is
+// idempotent. ctx bounds the whole call (DefaultTimeout when it has no
+// deadline).
 func Open(ctx context.Context, addr, database string) (*Writer, error) {
 	if !identRE.MatchString(database) {
 		return nil, fmt.Errorf("release: database name %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)", database)
@@ -92,14 +96,23 @@ func Open(ctx context.Context, addr, database string) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, stmt := range append(SchemaStatements(), ViewStatements()...) {
+	server, err := probe(ctx, conn)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	for _, stmt := range append(SchemaStatementsFor(server), ViewStatements()...) {
 		if err := conn.Exec(ctx, stmt); err != nil {
 			conn.Close()
-			return nil, fmt.Errorf("release: apply schema in %s (%.60s…): %w", database, stmt, err)
+			return nil, fmt.Errorf("release: apply schema in %s on ClickHouse %s (%.60s…): %w", database, server.Version, stmt, err)
 		}
 	}
-	return &Writer{BatchSize: DefaultBatchSize, Logger: slog.Default(), conn: conn, database: database}, nil
+	return &Writer{BatchSize: DefaultBatchSize, Logger: slog.Default(), conn: conn, database: database, server: server}, nil
 }
+
+// Server returns what Open learnt of the server (version, LowCardinality,
+// SQL users).
+func (w *Writer) Server() Server { return w.server }
 
 func dial(ctx context.Context, addr, database string) (driver.Conn, error) {
 	conn, err := chgo.Open(&chgo.Options{

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
+	"github.com/crowdlog/crowdlog/release"
 )
 
 func clickhouseCmd() *cobra.Command {
@@ -18,7 +22,10 @@ func clickhouseCmd() *cobra.Command {
 		Long: `clickhouse starts Debian's clickhouse-server with its own config in DIR
 (127.0.0.1 only, free ports, data kept in DIR across restarts), writes the
 addresses to DIR/addr.env (CH_TCP=host:port, CH_TCP_PORT, CH_HTTP) and runs
-until interrupted. Needs: apt-get install -y clickhouse-server clickhouse-client`,
+until interrupted. Needs: apt-get install -y clickhouse-server clickhouse-client
+
+'crowdlog clickhouse init' creates the schema, the analyst views and a
+read-only analyst user on it (or on any server).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger()
@@ -48,5 +55,99 @@ until interrupted. Needs: apt-get install -y clickhouse-server clickhouse-client
 		},
 	}
 	c.Flags().StringVar(&dir, "dir", "clickhouse-data", "server directory (config, data, logs)")
+	c.AddCommand(clickhouseInitCmd())
+	return c
+}
+
+func clickhouseInitCmd() *cobra.Command {
+	var (
+		o           release.InitOptions
+		dir, pwFile string
+		passwordEnv = "CROWDLOG_ANALYST_PASSWORD"
+	)
+	c := &cobra.Command{
+		Use:   "init (--addr HOST:PORT | --dir DIR) [--database crowdlog] [--analyst NAME] [--users-d DIR]",
+		Short: "Create the release schema, the analyst views and a read-only analyst user",
+		Long: `init creates --database with the release tables (LowCardinality columns
+where the server supports them without an experimental setting) and the
+analyst views (docs/sql.md), then a read-only user --analyst (none with
+--analyst ""): SELECT on --database only, readonly = 1 (no INSERT, DDL or SET).
+
+The server is --addr (native protocol, the TCP port; init works as user
+default), or the local server of 'crowdlog clickhouse --dir DIR' (its
+DIR/addr.env). On ClickHouse 20.4 and later the analyst is made with
+CREATE USER … SETTINGS readonly = 1 and GRANT SELECT ON db.*. On older
+servers (Debian's 18.16) users live in users.xml/users.d: init writes
+users.d/crowdlog-analyst.xml into --users-d (DIR/users.d with --dir; on a
+packaged server /etc/clickhouse-server/users.d, run on its machine), and
+the server loads it within seconds. init then logs in as the analyst and
+reads the views, or fails.
+
+The password is the first line of --password-file, else $` + passwordEnv + `,
+else a random one, printed once. Rerunning init keeps the data and replaces
+the analyst's password.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger()
+			if dir != "" {
+				abs, err := filepath.Abs(dir)
+				if err != nil {
+					return err
+				}
+				if o.Addr == "" {
+					if o.Addr, err = clickhouse.ReadAddrEnv(abs); err != nil {
+						return err
+					}
+				}
+				if o.UsersDir == "" {
+					o.UsersDir = clickhouse.UsersDir(abs)
+				}
+			}
+			if o.Addr == "" {
+				return errors.New("give --addr HOST:PORT (the native TCP port) or --dir of a running `crowdlog clickhouse`")
+			}
+			generated := false
+			if o.Analyst.Name != "" {
+				switch {
+				case pwFile != "":
+					data, err := os.ReadFile(pwFile)
+					if err != nil {
+						return fmt.Errorf("read --password-file: %w", err)
+					}
+					o.Analyst.Password, _, _ = strings.Cut(strings.TrimRight(string(data), "\r\n"), "\n")
+				case os.Getenv(passwordEnv) != "":
+					o.Analyst.Password = os.Getenv(passwordEnv)
+				default:
+					o.Analyst.Password, generated = rand.Text(), true // 128 random bits
+				}
+			}
+			res, err := release.Init(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("ClickHouse %s at %s: database %s, tables and views ready (LowCardinality: %v)\n",
+				res.Server.Version, o.Addr, o.Database, res.Server.LowCardinality)
+			switch {
+			case o.Analyst.Name == "":
+			case res.AnalystFile != "":
+				fmt.Printf("analyst %s (read-only, database %s) in %s\n", o.Analyst.Name, o.Database, res.AnalystFile)
+			default:
+				fmt.Printf("analyst %s (read-only, database %s) created with CREATE USER and GRANT SELECT\n", o.Analyst.Name, o.Database)
+			}
+			if generated {
+				fmt.Printf("analyst password (shown once): %s\n", o.Analyst.Password)
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.Addr, "addr", "", "ClickHouse native-protocol address HOST:PORT (default: CH_TCP of --dir's addr.env)")
+	f.StringVar(&dir, "dir", "", "directory of a running `crowdlog clickhouse --dir` server (address and users.d)")
+	f.StringVar(&o.Database, "database", release.DefaultDatabase, "database of the tables and views")
+	f.StringVar(&o.Analyst.Name, "analyst", "analyst", `read-only user to create ("" = none)`)
+	f.StringVar(&pwFile, "password-file", "", "file whose first line is the analyst's password (else $"+passwordEnv+", else a random one)")
+	f.StringVar(&o.UsersDir, "users-d", "", "users.d directory of a server without CREATE USER (18.16); default DIR/users.d with --dir")
+	f.StringSliceVar(&o.Networks, "analyst-network", nil, "addresses or CIDR masks the users.d analyst may connect from (default 127.0.0.1, ::1)")
+	f.DurationVar(&o.AnalystWait, "wait", release.DefaultAnalystWait, "how long to wait for the analyst's first login")
 	return c
 }

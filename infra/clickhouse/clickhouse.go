@@ -482,3 +482,21 @@ func (s *Server) WriteAddrEnv(dir string) (string, error) {
 	env := fmt.Sprintf("CH_TCP=%s\nCH_TCP_PORT=%s\nCH_HTTP=%s\n", s.TCPAddr, p, s.HTTPAddr)
 	return env, os.WriteFile(filepath.Join(dir, "addr.env"), []byte(env), 0o644)
 }
+
+// ReadAddrEnv reads dir/addr.env as written by WriteAddrEnv (a running
+// `crowdlog clickhouse --dir dir`) and returns its native-protocol address
+// (CH_TCP). Errors when the file is missing (is the server running?) or
+// has no CH_TCP line.
+func ReadAddrEnv(dir string) (string, error) {
+	path := filepath.Join(dir, "addr.env")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("clickhouse: read %s (start the server with `crowdlog clickhouse --dir %s` first): %w", path, dir, err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "CH_TCP="); ok && v != "" {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("clickhouse: %s has no CH_TCP= line", path)
+}

@@ -1,0 +1,132 @@
+package clickhouse
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// AnalystFile is the name of the file WriteAnalystUser writes in a users.d
+// directory.
+const AnalystFile = "crowdlog-analyst.xml"
+
+// ReadonlyProfile is the settings profile of the analyst user in users.d:
+// readonly = 1 (SELECT only: no INSERT, no DDL, no SET).
+const ReadonlyProfile = "readonly"
+
+// AnalystUser is a read-only user of a ClickHouse server whose users live
+// in users.xml and users.d/ (ClickHouse 18.16 has no CREATE USER).
+type AnalystUser struct {
+	// Name is the user name, an identifier ([A-Za-z_][A-Za-z0-9_]*).
+	Name string
+	// Password is the user's password; only its SHA-256 is written.
+	Password string
+	// Database is the only database the user may use (allow_databases).
+	Database string
+	// Networks are the addresses the user may connect from (<ip> entries:
+	// addresses or CIDR masks); 127.0.0.1 and ::1 when empty.
+	Networks []string
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// UsersDir returns the users.d directory a server started by Start in dir
+// reads (config files merged into dir/users.xml, reloaded by the running
+// server within a few seconds).
+func UsersDir(dir string) string { return filepath.Join(dir, "users.d") }
+
+// AnalystUsersXML renders u as a users.d file: a profile ReadonlyProfile
+// with readonly = 1 and the user with password_sha256_hex, that profile,
+// the default quota, its networks and allow_databases = u.Database. Valid
+// for 18.16 and current releases (root element <yandex>). Errors for a
+// name or database that is not an identifier, an empty password or a
+// network with characters outside [0-9A-Fa-f.:/].
+func AnalystUsersXML(u AnalystUser) (string, error) {
+	if !identRE.MatchString(u.Name) {
+		return "", fmt.Errorf("clickhouse: analyst name %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)", u.Name)
+	}
+	if u.Name == "default" {
+		return "", errors.New("clickhouse: the analyst may not be user default (the release stage writes as default)")
+	}
+	if !identRE.MatchString(u.Database) {
+		return "", fmt.Errorf("clickhouse: database %q is not a plain identifier", u.Database)
+	}
+	if u.Password == "" {
+		return "", errors.New("clickhouse: the analyst needs a password")
+	}
+	nets := u.Networks
+	if len(nets) == 0 {
+		nets = []string{"127.0.0.1", "::1"}
+	}
+	var ips strings.Builder
+	for _, n := range nets {
+		if n == "" || strings.Trim(n, "0123456789abcdefABCDEF.:/") != "" {
+			return "", fmt.Errorf("clickhouse: network %q is not an IP address or CIDR mask", n)
+		}
+		fmt.Fprintf(&ips, "                <ip>%s</ip>\n", n)
+	}
+	sum := sha256.Sum256([]byte(u.Password))
+	return fmt.Sprintf(`<?xml version="1.0"?>
+<!-- Written by crowdlog clickhouse init: a read-only analyst user. -->
+<yandex>
+    <profiles>
+        <%[1]s>
+            <readonly>1</readonly>
+        </%[1]s>
+    </profiles>
+    <users>
+        <%[2]s>
+            <password_sha256_hex>%[3]s</password_sha256_hex>
+            <networks>
+%[4]s            </networks>
+            <profile>%[1]s</profile>
+            <quota>default</quota>
+            <allow_databases>
+                <database>%[5]s</database>
+            </allow_databases>
+        </%[2]s>
+    </users>
+</yandex>
+`, ReadonlyProfile, u.Name, hex.EncodeToString(sum[:]), ips.String(), u.Database), nil
+}
+
+// WriteAnalystUser writes AnalystUsersXML(u) to usersDir/AnalystFile
+// (usersDir created if needed; the file replaced atomically, mode 0644: it holds the SHA-256 of the password, not the password) and
+// returns its path. A server reading usersDir (UsersDir of a Start
+// directory, or /etc/clickhouse-server/users.d) picks the user up on its
+// next users-config reload, within seconds, without a restart.
+func WriteAnalystUser(usersDir string, u AnalystUser) (string, error) {
+	text, err := AnalystUsersXML(u)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(usersDir, 0o755); err != nil {
+		return "", fmt.Errorf("clickhouse: create %s (is it writable?): %w", usersDir, err)
+	}
+	path := filepath.Join(usersDir, AnalystFile)
+	tmp, err := os.CreateTemp(usersDir, ".analyst-*.tmp")
+	if err != nil {
+		return "", fmt.Errorf("clickhouse: write in %s: %w", usersDir, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(text); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("clickhouse: write %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("clickhouse: chmod %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("clickhouse: close %s: %w", tmp.Name(), err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return "", fmt.Errorf("clickhouse: install %s: %w", path, err)
+	}
+	return path, nil
+}
