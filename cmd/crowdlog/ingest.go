@@ -16,9 +16,11 @@ func ingestCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "ingest --input LOG --keys DIR [--nats URL]",
 		Short: "Replay a log as clients: mine, seal, onion-wrap and publish reports to relay a",
-		Long: `ingest is the client side. Every AnonID of the log becomes a client with its own
-secret: it mines artifacts (--app), obtains OPRF randomness per artifact from
-the randomness service (RFC 9497 VOPRF, batched, the service never sees the
+		Long: `ingest is the client side. Every AnonID of the log becomes a device (the
+embeddable client, ingest.Device) with its own user secret of the epoch, kept
+in memory, or on disk under --state DIR/users so that ingest restarted on the
+same log and epoch sends nothing twice. A device mines artifacts (--app),
+obtains OPRF randomness per artifact from the randomness service (RFC 9497 VOPRF, batched, the service never sees the
 artifact; every batch's proof is checked against the epoch's public key, which
 is pinned on first use in --keys/randomness.pins and must not change), seals one report per artifact instance, wraps it in three HPKE
 layers [relay a, relay b, aggregator] using the public keys in --keys
@@ -55,6 +57,7 @@ epoch have sent.`,
 	f.StringVar(&cfg.KeysDir, "keys", "keys", "directory with relay-a.key.pub, relay-b.key.pub, aggregator.key.pub")
 	f.IntVar(&cfg.Workers, "workers", 0, "clients replayed concurrently (default: number of CPUs)")
 	f.DurationVar(&cfg.Spread, "spread", 0, "each client sends its reports at random times within this window, not as one burst an observer links (e.g. 1h for real clients; 0 = back to back, for replays)")
+	f.StringVar(&cfg.StateDir, "state", "", "keep each replayed device's state (user secret per epoch, what it sent) under this directory, so a restarted ingest adds no second share; default: in memory")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar on stderr (shown only when stderr is a terminal)")
 	c.MarkFlagRequired("input")
 	return c

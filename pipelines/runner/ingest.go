@@ -36,11 +36,18 @@ type IngestConfig struct {
 	KeysDir    string        // relay-a.key.pub, relay-b.key.pub, aggregator.key.pub and the randomness pins
 	Workers    int           // clients replayed concurrently; 0 = number of CPUs
 	Spread     time.Duration // each client's window for sending its reports (ingest.Client.Spread)
-	Progress   io.Writer
-	Logger     *slog.Logger
+	// StateDir, when set, keeps each replayed device's state (its user
+	// secret of the epoch, what it sent) on disk under StateDir/users, so
+	// an ingest restarted on the same log and epoch sends nothing twice;
+	// "" keeps it in memory (a second replay counts every user again).
+	StateDir string
+	Progress io.Writer
+	Logger   *slog.Logger
 }
 
-// Ingest replays cfg.Input as clients: it checks that relays a and b hold
+// Ingest replays cfg.Input as devices, one ingest.Device per AnonID
+// (ingest.Replay), sharing one NATS connection, randomness client and
+// publisher: it checks that relays a and b hold
 // the key ids of the route (CheckRoute), mines, seals, onion-wraps and
 // publishes every report to relay a, and waits until JetStream has stored
 // each one (publish.Publisher.Flush). It does not close the epoch. The
@@ -81,7 +88,7 @@ func Ingest(ctx context.Context, cfg IngestConfig) (ingest.ReplaySummary, error)
 	pub := &publish.Publisher{JS: js, Subject: protocol.RelaySubject("a")}
 	client := newClient(a, cfg.Epoch, pol, cfg.Spread,
 		&randomness.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, keydir.RandomnessPins)}, ra, rb, ag, pub)
-	replay := &ingest.Replay{Client: client, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
+	replay := &ingest.Replay{Client: client, StateDir: cfg.StateDir, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
 	sum, err := replay.Run(ctx, cfg.Input)
 	if ferr := pub.Flush(ctx); err == nil {
 		err = ferr
