@@ -1,0 +1,1004 @@
+package protocol_test
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/ecdh"
+	"crypto/ed25519"
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cloudflare/circl/group"
+	"github.com/cloudflare/circl/hpke"
+	"golang.org/x/crypto/chacha20poly1305"
+
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/blind"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/oprf"
+	"github.com/crowdlog/crowdlog/protocol/star"
+)
+
+// The vectors of docs/wire.md. Each fenced block
+//
+//	```vector name=NAME        hex: the bytes are the hex digits of each line
+//	02 07 323030362d3033        before any '#', spaces ignored
+//	```
+//	```vector name=NAME text   text: the single line is the bytes
+//
+// is decoded here with the package's parser and its fields compared with
+// what the document states, and whatever the document derives is derived
+// again from its inputs with independent primitives (the standard
+// library, x/crypto, circl's group and HPKE) — never with the helper that
+// produced it. Every block must be checked: an unknown name fails, and so
+// does a missing one.
+
+var printWireVectors = flag.Bool("wiredoc.print", false, "print the vector blocks of docs/wire.md computed by the independent generators of this test (to edit the document), then check")
+
+const wireDoc = "../docs/wire.md"
+
+// docVectors reads every vector block of the document, in order.
+func docVectors(t *testing.T) (map[string][]byte, []string) {
+	t.Helper()
+	f, err := os.Open(wireDoc)
+	if err != nil {
+		t.Fatalf("open %s: %v", wireDoc, err)
+	}
+	defer f.Close()
+	vec := map[string][]byte{}
+	var order []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		s := sc.Text()
+		rest, ok := strings.CutPrefix(s, "```vector ")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		name, ok := strings.CutPrefix(fields[0], "name=")
+		if !ok || name == "" {
+			t.Fatalf("%s:%d: vector block without name=", wireDoc, line)
+		}
+		text := len(fields) > 1 && fields[1] == "text"
+		if _, dup := vec[name]; dup {
+			t.Fatalf("%s:%d: vector %s twice", wireDoc, line, name)
+		}
+		start := line
+		var b []byte
+		closed := false
+		for sc.Scan() {
+			line++
+			l := sc.Text()
+			if l == "```" {
+				closed = true
+				break
+			}
+			if text {
+				if b != nil {
+					t.Fatalf("%s:%d: text vector %s has more than one line", wireDoc, line, name)
+				}
+				b = []byte(l)
+				continue
+			}
+			if i := strings.IndexByte(l, '#'); i >= 0 {
+				l = l[:i]
+			}
+			h, err := hex.DecodeString(strings.ReplaceAll(strings.TrimSpace(l), " ", ""))
+			if err != nil {
+				t.Fatalf("%s:%d: vector %s: bad hex: %v", wireDoc, line, name, err)
+			}
+			b = append(b, h...)
+		}
+		if !closed || len(b) == 0 {
+			t.Fatalf("%s:%d: vector %s is empty or not closed", wireDoc, start, name)
+		}
+		vec[name] = b
+		order = append(order, name)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return vec, order
+}
+
+// wire is the document's vectors with a record of which were checked.
+type wire struct {
+	t    *testing.T
+	v    map[string][]byte
+	used map[string]bool
+}
+
+func (w *wire) get(name string) []byte {
+	w.t.Helper()
+	b, ok := w.v[name]
+	if !ok {
+		w.t.Fatalf("docs/wire.md has no vector %s", name)
+	}
+	w.used[name] = true
+	return b
+}
+
+func (w *wire) eq(name string, got []byte, what string) {
+	w.t.Helper()
+	if want := w.get(name); !bytes.Equal(got, want) {
+		w.t.Errorf("vector %s: %s gives %x, the document %x", name, what, got, want)
+	}
+}
+
+// golden reads a package's golden file (checked against the code by that
+// package's tests); the document's vectors must be the same bytes.
+func golden(t *testing.T, path string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.FromSlash(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func (w *wire) sameAsGolden(g map[string]string, pairs ...string) {
+	w.t.Helper()
+	for i := 0; i < len(pairs); i += 2 {
+		if hex.EncodeToString(w.get(pairs[i])) != g[pairs[i+1]] {
+			w.t.Errorf("vector %s differs from golden %s", pairs[i], pairs[i+1])
+		}
+	}
+}
+
+// cut is an independent reader of the documented layouts.
+type cut struct {
+	t    *testing.T
+	name string
+	b    []byte
+}
+
+func (c *cut) n(k int) []byte {
+	c.t.Helper()
+	if k > len(c.b) {
+		c.t.Fatalf("vector %s: truncated (want %d more bytes, %d left)", c.name, k, len(c.b))
+	}
+	p := c.b[:k]
+	c.b = c.b[k:]
+	return p
+}
+func (c *cut) u8() int      { return int(c.n(1)[0]) }
+func (c *cut) u16() int     { return int(binary.BigEndian.Uint16(c.n(2))) }
+func (c *cut) u32() int     { return int(binary.BigEndian.Uint32(c.n(4))) }
+func (c *cut) str8() string { return string(c.n(c.u8())) }
+func (c *cut) done() {
+	c.t.Helper()
+	if len(c.b) != 0 {
+		c.t.Errorf("vector %s: %d bytes after the documented fields", c.name, len(c.b))
+	}
+}
+
+func (w *wire) cut(name string) *cut { return &cut{t: w.t, name: name, b: w.get(name)} }
+
+var g = group.Ristretto255
+
+func scalar(t *testing.T, b []byte) group.Scalar {
+	t.Helper()
+	s := g.NewScalar()
+	if err := s.UnmarshalBinary(b); err != nil {
+		t.Fatalf("scalar %x: %v", b, err)
+	}
+	return s
+}
+
+func element(t *testing.T, b []byte) group.Element {
+	t.Helper()
+	e := g.NewElement()
+	if err := e.UnmarshalBinary(b); err != nil {
+		t.Fatalf("element %x: %v", b, err)
+	}
+	return e
+}
+
+func enc(m interface{ MarshalBinary() ([]byte, error) }) []byte {
+	b, err := m.MarshalBinary()
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func encE(e group.Element) []byte {
+	b, err := e.MarshalBinaryCompress()
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func u16(n int) []byte { return binary.BigEndian.AppendUint16(nil, uint16(n)) }
+
+// RFC 9497 §4.1 ristretto255-SHA512, verifiable mode (0x01).
+const voprfContext = "OPRFV1-\x01-ristretto255-SHA512"
+
+func hashToGroup(input []byte) group.Element {
+	return g.HashToElement(input, []byte("HashToGroup-"+voprfContext))
+}
+
+func hashToScalar(msg []byte) group.Scalar {
+	return g.HashToScalar(msg, []byte("HashToScalar-"+voprfContext))
+}
+
+// verifyDLEQ is RFC 9497 §2.2.2 VerifyProof with A = G, B = pkS, C the
+// blinded and D the evaluated elements, proof = c ‖ s.
+func verifyDLEQ(t *testing.T, pk []byte, cs, ds [][]byte, proof []byte) bool {
+	t.Helper()
+	lp := func(b []byte) []byte { return append(u16(len(b)), b...) }
+	seedDST := []byte("Seed-" + voprfContext)
+	h := sha512.New()
+	h.Write(lp(pk))
+	h.Write(lp(seedDST))
+	seed := h.Sum(nil)
+	m, z := g.Identity(), g.Identity()
+	for i := range cs {
+		in := lp(seed)
+		in = append(in, u16(i)...)
+		in = append(in, lp(cs[i])...)
+		in = append(in, lp(ds[i])...)
+		in = append(in, "Composite"...)
+		d := hashToScalar(in)
+		m.Add(m, g.NewElement().Mul(element(t, cs[i]), d))
+		z.Add(z, g.NewElement().Mul(element(t, ds[i]), d))
+	}
+	c, s := scalar(t, proof[:32]), scalar(t, proof[32:])
+	t2 := g.NewElement().Add(g.NewElement().MulGen(s), g.NewElement().Mul(element(t, pk), c))
+	t3 := g.NewElement().Add(g.NewElement().Mul(m, s), g.NewElement().Mul(z, c))
+	var in []byte
+	for _, e := range [][]byte{pk, encE(m), encE(z), encE(t2), encE(t3)} {
+		in = append(in, lp(e)...)
+	}
+	in = append(in, "Challenge"...)
+	return hashToScalar(in).IsEqual(c)
+}
+
+// finalizeOPRF is RFC 9497 §3.3.2 Finalize for one input.
+func finalizeOPRF(input []byte, blindScalar group.Scalar, evaluated group.Element) []byte {
+	inv := g.NewScalar().Inv(blindScalar)
+	n := encE(g.NewElement().Mul(evaluated, inv))
+	h := sha512.New()
+	h.Write(u16(len(input)))
+	h.Write(input)
+	h.Write(u16(len(n)))
+	h.Write(n)
+	h.Write([]byte("Finalize"))
+	return h.Sum(nil)
+}
+
+const (
+	docEpoch = "2006-03"
+	docApp   = "query"
+)
+
+var docArtifacts = []string{"new york weather", "google"}
+
+func oprfInput(app, epoch, artifact string) []byte {
+	b := []byte("crowdlog-v1")
+	for _, s := range []string{app, epoch, artifact} {
+		b = append(append(b, 0), s...)
+	}
+	return b
+}
+
+func checkOPRF(w *wire) {
+	t := w.t
+	w.eq("oprf-input", oprfInput(docApp, docEpoch, docArtifacts[0]), "crowdlog-v1 ‖ 0 ‖ app ‖ 0 ‖ epoch ‖ 0 ‖ artifact")
+	w.eq("oprf-input", oprf.OPRFInput(docApp, docEpoch, docArtifacts[0]), "oprf.OPRFInput")
+
+	// public key request and response
+	c := w.cut("oprf-public-key-request")
+	if c.u8() != 2 || c.str8() != docEpoch {
+		t.Error("oprf-public-key-request: not version 2, epoch 2006-03")
+	}
+	c.done()
+	pq, err := oprf.ParsePublicKeyRequest(w.get("oprf-public-key-request"))
+	if err != nil || pq.Epoch != docEpoch {
+		t.Errorf("oprf-public-key-request parses to %+v, %v", pq, err)
+	} else {
+		w.eq("oprf-public-key-request", enc(pq), "re-encoding")
+	}
+	pkS := w.get("oprf-public-key")
+	if e := element(t, pkS); e.IsIdentity() {
+		t.Error("oprf-public-key is the identity")
+	}
+	c = w.cut("oprf-public-key-response")
+	if c.u8() != 2 || c.u8() != 0 || c.str8() != docEpoch || !bytes.Equal(c.n(32), pkS) {
+		t.Error("oprf-public-key-response: not version 2, status 0, epoch 2006-03, oprf-public-key")
+	}
+	c.done()
+	pr, err := oprf.ParsePublicKeyResponse(w.get("oprf-public-key-response"))
+	if err != nil || pr.Refused() || pr.Epoch != docEpoch || !bytes.Equal(pr.Key, pkS) {
+		t.Errorf("oprf-public-key-response parses to %+v, %v", pr, err)
+	} else if _, err := oprf.ParseOPRFPublicKey(pr.Key); err != nil {
+		t.Errorf("oprf-public-key: %v", err)
+	}
+
+	// the batch: blinded elements r_i · HashToGroup(input_i)
+	var inputs [][]byte
+	var blinds []group.Scalar
+	var blinded [][]byte
+	for i, a := range docArtifacts {
+		in := oprfInput(docApp, docEpoch, a)
+		r := scalar(t, w.get(fmt.Sprintf("oprf-blind-%d", i)))
+		inputs, blinds = append(inputs, in), append(blinds, r)
+		blinded = append(blinded, encE(g.NewElement().Mul(hashToGroup(in), r)))
+	}
+	c = w.cut("oprf-randomness-request")
+	if c.u8() != 2 || c.str8() != docEpoch || c.u16() != len(inputs) {
+		t.Error("oprf-randomness-request: not version 2, epoch 2006-03, count 2")
+	}
+	for i := range inputs {
+		if e := c.n(32); !bytes.Equal(e, blinded[i]) {
+			t.Errorf("oprf-randomness-request element %d is %x; r_%d·HashToGroup(input_%d) is %x", i, e, i, i, blinded[i])
+		}
+	}
+	c.done()
+	q, err := oprf.ParseRandomnessRequest(w.get("oprf-randomness-request"))
+	if err != nil || q.Epoch != docEpoch || len(q.Elements) != len(inputs) {
+		t.Fatalf("oprf-randomness-request parses to %+v, %v", q, err)
+	}
+	for i := range inputs {
+		if !bytes.Equal(q.Elements[i], blinded[i]) {
+			t.Errorf("oprf-randomness-request: parser's element %d differs", i)
+		}
+	}
+	w.eq("oprf-randomness-request", enc(q), "re-encoding")
+
+	c = w.cut("oprf-randomness-response")
+	if c.u8() != 2 || c.u8() != 0 || c.u16() != len(inputs) {
+		t.Error("oprf-randomness-response: not version 2, status 0, count 2")
+	}
+	var evaluated [][]byte
+	for range inputs {
+		evaluated = append(evaluated, c.n(32))
+	}
+	proof := c.n(64)
+	c.done()
+	if !verifyDLEQ(t, pkS, blinded, evaluated, proof) {
+		t.Error("oprf-randomness-response: the DLEQ proof does not verify (RFC 9497 §2.2.2, recomputed here)")
+	}
+	if verifyDLEQ(t, pkS, blinded, [][]byte{evaluated[1], evaluated[0]}, proof) {
+		t.Error("the DLEQ check here accepts swapped elements")
+	}
+	resp, err := oprf.ParseRandomnessResponse(w.get("oprf-randomness-response"))
+	if err != nil || resp.Refused() || len(resp.Elements) != len(inputs) || !bytes.Equal(resp.Proof, proof) {
+		t.Fatalf("oprf-randomness-response parses to %+v, %v", resp, err)
+	}
+	for i := range inputs {
+		if !bytes.Equal(resp.Elements[i], evaluated[i]) {
+			t.Errorf("oprf-randomness-response: parser's element %d differs", i)
+		}
+		w.eq(fmt.Sprintf("oprf-omega-%d", i), finalizeOPRF(inputs[i], blinds[i], element(t, evaluated[i])), "RFC 9497 Finalize")
+	}
+	w.eq("oprf-randomness-response", enc(resp), "re-encoding")
+
+	c = w.cut("oprf-randomness-response-closed")
+	const closedMsg = "epoch 2006-02 closed"
+	if c.u8() != 2 || c.u8() != 2 || string(c.n(c.u16())) != closedMsg {
+		t.Error("oprf-randomness-response-closed: not version 2, status 2, message")
+	}
+	c.done()
+	cl, err := oprf.ParseRandomnessResponse(w.get("oprf-randomness-response-closed"))
+	if err != nil || !cl.Closed || cl.Error != closedMsg {
+		t.Errorf("oprf-randomness-response-closed parses to %+v, %v", cl, err)
+	}
+
+	w.sameAsGolden(golden(t, "oprf/testdata/golden-randomness.json"),
+		"oprf-public-key", "public_key", "oprf-blind-0", "blind0", "oprf-blind-1", "blind1",
+		"oprf-randomness-request", "request", "oprf-randomness-response", "response",
+		"oprf-omega-0", "omega0", "oprf-omega-1", "omega1", "oprf-public-key-request", "pubkey_request",
+		"oprf-public-key-response", "pubkey_response", "oprf-randomness-response-closed", "response_closed")
+}
+
+func checkRelayKeys(w *wire) {
+	t := w.t
+	c := w.cut("relaykeys-request")
+	if c.u8() != 2 || c.str8() != "a" {
+		t.Error("relaykeys-request: not version 2, relay a")
+	}
+	c.done()
+	q, err := onion.ParseRelayKeysRequest(w.get("relaykeys-request"))
+	if err != nil || q.Relay != "a" {
+		t.Errorf("relaykeys-request parses to %+v, %v", q, err)
+	}
+	pub := w.get("onion-key-relay-a-public")
+	c = w.cut("relaykeys-response")
+	if c.u8() != 2 || c.u8() != 0 || c.str8() != "a" || c.u8() != 2 {
+		t.Error("relaykeys-response: not version 2, status 0, relay a, 2 keys")
+	}
+	for _, id := range []int{1, 2} {
+		if c.u8() != id || c.u8() != 32 || !bytes.Equal(c.n(32), pub) {
+			t.Errorf("relaykeys-response: key %d is not relay a's public key", id)
+		}
+	}
+	c.done()
+	p, err := onion.ParseRelayKeysResponse(w.get("relaykeys-response"))
+	if err != nil || p.Relay != "a" || !bytes.Equal(p.IDs(), []byte{1, 2}) {
+		t.Fatalf("relaykeys-response parses to %+v, %v", p, err)
+	}
+	for _, id := range []byte{1, 2} {
+		if k, ok := p.Lookup(id); !ok || !bytes.Equal(k, pub) {
+			t.Errorf("relaykeys-response: key id %d", id)
+		}
+	}
+	w.eq("relaykeys-response", enc(p), "re-encoding")
+	c = w.cut("relaykeys-response-refused")
+	if c.u8() != 2 || c.u8() != 1 || string(c.n(c.u16())) != "relay shutting down" {
+		t.Error("relaykeys-response-refused: not version 2, status 1, message")
+	}
+	c.done()
+	if r, err := onion.ParseRelayKeysResponse(w.get("relaykeys-response-refused")); err != nil || r.Error != "relay shutting down" {
+		t.Errorf("relaykeys-response-refused parses to %+v, %v", r, err)
+	}
+	w.sameAsGolden(golden(t, "onion/testdata/golden-relaykeys.json"), "relaykeys-request", "request",
+		"relaykeys-response", "response", "relaykeys-response-refused", "response_refused")
+}
+
+// starCtx is the documented release context of the report vector.
+func starCtx(app, epoch string, policy byte, k int) []byte {
+	b := append([]byte{byte(len(app))}, app...)
+	b = append(append(b, byte(len(epoch))), epoch...)
+	return append(append(b, policy), u16(k)...)
+}
+
+func hkdf32(t *testing.T, ikm []byte, info string) []byte {
+	out, err := hkdf.Key(sha256.New, ikm, []byte("crowdlog-v2"), info, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func checkStar(w *wire) {
+	t := w.t
+	const k = 3
+	omega := w.get("star-omega")
+	user := w.get("star-user-secret")
+	ctx := starCtx(docApp, docEpoch, 2, k)
+	w.eq("star-ctx", ctx, "u8 len(app) ‖ app ‖ u8 len(epoch) ‖ epoch ‖ u8 policy ‖ u16 k")
+	tag := hkdf32(t, omega, "crowdlog-v2 tag"+string(ctx))
+	w.eq("star-tag", tag, "HKDF-SHA-256(ω, \"crowdlog-v2\", \"crowdlog-v2 tag\" ‖ ctx)")
+	seed := hkdf32(t, omega, "crowdlog-v2 poly"+string(ctx))
+	w.eq("star-poly-seed", seed, "HKDF-SHA-256(ω, \"crowdlog-v2\", \"crowdlog-v2 poly\" ‖ ctx)")
+	var coeffs []group.Scalar
+	var commit []byte
+	for i := 0; i < k; i++ {
+		a := g.HashToScalar(append(append([]byte{}, seed...), u16(i)...), []byte("crowdlog-v1 poly"))
+		coeffs = append(coeffs, a)
+		commit = append(commit, encE(g.NewElement().MulGen(a))...)
+	}
+	w.eq("star-commitment", commit, "C_i = a_i·G")
+	w.eq("star-secret-f0", enc(coeffs[0]), "f(0) = a_0")
+	h := sha256.New()
+	h.Write([]byte("crowdlog-v1 key"))
+	h.Write(tag)
+	h.Write(enc(coeffs[0]))
+	key := h.Sum(nil)
+	w.eq("star-aead-key", key, "SHA-256(\"crowdlog-v1 key\" ‖ tag ‖ f(0))")
+	x := g.HashToScalar(append(append([]byte{}, user...), tag...), []byte("crowdlog-v1 ftu-x"))
+	y := g.NewScalar()
+	for i := k - 1; i >= 0; i-- {
+		y.Mul(y, x)
+		y.Add(y, coeffs[i])
+	}
+	m := hmac.New(sha256.New, user)
+	m.Write([]byte("unit"))
+	m.Write(tag)
+	unit := m.Sum(nil)[:16]
+	w.eq("star-unit-id", unit, "HMAC-SHA-256(user secret, \"unit\" ‖ tag)[:16]")
+
+	// the payload
+	const primary, secondary = "new york weather", "New York  Weather"
+	c := w.cut("star-payload")
+	if c.u8() != 2 || string(c.n(c.u16())) != primary || string(c.n(c.u16())) != secondary || !bytes.Equal(c.n(16), unit) {
+		t.Error("star-payload: not version 2, primary, secondary, unit")
+	}
+	c.done()
+	pl, err := star.ParsePayload(w.get("star-payload"))
+	if err != nil || pl.Primary != primary || pl.Secondary != secondary || !bytes.Equal(pl.Unit[:], unit) {
+		t.Errorf("star-payload parses to %+v, %v", pl, err)
+	}
+
+	// the report, field by field
+	c = w.cut("star-report")
+	if c.u8() != 2 || c.str8() != docApp || c.str8() != docEpoch || c.u8() != 2 || c.u16() != k {
+		t.Error("star-report: not version 2, query, 2006-03, FT_u, k = 3")
+	}
+	id := c.n(16)
+	if !bytes.Equal(c.n(32), tag) || !bytes.Equal(c.n(32), enc(x)) || !bytes.Equal(c.n(32), enc(y)) {
+		t.Error("star-report: tag or share differs from the derivation")
+	}
+	if c.u16() != k || !bytes.Equal(c.n(32*k), commit) {
+		t.Error("star-report: commitment differs from the derivation")
+	}
+	ct := c.n(c.u32())
+	c.done()
+	w.eq("star-report-id", id, "the report's id field")
+	ad := append(append(append([]byte("crowdlog-v2 report"), ctx...), id...), tag...)
+	a, err := chacha20poly1305.NewX(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.eq("star-aead-nonce", ct[:24], "the ciphertext's first 24 bytes")
+	pt, err := a.Open(nil, ct[:24], ct[24:], ad)
+	if err != nil {
+		t.Fatalf("star-report does not open with XChaCha20-Poly1305 under the derived key and the documented AD: %v", err)
+	}
+	w.eq("star-payload", pt, "the report's AEAD plaintext")
+	rep, err := star.ParseReport(w.get("star-report"))
+	if err != nil {
+		t.Fatalf("star-report does not parse: %v", err)
+	}
+	if rep.App != docApp || rep.Epoch != docEpoch || rep.Policy != star.FTu || rep.K != k || !bytes.Equal(rep.ID[:], id) ||
+		!bytes.Equal(rep.Tag[:], tag) || !rep.Share.X.IsEqual(x) || !rep.Share.Y.IsEqual(y) || !bytes.Equal(rep.Commitment, commit) || !bytes.Equal(rep.Ciphertext, ct) {
+		t.Errorf("star-report parses to other fields: %+v", rep)
+	}
+	if s, err := star.DeriveSealing(omega, docApp, docEpoch, star.FTu, k); err != nil || !bytes.Equal(s.Tag[:], tag) || !bytes.Equal(s.Commitment(), commit) {
+		t.Errorf("star.DeriveSealing disagrees with the document: %v", err)
+	}
+	var k32 [32]byte
+	copy(k32[:], key)
+	if p, err := star.OpenPayload(k32, rep); err != nil || p != pl {
+		t.Errorf("star.OpenPayload of star-report: %+v, %v", p, err)
+	}
+	if k2 := star.KeyFromSecret(rep.Tag, coeffs[0]); !bytes.Equal(k2[:], key) {
+		t.Error("star.KeyFromSecret disagrees with the document")
+	}
+	w.eq("star-report", enc(rep), "re-encoding")
+
+	gs := golden(t, "star/testdata/golden-sealing.json")
+	w.sameAsGolden(gs, "star-omega", "omega", "star-user-secret", "user_secret", "star-tag", "tag",
+		"star-commitment", "commitment", "star-secret-f0", "secret_f0", "star-aead-key", "aead_key", "star-unit-id", "unit_id")
+	if gs["share_x"] != hex.EncodeToString(enc(x)) || gs["share_y"] != hex.EncodeToString(enc(y)) {
+		t.Error("the golden share differs from the document's derivation")
+	}
+	w.sameAsGolden(golden(t, "star/testdata/golden-payload.json"), "star-payload", "encoded")
+	w.sameAsGolden(golden(t, "star/testdata/golden-report.json"), "star-report", "encoded", "star-report-id", "id")
+}
+
+// The onion route of the document: the star-report vector wrapped for
+// [relay-a, relay-b, aggregator], key ids 1, 2, 3, each layer's HPKE
+// ephemeral key derived from its ikmE vector (RFC 9180 §7.1.3 DeriveKeyPair).
+var onionHops = []struct {
+	role, layer string
+	id          byte
+	kind        onion.HopKind
+	size        int
+}{
+	{"aggregator", "onion-layer-aggregator", 3, onion.HopDeliver, 512},
+	{"relay-b", "onion-layer-relay-b", 2, onion.HopKafka, 1024},
+	{"relay-a", "onion-layer-relay-a", 1, onion.HopRelay, 1536},
+}
+
+var hpkeSuite = hpke.NewSuite(hpke.KEM_X25519_HKDF_SHA256, hpke.KDF_HKDF_SHA256, hpke.AEAD_ChaCha20Poly1305)
+
+// onionPlaintext is the documented layer plaintext: version ‖ kind ‖ hop
+// field ‖ u32 len inner ‖ inner ‖ zeros up to size − 50.
+func onionPlaintext(kind onion.HopKind, field []byte, hasField bool, inner []byte, size int) []byte {
+	pt := []byte{2, byte(kind)}
+	if hasField {
+		pt = append(append(pt, byte(len(field))), field...)
+	}
+	pt = binary.BigEndian.AppendUint32(pt, uint32(len(inner)))
+	pt = append(pt, inner...)
+	return append(pt, make([]byte, size-2-32-16-len(pt))...)
+}
+
+// sealOnion seals each layer with circl's HPKE from the documented inputs.
+func sealOnion(t *testing.T, pubs map[string][]byte, ikm map[string][]byte, report []byte) map[string][]byte {
+	t.Helper()
+	kem := hpke.KEM_X25519_HKDF_SHA256.Scheme()
+	out := map[string][]byte{}
+	inner := report
+	for _, h := range onionHops {
+		pk, err := kem.UnmarshalBinaryPublicKey(pubs[h.role])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var field []byte
+		switch h.kind {
+		case onion.HopKafka:
+			field = report[1+1+len(docApp)+1+len(docEpoch)+1+2+16:][:1] // the tag's first byte
+		case onion.HopRelay:
+			field = []byte("crowdlog.relay.b")
+		}
+		pt := onionPlaintext(h.kind, field, h.kind != onion.HopDeliver, inner, h.size)
+		snd, err := hpkeSuite.NewSender(pk, []byte("crowdlog-v2 onion "+h.role))
+		if err != nil {
+			t.Fatal(err)
+		}
+		encap, sealer, err := snd.Setup(bytes.NewReader(ikm[h.role]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hdr := []byte{2, h.id}
+		ct, err := sealer.Seal(pt, hdr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layer := append(append(hdr, encap...), ct...)
+		out[h.layer] = layer
+		inner = layer
+	}
+	return out
+}
+
+func checkOnion(w *wire) {
+	t := w.t
+	pubs, ikm := map[string][]byte{}, map[string][]byte{}
+	var keys []*onion.KeyPair
+	kem := hpke.KEM_X25519_HKDF_SHA256.Scheme()
+	for _, h := range onionHops {
+		priv := w.get("onion-key-" + h.role + "-private")
+		pub := w.get("onion-key-" + h.role + "-public")
+		sk, err := ecdh.X25519().NewPrivateKey(priv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(sk.PublicKey().Bytes(), pub) {
+			t.Errorf("onion-key-%s-public is not X25519(private, 9)", h.role)
+		}
+		pubs[h.role], ikm[h.role] = pub, w.get("onion-ikme-"+h.role)
+		ksk, err := kem.UnmarshalBinaryPrivateKey(priv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kp := &onion.KeyPair{ID: h.id, Private: ksk, Role: h.role}
+		if err := kp.Prepare(); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, kp)
+	}
+	report := w.get("star-report")
+	sealed := sealOnion(t, pubs, ikm, report)
+	for _, h := range onionHops {
+		layer := w.get(h.layer)
+		if len(layer) != h.size || !onion.IsSizeClass(len(layer)) {
+			t.Errorf("%s: %d bytes, the document says %d", h.layer, len(layer), h.size)
+		}
+		w.eq(h.layer, sealed[h.layer], "HPKE base mode (circl) of the documented plaintext, info and AAD")
+	}
+	// independent opening of relay a's layer: the plaintext as documented
+	la := w.get("onion-layer-relay-a")
+	ksk, _ := kem.UnmarshalBinaryPrivateKey(w.get("onion-key-relay-a-private"))
+	rcv, err := hpkeSuite.NewReceiver(ksk, []byte("crowdlog-v2 onion relay-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := rcv.Setup(la[2:34])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt, err := op.Open(la[34:], la[:2])
+	if err != nil {
+		t.Fatalf("onion-layer-relay-a does not open with HPKE (info \"crowdlog-v2 onion relay-a\", AAD version ‖ key id): %v", err)
+	}
+	c := &cut{t: t, name: "onion-layer-relay-a plaintext", b: pt}
+	if c.u8() != 2 || c.u8() != 1 || c.str8() != "crowdlog.relay.b" || !bytes.Equal(c.n(c.u32()), w.get("onion-layer-relay-b")) {
+		t.Error("onion-layer-relay-a's plaintext is not version 2, HopRelay, crowdlog.relay.b, relay b's layer")
+	}
+	if slices.ContainsFunc(c.b, func(b byte) bool { return b != 0 }) {
+		t.Error("onion-layer-relay-a: non-zero padding")
+	}
+	// the code peels the route
+	layer := la
+	for i := len(onionHops) - 1; i >= 0; i-- {
+		h := onionHops[i]
+		hop, next, err := onion.Peel(keys, layer)
+		if err != nil || hop.Kind != h.kind {
+			t.Fatalf("onion.Peel of %s: %+v, %v", h.layer, hop, err)
+		}
+		switch h.kind {
+		case onion.HopRelay:
+			if hop.Subject != protocol.RelaySubject("b") {
+				t.Errorf("%s names %q", h.layer, hop.Subject)
+			}
+		case onion.HopKafka:
+			rep, _ := star.ParseReport(report)
+			if rep == nil || !bytes.Equal(hop.Key, onion.ReportKey(rep.Tag)) {
+				t.Errorf("%s's Kafka key %x is not the tag's first byte", h.layer, hop.Key)
+			}
+		}
+		layer = next
+	}
+	if !bytes.Equal(layer, report) {
+		t.Error("the aggregator's layer does not hold star-report")
+	}
+	// a layer for one role does not open at another
+	wrong := *keys[2] // relay a's key pair, id 1, under relay b's role
+	wrong.Role = "relay-b"
+	if _, _, err := onion.Peel([]*onion.KeyPair{&wrong}, la); err == nil {
+		t.Error("relay a's layer opens under another role's info")
+	}
+	sum := sha256.Sum256(la)
+	id := base64.RawURLEncoding.EncodeToString(sum[:16])
+	w.eq("onion-layer-relay-a-msgid", []byte(id), "base64url(SHA-256(layer)[:16])")
+	w.eq("onion-layer-relay-a-msgid", []byte(protocol.LayerMsgID(la)), "protocol.LayerMsgID")
+
+	gk := golden(t, "onion/testdata/golden-onion.json")
+	w.sameAsGolden(gk, "onion-key-relay-a-private", "key1_private", "onion-key-relay-a-public", "key1_public",
+		"onion-key-relay-b-private", "key2_private", "onion-key-relay-b-public", "key2_public",
+		"onion-key-aggregator-private", "key3_private", "onion-key-aggregator-public", "key3_public")
+}
+
+// PDD vectors: a client's Ed25519 signing key from a 32-byte seed (RFC 8032
+// §5.1.5), its X25519 key, and its signed register and ping requests.
+func pddSigned(t *testing.T, seed []byte, purpose, body string) string {
+	sig := ed25519.Sign(ed25519.NewKeyFromSeed(seed), append([]byte("crowdlog-v2 pdd "+purpose+"\x00"), body...))
+	return `{"body":` + body + `,"sig":"` + base64.StdEncoding.EncodeToString(sig) + `"}`
+}
+
+const (
+	pddClientID = "5f2c1e0a9b8d7c6e5f4a3b2c1d0e9f8a"
+	pddCampaign = "health-2006"
+	pddSeq      = 1700000000000000001
+)
+
+func pddBodies(seed, x25519Priv []byte) (register, ping string) {
+	spub := ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey)
+	xk, _ := ecdh.X25519().NewPrivateKey(x25519Priv)
+	b64 := base64.StdEncoding.EncodeToString
+	register = `{"public_key":"` + b64(xk.PublicKey().Bytes()) + `","sign_key":"` + b64(spub) + `"}`
+	ping = fmt.Sprintf(`{"client_id":%q,"campaign":%q,"seq":%d}`, pddClientID, pddCampaign, uint64(pddSeq))
+	return register, ping
+}
+
+var pddSubmissionY = []uint64{1, 0xfffffffffffffffe, 0x0123456789abcdef}
+
+func pddSubmission() []byte {
+	b := []byte{2, 1, byte(len(pddCampaign))}
+	b = append(b, pddCampaign...)
+	b = binary.BigEndian.AppendUint32(b, 13210)
+	b = binary.BigEndian.AppendUint32(b, 7)
+	b = binary.BigEndian.AppendUint16(b, 2)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(pddSubmissionY)))
+	for _, y := range pddSubmissionY {
+		b = binary.LittleEndian.AppendUint64(b, y)
+	}
+	return b
+}
+
+func checkPDD(w *wire) {
+	t := w.t
+	seed, xpriv := w.get("pdd-sign-seed"), w.get("pdd-x25519-private")
+	spub := ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey)
+	w.eq("pdd-sign-public", spub, "Ed25519 public key of the seed")
+	regBody, pingBody := pddBodies(seed, xpriv)
+	w.eq("pdd-register", []byte(pddSigned(t, seed, blind.PurposeRegister, regBody)), "the signed register request")
+	w.eq("pdd-ping", []byte(pddSigned(t, seed, blind.PurposePing, pingBody)), "the signed ping request")
+	w.eq("pdd-ping-signed-bytes", append([]byte("crowdlog-v2 pdd ping\x00"), pingBody...), "the bytes the ping's signature covers")
+
+	reg, err := blind.ParseRegister(w.get("pdd-register"))
+	if err != nil || !bytes.Equal(reg.SignKey, spub) {
+		t.Errorf("pdd-register: %+v, %v", reg, err)
+	}
+	p, s, err := blind.ParsePing(w.get("pdd-ping"))
+	if err != nil || p.ClientID != pddClientID || p.Campaign != pddCampaign || p.Seq != pddSeq {
+		t.Fatalf("pdd-ping parses to %+v, %v", p, err)
+	}
+	if err := s.Verify(spub, blind.PurposePing); err != nil {
+		t.Errorf("pdd-ping: %v", err)
+	}
+	if err := s.Verify(spub, blind.PurposeDeposit); err == nil {
+		t.Error("pdd-ping's signature verifies as a deposit")
+	}
+	if !ed25519.Verify(spub, w.get("pdd-ping-signed-bytes"), s.Sig) {
+		t.Error("pdd-ping's signature does not cover pdd-ping-signed-bytes")
+	}
+	if signed, err := blind.SignMessage(ed25519.NewKeyFromSeed(seed), blind.PurposePing, p); err != nil {
+		t.Fatal(err)
+	} else if b, _ := json.Marshal(signed); !bytes.Equal(b, w.get("pdd-ping")) {
+		t.Errorf("blind.SignMessage gives %s", b)
+	}
+
+	w.eq("pdd-submission", pddSubmission(), "version ‖ kind ‖ instance ‖ member ‖ vector")
+	m, err := blind.Parse(w.get("pdd-submission"))
+	if err != nil || m.Submission == nil {
+		t.Fatalf("pdd-submission parses to %+v, %v", m, err)
+	}
+	sub := m.Submission
+	want := blind.Instance{Campaign: pddCampaign, Round: 13210, Group: 7}
+	if sub.Instance != want || sub.Member != 2 || !slices.Equal(sub.Y, pddSubmissionY) {
+		t.Errorf("pdd-submission parses to %+v", sub)
+	}
+	w.eq("pdd-submission", enc(sub), "re-encoding")
+	w.eq("pdd-vectors-key", []byte(want.String()), "Instance.String()")
+}
+
+// TestWireDocVectors checks every vector of docs/wire.md (see the top of
+// this file).
+func TestWireDocVectors(t *testing.T) {
+	if *printWireVectors {
+		printVectors(t)
+	}
+	vec, order := docVectors(t)
+	w := &wire{t: t, v: vec, used: map[string]bool{}}
+	checkOPRF(w)
+	checkRelayKeys(w)
+	checkStar(w)
+	checkOnion(w)
+	checkPDD(w)
+	for _, name := range order {
+		if !w.used[name] {
+			t.Errorf("docs/wire.md: vector %s is checked by nothing (add a check to protocol/wiredoc_test.go)", name)
+		}
+	}
+}
+
+// field is one annotated run of bytes of a printed vector.
+type field struct {
+	b    []byte
+	note string
+}
+
+func fhex(s string) []byte {
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func label32(label string) []byte {
+	h := sha256.Sum256([]byte("crowdlog wire " + label))
+	return h[:]
+}
+
+// block prints one vector block, 32 bytes a line, each field's note on its
+// first line.
+func block(name string, fs ...field) {
+	fmt.Printf("```vector name=%s\n", name)
+	for _, f := range fs {
+		for i := 0; i < len(f.b) || i == 0; i += 32 {
+			chunk := hex.EncodeToString(f.b[i:min(i+32, len(f.b))])
+			if i == 0 && f.note != "" {
+				fmt.Printf("%-64s  # %s\n", chunk, f.note)
+			} else {
+				fmt.Println(chunk)
+			}
+		}
+	}
+	fmt.Print("```\n\n")
+}
+
+func textBlock(name, s string) { fmt.Printf("```vector name=%s text\n%s\n```\n\n", name, s) }
+
+func str8(s, what string) []field {
+	return []field{{[]byte{byte(len(s))}, "u8 len " + what}, {[]byte(s), fmt.Sprintf("%s %q", what, s)}}
+}
+
+func fs(parts ...any) []field {
+	var out []field
+	for _, p := range parts {
+		switch v := p.(type) {
+		case field:
+			out = append(out, v)
+		case []field:
+			out = append(out, v...)
+		}
+	}
+	return out
+}
+
+// printVectors prints every block of the document: the golden files'
+// bytes and, where no golden file exists, bytes made by this test's
+// independent generators.
+func printVectors(t *testing.T) {
+	go1 := golden(t, "oprf/testdata/golden-randomness.json")
+	V := field{[]byte{2}, "version 2"}
+	fmt.Println("---- OPRF")
+	block("oprf-input", field{oprfInput(docApp, docEpoch, docArtifacts[0]), `"crowdlog-v1" 00 "query" 00 "2006-03" 00 "new york weather"`})
+	block("oprf-public-key", field{fhex(go1["public_key"]), "pkS"})
+	block("oprf-public-key-request", fs(V, str8(docEpoch, "epoch"))...)
+	pkr := fhex(go1["pubkey_response"])
+	block("oprf-public-key-response", fs(V, field{[]byte{0}, "status 0 (ok)"}, str8(docEpoch, "epoch"), field{pkr[len(pkr)-32:], "pkS"})...)
+	block("oprf-blind-0", field{fhex(go1["blind0"]), "r_0 (scalar, little-endian)"})
+	block("oprf-blind-1", field{fhex(go1["blind1"]), "r_1"})
+	rq := fhex(go1["request"])
+	block("oprf-randomness-request", fs(V, str8(docEpoch, "epoch"), field{rq[9:11], "u16 count = 2"},
+		field{rq[11:43], "blinded element 0 = r_0·HashToGroup(input_0)"}, field{rq[43:75], "blinded element 1"})...)
+	rs := fhex(go1["response"])
+	block("oprf-randomness-response", V, field{rs[1:2], "status 0 (ok)"}, field{rs[2:4], "u16 count = 2"},
+		field{rs[4:36], "evaluated element 0 = skS·blinded_0"}, field{rs[36:68], "evaluated element 1"},
+		field{rs[68:100], "proof c"}, field{rs[100:132], "proof s"})
+	block("oprf-omega-0", field{fhex(go1["omega0"]), `ω of "new york weather"`})
+	block("oprf-omega-1", field{fhex(go1["omega1"]), `ω of "google"`})
+	rc := fhex(go1["response_closed"])
+	block("oprf-randomness-response-closed", V, field{rc[1:2], "status 2 (epoch closed)"}, field{rc[2:4], "u16 len"}, field{rc[4:], `"epoch 2006-02 closed"`})
+
+	fmt.Println("---- relay keys")
+	gr := golden(t, "onion/testdata/golden-relaykeys.json")
+	block("relaykeys-request", fs(V, str8("a", "relay name"))...)
+	rk := fhex(gr["response"])
+	block("relaykeys-response", fs(V, field{[]byte{0}, "status 0 (ok)"}, str8("a", "relay name"), field{rk[4:5], "u8 count = 2"},
+		field{rk[5:6], "key id 1"}, field{rk[6:7], "u8 len = 32"}, field{rk[7:39], "X25519 public key"},
+		field{rk[39:40], "key id 2"}, field{rk[40:41], "u8 len = 32"}, field{rk[41:73], "X25519 public key"})...)
+	rr := fhex(gr["response_refused"])
+	block("relaykeys-response-refused", V, field{rr[1:2], "status 1 (refused)"}, field{rr[2:4], "u16 len"}, field{rr[4:], `"relay shutting down"`})
+
+	fmt.Println("---- star")
+	gs := golden(t, "star/testdata/golden-sealing.json")
+	block("star-omega", field{fhex(gs["omega"]), "ω (64 bytes)"})
+	block("star-user-secret", field{fhex(gs["user_secret"]), "user secret"})
+	ctx := starCtx(docApp, docEpoch, 2, 3)
+	block("star-ctx", fs(str8(docApp, "app"), str8(docEpoch, "epoch"), field{[]byte{2}, "policy FT_u"}, field{u16(3), "u16 k = 3"})...)
+	omega := fhex(gs["omega"])
+	block("star-tag", field{fhex(gs["tag"]), "tag"})
+	block("star-poly-seed", field{hkdf32(t, omega, "crowdlog-v2 poly"+string(ctx)), "seed"})
+	cm := fhex(gs["commitment"])
+	block("star-commitment", field{cm[:32], "C_0"}, field{cm[32:64], "C_1"}, field{cm[64:], "C_2"})
+	block("star-secret-f0", field{fhex(gs["secret_f0"]), "f(0) = a_0"})
+	block("star-aead-key", field{fhex(gs["aead_key"]), "key"})
+	block("star-unit-id", field{fhex(gs["unit_id"]), "unit id"})
+	gp := golden(t, "star/testdata/golden-payload.json")
+	pb := fhex(gp["encoded"])
+	block("star-payload", V, field{pb[1:3], "u16 len = 16"}, field{pb[3:19], `primary "new york weather"`},
+		field{pb[19:21], "u16 len = 17"}, field{pb[21:38], `secondary "New York  Weather"`}, field{pb[38:], "unit id"})
+	grp := golden(t, "star/testdata/golden-report.json")
+	r := fhex(grp["encoded"])
+	block("star-report-id", field{fhex(grp["id"]), "report id"})
+	block("star-aead-nonce", field{fhex(grp["ciphertext"])[:24], "XChaCha20-Poly1305 nonce"})
+	o := 1 + 6 + 8 + 3
+	block("star-report", fs(V, str8(docApp, "app"), str8(docEpoch, "epoch"), field{[]byte{2}, "policy FT_u"}, field{u16(3), "u16 k = 3"},
+		field{r[o : o+16], "id"}, field{r[o+16 : o+48], "tag"}, field{r[o+48 : o+80], "share x"}, field{r[o+80 : o+112], "share y"},
+		field{r[o+112 : o+114], "u16 commitment count = k"}, field{r[o+114 : o+146], "C_0"}, field{r[o+146 : o+178], "C_1"}, field{r[o+178 : o+210], "C_2"},
+		field{r[o+210 : o+214], "u32 len ciphertext = 94"}, field{r[o+214 : o+238], "nonce"}, field{r[o+238 : len(r)-16], "XChaCha20 ciphertext of star-payload"},
+		field{r[len(r)-16:], "Poly1305 tag"})...)
+
+	fmt.Println("---- onion")
+	gk := golden(t, "onion/testdata/golden-onion.json")
+	pubs, ikm := map[string][]byte{}, map[string][]byte{}
+	for i, role := range []string{"relay-a", "relay-b", "aggregator"} {
+		block("onion-key-"+role+"-private", field{fhex(gk[fmt.Sprintf("key%d_private", i+1)]), role + " private key (X25519)"})
+		block("onion-key-"+role+"-public", field{fhex(gk[fmt.Sprintf("key%d_public", i+1)]), role + " public key, key id " + fmt.Sprint(i+1)})
+		pubs[role] = fhex(gk[fmt.Sprintf("key%d_public", i+1)])
+		ikm[role] = label32("ikmE " + role)
+		block("onion-ikme-"+role, field{ikm[role], "ikmE of " + role + "'s layer"})
+	}
+	layers := sealOnion(t, pubs, ikm, r)
+	for _, h := range onionHops {
+		l := layers[h.layer]
+		block(h.layer, field{l[:1], "version 2"}, field{l[1:2], "key id"}, field{l[2:34], "enc (X25519 ephemeral public key)"},
+			field{l[34:], fmt.Sprintf("HPKE ciphertext (%d bytes plaintext + 16 tag)", len(l)-50)})
+	}
+	textBlock("onion-layer-relay-a-msgid", protocol.LayerMsgID(layers["onion-layer-relay-a"]))
+
+	fmt.Println("---- pdd")
+	seed, xpriv := label32("pdd sign seed"), label32("pdd x25519")
+	block("pdd-sign-seed", field{seed, "Ed25519 seed (RFC 8032 private key)"})
+	block("pdd-sign-public", field{ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey), "Ed25519 public key"})
+	block("pdd-x25519-private", field{xpriv, "X25519 private key"})
+	reg, ping := pddBodies(seed, xpriv)
+	textBlock("pdd-register", pddSigned(t, seed, blind.PurposeRegister, reg))
+	textBlock("pdd-ping", pddSigned(t, seed, blind.PurposePing, ping))
+	block("pdd-ping-signed-bytes", field{[]byte("crowdlog-v2 pdd ping\x00"), `"crowdlog-v2 pdd ping" 00`}, field{[]byte(ping), "the body's JSON"})
+	sb := pddSubmission()
+	block("pdd-submission", field{sb[:1], "version 2"}, field{sb[1:2], "kind 1 (submission)"}, field{sb[2:3], "u8 len campaign"},
+		field{sb[3:14], `campaign "health-2006"`}, field{sb[14:18], "u32 round = 13210"}, field{sb[18:22], "u32 group = 7"},
+		field{sb[22:24], "u16 member = 2"}, field{sb[24:28], "u32 L = 3"}, field{sb[28:36], "Y[0] = 1 (u64 little-endian)"},
+		field{sb[36:44], "Y[1] = 2^64 − 2"}, field{sb[44:52], "Y[2] = 0x0123456789abcdef"})
+	textBlock("pdd-vectors-key", blind.Instance{Campaign: pddCampaign, Round: 13210, Group: 7}.String())
+}
