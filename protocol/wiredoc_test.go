@@ -3,6 +3,8 @@ package protocol_test
 import (
 	"bufio"
 	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/ecdh"
 	"crypto/ed25519"
 	"crypto/hkdf"
@@ -828,6 +830,90 @@ func checkPDD(w *wire) {
 	w.eq("pdd-vectors-key", []byte(want.String()), "Instance.String()")
 }
 
+// The mask vectors: member 0 (pdd-x25519-private) and member 1
+// (pdd-peer-x25519-private) of a group of two in the submission's instance.
+var pddV = []uint64{5, 0, 1}
+
+func pddInfo() []byte {
+	b := append([]byte("crowdlog-v1 pdd pair\x00"), byte(len(pddCampaign)))
+	b = append(b, pddCampaign...)
+	b = binary.BigEndian.AppendUint32(b, 13210)
+	return binary.BigEndian.AppendUint32(b, 7)
+}
+
+// aesPRG is the first n bytes of the AES-128-CTR keystream of key, zero IV.
+func aesPRG(key []byte, n int) []byte {
+	blk, err := aes.NewCipher(key)
+	if err != nil {
+		panic(err)
+	}
+	out := make([]byte, n)
+	cipher.NewCTR(blk, make([]byte, aes.BlockSize)).XORKeyStream(out, out)
+	return out
+}
+
+// pddMasks derives the pair seed, the first L words of its mask, the self
+// mask seed and the blinded vector of member 0 from the documented inputs.
+func pddMasks(t *testing.T, xi, xj, secret []byte) (pair, mask, self, y []byte) {
+	ski, err := ecdh.X25519().NewPrivateKey(xi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skj, err := ecdh.X25519().NewPrivateKey(xj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared, err := ski.ECDH(skj.PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pair, err = hkdf.Key(sha256.New, shared, nil, string(pddInfo()), 16); err != nil {
+		t.Fatal(err)
+	}
+	mask = aesPRG(pair, 8*len(pddV))
+	k, err := hkdf.Key(sha256.New, secret, nil, "crowdlog-v2 pdd deal\x00"+string(pddInfo()), 48)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self = k[:16]
+	selfMask := aesPRG(self, 8*len(pddV))
+	for i, v := range pddV { // member 0 < member 1: sign +1
+		v += binary.LittleEndian.Uint64(selfMask[8*i:]) + binary.LittleEndian.Uint64(mask[8*i:])
+		y = binary.LittleEndian.AppendUint64(y, v)
+	}
+	return pair, mask, self, y
+}
+
+func checkPDDMasks(w *wire) {
+	t := w.t
+	xi, xj, secret := w.get("pdd-x25519-private"), w.get("pdd-peer-x25519-private"), w.get("pdd-client-secret")
+	pair, mask, self, y := pddMasks(t, xi, xj, secret)
+	w.eq("pdd-pair-seed", pair, "HKDF-SHA-256(X25519(x_0, y_1), no salt, info_in, 16)")
+	w.eq("pdd-pair-mask", mask, "AES-128-CTR(s_01, zero IV)")
+	w.eq("pdd-self-seed", self, "HKDF-SHA-256(client secret, no salt, deal info, 48)[:16]")
+	w.eq("pdd-blinded-y", y, "V + PRG(b_0) + PRG(s_01)")
+
+	in := blind.Instance{Campaign: pddCampaign, Round: 13210, Group: 7}
+	ski, _ := ecdh.X25519().NewPrivateKey(xi)
+	skj, _ := ecdh.X25519().NewPrivateKey(xj)
+	s01, err := blind.PairSeed(ski, skj.PublicKey().Bytes(), in)
+	if err != nil || !bytes.Equal(s01[:], pair) {
+		t.Errorf("blind.PairSeed(x_0, y_1) = %x, %v", s01, err)
+	}
+	if s10, err := blind.PairSeed(skj, ski.PublicKey().Bytes(), in); err != nil || s10 != s01 {
+		t.Errorf("blind.PairSeed is not symmetric: %x, %v", s10, err)
+	}
+	b, _, err := blind.DealSecret(secret, in)
+	if err != nil || !bytes.Equal(b[:], self) {
+		t.Errorf("blind.DealSecret = %x, %v", b, err)
+	}
+	var got []byte
+	for _, v := range blind.Blind(pddV, 0, []blind.Seed{{}, s01}, b) {
+		got = binary.LittleEndian.AppendUint64(got, v)
+	}
+	w.eq("pdd-blinded-y", got, "blind.Blind")
+}
+
 // TestWireDocVectors checks every vector of docs/wire.md (see the top of
 // this file).
 func TestWireDocVectors(t *testing.T) {
@@ -841,6 +927,7 @@ func TestWireDocVectors(t *testing.T) {
 	checkStar(w)
 	checkOnion(w)
 	checkPDD(w)
+	checkPDDMasks(w)
 	for _, name := range order {
 		if !w.used[name] {
 			t.Errorf("docs/wire.md: vector %s is checked by nothing (add a check to protocol/wiredoc_test.go)", name)
@@ -1000,5 +1087,13 @@ func printVectors(t *testing.T) {
 		field{sb[3:14], `campaign "health-2006"`}, field{sb[14:18], "u32 round = 13210"}, field{sb[18:22], "u32 group = 7"},
 		field{sb[22:24], "u16 member = 2"}, field{sb[24:28], "u32 L = 3"}, field{sb[28:36], "Y[0] = 1 (u64 little-endian)"},
 		field{sb[36:44], "Y[1] = 2^64 − 2"}, field{sb[44:52], "Y[2] = 0x0123456789abcdef"})
+	xj, secret := label32("pdd peer x25519"), label32("pdd client secret")
+	pair, mask, self, y := pddMasks(t, xpriv, xj, secret)
+	block("pdd-peer-x25519-private", field{xj, "member 1's X25519 private key"})
+	block("pdd-pair-seed", field{pair, "s_01"})
+	block("pdd-pair-mask", field{mask[:8], "PRG(s_01) word 0 (u64 little-endian)"}, field{mask[8:16], "word 1"}, field{mask[16:], "word 2"})
+	block("pdd-client-secret", field{secret, "member 0's client secret"})
+	block("pdd-self-seed", field{self, "b_0"})
+	block("pdd-blinded-y", field{y[:8], "Y_0 = 5 + PRG(b_0)_0 + PRG(s_01)_0"}, field{y[8:16], "Y_1 = 0 + …"}, field{y[16:], "Y_2 = 1 + …"})
 	textBlock("pdd-vectors-key", blind.Instance{Campaign: pddCampaign, Round: 13210, Group: 7}.String())
 }
