@@ -571,6 +571,16 @@ func checkStar(w *wire) {
 	}
 	w.eq("star-report", enc(rep), "re-encoding")
 
+	// an application with options: click with url-level=domain
+	ctxM := append(starCtx("click", docEpoch, 2, k), byte(len("url-level=domain")))
+	ctxM = append(ctxM, "url-level=domain"...)
+	w.eq("star-ctx-click", ctxM, "ctx ‖ str8(meaning)")
+	tagM := hkdf32(t, omega, "crowdlog-v2 tag"+string(ctxM))
+	w.eq("star-tag-click", tagM, "HKDF-SHA-256(ω, \"crowdlog-v2\", \"crowdlog-v2 tag\" ‖ ctx with meaning)")
+	if s, err := star.DeriveSealingIn(omega, star.Context{App: "click", Meaning: "url-level=domain", Epoch: docEpoch, Policy: star.FTu, K: k}); err != nil || !bytes.Equal(s.Tag[:], tagM) {
+		t.Errorf("star.DeriveSealingIn with a meaning disagrees with the document: %v", err)
+	}
+
 	gs := golden(t, "star/testdata/golden-sealing.json")
 	w.sameAsGolden(gs, "star-omega", "omega", "star-user-secret", "user_secret", "star-tag", "tag",
 		"star-commitment", "commitment", "star-secret-f0", "secret_f0", "star-aead-key", "aead_key", "star-unit-id", "unit_id")
@@ -1037,6 +1047,10 @@ func printVectors(t *testing.T) {
 	block("star-poly-seed", field{hkdf32(t, omega, "crowdlog-v2 poly"+string(ctx)), "seed"})
 	cm := fhex(gs["commitment"])
 	block("star-commitment", field{cm[:32], "C_0"}, field{cm[32:64], "C_1"}, field{cm[64:], "C_2"})
+	ctxM := append(starCtx("click", docEpoch, 2, 3), byte(len("url-level=domain")))
+	ctxM = append(ctxM, "url-level=domain"...)
+	block("star-ctx-click", fs(str8("click", "app"), str8(docEpoch, "epoch"), field{[]byte{2}, "policy FT_u"}, field{u16(3), "u16 k = 3"}, str8("url-level=domain", "meaning"))...)
+	block("star-tag-click", field{hkdf32(t, omega, "crowdlog-v2 tag"+string(ctxM)), "tag of the same ω for click, url-level=domain"})
 	block("star-secret-f0", field{fhex(gs["secret_f0"]), "f(0) = a_0"})
 	block("star-aead-key", field{fhex(gs["aead_key"]), "key"})
 	block("star-unit-id", field{fhex(gs["unit_id"]), "unit id"})
