@@ -1,0 +1,237 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/crowdlog/crowdlog/aggregator"
+	"github.com/crowdlog/crowdlog/infra/clickhouse"
+	"github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/keydir"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
+	"github.com/crowdlog/crowdlog/infra/natsserver"
+	"github.com/crowdlog/crowdlog/ingest/normalize"
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/randomness"
+	"github.com/crowdlog/crowdlog/relays"
+	"github.com/crowdlog/crowdlog/release"
+	"github.com/crowdlog/crowdlog/release/stage"
+)
+
+// deployment is every server role in process on embedded NATS, kfake and a
+// local ClickHouse, as `crowdlog run` starts them, for clients that run
+// elsewhere (here: the example program).
+type deployment struct {
+	nats, kafka string
+	keys        string
+	js          jetstream.JetStream
+	writer      *release.Writer
+}
+
+func startDeployment(t *testing.T, ctx context.Context, epoch string) *deployment {
+	t.Helper()
+	dir := t.TempDir()
+	d := &deployment{keys: filepath.Join(dir, "keys")}
+	ns, err := natsserver.Start(ctx, filepath.Join(dir, "nats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	d.nats = ns.URL
+	kb, err := kafka.Start(ctx, filepath.Join(dir, "kafka"), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kb.Close)
+	d.kafka = kb.Addr
+	ch, err := clickhouse.Start(ctx, filepath.Join(dir, "clickhouse"))
+	if errors.Is(err, clickhouse.ErrNotInstalled) {
+		t.Skipf("ClickHouse not installed: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ch.Stop() })
+	brokers := []string{d.kafka}
+	if err := kafka.EnsureTopics(ctx, d.kafka, 2, protocol.ReportsTopic, protocol.DecryptedTopic); err != nil {
+		t.Fatal(err)
+	}
+	if err := keydir.EnsureKeys(d.keys); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := natsconn.Connect(d.nats, "test-deployment")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if d.js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	if err := relays.EnsureStream(ctx, d.js, 0); err != nil {
+		t.Fatal(err)
+	}
+	svcCtx, stop := context.WithCancel(ctx)
+	var svc errgroup.Group
+	t.Cleanup(func() { stop(); svc.Wait() })
+	rs, err := randomness.New(svcCtx, nc, d.keys, randomness.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := rs.Keys.OpenEpoch(epoch); err != nil {
+		t.Fatal(err)
+	}
+	svc.Go(func() error { return rs.Run(svcCtx) })
+	for _, name := range []string{"a", "b"} {
+		r, closeW, err := relays.New(svcCtx, d.js, relays.Options{Name: name, Kafka: brokers,
+			KeyPaths: []string{filepath.Join(d.keys, "relay-"+name+".key")}, PoolTimeout: 100 * time.Millisecond}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc.Go(func() error { defer closeW(); return r.Run(svcCtx) })
+	}
+	agg, err := aggregator.New(brokers, []string{filepath.Join(d.keys, keydir.AggregatorKey)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Go(func() error { return agg.Run(svcCtx) })
+	st, w, err := stage.New(svcCtx, brokers, ch.TCPAddr, "crowdlog", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Go(func() error { defer w.Close(); return st.Run(svcCtx) })
+	if d.writer, err = release.Open(ctx, ch.TCPAddr, "crowdlog"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.writer.Close() })
+	if err := aggregator.OpenEpoch(ctx, brokers, "query", epoch); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// release waits for the relays to drain, closes the epoch and returns the
+// released items of (query, epoch, ft-u, k).
+func (d *deployment) release(t *testing.T, ctx context.Context, epoch string, k int) []release.Item {
+	t.Helper()
+	poll := func(what string, cond func() (bool, error)) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			ok, err := cond()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("waited 60 s for %s (last error %v)", what, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	poll("the relays to drain", func() (bool, error) { return relays.Drained(ctx, d.js, "a", "b") })
+	if err := aggregator.CloseEpoch(ctx, []string{d.kafka}, "query", epoch); err != nil {
+		t.Fatal(err)
+	}
+	key := release.Key{App: "query", Epoch: epoch, Policy: "ft-u", K: k}
+	poll("the release in ClickHouse", func() (bool, error) { return d.writer.IsReleased(ctx, key) })
+	items, err := d.writer.ReleasedItems(ctx, key.App, key.Epoch, key.Policy, key.K)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return items
+}
+
+// TestClientLibrary runs the example program (examples/embed, which embeds
+// ingest.Device) as four device runs against a whole deployment and checks
+// the FT_u release in ClickHouse against counts computed from the runs'
+// arguments:
+//
+//   - device 1 sends "weather" twice (two instances) and "news";
+//   - device 1 restarted with the same arguments (its state directory
+//     kept) must add nothing: no second share, no second impression;
+//   - device 2 sends "weather";
+//   - device 3 is device 1 reinstalled (a fresh state directory, so a new
+//     user secret) sending "news": the control — without the state a
+//     device is counted again.
+func TestClientLibrary(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const epoch, k = "library-e1", 2
+	bin := filepath.Join(t.TempDir(), "embed")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "../examples/embed").CombinedOutput(); err != nil {
+		t.Fatalf("go build examples/embed: %v\n%s", err, out)
+	}
+	d := startDeployment(t, ctx, epoch)
+	states := t.TempDir()
+	const at = "2026-11-24T08:00:00Z"
+	runs := []struct {
+		device  string
+		queries []string
+	}{
+		{"device1", []string{"Made up  Weather", "made up weather", "made up news"}},
+		{"device1", []string{"Made up  Weather", "made up weather", "made up news"}}, // the restart
+		{"device2", []string{"made up weather"}},
+		{"device3", []string{"made up news"}},
+	}
+	// ground truth from the arguments: per normalized query, the devices
+	// (a state directory is a device) and the instances of the first run
+	// of each (device, args) — a rerun adds nothing
+	users := map[string]map[string]bool{}
+	impressions := map[string]uint64{}
+	done := map[string]bool{}
+	for _, r := range runs {
+		key := r.device + "\x00" + strings.Join(r.queries, "\x00")
+		args := []string{"--nats", d.nats, "--keys", d.keys, "--state", filepath.Join(states, r.device),
+			"--epoch", epoch, "--k", fmt.Sprint(k), "--at", at}
+		out, err := exec.CommandContext(ctx, bin, append(args, r.queries...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("examples/embed for %s: %v\n%s", r.device, err, out)
+		}
+		want := 0
+		if !done[key] {
+			done[key] = true
+			for _, q := range r.queries {
+				nq, _ := normalize.Query(q)
+				if users[nq] == nil {
+					users[nq] = map[string]bool{}
+				}
+				users[nq][r.device] = true
+				impressions[nq]++
+				want++
+			}
+		}
+		if !strings.Contains(string(out), fmt.Sprintf("submitted %d reports", want)) {
+			t.Fatalf("examples/embed for %s: %q, want %d reports submitted", r.device, out, want)
+		}
+	}
+	items := d.release(t, ctx, epoch, k)
+	got := map[string]release.Item{}
+	for _, it := range items {
+		got[it.Item] = it
+	}
+	for q, us := range users {
+		it, ok := got[q]
+		if len(us) < k {
+			if ok {
+				t.Errorf("%q released with %d users, below k", q, it.Users)
+			}
+			continue
+		}
+		if !ok || it.Users != uint64(len(us)) || it.Impressions != impressions[q] {
+			t.Errorf("%q: released %v users=%d impressions=%d, want users=%d impressions=%d", q, ok, it.Users, it.Impressions, len(us), impressions[q])
+		}
+	}
+	if len(got) != 2 {
+		t.Errorf("%d items released, want 2", len(got))
+	}
+	t.Logf("released %d items; weather users=%d impressions=%d after device 1's restart", len(got),
+		got["made up weather"].Users, got["made up weather"].Impressions)
+}
