@@ -29,6 +29,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/blind"
+	"github.com/crowdlog/crowdlog/protocol/internal/testvec"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
 	"github.com/crowdlog/crowdlog/protocol/star"
@@ -290,6 +291,18 @@ func finalizeOPRF(input []byte, blindScalar group.Scalar, evaluated group.Elemen
 	return h.Sum(nil)
 }
 
+// deriveKeyPair is RFC 9497 §3.2.1 DeriveKeyPair in verifiable mode.
+func deriveKeyPair(seed []byte, info string) group.Scalar {
+	in := append(append(append([]byte{}, seed...), u16(len(info))...), info...)
+	for counter := 0; counter < 256; counter++ {
+		sk := g.HashToScalar(append(append([]byte{}, in...), byte(counter)), []byte("DeriveKeyPair"+voprfContext))
+		if !sk.IsZero() {
+			return sk
+		}
+	}
+	panic("DeriveKeyPair: no key")
+}
+
 const (
 	docEpoch = "2006-03"
 	docApp   = "query"
@@ -326,6 +339,9 @@ func checkOPRF(w *wire) {
 	if e := element(t, pkS); e.IsIdentity() {
 		t.Error("oprf-public-key is the identity")
 	}
+	skS := deriveKeyPair(w.get("oprf-key-seed"), "crowdlog-v1 epoch "+docEpoch)
+	w.eq("oprf-private-key", enc(skS), "RFC 9497 DeriveKeyPair(seed, \"crowdlog-v1 epoch 2006-03\")")
+	w.eq("oprf-public-key", encE(g.NewElement().MulGen(skS)), "skS·G")
 	c = w.cut("oprf-public-key-response")
 	if c.u8() != 2 || c.u8() != 0 || c.str8() != docEpoch || !bytes.Equal(c.n(32), pkS) {
 		t.Error("oprf-public-key-response: not version 2, status 0, epoch 2006-03, oprf-public-key")
@@ -374,8 +390,11 @@ func checkOPRF(w *wire) {
 		t.Error("oprf-randomness-response: not version 2, status 0, count 2")
 	}
 	var evaluated [][]byte
-	for range inputs {
+	for i := range inputs {
 		evaluated = append(evaluated, c.n(32))
+		if want := encE(g.NewElement().Mul(element(t, blinded[i]), skS)); !bytes.Equal(evaluated[i], want) {
+			t.Errorf("oprf-randomness-response element %d is not skS·B_%d", i, i)
+		}
 	}
 	proof := c.n(64)
 	c.done()
@@ -396,6 +415,24 @@ func checkOPRF(w *wire) {
 		w.eq(fmt.Sprintf("oprf-omega-%d", i), finalizeOPRF(inputs[i], blinds[i], element(t, evaluated[i])), "RFC 9497 Finalize")
 	}
 	w.eq("oprf-randomness-response", enc(resp), "re-encoding")
+	// the service's code evaluates the request to the same elements, with a
+	// fresh proof that the independent check accepts
+	sk, err := oprf.DeriveOPRFKey(w.get("oprf-key-seed"), docEpoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := oprf.Evaluate(sk, q)
+	if err != nil {
+		t.Fatalf("oprf.Evaluate of oprf-randomness-request: %v", err)
+	}
+	for i := range inputs {
+		if !bytes.Equal(ev.Elements[i], evaluated[i]) {
+			t.Errorf("oprf.Evaluate: element %d differs from the document", i)
+		}
+	}
+	if !verifyDLEQ(t, pkS, blinded, ev.Elements, ev.Proof) {
+		t.Error("oprf.Evaluate's proof does not verify under the documented check")
+	}
 
 	c = w.cut("oprf-randomness-response-closed")
 	const closedMsg = "epoch 2006-02 closed"
@@ -1008,6 +1045,9 @@ func printVectors(t *testing.T) {
 	V := field{[]byte{2}, "version 2"}
 	fmt.Println("---- OPRF")
 	block("oprf-input", field{oprfInput(docApp, docEpoch, docArtifacts[0]), `"crowdlog-v1" 00 "query" 00 "2006-03" 00 "new york weather"`})
+	seed := testvec.FixedBytes("oprf seed", 32)
+	block("oprf-key-seed", field{seed, "seed"})
+	block("oprf-private-key", field{enc(deriveKeyPair(seed, "crowdlog-v1 epoch "+docEpoch)), "skS (scalar, little-endian)"})
 	block("oprf-public-key", field{fhex(go1["public_key"]), "pkS"})
 	block("oprf-public-key-request", fs(V, str8(docEpoch, "epoch"))...)
 	pkr := fhex(go1["pubkey_response"])
@@ -1088,7 +1128,8 @@ func printVectors(t *testing.T) {
 	textBlock("onion-layer-relay-a-msgid", protocol.LayerMsgID(layers["onion-layer-relay-a"]))
 
 	fmt.Println("---- pdd")
-	seed, xpriv := label32("pdd sign seed"), label32("pdd x25519")
+	var xpriv []byte
+	seed, xpriv = label32("pdd sign seed"), label32("pdd x25519")
 	block("pdd-sign-seed", field{seed, "Ed25519 seed (RFC 8032 private key)"})
 	block("pdd-sign-public", field{ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey), "Ed25519 public key"})
 	block("pdd-x25519-private", field{xpriv, "X25519 private key"})
