@@ -18,10 +18,22 @@ func runCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "run --input LOG --app query --policy ft-u --k 5 [--export OUT.tsv]",
 		Short: "Run every stage on one machine (or against given services) and release a histogram",
-		Long: `run replays an AOL search log (TSV with header AnonID Query QueryTime ItemRank
-ClickURL, plain or .gz) as one client per AnonID, through the randomness
+		Long: `run replays a search log as one client per AnonID, through the randomness
 service, relays a and b, the Kafka aggregator and the release stage, into
 ClickHouse, and prints a summary.
+
+Input: tab-separated, plain or .gz, in AOL columns (AnonID Query QueryTime
+[ItemRank ClickURL], header optional) or Excite columns (AnonID QueryTime
+Query). QueryTime as 2006-01-02 15:04:05, RFC 3339, Unix seconds or the
+Excite logs' yymmddHHMMSS (970916105432 = 1997-09-16 10:54:32) is detected
+from the first good line and then required on every line; --time-format
+names one of them (aol, rfc3339, unix, excite) or gives any other layout in
+Go's reference time (e.g. "02/Jan/2006:15:04:05"). Bad lines are skipped and
+counted; a log without a single valid record stops run at once, before any
+server starts, with an error naming its first bad lines. --input - reads
+stdin: run reads its input more than once, so it first spools it to the file
+input.tsv in --state (removed afterwards); a --time-format input is spooled
+there the same way, converted to AOL TSV.
 
 Services: with no --nats/--kafka/--clickhouse, run starts an embedded NATS
 server, a Kafka-protocol broker (kfake, data in --state) and a local
@@ -37,8 +49,14 @@ dp-u and zealous (--epsilon, --delta, --d, ...) limit every client to its d
 most recent artifacts, add Laplace noise, release noisy counts and record the
 spent (ε, δ) in the ClickHouse table privacy_ledger (docs/policies.md).
 
-Example:
-  crowdlog run --input testdata/aol-top1000.tsv.gz --app query --policy ft-u --k 5 --export out.tsv`,
+Waits: every wait is bounded and its error names the stage and the counts
+reached: --start-timeout for each start-up step, --ingest-timeout for the
+replay (default 10 min + 10 ms per record + --spread), --timeout for each wait
+after it (relays draining, the release appearing in ClickHouse).
+
+Examples:
+  crowdlog run --input testdata/aol-top1000.tsv.gz --app query --policy ft-u --k 5 --export out.tsv
+  zcat excite.log.gz | crowdlog run --input - --app query --policy ft-u --k 5`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = logger()
@@ -56,7 +74,8 @@ Example:
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&cfg.Input, "input", "", "AOL TSV log (plain or .gz) to replay, one client per AnonID (required)")
+	f.StringVar(&cfg.Input, "input", "", "search log to replay, one client per AnonID: AOL or Excite TSV, plain or .gz; - reads stdin (spooled to --state first) (required)")
+	f.StringVar(&cfg.TimeFormat, "time-format", "", "QueryTime format: empty detects 2006-01-02 15:04:05, RFC 3339, Unix seconds or yymmddHHMMSS from the first good line; or aol, rfc3339, unix, excite, or a Go time layout (e.g. \"02/Jan/2006:15:04:05\")")
 	f.StringVar(&cfg.App, "app", "query", "mining application: "+fmt.Sprint(apps.Apps()))
 	appFlags(f, &cfg.AppOptions)
 	f.StringVar(&cfg.Policy, "policy", "ft-u", "policy: ft-u (k distinct users), ft-a (k reports), dp-a, dp-u or zealous (docs/policies.md)")
@@ -76,7 +95,9 @@ Example:
 	f.BoolVar(&cfg.External, "external", false, "roles run elsewhere; only ingest, close the epoch and wait for the release")
 	f.IntVar(&cfg.Workers, "workers", 0, "clients replayed concurrently (default: number of CPUs)")
 	f.DurationVar(&cfg.Spread, "spread", 0, "each client sends its reports at random times within this window, not as one burst an observer links (e.g. 1h for real clients; 0 = back to back, for replays)")
-	f.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "how long to wait for relays, aggregator and release after ingest")
+	f.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "bound of each wait after ingest: relays draining, the release appearing in ClickHouse")
+	f.DurationVar(&cfg.StartTimeout, "start-timeout", 2*time.Minute, "bound of each start-up step: local services, topics, stream, ClickHouse schema, roles")
+	f.DurationVar(&cfg.IngestTimeout, "ingest-timeout", 0, "bound of the replay of the whole input (0 = 10 min + 10 ms per record + --spread)")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar on stderr (shown only when stderr is a terminal)")
 	f.StringVar(&cfg.Metrics, "metrics", "", metricsHelp)
 	c.MarkFlagRequired("input")

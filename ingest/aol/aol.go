@@ -218,15 +218,15 @@ func Open(path string) (*Reader, error) {
 // or it starts like gzip but has an invalid gzip header. The caller must
 // Close the Reader.
 func OpenOptions(path string, opts Options) (*Reader, error) {
+	if _, err := resolveFormat(opts.TimeFormat); err != nil {
+		return nil, err
+	}
 	if path == Stdin {
 		r, err := NewReaderOptions(os.Stdin, opts)
 		if err != nil {
 			return nil, fmt.Errorf("aol: stdin: %w", err)
 		}
 		return r, nil
-	}
-	if _, err := resolveFormat(opts.TimeFormat); err != nil {
-		return nil, err
 	}
 	f, err := os.Open(path)
 	if err != nil {
