@@ -287,7 +287,7 @@ func Init(ctx context.Context, o InitOptions) (InitResult, error) {
 		}
 	} else {
 		if o.UsersDir == "" {
-			return res, fmt.Errorf("release: ClickHouse %s at %s has no CREATE USER (%w): give the server's users.d directory (--users-d, e.g. /etc/clickhouse-server/users.d on its machine, or --dir of `crowdlog clickhouse`)",
+			return res, fmt.Errorf("release: ClickHouse %s at %s: %w, its users live in users.xml and users.d: give the server's users.d directory (--users-d, e.g. /etc/clickhouse-server/users.d on its machine, or --dir of `crowdlog clickhouse`)",
 				res.Server.Version, o.Addr, ErrNoSQLUsers)
 		}
 		path, err := clickhouse.WriteAnalystUser(o.UsersDir, clickhouse.AnalystUser{Name: a.Name, Password: a.Password, Database: a.Database, Networks: o.Networks})

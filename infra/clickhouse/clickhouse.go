@@ -414,7 +414,9 @@ func configXML(dir string, tcpPort, httpPort int) string {
 }
 
 // usersXML defines the "default" user without password, reachable from
-// loopback only.
+// loopback only, allowed to manage users on releases that have SQL users
+// (access_management). An analyst user is added by a file in users.d
+// (WriteAnalystUser), which this rewrite leaves alone.
 const usersXML = `<?xml version="1.0"?>
 <!-- Written by crowdlog infra/clickhouse; rewritten on every start. -->
 <yandex>
@@ -433,6 +435,8 @@ const usersXML = `<?xml version="1.0"?>
             </networks>
             <profile>default</profile>
             <quota>default</quota>
+            <!-- current releases: lets default run CREATE USER/GRANT (crowdlog clickhouse init); ignored by 18.16 -->
+            <access_management>1</access_management>
         </default>
     </users>
     <quotas>
