@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
@@ -961,6 +962,259 @@ func checkPDDMasks(w *wire) {
 	w.eq("pdd-blinded-y", got, "blind.Blind")
 }
 
+// pddDeal is member 0's deposit in the group of two (the mask vectors'
+// keys and secret), made by the client's code path (blind.DealSecret,
+// blind.Deal: deterministic from the client secret), signed as chunk 0 of
+// 1, and holder 1's answer to the request "nobody dropped". Only the
+// printer calls it; checkPDDDeal decodes its output independently.
+func pddDeal(t *testing.T, seed, xi, xj, secret []byte) (deposit string, answer []byte) {
+	in := blind.Instance{Campaign: pddCampaign, Round: 13210, Group: 7}
+	sk0, _ := ecdh.X25519().NewPrivateKey(xi)
+	sk1, _ := ecdh.X25519().NewPrivateKey(xj)
+	members := [][]byte{sk0.PublicKey().Bytes(), sk1.PublicKey().Bytes()}
+	seeds, err := blind.Seeds(sk0, 0, members, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, rnd, err := blind.DealSecret(secret, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := blind.Deal(in, 0, seeds, self, members, blind.Threshold(2), rnd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := make([][]byte, len(d.Commit.Roots))
+	for h := range roots {
+		roots[h] = d.Commit.Roots[h][:]
+	}
+	req := blind.DepositRequest{ClientID: pddClientID, Seq: pddSeq + 1, Roots: roots, Campaign: pddCampaign, Round: 13210, Group: 7,
+		From: 0, Bundles: d.Bundles, Chunk: 0, Chunks: 1}
+	signed, err := blind.SignMessage(ed25519.NewKeyFromSeed(seed), blind.PurposeDeposit, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(signed)
+	opened, err := blind.OpenBundle(sk1, in, 1, d.Bundles[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := blind.MakeAnswer(&blind.Request{Instance: in, N: 2, T: blind.Threshold(2)}, 1, []*blind.Bundle{opened})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b), enc(a)
+}
+
+const p61 = 1<<61 - 1
+
+// bundleShare is one share of a bundle, cut by hand.
+type bundleShare struct {
+	j, x  int
+	y     [3]uint64
+	nonce []byte
+}
+
+// pddLeaf is the documented commitment leaf of a share.
+func pddLeaf(from, to int, s bundleShare) [32]byte {
+	h := sha256.New()
+	h.Write([]byte("crowdlog-v2 pdd leaf\x00"))
+	h.Write(pddInfo())
+	for _, v := range []int{from, to, s.j, s.x} {
+		h.Write(u16(v))
+	}
+	for _, y := range s.y {
+		h.Write(binary.BigEndian.AppendUint64(nil, y))
+	}
+	h.Write(s.nonce)
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// merkleRoot pads the leaves with zero hashes to a power of two and hashes
+// pairs with SHA-256(0x01 ‖ left ‖ right).
+func merkleRoot(leaves [][32]byte) [32]byte {
+	n := 1
+	for n < len(leaves) {
+		n *= 2
+	}
+	lv := make([][32]byte, n)
+	copy(lv, leaves)
+	for len(lv) > 1 {
+		up := make([][32]byte, len(lv)/2)
+		for k := range up {
+			up[k] = sha256.Sum256(append(append([]byte{1}, lv[2*k][:]...), lv[2*k+1][:]...))
+		}
+		lv = up
+	}
+	return lv[0]
+}
+
+// combine interpolates the three limbs at 0 over GF(2^61 − 1) with
+// math/big and packs them as 7 ‖ 7 ‖ 2 little-endian bytes.
+func combine(shares []bundleShare) []byte {
+	p := big.NewInt(p61)
+	var seed []byte
+	for l, width := range []int{7, 7, 2} {
+		acc := new(big.Int)
+		for a, sa := range shares {
+			num, den := big.NewInt(1), big.NewInt(1)
+			for b, sb := range shares {
+				if a != b {
+					num.Mul(num, big.NewInt(int64(sb.x)))
+					den.Mul(den, big.NewInt(int64(sb.x-sa.x)))
+				}
+			}
+			den.Mod(den, p)
+			lam := num.Mul(num, new(big.Int).ModInverse(den, p))
+			acc.Add(acc, lam.Mul(lam, new(big.Int).SetUint64(sa.y[l])))
+		}
+		acc.Mod(acc, p)
+		le := binary.LittleEndian.AppendUint64(nil, acc.Uint64())
+		seed = append(seed, le[:width]...)
+	}
+	return seed
+}
+
+func checkPDDDeal(w *wire) {
+	t := w.t
+	seed, xi, xj := w.get("pdd-sign-seed"), w.get("pdd-x25519-private"), w.get("pdd-peer-x25519-private")
+	spub := ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey)
+	dep := w.get("pdd-deposit")
+	// the envelope and its signature, by hand
+	rest, ok := bytes.CutPrefix(dep, []byte(`{"body":`))
+	i := bytes.LastIndex(rest, []byte(`,"sig":"`))
+	if !ok || i < 0 || !bytes.HasSuffix(rest, []byte(`"}`)) {
+		t.Fatal("pdd-deposit is not {\"body\":…,\"sig\":\"…\"}")
+	}
+	body := rest[:i]
+	sig, err := base64.StdEncoding.DecodeString(string(rest[i+len(`,"sig":"`) : len(rest)-2]))
+	if err != nil || !ed25519.Verify(spub, append([]byte("crowdlog-v2 pdd deposit\x00"), body...), sig) {
+		t.Errorf("pdd-deposit: the signature does not cover \"crowdlog-v2 pdd deposit\" 00 ‖ body: %v", err)
+	}
+	var m struct {
+		ClientID string   `json:"client_id"`
+		Seq      uint64   `json:"seq"`
+		Roots    [][]byte `json:"roots"`
+		Campaign string   `json:"campaign"`
+		Round    int      `json:"round"`
+		Group    int      `json:"group"`
+		From     int      `json:"from"`
+		Bundles  []struct {
+			From, To   int
+			Ciphertext []byte
+		} `json:"bundles"`
+		Chunk  int `json:"chunk"`
+		Chunks int `json:"chunks"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		t.Fatalf("pdd-deposit body: %v", err)
+	}
+	if m.ClientID != pddClientID || m.Seq != pddSeq+1 || m.Campaign != pddCampaign || m.Round != 13210 || m.Group != 7 ||
+		m.From != 0 || m.Chunk != 0 || m.Chunks != 1 || len(m.Roots) != 2 || len(m.Bundles) != 2 {
+		t.Fatalf("pdd-deposit body has other fields than documented: %s", body)
+	}
+	// each bundle opens with HPKE and its shares hash to the holder's root
+	kem := hpke.KEM_X25519_HKDF_SHA256.Scheme()
+	var selfShares []bundleShare
+	var opened [2][]bundleShare
+	for h, priv := range [][]byte{xi, xj} {
+		sb := m.Bundles[h]
+		if sb.From != 0 || sb.To != h {
+			t.Fatalf("pdd-deposit bundle %d is %d→%d", h, sb.From, sb.To)
+		}
+		sk, _ := kem.UnmarshalBinaryPrivateKey(priv)
+		rcv, err := hpkeSuite.NewReceiver(sk, append([]byte("crowdlog-v2 pdd bundle\x00"), pddInfo()...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		op, err := rcv.Setup(sb.Ciphertext[:32])
+		if err != nil {
+			t.Fatal(err)
+		}
+		pt, err := op.Open(sb.Ciphertext[32:], append(u16(0), u16(h)...))
+		if err != nil {
+			t.Fatalf("pdd-deposit bundle %d does not open with HPKE (documented info and aad): %v", h, err)
+		}
+		c := &cut{t: t, name: fmt.Sprintf("pdd-deposit bundle %d", h), b: pt}
+		if c.u8() != 2 || c.u16() != 0 || c.u16() != h {
+			t.Errorf("bundle %d: not version 2, from 0, to %d", h, h)
+		}
+		n := c.u32()
+		var leaves [][32]byte
+		for k := 0; k < n; k++ {
+			s := bundleShare{j: c.u16(), x: c.u16()}
+			for l := range s.y {
+				s.y[l] = binary.BigEndian.Uint64(c.n(8))
+			}
+			s.nonce = c.n(16)
+			if s.x != h+1 {
+				t.Errorf("bundle %d: share x = %d, want holder + 1", h, s.x)
+			}
+			leaves = append(leaves, pddLeaf(0, h, s))
+			opened[h] = append(opened[h], s)
+			if s.j == 0 {
+				selfShares = append(selfShares, s)
+			}
+		}
+		c.done()
+		// holder 0 gets b_0 and s_01, holder 1 only b_0 (never a share of its own pair)
+		if wantJ := [][]int{{0, 1}, {0}}[h]; len(opened[h]) != len(wantJ) || opened[h][0].j != 0 || (h == 0 && opened[h][1].j != 1) {
+			t.Errorf("bundle %d holds shares %+v, want j = %v", h, opened[h], wantJ)
+		}
+		if root := merkleRoot(leaves); !bytes.Equal(root[:], m.Roots[h]) {
+			t.Errorf("pdd-deposit root %d is not the Merkle root of bundle %d's leaves", h, h)
+		}
+	}
+	w.eq("pdd-self-seed", combine(selfShares), "b_0 interpolated from the two holders' shares")
+
+	// the code reads the same
+	d, s, err := blind.ParseDeposit(dep)
+	if err != nil || d.ClientID != pddClientID || len(d.Bundles) != 2 || !d.Last() {
+		t.Fatalf("blind.ParseDeposit(pdd-deposit) = %+v, %v", d, err)
+	}
+	if err := s.Verify(spub, blind.PurposeDeposit); err != nil {
+		t.Errorf("pdd-deposit: %v", err)
+	}
+	in := blind.Instance{Campaign: pddCampaign, Round: 13210, Group: 7}
+	sk1, _ := ecdh.X25519().NewPrivateKey(xj)
+	b1, err := blind.OpenBundle(sk1, in, 1, d.Bundles[1])
+	if err != nil || len(b1.Shares) != 1 || b1.Shares[0].Share.X != 2 || b1.Shares[0].Share.Y != opened[1][0].y || !bytes.Equal(b1.Shares[0].Nonce[:], opened[1][0].nonce) {
+		t.Fatalf("blind.OpenBundle of bundle 1: %+v, %v", b1, err)
+	}
+
+	// holder 1's answer: its share of b_0, leaf 0, an empty proof
+	c := w.cut("pdd-answer")
+	if c.u8() != 2 || c.u8() != 2 || c.str8() != pddCampaign || c.u32() != 13210 || c.u32() != 7 || c.u16() != 1 || c.u32() != 1 {
+		t.Error("pdd-answer: not version 2, kind 2, the instance, member 1, one reveal")
+	}
+	rv := bundleShare{}
+	from := c.u16()
+	rv.j, rv.x = c.u16(), c.u16()
+	for l := range rv.y {
+		rv.y[l] = binary.BigEndian.Uint64(c.n(8))
+	}
+	rv.nonce = c.n(16)
+	if from != 0 || rv.j != 0 || rv.x != 2 || rv.y != opened[1][0].y || !bytes.Equal(rv.nonce, opened[1][0].nonce) {
+		t.Error("pdd-answer does not reveal bundle 1's share of b_0")
+	}
+	if idx, np := c.u16(), c.u8(); idx != 0 || np != 0 {
+		t.Errorf("pdd-answer: leaf index %d with %d proof hashes, want 0 and 0", idx, np)
+	}
+	c.done()
+	if lf := pddLeaf(0, 1, rv); !bytes.Equal(lf[:], m.Roots[1]) {
+		t.Error("pdd-answer's revealed share is not root 1's leaf")
+	}
+	msg, err := blind.Parse(w.get("pdd-answer"))
+	if err != nil || msg.Answer == nil || msg.Answer.Member != 1 || len(msg.Answer.Reveals) != 1 || msg.Answer.Reveals[0].Share.Y != rv.y {
+		t.Fatalf("blind.Parse(pdd-answer) = %+v, %v", msg, err)
+	}
+	w.eq("pdd-answer", enc(msg.Answer), "re-encoding")
+}
+
 // TestWireDocVectors checks every vector of docs/wire.md (see the top of
 // this file).
 func TestWireDocVectors(t *testing.T) {
@@ -975,6 +1229,7 @@ func TestWireDocVectors(t *testing.T) {
 	checkOnion(w)
 	checkPDD(w)
 	checkPDDMasks(w)
+	checkPDDDeal(w)
 	for _, name := range order {
 		if !w.used[name] {
 			t.Errorf("docs/wire.md: vector %s is checked by nothing (add a check to protocol/wiredoc_test.go)", name)
@@ -1150,5 +1405,11 @@ func printVectors(t *testing.T) {
 	block("pdd-client-secret", field{secret, "member 0's client secret"})
 	block("pdd-self-seed", field{self, "b_0"})
 	block("pdd-blinded-y", field{y[:8], "Y_0 = 5 + PRG(b_0)_0 + PRG(s_01)_0"}, field{y[8:16], "Y_1 = 0 + …"}, field{y[16:], "Y_2 = 1 + …"})
+	deposit, answer := pddDeal(t, seed, xpriv, xj, secret)
+	textBlock("pdd-deposit", deposit)
+	block("pdd-answer", field{answer[:2], "version 2, kind 2 (answer)"}, field{answer[2:14], `str8 campaign "health-2006"`},
+		field{answer[14:22], "u32 round, u32 group"}, field{answer[22:24], "u16 member = 1"}, field{answer[24:28], "u32 reveals = 1"},
+		field{answer[28:32], "u16 from = 0, u16 j = 0 (b_0)"}, field{answer[32:34], "u16 x = 2"}, field{answer[34:58], "3 × u64 y"},
+		field{answer[58:74], "nonce"}, field{answer[74:76], "u16 leaf index = 0"}, field{answer[76:], "u8 proof hashes = 0"})
 	textBlock("pdd-vectors-key", blind.Instance{Campaign: pddCampaign, Round: 13210, Group: 7}.String())
 }
