@@ -2,6 +2,14 @@
 -- Tables live in the database chosen by the writer (default "crowdlog").
 -- Statements are separated by semicolons; comments are whole lines.
 --
+-- LowCardinality: release.Open applies this text as written on servers
+-- where LowCardinality in tables is experimental (18.16), and with the
+-- columns app, epoch, policy, dataset and campaign as
+-- LowCardinality(String) elsewhere (release.SchemaStatementsFor, which
+-- rewrites the lines "    <name> String,": keep those columns one per
+-- line, never last). Existing tables are never altered. The analyst views
+-- (views.sql, docs/sql.md) read either form.
+--
 -- Idempotence: the release stage writes released_items and
 -- undecrypted_summary first and the releases row LAST. A key
 -- (app, epoch, policy, k) that has a releases row is complete and is never
