@@ -51,8 +51,9 @@ spent (ε, δ) in the ClickHouse table privacy_ledger (docs/policies.md).
 
 Waits: every wait is bounded and its error names the stage and the counts
 reached: --start-timeout for each start-up step, --ingest-timeout for the
-replay (default 10 min + 10 ms per record + --spread), --timeout for each wait
-after it (relays draining, the release appearing in ClickHouse).
+replay (default 10 min + 10 ms per record + --spread per round of --workers
+clients), --timeout for each wait after it (relays draining, the release
+appearing in ClickHouse).
 
 Examples:
   crowdlog run --input testdata/aol-top1000.tsv.gz --app query --policy ft-u --k 5 --export out.tsv
@@ -97,7 +98,7 @@ Examples:
 	f.DurationVar(&cfg.Spread, "spread", 0, "each client sends its reports at random times within this window, not as one burst an observer links (e.g. 1h for real clients; 0 = back to back, for replays)")
 	f.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "bound of each wait after ingest: relays draining, the release appearing in ClickHouse")
 	f.DurationVar(&cfg.StartTimeout, "start-timeout", 2*time.Minute, "bound of each start-up step: local services, topics, stream, ClickHouse schema, roles")
-	f.DurationVar(&cfg.IngestTimeout, "ingest-timeout", 0, "bound of the replay of the whole input (0 = 10 min + 10 ms per record + --spread)")
+	f.DurationVar(&cfg.IngestTimeout, "ingest-timeout", 0, "bound of the replay of the whole input (0 = 10 min + 10 ms per record + --spread per round of --workers clients)")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar on stderr (shown only when stderr is a terminal)")
 	f.StringVar(&cfg.Metrics, "metrics", "", metricsHelp)
 	c.MarkFlagRequired("input")

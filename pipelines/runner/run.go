@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -113,7 +114,7 @@ type Config struct {
 	// IngestTimeout bounds the replay of the whole input. Default: 10 min
 	// plus 10 ms per record of Input, i.e. at least 100 records/s (the
 	// bundled log runs at ~2,800 records/s on 2 cores, docs/benchmarks.md),
-	// plus Spread.
+	// plus Spread per round of Workers clients.
 	IngestTimeout time.Duration
 	// Timeout bounds each wait after ingest: the publisher's flush, the
 	// relays draining, the close-epoch marker, the release appearing in
@@ -170,8 +171,13 @@ func (s *Summary) Print(w io.Writer) {
 // is bounded (StartTimeout, IngestTimeout, Timeout); an expired bound is an
 // error naming the stage, the bound and the counts reached (errors.Is
 // context.DeadlineExceeded).
-func Run(ctx context.Context, cfg Config) (*Summary, error) {
+func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	start := time.Now()
+	defer func() {
+		if sum != nil {
+			sum.Elapsed = time.Since(start)
+		}
+	}()
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -219,18 +225,18 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	sum := &Summary{LogLines: check.Stats.Lines, BadLines: check.Stats.Bad}
+	sum = &Summary{LogLines: check.Stats.Lines, BadLines: check.Stats.Bad}
 	if check.Stats.Bad > 0 {
 		log.Warn("input: bad lines will be skipped", "summary", check.Stats.String())
 	}
 	log.Info("input checked", "records", check.Stats.Records, "users", check.Users,
 		"time_format", check.Stats.TimeFormat, "columns", check.Stats.Columns, "spooled", spool != "")
 	if cfg.IngestTimeout <= 0 {
-		cfg.IngestTimeout = 10*time.Minute + time.Duration(check.Stats.Records)*10*time.Millisecond + cfg.Spread
+		cfg.IngestTimeout = ingestBound(check, cfg.Spread, cfg.Workers)
 	}
 	dp := cfg.DP
-	if dp.Users == 0 {
-		dp.Users = check.Users
+	if kind, _ := policy.Parse(cfg.Policy); kind.IsDP() && dp.Users == 0 {
+		dp.Users = check.Users // U: the number of contributing clients (public)
 	}
 	pol, err := ResolvePolicy(cfg.Policy, cfg.K, dp, "")
 	if err != nil {
@@ -359,17 +365,18 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	log.Info("ingest: replaying log", "app", app.Name(), "epoch", cfg.Epoch, "policy", pol.String(),
 		"bound", cfg.IngestTimeout)
-	var rsum ingest.ReplaySummary
-	err = bounded(ctx, fmt.Sprintf("the ingest of %d users", check.Users), cfg.IngestTimeout, func(ctx context.Context) error {
-		var err error
-		rsum, err = rp.Run(ctx, input)
-		return err
-	})
+	ictx, icancel := context.WithTimeoutCause(ctx, cfg.IngestTimeout, errBound)
+	rsum, err := rp.Run(ictx, input)
+	icancel()
 	sum.Users, sum.Sent = rsum.Users, rsum.Reports
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("%w (%d users delivered to clients, %d reports published; raise --ingest-timeout)",
-				err, rsum.Users, pub.Published.Load())
+		if errors.Is(context.Cause(ictx), errBound) && ctx.Err() == nil {
+			msg := fmt.Sprintf("ingest: waited %s for the ingest of %d users: %d clients started, %d reports published (raise --ingest-timeout)",
+				cfg.IngestTimeout, check.Users, rsum.Users, pub.Published.Load())
+			if err.Error() == context.DeadlineExceeded.Error() {
+				return sum, fmt.Errorf("%s: %w", msg, err)
+			}
+			return sum, fmt.Errorf("%s: %w (%w)", msg, context.DeadlineExceeded, err)
 		}
 		return sum, fmt.Errorf("ingest: %w", err)
 	}
@@ -445,7 +452,6 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if agg != nil {
 		sum.Decrypted, sum.AggregatorDropped = agg.Decrypted.Load(), agg.Dropped.Load()
 	}
-	sum.Elapsed = time.Since(start)
 	return sum, nil
 }
 
@@ -868,6 +874,18 @@ func CheckInput(path string, opts aol.Options, spool string) (InputCheck, error)
 	}
 	return c, fmt.Errorf("input: no records in %s: all %d lines are bad (%w). First bad lines: %s. %s",
 		name, st.Lines, ErrNoRecords, b.String(), hint)
+}
+
+// ingestBound is the default IngestTimeout: 10 min, plus 10 ms per record
+// (at least 100 records/s; the bundled log runs end to end at ~2,800
+// records/s on 2 shared cores, docs/benchmarks.md), plus one Spread window
+// per round of workers clients (each client sleeps up to Spread).
+func ingestBound(c InputCheck, spread time.Duration, workers int) time.Duration {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	rounds := (c.Users + workers - 1) / workers
+	return 10*time.Minute + time.Duration(c.Stats.Records)*10*time.Millisecond + time.Duration(rounds)*spread
 }
 
 // autoFormat reports whether a time format is detected rather than given.
