@@ -173,12 +173,12 @@ figure.plot svg { max-width: 100%; height: auto; }
 </head>
 <body>
 <h1>crowdlog: what was released</h1>
-<p>Database <code>{{.Database}}</code>, generated {{.Generated}}. {{len .Releases}} completed releases (app, epoch, policy, k): only keys with a row in <code>releases</code> are shown, as in the analyst views. Everything on this page was released, so public by construction.</p>
+<p>Database <code>{{.Database}}</code>, generated {{.Generated}}. Completed releases (app, epoch, policy, k): {{len .Releases}}. As in the analyst views, only keys with a row in <code>releases</code> are shown. Everything on this page was released, so public by construction.</p>
 
 <section id="releases">
 <h2>Releases</h2>
 <table>
-<thead><tr><th>app</th><th>epoch</th><th>policy</th><th class="n">k</th><th class="n">artifacts released</th><th class="n">impressions released</th><th class="n">artifacts still encrypted</th><th class="n">their reports</th><th class="n">share released</th><th>released at</th></tr></thead>
+<thead><tr><th>app</th><th>epoch</th><th>policy</th><th class="n">k</th><th class="n">artifacts released</th><th class="n">impressions released</th><th class="n">artifacts still encrypted</th><th class="n">reports still encrypted</th><th class="n">share released</th><th>released at</th></tr></thead>
 <tbody>
 {{- range .Releases}}
 <tr><td>{{.App}}</td><td>{{.Epoch}}</td><td>{{.Policy}}</td><td class="n">{{.K}}</td><td class="n">{{.Items}}</td><td class="n">{{.Impressions}}</td><td class="n">{{.StillTags}}</td><td class="n">{{.Still}}</td><td class="n">{{.Share}}</td><td>{{time .ReleasedAt}}</td></tr>
