@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 
 // server returns the shared ClickHouse server. A missing binary skips,
 // unless CI=true, where it fails.
-func server(t *testing.T) *clickhouse.Server {
+func server(t testing.TB) *clickhouse.Server {
 	t.Helper()
 	srvOnce.Do(func() {
 		srvDir, srvErr = os.MkdirTemp("", "crowdlog-report-ch-")
@@ -63,7 +63,7 @@ func server(t *testing.T) *clickhouse.Server {
 	return srv
 }
 
-func freshDB(t *testing.T) string {
+func freshDB() string {
 	return fmt.Sprintf("report_%d", time.Now().UnixNano())
 }
 
@@ -149,7 +149,7 @@ func TestReportInChromium(t *testing.T) {
 	s := server(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	db := freshDB(t)
+	db := freshDB()
 	w, err := release.Open(ctx, s.TCPAddr, db)
 	if err != nil {
 		t.Fatal(err)
@@ -345,7 +345,7 @@ func TestEmptyDatabase(t *testing.T) {
 	defer cancel()
 
 	// A database with the tables and no release.
-	db := freshDB(t)
+	db := freshDB()
 	w, err := release.Open(ctx, s.TCPAddr, db)
 	if err != nil {
 		t.Fatal(err)
@@ -362,7 +362,7 @@ func TestEmptyDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	bare := freshDB(t)
+	bare := freshDB()
 	if err := conn.Exec(ctx, "CREATE DATABASE "+bare); err != nil {
 		t.Fatal(err)
 	}
@@ -379,5 +379,50 @@ func TestBadOptions(t *testing.T) {
 	}
 	if _, err := report.Load(ctx, report.Options{Addr: "127.0.0.1:1", Database: "x; DROP"}); err == nil || !strings.Contains(err.Error(), "identifier") {
 		t.Errorf("Load with a bad database name: %v, want an error about the identifier", err)
+	}
+}
+
+// BenchmarkLoadRender measures Load and Render of a made-up database of
+// 10 releases of 20,000 items each (each with 40 undecrypted summary lines)
+// and 10 ledger rows: go test -run - -bench LoadRender ./release/report/
+func BenchmarkLoadRender(b *testing.B) {
+	s := server(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	db := fmt.Sprintf("report_bench_%d", time.Now().UnixNano())
+	w, err := release.Open(ctx, s.TCPAddr, db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	const keys, perKey = 10, 20000
+	for k := range keys {
+		key := release.Key{App: "query", Epoch: fmt.Sprintf("2026-w%02d", k+1), Policy: "dp-u", K: 10}
+		its := make([]release.Item, perKey)
+		for i := range its {
+			its[i] = release.Item{App: key.App, Epoch: key.Epoch, Policy: key.Policy, K: key.K,
+				Item: fmt.Sprintf("made-up query %d", i), Impressions: uint64(perKey - i), Users: uint64(1 + (perKey-i)/3)}
+		}
+		var undec []release.Undecrypted
+		for r := range 40 {
+			undec = append(undec, release.Undecrypted{App: key.App, Epoch: key.Epoch, Policy: key.Policy, K: key.K,
+				Reports: uint64(r + 1), Users: 1, Tags: uint64(1000 / (r + 1))})
+		}
+		sp := release.Spend{Dataset: "made-up", Epoch: key.Epoch, App: key.App, Policy: key.Policy, K: key.K, Epsilon: 1, Params: "made-up"}
+		if err := w.WriteSpendingRelease(ctx, key, its, undec, at(k+1), sp, release.Budget{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		d, err := report.Load(ctx, report.Options{Addr: s.TCPAddr, Database: db})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var buf strings.Builder
+		if err := report.Render(&buf, d); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(buf.Len()), "bytes/report")
 	}
 }
