@@ -14,11 +14,16 @@ import (
 	"time"
 
 	circloprf "github.com/cloudflare/circl/oprf"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/crowdlog/crowdlog/infra/keydir"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
+	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
 	"github.com/crowdlog/crowdlog/protocol/star"
+	"github.com/crowdlog/crowdlog/relays"
 )
 
 // capture is a Publish that keeps every onion.
@@ -343,4 +348,120 @@ func BenchmarkDeviceSubmit(b *testing.B) {
 			b.ReportMetric(float64(sent)/b.Elapsed().Seconds(), "artifacts/s")
 		})
 	}
+}
+
+// natsDeployment is an embedded NATS with the relay stream and a keys
+// directory: what New needs, without relays consuming.
+func natsDeployment(t testing.TB) (url, keys string, js jetstream.JetStream) {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	ns, err := natsserver.Start(ctx, filepath.Join(dir, "nats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	keys = filepath.Join(dir, "keys")
+	if err := keydir.EnsureKeys(keys); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := natsconn.Connect(ns.URL, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	if err := relays.EnsureStream(ctx, js, 0); err != nil {
+		t.Fatal(err)
+	}
+	return ns.URL, keys, js
+}
+
+func streamMsgs(t testing.TB, js jetstream.JetStream) uint64 {
+	t.Helper()
+	s, err := js.Stream(context.Background(), relays.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// TestNewPublishes: a Device from New publishes to relay a's inbox, pins
+// the route keys in its state, and after a restart without KeysDir sends
+// nothing it sent before.
+func TestNewPublishes(t *testing.T) {
+	url, keys, js := natsDeployment(t)
+	state := t.TempDir()
+	ctx := context.Background()
+	key, _ := circloprf.GenerateKey(oprf.OPRFSuite, rand.Reader)
+	cfg := Config{StateDir: state, NATS: url, KeysDir: keys, SkipRouteCheck: true,
+		Randomness: localRandomness{key}, Epoch: "e1", K: 2}
+	arts := []apps.Artifact{art("made up one", 0), art("made up two", 1)}
+	for run, want := range []int{2, 0} {
+		d, err := New(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := d.Submit(ctx, "query", arts...)
+		if err != nil || n != want {
+			t.Fatalf("run %d: %d reports, %v (want %d)", run, n, err, want)
+		}
+		if err := d.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := streamMsgs(t, js); got != 2 {
+			t.Fatalf("run %d: relay a's inbox holds %d reports, want 2", run, got)
+		}
+		cfg.KeysDir = "" // the restart uses the pinned route
+	}
+	if _, err := New(ctx, Config{StateDir: state, NATS: url, SkipRouteCheck: true, Epoch: "e1", K: 2}); err == nil ||
+		!strings.Contains(err.Error(), "Randomness") {
+		t.Fatalf("no randomness: %v", err)
+	}
+	// the route check runs by default: no relay answers here, a warning only
+	d, err := New(ctx, Config{StateDir: state, NATS: url, Randomness: localRandomness{key}, Epoch: "e1", K: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Submit(ctx, "no-such-app", arts...); err == nil {
+		t.Fatal("unknown app accepted")
+	}
+	d.Close(ctx)
+}
+
+// BenchmarkDeviceSubmitNATS: Device.Submit through New, publishing to an
+// embedded NATS JetStream inbox (flow control included, Flush at the
+// end), state on disk, ω from fixedRandomness. Run with -cpu 1.
+func BenchmarkDeviceSubmitNATS(b *testing.B) {
+	url, keys, _ := natsDeployment(b)
+	ctx := context.Background()
+	d, err := New(ctx, Config{StateDir: b.TempDir(), NATS: url, KeysDir: keys, SkipRouteCheck: true,
+		Randomness: fixedRandomness{}, Epoch: "e", K: 5})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const batch = 100
+	arts := make([]apps.Artifact, batch)
+	b.ResetTimer()
+	sent := 0
+	for i := 0; i < b.N; i += batch {
+		for j := range arts {
+			arts[j] = apps.Artifact{Primary: fmt.Sprintf("made up query %d", (i+j)%1000), Time: t0.Add(time.Duration(i+j) * time.Second)}
+		}
+		n, err := d.Submit(ctx, "query", arts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sent += n
+	}
+	if err := d.Close(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(sent)/b.Elapsed().Seconds(), "artifacts/s")
 }
