@@ -103,7 +103,8 @@ type Config struct {
 // new secret would count the device twice) and the record of sent
 // instances live in Config.StateDir, fsync'd before any report leaves.
 //
-// Submits are serialized; a Device is safe for concurrent use.
+// A Device is safe for concurrent use: Submits choose, seal and record
+// one at a time, then publish concurrently.
 type Device struct {
 	epoch  string
 	policy star.Policy
@@ -350,36 +351,47 @@ func natsRelayKeys(nc *nats.Conn) RelayKeysFunc {
 // closed, failed proof, ErrRandomnessKeyChanged), an unknown app, the
 // state directory's, ctx's.
 func (d *Device) Submit(ctx context.Context, app string, arts ...apps.Artifact) (int, error) {
+	c, onions, err := d.prepare(ctx, app, arts)
+	if err != nil || len(onions) == 0 {
+		return 0, err
+	}
+	// recorded: other Submits may go on while these reports are spread
+	return c.send(ctx, onions)
+}
+
+// prepare is Submit up to publishing, under the device's lock: it picks the
+// instances not sent yet, seals them and records them.
+func (d *Device) prepare(ctx context.Context, app string, arts []apps.Artifact) (*Client, [][]byte, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	c := d.clients[app]
 	if c == nil {
 		if d.newClient == nil {
-			return 0, fmt.Errorf("ingest: this device sends application %q only, not %q", d.only(), app)
+			return nil, nil, fmt.Errorf("ingest: this device sends application %q only, not %q", d.only(), app)
 		}
 		var err error
 		if c, err = d.newClient(app); err != nil {
-			return 0, err
+			return nil, nil, err
 		}
 		d.clients[app] = c
 	}
 	if len(arts) == 0 {
-		return 0, nil
+		return nil, nil, nil
 	}
 	if d.pinKey != nil && !d.pinned {
 		if err := d.pinKey(ctx); err != nil {
-			return 0, err
+			return nil, nil, err
 		}
 		d.pinned = true
 	}
 	secret, err := d.st.secret(d.epoch)
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
 	key := sendKey{App: c.App.Name(), Epoch: d.epoch, Policy: d.policy, K: d.k}
 	rec, err := d.st.sent(key)
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
 	ids := instanceIDs(secret, key, arts)
 	var fresh []int
@@ -408,7 +420,7 @@ func (d *Device) Submit(ctx context.Context, app string, arts ...apps.Artifact) 
 		fresh = keep
 	}
 	if len(fresh) == 0 {
-		return 0, nil
+		return nil, nil, nil
 	}
 	send := make([]apps.Artifact, len(fresh))
 	inst := make([][16]byte, len(fresh))
@@ -423,12 +435,12 @@ func (d *Device) Submit(ctx context.Context, app string, arts ...apps.Artifact) 
 	}
 	onions, err := c.seal(ctx, secret, send)
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
 	if err := d.st.record(key, inst, prim); err != nil {
-		return 0, err
+		return nil, nil, err
 	}
-	return c.send(ctx, onions)
+	return c, onions, nil
 }
 
 func (d *Device) only() string {
