@@ -104,7 +104,9 @@ type Config struct {
 // instances live in Config.StateDir, fsync'd before any report leaves.
 //
 // A Device is safe for concurrent use: Submits choose, seal and record
-// one at a time, then publish concurrently.
+// one at a time (about 2,400 artifacts/s on one core, BenchmarkDeviceSubmit),
+// then publish concurrently; a program sending for many users uses one
+// Device per user, as Replay does, to use more cores.
 type Device struct {
 	epoch  string
 	policy star.Policy
