@@ -465,3 +465,39 @@ func BenchmarkDeviceSubmitNATS(b *testing.B) {
 	}
 	b.ReportMetric(float64(sent)/b.Elapsed().Seconds(), "artifacts/s")
 }
+
+// TestReplayStateDir: a replay with StateDir keeps each AnonID's device on
+// disk, so replaying the same log again sends nothing; without it every
+// replay sends everything again (each AnonID a new device).
+func TestReplayStateDir(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "log.tsv")
+	// made-up log: user 1 asks two queries (one twice, apart), user 2 one
+	rows := "AnonID\tQuery\tQueryTime\tItemRank\tClickURL\n" +
+		"1\tmade up one\t2006-03-01 10:00:00\t\t\n" +
+		"1\tmade up two\t2006-03-01 10:01:00\t\t\n" +
+		"1\tmade up one\t2006-03-01 10:02:00\t\t\n" +
+		"2\tmade up one\t2006-03-01 11:00:00\t\t\n"
+	if err := os.WriteFile(log, []byte(rows), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const want = 4 // query instances by hand: one, two, one; one
+	for _, stateDir := range []string{"", t.TempDir()} {
+		var pub capture
+		_, c := testClient(t, star.FTu, pub.publish)
+		var sums []int64
+		for range 2 {
+			sum, err := (&Replay{Client: c, StateDir: stateDir, Workers: 2}).Run(context.Background(), log)
+			if err != nil || sum.Users != 2 {
+				t.Fatalf("replay: %+v, %v", sum, err)
+			}
+			sums = append(sums, sum.Reports)
+		}
+		second := int64(want)
+		if stateDir != "" {
+			second = 0
+		}
+		if sums[0] != want || sums[1] != second {
+			t.Fatalf("StateDir %q: replays sent %v reports, want [%d %d]", stateDir, sums, want, second)
+		}
+	}
+}
