@@ -20,11 +20,13 @@ import (
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/ingest/normalize"
+	"github.com/crowdlog/crowdlog/pipelines/runner"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release"
 	"github.com/crowdlog/crowdlog/release/stage"
+	"github.com/crowdlog/crowdlog/tests/truth"
 )
 
 // deployment is every server role in process on embedded NATS, kfake and a
@@ -234,4 +236,40 @@ func TestClientLibrary(t *testing.T) {
 	}
 	t.Logf("released %d items; weather users=%d impressions=%d after device 1's restart", len(got),
 		got["made up weather"].Users, got["made up weather"].Impressions)
+}
+
+// TestIngestStateDir: `crowdlog ingest --state DIR` (runner.Ingest) run
+// twice on the same log and epoch sends nothing the second time: the FT_u
+// release equals the one the raw log gives (tests/truth), not twice it.
+func TestIngestStateDir(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const epoch, k = "library-e2", 2
+	d := startDeployment(t, ctx, epoch)
+	log := subset(t, 8)
+	state := t.TempDir()
+	var sent []int64
+	for range 2 {
+		sum, err := runner.Ingest(ctx, runner.IngestConfig{Input: log, App: "query", Policy: "ft-u", K: k, Epoch: epoch,
+			NATS: d.nats, KeysDir: d.keys, StateDir: state, Workers: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, sum.Reports)
+	}
+	if sent[0] == 0 || sent[1] != 0 {
+		t.Fatalf("reports sent by the two ingests: %v, want [>0 0]", sent)
+	}
+	want, err := truth.Release(log, "ft-u", k, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]truth.Row{}
+	for _, it := range d.release(t, ctx, epoch, k) {
+		got[it.Item] = truth.Row{Item: it.Item, Impressions: int(it.Impressions), Users: int(it.Users)}
+	}
+	if diff := truth.Diff(want, got, 5); len(diff) > 0 || len(want) == 0 {
+		t.Fatalf("release after two ingests differs from the log's (%d items expected, %d released):\n%s", len(want), len(got), strings.Join(diff, "\n"))
+	}
+	t.Logf("%d reports sent, then 0; %d items released as the log says", sent[0], len(got))
 }
