@@ -77,8 +77,10 @@ type Randomness interface {
 	Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([][]byte, error)
 }
 
-// Client seals and sends the artifacts of one application under one policy.
-// It is safe for concurrent use: each call handles one user.
+// Client seals and sends the artifacts of one application under one policy:
+// the stateless sealer under a Device (which keeps the user secret and what
+// was sent). It is safe for concurrent use: each call handles one user, whose
+// secret the caller keeps.
 type Client struct {
 	App        apps.App
 	Epoch      string
