@@ -32,9 +32,9 @@ bin/crowdlog run --input testdata/aol-top1000.tsv.gz --app query --policy ft-u -
 q() { echo; echo "clickhouse-client> $1"; clickhouse-client --port "$CH_TCP_PORT" --database crowdlog --format PrettyCompact --query "$1"; }
 echo
 echo "== what an analyst sees (only artifacts that at least k = 5 distinct users sent)"
-q "SELECT item, impressions, users FROM released_items WHERE app = 'query' AND policy = 'ft-u' ORDER BY impressions DESC, item LIMIT 10"
-q "SELECT (SELECT sum(impressions) FROM released_items WHERE app = 'query' AND policy = 'ft-u') AS released_impressions, (SELECT sum(reports * tags) FROM undecrypted_summary WHERE app = 'query' AND policy = 'ft-u') AS undecrypted_reports, round(released_impressions / (released_impressions + undecrypted_reports), 4) AS share_of_impressions_released"
-q "SELECT reports, users, tags AS undecrypted_artifacts FROM undecrypted_summary WHERE app = 'query' AND policy = 'ft-u' ORDER BY reports DESC, users DESC LIMIT 8"
+q "SELECT query, impressions, users FROM released_queries WHERE policy = 'ft-u' AND k = 5 ORDER BY impressions DESC, query LIMIT 10"
+q "SELECT epoch, impressions AS released_impressions, undecrypted AS undecrypted_reports, round(impressions / (impressions + undecrypted), 4) AS share_of_impressions_released FROM completed_releases ANY LEFT JOIN (SELECT app, epoch, policy, k, sum(tags * reports) AS undecrypted FROM released_undecrypted GROUP BY app, epoch, policy, k) USING (app, epoch, policy, k) WHERE app = 'query' AND policy = 'ft-u' AND k = 5"
+q "SELECT reports, users, tags AS undecrypted_artifacts FROM released_undecrypted WHERE app = 'query' AND policy = 'ft-u' AND k = 5 ORDER BY reports DESC, users DESC LIMIT 8"
 echo
 echo "== export: $STATE/released.tsv ($(($(wc -l < "$STATE/released.tsv") - 1)) items)"
 
