@@ -20,10 +20,9 @@
 // 970916105432 = 1997-09-16 10:54:32); the columns in AOL order, or in
 // Excite order on 3-field lines whose second field is the time. Every later
 // line must have the same format and column order, or it is a bad line
-// (ReasonTimeMixed): a log is written by one program, and a line in another
-// shape is more likely garbage than data. Per-file detection also settles
-// the one ambiguity between the formats: a 12-digit number is yymmddHHMMSS
-// unless the file's first good line was read as Unix seconds.
+// (ReasonTimeDetected): a log is written by one program, and a line in
+// another shape is more likely garbage than data. The formats share no
+// value (Unix seconds have at most 11 digits, yymmddHHMMSS exactly 12).
 package aol
 
 import (
@@ -472,11 +471,7 @@ func (r *Reader) parse(line []byte) (Record, string) {
 		if cols == colsExcite {
 			r.stats.Columns = ColumnsExcite
 		}
-		tf := r.formats[fi]
-		if tf.name == fmtUnix.name {
-			tf = fmtUnix // detection stops at 11 digits; the file's later lines need not
-		}
-		r.formats = []timeFormat{tf}
+		r.formats = []timeFormat{r.formats[fi]}
 		r.stats.TimeFormat = r.formats[0].name
 		r.badTime = ReasonTimeDetected(r.stats.TimeFormat, r.stats.Columns)
 	}

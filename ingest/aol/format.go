@@ -22,10 +22,9 @@ const (
 	// offset "+02:00", fractions allowed); the instant is kept and returned
 	// in UTC.
 	FormatRFC3339 = "rfc3339"
-	// FormatUnix is decimal seconds since 1970-01-01 00:00:00 UTC, digits
-	// only (e.g. "1141197432"). Auto-detection takes it for 1 to 11 digits
-	// (12 digits are FormatExcite); given explicitly, any length that fits
-	// an int64.
+	// FormatUnix is decimal seconds since 1970-01-01 00:00:00 UTC, 1 to 11
+	// digits (e.g. "1141197432"; 11 digits reach the year 5138), so that no
+	// value is both Unix seconds and FormatExcite.
 	FormatUnix = "unix"
 	// FormatExcite is the compact yymmddHHMMSS of the Excite logs (Go layout
 	// ExciteLayout), exactly 12 digits, read as UTC; yy 69–99 is 1969–1999
@@ -65,32 +64,18 @@ var (
 		t, err := time.ParseInLocation(ExciteLayout, s, time.UTC)
 		return t, err == nil
 	}}
-	fmtUnixAuto = timeFormat{"Unix seconds", func(s string) (time.Time, bool) {
-		if len(s) > 11 {
+	fmtUnix = timeFormat{"Unix seconds", func(s string) (time.Time, bool) {
+		if s == "" || len(s) > 11 || !allDigits(s) {
 			return time.Time{}, false
 		}
-		return parseUnix(s)
+		v, err := strconv.ParseInt(s, 10, 64)
+		return time.Unix(v, 0).UTC(), err == nil
 	}}
-	fmtUnix = timeFormat{"Unix seconds", parseUnix}
 )
 
-// autoFormats is the detection order of FormatAuto.
-var autoFormats = []timeFormat{fmtAOL, fmtRFC3339, fmtExcite, fmtUnixAuto}
-
-func parseUnix(s string) (time.Time, bool) {
-	if s == "" || !allDigits(s) {
-		return time.Time{}, false
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || v > maxUnix {
-		return time.Time{}, false
-	}
-	return time.Unix(v, 0).UTC(), true
-}
-
-// maxUnix is the last second of year 9999, the largest year Go formats as
-// four digits (and ClickHouse's DateTime is far smaller anyway).
-const maxUnix = 253402300799
+// autoFormats is the detection order of FormatAuto: the formats share no
+// value, so the order only matters for the column order (see Reader.parse).
+var autoFormats = []timeFormat{fmtAOL, fmtRFC3339, fmtExcite, fmtUnix}
 
 func allDigits(s string) bool {
 	for i := 0; i < len(s); i++ {

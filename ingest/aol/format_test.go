@@ -57,9 +57,8 @@ func TestTimeFormats(t *testing.T) {
 		// specific format (yymmddHHMMSS) decides the column order.
 		{"excite numeric query first", "u\t970916105432\t1999\nu\t970916105433\tnews\n", "",
 			[]want{{1, "u", "1999", utc(1997, 9, 16, 10, 54, 32)}, {2, "u", "news", utc(1997, 9, 16, 10, 54, 33)}}, "yymmddHHMMSS", ColumnsExcite},
-		// Per-file detection: once Unix seconds, a 12-digit value is Unix too.
-		{"unix then 12 digits", "1\ta\t1141197432\n1\tb\t100000000000\n", "",
-			[]want{{1, "1", "a", utc(2006, 3, 1, 7, 17, 12)}, {2, "1", "b", time.Unix(100000000000, 0).UTC()}}, "Unix seconds", ColumnsAOL},
+		{"unix 11 digits", "1\ta\t99999999999\n", "",
+			[]want{{1, "1", "a", time.Date(5138, 11, 16, 9, 46, 39, 0, time.UTC)}}, "Unix seconds", ColumnsAOL},
 		{"given unix", "1\ta\t1141197432\n", FormatUnix,
 			[]want{{1, "1", "a", utc(2006, 3, 1, 7, 17, 12)}}, "Unix seconds", ColumnsAOL},
 		{"given excite", "1\t970916105432\ta\n", "yymmddHHMMSS",
@@ -117,12 +116,12 @@ func TestTimeFormatBadLines(t *testing.T) {
 	}
 
 	// Given: other formats are bad with ReasonTimeLayout.
-	r, err := NewReaderOptions(strings.NewReader("1\ta\t2006-03-01 07:17:12\n1\ta\t1141197432\n"), Options{TimeFormat: FormatUnix})
+	r, err := NewReaderOptions(strings.NewReader("1\ta\t2006-03-01 07:17:12\n1\ta\t1141197432\n1\ta\t100000000000\n"), Options{TimeFormat: FormatUnix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkRecords(t, "given unix", readAll(t, r), []want{{2, "1", "a", utc(2006, 3, 1, 7, 17, 12)}})
-	if st := r.Stats(); st.Bad != 1 || st.Examples[0] != (BadLine{1, ReasonTimeLayout}) {
+	if st := r.Stats(); st.Bad != 2 || st.Examples[0] != (BadLine{1, ReasonTimeLayout}) || st.Examples[1] != (BadLine{3, ReasonTimeLayout}) {
 		t.Errorf("given unix: stats %v", st)
 	}
 }
