@@ -70,7 +70,7 @@ func (rt *Route) WrapVector(key, msg []byte) ([]byte, error) {
 }
 
 // Randomness evaluates OPRF inputs of an epoch into ω values, in order
-// (satisfied by *randomness.Client). Implementations verify the service's
+// (satisfied by *oprfclient.Client). Implementations verify the service's
 // VOPRF proof against the epoch's pinned public key (RFC 9497 §3.3.2) and
 // fail — never return unverified ω — when it does not hold.
 type Randomness interface {

@@ -17,6 +17,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
@@ -47,9 +48,9 @@ type Config struct {
 	Conn *nats.Conn
 
 	// Randomness evaluates ω for the epoch's artifacts and verifies the
-	// service's proofs (a *randomness.Client on the same NATS). When nil,
-	// NewRandomness is called with the device's NATS connection. One of
-	// the two is required.
+	// service's proofs. When nil, NewRandomness is called with the device's
+	// NATS connection; when both are nil, the device uses an
+	// oprfclient.Client on that connection (the usual choice).
 	Randomness    Randomness
 	NewRandomness func(nc *nats.Conn) Randomness
 
@@ -130,7 +131,7 @@ type Device struct {
 }
 
 // keyPinner is the optional part of Randomness that lets a device pin the
-// epoch's public key (satisfied by *randomness.Client).
+// epoch's public key (satisfied by *oprfclient.Client).
 type keyPinner interface {
 	PublicKey(ctx context.Context, epoch string) ([]byte, error)
 }
@@ -187,7 +188,7 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 		rnd = cfg.NewRandomness(nc)
 	}
 	if rnd == nil {
-		return fail(errors.New("ingest: no randomness client: set Config.Randomness or Config.NewRandomness (e.g. func(nc) { return &randomness.Client{NC: nc} })"))
+		rnd = &oprfclient.Client{NC: nc}
 	}
 	if !cfg.SkipRouteCheck {
 		fetch := cfg.RelayKeys

@@ -6,12 +6,9 @@ import (
 	"log"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/protocol/star"
-	"github.com/crowdlog/crowdlog/randomness"
 )
 
 // A program embeds the client: one Device per user's machine, its state in
@@ -21,13 +18,12 @@ import (
 func ExampleDevice() {
 	ctx := context.Background()
 	dev, err := ingest.New(ctx, ingest.Config{
-		StateDir:      "/var/lib/myapp/crowdlog", // user secret per epoch, pinned keys, what was sent
-		NATS:          "nats://crowdlog.example:4222",
-		KeysDir:       "/etc/myapp/crowdlog-keys", // relay-a.key.pub, relay-b.key.pub, aggregator.key.pub
-		NewRandomness: func(nc *nats.Conn) ingest.Randomness { return &randomness.Client{NC: nc} },
-		Epoch:         "2026-11-24",
-		Policy:        star.FTu,
-		K:             5,
+		StateDir: "/var/lib/myapp/crowdlog", // user secret per epoch, pinned keys, what was sent
+		NATS:     "nats://crowdlog.example:4222",
+		KeysDir:  "/etc/myapp/crowdlog-keys", // relay-a.key.pub, relay-b.key.pub, aggregator.key.pub
+		Epoch:    "2026-11-24",
+		Policy:   star.FTu,
+		K:        5,
 	})
 	if err != nil {
 		log.Fatal(err) // the error names the field to fix

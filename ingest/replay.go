@@ -34,9 +34,10 @@ type ReplaySummary struct {
 // nothing twice (FT_u counts each AnonID once).
 type Replay struct {
 	Client   *Client
-	StateDir string    // per-device state on disk; "" = in memory
-	Workers  int       // default GOMAXPROCS
-	Progress io.Writer // progress bar destination (e.g. os.Stderr); nil = none
+	Log      aol.Options // how the log is read (its time format); zero = detected per file
+	StateDir string      // per-device state on disk; "" = in memory
+	Workers  int         // default GOMAXPROCS
+	Progress io.Writer   // progress bar destination (e.g. os.Stderr); nil = none
 	// Logger, when set and Progress is nil, gets a progress line every
 	// LogEvery (default 10 s): clients done and reports sent, nothing else.
 	Logger   *slog.Logger
@@ -108,7 +109,7 @@ func (rp *Replay) Run(ctx context.Context, path string) (ReplaySummary, error) {
 	}
 	g.Go(func() error {
 		defer close(users)
-		st, err := aol.ReadUsers(path, func(u aol.User) error {
+		st, err := aol.ReadUsersOptions(path, rp.Log, func(u aol.User) error {
 			select {
 			case users <- u:
 				sum.Users++

@@ -21,6 +21,13 @@ var ErrEpochExpired = errors.New("epoch expired at the randomness service")
 // check the client's clock and epoch name.
 var ErrEpochFuture = errors.New("epoch not started yet at the randomness service")
 
+// ErrEpochNotOpen is wrapped when a named epoch was never opened at the
+// randomness service (no operator ran `crowdlog randomness open-epoch`). On
+// the wire it is a plain refusal (status 1) whose message starts with this
+// error's text; Refusal.Err wraps it again, so errors.Is works on both
+// sides.
+var ErrEpochNotOpen = errors.New("epoch not opened at the randomness service")
+
 // Status bytes of RandomnessResponse and PublicKeyResponse.
 const (
 	statusOK      = 0
@@ -59,6 +66,8 @@ func (f Refusal) Err() error {
 		sentinel = ErrEpochExpired
 	case f.Future:
 		sentinel = ErrEpochFuture
+	case strings.HasPrefix(f.Error, ErrEpochNotOpen.Error()):
+		return fmt.Errorf("randomness service: %w%s", ErrEpochNotOpen, strings.TrimPrefix(f.Error, ErrEpochNotOpen.Error()))
 	case f.Error != "":
 		return fmt.Errorf("randomness service: %s", f.Error)
 	default:

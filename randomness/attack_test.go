@@ -11,6 +11,7 @@ import (
 
 	circloprf "github.com/cloudflare/circl/oprf"
 
+	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
 )
@@ -36,7 +37,7 @@ func TestAttackEpochFlooding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	honest := &Client{NC: e.nc}
+	honest := &oprfclient.Client{NC: e.nc}
 	in := [][]byte{oprf.OPRFInput("query", opened, "a")}
 	if _, err := honest.Evaluate(e.ctx, opened, in); err != nil {
 		t.Fatalf("operator-opened epoch refused: %v", err)
@@ -80,7 +81,7 @@ func TestAttackEpochFlooding(t *testing.T) {
 				served++
 			}
 		}
-		if errors.Is(refusalErr(resp.Refusal), ErrEpochNotOpen) && errors.Is(refusalErr(presp.Refusal), ErrEpochNotOpen) {
+		if errors.Is(resp.Refusal.Err(), ErrEpochNotOpen) && errors.Is(presp.Refusal.Err(), ErrEpochNotOpen) {
 			refused++
 		} else if firstRefusal == "" {
 			firstRefusal = fmt.Sprintf("epoch %s: randomness %q, public key %q", ep, resp.Error, presp.Error)
@@ -100,12 +101,12 @@ func TestAttackEpochFlooding(t *testing.T) {
 	}
 
 	// the real Client sees the refusal as ErrEpochNotOpen, with what to do
-	_, err = (&Client{NC: e.nc}).Evaluate(e.ctx, "flood-extra", in)
+	_, err = (&oprfclient.Client{NC: e.nc}).Evaluate(e.ctx, "flood-extra", in)
 	if !errors.Is(err, ErrEpochNotOpen) || !strings.Contains(err.Error(), "open-epoch") {
 		t.Fatalf("client error for an unopened epoch: %v, want ErrEpochNotOpen naming open-epoch", err)
 	}
 	// the operator's epoch is still served, under the same key
-	if p, err := (&Client{NC: e.nc}).PublicKey(e.ctx, opened); err != nil || string(p) != string(pub) {
+	if p, err := (&oprfclient.Client{NC: e.nc}).PublicKey(e.ctx, opened); err != nil || string(p) != string(pub) {
 		t.Fatalf("operator-opened epoch after the flood: %v", err)
 	}
 	if _, err := honest.Evaluate(e.ctx, opened, in); err != nil {

@@ -389,10 +389,9 @@ func (k *Keys) window(epoch string) (start, end time.Time, err error) {
 // ErrEpochNotOpen is wrapped when a named epoch was never opened (it has no
 // key file): in named-epoch mode only an operator creates epochs
 // (Keys.OpenEpoch, `crowdlog randomness open-epoch`), so a client cannot
-// make the service create keys by naming new epochs. On the wire it is a
-// plain refusal (status 1) whose message starts with this error's text;
-// Client wraps it again, so errors.Is works on both sides.
-var ErrEpochNotOpen = errors.New("epoch not opened at the randomness service")
+// make the service create keys by naming new epochs. It is
+// protocol.ErrEpochNotOpen, which the client's refusal decoding wraps.
+var ErrEpochNotOpen = protocol.ErrEpochNotOpen
 
 // OpenEpoch opens a named epoch: it creates the epoch's key file
 // (EPOCH.key, 32-byte RFC 9497 ristretto255 scalar, mode 0600) unless it

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
 )
@@ -254,7 +255,7 @@ func TestSchedule(t *testing.T) {
 	if cur != ScheduleEpoch(c.now(), day) || cur != "20060301T000000Z-24h" {
 		t.Fatalf("current epoch %q", cur)
 	}
-	client := &Client{NC: e.nc}
+	client := &oprfclient.Client{NC: e.nc}
 	in := [][]byte{oprf.OPRFInput("query", cur, "a")}
 	w1, err := client.Evaluate(e.ctx, cur, in)
 	if err != nil {
@@ -301,7 +302,7 @@ func TestSchedule(t *testing.T) {
 	if exists(KeyFile(dir, cur)) {
 		t.Fatal("an expired epoch's key file must be destroyed")
 	}
-	if _, err := (&Client{NC: e.nc}).PublicKey(e.ctx, cur); !errors.Is(err, protocol.ErrEpochExpired) {
+	if _, err := (&oprfclient.Client{NC: e.nc}).PublicKey(e.ctx, cur); !errors.Is(err, protocol.ErrEpochExpired) {
 		t.Fatalf("public key of an expired epoch: %v", err)
 	}
 	// a sweep alone destroys expired keys nobody asks for

@@ -3,6 +3,7 @@ package randomness
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/crowdlog/crowdlog/infra/natsserver"
+	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
 )
@@ -78,7 +80,7 @@ func TestServiceOverNATS(t *testing.T) {
 	dir := filepath.Join(e.dir, "keys", "randomness.keys")
 	keys, stop := e.serve(dir)
 	openEpochs(t, keys, "e1", "e2") // the operator opens named epochs
-	c := &Client{NC: e.nc, Batch: 3}
+	c := &oprfclient.Client{NC: e.nc, Batch: 3}
 	inputs := [][]byte{oprf.OPRFInput("query", "e1", "a"), oprf.OPRFInput("query", "e1", "b"),
 		oprf.OPRFInput("query", "e1", "c"), oprf.OPRFInput("query", "e1", "a")}
 	w1, err := c.Evaluate(ctx, "e1", inputs)
@@ -88,7 +90,7 @@ func TestServiceOverNATS(t *testing.T) {
 	if len(w1) != 4 || string(w1[0]) != string(w1[3]) || string(w1[0]) == string(w1[1]) {
 		t.Fatal("ω must be a function of the input: equal for equal inputs, different otherwise")
 	}
-	other := &Client{NC: e.nc}
+	other := &oprfclient.Client{NC: e.nc}
 	w1b, err := other.Evaluate(ctx, "e1", inputs[:1])
 	if err != nil || string(w1b[0]) != string(w1[0]) {
 		t.Fatalf("a second client must get the same ω (%v)", err)
@@ -133,25 +135,28 @@ func TestWrongKeyService(t *testing.T) {
 	openEpochs(t, keysB, "e1", "e2")
 	in := [][]byte{oprf.OPRFInput("query", "e1", "a")}
 
-	pinned := &Client{NC: e.nc, Pinned: map[string][]byte{"e1": pkA}}
+	pinned := &oprfclient.Client{NC: e.nc, Pinned: map[string][]byte{"e1": pkA}}
 	out, err := pinned.Evaluate(e.ctx, "e1", in)
 	if !errors.Is(err, oprf.ErrProof) || out != nil || !strings.Contains(err.Error(), "proof failed") {
 		t.Fatalf("service under another key: out=%v err=%v, want protocol.ErrProof", out != nil, err)
 	}
-	if _, err := pinned.PublicKey(e.ctx, "e1"); !errors.Is(err, ErrKeyChanged) {
-		t.Fatalf("published key differs from pinned: %v, want ErrKeyChanged", err)
+	if _, err := pinned.PublicKey(e.ctx, "e1"); !errors.Is(err, oprfclient.ErrKeyChanged) {
+		t.Fatalf("published key differs from pinned: %v, want oprfclient.ErrKeyChanged", err)
 	}
 
 	// trust on first use through a pin file: the next run refuses B's key
 	pins := filepath.Join(e.dir, "client", "randomness.pins")
-	if err := appendPin(pins, "e1", pkA); err != nil {
+	if err := os.MkdirAll(filepath.Dir(pins), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	tofu := &Client{NC: e.nc, PinFile: pins}
+	if err := os.WriteFile(pins, []byte(fmt.Sprintf("e1 %x\n", pkA)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tofu := &oprfclient.Client{NC: e.nc, PinFile: pins}
 	if _, err := tofu.Evaluate(e.ctx, "e1", in); !errors.Is(err, oprf.ErrProof) {
 		t.Fatalf("pin file ignored: %v", err)
 	}
-	fresh := &Client{NC: e.nc, PinFile: pins}
+	fresh := &oprfclient.Client{NC: e.nc, PinFile: pins}
 	if _, err := fresh.Evaluate(e.ctx, "e2", in); err != nil { // e2 unpinned: pinned now
 		t.Fatal(err)
 	}
@@ -169,7 +174,7 @@ func TestClosedEpoch(t *testing.T) {
 	dir := filepath.Join(e.dir, "keys", "randomness.keys")
 	keys, stop := e.serve(dir)
 	openEpochs(t, keys, "2006-03", "2006-04")
-	c := &Client{NC: e.nc}
+	c := &oprfclient.Client{NC: e.nc}
 	in := [][]byte{oprf.OPRFInput("query", "2006-03", "a")}
 	if _, err := c.Evaluate(e.ctx, "2006-03", in); err != nil {
 		t.Fatal(err)
@@ -188,7 +193,7 @@ func TestClosedEpoch(t *testing.T) {
 	if !errors.Is(err, protocol.ErrEpochClosed) || !strings.Contains(err.Error(), "2006-03") {
 		t.Fatalf("closed epoch: %v, want ErrEpochClosed naming the epoch", err)
 	}
-	if _, err := (&Client{NC: e.nc}).PublicKey(e.ctx, "2006-03"); !errors.Is(err, protocol.ErrEpochClosed) {
+	if _, err := (&oprfclient.Client{NC: e.nc}).PublicKey(e.ctx, "2006-03"); !errors.Is(err, protocol.ErrEpochClosed) {
 		t.Fatalf("public key of a closed epoch: %v", err)
 	}
 	if _, err := other.Epoch("2006-03"); !errors.Is(err, protocol.ErrEpochClosed) {
@@ -223,7 +228,7 @@ func TestClientRetriesUntilServiceAnswers(t *testing.T) {
 	inputs := [][]byte{oprf.OPRFInput("query", "e1", "a")}
 	openEpochs(t, open(t, dir, Options{}), "e1", "e2")
 
-	if _, err := (&Client{NC: e.nc, RetryFor: -1}).Evaluate(e.ctx, "e1", inputs); !errors.Is(err, nats.ErrNoResponders) {
+	if _, err := (&oprfclient.Client{NC: e.nc, RetryFor: -1}).Evaluate(e.ctx, "e1", inputs); !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("no service, no retries: %v, want ErrNoResponders", err)
 	}
 	started := make(chan func(), 1)
@@ -232,7 +237,7 @@ func TestClientRetriesUntilServiceAnswers(t *testing.T) {
 		_, stop := e.serve(dir)
 		started <- stop
 	}()
-	c := &Client{NC: e.nc, Timeout: 2 * time.Second}
+	c := &oprfclient.Client{NC: e.nc, Timeout: 2 * time.Second}
 	w, err := c.Evaluate(e.ctx, "e1", inputs)
 	(<-started)()
 	if err != nil {
@@ -241,7 +246,7 @@ func TestClientRetriesUntilServiceAnswers(t *testing.T) {
 	if len(w) != 1 || len(w[0]) == 0 {
 		t.Fatalf("got %d outputs", len(w))
 	}
-	if _, err := (&Client{NC: e.nc, RetryFor: 300 * time.Millisecond}).Evaluate(e.ctx, "e2", inputs); err == nil ||
+	if _, err := (&oprfclient.Client{NC: e.nc, RetryFor: 300 * time.Millisecond}).Evaluate(e.ctx, "e2", inputs); err == nil ||
 		!strings.Contains(err.Error(), "no answer within") {
 		t.Fatalf("service gone, short retry budget: %v", err)
 	}

@@ -43,7 +43,7 @@ import (
 //
 // A stopped NATS node is never the one `crowdlog run` (ingest) or the
 // randomness service is connected to: the randomness client re-sends a
-// request that timed out (randomness.Client.RetryFor), but a request lost
+// request that timed out (oprfclient.Client.RetryFor), but a request lost
 // with its connection only times out after 30 s, which would stall the
 // run; relays ride the loss out (reconnect, redelivery after --ack-wait).
 func TestChaos(t *testing.T) {

@@ -13,7 +13,8 @@ const module = "github.com/crowdlog/crowdlog"
 
 // layerOf is the layer rule of docs/architecture.md: protocol and infra at
 // the bottom (1), the client and the roles above them (2), pipelines (3),
-// cmd (4), tests (5). ok is false for a package outside the known folders.
+// cmd and the example programs (4), tests (5). An example program embeds
+// the client: it may import protocol, infra and the client (ingest) only. ok is false for a package outside the known folders.
 func layerOf(rel string) (layer int, ok bool) {
 	top, _, _ := strings.Cut(rel, "/")
 	switch top {
@@ -23,7 +24,7 @@ func layerOf(rel string) (layer int, ok bool) {
 		return 2, true
 	case "pipelines":
 		return 3, true
-	case "cmd":
+	case "cmd", "examples":
 		return 4, true
 	case "tests":
 		return 5, true
@@ -53,7 +54,7 @@ func layerViolations(imports map[string][]string) []string {
 	for pkg, deps := range imports {
 		l, ok := layerOf(pkg)
 		if !ok {
-			bad = append(bad, pkg+": not in a known top-level folder (protocol, infra, ingest, randomness, relays, aggregator, coordinator, release, pipelines, cmd, tests)")
+			bad = append(bad, pkg+": not in a known top-level folder (protocol, infra, ingest, randomness, relays, aggregator, coordinator, release, pipelines, cmd, examples, tests)")
 			continue
 		}
 		for _, d := range deps {
@@ -66,6 +67,8 @@ func layerViolations(imports map[string][]string) []string {
 				bad = append(bad, pkg+" imports "+d+": a higher layer")
 			case role(pkg) == "protocol" && role(d) != "protocol":
 				bad = append(bad, pkg+" imports "+d+": protocol imports only protocol")
+			case role(pkg) == "examples" && dl >= 2 && role(d) != "ingest":
+				bad = append(bad, pkg+" imports "+d+": an example embeds the client and imports only protocol, infra and ingest")
 			case l == 2 && dl == 2 && role(pkg) != role(d):
 				if role(pkg) == "ingest" {
 					bad = append(bad, pkg+" imports "+d+": a client package imports a server package")
@@ -131,6 +134,8 @@ func TestLayerRuleCatches(t *testing.T) {
 		{"infra/kafka", "release"},          // higher layer
 		{"attack", "protocol"},              // unknown top-level folder
 		{"pipelines/runner", "tests/truth"}, // higher layer
+		{"examples/embed", "randomness"},    // an example imports a server
+		{"examples/embed", "pipelines/runner"},
 	} {
 		if v := layerViolations(map[string][]string{c.pkg: {c.dep}}); len(v) == 0 {
 			t.Errorf("%s importing %s passes the layer rule", c.pkg, c.dep)
@@ -139,6 +144,7 @@ func TestLayerRuleCatches(t *testing.T) {
 	for _, c := range []struct{ pkg, dep string }{
 		{"coordinator", "ingest/keywords"}, {"pipelines/runner", "ingest"}, {"ingest", "protocol/star"},
 		{"release/stage", "release"}, {"tests", "pipelines/runner"}, {"cmd/crowdlog", "infra/metrics"},
+		{"examples/embed", "ingest"}, {"examples/embed", "protocol/star"},
 	} {
 		if v := layerViolations(map[string][]string{c.pkg: {c.dep}}); len(v) != 0 {
 			t.Errorf("%s importing %s is allowed, got %v", c.pkg, c.dep, v)

@@ -23,13 +23,10 @@ import (
 	"os/signal"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/ingest/normalize"
 	"github.com/crowdlog/crowdlog/protocol/star"
-	"github.com/crowdlog/crowdlog/randomness"
 )
 
 func main() {
@@ -65,13 +62,13 @@ func run(ctx context.Context, natsURL, keys, state, epoch string, k int, t0 time
 		StateDir: state,
 		NATS:     natsURL,
 		KeysDir:  keys,
-		// the randomness client verifies every answer against the epoch's
-		// public key; the device pins that key in its state
-		NewRandomness: func(nc *nats.Conn) ingest.Randomness { return &randomness.Client{NC: nc} },
-		Epoch:         epoch,
-		Policy:        star.FTu,
-		K:             k,
-		Logger:        slog.Default(),
+		// ω comes from the randomness service over the same NATS; every
+		// answer is verified against the epoch's public key, which the
+		// device pins in its state
+		Epoch:  epoch,
+		Policy: star.FTu,
+		K:      k,
+		Logger: slog.Default(),
 	})
 	if err != nil {
 		return err

@@ -27,7 +27,7 @@ const (
 	// (randomness.Keys).
 	RandomnessKeys = "randomness.keys"
 	// RandomnessPins is the clients' pin file of epoch OPRF public keys
-	// (randomness.Client.PinFile): trust on first use, a changed key is refused.
+	// (oprfclient.Client.PinFile): trust on first use, a changed key is refused.
 	RandomnessPins = "randomness.pins"
 )
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -13,11 +14,12 @@ import (
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest"
+	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
-	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release/policy"
 )
@@ -25,7 +27,8 @@ import (
 // IngestConfig is one `crowdlog ingest`: the client side alone, against
 // roles that run elsewhere.
 type IngestConfig struct {
-	Input      string       // AOL TSV log, plain or gzip; one client per AnonID
+	Input      string       // search log (ingest/aol: AOL or Excite TSV, plain or gzip, "-" = stdin); one client per AnonID
+	TimeFormat string       // Input's QueryTime format (aol.Options.TimeFormat); "" = detected per file
 	App        string       // mining application, e.g. "query"
 	AppOptions apps.Options // zero fields mean the defaults
 	Policy     string       // "ft-u", "ft-a", "dp-a", "dp-u" or "zealous"
@@ -62,7 +65,27 @@ func Ingest(ctx context.Context, cfg IngestConfig) (ingest.ReplaySummary, error)
 	if err != nil {
 		return none, err
 	}
-	pol, err := ResolvePolicy(cfg.Policy, cfg.K, cfg.DP, cfg.Input)
+	// read the input once before anything else: a log without a valid
+	// record stops here, naming its bad lines; stdin is spooled (read twice)
+	input, spool, opts := cfg.Input, "", aol.Options{TimeFormat: cfg.TimeFormat}
+	if cfg.Input == aol.Stdin {
+		f, err := os.CreateTemp(cfg.StateDir, "crowdlog-ingest-*.tsv")
+		if err != nil {
+			return none, fmt.Errorf("ingest: spool stdin: %w", err)
+		}
+		spool, input, opts = f.Name(), f.Name(), aol.Options{}
+		f.Close()
+		defer os.Remove(spool)
+	}
+	check, err := CheckInput(cfg.Input, aol.Options{TimeFormat: cfg.TimeFormat}, spool)
+	if err != nil {
+		return none, err
+	}
+	dp := cfg.DP
+	if dp.Users == 0 {
+		dp.Users = check.Users
+	}
+	pol, err := ResolvePolicy(cfg.Policy, cfg.K, dp, "")
 	if err != nil {
 		return none, err
 	}
@@ -87,9 +110,9 @@ func Ingest(ctx context.Context, cfg IngestConfig) (ingest.ReplaySummary, error)
 	}
 	pub := &publish.Publisher{JS: js, Subject: protocol.RelaySubject("a")}
 	client := newClient(a, cfg.Epoch, pol, cfg.Spread,
-		&randomness.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, keydir.RandomnessPins)}, ra, rb, ag, pub)
-	replay := &ingest.Replay{Client: client, StateDir: cfg.StateDir, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
-	sum, err := replay.Run(ctx, cfg.Input)
+		&oprfclient.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, keydir.RandomnessPins)}, ra, rb, ag, pub)
+	replay := &ingest.Replay{Client: client, Log: opts, StateDir: cfg.StateDir, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
+	sum, err := replay.Run(ctx, input)
 	if ferr := pub.Flush(ctx); err == nil {
 		err = ferr
 	}

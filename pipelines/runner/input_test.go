@@ -59,6 +59,23 @@ func TestRunNoRecordsFailsFast(t *testing.T) {
 	}
 }
 
+// TestIngestNoRecordsFailsFast: crowdlog ingest checks its input the same
+// way, before it loads keys or dials NATS (neither exists here).
+func TestIngestNoRecordsFailsFast(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "log.tsv")
+	if err := os.WriteFile(in, []byte("garbage\nmore garbage\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := Ingest(ctx, IngestConfig{Input: in, App: "query", Policy: "ft-u", K: 2,
+		KeysDir: filepath.Join(dir, "no-keys"), NATS: "nats://127.0.0.1:1"})
+	if !errors.Is(err, ErrNoRecords) || !strings.Contains(err.Error(), "line 1: ") {
+		t.Fatalf("Ingest = %v; want ErrNoRecords naming line 1", err)
+	}
+}
+
 // TestCheckInputSpool: the spool written for a given time format, and for
 // stdin, reads back with default options as the same records (times and
 // fields equal; only line numbers differ), and the users are counted.

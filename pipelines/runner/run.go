@@ -30,6 +30,7 @@ import (
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/vss"
@@ -70,7 +71,7 @@ type Config struct {
 	// closes the epoch and waits for the release. The operator opens the
 	// named epoch at the randomness service first (`crowdlog randomness
 	// open-epoch`); clients of an unopened epoch stop with
-	// randomness.ErrEpochNotOpen. In process, run opens Epoch itself.
+	// protocol.ErrEpochNotOpen. In process, run opens Epoch itself.
 	External bool
 
 	// DP holds the parameters of dp-a, dp-u and zealous (Epsilon, Delta, D,
@@ -322,7 +323,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	defer stopRoles(stopServices, &svc, log)
 	var relayStats []*relays.Stats
 	var agg *aggregator.Service
-	rc := &randomness.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, keydir.RandomnessPins)}
+	rc := &oprfclient.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, keydir.RandomnessPins)}
 	if !cfg.External {
 		watch := time.AfterFunc(cfg.StartTimeout, func() {
 			stopServices(fmt.Errorf("waited %s for the roles to start: %w", cfg.StartTimeout, context.DeadlineExceeded))
@@ -458,7 +459,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 // startRoles constructs the in-process roles (randomness, relays a and b,
 // aggregator, release stage) on svcCtx and runs them in svc.
 func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, nc *nats.Conn, js jetstream.JetStream,
-	brokers []string, pol *policy.Policy, reg prometheus.Registerer, rc *randomness.Client, log *slog.Logger,
+	brokers []string, pol *policy.Policy, reg prometheus.Registerer, rc *oprfclient.Client, log *slog.Logger,
 	relayStats *[]*relays.Stats, agg **aggregator.Service, onRefused func(error)) error {
 	rs, err := randomness.New(svcCtx, nc, cfg.KeysDir, randomness.Options{}, log)
 	if err != nil {
