@@ -20,6 +20,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
 	"github.com/crowdlog/crowdlog/protocol/star"
@@ -420,9 +421,16 @@ func TestNewPublishes(t *testing.T) {
 		}
 		cfg.KeysDir = "" // the restart uses the pinned route
 	}
-	if _, err := New(ctx, Config{StateDir: state, NATS: url, SkipRouteCheck: true, Epoch: "e1", K: 2}); err == nil ||
-		!strings.Contains(err.Error(), "Randomness") {
-		t.Fatalf("no randomness: %v", err)
+	// no randomness configured: the device uses the randomness service's
+	// client (oprfclient) on its own NATS connection
+	if d, err := New(ctx, Config{StateDir: state, NATS: url, SkipRouteCheck: true, Epoch: "e1", K: 2}); err != nil {
+		t.Fatalf("New without a randomness client: %v", err)
+	} else if c, err := d.newClient("query"); err != nil {
+		t.Fatal(err)
+	} else if _, ok := c.Randomness.(*oprfclient.Client); !ok {
+		t.Fatalf("default randomness is %T, want *oprfclient.Client", c.Randomness)
+	} else if err := d.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 	// the route check runs by default: no relay answers here, a warning only
 	d, err := New(ctx, Config{StateDir: state, NATS: url, Randomness: localRandomness{key}, Epoch: "e1", K: 2})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/protocol/star"
+	"github.com/google/renameio/v2"
 )
 
 // A device's state directory (Config.StateDir) holds, all mode 0600 in a
@@ -296,27 +297,11 @@ func (d *diskStore) setPin(epoch string, key []byte) error {
 	return appendSync(filepath.Join(d.dir, statePins), fmt.Appendf(nil, "%s %x\n", epoch, key))
 }
 
-// writeFileSync creates path with data (failing if it exists) and syncs
-// the file and its directory, so the content survives a crash once it
-// returns.
+// writeFileSync writes path with data atomically (renameio: a synced
+// temporary file renamed over it) and syncs its directory, so the content
+// survives a crash once it returns.
 func writeFileSync(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := renameio.WriteFile(path, data, 0o600); err != nil {
 		return err
 	}
 	return syncDir(filepath.Dir(path))

@@ -4,54 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"reflect"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
+	"github.com/crowdlog/crowdlog/infra/clickhouse/chtest"
 )
 
-// One ClickHouse server for the package's integration tests.
-var (
-	srvOnce sync.Once
-	srv     *clickhouse.Server
-	srvErr  error
-	srvDir  string
-)
+// srv is the package's shared ClickHouse server (chtest), set by
+// openTestWriter for the tests that dial it themselves.
+var srv *clickhouse.Server
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if srv != nil {
-		_ = srv.Stop()
-	}
-	if srvDir != "" {
-		os.RemoveAll(srvDir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { chtest.Main(m) }
 
 // openTestWriter returns a Writer on a fresh database of the shared server.
 // A missing binary skips, unless CI=true, where it fails.
 func openTestWriter(t *testing.T) *Writer {
 	t.Helper()
-	srvOnce.Do(func() {
-		srvDir, srvErr = os.MkdirTemp("", "crowdlog-release-ch-")
-		if srvErr != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		srv, srvErr = clickhouse.Start(ctx, srvDir)
-	})
-	if errors.Is(srvErr, clickhouse.ErrNotInstalled) && os.Getenv("CI") != "true" {
-		t.Skipf("skipping: %v", srvErr)
-	}
-	if srvErr != nil {
-		t.Fatalf("start ClickHouse: %v", srvErr)
-	}
+	srv = chtest.Server(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	db := fmt.Sprintf("t_%d", time.Now().UnixNano())

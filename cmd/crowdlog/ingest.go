@@ -47,7 +47,7 @@ epoch have sent.`,
 	}
 	f := c.Flags()
 	f.StringVar(&cfg.Input, "input", "", "search log: AOL or Excite TSV, plain or .gz, or - for stdin (spooled to --state or the temp dir); a log without a valid record stops ingest at once (required)")
-	f.StringVar(&cfg.TimeFormat, "time-format", "", "QueryTime format: empty detects 2006-01-02 15:04:05, RFC 3339, Unix seconds or yymmddHHMMSS from the first good line; or aol, rfc3339, unix, excite, or a Go time layout (e.g. \"02/Jan/2006:15:04:05\")")
+	timeFormatFlag(f, &cfg.TimeFormat)
 	f.StringVar(&cfg.App, "app", "query", "mining application: "+fmt.Sprint(apps.Apps()))
 	appFlags(f, &cfg.AppOptions)
 	f.StringVar(&cfg.Policy, "policy", "ft-u", "policy: ft-u, ft-a, dp-a, dp-u or zealous (the release role must use the same)")

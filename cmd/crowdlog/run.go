@@ -9,6 +9,7 @@ import (
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 	"github.com/crowdlog/crowdlog/release"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 )
 
@@ -76,7 +77,7 @@ Examples:
 	}
 	f := c.Flags()
 	f.StringVar(&cfg.Input, "input", "", "search log to replay, one client per AnonID: AOL or Excite TSV, plain or .gz; - reads stdin (spooled to --state first) (required)")
-	f.StringVar(&cfg.TimeFormat, "time-format", "", "QueryTime format: empty detects 2006-01-02 15:04:05, RFC 3339, Unix seconds or yymmddHHMMSS from the first good line; or aol, rfc3339, unix, excite, or a Go time layout (e.g. \"02/Jan/2006:15:04:05\")")
+	timeFormatFlag(f, &cfg.TimeFormat)
 	f.StringVar(&cfg.App, "app", "query", "mining application: "+fmt.Sprint(apps.Apps()))
 	appFlags(f, &cfg.AppOptions)
 	f.StringVar(&cfg.Policy, "policy", "ft-u", "policy: ft-u (k distinct users), ft-a (k reports), dp-a, dp-u or zealous (docs/policies.md)")
@@ -103,4 +104,10 @@ Examples:
 	f.StringVar(&cfg.Metrics, "metrics", "", metricsHelp)
 	c.MarkFlagRequired("input")
 	return c
+}
+
+// timeFormatFlag is --time-format of the commands that read a search log
+// (ingest/aol.Options.TimeFormat).
+func timeFormatFlag(f *pflag.FlagSet, p *string) {
+	f.StringVar(p, "time-format", "", "QueryTime format: empty detects 2006-01-02 15:04:05, RFC 3339, Unix seconds or yymmddHHMMSS from the first good line; or aol, rfc3339, unix, excite, or a Go time layout (e.g. \"02/Jan/2006:15:04:05\")")
 }

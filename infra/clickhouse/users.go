@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/google/renameio/v2"
 )
 
 // AnalystFile is the name of the file WriteAnalystUser writes in a users.d
@@ -109,23 +111,7 @@ func WriteAnalystUser(usersDir string, u AnalystUser) (string, error) {
 		return "", fmt.Errorf("clickhouse: create %s (is it writable?): %w", usersDir, err)
 	}
 	path := filepath.Join(usersDir, AnalystFile)
-	tmp, err := os.CreateTemp(usersDir, ".analyst-*.tmp")
-	if err != nil {
-		return "", fmt.Errorf("clickhouse: write in %s: %w", usersDir, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.WriteString(text); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("clickhouse: write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("clickhouse: chmod %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("clickhouse: close %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := renameio.WriteFile(path, []byte(text), 0o644); err != nil {
 		return "", fmt.Errorf("clickhouse: install %s: %w", path, err)
 	}
 	return path, nil

@@ -30,6 +30,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/google/renameio/v2"
 	"github.com/nats-io/nats.go"
 
 	"github.com/crowdlog/crowdlog/infra/natsconn"
@@ -431,11 +432,7 @@ func (c *Client) save() error {
 	if err != nil {
 		return err
 	}
-	tmp := c.StatePath + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("pdd: client state %s: %w", c.StatePath, err)
-	}
-	if err := os.Rename(tmp, c.StatePath); err != nil {
+	if err := renameio.WriteFile(c.StatePath, b, 0o600); err != nil {
 		return fmt.Errorf("pdd: client state %s: %w", c.StatePath, err)
 	}
 	return nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -17,7 +16,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/crowdlog/crowdlog/infra/clickhouse"
+	"github.com/crowdlog/crowdlog/infra/clickhouse/chtest"
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/protocol"
@@ -25,45 +24,13 @@ import (
 	"github.com/crowdlog/crowdlog/release"
 )
 
-// One ClickHouse server for the package's integration tests (the harness
-// of release/writer_test.go).
-var (
-	srvOnce sync.Once
-	srv     *clickhouse.Server
-	srvErr  error
-	srvDir  string
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if srv != nil {
-		_ = srv.Stop()
-	}
-	if srvDir != "" {
-		os.RemoveAll(srvDir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { chtest.Main(m) }
 
 // openTestWriter returns a Writer on a fresh database of the shared server.
 // A missing binary skips, unless CI=true, where it fails.
 func openTestWriter(t *testing.T) *release.Writer {
 	t.Helper()
-	srvOnce.Do(func() {
-		srvDir, srvErr = os.MkdirTemp("", "crowdlog-pdd-ch-")
-		if srvErr != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		srv, srvErr = clickhouse.Start(ctx, srvDir)
-	})
-	if errors.Is(srvErr, clickhouse.ErrNotInstalled) && os.Getenv("CI") != "true" {
-		t.Skipf("skipping: %v", srvErr)
-	}
-	if srvErr != nil {
-		t.Fatalf("start ClickHouse: %v", srvErr)
-	}
+	srv := chtest.Server(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	w, err := release.Open(ctx, srv.TCPAddr, fmt.Sprintf("t_%d", time.Now().UnixNano()))

@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"html/template"
 	"io"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/crowdlog/crowdlog/release"
+	"github.com/google/renameio/v2"
 )
 
 // figure is one inline SVG plot; Name is its data-plot attribute.
@@ -116,30 +115,14 @@ func Render(w io.Writer, d *Data) error {
 	return err
 }
 
-// WriteFile renders d into path, atomically (a temporary file in the same
-// folder, renamed).
+// WriteFile renders d into path, atomically (renameio: a temporary file in
+// the same folder, synced, renamed), mode 0644.
 func WriteFile(path string, d *Data) error {
 	var buf bytes.Buffer
 	if err := Render(&buf, d); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".report-*.html")
-	if err != nil {
-		return fmt.Errorf("report: write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(buf.Bytes()); err != nil {
-		tmp.Close()
-		return fmt.Errorf("report: write %s: %w", path, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("report: write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("report: write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := renameio.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("report: write %s: %w", path, err)
 	}
 	return nil

@@ -11,57 +11,21 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	chgo "github.com/ClickHouse/clickhouse-go/v2"
 
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
+	"github.com/crowdlog/crowdlog/infra/clickhouse/chtest"
 	"github.com/crowdlog/crowdlog/release"
 	"github.com/crowdlog/crowdlog/release/report"
 )
 
-// One ClickHouse server for the package's tests.
-var (
-	srvOnce sync.Once
-	srv     *clickhouse.Server
-	srvErr  error
-	srvDir  string
-)
+func TestMain(m *testing.M) { chtest.Main(m) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if srv != nil {
-		_ = srv.Stop()
-	}
-	if srvDir != "" {
-		os.RemoveAll(srvDir)
-	}
-	os.Exit(code)
-}
-
-// server returns the shared ClickHouse server. A missing binary skips,
-// unless CI=true, where it fails.
-func server(t testing.TB) *clickhouse.Server {
-	t.Helper()
-	srvOnce.Do(func() {
-		srvDir, srvErr = os.MkdirTemp("", "crowdlog-report-ch-")
-		if srvErr != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		srv, srvErr = clickhouse.Start(ctx, srvDir)
-	})
-	if errors.Is(srvErr, clickhouse.ErrNotInstalled) && os.Getenv("CI") != "true" {
-		t.Skipf("skipping: %v", srvErr)
-	}
-	if srvErr != nil {
-		t.Fatalf("start ClickHouse: %v", srvErr)
-	}
-	return srv
-}
+// server returns the package's shared ClickHouse server (chtest).
+func server(t testing.TB) *clickhouse.Server { return chtest.Server(t) }
 
 func freshDB() string {
 	return fmt.Sprintf("report_%d", time.Now().UnixNano())
