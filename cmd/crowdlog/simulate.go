@@ -31,6 +31,12 @@ threshold is at most k; each user keeps its d most recent artifacts, as the
 clients do. Writes DIR/APP.csv and DIR/APP-impressions.svg,
 DIR/APP-artifacts.svg (see docs/policies.md).
 
+It also computes, with the noise and in closed form, the expected number of
+artifacts (and share of impressions) that dp-a, dp-u (d = --dp-params) and
+zealous (m = --dp-params) release at (--epsilon, --delta), beside Google's
+PreAggSelectPartition on the users' m most recent distinct artifacts at the
+same (ε, δ): DIR/APP-dp.csv and DIR/APP-dp.svg, and a table on stdout.
+
 Example:
   crowdlog simulate --input testdata/aol-top1000.tsv.gz --app query --out sim`,
 		Args: cobra.NoArgs,
@@ -44,10 +50,18 @@ Example:
 			if err != nil {
 				return err
 			}
+			dpCSV, dpPlots, err := simulate.WriteFiles(out, r.App+"-dp.csv", format, r.DP)
+			if err != nil {
+				return err
+			}
 			if err := r.WriteSummary(os.Stdout); err != nil {
 				return err
 			}
-			fmt.Println("wrote", csvPath, plots)
+			fmt.Println()
+			if err := r.DP.WriteSummary(os.Stdout); err != nil {
+				return err
+			}
+			fmt.Println("wrote", csvPath, plots, dpCSV, dpPlots)
 			return nil
 		},
 	}
@@ -59,6 +73,10 @@ Example:
 	f.Float64Var(&o.Epsilon, "epsilon", math.Ln10, "ε of the DP policies (paper: ln 10)")
 	f.Float64Var(&o.Delta, "delta", 0, "δ of the DP policies; 0 = 1/(U+1) (paper)")
 	f.IntVar(&o.MaxUsers, "max-users", 0, "only the first N users of the log (0 = all)")
+	f.IntSliceVar(&o.DP.Params, "dp-params", simulate.DefaultDPParams, "d (dp-a, dp-u) and m (zealous, google-preagg) of the expected-release comparison")
+	f.Float64Var(&o.DP.CountShare, "count-share", policy.DefaultCountShare, "dp-a, dp-u: share of ε spent on the noisy released counts")
+	f.Float64Var(&o.DP.Slack, "slack", policy.DefaultSlack, "dp-a, dp-u: c in shamir-k = floor(k0 − c·b)")
+	f.IntVar(&o.DP.ShamirK, "shamir-k", 0, "dp-a, dp-u: Shamir threshold; zealous: τ; 0 = derived per d (docs/policies.md)")
 	f.StringVar(&out, "out", "simulate", "output directory for the CSV and plots")
 	f.StringVar(&format, "format", "svg", "plot format: svg or png")
 	c.MarkFlagRequired("input")

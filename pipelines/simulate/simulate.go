@@ -23,6 +23,13 @@
 // whole log's impressions and distinct artifacts. The per-user limit is the
 // same as the clients' (ingest.LimitArtifacts: most recent by Artifact.Time,
 // ties by log order).
+//
+// Beside Figure 3, Result.DP holds the DP policies with their noise: for
+// each d (m) in {1, 2, 3, 5, 10, 20} the policy resolved by release/policy
+// at (ε, δ), and the expected number of released artifacts and share of
+// impressions in closed form (Laplace CDF, Shamir pre-threshold applied as
+// Policy.Decide applies it), next to Google's dpagg.PreAggSelectPartition
+// on the same users' m most recent distinct artifacts (dp.go).
 package simulate
 
 import (
@@ -48,6 +55,9 @@ type Options struct {
 	Epsilon    float64      // default ln 10 (CrowdLogging §4, after Korolova et al.)
 	Delta      float64      // default 1/(U+1) (CrowdLogging §4)
 	MaxUsers   int          // only the first MaxUsers AnonIDs (0 = all)
+	// DP configures the expected-release comparison of the DP policies
+	// with Google's partition selection (Result.DP, dp.go).
+	DP DPOptions
 }
 
 // Point is one policy at one threshold.
@@ -72,6 +82,10 @@ type Result struct {
 	Epsilon     float64
 	Delta       float64
 	Points      []Point // per policy (policy.Kinds order), k = 1..MaxK
+	// DP is the expected release of dp-a, dp-u and zealous at every d (m)
+	// of Options.DP.Params, with the noise, beside Google's
+	// PreAggSelectPartition at the same (ε, δ) (written as APP-dp.csv).
+	DP *DPResult
 }
 
 // Run reads the log and simulates every policy. Errors: unreadable log,
@@ -193,6 +207,7 @@ func simulate(users [][]int32, n int, o Options) (*Result, error) {
 			r.Points = append(r.Points, r.fractions(p))
 		}
 	}
+	r.DP = expectDP(users, n, inst, r.Impressions, r.Epsilon, r.Delta, r.App, o.DP)
 	return r, nil
 }
 
