@@ -1,0 +1,339 @@
+package aggregator
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+
+	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/ingest/aol"
+	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/star"
+)
+
+// boundChildEnv carries "broker,keyfile,reports" to the child process of
+// BenchmarkBoundAggregatorService (TestBoundServiceChild).
+const boundChildEnv = "CROWDLOG_BOUND_AGGREGATOR_CHILD"
+
+// envInt is the positive integer in environment variable name, or def.
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// BenchmarkBoundAggregatorService is the aggregator-service line of `make
+// bench-bounds`: the reports/s per core of the aggregator service (New,
+// Service.Run: consume, Peel, verify, recover, produce, commit) over Kafka.
+// Before the timer it starts kfake (8 partitions, the `crowdlog run`
+// default), opens epoch "bound" of app query and produces the query reports
+// (FT_u, k = 5; ω in hash mode) of the bundled log's first
+// CROWDLOG_BOUND_USERS users (default 200), each wrapped in the
+// aggregator's onion layer (512 B) and keyed as relay b keys them. Timed:
+// one child process (this test binary running TestBoundServiceChild, so
+// kfake's CPU is not counted) runs the service in a fresh consumer group
+// until it has committed every report, then exits. Metrics: cpu-ns/report
+// is the child's user+system CPU time (wait4 rusage) per report,
+// reports/s the wall-clock rate; the child's GOMAXPROCS is the default.
+// Run with -benchtime 1x: one pass is the measurement.
+func BenchmarkBoundAggregatorService(b *testing.B) {
+	users := envInt("CROWDLOG_BOUND_USERS", 200)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	dir := b.TempDir()
+	const partitions = 8
+	kb, err := infrakafka.Start(ctx, filepath.Join(dir, "kafka"), partitions)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer kb.Close()
+	if err := infrakafka.EnsureTopics(ctx, kb.Addr, partitions, protocol.ReportsTopic, protocol.DecryptedTopic); err != nil {
+		b.Fatal(err)
+	}
+	gen, err := onion.GenerateKeyPair(1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	keyPath := filepath.Join(dir, "aggregator.key")
+	if err := onion.SaveKeyPair(keyPath, "aggregator", gen); err != nil {
+		b.Fatal(err)
+	}
+	key, err := onion.LoadKeyPair(keyPath) // with its role, as the service loads it
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := OpenEpoch(ctx, []string{kb.Addr}, "query", "bound"); err != nil {
+		b.Fatal(err)
+	}
+	msgs := boundReports(b, users, key.PublicKey())
+	w := infrakafka.NewWriter(kb.Addr, protocol.ReportsTopic)
+	w.BatchSize, w.BatchBytes = 10000, 64<<20
+	for i := 0; i < len(msgs); i += 10000 {
+		if err := w.WriteMessages(ctx, msgs[i:min(i+10000, len(msgs))]...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	w.Close()
+	n := len(msgs)
+
+	b.ResetTimer()
+	for b.Loop() {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestBoundServiceChild$", "-test.count=1")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%s,%d", boundChildEnv, kb.Addr, keyPath, n))
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		began := time.Now()
+		if err := cmd.Run(); err != nil {
+			b.Fatalf("aggregator child: %v\n%s", err, out.String())
+		}
+		wall := time.Since(began)
+		if !strings.Contains(out.String(), fmt.Sprintf("BOUNDCHILD reports=%d dropped=0", n)) {
+			b.Fatalf("aggregator child did not apply all %d reports without drops:\n%s", n, out.String())
+		}
+		cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+		b.ReportMetric(float64(n), "reports")
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/report")
+		b.ReportMetric(float64(n)/wall.Seconds(), "reports/s")
+	}
+}
+
+// boundReports seals the query reports of the bundled log's first users
+// users (FT_u, k = 5, epoch "bound", ω in hash mode) on GOMAXPROCS
+// goroutines and wraps each in the aggregator layer for agg, keyed by
+// onion.TagBucket as relay b produces them.
+func boundReports(b *testing.B, users int, agg onion.PublicKey) []kafkago.Message {
+	var us []aol.User
+	_, err := aol.ReadUsers("../testdata/aol-top1000.tsv.gz", func(u aol.User) error {
+		if len(us) < users {
+			us = append(us, u)
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := make([][]kafkago.Message, len(us))
+	var wg sync.WaitGroup
+	var next sync.Mutex
+	i := 0
+	var failed error
+	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sealings := map[string]star.Sealing{}
+			for {
+				next.Lock()
+				j := i
+				i++
+				next.Unlock()
+				if j >= len(us) {
+					return
+				}
+				sec, err := star.NewUserSecret()
+				if err != nil {
+					failed = err
+					return
+				}
+				for _, a := range (apps.QueryApp{}).Mine(us[j].Records) {
+					s, ok := sealings[a.Primary]
+					if !ok {
+						if s, err = star.DeriveSealing(star.LocalOmega("query", "bound", a.Primary), "query", "bound", star.FTu, 5); err != nil {
+							failed = err
+							return
+						}
+						sealings[a.Primary] = s
+					}
+					r, err := s.Seal(&sec, a.Primary, a.Secondary)
+					if err != nil {
+						failed = err
+						return
+					}
+					raw, err := r.MarshalBinary()
+					if err != nil {
+						failed = err
+						return
+					}
+					layer, err := onion.SealLayer(agg, onion.Hop{Kind: onion.HopDeliver}, raw)
+					if err != nil {
+						failed = err
+						return
+					}
+					out[j] = append(out[j], kafkago.Message{Key: onion.TagBucket(r.Tag), Value: layer})
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if failed != nil {
+		b.Fatal(failed)
+	}
+	var all []kafkago.Message
+	for _, m := range out {
+		all = append(all, m...)
+	}
+	return all
+}
+
+// TestBoundServiceChild is the child process of
+// BenchmarkBoundAggregatorService, not a test: it skips unless the
+// benchmark started it. It runs the aggregator service (New, group
+// "bound") until it has committed the given number of reports (Reports
+// + Dropped, counted after each commit), at most 10 minutes, then stops
+// it and prints its counters.
+func TestBoundServiceChild(t *testing.T) {
+	spec := os.Getenv(boundChildEnv)
+	if spec == "" {
+		t.Skip("the child process of BenchmarkBoundAggregatorService")
+	}
+	f := strings.Split(spec, ",")
+	n, err := strconv.ParseInt(f[2], 10, 64)
+	if len(f) != 3 || err != nil {
+		t.Fatalf("%s=%q: want broker,keyfile,reports", boundChildEnv, spec)
+	}
+	s, err := New([]string{f[0]}, []string{f[1]}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.GroupID = "bound"
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Minute)
+	for s.Reports.Load()+s.Dropped.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the service committed %d of %d reports in 10 min", s.Reports.Load()+s.Dropped.Load(), n)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the service stopped after %d of %d reports: %v", s.Reports.Load()+s.Dropped.Load(), n, err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the service did not stop within 1 min of its context's end")
+	}
+	fmt.Printf("BOUNDCHILD reports=%d dropped=%d decrypted=%d\n", s.Reports.Load(), s.Dropped.Load(), s.Decrypted.Load())
+}
+
+// BenchmarkBoundPendingBytes is the pending-bytes line of `make
+// bench-bounds`: the heap an aggregator Partition keeps per pending report.
+// It applies CROWDLOG_BOUND_PENDING (default 100,000) reports, each of a
+// distinct artifact (FT_u, k = 5: none reaches k), wrapped in the
+// aggregator layer, to one NewPartition with its pending bounds raised
+// above the count, sealing them in chunks on other goroutines while it
+// applies; metric B/report is runtime.MemStats.HeapInuse after
+// runtime.GC, after minus before, over the count. Run with -benchtime 1x.
+func BenchmarkBoundPendingBytes(b *testing.B) {
+	n := envInt("CROWDLOG_BOUND_PENDING", 100_000)
+	key, err := onion.GenerateKeyPair(1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := key.Prepare(); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		const chunk = 1000
+		chunks := make(chan [][]byte, 2*runtime.GOMAXPROCS(0))
+		var idx int
+		var mu sync.Mutex
+		var failed error
+		var wg sync.WaitGroup
+		for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sec, err := star.NewUserSecret()
+				if err != nil {
+					failed = err
+					return
+				}
+				for {
+					mu.Lock()
+					from := idx
+					idx += chunk
+					mu.Unlock()
+					if from >= n {
+						return
+					}
+					var c [][]byte
+					for i := from; i < min(from+chunk, n); i++ {
+						art := fmt.Sprintf("made-up pending artifact %d", i)
+						s, err := star.DeriveSealing(star.LocalOmega("query", "bound", art), "query", "bound", star.FTu, 5)
+						if err != nil {
+							failed = err
+							return
+						}
+						r, err := s.Seal(&sec, art, "")
+						if err != nil {
+							failed = err
+							return
+						}
+						raw, err := r.MarshalBinary()
+						if err != nil {
+							failed = err
+							return
+						}
+						l, err := onion.SealLayer(key.PublicKey(), onion.Hop{Kind: onion.HopDeliver}, raw)
+						if err != nil {
+							failed = err
+							return
+						}
+						c = append(c, l)
+					}
+					chunks <- c
+				}
+			}()
+		}
+		go func() { wg.Wait(); close(chunks) }()
+
+		p := NewPartition(0, 1, []*onion.KeyPair{key})
+		p.MaxPendingReports, p.MaxPendingBytes = int64(n)+1, 1<<50
+		before := heapInuse()
+		for c := range chunks {
+			for _, m := range c {
+				p.Apply(Message{Value: m})
+			}
+		}
+		if failed != nil {
+			b.Fatal(failed)
+		}
+		after := heapInuse()
+		if p.Stats.Reports != int64(n) || p.PendingTags() != n || p.Stats.Decrypted != 0 {
+			b.Fatalf("%d reports accepted, %d pending tags, %d decrypted; want %d, %d, 0 (dropped %v)",
+				p.Stats.Reports, p.PendingTags(), p.Stats.Decrypted, n, n, p.Stats.Dropped)
+		}
+		runtime.KeepAlive(p)
+		b.ReportMetric(float64(n), "reports")
+		b.ReportMetric((float64(after)-float64(before))/float64(n), "B/report")
+	}
+}
+
+// heapInuse is runtime.MemStats.HeapInuse after two garbage collections.
+func heapInuse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
