@@ -336,4 +336,3 @@ func heapInuse() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse
 }
-
