@@ -10,6 +10,7 @@ import (
 
 	circloprf "github.com/cloudflare/circl/oprf"
 
+	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
 	"github.com/crowdlog/crowdlog/protocol/star"
@@ -130,4 +131,32 @@ func BenchmarkBoundClient(b *testing.B) {
 		_, service, n := voprf(b)
 		b.ReportMetric(float64(service)/float64(n), "cpu-ns/op")
 	})
+}
+
+// BenchmarkBoundLogShape is not a speed measurement: it counts, in the
+// bundled log, the query reports a client sends (QueryApp.Mine per user)
+// and the sealing derivations and VOPRF evaluations they need (one per
+// distinct artifact per user, as Client.seal dedups), the shape `make
+// bench-bounds` needs to turn per-artifact costs into the end-to-end
+// bound. Metrics reports and derivations. Run with -benchtime 1x.
+func BenchmarkBoundLogShape(b *testing.B) {
+	for b.Loop() {
+		reports, derivations := 0, 0
+		_, err := aol.ReadUsers("../testdata/aol-top1000.tsv.gz", func(u aol.User) error {
+			seen := map[string]bool{}
+			for _, a := range (apps.QueryApp{}).Mine(u.Records) {
+				reports++
+				if !seen[a.Primary] {
+					seen[a.Primary] = true
+					derivations++
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(reports), "reports")
+		b.ReportMetric(float64(derivations), "derivations")
+	}
 }
