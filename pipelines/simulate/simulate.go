@@ -117,25 +117,31 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if o.MaxUsers > 0 && len(users) == o.MaxUsers {
 			return stop
 		}
-		arts := app.Mine(u.Records)
-		// time order with log-order ties, exactly as ingest.LimitArtifacts ranks "most recent"
-		sort.SliceStable(arts, func(i, j int) bool { return arts[i].Time.Before(arts[j].Time) })
-		seq := make([]int32, len(arts))
-		for i, a := range arts {
-			id, ok := ids[a.Primary]
-			if !ok {
-				id = int32(len(ids))
-				ids[a.Primary] = id
-			}
-			seq[i] = id
-		}
-		users = append(users, seq)
+		users = append(users, intern(ids, app.Mine(u.Records)))
 		return nil
 	})
 	if err != nil && err != stop {
 		return nil, fmt.Errorf("simulate: read %s: %w", o.Input, err)
 	}
 	return simulate(users, len(ids), o)
+}
+
+// intern returns one user's artifacts (arts, in log order; reordered in
+// place) as ids in time order with log-order ties, exactly as
+// ingest.LimitArtifacts ranks "most recent"; ids maps Primary to id and
+// grows with new artifacts.
+func intern(ids map[string]int32, arts []apps.Artifact) []int32 {
+	sort.SliceStable(arts, func(i, j int) bool { return arts[i].Time.Before(arts[j].Time) })
+	seq := make([]int32, len(arts))
+	for i, a := range arts {
+		id, ok := ids[a.Primary]
+		if !ok {
+			id = int32(len(ids))
+			ids[a.Primary] = id
+		}
+		seq[i] = id
+	}
+	return seq
 }
 
 // simulate works on interned artifact ids: users[u] lists user u's
