@@ -45,6 +45,14 @@ fuzz:
 bench:
 	$(GO) test -run XXX -bench . -benchtime 2s ./protocol/... ./aggregator ./relays
 
+# Every stage's throughput per core next to its crypto bound, one run on
+# this machine (issue 14): prints `BOUND <stage> measured= bound= unit=
+# ratio=`. BOUNDS_E2E=0 skips end-to-end (~2.5 min on 2 cores);
+# BOUNDS_PENDING=10000000 for 10 million pending reports; see the script.
+.PHONY: bench-bounds
+bench-bounds:
+	GO=$(GO) bash scripts/bench-bounds.sh
+
 demo:
 	bash scripts/demo.sh
 

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# make bench-bounds: every stage's throughput per core next to its crypto
+# bound, measured in one run on this machine (issue 14). Prints, per stage,
+#   BOUND <stage> measured=<value> bound=<value> unit=<unit> ratio=<measured/bound>
+# Per-core figures are CPU time (getrusage), not wall time, except
+# end-to-end, which is wall time against the crypto bound on all cores.
+#
+# Variables:
+#   BOUNDS_E2E=0          skip end-to-end (`crowdlog run` on the bundled log,
+#                         ~2.5 min on 2 cores; needs clickhouse-server)
+#   BOUNDS_PENDING=N      pending-bytes: reports applied (default 100000;
+#                         10000000 for the issue's 10 million)
+#   BOUNDS_USERS=N        aggregator-service: bundled-log users (default 200,
+#                         ~52k reports; 1000 = all 254,775)
+#   BOUNDS_RELAY_MSGS=N   relay: messages (default 20000)
+#   BOUNDS_HPKE_N=N       HPKE open/seal iterations per size (default 3000)
+#   BOUNDS_BIN=DIR        use prebuilt binaries instead of building: DIR holds
+#                         onion.test ingest.test relays.test aggregator.test
+#                         (go test -c) and crowdlog (machines without Go)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+E2E=${BOUNDS_E2E:-1}
+PENDING=${BOUNDS_PENDING:-100000}
+USERS=${BOUNDS_USERS:-200}
+RELAY_MSGS=${BOUNDS_RELAY_MSGS:-20000}
+HPKE_N=${BOUNDS_HPKE_N:-3000}
+began=$(date +%s.%N)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+bin=${BOUNDS_BIN:-$work/bin}
+if [ -z "${BOUNDS_BIN:-}" ]; then
+  mkdir -p "$bin"
+  for p in protocol/onion ingest relays aggregator; do
+    "$GO" test -c -o "$bin/$(basename "$p").test" "./$p"
+  done
+  "$GO" build -o "$bin/crowdlog" ./cmd/crowdlog
+fi
+bin=$(cd "$bin" && pwd)
+out=$work/bench.txt
+cores=$(nproc)
+
+# bench DIR BINARY PATTERN BENCHTIME: run benchmarks in their package
+# directory (they read ../testdata), keep the output in $out.
+bench() {
+  echo "== $2 $3 (benchtime $4)" >&2
+  (cd "$1" && CROWDLOG_BOUND_USERS=$USERS CROWDLOG_BOUND_PENDING=$PENDING CROWDLOG_BOUND_RELAY_MSGS=$RELAY_MSGS \
+    "$bin/$2" -test.run '^$' -test.bench "$3" -test.benchtime "$4" -test.timeout 60m) | tee -a "$out" | grep '^Benchmark' >&2
+}
+# metric NAME UNIT: the value reported with UNIT on benchmark NAME's line.
+metric() {
+  local v
+  v=$(awk -v n="$1" -v u="$2" '{ name = $1; sub(/-[0-9]+$/, "", name) } name == n { for (i = 3; i <= NF; i++) if ($i == u) print $(i-1) }' "$out" | tail -1)
+  [ -n "$v" ] || { echo "bench-bounds: no $2 for $1 in the output" >&2; exit 1; }
+  echo "$v"
+}
+# line STAGE MEASURED BOUND UNIT
+line() { awk -v s="$1" -v m="$2" -v b="$3" -v u="$4" 'BEGIN { printf "BOUND %s measured=%.0f bound=%.0f unit=%s ratio=%.2f\n", s, m, b, u, m / b }'; }
+# per second from nanoseconds per op
+rate() { awk -v ns="$1" 'BEGIN { printf "%.3f", 1e9 / ns }'; }
+
+bench protocol/onion onion.test '^BenchmarkBoundHPKE$' "${HPKE_N}x"
+bench ingest ingest.test '^BenchmarkBoundClient$' 2s
+bench ingest ingest.test '^BenchmarkBoundLogShape$' 1x
+bench relays relays.test '^BenchmarkBoundRelay$' 1x
+bench aggregator aggregator.test '^BenchmarkBoundAggregatorService$' 1x
+bench aggregator aggregator.test '^BenchmarkBoundPendingBytes$' 1x
+
+open512=$(metric BenchmarkBoundHPKE/op=open/layer=512 cpu-ns/op)
+open1024=$(metric BenchmarkBoundHPKE/op=open/layer=1024 cpu-ns/op)
+open1536=$(metric BenchmarkBoundHPKE/op=open/layer=1536 cpu-ns/op)
+seal512=$(metric BenchmarkBoundHPKE/op=seal/layer=512 cpu-ns/op)
+seal1024=$(metric BenchmarkBoundHPKE/op=seal/layer=1024 cpu-ns/op)
+seal1536=$(metric BenchmarkBoundHPKE/op=seal/layer=1536 cpu-ns/op)
+submit=$(metric BenchmarkBoundClient/op=submit cpu-ns/op)
+derive=$(metric BenchmarkBoundClient/op=derive cpu-ns/op)
+sealrep=$(metric BenchmarkBoundClient/op=seal-report cpu-ns/op)
+voprf=$(metric BenchmarkBoundClient/op=voprf-client cpu-ns/op)
+oprfeval=$(metric BenchmarkBoundClient/op=oprf-eval cpu-ns/op)
+logreports=$(metric BenchmarkBoundLogShape reports)
+logderiv=$(metric BenchmarkBoundLogShape derivations)
+relaymsg=$(metric BenchmarkBoundRelay cpu-ns/msg)
+aggrep=$(metric BenchmarkBoundAggregatorService cpu-ns/report)
+aggn=$(metric BenchmarkBoundAggregatorService reports)
+pending=$(metric BenchmarkBoundPendingBytes B/report)
+
+# client bound per artifact: 3 HPKE seals (512, 1024, 1536 B), the sealing
+# derivation, the report seal (no VOPRF: the measured path uses a stub)
+clientns=$(awk -v a="$seal512" -v b="$seal1024" -v c="$seal1536" -v d="$derive" -v s="$sealrep" 'BEGIN { print a + b + c + d + s }')
+lines=()
+lines+=("$(line hpke-open "$(rate "$open512")" "$(rate "$open512")" 'opens/s/core(512B)')")
+lines+=("$(line aggregator-service "$(rate "$aggrep")" "$(rate "$open512")" 'reports/s/core')")
+lines+=("$(line relay "$(rate "$relaymsg")" "$(rate "$open1024")" 'msgs/s/core(1024B)')")
+lines+=("$(line client-seal "$(rate "$submit")" "$(rate "$clientns")" 'artifacts/s/core')")
+
+if [ "$E2E" != 0 ]; then
+  echo "== end-to-end: crowdlog run --app query --policy ft-u --k 5 on the bundled log" >&2
+  state=$work/e2e
+  mkdir -p "$state"
+  t0=$(date +%s.%N)
+  TIMEFORMAT='end-to-end CPU: user %U s, sys %S s, wall %R s'
+  { time "$bin/crowdlog" run --input testdata/aol-top1000.tsv.gz --app query --policy ft-u --k 5 \
+      --state "$state" --export "$state/out.tsv" >"$work/e2e.txt" 2>&1; } 2>>"$work/e2e.time" ||
+    { cat "$work/e2e.txt" >&2; echo "bench-bounds: crowdlog run failed (BOUNDS_E2E=0 skips it)" >&2; exit 1; }
+  t1=$(date +%s.%N)
+  grep -E '^  (reports|items)' "$work/e2e.txt" >&2 || true
+  cat "$work/e2e.time" >&2
+  sent=$(awk '$1 == "reports" && $2 == "sent" { print $3 }' "$work/e2e.txt")
+  [ -n "$sent" ] || { cat "$work/e2e.txt" >&2; echo "bench-bounds: no 'reports sent' in crowdlog run's output" >&2; exit 1; }
+  # crypto per report: 3 seals, the report seal, per distinct artifact per
+  # user the derivation and the VOPRF (client and service), 3 opens
+  perreport=$(awk -v s1="$seal512" -v s2="$seal1024" -v s3="$seal1536" -v sr="$sealrep" -v d="$derive" -v v="$voprf" -v e="$oprfeval" \
+    -v o1="$open512" -v o2="$open1024" -v o3="$open1536" -v nd="$logderiv" -v nr="$logreports" \
+    'BEGIN { print s1 + s2 + s3 + sr + (d + v + e) * nd / nr + o1 + o2 + o3 }')
+  echo "end-to-end crypto per report: $perreport ns (derivations per report $(awk -v a="$logderiv" -v b="$logreports" 'BEGIN { printf "%.3f", a / b }')), $cores cores" >&2
+  lines+=("$(line end-to-end "$(awk -v n="$sent" -v a="$t0" -v b="$t1" 'BEGIN { print n / (b - a) }')" \
+    "$(awk -v c="$cores" -v p="$perreport" 'BEGIN { print c * 1e9 / p }')" "reports/s(${cores}cores)")")
+fi
+lines+=("$(line pending-bytes "$pending" 200 'B/report(lower-is-better)')")
+
+echo >&2
+echo "bench-bounds: aggregator-service over $aggn reports; pending-bytes over $PENDING reports; $cores cores; $(awk -v a="$began" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }') s in all" >&2
+printf '%s\n' "${lines[@]}"
