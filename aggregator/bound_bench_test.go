@@ -82,7 +82,7 @@ func BenchmarkBoundAggregatorService(b *testing.B) {
 	}
 	msgs := boundReports(b, users, key.PublicKey())
 	w := infrakafka.NewWriter(kb.Addr, protocol.ReportsTopic)
-	w.BatchSize, w.BatchBytes = 10000, 64<<20
+	w.BatchSize, w.BatchBytes = 10000, 1_000_000 // below Kafka's default max.message.bytes
 	for i := 0; i < len(msgs); i += 10000 {
 		if err := w.WriteMessages(ctx, msgs[i:min(i+10000, len(msgs))]...); err != nil {
 			b.Fatal(err)
