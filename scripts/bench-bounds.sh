@@ -44,8 +44,14 @@ cores=$(nproc)
 # directory (they read ../testdata), keep the output in $out.
 bench() {
   echo "== $2 $3 (benchtime $4)" >&2
-  (cd "$1" && CROWDLOG_BOUND_USERS=$USERS CROWDLOG_BOUND_PENDING=$PENDING CROWDLOG_BOUND_RELAY_MSGS=$RELAY_MSGS \
-    "$bin/$2" -test.run '^$' -test.bench "$3" -test.benchtime "$4" -test.timeout 60m) | tee -a "$out" | grep '^Benchmark' >&2
+  if ! (cd "$1" && CROWDLOG_BOUND_USERS=$USERS CROWDLOG_BOUND_PENDING=$PENDING CROWDLOG_BOUND_RELAY_MSGS=$RELAY_MSGS \
+    "$bin/$2" -test.run '^$' -test.bench "$3" -test.benchtime "$4" -test.timeout 60m) >"$work/one.txt" 2>&1; then
+    tail -40 "$work/one.txt" >&2
+    echo "bench-bounds: $2 $3 failed" >&2
+    exit 1
+  fi
+  cat "$work/one.txt" >>"$out"
+  grep '^Benchmark' "$work/one.txt" >&2
 }
 # metric NAME UNIT: the value reported with UNIT on benchmark NAME's line.
 metric() {
