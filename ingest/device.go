@@ -20,7 +20,6 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/protocol"
-	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/star"
 	"github.com/crowdlog/crowdlog/protocol/vss"
 )
@@ -193,7 +192,7 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 	if !cfg.SkipRouteCheck {
 		fetch := cfg.RelayKeys
 		if fetch == nil {
-			fetch = natsRelayKeys(nc)
+			fetch = NATSRelayKeys(nc)
 		}
 		if err := CheckRelayKeys(ctx, fetch, []RelayHop{{Name: "a", Key: route.RelayA}, {Name: "b", Key: route.RelayB}}, log); err != nil {
 			return fail(err)
@@ -305,34 +304,6 @@ func pinRandomnessKey(ctx context.Context, kp keyPinner, st store, epoch string)
 			ErrRandomnessKeyChanged, epoch, pinned[:min(4, len(pinned))], key[:min(4, len(key))])
 	}
 	return nil
-}
-
-// natsRelayKeys asks a relay for its key announcement over NATS
-// (protocol.RelayKeysSubject, onion.RelayKeysRequest), 3 s per relay.
-func natsRelayKeys(nc *nats.Conn) RelayKeysFunc {
-	return func(ctx context.Context, relay string) (*onion.RelayKeysResponse, error) {
-		q, err := (&onion.RelayKeysRequest{Relay: relay}).MarshalBinary()
-		if err != nil {
-			return nil, err
-		}
-		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
-		m, err := nc.RequestWithContext(rctx, protocol.RelayKeysSubject(relay), q)
-		if err != nil {
-			return nil, fmt.Errorf("key announcement of relay %s: %w", relay, err)
-		}
-		p, err := onion.ParseRelayKeysResponse(m.Data)
-		if err != nil {
-			return nil, fmt.Errorf("key announcement of relay %s: %w", relay, err)
-		}
-		if p.Error != "" {
-			return nil, fmt.Errorf("relay %s refused to list its keys: %s", relay, p.Error)
-		}
-		if p.Relay != relay {
-			return nil, fmt.Errorf("asked relay %s for its keys, relay %s answered", relay, p.Relay)
-		}
-		return p, nil
-	}
 }
 
 // Submit seals and publishes artifacts of application app (a name of

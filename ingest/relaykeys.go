@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/nats-io/nats.go"
 )
 
 // ErrRelayKeyUnknown is wrapped by CheckRelayKeys when a relay does not hold
@@ -19,8 +22,59 @@ import (
 var ErrRelayKeyUnknown = errors.New("unknown relay key id")
 
 // RelayKeysFunc asks the relay named relay for its key announcement
-// (relays.FetchKeys bound to a NATS connection and a timeout).
+// (FetchRelayKeys bound to a NATS connection and a timeout: NATSRelayKeys).
 type RelayKeysFunc func(ctx context.Context, relay string) (*onion.RelayKeysResponse, error)
+
+// ErrNoRelayKeysAnswer is wrapped by FetchRelayKeys when no relay answered:
+// nothing subscribes to the subject (a relay of a version without
+// announcements, or none running) or the request timed out. Clients warn
+// and go on (CheckRelayKeys).
+var ErrNoRelayKeysAnswer = errors.New("no key announcement from the relay")
+
+// RelayKeysTimeout bounds one relay's key announcement request in
+// NATSRelayKeys.
+const RelayKeysTimeout = 3 * time.Second
+
+// FetchRelayKeys asks relay name, over NATS request/reply on
+// protocol.RelayKeysSubject(name), which HPKE key ids (and public keys) it
+// holds (docs/wire.md, "Relay keys"), within ctx's deadline. Errors:
+// ErrNoRelayKeysAnswer when no relay answered; a refusal or an
+// announcement of another relay; protocol.ErrMalformed for an undecodable
+// answer.
+func FetchRelayKeys(ctx context.Context, nc *nats.Conn, name string) (*onion.RelayKeysResponse, error) {
+	q, err := (&onion.RelayKeysRequest{Relay: name}).MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	m, err := nc.RequestWithContext(ctx, protocol.RelayKeysSubject(name), q)
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("%w %s (%v)", ErrNoRelayKeysAnswer, name, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("key announcement of relay %s: %w", name, err)
+	}
+	p, err := onion.ParseRelayKeysResponse(m.Data)
+	if err != nil {
+		return nil, fmt.Errorf("key announcement of relay %s: %w", name, err)
+	}
+	if p.Error != "" {
+		return nil, fmt.Errorf("relay %s refused to list its keys: %s", name, p.Error)
+	}
+	if p.Relay != name {
+		return nil, fmt.Errorf("asked relay %s for its keys, relay %s answered", name, p.Relay)
+	}
+	return p, nil
+}
+
+// NATSRelayKeys is FetchRelayKeys on nc, each request bounded by
+// RelayKeysTimeout.
+func NATSRelayKeys(nc *nats.Conn) RelayKeysFunc {
+	return func(ctx context.Context, relay string) (*onion.RelayKeysResponse, error) {
+		rctx, cancel := context.WithTimeout(ctx, RelayKeysTimeout)
+		defer cancel()
+		return FetchRelayKeys(rctx, nc, relay)
+	}
+}
 
 // RelayHop is one relay of the route as the client sees it: the relay's
 // name and the public key (with key id) the client seals its layer for.

@@ -8,15 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/relays"
 )
 
-// TestRelayAnnouncesKeys: a running relay answers FetchKeys with exactly the
+// TestRelayAnnouncesKeys: a running relay answers ingest.FetchRelayKeys with exactly the
 // key ids and public keys it was started with (two during a rotation); the
 // request is answered by the relay, not stored in the relay stream; a
-// relay that is not running gives ErrNoKeysAnswer; a request naming
+// relay that is not running gives ingest.ErrNoRelayKeysAnswer; a request naming
 // another relay is refused.
 func TestRelayAnnouncesKeys(t *testing.T) {
 	e := newEnv(t, 0)
@@ -34,8 +35,8 @@ func TestRelayAnnouncesKeys(t *testing.T) {
 	defer cancel()
 	var ann *onion.RelayKeysResponse
 	for deadline := time.Now().Add(5 * time.Second); ; { // Run subscribes asynchronously
-		ann, err = relays.FetchKeys(ctx, nc, "a")
-		if err == nil || !errors.Is(err, relays.ErrNoKeysAnswer) || time.Now().After(deadline) {
+		ann, err = ingest.FetchRelayKeys(ctx, nc, "a")
+		if err == nil || !errors.Is(err, ingest.ErrNoRelayKeysAnswer) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -62,8 +63,8 @@ func TestRelayAnnouncesKeys(t *testing.T) {
 
 	sctx, scancel := context.WithTimeout(ctx, time.Second)
 	defer scancel()
-	if _, err := relays.FetchKeys(sctx, nc, "b"); !errors.Is(err, relays.ErrNoKeysAnswer) {
-		t.Fatalf("relay b not running: %v, want ErrNoKeysAnswer", err)
+	if _, err := ingest.FetchRelayKeys(sctx, nc, "b"); !errors.Is(err, ingest.ErrNoRelayKeysAnswer) {
+		t.Fatalf("relay b not running: %v, want ErrNoRelayKeysAnswer", err)
 	}
 	q, _ := (&onion.RelayKeysRequest{Relay: "b"}).MarshalBinary()
 	m, err := nc.RequestWithContext(ctx, protocol.RelayKeysSubject("a"), q)

@@ -193,7 +193,7 @@ type item struct {
 // headers), and acknowledge each message only after its forward succeeded.
 // Failed forwards are Nak'ed with NakDelay and logged without contents.
 // While it runs, the relay also announces its key ids and public keys on
-// KeysSubject(Name) (see FetchKeys).
+// KeysSubject(Name) (clients ask with ingest.FetchRelayKeys).
 //
 // Run returns nil when ctx ends (fetched but unforwarded messages, the
 // pool included, are Nak'ed for immediate redelivery to another process),
