@@ -7,6 +7,7 @@ require (
 	github.com/bwesterb/go-ristretto v1.2.4
 	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/cloudflare/circl v1.6.5
+	github.com/gofrs/flock v0.13.2
 	github.com/google/differential-privacy/go/v3 v3.0.0
 	github.com/google/renameio/v2 v2.0.2
 	github.com/nats-io/nats-server/v2 v2.15.2

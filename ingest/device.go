@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gofrs/flock"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -125,8 +126,9 @@ type Device struct {
 	clients map[string]*Client
 	pinned  bool
 
-	pub *publish.Publisher // owned
-	nc  *nats.Conn         // owned
+	pub  *publish.Publisher // owned
+	nc   *nats.Conn         // owned
+	lock *flock.Flock       // the state directory's lock, held until Close
 }
 
 // keyPinner is the optional part of Randomness that lets a device pin the
@@ -151,6 +153,7 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 		return nil, err
 	}
 	var st store
+	var lock *flock.Flock
 	switch {
 	case cfg.Memory:
 		st = newMemStore()
@@ -162,25 +165,31 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 			return nil, err
 		}
 		st = ds
+		// one process at a time per state directory: two devices on one
+		// state would each send what the other already sent
+		if lock, err = lockStateDir(cfg.StateDir); err != nil {
+			return nil, err
+		}
 	}
 	route, err := loadRoute(cfg, log)
 	if err != nil {
+		unlockStateDir(lock)
 		return nil, err
 	}
-	d := &Device{epoch: cfg.Epoch, policy: cfg.Policy, k: cfg.K, st: st, log: log, clients: map[string]*Client{}}
-	nc := cfg.Conn
-	if nc == nil {
-		if cfg.NATS == "" {
-			return nil, errors.New("ingest: no NATS: set Config.NATS to the deployment's NATS URL (or Config.Conn)")
-		}
-		if nc, err = natsconn.Connect(cfg.NATS, "crowdlog-client"); err != nil {
-			return nil, fmt.Errorf("ingest: connect to NATS %s: %w (is the deployment's NATS reachable?)", cfg.NATS, err)
-		}
-		d.nc = nc
-	}
+	d := &Device{epoch: cfg.Epoch, policy: cfg.Policy, k: cfg.K, st: st, log: log, clients: map[string]*Client{}, lock: lock}
 	fail := func(err error) (*Device, error) {
 		d.closeConn()
 		return nil, err
+	}
+	nc := cfg.Conn
+	if nc == nil {
+		if cfg.NATS == "" {
+			return fail(errors.New("ingest: no NATS: set Config.NATS to the deployment's NATS URL (or Config.Conn)"))
+		}
+		if nc, err = natsconn.Connect(cfg.NATS, "crowdlog-client"); err != nil {
+			return fail(fmt.Errorf("ingest: connect to NATS %s: %w (is the deployment's NATS reachable?)", cfg.NATS, err))
+		}
+		d.nc = nc
 	}
 	rnd := cfg.Randomness
 	if rnd == nil && cfg.NewRandomness != nil {
@@ -455,4 +464,6 @@ func (d *Device) closeConn() {
 		d.nc.Close()
 		d.nc = nil
 	}
+	unlockStateDir(d.lock)
+	d.lock = nil
 }

@@ -440,7 +440,20 @@ func TestNewPublishes(t *testing.T) {
 	if _, err := d.Submit(ctx, "no-such-app", arts...); err == nil {
 		t.Fatal("unknown app accepted")
 	}
+	// one device at a time per state directory: a second is refused while
+	// the first is open, and accepted once it closed
+	if d2, err := New(ctx, Config{StateDir: state, NATS: url, SkipRouteCheck: true, Randomness: localRandomness{key}, Epoch: "e1", K: 2}); !errors.Is(err, ErrStateInUse) {
+		if d2 != nil {
+			d2.Close(ctx)
+		}
+		t.Fatalf("second device on one state: %v, want ErrStateInUse", err)
+	}
 	d.Close(ctx)
+	d3, err := New(ctx, Config{StateDir: state, NATS: url, SkipRouteCheck: true, Randomness: localRandomness{key}, Epoch: "e1", K: 2})
+	if err != nil {
+		t.Fatalf("device after the first closed: %v", err)
+	}
+	d3.Close(ctx)
 }
 
 // BenchmarkDeviceSubmitNATS: Device.Submit through New, publishing to an

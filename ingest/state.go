@@ -17,6 +17,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/protocol/star"
+	"github.com/gofrs/flock"
 	"github.com/google/renameio/v2"
 )
 
@@ -32,6 +33,8 @@ import (
 //	                   artifact instance ("i" and a 16-byte id) and per distinct
 //	                   artifact ("p" and an id); ids are HMAC-SHA-256 under the
 //	                   epoch's secret, never the artifact itself
+//	lock               empty; flock(2)ed by the Device using the directory
+//	                   (New refuses a second one with ErrStateInUse)
 const (
 	stateKeys     = "keys"
 	stateSent     = "sent"
@@ -158,6 +161,36 @@ type diskStore struct {
 	mu      sync.Mutex
 	secrets map[string]*star.UserSecret
 	records map[sendKey]*sentRecord
+}
+
+// stateLock is the lock file of a state directory (flock(2), held by the
+// device that uses the directory).
+const stateLock = "lock"
+
+// ErrStateInUse is wrapped by New when another process holds the state
+// directory: two devices on one state would each send what the other
+// already sent.
+var ErrStateInUse = errors.New("device state directory in use by another process")
+
+// lockStateDir takes the state directory's lock without waiting; errors
+// wrap ErrStateInUse when another process holds it.
+func lockStateDir(dir string) (*flock.Flock, error) {
+	l := flock.New(filepath.Join(dir, stateLock), flock.SetPermissions(0o600))
+	ok, err := l.TryLock()
+	if err != nil {
+		return nil, fmt.Errorf("device state %s: lock: %w", dir, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("ingest: %w: %s (stop the other device, or give this one its own Config.StateDir)", ErrStateInUse, dir)
+	}
+	return l, nil
+}
+
+// unlockStateDir releases l (nil: nothing to release).
+func unlockStateDir(l *flock.Flock) {
+	if l != nil {
+		_ = l.Unlock()
+	}
 }
 
 // openDiskStore creates dir (0700) when missing.
