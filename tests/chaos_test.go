@@ -78,7 +78,10 @@ func TestChaos(t *testing.T) {
 	out := filepath.Join(dir, "out.tsv")
 	run := exec.CommandContext(ctx, bin, "run", "--external", "--no-progress", "--input", input, "--app", "query",
 		"--policy", policy, "--k", strconv.Itoa(k), "--epoch", "chaos", "--nats", c.nats, "--kafka", c.kafka,
-		"--clickhouse", c.chd, "--keys", keys, "--export", out, "--timeout", "30m")
+		"--clickhouse", c.chd, "--keys", keys, "--export", out,
+		// NATS nodes stop at random from the start: creating the relay
+		// stream may wait for a quorum far longer than the default 2 min
+		"--timeout", "30m", "--start-timeout", "30m", "--ingest-timeout", "30m")
 	var runOut bytes.Buffer
 	run.Stdout, run.Stderr = &runOut, &runOut
 	if err := run.Start(); err != nil {

@@ -100,7 +100,10 @@ func (c *cluster) startRun(ctx context.Context, input, ch, policy string, k int,
 	c.openEpoch(epoch)
 	run := exec.CommandContext(ctx, c.bin, "run", "--external", "--no-progress", "--input", input, "--app", "query",
 		"--policy", policy, "--k", strconv.Itoa(k), "--epoch", epoch, "--nats", c.nats, "--kafka", c.kafka,
-		"--clickhouse", ch, "--keys", c.keys, "--export", out)
+		"--clickhouse", ch, "--keys", c.keys, "--export", out,
+		// the outages may fall on start-up steps: be as patient as before
+		// the bounds existed, within the test's own deadline
+		"--start-timeout", "10m", "--timeout", "10m")
 	var runOut bytes.Buffer
 	run.Stdout, run.Stderr = &runOut, &runOut
 	if err := run.Start(); err != nil {
