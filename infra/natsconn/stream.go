@@ -8,12 +8,20 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// StreamAttemptTimeout bounds one JetStream API request of StreamReplicas
+// and EnsureStream, whatever the caller's deadline: a request whose reply
+// is lost (the NATS node serving it stopped) is re-sent instead of waiting
+// for the caller's whole bound.
+const StreamAttemptTimeout = 10 * time.Second
+
 // StreamReplicas is the replica count to configure for stream name: an
 // existing stream keeps its own (never scaled down by a process that sees
 // fewer NATS servers; change it with the nats CLI), a new one gets
 // Replicas(js.Conn()).
 func StreamReplicas(ctx context.Context, js jetstream.JetStream, name string) int {
-	if st, err := js.Stream(ctx, name); err == nil && st.CachedInfo().Config.Replicas > 0 {
+	actx, cancel := context.WithTimeout(ctx, StreamAttemptTimeout)
+	defer cancel()
+	if st, err := js.Stream(actx, name); err == nil && st.CachedInfo().Config.Replicas > 0 {
 		return st.CachedInfo().Config.Replicas
 	}
 	return Replicas(js.Conn())
@@ -22,20 +30,27 @@ func StreamReplicas(ctx context.Context, js jetstream.JetStream, name string) in
 // EnsureStream creates or updates the stream cfg describes. It is
 // idempotent and safe to call from several processes at once: a create
 // that loses the race to a concurrent creator ("stream name already in
-// use") is retried as an update, up to 5 attempts 10–50 ms apart. Errors
-// wrap the last JetStream error and say whether JetStream is reachable.
+// use") is retried as an update. Each attempt is bounded by
+// StreamAttemptTimeout. With a deadline on ctx it retries until the
+// deadline (backoff 10 ms growing to 1 s): a NATS node that stops during
+// start-up only delays it. Without one it makes 5 attempts. Errors wrap
+// the last JetStream error and say whether JetStream is reachable.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
 	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		if _, err = js.CreateOrUpdateStream(ctx, cfg); err == nil {
+	_, untilDeadline := ctx.Deadline()
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, StreamAttemptTimeout)
+		_, err = js.CreateOrUpdateStream(actx, cfg)
+		cancel()
+		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || (!untilDeadline && attempt >= 4) {
 			break
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Duration(10*(attempt+1)) * time.Millisecond):
+		case <-time.After(min(time.Duration(10*(attempt+1))*time.Millisecond, time.Second)):
 		}
 	}
 	return fmt.Errorf("create stream %s: %w (is JetStream enabled on the NATS server?)", cfg.Name, err)
