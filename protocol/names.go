@@ -41,6 +41,25 @@ const (
 	RandomnessPublicKeySubject = "crowdlog.randomness.pubkey"
 )
 
+// Privacy Pass (RFC 9576) names: the issuer role (NATS request/reply) and
+// the JetStream key-value buckets behind rate limits and double-spend
+// checks (docs/threat-model.md, probe and Sybil rows).
+const (
+	// IssuerSubject: token and credential issuance
+	// (protocol/token.IssueRequest/IssueResponse), queue group "issuer".
+	IssuerSubject = "crowdlog.issuer"
+	// IssuerPublicKeySubject: the issuer's public keys per epoch and kind.
+	IssuerPublicKeySubject = "crowdlog.issuer.pubkey"
+	// IssuerCountersBucket: JetStream KV of the issuer's per-identity,
+	// per-epoch, per-kind counts (key: hex SHA-256 of the identity ‖ epoch ‖
+	// kind); durable across restarts and shared by issuer replicas.
+	IssuerCountersBucket = "crowdlog-issuer-counters"
+	// SpentTokensBucket: JetStream KV of spent randomness tokens (key: hex
+	// of the token's spend id); a create that finds the key is a double
+	// spend, refused by every randomness replica alike.
+	SpentTokensBucket = "crowdlog-spent-tokens"
+)
+
 // RelaySubjectPrefix is the subject prefix of relay inboxes; RelaySubject
 // appends the relay name. A HopRelay layer must name a subject under this
 // prefix.
