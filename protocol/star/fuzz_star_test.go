@@ -1,6 +1,7 @@
 package star
 
 import (
+	"bytes"
 	"crypto/rand"
 	"testing"
 
@@ -17,6 +18,12 @@ func FuzzParseReport(f *testing.F) {
 	b, _ := r.MarshalBinary()
 	f.Add(b)
 	f.Add([]byte{1})
+	r.Token = bytes.Repeat([]byte{0xAA}, 162) // with the trailing section (issue 17)
+	b, _ = r.MarshalBinary()
+	f.Add(b)
+	r.Token, r.Presentation = nil, []byte{1, 2, 3}
+	b, _ = r.MarshalBinary()
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := ParseReport(b)
 		if err != nil {
@@ -26,8 +33,19 @@ func FuzzParseReport(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ParseReport(out); err != nil {
+		back, err := ParseReport(out)
+		if err != nil {
 			t.Fatalf("re-encoded report does not parse: %v", err)
+		}
+		if !bytes.Equal(back.Token, r.Token) || !bytes.Equal(back.Presentation, r.Presentation) {
+			t.Fatalf("trailer changed on re-encoding: token %x → %x, presentation %x → %x", r.Token, back.Token, r.Presentation, back.Presentation)
+		}
+		unsigned, err := r.UnsignedBytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasPrefix(out, unsigned) || (len(r.Token) == 0 && len(r.Presentation) == 0) != (len(out) == len(unsigned)) {
+			t.Fatalf("UnsignedBytes (%d bytes) is not the encoding (%d bytes) without its trailer", len(unsigned), len(out))
 		}
 	})
 }

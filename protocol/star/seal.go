@@ -369,12 +369,58 @@ type Report struct {
 	Share      vss.Share
 	Commitment []byte // C_0 ‖ … ‖ C_{K−1}, 32 bytes each
 	Ciphertext []byte
+
+	// Token is an encoded Privacy Pass token (protocol/token, KindReport)
+	// whose nonce is token.ReportNonce(r.UnsignedBytes()): it pays for
+	// this report at the aggregator and binds to every byte before it.
+	// Empty when the deployment runs without tokens.
+	Token []byte
+	// Presentation is an encoded ARC presentation (protocol/arc; FT_u
+	// only) for the presentation context ARCContext of this report's
+	// fields with limit 1. It is not covered by Token's nonce (the
+	// aggregator verifies it on its own). Empty when not used.
+	Presentation []byte
 }
+
+// MaxTrailerField is the largest Token or Presentation in bytes.
+const MaxTrailerField = 4 << 10
 
 // MarshalBinary encodes: version ‖ u8 len app ‖ u8 len epoch ‖ policy ‖ u16 k
 // ‖ id[16] ‖ tag[32] ‖ x[32] ‖ y[32] ‖ u16 n ‖ n×32 commitment (n = k) ‖
-// u32 len ciphertext. Errors when the commitment is not k×32 bytes.
+// u32 len ciphertext, followed — only when Token or Presentation is not
+// empty — by the trailing section u16 len ‖ token ‖ u16 len ‖ presentation
+// (issue 17; a report without them encodes exactly as before). Errors when
+// the commitment is not k×32 bytes or a trailing field exceeds
+// MaxTrailerField.
 func (r *Report) MarshalBinary() ([]byte, error) {
+	if len(r.Token) > MaxTrailerField || len(r.Presentation) > MaxTrailerField {
+		return nil, fmt.Errorf("protocol: report token (%d bytes) or presentation (%d bytes) longer than %d bytes", len(r.Token), len(r.Presentation), MaxTrailerField)
+	}
+	w, err := r.marshalUnsigned(4 + len(r.Token) + len(r.Presentation))
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Token) > 0 || len(r.Presentation) > 0 {
+		w.Bytes16(r.Token)
+		w.Bytes16(r.Presentation)
+	}
+	return w.B, nil
+}
+
+// UnsignedBytes is the report's encoding without the trailing section
+// (Token, Presentation): what a report token's nonce binds
+// (token.ReportNonce). Errors as MarshalBinary.
+func (r *Report) UnsignedBytes() ([]byte, error) {
+	w, err := r.marshalUnsigned(0)
+	if err != nil {
+		return nil, err
+	}
+	return w.B, nil
+}
+
+// marshalUnsigned writes the encoding up to and including the ciphertext,
+// with extra bytes of spare capacity.
+func (r *Report) marshalUnsigned(extra int) (*protocol.Writer, error) {
 	if len(r.App) > 255 || len(r.Epoch) > 255 {
 		return nil, fmt.Errorf("protocol: app or epoch name longer than 255 bytes")
 	}
@@ -389,7 +435,7 @@ func (r *Report) MarshalBinary() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := protocol.Writer{B: make([]byte, 0, 160+len(r.Commitment)+len(r.Ciphertext)+len(r.App)+len(r.Epoch))}
+	w := &protocol.Writer{B: make([]byte, 0, 160+len(r.Commitment)+len(r.Ciphertext)+len(r.App)+len(r.Epoch)+extra)}
 	w.U8(protocol.Version)
 	w.Bytes8([]byte(r.App))
 	w.Bytes8([]byte(r.Epoch))
@@ -402,11 +448,12 @@ func (r *Report) MarshalBinary() ([]byte, error) {
 	w.U16(r.K)
 	w.Raw(r.Commitment)
 	w.Bytes32(r.Ciphertext)
-	return w.B, nil
+	return w, nil
 }
 
-// ParseReport decodes MarshalBinary's output. Errors wrap ErrMalformed for
-// truncated or oversized input, unknown versions or policies, k outside
+// ParseReport decodes MarshalBinary's output, with or without the trailing
+// section. Errors wrap ErrMalformed for truncated or oversized input, an
+// empty trailing section (both fields empty), unknown versions or policies, k outside
 // 1..MaxK, a commitment count other than k, non-canonical scalars or x = 0.
 // Commitment points are not decoded here (the aggregator decodes them once
 // per (tag, commitment) group).
@@ -431,6 +478,16 @@ func ParseReport(b []byte) (*Report, error) {
 	}
 	r.Commitment = rd.Take(n*protocol.ElementSize, "commitment")
 	r.Ciphertext = rd.Bytes32("ciphertext")
+	if rd.Err == nil && len(rd.B) > 0 { // the trailing section (MarshalBinary)
+		r.Token = rd.Bytes16("token")
+		r.Presentation = rd.Bytes16("presentation")
+		if rd.Err == nil && len(r.Token) == 0 && len(r.Presentation) == 0 {
+			return nil, protocol.Malformed("empty report trailer (omit it when there is neither token nor presentation)")
+		}
+		if len(r.Token) > MaxTrailerField || len(r.Presentation) > MaxTrailerField {
+			return nil, protocol.Malformed("report token (%d bytes) or presentation (%d bytes) longer than %d bytes", len(r.Token), len(r.Presentation), MaxTrailerField)
+		}
+	}
 	if err := rd.Done("report"); err != nil {
 		return nil, err
 	}
