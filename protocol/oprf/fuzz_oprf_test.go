@@ -15,6 +15,9 @@ func FuzzParseRandomness(f *testing.F) {
 	_, q, _ := Blind(key.Public(), "e", [][]byte{[]byte("x"), []byte("y")})
 	b, _ := q.MarshalBinary()
 	f.Add(b)
+	withTokens := &RandomnessRequest{Epoch: q.Epoch, Elements: q.Elements, Tokens: [][]byte{bytes.Repeat([]byte{0xC1}, 162), {1}}}
+	b, _ = withTokens.MarshalBinary()
+	f.Add(b)
 	resp, _ := Evaluate(key, q)
 	b, _ = resp.MarshalBinary()
 	f.Add(b)
@@ -30,6 +33,15 @@ func FuzzParseRandomness(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if q, err := ParseRandomnessRequest(b); err == nil {
 			Evaluate(key, q) // invalid elements must be an error, not a panic
+			out, err := q.MarshalBinary()
+			if err != nil {
+				t.Fatalf("parsed request does not re-encode: %v", err)
+			}
+			if !bytes.Equal(out, b) {
+				t.Fatalf("request re-encodes differently (%d tokens)", len(q.Tokens))
+			}
+		} else if !errors.Is(err, protocol.ErrMalformed) {
+			t.Fatalf("request error not wrapping ErrMalformed: %v", err)
 		}
 		if r, err := ParseRandomnessResponse(b); err == nil {
 			out, err := r.MarshalBinary()

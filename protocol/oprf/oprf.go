@@ -52,14 +52,28 @@ func OPRFInput(app, epoch, artifact string) []byte {
 type RandomnessRequest struct {
 	Epoch    string
 	Elements [][]byte // each a 32-byte encoded ristretto255 element
+	// Tokens are encoded Privacy Pass tokens (protocol/token,
+	// KindRandomness, this epoch), one per element, in element order, for
+	// a service that requires them (issue 17); empty otherwise.
+	Tokens [][]byte
 }
 
-// MarshalBinary encodes: version ‖ u8 len epoch ‖ u16 count ‖ count×32 bytes.
+// MaxToken is the largest encoded token a RandomnessRequest carries, in
+// bytes (a TypeRistretto token is 162).
+const MaxToken = 1024
+
+// MarshalBinary encodes: version ‖ u8 len epoch ‖ u16 count ‖ count×32
+// bytes, followed — only when Tokens is not empty — by u16 count ‖ count ×
+// (u16 len ‖ token), so a request without tokens encodes exactly as before.
 func (q *RandomnessRequest) MarshalBinary() ([]byte, error) {
-	if len(q.Elements) > MaxBatch || len(q.Epoch) > 255 {
-		return nil, fmt.Errorf("protocol: randomness batch of %d exceeds %d (or epoch name too long)", len(q.Elements), MaxBatch)
+	if len(q.Elements) > MaxBatch || len(q.Tokens) > MaxBatch || len(q.Epoch) > 255 {
+		return nil, fmt.Errorf("protocol: randomness batch of %d elements and %d tokens exceeds %d (or epoch name too long)", len(q.Elements), len(q.Tokens), MaxBatch)
 	}
-	w := protocol.Writer{B: make([]byte, 0, 4+len(q.Epoch)+protocol.ElementSize*len(q.Elements))}
+	size := 4 + len(q.Epoch) + protocol.ElementSize*len(q.Elements)
+	for _, t := range q.Tokens {
+		size += 2 + len(t)
+	}
+	w := protocol.Writer{B: make([]byte, 0, size+2)}
 	w.U8(protocol.Version)
 	w.Bytes8([]byte(q.Epoch))
 	w.U16(uint16(len(q.Elements)))
@@ -69,10 +83,21 @@ func (q *RandomnessRequest) MarshalBinary() ([]byte, error) {
 		}
 		w.Raw(e)
 	}
+	if len(q.Tokens) > 0 {
+		w.U16(uint16(len(q.Tokens)))
+		for _, t := range q.Tokens {
+			if len(t) == 0 || len(t) > MaxToken {
+				return nil, fmt.Errorf("protocol: token of %d bytes, want 1..%d", len(t), MaxToken)
+			}
+			w.Bytes16(t)
+		}
+	}
 	return w.B, nil
 }
 
-// ParseRandomnessRequest decodes a request; errors wrap ErrMalformed.
+// ParseRandomnessRequest decodes a request, with or without its tokens
+// section; errors wrap ErrMalformed (also for an empty tokens section or an
+// empty token). Token bytes are not decoded here (token.ParseToken).
 func ParseRandomnessRequest(b []byte) (*RandomnessRequest, error) {
 	r := protocol.Reader{B: b}
 	r.ReadVersion("randomness request")
@@ -83,6 +108,19 @@ func ParseRandomnessRequest(b []byte) (*RandomnessRequest, error) {
 	}
 	for i := 0; i < n && r.Err == nil; i++ {
 		q.Elements = append(q.Elements, r.Take(protocol.ElementSize, "element"))
+	}
+	if r.Err == nil && len(r.B) > 0 { // the tokens section
+		m := int(r.U16("token count"))
+		if r.Err == nil && (m == 0 || m > MaxBatch) {
+			return nil, protocol.Malformed("token section of %d tokens (want 1..%d; omit it when there are none)", m, MaxBatch)
+		}
+		for i := 0; i < m && r.Err == nil; i++ {
+			t := r.Bytes16("token")
+			if r.Err == nil && (len(t) == 0 || len(t) > MaxToken) {
+				return nil, protocol.Malformed("token of %d bytes, want 1..%d", len(t), MaxToken)
+			}
+			q.Tokens = append(q.Tokens, t)
+		}
 	}
 	if err := r.Done("randomness request"); err != nil {
 		return nil, err

@@ -163,3 +163,36 @@ func TestRefusalStatuses(t *testing.T) {
 		t.Fatal("zero protocol.Refusal must not be a refusal")
 	}
 }
+
+// TestRandomnessRequestTokens: the tokens section is appended as u16 count
+// ‖ (u16 len ‖ token)… after the elements (bytes built here by hand), a
+// request without tokens encodes without it, and an empty section or an
+// empty token is malformed.
+func TestRandomnessRequestTokens(t *testing.T) {
+	e1, e2 := bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32)
+	plain := append(append([]byte{protocol.Version, 2, 'e', '1', 0, 2}, e1...), e2...)
+	q := &oprf.RandomnessRequest{Epoch: "e1", Elements: [][]byte{e1, e2}}
+	if b, err := q.MarshalBinary(); err != nil || !bytes.Equal(b, plain) {
+		t.Fatalf("request without tokens = %x, %v; want %x", b, err, plain)
+	}
+	q.Tokens = [][]byte{{0xAA, 0xBB, 0xCC}, {0xDD}}
+	want := append(append([]byte(nil), plain...), 0, 2, 0, 3, 0xAA, 0xBB, 0xCC, 0, 1, 0xDD)
+	b, err := q.MarshalBinary()
+	if err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("request with tokens = %x, %v; want %x", b, err, want)
+	}
+	back, err := oprf.ParseRandomnessRequest(b)
+	if err != nil || len(back.Tokens) != 2 || !bytes.Equal(back.Tokens[0], q.Tokens[0]) || !bytes.Equal(back.Tokens[1], q.Tokens[1]) || len(back.Elements) != 2 {
+		t.Fatalf("parsed %+v, %v", back, err)
+	}
+	for name, b := range map[string][]byte{
+		"empty section":   append(append([]byte(nil), plain...), 0, 0),
+		"empty token":     append(append([]byte(nil), plain...), 0, 1, 0, 0),
+		"truncated token": append(append([]byte(nil), plain...), 0, 1, 0, 5, 1),
+		"one stray byte":  append(append([]byte(nil), plain...), 9),
+	} {
+		if _, err := oprf.ParseRandomnessRequest(b); !errors.Is(err, protocol.ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", name, err)
+		}
+	}
+}
