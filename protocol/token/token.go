@@ -33,6 +33,8 @@ func (k Kind) String() string {
 		return "randomness"
 	case KindReport:
 		return "report"
+	case KindARC:
+		return "arc"
 	}
 	return fmt.Sprintf("kind(%d)", byte(k))
 }
