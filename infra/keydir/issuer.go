@@ -1,0 +1,119 @@
+package keydir
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/crowdlog/crowdlog/protocol/token"
+)
+
+// IssuerKeys is the issuer's per-epoch key directory inside a keys
+// directory: EPOCH.randomness.key and EPOCH.report.key (token.PrivateKey,
+// RFC 9578 §5.5) and EPOCH.arc.key (ARC), each 0600. The issuer holds all
+// of them; the randomness service needs only the randomness keys and the
+// aggregator only the report and ARC keys (give each role a keys directory
+// with only those files to keep the aggregator from minting randomness
+// tokens).
+const IssuerKeys = "issuer.keys"
+
+// issuerEpoch is the pattern of epoch names that may name key files (the
+// randomness service's rule).
+var issuerEpoch = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// ValidIssuerEpoch reports whether epoch may name issuer key files:
+// 1..64 of [A-Za-z0-9._-], not "." or "..".
+func ValidIssuerEpoch(epoch string) bool {
+	return issuerEpoch.MatchString(epoch) && epoch != "." && epoch != ".."
+}
+
+// TokenKeyPath is the file of the token key of kind and epoch.
+func TokenKeyPath(dir string, kind token.Kind, epoch string) string {
+	return filepath.Join(dir, IssuerKeys, epoch+"."+kind.String()+".key")
+}
+
+// ARCKeyPath is the file of the ARC key of epoch.
+func ARCKeyPath(dir, epoch string) string {
+	return filepath.Join(dir, IssuerKeys, epoch+".arc.key")
+}
+
+// EnsureIssuerKeys creates the token keys of both kinds (and, in builds
+// with ARC, the ARC key) of epoch in dir/issuer.keys when missing. It is
+// idempotent and safe to run from several processes at once on one file
+// system: each file is written under a temporary name and linked into
+// place, so the first writer wins and the others keep its key.
+func EnsureIssuerKeys(dir, epoch string) error {
+	if !ValidIssuerEpoch(epoch) {
+		return fmt.Errorf("issuer keys: epoch %q is not 1..64 of [A-Za-z0-9._-]", epoch)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, IssuerKeys), 0o700); err != nil {
+		return fmt.Errorf("issuer keys dir: %w", err)
+	}
+	for _, kind := range []token.Kind{token.KindRandomness, token.KindReport} {
+		path := TokenKeyPath(dir, kind, epoch)
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		k, err := token.GenerateKey(kind, epoch)
+		if err != nil {
+			return err
+		}
+		b, err := k.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		if err := createOnce(path, b); err != nil {
+			return err
+		}
+	}
+	return ensureARCKey(dir, epoch)
+}
+
+// createOnce writes b to path unless path exists: a temporary file linked
+// into place (link fails when another writer won).
+func createOnce(path string, b []byte) error {
+	var suffix [8]byte
+	rand.Read(suffix[:])
+	tmp := fmt.Sprintf("%s.tmp-%x", path, suffix)
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("issuer key %s: %w", path, err)
+	}
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("issuer key %s: %w", path, err)
+	}
+	return nil
+}
+
+// LoadTokenKey reads the token key of kind and epoch from dir/issuer.keys.
+// Errors wrap os.ErrNotExist when the file is missing (the issuer creates
+// it on the epoch's first request; `crowdlog issuer` with --epoch creates
+// it up front) and name the file otherwise.
+func LoadTokenKey(dir string, kind token.Kind, epoch string) (*token.PrivateKey, error) {
+	if !ValidIssuerEpoch(epoch) {
+		return nil, fmt.Errorf("issuer keys: epoch %q is not 1..64 of [A-Za-z0-9._-]", epoch)
+	}
+	if !kind.Valid() {
+		return nil, fmt.Errorf("issuer keys: no token key of kind %s", kind)
+	}
+	path := TokenKeyPath(dir, kind, epoch)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("issuer key %s: %w", path, err)
+	}
+	k, err := token.ParsePrivateKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("issuer key %s: %w", path, err)
+	}
+	if k.Kind() != kind || k.Epoch() != epoch {
+		return nil, fmt.Errorf("issuer key %s holds the %s key of epoch %q", path, k.Kind(), k.Epoch())
+	}
+	return k, nil
+}
+
+// ensureARCKey creates the ARC key of epoch; this build issues no ARC
+// credentials yet, so there is none to create.
+func ensureARCKey(dir, epoch string) error { return nil }
