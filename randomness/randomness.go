@@ -25,11 +25,14 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/crowdlog/crowdlog/infra/spent"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
+	"github.com/crowdlog/crowdlog/protocol/token"
 
 	circloprf "github.com/cloudflare/circl/oprf"
 	"github.com/nats-io/nats.go"
@@ -57,16 +60,45 @@ type Service struct {
 	Logger     *slog.Logger
 	SweepEvery time.Duration
 
+	// RequireTokens makes every request pay one Privacy Pass randomness
+	// token per element (issue 17; tokens.go): verified under TokenKeys of
+	// the request's epoch and spent in Spent. Without it, tokens sent are
+	// ignored.
+	RequireTokens bool
+	// TokenKeys returns the randomness-token key of an epoch (kind
+	// token.KindRandomness; keydir.LoadTokenKey); a loaded key is cached.
+	TokenKeys func(epoch string) (*token.PrivateKey, error)
+	// Spent is the spent-token store; nil with RequireTokens: Run opens
+	// JetStream KV protocol.SpentTokensBucket on NC (infra/spent).
+	Spent SpentStore
+	// SpendTimeout bounds one request's spends; 0 means DefaultSpendTimeout.
+	SpendTimeout time.Duration
+
 	Evaluated atomic.Int64 // elements evaluated
 	Rejected  atomic.Int64 // malformed or refused requests
+
+	refusedMu sync.Mutex
+	refused   map[string]int64 // token refusals by reason
+	tokenKeys sync.Map         // epoch → *token.PrivateKey
+}
+
+func (s *Service) log() *slog.Logger {
+	if s.Logger == nil {
+		return slog.Default()
+	}
+	return s.Logger
 }
 
 // Run serves until ctx ends. Malformed requests get an error reply and are
 // counted; they never stop the service.
 func (s *Service) Run(ctx context.Context) error {
-	log := s.Logger
-	if log == nil {
-		log = slog.Default()
+	log := s.log()
+	if s.RequireTokens && s.Spent == nil {
+		st, err := spent.Open(ctx, s.NC, spent.Options{})
+		if err != nil {
+			return fmt.Errorf("randomness: tokens required: %w", err)
+		}
+		s.Spent = st
 	}
 	respond := func(m *nats.Msg, b []byte, err error) {
 		if err != nil {
@@ -78,7 +110,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	sub, err := s.NC.QueueSubscribe(protocol.RandomnessSubject, queue, func(m *nats.Msg) {
-		b, err := s.handle(m.Data).MarshalBinary()
+		b, err := s.handle(ctx, m.Data).MarshalBinary()
 		respond(m, b, err)
 	})
 	if err != nil {
@@ -116,11 +148,14 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 }
 
-func (s *Service) handle(data []byte) *oprf.RandomnessResponse {
+func (s *Service) handle(ctx context.Context, data []byte) *oprf.RandomnessResponse {
 	q, err := oprf.ParseRandomnessRequest(data)
 	if err == nil {
 		var key *circloprf.PrivateKey
-		if key, err = s.Keys.Lookup(q.Epoch); err == nil { // never opens a named epoch
+		if key, err = s.Keys.Lookup(q.Epoch); err == nil && s.RequireTokens { // Lookup never opens a named epoch
+			err = s.spendTokens(ctx, q)
+		}
+		if err == nil {
 			var resp *oprf.RandomnessResponse
 			if resp, err = oprf.Evaluate(key, q); err == nil {
 				s.Evaluated.Add(int64(len(q.Elements)))

@@ -27,7 +27,16 @@ import (
 	"github.com/crowdlog/crowdlog/infra/retry"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
+	"github.com/crowdlog/crowdlog/protocol/token"
 )
+
+// TokenSource gives randomness tokens (protocol/token, KindRandomness):
+// n tokens of epoch, each spent once (ingest/tokenclient gets them from the
+// issuer). Errors (no budget left, not enrolled) are returned by Evaluate
+// as they are.
+type TokenSource interface {
+	RandomnessTokens(ctx context.Context, epoch string, n int) ([]*token.Token, error)
+}
 
 // ErrKeyChanged is returned by Client when the service's public key for an
 // epoch differs from the one pinned (configured, seen earlier, or in the pin
@@ -59,6 +68,9 @@ type Client struct {
 	// PinFile, when set, holds "epoch hex-key" lines: keys pinned on first
 	// use are appended, and later runs refuse a different key.
 	PinFile string
+	// Tokens supplies one Privacy Pass randomness token per element for a
+	// service that requires them (issue 17); nil sends none (--tokens off).
+	Tokens TokenSource
 
 	mu   sync.Mutex
 	keys map[string]*pinnedKey
@@ -262,9 +274,13 @@ func (c *Client) key(ctx context.Context, epoch string) (*circloprf.PublicKey, e
 // one DLEQ proof per Batch inputs). Errors: the service's refusal (wrapping
 // protocol.ErrEpochNotOpen for a named epoch no operator opened,
 // protocol.ErrEpochClosed for closed epochs, protocol.ErrEpochExpired and
-// protocol.ErrEpochFuture for scheduled epochs outside their window), the
-// timeout, ErrKeyChanged, or oprf.ErrProof when a proof fails against
-// the pinned key.
+// protocol.ErrEpochFuture for scheduled epochs outside their window; with
+// tokens, oprf.ErrTokensMissing, oprf.ErrTokenInvalid, oprf.ErrTokenSpent
+// or oprf.ErrTokensUnavailable, each naming the epoch), the TokenSource's
+// error, the timeout, ErrKeyChanged, or oprf.ErrProof when a proof fails
+// against the pinned key. With Tokens set, each batch spends one token per
+// input; a retried request (timeout, no responder) re-sends the same
+// elements and tokens, which the service accepts again.
 func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([][]byte, error) {
 	batch := c.Batch
 	if batch <= 0 {
@@ -284,6 +300,11 @@ func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([
 		if err != nil {
 			return nil, err
 		}
+		if c.Tokens != nil {
+			if q.Tokens, err = c.tokens(ctx, epoch, hi-lo); err != nil {
+				return nil, err
+			}
+		}
 		b, err := q.MarshalBinary()
 		if err != nil {
 			return nil, err
@@ -296,6 +317,9 @@ func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([
 		if err != nil {
 			return nil, fmt.Errorf("randomness response: %w", err)
 		}
+		if err := oprf.TokenRefusal(resp.Refusal); err != nil {
+			return nil, fmt.Errorf("epoch %s: %w", epoch, err)
+		}
 		if err := resp.Refusal.Err(); err != nil {
 			return nil, fmt.Errorf("epoch %s: %w", epoch, err)
 		}
@@ -307,6 +331,24 @@ func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([
 			return nil, fmt.Errorf("epoch %s: %w", epoch, err)
 		}
 		out = append(out, omegas...)
+	}
+	return out, nil
+}
+
+// tokens gets n randomness tokens of epoch from c.Tokens, encoded.
+func (c *Client) tokens(ctx context.Context, epoch string, n int) ([][]byte, error) {
+	toks, err := c.Tokens.RandomnessTokens(ctx, epoch, n)
+	if err != nil {
+		return nil, fmt.Errorf("randomness tokens for epoch %s: %w", epoch, err)
+	}
+	if len(toks) != n {
+		return nil, fmt.Errorf("randomness tokens for epoch %s: the token source gave %d tokens for %d elements", epoch, len(toks), n)
+	}
+	out := make([][]byte, n)
+	for i, t := range toks {
+		if out[i], err = t.MarshalBinary(); err != nil {
+			return nil, fmt.Errorf("randomness token for epoch %s: %w", epoch, err)
+		}
 	}
 	return out, nil
 }
