@@ -265,6 +265,12 @@ func (c *Credential) present(rnd randomness, presentationContext []byte, nonce, 
 	if limit < 1 || limit > MaxLimit || nonce < 0 || nonce >= limit {
 		return nil, fmt.Errorf("%w: nonce %d, limit %d (limit must be 1..%d)", ErrLimit, nonce, limit, MaxLimit)
 	}
+	return c.presentUnchecked(rnd, presentationContext, nonce, limit)
+}
+
+// presentUnchecked is present without the nonce check (tests build
+// presentations beyond the limit with it).
+func (c *Credential) presentUnchecked(rnd randomness, presentationContext []byte, nonce, limit int) (*Presentation, error) {
 	var rs [4]group.Scalar // a, r, z, nonceBlinding
 	for i := range rs {
 		v, err := rnd.secret()

@@ -2,6 +2,7 @@ package arc
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha3"
 	"encoding/hex"
 	"encoding/json"
@@ -165,6 +166,69 @@ func TestVectors(t *testing.T) {
 		check(t, v, name, "proof", full[5*ElementSize:])
 		if err := sk.VerifyPresentationWithContext(p, reqCtx, pctx, 2); err != nil {
 			t.Errorf("%s does not verify: %v", name, err)
+		}
+	}
+}
+
+// TestVectorsVerify parses the draft's published encodings (not ones this
+// package produced) and checks them: the request proof under Issue, the
+// response proof under Finalize, and both presentations under the
+// published key, request context and limit 2.
+func TestVectorsVerify(t *testing.T) {
+	v := loadVectors(t)
+	key := v["ServerKey"]
+	sk, err := ParsePrivateKey(unhex(t, key["x0"]+key["x1"]+key["x2"]+key["xb"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk, err := ParsePublicKey(unhex(t, key["X0"]+key["X1"]+key["X2"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := mustEncode(pk.X0), mustEncode(sk.pub.X0); !bytes.Equal(a, b) {
+		t.Fatalf("published X0 %x is not x0·G + xb·H = %x", a, b)
+	}
+	rq := v["CredentialRequest"]
+	req, err := ParseCredentialRequest(unhex(t, rq["m1_enc"]+rq["m2_enc"]+rq["proof"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sk.Issue(rand.Reader, req); err != nil {
+		t.Errorf("published request refused: %v", err)
+	}
+	rs := v["CredentialResponse"]
+	resp, err := ParseCredentialResponse(unhex(t, rs["U"]+rs["enc_U_prime"]+rs["X0_aux"]+rs["X1_aux"]+rs["X2_aux"]+rs["H_aux"]+rs["proof"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc [4]group.Scalar
+	for i, f := range []string{"m1", "m2", "r1", "r2"} {
+		if sc[i], err = decodeScalar(unhex(t, rq[f]), f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secrets := &ClientSecrets{m1: sc[0], m2: sc[1], r1: sc[2], r2: sc[3]}
+	cred, err := secrets.Finalize(pk, req, resp)
+	if err != nil {
+		t.Fatalf("published response refused: %v", err)
+	}
+	check(t, v, "Credential", "U_prime", enc(cred.UPrime))
+	reqCtx := unhex(t, rq["request_context"])
+	for _, name := range []string{"Presentation1", "Presentation2"} {
+		f := v[name]
+		p, err := ParsePresentation(unhex(t, f["U"]+f["U_prime_commit"]+f["m1_commit"]+f["tag"]+f["nonce_commit"]+f["proof"]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pctx := unhex(t, f["presentation_context"])
+		if err := sk.VerifyPresentationWithContext(p, reqCtx, pctx, 2); err != nil {
+			t.Errorf("published %s refused: %v", name, err)
+		}
+		if err := sk.VerifyPresentationWithContext(p, reqCtx, pctx, 3); err == nil {
+			t.Errorf("published %s accepted with limit 3", name)
+		}
+		if err := sk.VerifyPresentationWithContext(p, reqCtx, append(pctx, '!'), 2); err == nil {
+			t.Errorf("published %s accepted in another context", name)
 		}
 	}
 }
