@@ -13,7 +13,9 @@ import (
 
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/retry"
+	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/token"
 
 	"github.com/segmentio/kafka-go"
 
@@ -50,6 +52,12 @@ type Service struct {
 	MaxOpenEpochs     int
 	MaxPendingReports int64
 	MaxPendingBytes   int64
+	// ReportKeys and ARCKeys set the Partition fields of the same names
+	// (issue 17): with ReportKeys, reports need a valid report token bound
+	// to them; with ARCKeys, FT_u reports need an ARC presentation. nil:
+	// off. Every member of a group must set them alike.
+	ReportKeys func(epoch string) (*token.PrivateKey, error)
+	ARCKeys    func(epoch string) (*arc.PrivateKey, error)
 
 	Reports, Decrypted, Dropped atomic.Int64 // totals over all partitions
 	mu                          sync.Mutex
@@ -205,6 +213,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 			}
 			late, unknown, full := st.Stats.Dropped["late"], st.Stats.Dropped["unknown-epoch"], st.Stats.Dropped["epoch-full"]
 			refused, reopen := st.Stats.Dropped["open-refused"], st.Stats.Dropped["open-after-close"]
+			tokenKey, arcKey := st.Stats.Dropped["token-key"], st.Stats.Dropped["arc-key"]
 			emits := st.Apply(msg)
 			if st.Stats.Dropped["late"] > late {
 				// a report of a closed epoch: the relays were reported
@@ -223,6 +232,14 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 			if st.Stats.Dropped["open-refused"] > refused {
 				log.Error("aggregator: epoch open refused: its app already has --max-open-epochs open epochs; close one ('crowdlog aggregate close-epoch') and open it again",
 					"partition", id, "offset", m.Offset, "max_open_epochs", st.maxOpenEpochs())
+			}
+			if n := st.Stats.Dropped["token-key"]; n > tokenKey && n&(n-1) == 0 {
+				log.Error("aggregator: reports dropped because their epoch has no report-token key (token-key); the issuer and the aggregator must share the keys directory, and the key must exist before reports arrive",
+					"partition", id, "offset", m.Offset, "token_key_total", n)
+			}
+			if n := st.Stats.Dropped["arc-key"]; n > arcKey && n&(n-1) == 0 {
+				log.Error("aggregator: FT_u reports dropped because their epoch has no ARC key (arc-key); the issuer and the aggregator must share the keys directory",
+					"partition", id, "offset", m.Offset, "arc_key_total", n)
 			}
 			if st.Stats.Dropped["open-after-close"] > reopen {
 				log.Error("aggregator: epoch open refused: the epoch was closed before; use a new epoch name", "partition", id, "offset", m.Offset)
@@ -317,6 +334,7 @@ func (s *Service) newPartition(id, count int) *Partition {
 	st.CoarseSummary = s.CoarseSummary
 	st.RequireOpen = true
 	st.MaxOpenEpochs, st.MaxPendingReports, st.MaxPendingBytes = s.MaxOpenEpochs, s.MaxPendingReports, s.MaxPendingBytes
+	st.ReportKeys, st.ARCKeys = s.ReportKeys, s.ARCKeys
 	return st
 }
 

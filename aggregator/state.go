@@ -37,8 +37,10 @@ import (
 	"sort"
 
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/star"
+	"github.com/crowdlog/crowdlog/protocol/token"
 	"github.com/crowdlog/crowdlog/protocol/vss"
 )
 
@@ -56,7 +58,13 @@ type Message struct {
 // hold MaxPendingReports reports or MaxPendingBytes bytes in this
 // partition), bad-share (a share that fails the Feldman check against its
 // report's commitment), bad-commitment (commitment points that do not
-// decode), bad-ciphertext (AEAD fails under the recovered key). For control
+// decode), bad-ciphertext (AEAD fails under the recovered key); with
+// ReportKeys: no-token, bad-token (does not parse, is not bound to the
+// report, or does not verify), spent-token (a report token accepted
+// before: a replayed report), token-key (no report-token key for the
+// epoch); with ARCKeys, FT_u reports: bad-presentation (missing, not
+// verifying for the report's artifact, or its tag does not give the
+// share's x), arc-key (no ARC key for the epoch). For control
 // messages: malformed-control, open-refused (an EpochOpen beyond
 // MaxOpenEpochs open epochs of its app), open-after-close (an EpochOpen of
 // a closed epoch).
@@ -78,6 +86,11 @@ type epochKey struct{ app, epoch string }
 type epochState struct {
 	open            bool // opened by an EpochOpen (not just seen without RequireOpen)
 	held, heldBytes int64
+	// spent holds the spend ids (token.Token.SpendID) of the report tokens
+	// accepted in this epoch and partition (with ReportKeys): a report
+	// token seen again is a replayed report ("spent-token"). Part of the
+	// replayed state, so a rebuilt partition gives the same verdicts.
+	spent map[[32]byte]struct{}
 }
 
 // Defaults of the Partition's bounds (Service options and `crowdlog
@@ -131,6 +144,12 @@ type tagState struct {
 	seen       map[[16]byte]struct{}
 	pending    []*star.Report
 	poly       *vss.Polynomial // after a verified recovery: the committed polynomial
+	// arcOK holds the share x-coordinates whose report carried a verified
+	// ARC presentation (FT_u with ARCKeys): repeated impressions of one
+	// (credential, artifact) carry the same x and are not verified again.
+	// Only good verdicts are kept, so a bad presentation at an x never
+	// blocks a good one; a repeat must carry the verified tag.
+	arcOK map[[32]byte][32]byte // x → SHA-256 of the verified presentation tag
 }
 
 // MaxAttempts bounds the k-subsets tried per arriving share when recovery
@@ -174,7 +193,23 @@ type Partition struct {
 	// Shares (distinct users, < k) stay exact. Off by default: with it,
 	// Σ Reports·Tags is only a lower bound of the undecrypted reports.
 	CoarseSummary bool
-	noVerify      bool // baseline for benchmarks: no commitment checks, AEAD subset search
+	// ReportKeys returns the report-token key of an epoch (token.KindReport;
+	// keydir.LoadTokenKey). Set, a report is accepted only with a valid
+	// report token for its epoch bound to it (tokens.go): "no-token",
+	// "bad-token", "spent-token", "token-key". nil: tokens off.
+	ReportKeys func(epoch string) (*token.PrivateKey, error)
+	// ARCKeys returns the ARC issuer key of an epoch (keydir.LoadARCKey).
+	// Set, an FT_u report is accepted only with an ARC presentation that
+	// verifies for its artifact and whose tag gives its share's x
+	// ("bad-presentation", "arc-key"). nil: off.
+	ARCKeys func(epoch string) (*arc.PrivateKey, error)
+	// Every member of a group must set ReportKeys and ARCKeys alike, and
+	// the keys of an epoch must exist before its first report arrives: a
+	// report is judged once, and again identically on replay, only when
+	// its epoch's keys load the same way each time.
+	reportKeys map[string]*token.PrivateKey
+	arcKeys    map[string]*arc.PrivateKey
+	noVerify   bool // baseline for benchmarks: no commitment checks, AEAD subset search
 }
 
 // PendingGroup is one (tag, commitment) group below threshold: what a thief
@@ -295,6 +330,12 @@ func (p *Partition) ApplyReport(r *star.Report) []protocol.Decrypted {
 		e = &epochState{}
 		p.epochs[ek] = e
 	}
+	if p.ReportKeys != nil {
+		if reason := p.checkToken(e, r); reason != "" {
+			p.drop(reason)
+			return nil
+		}
+	}
 	gk := groupKey{app: r.App, epoch: r.Epoch, policy: r.Policy, k: r.K, tag: r.Tag, commit: vss.CommitmentHash(r.Commitment)}
 	t := p.tags[gk]
 	if t != nil {
@@ -330,6 +371,12 @@ func (p *Partition) ApplyReport(r *star.Report) []protocol.Decrypted {
 	if t.dead {
 		p.drop("bad-commitment")
 		return nil
+	}
+	if p.ARCKeys != nil && r.Policy == star.FTu {
+		if reason := p.checkPresentation(t, r); reason != "" {
+			p.drop(reason)
+			return nil
+		}
 	}
 	if t.key != nil {
 		if !p.noVerify && !p.laterShareOK(t, r.Share) {
