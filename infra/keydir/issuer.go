@@ -8,12 +8,14 @@ import (
 	"path/filepath"
 	"regexp"
 
+	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/token"
 )
 
 // IssuerKeys is the issuer's per-epoch key directory inside a keys
 // directory: EPOCH.randomness.key and EPOCH.report.key (token.PrivateKey,
-// RFC 9578 §5.5) and EPOCH.arc.key (ARC), each 0600. The issuer holds all
+// RFC 9578 §5.5) and EPOCH.arc.key (arc.PrivateKey,
+// draft-ietf-privacypass-arc-crypto), each 0600. The issuer holds all
 // of them; the randomness service needs only the randomness keys and the
 // aggregator only the report and ARC keys (give each role a keys directory
 // with only those files to keep the aggregator from minting randomness
@@ -40,8 +42,8 @@ func ARCKeyPath(dir, epoch string) string {
 	return filepath.Join(dir, IssuerKeys, epoch+".arc.key")
 }
 
-// EnsureIssuerKeys creates the token keys of both kinds (and, in builds
-// with ARC, the ARC key) of epoch in dir/issuer.keys when missing. It is
+// EnsureIssuerKeys creates the token keys of both kinds and the ARC key of
+// epoch in dir/issuer.keys when missing. It is
 // idempotent and safe to run from several processes at once on one file
 // system: each file is written under a temporary name and linked into
 // place, so the first writer wins and the others keep its key.
@@ -114,6 +116,40 @@ func LoadTokenKey(dir string, kind token.Kind, epoch string) (*token.PrivateKey,
 	return k, nil
 }
 
-// ensureARCKey creates the ARC key of epoch; this build issues no ARC
-// credentials yet, so there is none to create.
-func ensureARCKey(dir, epoch string) error { return nil }
+// ensureARCKey creates the ARC key of epoch (arc.GenerateKey) when
+// missing.
+func ensureARCKey(dir, epoch string) error {
+	path := ARCKeyPath(dir, epoch)
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	k, err := arc.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	b, err := k.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	return createOnce(path, b)
+}
+
+// LoadARCKey reads the ARC key of epoch from dir/issuer.keys (the issuer
+// issues credentials under it; the aggregator verifies presentations with
+// it). Errors wrap os.ErrNotExist when the file is missing and name the
+// file otherwise.
+func LoadARCKey(dir, epoch string) (*arc.PrivateKey, error) {
+	if !ValidIssuerEpoch(epoch) {
+		return nil, fmt.Errorf("issuer keys: epoch %q is not 1..64 of [A-Za-z0-9._-]", epoch)
+	}
+	path := ARCKeyPath(dir, epoch)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("ARC key %s: %w", path, err)
+	}
+	k, err := arc.ParsePrivateKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("ARC key %s: %w", path, err)
+	}
+	return k, nil
+}

@@ -1,6 +1,7 @@
 package keydir
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
@@ -40,6 +41,13 @@ func TestIssuerKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ak, err := LoadARCKey(dir, "e1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadARCKey(dir, "e9"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing ARC key: %v", err)
+	}
 	if rnd.KeyID() == rep.KeyID() || rnd.Kind() != token.KindRandomness || rep.Kind() != token.KindReport {
 		t.Fatal("kinds share a key or are mixed up")
 	}
@@ -49,6 +57,12 @@ func TestIssuerKeys(t *testing.T) {
 	again, _ := LoadTokenKey(dir, token.KindRandomness, "e1")
 	if again.KeyID() != rnd.KeyID() {
 		t.Fatal("EnsureIssuerKeys replaced an existing key")
+	}
+	ak2, _ := LoadARCKey(dir, "e1")
+	a1, _ := ak.Public().MarshalBinary()
+	a2, _ := ak2.Public().MarshalBinary()
+	if !bytes.Equal(a1, a2) {
+		t.Fatal("EnsureIssuerKeys replaced the ARC key")
 	}
 	entries, _ := os.ReadDir(filepath.Join(dir, IssuerKeys))
 	for _, e := range entries {
