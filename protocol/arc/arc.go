@@ -453,9 +453,11 @@ func (sk *PrivateKey) VerifyPresentationWithContext(p *Presentation, requestCont
 		}
 	}
 	m2 := hashToScalar(requestContext, "requestContext")
-	V := add(mul(p.U, sk.x0), mul(p.M1Commit, sk.x1))
-	V = add(V, mul(p.U, g.NewScalar().Mul(sk.x2, m2)))
-	V = sub(V, p.UPrimeCommit)
+	// V = (x0 + x2·m2)·U + x1·m1Commit − U'Commit (the draft's three
+	// products, two multiplications).
+	ux := g.NewScalar().Mul(sk.x2, m2)
+	ux.Add(ux, sk.x0)
+	V := sub(add(mul(p.U, ux), mul(p.M1Commit, sk.x1)), p.UPrimeCommit)
 	genT := hashToGroup(presentationContext, "Tag")
 	rel, vars := presentationRelation(p.U, p.UPrimeCommit, p.M1Commit, V, sk.pub.X1, p.TagElement, genT, p.NonceCommit)
 	if len(bs) == 0 {

@@ -41,13 +41,25 @@ func (r *relation) equation(lhs int, terms ...[2]int) {
 	r.eqs = append(r.eqs, equation{lhs, terms})
 }
 
-// linearMap evaluates the right-hand sides at the scalars s.
+// linearMap evaluates the right-hand sides at the scalars s. Terms of one
+// equation on the same element are summed first (m1·tag + nonce·tag costs
+// one multiplication).
 func (r *relation) linearMap(s []group.Scalar) []group.Element {
 	out := make([]group.Element, len(r.eqs))
 	for i, eq := range r.eqs {
-		acc := g.Identity()
+		coef := make(map[int]group.Scalar, len(eq.terms))
+		order := make([]int, 0, len(eq.terms))
 		for _, t := range eq.terms {
-			acc = add(acc, mul(r.elements[t[1]], s[t[0]]))
+			if c, ok := coef[t[1]]; ok {
+				c.Add(c, s[t[0]])
+				continue
+			}
+			coef[t[1]] = s[t[0]].Copy()
+			order = append(order, t[1])
+		}
+		acc := g.Identity()
+		for _, e := range order {
+			acc = add(acc, mul(r.elements[e], coef[e]))
 		}
 		out[i] = acc
 	}
@@ -167,8 +179,14 @@ func (r *relation) verify(session string, proof []byte) bool {
 		}
 	}
 	commit := r.linearMap(resp)
+	cImage := map[int]group.Element{} // c·element, shared by equations with one left-hand side
 	for i, eq := range r.eqs {
-		commit[i] = sub(commit[i], mul(r.elements[eq.lhs], c))
+		ci, ok := cImage[eq.lhs]
+		if !ok {
+			ci = mul(r.elements[eq.lhs], c)
+			cImage[eq.lhs] = ci
+		}
+		commit[i] = sub(commit[i], ci)
 	}
 	sp, ok := r.transcript(session)
 	if !ok {
