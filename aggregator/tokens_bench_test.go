@@ -1,0 +1,106 @@
+package aggregator
+
+import (
+	"testing"
+	"time"
+
+	"github.com/crowdlog/crowdlog/ingest/aol"
+	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/star"
+	"github.com/crowdlog/crowdlog/protocol/token"
+)
+
+// BenchmarkApplyBundledLogTokens is the cost of report tokens on real
+// data, on the path of BenchmarkApplyBundledLog (Apply: HPKE peel, parse,
+// verified aggregation): the query reports (FT_u, k = 5) of the first 50
+// users of the bundled AOL log, applied alternately without tokens and
+// with a report token each (ReportKeys set: nonce check, spent set, one
+// VOPRF evaluation per report).
+func BenchmarkApplyBundledLogTokens(b *testing.B) {
+	const users, k = 50, 5
+	key, _ := onion.GenerateKeyPair(1)
+	reportKey, err := token.GenerateKey(token.KindReport, "e1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var reports []*star.Report
+	sealings := map[string]star.Sealing{}
+	n := 0
+	_, err = aol.ReadUsers("../testdata/aol-top1000.tsv.gz", func(u aol.User) error {
+		if n++; n > users {
+			return nil
+		}
+		sec, _ := star.NewUserSecret()
+		for _, a := range (apps.QueryApp{}).Mine(u.Records) {
+			s, ok := sealings[a.Primary]
+			if !ok {
+				var err error
+				if s, err = star.DeriveSealing(star.LocalOmega("query", "e1", a.Primary), "query", "e1", star.FTu, k); err != nil {
+					return err
+				}
+				sealings[a.Primary] = s
+			}
+			r, err := s.Seal(&sec, a.Primary, a.Secondary)
+			if err != nil {
+				return err
+			}
+			reports = append(reports, r)
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	plain := make([][]byte, len(reports))
+	for i, r := range reports {
+		plain[i] = wrap(b, key, r)
+	}
+	const batch = 1000
+	for lo := 0; lo < len(reports); lo += batch {
+		hi := min(lo+batch, len(reports))
+		nonces := make([][32]byte, 0, hi-lo)
+		for _, r := range reports[lo:hi] {
+			u, _ := r.UnsignedBytes()
+			nonces = append(nonces, token.ReportNonce(u))
+		}
+		for i, t := range mint(b, reportKey, nonces...) {
+			reports[lo+i].Token, _ = t.MarshalBinary()
+		}
+	}
+	paid := make([][]byte, len(reports))
+	for i, r := range reports {
+		paid[i] = wrap(b, key, r)
+	}
+	run := func(msgs [][]byte, tokens bool) (time.Duration, int64) {
+		start := time.Now()
+		p := NewPartition(0, 1, []*onion.KeyPair{key})
+		if tokens {
+			p.ReportKeys = keysOf(reportKey)
+		}
+		for _, m := range msgs {
+			p.Apply(Message{Value: m})
+		}
+		if len(p.Stats.Dropped) != 0 {
+			b.Fatalf("tokens=%v: dropped %v", tokens, p.Stats.Dropped)
+		}
+		return time.Since(start), p.Stats.Decrypted
+	}
+	b.ResetTimer()
+	var with, without time.Duration
+	var dec1, dec2 int64
+	applied := 0
+	for i := 0; i < b.N; i += len(reports) {
+		d1, x1 := run(paid, true)
+		d2, x2 := run(plain, false)
+		with, without, dec1, dec2 = with+d1, without+d2, x1, x2
+		applied += len(reports)
+	}
+	if dec1 != dec2 {
+		b.Fatalf("decrypted %d with tokens, %d without", dec1, dec2)
+	}
+	b.ReportMetric(float64(len(reports)), "reports")
+	b.ReportMetric(float64(dec1), "decrypted")
+	b.ReportMetric(float64(with.Nanoseconds())/float64(applied), "tokens-ns/report")
+	b.ReportMetric(float64(without.Nanoseconds())/float64(applied), "notokens-ns/report")
+}
