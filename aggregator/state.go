@@ -207,9 +207,10 @@ type Partition struct {
 	// the keys of an epoch must exist before its first report arrives: a
 	// report is judged once, and again identically on replay, only when
 	// its epoch's keys load the same way each time.
-	reportKeys map[string]*token.PrivateKey
-	arcKeys    map[string]*arc.PrivateKey
-	noVerify   bool // baseline for benchmarks: no commitment checks, AEAD subset search
+	reportKeys  map[string]*token.PrivateKey
+	arcKeys     map[string]*arc.PrivateKey
+	arcVerified int64 // presentations verified (tests: the per-(group, x) cache)
+	noVerify    bool  // baseline for benchmarks: no commitment checks, AEAD subset search
 }
 
 // PendingGroup is one (tag, commitment) group below threshold: what a thief

@@ -1,7 +1,6 @@
 package aggregator
 
 import (
-	"bytes"
 	"crypto/sha256"
 
 	"github.com/crowdlog/crowdlog/protocol/arc"
@@ -87,10 +86,10 @@ func (p *Partition) arcKey(epoch string) *arc.PrivateKey {
 
 // checkPresentation judges an FT_u report's ARC presentation and returns
 // the drop reason, or "": it must verify under the epoch's ARC key for the
-// presentation context of the report's own fields (star's ARC context:
+// presentation context of the report's own fields (star.Report.ARCContext:
 // "crowdlog-v1 arc" ‖ release context ‖ tag) with limit 1 — one
 // presentation per credential and artifact — and the share's x must be
-// the one its tag gives (star ShareXFromARC), so one credential adds one
+// the one its tag gives (star.Report.CheckARCShare), so one credential adds one
 // share however many user secrets its holder tries. A good verdict is kept
 // per (group, x): repeated impressions of one (credential, artifact) carry
 // the same x and cost no second verification; a repeat must still carry a
@@ -113,14 +112,14 @@ func (p *Partition) checkPresentation(t *tagState, r *star.Report) string {
 	if err != nil {
 		return "bad-presentation"
 	}
-	if key.VerifyPresentation(pres, reportARCContext(r), 1) != nil {
+	if key.VerifyPresentation(pres, r.ARCContext(), 1) != nil {
 		return "bad-presentation"
 	}
 	tag := pres.Tag()
-	wantX, _ := shareXFromARC(tag).MarshalBinary()
-	if !bytes.Equal(wantX, x[:]) {
+	if r.CheckARCShare(tag) != nil {
 		return "bad-presentation"
 	}
+	p.arcVerified++
 	if t.arcOK == nil {
 		t.arcOK = map[[32]byte][32]byte{}
 	}
