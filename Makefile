@@ -39,7 +39,9 @@ fuzz:
 	  "./release/stage FuzzApply" "./ingest/aol FuzzReader" "./ingest/normalize FuzzQuery" \
 	  "./protocol/blind FuzzParse" "./protocol/blind FuzzOpenBundle" "./aggregator/vectors FuzzApply" \
 	  "./coordinator FuzzParse" "./release/pdd FuzzApply" "./relays FuzzClassify" "./relays FuzzValidForward" \
-	  "./ingest/apps FuzzSplit" "./protocol/star FuzzOpenSealedPayload" "./aggregator FuzzApplyInnerReport"; do \
+	  "./ingest/apps FuzzSplit" "./protocol/star FuzzOpenSealedPayload" "./aggregator FuzzApplyInnerReport" \
+	  "./protocol/arc FuzzParsePresentation" "./protocol/arc FuzzParseCredentialRequest" "./protocol/arc FuzzParseCredentialResponse" \
+	  "./protocol/arc FuzzParseCredential" "./protocol/arc FuzzParsePublicKey" "./protocol/arc FuzzParsePrivateKey"; do \
 	  set -- $$spec; echo "== $$1 $$2"; $(GO) test -run XXX -fuzz "^$$2$$" -fuzztime $(FUZZTIME) $$1 || exit 1; done
 
 bench:
