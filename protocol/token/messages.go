@@ -51,8 +51,6 @@ var (
 	ErrStale = errors.New("stale request")
 	// ErrReplay: the issuer already answered this signed request.
 	ErrReplay = errors.New("replayed request")
-	// ErrARCUnavailable: this issuer build issues no ARC credentials.
-	ErrARCUnavailable = errors.New("ARC not available in this build")
 )
 
 // BudgetError is the issuer's refusal of a request that would exceed an
@@ -321,12 +319,11 @@ func ParseIssueResponse(b []byte) (*IssueResponse, error) {
 }
 
 // refusalSentinels map refusal texts back to errors on the client.
-var refusalSentinels = []error{ErrNotEnrolled, ErrBudget, ErrBadSignature, ErrStale, ErrReplay, ErrARCUnavailable}
+var refusalSentinels = []error{ErrNotEnrolled, ErrBudget, ErrBadSignature, ErrStale, ErrReplay}
 
 // Err is the refusal as a client error: "issuer: <message>", wrapping
-// ErrNotEnrolled, ErrBudget, ErrBadSignature, ErrStale, ErrReplay or
-// ErrARCUnavailable when the message starts with one of them; nil when
-// not refused.
+// ErrNotEnrolled, ErrBudget, ErrBadSignature, ErrStale or ErrReplay when
+// the message starts with one of them; nil when not refused.
 func (p *IssueResponse) Err() error { return IssuerRefusalErr(p.Refusal) }
 
 // IssuerRefusalErr is IssueResponse.Err for any refusal of the issuer.

@@ -1,0 +1,506 @@
+// Package issuer is the Privacy Pass issuer role (RFC 9576 §3.2, §4: the
+// issuer and, by default, its attester in one process): it authenticates a
+// client identity through an Attester (default: the enrollment list of
+// client Ed25519 keys in the keys directory) and issues, per identity and
+// epoch, at most Limits.RandomnessTokens randomness tokens, at most
+// Limits.ReportTokens report tokens (RFC 9578 §5, package protocol/token)
+// and one ARC credential (draft-ietf-privacypass-arc-protocol), all
+// blindly: it sees blinded elements only, so neither it nor a verifier can
+// link a token to the identity it was issued to.
+//
+// Requests arrive by NATS request/reply on protocol.IssuerSubject (queue
+// group "issuer": more processes share the load); public keys on
+// protocol.IssuerPublicKeySubject. The per-identity counts live in the
+// JetStream key-value bucket protocol.IssuerCountersBucket and are
+// reserved with compare-and-set (Create for the first issuance, Update at
+// the read revision after) before the answer leaves the issuer, so
+// replicas cannot together over-issue and a restart keeps the counts. The
+// bucket holds only counts keyed by SHA-256(identity ‖ epoch ‖ kind) and
+// short-lived replay markers keyed by SHA-256(identity ‖ timestamp):
+// nothing the issuer stores or logs names an artifact or a blinded element.
+package issuer
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/crowdlog/crowdlog/infra/keydir"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/arc"
+	"github.com/crowdlog/crowdlog/protocol/token"
+)
+
+// Queue is the NATS queue group of issuer processes.
+const Queue = "issuer"
+
+// Attester authenticates the client behind a request whose signature under
+// req.Identity has been checked (RFC 9576 §3.2 attestation). It returns the
+// identity that budgets are counted against, or an error wrapping
+// token.ErrNotEnrolled (or another reason the client may read). An
+// implementation may consult an account system or device attestation; the
+// returned identity should be a stable hash, never a name.
+type Attester interface {
+	Attest(ctx context.Context, req *token.IssueRequest) (identity [32]byte, err error)
+}
+
+// Limits are the per-identity, per-epoch budgets: at most RandomnessTokens
+// randomness tokens (N: OPRF elements) and ReportTokens report tokens (d)
+// per identity and epoch; ARC credentials are always 1 per identity and
+// epoch.
+type Limits struct {
+	RandomnessTokens, ReportTokens int
+}
+
+// limit is the budget of kind.
+func (l Limits) limit(kind token.Kind) int {
+	switch kind {
+	case token.KindRandomness:
+		return l.RandomnessTokens
+	case token.KindReport:
+		return l.ReportTokens
+	case token.KindARC:
+		return 1
+	}
+	return 0
+}
+
+// Refusal reasons, the label of crowdlog_issuer_refused_total.
+const (
+	ReasonMalformed    = "malformed"
+	ReasonSignature    = "bad-signature"
+	ReasonStale        = "stale"
+	ReasonReplay       = "replay"
+	ReasonNotEnrolled  = "not-enrolled"
+	ReasonBudget       = "over-budget"
+	ReasonEpoch        = "epoch"
+	ReasonInternal     = "internal"
+	ReasonBadElements  = "bad-elements"
+	replayTTLMargin    = time.Minute
+	maxCASAttempts     = 32
+	defaultReplyBudget = 10 * time.Second
+)
+
+var reasons = []string{ReasonMalformed, ReasonSignature, ReasonStale, ReasonReplay, ReasonNotEnrolled,
+	ReasonBudget, ReasonEpoch, ReasonInternal, ReasonBadElements}
+
+// Service is the issuer. Set NC, KeysDir, Attester and Limits (or use
+// New), then Run.
+type Service struct {
+	NC       *nats.Conn
+	KeysDir  string // keys directory: token keys in issuer.keys/, created per epoch on first use
+	Attester Attester
+	Limits   Limits
+	Logger   *slog.Logger
+
+	// EpochCheck, when set, refuses epochs it returns an error for (e.g.
+	// epochs the pipeline has not opened); nil accepts any valid epoch name
+	// (keydir.ValidIssuerEpoch).
+	EpochCheck func(epoch string) error
+	// Counters is the counters bucket; nil: Run opens (or creates)
+	// protocol.IssuerCountersBucket on NC.
+	Counters jetstream.KeyValue
+	// Now is the clock for request timestamps; nil means time.Now.
+	Now     func() time.Time
+	Issued  atomic.Int64 // tokens and credentials issued
+	Refused atomic.Int64 // requests refused (any reason)
+
+	refusedBy sync.Map // reason → *atomic.Int64
+	keys      sync.Map // epoch → *epochKeys
+}
+
+type epochKeys struct {
+	rnd, rep *token.PrivateKey
+	arc      *arc.PrivateKey
+	arcPub   []byte
+}
+
+// New builds the issuer on keysDir with the enrollment list of keysDir as
+// its attester (EnrollmentAttester) and limits. Call Run on the result.
+func New(nc *nats.Conn, keysDir string, limits Limits, log *slog.Logger) (*Service, error) {
+	if limits.RandomnessTokens < 0 || limits.ReportTokens < 0 {
+		return nil, fmt.Errorf("issuer: negative limits %+v", limits)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Service{NC: nc, KeysDir: keysDir, Attester: &EnrollmentAttester{Dir: keysDir}, Limits: limits, Logger: log}, nil
+}
+
+func (s *Service) log() *slog.Logger {
+	if s.Logger == nil {
+		return slog.Default()
+	}
+	return s.Logger
+}
+
+func (s *Service) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// OpenCounters binds the counters bucket protocol.IssuerCountersBucket on
+// nc, creating it (file storage, history 1, per-key TTL allowed for the
+// replay markers) when missing. Errors say when JetStream is off.
+func OpenCounters(ctx context.Context, nc *nats.Conn) (jetstream.KeyValue, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("issuer: %w", err)
+	}
+	kv, err := js.KeyValue(ctx, protocol.IssuerCountersBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: protocol.IssuerCountersBucket,
+			Description: "crowdlog issuer: tokens issued per hashed identity, epoch and kind; replay markers",
+			History:     1, Storage: jetstream.FileStorage, Replicas: natsconn.Replicas(nc),
+			LimitMarkerTTL: time.Second})
+		if errors.Is(err, jetstream.ErrBucketExists) { // another replica created it meanwhile
+			kv, err = js.KeyValue(ctx, protocol.IssuerCountersBucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("issuer: key-value bucket %s (is JetStream enabled on the NATS server?): %w", protocol.IssuerCountersBucket, err)
+	}
+	return kv, nil
+}
+
+// Run serves until ctx ends. Malformed and refused requests get a refusal
+// and are counted; they never stop the service.
+func (s *Service) Run(ctx context.Context) error {
+	log := s.log()
+	if s.Attester == nil {
+		return errors.New("issuer: no attester (use issuer.New or set Service.Attester)")
+	}
+	if s.Counters == nil {
+		kv, err := OpenCounters(ctx, s.NC)
+		if err != nil {
+			return err
+		}
+		s.Counters = kv
+	}
+	respond := func(m *nats.Msg, b []byte, err error) {
+		if err != nil {
+			log.Error("issuer: encode response", "err", err)
+			return
+		}
+		if err := m.Respond(b); err != nil {
+			log.Warn("issuer: respond", "err", err)
+		}
+	}
+	sub, err := s.NC.QueueSubscribe(protocol.IssuerSubject, Queue, func(m *nats.Msg) {
+		rctx, cancel := context.WithTimeout(ctx, defaultReplyBudget)
+		defer cancel()
+		b, err := s.Handle(rctx, m.Data).MarshalBinary()
+		respond(m, b, err)
+	})
+	if err != nil {
+		return fmt.Errorf("issuer: subscribe %s: %w", protocol.IssuerSubject, err)
+	}
+	defer sub.Unsubscribe()
+	psub, err := s.NC.QueueSubscribe(protocol.IssuerPublicKeySubject, Queue, func(m *nats.Msg) {
+		b, err := s.HandleKeys(m.Data).MarshalBinary()
+		respond(m, b, err)
+	})
+	if err != nil {
+		return fmt.Errorf("issuer: subscribe %s: %w", protocol.IssuerPublicKeySubject, err)
+	}
+	defer psub.Unsubscribe()
+	if err := s.NC.Flush(); err != nil {
+		return err
+	}
+	log.Info("issuer ready", "subject", protocol.IssuerSubject, "public_keys", protocol.IssuerPublicKeySubject,
+		"randomness_tokens", s.Limits.RandomnessTokens, "report_tokens", s.Limits.ReportTokens)
+	<-ctx.Done()
+	return nil
+}
+
+// refuse counts a refusal by reason and makes its response.
+func (s *Service) refuse(reason string, err error) *token.IssueResponse {
+	s.Refused.Add(1)
+	c, _ := s.refusedBy.LoadOrStore(reason, new(atomic.Int64))
+	c.(*atomic.Int64).Add(1)
+	return &token.IssueResponse{Refusal: protocol.Refusal{Error: err.Error()}}
+}
+
+// RefusedBy is the number of refusals of reason (Reason*).
+func (s *Service) RefusedBy(reason string) int64 {
+	if c, ok := s.refusedBy.Load(reason); ok {
+		return c.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+// epochKeys loads (creating on first use) the token keys of epoch.
+func (s *Service) epochKeys(epoch string) (*epochKeys, error) {
+	if k, ok := s.keys.Load(epoch); ok {
+		return k.(*epochKeys), nil
+	}
+	if !keydir.ValidIssuerEpoch(epoch) {
+		return nil, fmt.Errorf("epoch %q is not 1..64 of [A-Za-z0-9._-]", epoch)
+	}
+	if s.EpochCheck != nil {
+		if err := s.EpochCheck(epoch); err != nil {
+			return nil, err
+		}
+	}
+	if err := keydir.EnsureIssuerKeys(s.KeysDir, epoch); err != nil {
+		return nil, err
+	}
+	k := &epochKeys{}
+	var err error
+	if k.rnd, err = keydir.LoadTokenKey(s.KeysDir, token.KindRandomness, epoch); err != nil {
+		return nil, err
+	}
+	if k.rep, err = keydir.LoadTokenKey(s.KeysDir, token.KindReport, epoch); err != nil {
+		return nil, err
+	}
+	if k.arc, err = keydir.LoadARCKey(s.KeysDir, epoch); err != nil {
+		return nil, err
+	}
+	if k.arcPub, err = k.arc.Public().MarshalBinary(); err != nil {
+		return nil, err
+	}
+	v, _ := s.keys.LoadOrStore(epoch, k)
+	return v.(*epochKeys), nil
+}
+
+// HandleKeys answers a KeysRequest: the public keys of the epoch (created
+// on first use).
+func (s *Service) HandleKeys(data []byte) *token.KeysResponse {
+	q, err := token.ParseKeysRequest(data)
+	if err != nil {
+		return &token.KeysResponse{Refusal: protocol.Refusal{Error: err.Error()}}
+	}
+	k, err := s.epochKeys(q.Epoch)
+	if err != nil {
+		s.log().Warn("issuer: keys of epoch", "epoch", q.Epoch, "err", err)
+		return &token.KeysResponse{Refusal: protocol.Refusal{Error: err.Error()}}
+	}
+	return &token.KeysResponse{Epoch: q.Epoch, Randomness: k.rnd.Public(), Report: k.rep.Public(), ARC: k.arcPub}
+}
+
+// Handle answers one IssueRequest: parse, signature, freshness, replay,
+// attestation, budget reservation, issuance.
+func (s *Service) Handle(ctx context.Context, data []byte) *token.IssueResponse {
+	q, err := token.ParseIssueRequest(data)
+	if err != nil {
+		return s.refuse(ReasonMalformed, err)
+	}
+	if err := q.VerifySignature(); err != nil {
+		return s.refuse(ReasonSignature, err)
+	}
+	now := s.now()
+	if d := now.Sub(q.Timestamp); d > token.MaxClockSkew || d < -token.MaxClockSkew {
+		return s.refuse(ReasonStale, fmt.Errorf("%w: signed at %s, %s from the issuer's clock (allowed ±%s; check the client's clock)",
+			token.ErrStale, q.Timestamp.UTC().Format(time.RFC3339), d.Round(time.Second), token.MaxClockSkew))
+	}
+	identity, err := s.Attester.Attest(ctx, q)
+	if err != nil {
+		if errors.Is(err, token.ErrNotEnrolled) {
+			return s.refuse(ReasonNotEnrolled, err)
+		}
+		s.log().Error("issuer: attestation failed", "err", err)
+		return s.refuse(ReasonInternal, fmt.Errorf("attestation failed: %v", err))
+	}
+	if err := s.markFresh(ctx, identity, q.Timestamp); err != nil {
+		if errors.Is(err, token.ErrReplay) {
+			return s.refuse(ReasonReplay, err)
+		}
+		s.log().Error("issuer: replay marker", "err", err)
+		return s.refuse(ReasonInternal, errors.New("issuer temporarily unavailable (counter store); retry"))
+	}
+	var out *token.IssueResponse
+	if q.Kind == token.KindARC {
+		out = s.issueARC(ctx, identity, q)
+	} else {
+		out = s.issueTokens(ctx, identity, q)
+	}
+	return out
+}
+
+func (s *Service) issueTokens(ctx context.Context, identity [32]byte, q *token.IssueRequest) *token.IssueResponse {
+	keys, err := s.epochKeys(q.Epoch)
+	if err != nil {
+		return s.refuse(ReasonEpoch, err)
+	}
+	key := keys.rnd
+	if q.Kind == token.KindReport {
+		key = keys.rep
+	}
+	limit := s.Limits.limit(q.Kind)
+	n := len(q.Blinded)
+	if used, err := s.count(ctx, identity, q.Epoch, q.Kind); err != nil {
+		return s.internal(err)
+	} else if used+n > limit {
+		return s.refuse(ReasonBudget, budgetError(q.Epoch, q.Kind, limit, used, n))
+	}
+	// evaluate first (it also checks the elements), reserve second: the
+	// answer leaves only once the reservation holds
+	ev, proof, err := key.Issue(q.Blinded)
+	if err != nil {
+		return s.refuse(ReasonBadElements, err)
+	}
+	used, err := s.reserve(ctx, identity, q.Epoch, q.Kind, n, limit)
+	if err != nil {
+		if errors.Is(err, token.ErrBudget) {
+			return s.refuse(ReasonBudget, err)
+		}
+		return s.internal(err)
+	}
+	s.Issued.Add(int64(n))
+	s.log().Debug("issuer: issued", "identity", shortID(identity), "epoch", q.Epoch, "kind", q.Kind.String(), "count", n, "used", used)
+	return &token.IssueResponse{Kind: q.Kind, Evaluated: ev, Proof: proof, Used: uint32(used), Limit: uint32(limit)}
+}
+
+func (s *Service) issueARC(ctx context.Context, identity [32]byte, q *token.IssueRequest) *token.IssueResponse {
+	keys, err := s.epochKeys(q.Epoch)
+	if err != nil {
+		return s.refuse(ReasonEpoch, err)
+	}
+	if used, err := s.count(ctx, identity, q.Epoch, token.KindARC); err != nil {
+		return s.internal(err)
+	} else if used >= 1 {
+		return s.refuse(ReasonBudget, budgetError(q.Epoch, token.KindARC, 1, used, 1))
+	}
+	creq, err := arc.ParseCredentialRequest(q.ARC)
+	if err != nil {
+		return s.refuse(ReasonBadElements, err)
+	}
+	cresp, err := keys.arc.Issue(rand.Reader, creq)
+	if err != nil {
+		return s.refuse(ReasonBadElements, err)
+	}
+	b, err := cresp.MarshalBinary()
+	if err != nil {
+		return s.refuse(ReasonBadElements, err)
+	}
+	if _, err := s.reserve(ctx, identity, q.Epoch, token.KindARC, 1, 1); err != nil {
+		if errors.Is(err, token.ErrBudget) {
+			return s.refuse(ReasonBudget, err)
+		}
+		return s.internal(err)
+	}
+	s.Issued.Add(1)
+	s.log().Debug("issuer: issued", "identity", shortID(identity), "epoch", q.Epoch, "kind", token.KindARC.String(), "count", 1)
+	return &token.IssueResponse{Kind: token.KindARC, ARC: b, Used: 1, Limit: 1}
+}
+
+func (s *Service) internal(err error) *token.IssueResponse {
+	s.log().Error("issuer: counter store", "err", err)
+	return s.refuse(ReasonInternal, errors.New("issuer temporarily unavailable (counter store); retry"))
+}
+
+func budgetError(epoch string, kind token.Kind, limit, used, asked int) error {
+	err := token.BudgetError(epoch, kind, limit, used)
+	if used < limit {
+		return fmt.Errorf("%w (asked for %d more)", err, asked)
+	}
+	return err
+}
+
+// CounterKey is the counters-bucket key of (identity, epoch, kind): the hex
+// of SHA-256(identity ‖ u8 len epoch ‖ epoch ‖ kind).
+func CounterKey(identity [32]byte, epoch string, kind token.Kind) string {
+	h := sha256.New()
+	h.Write(identity[:])
+	h.Write([]byte{byte(len(epoch))})
+	h.Write([]byte(epoch))
+	h.Write([]byte{byte(kind)})
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// count reads the number issued so far.
+func (s *Service) count(ctx context.Context, identity [32]byte, epoch string, kind token.Kind) (int, error) {
+	used, _, err := s.get(ctx, CounterKey(identity, epoch, kind))
+	return used, err
+}
+
+func (s *Service) get(ctx context.Context, key string) (used int, rev uint64, err error) {
+	e, err := s.Counters.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	used, err = strconv.Atoi(string(e.Value()))
+	if err != nil {
+		return 0, 0, fmt.Errorf("counter %s holds %q: %w", key, e.Value(), err)
+	}
+	return used, e.Revision(), nil
+}
+
+// reserve adds n to the count of (identity, epoch, kind) unless that
+// passes limit, with compare-and-set so concurrent replicas serialize:
+// Create when no count exists, Update at the revision read otherwise; a
+// conflict rereads and retries. It returns the new count; errors wrap
+// token.ErrBudget when the budget does not allow n more.
+func (s *Service) reserve(ctx context.Context, identity [32]byte, epoch string, kind token.Kind, n, limit int) (int, error) {
+	key := CounterKey(identity, epoch, kind)
+	for range maxCASAttempts {
+		used, rev, err := s.get(ctx, key)
+		if err != nil {
+			return 0, err
+		}
+		if used+n > limit {
+			return 0, budgetError(epoch, kind, limit, used, n)
+		}
+		val := []byte(strconv.Itoa(used + n))
+		if rev == 0 {
+			_, err = s.Counters.Create(ctx, key, val)
+		} else {
+			_, err = s.Counters.Update(ctx, key, val, rev)
+		}
+		if err == nil {
+			return used + n, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return 0, err
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("counter of %s: %d compare-and-set conflicts in a row", shortID(identity), maxCASAttempts)
+}
+
+// markFresh records (identity, timestamp) for 2·MaxClockSkew plus a
+// margin; a second request of the identity with the same timestamp (a
+// replay of a signed request, at any replica) errors with token.ErrReplay.
+// Clients give each request a fresh millisecond timestamp.
+func (s *Service) markFresh(ctx context.Context, identity [32]byte, ts time.Time) error {
+	var b [40]byte
+	copy(b[:], identity[:])
+	binary.BigEndian.PutUint64(b[32:], uint64(ts.UnixMilli()))
+	sum := sha256.Sum256(b[:])
+	key := "replay-" + hex.EncodeToString(sum[:])
+	_, err := s.Counters.Create(ctx, key, nil, jetstream.KeyTTL(2*token.MaxClockSkew+replayTTLMargin))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("%w: this identity already sent a request signed at %s (sign each request with a fresh timestamp)", token.ErrReplay, ts.UTC().Format(time.RFC3339Nano))
+	}
+	return err
+}
+
+// shortID is what logs show of a hashed identity: its first 8 bytes, hex.
+func shortID(identity [32]byte) string { return hex.EncodeToString(identity[:8]) }
+
+// IdentityOf is the identity the enrollment attester counts against:
+// SHA-256("crowdlog-v1 issuer identity" ‖ Ed25519 public key).
+func IdentityOf(pub ed25519.PublicKey) [32]byte {
+	return sha256.Sum256(append([]byte("crowdlog-v1 issuer identity"), pub...))
+}
