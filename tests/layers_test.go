@@ -20,7 +20,7 @@ func layerOf(rel string) (layer int, ok bool) {
 	switch top {
 	case "protocol", "infra":
 		return 1, true
-	case "ingest", "randomness", "relays", "aggregator", "coordinator", "release":
+	case "ingest", "randomness", "relays", "aggregator", "coordinator", "release", "issuer":
 		return 2, true
 	case "pipelines":
 		return 3, true
@@ -54,7 +54,7 @@ func layerViolations(imports map[string][]string) []string {
 	for pkg, deps := range imports {
 		l, ok := layerOf(pkg)
 		if !ok {
-			bad = append(bad, pkg+": not in a known top-level folder (protocol, infra, ingest, randomness, relays, aggregator, coordinator, release, pipelines, cmd, examples, tests)")
+			bad = append(bad, pkg+": not in a known top-level folder (protocol, infra, ingest, randomness, relays, aggregator, coordinator, release, issuer, pipelines, cmd, examples, tests)")
 			continue
 		}
 		for _, d := range deps {
@@ -136,6 +136,8 @@ func TestLayerRuleCatches(t *testing.T) {
 		{"pipelines/runner", "tests/truth"}, // higher layer
 		{"examples/embed", "randomness"},    // an example imports a server
 		{"examples/embed", "pipelines/runner"},
+		{"ingest/tokenclient", "issuer"}, // client imports server
+		{"randomness", "issuer"},         // role imports role
 	} {
 		if v := layerViolations(map[string][]string{c.pkg: {c.dep}}); len(v) == 0 {
 			t.Errorf("%s importing %s passes the layer rule", c.pkg, c.dep)
@@ -145,6 +147,7 @@ func TestLayerRuleCatches(t *testing.T) {
 		{"coordinator", "ingest/keywords"}, {"pipelines/runner", "ingest"}, {"ingest", "protocol/star"},
 		{"release/stage", "release"}, {"tests", "pipelines/runner"}, {"cmd/crowdlog", "infra/metrics"},
 		{"examples/embed", "ingest"}, {"examples/embed", "protocol/star"},
+		{"issuer", "protocol/token"}, {"ingest/tokenclient", "protocol/token"},
 	} {
 		if v := layerViolations(map[string][]string{c.pkg: {c.dep}}); len(v) != 0 {
 			t.Errorf("%s importing %s is allowed, got %v", c.pkg, c.dep, v)

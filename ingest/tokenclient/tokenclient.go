@@ -1,0 +1,261 @@
+// Package tokenclient is the client of the issuer role (issuer/): it gets
+// Privacy Pass tokens (RFC 9578 §5, batched: one request and one DLEQ
+// proof per batch, package protocol/token) and ARC credentials
+// (draft-ietf-privacypass-arc-protocol) for one client identity, signing
+// every request with the identity's Ed25519 key (RFC 9576 §3.2: the
+// issuer's attester authenticates the client; it sees only blinded
+// values, so the tokens it issues cannot be linked to this identity when
+// they are spent).
+//
+// The issuer's public keys of an epoch are fetched once and pinned for the
+// Client's lifetime: every issuance is checked against them (the DLEQ proof
+// of a token batch, the proof of an ARC response), so an issuer that
+// switches keys to tag this client is caught.
+package tokenclient
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/arc"
+	"github.com/crowdlog/crowdlog/protocol/token"
+)
+
+// Errors of the issuer's refusals (errors.Is works on what Tokens and
+// Credential return).
+var (
+	// ErrBudget: the identity's budget of the epoch and kind is spent; the
+	// error names the epoch, the kind and the budget.
+	ErrBudget = token.ErrBudget
+	// ErrNotEnrolled: the issuer's attester does not know this identity
+	// (`crowdlog keys enroll` its public key).
+	ErrNotEnrolled = token.ErrNotEnrolled
+)
+
+// DefaultTimeout bounds one issuer request when Client.Timeout is 0.
+const DefaultTimeout = 10 * time.Second
+
+// replayRetries is how often a request refused as a replay (another request
+// of this identity signed in the same millisecond) is signed again.
+const replayRetries = 3
+
+// Client gets tokens and credentials for one identity. Safe for concurrent
+// use.
+type Client struct {
+	NC       *nats.Conn
+	Identity ed25519.PrivateKey // the client's identity key (keydir.EnsureIdentityKey)
+	Timeout  time.Duration      // per request; 0 means DefaultTimeout
+	Logger   *slog.Logger
+
+	mu     sync.Mutex
+	keys   map[string]*token.KeysResponse // pinned per epoch
+	lastTS int64                          // last timestamp signed, unix ms
+}
+
+func (c *Client) log() *slog.Logger {
+	if c.Logger == nil {
+		return slog.Default()
+	}
+	return c.Logger
+}
+
+// timestamp is a fresh millisecond timestamp, strictly after the last one
+// this Client signed (the issuer refuses a second request of an identity
+// with the same timestamp as a replay).
+func (c *Client) timestamp() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ms := time.Now().UnixMilli()
+	if ms <= c.lastTS {
+		ms = c.lastTS + 1
+	}
+	c.lastTS = ms
+	return time.UnixMilli(ms)
+}
+
+// request sends b on subj and returns the reply, bounded by Timeout.
+func (c *Client) request(ctx context.Context, subj string, b []byte) ([]byte, error) {
+	if c.NC == nil {
+		return nil, errors.New("tokenclient: no NATS connection")
+	}
+	t := c.Timeout
+	if t <= 0 {
+		t = DefaultTimeout
+	}
+	rctx, cancel := context.WithTimeout(ctx, t)
+	defer cancel()
+	m, err := c.NC.RequestWithContext(rctx, subj, b)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, fmt.Errorf("tokenclient: no issuer answers on %s: start `crowdlog issuer`: %w", subj, err)
+		}
+		return nil, fmt.Errorf("tokenclient: request %s (waited at most %s for the issuer): %w", subj, t, err)
+	}
+	return m.Data, nil
+}
+
+// Keys returns the issuer's public keys of epoch, fetched on first use
+// and pinned for this Client's lifetime.
+func (c *Client) Keys(ctx context.Context, epoch string) (*token.KeysResponse, error) {
+	c.mu.Lock()
+	k := c.keys[epoch]
+	c.mu.Unlock()
+	if k != nil {
+		return k, nil
+	}
+	b, err := (&token.KeysRequest{Epoch: epoch}).MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	data, err := c.request(ctx, protocol.IssuerPublicKeySubject, b)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := token.ParseKeysResponse(data)
+	if err != nil {
+		return nil, fmt.Errorf("tokenclient: issuer keys of epoch %s: %w", epoch, err)
+	}
+	if err := token.IssuerRefusalErr(resp.Refusal); err != nil {
+		return nil, fmt.Errorf("tokenclient: issuer keys of epoch %s: %w", epoch, err)
+	}
+	if resp.Epoch != epoch {
+		return nil, fmt.Errorf("tokenclient: asked for the keys of epoch %s, got epoch %s", epoch, resp.Epoch)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.keys == nil {
+		c.keys = map[string]*token.KeysResponse{}
+	}
+	if old := c.keys[epoch]; old != nil { // a concurrent fetch won: keep the first
+		return old, nil
+	}
+	c.keys[epoch] = resp
+	return resp, nil
+}
+
+// issue signs q (fresh timestamp) and sends it; a replay refusal (same
+// millisecond as another request of this identity) is signed again.
+func (c *Client) issue(ctx context.Context, q *token.IssueRequest) (*token.IssueResponse, error) {
+	if len(c.Identity) != ed25519.PrivateKeySize {
+		return nil, errors.New("tokenclient: no identity key (keydir.EnsureIdentityKey)")
+	}
+	for attempt := 0; ; attempt++ {
+		q.Timestamp = c.timestamp()
+		if err := q.Sign(c.Identity); err != nil {
+			return nil, err
+		}
+		b, err := q.MarshalBinary()
+		if err != nil {
+			return nil, err
+		}
+		data, err := c.request(ctx, protocol.IssuerSubject, b)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := token.ParseIssueResponse(data)
+		if err != nil {
+			return nil, fmt.Errorf("tokenclient: issuer response: %w", err)
+		}
+		if err := resp.Err(); err != nil {
+			if errors.Is(err, token.ErrReplay) && attempt < replayRetries {
+				continue
+			}
+			return nil, err
+		}
+		if resp.Kind != q.Kind {
+			return nil, fmt.Errorf("tokenclient: asked for %s, the issuer answered %s", q.Kind, resp.Kind)
+		}
+		return resp, nil
+	}
+}
+
+// Tokens returns one token of kind (token.KindRandomness or
+// token.KindReport) for epoch per nonce, in order: batches of at most
+// token.MaxBatch, one issuer round trip and one DLEQ proof each, checked
+// against the epoch's pinned public key. Errors wrap ErrBudget (naming the
+// epoch, the kind and the budget), ErrNotEnrolled, or token.ErrProof for a
+// proof that fails; tokens of batches before a failing one are lost (the
+// issuer counted them).
+func (c *Client) Tokens(ctx context.Context, kind token.Kind, epoch string, nonces [][32]byte) ([]*token.Token, error) {
+	if !kind.Valid() {
+		return nil, fmt.Errorf("tokenclient: no tokens of kind %s", kind)
+	}
+	if len(nonces) == 0 {
+		return nil, nil
+	}
+	keys, err := c.Keys(ctx, epoch)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := keys.Key(kind)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*token.Token, 0, len(nonces))
+	for start := 0; start < len(nonces); start += token.MaxBatch {
+		batch := nonces[start:min(start+token.MaxBatch, len(nonces))]
+		p, blinded, err := token.NewRequest(pub, kind, epoch, batch)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := c.issue(ctx, &token.IssueRequest{Kind: kind, Epoch: epoch, Blinded: blinded})
+		if err != nil {
+			return nil, fmt.Errorf("tokenclient: %d %s tokens of epoch %s: %w", len(batch), kind, epoch, err)
+		}
+		toks, err := p.Finalize(resp.Evaluated, resp.Proof)
+		if err != nil {
+			return nil, fmt.Errorf("tokenclient: %d %s tokens of epoch %s: %w", len(batch), kind, epoch, err)
+		}
+		out = append(out, toks...)
+		c.log().Debug("tokenclient: tokens", "kind", kind.String(), "epoch", epoch, "count", len(toks), "used", resp.Used, "limit", resp.Limit)
+	}
+	return out, nil
+}
+
+// Credential returns a new ARC credential of epoch
+// (draft-ietf-privacypass-arc-protocol): the issuer gives one per identity
+// and epoch, so keep it (a second call is refused with ErrBudget). The
+// issuer's proof is checked against the epoch's pinned ARC public key.
+func (c *Client) Credential(ctx context.Context, epoch string) (*arc.Credential, error) {
+	keys, err := c.Keys(ctx, epoch)
+	if err != nil {
+		return nil, err
+	}
+	if len(keys.ARC) == 0 {
+		return nil, fmt.Errorf("tokenclient: the issuer published no ARC key for epoch %s", epoch)
+	}
+	pk, err := arc.ParsePublicKey(keys.ARC)
+	if err != nil {
+		return nil, fmt.Errorf("tokenclient: issuer ARC key of epoch %s: %w", epoch, err)
+	}
+	secrets, req, err := arc.NewCredentialRequest(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	rb, err := req.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.issue(ctx, &token.IssueRequest{Kind: token.KindARC, Epoch: epoch, ARC: rb})
+	if err != nil {
+		return nil, fmt.Errorf("tokenclient: ARC credential of epoch %s: %w", epoch, err)
+	}
+	cresp, err := arc.ParseCredentialResponse(resp.ARC)
+	if err != nil {
+		return nil, fmt.Errorf("tokenclient: ARC credential of epoch %s: %w", epoch, err)
+	}
+	cred, err := secrets.Finalize(pk, req, cresp)
+	if err != nil {
+		return nil, fmt.Errorf("tokenclient: ARC credential of epoch %s: %w", epoch, err)
+	}
+	return cred, nil
+}
