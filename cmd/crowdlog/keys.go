@@ -107,5 +107,6 @@ Existing files are never overwritten.`,
 	}
 	retire.Flags().IntVar(&id, "id", 0, "key id to retire")
 	c.AddCommand(gen, list, rotate, retire)
+	c.AddCommand(keysEnrollCmd())
 	return c
 }

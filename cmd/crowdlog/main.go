@@ -59,5 +59,6 @@ Start with 'crowdlog run --help': it runs every role on one machine.`,
 	root.AddCommand(attackCmd())
 	root.AddCommand(reportCmd())
 	root.AddCommand(pddCmd(), coordinatorCmd(), aggregateVectorsCmd(), releasePDDCmd())
+	root.AddCommand(issuerCmd())
 	return root
 }

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"crypto/ed25519"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+
+	"github.com/crowdlog/crowdlog/infra/keydir"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
+	"github.com/crowdlog/crowdlog/issuer"
+	"github.com/crowdlog/crowdlog/protocol"
+)
+
+func issuerCmd() *cobra.Command {
+	var natsURL, keys, metricsAddr string
+	var epochs []string
+	var limits issuer.Limits
+	c := &cobra.Command{
+		Use:   "issuer [--nats URL] [--keys DIR] --randomness-tokens N --report-tokens D",
+		Short: "Issue Privacy Pass tokens and ARC credentials to enrolled client identities",
+		Long: `issuer is the Privacy Pass issuer (RFC 9576; tokens RFC 9578 §5 over
+VOPRF ristretto255-SHA512, ARC credentials draft-ietf-privacypass-arc). It
+answers on ` + protocol.IssuerSubject + ` (queue group: more processes on
+one NATS share the load and the counters) and publishes each epoch's public
+keys on ` + protocol.IssuerPublicKeySubject + `.
+
+A request is signed by the client's Ed25519 identity key, which must be on
+the enrollment list DIR/` + keydir.EnrollmentFile + ` ('crowdlog keys enroll'; the list is
+reread when it changes). Each identity gets, per epoch, at most N randomness
+tokens (one per OPRF element at the randomness service), at most D report
+tokens (one per report at the aggregator) and one ARC credential (FT_u counts
+credentials, not self-chosen secrets). Counts are reserved in JetStream KV
+` + protocol.IssuerCountersBucket + ` before an answer leaves, so replicas never
+over-issue together and a restart keeps them. The issuer sees blinded values
+only: it cannot link a token it issued to its redemption, and it stores and
+logs only hashed identities, epochs, kinds and counts.
+
+Keys: DIR/` + keydir.IssuerKeys + `/EPOCH.{randomness,report,arc}.key (0600), created on an
+epoch's first request (or up front with --epoch). The randomness service
+needs EPOCH.randomness.key, the aggregator EPOCH.report.key and
+EPOCH.arc.key; give each only its own, so the aggregator cannot mint
+randomness tokens.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := logger()
+			if limits.RandomnessTokens <= 0 || limits.ReportTokens <= 0 {
+				return errors.New("--randomness-tokens and --report-tokens must be positive (the budgets N and d per identity and epoch)")
+			}
+			for _, e := range epochs {
+				if err := keydir.EnsureIssuerKeys(keys, e); err != nil {
+					return err
+				}
+			}
+			nc, err := natsconn.Connect(natsURL, "crowdlog-issuer")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			s, err := issuer.New(nc, keys, limits, log)
+			if err != nil {
+				return err
+			}
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { s.Register(reg) }, s.Run)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL (JetStream enabled); a comma-separated list for a cluster")
+	f.StringVar(&keys, "keys", "keys", "keys directory: the enrollment list "+keydir.EnrollmentFile+" and the epoch keys in "+keydir.IssuerKeys+"/")
+	f.IntVar(&limits.RandomnessTokens, "randomness-tokens", 0, "N: randomness tokens (OPRF elements) per identity and epoch")
+	f.IntVar(&limits.ReportTokens, "report-tokens", 0, "d: report tokens (reports) per identity and epoch")
+	f.StringSliceVar(&epochs, "epoch", nil, "create the keys of these epochs before serving (otherwise on an epoch's first request)")
+	addMetricsFlag(c, &metricsAddr)
+	return c
+}
+
+func keysEnrollCmd() *cobra.Command {
+	var dir, out string
+	var generate bool
+	c := &cobra.Command{
+		Use:   "enroll --dir DIR (PUBKEY-FILE | --generate [--out FILE])",
+		Short: "Enroll a client identity key at the issuer (its enrollment list)",
+		Long: `enroll adds a client's Ed25519 identity public key to DIR/` + keydir.EnrollmentFile + `, the
+issuer's default attester (a running issuer picks it up without restart).
+PUBKEY-FILE is a PEM public key (the identity key's .pub) or a PEM private
+key whose public half is taken. With --generate, a new identity key is
+written to --out (mode 0600, public half in --out.pub) and enrolled; give
+it to the client (ingest --state DIR keeps its own identity key, whose .pub
+is what to enroll).`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if generate == (len(args) == 1) || len(args) > 1 {
+				return errors.New("give exactly one of PUBKEY-FILE and --generate")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var pub ed25519.PublicKey
+			if generate {
+				if out == "" {
+					return errors.New("--generate needs --out FILE for the new identity key")
+				}
+				k, err := keydir.EnsureIdentityKey(out)
+				if err != nil {
+					return err
+				}
+				pub = k.Public().(ed25519.PublicKey)
+			} else {
+				var err error
+				if pub, err = keydir.LoadSigningPublic(args[0]); err != nil {
+					return err
+				}
+			}
+			if err := keydir.EnrollIdentity(dir, pub); err != nil {
+				return err
+			}
+			fmt.Printf("enrolled %s in %s\n", hex.EncodeToString(pub), filepath.Join(dir, keydir.EnrollmentFile))
+			return nil
+		},
+	}
+	c.Flags().StringVar(&dir, "dir", "keys", "keys directory of the issuer")
+	c.Flags().BoolVar(&generate, "generate", false, "generate a new identity key (written to --out) and enroll it")
+	c.Flags().StringVar(&out, "out", "", "with --generate: the new identity key file")
+	return c
+}
