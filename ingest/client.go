@@ -16,13 +16,17 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/ingest/oprfclient"
+	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
 	"github.com/crowdlog/crowdlog/protocol/star"
+	"github.com/crowdlog/crowdlog/protocol/token"
 )
 
 // Route is the onion route [relay A, relay B, aggregator]: the public keys of
@@ -105,6 +109,112 @@ type Client struct {
 	// inbox does not see one user's artifacts as one burst. 0 sends them
 	// back to back (still in a random order): log replays and tests.
 	Spread time.Duration
+	// RandomnessWith, when set, builds the Randomness of one user whose
+	// OPRF elements spend that user's randomness tokens (e.g. an
+	// oprfclient.Client with Tokens set): how a Replay with tokens gives
+	// each replayed user its own token source (issue 17). nil: the user's
+	// elements go through Randomness, without randomness tokens (a service
+	// with RequireTokens refuses them).
+	RandomnessWith func(tokens oprfclient.TokenSource) Randomness
+}
+
+// Issuer is the client of the issuer role (issue 17; satisfied by
+// *tokenclient.Client), signing its requests with one user's identity
+// key: Tokens returns one Privacy Pass token (RFC 9578 §5) of kind per
+// nonce, in order; Credential returns the identity's ARC credential of
+// epoch (draft-ietf-privacypass-arc-crypto), issued once per identity and
+// epoch. Errors wrap tokenclient.ErrBudget when the identity's budget of
+// the epoch is spent, or tokenclient.ErrNotEnrolled.
+type Issuer interface {
+	Tokens(ctx context.Context, kind token.Kind, epoch string, nonces [][32]byte) ([]*token.Token, error)
+	Credential(ctx context.Context, epoch string) (*arc.Credential, error)
+}
+
+// IssuerTokens is the oprfclient.TokenSource of one identity: n
+// randomness tokens of epoch from Issuer, on fresh random nonces.
+type IssuerTokens struct{ Issuer Issuer }
+
+// RandomnessTokens returns n randomness tokens of epoch (one issuer round
+// trip); errors are the issuer's (ErrBudget when the identity's N of the
+// epoch is spent).
+func (s IssuerTokens) RandomnessTokens(ctx context.Context, epoch string, n int) ([]*token.Token, error) {
+	nonces := make([][32]byte, n)
+	for i := range nonces {
+		if _, err := cryptorand.Read(nonces[i][:]); err != nil {
+			return nil, err
+		}
+	}
+	toks, err := s.Issuer.Tokens(ctx, token.KindRandomness, epoch, nonces)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: randomness tokens: %w", err)
+	}
+	return toks, nil
+}
+
+// user is one user's side of a seal: the user secret of the epoch and,
+// with tokens on, its identity's access to the issuer.
+type user struct {
+	secret *star.UserSecret
+	id     *identity // nil: tokens off
+}
+
+// identity is one user's access to the issuer (issue 17): report tokens,
+// the Randomness that spends its randomness tokens, and its ARC
+// credential of the epoch (FT_u), kept in the device's state.
+type identity struct {
+	issuer Issuer
+	rnd    Randomness // nil: the Client's (RandomnessWith or Randomness)
+	st     store
+	epoch  string
+
+	mu   sync.Mutex
+	cred *arc.Credential
+}
+
+// newIdentity is the identity of one user of c with issuer iss and state
+// st: its Randomness is c.RandomnessWith(IssuerTokens{iss}) when set.
+func newIdentity(c *Client, iss Issuer, st store) *identity {
+	id := &identity{issuer: iss, st: st, epoch: c.Epoch}
+	if c.RandomnessWith != nil {
+		id.rnd = c.RandomnessWith(IssuerTokens{iss})
+	}
+	return id
+}
+
+// credential returns the identity's ARC credential of the epoch: the one
+// in the state, or a new one from the issuer, stored (0600, fsync'd)
+// before it is used. The issuer issues one per identity and epoch, so a
+// lost credential cannot be replaced within the epoch.
+func (id *identity) credential(ctx context.Context) (*arc.Credential, error) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.cred != nil {
+		return id.cred, nil
+	}
+	b, err := id.st.credential(id.epoch)
+	if err != nil {
+		return nil, err
+	}
+	if b != nil {
+		c, err := arc.ParseCredential(b)
+		if err != nil {
+			return nil, fmt.Errorf("device state: the ARC credential of epoch %s is damaged (%w): the issuer gives one per identity and epoch, so this device sends FT_u reports again in the next epoch", id.epoch, err)
+		}
+		id.cred = c
+		return c, nil
+	}
+	c, err := id.issuer.Credential(ctx, id.epoch)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: ARC credential of epoch %s: %w", id.epoch, err)
+	}
+	if b, err = c.MarshalBinary(); err != nil {
+		return nil, err
+	}
+	if err := id.st.setCredential(id.epoch, b); err != nil {
+		return nil, err
+	}
+	id.cred = c
+	return c, nil
 }
 
 // LimitArtifacts applies the client-side limit to arts (in log order, as
@@ -166,7 +276,7 @@ func (c *Client) SubmitUser(ctx context.Context, secret *star.UserSecret, record
 // state: two calls with the same artifacts send them twice (Device
 // remembers what it sent).
 func (c *Client) Send(ctx context.Context, secret *star.UserSecret, arts []apps.Artifact) (int, error) {
-	onions, err := c.seal(ctx, secret, LimitArtifacts(arts, c.Limit, c.LimitDistinct))
+	onions, err := c.seal(ctx, &user{secret: secret}, LimitArtifacts(arts, c.Limit, c.LimitDistinct))
 	if err != nil {
 		return 0, err
 	}
@@ -175,7 +285,16 @@ func (c *Client) Send(ctx context.Context, secret *star.UserSecret, arts []apps.
 
 // seal returns one onion per artifact of arts (no limit applied): ω for
 // each distinct artifact, one report each instance, three layers.
-func (c *Client) seal(ctx context.Context, secret *star.UserSecret, arts []apps.Artifact) ([][]byte, error) {
+//
+// With tokens on (u.id set; issue 17) ω spends the user's randomness
+// tokens (one per distinct artifact); under FT_u each distinct artifact
+// gets one ARC presentation of the user's credential with context
+// Sealing.ARCContext() and limit 1, its tag giving the share's x and the
+// unit id (star.Sealing.SealARC), shared by the artifact's repeated
+// instances; and every report gets one report token bound to it (nonce =
+// token.ReportNonce of its encoding without the token), all of them in one
+// issuer round trip, before any onion is wrapped.
+func (c *Client) seal(ctx context.Context, u *user, arts []apps.Artifact) ([][]byte, error) {
 	if len(arts) == 0 {
 		return nil, nil
 	}
@@ -187,15 +306,29 @@ func (c *Client) seal(ctx context.Context, secret *star.UserSecret, arts []apps.
 			inputs = append(inputs, oprf.OPRFInput(c.App.Name(), c.Epoch, a.Primary))
 		}
 	}
-	omegas, err := c.Randomness.Evaluate(ctx, c.Epoch, inputs)
+	rnd := c.Randomness
+	if u.id != nil && u.id.rnd != nil {
+		rnd = u.id.rnd
+	}
+	omegas, err := rnd.Evaluate(ctx, c.Epoch, inputs)
 	if err != nil {
 		return nil, err
 	}
 	if len(omegas) != len(inputs) {
 		return nil, fmt.Errorf("randomness: %d outputs for %d inputs", len(omegas), len(inputs))
 	}
+	var cred *arc.Credential
+	if u.id != nil && c.Policy == star.FTu {
+		if cred, err = u.id.credential(ctx); err != nil {
+			return nil, err
+		}
+	}
 	sealings := make([]*star.Sealing, len(inputs))
-	onions := make([][]byte, 0, len(arts))
+	var arcTags, presentations [][]byte
+	if cred != nil {
+		arcTags, presentations = make([][]byte, len(inputs)), make([][]byte, len(inputs))
+	}
+	reports := make([]*star.Report, 0, len(arts))
 	meaning := apps.Meaning(c.App)
 	for _, a := range arts {
 		i := index[a.Primary]
@@ -205,11 +338,40 @@ func (c *Client) seal(ctx context.Context, secret *star.UserSecret, arts []apps.
 				return nil, err
 			}
 			sealings[i] = &s
+			if cred != nil {
+				// one presentation per artifact: limit 1, nonce 0, so its
+				// tag is the same on every device restart
+				p, err := cred.Present(cryptorand.Reader, s.ARCContext(), 0, 1)
+				if err != nil {
+					return nil, fmt.Errorf("ARC presentation: %w", err)
+				}
+				if presentations[i], err = p.MarshalBinary(); err != nil {
+					return nil, err
+				}
+				arcTags[i] = p.Tag()
+			}
 		}
-		r, err := sealings[i].Seal(secret, a.Primary, a.Secondary)
+		var r *star.Report
+		if cred != nil {
+			r, err = sealings[i].SealARC(arcTags[i], a.Primary, a.Secondary)
+			if r != nil {
+				r.Presentation = presentations[i]
+			}
+		} else {
+			r, err = sealings[i].Seal(u.secret, a.Primary, a.Secondary)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("seal: %w", err)
 		}
+		reports = append(reports, r)
+	}
+	if u.id != nil {
+		if err := c.reportTokens(ctx, u.id.issuer, reports); err != nil {
+			return nil, err
+		}
+	}
+	onions := make([][]byte, 0, len(reports))
+	for _, r := range reports {
 		onion, err := c.Route.Wrap(r)
 		if err != nil {
 			return nil, fmt.Errorf("onion: %w", err)
@@ -217,6 +379,35 @@ func (c *Client) seal(ctx context.Context, secret *star.UserSecret, arts []apps.
 		onions = append(onions, onion)
 	}
 	return onions, nil
+}
+
+// reportTokens sets each report's Token: one report token per report from
+// iss, bound to the report by its nonce (token.ReportNonce of the
+// report's encoding without the token), in one batched request.
+func (c *Client) reportTokens(ctx context.Context, iss Issuer, reports []*star.Report) error {
+	nonces := make([][32]byte, len(reports))
+	for i, r := range reports {
+		b, err := r.UnsignedBytes()
+		if err != nil {
+			return err
+		}
+		nonces[i] = token.ReportNonce(b)
+	}
+	toks, err := iss.Tokens(ctx, token.KindReport, c.Epoch, nonces)
+	if err != nil {
+		return fmt.Errorf("ingest: report tokens: %w", err)
+	}
+	if len(toks) != len(reports) {
+		return fmt.Errorf("ingest: the issuer returned %d report tokens for %d reports", len(toks), len(reports))
+	}
+	for i, t := range toks {
+		b, err := t.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		reports[i].Token = b
+	}
+	return nil
 }
 
 // send publishes onions in a random order, each at a uniformly random

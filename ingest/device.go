@@ -3,6 +3,7 @@ package ingest
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/ingest/publish"
+	"github.com/crowdlog/crowdlog/ingest/tokenclient"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/star"
 	"github.com/crowdlog/crowdlog/protocol/vss"
@@ -92,6 +94,27 @@ type Config struct {
 	// JetStream (publish.Publisher.MaxPending); 0 means 4096.
 	MaxPending int
 
+	// Tokens turns on Privacy Pass tokens (issue 17), which a deployment
+	// with an issuer requires: the device fetches, with its identity key,
+	// one randomness token per OPRF element and one report token per
+	// report (bound to the report), and under FT_u one ARC credential per
+	// epoch (kept in StateDir) whose presentation per artifact decides the
+	// share's x, so this device counts once per artifact whatever its
+	// secrets. When the identity's budget of the epoch is spent, Submit
+	// fails with an error wrapping tokenclient.ErrBudget; nothing is sent.
+	Tokens bool
+	// Identity is the device's Ed25519 identity key, enrolled at the
+	// issuer (`crowdlog keys enroll`). nil: the key in StateDir/identity.key,
+	// created on first use (required with Memory and Tokens).
+	Identity ed25519.PrivateKey
+	// Issuer, when set, replaces the issuer client New builds
+	// (a tokenclient.Client on the device's connection, signing with
+	// Identity).
+	Issuer Issuer
+	// IssuerTimeout bounds each issuer request (tokenclient.Client.Timeout);
+	// 0 = tokenclient's default.
+	IssuerTimeout time.Duration
+
 	Logger *slog.Logger
 }
 
@@ -125,6 +148,7 @@ type Device struct {
 	mu      sync.Mutex // serializes Submit
 	clients map[string]*Client
 	pinned  bool
+	id      *identity // tokens on; nil = off
 
 	pub  *publish.Publisher // owned
 	nc   *nats.Conn         // owned
@@ -191,12 +215,22 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 		}
 		d.nc = nc
 	}
+	var iss Issuer
+	if cfg.Tokens {
+		if iss, err = deviceIssuer(cfg, nc, log); err != nil {
+			return fail(err)
+		}
+	}
 	rnd := cfg.Randomness
 	if rnd == nil && cfg.NewRandomness != nil {
 		rnd = cfg.NewRandomness(nc)
 	}
 	if rnd == nil {
-		rnd = &oprfclient.Client{NC: nc}
+		oc := &oprfclient.Client{NC: nc}
+		if iss != nil {
+			oc.Tokens = IssuerTokens{iss}
+		}
+		rnd = oc
 	}
 	if !cfg.SkipRouteCheck {
 		fetch := cfg.RelayKeys
@@ -229,14 +263,47 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 		return &Client{App: a, Epoch: cfg.Epoch, Policy: cfg.Policy, K: cfg.K, Randomness: rnd, Route: route,
 			Publish: d.pub.Publish, Limit: cfg.Limit, LimitDistinct: cfg.LimitDistinct, Spread: cfg.Spread}, nil
 	}
+	if iss != nil {
+		d.id = &identity{issuer: iss, st: st, epoch: cfg.Epoch} // rnd spends its randomness tokens
+	}
 	return d, nil
 }
 
+// deviceIssuer is the issuer client of a device with tokens on:
+// cfg.Issuer, or a tokenclient.Client on nc signing with the identity key
+// (cfg.Identity, or the one in the state directory).
+func deviceIssuer(cfg Config, nc *nats.Conn, log *slog.Logger) (Issuer, error) {
+	if cfg.Issuer != nil {
+		return cfg.Issuer, nil
+	}
+	key := cfg.Identity
+	if key == nil {
+		if cfg.Memory {
+			return nil, errors.New("ingest: Config.Tokens with Memory needs Config.Identity (the enrolled Ed25519 identity key) or Config.Issuer")
+		}
+		var err error
+		if key, err = keydir.EnsureIdentityKey(filepath.Join(cfg.StateDir, stateIdentity)); err != nil {
+			return nil, fmt.Errorf("ingest: identity key in the device state: %w", err)
+		}
+	}
+	return &tokenclient.Client{NC: nc, Identity: key, Timeout: cfg.IssuerTimeout, Logger: log}, nil
+}
+
 // newClientDevice is a device in front of one existing Client (a replay's
-// user): state st, no connection of its own.
+// user): state st, no connection of its own, tokens off.
 func newClientDevice(c *Client, st store) *Device {
 	return &Device{epoch: c.Epoch, policy: c.Policy, k: c.K, st: st, log: slog.Default(),
 		clients: map[string]*Client{c.App.Name(): c}}
+}
+
+// newTokenDevice is newClientDevice with tokens on: the user's identity
+// at the issuer is iss (nil: tokens off).
+func newTokenDevice(c *Client, st store, iss Issuer) *Device {
+	d := newClientDevice(c, st)
+	if iss != nil {
+		d.id = newIdentity(c, iss, st)
+	}
+	return d
 }
 
 func checkContext(epoch string, pol star.Policy, k int) error {
@@ -331,8 +398,10 @@ func pinRandomnessKey(ctx context.Context, kp keyPinner, st store, epoch string)
 // unpublished ones rather than ever sending one twice. Publishing waits
 // when the relays fall behind; Flush or Close waits until JetStream has
 // stored every report. Errors: the randomness service's (epoch not open or
-// closed, failed proof, ErrRandomnessKeyChanged), an unknown app, the
-// state directory's, ctx's.
+// closed, failed proof, ErrRandomnessKeyChanged), the issuer's with
+// Config.Tokens (errors.Is tokenclient.ErrBudget: the identity's budget of
+// the epoch is spent, nothing of the call was sent; ErrNotEnrolled), an
+// unknown app, the state directory's, ctx's.
 func (d *Device) Submit(ctx context.Context, app string, arts ...apps.Artifact) (int, error) {
 	c, onions, err := d.prepare(ctx, app, arts)
 	if err != nil || len(onions) == 0 {
@@ -416,7 +485,7 @@ func (d *Device) prepare(ctx context.Context, app string, arts []apps.Artifact) 
 			prim = append(prim, p)
 		}
 	}
-	onions, err := c.seal(ctx, secret, send)
+	onions, err := c.seal(ctx, &user{secret: secret, id: d.id}, send)
 	if err != nil {
 		return nil, nil, err
 	}

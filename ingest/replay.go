@@ -42,6 +42,19 @@ type Replay struct {
 	// LogEvery (default 10 s): clients done and reports sent, nothing else.
 	Logger   *slog.Logger
 	LogEvery time.Duration
+	// Tokens, when set, turns tokens on (issue 17): it returns the issuer
+	// client of the identity of the user with AnonID id (the identity the
+	// operator enrolled for it); each replayed device then spends that
+	// identity's tokens, its ω through Client.RandomnessWith. nil = off.
+	Tokens func(id string) (Issuer, error)
+}
+
+// UserDir is the state directory of the replayed device of AnonID id
+// under a Replay's StateDir: StateDir/users/ID, ID the first 16 bytes of
+// SHA-256(AnonID) in hex.
+func UserDir(stateDir, id string) string {
+	h := sha256.Sum256([]byte(id))
+	return filepath.Join(stateDir, "users", hex.EncodeToString(h[:16]))
 }
 
 // Run replays the log at path. Bad lines are counted in the summary, never
@@ -131,13 +144,19 @@ func (rp *Replay) Run(ctx context.Context, path string) (ReplaySummary, error) {
 
 // device is the replayed device of AnonID id.
 func (rp *Replay) device(id string) (*Device, error) {
-	if rp.StateDir == "" {
-		return newClientDevice(rp.Client, newMemStore()), nil
+	var iss Issuer
+	if rp.Tokens != nil {
+		var err error
+		if iss, err = rp.Tokens(id); err != nil {
+			return nil, fmt.Errorf("client identity: %w", err)
+		}
 	}
-	h := sha256.Sum256([]byte(id))
-	st, err := openDiskStore(filepath.Join(rp.StateDir, "users", hex.EncodeToString(h[:16])))
+	if rp.StateDir == "" {
+		return newTokenDevice(rp.Client, newMemStore(), iss), nil
+	}
+	st, err := openDiskStore(UserDir(rp.StateDir, id))
 	if err != nil {
 		return nil, err
 	}
-	return newClientDevice(rp.Client, st), nil
+	return newTokenDevice(rp.Client, st, iss), nil
 }

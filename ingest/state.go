@@ -35,12 +35,23 @@ import (
 //	                   epoch's secret, never the artifact itself
 //	lock               empty; flock(2)ed by the Device using the directory
 //	                   (New refuses a second one with ErrStateInUse)
+//	identity.key       with Config.Tokens: the device's Ed25519 identity key, which
+//	                   the operator enrolls at the issuer (keydir.EnsureIdentityKey)
+//	arc-EPOCH          with Config.Tokens under FT_u: the ARC credential of EPOCH
+//	                   with its secrets (arc.Credential), issued once per identity
+//	                   and epoch
 const (
 	stateKeys     = "keys"
 	stateSent     = "sent"
 	statePins     = "randomness.pins"
 	stateSecretPf = "secret-"
+	stateIdentity = IdentityKeyFile
+	stateARCPf    = "arc-"
 )
+
+// IdentityKeyFile is the file of a device's Ed25519 identity key in its
+// state directory (Config.Tokens; keydir.EnsureIdentityKey's format).
+const IdentityKeyFile = "identity.key"
 
 // epochName is the epoch syntax of the randomness service (1–64 of
 // [A-Za-z0-9._-]); it also makes the epoch safe in a file name.
@@ -80,6 +91,10 @@ type store interface {
 	pin(epoch string) ([]byte, error)
 	// setPin pins key for epoch.
 	setPin(epoch string, key []byte) error
+	// credential returns the encoded ARC credential of epoch, or nil.
+	credential(epoch string) ([]byte, error)
+	// setCredential durably keeps the encoded ARC credential of epoch.
+	setCredential(epoch string, b []byte) error
 }
 
 // memStore is a store in memory: a restart forgets everything (a new
@@ -89,10 +104,25 @@ type memStore struct {
 	secrets map[string]*star.UserSecret
 	records map[sendKey]*sentRecord
 	pins    map[string][]byte
+	creds   map[string][]byte
 }
 
 func newMemStore() *memStore {
-	return &memStore{secrets: map[string]*star.UserSecret{}, records: map[sendKey]*sentRecord{}, pins: map[string][]byte{}}
+	return &memStore{secrets: map[string]*star.UserSecret{}, records: map[sendKey]*sentRecord{}, pins: map[string][]byte{},
+		creds: map[string][]byte{}}
+}
+
+func (m *memStore) credential(epoch string) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.creds[epoch], nil
+}
+
+func (m *memStore) setCredential(epoch string, b []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.creds[epoch] = append([]byte(nil), b...)
+	return nil
 }
 
 func (m *memStore) secret(epoch string) (*star.UserSecret, error) {
@@ -328,6 +358,24 @@ func (d *diskStore) pin(epoch string) ([]byte, error) {
 
 func (d *diskStore) setPin(epoch string, key []byte) error {
 	return appendSync(filepath.Join(d.dir, statePins), fmt.Appendf(nil, "%s %x\n", epoch, key))
+}
+
+func (d *diskStore) credential(epoch string) ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join(d.dir, stateARCPf+epoch))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("device state: read the ARC credential of epoch %s: %w", epoch, err)
+	}
+	return b, nil
+}
+
+func (d *diskStore) setCredential(epoch string, b []byte) error {
+	if err := writeFileSync(filepath.Join(d.dir, stateARCPf+epoch), b); err != nil {
+		return fmt.Errorf("device state: save the ARC credential of epoch %s: %w", epoch, err)
+	}
+	return nil
 }
 
 // writeFileSync writes path with data atomically (renameio: a synced

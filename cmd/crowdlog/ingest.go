@@ -30,6 +30,14 @@ sending, ingest asks relays a and b which key ids they hold and stops with an
 error when one does not hold the id of its key file (its reports would be
 dropped); a relay that does not answer is a warning.
 
+Tokens (issue 17, on by default): every AnonID has its own Ed25519 identity
+(under --state DIR/users when given, else in memory) and fetches from the
+issuer one randomness token per OPRF element, one report token per report and,
+under ft-u, one ARC credential per epoch. The identities must be enrolled at
+the issuer; --enroll adds them to the enrollment list in --keys (for an issuer
+reading that directory). --tokens off sends without tokens, which only a
+deployment that does not require them accepts.
+
 The epoch must be open before clients send: 'crowdlog randomness open-epoch'
 (else randomness requests are refused) and 'crowdlog aggregate open-epoch'
 (else the aggregator drops the reports as unknown-epoch). ingest does not
@@ -59,6 +67,8 @@ epoch have sent.`,
 	f.IntVar(&cfg.Workers, "workers", 0, "clients replayed concurrently (default: number of CPUs)")
 	f.DurationVar(&cfg.Spread, "spread", 0, "each client sends its reports at random times within this window, not as one burst an observer links (e.g. 1h for real clients; 0 = back to back, for replays)")
 	f.StringVar(&cfg.StateDir, "state", "", "keep each replayed device's state (user secret per epoch, what it sent) under this directory, so a restarted ingest adds no second share; default: in memory")
+	tokensFlag(f, &cfg.TokensOff)
+	f.BoolVar(&cfg.Enroll, "enroll", false, "enroll every replayed identity in the enrollment list of --keys (as 'crowdlog keys enroll' would), for an issuer reading that directory")
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar on stderr (shown only when stderr is a terminal)")
 	c.MarkFlagRequired("input")
 	return c

@@ -50,6 +50,14 @@ dp-u and zealous (--epsilon, --delta, --d, ...) limit every client to its d
 most recent artifacts, add Laplace noise, release noisy counts and record the
 spent (ε, δ) in the ClickHouse table privacy_ledger (docs/policies.md).
 
+Tokens (issue 17, on by default): run starts an issuer, gives every AnonID its
+own enrolled identity, and each client spends one randomness token per OPRF
+element (at most --randomness-tokens per identity and epoch), one report token
+per report (at most --report-tokens) and, under ft-u, one ARC credential whose
+presentation per artifact makes FT_u count identities, not self-chosen
+secrets. The defaults keep the release exact. --tokens off is for comparison
+only: it gives up the probe and Sybil protection (logged).
+
 Waits: every wait is bounded and its error names the stage and the counts
 reached: --start-timeout for each start-up step, --ingest-timeout for the
 replay (default 10 min + 10 ms per record + --spread per round of --workers
@@ -95,6 +103,9 @@ Examples:
 	f.StringVar(&cfg.KeysDir, "keys", "", "keys directory (default STATE/keys; generated when missing unless --external)")
 	f.IntVar(&cfg.Partitions, "partitions", 8, "partitions of the reports and decrypted topics when run creates them")
 	f.BoolVar(&cfg.External, "external", false, "roles run elsewhere; only ingest, close the epoch and wait for the release")
+	tokensFlag(f, &cfg.TokensOff)
+	f.IntVar(&cfg.RandomnessTokens, "randomness-tokens", 0, "N: randomness tokens (OPRF elements) the issuer gives each identity per epoch (0 = the largest number of distinct artifacts of one user of --input; d under dp-a/dp-u/zealous)")
+	f.IntVar(&cfg.ReportTokens, "report-tokens", 0, "d: report tokens the issuer gives each identity per epoch, one per report (0 = the largest number of reports of one user of --input; the policy's d under dp-a/dp-u/zealous)")
 	f.IntVar(&cfg.Workers, "workers", 0, "clients replayed concurrently (default: number of CPUs)")
 	f.DurationVar(&cfg.Spread, "spread", 0, "each client sends its reports at random times within this window, not as one burst an observer links (e.g. 1h for real clients; 0 = back to back, for replays)")
 	f.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "bound of each wait after ingest: relays draining, the release appearing in ClickHouse")
@@ -105,6 +116,35 @@ Examples:
 	c.MarkFlagRequired("input")
 	return c
 }
+
+// tokensFlag is --tokens on|off of run and ingest (off sets *off).
+func tokensFlag(f *pflag.FlagSet, off *bool) {
+	f.Var(&onOff{off: off}, "tokens", "Privacy Pass tokens and ARC credentials from the issuer (issue 17): on, or off for comparison only (gives up the probe and Sybil protection)")
+}
+
+// onOff is a pflag.Value "on"/"off" that sets *off.
+type onOff struct{ off *bool }
+
+func (o *onOff) String() string {
+	if o.off != nil && *o.off {
+		return "off"
+	}
+	return "on"
+}
+
+func (o *onOff) Set(v string) error {
+	switch v {
+	case "on":
+		*o.off = false
+	case "off":
+		*o.off = true
+	default:
+		return fmt.Errorf("%q: use on or off", v)
+	}
+	return nil
+}
+
+func (o *onOff) Type() string { return "on|off" }
 
 // timeFormatFlag is --time-format of the commands that read a search log
 // (ingest/aol.Options.TimeFormat).

@@ -44,6 +44,19 @@ type IngestConfig struct {
 	// an ingest restarted on the same log and epoch sends nothing twice;
 	// "" keeps it in memory (a second replay counts every user again).
 	StateDir string
+	// TokensOff sends without Privacy Pass tokens (--tokens off; only a
+	// deployment whose randomness service and aggregator do not require
+	// them accepts that). With tokens (the default) every replayed AnonID
+	// has its own Ed25519 identity — in StateDir/users/ID/identity.key when
+	// StateDir is set, else in memory for this ingest only — and fetches
+	// its tokens and ARC credential from the issuer.
+	TokensOff bool
+	// Enroll adds every replayed identity to the enrollment list in
+	// KeysDir (keydir.EnrollIdentity), as the operator would with
+	// `crowdlog keys enroll`: for an issuer that reads this keys
+	// directory. Without it the identities must be enrolled already (the
+	// issuer refuses others: tokenclient.ErrNotEnrolled).
+	Enroll   bool
 	Progress io.Writer
 	Logger   *slog.Logger
 }
@@ -109,9 +122,27 @@ func Ingest(ctx context.Context, cfg IngestConfig) (ingest.ReplaySummary, error)
 		return none, err
 	}
 	pub := &publish.Publisher{JS: js, Subject: protocol.RelaySubject("a")}
-	client := newClient(a, cfg.Epoch, pol, cfg.Spread,
-		&oprfclient.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, keydir.RandomnessPins)}, ra, rb, ag, pub)
+	rc := &oprfclient.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, keydir.RandomnessPins)}
+	client := newClient(a, cfg.Epoch, pol, cfg.Spread, rc, ra, rb, ag, pub)
 	replay := &ingest.Replay{Client: client, Log: opts, StateDir: cfg.StateDir, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
+	if cfg.TokensOff {
+		log.Warn(tokensOffWarning)
+	} else {
+		plan, err := planTokens(input, opts, a, pol, cfg.StateDir)
+		if err != nil {
+			return none, err
+		}
+		if cfg.Enroll {
+			if err := plan.enroll(cfg.KeysDir); err != nil {
+				return none, err
+			}
+		}
+		if err := pinnedKey(ctx, rc, cfg.Epoch); err != nil {
+			return none, err
+		}
+		plan.replayTokens(replay, nc, rc, log)
+		log.Info("tokens on", "identities", len(plan.keys), "enrolled_here", cfg.Enroll)
+	}
 	sum, err := replay.Run(ctx, input)
 	if ferr := pub.Flush(ctx); err == nil {
 		err = ferr

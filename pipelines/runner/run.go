@@ -97,6 +97,21 @@ type Config struct {
 	// (ingest.Client.Spread); 0 sends them back to back.
 	Spread time.Duration
 
+	// TokensOff turns Privacy Pass tokens off (--tokens off), for
+	// comparison only: no issuer, and the randomness service and the
+	// aggregator take requests and reports without tokens, which gives up
+	// the probe and Sybil protection of issue 17 (logged). By default run
+	// starts an issuer in process, gives every replayed AnonID its own
+	// enrolled identity, and each client spends one randomness token per
+	// OPRF element, one report token per report and, under FT_u, one ARC
+	// credential (FT_u counts identities).
+	TokensOff bool
+	// RandomnessTokens (N) and ReportTokens (d) are the issuer's budgets
+	// per identity and epoch; 0 = what keeps the release exact: under
+	// FT_u/FT_a the largest number of distinct artifacts and of reports of
+	// one user of Input, under DP_a/DP_u/ZEALOUS the policy's d for both.
+	RandomnessTokens, ReportTokens int
+
 	// Metrics, when set (e.g. "127.0.0.1:9100"), serves /metrics, /healthz and
 	// /readyz for every in-process role.
 	Metrics string
@@ -135,6 +150,7 @@ type Summary struct {
 	Decrypted            int64             // reports decrypted by the aggregator (in-process runs)
 	AggregatorDropped    int64             // dropped by the aggregator, incl. duplicates from redelivery
 	Policy               string            // the resolved policy with its parameters and achieved (ε, δ)
+	Tokens               string            // "off", or the budgets per identity and the identities enrolled
 	Released             int               // released items
 	ReleasedImpressions  uint64
 	Undecrypted          []release.Undecrypted
@@ -153,6 +169,9 @@ func (s *Summary) Print(w io.Writer) {
 	}
 	if s.Policy != "" {
 		fmt.Fprintf(w, "  policy            %s\n", s.Policy)
+	}
+	if s.Tokens != "" {
+		fmt.Fprintf(w, "  tokens            %s\n", s.Tokens)
 	}
 	fmt.Fprintf(w, "  items released    %d (%d impressions)\n", s.Released, s.ReleasedImpressions)
 	var tags, reps uint64
@@ -244,6 +263,19 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 		return nil, err
 	}
 	sum.Policy = pol.String()
+	var plan *tokenPlan
+	var tokN, tokD int
+	if cfg.TokensOff {
+		sum.Tokens = "off"
+		log.Warn(tokensOffWarning)
+	} else {
+		if plan, err = planTokens(input, aol.Options{}, app, pol, ""); err != nil {
+			return sum, err
+		}
+		tokN, tokD = plan.budgets(cfg.RandomnessTokens, cfg.ReportTokens, pol)
+		sum.Tokens = fmt.Sprintf("on: %d randomness and %d report tokens per identity (N, d), %d identities enrolled", tokN, tokD, len(plan.keys))
+		log.Info("tokens on", "randomness_tokens", tokN, "report_tokens", tokD, "identities", len(plan.keys))
+	}
 	key := release.Key{App: app.Name(), Epoch: cfg.Epoch, Policy: string(pol.Kind), K: pol.ShamirK}
 	spend := release.Spend{Dataset: cfg.Dataset, Epoch: cfg.Epoch, App: key.App, Policy: key.Policy, K: key.K,
 		Epsilon: pol.AchievedEpsilon, Delta: pol.AchievedDelta}
@@ -270,6 +302,18 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	}
 	if !cfg.External {
 		if err := keydir.EnsureKeys(cfg.KeysDir); err != nil {
+			return sum, err
+		}
+	}
+	if plan != nil {
+		// the operator's part: the epoch's issuer keys (in process) and
+		// the replayed identities in the enrollment list the issuer reads
+		if !cfg.External {
+			if err := keydir.EnsureIssuerKeys(cfg.KeysDir, cfg.Epoch); err != nil {
+				return sum, fmt.Errorf("tokens: issuer keys of epoch %s: %w", cfg.Epoch, err)
+			}
+		}
+		if err := plan.enroll(cfg.KeysDir); err != nil {
 			return sum, err
 		}
 	}
@@ -328,7 +372,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 		watch := time.AfterFunc(cfg.StartTimeout, func() {
 			stopServices(fmt.Errorf("waited %s for the roles to start: %w", cfg.StartTimeout, context.DeadlineExceeded))
 		})
-		err := startRoles(svcCtx, &svc, cfg, nc, js, brokers, pol, reg, rc, log, &relayStats, &agg, func(err error) {
+		err := startRoles(svcCtx, &svc, cfg, nc, js, brokers, pol, reg, rc, log, &relayStats, &agg, tokenLimits{on: plan != nil, n: tokN, d: tokD}, func(err error) {
 			refusedMu.Lock()
 			defer refusedMu.Unlock()
 			refused = err
@@ -357,6 +401,17 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	RegisterPublisher(reg, pub)
 	client := newClient(app, cfg.Epoch, pol, cfg.Spread, rc, a, b, ag, pub)
 	rp := &ingest.Replay{Client: client, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
+	if plan != nil {
+		if err := issuerReady(ctx, nc, cfg.Epoch, cfg.StartTimeout); err != nil {
+			return sum, err
+		}
+		if err := bounded(ctx, "the randomness service's public key of epoch "+cfg.Epoch, cfg.StartTimeout, func(ctx context.Context) error {
+			return pinnedKey(ctx, rc, cfg.Epoch)
+		}); err != nil {
+			return sum, err
+		}
+		plan.replayTokens(rp, nc, rc, log)
+	}
 	// the aggregator keeps reports only of open epochs: the open marker
 	// precedes every report in each partition
 	if err := bounded(ctx, "the open-epoch marker in Kafka (is Kafka up?)", cfg.StartTimeout, func(ctx context.Context) error {
@@ -460,10 +515,18 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 // aggregator, release stage) on svcCtx and runs them in svc.
 func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, nc *nats.Conn, js jetstream.JetStream,
 	brokers []string, pol *policy.Policy, reg prometheus.Registerer, rc *oprfclient.Client, log *slog.Logger,
-	relayStats *[]*relays.Stats, agg **aggregator.Service, onRefused func(error)) error {
+	relayStats *[]*relays.Stats, agg **aggregator.Service, tok tokenLimits, onRefused func(error)) error {
 	rs, err := randomness.New(svcCtx, nc, cfg.KeysDir, randomness.Options{}, log)
 	if err != nil {
 		return err
+	}
+	if tok.on {
+		if err := startIssuer(svcCtx, svc, nc, cfg.KeysDir, tok, log); err != nil {
+			return err
+		}
+		if err := requireTokens(rs, cfg.KeysDir); err != nil {
+			return err
+		}
 	}
 	// the run is the operator of its named epoch: open it in the key
 	// directory before any client asks (the service never opens a named
@@ -488,6 +551,9 @@ func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, nc *nat
 	a, err := aggregator.New(brokers, []string{filepath.Join(cfg.KeysDir, keydir.AggregatorKey)}, log)
 	if err != nil {
 		return err
+	}
+	if tok.on {
+		aggregatorTokens(a, cfg.KeysDir)
 	}
 	*agg = a
 	RegisterAggregator(reg, a)

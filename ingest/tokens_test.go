@@ -1,0 +1,222 @@
+package ingest
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/ingest/oprfclient"
+	"github.com/crowdlog/crowdlog/protocol/arc"
+	"github.com/crowdlog/crowdlog/protocol/oprf"
+	"github.com/crowdlog/crowdlog/protocol/star"
+	"github.com/crowdlog/crowdlog/protocol/token"
+)
+
+// errFakeBudget is fakeIssuer's budget refusal.
+var errFakeBudget = errors.New("fake issuer: budget of the epoch spent")
+
+// fakeIssuer issues real tokens and ARC credentials in process under its
+// own keys, with per-kind budgets (0 = none left), counting requests.
+type fakeIssuer struct {
+	keys   map[token.Kind]*token.PrivateKey
+	arcKey *arc.PrivateKey
+
+	mu      sync.Mutex
+	budget  map[token.Kind]int
+	issued  map[token.Kind]int
+	creds   int
+	rounds  int
+	nilCred bool
+}
+
+func newFakeIssuer(t testing.TB, epoch string, n, d int) *fakeIssuer {
+	t.Helper()
+	f := &fakeIssuer{keys: map[token.Kind]*token.PrivateKey{}, budget: map[token.Kind]int{token.KindRandomness: n, token.KindReport: d},
+		issued: map[token.Kind]int{}}
+	for _, k := range []token.Kind{token.KindRandomness, token.KindReport} {
+		key, err := token.GenerateKey(k, epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.keys[k] = key
+	}
+	var err error
+	if f.arcKey, err = arc.GenerateKey(rand.Reader); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *fakeIssuer) Tokens(_ context.Context, kind token.Kind, epoch string, nonces [][32]byte) ([]*token.Token, error) {
+	f.mu.Lock()
+	f.rounds++
+	if f.issued[kind]+len(nonces) > f.budget[kind] {
+		f.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s tokens of epoch %s, budget %d", errFakeBudget, kind, epoch, f.budget[kind])
+	}
+	f.issued[kind] += len(nonces)
+	f.mu.Unlock()
+	key := f.keys[kind]
+	p, blinded, err := token.NewRequest(key.Public(), kind, epoch, nonces)
+	if err != nil {
+		return nil, err
+	}
+	ev, proof, err := key.Issue(blinded)
+	if err != nil {
+		return nil, err
+	}
+	return p.Finalize(ev, proof)
+}
+
+func (f *fakeIssuer) Credential(context.Context, string) (*arc.Credential, error) {
+	f.mu.Lock()
+	f.creds++
+	f.mu.Unlock()
+	sec, req, err := arc.NewCredentialRequest(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := f.arcKey.Issue(rand.Reader, req)
+	if err != nil {
+		return nil, err
+	}
+	return sec.Finalize(f.arcKey.Public(), req, resp)
+}
+
+// countingRandomness is a Randomness that takes one token per input from
+// its TokenSource before evaluating (what oprfclient does with Tokens).
+type countingRandomness struct {
+	localRandomness
+	ts    oprfclient.TokenSource
+	spent *int
+}
+
+func (c countingRandomness) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([][]byte, error) {
+	toks, err := c.ts.RandomnessTokens(ctx, epoch, len(inputs))
+	if err != nil {
+		return nil, err
+	}
+	*c.spent += len(toks)
+	return c.localRandomness.Evaluate(ctx, epoch, inputs)
+}
+
+// TestDeviceTokens: with tokens on, every report carries a report token
+// that verifies under the issuer's report key with the nonce bound to the
+// report's bytes, ω spends one randomness token per distinct artifact, and
+// under FT_u each artifact's reports carry one ARC presentation whose tag
+// gives the share's x: the same x for the artifact's repeats and across a
+// restart on the same state (the credential is kept 0600 in the state
+// directory and fetched once).
+func TestDeviceTokens(t *testing.T) {
+	dir := t.TempDir()
+	var pub capture
+	h, c := testClient(t, star.FTu, pub.publish)
+	iss := newFakeIssuer(t, c.Epoch, 100, 100)
+	spent := 0
+	lr := c.Randomness.(localRandomness)
+	c.RandomnessWith = func(ts oprfclient.TokenSource) Randomness { return countingRandomness{lr, ts, &spent} }
+	open := func() *Device {
+		st, err := openDiskStore(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newTokenDevice(c, st, iss)
+	}
+	ctx := context.Background()
+	if n, err := open().Submit(ctx, "query", art("made up one", 0), art("made up two", 1), art("made up one", 2)); err != nil || n != 3 {
+		t.Fatalf("first submit: %d, %v", n, err)
+	}
+	if n, err := open().Submit(ctx, "query", art("made up one", 3)); err != nil || n != 1 {
+		t.Fatalf("after restart: %d, %v", n, err)
+	}
+	if spent != 3 || iss.issued[token.KindRandomness] != 3 {
+		t.Fatalf("randomness tokens: %d spent, %d issued; want 3 (one per distinct artifact per Submit)", spent, iss.issued[token.KindRandomness])
+	}
+	if iss.creds != 1 {
+		t.Fatalf("%d ARC credentials fetched, want 1 (kept in the state across the restart)", iss.creds)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "arc-e1")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("ARC credential file: %v, %v", fi, err)
+	}
+	rs := pub.reports(t, h)
+	if len(rs) != 4 {
+		t.Fatalf("%d reports, want 4", len(rs))
+	}
+	xs := map[[32]byte]map[string]bool{}
+	for _, r := range rs {
+		tok, err := token.ParseToken(r.Token)
+		if err != nil {
+			t.Fatalf("report token: %v", err)
+		}
+		if err := iss.keys[token.KindReport].Verify(tok); err != nil {
+			t.Fatalf("report token does not verify: %v", err)
+		}
+		ub, err := r.UnsignedBytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok.Nonce != token.ReportNonce(ub) {
+			t.Fatal("report token not bound to its report")
+		}
+		if len(r.Presentation) == 0 {
+			t.Fatal("FT_u report without an ARC presentation")
+		}
+		if xs[r.Tag] == nil {
+			xs[r.Tag] = map[string]bool{}
+		}
+		xs[r.Tag][shareX(t, r)] = true
+	}
+	if len(xs) != 2 || len(xs[rs[0].Tag]) != 1 {
+		t.Fatalf("x values per tag %v, want one x per artifact", xs)
+	}
+	// the x is the ARC tag's, not the user secret's
+	for _, r := range rs {
+		p, err := arc.ParsePresentation(r.Presentation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, _ := lr.Evaluate(ctx, c.Epoch, [][]byte{oprf.OPRFInput(c.App.Name(), c.Epoch, "made up one")})
+		s, err := star.DeriveSealingIn(w[0], star.Context{App: c.App.Name(), Meaning: apps.Meaning(c.App), Epoch: c.Epoch, Policy: c.Policy, K: c.K})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Tag != s.Tag {
+			continue
+		}
+		if err := iss.arcKey.VerifyPresentation(p, s.ARCContext(), 1); err != nil {
+			t.Fatalf("presentation does not verify under the artifact's context: %v", err)
+		}
+		x := s.ShareXFromARC(p.Tag())
+		b, _ := x.MarshalBinary()
+		if string(b) != shareX(t, r) {
+			t.Fatal("share x is not derived from the ARC tag")
+		}
+	}
+}
+
+// TestDeviceTokenBudget: a Submit needing more report tokens than the
+// identity has left fails with the issuer's budget error, sends nothing
+// and records nothing, so a later Submit within the budget still sends.
+func TestDeviceTokenBudget(t *testing.T) {
+	var pub capture
+	_, c := testClient(t, star.FTa, pub.publish)
+	iss := newFakeIssuer(t, c.Epoch, 100, 2)
+	d := newTokenDevice(c, newMemStore(), iss)
+	ctx := context.Background()
+	_, err := d.Submit(ctx, "query", art("a", 0), art("b", 1), art("c", 2))
+	if !errors.Is(err, errFakeBudget) {
+		t.Fatalf("3 reports on a budget of 2: %v, want the budget error", err)
+	}
+	if len(pub.onions) != 0 {
+		t.Fatalf("%d reports sent after a budget refusal", len(pub.onions))
+	}
+	if n, err := d.Submit(ctx, "query", art("a", 0), art("b", 1)); err != nil || n != 2 {
+		t.Fatalf("within the budget: %d, %v", n, err)
+	}
+}
