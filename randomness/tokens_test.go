@@ -225,3 +225,22 @@ func request(t *testing.T, e *env, q *oprf.RandomnessRequest) *oprf.RandomnessRe
 	}
 	return resp
 }
+
+// TestVerifyAll: the parallel verification of a large batch accepts valid
+// tokens and names the first bad one.
+func TestVerifyAll(t *testing.T) {
+	key, _ := token.GenerateKey(token.KindRandomness, "e1")
+	toks := issue(t, key, 40)
+	if i, err := verifyAll(key, toks); err != nil {
+		t.Fatalf("valid batch: token %d: %v", i, err)
+	}
+	for _, bad := range []int{33, 7} {
+		c := *toks[bad]
+		c.Authenticator = append([]byte(nil), c.Authenticator...)
+		c.Authenticator[0] ^= 1
+		toks[bad] = &c
+	}
+	if i, err := verifyAll(key, toks); !errors.Is(err, token.ErrInvalidToken) || i != 7 {
+		t.Fatalf("bad tokens at 7 and 33: got index %d, %v; want 7, ErrInvalidToken", i, err)
+	}
+}
