@@ -41,7 +41,9 @@ fuzz:
 	  "./coordinator FuzzParse" "./release/pdd FuzzApply" "./relays FuzzClassify" "./relays FuzzValidForward" \
 	  "./ingest/apps FuzzSplit" "./protocol/star FuzzOpenSealedPayload" "./aggregator FuzzApplyInnerReport" \
 	  "./protocol/arc FuzzParsePresentation" "./protocol/arc FuzzParseCredentialRequest" "./protocol/arc FuzzParseCredentialResponse" \
-	  "./protocol/arc FuzzParseCredential" "./protocol/arc FuzzParsePublicKey" "./protocol/arc FuzzParsePrivateKey"; do \
+	  "./protocol/arc FuzzParseCredential" "./protocol/arc FuzzParsePublicKey" "./protocol/arc FuzzParsePrivateKey" \
+	  "./protocol/token FuzzParseToken" "./protocol/token FuzzParsePrivateKey" "./protocol/token FuzzIssue" \
+	  "./protocol/token FuzzParseIssueRequest" "./protocol/token FuzzParseIssueResponse" "./protocol/token FuzzParseKeys"; do \
 	  set -- $$spec; echo "== $$1 $$2"; $(GO) test -run XXX -fuzz "^$$2$$" -fuzztime $(FUZZTIME) $$1 || exit 1; done
 
 bench:

@@ -51,8 +51,10 @@ const (
 	// IssuerPublicKeySubject: the issuer's public keys per epoch and kind.
 	IssuerPublicKeySubject = "crowdlog.issuer.pubkey"
 	// IssuerCountersBucket: JetStream KV of the issuer's per-identity,
-	// per-epoch, per-kind counts (key: hex SHA-256 of the identity ‖ epoch ‖
-	// kind); durable across restarts and shared by issuer replicas.
+	// per-epoch, per-kind counts (key: hex SHA-256 of identity ‖ u8
+	// len(epoch) ‖ epoch ‖ kind, issuer.CounterKey) and of its replay
+	// markers (replay-<hex>, with a per-key TTL); durable across restarts
+	// and shared by issuer replicas.
 	IssuerCountersBucket = "crowdlog-issuer-counters"
 	// SpentTokensBucket: JetStream KV of spent randomness tokens (key: hex
 	// of the token's spend id); a create that finds the key is a double
