@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -9,9 +10,15 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/crowdlog/crowdlog/infra/keydir"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/ingest/oprfclient"
+	"github.com/crowdlog/crowdlog/ingest/tokenclient"
+	"github.com/crowdlog/crowdlog/issuer"
+	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
 	"github.com/crowdlog/crowdlog/protocol/star"
@@ -219,4 +226,81 @@ func TestDeviceTokenBudget(t *testing.T) {
 	if n, err := d.Submit(ctx, "query", art("a", 0), art("b", 1)); err != nil || n != 2 {
 		t.Fatalf("within the budget: %d, %v", n, err)
 	}
+}
+
+// TestNewTokens: a Device from New with Config.Tokens against a real
+// issuer and a randomness service requiring tokens (embedded NATS with
+// JetStream): it creates its identity key in the state (0600); before the
+// operator enrolls it, Submit fails with ErrNotEnrolled; enrolled, its
+// reports go out; past its report budget (d = 3) Submit fails at once with
+// ErrBudget and sends nothing more.
+func TestNewTokens(t *testing.T) {
+	url, keys, js := natsDeployment(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const epoch = "e1"
+	if err := keydir.EnsureIssuerKeys(keys, epoch); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := natsconn.Connect(url, "roles")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	rs, err := randomness.New(ctx, nc, keys, randomness.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := rs.Keys.OpenEpoch(epoch); err != nil {
+		t.Fatal(err)
+	}
+	rs.RequireTokens = true
+	rs.TokenKeys = func(e string) (*token.PrivateKey, error) { return keydir.LoadTokenKey(keys, token.KindRandomness, e) }
+	is, err := issuer.New(nc, keys, issuer.Limits{RandomnessTokens: 10, ReportTokens: 3}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context) error{rs.Run, is.Run} {
+		wg.Add(1)
+		go func() { defer wg.Done(); run(sctx) }()
+	}
+	defer func() { stop(); wg.Wait() }()
+	time.Sleep(200 * time.Millisecond) // both subscribed
+
+	state := t.TempDir()
+	d, err := New(ctx, Config{StateDir: state, NATS: url, KeysDir: keys, SkipRouteCheck: true, Epoch: epoch, K: 2, Tokens: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(ctx)
+	fi, err := os.Stat(filepath.Join(state, IdentityKeyFile))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("identity key: %v, %v", fi, err)
+	}
+	if _, err := d.Submit(ctx, "query", art("made up one", 0)); !errors.Is(err, tokenclient.ErrNotEnrolled) {
+		t.Fatalf("before enrollment: %v, want ErrNotEnrolled", err)
+	}
+	id, err := keydir.EnsureIdentityKey(filepath.Join(state, IdentityKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := keydir.EnrollIdentity(keys, id.Public().(ed25519.PublicKey)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := d.Submit(ctx, "query", art("made up one", 0), art("made up two", 1)); err != nil || n != 2 {
+		t.Fatalf("enrolled: %d reports, %v", n, err)
+	}
+	t0 := time.Now()
+	if _, err := d.Submit(ctx, "query", art("made up three", 2), art("made up four", 3)); !errors.Is(err, tokenclient.ErrBudget) {
+		t.Fatalf("past the report budget: %v, want ErrBudget", err)
+	}
+	if err := d.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := streamMsgs(t, js); got != 2 {
+		t.Fatalf("relay a's inbox holds %d reports, want 2", got)
+	}
+	t.Logf("budget refusal after %s", time.Since(t0).Round(time.Millisecond))
 }

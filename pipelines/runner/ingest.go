@@ -49,7 +49,9 @@ type IngestConfig struct {
 	// them accepts that). With tokens (the default) every replayed AnonID
 	// has its own Ed25519 identity — in StateDir/users/ID/identity.key when
 	// StateDir is set, else in memory for this ingest only — and fetches
-	// its tokens and ARC credential from the issuer.
+	// its tokens and ARC credential from the issuer. When no issuer
+	// answers for the epoch within ExternalIssuerProbe, ingest sends
+	// without tokens (logged).
 	TokensOff bool
 	// Enroll adds every replayed identity to the enrollment list in
 	// KeysDir (keydir.EnrollIdentity), as the operator would with
@@ -125,9 +127,13 @@ func Ingest(ctx context.Context, cfg IngestConfig) (ingest.ReplaySummary, error)
 	rc := &oprfclient.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, keydir.RandomnessPins)}
 	client := newClient(a, cfg.Epoch, pol, cfg.Spread, rc, ra, rb, ag, pub)
 	replay := &ingest.Replay{Client: client, Log: opts, StateDir: cfg.StateDir, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
-	if cfg.TokensOff {
+	switch {
+	case cfg.TokensOff:
 		log.Warn(tokensOffWarning)
-	} else {
+	case !issuerAnswers(ctx, nc, cfg.Epoch, ExternalIssuerProbe):
+		log.Warn("tokens: no issuer answers for the epoch; sending without tokens (a deployment that requires them refuses these clients: start `crowdlog issuer`)",
+			"epoch", cfg.Epoch, "waited", ExternalIssuerProbe)
+	default:
 		plan, err := planTokens(input, opts, a, pol, cfg.StateDir)
 		if err != nil {
 			return none, err

@@ -104,7 +104,10 @@ type Config struct {
 	// starts an issuer in process, gives every replayed AnonID its own
 	// enrolled identity, and each client spends one randomness token per
 	// OPRF element, one report token per report and, under FT_u, one ARC
-	// credential (FT_u counts identities).
+	// credential (FT_u counts identities). With External, run enrolls the
+	// identities in KeysDir and uses tokens when an issuer answers for the
+	// epoch within ExternalIssuerProbe; otherwise it replays without them
+	// (logged; a deployment that requires tokens then refuses the clients).
 	TokensOff bool
 	// RandomnessTokens (N) and ReportTokens (d) are the issuer's budgets
 	// per identity and epoch; 0 = what keeps the release exact: under
@@ -401,6 +404,15 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	RegisterPublisher(reg, pub)
 	client := newClient(app, cfg.Epoch, pol, cfg.Spread, rc, a, b, ag, pub)
 	rp := &ingest.Replay{Client: client, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
+	if plan != nil && cfg.External && !issuerAnswers(ctx, nc, cfg.Epoch, ExternalIssuerProbe) {
+		// the deployment decides whether tokens are required; a client
+		// without them loses nothing a deployment that requires them does
+		// not refuse
+		log.Warn("tokens: no issuer answers for the epoch; replaying without tokens (a deployment that requires them refuses the clients: start `crowdlog issuer`)",
+			"epoch", cfg.Epoch, "waited", ExternalIssuerProbe)
+		sum.Tokens = "off (no issuer answered)"
+		plan = nil
+	}
 	if plan != nil {
 		if err := issuerReady(ctx, nc, cfg.Epoch, cfg.StartTimeout); err != nil {
 			return sum, err

@@ -197,3 +197,27 @@ func issuerReady(ctx context.Context, nc *nats.Conn, epoch string, bound time.Du
 		return "no answer yet"
 	})
 }
+
+// ExternalIssuerProbe bounds how long run --external and ingest wait for
+// an issuer to answer before replaying without tokens.
+const ExternalIssuerProbe = 10 * time.Second
+
+// issuerAnswers reports whether an issuer answers the public-key request
+// of epoch within bound.
+func issuerAnswers(ctx context.Context, nc *nats.Conn, epoch string, bound time.Duration) bool {
+	pctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	for {
+		rctx, rcancel := context.WithTimeout(pctx, 2*time.Second)
+		_, err := (&tokenclient.Client{NC: nc}).Keys(rctx, epoch)
+		rcancel()
+		if err == nil {
+			return true
+		}
+		select {
+		case <-pctx.Done():
+			return false
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
