@@ -18,11 +18,11 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/ingest/tokenclient"
 	"github.com/crowdlog/crowdlog/issuer"
-	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
 	"github.com/crowdlog/crowdlog/protocol/star"
 	"github.com/crowdlog/crowdlog/protocol/token"
+	"github.com/crowdlog/crowdlog/randomness"
 )
 
 // errFakeBudget is fakeIssuer's budget refusal.
