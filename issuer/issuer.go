@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -102,7 +103,7 @@ var reasons = []string{ReasonMalformed, ReasonSignature, ReasonStale, ReasonRepl
 // New), then Run.
 type Service struct {
 	NC       *nats.Conn
-	KeysDir  string // keys directory: token keys in issuer.keys/, created per epoch on first use
+	KeysDir  string // keys directory: token keys in issuer.keys/, one set per epoch an operator opened (keydir.EnsureIssuerKeys; `crowdlog issuer --epoch`)
 	Attester Attester
 	Limits   Limits
 	Logger   *slog.Logger
@@ -245,7 +246,15 @@ func (s *Service) RefusedBy(reason string) int64 {
 	return 0
 }
 
-// epochKeys loads (creating on first use) the token keys of epoch.
+// ErrEpochNotOpen is wrapped when a request names an epoch whose issuer
+// keys an operator never created (`crowdlog issuer --epoch E`,
+// keydir.EnsureIssuerKeys; `crowdlog run` creates its own). The issuer never
+// creates keys on a request: client-named epochs would otherwise each write
+// three key files (the epoch-flooding attack, docs/threat-model.md).
+var ErrEpochNotOpen = errors.New("epoch not opened at the issuer")
+
+// epochKeys loads the token keys of epoch; it never creates them. Errors
+// wrap ErrEpochNotOpen when the epoch's key files do not exist.
 func (s *Service) epochKeys(epoch string) (*epochKeys, error) {
 	if k, ok := s.keys.Load(epoch); ok {
 		return k.(*epochKeys), nil
@@ -258,12 +267,12 @@ func (s *Service) epochKeys(epoch string) (*epochKeys, error) {
 			return nil, err
 		}
 	}
-	if err := keydir.EnsureIssuerKeys(s.KeysDir, epoch); err != nil {
-		return nil, err
-	}
 	k := &epochKeys{}
 	var err error
 	if k.rnd, err = keydir.LoadTokenKey(s.KeysDir, token.KindRandomness, epoch); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %q (the operator opens it with 'crowdlog issuer --epoch %s')", ErrEpochNotOpen, epoch, epoch)
+		}
 		return nil, err
 	}
 	if k.rep, err = keydir.LoadTokenKey(s.KeysDir, token.KindReport, epoch); err != nil {
@@ -279,8 +288,8 @@ func (s *Service) epochKeys(epoch string) (*epochKeys, error) {
 	return v.(*epochKeys), nil
 }
 
-// HandleKeys answers a KeysRequest: the public keys of the epoch (created
-// on first use).
+// HandleKeys answers a KeysRequest: the public keys of the epoch, or a
+// refusal wrapping ErrEpochNotOpen for an epoch no operator opened.
 func (s *Service) HandleKeys(data []byte) *token.KeysResponse {
 	q, err := token.ParseKeysRequest(data)
 	if err != nil {

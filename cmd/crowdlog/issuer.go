@@ -40,8 +40,8 @@ over-issue together and a restart keeps them. The issuer sees blinded values
 only: it cannot link a token it issued to its redemption, and it stores and
 logs only hashed identities, epochs, kinds and counts.
 
-Keys: DIR/` + keydir.IssuerKeys + `/EPOCH.{randomness,report,arc}.key (0600), created on an
-epoch's first request (or up front with --epoch). The randomness service
+Keys: DIR/` + keydir.IssuerKeys + `/EPOCH.{randomness,report,arc}.key (0600), created by --epoch (an operator opens each epoch; requests naming
+another epoch are refused and create nothing). The randomness service
 needs EPOCH.randomness.key, the aggregator EPOCH.report.key and
 EPOCH.arc.key; give each only its own, so the aggregator cannot mint
 randomness tokens.`,
@@ -73,7 +73,7 @@ randomness tokens.`,
 	f.StringVar(&keys, "keys", "keys", "keys directory: the enrollment list "+keydir.EnrollmentFile+" and the epoch keys in "+keydir.IssuerKeys+"/")
 	f.IntVar(&limits.RandomnessTokens, "randomness-tokens", 0, "N: randomness tokens (OPRF elements) per identity and epoch")
 	f.IntVar(&limits.ReportTokens, "report-tokens", 0, "d: report tokens (reports) per identity and epoch")
-	f.StringSliceVar(&epochs, "epoch", nil, "create the keys of these epochs before serving (otherwise on an epoch's first request)")
+	f.StringSliceVar(&epochs, "epoch", nil, "open these epochs: create their keys before serving (requests for epochs not opened are refused); repeatable, idempotent")
 	addMetricsFlag(c, &metricsAddr)
 	return c
 }

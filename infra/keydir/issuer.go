@@ -91,8 +91,8 @@ func createOnce(path string, b []byte) error {
 }
 
 // LoadTokenKey reads the token key of kind and epoch from dir/issuer.keys.
-// Errors wrap os.ErrNotExist when the file is missing (the issuer creates
-// it on the epoch's first request; `crowdlog issuer` with --epoch creates
+// Errors wrap os.ErrNotExist when the file is missing (an operator creates
+// it: `crowdlog issuer` with --epoch, or EnsureIssuerKeys; `crowdlog run` creates
 // it up front) and name the file otherwise.
 func LoadTokenKey(dir string, kind token.Kind, epoch string) (*token.PrivateKey, error) {
 	if !ValidIssuerEpoch(epoch) {

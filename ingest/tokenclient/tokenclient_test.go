@@ -34,6 +34,9 @@ func setup(t *testing.T, limits issuer.Limits) (ctx context.Context, nc *nats.Co
 	}
 	t.Cleanup(srv.Shutdown)
 	keys = t.TempDir()
+	if err := keydir.EnsureIssuerKeys(keys, epoch); err != nil { // the operator opens the epoch
+		t.Fatal(err)
+	}
 	inc, err := nats.Connect(srv.URL)
 	if err != nil {
 		t.Fatal(err)
