@@ -8,6 +8,13 @@
 // adds no second share. Client is the stateless sealer a Device sends
 // through, one per application. Replay drives many devices from one AOL
 // log, one per AnonID.
+//
+// With tokens (Config.Tokens, Replay.Tokens; issue 17) a device pays the
+// issuer's anonymous credentials (Privacy Pass, RFC 9576/9578): one
+// randomness token per OPRF element, one report token bound to each
+// report, and under FT_u one ARC credential per epoch
+// (draft-ietf-privacypass-arc-crypto) whose presentation per artifact
+// gives the share's x, so FT_u counts identities, not secrets.
 package ingest
 
 import (
