@@ -35,7 +35,7 @@ Tokens (issue 17, on by default): every AnonID has its own Ed25519 identity
 issuer one randomness token per OPRF element, one report token per report and,
 under ft-u, one ARC credential per epoch. The identities must be enrolled at
 the issuer; --enroll adds them to the enrollment list in --keys (for an issuer
-reading that directory). When no issuer answers for the epoch within 10 s,
+reading that directory). When no issuer answers for the epoch within 5 s,
 or with --tokens off, ingest sends without tokens, which only a deployment that
 does not require them accepts.
 

@@ -58,7 +58,7 @@ presentation per artifact makes FT_u count identities, not self-chosen
 secrets. The defaults keep the release exact. --tokens off is for comparison
 only: it gives up the probe and Sybil protection (logged). With --external,
 run enrolls the identities in --keys and uses tokens when an issuer answers
-for the epoch within 10 s, else replays without them (logged).
+for the epoch within 5 s, else replays without them (logged).
 
 Waits: every wait is bounded and its error names the stage and the counts
 reached: --start-timeout for each start-up step, --ingest-timeout for the

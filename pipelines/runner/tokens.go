@@ -200,7 +200,7 @@ func issuerReady(ctx context.Context, nc *nats.Conn, epoch string, bound time.Du
 
 // ExternalIssuerProbe bounds how long run --external and ingest wait for
 // an issuer to answer before replaying without tokens.
-const ExternalIssuerProbe = 10 * time.Second
+const ExternalIssuerProbe = 5 * time.Second
 
 // issuerAnswers reports whether an issuer answers the public-key request
 // of epoch within bound.
