@@ -35,6 +35,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"sort"
+	"sync"
 
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/arc"
@@ -207,10 +208,12 @@ type Partition struct {
 	// the keys of an epoch must exist before its first report arrives: a
 	// report is judged once, and again identically on replay, only when
 	// its epoch's keys load the same way each time.
+	keysMu      sync.Mutex // reportKeys, arcKeys: Prepare runs concurrently
 	reportKeys  map[string]*token.PrivateKey
 	arcKeys     map[string]*arc.PrivateKey
-	arcVerified int64 // presentations verified (tests: the per-(group, x) cache)
-	noVerify    bool  // baseline for benchmarks: no commitment checks, AEAD subset search
+	arcVerified int64        // presentations accepted by a full verdict, not the per-(group, x) rule (tests)
+	cache       *verifyCache // shared by a Service's partitions (nil: none)
+	noVerify    bool         // baseline for benchmarks: no commitment checks, AEAD subset search
 }
 
 // PendingGroup is one (tag, commitment) group below threshold: what a thief
@@ -275,40 +278,12 @@ func (p *Partition) PendingTags() int {
 
 func (p *Partition) drop(reason string) { p.Stats.Dropped[reason]++ }
 
-// Apply processes one message and returns what to emit, in order.
-// It never fails: bad messages are counted in Stats.Dropped and skipped.
+// Apply processes one message and returns what to emit, in order:
+// ApplyPrepared(Prepare(m)). It never fails: bad messages are counted in
+// Stats.Dropped and skipped.
 func (p *Partition) Apply(m Message) []protocol.Decrypted {
-	if m.Control {
-		c, err := protocol.ParseControl(m.Value)
-		if err != nil {
-			p.drop("malformed-control")
-			return nil
-		}
-		if c.Op == protocol.ControlOpenEpoch {
-			p.openEpoch(c.App, c.Epoch)
-			return nil
-		}
-		return p.closeEpoch(protocol.EpochClose{App: c.App, Epoch: c.Epoch, Partitions: c.Partitions})
-	}
-	hop, inner, err := onion.Peel(p.Keys, m.Value)
-	if err != nil {
-		if errors.Is(err, onion.ErrUnknownKey) {
-			p.drop("unknown-key")
-		} else {
-			p.drop("malformed")
-		}
-		return nil
-	}
-	if hop.Kind != onion.HopDeliver {
-		p.drop("malformed")
-		return nil
-	}
-	r, err := star.ParseReport(inner)
-	if err != nil {
-		p.drop("malformed")
-		return nil
-	}
-	return p.ApplyReport(r)
+	pm := p.Prepare(m)
+	return p.ApplyPrepared(&pm)
 }
 
 // ApplyReport processes one report whose onion layer was already peeled
@@ -317,6 +292,18 @@ func (p *Partition) Apply(m Message) []protocol.Decrypted {
 // seen before in its group is dropped as "duplicate", so a replayed report
 // never adds an impression.
 func (p *Partition) ApplyReport(r *star.Report) []protocol.Decrypted {
+	c := p.check(r)
+	return p.applyReport(r, &c)
+}
+
+// applyReport is the state step of a report whose stateless checks c were
+// computed (check) under this partition's keys or, when c was computed with
+// other ReportKeys/ARCKeys settings, are computed again.
+func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decrypted {
+	if c.tokenOn != (p.ReportKeys != nil) || c.arcOn != (p.ARCKeys != nil) {
+		cc := p.check(r)
+		c = &cc
+	}
 	ek := epochKey{r.App, r.Epoch}
 	e := p.epochs[ek]
 	if e == nil {
@@ -332,7 +319,7 @@ func (p *Partition) ApplyReport(r *star.Report) []protocol.Decrypted {
 		p.epochs[ek] = e
 	}
 	if p.ReportKeys != nil {
-		if reason := p.checkToken(e, r); reason != "" {
+		if reason := p.checkToken(e, c); reason != "" {
 			p.drop(reason)
 			return nil
 		}
@@ -374,7 +361,7 @@ func (p *Partition) ApplyReport(r *star.Report) []protocol.Decrypted {
 		return nil
 	}
 	if p.ARCKeys != nil && r.Policy == star.FTu {
-		if reason := p.checkPresentation(t, r); reason != "" {
+		if reason := p.checkPresentation(t, r, c); reason != "" {
 			p.drop(reason)
 			return nil
 		}

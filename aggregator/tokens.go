@@ -1,8 +1,6 @@
 package aggregator
 
 import (
-	"crypto/sha256"
-
 	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/star"
 	"github.com/crowdlog/crowdlog/protocol/token"
@@ -16,44 +14,36 @@ import (
 // epoch's report-token key ("bad-token"; "token-key" when the epoch has no
 // key), and must not have been accepted before in this epoch and partition
 // ("spent-token": a replayed report; the token binds the report id, and
-// the tag bucket routes every copy to this partition). The nonce and spent
-// checks come before the VOPRF verification, so replays and tokens moved
-// to other reports cost a hash and a map lookup. A token is spent even when the report is dropped later for
-// other reasons (epoch-full, bad-share): the verdict is the same on
-// replay.
-func (p *Partition) checkToken(e *epochState, r *star.Report) string {
-	if len(r.Token) == 0 {
-		return "no-token"
+// the tag bucket routes every copy to this partition). The stateless part
+// (parse, binding, VOPRF verification) is done by Prepare (c, from
+// checkTokenBytes), possibly on another goroutine; the verdicts are taken
+// here in the order above, so they are Apply's. A token moved to another
+// report fails the binding without a verification; a replay's token hits
+// the Service's verifyCache. A token is spent even when the report is
+// dropped later for other reasons (epoch-full, bad-share): the verdict is
+// the same on replay.
+func (p *Partition) checkToken(e *epochState, c *reportChecks) string {
+	if c.tokenPre != "" {
+		return c.tokenPre
 	}
-	t, err := token.ParseToken(r.Token)
-	if err != nil {
-		return "bad-token"
-	}
-	unsigned, err := r.UnsignedBytes()
-	if err != nil || t.Nonce != token.ReportNonce(unsigned) {
-		return "bad-token"
-	}
-	id := t.SpendID()
-	if _, spent := e.spent[id]; spent {
+	if _, spent := e.spent[c.spend]; spent {
 		return "spent-token"
 	}
-	key := p.reportKey(r.Epoch)
-	if key == nil {
-		return "token-key"
-	}
-	if key.Verify(t) != nil {
-		return "bad-token"
+	if c.tokenPost != "" {
+		return c.tokenPost
 	}
 	if e.spent == nil {
 		e.spent = map[[32]byte]struct{}{}
 	}
-	e.spent[id] = struct{}{}
+	e.spent[c.spend] = struct{}{}
 	return ""
 }
 
 // reportKey returns the epoch's report-token key, loaded once; nil when
 // ReportKeys fails for it (retried at the next report).
 func (p *Partition) reportKey(epoch string) *token.PrivateKey {
+	p.keysMu.Lock()
+	defer p.keysMu.Unlock()
 	if k := p.reportKeys[epoch]; k != nil {
 		return k
 	}
@@ -70,6 +60,8 @@ func (p *Partition) reportKey(epoch string) *token.PrivateKey {
 
 // arcKey returns the epoch's ARC key, loaded once; nil when ARCKeys fails.
 func (p *Partition) arcKey(epoch string) *arc.PrivateKey {
+	p.keysMu.Lock()
+	defer p.keysMu.Unlock()
 	if k := p.arcKeys[epoch]; k != nil {
 		return k
 	}
@@ -91,39 +83,28 @@ func (p *Partition) arcKey(epoch string) *arc.PrivateKey {
 // presentation per credential and artifact — and the share's x must be
 // the one its tag gives (star.Report.CheckARCShare), so one credential adds one
 // share however many user secrets its holder tries. A good verdict is kept
-// per (group, x): repeated impressions of one (credential, artifact) carry
-// the same x and cost no second verification; a repeat must still carry a
-// presentation whose tag is the verified one's.
-func (p *Partition) checkPresentation(t *tagState, r *star.Report) string {
-	if len(r.Presentation) == 0 {
+// per (group, x): a repeated impression of one (credential, artifact)
+// carries the same x and is accepted when its presentation carries the
+// verified tag. The verification itself is stateless and done by Prepare
+// (c, from checkPresentationBytes); with the Service's verifyCache, a
+// client's repeated impressions with the same presentation bytes are
+// verified once.
+func (p *Partition) checkPresentation(t *tagState, r *star.Report, c *reportChecks) string {
+	if !c.presPresent {
 		return "bad-presentation"
 	}
 	x := xKey(r.Share)
-	if want, ok := t.arcOK[x]; ok {
-		if tag, ok := presentationTag(r.Presentation); ok && sha256.Sum256(tag) == want {
-			return ""
-		}
+	if want, ok := t.arcOK[x]; ok && c.quickOK && c.quickTag == want {
+		return ""
 	}
-	key := p.arcKey(r.Epoch)
-	if key == nil {
-		return "arc-key"
-	}
-	pres, err := arc.ParsePresentation(r.Presentation)
-	if err != nil {
-		return "bad-presentation"
-	}
-	if key.VerifyPresentation(pres, r.ARCContext(), 1) != nil {
-		return "bad-presentation"
-	}
-	tag := pres.Tag()
-	if r.CheckARCShare(tag) != nil {
-		return "bad-presentation"
+	if c.presVerdict != "" {
+		return c.presVerdict
 	}
 	p.arcVerified++
 	if t.arcOK == nil {
 		t.arcOK = map[[32]byte][32]byte{}
 	}
-	t.arcOK[x] = sha256.Sum256(tag)
+	t.arcOK[x] = c.tag
 	return ""
 }
 
