@@ -32,6 +32,7 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/ingest/publish"
+	"github.com/crowdlog/crowdlog/issuer"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/vss"
 	"github.com/crowdlog/crowdlog/randomness"
@@ -370,12 +371,13 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	defer stopRoles(stopServices, &svc, log)
 	var relayStats []*relays.Stats
 	var agg *aggregator.Service
+	var iss *issuer.Service
 	rc := &oprfclient.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, keydir.RandomnessPins)}
 	if !cfg.External {
 		watch := time.AfterFunc(cfg.StartTimeout, func() {
 			stopServices(fmt.Errorf("waited %s for the roles to start: %w", cfg.StartTimeout, context.DeadlineExceeded))
 		})
-		err := startRoles(svcCtx, &svc, cfg, nc, js, brokers, pol, reg, rc, log, &relayStats, &agg, tokenLimits{on: plan != nil, n: tokN, d: tokD}, func(err error) {
+		err := startRoles(svcCtx, &svc, cfg, nc, js, brokers, pol, reg, rc, log, &relayStats, &agg, tokenLimits{on: plan != nil, n: tokN, d: tokD, issuer: &iss}, func(err error) {
 			refusedMu.Lock()
 			defer refusedMu.Unlock()
 			refused = err
@@ -520,6 +522,9 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	if agg != nil {
 		sum.Decrypted, sum.AggregatorDropped = agg.Decrypted.Load(), agg.Dropped.Load()
 	}
+	if iss != nil {
+		sum.Tokens += fmt.Sprintf("; the issuer issued %d tokens and credentials, refused %d requests", iss.Issued.Load(), iss.Refused.Load())
+	}
 	return sum, nil
 }
 
@@ -533,7 +538,7 @@ func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, nc *nat
 		return err
 	}
 	if tok.on {
-		if err := startIssuer(svcCtx, svc, nc, cfg.KeysDir, tok, log); err != nil {
+		if err := startIssuer(svcCtx, svc, nc, cfg.KeysDir, tok, reg, log); err != nil {
 			return err
 		}
 		if err := requireTokens(rs, cfg.KeysDir); err != nil {
