@@ -313,6 +313,14 @@ func (c *Client) seal(ctx context.Context, u *user, arts []apps.Artifact) ([][]b
 			inputs = append(inputs, oprf.OPRFInput(c.App.Name(), c.Epoch, a.Primary))
 		}
 	}
+	// the credential first: a refusal spends no randomness tokens
+	var cred *arc.Credential
+	if u.id != nil && c.Policy == star.FTu {
+		var err error
+		if cred, err = u.id.credential(ctx); err != nil {
+			return nil, err
+		}
+	}
 	rnd := c.Randomness
 	if u.id != nil && u.id.rnd != nil {
 		rnd = u.id.rnd
@@ -323,12 +331,6 @@ func (c *Client) seal(ctx context.Context, u *user, arts []apps.Artifact) ([][]b
 	}
 	if len(omegas) != len(inputs) {
 		return nil, fmt.Errorf("randomness: %d outputs for %d inputs", len(omegas), len(inputs))
-	}
-	var cred *arc.Credential
-	if u.id != nil && c.Policy == star.FTu {
-		if cred, err = u.id.credential(ctx); err != nil {
-			return nil, err
-		}
 	}
 	sealings := make([]*star.Sealing, len(inputs))
 	var arcTags, presentations [][]byte
