@@ -172,19 +172,14 @@ func (p *Partition) checkPresentationBytes(r *star.Report, c *reportChecks) {
 		c.presVerdict = "arc-key"
 		return
 	}
-	pub, err := key.Public().MarshalBinary()
-	if err != nil {
-		c.presVerdict = "arc-key"
-		return
-	}
 	ctx := r.ARCContext()
-	ck := cacheKey("crowdlog-v1 aggregator verified presentation", pub, ctx, r.Presentation)
+	ck := cacheKey("crowdlog-v1 aggregator verified presentation", key.pub, ctx, r.Presentation)
 	var tag []byte
 	if p.cache.has(ck) {
 		tag, _ = presentationTag(r.Presentation) // verified before: the encoding parsed, so its tag is there
 	} else {
 		pres, err := arc.ParsePresentation(r.Presentation)
-		if err != nil || key.VerifyPresentation(pres, ctx, 1) != nil {
+		if err != nil || key.verify(pres, ctx) != nil {
 			c.presVerdict = "bad-presentation"
 			return
 		}

@@ -63,6 +63,7 @@ type Service struct {
 	mu                          sync.Mutex
 	pending                     map[int]int // pending tags per owned partition
 	kept                        map[int]keptState
+	cache                       *verifyCache // verified tokens and presentations, shared by the partitions
 }
 
 // keptState is a partition's state exactly as of offset next (every message
@@ -130,6 +131,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.pending = map[int]int{}
 	s.kept = map[int]keptState{}
+	s.cache = newVerifyCache(defaultVerifyCacheEntries)
 	count, err := partitionCount(ctx, s.Brokers[0], protocol.ReportsTopic)
 	if err != nil {
 		return err
@@ -177,11 +179,19 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 	if replaying {
 		log.Info("aggregator: rebuilding partition state by replay", "partition", id, "until", committed)
 	}
+	var fetched []kafka.Message
+	var msgs []Message
 	for {
 		var out []kafka.Message
 		last := int64(-1)
+		// Fetch the batch first (up to MaxBatch messages within MaxWait;
+		// a control message ends it, so an epoch close is flushed
+		// promptly), prepare it on the process's pool (Prepare: HPKE,
+		// token and presentation verification), then apply it in offset
+		// order.
+		fetched, msgs = fetched[:0], msgs[:0]
 		deadline := time.Now().Add(s.MaxWait)
-		for n := 0; n < s.MaxBatch; n++ {
+		for len(fetched) < s.MaxBatch {
 			fctx, cancel := context.WithDeadline(ctx, deadline)
 			m, err := r.FetchMessage(fctx)
 			cancel()
@@ -194,27 +204,35 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				}
 				return fmt.Errorf("fetch partition %d: %w", id, err)
 			}
-			if last < 0 {
+			if len(fetched) == 0 {
 				s.keep(id, nil, 0) // st moves past the last commit
 			}
-			last = m.Offset
 			msg := Message{Value: m.Value}
 			for _, h := range m.Headers {
 				if h.Key == protocol.ControlHeader {
 					msg.Control = true
 				}
 			}
+			fetched, msgs = append(fetched, m), append(msgs, msg)
+			if msg.Control {
+				break
+			}
+		}
+		prepared := st.PrepareBatch(msgs)
+		for i := range fetched {
+			m, pm := &fetched[i], &prepared[i]
+			last = m.Offset
 			if m.Offset < committed {
 				// replay: already emitted (and counted) before the last commit
 				before := st.Stats.totals()
-				st.Apply(msg)
+				st.ApplyPrepared(pm)
 				prev.add(st.Stats.totals().minus(before))
 				continue
 			}
 			late, unknown, full := st.Stats.Dropped["late"], st.Stats.Dropped["unknown-epoch"], st.Stats.Dropped["epoch-full"]
 			refused, reopen := st.Stats.Dropped["open-refused"], st.Stats.Dropped["open-after-close"]
 			tokenKey, arcKey := st.Stats.Dropped["token-key"], st.Stats.Dropped["arc-key"]
-			emits := st.Apply(msg)
+			emits := st.ApplyPrepared(pm)
 			if st.Stats.Dropped["late"] > late {
 				// a report of a closed epoch: the relays were reported
 				// drained before it reached Kafka, so it is not counted
@@ -252,7 +270,6 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				c := emits[len(emits)-1]
 				log.Info("aggregator: epoch closed", "partition", id, "app", c.App, "epoch", c.Epoch, "offset", m.Offset,
 					"reports", st.Stats.Reports, "decrypted", st.Stats.Decrypted, "dropped", st.Stats.Dropped)
-				break // flush the epoch close promptly
 			}
 		}
 		if replaying && last+1 >= committed {
@@ -335,6 +352,7 @@ func (s *Service) newPartition(id, count int) *Partition {
 	st.RequireOpen = true
 	st.MaxOpenEpochs, st.MaxPendingReports, st.MaxPendingBytes = s.MaxOpenEpochs, s.MaxPendingReports, s.MaxPendingBytes
 	st.ReportKeys, st.ARCKeys = s.ReportKeys, s.ARCKeys
+	st.cache = s.cache
 	return st
 }
 

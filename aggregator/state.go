@@ -210,7 +210,7 @@ type Partition struct {
 	// its epoch's keys load the same way each time.
 	keysMu      sync.Mutex // reportKeys, arcKeys: Prepare runs concurrently
 	reportKeys  map[string]*token.PrivateKey
-	arcKeys     map[string]*arc.PrivateKey
+	arcKeys     map[string]*arcVerifier
 	arcVerified int64        // presentations accepted by a full verdict, not the per-(group, x) rule (tests)
 	cache       *verifyCache // shared by a Service's partitions (nil: none)
 	noVerify    bool         // baseline for benchmarks: no commitment checks, AEAD subset search

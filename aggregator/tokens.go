@@ -1,6 +1,8 @@
 package aggregator
 
 import (
+	"sync"
+
 	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/star"
 	"github.com/crowdlog/crowdlog/protocol/token"
@@ -58,22 +60,71 @@ func (p *Partition) reportKey(epoch string) *token.PrivateKey {
 	return k
 }
 
-// arcKey returns the epoch's ARC key, loaded once; nil when ARCKeys fails.
-func (p *Partition) arcKey(epoch string) *arc.PrivateKey {
+// arcKey returns the epoch's ARC verifier, loaded once; nil when ARCKeys
+// fails.
+func (p *Partition) arcKey(epoch string) *arcVerifier {
 	p.keysMu.Lock()
 	defer p.keysMu.Unlock()
-	if k := p.arcKeys[epoch]; k != nil {
-		return k
+	if v := p.arcKeys[epoch]; v != nil {
+		return v
 	}
 	k, err := p.ARCKeys(epoch)
 	if err != nil || k == nil {
 		return nil
 	}
-	if p.arcKeys == nil {
-		p.arcKeys = map[string]*arc.PrivateKey{}
+	v, err := newARCVerifier(k)
+	if err != nil {
+		return nil
 	}
-	p.arcKeys[epoch] = k
-	return k
+	if p.arcKeys == nil {
+		p.arcKeys = map[string]*arcVerifier{}
+	}
+	p.arcKeys[epoch] = v
+	return v
+}
+
+// arcVerifier verifies presentations under one ARC key from any
+// goroutine: with its own copy of the key (several partitions may get the
+// same *arc.PrivateKey from ARCKeys), one verification at a time in the
+// process (arcMu).
+type arcVerifier struct {
+	pub []byte // the public key's encoding
+	key *arc.PrivateKey
+}
+
+// arcMu serializes the aggregator's ARC operations in the process. circl's
+// P-256 elements are not safe for concurrent use: encoding one reduces its
+// coordinates in place (wElt.MarshalBinaryCompress), and protocol/arc's
+// verification encodes the key's elements and its package-level
+// generators (relation.label → encodeElement), while ParsePrivateKey
+// multiplies them. Remove it once protocol/arc's encodeElement encodes a
+// copy (g.NewElement().Set(e)); until then ARC verification runs on one
+// core at a time, beside the parallel peel and token checks.
+var arcMu sync.Mutex
+
+func newARCVerifier(k *arc.PrivateKey) (*arcVerifier, error) {
+	arcMu.Lock()
+	defer arcMu.Unlock()
+	raw, err := k.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	own, err := arc.ParsePrivateKey(raw)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := own.Public().MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	return &arcVerifier{pub: pub, key: own}, nil
+}
+
+// verify is VerifyPresentation with limit 1.
+func (v *arcVerifier) verify(p *arc.Presentation, presentationContext []byte) error {
+	arcMu.Lock()
+	defer arcMu.Unlock()
+	return v.key.VerifyPresentation(p, presentationContext, 1)
 }
 
 // checkPresentation judges an FT_u report's ARC presentation and returns

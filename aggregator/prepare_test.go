@@ -1,0 +1,280 @@
+package aggregator
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	mrand "math/rand/v2"
+	"reflect"
+	"sync"
+	"testing"
+
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/arc"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/star"
+	"github.com/crowdlog/crowdlog/protocol/token"
+)
+
+func ctl(t testing.TB, op, app, epoch string) Message {
+	return controlMsg(t, protocol.EpochOpen{Op: op, App: app, Epoch: epoch, Partitions: 1})
+}
+
+// prepareFixture is a message sequence that exercises every verdict of
+// Prepare's checks (report tokens and ARC presentations, good and bad,
+// replays), with the drop counts and decryptions it was built to cause.
+type prepareFixture struct {
+	onionKey   *onion.KeyPair
+	reportKeys func(string) (*token.PrivateKey, error)
+	arcKeys    func(string) (*arc.PrivateKey, error)
+	msgs       []Message
+	wantDrops  map[string]int64
+	wantDec    int64
+}
+
+func newPrepareFixture(t *testing.T) *prepareFixture {
+	onionKey, _ := onion.GenerateKeyPair(1)
+	otherOnion, _ := onion.GenerateKeyPair(2)
+	k1, _ := token.GenerateKey(token.KindReport, "e1")
+	k2, _ := token.GenerateKey(token.KindReport, "e2")
+	arcKey, _ := arc.GenerateKey(rand.Reader)
+	f := &prepareFixture{onionKey: onionKey, wantDrops: map[string]int64{},
+		reportKeys: func(e string) (*token.PrivateKey, error) {
+			switch e {
+			case "e1":
+				return k1, nil
+			case "e2":
+				return k2, nil
+			}
+			return nil, fmt.Errorf("no report key for %s", e)
+		},
+		arcKeys: func(e string) (*arc.PrivateKey, error) {
+			if e == "e1" {
+				return arcKey, nil
+			}
+			return nil, fmt.Errorf("no ARC key for %s", e)
+		}}
+	add := func(r *star.Report) { f.msgs = append(f.msgs, Message{Value: wrap(t, onionKey, r)}) }
+	paid := func(key *token.PrivateKey, r *star.Report, pres []byte) *star.Report {
+		r.Token, r.Presentation = nil, nil
+		payWith(t, key, r)
+		r.Presentation = pres
+		return r
+	}
+	const k = 3
+	s := sealing(t, "weather", star.FTu, k)
+	other := sealing(t, "sunshine", star.FTu, k)
+	for _, e := range []string{"e1", "e2", "e3"} {
+		f.msgs = append(f.msgs, ctl(t, protocol.ControlOpenEpoch, "query", e))
+	}
+	// 4 credentials, each 2 impressions with one presentation's bytes and
+	// 1 with a fresh presentation (same tag): all 12 open at k = 3
+	var firstTag []byte
+	var firstMsg Message
+	for i := range 4 {
+		cred := credential(t, arcKey)
+		pres, tag := present(t, cred, &s)
+		fresh, _ := present(t, cred, &s)
+		if i == 0 {
+			firstTag = tag
+		}
+		for j, p := range [][]byte{pres, pres, fresh} {
+			r, err := s.SealARC(tag, "weather", fmt.Sprintf("v%d", j))
+			if err != nil {
+				t.Fatal(err)
+			}
+			add(paid(k1, r, p))
+			f.wantDec++
+			if i == 0 && j == 0 {
+				firstMsg = f.msgs[len(f.msgs)-1]
+			}
+		}
+	}
+	// replays of an accepted message: spent-token
+	f.msgs = append(f.msgs, firstMsg, firstMsg)
+	f.wantDrops["spent-token"] += 2
+	// the same report with a second token: duplicate
+	r0, _ := s.SealARC(firstTag, "weather", "dup")
+	cred0 := credential(t, arcKey)
+	p0, tag0 := present(t, cred0, &other)
+	rd, _ := other.SealARC(tag0, "sunshine", "x")
+	add(paid(k1, rd, p0))
+	// the same report with a token minted again: VOPRF tokens are
+	// deterministic in their nonce, so it is the spent token
+	add(paid(k1, rd, p0))
+	f.wantDrops["spent-token"]++
+	// a repeat at the first credential's x whose presentation is for
+	// another artifact: bad-presentation
+	add(paid(k1, r0, p0))
+	f.wantDrops["bad-presentation"]++
+	// a Sybil: one credential's valid presentation on 5 self-chosen secrets
+	sybil := credential(t, arcKey)
+	sp, _ := present(t, sybil, &s)
+	for range 5 {
+		u, _ := star.NewUserSecret()
+		r, _ := s.Seal(&u, "weather", "sybil")
+		add(paid(k1, r, sp))
+	}
+	f.wantDrops["bad-presentation"] += 5
+	// no presentation
+	rn, _ := s.SealARC(tag0, "weather", "none")
+	add(paid(k1, rn, nil))
+	f.wantDrops["bad-presentation"]++
+	// tokens: none, garbage, another report's, altered authenticator
+	u, _ := star.NewUserSecret()
+	rt, _ := s.Seal(&u, "weather", "t")
+	rt.Token = nil
+	add(rt)
+	f.wantDrops["no-token"]++
+	rt.Token = []byte("not a token")
+	add(rt)
+	ro, _ := s.Seal(&u, "weather", "o")
+	paid(k1, ro, nil)
+	rt.Token = ro.Token
+	add(rt)
+	bad := append([]byte(nil), paid(k1, rt, nil).Token...)
+	bad[len(bad)-1] ^= 1
+	rt.Token = bad
+	add(rt)
+	f.wantDrops["bad-token"] += 3
+	// e2: token key, no ARC key; e3: no token key; e4: never opened
+	for _, e := range []string{"e2", "e3", "e4"} {
+		omega := make([]byte, 64)
+		copy(omega, "weather")
+		se, err := star.DeriveSealing(omega, "query", e, star.FTu, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := credential(t, arcKey)
+		pe, te := present(t, c, &se)
+		r, _ := se.SealARC(te, "weather", "e")
+		add(paid(k2, r, pe)) // bound to r; e3 and e4 have no key of their own
+	}
+	f.wantDrops["arc-key"]++
+	f.wantDrops["token-key"]++
+	f.wantDrops["unknown-epoch"]++
+	// malformed message, unknown key, malformed control
+	f.msgs = append(f.msgs, Message{Value: []byte("garbage")})
+	f.wantDrops["malformed"]++
+	rk, _ := s.Seal(&u, "weather", "k")
+	f.msgs = append(f.msgs, Message{Value: wrap(t, otherOnion, paid(k1, rk, nil))})
+	f.wantDrops["unknown-key"]++
+	f.msgs = append(f.msgs, Message{Value: []byte("{"), Control: true})
+	f.wantDrops["malformed-control"]++
+	// close e1, then a late report
+	f.msgs = append(f.msgs, ctl(t, protocol.ControlCloseEpoch, "query", "e1"))
+	cl := credential(t, arcKey)
+	pl, tl := present(t, cl, &s)
+	rl, _ := s.SealARC(tl, "weather", "late")
+	add(paid(k1, rl, pl))
+	f.wantDrops["late"]++
+	return f
+}
+
+func (f *prepareFixture) partition() *Partition {
+	p := NewPartition(0, 1, []*onion.KeyPair{f.onionKey})
+	p.RequireOpen = true
+	p.ReportKeys, p.ARCKeys = f.reportKeys, f.arcKeys
+	return p
+}
+
+// result is everything a run shows: the emits' JSON in order, the
+// counters and the pending groups.
+type prepareResult struct {
+	emits    []byte
+	stats    Stats
+	verified int64
+	pending  []PendingGroup
+}
+
+func resultOf(t *testing.T, p *Partition, emits [][]protocol.Decrypted) prepareResult {
+	var b []byte
+	for _, e := range emits {
+		j, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = append(append(b, j...), '\n')
+	}
+	return prepareResult{emits: b, stats: p.Stats, verified: p.arcVerified, pending: p.Pending()}
+}
+
+// TestPrepareEquivalent: Prepare on several goroutines in a shuffled
+// order (and PrepareBatch on the shared pool), then ApplyPrepared in
+// message order, gives byte-identical emits, the same Stats and the same
+// pending groups as plain Apply, with report tokens and ARC presentations,
+// bad tokens, bad presentations and replays — also through a small shared
+// verifyCache that evicts, and again with that cache warm (a rebuild by
+// replay). The plain run itself shows the drops and decryptions the
+// fixture was built to cause.
+func TestPrepareEquivalent(t *testing.T) {
+	f := newPrepareFixture(t)
+	plain := f.partition()
+	var emits [][]protocol.Decrypted
+	for _, m := range f.msgs {
+		emits = append(emits, plain.Apply(m))
+	}
+	want := resultOf(t, plain, emits)
+	if !reflect.DeepEqual(plain.Stats.Dropped, f.wantDrops) || plain.Stats.Decrypted != f.wantDec {
+		t.Fatalf("plain Apply: dropped %v, decrypted %d; the fixture was built for %v, %d",
+			plain.Stats.Dropped, plain.Stats.Decrypted, f.wantDrops, f.wantDec)
+	}
+	if plain.arcVerified != 4+1 { // 4 credentials of weather, 1 of sunshine (the duplicate's group)
+		t.Fatalf("%d presentations verified in full, want 5", plain.arcVerified)
+	}
+
+	cache := newVerifyCache(3) // shared by the runs below; evicts
+	shuffled := func() prepareResult {
+		p := f.partition()
+		p.cache = cache
+		prepared := make([]Prepared, len(f.msgs))
+		work := make(chan int)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range work {
+					prepared[i] = p.Prepare(f.msgs[i])
+				}
+			}()
+		}
+		for _, i := range mrand.Perm(len(f.msgs)) {
+			work <- i
+		}
+		close(work)
+		wg.Wait()
+		var emits [][]protocol.Decrypted
+		for i := range prepared {
+			emits = append(emits, p.ApplyPrepared(&prepared[i]))
+		}
+		return resultOf(t, p, emits)
+	}
+	batched := func() prepareResult {
+		p := f.partition()
+		p.cache = cache
+		var emits [][]protocol.Decrypted
+		for lo := 0; lo < len(f.msgs); {
+			hi := min(len(f.msgs), lo+1+mrand.IntN(20))
+			prepared := p.PrepareBatch(f.msgs[lo:hi])
+			for i := range prepared {
+				emits = append(emits, p.ApplyPrepared(&prepared[i]))
+			}
+			lo = hi
+		}
+		return resultOf(t, p, emits)
+	}
+	for i, run := range []func() prepareResult{shuffled, batched, shuffled, batched} {
+		got := run()
+		if string(got.emits) != string(want.emits) {
+			t.Errorf("run %d: emits differ from Apply's:\n%s\nwant\n%s", i, got.emits, want.emits)
+		}
+		if !reflect.DeepEqual(got.stats, want.stats) || got.verified != want.verified || !reflect.DeepEqual(got.pending, want.pending) {
+			t.Errorf("run %d: stats %+v, verified %d, pending %v; Apply gave %+v, %d, %v",
+				i, got.stats, got.verified, got.pending, want.stats, want.verified, want.pending)
+		}
+	}
+	if len(cache.cur)+len(cache.old) == 0 {
+		t.Fatal("the shared cache never held a verdict")
+	}
+}
