@@ -165,6 +165,13 @@ type user struct {
 	id     *identity // nil: tokens off
 }
 
+// arcMu serializes this process's protocol/arc calls (credential
+// issuance, parsing, presentations): circl's P-256 elements are mutated
+// when encoded and protocol/arc encodes package-level generators, so two
+// goroutines presenting different credentials race (go test -race). Held
+// until protocol/arc is safe for concurrent use.
+var arcMu sync.Mutex
+
 // identity is one user's access to the issuer (issue 17): report tokens,
 // the Randomness that spends its randomness tokens, and its ARC
 // credential of the epoch (FT_u), kept in the device's state.
@@ -202,6 +209,8 @@ func (id *identity) credential(ctx context.Context) (*arc.Credential, error) {
 	if err != nil {
 		return nil, err
 	}
+	arcMu.Lock()
+	defer arcMu.Unlock()
 	if b != nil {
 		c, err := arc.ParseCredential(b)
 		if err != nil {
@@ -350,14 +359,9 @@ func (c *Client) seal(ctx context.Context, u *user, arts []apps.Artifact) ([][]b
 			if cred != nil {
 				// one presentation per artifact: limit 1, nonce 0, so its
 				// tag is the same on every device restart
-				p, err := cred.Present(cryptorand.Reader, s.ARCContext(), 0, 1)
-				if err != nil {
-					return nil, fmt.Errorf("ARC presentation: %w", err)
-				}
-				if presentations[i], err = p.MarshalBinary(); err != nil {
+				if err := present(cred, &s, &presentations[i], &arcTags[i]); err != nil {
 					return nil, err
 				}
-				arcTags[i] = p.Tag()
 			}
 		}
 		var r *star.Report
@@ -388,6 +392,22 @@ func (c *Client) seal(ctx context.Context, u *user, arts []apps.Artifact) ([][]b
 		onions = append(onions, onion)
 	}
 	return onions, nil
+}
+
+// present makes cred's presentation for s's artifact (context
+// s.ARCContext(), nonce 0, limit 1) and stores its encoding and tag.
+func present(cred *arc.Credential, s *star.Sealing, enc, tag *[]byte) error {
+	arcMu.Lock()
+	defer arcMu.Unlock()
+	p, err := cred.Present(cryptorand.Reader, s.ARCContext(), 0, 1)
+	if err != nil {
+		return fmt.Errorf("ARC presentation: %w", err)
+	}
+	if *enc, err = p.MarshalBinary(); err != nil {
+		return err
+	}
+	*tag = p.Tag()
+	return nil
 }
 
 // reportTokens sets each report's Token: one report token per report from
