@@ -1230,6 +1230,10 @@ func TestWireDocVectors(t *testing.T) {
 	checkPDD(w)
 	checkPDDMasks(w)
 	checkPDDDeal(w)
+	checkTokens(w)
+	checkRandomnessTokens(w)
+	checkARC(w)
+	checkReportTrailer(w)
 	for _, name := range order {
 		if !w.used[name] {
 			t.Errorf("docs/wire.md: vector %s is checked by nothing (add a check to protocol/wiredoc_test.go)", name)
