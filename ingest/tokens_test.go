@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -303,4 +304,93 @@ func TestNewTokens(t *testing.T) {
 		t.Fatalf("relay a's inbox holds %d reports, want 2", got)
 	}
 	t.Logf("budget refusal after %s", time.Since(t0).Round(time.Millisecond))
+}
+
+// TestReplayTokens: a Replay with tokens, 4 workers at once (run with
+// -race: the devices present ARC credentials concurrently): every report
+// carries a report token bound to it and a presentation that verifies for
+// its artifact with its share at the presentation's x; each user fetches
+// one credential; and the distinct x per artifact equal the distinct
+// users the log gives for it (counted here from the raw lines).
+func TestReplayTokens(t *testing.T) {
+	users, queries := 6, []string{"made up alpha", "made up beta", "made up gamma"}
+	var b strings.Builder
+	b.WriteString("AnonID\tQuery\tQueryTime\tItemRank\tClickURL\n")
+	want := map[string]int{}
+	for u := range users {
+		for j, q := range queries[:1+u%len(queries)] {
+			fmt.Fprintf(&b, "%d\t%s\t2006-03-01 10:%02d:00\t\t\n", u+1, q, j)
+			want[q]++
+		}
+	}
+	path := filepath.Join(t.TempDir(), "log.tsv")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var pub capture
+	h, c := testClient(t, star.FTu, pub.publish)
+	iss := newFakeIssuer(t, c.Epoch, 1000, 1000)
+	spent := 0
+	var mu sync.Mutex
+	lr := c.Randomness.(localRandomness)
+	c.RandomnessWith = func(ts oprfclient.TokenSource) Randomness {
+		return lockedRandomness{&mu, countingRandomness{lr, ts, &spent}}
+	}
+	rp := &Replay{Client: c, Workers: 4, Tokens: func(string) (Issuer, error) { return iss, nil }}
+	sum, err := rp.Run(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := pub.reports(t, h)
+	if sum.Users != users || len(rs) != 12 || iss.creds != users {
+		t.Fatalf("%d users, %d reports, %d credentials; want %d, 12, %d", sum.Users, len(rs), iss.creds, users, users)
+	}
+	xs := map[[32]byte]map[string]bool{}
+	for _, r := range rs {
+		tok, err := token.ParseToken(r.Token)
+		if err != nil || iss.keys[token.KindReport].Verify(tok) != nil {
+			t.Fatalf("report token: %v", err)
+		}
+		ub, _ := r.UnsignedBytes()
+		if tok.Nonce != token.ReportNonce(ub) {
+			t.Fatal("report token not bound to its report")
+		}
+		p, err := arc.ParsePresentation(r.Presentation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := iss.arcKey.VerifyPresentation(p, r.ARCContext(), 1); err != nil {
+			t.Fatalf("presentation: %v", err)
+		}
+		if err := r.CheckARCShare(p.Tag()); err != nil {
+			t.Fatal(err)
+		}
+		if xs[r.Tag] == nil {
+			xs[r.Tag] = map[string]bool{}
+		}
+		xs[r.Tag][shareX(t, r)] = true
+	}
+	got := map[int]int{}
+	for _, x := range xs {
+		got[len(x)]++
+	}
+	wantHist := map[int]int{}
+	for _, n := range want {
+		wantHist[n]++
+	}
+	if fmt.Sprint(got) != fmt.Sprint(wantHist) {
+		t.Fatalf("distinct x per artifact %v, want %v (users per query from the log)", got, wantHist)
+	}
+}
+
+// lockedRandomness serializes a Randomness whose counter is shared.
+type lockedRandomness struct {
+	mu *sync.Mutex
+	r  Randomness
+}
+
+func (l lockedRandomness) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([][]byte, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Evaluate(ctx, epoch, inputs)
 }
