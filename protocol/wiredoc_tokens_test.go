@@ -455,6 +455,22 @@ func checkARC(w *wire) {
 		t.Fatalf("arc-credential: %v", err)
 	}
 	w.eq("arc-credential", enc(cred), "re-encoding")
+	// the package's client, holding the documented secrets, accepts the
+	// documented response (its proof) and finalizes the same credential:
+	// arc draws each secret as 48 bytes reduced mod p, so 16 zero bytes ‖
+	// the 32-byte scalar draws exactly that scalar (then random prover nonces)
+	var stream []byte
+	for i := 0; i < 3; i++ {
+		stream = append(append(stream, make([]byte, 16)...), cs[32*i:32*i+32]...)
+	}
+	stream = append(stream, bytes.Repeat([]byte{0x5a}, 4096)...)
+	secrets, req2, err := arc.NewCredentialRequest(bytes.NewReader(stream))
+	if err != nil || !bytes.Equal(enc(req2)[:66], w.get("arc-credential-request")[:66]) {
+		t.Fatalf("arc.NewCredentialRequest from the documented secrets gives other commitments: %v", err)
+	}
+	if fc, err := secrets.Finalize(ask.Public(), creq, ar); err != nil || !bytes.Equal(enc(fc), w.get("arc-credential")) {
+		t.Errorf("arc Finalize of issue-response-arc (its proof against arc-public-key and the request): %v", err)
+	}
 
 	// the presentation for the sealing's context
 	tag := w.get("star-tag")
