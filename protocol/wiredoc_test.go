@@ -1416,4 +1416,5 @@ func printVectors(t *testing.T) {
 		field{answer[28:32], "u16 from = 0, u16 j = 0 (b_0)"}, field{answer[32:34], "u16 x = 2"}, field{answer[34:58], "3 × u64 y"},
 		field{answer[58:74], "nonce"}, field{answer[74:76], "u16 leaf index = 0"}, field{answer[76:], "u8 proof hashes = 0"})
 	textBlock("pdd-vectors-key", blind.Instance{Campaign: pddCampaign, Round: 13210, Group: 7}.String())
+	printTokenVectors(t)
 }
