@@ -18,11 +18,14 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/star"
+	"github.com/crowdlog/crowdlog/protocol/token"
 )
 
 // boundChildEnv carries "broker,keyfile,reports" to the child process of
@@ -51,7 +54,27 @@ func envInt(name string, def int) int {
 // is the child's user+system CPU time (wait4 rusage) per report,
 // reports/s the wall-clock rate; the child's GOMAXPROCS is the default.
 // Run with -benchtime 1x: one pass is the measurement.
-func BenchmarkBoundAggregatorService(b *testing.B) {
+func BenchmarkBoundAggregatorService(b *testing.B) { boundService(b, "off") }
+
+// BenchmarkBoundAggregatorServiceTokens is BenchmarkBoundAggregatorService
+// with report tokens (issue 17): every report carries a report token bound
+// to it, minted under the epoch's report-token key of a keys directory
+// (keydir.EnsureIssuerKeys), and the child's service has ReportKeys set
+// (keydir.LoadTokenKey), as `crowdlog run` sets them. Compare its
+// reports/s and cpu-ns/report with BenchmarkBoundAggregatorService's.
+func BenchmarkBoundAggregatorServiceTokens(b *testing.B) { boundService(b, "tokens") }
+
+// BenchmarkBoundAggregatorServiceARC is BenchmarkBoundAggregatorService
+// with report tokens and FT_u through ARC (issue 17): each user holds one
+// ARC credential and makes one presentation per artifact, which all its
+// reports of that artifact carry (as ingest does); each report is sealed
+// at the x of its presentation's tag (star.SealARC) and pays a report
+// token; the child's service has ReportKeys and ARCKeys set.
+func BenchmarkBoundAggregatorServiceARC(b *testing.B) { boundService(b, "arc") }
+
+// boundService runs the aggregator-service bound with tokens "off",
+// "tokens" (report tokens) or "arc" (report tokens and ARC presentations).
+func boundService(b *testing.B, mode string) {
 	users := envInt("CROWDLOG_BOUND_USERS", 200)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -80,7 +103,11 @@ func BenchmarkBoundAggregatorService(b *testing.B) {
 	if err := OpenEpoch(ctx, []string{kb.Addr}, "query", "bound"); err != nil {
 		b.Fatal(err)
 	}
-	msgs := boundReports(b, users, key.PublicKey())
+	keysDir := filepath.Join(dir, "keys")
+	if err := keydir.EnsureIssuerKeys(keysDir, "bound"); err != nil {
+		b.Fatal(err)
+	}
+	msgs := boundReports(b, users, key.PublicKey(), keysDir, mode)
 	w := infrakafka.NewWriter(kb.Addr, protocol.ReportsTopic)
 	w.BatchSize, w.BatchBytes = 10000, 1_000_000 // below Kafka's default max.message.bytes
 	for i := 0; i < len(msgs); i += 10000 {
@@ -94,7 +121,7 @@ func BenchmarkBoundAggregatorService(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestBoundServiceChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%s,%d", boundChildEnv, kb.Addr, keyPath, n))
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%s,%d,%s,%s", boundChildEnv, kb.Addr, keyPath, n, keysDir, mode))
 		var out strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &out
 		began := time.Now()
@@ -116,7 +143,24 @@ func BenchmarkBoundAggregatorService(b *testing.B) {
 // users (FT_u, k = 5, epoch "bound", ω in hash mode) on GOMAXPROCS
 // goroutines and wraps each in the aggregator layer for agg, keyed by
 // onion.TagBucket as relay b produces them.
-func boundReports(b *testing.B, users int, agg onion.PublicKey) []kafkago.Message {
+//
+// With mode "tokens" or "arc" each report pays a report token of keysDir's
+// key of epoch "bound" (minted per user, one batch); with "arc" each user
+// gets one ARC credential under keysDir's ARC key and presents it once per
+// artifact, and its reports are sealed at the presentation tag's x. The
+// ARC steps take arcMu (protocol/arc is not safe for concurrent use).
+func boundReports(b *testing.B, users int, agg onion.PublicKey, keysDir, mode string) []kafkago.Message {
+	var reportKey *token.PrivateKey
+	var arcKey *arc.PrivateKey
+	if mode != "off" {
+		var err error
+		if reportKey, err = keydir.LoadTokenKey(keysDir, token.KindReport, "bound"); err != nil {
+			b.Fatal(err)
+		}
+		if arcKey, err = keydir.LoadARCKey(keysDir, "bound"); err != nil {
+			b.Fatal(err)
+		}
+	}
 	var us []aol.User
 	_, err := aol.ReadUsers("../testdata/aol-top1000.tsv.gz", func(u aol.User) error {
 		if len(us) < users {
@@ -150,6 +194,15 @@ func boundReports(b *testing.B, users int, agg onion.PublicKey) []kafkago.Messag
 					failed = err
 					return
 				}
+				var cred *arc.Credential
+				if mode == "arc" {
+					arcMu.Lock()
+					cred = credential(b, arcKey)
+					arcMu.Unlock()
+				}
+				type presented struct{ pres, tag []byte }
+				mine := map[string]presented{}
+				var rs []*star.Report
 				for _, a := range (apps.QueryApp{}).Mine(us[j].Records) {
 					s, ok := sealings[a.Primary]
 					if !ok {
@@ -159,11 +212,38 @@ func boundReports(b *testing.B, users int, agg onion.PublicKey) []kafkago.Messag
 						}
 						sealings[a.Primary] = s
 					}
-					r, err := s.Seal(&sec, a.Primary, a.Secondary)
+					var r *star.Report
+					if mode == "arc" {
+						p, ok := mine[a.Primary]
+						if !ok {
+							arcMu.Lock()
+							p.pres, p.tag = present(b, cred, &s)
+							arcMu.Unlock()
+							mine[a.Primary] = p
+						}
+						if r, err = s.SealARC(p.tag, a.Primary, a.Secondary); err == nil {
+							r.Presentation = p.pres
+						}
+					} else {
+						r, err = s.Seal(&sec, a.Primary, a.Secondary)
+					}
 					if err != nil {
 						failed = err
 						return
 					}
+					rs = append(rs, r)
+				}
+				if reportKey != nil && len(rs) > 0 {
+					nonces := make([][32]byte, len(rs))
+					for i, r := range rs {
+						u, _ := r.UnsignedBytes()
+						nonces[i] = token.ReportNonce(u)
+					}
+					for i, t := range mint(b, reportKey, nonces...) {
+						rs[i].Token, _ = t.MarshalBinary()
+					}
+				}
+				for _, r := range rs {
 					raw, err := r.MarshalBinary()
 					if err != nil {
 						failed = err
@@ -202,15 +282,27 @@ func TestBoundServiceChild(t *testing.T) {
 		t.Skip("the child process of BenchmarkBoundAggregatorService")
 	}
 	f := strings.Split(spec, ",")
+	if len(f) != 5 {
+		t.Fatalf("%s=%q: want broker,keyfile,reports,keysdir,mode", boundChildEnv, spec)
+	}
 	n, err := strconv.ParseInt(f[2], 10, 64)
-	if len(f) != 3 || err != nil {
-		t.Fatalf("%s=%q: want broker,keyfile,reports", boundChildEnv, spec)
+	if err != nil {
+		t.Fatalf("%s=%q: want broker,keyfile,reports,keysdir,mode", boundChildEnv, spec)
 	}
 	s, err := New([]string{f[0]}, []string{f[1]}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.GroupID = "bound"
+	keysDir, mode := f[3], f[4]
+	if mode != "off" {
+		s.ReportKeys = func(epoch string) (*token.PrivateKey, error) {
+			return keydir.LoadTokenKey(keysDir, token.KindReport, epoch)
+		}
+	}
+	if mode == "arc" {
+		s.ARCKeys = func(epoch string) (*arc.PrivateKey, error) { return keydir.LoadARCKey(keysDir, epoch) }
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
