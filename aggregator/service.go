@@ -31,6 +31,16 @@ import (
 // by report id, which the release stage drops. So a SIGKILL at any point
 // loses nothing and counts nothing twice. State moves with a partition to
 // whichever group member receives it.
+//
+// Each partition's goroutine fetches a batch (MaxBatch messages within
+// MaxWait; a control message ends it), prepares it (Partition.Prepare:
+// HPKE peel, report-token and ARC verification) on the process's pool of
+// GOMAXPROCS goroutines shared by all partitions, then applies it in
+// offset order. Verified tokens and presentations are remembered in a
+// bounded cache shared by the partitions (a redelivered report, or a
+// client's impressions carrying one presentation, are verified once).
+// Neither changes a verdict: Prepare is deterministic and the cache only
+// holds good verdicts keyed by every input of the verification.
 type Service struct {
 	Brokers  []string
 	GroupID  string // default "crowdlog-aggregator"

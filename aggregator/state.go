@@ -29,6 +29,9 @@
 // search gave up after MaxAttempts). The core (Partition) is a pure state
 // machine over one Kafka partition's messages (deterministic up to the
 // batch check's 2^−128 error); Service runs it over a Kafka consumer group.
+// Apply is Prepare (the stateless, concurrency-safe part: peel, parse,
+// token and presentation verification) followed by ApplyPrepared (the
+// state step, in message order).
 package aggregator
 
 import (
