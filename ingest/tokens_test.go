@@ -41,6 +41,9 @@ type fakeIssuer struct {
 	creds   int
 	rounds  int
 	nilCred bool
+	// serverTime is the time spent in the issuer's own work (Issue of
+	// tokens and credentials), for benchmarks of the client alone
+	serverTime time.Duration
 }
 
 func newFakeIssuer(t testing.TB, epoch string, n, d int) *fakeIssuer {
@@ -75,7 +78,11 @@ func (f *fakeIssuer) Tokens(_ context.Context, kind token.Kind, epoch string, no
 	if err != nil {
 		return nil, err
 	}
+	t0 := time.Now()
 	ev, proof, err := key.Issue(blinded)
+	f.mu.Lock()
+	f.serverTime += time.Since(t0)
+	f.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +97,11 @@ func (f *fakeIssuer) Credential(context.Context, string) (*arc.Credential, error
 	if err != nil {
 		return nil, err
 	}
+	t0 := time.Now()
 	resp, err := f.arcKey.Issue(rand.Reader, req)
+	f.mu.Lock()
+	f.serverTime += time.Since(t0)
+	f.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -394,3 +405,67 @@ func (l lockedRandomness) Evaluate(ctx context.Context, epoch string, inputs [][
 	defer l.mu.Unlock()
 	return l.r.Evaluate(ctx, epoch, inputs)
 }
+
+// BenchmarkDeviceSubmitTokens: the client's CPU per artifact with tokens
+// (issue 17) at batch 100, state in memory, ω from fixedRandomness (the
+// OPRF's blind/finalize is BenchmarkClientPerArtifact's share): one
+// randomness token per distinct artifact and one report token per report
+// (blind, finalize with the batch's DLEQ proof check, bind to the report),
+// under FT_u one ARC presentation per artifact (and the epoch's one
+// credential, amortized), sealing and three onion layers. The in-process
+// issuer's own work (Issue) is subtracted: client-ms/artifact is the
+// client's alone; tokens=off is the same device without tokens. Run with
+// -cpu 1 for per-core.
+func BenchmarkDeviceSubmitTokens(b *testing.B) {
+	for _, bc := range []struct {
+		pol    star.Policy
+		tokens bool
+	}{{star.FTu, false}, {star.FTu, true}, {star.FTa, true}} {
+		b.Run(fmt.Sprintf("policy=%s/tokens=%v", bc.pol, bc.tokens), func(b *testing.B) {
+			const batch = 100
+			_, route := newHops(b)
+			c := &Client{App: apps.QueryApp{}, Epoch: "e", Policy: bc.pol, K: 5, Randomness: fixedRandomness{}, Route: route,
+				Publish: func(context.Context, []byte) error { return nil }}
+			iss := newFakeIssuer(b, "e", 1<<30, 1<<30)
+			c.RandomnessWith = func(ts oprfclient.TokenSource) Randomness { return tokenPaying{ts} }
+			var d *Device
+			if bc.tokens {
+				d = newTokenDevice(c, newMemStore(), iss)
+			} else {
+				d = newClientDevice(c, newMemStore())
+			}
+			arts := make([]apps.Artifact, batch)
+			cpu0 := cpuTime()
+			b.ResetTimer()
+			sent := 0
+			for i := 0; i < b.N; i += batch {
+				for j := range arts {
+					arts[j] = apps.Artifact{Primary: fmt.Sprintf("made up query %d", i+j), Time: t0.Add(time.Duration(i+j) * time.Second)}
+				}
+				n, err := d.Submit(context.Background(), "query", arts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				sent += n
+			}
+			// CPU time, not wall time (a shared machine); the issuer's share
+			// of it taken as its share of the wall time (one goroutine)
+			cpu := cpuTime() - cpu0
+			issuerShare := float64(iss.serverTime) / float64(b.Elapsed())
+			b.ReportMetric(cpu.Seconds()*1000*(1-issuerShare)/float64(sent), "client-cpu-ms/artifact")
+			b.ReportMetric(cpu.Seconds()*1000*issuerShare/float64(sent), "issuer-cpu-ms/artifact")
+		})
+	}
+}
+
+// tokenPaying is fixedRandomness that first takes one randomness token
+// per input from its TokenSource (what oprfclient does before sending).
+type tokenPaying struct{ ts oprfclient.TokenSource }
+
+func (p tokenPaying) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([][]byte, error) {
+	if _, err := p.ts.RandomnessTokens(ctx, epoch, len(inputs)); err != nil {
+		return nil, err
+	}
+	return fixedRandomness{}.Evaluate(ctx, epoch, inputs)
+}
+
