@@ -468,4 +468,3 @@ func (p tokenPaying) Evaluate(ctx context.Context, epoch string, inputs [][]byte
 	}
 	return fixedRandomness{}.Evaluate(ctx, epoch, inputs)
 }
-
