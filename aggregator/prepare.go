@@ -37,6 +37,11 @@ type Prepared struct {
 // judged the report alone.
 type reportChecks struct {
 	tokenOn, arcOn bool // ReportKeys / ARCKeys were set when prepared
+	// later: a key the checks need was not loaded when prepared (Prepare
+	// never loads keys: the epoch names come from clients); the state
+	// step loads it, once the report's epoch is known to be open, and
+	// checks the report itself.
+	later bool
 	// token: pre is "no-token" or "bad-token" (does not parse, not bound
 	// to the report), judged before the spent check; spend is the token's
 	// spend id; post is "token-key" or "bad-token" (does not verify),
@@ -57,7 +62,11 @@ type reportChecks struct {
 // Prepare does the part of Apply(m) that depends only on m's bytes and
 // the keys (Keys, ReportKeys, ARCKeys): ParseControl, or onion.Peel,
 // star.ParseReport, the report token's binding and VOPRF verification
-// (~80 µs) and the ARC presentation's verification (~1 ms, FT_u). It reads
+// (~80 µs) and the ARC presentation's verification (~1 ms, FT_u). It uses
+// only the epoch keys the partition loaded before (when an EpochOpen was
+// applied, or at an earlier report of the epoch), never loads one for an
+// epoch a client names; a report whose epoch's keys are not loaded is
+// checked by ApplyPrepared instead. It reads
 // no partition state, so it is safe to call from many goroutines at once,
 // also while ApplyPrepared runs; the Service prepares a batch on a pool of
 // GOMAXPROCS goroutines. It is deterministic: ApplyPrepared(Prepare(m))
@@ -86,7 +95,7 @@ func (p *Partition) Prepare(m Message) Prepared {
 	if err != nil {
 		return Prepared{drop: "malformed"}
 	}
-	return Prepared{report: r, checks: p.check(r)}
+	return Prepared{report: r, checks: p.check(r, false)}
 }
 
 // ApplyPrepared applies a message prepared by Prepare on this partition
@@ -112,20 +121,23 @@ func (p *Partition) ApplyPrepared(pm *Prepared) []protocol.Decrypted {
 	return nil
 }
 
-// check computes a report's reportChecks under the partition's keys.
-func (p *Partition) check(r *star.Report) reportChecks {
+// check computes a report's reportChecks under the partition's keys:
+// with load, loading the keys of the report's epoch (ReportKeys, ARCKeys)
+// when they are not loaded yet; without, only with keys loaded before
+// (c.later when one is missing).
+func (p *Partition) check(r *star.Report, load bool) reportChecks {
 	c := reportChecks{tokenOn: p.ReportKeys != nil, arcOn: p.ARCKeys != nil}
 	if c.tokenOn {
-		p.checkTokenBytes(r, &c)
+		p.checkTokenBytes(r, &c, load)
 	}
-	if c.arcOn && r.Policy == star.FTu {
-		p.checkPresentationBytes(r, &c)
+	if c.arcOn && r.Policy == star.FTu && !c.later {
+		p.checkPresentationBytes(r, &c, load)
 	}
 	return c
 }
 
 // checkTokenBytes is the stateless part of checkToken.
-func (p *Partition) checkTokenBytes(r *star.Report, c *reportChecks) {
+func (p *Partition) checkTokenBytes(r *star.Report, c *reportChecks, load bool) {
 	if len(r.Token) == 0 {
 		c.tokenPre = "no-token"
 		return
@@ -141,7 +153,11 @@ func (p *Partition) checkTokenBytes(r *star.Report, c *reportChecks) {
 		return
 	}
 	c.spend = t.SpendID()
-	key := p.reportKey(r.Epoch)
+	key := p.reportKey(r.Epoch, load)
+	if key == nil && !load {
+		c.later = true
+		return
+	}
 	if key == nil {
 		c.tokenPost = "token-key"
 		return
@@ -159,7 +175,7 @@ func (p *Partition) checkTokenBytes(r *star.Report, c *reportChecks) {
 }
 
 // checkPresentationBytes is the stateless part of checkPresentation.
-func (p *Partition) checkPresentationBytes(r *star.Report, c *reportChecks) {
+func (p *Partition) checkPresentationBytes(r *star.Report, c *reportChecks, load bool) {
 	if len(r.Presentation) == 0 {
 		return
 	}
@@ -167,7 +183,11 @@ func (p *Partition) checkPresentationBytes(r *star.Report, c *reportChecks) {
 	if tag, ok := presentationTag(r.Presentation); ok {
 		c.quickOK, c.quickTag = true, sha256.Sum256(tag)
 	}
-	key := p.arcKey(r.Epoch)
+	key := p.arcKey(r.Epoch, load)
+	if key == nil && !load {
+		c.later = true
+		return
+	}
 	if key == nil {
 		c.presVerdict = "arc-key"
 		return

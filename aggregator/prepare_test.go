@@ -200,8 +200,9 @@ func resultOf(t *testing.T, p *Partition, emits [][]protocol.Decrypted) prepareR
 }
 
 // TestPrepareEquivalent: Prepare on several goroutines in a shuffled
-// order (and PrepareBatch on the shared pool), then ApplyPrepared in
-// message order, gives byte-identical emits, the same Stats and the same
+// order (with the epochs' keys loaded before, as EpochOpen loads them, and
+// without: then ApplyPrepared checks), and PrepareBatch on the shared pool
+// in batches of random sizes, then ApplyPrepared in message order, gives byte-identical emits, the same Stats and the same
 // pending groups as plain Apply, with report tokens and ARC presentations,
 // bad tokens, bad presentations and replays — also through a small shared
 // verifyCache that evicts, and again with that cache warm (a rebuild by
@@ -224,9 +225,14 @@ func TestPrepareEquivalent(t *testing.T) {
 	}
 
 	cache := newVerifyCache(3) // shared by the runs below; evicts
-	shuffled := func() prepareResult {
+	shuffled := func(preload bool) prepareResult {
 		p := f.partition()
 		p.cache = cache
+		if preload { // as the EpochOpens would: Prepare verifies on the goroutines
+			p.reportKey("e1", true)
+			p.reportKey("e2", true)
+			p.arcKey("e1", true)
+		}
 		prepared := make([]Prepared, len(f.msgs))
 		work := make(chan int)
 		var wg sync.WaitGroup
@@ -244,6 +250,15 @@ func TestPrepareEquivalent(t *testing.T) {
 		}
 		close(work)
 		wg.Wait()
+		verified := 0
+		for _, pm := range prepared {
+			if pm.report != nil && !pm.checks.later && pm.checks.tokenPre == "" {
+				verified++
+			}
+		}
+		if preload && verified < 20 {
+			t.Fatalf("only %d reports were verified by Prepare", verified)
+		}
 		var emits [][]protocol.Decrypted
 		for i := range prepared {
 			emits = append(emits, p.ApplyPrepared(&prepared[i]))
@@ -264,7 +279,9 @@ func TestPrepareEquivalent(t *testing.T) {
 		}
 		return resultOf(t, p, emits)
 	}
-	for i, run := range []func() prepareResult{shuffled, batched, shuffled, batched} {
+	unloaded := func() prepareResult { return shuffled(false) } // every check in the state step
+	preloaded := func() prepareResult { return shuffled(true) }
+	for i, run := range []func() prepareResult{preloaded, batched, unloaded, preloaded, batched} {
 		got := run()
 		if string(got.emits) != string(want.emits) {
 			t.Errorf("run %d: emits differ from Apply's:\n%s\nwant\n%s", i, got.emits, want.emits)

@@ -295,7 +295,7 @@ func (p *Partition) Apply(m Message) []protocol.Decrypted {
 // seen before in its group is dropped as "duplicate", so a replayed report
 // never adds an impression.
 func (p *Partition) ApplyReport(r *star.Report) []protocol.Decrypted {
-	c := p.check(r)
+	c := p.check(r, false)
 	return p.applyReport(r, &c)
 }
 
@@ -303,10 +303,6 @@ func (p *Partition) ApplyReport(r *star.Report) []protocol.Decrypted {
 // computed (check) under this partition's keys or, when c was computed with
 // other ReportKeys/ARCKeys settings, are computed again.
 func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decrypted {
-	if c.tokenOn != (p.ReportKeys != nil) || c.arcOn != (p.ARCKeys != nil) {
-		cc := p.check(r)
-		c = &cc
-	}
 	ek := epochKey{r.App, r.Epoch}
 	e := p.epochs[ek]
 	if e == nil {
@@ -320,6 +316,12 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 		}
 		e = &epochState{}
 		p.epochs[ek] = e
+	}
+	if c.later || c.tokenOn != (p.ReportKeys != nil) || c.arcOn != (p.ARCKeys != nil) {
+		// the epoch is open (or, without RequireOpen, seen): its keys
+		// may be loaded now
+		cc := p.check(r, true)
+		c = &cc
 	}
 	if p.ReportKeys != nil {
 		if reason := p.checkToken(e, c); reason != "" {
@@ -620,6 +622,14 @@ func (p *Partition) openEpoch(app, epoch string) {
 	}
 	e.open = true
 	p.openPerApp[app]++
+	// load the epoch's keys now, so Prepare finds them (a key that does
+	// not load is tried again at the epoch's first report)
+	if p.ReportKeys != nil {
+		p.reportKey(epoch, true)
+	}
+	if p.ARCKeys != nil {
+		p.arcKey(epoch, true)
+	}
 }
 
 // closeEpoch summarizes the epoch's undecrypted tags as counts only

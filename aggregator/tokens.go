@@ -41,12 +41,13 @@ func (p *Partition) checkToken(e *epochState, c *reportChecks) string {
 	return ""
 }
 
-// reportKey returns the epoch's report-token key, loaded once; nil when
-// ReportKeys fails for it (retried at the next report).
-func (p *Partition) reportKey(epoch string) *token.PrivateKey {
+// reportKey returns the epoch's report-token key, loaded once (with
+// load); nil when it is not loaded (without load) or ReportKeys fails for
+// it (retried at the next report).
+func (p *Partition) reportKey(epoch string, load bool) *token.PrivateKey {
 	p.keysMu.Lock()
 	defer p.keysMu.Unlock()
-	if k := p.reportKeys[epoch]; k != nil {
+	if k := p.reportKeys[epoch]; k != nil || !load {
 		return k
 	}
 	k, err := p.ReportKeys(epoch)
@@ -60,12 +61,12 @@ func (p *Partition) reportKey(epoch string) *token.PrivateKey {
 	return k
 }
 
-// arcKey returns the epoch's ARC verifier, loaded once; nil when ARCKeys
-// fails.
-func (p *Partition) arcKey(epoch string) *arcVerifier {
+// arcKey returns the epoch's ARC verifier, loaded once (with load); nil
+// when it is not loaded (without load) or ARCKeys fails.
+func (p *Partition) arcKey(epoch string, load bool) *arcVerifier {
 	p.keysMu.Lock()
 	defer p.keysMu.Unlock()
-	if v := p.arcKeys[epoch]; v != nil {
+	if v := p.arcKeys[epoch]; v != nil || !load {
 		return v
 	}
 	k, err := p.ARCKeys(epoch)
