@@ -295,3 +295,61 @@ func TestPrepareEquivalent(t *testing.T) {
 		t.Fatal("the shared cache never held a verdict")
 	}
 }
+
+// FuzzPrepareReport fuzzes a report's encoding (trailer included: token
+// and presentation) with report tokens and ARC on: a partition whose
+// epoch keys were loaded before (Prepare verifies) and one whose keys were
+// not (the state step verifies), and plain ApplyReport, all applying the
+// report twice, must give the same emits and Stats.
+func FuzzPrepareReport(f *testing.F) {
+	reportKey, _ := token.GenerateKey(token.KindReport, "e1")
+	arcKey, _ := arc.GenerateKey(rand.Reader)
+	s := sealing(f, "x", star.FTu, 1)
+	pres, tag := present(f, credential(f, arcKey), &s)
+	r, _ := s.SealARC(tag, "x", "x")
+	payWith(f, reportKey, r)
+	r.Presentation = pres
+	b, _ := r.MarshalBinary()
+	f.Add(b)
+	r.Presentation = nil
+	plain, _ := r.MarshalBinary()
+	f.Add(plain)
+	f.Add(b[:len(b)-5])
+	newP := func() *Partition {
+		p := NewPartition(0, 1, nil)
+		p.ReportKeys = keysOf(reportKey)
+		p.ARCKeys = func(e string) (*arc.PrivateKey, error) {
+			if e == "e1" {
+				return arcKey, nil
+			}
+			return nil, fmt.Errorf("no ARC key for %s", e)
+		}
+		return p
+	}
+	f.Fuzz(func(t *testing.T, enc []byte) {
+		r, err := star.ParseReport(enc)
+		if err != nil {
+			t.Skip()
+		}
+		plain, loaded, unloaded := newP(), newP(), newP()
+		loaded.reportKey("e1", true)
+		loaded.arcKey("e1", true)
+		var want, got1, got2 []byte
+		for range 2 {
+			e1, _ := json.Marshal(plain.ApplyReport(r))
+			want = append(want, e1...)
+			for _, q := range []struct {
+				p   *Partition
+				out *[]byte
+			}{{loaded, &got1}, {unloaded, &got2}} {
+				pm := Prepared{report: r, checks: q.p.check(r, false)}
+				e, _ := json.Marshal(q.p.ApplyPrepared(&pm))
+				*q.out = append(*q.out, e...)
+			}
+		}
+		if string(got1) != string(want) || string(got2) != string(want) ||
+			!reflect.DeepEqual(loaded.Stats, plain.Stats) || !reflect.DeepEqual(unloaded.Stats, plain.Stats) {
+			t.Fatalf("prepared runs differ from ApplyReport: stats %+v / %+v, want %+v", loaded.Stats, unloaded.Stats, plain.Stats)
+		}
+	})
+}
