@@ -133,6 +133,7 @@ func TestAttackLinkTokens(t *testing.T) {
 	ids := e.identities(M)
 	truth := map[string]string{} // token or presentation hex → identity hex
 	var seen [][]byte            // what the aggregator saw
+	isPres := map[int]bool{}     // which of seen are presentations
 	nonBlind := map[string][][]byte{}
 	s := e.sealing("made up linked query", star.FTu, 5)
 	for _, c := range ids {
@@ -154,6 +155,7 @@ func TestAttackLinkTokens(t *testing.T) {
 		r := e.arcReport(c, s, "made up linked query", "x")
 		truth[hex.EncodeToString(r.Presentation)] = id
 		seen = append(seen, r.Presentation)
+		isPres[len(seen)-1] = true
 		nonBlind[id] = append(nonBlind[id], r.Presentation[:64])
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -210,23 +212,25 @@ func TestAttackLinkTokens(t *testing.T) {
 		j := int(b[0]) % (i + 1)
 		perm[i], perm[j] = perm[j], perm[i]
 	}
-	link := func(st map[string][][]byte) int {
-		right := 0
+	link := func(st map[string][][]byte) (right, rightPres int) {
 		for _, i := range perm {
 			if linker(st, seen[i]) == truth[hex.EncodeToString(seen[i])] {
 				right++
+				if isPres[i] {
+					rightPres++
+				}
 			}
 		}
-		return right
+		return right, rightPres
 	}
-	right := link(state)
+	right, rightPres := link(state)
 	for id, b := range nonBlind { // what a non-blind issuer would also hold
 		state[id] = append(state[id], b...)
 	}
-	ctlRight := link(state)
+	ctlRight, _ := link(state)
 	n := len(seen)
-	fmt.Printf("ATTACK link-tokens: issuer (requests, replies, KV counters, log) + aggregator (%d tokens and presentations of %d identities) linked %d of %d to their identity (chance %.1f); with non-blind issuance: %d of %d\n",
-		n, M, right, n, float64(n)/M, ctlRight, n)
+	fmt.Printf("ATTACK link-tokens: issuer (requests, replies, KV counters, log) + aggregator (%d tokens and presentations of %d identities) linked %d of %d to their identity (%d of %d presentations; chance %.1f); with non-blind issuance: %d of %d\n",
+		n, M, right, n, rightPres, M, float64(n)/M, ctlRight, n)
 	if ctlRight != n {
 		t.Fatalf("control: the linker linked %d of %d with non-blind issuance state", ctlRight, n)
 	}
