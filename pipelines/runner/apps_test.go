@@ -36,7 +36,7 @@ func TestAppsEndToEnd(t *testing.T) {
 		t.Skip("end-to-end runs in -short mode")
 	}
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	ch, err := clickhouse.Start(ctx, filepath.Join(dir, "clickhouse"))
 	if err != nil {

@@ -25,7 +25,7 @@ func TestRunDPu(t *testing.T) {
 	dir := t.TempDir()
 	input := bundled // 1,000 users, at most d = 3 reports each
 	out := filepath.Join(dir, "dp.tsv")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	ch, err := clickhouse.Start(ctx, filepath.Join(dir, "ch"))
 	if err != nil {

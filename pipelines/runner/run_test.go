@@ -43,7 +43,8 @@ func TestRunEndToEnd(t *testing.T) {
 		t.Run(c.policy, func(t *testing.T) {
 			dir := t.TempDir()
 			out := filepath.Join(dir, "out.tsv")
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+			// tokens on (the default): randomness and report tokens, ARC under FT_u
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 			defer cancel()
 			sum, err := Run(ctx, Config{Input: bundled, App: "query", Policy: c.policy, K: c.k,
 				Export: out, StateDir: filepath.Join(dir, "state"), Partitions: 4})

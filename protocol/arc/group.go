@@ -56,7 +56,7 @@ func encodeElement(e group.Element) ([]byte, error) {
 	if e.IsIdentity() {
 		return nil, fmt.Errorf("arc: the identity element has no encoding")
 	}
-	return e.MarshalBinaryCompress()
+	return g.NewElement().Set(e).MarshalBinaryCompress() // a copy: circl normalizes an element's coordinates when encoding it, and the generators are shared
 }
 
 // decodeElement is DeserializeElement: exactly 33 bytes, prefix 0x02 or
