@@ -34,6 +34,7 @@ const (
 func randomnessCmd() *cobra.Command {
 	var natsURL, keys, metricsAddr string
 	var o randomness.Options
+	var requireTokens bool
 	c := &cobra.Command{
 		Use:   "randomness [--nats URL] [--keys DIR] [--epoch-length 24h] [--key-grace 1h]",
 		Short: "Serve OPRF randomness (RFC 9497, ristretto255) over NATS request/reply",
@@ -62,7 +63,14 @@ refused (not started); epochs whose end + --key-grace has passed are refused
 (expired) and their keys destroyed.
 
 The seed file DIR/randomness.seed of older versions is no longer used (a
-warning says so); epochs listed in DIR/randomness.seed.closed stay closed.`,
+warning says so); epochs listed in DIR/randomness.seed.closed stay closed.
+
+--require-tokens (Privacy Pass, RFC 9578): every OPRF element must come with
+one unspent randomness token of its epoch, verified under
+DIR/` + keydir.IssuerKeys + `/EPOCH.randomness.key (created by 'crowdlog issuer --epoch');
+spends are kept in JetStream KV (` + protocol.SpentTokensBucket + `), shared by every
+process. Without it any NATS client may evaluate unlimited candidates (the
+online probe of docs/threat-model.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
@@ -81,11 +89,19 @@ warning says so); epochs listed in DIR/randomness.seed.closed stay closed.`,
 			if err != nil {
 				return err
 			}
+			if requireTokens {
+				if err := runner.RequireTokens(s, keys); err != nil {
+					return err
+				}
+			} else {
+				log.Warn("randomness: tokens not required (--require-tokens off): any client may probe unlimited candidates")
+			}
 			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterRandomness(reg, s) }, s.Run)
 		},
 	}
 	c.Flags().StringVar(&natsURL, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
 	c.Flags().StringVar(&keys, "keys", "keys", "keys directory; epoch keys live in its "+keydir.RandomnessKeys+" subdirectory")
+	c.Flags().BoolVar(&requireTokens, "require-tokens", false, "require one Privacy Pass randomness token per element (keys from the issuer's key files in --keys)")
 	c.Flags().DurationVar(&o.EpochLength, "epoch-length", 0, "epoch schedule length (e.g. 24h): absolute UTC epochs named START-LENGTH; 0 = named epochs, no schedule")
 	c.Flags().DurationVar(&o.Grace, "key-grace", randomness.DefaultGrace, "how long an epoch's key survives its close (and, with --epoch-length, its end) before it is destroyed")
 	c.Flags().DurationVar(&o.Skew, "epoch-skew", randomness.DefaultSkew, "with --epoch-length: how far ahead of this clock an epoch may start and still be served")
@@ -193,8 +209,9 @@ func aggregateCmd() *cobra.Command {
 	var session time.Duration
 	var maxOpen int
 	var maxPending, maxPendingBytes int64
+	var tokenKeys string
 	c := &cobra.Command{
-		Use:   "aggregate --key FILE [--kafka ADDR[,ADDR...]]",
+		Use:   "aggregate --key FILE [--kafka ADDR[,ADDR...]] [--token-keys DIR]",
 		Short: "Run the threshold aggregator on Kafka topic reports",
 		Long: `aggregate joins Kafka consumer group --group on topic "reports" (more processes =
 partitions spread over them). Per (app, epoch, tag) it keeps the distinct
@@ -208,7 +225,14 @@ Only reports of open epochs are kept: run 'crowdlog aggregate open-epoch'
 before clients send. Reports of epochs that are not open are dropped
 (unknown-epoch), and so are reports beyond --max-pending-reports or
 --max-pending-bytes held below threshold per (app, epoch) and partition
-(epoch-full). Every process of a group must use the same bounds.`,
+(epoch-full). Every process of a group must use the same bounds.
+
+--token-keys DIR (Privacy Pass): a report is kept only with an unspent report
+token bound to it, and an FT_u report only with an ARC presentation whose tag
+gives its share's x, under DIR/` + keydir.IssuerKeys + `/EPOCH.report.key and EPOCH.arc.key
+(created by 'crowdlog issuer --epoch'); others are dropped (no-token,
+bad-token, spent-token, bad-presentation). Every process of a group must
+use the same setting.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
@@ -222,12 +246,18 @@ before clients send. Reports of epochs that are not open are dropped
 			s.GroupID = group
 			s.SessionTimeout = session
 			s.MaxOpenEpochs, s.MaxPendingReports, s.MaxPendingBytes = maxOpen, maxPending, maxPendingBytes
+			if tokenKeys != "" {
+				runner.AggregatorTokens(s, tokenKeys)
+			} else {
+				log.Warn("aggregate: report tokens and ARC presentations not checked (--token-keys not set): one client may send unlimited reports and be k users under FT_u")
+			}
 			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterAggregator(reg, s) }, s.Run)
 		},
 	}
 	c.Flags().StringSliceVar(&kafkaAddrs, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")
 	c.Flags().StringSliceVar(&keyPaths, "key", nil, "aggregator HPKE key file (repeat during a rotation)")
 	c.Flags().StringVar(&group, "group", "crowdlog-aggregator", "Kafka consumer group")
+	c.Flags().StringVar(&tokenKeys, "token-keys", "", "keys directory holding the issuer's report-token and ARC keys; set: reports need tokens (and FT_u ARC presentations)")
 	c.Flags().DurationVar(&session, "session-timeout", 20*time.Second, "a member silent this long leaves the group and its partitions move (also the wait after a crash)")
 	c.Flags().IntVar(&maxOpen, "max-open-epochs", aggregator.DefaultMaxOpenEpochs, "open epochs per app; an open beyond it is refused (logged)")
 	c.Flags().Int64Var(&maxPending, "max-pending-reports", aggregator.DefaultMaxPendingReports, "reports held below threshold per (app, epoch) and partition; beyond it reports are dropped (epoch-full)")

@@ -541,7 +541,7 @@ func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, nc *nat
 		if err := startIssuer(svcCtx, svc, nc, cfg.KeysDir, tok, reg, log); err != nil {
 			return err
 		}
-		if err := requireTokens(rs, cfg.KeysDir); err != nil {
+		if err := RequireTokens(rs, cfg.KeysDir); err != nil {
 			return err
 		}
 	}
@@ -570,7 +570,7 @@ func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, nc *nat
 		return err
 	}
 	if tok.on {
-		aggregatorTokens(a, cfg.KeysDir)
+		AggregatorTokens(a, cfg.KeysDir)
 	}
 	*agg = a
 	RegisterAggregator(reg, a)

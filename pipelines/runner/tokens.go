@@ -164,10 +164,10 @@ func startIssuer(ctx context.Context, svc *errgroup.Group, nc *nats.Conn, keysDi
 	return nil
 }
 
-// requireTokens makes the randomness service spend one randomness token
+// RequireTokens makes the randomness service spend one randomness token
 // per OPRF element, verified under the epoch's randomness-token key of
 // keysDir.
-func requireTokens(rs *randomness.Service, keysDir string) error {
+func RequireTokens(rs *randomness.Service, keysDir string) error {
 	rs.RequireTokens = true
 	rs.TokenKeys = func(epoch string) (*token.PrivateKey, error) {
 		return keydir.LoadTokenKey(keysDir, token.KindRandomness, epoch)
@@ -175,10 +175,10 @@ func requireTokens(rs *randomness.Service, keysDir string) error {
 	return nil
 }
 
-// aggregatorTokens makes the aggregator accept a report only with an
+// AggregatorTokens makes the aggregator accept a report only with an
 // unspent report token bound to it, and under FT_u with a valid ARC
 // presentation, under the epoch's keys of keysDir.
-func aggregatorTokens(a *aggregator.Service, keysDir string) {
+func AggregatorTokens(a *aggregator.Service, keysDir string) {
 	a.ReportKeys = func(epoch string) (*token.PrivateKey, error) {
 		return keydir.LoadTokenKey(keysDir, token.KindReport, epoch)
 	}
