@@ -292,8 +292,10 @@ func TestFrequencySummary(t *testing.T) {
 
 // TestSybil: one real report of a unique query plus k−1 fabricated
 // clients (the attacker knows or guesses the query and obtains ω like any
-// client) opens it: the attacker reads the real user's report. Known open
-// problem (CrowdLogging §5.4, STAR §7); no mechanism in crowdlog stops it.
+// client) opens it: the attacker reads the real user's report. This is the
+// tokens-off baseline (CrowdLogging §5.4, STAR §7): with tokens on, FT_u
+// counts ARC credentials of enrolled identities, so the same attack needs
+// k−1 identities (TestAttackSybilIdentities, TestAttackManySecrets).
 func TestSybil(t *testing.T) {
 	key, _ := onion.GenerateKeyPair(1)
 	p := aggregator.NewPartition(0, 1, []*onion.KeyPair{key})
