@@ -10,25 +10,14 @@ import (
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/star"
 	"github.com/crowdlog/crowdlog/protocol/token"
+	"github.com/crowdlog/crowdlog/protocol/token/tokentest"
 )
 
 // mint issues tokens for the given nonces under key as the issuer would
 // (blind, Issue with one batch proof, Finalize).
 func mint(t testing.TB, key *token.PrivateKey, nonces ...[32]byte) []*token.Token {
 	t.Helper()
-	p, blinded, err := token.NewRequest(key.Public(), key.Kind(), key.Epoch(), nonces)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev, proof, err := key.Issue(blinded)
-	if err != nil {
-		t.Fatal(err)
-	}
-	toks, err := p.Finalize(ev, proof)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return toks
+	return tokentest.Mint(t, key, nonces...)
 }
 
 // payWith attaches a report token of key bound to r (nonce = SHA-256 of

@@ -2,7 +2,6 @@ package randomness
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -17,29 +16,14 @@ import (
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
 	"github.com/crowdlog/crowdlog/protocol/token"
+	"github.com/crowdlog/crowdlog/protocol/token/tokentest"
 )
 
 // issue mints n tokens of key's kind and epoch as the issuer would
 // (blind, Issue, Finalize with the batch proof).
 func issue(t testing.TB, key *token.PrivateKey, n int) []*token.Token {
 	t.Helper()
-	nonces := make([][32]byte, n)
-	for i := range nonces {
-		rand.Read(nonces[i][:])
-	}
-	p, blinded, err := token.NewRequest(key.Public(), key.Kind(), key.Epoch(), nonces)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev, proof, err := key.Issue(blinded)
-	if err != nil {
-		t.Fatal(err)
-	}
-	toks, err := p.Finalize(ev, proof)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return toks
+	return tokentest.MintN(t, key, n)
 }
 
 // tokenQueue is a TokenSource handing out the tokens it holds, in order.
