@@ -150,8 +150,7 @@ func boundService(b *testing.B, mode string) {
 // With mode "tokens" or "arc" each report pays a report token of keysDir's
 // key of epoch "bound" (minted per user, one batch); with "arc" each user
 // gets one ARC credential under keysDir's ARC key and presents it once per
-// artifact, and its reports are sealed at the presentation tag's x. The
-// ARC steps take arcMu (protocol/arc is not safe for concurrent use).
+// artifact, and its reports are sealed at the presentation tag's x.
 func boundReports(b *testing.B, users int, agg onion.PublicKey, keysDir, mode string) []kafkago.Message {
 	var reportKey *token.PrivateKey
 	var arcKey *arc.PrivateKey
@@ -199,9 +198,7 @@ func boundReports(b *testing.B, users int, agg onion.PublicKey, keysDir, mode st
 				}
 				var cred *arc.Credential
 				if mode == "arc" {
-					arcMu.Lock()
 					cred = credential(b, arcKey)
-					arcMu.Unlock()
 				}
 				type presented struct{ pres, tag []byte }
 				mine := map[string]presented{}
@@ -219,9 +216,7 @@ func boundReports(b *testing.B, users int, agg onion.PublicKey, keysDir, mode st
 					if mode == "arc" {
 						p, ok := mine[a.Primary]
 						if !ok {
-							arcMu.Lock()
 							p.pres, p.tag = present(b, cred, &s)
-							arcMu.Unlock()
 							mine[a.Primary] = p
 						}
 						if r, err = s.SealARC(p.tag, a.Primary, a.Secondary); err == nil {

@@ -1,8 +1,6 @@
 package aggregator
 
 import (
-	"sync"
-
 	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/star"
 	"github.com/crowdlog/crowdlog/protocol/token"
@@ -85,27 +83,15 @@ func (p *Partition) arcKey(epoch string, load bool) *arcVerifier {
 }
 
 // arcVerifier verifies presentations under one ARC key from any
-// goroutine: with its own copy of the key (several partitions may get the
-// same *arc.PrivateKey from ARCKeys), one verification at a time in the
-// process (arcMu).
+// goroutine, with its own copy of the key (several partitions may get the
+// same *arc.PrivateKey from ARCKeys). protocol/arc encodes copies of its
+// shared elements, so verifications run in parallel on the Prepare pool.
 type arcVerifier struct {
 	pub []byte // the public key's encoding
 	key *arc.PrivateKey
 }
 
-// arcMu serializes the aggregator's ARC operations in the process. circl's
-// P-256 elements are not safe for concurrent use: encoding one reduces its
-// coordinates in place (wElt.MarshalBinaryCompress), and protocol/arc's
-// verification encodes the key's elements and its package-level
-// generators (relation.label → encodeElement), while ParsePrivateKey
-// multiplies them. Remove it once protocol/arc's encodeElement encodes a
-// copy (g.NewElement().Set(e)); until then ARC verification runs on one
-// core at a time, beside the parallel peel and token checks.
-var arcMu sync.Mutex
-
 func newARCVerifier(k *arc.PrivateKey) (*arcVerifier, error) {
-	arcMu.Lock()
-	defer arcMu.Unlock()
 	raw, err := k.MarshalBinary()
 	if err != nil {
 		return nil, err
@@ -123,8 +109,6 @@ func newARCVerifier(k *arc.PrivateKey) (*arcVerifier, error) {
 
 // verify is VerifyPresentation with limit 1.
 func (v *arcVerifier) verify(p *arc.Presentation, presentationContext []byte) error {
-	arcMu.Lock()
-	defer arcMu.Unlock()
 	return v.key.VerifyPresentation(p, presentationContext, 1)
 }
 
