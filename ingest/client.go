@@ -165,13 +165,6 @@ type user struct {
 	id     *identity // nil: tokens off
 }
 
-// arcMu serializes this process's protocol/arc calls (credential
-// issuance, parsing, presentations): circl's P-256 elements are mutated
-// when encoded and protocol/arc encodes package-level generators, so two
-// goroutines presenting different credentials race (go test -race). Held
-// until protocol/arc is safe for concurrent use.
-var arcMu sync.Mutex
-
 // identity is one user's access to the issuer (issue 17): report tokens,
 // the Randomness that spends its randomness tokens, and its ARC
 // credential of the epoch (FT_u), kept in the device's state.
@@ -209,8 +202,6 @@ func (id *identity) credential(ctx context.Context) (*arc.Credential, error) {
 	if err != nil {
 		return nil, err
 	}
-	arcMu.Lock()
-	defer arcMu.Unlock()
 	if b != nil {
 		c, err := arc.ParseCredential(b)
 		if err != nil {
@@ -397,8 +388,6 @@ func (c *Client) seal(ctx context.Context, u *user, arts []apps.Artifact) ([][]b
 // present makes cred's presentation for s's artifact (context
 // s.ARCContext(), nonce 0, limit 1) and stores its encoding and tag.
 func present(cred *arc.Credential, s *star.Sealing, enc, tag *[]byte) error {
-	arcMu.Lock()
-	defer arcMu.Unlock()
 	p, err := cred.Present(cryptorand.Reader, s.ARCContext(), 0, 1)
 	if err != nil {
 		return fmt.Errorf("ARC presentation: %w", err)
