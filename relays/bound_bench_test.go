@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,7 +41,9 @@ const boundRelayChildEnv = "CROWDLOG_BOUND_RELAY_CHILD"
 // TestBoundRelayChild, so NATS's and kfake's CPU is not counted) runs the
 // relay until it has forwarded them all, then exits. Metrics:
 // cpu-ns/msg, the child's user+system CPU time (wait4 rusage) per message;
-// msgs/s, the wall-clock rate. Run with -benchtime 1x.
+// msgs/s, the wall-clock rate. Run with -benchtime 1x. With
+// CROWDLOG_BOUND_CPUPROFILE=FILE the child writes its CPU profile there
+// (go tool pprof relays.test FILE).
 func BenchmarkBoundRelay(b *testing.B) {
 	n := 20_000
 	if v, err := strconv.Atoi(os.Getenv("CROWDLOG_BOUND_RELAY_MSGS")); err == nil && v > 0 {
@@ -160,6 +164,17 @@ func TestBoundRelayChild(t *testing.T) {
 	n, err := strconv.ParseUint(f[3], 10, 64)
 	if err != nil {
 		t.Fatal(err)
+	}
+	debug.SetGCPercent(relays.DefaultGCPercent) // as `crowdlog relay` runs
+	if path := os.Getenv("CROWDLOG_BOUND_CPUPROFILE"); path != "" {
+		pf, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			t.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -48,6 +48,15 @@ const (
 	// are retried after NakDelay. Garbage thus costs two peels, and a
 	// genuine layer survives one transient failure to open.
 	MalformedDeliveries = 2
+	// DefaultGCPercent is the Go GC target `crowdlog relay` sets (its
+	// --gogc flag; the GOGC environment variable, when set, wins). A relay's
+	// live heap is a few MB (a pool and a fetch of ≤ 1,536-byte layers),
+	// and each peel allocates ≈ 7 KB inside circl's HPKE, so at Go's
+	// default of 100 the collector ran every few hundred messages and
+	// took ≈ 13% of relay b's CPU (BenchmarkBoundRelay: 65 → 57 µs per
+	// message at 400). 400 lets the heap grow to five times the live heap,
+	// still tens of MB.
+	DefaultGCPercent = 400
 )
 
 // Relay is one relay/mix process (RFC 9180 onion layers). Set the fields, then

@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -142,6 +144,7 @@ never given a new key. Run it after 'crowdlog aggregate close-epoch'.`,
 func relayCmd() *cobra.Command {
 	var o relays.Options
 	var natsURL, metricsAddr string
+	var gcPercent int
 	c := &cobra.Command{
 		Use:   "relay --name a|b --key FILE [--nats URL[,URL...]] [--kafka ADDR[,ADDR...]]",
 		Short: "Run a relay: peel one onion layer, batch, shuffle, forward",
@@ -162,6 +165,7 @@ timeout means larger anonymity sets and more latency (docs/threat-model.md,
 			if o.Name == "" {
 				return errors.New("--name is required (a or b)")
 			}
+			setGCPercent(gcPercent)
 			if len(o.KeyPaths) == 0 {
 				return errors.New("--key is required (see `crowdlog keys generate`)")
 			}
@@ -198,6 +202,7 @@ timeout means larger anonymity sets and more latency (docs/threat-model.md,
 	f.DurationVar(&o.PoolTimeout, "pool-timeout", relays.DefaultPoolTimeout, "forward what is held this long after the oldest held message arrived, even below --pool (T: bounds each message's wait); --ack-wait must be at least twice this")
 	f.StringVar(&o.Next, "next", "", `next hop on the route: empty = relay b for relay a, Kafka for any other; "." = last hop (Kafka only)`)
 	f.DurationVar(&o.AckWait, "ack-wait", 30*time.Second, "redeliver a message this long after a relay took it without acknowledging (crash)")
+	f.IntVar(&gcPercent, "gogc", relays.DefaultGCPercent, "Go GC target percent (as GOGC; the GOGC environment variable, when set, wins): higher trades memory for less collector CPU")
 	addMetricsFlag(c, &metricsAddr)
 	return c
 }
@@ -419,4 +424,12 @@ func appFlags(f *pflag.FlagSet, o *apps.Options) {
 	f.IntSliceVar(&o.Buckets.Rank, "rank-buckets", apps.DefaultRankBuckets, "app ltr: upper bounds of the click-rank buckets")
 	f.DurationSliceVar(&o.Buckets.Dwell, "dwell-buckets", apps.DefaultDwellBuckets, "app ltr: upper bounds of the dwell-time buckets")
 	f.IntSliceVar(&o.Buckets.Length, "length-buckets", apps.DefaultLengthBuckets, "app ltr: upper bounds of the query-length buckets (tokens)")
+}
+
+// setGCPercent applies a role's --gogc unless the operator set GOGC in the
+// environment (which the Go runtime already applied).
+func setGCPercent(p int) {
+	if _, set := os.LookupEnv("GOGC"); !set && p != 0 {
+		debug.SetGCPercent(p)
+	}
 }
