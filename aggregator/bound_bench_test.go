@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,7 +56,8 @@ func envInt(name string, def int) int {
 // reports/s the wall-clock rate, kfake-cpu-ns/report this process's CPU
 // time meanwhile (kfake serving the child, on the same cores); the
 // child's GOMAXPROCS is the default.
-// Run with -benchtime 1x: one pass is the measurement.
+// Run with -benchtime 1x: one pass is the measurement. With
+// CROWDLOG_BOUND_CPUPROFILE=FILE the child writes its CPU profile there.
 func BenchmarkBoundAggregatorService(b *testing.B) { boundService(b, "off") }
 
 // BenchmarkBoundAggregatorServiceTokens is BenchmarkBoundAggregatorService
@@ -286,6 +288,16 @@ func TestBoundServiceChild(t *testing.T) {
 	n, err := strconv.ParseInt(f[2], 10, 64)
 	if err != nil {
 		t.Fatalf("%s=%q: want broker,keyfile,reports,keysdir,mode", boundChildEnv, spec)
+	}
+	if path := os.Getenv("CROWDLOG_BOUND_CPUPROFILE"); path != "" {
+		pf, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			t.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	s, err := New([]string{f[0]}, []string{f[1]}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,9 +28,46 @@ import (
 	"github.com/crowdlog/crowdlog/protocol/star"
 )
 
-// scalePartitions is the reports topic's partition count in the scaling
-// measurement (the `crowdlog run` default).
-const scalePartitions = 8
+// scaleParams are the scaling measurement's parameters, from the
+// environment: CROWDLOG_SCALE_PROCS, the aggregator process counts to run
+// (comma-separated, default "1,2"; 4 and 8 on a 16-core machine);
+// CROWDLOG_SCALE_PARTITIONS, the reports topic's partition count (default
+// 8, the `crowdlog run` default; at least the largest process count, or
+// some processes idle); CROWDLOG_SCALE_MODES, which GOMAXPROCS settings
+// ("1core", "allcores"; default both).
+func scaleParams(t *testing.T) (procs []int, partitions int, modes []string) {
+	t.Helper()
+	procs = []int{1, 2}
+	if v := os.Getenv("CROWDLOG_SCALE_PROCS"); v != "" {
+		procs = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				t.Fatalf("CROWDLOG_SCALE_PROCS=%q: want process counts like 1,2,4,8", v)
+			}
+			procs = append(procs, n)
+		}
+	}
+	partitions = 8
+	if v := os.Getenv("CROWDLOG_SCALE_PARTITIONS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("CROWDLOG_SCALE_PARTITIONS=%q: want a positive partition count", v)
+		}
+		partitions = n
+	}
+	modes = []string{"1core", "allcores"}
+	if v := os.Getenv("CROWDLOG_SCALE_MODES"); v != "" {
+		modes = nil
+		for _, m := range strings.Split(v, ",") {
+			if m != "1core" && m != "allcores" {
+				t.Fatalf("CROWDLOG_SCALE_MODES=%q: want 1core and/or allcores", v)
+			}
+			modes = append(modes, m)
+		}
+	}
+	return procs, partitions, modes
+}
 
 // TestScaleAggregators is the aggregator scaling measurement, not a test of
 // correctness: it pre-loads topic "reports" (kfake with a data dir, 8
@@ -37,9 +75,11 @@ const scalePartitions = 8
 // CROWDLOG_SCALE_USERS users (default 1000: all; FT_u k = 5, sealed in
 // hash mode and wrapped in the aggregator's onion layer exactly as relay b
 // writes it: value = that layer, key = onion.TagBucket(tag)), then
-// measures the report throughput of 1 and of 2 `crowdlog aggregate`
-// processes (fresh consumer groups, until every offset is committed), once
-// with GOMAXPROCS=1 per process and once with the default, and
+// measures the report throughput of 1, 2, … `crowdlog aggregate`
+// processes (scaleParams: CROWDLOG_SCALE_PROCS, CROWDLOG_SCALE_PARTITIONS,
+// CROWDLOG_SCALE_MODES; fresh consumer groups, until every offset is
+// committed), once with GOMAXPROCS=1 per process and once with the
+// default, prints the curve (one "scale-out curve" line per setting), and
 // the time for partition state to move: with 2 processes and their state
 // built, SIGKILL one (crash), start it again (join) and SIGTERM it
 // (graceful leave), each time until the receiving process logged "partition
@@ -55,6 +95,7 @@ func TestScaleAggregators(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("CROWDLOG_SCALE_USERS")); err == nil && v > 0 {
 		users = v
 	}
+	procCounts, scalePartitions, modes := scaleParams(t)
 	const session = 6 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -88,7 +129,7 @@ func TestScaleAggregators(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n += scalePartitions // the topic's messages: reports and open markers
+	n += int64(scalePartitions) // the topic's messages: reports and open markers
 	if end, _, err := groupOffsets(ctx, kb.Addr, "none", protocol.ReportsTopic); err != nil || end != n {
 		t.Fatalf("reports topic holds %d messages, wrote %d (%v)", end, n, err)
 	}
@@ -100,10 +141,14 @@ func TestScaleAggregators(t *testing.T) {
 	// on both cores).
 	var running []*proc
 	var runningGroup string
-	for _, mode := range []struct{ name, gomaxprocs string }{{"1core", "1"}, {"allcores", ""}} {
+	for _, name := range modes {
+		mode := struct{ name, gomaxprocs string }{name, ""}
+		if name == "1core" {
+			mode.gomaxprocs = "1"
+		}
 		t.Setenv("GOMAXPROCS", mode.gomaxprocs) // read by the children at start; "" = the default
-		var rates [3]float64
-		for _, procs := range []int{1, 2} {
+		rates := map[int]float64{}
+		for _, procs := range procCounts {
 			group := fmt.Sprintf("scale-%s-%d", mode.name, procs)
 			var ps []*proc
 			var logPaths []string
@@ -138,7 +183,7 @@ func TestScaleAggregators(t *testing.T) {
 				mode.name, procs, n, wall.Round(100*time.Millisecond), m.first.Sub(began).Round(100*time.Millisecond),
 				float64(n)/wall.Seconds(), rates[procs], steady, cpu, cpu/wall.Seconds(), cpu/float64(n)*1e6,
 				selfCPU/wall.Seconds(), max(others, 0)/wall.Seconds(), assigned)
-			if mode.name == "allcores" && procs == 2 {
+			if mode.name == modes[len(modes)-1] && procs == 2 {
 				running, runningGroup = ps, group
 				continue
 			}
@@ -146,7 +191,19 @@ func TestScaleAggregators(t *testing.T) {
 				p.stop(syscall.SIGTERM)
 			}
 		}
-		t.Logf("%s: throughput ratio 2 vs 1 processes (steady): %.2fx (the target is >= 1.6x)", mode.name, rates[2]/rates[1])
+		curve := ""
+		for _, procs := range procCounts {
+			curve += fmt.Sprintf(" %d:%.0f", procs, rates[procs])
+			if r1, ok := rates[1]; ok && procs > 1 {
+				curve += fmt.Sprintf("(%.2fx)", rates[procs]/r1)
+			}
+		}
+		t.Logf("%s: scale-out curve, processes:reports/s steady (speed-up over 1 process), %d partitions, %d cores:%s",
+			mode.name, scalePartitions, runtime.NumCPU(), curve)
+	}
+	if running == nil {
+		t.Log("partition moves not measured: they need a run of 2 processes (CROWDLOG_SCALE_PROCS with 2)")
+		return
 	}
 
 	// partition moves, with both processes' state built
@@ -195,7 +252,7 @@ func TestScaleAggregators(t *testing.T) {
 				}
 			}
 			t.Logf("partition move on %s: %d partitions (~%d reports each) resumed %s after the event: assigned after %s, longest replay %s",
-				what, want, n/scalePartitions, rebuilt[len(rebuilt)-1].at.Sub(at).Round(100*time.Millisecond),
+				what, want, n/int64(scalePartitions), rebuilt[len(rebuilt)-1].at.Sub(at).Round(100*time.Millisecond),
 				asg[0].at.Sub(at).Round(100*time.Millisecond), replay.Round(100*time.Millisecond))
 			return
 		}
