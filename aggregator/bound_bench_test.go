@@ -27,6 +27,7 @@ import (
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/star"
 	"github.com/crowdlog/crowdlog/protocol/token"
+	"github.com/crowdlog/crowdlog/protocol/token/tokentest"
 )
 
 // boundChildEnv carries "broker,keyfile,reports" to the child process of
@@ -437,4 +438,28 @@ func heapInuse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse
+}
+
+// BenchmarkBoundTokenVerify is the crypto bound of a report token's check
+// in the aggregator-service-tokens line of `make bench-bounds`: one
+// token.PrivateKey.Verify (RFC 9578 §5.4 redemption: hash to ristretto255,
+// one scalar multiplication by the report-token key, one hash), on one
+// goroutine; cpu-ns/op is this process's user+system CPU time per token.
+// The line's bound per report is this plus the aggregator layer's HPKE
+// open (BenchmarkBoundHPKE, 512 B). Run with -benchtime Nx.
+func BenchmarkBoundTokenVerify(b *testing.B) {
+	key, err := token.GenerateKey(token.KindReport, "bound")
+	if err != nil {
+		b.Fatal(err)
+	}
+	toks := tokentest.MintN(b, key, 100)
+	c0 := processCPU(b)
+	i := 0
+	for b.Loop() {
+		if err := key.Verify(toks[i%len(toks)]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.ReportMetric(float64(processCPU(b)-c0)/float64(b.N), "cpu-ns/op")
 }

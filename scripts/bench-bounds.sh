@@ -14,6 +14,7 @@
 #                         ~52k reports; 1000 = all 254,775)
 #   BOUNDS_RELAY_MSGS=N   relay: messages (default 20000)
 #   BOUNDS_HPKE_N=N       HPKE open/seal iterations per size (default 3000)
+#   BOUNDS_TOKENS=0       skip aggregator-service-tokens (report tokens, issue 17)
 #   BOUNDS_BIN=DIR        use prebuilt binaries instead of building: DIR holds
 #                         onion.test ingest.test relays.test aggregator.test
 #                         (go test -c) and crowdlog (machines without Go)
@@ -25,6 +26,7 @@ PENDING=${BOUNDS_PENDING:-100000}
 USERS=${BOUNDS_USERS:-200}
 RELAY_MSGS=${BOUNDS_RELAY_MSGS:-20000}
 HPKE_N=${BOUNDS_HPKE_N:-3000}
+TOKENS=${BOUNDS_TOKENS:-1}
 began=$(date +%s.%N)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -71,6 +73,10 @@ bench ingest ingest.test '^BenchmarkBoundLogShape$' 1x
 bench relays relays.test '^BenchmarkBoundRelay$' 1x
 bench aggregator aggregator.test '^BenchmarkBoundAggregatorService$' 1x
 bench aggregator aggregator.test '^BenchmarkBoundPendingBytes$' 1x
+if [ "$TOKENS" != 0 ]; then
+  bench aggregator aggregator.test '^BenchmarkBoundTokenVerify$' "${HPKE_N}x"
+  bench aggregator aggregator.test '^BenchmarkBoundAggregatorServiceTokens$' 1x
+fi
 
 open512=$(metric BenchmarkBoundHPKE/op=open/layer=512 cpu-ns/op)
 open1024=$(metric BenchmarkBoundHPKE/op=open/layer=1024 cpu-ns/op)
@@ -98,14 +104,24 @@ lines+=("$(line hpke-open "$(rate "$open512")" "$(rate "$open512")" 'opens/s/cor
 lines+=("$(line aggregator-service "$(rate "$aggrep")" "$(rate "$open512")" 'reports/s/core')")
 lines+=("$(line relay "$(rate "$relaymsg")" "$(rate "$open1024")" 'msgs/s/core(1024B)')")
 lines+=("$(line client-seal "$(rate "$submit")" "$(rate "$clientns")" 'artifacts/s/core')")
+if [ "$TOKENS" != 0 ]; then
+  # with report tokens (issue 17): bound = the aggregator layer's open plus
+  # one report token's verification
+  tokverify=$(metric BenchmarkBoundTokenVerify cpu-ns/op)
+  aggtok=$(metric BenchmarkBoundAggregatorServiceTokens cpu-ns/report)
+  lines+=("$(line aggregator-service-tokens "$(rate "$aggtok")" "$(rate "$(awk -v a="$open512" -v t="$tokverify" 'BEGIN { print a + t }')")" 'reports/s/core')")
+  echo "aggregator with report tokens: $(awk -v a="$aggrep" -v t="$aggtok" 'BEGIN { printf "%.2f", a / t }')x the throughput per core without (token verify $tokverify ns)" >&2
+fi
 
 if [ "$E2E" != 0 ]; then
-  echo "== end-to-end: crowdlog run --app query --policy ft-u --k 5 on the bundled log" >&2
+  echo "== end-to-end: crowdlog run --app query --policy ft-u --k 5 --tokens off on the bundled log" >&2
   state=$work/e2e
   mkdir -p "$state"
   t0=$(date +%s.%N)
   TIMEFORMAT='end-to-end CPU: user %U s, sys %S s, wall %R s'
-  { time "$bin/crowdlog" run --input testdata/aol-top1000.tsv.gz --app query --policy ft-u --k 5 \
+  # --tokens off: this bound sums the HPKE and VOPRF work; Privacy Pass
+  # tokens and ARC (issue 17) have their own figures in docs/benchmarks.md
+  { time "$bin/crowdlog" run --input testdata/aol-top1000.tsv.gz --app query --policy ft-u --k 5 --tokens off \
       --state "$state" --export "$state/out.tsv" >"$work/e2e.txt" 2>&1; } 2>>"$work/e2e.time" ||
     { cat "$work/e2e.txt" >&2; echo "bench-bounds: crowdlog run failed (BOUNDS_E2E=0 skips it)" >&2; exit 1; }
   t1=$(date +%s.%N)
