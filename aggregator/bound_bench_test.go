@@ -345,6 +345,8 @@ func TestBoundServiceChild(t *testing.T) {
 // above the count, sealing them in chunks on other goroutines while it
 // applies; metric B/report is runtime.MemStats.HeapInuse after
 // runtime.GC, after minus before, over the count. Run with -benchtime 1x.
+// With CROWDLOG_BOUND_HEAPPROFILE=FILE it writes a heap profile there while
+// the partition holds every report.
 func BenchmarkBoundPendingBytes(b *testing.B) {
 	n := envInt("CROWDLOG_BOUND_PENDING", 100_000)
 	key, err := onion.GenerateKeyPair(1)
@@ -421,6 +423,17 @@ func BenchmarkBoundPendingBytes(b *testing.B) {
 			b.Fatal(failed)
 		}
 		after := heapInuse()
+		if path := os.Getenv("CROWDLOG_BOUND_HEAPPROFILE"); path != "" {
+			// what the pending state is made of: go tool pprof -sample_index=inuse_space
+			hf, err := os.Create(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := pprof.WriteHeapProfile(hf); err != nil {
+				b.Fatal(err)
+			}
+			hf.Close()
+		}
 		if p.Stats.Reports != int64(n) || p.PendingTags() != n || p.Stats.Decrypted != 0 {
 			b.Fatalf("%d reports accepted, %d pending tags, %d decrypted; want %d, %d, 0 (dropped %v)",
 				p.Stats.Reports, p.PendingTags(), p.Stats.Decrypted, n, n, p.Stats.Dropped)

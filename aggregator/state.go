@@ -35,11 +35,13 @@
 package aggregator
 
 import (
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"sort"
 	"sync"
 
+	"github.com/cloudflare/circl/group"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/onion"
@@ -143,10 +145,10 @@ type tagState struct {
 	commit     *vss.Commitment
 	suspect    bool // a batch check failed: every new share is verified on arrival
 	dead       bool // the commitment does not decode: every report is dropped
-	xs         map[[32]byte]struct{}
-	shares     []vss.Share // distinct x, arrival order
-	seen       map[[16]byte]struct{}
-	pending    []*star.Report
+	tag        [32]byte
+	shares     []vss.Share // distinct x, arrival order (at most k−1 before recovery)
+	seen       idSet       // ids of the group's reports (duplicates are dropped)
+	pending    []pendingReport
 	poly       *vss.Polynomial // after a verified recovery: the committed polynomial
 	// arcOK holds the share x-coordinates whose report carried a verified
 	// ARC presentation (FT_u with ARCKeys): repeated impressions of one
@@ -332,7 +334,7 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 	gk := groupKey{app: r.App, epoch: r.Epoch, policy: r.Policy, k: r.K, tag: r.Tag, commit: vss.CommitmentHash(r.Commitment)}
 	t := p.tags[gk]
 	if t != nil {
-		if _, dup := t.seen[r.ID]; dup {
+		if t.seen.has(r.ID) {
 			p.drop("duplicate")
 			return nil
 		}
@@ -346,16 +348,16 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 		}
 	}
 	if t == nil {
-		c, err := vss.NewCommitment(r.Commitment, int(r.K))
+		// a copy: r's fields alias the decrypted layer, which the group must not keep alive
+		c, err := vss.NewCommitment(bytes.Clone(r.Commitment), int(r.K))
 		if err != nil { // ParseReport checked the size; kept for safety
 			p.drop("malformed")
 			return nil
 		}
-		t = &tagState{app: r.App, epoch: r.Epoch, ep: e, policy: r.Policy, k: int(r.K), commit: c,
-			xs: map[[32]byte]struct{}{}, seen: map[[16]byte]struct{}{}}
+		t = &tagState{app: gk.app, epoch: gk.epoch, ep: e, policy: r.Policy, k: int(r.K), commit: c, tag: r.Tag}
 		p.tags[gk] = t
 	}
-	t.seen[r.ID] = struct{}{}
+	t.seen.add(r.ID)
 	if t.key == nil {
 		e.held++
 		e.heldBytes += size
@@ -377,14 +379,13 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 			return nil
 		}
 		p.Stats.Reports++
-		return p.open(t, []*star.Report{r})
+		return p.open(t, []pendingReport{{id: r.ID, share: r.Share, ct: r.Ciphertext}})
 	}
-	x := xKey(r.Share)
-	if _, ok := t.xs[x]; ok {
+	if t.hasX(r.Share.X) {
 		// same user (FT_u) repeating: an impression, not a share; its
 		// ciphertext is checked by the AEAD once the key is known
 		p.Stats.Reports++
-		t.pending = append(t.pending, r)
+		t.pending = append(t.pending, pendingOf(r))
 		return nil
 	}
 	if t.suspect && !p.noVerify {
@@ -398,8 +399,7 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 		}
 	}
 	p.Stats.Reports++
-	t.pending = append(t.pending, r)
-	t.xs[x] = struct{}{}
+	t.pending = append(t.pending, pendingOf(r))
 	t.shares = append(t.shares, r.Share)
 	if len(t.shares) < t.k {
 		return nil
@@ -414,12 +414,95 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 		return nil
 	}
 	p.Stats.Recoveries++
-	t.ep.held -= int64(len(t.seen)) // recovered: what it holds no longer counts against the epoch's bounds
+	t.ep.held -= int64(t.seen.len()) // recovered: what it holds no longer counts against the epoch's bounds
 	t.ep.heldBytes -= t.heldBytes
 	t.heldBytes = 0
 	out := p.open(t, t.pending)
-	t.pending, t.shares, t.xs, t.commit = nil, nil, nil, nil
+	t.pending, t.shares, t.commit = nil, nil, nil
 	return out
+}
+
+// pendingReport is what a group below threshold keeps of one report: its
+// id, its share and its own copy of the ciphertext, about 150 bytes with
+// a query's ciphertext. The rest of the report is the group's (app,
+// epoch, policy, k and tag are in its groupKey, the commitment in
+// tagState.commit), and its token and ARC presentation were checked on
+// arrival. Keeping the parsed *star.Report instead kept the whole
+// decrypted onion layer alive (its fields alias it), 2.1 KB per pending
+// report with the group's maps (BenchmarkBoundPendingBytes).
+type pendingReport struct {
+	id    [16]byte
+	share vss.Share
+	ct    []byte
+}
+
+// pendingOf is r as a group keeps it while below threshold.
+func pendingOf(r *star.Report) pendingReport {
+	return pendingReport{id: r.ID, share: r.Share, ct: bytes.Clone(r.Ciphertext)}
+}
+
+// report rebuilds the report that pr was kept from, as far as opening its
+// payload needs it (star.OpenPayload: the header in the AEAD's associated
+// data, the ciphertext).
+func (t *tagState) report(pr pendingReport) *star.Report {
+	return &star.Report{App: t.app, Epoch: t.epoch, Policy: t.policy, K: uint16(t.k), ID: pr.id, Tag: t.tag,
+		Share: pr.share, Ciphertext: pr.ct}
+}
+
+// hasX reports whether the group already holds a share at x (the same
+// user under FT_u repeating an impression). A scan: before recovery a
+// group holds at most k−1 shares.
+func (t *tagState) hasX(x group.Scalar) bool {
+	for _, s := range t.shares {
+		if s.X.IsEqual(x) {
+			return true
+		}
+	}
+	return false
+}
+
+// idSet is the set of report ids of one group: a slice while small (most
+// pending groups hold one report), a map beyond idSetFew.
+type idSet struct {
+	few  [][16]byte
+	many map[[16]byte]struct{}
+}
+
+const idSetFew = 16
+
+func (s *idSet) has(id [16]byte) bool {
+	if s.many != nil {
+		_, ok := s.many[id]
+		return ok
+	}
+	for _, v := range s.few {
+		if v == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *idSet) add(id [16]byte) {
+	if s.many == nil && len(s.few) < idSetFew {
+		s.few = append(s.few, id)
+		return
+	}
+	if s.many == nil {
+		s.many = make(map[[16]byte]struct{}, 2*idSetFew)
+		for _, v := range s.few {
+			s.many[v] = struct{}{}
+		}
+		s.few = nil
+	}
+	s.many[id] = struct{}{}
+}
+
+func (s *idSet) len() int {
+	if s.many != nil {
+		return len(s.many)
+	}
+	return len(s.few)
 }
 
 func xKey(s vss.Share) [32]byte {
@@ -453,7 +536,7 @@ func (p *Partition) recoverVerified(t *tagState) bool {
 		return false
 	}
 	f := rec.Poly
-	key := star.KeyFromSecret(t.pending[0].Tag, f.Secret())
+	key := star.KeyFromSecret(t.tag, f.Secret())
 	t.key, t.poly = &key, &f
 	p.dropBadRepeats(t)
 	return true
@@ -471,7 +554,7 @@ func (p *Partition) dropBadRepeats(t *tagState) {
 	}
 	pending := t.pending[:0]
 	for _, r := range t.pending {
-		if v, ok := byX[xKey(r.Share)]; !ok || !v.Y.IsEqual(r.Share.Y) {
+		if v, ok := byX[xKey(r.share)]; !ok || !v.Y.IsEqual(r.share.Y) {
 			p.Stats.Reports--
 			p.drop("bad-share")
 			continue
@@ -500,9 +583,7 @@ func (p *Partition) dropBadShares(t *tagState, bad []int) {
 	for i, s := range t.shares {
 		if len(bad) > 0 && bad[0] == i {
 			bad = bad[1:]
-			x := xKey(s)
-			badX[x] = true
-			delete(t.xs, x)
+			badX[xKey(s)] = true
 			continue
 		}
 		kept = append(kept, s)
@@ -510,7 +591,7 @@ func (p *Partition) dropBadShares(t *tagState, bad []int) {
 	t.shares = kept
 	pending := t.pending[:0]
 	for _, r := range t.pending {
-		if badX[xKey(r.Share)] {
+		if badX[xKey(r.share)] {
 			p.Stats.Reports--
 			p.drop("bad-share")
 			continue
@@ -528,7 +609,7 @@ func (p *Partition) kill(t *tagState) {
 		p.drop("bad-commitment")
 	}
 	t.dead = true
-	t.pending, t.shares, t.xs, t.commit = nil, nil, nil, nil
+	t.pending, t.shares, t.commit = nil, nil, nil
 }
 
 // recover tries k-subsets that contain the newest share (older subsets were
@@ -540,9 +621,9 @@ func (p *Partition) kill(t *tagState) {
 func (p *Partition) recover(t *tagState) bool {
 	var key [32]byte
 	_, failed, err := vss.SearchSubsets(t.shares, t.k, MaxAttempts, func(f vss.Polynomial) bool {
-		key = star.KeyFromSecret(t.pending[0].Tag, f.Secret())
+		key = star.KeyFromSecret(t.tag, f.Secret())
 		for _, r := range t.pending {
-			if _, err := star.OpenPayload(key, r); err == nil {
+			if _, err := star.OpenPayload(key, t.report(r)); err == nil {
 				return true
 			}
 		}
@@ -556,9 +637,10 @@ func (p *Partition) recover(t *tagState) bool {
 	return true
 }
 
-func (p *Partition) open(t *tagState, reports []*star.Report) []protocol.Decrypted {
+func (p *Partition) open(t *tagState, reports []pendingReport) []protocol.Decrypted {
 	out := make([]protocol.Decrypted, 0, len(reports))
-	for _, r := range reports {
+	for _, pr := range reports {
+		r := t.report(pr)
 		pl, err := star.OpenPayload(*t.key, r)
 		if err != nil {
 			p.drop("bad-ciphertext")
