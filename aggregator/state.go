@@ -36,6 +36,8 @@ package aggregator
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"sort"
@@ -135,6 +137,33 @@ type groupKey struct {
 	tag, commit [32]byte
 }
 
+// groupID is the key of a group in Partition.tags: SHA-256 over every
+// field of gk, each of variable length with its length first, so two
+// different groupKeys collide only with a SHA-256 collision. 32 bytes a
+// group instead of groupKey's 104 (plus two string headers) in the map,
+// which most pending groups, of one report each, pay in full.
+type groupID [32]byte
+
+func (gk *groupKey) id() groupID {
+	h := sha256.New()
+	var b [8]byte
+	h.Write([]byte("crowdlog-v1 group"))
+	binary.BigEndian.PutUint32(b[:4], uint32(len(gk.app)))
+	h.Write(b[:4])
+	h.Write([]byte(gk.app))
+	binary.BigEndian.PutUint32(b[:4], uint32(len(gk.epoch)))
+	h.Write(b[:4])
+	h.Write([]byte(gk.epoch))
+	b[0] = byte(gk.policy)
+	binary.BigEndian.PutUint16(b[1:3], gk.k)
+	h.Write(b[:3])
+	h.Write(gk.tag[:])
+	h.Write(gk.commit[:])
+	var id groupID
+	h.Sum(id[:0])
+	return id
+}
+
 type tagState struct {
 	app, epoch string
 	ep         *epochState
@@ -146,6 +175,7 @@ type tagState struct {
 	suspect    bool // a batch check failed: every new share is verified on arrival
 	dead       bool // the commitment does not decode: every report is dropped
 	tag        [32]byte
+	commitHash [32]byte    // vss.CommitmentHash of commit (Pending)
 	shares     []vss.Share // distinct x, arrival order (at most k−1 before recovery)
 	seen       idSet       // ids of the group's reports (duplicates are dropped)
 	pending    []pendingReport
@@ -186,7 +216,7 @@ type Partition struct {
 	// ≤ 0: DefaultMaxPendingReports, DefaultMaxPendingBytes.
 	MaxPendingReports int64
 	MaxPendingBytes   int64
-	tags              map[groupKey]*tagState
+	tags              map[groupID]*tagState
 	closed            map[epochKey]bool
 	epochs            map[epochKey]*epochState // open epochs (and, without RequireOpen, epochs seen)
 	openPerApp        map[string]int
@@ -244,12 +274,12 @@ type PendingGroup struct {
 // (`crowdlog attack snapshot`).
 func (p *Partition) Pending() []PendingGroup {
 	var out []PendingGroup
-	for gk, t := range p.tags {
+	for _, t := range p.tags {
 		if t.key != nil || t.dead {
 			continue
 		}
 		out = append(out, PendingGroup{App: t.app, Epoch: t.epoch, Policy: t.policy.String(), K: t.k,
-			Tag: hex.EncodeToString(gk.tag[:]), Commitment: hex.EncodeToString(gk.commit[:]),
+			Tag: hex.EncodeToString(t.tag[:]), Commitment: hex.EncodeToString(t.commitHash[:]),
 			Reports: len(t.pending), Shares: len(t.shares)})
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -264,7 +294,7 @@ func (p *Partition) Pending() []PendingGroup {
 // NewPartition returns empty state for partition id of count, opening
 // aggregator layers with keys, with RequireOpen off and the default bounds.
 func NewPartition(id, count int, keys []*onion.KeyPair) *Partition {
-	return &Partition{ID: id, Count: count, Keys: keys, tags: map[groupKey]*tagState{},
+	return &Partition{ID: id, Count: count, Keys: keys, tags: map[groupID]*tagState{},
 		closed: map[epochKey]bool{}, epochs: map[epochKey]*epochState{}, openPerApp: map[string]int{},
 		Stats: Stats{Dropped: map[string]int64{}}}
 }
@@ -332,7 +362,8 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 		}
 	}
 	gk := groupKey{app: r.App, epoch: r.Epoch, policy: r.Policy, k: r.K, tag: r.Tag, commit: vss.CommitmentHash(r.Commitment)}
-	t := p.tags[gk]
+	gid := gk.id()
+	t := p.tags[gid]
 	if t != nil {
 		if t.seen.has(r.ID) {
 			p.drop("duplicate")
@@ -354,8 +385,9 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 			p.drop("malformed")
 			return nil
 		}
-		t = &tagState{app: gk.app, epoch: gk.epoch, ep: e, policy: r.Policy, k: int(r.K), commit: c, tag: r.Tag}
-		p.tags[gk] = t
+		t = &tagState{app: gk.app, epoch: gk.epoch, ep: e, policy: r.Policy, k: int(r.K), commit: c, tag: r.Tag,
+			commitHash: gk.commit}
+		p.tags[gid] = t
 	}
 	t.seen.add(r.ID)
 	if t.key == nil {
@@ -728,7 +760,7 @@ func (p *Partition) closeEpoch(c protocol.EpochClose) []protocol.Decrypted {
 	}
 	type rk struct{ reports, shares uint64 }
 	hist := map[pk]map[rk]uint64{}
-	for gk, t := range p.tags {
+	for gid, t := range p.tags {
 		if t.app != c.App || t.epoch != c.Epoch {
 			continue
 		}
@@ -743,7 +775,7 @@ func (p *Partition) closeEpoch(c protocol.EpochClose) []protocol.Decrypted {
 			}
 			hist[g][rk{reports, uint64(len(t.shares))}]++
 		}
-		delete(p.tags, gk)
+		delete(p.tags, gid)
 	}
 	p.closed[ek] = true
 	if e := p.epochs[ek]; e != nil {
