@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/keydir"
+	"github.com/crowdlog/crowdlog/infra/profile"
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/protocol"
@@ -290,16 +290,11 @@ func TestBoundServiceChild(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s=%q: want broker,keyfile,reports,keysdir,mode", boundChildEnv, spec)
 	}
-	if path := os.Getenv("CROWDLOG_BOUND_CPUPROFILE"); path != "" {
-		pf, err := os.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			t.Fatal(err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := profile.StartCPU() // CROWDLOG_BOUND_CPUPROFILE
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer stopProfile()
 	s, err := New([]string{f[0]}, []string{f[1]}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -423,16 +418,8 @@ func BenchmarkBoundPendingBytes(b *testing.B) {
 			b.Fatal(failed)
 		}
 		after := heapInuse()
-		if path := os.Getenv("CROWDLOG_BOUND_HEAPPROFILE"); path != "" {
-			// what the pending state is made of: go tool pprof -sample_index=inuse_space
-			hf, err := os.Create(path)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := pprof.WriteHeapProfile(hf); err != nil {
-				b.Fatal(err)
-			}
-			hf.Close()
+		if err := profile.WriteHeap(); err != nil { // what the pending state is made of
+			b.Fatal(err)
 		}
 		if p.Stats.Reports != int64(n) || p.PendingTags() != n || p.Stats.Decrypted != 0 {
 			b.Fatalf("%d reports accepted, %d pending tags, %d decrypted; want %d, %d, 0 (dropped %v)",

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 
 	ikafka "github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
+	"github.com/crowdlog/crowdlog/infra/profile"
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
@@ -166,16 +166,11 @@ func TestBoundRelayChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	debug.SetGCPercent(relays.DefaultGCPercent) // as `crowdlog relay` runs
-	if path := os.Getenv("CROWDLOG_BOUND_CPUPROFILE"); path != "" {
-		pf, err := os.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			t.Fatal(err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := profile.StartCPU()      // CROWDLOG_BOUND_CPUPROFILE
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer stopProfile()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	nc, err := nats.Connect(f[0])
