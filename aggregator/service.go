@@ -200,12 +200,11 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 		// token and presentation verification), then apply it in offset
 		// order.
 		fetched, msgs = fetched[:0], msgs[:0]
-		deadline := time.Now().Add(s.MaxWait)
+		fctx, cancel := context.WithTimeout(ctx, s.MaxWait) // the batch's deadline, one context per batch
 		for len(fetched) < s.MaxBatch {
-			fctx, cancel := context.WithDeadline(ctx, deadline)
 			m, err := r.FetchMessage(fctx)
-			cancel()
 			if err != nil {
+				cancel()
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
@@ -228,6 +227,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				break
 			}
 		}
+		cancel()
 		prepared := st.PrepareBatch(msgs)
 		for i := range fetched {
 			m, pm := &fetched[i], &prepared[i]
@@ -294,7 +294,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				return err
 			}
 		}
-		if err := gen.CommitOffsets(map[string]map[int]int64{protocol.ReportsTopic: {id: last + 1}}); err != nil {
+		if err := infrakafka.CommitOffset(gen, protocol.ReportsTopic, id, last+1); err != nil {
 			return fmt.Errorf("commit partition %d: %w", id, err)
 		}
 		committed = last + 1

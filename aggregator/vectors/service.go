@@ -201,7 +201,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				return err
 			}
 		}
-		if err := gen.CommitOffsets(map[string]map[int]int64{protocol.VectorsTopic: {id: last + 1}}); err != nil {
+		if err := infrakafka.CommitOffset(gen, protocol.VectorsTopic, id, last+1); err != nil {
 			return fmt.Errorf("commit partition %d: %w", id, err)
 		}
 		committed = last + 1
