@@ -286,7 +286,11 @@ func deviceIssuer(cfg Config, nc *nats.Conn, log *slog.Logger) (Issuer, error) {
 			return nil, fmt.Errorf("ingest: identity key in the device state: %w", err)
 		}
 	}
-	return &tokenclient.Client{NC: nc, Identity: key, Timeout: cfg.IssuerTimeout, Logger: log}, nil
+	c := &tokenclient.Client{NC: nc, Identity: key, Timeout: cfg.IssuerTimeout, Logger: log}
+	if !cfg.Memory {
+		c.PinFile = filepath.Join(cfg.StateDir, stateIssuerPins) // the issuer's keys, pinned across restarts
+	}
+	return c, nil
 }
 
 // newClientDevice is a device in front of one existing Client (a replay's

@@ -35,18 +35,22 @@ import (
 //	                   epoch's secret, never the artifact itself
 //	lock               empty; flock(2)ed by the Device using the directory
 //	                   (New refuses a second one with ErrStateInUse)
+//	issuer.pins        with Config.Tokens: "EPOCH hex-fingerprint" lines, the
+//	                   issuer's public keys of the epoch pinned on first use
+//	                   (tokenclient.Client.PinFile); other keys are refused
 //	identity.key       with Config.Tokens: the device's Ed25519 identity key, which
 //	                   the operator enrolls at the issuer (keydir.EnsureIdentityKey)
 //	arc-EPOCH          with Config.Tokens under FT_u: the ARC credential of EPOCH
 //	                   with its secrets (arc.Credential), issued once per identity
 //	                   and epoch
 const (
-	stateKeys     = "keys"
-	stateSent     = "sent"
-	statePins     = "randomness.pins"
-	stateSecretPf = "secret-"
-	stateIdentity = IdentityKeyFile
-	stateARCPf    = "arc-"
+	stateKeys       = "keys"
+	stateSent       = "sent"
+	statePins       = "randomness.pins"
+	stateIssuerPins = "issuer.pins"
+	stateSecretPf   = "secret-"
+	stateIdentity   = IdentityKeyFile
+	stateARCPf      = "arc-"
 )
 
 // IdentityKeyFile is the file of a device's Ed25519 identity key in its

@@ -29,6 +29,10 @@ const (
 	// RandomnessPins is the clients' pin file of epoch OPRF public keys
 	// (oprfclient.Client.PinFile): trust on first use, a changed key is refused.
 	RandomnessPins = "randomness.pins"
+	// IssuerPins is the clients' pin file of the issuer's public keys per
+	// epoch (tokenclient.Client.PinFile): trust on first use, other keys
+	// are refused.
+	IssuerPins = "issuer.pins"
 )
 
 // EnsureKeys creates the HPKE key pairs of relay A, relay B and the

@@ -8,18 +8,26 @@
 // they are spent).
 //
 // The issuer's public keys of an epoch are fetched once and pinned for the
-// Client's lifetime: every issuance is checked against them (the DLEQ proof
-// of a token batch, the proof of an ARC response), so an issuer that
-// switches keys to tag this client is caught.
+// Client's lifetime, and across restarts in Client.PinFile (trust on first
+// use): every issuance is checked against them (the DLEQ proof of a token
+// batch, the proof of an ARC response), so an issuer that switches keys to
+// tag this client — now or when it restarts — is caught (RFC 9576 §6.2,
+// key consistency).
 package tokenclient
 
 import (
+	"bufio"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +47,10 @@ var (
 	// ErrNotEnrolled: the issuer's attester does not know this identity
 	// (`crowdlog keys enroll` its public key).
 	ErrNotEnrolled = token.ErrNotEnrolled
+	// ErrKeyChanged: the issuer shows public keys for an epoch other than
+	// those pinned in Client.PinFile: it changed keys mid-epoch or shows
+	// clients different keys, which would let it link their tokens.
+	ErrKeyChanged = errors.New("tokenclient: the issuer's public keys of the epoch changed")
 )
 
 // DefaultTimeout bounds one issuer request when Client.Timeout is 0.
@@ -55,6 +67,12 @@ type Client struct {
 	Identity ed25519.PrivateKey // the client's identity key (keydir.EnsureIdentityKey)
 	Timeout  time.Duration      // per request; 0 means DefaultTimeout
 	Logger   *slog.Logger
+	// PinFile, when set, holds "EPOCH hex-fingerprint" lines, the
+	// fingerprint being SHA-256 of the epoch's token.KeysResponse
+	// encoding (all three public keys): keys seen first are appended, and
+	// a later Client (after a restart) refuses other keys for the epoch
+	// with ErrKeyChanged. Empty: pinned for this Client's lifetime only.
+	PinFile string
 
 	mu     sync.Mutex
 	keys   map[string]*token.KeysResponse // pinned per epoch
@@ -104,7 +122,8 @@ func (c *Client) request(ctx context.Context, subj string, b []byte) ([]byte, er
 }
 
 // Keys returns the issuer's public keys of epoch, fetched on first use
-// and pinned for this Client's lifetime.
+// and pinned for this Client's lifetime (and in PinFile). Errors wrap
+// ErrKeyChanged when they differ from the keys pinned in PinFile.
 func (c *Client) Keys(ctx context.Context, epoch string) (*token.KeysResponse, error) {
 	c.mu.Lock()
 	k := c.keys[epoch]
@@ -130,6 +149,9 @@ func (c *Client) Keys(ctx context.Context, epoch string) (*token.KeysResponse, e
 	if resp.Epoch != epoch {
 		return nil, fmt.Errorf("tokenclient: asked for the keys of epoch %s, got epoch %s", epoch, resp.Epoch)
 	}
+	if err := c.checkPin(epoch, resp); err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.keys == nil {
@@ -140,6 +162,83 @@ func (c *Client) Keys(ctx context.Context, epoch string) (*token.KeysResponse, e
 	}
 	c.keys[epoch] = resp
 	return resp, nil
+}
+
+// pinMu serializes pin-file reads and appends within the process (a
+// replay runs one Client per identity on one pin file).
+var pinMu sync.Mutex
+
+// checkPin compares the epoch's keys with the pin in PinFile, or pins them
+// there when the epoch has none; nothing without PinFile.
+func (c *Client) checkPin(epoch string, resp *token.KeysResponse) error {
+	if c.PinFile == "" {
+		return nil
+	}
+	b, err := resp.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	fp := sha256.Sum256(b)
+	pinMu.Lock()
+	defer pinMu.Unlock()
+	pinned, err := readPin(c.PinFile, epoch)
+	if err != nil {
+		return err
+	}
+	if pinned == "" {
+		return appendPin(c.PinFile, epoch, hex.EncodeToString(fp[:]))
+	}
+	if pinned != hex.EncodeToString(fp[:]) {
+		return fmt.Errorf("%w: epoch %s pinned %s… in %s, the issuer now shows %x… — stop and compare keys with other clients out of band (an issuer showing a client keys of its own can link that client's tokens)",
+			ErrKeyChanged, epoch, pinned[:8], c.PinFile, fp[:4])
+	}
+	return nil
+}
+
+// readPin returns the fingerprint pinned for epoch in path, "" when none.
+func readPin(path, epoch string) (string, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("tokenclient: pin file: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) != 2 || fields[0] != epoch {
+			continue
+		}
+		if len(fields[1]) != 2*sha256.Size {
+			return "", fmt.Errorf("tokenclient: pin file %s: bad fingerprint for epoch %s (want %d hex digits)", path, epoch, 2*sha256.Size)
+		}
+		return fields[1], nil
+	}
+	if err := sc.Err(); err != nil {
+		return "", fmt.Errorf("tokenclient: pin file %s: %w", path, err)
+	}
+	return "", nil
+}
+
+func appendPin(path, epoch, fp string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("tokenclient: pin file: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("tokenclient: pin file: %w", err)
+	}
+	if _, err := fmt.Fprintf(f, "%s %s\n", epoch, fp); err != nil {
+		f.Close()
+		return fmt.Errorf("tokenclient: pin file %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("tokenclient: pin file %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 // issue signs q (fresh timestamp) and sends it; a replay refusal (same

@@ -108,14 +108,20 @@ func (p *tokenPlan) enroll(dir string) error {
 
 // replayTokens sets rp's token hooks: each AnonID's issuer client signs
 // with its planned identity key, and its ω spends its own randomness
-// tokens through an oprfclient.Client like rc (same connection and pins).
+// tokens through an oprfclient.Client like rc (same connection and pins);
+// the issuer's keys are pinned in keydir.IssuerPins beside rc's pin file.
 func (p *tokenPlan) replayTokens(rp *ingest.Replay, nc *nats.Conn, rc *oprfclient.Client, log *slog.Logger) {
+	// the issuer's keys are pinned beside the randomness pins (keys dir)
+	var pins string
+	if rc.PinFile != "" {
+		pins = filepath.Join(filepath.Dir(rc.PinFile), keydir.IssuerPins)
+	}
 	rp.Tokens = func(id string) (ingest.Issuer, error) {
 		key := p.keys[id]
 		if key == nil {
 			return nil, fmt.Errorf("no identity planned for a client of the log (was the log changed during the run?)")
 		}
-		return &tokenclient.Client{NC: nc, Identity: key, Logger: log}, nil
+		return &tokenclient.Client{NC: nc, Identity: key, Logger: log, PinFile: pins}, nil
 	}
 	rp.Client.RandomnessWith = func(ts oprfclient.TokenSource) ingest.Randomness {
 		return &oprfclient.Client{NC: nc, Timeout: rc.Timeout, RetryFor: rc.RetryFor, Batch: rc.Batch,
