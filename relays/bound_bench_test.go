@@ -32,7 +32,7 @@ import (
 const boundRelayChildEnv = "CROWDLOG_BOUND_RELAY_CHILD"
 
 // BenchmarkBoundRelay is the relay line of `make bench-bounds`: msgs/s per
-// core of relay b (relays.New with its defaults: fetch batch 256, pool 64 /
+// core of relay b (relays.New with its defaults: fetch batch 1,024, pool 64 /
 // 1 s) over embedded NATS JetStream, producing to kfake. Before the timer
 // it starts NATS and kfake in this process and publishes
 // CROWDLOG_BOUND_RELAY_MSGS (default 20,000) relay-b layers of the size a

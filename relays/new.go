@@ -36,8 +36,9 @@ type Options struct {
 // a message) for every batch it starts, and a relay starts up to one per
 // partition per forwarded pool: at 10,000 that was 1.6 MB allocated and
 // zeroed per partition per pool, 14% of relay b's CPU in its profile. A
-// pool rarely holds more than PoolSize + BatchSize (320) messages; a
-// larger one is split into several produce requests of the same call.
+// pool rarely holds more than PoolSize + BatchSize messages (1,088 with
+// the defaults), spread over the partitions; a larger share of one
+// partition is split into several produce requests of the same call.
 const produceBatchSize = 1024
 
 // maxBatchBytes bounds one produce batch of a relay's Kafka writers, below

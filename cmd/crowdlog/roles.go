@@ -196,7 +196,7 @@ timeout means larger anonymity sets and more latency (docs/threat-model.md,
 	f.StringSliceVar(&o.KeyPaths, "key", nil, "HPKE key file (repeat for two keys during a rotation)")
 	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
 	f.StringSliceVar(&o.Kafka, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list (used by the last relay)")
-	f.IntVar(&o.BatchSize, "batch", 256, "most messages per fetch from the inbox")
+	f.IntVar(&o.BatchSize, "batch", relays.DefaultBatchSize, "most messages per fetch from the inbox")
 	f.DurationVar(&o.BatchTimeout, "batch-timeout", 50*time.Millisecond, "longest wait of one fetch (poll interval; --pool-timeout decides when to forward)")
 	f.IntVar(&o.PoolSize, "pool", relays.DefaultPoolSize, "forward once this many peeled messages are held (P: the least anonymity set when at least P per --pool-timeout arrive)")
 	f.DurationVar(&o.PoolTimeout, "pool-timeout", relays.DefaultPoolTimeout, "forward what is held this long after the oldest held message arrived, even below --pool (T: bounds each message's wait); --ack-wait must be at least twice this")
