@@ -146,9 +146,12 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// BatchSize: kafka-go allocates each produce batch's message slice at
+	// full capacity (≈ 160 B a message), so 10,000 cost 1.6 MB per batch;
+	// a larger write is split into several produce requests of one call.
 	w := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: protocol.DecryptedTopic, Transport: &kafka.Transport{},
 		Balancer: kafka.BalancerFunc(samePartition), RequiredAcks: kafka.RequireAll,
-		BatchTimeout: 2 * time.Millisecond, BatchSize: 10000, BatchBytes: 64 << 20}
+		BatchTimeout: 2 * time.Millisecond, BatchSize: 1024, BatchBytes: 64 << 20}
 	defer w.Close()
 	return infrakafka.ServeGroup(ctx, s.Brokers, s.GroupID, protocol.ReportsTopic, s.SessionTimeout, log, "aggregator",
 		func(ctx context.Context, gen *kafka.Generation, id int, committed int64) error {

@@ -455,11 +455,10 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 }
 
 // pendingReport is what a group below threshold keeps of one report: its
-// id, its share and its own copy of the ciphertext, about 150 bytes with
-// a query's ciphertext. The rest of the report is the group's (app,
-// epoch, policy, k and tag are in its groupKey, the commitment in
-// tagState.commit), and its token and ARC presentation were checked on
-// arrival. Keeping the parsed *star.Report instead kept the whole
+// id, its share and its own copy of the ciphertext. The rest of the report
+// is the group's (app, epoch, policy, k and tag are tagState fields, the
+// commitment is tagState.commit), and its token and ARC presentation were
+// checked on arrival. Keeping the parsed *star.Report instead kept the whole
 // decrypted onion layer alive (its fields alias it), 2.1 KB per pending
 // report with the group's maps (BenchmarkBoundPendingBytes).
 type pendingReport struct {
