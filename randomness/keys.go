@@ -219,6 +219,20 @@ func (k *Keys) Dir() string { return k.dir }
 // EpochLength returns the schedule's epoch length; 0 in named-epoch mode.
 func (k *Keys) EpochLength() time.Duration { return k.o.EpochLength }
 
+// SpendTTL is how long the spent-token store must keep a spend (its
+// bucket's TTL, spent.Options.TTL): 0, forever, in named-epoch mode, whose
+// epochs end only when an operator closes them; in schedule mode twice the
+// longest a token of one epoch can still be spent, 2·(EpochLength + Grace
+// + Skew). Past that the epoch is refused (ErrEpochExpired) before any of
+// its tokens is looked at, so a forgotten spend cannot be spent again, and
+// the store stops growing with the epochs.
+func (k *Keys) SpendTTL() time.Duration {
+	if k.o.EpochLength == 0 {
+		return 0
+	}
+	return 2 * (k.o.EpochLength + k.o.Grace + k.o.Skew)
+}
+
 // Current returns the scheduled epoch containing the clock's now; "" in
 // named-epoch mode.
 func (k *Keys) Current() string {

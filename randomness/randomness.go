@@ -94,7 +94,7 @@ func (s *Service) log() *slog.Logger {
 func (s *Service) Run(ctx context.Context) error {
 	log := s.log()
 	if s.RequireTokens && s.Spent == nil {
-		st, err := spent.Open(ctx, s.NC, spent.Options{})
+		st, err := spent.Open(ctx, s.NC, spent.Options{TTL: s.Keys.SpendTTL()})
 		if err != nil {
 			return fmt.Errorf("randomness: tokens required: %w", err)
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	circloprf "github.com/cloudflare/circl/oprf"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/protocol"
@@ -226,5 +227,55 @@ func TestVerifyAll(t *testing.T) {
 	}
 	if i, err := verifyAll(key, toks); !errors.Is(err, token.ErrInvalidToken) || i != 7 {
 		t.Fatalf("bad tokens at 7 and 33: got index %d, %v; want 7, ErrInvalidToken", i, err)
+	}
+}
+
+// TestSpendTTL: in schedule mode the spent-token bucket Run opens forgets
+// a spend after 2·(epoch length + grace + skew), when the spend's epoch is
+// refused anyway; in named-epoch mode (epochs end only when closed) it
+// keeps spends forever.
+func TestSpendTTL(t *testing.T) {
+	named, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl := named.SpendTTL(); ttl != 0 {
+		t.Fatalf("named-epoch mode: spend TTL %v, want 0 (forever)", ttl)
+	}
+	e := newEnv(t)
+	k, err := Open(filepath.Join(e.dir, "sched"), Options{EpochLength: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 2 * (24*time.Hour + DefaultGrace + DefaultSkew)
+	if ttl := k.SpendTTL(); ttl != want {
+		t.Fatalf("schedule mode: spend TTL %v, want %v", ttl, want)
+	}
+	s := &Service{NC: e.nc, Keys: k, RequireTokens: true,
+		TokenKeys: func(string) (*token.PrivateKey, error) { return nil, errors.New("unused") }}
+	sctx, stop := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() { s.Run(sctx); close(done) }()
+	defer func() { stop(); <-done }()
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		kv, err := js.KeyValue(e.ctx, protocol.SpentTokensBucket)
+		if err == nil {
+			st, err := kv.Status(e.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.TTL() != want {
+				t.Fatalf("spent-token bucket TTL %v, want %v", st.TTL(), want)
+			}
+			return
+		}
+		if e.ctx.Err() != nil {
+			t.Fatalf("Run did not create the spent-token bucket: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
