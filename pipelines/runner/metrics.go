@@ -27,6 +27,11 @@ func RegisterAggregator(reg prometheus.Registerer, s *aggregator.Service) {
 func RegisterRandomness(reg prometheus.Registerer, s *randomness.Service) {
 	metrics.CounterFunc(reg, "crowdlog_randomness_evaluated_total", "OPRF elements evaluated.", nil, func() float64 { return float64(s.Evaluated.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_randomness_rejected_total", "Randomness requests refused (malformed, closed epoch).", nil, func() float64 { return float64(s.Rejected.Load()) })
+	// with --require-tokens: requests refused for their tokens, by reason
+	for _, reason := range []string{randomness.ReasonTokensMissing, randomness.ReasonTokenInvalid, randomness.ReasonTokenSpent, randomness.ReasonTokensUnavailable} {
+		metrics.CounterFunc(reg, "crowdlog_randomness_token_refused_total", "Randomness requests refused for their Privacy Pass tokens, by reason.",
+			prometheus.Labels{"reason": reason}, func() float64 { return float64(s.Refusals()[reason]) })
+	}
 }
 
 // RegisterRelease exposes epochs released and item rows written.

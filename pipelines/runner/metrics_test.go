@@ -12,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crowdlog/crowdlog/randomness"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestMetricsMatchSummary scrapes /metrics of an in-process run and checks
@@ -100,4 +103,34 @@ func runWithScrape(ctx context.Context, cfg Config, out *string) (*Summary, erro
 		*out = string(b)
 	}
 	return Run(ctx, cfg)
+}
+
+// TestRegisterRandomnessTokenRefusals: the randomness service's token
+// refusals are exported per reason (one series each, registered without a
+// collision) next to the evaluated and rejected counters.
+func TestRegisterRandomnessTokenRefusals(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	RegisterRandomness(reg, &randomness.Service{})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]bool{}
+	for _, mf := range mfs {
+		if mf.GetName() != "crowdlog_randomness_token_refused_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" {
+					reasons[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	for _, r := range []string{randomness.ReasonTokensMissing, randomness.ReasonTokenInvalid, randomness.ReasonTokenSpent, randomness.ReasonTokensUnavailable} {
+		if !reasons[r] {
+			t.Errorf("no crowdlog_randomness_token_refused_total{reason=%q} series (have %v)", r, reasons)
+		}
+	}
 }
