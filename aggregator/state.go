@@ -92,6 +92,7 @@ type epochKey struct{ app, epoch string }
 // duplicate detection); heldBytes charges each of them its size
 // (reportBytes) on arrival. Both fall by a group's share when it recovers.
 type epochState struct {
+	app, epoch      string
 	open            bool // opened by an EpochOpen (not just seen without RequireOpen)
 	held, heldBytes int64
 	// spent holds the spend ids (token.Token.SpendID) of the report tokens
@@ -165,21 +166,23 @@ func (gk *groupKey) id() groupID {
 }
 
 type tagState struct {
-	app, epoch string
-	ep         *epochState
-	heldBytes  int64 // Σ reportBytes of the ids in seen while below threshold
-	policy     star.Policy
-	k          int
-	key        *[32]byte
-	commit     *vss.Commitment
-	suspect    bool // a batch check failed: every new share is verified on arrival
-	dead       bool // the commitment does not decode: every report is dropped
-	tag        [32]byte
-	commitHash [32]byte    // vss.CommitmentHash of commit (Pending)
-	shares     []vss.Share // distinct x, arrival order (at most k−1 before recovery)
-	seen       idSet       // ids of the group's reports (duplicates are dropped)
-	pending    []pendingReport
-	poly       *vss.Polynomial // after a verified recovery: the committed polynomial
+	ep        *epochState // the group's app and epoch too
+	heldBytes int64       // Σ reportBytes of the ids in seen while below threshold
+	policy    star.Policy
+	k         int
+	key       *[32]byte
+	// commitRaw is the encoded commitment C_0 ‖ … ‖ C_{k−1} (a copy),
+	// commit its decoded form, built on first use (commitment): most
+	// pending groups never verify a share before their epoch closes.
+	commitRaw []byte
+	commit    *vss.Commitment
+	suspect   bool // a batch check failed: every new share is verified on arrival
+	dead      bool // the commitment does not decode: every report is dropped
+	tag       [32]byte
+	shares    []vss.Share // distinct x, arrival order (at most k−1 before recovery)
+	seen      idSet       // ids of the group's reports (duplicates are dropped)
+	pending   []pendingReport
+	poly      *vss.Polynomial // after a verified recovery: the committed polynomial
 	// arcOK holds the share x-coordinates whose report carried a verified
 	// ARC presentation (FT_u with ARCKeys): repeated impressions of one
 	// (credential, artifact) carry the same x and are not verified again.
@@ -278,8 +281,9 @@ func (p *Partition) Pending() []PendingGroup {
 		if t.key != nil || t.dead {
 			continue
 		}
-		out = append(out, PendingGroup{App: t.app, Epoch: t.epoch, Policy: t.policy.String(), K: t.k,
-			Tag: hex.EncodeToString(t.tag[:]), Commitment: hex.EncodeToString(t.commitHash[:]),
+		ch := vss.CommitmentHash(t.commitRaw)
+		out = append(out, PendingGroup{App: t.ep.app, Epoch: t.ep.epoch, Policy: t.policy.String(), K: t.k,
+			Tag: hex.EncodeToString(t.tag[:]), Commitment: hex.EncodeToString(ch[:]),
 			Reports: len(t.pending), Shares: len(t.shares)})
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -346,7 +350,7 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 			p.drop("unknown-epoch")
 			return nil
 		}
-		e = &epochState{}
+		e = &epochState{app: r.App, epoch: r.Epoch}
 		p.epochs[ek] = e
 	}
 	if c.later || c.tokenOn != (p.ReportKeys != nil) || c.arcOn != (p.ARCKeys != nil) {
@@ -379,14 +383,12 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 		}
 	}
 	if t == nil {
-		// a copy: r's fields alias the decrypted layer, which the group must not keep alive
-		c, err := vss.NewCommitment(bytes.Clone(r.Commitment), int(r.K))
-		if err != nil { // ParseReport checked the size; kept for safety
+		if _, err := vss.NewCommitment(r.Commitment, int(r.K)); err != nil { // ParseReport checked the size; kept for safety
 			p.drop("malformed")
 			return nil
 		}
-		t = &tagState{app: gk.app, epoch: gk.epoch, ep: e, policy: r.Policy, k: int(r.K), commit: c, tag: r.Tag,
-			commitHash: gk.commit}
+		// a copy: r's fields alias the decrypted layer, which the group must not keep alive
+		t = &tagState{ep: e, policy: r.Policy, k: int(r.K), commitRaw: bytes.Clone(r.Commitment), tag: r.Tag}
 		p.tags[gid] = t
 	}
 	t.seen.add(r.ID)
@@ -421,7 +423,7 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 		return nil
 	}
 	if t.suspect && !p.noVerify {
-		if ok, err := t.commit.VerifyShare(r.Share); err != nil {
+		if ok, err := t.commitment().VerifyShare(r.Share); err != nil {
 			p.kill(t)
 			p.drop("bad-commitment")
 			return nil
@@ -450,14 +452,14 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 	t.ep.heldBytes -= t.heldBytes
 	t.heldBytes = 0
 	out := p.open(t, t.pending)
-	t.pending, t.shares, t.commit = nil, nil, nil
+	t.pending, t.shares, t.commit, t.commitRaw = nil, nil, nil, nil
 	return out
 }
 
 // pendingReport is what a group below threshold keeps of one report: its
 // id, its share and its own copy of the ciphertext. The rest of the report
-// is the group's (app, epoch, policy, k and tag are tagState fields, the
-// commitment is tagState.commit), and its token and ARC presentation were
+// is the group's (app and epoch in tagState.ep, policy, k and tag tagState
+// fields, the commitment tagState.commitRaw), and its token and ARC presentation were
 // checked on arrival. Keeping the parsed *star.Report instead kept the whole
 // decrypted onion layer alive (its fields alias it), 2.1 KB per pending
 // report with the group's maps (BenchmarkBoundPendingBytes).
@@ -476,8 +478,17 @@ func pendingOf(r *star.Report) pendingReport {
 // payload needs it (star.OpenPayload: the header in the AEAD's associated
 // data, the ciphertext).
 func (t *tagState) report(pr pendingReport) *star.Report {
-	return &star.Report{App: t.app, Epoch: t.epoch, Policy: t.policy, K: uint16(t.k), ID: pr.id, Tag: t.tag,
+	return &star.Report{App: t.ep.app, Epoch: t.ep.epoch, Policy: t.policy, K: uint16(t.k), ID: pr.id, Tag: t.tag,
 		Share: pr.share, Ciphertext: pr.ct}
+}
+
+// commitment is the group's decoded commitment, built from commitRaw on
+// first use (its length was checked when the group began).
+func (t *tagState) commitment() *vss.Commitment {
+	if t.commit == nil {
+		t.commit, _ = vss.NewCommitment(t.commitRaw, t.k)
+	}
+	return t.commit
 }
 
 // hasX reports whether the group already holds a share at x (the same
@@ -553,7 +564,7 @@ func xKey(s vss.Share) [32]byte {
 // reports that repeat a verified x with another y are dropped ("bad-share")
 // before anything is decrypted.
 func (p *Partition) recoverVerified(t *tagState) bool {
-	rec, err := t.commit.RecoverVerified(t.shares, t.suspect)
+	rec, err := t.commitment().RecoverVerified(t.shares, t.suspect)
 	p.Stats.FailedRecover += int64(rec.Failed)
 	if rec.BatchFailed {
 		t.suspect = true
@@ -640,7 +651,7 @@ func (p *Partition) kill(t *tagState) {
 		p.drop("bad-commitment")
 	}
 	t.dead = true
-	t.pending, t.shares, t.commit = nil, nil, nil
+	t.pending, t.shares, t.commit, t.commitRaw = nil, nil, nil, nil
 }
 
 // recover tries k-subsets that contain the newest share (older subsets were
@@ -730,7 +741,7 @@ func (p *Partition) openEpoch(app, epoch string) {
 		return
 	}
 	if e == nil {
-		e = &epochState{}
+		e = &epochState{app: app, epoch: epoch}
 		p.epochs[ek] = e
 	}
 	e.open = true
@@ -760,7 +771,7 @@ func (p *Partition) closeEpoch(c protocol.EpochClose) []protocol.Decrypted {
 	type rk struct{ reports, shares uint64 }
 	hist := map[pk]map[rk]uint64{}
 	for gid, t := range p.tags {
-		if t.app != c.App || t.epoch != c.Epoch {
+		if t.ep.app != c.App || t.ep.epoch != c.Epoch {
 			continue
 		}
 		if t.key == nil && !t.dead {
