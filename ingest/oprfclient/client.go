@@ -8,16 +8,12 @@
 package oprfclient
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/crowdlog/crowdlog/infra/retry"
+	"github.com/crowdlog/crowdlog/ingest/pinfile"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
 	"github.com/crowdlog/crowdlog/protocol/token"
@@ -213,42 +210,25 @@ func (c *Client) configured(epoch string) (raw []byte, fromFile bool, err error)
 	if c.PinFile == "" {
 		return nil, false, nil
 	}
-	f, err := os.Open(c.PinFile)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("randomness: pin file: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) != 2 || fields[0] != epoch {
-			continue
-		}
-		k, err := hex.DecodeString(fields[1])
+	v, found, err := pinfile.Lookup(c.PinFile, epoch)
+	if err != nil || !found {
 		if err != nil {
-			return nil, false, fmt.Errorf("randomness: pin file %s: bad key for epoch %s: %w", c.PinFile, epoch, err)
+			err = fmt.Errorf("randomness: %w", err)
 		}
-		return k, true, nil
+		return nil, false, err
 	}
-	return nil, false, sc.Err()
+	k, err := hex.DecodeString(v)
+	if err != nil {
+		return nil, false, fmt.Errorf("randomness: pin file %s: bad key for epoch %s: %w", c.PinFile, epoch, err)
+	}
+	return k, true, nil
 }
 
 func appendPin(path, epoch string, key []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
+	if err := pinfile.Append(path, epoch, hex.EncodeToString(key)); err != nil {
+		return fmt.Errorf("randomness: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("randomness: pin file: %w", err)
-	}
-	if _, err := fmt.Fprintf(f, "%s %x\n", epoch, key); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return nil
 }
 
 // key returns the epoch's pinned public key, fetching (and pinning) it once

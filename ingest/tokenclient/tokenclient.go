@@ -16,7 +16,6 @@
 package tokenclient
 
 import (
-	"bufio"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -25,14 +24,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/crowdlog/crowdlog/ingest/pinfile"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/token"
@@ -179,66 +176,27 @@ func (c *Client) checkPin(epoch string, resp *token.KeysResponse) error {
 		return err
 	}
 	fp := sha256.Sum256(b)
+	want := hex.EncodeToString(fp[:])
 	pinMu.Lock()
 	defer pinMu.Unlock()
-	pinned, err := readPin(c.PinFile, epoch)
+	pinned, found, err := pinfile.Lookup(c.PinFile, epoch)
 	if err != nil {
-		return err
+		return fmt.Errorf("tokenclient: %w", err)
 	}
-	if pinned == "" {
-		return appendPin(c.PinFile, epoch, hex.EncodeToString(fp[:]))
+	if !found {
+		if err := pinfile.Append(c.PinFile, epoch, want); err != nil {
+			return fmt.Errorf("tokenclient: %w", err)
+		}
+		return nil
 	}
-	if pinned != hex.EncodeToString(fp[:]) {
+	if len(pinned) != 2*sha256.Size {
+		return fmt.Errorf("tokenclient: pin file %s: bad fingerprint for epoch %s (want %d hex digits)", c.PinFile, epoch, 2*sha256.Size)
+	}
+	if pinned != want {
 		return fmt.Errorf("%w: epoch %s pinned %s… in %s, the issuer now shows %x… — stop and compare keys with other clients out of band (an issuer showing a client keys of its own can link that client's tokens)",
 			ErrKeyChanged, epoch, pinned[:8], c.PinFile, fp[:4])
 	}
 	return nil
-}
-
-// readPin returns the fingerprint pinned for epoch in path, "" when none.
-func readPin(path, epoch string) (string, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("tokenclient: pin file: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) != 2 || fields[0] != epoch {
-			continue
-		}
-		if len(fields[1]) != 2*sha256.Size {
-			return "", fmt.Errorf("tokenclient: pin file %s: bad fingerprint for epoch %s (want %d hex digits)", path, epoch, 2*sha256.Size)
-		}
-		return fields[1], nil
-	}
-	if err := sc.Err(); err != nil {
-		return "", fmt.Errorf("tokenclient: pin file %s: %w", path, err)
-	}
-	return "", nil
-}
-
-func appendPin(path, epoch, fp string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("tokenclient: pin file: %w", err)
-	}
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("tokenclient: pin file: %w", err)
-	}
-	if _, err := fmt.Fprintf(f, "%s %s\n", epoch, fp); err != nil {
-		f.Close()
-		return fmt.Errorf("tokenclient: pin file %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("tokenclient: pin file %s: %w", path, err)
-	}
-	return f.Close()
 }
 
 // issue signs q (fresh timestamp) and sends it; a replay refusal (same
