@@ -125,41 +125,35 @@ func reportBytes(r *star.Report) int64 {
 	return int64(reportOverhead + len(r.App) + len(r.Epoch) + len(r.Commitment) + len(r.Ciphertext))
 }
 
-// groupKey keys aggregation state by everything a report's metadata
-// claims: one tag may carry several polynomials (an honest one and
-// poisoners'), told apart by their commitments, and a report whose app,
-// epoch, policy or k disagree with the honest ones forms a group of its
-// own instead of claiming theirs (its AEAD binds the header, so it never
-// opens; pipelines/attack.TestAttackPoisonedGroup).
-type groupKey struct {
-	app, epoch  string
-	policy      star.Policy
-	k           uint16
-	tag, commit [32]byte
-}
-
-// groupID is the key of a group in Partition.tags: SHA-256 over every
-// field of gk, each of variable length with its length first, so two
-// different groupKeys collide only with a SHA-256 collision. 32 bytes a
-// group instead of groupKey's 104 (plus two string headers) in the map,
-// which most pending groups, of one report each, pay in full.
+// groupID keys aggregation state (Partition.tags) by everything a
+// report's metadata claims: one tag may carry several polynomials (an
+// honest one and poisoners'), told apart by their commitments, and a report
+// whose app, epoch, policy or k disagree with the honest ones forms a group
+// of its own instead of claiming theirs (its AEAD binds the header, so it
+// never opens; pipelines/attack.TestAttackPoisonedGroup). It is SHA-256
+// over those fields, each of variable length with its length first, so two
+// different claims collide only with a SHA-256 collision: 32 bytes a group
+// in the map, which most pending groups, of one report each, pay in full.
 type groupID [32]byte
 
-func (gk *groupKey) id() groupID {
+// groupIDOf is r's groupID: app, epoch, policy, k, tag and the encoded
+// commitment (k×32 bytes, length-checked by ParseReport).
+func groupIDOf(r *star.Report) groupID {
 	h := sha256.New()
-	var b [8]byte
+	var b [4]byte
 	h.Write([]byte("crowdlog-v1 group"))
-	binary.BigEndian.PutUint32(b[:4], uint32(len(gk.app)))
-	h.Write(b[:4])
-	h.Write([]byte(gk.app))
-	binary.BigEndian.PutUint32(b[:4], uint32(len(gk.epoch)))
-	h.Write(b[:4])
-	h.Write([]byte(gk.epoch))
-	b[0] = byte(gk.policy)
-	binary.BigEndian.PutUint16(b[1:3], gk.k)
+	for _, f := range []string{r.App, r.Epoch} {
+		binary.BigEndian.PutUint32(b[:], uint32(len(f)))
+		h.Write(b[:])
+		h.Write([]byte(f))
+	}
+	b[0] = byte(r.Policy)
+	binary.BigEndian.PutUint16(b[1:3], r.K)
 	h.Write(b[:3])
-	h.Write(gk.tag[:])
-	h.Write(gk.commit[:])
+	h.Write(r.Tag[:])
+	binary.BigEndian.PutUint32(b[:], uint32(len(r.Commitment)))
+	h.Write(b[:])
+	h.Write(r.Commitment)
 	var id groupID
 	h.Sum(id[:0])
 	return id
@@ -365,8 +359,7 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 			return nil
 		}
 	}
-	gk := groupKey{app: r.App, epoch: r.Epoch, policy: r.Policy, k: r.K, tag: r.Tag, commit: vss.CommitmentHash(r.Commitment)}
-	gid := gk.id()
+	gid := groupIDOf(r)
 	t := p.tags[gid]
 	if t != nil {
 		if t.seen.has(r.ID) {
