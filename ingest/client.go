@@ -110,6 +110,11 @@ type Client struct {
 	// instances (DP_a).
 	Limit         int
 	LimitDistinct bool
+	// Window, when > 0, makes the limit dp-su's (release/policy Window):
+	// the Limit distinct artifacts kept are the most frequent — most
+	// instances among the epoch's artifacts — of the user's Window most
+	// recent distinct artifacts, ties to the more recent (LimitFrequent).
+	Window int
 	// Spread is the window over which one user's reports are sent: each
 	// report leaves at its own uniformly random offset in [0, Spread) from
 	// the end of sealing, in a random order, so an observer of relay a's
@@ -242,6 +247,54 @@ func LimitArtifacts(arts []apps.Artifact, n int, distinct bool) []apps.Artifact 
 	return out
 }
 
+// LimitFrequent applies dp-su's client-side limit (release/policy Window)
+// to arts (in log order, as apps.App.Mine returns them): among the window
+// most recently used distinct Primary values (recency as LimitArtifacts),
+// it keeps the n with the most instances in arts, ties to the more recently
+// used, one instance each (its most recent). Frequency is the user's own:
+// no other user's data is read, so the choice leaves each user's
+// contribution at n distinct artifacts (docs/policies.md). The result is
+// in time order; n ≤ 0 or window ≤ 0 keeps nothing.
+func LimitFrequent(arts []apps.Artifact, n, window int) []apps.Artifact {
+	keep := frequentIndex(arts, n, window)
+	out := make([]apps.Artifact, len(keep))
+	for i, j := range keep {
+		out[i] = arts[j]
+	}
+	return out
+}
+
+// frequentIndex is LimitFrequent as indices into arts, in time order.
+func frequentIndex(arts []apps.Artifact, n, window int) []int {
+	if n <= 0 || window <= 0 {
+		return nil
+	}
+	freq := map[string]int{}
+	for _, a := range arts {
+		freq[a.Primary]++
+	}
+	cand := limitIndex(arts, window, true) // time order: last = most recent
+	if len(cand) > n {
+		rank := make([]int, len(cand)) // most recent first
+		for i := range cand {
+			rank[i] = cand[len(cand)-1-i]
+		}
+		sort.SliceStable(rank, func(a, b int) bool { return freq[arts[rank[a]].Primary] > freq[arts[rank[b]].Primary] })
+		top := map[int]bool{}
+		for _, j := range rank[:n] {
+			top[j] = true
+		}
+		kept := cand[:0]
+		for _, j := range cand {
+			if top[j] {
+				kept = append(kept, j)
+			}
+		}
+		cand = kept
+	}
+	return cand
+}
+
 // limitIndex is LimitArtifacts as indices into arts, in time order; n ≤ 0
 // keeps nothing.
 func limitIndex(arts []apps.Artifact, n int, distinct bool) []int {
@@ -283,7 +336,12 @@ func (c *Client) SubmitUser(ctx context.Context, secret *star.UserSecret, record
 // state: two calls with the same artifacts send them twice (Device
 // remembers what it sent).
 func (c *Client) Send(ctx context.Context, secret *star.UserSecret, arts []apps.Artifact) (int, error) {
-	onions, err := c.seal(ctx, &user{secret: secret}, LimitArtifacts(arts, c.Limit, c.LimitDistinct))
+	if c.Window > 0 {
+		arts = LimitFrequent(arts, c.Limit, c.Window)
+	} else {
+		arts = LimitArtifacts(arts, c.Limit, c.LimitDistinct)
+	}
+	onions, err := c.seal(ctx, &user{secret: secret}, arts)
 	if err != nil {
 		return 0, err
 	}

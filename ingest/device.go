@@ -85,6 +85,11 @@ type Config struct {
 	// (DP policies, release/policy Limit). 0 = no cap.
 	Limit         int
 	LimitDistinct bool
+	// Window is dp-su's candidate window (Client.Window, release/policy
+	// Window): the Limit artifacts are the most frequent of the Window most
+	// recent distinct ones among what this Submit has not sent yet. 0 = the
+	// Limit most recent.
+	Window int
 	// AppOptions configure the applications Submit names (apps.LookupWith).
 	AppOptions apps.Options
 	// Spread is the window over which one Submit's reports leave
@@ -261,7 +266,7 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 			return nil, fmt.Errorf("ingest: %w", err)
 		}
 		return &Client{App: a, Epoch: cfg.Epoch, Policy: cfg.Policy, K: cfg.K, Randomness: rnd, Route: route,
-			Publish: d.pub.Publish, Limit: cfg.Limit, LimitDistinct: cfg.LimitDistinct, Spread: cfg.Spread}, nil
+			Publish: d.pub.Publish, Limit: cfg.Limit, LimitDistinct: cfg.LimitDistinct, Window: cfg.Window, Spread: cfg.Spread}, nil
 	}
 	if iss != nil {
 		d.id = &identity{issuer: iss, st: st, epoch: cfg.Epoch} // rnd spends its randomness tokens
@@ -470,6 +475,9 @@ func (d *Device) prepare(ctx context.Context, app string, arts []apps.Artifact) 
 			sub[j] = arts[i]
 		}
 		keep := limitIndex(sub, room, c.LimitDistinct)
+		if c.Window > 0 {
+			keep = frequentIndex(sub, room, c.Window)
+		}
 		for j, i := range keep {
 			keep[j] = fresh[i]
 		}

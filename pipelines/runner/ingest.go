@@ -164,7 +164,7 @@ func Ingest(ctx context.Context, cfg IngestConfig) (ingest.ReplaySummary, error)
 func newClient(app apps.App, epoch string, pol *policy.Policy, spread time.Duration, rc ingest.Randomness,
 	a, b, ag onion.PublicKey, pub *publish.Publisher) *ingest.Client {
 	limit, distinct := pol.Limit()
-	return &ingest.Client{App: app, Epoch: epoch, Policy: pol.Sealing(), K: pol.ShamirK, Limit: limit, LimitDistinct: distinct,
+	return &ingest.Client{App: app, Epoch: epoch, Policy: pol.Sealing(), K: pol.ShamirK, Limit: limit, LimitDistinct: distinct, Window: pol.Window(),
 		Spread: spread, Randomness: rc, Publish: pub.Publish,
 		Route: ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: protocol.RelaySubject("b")}}
 }

@@ -17,6 +17,9 @@ import (
 // user contributing its m most recent distinct artifacts.
 const GooglePreAgg = "google-preagg"
 
+// CrowdlogDP are crowdlog's DP policies, in the order of the rows.
+var CrowdlogDP = []policy.Kind{policy.DPa, policy.DPu, policy.Zealous, policy.DPSU}
+
 // DefaultDPParams are the d (dp-a, dp-u), m (zealous, google-preagg) that
 // the expected-release comparison evaluates.
 var DefaultDPParams = []int{1, 2, 3, 5, 10, 20}
@@ -36,9 +39,10 @@ type DPOptions struct {
 // DPRow is one policy at one parameter: the expectation, over the release
 // noise, of what the real release would publish.
 type DPRow struct {
-	// Policy is "dp-a", "dp-u", "zealous" or GooglePreAgg.
+	// Policy is "dp-a", "dp-u", "zealous", "dp-su" or GooglePreAgg.
 	Policy string
-	// Param is d (dp-a, dp-u) or m (zealous, google-preagg).
+	// Param is d (dp-a, dp-u; dp-su: the candidate window) or m (zealous,
+	// google-preagg).
 	Param int
 	// Epsilon and Delta are the (ε, δ) asked for (the same for every row).
 	Epsilon, Delta float64
@@ -64,7 +68,8 @@ type DPResult struct {
 	Impressions    int64
 	Artifacts      int
 	Epsilon, Delta float64
-	// Rows: dp-a, dp-u, zealous, google-preagg, each over Params in order.
+	// Rows: dp-a, dp-u, zealous, dp-su, google-preagg, each over Params in
+	// order.
 	Rows []DPRow
 }
 
@@ -77,7 +82,7 @@ func expectDP(users [][]int32, n int, inst []int64, total int64, eps, delta floa
 		params = DefaultDPParams
 	}
 	r := &DPResult{App: app, Users: len(users), Impressions: total, Artifacts: n, Epsilon: eps, Delta: delta}
-	for _, kind := range []policy.Kind{policy.DPa, policy.DPu, policy.Zealous} {
+	for _, kind := range CrowdlogDP {
 		for _, d := range params {
 			row := DPRow{Policy: string(kind), Param: d, Epsilon: eps, Delta: delta}
 			pol, err := policy.New(policy.Params{Kind: kind, Epsilon: eps, Delta: delta, D: d, Users: len(users),
@@ -89,7 +94,11 @@ func expectDP(users [][]int32, n int, inst []int64, total int64, eps, delta floa
 			}
 			row.ShamirK, row.Threshold = pol.ShamirK, pol.Threshold
 			limit, distinct := pol.Limit() // what the clients send: ingest.LimitArtifacts(arts, limit, distinct)
-			row.ExpectedReleased, row.ExpectedImpressionShare = expectation(limitedCounts(users, n, limit, distinct), inst, total,
+			counts := limitedCounts(users, n, limit, distinct)
+			if w := pol.Window(); w > 0 { // dp-su: ingest.LimitFrequent(arts, 1, w)
+				counts = frequentCounts(users, n, w)
+			}
+			row.ExpectedReleased, row.ExpectedImpressionShare = expectation(counts, inst, total,
 				func(c int64) float64 { return ReleaseProbability(pol, c) })
 			r.Rows = append(r.Rows, row)
 		}
@@ -260,7 +269,7 @@ func (r *DPResult) WriteSummary(w io.Writer) error {
 	}
 	var ours DPRow
 	found := false
-	for _, p := range []policy.Kind{policy.DPa, policy.DPu, policy.Zealous} {
+	for _, p := range CrowdlogDP {
 		if b, ok := r.Best(string(p)); ok && (!found || b.ExpectedReleased > ours.ExpectedReleased) {
 			ours, found = b, true
 		}

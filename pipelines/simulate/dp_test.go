@@ -58,9 +58,10 @@ func expectFor(t *testing.T, log [][]apps.Artifact, eps, delta float64, params [
 }
 
 // sent is the ground truth of what the clients send: per artifact, the
-// reports and distinct users after ingest.LimitArtifacts(limit, distinct),
-// and every artifact's impressions in the raw log.
-func sent(log [][]apps.Artifact, limit int, distinct bool) (reports, users, impressions map[string]uint64, total uint64) {
+// reports and distinct users after ingest.LimitArtifacts(limit, distinct)
+// (window > 0: ingest.LimitFrequent(limit, window), dp-su's rule), and
+// every artifact's impressions in the raw log.
+func sent(log [][]apps.Artifact, limit int, distinct bool, window int) (reports, users, impressions map[string]uint64, total uint64) {
 	reports, users, impressions = map[string]uint64{}, map[string]uint64{}, map[string]uint64{}
 	for _, arts := range log {
 		for _, a := range arts {
@@ -68,7 +69,11 @@ func sent(log [][]apps.Artifact, limit int, distinct bool) (reports, users, impr
 			total++
 		}
 		seen := map[string]bool{}
-		for _, a := range ingest.LimitArtifacts(append([]apps.Artifact(nil), arts...), limit, distinct) {
+		kept := ingest.LimitArtifacts(append([]apps.Artifact(nil), arts...), limit, distinct)
+		if window > 0 {
+			kept = ingest.LimitFrequent(append([]apps.Artifact(nil), arts...), limit, window)
+		}
+		for _, a := range kept {
 			reports[a.Primary]++
 			if !seen[a.Primary] {
 				seen[a.Primary] = true
@@ -113,11 +118,11 @@ func within(t *testing.T, what string, got float64, draws []float64) {
 	}
 }
 
-// TestDPExpectationMatchesMechanism: for dp-a, dp-u and zealous at d (m) =
-// 1, 2, 3, the closed-form expected release count and impression share
+// TestDPExpectationMatchesMechanism: for dp-a, dp-u, zealous and dp-su at
+// d (m, window) = 1, 2, 3, the closed-form expected release count and impression share
 // equal, within 4 standard errors, the mean over 1,000 runs of the real
 // mechanism (policy.Decide, the library's Laplace noise) on what the
-// clients send (ingest.LimitArtifacts), with impressions counted from the
+// clients send (ingest.LimitArtifacts, ingest.LimitFrequent), with impressions counted from the
 // raw log. d = 2, 3 have a Shamir threshold ≥ 2 here, so the pre-threshold
 // path is covered.
 func TestDPExpectationMatchesMechanism(t *testing.T) {
@@ -141,7 +146,8 @@ func TestDPExpectationMatchesMechanism(t *testing.T) {
 		if pol.ShamirK >= 2 {
 			shamirAbove1++
 		}
-		reports, users, impressions, total := sent(log, row.Param, pol.Kind != policy.DPa)
+		limit, distinct := pol.Limit()
+		reports, users, impressions, total := sent(log, limit, distinct, pol.Window())
 		released, shares := make([]float64, draws), make([]float64, draws)
 		for i := range draws {
 			for a, rep := range reports {
@@ -185,7 +191,7 @@ func TestGoogleExpectationMatchesLibrary(t *testing.T) {
 		}
 		m := row.Param
 		opt := dpagg.PreAggSelectPartitionOptions{Epsilon: eps, Delta: delta, MaxPartitionsContributed: int64(m)}
-		_, users, impressions, total := sent(log, m, true)
+		_, users, impressions, total := sent(log, m, true, 0)
 		released, shares := make([]float64, draws), make([]float64, draws)
 		for i := range draws {
 			for a, n := range users {
@@ -241,8 +247,8 @@ func TestDPFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if lines[0] != DPCSVHeader || len(lines) != 1+4*len(DefaultDPParams) {
-		t.Fatalf("CSV header %q and %d lines, want %q and %d", lines[0], len(lines), DPCSVHeader, 1+4*len(DefaultDPParams))
+	if n := 1 + (len(CrowdlogDP)+1)*len(DefaultDPParams); lines[0] != DPCSVHeader || len(lines) != n {
+		t.Fatalf("CSV header %q and %d lines, want %q and %d", lines[0], len(lines), DPCSVHeader, n)
 	}
 	if !strings.HasPrefix(lines[len(lines)-1], "google-preagg,20,") {
 		t.Errorf("last row %q, want google-preagg m=20", lines[len(lines)-1])

@@ -43,7 +43,9 @@ func (r *Result) Plot(dir, ext string) ([]string, error) {
 					xy = append(xy, plotter.XY{X: float64(pt.K), Y: m.y(pt)})
 				}
 			}
-			lines = append(lines, string(kind), xy)
+			if len(xy) > 0 { // dp-su has no Figure 3 curve: its expectation is in APP-dp.csv
+				lines = append(lines, string(kind), xy)
+			}
 		}
 		if err := plotutil.AddLines(p, lines...); err != nil {
 			return out, fmt.Errorf("simulate: plot: %w", err)

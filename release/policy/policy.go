@@ -51,10 +51,19 @@ const (
 	// (the Shamir threshold), Laplace(λ) is added and noisy counts below τ'
 	// are dropped; Theorem 3 gives (ε, δ)-probabilistic DP.
 	Zealous Kind = "zealous"
+	// DPSU is crowdlog's DP set-union policy (docs/policies.md, "dp-su"):
+	// each client sends one artifact per epoch, the most frequent (most
+	// instances in its own log) of its d most recent distinct artifacts —
+	// a contribution policy in the sense of Gopi et al., "Differentially
+	// Private Set Union", ICML 2020, that needs nothing but the client's own
+	// log; the distinct-user count plus Laplace(1/ε) is both the selection
+	// (Laplace thresholding, Desfontaines et al., PoPETs 2022 §3) and the
+	// released count, so counts cost no extra budget.
+	DPSU Kind = "dp-su"
 )
 
 // Kinds lists every policy in CLI order.
-func Kinds() []Kind { return []Kind{FTa, FTu, DPa, DPu, Zealous} }
+func Kinds() []Kind { return []Kind{FTa, FTu, DPa, DPu, Zealous, DPSU} }
 
 // Parse parses a policy name ("ft-a", "ft-u", "dp-a", "dp-u", "zealous";
 // also the paper spellings FT_a, DP_u, …). Errors name the accepted values.
@@ -70,12 +79,14 @@ func Parse(s string) (Kind, error) {
 		return DPu, nil
 	case "zealous":
 		return Zealous, nil
+	case "dp-su", "dpsu":
+		return DPSU, nil
 	}
-	return "", fmt.Errorf("unknown policy %q: use ft-a, ft-u (exact counts at k), dp-a, dp-u or zealous (noisy counts, see docs/policies.md)", s)
+	return "", fmt.Errorf("unknown policy %q: use ft-a, ft-u (exact counts at k), dp-a, dp-u, zealous or dp-su (noisy counts, see docs/policies.md)", s)
 }
 
 // IsDP reports whether k adds noise and spends privacy budget.
-func (k Kind) IsDP() bool { return k == DPa || k == DPu || k == Zealous }
+func (k Kind) IsDP() bool { return k == DPa || k == DPu || k == Zealous || k == DPSU }
 
 // Defaults used by New for zero Params fields.
 const (
@@ -105,8 +116,9 @@ type Params struct {
 	// ZEALOUS's probabilistic DP only δ < 1 (Götz et al. use δ = 0.001 with
 	// 500,000 users).
 	Delta float64
-	// D is d (DP_a, DP_u: artifacts per user per epoch) or m (ZEALOUS:
-	// distinct artifacts per user); ≥ 1.
+	// D is d (DP_a, DP_u: artifacts per user per epoch; dp-su: the window
+	// of most recent distinct artifacts the client picks its one artifact
+	// from) or m (ZEALOUS: distinct artifacts per user); ≥ 1.
 	D int
 	// Users is U, the number of users contributing to the epoch (public);
 	// ≥ 1 for DP policies.
@@ -154,14 +166,25 @@ type Policy struct {
 //	b = d/ε_sel, b_a = d/ε_cnt,
 //	k₀ = Δ − b·ln(2δ/d)     (= d(1 − ln(2δ/d)/ε_sel) for DP_a, 1 − d·ln(2δ/d)/ε_sel for DP_u),
 //	k_shamir = max(1, floor(k₀ − c·b))  unless ShamirK is given,
-//	threshold T = k₀ when k_shamir = 1, else T = Δ + b·ln(d·(1 + e^{(k_shamir−1)/b}) / (2δ)),
+//	threshold T = k₀ + (k_shamir − 1),
 //	achieved ε = d·ln α + d/b_a, α = max(e^{1/b}, 1 + 1/(2e^{(T−1)/b} − 1)),
-//	achieved δ = (d/2)·e^{(Δ−T)/b}·(1 + [k_shamir ≥ 2]·e^{(k_shamir−1)/b}).
+//	achieved δ = (d/2)·e^{(Δ + k_shamir − 1 − T)/b}.
 //
-// The factor (1 + e^{(k_shamir−1)/b}) is ours: the Shamir pre-threshold
-// adds, by a union bound over the ≤ d artifacts one user touches, the
-// probability that an artifact one user lifts from below k_shamir passes
-// T, (d/2)·e^{(k_shamir−1+Δ−T)/b}; T is raised so the total stays δ.
+// The margin k_shamir − 1 is ours: the Shamir pre-threshold is a
+// deterministic cut, so an artifact that the added user lifts from
+// k_shamir − 1 (never decrypted) to k_shamir − 1 + Δ passes T with
+// probability ½·e^{(k_shamir−1+Δ−T)/b}. Each of the user's ≤ d artifacts is
+// either new (0 → ≤ Δ) or crossing the cut or above it in both logs, so the
+// union bound takes, per artifact, the larger of the new-artifact term
+// (Korolova et al.'s) and the crossing term — the crossing one whenever
+// k_shamir ≥ 2 — not their sum (the sum was used before, which cost
+// b·ln(1 + e^{−(k_shamir−1)/b}) more in T; docs/policies.md counts what
+// the tighter form adds).
+//
+// DP set union, dp-su (docs/policies.md): one artifact per user, b = 1/ε,
+// k_shamir = ShamirK or 2, T = k_shamir + b·ln(1/(2δ)), the noisy count
+// is both the selection and the released value (Laplace thresholding);
+// achieved ε = 1/b = ε, δ = ½·e^{(k_shamir−T)/b} = δ.
 //
 // ZEALOUS (Götz et al. Theorem 3, as read in docs/policies.md):
 //
@@ -175,7 +198,7 @@ func New(p Params) (*Policy, error) {
 			return nil, fmt.Errorf("policy %s: threshold k=%d outside 1..%d", p.Kind, p.K, vss.MaxK)
 		}
 		return &Policy{Params: p, ShamirK: p.K, Threshold: float64(p.K)}, nil
-	case DPa, DPu, Zealous:
+	case DPa, DPu, Zealous, DPSU:
 	default:
 		_, err := Parse(string(p.Kind))
 		return nil, err
@@ -202,8 +225,11 @@ func New(p Params) (*Policy, error) {
 	if p.ShamirK < 0 || p.ShamirK > vss.MaxK {
 		return nil, fmt.Errorf("policy %s: Shamir threshold %d outside 1..%d (0 = derive it)", p.Kind, p.ShamirK, vss.MaxK)
 	}
-	if p.Kind == Zealous {
+	switch p.Kind {
+	case Zealous:
 		return newZealous(p)
+	case DPSU:
+		return newSetUnion(p)
 	}
 	if p.CountShare == 0 {
 		p.CountShare = DefaultCountShare
@@ -230,10 +256,7 @@ func New(p Params) (*Policy, error) {
 		ks = max(1, int(math.Floor(k0-p.Slack*b)))
 		ks = min(ks, vss.MaxK)
 	}
-	t := k0
-	if ks >= 2 {
-		t = delta + b*math.Log(d*(1+math.Exp(float64(ks-1)/b))/(2*p.Delta))
-	}
+	t := k0 + float64(ks-1)
 	alpha := math.Max(math.Exp(1/b), 1+1/(2*math.Exp((t-1)/b)-1))
 	pol := &Policy{Params: p, ShamirK: ks, Threshold: t, B: b, BA: ba,
 		AchievedEpsilon: d*math.Log(alpha) + d/ba,
@@ -245,19 +268,38 @@ func New(p Params) (*Policy, error) {
 }
 
 // DeltaDP returns the δ of DP_a/DP_u for d, selection scale b, threshold t
-// and Shamir threshold ks: (d/2)·e^{(Δ−t)/b}·(1 + [ks ≥ 2]·e^{(ks−1)/b}),
-// Δ = d for DP_a and 1 for DP_u (CrowdLogging §3.2.3 eq. 1–2, plus the
-// pre-threshold term documented at New).
+// and Shamir threshold ks ≥ 1: (d/2)·e^{(Δ + ks − 1 − t)/b}, Δ = d for DP_a
+// and 1 for DP_u (CrowdLogging §3.2.3 eq. 1–2 with the pre-threshold
+// margin documented at New).
 func DeltaDP(kind Kind, d int, b, t float64, ks int) float64 {
 	delta := 1.0
 	if kind == DPa {
 		delta = float64(d)
 	}
-	f := 1.0
-	if ks >= 2 {
-		f += math.Exp(float64(ks-1) / b)
+	return float64(d) / 2 * math.Exp((delta+float64(max(ks, 1)-1)-t)/b)
+}
+
+// DefaultSetUnionShamirK is dp-su's Shamir threshold when ShamirK is 0: the
+// smallest that keeps an artifact only one user sent sealed.
+const DefaultSetUnionShamirK = 2
+
+// newSetUnion resolves dp-su: one artifact per user (sensitivity 1 in both
+// L0 and L∞), b = 1/ε, T = k_shamir + b·ln(1/(2δ)). Outputs for an
+// artifact above the cut in both neighbouring logs differ by at most e^{1/b}
+// (Laplace density and CDF ratios under a shift of 1); an artifact the
+// added user lifts from k_shamir − 1 (never decrypted; with k_shamir = 1:
+// from 0, absent) to k_shamir is released with probability
+// ½·e^{(k_shamir−T)/b} = δ. Errors: none beyond New's checks.
+func newSetUnion(p Params) (*Policy, error) {
+	ks := p.ShamirK
+	if ks == 0 {
+		ks = DefaultSetUnionShamirK
 	}
-	return float64(d) / 2 * math.Exp((delta-t)/b) * f
+	b := 1 / p.Epsilon
+	t := float64(ks) + b*math.Log(1/(2*p.Delta))
+	return &Policy{Params: p, ShamirK: ks, Threshold: t, B: b, BA: b,
+		AchievedEpsilon: 1 / b,
+		AchievedDelta:   0.5 * math.Exp((float64(ks)-t)/b)}, nil
 }
 
 // PaperThreshold returns CrowdLogging's threshold for quota eps, δ and d
@@ -325,8 +367,20 @@ func (p *Policy) Limit() (n int, distinct bool) {
 		return p.D, false
 	case DPu, Zealous:
 		return p.D, true
+	case DPSU:
+		return 1, true
 	}
 	return 0, false
+}
+
+// Window returns dp-su's candidate window: the client sends the most
+// frequent of its Window most recent distinct artifacts (Limit() = 1
+// distinct). 0 for every other policy (no window: the Limit most recent).
+func (p *Policy) Window() int {
+	if p.Kind == DPSU {
+		return p.D
+	}
+	return 0
 }
 
 // PerUnitCap is the most reports one pseudonymous unit (one user, one
@@ -360,7 +414,7 @@ type Outcome struct {
 	Value float64
 	// Impressions and Users are the released columns: DP_a Impressions =
 	// round(Value) clamped at 0 and Users = 0 (not measured under DP_a);
-	// DP_u and ZEALOUS both = round(Value) (each user sent the artifact at
+	// DP_u, ZEALOUS and dp-su both = round(Value) (each user sent the artifact at
 	// most once, so reports = users); FT the exact counts.
 	Impressions, Users uint64
 }
@@ -370,7 +424,8 @@ type Outcome struct {
 // K. DP_a: Selection = reports + Lap(b) > k_a, Value = reports + Lap(b_a).
 // DP_u: Selection = users + Lap(b) > k_u, Value = users + Lap(b_a).
 // ZEALOUS: steps 3–5 of the algorithm: users < τ is dropped, Selection =
-// Value = users + Lap(λ) must be ≥ τ'. Artifacts below ShamirK are never
+// Value = users + Lap(λ) must be ≥ τ'. dp-su: Selection = Value = users +
+// Lap(1/ε) must exceed T. Artifacts below ShamirK are never
 // released (they could not have been decrypted). Errors come from the noise
 // library (invalid scale) only.
 func (p *Policy) Decide(reports, users uint64) (Outcome, error) {
@@ -384,12 +439,15 @@ func (p *Policy) Decide(reports, users uint64) (Outcome, error) {
 	switch p.Kind {
 	case FTa, FTu:
 		return Outcome{Released: true, Selection: count, Value: count, Impressions: reports, Users: users}, nil
-	case Zealous:
+	case Zealous, DPSU:
 		v, err := Laplace(count, p.B)
 		if err != nil {
 			return Outcome{}, err
 		}
 		o := Outcome{Selection: v, Value: v, Released: v >= p.Threshold}
+		if p.Kind == DPSU {
+			o.Released = v > p.Threshold
+		}
 		if o.Released {
 			o.Users = round(v)
 			o.Impressions = o.Users

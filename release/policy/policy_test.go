@@ -61,9 +61,16 @@ func TestDPFormulas(t *testing.T) {
 		if c.kind == DPa {
 			maxPerItem = d
 		}
-		wantDelta := d / 2 * math.Exp((maxPerItem-T)/b) // Korolova eq. 9 / CrowdLogging eq. 1-2
+		// per artifact of the added user, the larger of Korolova's new-artifact
+		// term (eq. 9 / CrowdLogging eq. 1-2) and the Shamir crossing term
+		wantDelta := d / 2 * math.Exp((maxPerItem-T)/b)
 		if ks >= 2 {
-			wantDelta += d / 2 * math.Exp((float64(ks)-1+maxPerItem-T)/b) // Shamir pre-threshold term
+			wantDelta = math.Max(wantDelta, d/2*math.Exp((float64(ks)-1+maxPerItem-T)/b))
+			// the earlier sum of both terms needed a higher threshold
+			old := maxPerItem + b*math.Log(d*(1+math.Exp(float64(ks-1)/b))/(2*delta))
+			if !(T < old) || !near(T, k0+float64(ks-1), 1e-12) {
+				t.Fatalf("%s: threshold %v, want k0 + k_s − 1 = %v < the summed form's %v", c.kind, T, k0+float64(ks-1), old)
+			}
 		}
 		if !near(p.AchievedEpsilon, wantEps, 1e-9) || !near(p.AchievedDelta, wantDelta, 1e-9) {
 			t.Fatalf("%s: achieved (%v, %v), want (%v, %v)", c.kind, p.AchievedEpsilon, p.AchievedDelta, wantEps, wantDelta)
@@ -72,6 +79,39 @@ func TestDPFormulas(t *testing.T) {
 			t.Fatalf("%s: achieved δ %v, asked %v", c.kind, p.AchievedDelta, delta)
 		}
 		t.Logf("%s", p)
+	}
+}
+
+// TestSetUnionFormulas recomputes dp-su's threshold and achieved (ε, δ)
+// from the Laplace tails written out here: an artifact lifted from
+// k_shamir − 1 to k_shamir is released with probability
+// P(k_shamir + Lap(1/ε) > T) = ½·e^{−ε(T − k_shamir)}, which must be δ.
+func TestSetUnionFormulas(t *testing.T) {
+	for _, c := range []struct {
+		eps     float64
+		U, ks   int
+		wantKS  int
+		wantThr float64
+	}{
+		{math.Ln10, 1000, 0, 2, 2 + math.Log(1001.0/2)/math.Ln10},
+		{1, 500, 1, 1, 1 + math.Log(501.0/2)},
+		{0.5, 10000, 5, 5, 5 + 2*math.Log(10001.0/2)},
+	} {
+		p, err := New(Params{Kind: DPSU, Epsilon: c.eps, D: 20, Users: c.U, ShamirK: c.ks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		delta := 1 / float64(c.U+1)
+		if p.ShamirK != c.wantKS || !near(p.Threshold, c.wantThr, 1e-12) || !near(p.B, 1/c.eps, 1e-12) || p.BA != p.B {
+			t.Fatalf("ε=%v: %s, want k_s %d T %v b %v", c.eps, p, c.wantKS, c.wantThr, 1/c.eps)
+		}
+		tail := 0.5 * math.Exp(-c.eps*(p.Threshold-float64(p.ShamirK)))
+		if !near(tail, delta, 1e-9) || !near(p.AchievedDelta, delta, 1e-9) || !near(p.AchievedEpsilon, c.eps, 1e-12) {
+			t.Fatalf("ε=%v: achieved (%v, %v), crossing tail %v, want (%v, %v)", c.eps, p.AchievedEpsilon, p.AchievedDelta, tail, c.eps, delta)
+		}
+		if n, distinct := p.Limit(); n != 1 || !distinct || p.Window() != 20 || p.Sealing() != star.FTu {
+			t.Fatalf("dp-su limit (%d, %v) window %d sealing %v", n, distinct, p.Window(), p.Sealing())
+		}
 	}
 }
 
@@ -131,7 +171,7 @@ func TestValidation(t *testing.T) {
 // standard error b/sqrt(n); a 6σ miss has probability < 1e-8.
 func TestNoiseCentredWithScale(t *testing.T) {
 	const n = 20000
-	for _, kind := range []Kind{DPa, DPu, Zealous} {
+	for _, kind := range []Kind{DPa, DPu, Zealous, DPSU} {
 		p, err := New(Params{Kind: kind, Epsilon: 1, D: 3, Users: 1000})
 		if err != nil {
 			t.Fatal(err)
