@@ -3,8 +3,10 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,4 +88,113 @@ func TestRunDPu(t *testing.T) {
 	if rows, _ := w.Ledger(ctx, "test", "all"); len(rows) != 1 {
 		t.Fatalf("refused release spent: ledger has %d rows", len(rows))
 	}
+}
+
+// TestRunDPSetUnion runs `crowdlog run --policy dp-su` (window d = 100,
+// the paper's ε = ln 10 and δ = 1/(U+1)) on the bundled log through real
+// NATS, kfake and ClickHouse, three times with k_shamir = 1 and twice with
+// the default 2, and checks each release against the raw log: every
+// released query was chosen by at least k_shamir users under the client
+// rule (truth.FrequentRecentUsers, written apart from the client), users =
+// impressions, each released count is within b·ln(10⁶) of the true count (a
+// Laplace draw outside has probability 10⁻⁶), and the ledger spends exactly
+// (ε, δ). Over the runs (fresh noise each: the release draws from crypto
+// randomness), the total number released is within 4 standard deviations
+// (+1) of its expectation computed here from the raw-log counts and the
+// Laplace tail (a sum of independent Bernoullis).
+func TestRunDPSetUnion(t *testing.T) {
+	needClickHouse(t)
+	const window = 100
+	eps, b := math.Ln10, 1/math.Ln10
+	chosen, err := truth.FrequentRecentUsers(bundled, window, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ shamirK, runs int }{{1, 3}, {2, 2}} {
+		dp := policy.Params{Epsilon: eps, D: window, ShamirK: c.shamirK}
+		pol, err := ResolvePolicy("dp-su", 5, dp, bundled)
+		if err != nil {
+			t.Fatal(err)
+		}
+		T := float64(c.shamirK) + b*math.Log(1/(2*pol.Delta))
+		var mean, variance float64
+		for _, n := range chosen {
+			p := 0.0
+			if n < c.shamirK {
+				continue
+			} else if x := float64(n) - T; x > 0 {
+				p = 1 - 0.5*math.Exp(-eps*x)
+			} else {
+				p = 0.5 * math.Exp(eps*x)
+			}
+			mean, variance = mean+p, variance+p*(1-p)
+		}
+		released := 0
+		for run := range c.runs {
+			released += runSetUnion(t, dp, pol, chosen, fmt.Sprintf("k%d-%d", c.shamirK, run))
+		}
+		runs := float64(c.runs)
+		if sd := math.Sqrt(runs * variance); math.Abs(float64(released)-runs*mean) > 4*sd+1 {
+			t.Fatalf("k_shamir %d: released %d queries in %d runs, expectation %.2f ± %.2f (raw log, Laplace tail)",
+				c.shamirK, released, c.runs, runs*mean, sd)
+		}
+		t.Logf("k_shamir %d: released %d in %d runs, expected %.2f ± %.2f", c.shamirK, released, c.runs, runs*mean, math.Sqrt(runs*variance))
+	}
+}
+
+// runSetUnion runs one dp-su release of the bundled log in a fresh
+// cluster and returns how many queries it released, after checking each
+// against chosen (users per query under the client rule) and the ledger.
+func runSetUnion(t *testing.T, dp policy.Params, pol *policy.Policy, chosen map[string]int, name string) int {
+	t.Helper()
+	dir := t.TempDir()
+	out := filepath.Join(dir, "dpsu.tsv")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	ch, err := clickhouse.Start(ctx, filepath.Join(dir, "ch"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Stop()
+	db := "dpsu_" + strings.ReplaceAll(name, "-", "_")
+	cfg := Config{Input: bundled, App: "query", Policy: "dp-su", DP: dp, Export: out, Dataset: "test",
+		StateDir: filepath.Join(dir, "state"), Partitions: 2, ClickHouse: ch.TCPAddr, Database: db}
+	sum, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := truth.ReadExport(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for item, row := range got {
+		n := chosen[item]
+		if n < pol.ShamirK {
+			t.Fatalf("%s: released a query %d users chose, below k_shamir %d", name, n, pol.ShamirK)
+		}
+		if row.Users != row.Impressions {
+			t.Fatalf("%s: released users %d != impressions %d", name, row.Users, row.Impressions)
+		}
+		if d := math.Abs(float64(row.Users) - float64(n)); d > pol.B*math.Log(1e6)+0.5 {
+			t.Fatalf("%s: released count %d is %.1f from the true %d: more than b·ln(10⁶)", name, row.Users, d, n)
+		}
+	}
+	if sum.Sent > 1000 {
+		t.Fatalf("%s: clients sent %d reports, more than one per user", name, sum.Sent)
+	}
+	w, err := release.Open(ctx, ch.TCPAddr, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	rows, err := w.Ledger(ctx, "test", "all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].Policy != "dp-su" || rows[0].K != pol.ShamirK ||
+		math.Abs(rows[0].Epsilon-pol.AchievedEpsilon) > 1e-9 || math.Abs(rows[0].Delta-pol.AchievedDelta) > 1e-12 {
+		t.Fatalf("%s: ledger %+v, want one dp-su row spending (%v, %v)", name, rows, pol.AchievedEpsilon, pol.AchievedDelta)
+	}
+	t.Logf("%s: %s; sent %d reports; released %d", name, pol, sum.Sent, len(got))
+	return len(got)
 }
