@@ -405,7 +405,7 @@ over --budget-epsilon/--budget-delta is refused and logged.`,
 	c.Flags().StringVar(&ch, "clickhouse", defaultCH, "ClickHouse native address")
 	c.Flags().StringVar(&db, "database", "crowdlog", "ClickHouse database")
 	c.Flags().StringVar(&summary, "summary", string(release.SummaryCoarse), summaryHelp)
-	c.Flags().StringVar(&pol, "policy", "ft-u", "policy of the DP releases: dp-a, dp-u or zealous (ft-u/ft-a: exact releases only)")
+	c.Flags().StringVar(&pol, "policy", "ft-u", "policy of the DP releases: dp-a, dp-u, zealous or dp-su (ft-u/ft-a: exact releases only)")
 	c.Flags().IntVar(&k, "k", 5, "unused by DP policies (their Shamir k is derived)")
 	policyFlags(c.Flags(), &dp)
 	budgetFlags(c.Flags(), &dataset, &budget)

@@ -32,13 +32,15 @@ clients do. Writes DIR/APP.csv and DIR/APP-impressions.svg,
 DIR/APP-artifacts.svg (see docs/policies.md).
 
 It also computes, with the noise and in closed form, the expected number of
-artifacts (and share of impressions) that dp-a, dp-u (d = --dp-params) and
-zealous (m = --dp-params) release at (--epsilon, --delta), beside Google's
+artifacts (and share of impressions) that dp-a, dp-u (d = --dp-params),
+zealous (m = --dp-params) and dp-su (window d = --dp-params) release at
+(--epsilon, --delta), beside Google's
 PreAggSelectPartition on the users' m most recent distinct artifacts at the
 same (ε, δ): DIR/APP-dp.csv and DIR/APP-dp.svg, and a table on stdout.
 
-Example:
-  crowdlog simulate --input testdata/aol-top1000.tsv.gz --app query --out sim`,
+Examples:
+  crowdlog simulate --input testdata/aol-top1000.tsv.gz --app query --out sim
+  crowdlog simulate --input testdata/aol-top1000.tsv.gz --app query --out sim --shamir-k 1 --dp-params 1,2,3,5,10,20,100`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger()
@@ -73,13 +75,14 @@ Example:
 	f.Float64Var(&o.Epsilon, "epsilon", math.Ln10, "ε of the DP policies (paper: ln 10)")
 	f.Float64Var(&o.Delta, "delta", 0, "δ of the DP policies; 0 = 1/(U+1) (paper)")
 	f.IntVar(&o.MaxUsers, "max-users", 0, "only the first N users of the log (0 = all)")
-	f.IntSliceVar(&o.DP.Params, "dp-params", simulate.DefaultDPParams, "d (dp-a, dp-u) and m (zealous, google-preagg) of the expected-release comparison")
+	f.IntSliceVar(&o.DP.Params, "dp-params", simulate.DefaultDPParams, "d (dp-a, dp-u; dp-su: window) and m (zealous, google-preagg) of the expected-release comparison")
 	f.Float64Var(&o.DP.CountShare, "count-share", policy.DefaultCountShare, "dp-a, dp-u: share of ε spent on the noisy released counts")
 	f.Float64Var(&o.DP.Slack, "slack", policy.DefaultSlack, "dp-a, dp-u: c in shamir-k = floor(k0 − c·b)")
-	f.IntVar(&o.DP.ShamirK, "shamir-k", 0, "dp-a, dp-u: Shamir threshold; zealous: τ; 0 = derived per d (docs/policies.md)")
+	f.IntVar(&o.DP.ShamirK, "shamir-k", 0, "dp-a, dp-u: Shamir threshold; zealous: τ; dp-su: 0 = 2; 0 = derived per d (docs/policies.md)")
 	f.StringVar(&out, "out", "simulate", "output directory for the CSV and plots")
 	f.StringVar(&format, "format", "svg", "plot format: svg or png")
 	c.MarkFlagRequired("input")
+	c.AddCommand(zipfLogCmd())
 	c.AddCommand(simulatePDDCmd())
 	return c
 }
@@ -149,10 +152,10 @@ Example:
 func policyFlags(f *pflag.FlagSet, p *policy.Params) {
 	f.Float64Var(&p.Epsilon, "epsilon", math.Ln10, "dp-a, dp-u, zealous: privacy quota ε of one release")
 	f.Float64Var(&p.Delta, "delta", 0, "dp-a, dp-u, zealous: δ, below 1/U; 0 = 1/(U+1)")
-	f.IntVar(&p.D, "d", 1, "dp-a, dp-u: artifacts per user per epoch (the most recent d); zealous: m")
+	f.IntVar(&p.D, "d", 1, "dp-a, dp-u: artifacts per user per epoch (the most recent d); zealous: m; dp-su: the window of most recent distinct artifacts a client picks its most frequent one from")
 	f.IntVar(&p.Users, "users", 0, "dp-a, dp-u, zealous: number of users U; 0 = count the AnonIDs of --input (run)")
 	f.Float64Var(&p.CountShare, "count-share", policy.DefaultCountShare, "dp-a, dp-u: share of ε spent on the noisy released counts")
-	f.IntVar(&p.ShamirK, "shamir-k", 0, "dp-a, dp-u: Shamir threshold; zealous: τ; 0 = derived (docs/policies.md)")
+	f.IntVar(&p.ShamirK, "shamir-k", 0, "dp-a, dp-u: Shamir threshold; zealous: τ; dp-su: 0 = 2, 1 = the aggregator decrypts every report; 0 = derived (docs/policies.md)")
 	f.Float64Var(&p.Slack, "slack", policy.DefaultSlack, "dp-a, dp-u: c in shamir-k = floor(k0 − c·b)")
 	f.Float64Var(&p.Lambda, "lambda", 0, "zealous: noise scale λ ≥ 2m/ε; 0 = 2m/ε")
 }
@@ -162,4 +165,46 @@ func budgetFlags(f *pflag.FlagSet, dataset *string, b *release.Budget) {
 	f.StringVar(dataset, "dataset", "default", "privacy budget name: DP releases spend from (dataset, epoch)")
 	f.Float64Var(&b.Epsilon, "budget-epsilon", 0, "ε budget per (dataset, epoch); a release over it is refused (0 = no limit)")
 	f.Float64Var(&b.Delta, "budget-delta", 0, "δ budget per (dataset, epoch) (0 = no limit)")
+}
+
+func zipfLogCmd() *cobra.Command {
+	var o simulate.ZipfLogOptions
+	var out string
+	c := &cobra.Command{
+		Use:   "zipf-log --out FILE [--users N] [--seed S]",
+		Short: "write a synthetic Zipf search log (AOL TSV, gzipped) made from public words only",
+		Long: `zipf-log writes the second log of docs/policies.md's DP comparison: --users
+users whose queries are one or two words of the embedded google-10000-english
+list drawn from a Zipf law (--exponent), re-issuing their own earlier queries
+with probability --repeat, with heavy-tailed activity (median 20 queries).
+The same flags write the same bytes.
+
+Example:
+  crowdlog simulate zipf-log --out zipf.tsv.gz
+  crowdlog simulate --input zipf.tsv.gz --app query --out sim-zipf`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := os.Create(out)
+			if err != nil {
+				return fmt.Errorf("zipf-log: %w", err)
+			}
+			if err := simulate.WriteZipfLog(f, o); err != nil {
+				f.Close()
+				return err
+			}
+			if err := f.Close(); err != nil {
+				return fmt.Errorf("zipf-log: %w", err)
+			}
+			fmt.Println("wrote", out)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&out, "out", "", "output file (gzipped AOL TSV)")
+	f.IntVar(&o.Users, "users", 2000, "number of users")
+	f.Uint64Var(&o.Seed, "seed", 1, "random seed")
+	f.Float64Var(&o.Exponent, "exponent", 1.1, "Zipf exponent s > 1 over the word ranks")
+	f.Float64Var(&o.Repeat, "repeat", 0.4, "probability that a query repeats one of the user's earlier queries")
+	c.MarkFlagRequired("out")
+	return c
 }
