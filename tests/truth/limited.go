@@ -2,6 +2,41 @@ package truth
 
 import "sort"
 
+// instance is one query instance of a user: consecutive rows with the same
+// normalized query are one instance (clicks of one search), timed by its
+// first row; pos is that row's place in the user's rows.
+type instance struct {
+	q   string
+	pos int
+	t   int64
+}
+
+// recentFirst returns rows' query instances, most recent first (ties: the
+// later in the log first), and each query's number of instances.
+func recentFirst(rows []logRow) ([]instance, map[string]int) {
+	var insts []instance
+	count := map[string]int{}
+	prev := ""
+	for i, r := range rows {
+		q := r.q // normalized by readLog; "" when dropped
+		if q == "" {
+			continue
+		}
+		if q != prev {
+			insts = append(insts, instance{q, i, r.t.Unix()})
+			count[q]++
+		}
+		prev = q
+	}
+	sort.Slice(insts, func(i, j int) bool {
+		if insts[i].t != insts[j].t {
+			return insts[i].t > insts[j].t
+		}
+		return insts[i].pos > insts[j].pos
+	})
+	return insts, count
+}
+
 // RecentDistinctUsers returns, for the query application, how many users
 // have each normalized query among their d most recent distinct queries
 // (the DP_u / ZEALOUS client limit, docs/policies.md), from the first
@@ -15,29 +50,7 @@ func RecentDistinctUsers(path string, d, maxUsers int) (map[string]int, error) {
 	}
 	out := map[string]int{}
 	for _, u := range order {
-		type inst struct {
-			q   string
-			pos int
-			t   int64
-		}
-		var insts []inst
-		prev := ""
-		for i, r := range users[u] {
-			q := r.q // normalized by readLog; "" when dropped
-			if q == "" {
-				continue
-			}
-			if q != prev {
-				insts = append(insts, inst{q, i, r.t.Unix()})
-			}
-			prev = q
-		}
-		sort.Slice(insts, func(i, j int) bool {
-			if insts[i].t != insts[j].t {
-				return insts[i].t > insts[j].t
-			}
-			return insts[i].pos > insts[j].pos
-		})
+		insts, _ := recentFirst(users[u])
 		got := map[string]bool{}
 		for _, in := range insts {
 			if len(got) == d {
@@ -65,31 +78,7 @@ func FrequentRecentUsers(path string, window, maxUsers int) (map[string]int, err
 	}
 	out := map[string]int{}
 	for _, u := range order {
-		type inst struct {
-			q   string
-			pos int
-			t   int64
-		}
-		var insts []inst
-		count := map[string]int{}
-		prev := ""
-		for i, r := range users[u] {
-			q := r.q
-			if q == "" {
-				continue
-			}
-			if q != prev {
-				insts = append(insts, inst{q, i, r.t.Unix()})
-				count[q]++
-			}
-			prev = q
-		}
-		sort.Slice(insts, func(i, j int) bool {
-			if insts[i].t != insts[j].t {
-				return insts[i].t > insts[j].t
-			}
-			return insts[i].pos > insts[j].pos
-		})
+		insts, count := recentFirst(users[u])
 		best, bestN, seen := "", 0, map[string]bool{}
 		for _, in := range insts {
 			if len(seen) == window {
