@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crowdlog/crowdlog/infra/clickhouse"
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/tests/truth"
 )
@@ -38,10 +37,7 @@ func TestAppsEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	ch, err := clickhouse.Start(ctx, filepath.Join(dir, "clickhouse"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := startClickHouse(ctx, t, dir)
 	defer ch.Stop()
 	gap := 10 * time.Minute
 	ltrB := apps.Buckets{Rank: []int{1, 3}, Dwell: []time.Duration{time.Minute, time.Hour}, Length: []int{2}}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crowdlog/crowdlog/infra/clickhouse"
 	"github.com/crowdlog/crowdlog/release"
 	"github.com/crowdlog/crowdlog/release/policy"
 	"github.com/crowdlog/crowdlog/tests/truth"
@@ -29,10 +28,7 @@ func TestRunDPu(t *testing.T) {
 	out := filepath.Join(dir, "dp.tsv")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	ch, err := clickhouse.Start(ctx, filepath.Join(dir, "ch"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := startClickHouse(ctx, t, dir)
 	defer ch.Stop()
 	dp := policy.Params{Epsilon: 10, D: 3, ShamirK: 2}
 	cfg := Config{Input: input, App: "query", Policy: "dp-u", DP: dp, Export: out, Dataset: "test",
@@ -151,10 +147,7 @@ func runSetUnion(t *testing.T, dp policy.Params, pol *policy.Policy, chosen map[
 	out := filepath.Join(dir, "dpsu.tsv")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	ch, err := clickhouse.Start(ctx, filepath.Join(dir, "ch"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := startClickHouse(ctx, t, dir)
 	defer ch.Stop()
 	db := "dpsu_" + strings.ReplaceAll(name, "-", "_")
 	cfg := Config{Input: bundled, App: "query", Policy: "dp-su", DP: dp, Export: out, Dataset: "test",

@@ -23,6 +23,17 @@ func needClickHouse(t *testing.T) {
 	}
 }
 
+// startClickHouse starts a ClickHouse server in dir/clickhouse for a test
+// (the caller stops it), failing the test when it cannot.
+func startClickHouse(ctx context.Context, t *testing.T, dir string) *clickhouse.Server {
+	t.Helper()
+	ch, err := clickhouse.Start(ctx, filepath.Join(dir, "clickhouse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
 // TestRunEndToEnd runs `crowdlog run` in process on the whole bundled log
 // through embedded NATS, kfake and a real ClickHouse server, and compares
 // the export with the release computed directly from the raw log.

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crowdlog/crowdlog/infra/clickhouse"
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/ingest/normalize"
@@ -32,10 +31,7 @@ func TestRunTokens(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	ch, err := clickhouse.Start(ctx, filepath.Join(dir, "clickhouse"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := startClickHouse(ctx, t, dir)
 	defer ch.Stop()
 	input := writeSubset(t, dir, 60)
 	run := func(t *testing.T, db string, cfg Config) (*Summary, string, error) {
