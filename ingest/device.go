@@ -474,9 +474,11 @@ func (d *Device) prepare(ctx context.Context, app string, arts []apps.Artifact) 
 		for j, i := range fresh {
 			sub[j] = arts[i]
 		}
-		keep := limitIndex(sub, room, c.LimitDistinct)
+		var keep []int
 		if c.Window > 0 {
 			keep = frequentIndex(sub, room, c.Window)
+		} else {
+			keep = limitIndex(sub, room, c.LimitDistinct)
 		}
 		for j, i := range keep {
 			keep[j] = fresh[i]

@@ -444,10 +444,8 @@ func (p *Policy) Decide(reports, users uint64) (Outcome, error) {
 		if err != nil {
 			return Outcome{}, err
 		}
-		o := Outcome{Selection: v, Value: v, Released: v >= p.Threshold}
-		if p.Kind == DPSU {
-			o.Released = v > p.Threshold
-		}
+		// ZEALOUS keeps noisy counts ≥ τ', dp-su those > T
+		o := Outcome{Selection: v, Value: v, Released: v > p.Threshold || (p.Kind == Zealous && v == p.Threshold)}
 		if o.Released {
 			o.Users = round(v)
 			o.Impressions = o.Users
