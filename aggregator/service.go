@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,12 @@ type Service struct {
 	// off. Every member of a group must set them alike.
 	ReportKeys func(epoch string) (*token.PrivateKey, error)
 	ARCKeys    func(epoch string) (*arc.PrivateKey, error)
+	// SpillDir is the directory of the partitions' spill files
+	// (Partition.SpillDir: pending reports' ciphertexts and share y, one
+	// unlinked file per partition and open epoch, sealed under a key held
+	// only in memory); "": os.TempDir(). It needs room for the epoch's
+	// pending reports, ≈ 350 B each.
+	SpillDir string
 
 	Reports, Decrypted, Dropped atomic.Int64 // totals over all partitions
 	mu                          sync.Mutex
@@ -102,8 +109,30 @@ func (s *Service) take(id int, committed int64) *Partition {
 	if ok && k.next == committed {
 		return k.st
 	}
+	if ok {
+		k.st.Close() // another member moved the partition on: this state is stale
+	}
 	return nil
 }
+
+func (s *Service) isKept(id int, st *Partition) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.kept[id].st == st
+}
+
+// spillError is a partition's spill failure (Partition.Err), with the
+// offset committed before it: the partition is rebuilt by replay.
+type spillError struct {
+	err       error
+	committed int64
+}
+
+func (e *spillError) Error() string { return e.err.Error() }
+func (e *spillError) Unwrap() error { return e.err }
+
+// spillRetry is the wait before a partition whose spill failed is rebuilt.
+const spillRetry = 5 * time.Second
 
 // PendingTags returns the number of undecrypted tags in partitions this
 // process owns.
@@ -155,7 +184,21 @@ func (s *Service) Run(ctx context.Context) error {
 	defer w.Close()
 	return infrakafka.ServeGroup(ctx, s.Brokers, s.GroupID, protocol.ReportsTopic, s.SessionTimeout, log, "aggregator",
 		func(ctx context.Context, gen *kafka.Generation, id int, committed int64) error {
-			return s.runPartition(ctx, gen, w, id, count, committed, log)
+			for {
+				err := s.runPartition(ctx, gen, w, id, count, committed, log)
+				var se *spillError
+				if !errors.As(err, &se) {
+					return err
+				}
+				log.Error("aggregator: the pending-state spill failed; rebuilding the partition by replay (check the disk of --spill-dir)",
+					"partition", id, "retry_in", spillRetry, "err", se.err)
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(spillRetry):
+				}
+				committed = se.committed
+			}
 		})
 }
 
@@ -183,6 +226,11 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 	} else {
 		st = s.newPartition(id, count)
 	}
+	defer func() {
+		if !s.isKept(id, st) {
+			st.Close() // nobody holds it: free its spill files now, not at the next collection
+		}
+	}()
 	if err := r.SetOffset(from); err != nil {
 		return err
 	}
@@ -285,6 +333,10 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 					"reports", st.Stats.Reports, "decrypted", st.Stats.Decrypted, "dropped", st.Stats.Dropped)
 			}
 		}
+		if err := st.Err(); err != nil {
+			s.keep(id, nil, 0)
+			return &spillError{err: err, committed: committed}
+		}
 		if replaying && last+1 >= committed {
 			replaying = false
 			log.Info("aggregator: partition state rebuilt", "partition", id, "pending_tags", st.PendingTags())
@@ -365,6 +417,10 @@ func (s *Service) newPartition(id, count int) *Partition {
 	st.RequireOpen = true
 	st.MaxOpenEpochs, st.MaxPendingReports, st.MaxPendingBytes = s.MaxOpenEpochs, s.MaxPendingReports, s.MaxPendingBytes
 	st.ReportKeys, st.ARCKeys = s.ReportKeys, s.ARCKeys
+	st.SpillDir = s.SpillDir
+	if st.SpillDir == "" {
+		st.SpillDir = os.TempDir()
+	}
 	st.cache = s.cache
 	return st
 }

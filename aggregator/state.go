@@ -100,6 +100,8 @@ type epochState struct {
 	// token seen again is a replayed report ("spent-token"). Part of the
 	// replayed state, so a rebuilt partition gives the same verdicts.
 	spent map[[32]byte]struct{}
+	idx   uint32 // in Partition.eps (pendingGroup.ep)
+	spill spill  // the epoch's pending reports' spill records (pending.go); nil until the first
 }
 
 // Defaults of the Partition's bounds (Service options and `crowdlog
@@ -159,29 +161,24 @@ func groupIDOf(r *star.Report) groupID {
 	return id
 }
 
+// tagState is a group that recovered its key, or whose commitment does
+// not decode (dead). Groups below threshold are flat (pendingGroup,
+// pending.go) and become a tagState when they recover or die.
 type tagState struct {
-	ep        *epochState // the group's app and epoch too
-	heldBytes int64       // Σ reportBytes of the ids in seen while below threshold
-	policy    star.Policy
-	k         int
-	key       *[32]byte
-	// commitRaw is the encoded commitment C_0 ‖ … ‖ C_{k−1} (a copy),
-	// commit its decoded form, built on first use (commitment): most
-	// pending groups never verify a share before their epoch closes.
-	commitRaw []byte
-	commit    *vss.Commitment
-	suspect   bool // a batch check failed: every new share is verified on arrival
-	dead      bool // the commitment does not decode: every report is dropped
-	tag       [32]byte
-	shares    []vss.Share // distinct x, arrival order (at most k−1 before recovery)
-	seen      idSet       // ids of the group's reports (duplicates are dropped)
-	pending   []pendingReport
-	poly      *vss.Polynomial // after a verified recovery: the committed polynomial
+	ep     *epochState // the group's app and epoch too
+	policy star.Policy
+	k      int
+	key    *[32]byte       // nil: dead
+	poly   *vss.Polynomial // the committed polynomial: checks later shares
+	dead   bool            // the commitment does not decode: every report is dropped
+	tag    [32]byte
+	seen   idSet // ids of the group's reports (duplicates are dropped)
 	// arcOK holds the share x-coordinates whose report carried a verified
 	// ARC presentation (FT_u with ARCKeys): repeated impressions of one
 	// (credential, artifact) carry the same x and are not verified again.
 	// Only good verdicts are kept, so a bad presentation at an x never
-	// blocks a good one; a repeat must carry the verified tag.
+	// blocks a good one; a repeat must carry the verified tag. Pending
+	// groups keep theirs in Partition.pendARC.
 	arcOK map[[32]byte][32]byte // x → SHA-256 of the verified presentation tag
 }
 
@@ -213,11 +210,29 @@ type Partition struct {
 	// ≤ 0: DefaultMaxPendingReports, DefaultMaxPendingBytes.
 	MaxPendingReports int64
 	MaxPendingBytes   int64
-	tags              map[groupID]*tagState
-	closed            map[epochKey]bool
-	epochs            map[epochKey]*epochState // open epochs (and, without RequireOpen, epochs seen)
-	openPerApp        map[string]int
-	Stats             Stats
+	// SpillDir is where the spill records of pending reports go (their
+	// share y and ciphertext: what recovery needs only once a group
+	// reaches k), one unlinked file per open epoch, each record sealed
+	// under a key held only in memory (spill.go). "": chunks of the heap.
+	SpillDir string
+	tags     map[groupID]*tagState // recovered and dead groups
+	// pending groups (pending.go): pend indexes groups, whose report
+	// chains are in reps; freeGroup and freeRep head the free slots (−1:
+	// none); big indexes large groups; pendARC holds their verified
+	// presentation tags (tagState.arcOK).
+	pend       groupIndex
+	groups     chunked[pendingGroup]
+	reps       chunked[rep]
+	freeGroup  int32
+	freeRep    int32
+	big        map[groupID]*bigGroup
+	pendARC    map[groupID]map[[32]byte][32]byte
+	eps        []*epochState // by epochState.idx; nil once closed
+	err        error         // the first spill error (Err)
+	closed     map[epochKey]bool
+	epochs     map[epochKey]*epochState // open epochs (and, without RequireOpen, epochs seen)
+	openPerApp map[string]int
+	Stats      Stats
 	// CoarseSummary rounds each undecrypted group's report count down to a
 	// power of two in the epoch-close summary (protocol.SummaryBucket), so a summary
 	// row says "Tags groups had between Reports and 2·Reports−1 reports"
@@ -271,14 +286,21 @@ type PendingGroup struct {
 // (`crowdlog attack snapshot`).
 func (p *Partition) Pending() []PendingGroup {
 	var out []PendingGroup
-	for _, t := range p.tags {
-		if t.key != nil || t.dead {
+	for gi := int32(0); gi < p.groups.n; gi++ {
+		g := p.group(gi)
+		if !g.used {
 			continue
 		}
-		ch := vss.CommitmentHash(t.commitRaw)
-		out = append(out, PendingGroup{App: t.ep.app, Epoch: t.ep.epoch, Policy: t.policy.String(), K: t.k,
-			Tag: hex.EncodeToString(t.tag[:]), Commitment: hex.EncodeToString(ch[:]),
-			Reports: len(t.pending), Shares: len(t.shares)})
+		e := p.eps[g.ep]
+		head, err := p.load(e, g.head)
+		if err != nil {
+			p.fail(err)
+			continue
+		}
+		ch := vss.CommitmentHash(head.commitment)
+		out = append(out, PendingGroup{App: e.app, Epoch: e.epoch, Policy: g.policy.String(), K: int(g.k),
+			Tag: hex.EncodeToString(head.tag[:]), Commitment: hex.EncodeToString(ch[:]),
+			Reports: int(g.live), Shares: int(g.shares)})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Tag != out[j].Tag {
@@ -293,21 +315,39 @@ func (p *Partition) Pending() []PendingGroup {
 // aggregator layers with keys, with RequireOpen off and the default bounds.
 func NewPartition(id, count int, keys []*onion.KeyPair) *Partition {
 	return &Partition{ID: id, Count: count, Keys: keys, tags: map[groupID]*tagState{},
-		closed: map[epochKey]bool{}, epochs: map[epochKey]*epochState{}, openPerApp: map[string]int{},
+		freeGroup: -1, freeRep: -1, big: map[groupID]*bigGroup{},
+		pendARC: map[groupID]map[[32]byte][32]byte{},
+		closed:  map[epochKey]bool{}, epochs: map[epochKey]*epochState{}, openPerApp: map[string]int{},
 		Stats: Stats{Dropped: map[string]int64{}}}
+}
+
+// Close releases the partition's spill stores (its files are unlinked
+// already: closing frees their disk space). The state is unusable after.
+func (p *Partition) Close() error {
+	var first error
+	for i, e := range p.eps {
+		if e != nil && e.spill != nil {
+			if err := e.spill.close(); err != nil && first == nil {
+				first = err
+			}
+			e.spill = nil
+		}
+		p.eps[i] = nil
+	}
+	return first
+}
+
+// newEpoch adds the state of an epoch seen for the first time.
+func (p *Partition) newEpoch(app, epoch string) *epochState {
+	e := &epochState{app: app, epoch: epoch, idx: uint32(len(p.eps))}
+	p.eps = append(p.eps, e)
+	p.epochs[epochKey{app, epoch}] = e
+	return e
 }
 
 // PendingTags returns the number of (tag, commitment) groups still below
 // threshold.
-func (p *Partition) PendingTags() int {
-	n := 0
-	for _, t := range p.tags {
-		if t.key == nil && !t.dead {
-			n++
-		}
-	}
-	return n
-}
+func (p *Partition) PendingTags() int { return p.pend.n }
 
 func (p *Partition) drop(reason string) { p.Stats.Dropped[reason]++ }
 
@@ -344,8 +384,7 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 			p.drop("unknown-epoch")
 			return nil
 		}
-		e = &epochState{app: r.App, epoch: r.Epoch}
-		p.epochs[ek] = e
+		e = p.newEpoch(r.App, r.Epoch)
 	}
 	if c.later || c.tokenOn != (p.ReportKeys != nil) || c.arcOn != (p.ARCKeys != nil) {
 		// the epoch is open (or, without RequireOpen, seen): its keys
@@ -360,12 +399,11 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 		}
 	}
 	gid := groupIDOf(r)
+	gi, pending := p.pend.find(p, &gid)
 	t := p.tags[gid]
-	if t != nil {
-		if t.seen.has(r.ID) {
-			p.drop("duplicate")
-			return nil
-		}
+	if pending && p.hasID(gi, gid, r.ID) || t != nil && t.seen.has(r.ID) {
+		p.drop("duplicate")
+		return nil
 	}
 	var size int64
 	if t == nil || t.key == nil {
@@ -375,125 +413,280 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 			return nil
 		}
 	}
-	if t == nil {
+	if t != nil {
+		return p.applyOpened(t, r, c, size)
+	}
+	if !pending {
 		if _, err := vss.NewCommitment(r.Commitment, int(r.K)); err != nil { // ParseReport checked the size; kept for safety
 			p.drop("malformed")
 			return nil
 		}
-		// a copy: r's fields alias the decrypted layer, which the group must not keep alive
-		t = &tagState{ep: e, policy: r.Policy, k: int(r.K), commitRaw: bytes.Clone(r.Commitment), tag: r.Tag}
-		p.tags[gid] = t
+		gi = p.newGroup(pendingGroup{gid: gid, head: -1, tail: -1, ep: e.idx, k: r.K, policy: r.Policy})
 	}
+	e.held++
+	e.heldBytes += size
+	if p.ARCKeys != nil && r.Policy == star.FTu {
+		ok := p.pendARC[gid]
+		reason := p.checkPresentation(&ok, r, c)
+		if ok != nil {
+			p.pendARC[gid] = ok
+		}
+		if reason != "" {
+			p.appendRep(gi, gid, r, size, repDropped)
+			p.drop(reason)
+			return nil
+		}
+	}
+	var x [32]byte
+	xb, _ := r.Share.X.MarshalBinary()
+	copy(x[:], xb)
+	if p.hasX(gi, gid, x) {
+		// same user (FT_u) repeating: an impression, not a share; its
+		// y is checked at recovery, its ciphertext by the AEAD
+		p.Stats.Reports++
+		p.appendRep(gi, gid, r, size, 0)
+		return nil
+	}
+	if p.group(gi).suspect && !p.noVerify {
+		// the group's commitment is r's (groupID covers it)
+		com, err := vss.NewCommitment(r.Commitment, int(r.K))
+		var ok bool
+		if err == nil {
+			ok, err = com.VerifyShare(r.Share)
+		}
+		if err != nil {
+			p.appendRep(gi, gid, r, size, repDropped)
+			p.kill(gi, gid, r.Tag)
+			p.drop("bad-commitment")
+			return nil
+		} else if !ok {
+			p.appendRep(gi, gid, r, size, repDropped)
+			p.drop("bad-share")
+			return nil
+		}
+	}
+	p.Stats.Reports++
+	if !p.appendRep(gi, gid, r, size, repShare) {
+		return nil
+	}
+	if int(p.group(gi).shares) < int(r.K) {
+		return nil
+	}
+	return p.recoverGroup(gi, gid, r)
+}
+
+// applyOpened is the state step of a report of a group that recovered (or
+// died: its commitment does not decode), size what it is charged while
+// the group has no key.
+func (p *Partition) applyOpened(t *tagState, r *star.Report, c *reportChecks, size int64) []protocol.Decrypted {
 	t.seen.add(r.ID)
 	if t.key == nil {
-		e.held++
-		e.heldBytes += size
-		t.heldBytes += size
+		t.ep.held++
+		t.ep.heldBytes += size
 	}
 	if t.dead {
 		p.drop("bad-commitment")
 		return nil
 	}
 	if p.ARCKeys != nil && r.Policy == star.FTu {
-		if reason := p.checkPresentation(t, r, c); reason != "" {
+		if reason := p.checkPresentation(&t.arcOK, r, c); reason != "" {
 			p.drop(reason)
 			return nil
 		}
 	}
-	if t.key != nil {
-		if !p.noVerify && !p.laterShareOK(t, r.Share) {
-			p.drop("bad-share")
-			return nil
-		}
-		p.Stats.Reports++
-		return p.open(t, []pendingReport{{id: r.ID, share: r.Share, ct: r.Ciphertext}})
-	}
-	if t.hasX(r.Share.X) {
-		// same user (FT_u) repeating: an impression, not a share; its
-		// ciphertext is checked by the AEAD once the key is known
-		p.Stats.Reports++
-		t.pending = append(t.pending, pendingOf(r))
+	if !p.noVerify && !p.laterShareOK(t, r.Share) {
+		p.drop("bad-share")
 		return nil
-	}
-	if t.suspect && !p.noVerify {
-		if ok, err := t.commitment().VerifyShare(r.Share); err != nil {
-			p.kill(t)
-			p.drop("bad-commitment")
-			return nil
-		} else if !ok {
-			p.drop("bad-share")
-			return nil
-		}
 	}
 	p.Stats.Reports++
-	t.pending = append(t.pending, pendingOf(r))
-	t.shares = append(t.shares, r.Share)
-	if len(t.shares) < t.k {
-		return nil
+	return p.emit(nil, *t.key, r)
+}
+
+// recoverGroup recovers the key of pending group gi, which has just
+// reached k distinct shares with r, using only verified shares
+// (vss.Commitment.RecoverVerified: the k shares in one batch unless the
+// group is suspect, whose shares were verified on arrival). When the
+// batch fails, the group becomes suspect: the shares that fail alone are
+// dropped with their reports ("bad-share"), and recovery waits for more
+// shares if fewer than k remain. The key comes from f(0) of the committed
+// polynomial f, and f checks later shares. Pending reports that repeat a
+// verified x with another y are dropped ("bad-share") before anything is
+// decrypted. On success the group becomes a tagState and every pending
+// report is opened, in arrival order.
+func (p *Partition) recoverGroup(gi int32, gid groupID, r *star.Report) []protocol.Decrypted {
+	g := p.group(gi)
+	e := p.eps[g.ep]
+	var shares []vss.Share
+	var at []int32 // rep of each share
+	for i := g.head; i >= 0; i = p.rep(i).next {
+		if !p.rep(i).share() {
+			continue
+		}
+		sp, err := p.load(e, i)
+		var s vss.Share
+		if err == nil {
+			s, err = p.shareOf(i, sp)
+		}
+		if err != nil {
+			p.fail(err)
+			return nil
+		}
+		shares, at = append(shares, s), append(at, i)
 	}
-	var ok bool
+	var key [32]byte
+	var poly *vss.Polynomial
 	if p.noVerify {
-		ok = p.recover(t)
+		var ok bool
+		if key, ok = p.searchKey(gi, r, shares); !ok {
+			return nil
+		}
 	} else {
-		ok = p.recoverVerified(t)
-	}
-	if !ok {
-		return nil
+		com, err := vss.NewCommitment(r.Commitment, int(r.K))
+		var rec vss.Recovery
+		if err == nil {
+			rec, err = com.RecoverVerified(shares, g.suspect)
+		}
+		p.Stats.FailedRecover += int64(rec.Failed)
+		if rec.BatchFailed {
+			g.suspect = true
+		}
+		if errors.Is(err, protocol.ErrMalformed) { // the commitment does not decode
+			p.kill(gi, gid, r.Tag)
+			return nil
+		}
+		if len(rec.Bad) > 0 {
+			bad := map[[32]byte]bool{}
+			for _, b := range rec.Bad {
+				bad[p.rep(at[b]).x] = true
+			}
+			for i := g.head; i >= 0; i = p.rep(i).next {
+				if p.rep(i).live() && bad[p.rep(i).x] {
+					p.dropRep(gi, gid, i, "bad-share")
+				}
+			}
+		}
+		if err != nil { // fewer than k verified shares (or, kept for safety, duplicate x)
+			return nil
+		}
+		f := rec.Poly
+		key, poly = star.KeyFromSecret(r.Tag, f.Secret()), &f
 	}
 	p.Stats.Recoveries++
-	t.ep.held -= int64(t.seen.len()) // recovered: what it holds no longer counts against the epoch's bounds
-	t.ep.heldBytes -= t.heldBytes
-	t.heldBytes = 0
-	out := p.open(t, t.pending)
-	t.pending, t.shares, t.commit, t.commitRaw = nil, nil, nil, nil
+	t := &tagState{ep: e, policy: g.policy, k: int(g.k), key: &key, poly: poly, tag: r.Tag, arcOK: p.pendARC[gid]}
+	byX := make(map[[32]byte]vss.Share, len(shares))
+	for j, i := range at {
+		byX[p.rep(i).x] = shares[j]
+	}
+	var opened []int32
+	var cts [][]byte
+	for i := g.head; i >= 0; i = p.rep(i).next {
+		rp := p.rep(i)
+		t.seen.add(rp.id)
+		e.held-- // recovered: what it holds no longer counts against the epoch's bounds
+		e.heldBytes -= rp.size()
+		if !rp.live() {
+			continue
+		}
+		sp, err := p.load(e, i)
+		if err != nil {
+			p.fail(err)
+			return nil
+		}
+		if !rp.share() && !p.noVerify {
+			// a repeat: only one y lies on the polynomial at x
+			if s, ok := byX[rp.x]; !ok || !bytes.Equal(scalarBytes(s.Y), sp.y) {
+				p.dropRep(gi, gid, i, "bad-share")
+				continue
+			}
+		}
+		opened, cts = append(opened, i), append(cts, sp.ct)
+	}
+	out := make([]protocol.Decrypted, 0, len(opened))
+	for j, i := range opened {
+		out = p.emit(out, key, &star.Report{App: e.app, Epoch: e.epoch, Policy: g.policy, K: g.k, ID: p.rep(i).id,
+			Tag: r.Tag, Ciphertext: cts[j]})
+	}
+	p.releaseGroup(gi, gid)
+	p.tags[gid] = t
 	return out
 }
 
-// pendingReport is what a group below threshold keeps of one report: its
-// id, its share and its own copy of the ciphertext. The rest of the report
-// is the group's (app and epoch in tagState.ep, policy, k and tag tagState
-// fields, the commitment tagState.commitRaw), and its token and ARC presentation were
-// checked on arrival. Keeping the parsed *star.Report instead kept the whole
-// decrypted onion layer alive (its fields alias it), 2.1 KB per pending
-// report with the group's maps (BenchmarkBoundPendingBytes).
-type pendingReport struct {
-	id    [16]byte
-	share vss.Share
-	ct    []byte
+func scalarBytes(s group.Scalar) []byte {
+	b, _ := s.MarshalBinary()
+	return b
 }
 
-// pendingOf is r as a group keeps it while below threshold.
-func pendingOf(r *star.Report) pendingReport {
-	return pendingReport{id: r.ID, share: r.Share, ct: bytes.Clone(r.Ciphertext)}
-}
-
-// report rebuilds the report that pr was kept from, as far as opening its
-// payload needs it (star.OpenPayload: the header in the AEAD's associated
-// data, the ciphertext).
-func (t *tagState) report(pr pendingReport) *star.Report {
-	return &star.Report{App: t.ep.app, Epoch: t.ep.epoch, Policy: t.policy, K: uint16(t.k), ID: pr.id, Tag: t.tag,
-		Share: pr.share, Ciphertext: pr.ct}
-}
-
-// commitment is the group's decoded commitment, built from commitRaw on
-// first use (its length was checked when the group began).
-func (t *tagState) commitment() *vss.Commitment {
-	if t.commit == nil {
-		t.commit, _ = vss.NewCommitment(t.commitRaw, t.k)
-	}
-	return t.commit
-}
-
-// hasX reports whether the group already holds a share at x (the same
-// user under FT_u repeating an impression). A scan: before recovery a
-// group holds at most k−1 shares.
-func (t *tagState) hasX(x group.Scalar) bool {
-	for _, s := range t.shares {
-		if s.X.IsEqual(x) {
-			return true
+// kill drops every pending report of group gi, whose commitment does not
+// decode; later reports of the group are dropped on arrival.
+func (p *Partition) kill(gi int32, gid groupID, tag [32]byte) {
+	g := p.group(gi)
+	t := &tagState{ep: p.eps[g.ep], policy: g.policy, k: int(g.k), dead: true, tag: tag}
+	for i := g.head; i >= 0; i = p.rep(i).next {
+		t.seen.add(p.rep(i).id)
+		if p.rep(i).live() {
+			p.dropRep(gi, gid, i, "bad-commitment")
 		}
 	}
-	return false
+	p.releaseGroup(gi, gid)
+	p.tags[gid] = t
+}
+
+// laterShareOK checks the share of a report that arrives after its group
+// recovered: y == f(x) for the verified polynomial f, which is Feldman's
+// equation without group operations.
+func (p *Partition) laterShareOK(t *tagState, s vss.Share) bool {
+	return t.poly.Contains(s)
+}
+
+// searchKey tries k-subsets of shares that contain the newest share
+// (older subsets were tried when their last share arrived), in a fixed
+// order, up to MaxAttempts (vss.SearchSubsets); a key is right when it
+// opens one of the group's pending reports (AEAD check). f(0) comes from
+// vss.Interpolate, as in recoverGroup, so the two differ only by
+// verification (BenchmarkApply compares them).
+func (p *Partition) searchKey(gi int32, r *star.Report, shares []vss.Share) ([32]byte, bool) {
+	g := p.group(gi)
+	e := p.eps[g.ep]
+	var trial []*star.Report
+	for i := g.head; i >= 0; i = p.rep(i).next {
+		if !p.rep(i).live() {
+			continue
+		}
+		sp, err := p.load(e, i)
+		if err != nil {
+			p.fail(err)
+			return [32]byte{}, false
+		}
+		trial = append(trial, &star.Report{App: e.app, Epoch: e.epoch, Policy: g.policy, K: g.k, ID: p.rep(i).id,
+			Tag: r.Tag, Ciphertext: sp.ct})
+	}
+	var key [32]byte
+	_, failed, err := vss.SearchSubsets(shares, int(g.k), MaxAttempts, func(f vss.Polynomial) bool {
+		key = star.KeyFromSecret(r.Tag, f.Secret())
+		for _, tr := range trial {
+			if _, err := star.OpenPayload(key, tr); err == nil {
+				return true
+			}
+		}
+		return false
+	})
+	p.Stats.FailedRecover += int64(failed)
+	return key, err == nil
+}
+
+// emit opens r under key and appends its decrypted item to out
+// ("bad-ciphertext" when the AEAD fails).
+func (p *Partition) emit(out []protocol.Decrypted, key [32]byte, r *star.Report) []protocol.Decrypted {
+	pl, err := star.OpenPayload(key, r)
+	if err != nil {
+		p.drop("bad-ciphertext")
+		return out
+	}
+	p.Stats.Decrypted++
+	return append(out, protocol.Decrypted{Kind: protocol.KindItem, App: r.App, Epoch: r.Epoch,
+		Policy: r.Policy.String(), K: int(r.K), Tag: hex.EncodeToString(r.Tag[:]),
+		Report: hex.EncodeToString(r.ID[:]), Unit: hex.EncodeToString(pl.Unit[:]),
+		Item: pl.Primary, Variant: pl.Secondary})
 }
 
 // idSet is the set of report ids of one group: a slice while small (most
@@ -547,149 +740,6 @@ func xKey(s vss.Share) [32]byte {
 	return x
 }
 
-// recoverVerified recovers the key of a group with k distinct shares,
-// using only verified shares (vss.Commitment.RecoverVerified: the k shares
-// in one batch unless the group is suspect, whose shares were verified on
-// arrival). When the batch fails, the group becomes suspect: the shares
-// that fail alone are dropped with their reports ("bad-share"), and
-// recovery waits for more shares if fewer than k remain. The key comes from
-// f(0) of the committed polynomial f, and f checks later shares. Pending
-// reports that repeat a verified x with another y are dropped ("bad-share")
-// before anything is decrypted.
-func (p *Partition) recoverVerified(t *tagState) bool {
-	rec, err := t.commitment().RecoverVerified(t.shares, t.suspect)
-	p.Stats.FailedRecover += int64(rec.Failed)
-	if rec.BatchFailed {
-		t.suspect = true
-	}
-	if errors.Is(err, protocol.ErrMalformed) { // the commitment does not decode
-		p.kill(t)
-		return false
-	}
-	p.dropBadShares(t, rec.Bad)
-	if err != nil { // fewer than k verified shares (or, kept for safety, duplicate x)
-		return false
-	}
-	f := rec.Poly
-	key := star.KeyFromSecret(t.tag, f.Secret())
-	t.key, t.poly = &key, &f
-	p.dropBadRepeats(t)
-	return true
-}
-
-// dropBadRepeats drops the pending reports whose share has a verified x but
-// another y (a tampered repeat: only one y lies on the polynomial at x).
-func (p *Partition) dropBadRepeats(t *tagState) {
-	if len(t.pending) == len(t.shares) { // no repeats: each report carries one share
-		return
-	}
-	byX := make(map[[32]byte]vss.Share, len(t.shares))
-	for _, s := range t.shares {
-		byX[xKey(s)] = s
-	}
-	pending := t.pending[:0]
-	for _, r := range t.pending {
-		if v, ok := byX[xKey(r.share)]; !ok || !v.Y.IsEqual(r.share.Y) {
-			p.Stats.Reports--
-			p.drop("bad-share")
-			continue
-		}
-		pending = append(pending, r)
-	}
-	t.pending = pending
-}
-
-// laterShareOK checks the share of a report that arrives after its group
-// recovered: y == f(x) for the verified polynomial f, which is Feldman's
-// equation without group operations.
-func (p *Partition) laterShareOK(t *tagState, s vss.Share) bool {
-	return t.poly.Contains(s)
-}
-
-// dropBadShares removes the shares of t at indexes bad (ascending, as
-// vss.Recovery.Bad gives them) together with the pending reports that carry
-// them ("bad-share").
-func (p *Partition) dropBadShares(t *tagState, bad []int) {
-	if len(bad) == 0 {
-		return
-	}
-	badX := make(map[[32]byte]bool, len(bad))
-	kept := t.shares[:0]
-	for i, s := range t.shares {
-		if len(bad) > 0 && bad[0] == i {
-			bad = bad[1:]
-			badX[xKey(s)] = true
-			continue
-		}
-		kept = append(kept, s)
-	}
-	t.shares = kept
-	pending := t.pending[:0]
-	for _, r := range t.pending {
-		if badX[xKey(r.share)] {
-			p.Stats.Reports--
-			p.drop("bad-share")
-			continue
-		}
-		pending = append(pending, r)
-	}
-	t.pending = pending
-}
-
-// kill drops every pending report of a group whose commitment does not
-// decode; later reports of the group are dropped on arrival.
-func (p *Partition) kill(t *tagState) {
-	for range t.pending {
-		p.Stats.Reports--
-		p.drop("bad-commitment")
-	}
-	t.dead = true
-	t.pending, t.shares, t.commit, t.commitRaw = nil, nil, nil, nil
-}
-
-// recover tries k-subsets that contain the newest share (older subsets were
-// tried when their last share arrived), in a fixed order, up to MaxAttempts
-// (vss.SearchSubsets); a key is right when it opens one of the pending
-// reports (AEAD check). f(0) comes from vss.Interpolate, as in
-// recoverVerified, so the two differ only by verification (BenchmarkApply
-// compares them).
-func (p *Partition) recover(t *tagState) bool {
-	var key [32]byte
-	_, failed, err := vss.SearchSubsets(t.shares, t.k, MaxAttempts, func(f vss.Polynomial) bool {
-		key = star.KeyFromSecret(t.tag, f.Secret())
-		for _, r := range t.pending {
-			if _, err := star.OpenPayload(key, t.report(r)); err == nil {
-				return true
-			}
-		}
-		return false
-	})
-	p.Stats.FailedRecover += int64(failed)
-	if err != nil {
-		return false
-	}
-	t.key = &key
-	return true
-}
-
-func (p *Partition) open(t *tagState, reports []pendingReport) []protocol.Decrypted {
-	out := make([]protocol.Decrypted, 0, len(reports))
-	for _, pr := range reports {
-		r := t.report(pr)
-		pl, err := star.OpenPayload(*t.key, r)
-		if err != nil {
-			p.drop("bad-ciphertext")
-			continue
-		}
-		p.Stats.Decrypted++
-		out = append(out, protocol.Decrypted{Kind: protocol.KindItem, App: r.App, Epoch: r.Epoch,
-			Policy: r.Policy.String(), K: int(r.K), Tag: hex.EncodeToString(r.Tag[:]),
-			Report: hex.EncodeToString(r.ID[:]), Unit: hex.EncodeToString(pl.Unit[:]),
-			Item: pl.Primary, Variant: pl.Secondary})
-	}
-	return out
-}
-
 func (p *Partition) maxOpenEpochs() int {
 	if p.MaxOpenEpochs > 0 {
 		return p.MaxOpenEpochs
@@ -734,8 +784,7 @@ func (p *Partition) openEpoch(app, epoch string) {
 		return
 	}
 	if e == nil {
-		e = &epochState{app: app, epoch: epoch}
-		p.epochs[ek] = e
+		e = p.newEpoch(app, epoch)
 	}
 	e.open = true
 	p.openPerApp[app]++
@@ -763,25 +812,36 @@ func (p *Partition) closeEpoch(c protocol.EpochClose) []protocol.Decrypted {
 	}
 	type rk struct{ reports, shares uint64 }
 	hist := map[pk]map[rk]uint64{}
-	for gid, t := range p.tags {
-		if t.ep.app != c.App || t.ep.epoch != c.Epoch {
-			continue
-		}
-		if t.key == nil && !t.dead {
-			g := pk{t.policy, t.k}
-			if hist[g] == nil {
-				hist[g] = map[rk]uint64{}
+	e := p.epochs[ek]
+	if e != nil {
+		for gi := int32(0); gi < p.groups.n; gi++ {
+			g := p.group(gi)
+			if !g.used || g.ep != e.idx {
+				continue
 			}
-			reports := uint64(len(t.pending))
+			k := pk{g.policy, int(g.k)}
+			if hist[k] == nil {
+				hist[k] = map[rk]uint64{}
+			}
+			reports := uint64(g.live)
 			if p.CoarseSummary {
 				reports = protocol.SummaryBucket(reports)
 			}
-			hist[g][rk{reports, uint64(len(t.shares))}]++
+			hist[k][rk{reports, uint64(g.shares)}]++
+			p.releaseGroup(gi, g.gid)
 		}
-		delete(p.tags, gid)
-	}
-	p.closed[ek] = true
-	if e := p.epochs[ek]; e != nil {
+		for gid, t := range p.tags {
+			if t.ep == e {
+				delete(p.tags, gid)
+			}
+		}
+		if e.spill != nil {
+			if err := e.spill.close(); err != nil {
+				p.fail(err)
+			}
+			e.spill = nil
+		}
+		p.eps[e.idx] = nil
 		if e.open {
 			p.openPerApp[c.App]--
 			if p.openPerApp[c.App] == 0 {
@@ -790,6 +850,7 @@ func (p *Partition) closeEpoch(c protocol.EpochClose) []protocol.Decrypted {
 		}
 		delete(p.epochs, ek)
 	}
+	p.closed[ek] = true
 	var out []protocol.Decrypted
 	groups := make([]pk, 0, len(hist))
 	for g := range hist {

@@ -125,22 +125,22 @@ func (v *arcVerifier) verify(p *arc.Presentation, presentationContext []byte) er
 // (c, from checkPresentationBytes); with the Service's verifyCache, a
 // client's repeated impressions with the same presentation bytes are
 // verified once.
-func (p *Partition) checkPresentation(t *tagState, r *star.Report, c *reportChecks) string {
+func (p *Partition) checkPresentation(arcOK *map[[32]byte][32]byte, r *star.Report, c *reportChecks) string {
 	if !c.presPresent {
 		return "bad-presentation"
 	}
 	x := xKey(r.Share)
-	if want, ok := t.arcOK[x]; ok && c.quickOK && c.quickTag == want {
+	if want, ok := (*arcOK)[x]; ok && c.quickOK && c.quickTag == want {
 		return ""
 	}
 	if c.presVerdict != "" {
 		return c.presVerdict
 	}
 	p.arcVerified++
-	if t.arcOK == nil {
-		t.arcOK = map[[32]byte][32]byte{}
+	if *arcOK == nil {
+		*arcOK = map[[32]byte][32]byte{}
 	}
-	t.arcOK[x] = c.tag
+	(*arcOK)[x] = c.tag
 	return ""
 }
 

@@ -214,7 +214,7 @@ func aggregateCmd() *cobra.Command {
 	var session time.Duration
 	var maxOpen int
 	var maxPending, maxPendingBytes int64
-	var tokenKeys string
+	var tokenKeys, spillDir string
 	c := &cobra.Command{
 		Use:   "aggregate --key FILE [--kafka ADDR[,ADDR...]] [--token-keys DIR]",
 		Short: "Run the threshold aggregator on Kafka topic reports",
@@ -231,6 +231,11 @@ before clients send. Reports of epochs that are not open are dropped
 (unknown-epoch), and so are reports beyond --max-pending-reports or
 --max-pending-bytes held below threshold per (app, epoch) and partition
 (epoch-full). Every process of a group must use the same bounds.
+
+Memory holds ≈ 140 B per pending report (its id, its share's x, its group);
+the rest (share y, ciphertext: ≈ 350 B) goes to a spill file in --spill-dir,
+one per partition and open epoch, unlinked at creation (nothing stays on disk
+after the process ends) and sealed under a key that exists only in memory.
 
 --token-keys DIR (Privacy Pass): a report is kept only with an unspent report
 token bound to it, and an FT_u report only with an ARC presentation whose tag
@@ -251,6 +256,7 @@ use the same setting.`,
 			s.GroupID = group
 			s.SessionTimeout = session
 			s.MaxOpenEpochs, s.MaxPendingReports, s.MaxPendingBytes = maxOpen, maxPending, maxPendingBytes
+			s.SpillDir = spillDir
 			if tokenKeys != "" {
 				runner.AggregatorTokens(s, tokenKeys)
 			} else {
@@ -267,6 +273,7 @@ use the same setting.`,
 	c.Flags().IntVar(&maxOpen, "max-open-epochs", aggregator.DefaultMaxOpenEpochs, "open epochs per app; an open beyond it is refused (logged)")
 	c.Flags().Int64Var(&maxPending, "max-pending-reports", aggregator.DefaultMaxPendingReports, "reports held below threshold per (app, epoch) and partition; beyond it reports are dropped (epoch-full)")
 	c.Flags().Int64Var(&maxPendingBytes, "max-pending-bytes", aggregator.DefaultMaxPendingBytes, "bytes of those reports per (app, epoch) and partition; beyond it reports are dropped (epoch-full)")
+	c.Flags().StringVar(&spillDir, "spill-dir", "", "directory for the spill files of pending reports (≈ 350 B each on disk); default: the system's temporary directory")
 	addMetricsFlag(c, &metricsAddr)
 
 	var app, epoch string
