@@ -256,7 +256,7 @@ func (p *Partition) spillOf(e *epochState) (spill, error) {
 }
 
 func (p *Partition) group(i int32) *pendingGroup { return p.groups.at(i) }
-func (p *Partition) rep(i int32) *rep               { return p.reps.at(i) }
+func (p *Partition) rep(i int32) *rep            { return p.reps.at(i) }
 
 // newGroup allocates a pending group slot for g and indexes it.
 func (p *Partition) newGroup(g pendingGroup) int32 {
