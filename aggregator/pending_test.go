@@ -279,3 +279,54 @@ func FuzzDecodeSpill(f *testing.F) {
 		}
 	})
 }
+
+// TestServiceReleasesMovedPartitions: a rebalance that leaves a member
+// without a partition it kept closes that partition's state (its pending
+// reports and spill) and forgets its pending-tag count; the partitions it
+// still owns keep theirs. Before, such a state stayed until the partition
+// came back, and PendingTags went on counting it.
+func TestServiceReleasesMovedPartitions(t *testing.T) {
+	key, _ := onion.GenerateKeyPair(1)
+	s := &Service{kept: map[int]keptState{}, pending: map[int]int{}}
+	parts := make([]*Partition, 3)
+	for id := range parts {
+		p := NewPartition(id, 3, []*onion.KeyPair{key})
+		p.SpillDir = t.TempDir()
+		art := fmt.Sprintf("moved artifact %d", id)
+		sec, _ := star.NewUserSecret()
+		sl := sealing(t, art, star.FTa, 5)
+		r, err := sl.Seal(&sec, art, art)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Apply(Message{Value: wrap(t, key, r)})
+		if p.PendingTags() != 1 {
+			t.Fatalf("partition %d: %d pending tags, want 1", id, p.PendingTags())
+		}
+		parts[id] = p
+		s.keep(id, p, 1)
+		s.account(id, p, &totals{})
+	}
+	s.release([]int{1})
+	if len(s.kept) != 1 || s.kept[1].st != parts[1] {
+		t.Fatalf("kept after release: %v, want partition 1 only", s.kept)
+	}
+	if got := s.PendingTags(); got != 1 {
+		t.Fatalf("PendingTags after release %d, want 1 (partition 1's)", got)
+	}
+	for id, p := range parts {
+		open := 0
+		for _, e := range p.eps {
+			if e != nil && e.spill != nil {
+				open++
+			}
+		}
+		if want := map[bool]int{true: 1, false: 0}[id == 1]; open != want {
+			t.Errorf("partition %d: %d open spills, want %d", id, open, want)
+		}
+	}
+	s.release(nil) // an assignment of nothing frees everything
+	if len(s.kept) != 0 || s.PendingTags() != 0 {
+		t.Fatalf("after an empty assignment: kept %v, %d pending tags", s.kept, s.PendingTags())
+	}
+}

@@ -115,6 +115,27 @@ func (s *Service) take(id int, committed int64) *Partition {
 	return nil
 }
 
+// release closes the states kept for partitions that are not in
+// partitions, this member's new assignment: another member owns them now,
+// so they would only be replayed from scratch if they came back (take
+// refuses a state behind the committed offset), and until then they hold
+// their pending state's memory and spill files.
+func (s *Service) release(partitions []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	own := map[int]bool{}
+	for _, id := range partitions {
+		own[id] = true
+	}
+	for id, k := range s.kept {
+		if !own[id] {
+			k.st.Close()
+			delete(s.kept, id)
+			delete(s.pending, id)
+		}
+	}
+}
+
 func (s *Service) isKept(id int, st *Partition) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -182,7 +203,8 @@ func (s *Service) Run(ctx context.Context) error {
 		Balancer: kafka.BalancerFunc(samePartition), RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 2 * time.Millisecond, BatchSize: 1024, BatchBytes: 64 << 20}
 	defer w.Close()
-	return infrakafka.ServeGroup(ctx, s.Brokers, s.GroupID, protocol.ReportsTopic, s.SessionTimeout, log, "aggregator",
+	return infrakafka.ServeGroupAssigned(ctx, s.Brokers, s.GroupID, protocol.ReportsTopic, s.SessionTimeout, log, "aggregator",
+		s.release,
 		func(ctx context.Context, gen *kafka.Generation, id int, committed int64) error {
 			for {
 				err := s.runPartition(ctx, gen, w, id, count, committed, log)

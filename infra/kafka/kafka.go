@@ -359,8 +359,19 @@ func (t *Tail) Stop() error {
 // is unreachable (10 s dial timeout).
 func ServeGroup(ctx context.Context, brokers []string, id, topic string, session time.Duration, log *slog.Logger, role string,
 	serve func(ctx context.Context, gen *kafkago.Generation, partition int, committed int64) error) error {
+	return ServeGroupAssigned(ctx, brokers, id, topic, session, log, role, nil, serve)
+}
+
+// ServeGroupAssigned is ServeGroup that also calls assigned (when not nil)
+// with each generation's partitions of topic, before their serves start:
+// a member learns which partitions it no longer owns (an empty list when it
+// owns none) and can free what it kept for them. Without a group (id "")
+// it is called once with every partition.
+func ServeGroupAssigned(ctx context.Context, brokers []string, id, topic string, session time.Duration, log *slog.Logger, role string,
+	assigned func(partitions []int),
+	serve func(ctx context.Context, gen *kafkago.Generation, partition int, committed int64) error) error {
 	if id == "" {
-		return serveAll(ctx, brokers, topic, log, role, serve)
+		return serveAll(ctx, brokers, topic, log, role, assigned, serve)
 	}
 	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
 		ID: id, Brokers: brokers, Topics: []string{topic},
@@ -381,9 +392,14 @@ func ServeGroup(ctx context.Context, brokers []string, id, topic string, session
 			log.Warn(role+": consumer group", "err", err)
 			continue
 		}
-		var ids []int
+		ids := []int{}
 		for _, a := range gen.Assignments[topic] {
 			ids = append(ids, a.ID)
+		}
+		if assigned != nil {
+			assigned(ids)
+		}
+		for _, a := range gen.Assignments[topic] {
 			gen.Start(func(ctx context.Context) {
 				if err := serve(ctx, gen, a.ID, a.Offset); err != nil && ctx.Err() == nil {
 					log.Error(role+": partition stopped", "partition", a.ID, "err", err)
@@ -397,7 +413,7 @@ func ServeGroup(ctx context.Context, brokers []string, id, topic string, session
 // serveAll is ServeGroup without a group: serve on every partition of
 // topic from its first offset, until ctx ends.
 func serveAll(ctx context.Context, brokers []string, topic string, log *slog.Logger, role string,
-	serve func(ctx context.Context, gen *kafkago.Generation, partition int, committed int64) error) error {
+	assigned func([]int), serve func(ctx context.Context, gen *kafkago.Generation, partition int, committed int64) error) error {
 	conn, err := (&kafkago.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", brokers[0])
 	if err != nil {
 		return fmt.Errorf("%s: dial kafka %s: %w", role, brokers[0], err)
@@ -406,6 +422,13 @@ func serveAll(ctx context.Context, brokers []string, topic string, log *slog.Log
 	conn.Close()
 	if err != nil {
 		return fmt.Errorf("%s: topic %s: %w", role, topic, err)
+	}
+	if assigned != nil {
+		ids := make([]int, len(parts))
+		for i, p := range parts {
+			ids[i] = p.ID
+		}
+		assigned(ids)
 	}
 	var wg sync.WaitGroup
 	for _, p := range parts {

@@ -265,8 +265,10 @@ func TestServeGroupWithoutGroup(t *testing.T) {
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)
+	var assigned []int
 	go func() {
-		done <- ServeGroup(sctx, brokers, "", "t", 0, log, "test",
+		done <- ServeGroupAssigned(sctx, brokers, "", "t", 0, log, "test",
+			func(ids []int) { mu.Lock(); assigned = ids; mu.Unlock() },
 			func(ctx context.Context, gen *kafkago.Generation, p int, from int64) error {
 				if gen != nil {
 					t.Errorf("partition %d: generation %d without a group", p, gen.ID)
@@ -291,6 +293,11 @@ func TestServeGroupWithoutGroup(t *testing.T) {
 			t.Fatalf("only %d of %d records within a minute", len(seen), n)
 		}
 	}
+	mu.Lock()
+	if fmt.Sprint(assigned) != "[0 1 2]" {
+		t.Errorf("assigned %v, want every partition [0 1 2]", assigned)
+	}
+	mu.Unlock()
 	stop()
 	select {
 	case err := <-done:
