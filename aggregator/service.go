@@ -105,10 +105,14 @@ func (s *Service) take(id int, committed int64) *Partition {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k, ok := s.kept[id]
-	delete(s.kept, id)
 	if ok && k.next == committed {
+		// it stays kept: until a batch is applied it is still the state as
+		// of committed, also for a generation that ends before one is
+		// (else a partition with nothing new would be replayed after
+		// every rebalance)
 		return k.st
 	}
+	delete(s.kept, id)
 	if ok {
 		k.st.Close() // another member moved the partition on: this state is stale
 	}
@@ -286,9 +290,6 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				}
 				return fmt.Errorf("fetch partition %d: %w", id, err)
 			}
-			if len(fetched) == 0 {
-				s.keep(id, nil, 0) // st moves past the last commit
-			}
 			msg := Message{Value: m.Value}
 			for _, h := range m.Headers {
 				if h.Key == protocol.ControlHeader {
@@ -301,6 +302,12 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 			}
 		}
 		cancel()
+		if len(fetched) > 0 {
+			// st moves past the last commit. Not before: a generation
+			// that ends while the batch is fetched leaves st exactly at
+			// committed, so it stays kept.
+			s.keep(id, nil, 0)
+		}
 		prepared := st.PrepareBatch(msgs)
 		for i := range fetched {
 			m, pm := &fetched[i], &prepared[i]
@@ -364,6 +371,13 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 			log.Info("aggregator: partition state rebuilt", "partition", id, "pending_tags", st.PendingTags())
 		}
 		if last < committed {
+			if last >= 0 && last+1 == committed {
+				// the replay ended exactly at the commit (nothing new
+				// came yet): st is the state as of committed, so it is
+				// kept for the next generation like a committed one
+				s.keep(id, st, committed)
+				s.account(id, st, &prev)
+			}
 			continue
 		}
 		if len(out) > 0 {

@@ -240,17 +240,30 @@ func TestScaleAggregators(t *testing.T) {
 			if len(asg) == 0 {
 				continue
 			}
-			want := 0
-			for _, p := range asg[len(asg)-1].partitions {
+			// the partitions new to the receiver in its last assignment,
+			// and their rebuilds since then (not an earlier generation's)
+			last := asg[len(asg)-1]
+			isNew := map[int]bool{}
+			for _, p := range last.partitions {
 				if !had[p] {
-					want++
+					isNew[p] = true
 				}
 			}
-			rebuilt := logEvents(receiverLog, "aggregator: partition state rebuilt", at)
+			newOnly := func(evs []logEvent) []logEvent {
+				var out []logEvent
+				for _, e := range evs {
+					if isNew[e.partition] {
+						out = append(out, e)
+					}
+				}
+				return out
+			}
+			want := len(isNew)
+			rebuilt := newOnly(logEvents(receiverLog, "aggregator: partition state rebuilt", last.at))
 			if want == 0 || len(rebuilt) < want {
 				continue
 			}
-			starts := logEvents(receiverLog, "aggregator: rebuilding partition state by replay", at)
+			starts := newOnly(logEvents(receiverLog, "aggregator: rebuilding partition state by replay", last.at))
 			var replay time.Duration
 			for _, r := range rebuilt {
 				for _, s := range starts {
@@ -264,7 +277,11 @@ func TestScaleAggregators(t *testing.T) {
 				asg[0].at.Sub(at).Round(100*time.Millisecond), replay.Round(100*time.Millisecond))
 			return
 		}
-		t.Fatalf("%s: partitions not rebuilt within 3 min (see %s)", what, receiverLog)
+		tail, _ := os.ReadFile(receiverLog)
+		if len(tail) > 4000 {
+			tail = tail[len(tail)-4000:]
+		}
+		t.Fatalf("%s: partitions not rebuilt within 3 min; the end of %s:\n%s", what, receiverLog, tail)
 	}
 	move("crash (SIGKILL, session timeout "+session.String()+")", aLog, owned(aLog), func() { b.stop(syscall.SIGKILL) })
 	move("join (the killed process starts again)", bLog, nil, b.restart)
@@ -450,7 +467,8 @@ func logEvents(path, msg string, since time.Time) []logEvent {
 			v, _, _ = strings.Cut(v, " ")
 			e.partition, _ = strconv.Atoi(v)
 		}
-		if _, v, ok := strings.Cut(l, ` partitions="[`); ok {
+		// slog quotes a list of two or more: partitions="[0 1]", partitions=[1]
+		if _, v, ok := strings.Cut(strings.Replace(l, ` partitions="[`, ` partitions=[`, 1), ` partitions=[`); ok {
 			v, _, _ = strings.Cut(v, "]")
 			for _, s := range strings.Fields(v) {
 				p, _ := strconv.Atoi(s)
