@@ -197,8 +197,8 @@ type loggedEvent struct {
 }
 
 func (h logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (h logRecorder) WithAttrs([]slog.Attr) slog.Handler      { return h }
-func (h logRecorder) WithGroup(string) slog.Handler           { return h }
+func (h logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h logRecorder) WithGroup(string) slog.Handler            { return h }
 func (h logRecorder) Handle(_ context.Context, r slog.Record) error {
 	e := loggedEvent{msg: r.Message, partition: -1}
 	r.Attrs(func(a slog.Attr) bool {
