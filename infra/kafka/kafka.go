@@ -340,6 +340,14 @@ func (t *Tail) Stop() error {
 	return t.Err()
 }
 
+// heartbeatInterval is ServeGroup's heartbeat to the group coordinator.
+// A member learns that the group is rebalancing from a heartbeat's answer,
+// so a join or a graceful leave moves partitions after up to this long
+// (kafka-go's default, 3 s, made the wait most of a small partition's
+// move); two small requests a second per member cost the coordinator
+// nothing that matters.
+const heartbeatInterval = 500 * time.Millisecond
+
 // ServeGroup joins consumer group id on topic and, for every generation,
 // runs serve on its own goroutine for each assigned partition with the
 // partition's committed offset (kafkago.FirstOffset when none was
@@ -376,7 +384,9 @@ func ServeGroupAssigned(ctx context.Context, brokers []string, id, topic string,
 	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
 		ID: id, Brokers: brokers, Topics: []string{topic},
 		StartOffset:       kafkago.FirstOffset,
-		HeartbeatInterval: 2 * time.Second, SessionTimeout: session, RebalanceTimeout: session,
+		// a member learns of a rebalance (another joined or left) at its
+		// next heartbeat: every partition move waits up to one interval
+		HeartbeatInterval: heartbeatInterval, SessionTimeout: session, RebalanceTimeout: session,
 		JoinGroupBackoff: time.Second, WatchPartitionChanges: true,
 	})
 	if err != nil {
