@@ -22,6 +22,22 @@ import (
 	"github.com/crowdlog/crowdlog/protocol/token"
 )
 
+// startBroker starts kfake with its data in dir/kafka and creates the
+// reports and decrypted topics with the given partitions; it stops with
+// the test.
+func startBroker(ctx context.Context, t *testing.T, dir string, partitions int) (*infrakafka.Broker, []string) {
+	t.Helper()
+	kb, err := infrakafka.Start(ctx, filepath.Join(dir, "kafka"), partitions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kb.Close)
+	if err := infrakafka.EnsureTopics(ctx, kb.Addr, partitions, protocol.ReportsTopic, protocol.DecryptedTopic); err != nil {
+		t.Fatal(err)
+	}
+	return kb, []string{kb.Addr}
+}
+
 // TestServiceTokensRestart runs the Service (batches prepared on the
 // pool, applied in order) over kfake with report tokens and ARC: 4
 // artifacts (FT_u, k = 3) reported by 4 credentials each, 2 impressions
@@ -38,15 +54,7 @@ func TestServiceTokensRestart(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	const partitions = 3
-	kb, err := infrakafka.Start(ctx, filepath.Join(dir, "kafka"), partitions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kb.Close()
-	brokers := []string{kb.Addr}
-	if err := infrakafka.EnsureTopics(ctx, kb.Addr, partitions, protocol.ReportsTopic, protocol.DecryptedTopic); err != nil {
-		t.Fatal(err)
-	}
+	kb, brokers := startBroker(ctx, t, dir, partitions)
 	onionKey, _ := onion.GenerateKeyPair(1)
 	reportKey, _ := token.GenerateKey(token.KindReport, "e1")
 	arcKey, _ := arc.GenerateKey(rand.Reader)
@@ -238,15 +246,7 @@ func TestServiceKeepsIdlePartitions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const partitions = 2
-	kb, err := infrakafka.Start(ctx, filepath.Join(t.TempDir(), "kafka"), partitions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kb.Close()
-	brokers := []string{kb.Addr}
-	if err := infrakafka.EnsureTopics(ctx, kb.Addr, partitions, protocol.ReportsTopic, protocol.DecryptedTopic); err != nil {
-		t.Fatal(err)
-	}
+	kb, brokers := startBroker(ctx, t, t.TempDir(), partitions)
 	onionKey, _ := onion.GenerateKeyPair(1)
 	if err := OpenEpoch(ctx, brokers, "query", "e1"); err != nil {
 		t.Fatal(err)
