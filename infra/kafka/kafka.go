@@ -383,7 +383,7 @@ func ServeGroupAssigned(ctx context.Context, brokers []string, id, topic string,
 	}
 	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
 		ID: id, Brokers: brokers, Topics: []string{topic},
-		StartOffset:       kafkago.FirstOffset,
+		StartOffset: kafkago.FirstOffset,
 		// a member learns of a rebalance (another joined or left) at its
 		// next heartbeat: every partition move waits up to one interval
 		HeartbeatInterval: heartbeatInterval, SessionTimeout: session, RebalanceTimeout: session,
