@@ -17,7 +17,8 @@ import (
 // (duplicates), the share's x (distinct users) — and a reference to its
 // spill record, which holds the rest (the share's y, the ciphertext; the
 // group's tag and commitment in its first record). A singleton group costs
-// its map entry, 28 B and 64 B in memory (BenchmarkBoundPendingBytes);
+// its index slots, a pendingGroup and a rep in memory (≈ 135 B,
+// BenchmarkBoundPendingBytes);
 // the spill record is read back when the group reaches k shares, when it
 // opens, and for Pending.
 
@@ -36,10 +37,9 @@ const (
 	repSizeMask = 1<<28 - 1
 )
 
-func (r *rep) size() int64  { return int64(r.meta & repSizeMask) }
-func (r *rep) share() bool  { return r.meta&(repShare|repDropped) == repShare }
-func (r *rep) live() bool   { return r.meta&repDropped == 0 }
-func (r *rep) dropped() int { return int(r.meta>>30) & 1 }
+func (r *rep) size() int64 { return int64(r.meta & repSizeMask) }
+func (r *rep) share() bool { return r.meta&(repShare|repDropped) == repShare }
+func (r *rep) live() bool  { return r.meta&repDropped == 0 }
 
 // pendingGroup is a (tag, commitment) group below threshold.
 type pendingGroup struct {
@@ -273,9 +273,10 @@ func (p *Partition) newGroup(g pendingGroup) int32 {
 	return i
 }
 
-// appendRep appends r to pending group gi with flags (repShare,
-// repDropped), writing its spill record; false after a spill error.
-func (p *Partition) appendRep(gi int32, gid groupID, r *star.Report, size int64, flags uint32) bool {
+// appendRep appends r (x: its share's x, xKey) to pending group gi with
+// flags (repShare, repDropped), writing its spill record; false after a
+// spill error.
+func (p *Partition) appendRep(gi int32, gid groupID, r *star.Report, x *[32]byte, size int64, flags uint32) bool {
 	g := p.group(gi)
 	s, err := p.spillOf(p.eps[g.ep])
 	if err != nil {
@@ -287,9 +288,7 @@ func (p *Partition) appendRep(gi int32, gid groupID, r *star.Report, size int64,
 		p.fail(err)
 		return false
 	}
-	x, _ := r.Share.X.MarshalBinary()
-	nr := rep{id: r.ID, ref: ref, next: -1, meta: uint32(size)&repSizeMask | flags}
-	copy(nr.x[:], x)
+	nr := rep{id: r.ID, x: *x, ref: ref, next: -1, meta: uint32(size)&repSizeMask | flags}
 	var ri int32
 	if p.freeRep >= 0 {
 		ri = p.freeRep

@@ -425,26 +425,24 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 	}
 	e.held++
 	e.heldBytes += size
+	x := xKey(r.Share)
 	if p.ARCKeys != nil && r.Policy == star.FTu {
 		ok := p.pendARC[gid]
-		reason := p.checkPresentation(&ok, r, c)
+		reason := p.checkPresentation(&ok, x, c)
 		if ok != nil {
 			p.pendARC[gid] = ok
 		}
 		if reason != "" {
-			p.appendRep(gi, gid, r, size, repDropped)
+			p.appendRep(gi, gid, r, &x, size, repDropped)
 			p.drop(reason)
 			return nil
 		}
 	}
-	var x [32]byte
-	xb, _ := r.Share.X.MarshalBinary()
-	copy(x[:], xb)
 	if p.hasX(gi, gid, x) {
 		// same user (FT_u) repeating: an impression, not a share; its
 		// y is checked at recovery, its ciphertext by the AEAD
 		p.Stats.Reports++
-		p.appendRep(gi, gid, r, size, 0)
+		p.appendRep(gi, gid, r, &x, size, 0)
 		return nil
 	}
 	if p.group(gi).suspect && !p.noVerify {
@@ -455,18 +453,18 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 			ok, err = com.VerifyShare(r.Share)
 		}
 		if err != nil {
-			p.appendRep(gi, gid, r, size, repDropped)
+			p.appendRep(gi, gid, r, &x, size, repDropped)
 			p.kill(gi, gid, r.Tag)
 			p.drop("bad-commitment")
 			return nil
 		} else if !ok {
-			p.appendRep(gi, gid, r, size, repDropped)
+			p.appendRep(gi, gid, r, &x, size, repDropped)
 			p.drop("bad-share")
 			return nil
 		}
 	}
 	p.Stats.Reports++
-	if !p.appendRep(gi, gid, r, size, repShare) {
+	if !p.appendRep(gi, gid, r, &x, size, repShare) {
 		return nil
 	}
 	if int(p.group(gi).shares) < int(r.K) {
@@ -489,7 +487,7 @@ func (p *Partition) applyOpened(t *tagState, r *star.Report, c *reportChecks, si
 		return nil
 	}
 	if p.ARCKeys != nil && r.Policy == star.FTu {
-		if reason := p.checkPresentation(&t.arcOK, r, c); reason != "" {
+		if reason := p.checkPresentation(&t.arcOK, xKey(r.Share), c); reason != "" {
 			p.drop(reason)
 			return nil
 		}
@@ -517,7 +515,8 @@ func (p *Partition) recoverGroup(gi int32, gid groupID, r *star.Report) []protoc
 	g := p.group(gi)
 	e := p.eps[g.ep]
 	var shares []vss.Share
-	var at []int32 // rep of each share
+	var at []int32    // rep of each share
+	var atCt [][]byte // ciphertext of each share's report (its spill record, read once)
 	for i := g.head; i >= 0; i = p.rep(i).next {
 		if !p.rep(i).share() {
 			continue
@@ -531,7 +530,7 @@ func (p *Partition) recoverGroup(gi int32, gid groupID, r *star.Report) []protoc
 			p.fail(err)
 			return nil
 		}
-		shares, at = append(shares, s), append(at, i)
+		shares, at, atCt = append(shares, s), append(at, i), append(atCt, sp.ct)
 	}
 	var key [32]byte
 	var poly *vss.Polynomial
@@ -579,21 +578,31 @@ func (p *Partition) recoverGroup(gi int32, gid groupID, r *star.Report) []protoc
 	}
 	var opened []int32
 	var cts [][]byte
+	next := 0 // in at: the shares come in chain order
 	for i := g.head; i >= 0; i = p.rep(i).next {
 		rp := p.rep(i)
 		t.seen.add(rp.id)
 		e.held-- // recovered: what it holds no longer counts against the epoch's bounds
 		e.heldBytes -= rp.size()
-		if !rp.live() {
+		share := next < len(at) && at[next] == i
+		if share {
+			next++
+		}
+		if !rp.live() { // a share dropped as bad above, or dropped on arrival
 			continue
 		}
+		if share {
+			opened, cts = append(opened, i), append(cts, atCt[next-1])
+			continue
+		}
+		// a repeat (the shares' own records were read above)
 		sp, err := p.load(e, i)
 		if err != nil {
 			p.fail(err)
 			return nil
 		}
-		if !rp.share() && !p.noVerify {
-			// a repeat: only one y lies on the polynomial at x
+		if !p.noVerify {
+			// only one y lies on the polynomial at x
 			if s, ok := byX[rp.x]; !ok || !bytes.Equal(scalarBytes(s.Y), sp.y) {
 				p.dropRep(gi, gid, i, "bad-share")
 				continue

@@ -2,7 +2,6 @@ package aggregator
 
 import (
 	"github.com/crowdlog/crowdlog/protocol/arc"
-	"github.com/crowdlog/crowdlog/protocol/star"
 	"github.com/crowdlog/crowdlog/protocol/token"
 )
 
@@ -112,7 +111,8 @@ func (v *arcVerifier) verify(p *arc.Presentation, presentationContext []byte) er
 	return v.key.VerifyPresentation(p, presentationContext, 1)
 }
 
-// checkPresentation judges an FT_u report's ARC presentation and returns
+// checkPresentation judges an FT_u report's ARC presentation (x: its
+// share's x, xKey) and returns
 // the drop reason, or "": it must verify under the epoch's ARC key for the
 // presentation context of the report's own fields (star.Report.ARCContext:
 // "crowdlog-v1 arc" ‖ release context ‖ tag) with limit 1 — one
@@ -125,11 +125,10 @@ func (v *arcVerifier) verify(p *arc.Presentation, presentationContext []byte) er
 // (c, from checkPresentationBytes); with the Service's verifyCache, a
 // client's repeated impressions with the same presentation bytes are
 // verified once.
-func (p *Partition) checkPresentation(arcOK *map[[32]byte][32]byte, r *star.Report, c *reportChecks) string {
+func (p *Partition) checkPresentation(arcOK *map[[32]byte][32]byte, x [32]byte, c *reportChecks) string {
 	if !c.presPresent {
 		return "bad-presentation"
 	}
-	x := xKey(r.Share)
 	if want, ok := (*arcOK)[x]; ok && c.quickOK && c.quickTag == want {
 		return ""
 	}

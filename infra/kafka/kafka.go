@@ -343,9 +343,9 @@ func (t *Tail) Stop() error {
 // heartbeatInterval is ServeGroup's heartbeat to the group coordinator.
 // A member learns that the group is rebalancing from a heartbeat's answer,
 // so a join or a graceful leave moves partitions after up to this long
-// (kafka-go's default, 3 s, made the wait most of a small partition's
-// move); two small requests a second per member cost the coordinator
-// nothing that matters.
+// (at 2 s the wait was most of a small partition's move; kafka-go's
+// default is 3 s); two small requests a second per member cost the
+// coordinator nothing that matters.
 const heartbeatInterval = 500 * time.Millisecond
 
 // ServeGroup joins consumer group id on topic and, for every generation,
