@@ -369,18 +369,7 @@ func BenchmarkBoundPendingBytes(b *testing.B) {
 		p.SpillDir = dir
 		p.MaxPendingReports, p.MaxPendingBytes = int64(n)+1, 1<<50
 		before, rssBefore := heapInuse(), rss(b)
-		r := *model
-		r.Ciphertext = make([]byte, 100)
-		for i := 0; i < n; i++ {
-			rand.Read(r.Tag[:])
-			rand.Read(r.ID[:])
-			rand.Read(r.Ciphertext)
-			r.Share.X, r.Share.Y = protocol.G.RandomNonZeroScalar(rand.Reader), protocol.G.RandomScalar(rand.Reader)
-			p.ApplyReport(&r)
-			if i%1_000_000 == 999_999 {
-				b.Logf("%d pending reports", i+1)
-			}
-		}
+		applyPending(b, p, model, n)
 		after, rssAfter := heapInuse(), rss(b)
 		if err := profile.WriteHeap(); err != nil { // what the pending state is made of
 			b.Fatal(err)
@@ -401,6 +390,24 @@ func BenchmarkBoundPendingBytes(b *testing.B) {
 		b.ReportMetric((float64(rssAfter)-float64(rssBefore))/float64(n), "rss-B/report")
 		b.ReportMetric(float64(disk)/float64(n), "spill-B/report")
 		p.Close()
+	}
+}
+
+// applyPending applies n reports shaped like model (its app, epoch,
+// policy, k and commitment) to p, each with a random tag, id, share and
+// 100-byte ciphertext: n singleton groups below threshold.
+func applyPending(b *testing.B, p *Partition, model *star.Report, n int) {
+	r := *model
+	r.Ciphertext = make([]byte, 100)
+	for i := 0; i < n; i++ {
+		rand.Read(r.Tag[:])
+		rand.Read(r.ID[:])
+		rand.Read(r.Ciphertext)
+		r.Share.X, r.Share.Y = protocol.G.RandomNonZeroScalar(rand.Reader), protocol.G.RandomScalar(rand.Reader)
+		p.ApplyReport(&r)
+		if i%1_000_000 == 999_999 {
+			b.Logf("%d pending reports", i+1)
+		}
 	}
 }
 

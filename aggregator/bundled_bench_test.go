@@ -17,36 +17,8 @@ import (
 // messages. ω comes from star.LocalOmega (hash mode) to keep the setup
 // short; it does not change the aggregator's work.
 func BenchmarkApplyBundledLog(b *testing.B) {
-	const users, k = 200, 5
 	key, _ := onion.GenerateKeyPair(1)
-	var msgs [][]byte
-	sealings := map[string]star.Sealing{}
-	n := 0
-	_, err := aol.ReadUsers("../testdata/aol-top1000.tsv.gz", func(u aol.User) error {
-		if n++; n > users {
-			return nil
-		}
-		sec, _ := star.NewUserSecret()
-		for _, a := range (apps.QueryApp{}).Mine(u.Records) {
-			s, ok := sealings[a.Primary]
-			if !ok {
-				var err error
-				if s, err = star.DeriveSealing(star.LocalOmega("query", "e1", a.Primary), "query", "e1", star.FTu, k); err != nil {
-					return err
-				}
-				sealings[a.Primary] = s
-			}
-			r, err := s.Seal(&sec, a.Primary, a.Secondary)
-			if err != nil {
-				return err
-			}
-			msgs = append(msgs, wrap(b, key, r))
-		}
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	msgs := bundledLayers(b, key, 200)
 	run := func(noVerify bool) (time.Duration, int64) {
 		start := time.Now()
 		p := NewPartition(0, 1, []*onion.KeyPair{key})
@@ -74,4 +46,40 @@ func BenchmarkApplyBundledLog(b *testing.B) {
 	b.ReportMetric(float64(with.Nanoseconds())/float64(reports), "verify-ns/report")
 	b.ReportMetric(float64(without.Nanoseconds())/float64(reports), "noverify-ns/report")
 	b.ReportMetric(100*float64(without)/float64(with), "verify-%")
+}
+
+// bundledLayers is the query reports (FT_u, k = 5, epoch e1) of the first
+// users of the bundled AOL log in log order, each wrapped in key's onion
+// layer; ω comes from star.LocalOmega (hash mode).
+func bundledLayers(t testing.TB, key *onion.KeyPair, users int) [][]byte {
+	const k = 5
+	var msgs [][]byte
+	sealings := map[string]star.Sealing{}
+	n := 0
+	_, err := aol.ReadUsers("../testdata/aol-top1000.tsv.gz", func(u aol.User) error {
+		if n++; n > users {
+			return nil
+		}
+		sec, _ := star.NewUserSecret()
+		for _, a := range (apps.QueryApp{}).Mine(u.Records) {
+			s, ok := sealings[a.Primary]
+			if !ok {
+				var err error
+				if s, err = star.DeriveSealing(star.LocalOmega("query", "e1", a.Primary), "query", "e1", star.FTu, k); err != nil {
+					return err
+				}
+				sealings[a.Primary] = s
+			}
+			r, err := s.Seal(&sec, a.Primary, a.Secondary)
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, wrap(t, key, r))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msgs
 }

@@ -243,6 +243,10 @@ func (p *Partition) spillOf(e *epochState) (spill, error) {
 	if e.spill != nil {
 		return e.spill, nil
 	}
+	if p.snap != nil {
+		e.spill = &fileSpill{store: p.snap, dir: p.snap.dir(p.ID)}
+		return e.spill, nil
+	}
 	if p.SpillDir == "" {
 		e.spill = &memSpill{}
 		return e.spill, nil
@@ -317,16 +321,22 @@ func (p *Partition) appendRep(gi int32, gid groupID, r *star.Report, x *[32]byte
 			bg.xs[nr.x] = struct{}{}
 		}
 	} else if g.n > idSetFew {
-		bg := &bigGroup{ids: make(map[[16]byte]struct{}, 2*idSetFew), xs: map[[32]byte]struct{}{}}
-		for i := g.head; i >= 0; i = p.rep(i).next {
-			bg.ids[p.rep(i).id] = struct{}{}
-			if p.rep(i).share() {
-				bg.xs[p.rep(i).x] = struct{}{}
-			}
-		}
-		p.big[gid] = bg
+		p.indexBig(gi)
 	}
 	return true
+}
+
+// indexBig builds the bigGroup of pending group gi from its chain.
+func (p *Partition) indexBig(gi int32) {
+	g := p.group(gi)
+	bg := &bigGroup{ids: make(map[[16]byte]struct{}, max(2*idSetFew, int(g.n))), xs: map[[32]byte]struct{}{}}
+	for i := g.head; i >= 0; i = p.rep(i).next {
+		bg.ids[p.rep(i).id] = struct{}{}
+		if p.rep(i).share() {
+			bg.xs[p.rep(i).x] = struct{}{}
+		}
+	}
+	p.big[g.gid] = bg
 }
 
 // hasID reports whether pending group gi remembers report id.

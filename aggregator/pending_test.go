@@ -211,15 +211,7 @@ func TestAttackSpillFileTheft(t *testing.T) {
 		}
 		image = append(image, b...)
 	}
-	found := func(img []byte) (n int) {
-		for _, tag := range tags {
-			if bytes.Contains(img, tag[:]) {
-				n++
-			}
-		}
-		return n
-	}
-	got, control := found(image), found(plain.Bytes())
+	got, control := countTags(image, tags), countTags(plain.Bytes(), tags)
 	entropy := byteEntropy(image)
 	fmt.Printf("ATTACK spill-file-theft: the disk image of %d pending groups' spill (%d B) shows %d of %d tags (%.3f bits/byte); an unsealed spill would show %d of %d\n",
 		len(tags), len(image), got, len(tags), entropy, control, len(tags))
@@ -229,6 +221,16 @@ func TestAttackSpillFileTheft(t *testing.T) {
 	if got != 0 {
 		t.Fatalf("the disk image shows %d tags of pending groups", got)
 	}
+}
+
+// countTags is the number of tags found in img, a thief's search.
+func countTags(img []byte, tags [][32]byte) (n int) {
+	for _, tag := range tags {
+		if bytes.Contains(img, tag[:]) {
+			n++
+		}
+	}
+	return n
 }
 
 // byteEntropy is the Shannon entropy of b's byte histogram in bits per

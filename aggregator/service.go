@@ -26,8 +26,10 @@ import (
 // Service runs Partition state machines over a Kafka consumer group on the
 // reports topic. Restart safety: the offset committed for a partition is
 // always after the outputs of every message before it were acknowledged by
-// Kafka; on (re)assignment the partition is replayed from its first offset to
-// rebuild state, emitting only for messages at or after the committed offset.
+// Kafka; on (re)assignment the partition is replayed from its first offset
+// (with SnapshotDir: from its newest snapshot at or below the committed
+// offset, snapshot.go) to rebuild state, emitting only for messages at or
+// after the committed offset.
 // Outputs re-emitted after a crash (between write and commit) are duplicates
 // by report id, which the release stage drops. So a SIGKILL at any point
 // loses nothing and counts nothing twice. State moves with a partition to
@@ -75,12 +77,30 @@ type Service struct {
 	// only in memory); "": os.TempDir(). It needs room for the epoch's
 	// pending reports, ≈ 350 B each.
 	SpillDir string
+	// SnapshotDir, when set, is where partition snapshots go
+	// (snapshot.go): every SnapshotEvery applied messages, after a commit,
+	// a partition's state is written there, sealed under a key derived from
+	// Keys[0], with its pending reports' spill in segment files beside it
+	// (SpillDir is then unused). A member that receives a partition
+	// restores its newest snapshot at or below the committed offset and
+	// replays only the messages after it, so a move costs the restore
+	// (≈ 1 s per million pending reports) plus at most SnapshotEvery
+	// messages, not the epoch. Share it between the members (a network
+	// volume) for moves between hosts; a member that finds no snapshot it
+	// can read replays from the first offset. "": off.
+	SnapshotDir string
+	// SnapshotEvery is the number of messages applied between two
+	// snapshots of a partition; default 20,000.
+	SnapshotEvery int
 
 	Reports, Decrypted, Dropped atomic.Int64 // totals over all partitions
 	mu                          sync.Mutex
 	pending                     map[int]int // pending tags per owned partition
 	kept                        map[int]keptState
 	cache                       *verifyCache // verified tokens and presentations, shared by the partitions
+	snap                        *snapStore   // SnapshotDir
+	snapBusy                    map[int]bool // partitions whose snapshot is being written
+	Snapshots, Restores         atomic.Int64 // snapshots written, partitions restored from one
 }
 
 // keptState is a partition's state exactly as of offset next (every message
@@ -196,6 +216,16 @@ func (s *Service) Run(ctx context.Context) error {
 	s.pending = map[int]int{}
 	s.kept = map[int]keptState{}
 	s.cache = newVerifyCache(defaultVerifyCacheEntries)
+	s.snapBusy = map[int]bool{}
+	if s.SnapshotEvery <= 0 {
+		s.SnapshotEvery = 20_000
+	}
+	if s.SnapshotDir != "" && len(s.Keys) > 0 {
+		var err error
+		if s.snap, err = newSnapStore(s.SnapshotDir, s.Keys[0]); err != nil {
+			return err
+		}
+	}
 	count, err := partitionCount(ctx, s.Brokers[0], protocol.ReportsTopic)
 	if err != nil {
 		return err
@@ -210,8 +240,8 @@ func (s *Service) Run(ctx context.Context) error {
 	return infrakafka.ServeGroupAssigned(ctx, s.Brokers, s.GroupID, protocol.ReportsTopic, s.SessionTimeout, log, "aggregator",
 		s.release,
 		func(ctx context.Context, gen *kafka.Generation, id int, committed int64) error {
-			for {
-				err := s.runPartition(ctx, gen, w, id, count, committed, log)
+			for restore := true; ; restore = false { // after a spill failure, replay: the snapshot's segments may be what failed
+				err := s.runPartition(ctx, gen, w, id, count, committed, restore, log)
 				var se *spillError
 				if !errors.As(err, &se) {
 					return err
@@ -238,7 +268,7 @@ func samePartition(m kafka.Message, partitions ...int) int {
 	return partitions[0]
 }
 
-func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *kafka.Writer, id, count int, committed int64, log *slog.Logger) error {
+func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *kafka.Writer, id, count int, committed int64, restore bool, log *slog.Logger) error {
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: s.Brokers, Topic: protocol.ReportsTopic, Partition: id,
 		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: s.MaxWait})
 	defer r.Close()
@@ -249,7 +279,24 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 	from := int64(kafka.FirstOffset)
 	if st != nil {
 		from = committed // state kept from our own last commit: no replay
-	} else {
+	} else if s.snap != nil && restore && committed > 0 {
+		start := time.Now()
+		var at int64
+		st, at = s.snap.restore(id, count, committed, func() *Partition { return s.newPartition(id, count) },
+			func(offset int64, err error) {
+				log.Warn("aggregator: snapshot skipped; trying an older one, else replaying", "partition", id, "offset", offset, "err", err)
+			})
+		if st != nil {
+			from = at
+			s.Restores.Add(1)
+			log.Info("aggregator: partition state restored from snapshot", "partition", id, "offset", at, "until", committed,
+				"pending_tags", st.PendingTags(), "took", time.Since(start).Round(time.Millisecond))
+			if at == committed {
+				log.Info("aggregator: partition state rebuilt", "partition", id, "pending_tags", st.PendingTags())
+			}
+		}
+	}
+	if st == nil {
 		st = s.newPartition(id, count)
 	}
 	defer func() {
@@ -264,13 +311,15 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 	pheader := []byte(strconv.Itoa(id))
 	replaying := committed > 0 && from != committed
 	if replaying {
-		log.Info("aggregator: rebuilding partition state by replay", "partition", id, "until", committed)
+		log.Info("aggregator: rebuilding partition state by replay", "partition", id, "from", from, "until", committed)
 	}
 	var fetched []kafka.Message
 	var msgs []Message
+	applied := 0 // messages applied since the last snapshot
 	for {
 		var out []kafka.Message
 		last := int64(-1)
+		closedEpoch := false // the batch closed an epoch
 		// Fetch the batch first (up to MaxBatch messages within MaxWait;
 		// a control message ends it, so an epoch close is flushed
 		// promptly), prepare it on the process's pool (Prepare: HPKE,
@@ -309,6 +358,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 			s.keep(id, nil, 0)
 		}
 		prepared := st.PrepareBatch(msgs)
+		applied += len(fetched)
 		for i := range fetched {
 			m, pm := &fetched[i], &prepared[i]
 			last = m.Offset
@@ -357,6 +407,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				out = append(out, kafka.Message{Value: b, Headers: []kafka.Header{{Key: protocol.PartitionHeader, Value: pheader}}})
 			}
 			if emits != nil && emits[len(emits)-1].Kind == protocol.KindClosed {
+				closedEpoch = true
 				c := emits[len(emits)-1]
 				log.Info("aggregator: epoch closed", "partition", id, "app", c.App, "epoch", c.Epoch, "offset", m.Offset,
 					"reports", st.Stats.Reports, "decrypted", st.Stats.Decrypted, "dropped", st.Stats.Dropped)
@@ -391,7 +442,63 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 		committed = last + 1
 		s.keep(id, st, committed)
 		s.account(id, st, &prev)
+		// after an epoch close, a snapshot that replaces every older one
+		// (they hold the closed epoch's pending state; its spill segments
+		// were deleted at the close)
+		if s.snap != nil && (applied >= s.SnapshotEvery || closedEpoch) && s.snapshot(ctx, id, count, st, committed, closedEpoch, log) {
+			applied = 0
+		}
 	}
+}
+
+// snapshot encodes st, the state of partition id as of offset (its
+// commit), and writes it in the background; false when the previous
+// snapshot of the partition is still being written (the next commit
+// tries again) or the state does not encode (its spill failed: the loop
+// sees st.Err).
+//
+// only (after an epoch close) waits up to 30 s for the previous snapshot
+// instead, and the new one replaces every older one.
+func (s *Service) snapshot(ctx context.Context, id, count int, st *Partition, offset int64, only bool, log *slog.Logger) bool {
+	for wait := time.Now().Add(30 * time.Second); ; {
+		s.mu.Lock()
+		busy := s.snapBusy[id]
+		if !busy {
+			s.snapBusy[id] = true
+		}
+		s.mu.Unlock()
+		if !busy {
+			break
+		}
+		if !only || time.Now().After(wait) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	state, segs, err := st.encodeState()
+	if err != nil {
+		s.mu.Lock()
+		delete(s.snapBusy, id)
+		s.mu.Unlock()
+		return false
+	}
+	encoded := time.Since(start)
+	go func() {
+		defer func() {
+			s.mu.Lock()
+			delete(s.snapBusy, id)
+			s.mu.Unlock()
+		}()
+		if err := s.snap.write(id, count, offset, state, segs, only); err != nil {
+			log.Warn("aggregator: snapshot not written; a move of this partition replays from the previous one", "partition", id, "offset", offset, "err", err)
+			return
+		}
+		s.Snapshots.Add(1)
+		log.Debug("aggregator: snapshot written", "partition", id, "offset", offset, "bytes", len(state),
+			"encode", encoded.Round(time.Millisecond), "took", time.Since(start).Round(time.Millisecond))
+	}()
+	return true
 }
 
 func (s *Service) account(id int, st *Partition, prev *totals) {
@@ -458,6 +565,7 @@ func (s *Service) newPartition(id, count int) *Partition {
 		st.SpillDir = os.TempDir()
 	}
 	st.cache = s.cache
+	st.snap = s.snap
 	return st
 }
 

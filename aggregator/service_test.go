@@ -155,13 +155,30 @@ func TestServiceTokensRestart(t *testing.T) {
 	if err := CloseEpoch(ctx, brokers, "query", "e1"); err != nil {
 		t.Fatal(err)
 	}
-	items, closed, summaries := map[string]bool{}, map[int]bool{}, 0
 	tail := infrakafka.ReadTopic(ctx, brokers, protocol.DecryptedTopic, "test", slog.New(slog.DiscardHandler))
 	defer tail.Stop()
 	s3 := newService()
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() { _ = s3.Run(sctx) }()
+	items, summaries := readUntilClosed(t, tail, partitions)
+	if len(items) != len(good) || len(summaries) != 0 {
+		t.Errorf("%d distinct items, %d summaries; want the %d good reports, none", len(items), len(summaries), len(good))
+	}
+	for id := range items {
+		if !good[id] {
+			t.Errorf("item of report %s, which was not a good report", id)
+		}
+	}
+}
+
+// readUntilClosed reads the decrypted topic through tail until every one
+// of partitions has emitted its closed marker (90 s at most) and returns
+// the items' report ids and the summaries.
+func readUntilClosed(t *testing.T, tail *infrakafka.Tail, partitions int) (map[string]bool, []protocol.Decrypted) {
+	t.Helper()
+	items, closed := map[string]bool{}, map[int]bool{}
+	var summaries []protocol.Decrypted
 	deadline := time.After(90 * time.Second)
 	for len(closed) < partitions {
 		select {
@@ -176,20 +193,13 @@ func TestServiceTokensRestart(t *testing.T) {
 			case protocol.KindClosed:
 				closed[d.Partition] = true
 			case protocol.KindSummary:
-				summaries++
+				summaries = append(summaries, d)
 			}
 		case <-deadline:
 			t.Fatalf("closed markers of %d of %d partitions in 90 s", len(closed), partitions)
 		}
 	}
-	if len(items) != len(good) || summaries != 0 {
-		t.Errorf("%d distinct items, %d summaries; want the %d good reports, none", len(items), summaries, len(good))
-	}
-	for id := range items {
-		if !good[id] {
-			t.Errorf("item of report %s, which was not a good report", id)
-		}
-	}
+	return items, summaries
 }
 
 // logRecorder is a slog.Handler that keeps each record's message and its

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -23,6 +24,9 @@ type spill interface {
 	put(b []byte) (uint64, error)
 	get(ref uint64) ([]byte, error)
 	close() error
+	// discard closes the store and deletes what it keeps on disk (its
+	// epoch closed): no snapshot needs it any more
+	discard() error
 }
 
 // memSpill keeps records in 1 MiB chunks of the heap: a few allocations
@@ -58,25 +62,54 @@ func (m *memSpill) get(ref uint64) ([]byte, error) {
 	return append([]byte(nil), c[4:4+n]...), nil
 }
 
-func (m *memSpill) close() error { m.chunks = nil; return nil }
+func (m *memSpill) close() error   { m.chunks = nil; return nil }
+func (m *memSpill) discard() error { return m.close() }
 
-// fileSpill keeps records in a file of its own in a directory, unlinked
-// as soon as it is created, so it disappears with the process whatever
-// way it ends (a SIGKILL included) and no other process can open it. Each
-// record is sealed with ChaCha20-Poly1305 (RFC 8439) under a key drawn
-// when the file is created and held only in this process's memory, with
-// the record's offset as nonce: the file alone — a disk image, a backup
-// — reveals nothing of the reports, and a record changed on disk fails
-// get instead of entering a recovery. ref = the record's offset; a record
-// is a u32 length and the sealed bytes. Writes are buffered in memory up
-// to 1 MiB and read back from the buffer until flushed.
+// fileSpill keeps records in files, each record sealed with
+// ChaCha20-Poly1305 (RFC 8439) under its file's key with the record's
+// offset as nonce: the file alone — a disk image, a backup — reveals
+// nothing of the reports, and a record changed on disk fails get instead of
+// entering a recovery. A record is a u32 length and the sealed bytes.
+// Writes are buffered in memory up to 1 MiB and read back from the buffer
+// until flushed.
+//
+// Without snapshots (store nil) it is one file, unlinked as soon as it is
+// created, so it disappears with the process whatever way it ends (a
+// SIGKILL included) and no other process can open it, under a key drawn
+// when it is created and held only in this process's memory; ref = the
+// record's offset.
+//
+// With snapshots (snapshot.go) the files are segments named by a random
+// id in the partition's snapshot directory, each under a key derived from
+// the aggregator's onion key and its id (snapStore.segmentAEAD), so the
+// member that takes the partition over opens the segments a snapshot
+// lists. Segments are written by one process only: a restored spill reads
+// the listed segments (prev) and appends to a new one of its own. ref =
+// segment index << refSegShift | offset.
 type fileSpill struct {
-	f       *os.File
-	aead    cipher.AEAD
-	size    int64  // bytes written to f
-	buf     []byte // records after size, not yet written
+	f       *os.File    // the segment written to; nil until the first put (snapshots)
+	aead    cipher.AEAD // its key
+	size    int64       // bytes written to f
+	buf     []byte      // records after size, not yet written
 	scratch []byte
+	store   *snapStore // nil: one unlinked file under a random key
+	dir     string     // the partition's snapshot directory (store set)
+	id      [16]byte   // f's segment id (store set)
+	prev    []*segment // earlier segments, read only (store set)
 }
+
+// segment is a read-only spill segment listed by a snapshot: records below
+// size only.
+type segment struct {
+	f    *os.File
+	id   [16]byte
+	aead cipher.AEAD
+	size int64
+}
+
+// refSegShift splits a fileSpill reference into segment index and offset
+// (segments up to 256 TiB).
+const refSegShift = 48
 
 // newFileSpill creates an unlinked spill file in dir.
 func newFileSpill(dir string) (*fileSpill, error) {
@@ -101,13 +134,18 @@ func newFileSpill(dir string) (*fileSpill, error) {
 	return &fileSpill{f: f, aead: a, buf: make([]byte, 0, spillChunk)}, nil
 }
 
-func (s *fileSpill) nonce(off int64) []byte {
+func spillNonce(off int64) []byte {
 	var n [chacha20poly1305.NonceSize]byte
 	binary.BigEndian.PutUint64(n[4:], uint64(off))
 	return n[:]
 }
 
 func (s *fileSpill) put(b []byte) (uint64, error) {
+	if s.f == nil {
+		if err := s.newSegment(); err != nil {
+			return 0, err
+		}
+	}
 	off := s.size + int64(len(s.buf))
 	sealed := len(b) + s.aead.Overhead()
 	if len(s.buf) > 0 && len(s.buf)+4+sealed > cap(s.buf) {
@@ -116,13 +154,35 @@ func (s *fileSpill) put(b []byte) (uint64, error) {
 		}
 	}
 	s.buf = binary.BigEndian.AppendUint32(s.buf, uint32(sealed))
-	s.buf = s.aead.Seal(s.buf, s.nonce(off), b, nil)
-	return uint64(off), nil
+	s.buf = s.aead.Seal(s.buf, spillNonce(off), b, nil)
+	return uint64(len(s.prev))<<refSegShift | uint64(off), nil
+}
+
+// newSegment starts the segment this spill writes to (snapshots).
+func (s *fileSpill) newSegment() error {
+	if s.store == nil {
+		return errors.New("aggregator: spill file closed")
+	}
+	if _, err := rand.Read(s.id[:]); err != nil {
+		return err
+	}
+	f, err := s.store.createSegment(s.dir, s.id)
+	if err != nil {
+		return err
+	}
+	s.f, s.aead, s.size = f, s.store.segmentAEAD(s.id), 0
+	if s.buf == nil {
+		s.buf = make([]byte, 0, spillChunk)
+	}
+	return nil
 }
 
 func (s *fileSpill) flush() error {
+	if len(s.buf) == 0 {
+		return nil
+	}
 	if _, err := s.f.WriteAt(s.buf, s.size); err != nil {
-		return fmt.Errorf("aggregator: write spill file (is its disk full? --spill-dir): %w", err)
+		return fmt.Errorf("aggregator: write spill file (is its disk full? --spill-dir, --snapshot-dir): %w", err)
 	}
 	s.size += int64(len(s.buf))
 	s.buf = s.buf[:0]
@@ -130,34 +190,103 @@ func (s *fileSpill) flush() error {
 }
 
 func (s *fileSpill) get(ref uint64) ([]byte, error) {
-	off := int64(ref)
+	seg, off := int(ref>>refSegShift), int64(ref&(1<<refSegShift-1))
+	f, aead, size, buf := s.f, s.aead, s.size, s.buf
+	switch {
+	case seg < len(s.prev):
+		g := s.prev[seg]
+		f, aead, size, buf = g.f, g.aead, g.size, nil
+	case seg > len(s.prev) || s.f == nil:
+		return nil, fmt.Errorf("aggregator: spill reference %#x out of range", ref)
+	}
 	var rec []byte
-	if off >= s.size {
-		i := off - s.size
-		if i+4 > int64(len(s.buf)) {
-			return nil, fmt.Errorf("aggregator: spill reference %d out of range", ref)
+	if off >= size {
+		i := off - size
+		if i+4 > int64(len(buf)) {
+			return nil, fmt.Errorf("aggregator: spill reference %#x out of range", ref)
 		}
-		n := int64(binary.BigEndian.Uint32(s.buf[i:]))
-		rec = s.buf[i+4 : i+4+n]
+		n := int64(binary.BigEndian.Uint32(buf[i:]))
+		if i+4+n > int64(len(buf)) {
+			return nil, fmt.Errorf("aggregator: spill reference %#x out of range", ref)
+		}
+		rec = buf[i+4 : i+4+n]
 	} else {
 		var h [4]byte
-		if _, err := s.f.ReadAt(h[:], off); err != nil {
+		if _, err := f.ReadAt(h[:], off); err != nil {
 			return nil, fmt.Errorf("aggregator: read spill file: %w", err)
 		}
-		n := int(binary.BigEndian.Uint32(h[:]))
-		if cap(s.scratch) < n {
+		n := int64(binary.BigEndian.Uint32(h[:]))
+		if off+4+n > size {
+			return nil, fmt.Errorf("aggregator: spill reference %#x: a record of %d bytes past its segment's %d", ref, n, size)
+		}
+		if int64(cap(s.scratch)) < n {
 			s.scratch = make([]byte, n)
 		}
 		rec = s.scratch[:n]
-		if _, err := s.f.ReadAt(rec, off+4); err != nil {
+		if _, err := f.ReadAt(rec, off+4); err != nil {
 			return nil, fmt.Errorf("aggregator: read spill file: %w", err)
 		}
 	}
-	pt, err := s.aead.Open(nil, s.nonce(off), rec, nil)
+	pt, err := aead.Open(nil, spillNonce(off), rec, nil)
 	if err != nil {
 		return nil, errors.New("aggregator: a spill record does not authenticate (the spill file was changed on disk)")
 	}
 	return pt, nil
 }
 
-func (s *fileSpill) close() error { s.buf = nil; return s.f.Close() }
+// segments flushes the spill and lists its segments with their sizes: the
+// spill as a snapshot records it (store set).
+func (s *fileSpill) segments() ([]segmentRef, error) {
+	var out []segmentRef
+	for _, g := range s.prev {
+		out = append(out, segmentRef{id: g.id, size: g.size})
+	}
+	if s.f != nil {
+		if err := s.flush(); err != nil {
+			return nil, err
+		}
+		out = append(out, segmentRef{id: s.id, size: s.size})
+	}
+	return out, nil
+}
+
+func (s *fileSpill) discard() error {
+	var names []string
+	if s.store != nil {
+		for _, g := range s.prev {
+			names = append(names, filepath.Join(s.dir, segName(g.id)))
+		}
+		if s.f != nil {
+			names = append(names, filepath.Join(s.dir, segName(s.id)))
+		}
+	}
+	err := s.close()
+	for _, n := range names {
+		if rerr := os.Remove(n); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+func (s *fileSpill) close() error {
+	var first error
+	for _, g := range s.prev {
+		if err := g.f.Close(); err != nil && first == nil {
+			first = err
+		}
+		s.store.release(g.id)
+	}
+	s.prev = nil
+	if s.f != nil {
+		if err := s.f.Close(); err != nil && first == nil {
+			first = err
+		}
+		if s.store != nil {
+			s.store.release(s.id)
+		}
+		s.f = nil
+	}
+	s.buf, s.store = nil, nil
+	return first
+}

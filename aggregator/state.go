@@ -260,6 +260,7 @@ type Partition struct {
 	arcKeys     map[string]*arcVerifier
 	arcVerified int64        // presentations accepted by a full verdict, not the per-(group, x) rule (tests)
 	cache       *verifyCache // shared by a Service's partitions (nil: none)
+	snap        *snapStore   // with snapshots: the spill goes to named segments there (snapshot.go)
 	noVerify    bool         // baseline for benchmarks: no commitment checks, AEAD subset search
 }
 
@@ -845,7 +846,7 @@ func (p *Partition) closeEpoch(c protocol.EpochClose) []protocol.Decrypted {
 			}
 		}
 		if e.spill != nil {
-			if err := e.spill.close(); err != nil {
+			if err := e.spill.discard(); err != nil { // the pending shares are deleted, on disk too
 				p.fail(err)
 			}
 			e.spill = nil

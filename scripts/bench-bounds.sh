@@ -11,6 +11,8 @@
 #   BOUNDS_PENDING=N      pending-bytes: synthetic pending reports in one
 #                         partition (default 10000000: ~40 s, 1.4 GB of
 #                         memory and 3.5 GB of spill in the temp directory)
+#   BOUNDS_MOVE=N         partition-move: pending reports in the moved
+#                         partition (default 1000000: ~10 s, 0.5 GB of disk)
 #   BOUNDS_USERS=N        aggregator-service: bundled-log users (default 200,
 #                         ~52k reports; 1000 = all 254,775)
 #   BOUNDS_RELAY_MSGS=N   relay: messages (default 20000)
@@ -28,6 +30,7 @@ USERS=${BOUNDS_USERS:-200}
 RELAY_MSGS=${BOUNDS_RELAY_MSGS:-20000}
 HPKE_N=${BOUNDS_HPKE_N:-3000}
 TOKENS=${BOUNDS_TOKENS:-1}
+MOVE=${BOUNDS_MOVE:-1000000}
 began=$(date +%s.%N)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -47,7 +50,7 @@ cores=$(nproc)
 # directory (they read ../testdata), keep the output in $out.
 bench() {
   echo "== $2 $3 (benchtime $4)" >&2
-  if ! (cd "$1" && CROWDLOG_BOUND_USERS=$USERS CROWDLOG_BOUND_PENDING=$PENDING CROWDLOG_BOUND_RELAY_MSGS=$RELAY_MSGS \
+  if ! (cd "$1" && CROWDLOG_BOUND_USERS=$USERS CROWDLOG_BOUND_PENDING=$PENDING CROWDLOG_BOUND_RELAY_MSGS=$RELAY_MSGS CROWDLOG_BOUND_MOVE=$MOVE \
     "$bin/$2" -test.run '^$' -test.bench "$3" -test.benchtime "$4" -test.timeout 60m) >"$work/one.txt" 2>&1; then
     tail -40 "$work/one.txt" >&2
     echo "bench-bounds: $2 $3 failed" >&2
@@ -85,6 +88,7 @@ bench relays relays.test '^BenchmarkBoundRelay$' 1x
 bench protocol/onion onion.test '^BenchmarkBoundHPKE$' "${HPKE_N}x"
 bench aggregator aggregator.test '^BenchmarkBoundAggregatorService$' 1x
 bench aggregator aggregator.test '^BenchmarkBoundPendingBytes$' 1x
+bench aggregator aggregator.test '^BenchmarkBoundPartitionMove$' 1x
 if [ "$TOKENS" != 0 ]; then
   bench aggregator aggregator.test '^BenchmarkBoundTokenVerify$' "${HPKE_N}x"
   bench aggregator aggregator.test '^BenchmarkBoundAggregatorServiceTokens$' 1x
@@ -109,6 +113,7 @@ relaymsg=$(metric BenchmarkBoundRelay cpu-ns/msg)
 aggrep=$(metric BenchmarkBoundAggregatorService cpu-ns/report)
 aggn=$(metric BenchmarkBoundAggregatorService reports)
 pending=$(metric BenchmarkBoundPendingBytes rss-B/report)
+move=$(metric BenchmarkBoundPartitionMove move-s)
 
 # client bound per artifact: 3 HPKE seals (512, 1024, 1536 B), the sealing
 # derivation, the report seal (no VOPRF: the measured path uses a stub)
@@ -157,7 +162,10 @@ if [ "$E2E" != 0 ]; then
     "$(awk -v c="$cores" -v p="$perreport" 'BEGIN { print c * 1e9 / p }')" "reports/s(${cores}cores)")")
 fi
 lines+=("$(line pending-bytes "$pending" 200 'B/report(lower-is-better)')")
+# a partition of MOVE pending reports moved with snapshots: restore plus
+# the tail after the snapshot (SnapshotEvery messages), seconds
+lines+=("$(awk -v m="$move" 'BEGIN { printf "BOUND partition-move measured=%.2f bound=3 unit=s(lower-is-better) ratio=%.2f\n", m, m / 3 }')")
 
 echo >&2
-echo "bench-bounds: aggregator-service over $aggn reports; pending-bytes over $PENDING reports; $cores cores; $(awk -v a="$began" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }') s in all" >&2
+echo "bench-bounds: aggregator-service over $aggn reports; pending-bytes over $PENDING reports; partition-move at $MOVE pending reports; $cores cores; $(awk -v a="$began" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }') s in all" >&2
 printf '%s\n' "${lines[@]}"

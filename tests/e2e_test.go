@@ -113,7 +113,9 @@ func decryptedCount(t *testing.T, addr string) int64 {
 // TestKillAggregator runs every role as its own process against shared NATS,
 // kfake and ClickHouse, SIGKILLs the aggregator twice while reports flow,
 // restarts it, and requires the export to equal both the raw-log release and
-// a fault-free in-process run byte for byte.
+// a fault-free in-process run byte for byte. The aggregator snapshots its
+// partitions (--snapshot-dir, every 500 messages), so a restart restores
+// the snapshots written before the kill and replays only what follows.
 func TestKillAggregator(t *testing.T) {
 	const users, k, policy = 250, 3, "ft-u"
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -127,7 +129,8 @@ func TestKillAggregator(t *testing.T) {
 		c.start("relay-"+name, "relay", "--name", name, "--nats", c.nats,
 			"--kafka", c.kafka, "--key", filepath.Join(keys, "relay-"+name+".key"))
 	}
-	agg := c.start("aggregate", "aggregate", "--kafka", c.kafka, "--key", filepath.Join(keys, keydir.AggregatorKey))
+	agg := c.start("aggregate", "aggregate", "--kafka", c.kafka, "--key", filepath.Join(keys, keydir.AggregatorKey),
+		"--snapshot-dir", filepath.Join(dir, "snapshots"), "--snapshot-every", "500")
 	c.start("release", "release", "--kafka", c.kafka, "--clickhouse", c.chd)
 
 	c.openEpoch("kill-test")
@@ -140,12 +143,17 @@ func TestKillAggregator(t *testing.T) {
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// kill the aggregator twice, each time once it has emitted more output
+	// kill the aggregator twice, each time once it has emitted more output;
+	// the second time also once a snapshot exists, so the restart restores
 	kills := 0
+	snaps := func() int {
+		m, _ := filepath.Glob(filepath.Join(dir, "snapshots", "p*", "*.snap"))
+		return len(m)
+	}
 	for kills < 2 {
 		seen := decryptedCount(t, c.kafka)
 		deadline := time.Now().Add(2 * time.Minute)
-		for decryptedCount(t, c.kafka) <= seen && time.Now().Before(deadline) {
+		for (decryptedCount(t, c.kafka) <= seen || kills == 1 && snaps() == 0) && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		agg.stop(syscall.SIGKILL)
@@ -157,7 +165,13 @@ func TestKillAggregator(t *testing.T) {
 		b, _ := os.ReadFile(filepath.Join(logs, "aggregate.log"))
 		t.Fatalf("run: %v\n%s\naggregator log:\n%s", err, runOut.String(), b)
 	}
-	t.Logf("killed the aggregator %d times\n%s", kills, runOut.String())
+	aggLog, _ := os.ReadFile(filepath.Join(logs, "aggregate.log"))
+	restores := bytes.Count(aggLog, []byte("restored from snapshot"))
+	t.Logf("killed the aggregator %d times; partitions restored from snapshots %d times, replayed %d times\n%s", kills,
+		restores, bytes.Count(aggLog, []byte("rebuilding partition state by replay")), runOut.String())
+	if restores == 0 {
+		t.Errorf("no partition was restored from a snapshot after the second kill (%d snapshot files)", snaps())
+	}
 
 	n := c.checkExport(ctx, input, out, policy, k, "kill-test", 4, "after kills")
 	t.Logf("export of %d items identical to the fault-free run and to the raw-log release", n)

@@ -97,6 +97,16 @@ func TestScaleAggregators(t *testing.T) {
 	}
 	procCounts, scalePartitions, modes := scaleParams(t)
 	const session = 6 * time.Second
+	// CROWDLOG_SCALE_SNAPSHOT=N: the processes of a group share a snapshot
+	// directory and snapshot every N messages (--snapshot-every), so moves
+	// restore instead of replaying
+	snapDir := t.TempDir()
+	snapArgs := func(group string) []string {
+		if v := os.Getenv("CROWDLOG_SCALE_SNAPSHOT"); v != "" {
+			return []string{"--snapshot-dir", filepath.Join(snapDir, group), "--snapshot-every", v}
+		}
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	bin, dir := buildBinary(t), t.TempDir()
@@ -159,8 +169,8 @@ func TestScaleAggregators(t *testing.T) {
 			for i := 0; i < procs; i++ {
 				lp := filepath.Join(logs, fmt.Sprintf("%s-%d.log", group, i))
 				logPaths = append(logPaths, lp)
-				ps = append(ps, start(t, bin, lp, "aggregate", "--kafka", kb.Addr, "--key", filepath.Join(keys, keydir.AggregatorKey),
-					"--group", group, "--session-timeout", session.String()))
+				ps = append(ps, start(t, bin, lp, append([]string{"aggregate", "--kafka", kb.Addr, "--key", filepath.Join(keys, keydir.AggregatorKey),
+					"--group", group, "--session-timeout", session.String()}, snapArgs(group)...)...))
 			}
 			m := watchCommits(ctx, t, kb.Addr, group, n)
 			var cpu float64
@@ -208,8 +218,9 @@ func TestScaleAggregators(t *testing.T) {
 		// other processes compete with a later measurement)
 		runningGroup = "scale-moves"
 		for i := 0; i < 2; i++ {
-			running = append(running, start(t, bin, filepath.Join(logs, fmt.Sprintf("%s-%d.log", runningGroup, i)), "aggregate",
-				"--kafka", kb.Addr, "--key", filepath.Join(keys, keydir.AggregatorKey), "--group", runningGroup, "--session-timeout", session.String()))
+			running = append(running, start(t, bin, filepath.Join(logs, fmt.Sprintf("%s-%d.log", runningGroup, i)), append([]string{"aggregate",
+				"--kafka", kb.Addr, "--key", filepath.Join(keys, keydir.AggregatorKey), "--group", runningGroup, "--session-timeout", session.String()},
+				snapArgs(runningGroup)...)...))
 		}
 		watchCommits(ctx, t, kb.Addr, runningGroup, n)
 	}

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -371,7 +372,8 @@ func ServeGroup(ctx context.Context, brokers []string, id, topic string, session
 }
 
 // ServeGroupAssigned is ServeGroup that also calls assigned (when not nil)
-// with each generation's partitions of topic, before their serves start:
+// with each generation's partitions of topic, in ascending order, before
+// their serves start:
 // a member learns which partitions it no longer owns (an empty list when it
 // owns none) and can free what it kept for them. Without a group (id "")
 // it is called once with every partition.
@@ -406,6 +408,7 @@ func ServeGroupAssigned(ctx context.Context, brokers []string, id, topic string,
 		for _, a := range gen.Assignments[topic] {
 			ids = append(ids, a.ID)
 		}
+		slices.Sort(ids)
 		if assigned != nil {
 			assigned(ids)
 		}
@@ -438,6 +441,8 @@ func serveAll(ctx context.Context, brokers []string, topic string, log *slog.Log
 		for i, p := range parts {
 			ids[i] = p.ID
 		}
+		// the broker lists partitions in any order (kfake: map order)
+		slices.Sort(ids)
 		assigned(ids)
 	}
 	var wg sync.WaitGroup

@@ -21,6 +21,8 @@ func RegisterAggregator(reg prometheus.Registerer, s *aggregator.Service) {
 	metrics.CounterFunc(reg, "crowdlog_aggregator_decrypted_total", "Reports decrypted and emitted.", nil, func() float64 { return float64(s.Decrypted.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_aggregator_dropped_total", "Reports dropped: malformed, duplicate, late, bad share or ciphertext.", nil, func() float64 { return float64(s.Dropped.Load()) })
 	metrics.GaugeFunc(reg, "crowdlog_aggregator_pending_tags", "Undecrypted tags in the partitions this process owns.", nil, func() float64 { return float64(s.PendingTags()) })
+	metrics.CounterFunc(reg, "crowdlog_aggregator_snapshots_total", "Partition snapshots written (--snapshot-dir).", nil, func() float64 { return float64(s.Snapshots.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_aggregator_restores_total", "Partitions restored from a snapshot instead of replayed from the epoch's start.", nil, func() float64 { return float64(s.Restores.Load()) })
 }
 
 // RegisterRandomness exposes OPRF elements evaluated and requests rejected.

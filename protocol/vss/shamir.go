@@ -97,3 +97,35 @@ func Recover(shares []Share, k int) (group.Scalar, error) {
 
 // MaxK is the largest supported threshold.
 const MaxK = 1024
+
+// MarshalBinary encodes f as its k coefficients, f(0) first, each a
+// canonical 32-byte ristretto255 scalar: k×32 bytes. It is how a recovered
+// group's verified polynomial enters an aggregator snapshot.
+func (p Polynomial) MarshalBinary() ([]byte, error) {
+	b := make([]byte, 0, len(p.coeffs)*protocol.ScalarSize)
+	for _, c := range p.coeffs {
+		e, err := c.MarshalBinary()
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, e...)
+	}
+	return b, nil
+}
+
+// UnmarshalPolynomial decodes MarshalBinary's encoding: a non-empty
+// multiple of 32 bytes, each a canonical scalar. Errors wrap
+// protocol.ErrMalformed.
+func UnmarshalPolynomial(b []byte) (Polynomial, error) {
+	if len(b) == 0 || len(b)%protocol.ScalarSize != 0 {
+		return Polynomial{}, fmt.Errorf("%w: polynomial of %d bytes (want a non-empty multiple of %d)", protocol.ErrMalformed, len(b), protocol.ScalarSize)
+	}
+	c := make([]group.Scalar, len(b)/protocol.ScalarSize)
+	for i := range c {
+		c[i] = protocol.G.NewScalar()
+		if err := c[i].UnmarshalBinary(b[i*protocol.ScalarSize : (i+1)*protocol.ScalarSize]); err != nil {
+			return Polynomial{}, fmt.Errorf("%w: polynomial coefficient %d: %v", protocol.ErrMalformed, i, err)
+		}
+	}
+	return Polynomial{coeffs: c}, nil
+}
