@@ -70,7 +70,11 @@ func TestChaos(t *testing.T) {
 		victims = append(victims, c.start("relay-"+name, "relay", "--name", name,
 			"--nats", c.nats, "--kafka", c.kafka, "--key", filepath.Join(keys, "relay-"+name+".key"), "--ack-wait", "4s"))
 	}
-	aggArgs := []string{"aggregate", "--kafka", c.kafka, "--key", filepath.Join(keys, keydir.AggregatorKey), "--session-timeout", "6s"}
+	// the aggregators share one snapshot directory, as members on one host
+	// (or on a shared volume) do: a killed or moved partition is restored
+	// from a snapshot another process may have written
+	aggArgs := []string{"aggregate", "--kafka", c.kafka, "--key", filepath.Join(keys, keydir.AggregatorKey), "--session-timeout", "6s",
+		"--snapshot-dir", filepath.Join(dir, "snapshots"), "--snapshot-every", "300"}
 	aggs := []*proc{c.start("aggregate-0", aggArgs...)}
 	victims = append(victims, c.start("release", "release", "--kafka", c.kafka, "--clickhouse", c.chd))
 
@@ -135,6 +139,14 @@ func TestChaos(t *testing.T) {
 	report := fmt.Sprintf("chaos: %d users, %d NATS servers + %d Kafka brokers, %d kills, %d aggregator joins, %d leaves (final group: %d), %d NATS node stops: %s",
 		users, nodes, nodes, kills, joins, leaves, len(aggs), natsStops, strings.Join(natsWhat, "; "))
 	os.WriteFile(filepath.Join(c.logs, "run.log"), runOut.Bytes(), 0o644)
+	var restores, replays int
+	aggLogs, _ := filepath.Glob(filepath.Join(c.logs, "aggregate-*.log"))
+	for _, f := range aggLogs {
+		b, _ := os.ReadFile(f)
+		restores += bytes.Count(b, []byte("restored from snapshot"))
+		replays += bytes.Count(b, []byte("rebuilding partition state by replay"))
+	}
+	report += fmt.Sprintf("; partitions restored from snapshots %d times, replayed %d times", restores, replays)
 	t.Logf("JetStream advisories: %s", adv())
 	if runErr != nil {
 		t.Fatalf("%s\nrun: %v\n%s", report, runErr, runOut.String())
