@@ -295,6 +295,10 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				log.Info("aggregator: partition state rebuilt", "partition", id, "pending_tags", st.PendingTags())
 			}
 		}
+		// what a member that died left unlisted (its last segment, a
+		// half-written snapshot) goes now, not at the next snapshot,
+		// which a quiet partition may not write before its epoch closes
+		s.snap.collect(id, false)
 	}
 	if st == nil {
 		st = s.newPartition(id, count)

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -387,12 +389,26 @@ func TestServiceRestoresSnapshot(t *testing.T) {
 	})
 	stopA()
 	<-aDone
+	// a segment nobody lists, as a member that died while writing it
+	// leaves: the member that takes the partition removes it when it
+	// starts there, not only at its next snapshot
+	stale := filepath.Join(snapDir, "p0000", segName([16]byte{0xde, 0xad}))
+	if err := os.WriteFile(stale, make([]byte, 100), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * segGrace)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
 
 	b, bLog := newService()
 	bctx, stopB := context.WithCancel(ctx)
 	defer stopB()
 	go func() { _ = b.Run(bctx) }()
 	waitFor("b restores both partitions", func() bool { return b.Restores.Load() == partitions })
+	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("an unlisted segment older than %v is still there after the partition moved (stat: %v)", segGrace, err)
+	}
 	if err := CloseEpoch(ctx, brokers, "query", "e1"); err != nil {
 		t.Fatal(err)
 	}
