@@ -48,12 +48,12 @@ func BenchmarkApplyBundledLog(b *testing.B) {
 	b.ReportMetric(100*float64(without)/float64(with), "verify-%")
 }
 
-// bundledLayers is the query reports (FT_u, k = 5, epoch e1) of the first
-// users of the bundled AOL log in log order, each wrapped in key's onion
-// layer; ω comes from star.LocalOmega (hash mode).
-func bundledLayers(t testing.TB, key *onion.KeyPair, users int) [][]byte {
+// bundledReports is the query reports (FT_u, k = 5, epoch e1) of the
+// first users of the bundled AOL log in log order; ω comes from
+// star.LocalOmega (hash mode).
+func bundledReports(t testing.TB, users int) []*star.Report {
 	const k = 5
-	var msgs [][]byte
+	var reports []*star.Report
 	sealings := map[string]star.Sealing{}
 	n := 0
 	_, err := aol.ReadUsers("../testdata/aol-top1000.tsv.gz", func(u aol.User) error {
@@ -74,12 +74,23 @@ func bundledLayers(t testing.TB, key *onion.KeyPair, users int) [][]byte {
 			if err != nil {
 				return err
 			}
-			msgs = append(msgs, wrap(t, key, r))
+			reports = append(reports, r)
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	return reports
+}
+
+// bundledLayers is bundledReports(users), each wrapped in key's onion
+// layer.
+func bundledLayers(t testing.TB, key *onion.KeyPair, users int) [][]byte {
+	reports := bundledReports(t, users)
+	msgs := make([][]byte, len(reports))
+	for i, r := range reports {
+		msgs[i] = wrap(t, key, r)
 	}
 	return msgs
 }

@@ -20,40 +20,13 @@ import (
 // with a report token each (ReportKeys set: nonce check, spent set, one
 // VOPRF evaluation per report).
 func BenchmarkApplyBundledLogTokens(b *testing.B) {
-	const users, k = 50, 5
+	const users = 50
 	key, _ := onion.GenerateKeyPair(1)
 	reportKey, err := token.GenerateKey(token.KindReport, "e1")
 	if err != nil {
 		b.Fatal(err)
 	}
-	var reports []*star.Report
-	sealings := map[string]star.Sealing{}
-	n := 0
-	_, err = aol.ReadUsers("../testdata/aol-top1000.tsv.gz", func(u aol.User) error {
-		if n++; n > users {
-			return nil
-		}
-		sec, _ := star.NewUserSecret()
-		for _, a := range (apps.QueryApp{}).Mine(u.Records) {
-			s, ok := sealings[a.Primary]
-			if !ok {
-				var err error
-				if s, err = star.DeriveSealing(star.LocalOmega("query", "e1", a.Primary), "query", "e1", star.FTu, k); err != nil {
-					return err
-				}
-				sealings[a.Primary] = s
-			}
-			r, err := s.Seal(&sec, a.Primary, a.Secondary)
-			if err != nil {
-				return err
-			}
-			reports = append(reports, r)
-		}
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
+	reports := bundledReports(b, users)
 	plain := make([][]byte, len(reports))
 	for i, r := range reports {
 		plain[i] = wrap(b, key, r)
