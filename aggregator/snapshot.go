@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,15 +29,16 @@ import (
 
 // Snapshots let a partition move between aggregator processes without
 // replaying its epoch from the first offset. Every SnapshotEvery applied
-// messages, right after a commit at offset O, a member writes the
+// messages (more in a large state: snapshotDue), right after a commit at
+// offset O, a member writes the
 // partition's state as of O (every message before O applied, none after)
 // to <SnapshotDir>/p<partition>/<O>.snap; the pending reports' spill is
 // already there, in segment files the snapshot lists with their lengths.
 // The member that receives the partition restores the newest snapshot at
 // or below the committed offset and replays only the messages after it,
 // so a move costs a restore (proportional to the state, ≈ 130 B a pending
-// report) plus at most SnapshotEvery messages, whatever the epoch's
-// length. A Partition is deterministic, so restored state plus the tail
+// report) plus at most max(SnapshotEvery, pending/SnapshotPerPending)
+// messages, whatever the epoch's length. A Partition is deterministic, so restored state plus the tail
 // equals a replay from the start (TestSnapshotRestoreExact).
 //
 // Confidentiality and integrity: the state is sealed with
@@ -242,6 +244,7 @@ func readSnapHeader(b []byte) (snapHeader, []byte, []byte, error) {
 
 // write stores the state of partition (of count) as of offset, whose spill
 // segments are segs (flushed), then removes what no kept snapshot needs.
+// It seals state in place: the caller must not use it afterwards.
 // The segments and the file are synced before the file gets its name, so
 // a snapshot that exists is complete.
 //
@@ -269,14 +272,20 @@ func (s *snapStore) write(partition, count int, offset int64, state []byte, segs
 	}
 	hb := h.encode()
 	ad := append([]byte(snapMagic), hb...)
-	out := append([]byte(snapMagic), binary.LittleEndian.AppendUint32(nil, uint32(len(hb)))...)
-	out = append(out, hb...)
-	out = s.stateAEAD().Seal(out, h.nonce[:], state, ad)
+	prefix := append([]byte(snapMagic), binary.LittleEndian.AppendUint32(nil, uint32(len(hb)))...)
+	prefix = append(prefix, hb...)
+	// sealed in place: state is this snapshot's own buffer, and a copy of
+	// it (≈ 123 MB at a million pending reports) would cost as much CPU
+	// as the seal, and a GC cycle over the partition's heap
+	sealed := s.stateAEAD().Seal(state[:0], h.nonce[:], state, ad)
 	tmp, err := os.CreateTemp(dir, "snapshot-*.tmp")
 	if err != nil {
 		return err
 	}
-	_, err = tmp.Write(out)
+	_, err = tmp.Write(prefix)
+	if err == nil {
+		_, err = tmp.Write(sealed)
+	}
 	if err == nil {
 		err = tmp.Sync()
 	}
@@ -573,7 +582,8 @@ func (p *Partition) encodeState() ([]byte, []segmentRef, error) {
 		e.b = append(e.b, gid[:]...)
 		e.arc(m)
 	}
-	return e.b, segs, nil
+	// room for the AEAD tag, so that write seals it in place
+	return slices.Grow(e.b, chacha20poly1305.Overhead), segs, nil
 }
 
 // decodeState sets the state of p, a new Partition, from encodeState's

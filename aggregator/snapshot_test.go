@@ -47,10 +47,11 @@ func writeSnapshot(t testing.TB, store *snapStore, p *Partition, offset int64) [
 	if err != nil {
 		t.Fatal(err)
 	}
+	plain := bytes.Clone(state) // write seals state in place
 	if err := store.write(p.ID, p.Count, offset, state, segs, false); err != nil {
 		t.Fatal(err)
 	}
-	return state
+	return plain
 }
 
 // runWithSnapshots applies msgs to a partition made by mk whose snapshot
@@ -456,16 +457,21 @@ func TestServiceRestoresSnapshot(t *testing.T) {
 // (default 1,000,000; synthetic, as BenchmarkBoundPendingBytes, in one
 // open epoch): the new owner restores the newest snapshot (read, AEAD
 // open, decode, index rebuild) and then replays the messages after it, at
-// most SnapshotEvery (CROWDLOG_BOUND_MOVE_TAIL, default the Service's
-// 20,000: onion-wrapped reports of new artifacts, prepared on the pool
-// and applied as the Service does). move-s = restore-s + tail-s, the
+// most the Service's interval at that size (CROWDLOG_BOUND_MOVE_TAIL,
+// default max(SnapshotEvery 20,000, pending/SnapshotPerPending): 40,000
+// at a million; onion-wrapped reports of new artifacts, prepared on the
+// pool and applied as the Service does). move-s = restore-s + tail-s, the
 // bound is 3 s (issue 14). snapshot-s is what the old owner spent
 // writing the snapshot (encode in its loop, encode-s; the rest in the
-// background). Kafka's fetch of the tail and the group's rebalance are
-// not included (TestScaleAggregators measures whole moves).
+// background); snapshot-cpu-% is that snapshot's CPU time against the
+// CPU time of applying the tail, the messages between two snapshots: what
+// snapshots add to the service's CPU at this state size. Kafka's fetch of
+// the tail and the group's rebalance are not included
+// (TestScaleAggregators measures whole moves).
 func BenchmarkBoundPartitionMove(b *testing.B) {
 	n := envInt("CROWDLOG_BOUND_MOVE", 1_000_000)
-	tailN := envInt("CROWDLOG_BOUND_MOVE_TAIL", 20_000)
+	// the Service's interval at this size (snapshotDue)
+	tailN := envInt("CROWDLOG_BOUND_MOVE_TAIL", max(20_000, n/SnapshotPerPending))
 	key, _ := onion.GenerateKeyPair(1)
 	if err := onion.PrepareKeys([]*onion.KeyPair{key}); err != nil {
 		b.Fatal(err)
@@ -512,7 +518,7 @@ func BenchmarkBoundPartitionMove(b *testing.B) {
 		if p.PendingTags() != n || p.Err() != nil {
 			b.Fatalf("%d pending groups (want %d), err %v, dropped %v", p.PendingTags(), n, p.Err(), p.Stats.Dropped)
 		}
-		start := time.Now()
+		start, cpu0 := time.Now(), processCPU(b)
 		state, segs, err := p.encodeState()
 		if err != nil {
 			b.Fatal(err)
@@ -521,7 +527,7 @@ func BenchmarkBoundPartitionMove(b *testing.B) {
 		if err := store.write(0, 1, int64(n+1), state, segs, false); err != nil {
 			b.Fatal(err)
 		}
-		snapshotted := time.Since(start)
+		snapshotted, snapCPU := time.Since(start), processCPU(b)-cpu0
 		p.Close()
 		runtime.GC()
 
@@ -530,7 +536,7 @@ func BenchmarkBoundPartitionMove(b *testing.B) {
 		if q == nil || at != int64(n+1) {
 			b.Fatal("the snapshot did not restore")
 		}
-		restored := time.Since(start)
+		restored, cpu1 := time.Since(start), processCPU(b)
 		for i := 0; i < len(tail); i += 2000 {
 			batch := tail[i:min(len(tail), i+2000)]
 			prepared := q.PrepareBatch(batch)
@@ -538,7 +544,7 @@ func BenchmarkBoundPartitionMove(b *testing.B) {
 				q.ApplyPrepared(&prepared[j])
 			}
 		}
-		moved := time.Since(start)
+		moved, tailCPU := time.Since(start), processCPU(b)-cpu1
 		if q.Err() != nil || q.Stats.Reports != int64(n+tailN) {
 			b.Fatalf("after the move: %d reports (want %d), err %v, dropped %v", q.Stats.Reports, n+tailN, q.Err(), q.Stats.Dropped)
 		}
@@ -547,6 +553,11 @@ func BenchmarkBoundPartitionMove(b *testing.B) {
 		b.ReportMetric(float64(len(state))/float64(n), "state-B/report")
 		b.ReportMetric(encoded.Seconds(), "encode-s")
 		b.ReportMetric(snapshotted.Seconds(), "snapshot-s")
+		// a snapshot's CPU (encode, seal, write; not the fsync's wait)
+		// against the CPU of applying the SnapshotEvery messages between
+		// two snapshots: the overhead snapshots add at this state size
+		b.ReportMetric(float64(snapCPU)/1e9, "snapshot-cpu-s")
+		b.ReportMetric(100*float64(snapCPU)/float64(tailCPU), "snapshot-cpu-%")
 		b.ReportMetric(restored.Seconds(), "restore-s")
 		b.ReportMetric((moved - restored).Seconds(), "tail-s")
 		b.ReportMetric(moved.Seconds(), "move-s")
@@ -570,4 +581,28 @@ func FuzzSnapshotHeader(f *testing.F) {
 			t.Fatalf("header %x parses to one that encodes as %x", hb, h.encode())
 		}
 	})
+}
+
+// TestSnapshotDue: the interval is SnapshotEvery messages until the
+// partition holds more than SnapshotPerPending·SnapshotEvery pending
+// reports, then pending/SnapshotPerPending.
+func TestSnapshotDue(t *testing.T) {
+	for _, c := range []struct {
+		applied, every int
+		pending        int64
+		due            bool
+	}{
+		{19_999, 20_000, 0, false},
+		{20_000, 20_000, 0, true},
+		{20_000, 20_000, 500_000, true},
+		{20_000, 20_000, 1_000_000, false},
+		{39_999, 20_000, 1_000_000, false},
+		{40_000, 20_000, 1_000_000, true},
+		{500, 500, 100_000, false},
+		{4_000, 500, 100_000, true},
+	} {
+		if got := snapshotDue(c.applied, c.every, c.pending); got != c.due {
+			t.Errorf("snapshotDue(applied %d, every %d, pending %d) = %v, want %v", c.applied, c.every, c.pending, got, c.due)
+		}
+	}
 }

@@ -350,6 +350,17 @@ func (p *Partition) newEpoch(app, epoch string) *epochState {
 // threshold.
 func (p *Partition) PendingTags() int { return p.pend.n }
 
+// pendingReports is the number of reports the partition holds below
+// threshold, over its open epochs.
+func (p *Partition) pendingReports() (n int64) {
+	for _, e := range p.eps {
+		if e != nil {
+			n += e.held
+		}
+	}
+	return n
+}
+
 func (p *Partition) drop(reason string) { p.Stats.Dropped[reason]++ }
 
 // Apply processes one message and returns what to emit, in order:

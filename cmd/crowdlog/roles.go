@@ -238,13 +238,15 @@ the rest (share y, ciphertext: ≈ 350 B) goes to a spill file in --spill-dir,
 one per partition and open epoch, unlinked at creation (nothing stays on disk
 after the process ends) and sealed under a key that exists only in memory.
 
---snapshot-dir DIR: every --snapshot-every messages a partition's state is
-written to DIR (sealed under a key derived from the aggregator key), with its
-spill in segment files there instead of --spill-dir. A process that receives
-a partition (a rebalance, a restart) restores the newest snapshot and replays
-only the messages after it: a move takes about a second per million pending
-reports instead of a replay of the whole epoch. Share DIR between the
-processes of a group (a network volume) for moves between hosts.
+--snapshot-dir DIR: every --snapshot-every messages (or one per 25 pending
+reports, if more: a snapshot's cost grows with the state) a partition's state
+is written to DIR (sealed under a key derived from the aggregator key), with
+its spill in segment files there instead of --spill-dir. A process that
+receives a partition (a rebalance, a restart) restores the newest snapshot
+and replays only the messages after it: a partition of a million pending
+reports moves in under 2 s on 2 cores instead of a replay of the whole epoch.
+Share DIR between the processes of a group (a network volume) for moves
+between hosts.
 
 --token-keys DIR (Privacy Pass): a report is kept only with an unspent report
 token bound to it, and an FT_u report only with an ARC presentation whose tag
@@ -285,7 +287,7 @@ use the same setting.`,
 	c.Flags().Int64Var(&maxPendingBytes, "max-pending-bytes", aggregator.DefaultMaxPendingBytes, "bytes of those reports per (app, epoch) and partition; beyond it reports are dropped (epoch-full)")
 	c.Flags().StringVar(&spillDir, "spill-dir", "", "directory for the spill files of pending reports (≈ 350 B each on disk); default: the system's temporary directory")
 	c.Flags().StringVar(&snapshotDir, "snapshot-dir", "", "directory for partition snapshots and their spill segments (shared by the group's processes); set: a moved partition is restored, not replayed from the epoch's start")
-	c.Flags().IntVar(&snapshotEvery, "snapshot-every", 20_000, "messages applied between two snapshots of a partition (with --snapshot-dir); a move replays at most this many")
+	c.Flags().IntVar(&snapshotEvery, "snapshot-every", 20_000, "messages applied between two snapshots of a partition (with --snapshot-dir; more when it holds over 25× as many pending reports); a move replays at most this many")
 	addMetricsFlag(c, &metricsAddr)
 
 	var app, epoch string
