@@ -41,10 +41,27 @@ const boundRelayChildEnv = "CROWDLOG_BOUND_RELAY_CHILD"
 // TestBoundRelayChild, so NATS's and kfake's CPU is not counted) runs the
 // relay until it has forwarded them all, then exits. Metrics:
 // cpu-ns/msg, the child's user+system CPU time (wait4 rusage) per message;
-// msgs/s, the wall-clock rate. Run with -benchtime 1x. With
+// msgs/s, the wall-clock rate. Two sub-benchmarks: cores=all (the
+// relay process on every core) and cores=1 (GOMAXPROCS=1 in the child).
+// Run with -benchtime 1x. With
 // CROWDLOG_BOUND_CPUPROFILE=FILE the child writes its CPU profile there
 // (go tool pprof relays.test FILE).
 func BenchmarkBoundRelay(b *testing.B) {
+	// cores=all: one relay process on every core (GOMAXPROCS = the
+	// machine's cores: its defaults); cores=1: a relay process on one core
+	// (GOMAXPROCS=1), as an operator scales relays with one process per
+	// core. The runtime's cost of spreading one process over cores (idle
+	// Ps spinning for work, goroutine hand-offs between threads) is what
+	// the two differ by.
+	for _, c := range []struct {
+		name string
+		env  []string
+	}{{"cores=all", nil}, {"cores=1", []string{"GOMAXPROCS=1"}}} {
+		b.Run(c.name, func(b *testing.B) { benchmarkBoundRelay(b, c.env) })
+	}
+}
+
+func benchmarkBoundRelay(b *testing.B, env []string) {
 	n := 20_000
 	if v, err := strconv.Atoi(os.Getenv("CROWDLOG_BOUND_RELAY_MSGS")); err == nil && v > 0 {
 		n = v
@@ -130,7 +147,7 @@ func BenchmarkBoundRelay(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestBoundRelayChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%s,%s,%d", boundRelayChildEnv, ns.URL, br.Addr, keyPath, n))
+		cmd.Env = append(append(os.Environ(), env...), fmt.Sprintf("%s=%s,%s,%s,%d", boundRelayChildEnv, ns.URL, br.Addr, keyPath, n))
 		var out strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &out
 		began := time.Now()

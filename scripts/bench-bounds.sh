@@ -118,11 +118,12 @@ voprf=$(metric BenchmarkBoundClient/op=voprf-client cpu-ns/op)
 oprfeval=$(metric BenchmarkBoundClient/op=oprf-eval cpu-ns/op)
 logreports=$(metric BenchmarkBoundLogShape reports)
 logderiv=$(metric BenchmarkBoundLogShape derivations)
-relaymsg=$(metricmin BenchmarkBoundRelay cpu-ns/msg)
+relaymsg=$(metricmin BenchmarkBoundRelay/cores=all cpu-ns/msg)
+relay1msg=$(metricmin BenchmarkBoundRelay/cores=1 cpu-ns/msg)
 aggrep=$(metricmin BenchmarkBoundAggregatorService cpu-ns/report)
 # every run of the compared figures, so the spread is on record
 for m in 'BenchmarkBoundHPKE/op=open/layer=512 cpu-ns/op' 'BenchmarkBoundHPKE/op=open/layer=1024 cpu-ns/op' \
-  'BenchmarkBoundRelay cpu-ns/msg' 'BenchmarkBoundAggregatorService cpu-ns/report'; do
+  'BenchmarkBoundRelay/cores=all cpu-ns/msg' 'BenchmarkBoundRelay/cores=1 cpu-ns/msg' 'BenchmarkBoundAggregatorService cpu-ns/report'; do
   set -- $m
   echo "runs of $1 ($2): $(awk -v n="$1" -v u="$2" '{ name = $1; sub(/-[0-9]+$/, "", name) } name == n { for (i = 3; i <= NF; i++) if ($i == u) printf "%s ", $(i-1) }' "$out")" >&2
 done
@@ -137,6 +138,9 @@ lines=()
 lines+=("$(line hpke-open "$(rate "$open512")" "$(rate "$open512")" 'opens/s/core(512B)')")
 lines+=("$(line aggregator-service "$(rate "$aggrep")" "$(rate "$open512")" 'reports/s/core')")
 lines+=("$(line relay "$(rate "$relaymsg")" "$(rate "$open1024")" 'msgs/s/core(1024B)')")
+# the same relay as one process per core (GOMAXPROCS=1), how operators
+# scale relays out
+lines+=("$(line relay-1core "$(rate "$relay1msg")" "$(rate "$open1024")" 'msgs/s/core(1024B)')")
 lines+=("$(line client-seal "$(rate "$submit")" "$(rate "$clientns")" 'artifacts/s/core')")
 if [ "$TOKENS" != 0 ]; then
   # with report tokens (issue 17): bound = the aggregator layer's open plus
