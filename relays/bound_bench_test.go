@@ -45,7 +45,8 @@ const boundRelayChildEnv = "CROWDLOG_BOUND_RELAY_CHILD"
 // relay process on every core) and cores=1 (GOMAXPROCS=1 in the child).
 // Run with -benchtime 1x. With
 // CROWDLOG_BOUND_CPUPROFILE=FILE the child writes its CPU profile there
-// (go tool pprof relays.test FILE).
+// (go tool pprof relays.test FILE); name one sub-benchmark
+// (-bench 'BenchmarkBoundRelay/cores=all'), or the second overwrites it.
 func BenchmarkBoundRelay(b *testing.B) {
 	// cores=all: one relay process on every core (GOMAXPROCS = the
 	// machine's cores: its defaults); cores=1: a relay process on one core
