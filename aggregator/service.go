@@ -499,21 +499,20 @@ func (s *Service) snapshot(ctx context.Context, id, count int, st *Partition, of
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	start := time.Now()
-	state, segs, err := st.encodeState()
-	if err != nil {
+	idle := func() {
 		s.mu.Lock()
 		delete(s.snapBusy, id)
 		s.mu.Unlock()
+	}
+	start := time.Now()
+	state, segs, err := st.encodeState()
+	if err != nil {
+		idle()
 		return false
 	}
 	encoded := time.Since(start)
 	go func() {
-		defer func() {
-			s.mu.Lock()
-			delete(s.snapBusy, id)
-			s.mu.Unlock()
-		}()
+		defer idle()
 		if err := s.snap.write(id, count, offset, state, segs, only); err != nil {
 			log.Warn("aggregator: snapshot not written; a move of this partition replays from the previous one", "partition", id, "offset", offset, "err", err)
 			return

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/renameio/v2"
 	"golang.org/x/crypto/chacha20poly1305"
 
 	"github.com/crowdlog/crowdlog/protocol/onion"
@@ -278,25 +279,19 @@ func (s *snapStore) write(partition, count int, offset int64, state []byte, segs
 	// it (≈ 123 MB at a million pending reports) would cost as much CPU
 	// as the seal, and a GC cycle over the partition's heap
 	sealed := s.stateAEAD().Seal(state[:0], h.nonce[:], state, ad)
-	tmp, err := os.CreateTemp(dir, "snapshot-*.tmp")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(prefix)
+	// renameio: a temporary file beside it (".<name><random>"), synced,
+	// then renamed; a crash leaves at most the temporary file, which
+	// collect removes
+	f, err := renameio.NewPendingFile(s.path(partition, offset), renameio.WithTempDir(dir), renameio.WithStaticPermissions(0o600))
 	if err == nil {
-		_, err = tmp.Write(sealed)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, fmt.Sprintf("%020d.snap", offset)))
+		defer f.Cleanup()
+		if _, err = f.Write(prefix); err == nil {
+			if _, err = f.Write(sealed); err == nil {
+				err = f.CloseAtomicallyReplace()
+			}
+		}
 	}
 	if err != nil {
-		os.Remove(tmp.Name())
 		return fmt.Errorf("aggregator: write snapshot (is the disk of --snapshot-dir full?): %w", err)
 	}
 	if d, err := os.Open(dir); err == nil {
@@ -383,7 +378,8 @@ func (s *snapStore) collect(partition int, only bool) {
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
 		name := e.Name()
-		if !strings.HasSuffix(name, ".seg") && !strings.HasSuffix(name, ".tmp") || keep[name] {
+		// segments, and renameio's temporary files of unfinished writes
+		if !strings.HasSuffix(name, ".seg") && !strings.HasPrefix(name, ".") || keep[name] {
 			continue
 		}
 		var id [16]byte
