@@ -20,10 +20,20 @@ import (
 
 // localRandomness evaluates the OPRF in process with a real key (the unit
 // test's stand-in for the NATS service; end-to-end tests use the service).
-type localRandomness struct{ key *circloprf.PrivateKey }
+// Build it with newLocalRandomness: circl's PrivateKey.Public fills a cache
+// on first use, so the public key is taken once, before the value is
+// shared by goroutines (as randomness.Service does with its keys).
+type localRandomness struct {
+	key *circloprf.PrivateKey
+	pub *circloprf.PublicKey
+}
+
+func newLocalRandomness(key *circloprf.PrivateKey) localRandomness {
+	return localRandomness{key: key, pub: key.Public()}
+}
 
 func (l localRandomness) Evaluate(_ context.Context, epoch string, inputs [][]byte) ([][]byte, error) {
-	fin, q, err := oprf.Blind(l.key.Public(), epoch, inputs)
+	fin, q, err := oprf.Blind(l.pub, epoch, inputs)
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +60,7 @@ func TestSubmitUser(t *testing.T) {
 	var mu sync.Mutex
 	var onions [][]byte
 	c := &Client{App: apps.QueryApp{}, Epoch: "e", Policy: star.FTu, K: 2,
-		Randomness: localRandomness{key}, Route: route,
+		Randomness: newLocalRandomness(key), Route: route,
 		Publish: func(_ context.Context, o []byte) error {
 			mu.Lock()
 			onions = append(onions, o)

@@ -75,7 +75,7 @@ func shareX(t *testing.T, r *star.Report) string {
 func testClient(t testing.TB, pol star.Policy, pub func(context.Context, []byte) error) (hops, *Client) {
 	key, _ := circloprf.GenerateKey(oprf.OPRFSuite, rand.Reader)
 	h, route := newHops(t)
-	return h, &Client{App: apps.QueryApp{}, Epoch: "e1", Policy: pol, K: 2, Randomness: localRandomness{key}, Route: route, Publish: pub}
+	return h, &Client{App: apps.QueryApp{}, Epoch: "e1", Policy: pol, K: 2, Randomness: newLocalRandomness(key), Route: route, Publish: pub}
 }
 
 var t0 = time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
@@ -402,7 +402,7 @@ func TestNewPublishes(t *testing.T) {
 	ctx := context.Background()
 	key, _ := circloprf.GenerateKey(oprf.OPRFSuite, rand.Reader)
 	cfg := Config{StateDir: state, NATS: url, KeysDir: keys, SkipRouteCheck: true,
-		Randomness: localRandomness{key}, Epoch: "e1", K: 2}
+		Randomness: newLocalRandomness(key), Epoch: "e1", K: 2}
 	arts := []apps.Artifact{art("made up one", 0), art("made up two", 1)}
 	for run, want := range []int{2, 0} {
 		d, err := New(ctx, cfg)
@@ -433,7 +433,7 @@ func TestNewPublishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// the route check runs by default: no relay answers here, a warning only
-	d, err := New(ctx, Config{StateDir: state, NATS: url, Randomness: localRandomness{key}, Epoch: "e1", K: 2})
+	d, err := New(ctx, Config{StateDir: state, NATS: url, Randomness: newLocalRandomness(key), Epoch: "e1", K: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,14 +442,14 @@ func TestNewPublishes(t *testing.T) {
 	}
 	// one device at a time per state directory: a second is refused while
 	// the first is open, and accepted once it closed
-	if d2, err := New(ctx, Config{StateDir: state, NATS: url, SkipRouteCheck: true, Randomness: localRandomness{key}, Epoch: "e1", K: 2}); !errors.Is(err, ErrStateInUse) {
+	if d2, err := New(ctx, Config{StateDir: state, NATS: url, SkipRouteCheck: true, Randomness: newLocalRandomness(key), Epoch: "e1", K: 2}); !errors.Is(err, ErrStateInUse) {
 		if d2 != nil {
 			d2.Close(ctx)
 		}
 		t.Fatalf("second device on one state: %v, want ErrStateInUse", err)
 	}
 	d.Close(ctx)
-	d3, err := New(ctx, Config{StateDir: state, NATS: url, SkipRouteCheck: true, Randomness: localRandomness{key}, Epoch: "e1", K: 2})
+	d3, err := New(ctx, Config{StateDir: state, NATS: url, SkipRouteCheck: true, Randomness: newLocalRandomness(key), Epoch: "e1", K: 2})
 	if err != nil {
 		t.Fatalf("device after the first closed: %v", err)
 	}

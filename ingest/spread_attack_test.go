@@ -35,7 +35,7 @@ func TestAttackClientBurst(t *testing.T) {
 		var mu sync.Mutex
 		var at []time.Time
 		c := &Client{App: apps.QueryApp{}, Epoch: "e", Policy: star.FTu, K: 2, Spread: spread,
-			Randomness: localRandomness{key}, Route: route,
+			Randomness: newLocalRandomness(key), Route: route,
 			Publish: func(_ context.Context, _ []byte) error {
 				mu.Lock()
 				at = append(at, time.Now())
