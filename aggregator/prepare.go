@@ -48,10 +48,12 @@ type reportChecks struct {
 	// judged after it.
 	tokenPre, tokenPost string
 	spend               [32]byte
-	// presentation (FT_u with ARCKeys): present, the SHA-256 of the tag
-	// bytes inside the encoding (quickTag, quickOK: for the per-(group,
-	// x) repeat rule), and the verdict of a full verification: "",
-	// "arc-key" or "bad-presentation"; tag is SHA-256 of the verified tag.
+	// presentation (FT_u with ARCKeys): present, the star.ARCTagDigest of
+	// the tag bytes inside the encoding (quickTag, quickOK: for the
+	// per-(group, x) repeat rule), and the verdict of a full verification:
+	// "", "arc-key" or "bad-presentation"; tag is the star.ARCTagDigest of
+	// the verified tag (its first 16 bytes the unit id the payload must
+	// carry).
 	presPresent bool
 	quickOK     bool
 	quickTag    [32]byte
@@ -181,7 +183,7 @@ func (p *Partition) checkPresentationBytes(r *star.Report, c *reportChecks, load
 	}
 	c.presPresent = true
 	if tag, ok := presentationTag(r.Presentation); ok {
-		c.quickOK, c.quickTag = true, sha256.Sum256(tag)
+		c.quickOK, c.quickTag = true, star.ARCTagDigest(tag)
 	}
 	key := p.arcKey(r.Epoch, load)
 	if key == nil && !load {
@@ -210,7 +212,7 @@ func (p *Partition) checkPresentationBytes(r *star.Report, c *reportChecks, load
 		c.presVerdict = "bad-presentation"
 		return
 	}
-	c.tag = sha256.Sum256(tag)
+	c.tag = star.ARCTagDigest(tag)
 }
 
 // cacheKey is SHA-256(domain ‖ each part with its 8-byte length).

@@ -60,8 +60,10 @@ import (
 // snapMagic opens every snapshot file.
 const snapMagic = "crowdlog-v1 aggregator snapshot\n"
 
-// stateVersion is the version of the encoded partition state.
-const stateVersion = 1
+// stateVersion is the version of the encoded partition state. 2: the
+// verified presentation tags are kept as star.ARCTagDigest (was SHA-256 of
+// the tag), so a version-1 snapshot is refused and the partition replays.
+const stateVersion = 2
 
 // snapKeep is the number of snapshots kept per partition (the newest; the
 // older ones are the fallback when the newest does not restore).

@@ -509,7 +509,33 @@ func (p *Partition) applyOpened(t *tagState, r *star.Report, c *reportChecks, si
 		return nil
 	}
 	p.Stats.Reports++
-	return p.emit(nil, *t.key, r)
+	return p.emit(nil, *t.key, r, p.boundUnit(t.arcOK, t.policy, xKey(r.Share)))
+}
+
+// unitCheck is what emit checks a decrypted payload's unit id against:
+// with bound set, the unit must be want (star.ARCUnitID of the verified
+// presentation tag behind the report's share), and a report with no
+// verified tag (known false) is dropped.
+type unitCheck struct {
+	bound, known bool
+	want         [16]byte
+}
+
+// boundUnit returns the unit check of a report at share x of a group of
+// policy pol whose verified presentation tags are arcOK (tagState.arcOK,
+// Partition.pendARC): under FT_u with ARCKeys the unit id a release counts
+// is the credential's (star.ARCUnitID), so one credential is at most one
+// user of an artifact however many unit ids its holder seals; otherwise
+// units are not bound (nothing to check them against).
+func (p *Partition) boundUnit(arcOK map[[32]byte][32]byte, pol star.Policy, x [32]byte) unitCheck {
+	if p.ARCKeys == nil || pol != star.FTu {
+		return unitCheck{}
+	}
+	d, ok := arcOK[x]
+	var u unitCheck
+	u.bound, u.known = true, ok
+	copy(u.want[:], d[:16])
+	return u
 }
 
 // recoverGroup recovers the key of pending group gi, which has just
@@ -625,7 +651,7 @@ func (p *Partition) recoverGroup(gi int32, gid groupID, r *star.Report) []protoc
 	out := make([]protocol.Decrypted, 0, len(opened))
 	for j, i := range opened {
 		out = p.emit(out, key, &star.Report{App: e.app, Epoch: e.epoch, Policy: g.policy, K: g.k, ID: p.rep(i).id,
-			Tag: r.Tag, Ciphertext: cts[j]})
+			Tag: r.Tag, Ciphertext: cts[j]}, p.boundUnit(t.arcOK, g.policy, p.rep(i).x))
 	}
 	p.releaseGroup(gi, gid)
 	p.tags[gid] = t
@@ -696,11 +722,16 @@ func (p *Partition) searchKey(gi int32, r *star.Report, shares []vss.Share) ([32
 }
 
 // emit opens r under key and appends its decrypted item to out
-// ("bad-ciphertext" when the AEAD fails).
-func (p *Partition) emit(out []protocol.Decrypted, key [32]byte, r *star.Report) []protocol.Decrypted {
+// ("bad-ciphertext" when the AEAD fails; "unit-mismatch" when unit binds
+// the payload's unit id to a credential and the payload carries another).
+func (p *Partition) emit(out []protocol.Decrypted, key [32]byte, r *star.Report, unit unitCheck) []protocol.Decrypted {
 	pl, err := star.OpenPayload(key, r)
 	if err != nil {
 		p.drop("bad-ciphertext")
+		return out
+	}
+	if unit.bound && (!unit.known || pl.Unit != unit.want) {
+		p.drop("unit-mismatch")
 		return out
 	}
 	p.Stats.Decrypted++

@@ -54,12 +54,27 @@ func ARCShareX(arcTag []byte) group.Scalar {
 }
 
 // ARCUnitID returns the unit id bound to an ARC presentation tag:
-// SHA-256("crowdlog-v1 arc unit" ‖ arcTag)[:16].
+// SHA-256("crowdlog-v1 arc unit" ‖ arcTag)[:16], the first 16 bytes of
+// ARCTagDigest(arcTag).
 func ARCUnitID(arcTag []byte) [16]byte {
-	h := sha256.Sum256(append([]byte(arcUnitLabel), arcTag...))
+	h := ARCTagDigest(arcTag)
 	var u [16]byte
 	copy(u[:], h[:16])
 	return u
+}
+
+// ARCTagDigest returns SHA-256("crowdlog-v1 arc unit" ‖ arcTag): 32 bytes
+// that stand for a verified ARC presentation tag in the aggregator's state
+// (equal digests ⇔ equal tags) and whose first 16 bytes are the tag's unit
+// id (ARCUnitID), so the aggregator can check a decrypted payload's Unit
+// against the credential behind its share without keeping the tag.
+func ARCTagDigest(arcTag []byte) [32]byte {
+	h := sha256.New()
+	h.Write([]byte(arcUnitLabel))
+	h.Write(arcTag)
+	var d [32]byte
+	h.Sum(d[:0])
+	return d
 }
 
 // ShareXFromARC is ARCShareX: the x-coordinate of the share sealed for
@@ -87,6 +102,27 @@ func (r *Report) CheckARCShare(arcTag []byte) error {
 // is empty.
 func (s *Sealing) SealARC(arcTag []byte, primary, secondary string) (*Report, error) {
 	return s.sealARC(rand.Reader, arcTag, primary, secondary)
+}
+
+// SealAt builds a report of this sealing whose share sits at x and whose
+// payload carries unit as its unit id: what any client that holds ω can
+// build, so neither x nor the unit id is trusted by the aggregator (x is
+// checked against the ARC presentation tag, CheckARCShare; the unit id
+// against star.ARCUnitID of that tag once the group opens). Clients never
+// need it; attack tests and tools use it to forge reports. Errors come
+// from the payload's encoding (oversized fields).
+func (s *Sealing) SealAt(x group.Scalar, unit [16]byte, primary, secondary string) (*Report, error) {
+	r := &Report{App: s.App, Epoch: s.Epoch, Policy: s.Policy, K: uint16(s.K), Tag: s.Tag, Commitment: s.commit}
+	if _, err := io.ReadFull(rand.Reader, r.ID[:]); err != nil {
+		return nil, err
+	}
+	r.Share = s.poly.Eval(x)
+	pt, err := (&Payload{Primary: primary, Secondary: secondary, Unit: unit}).MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	r.Ciphertext, err = sealAEAD(rand.Reader, s.key, r.associatedData(), pt)
+	return r, err
 }
 
 func (s *Sealing) sealARC(rnd io.Reader, arcTag []byte, primary, secondary string) (*Report, error) {
