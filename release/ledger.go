@@ -133,43 +133,74 @@ func (w *Writer) CheckBudget(ctx context.Context, spend Spend, budget Budget) er
 	return budget.check(eps, delta, spend)
 }
 
-// WriteSpendingRelease writes a differentially private release: it checks
-// the (dataset, epoch) budget, appends spend to privacy_ledger and then
-// writes the release as WriteKeyedRelease does. spend's (App, Epoch,
-// Policy, K) must equal key.
-//
-// Order and idempotence: a completed release (releases row present) is
-// skipped. A ledger row for key without a releases row is an interrupted
-// attempt: it is not spent again, the release is redone. Otherwise, when
-// the sum of the ledger plus spend exceeds budget, it returns an error
-// wrapping ErrOverBudget and writes nothing. The ledger row goes in first,
-// so no release is visible without its spend. Two writers racing on one
-// (dataset, epoch) are not coordinated: run one release stage per dataset.
+// WriteSpendingRelease is WriteDrawnRelease without its results: items
+// and undec are this attempt's candidate draw of key.
 func (w *Writer) WriteSpendingRelease(ctx context.Context, key Key, items []Item, undec []Undecrypted, releasedAt time.Time, spend Spend, budget Budget) error {
+	_, _, err := w.WriteDrawnRelease(ctx, key, items, undec, releasedAt, spend, budget)
+	return err
+}
+
+// WriteDrawnRelease writes a differentially private release of key so
+// that its noise is drawn once: items and undec are this attempt's
+// candidate (noisy items of key, each with key; (Item, Variant) unique),
+// used only when no draw of key is stored yet. It returns what the
+// release holds: the stored draw, or for a release already complete the
+// rows read back (ReleasedItems, UndecryptedSummary).
+//
+// Steps, each idempotent on redo: (1) a complete release (releases row
+// present) is returned as it is, nothing written; (2) without a ledger
+// row for key, the (dataset, epoch) budget is checked: over it, an error
+// wrapping ErrOverBudget and nothing written; (3) the draw: the stored one
+// if any, else the candidate, stored in release_draws before anything an
+// analyst can see (docs/sql.md); (4) the ledger row, once: a ledger row
+// without a releases row is an interrupted attempt, not spent again; (5)
+// the draw's rows as WriteKeyedRelease writes them, rows of an interrupted
+// attempt deleted first, the releases row last and only after the draw
+// was read again and is still the canonical one (see draws.go). A stored
+// draw that does not decode stops the release with ErrBadDraw. spend's
+// (App, Epoch, Policy, K) must equal key. ctx bounds the call
+// (DefaultTimeout when it has no deadline).
+func (w *Writer) WriteDrawnRelease(ctx context.Context, key Key, items []Item, undec []Undecrypted, releasedAt time.Time, spend Spend, budget Budget) ([]Item, []Undecrypted, error) {
 	if spend.Key() != key {
-		return fmt.Errorf("release %s: ledger spend is for %s", key, spend.Key())
+		return nil, nil, fmt.Errorf("release %s: ledger spend is for %s", key, spend.Key())
 	}
 	if !validSpend(spend) {
-		return fmt.Errorf("release %s: invalid spend (epsilon %v, delta %v)", key, spend.Epsilon, spend.Delta)
+		return nil, nil, fmt.Errorf("release %s: invalid spend (epsilon %v, delta %v)", key, spend.Epsilon, spend.Delta)
+	}
+	if _, err := checkItems(key, items); err != nil {
+		return nil, nil, err
+	}
+	if _, err := mergeUndecrypted(key, undec); err != nil {
+		return nil, nil, err
 	}
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
 	done, err := w.IsReleased(ctx, key)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if done {
 		w.Logger.Info("release already written; skipping", "key", key.String())
-		return nil
+		return w.readRelease(ctx, key)
 	}
 	eps, delta, has, err := w.spentOn(ctx, spend.Dataset, key)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if !has {
 		if err := budget.check(eps, delta, spend); err != nil {
-			return err
+			return nil, nil, err
 		}
+	}
+	d, err := w.draw(ctx, key, func() ([]byte, error) { return encodeDraw(items, undec) })
+	if err != nil {
+		return nil, nil, err
+	}
+	items, undec, err = DecodeDraw(key, d.body)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !has {
 		if releasedAt.IsZero() {
 			releasedAt = time.Now()
 		}
@@ -178,12 +209,33 @@ func (w *Writer) WriteSpendingRelease(ctx context.Context, key Key, items []Item
 			at = releasedAt
 		}
 		if err := w.insertSpend(ctx, "release "+key.String(), spend, at); err != nil {
-			return err
+			return nil, nil, err
 		}
 		w.Logger.Info("privacy budget spent", "key", key.String(), "dataset", spend.Dataset,
 			"epsilon", spend.Epsilon, "delta", spend.Delta, "epoch_epsilon_total", eps+spend.Epsilon)
+		if err := w.runHook("ledger"); err != nil {
+			return nil, nil, err
+		}
 	}
-	return w.WriteKeyedRelease(ctx, key, items, undec, releasedAt)
+	err = w.writeKeyed(ctx, key, items, undec, releasedAt, func(ctx context.Context) error { return w.checkDraw(ctx, key, d.id) })
+	if err != nil {
+		return nil, nil, err
+	}
+	return items, undec, nil
+}
+
+// readRelease reads back the items and undecrypted lines of a complete
+// release of key.
+func (w *Writer) readRelease(ctx context.Context, key Key) ([]Item, []Undecrypted, error) {
+	items, err := w.ReleasedItems(ctx, key.App, key.Epoch, key.Policy, key.K)
+	if err != nil {
+		return nil, nil, err
+	}
+	undec, err := w.UndecryptedSummary(ctx, key.App, key.Epoch, key.Policy, key.K)
+	if err != nil {
+		return nil, nil, err
+	}
+	return items, undec, nil
 }
 
 // insertSpend appends spend to privacy_ledger at at (UTC, truncated to the
@@ -229,46 +281,66 @@ func PDDLedgerKey(campaign string, day time.Time) Key {
 // WriteSpendingRelease does for a threshold DP release. spend's key must
 // be PDDLedgerKey(r.Campaign, r.Day).
 //
-// Order and idempotence are WriteSpendingRelease's: a complete day
-// (pdd_rounds row present) is skipped and spends nothing; a ledger row of
-// the day without its pdd_rounds row is an interrupted attempt, not spent
-// again, and the day is rewritten. Otherwise, when the (dataset, day)
+// Order and idempotence are WriteDrawnRelease's: a complete day
+// (pdd_rounds row present) is skipped and spends nothing; the day's noisy
+// counts are stored as its draw before anything else, and a redo writes
+// the stored draw, not r; a ledger row of the day without its pdd_rounds
+// row is an interrupted attempt, not spent again, and the day is
+// rewritten. Otherwise, when the (dataset, day)
 // ledger plus spend exceeds budget, it returns an error wrapping
 // ErrOverBudget that names the campaign, the day and the budget, and
 // writes nothing. The ledger row goes in first, so no day is visible
 // without its spend; a day WritePDDRound would refuse (bad campaign, day,
 // groups, duplicate keywords) is refused before anything is spent.
 func (w *Writer) WriteSpendingPDDRound(ctx context.Context, r PDDRound, releasedAt time.Time, spend Spend, budget Budget) error {
+	_, err := w.WriteDrawnPDDRound(ctx, r, releasedAt, spend, budget)
+	return err
+}
+
+// WriteDrawnPDDRound is WriteSpendingPDDRound returning the day it
+// released: r on a first attempt, the stored draw on a redo (r is then
+// only a candidate: the day's noise is drawn once, see draws.go), and r
+// when the day was complete already.
+func (w *Writer) WriteDrawnPDDRound(ctx context.Context, r PDDRound, releasedAt time.Time, spend Spend, budget Budget) (PDDRound, error) {
 	key := PDDLedgerKey(r.Campaign, r.Day)
 	what := "pdd release " + pddKey(r.Campaign, r.Day)
 	if spend.Key() != key {
-		return fmt.Errorf("%s: ledger spend is for %s, want %s", what, spend.Key(), key)
+		return PDDRound{}, fmt.Errorf("%s: ledger spend is for %s, want %s", what, spend.Key(), key)
 	}
 	if !validSpend(spend) {
-		return fmt.Errorf("%s: invalid spend (epsilon %v, delta %v)", what, spend.Epsilon, spend.Delta)
+		return PDDRound{}, fmt.Errorf("%s: invalid spend (epsilon %v, delta %v)", what, spend.Epsilon, spend.Delta)
 	}
 	if err := checkPDDRound(r); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return PDDRound{}, fmt.Errorf("%s: %w", what, err)
 	}
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
 	done, err := w.IsPDDReleased(ctx, r.Campaign, r.Day)
 	if err != nil {
-		return err
+		return PDDRound{}, err
 	}
 	if done {
 		w.Logger.Info("pdd day already written; skipping", "key", pddKey(r.Campaign, r.Day))
-		return nil
+		return r, nil
 	}
 	eps, delta, has, err := w.spentOn(ctx, spend.Dataset, key)
 	if err != nil {
-		return err
+		return PDDRound{}, err
 	}
 	if !has {
 		if coord, spent, add, limit := budget.over(eps, delta, spend); coord != "" {
-			return fmt.Errorf("%s: %w: campaign %q day %s would spend %s %.4g (%s) from dataset %q, which has %.4g spent on that day: %.4g > budget %.4g; nothing was released (raise --budget-%s, lower --epsilon, or monitor fewer keywords: a noisy day spends keywords × epsilon)",
+			return PDDRound{}, fmt.Errorf("%s: %w: campaign %q day %s would spend %s %.4g (%s) from dataset %q, which has %.4g spent on that day: %.4g > budget %.4g; nothing was released (raise --budget-%s, lower --epsilon, or monitor fewer keywords: a noisy day spends keywords × epsilon)",
 				what, ErrOverBudget, r.Campaign, key.Epoch, coord, add, spend.Params, spend.Dataset, spent, spent+add, limit, coord)
 		}
+	}
+	d, err := w.draw(ctx, key, func() ([]byte, error) { return encodePDDDraw(r) })
+	if err != nil {
+		return PDDRound{}, err
+	}
+	if r, err = decodePDDDraw(r.Campaign, r.Day, d.body); err != nil {
+		return PDDRound{}, err
+	}
+	if !has {
 		at := spend.SpentAt
 		if at.IsZero() {
 			at = releasedAt
@@ -277,12 +349,18 @@ func (w *Writer) WriteSpendingPDDRound(ctx context.Context, r PDDRound, released
 			at = time.Now()
 		}
 		if err := w.insertSpend(ctx, what, spend, at); err != nil {
-			return err
+			return PDDRound{}, err
 		}
 		w.Logger.Info("privacy budget spent", "key", key.String(), "dataset", spend.Dataset,
 			"epsilon", spend.Epsilon, "delta", spend.Delta, "day_epsilon_total", eps+spend.Epsilon)
+		if err := w.runHook("ledger"); err != nil {
+			return PDDRound{}, err
+		}
 	}
-	return w.WritePDDRound(ctx, r, releasedAt)
+	if err := w.writePDDRound(ctx, r, releasedAt, func(ctx context.Context) error { return w.checkDraw(ctx, key, d.id) }); err != nil {
+		return PDDRound{}, err
+	}
+	return r, nil
 }
 
 // checkPDDRound returns the error WritePDDRound would refuse r with before

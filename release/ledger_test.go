@@ -100,7 +100,7 @@ func TestLedgerPDDDaySpendsOnce(t *testing.T) {
 	}
 
 	// crash after the ledger row, before the day's pdd_rounds row
-	w.hook = func(stage string) error {
+	w.Hook = func(stage string) error {
 		if stage == "before-pdd-rounds-row" {
 			return errors.New("injected crash")
 		}
@@ -109,7 +109,7 @@ func TestLedgerPDDDaySpendsOnce(t *testing.T) {
 	if err := w.WriteSpendingPDDRound(ctx, round("flu"), time.Time{}, spend("flu", 1.5), budget); err == nil {
 		t.Fatal("interrupted write returned nil")
 	}
-	w.hook = nil
+	w.Hook = nil
 	if done, _ := w.IsPDDReleased(ctx, "flu", day); done {
 		t.Fatal("interrupted day is complete")
 	}

@@ -83,6 +83,12 @@ func pddKey(campaign string, day time.Time) string { return campaign + "/" + day
 // invalid or which statement failed; ctx bounds the call (DefaultTimeout
 // when it has no deadline).
 func (w *Writer) WritePDDRound(ctx context.Context, r PDDRound, releasedAt time.Time) error {
+	return w.writePDDRound(ctx, r, releasedAt, nil)
+}
+
+// writePDDRound is WritePDDRound; beforeRow, when set, runs just before
+// the pdd_rounds row and aborts the write with its error.
+func (w *Writer) writePDDRound(ctx context.Context, r PDDRound, releasedAt time.Time, beforeRow func(context.Context) error) error {
 	day := r.Day.UTC().Truncate(24 * time.Hour)
 	key := pddKey(r.Campaign, day)
 	if r.Campaign == "" || len(r.Campaign) > 64 {
@@ -152,6 +158,11 @@ func (w *Writer) WritePDDRound(ctx context.Context, r PDDRound, releasedAt time.
 	}
 	if err := w.runHook("before-pdd-rounds-row"); err != nil {
 		return err
+	}
+	if beforeRow != nil {
+		if err := beforeRow(ctx); err != nil {
+			return err
+		}
 	}
 	b, err := w.conn.PrepareBatch(ctx, "INSERT INTO pdd_rounds (campaign, day, active, grouped, decrypted, groups, "+
 		"groups_complete, groups_recovered, groups_lost, confidence, epsilon, max_count, released_at)")

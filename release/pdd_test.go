@@ -123,7 +123,7 @@ func TestPDDRoundCrashThenRedo(t *testing.T) {
 	first := pddRound("c", day, 20, 15, counts)
 	crash := errors.New("simulated crash")
 	for _, stage := range []string{"pdd-counts-batch", "before-pdd-rounds-row"} {
-		w.hook = func(s string) error {
+		w.Hook = func(s string) error {
 			if s == stage {
 				return crash
 			}
@@ -139,7 +139,7 @@ func TestPDDRoundCrashThenRedo(t *testing.T) {
 			t.Fatalf("crash at %s: day marked released", stage)
 		}
 	}
-	w.hook = nil
+	w.Hook = nil
 	// The redo (e.g. fresh noise) replaces the partial rows entirely.
 	redo := map[string]int64{"kw00": 7, "kw01": 0, "fresh": 3}
 	second := pddRound("c", day, 20, 15, redo)

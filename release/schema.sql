@@ -86,6 +86,25 @@ CREATE TABLE IF NOT EXISTS privacy_ledger (
 ) ENGINE = MergeTree
 ORDER BY (dataset, epoch, spent_at, app, policy, k);
 
+-- The noise of each differentially private release, drawn once
+-- (release/draws.go): before anything of a DP release (or a noisy PDD
+-- day) is written, the release stage stores its noisy rows here as one
+-- draw; a restart, a redo after a crash or a second release stage writes
+-- the stored draw instead of drawing again, so analysts never see two
+-- draws of one release. Secret: only the release stage's user reads it
+-- (the analyst reads the views only, docs/sql.md). body is the draw's
+-- JSON; the canonical draw of a key is its smallest (drawn_at, draw).
+CREATE TABLE IF NOT EXISTS release_draws (
+    app String,
+    epoch String,
+    policy String,
+    k UInt32,
+    draw String,
+    body String,
+    drawn_at DateTime
+) ENGINE = MergeTree
+ORDER BY (app, epoch, policy, k, drawn_at, draw);
+
 -- Private Data Donor mode (docs/pdd-release.md; PDD = Primault et al., WWW
 -- 2019). Keyword counts per (campaign, day, keyword) from the group sums of
 -- blinded vectors, exact or with Laplace noise. Named pdd_keyword_counts

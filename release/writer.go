@@ -52,11 +52,16 @@ type Writer struct {
 	database string
 	server   Server
 
-	// hook, when set (tests), is called at "items-batch" after every
-	// released_items batch, at "undecrypted" after the summary insert and
-	// at "before-releases-row"; an error aborts the write there,
-	// simulating a crash.
-	hook func(stage string) error
+	// Hook, when set, is called after each write step of a release and
+	// its error aborts the write there: fault-injection tests crash the
+	// writer (or kill its process) between two writes with it; leave it
+	// nil. Steps: "draw" (a DP release's draw stored), "ledger" (its
+	// privacy_ledger row), "cleared" (rows of an interrupted attempt
+	// deleted, or none found), "items-batch" (after every released_items
+	// batch), "undecrypted" (the summary lines), "before-releases-row",
+	// "releases-row" (the release is complete); PDD days:
+	// "before-pdd-rounds-row".
+	Hook func(step string) error
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
@@ -204,21 +209,37 @@ func keyLess(a, b Key) bool {
 // first (ALTER TABLE ... DELETE, waited for), so a redo leaves exactly one
 // copy. ctx bounds the call (DefaultTimeout when it has no deadline).
 func (w *Writer) WriteKeyedRelease(ctx context.Context, key Key, items []Item, undec []Undecrypted, releasedAt time.Time) error {
+	return w.writeKeyed(ctx, key, items, undec, releasedAt, nil)
+}
+
+// checkItems validates items of key as WriteKeyedRelease documents and
+// returns the sum of their impressions.
+func checkItems(key Key, items []Item) (uint64, error) {
 	if key.K < 0 || key.K > math.MaxUint32 {
-		return fmt.Errorf("release %s: k out of range 0..%d", key, uint32(math.MaxUint32))
+		return 0, fmt.Errorf("release %s: k out of range 0..%d", key, uint32(math.MaxUint32))
 	}
 	seen := make(map[[2]string]struct{}, len(items))
 	var impressions uint64
 	for i, it := range items {
 		if it.Key() != key {
-			return fmt.Errorf("release %s: item %d belongs to %s; write each key separately or use WriteRelease", key, i, it.Key())
+			return 0, fmt.Errorf("release %s: item %d belongs to %s; write each key separately or use WriteRelease", key, i, it.Key())
 		}
 		iv := [2]string{it.Item, it.Variant}
 		if _, dup := seen[iv]; dup {
-			return fmt.Errorf("release %s: item %d repeats an earlier (item, variant); merge duplicates before releasing", key, i)
+			return 0, fmt.Errorf("release %s: item %d repeats an earlier (item, variant); merge duplicates before releasing", key, i)
 		}
 		seen[iv] = struct{}{}
 		impressions += it.Impressions
+	}
+	return impressions, nil
+}
+
+// writeKeyed is WriteKeyedRelease; beforeRow, when set, runs just before
+// the releases row and aborts the write with its error.
+func (w *Writer) writeKeyed(ctx context.Context, key Key, items []Item, undec []Undecrypted, releasedAt time.Time, beforeRow func(context.Context) error) error {
+	impressions, err := checkItems(key, items)
+	if err != nil {
+		return err
 	}
 	merged, err := mergeUndecrypted(key, undec)
 	if err != nil {
@@ -246,6 +267,9 @@ func (w *Writer) WriteKeyedRelease(ctx context.Context, key Key, items []Item, u
 			return err
 		}
 	}
+	if err := w.runHook("cleared"); err != nil {
+		return err
+	}
 	if err := w.insertItems(ctx, key, items, releasedAt); err != nil {
 		return err
 	}
@@ -254,6 +278,11 @@ func (w *Writer) WriteKeyedRelease(ctx context.Context, key Key, items []Item, u
 	}
 	if err := w.runHook("before-releases-row"); err != nil {
 		return err
+	}
+	if beforeRow != nil {
+		if err := beforeRow(ctx); err != nil {
+			return err
+		}
 	}
 	b, err := w.conn.PrepareBatch(ctx, "INSERT INTO releases (app, epoch, policy, k, items, impressions, released_at)")
 	if err != nil {
@@ -265,6 +294,9 @@ func (w *Writer) WriteKeyedRelease(ctx context.Context, key Key, items []Item, u
 	}
 	if err := b.Send(); err != nil {
 		return fmt.Errorf("release %s: insert releases row (the release will be redone on the next call): %w", key, err)
+	}
+	if err := w.runHook("releases-row"); err != nil {
+		return err
 	}
 	w.Logger.Info("release written", "key", key.String(), "items", len(items), "impressions", impressions,
 		"undecrypted_lines", len(merged))
@@ -290,10 +322,10 @@ func mergeUndecrypted(key Key, undec []Undecrypted) ([]Undecrypted, error) {
 }
 
 func (w *Writer) runHook(stage string) error {
-	if w.hook == nil {
+	if w.Hook == nil {
 		return nil
 	}
-	return w.hook(stage)
+	return w.Hook(stage)
 }
 
 const keyWhere = " WHERE app = ? AND epoch = ? AND policy = ? AND k = ?"

@@ -157,7 +157,7 @@ func TestRedoAfterCrashLeavesNoDuplicates(t *testing.T) {
 			undec := []Undecrypted{{App: key.App, Epoch: key.Epoch, Policy: key.Policy, K: key.K, Reports: 2, Users: 2, Tags: 11}}
 			calls := 0
 			crash := errors.New("simulated crash")
-			w.hook = func(stage string) error {
+			w.Hook = func(stage string) error {
 				if stage != tc.stage {
 					return nil
 				}
@@ -179,7 +179,7 @@ func TestRedoAfterCrashLeavesNoDuplicates(t *testing.T) {
 			}
 
 			// The restarted release stage: a new Writer, same inputs.
-			w.hook = nil
+			w.Hook = nil
 			w2, err := Open(ctx, srv.TCPAddr, w.Database())
 			if err != nil {
 				t.Fatal(err)

@@ -28,9 +28,10 @@ type Sink interface {
 
 // SpendingSink writes a noisy day together with its privacy-ledger row,
 // refusing it when the budget would be exceeded (satisfied by
-// *release.Writer; see release.Writer.WriteSpendingPDDRound).
+// *release.Writer; see release.Writer.WriteDrawnPDDRound: a redo returns
+// the day's stored draw, which is what was released).
 type SpendingSink interface {
-	WriteSpendingPDDRound(ctx context.Context, r release.PDDRound, releasedAt time.Time, spend release.Spend, budget release.Budget) error
+	WriteDrawnPDDRound(ctx context.Context, r release.PDDRound, releasedAt time.Time, spend release.Spend, budget release.Budget) (release.PDDRound, error)
 }
 
 var _ SpendingSink = (*release.Writer)(nil)
@@ -213,7 +214,10 @@ func (st *Stage) release(ctx context.Context, r Round, list *keywords.List, maxC
 		spend := DaySpend(dataset, row, list.Len())
 		ss := st.Writer.(SpendingSink) // checked by config
 		write = func() error {
-			err := ss.WriteSpendingPDDRound(ctx, row, time.Now(), spend, st.Budget)
+			drawn, err := ss.WriteDrawnPDDRound(ctx, row, time.Now(), spend, st.Budget)
+			if err == nil {
+				row = drawn // a redo releases the day's stored draw, not this attempt's noise
+			}
 			if errors.Is(err, release.ErrOverBudget) {
 				return retry.Permanent(err) // refused, not failed: never retried
 			}

@@ -236,8 +236,11 @@ func (s *State) Publish(app, epoch string, pol *policy.Policy, mode release.Summ
 // privacy-ledger row, refusing it when the budget would be exceeded
 // (satisfied by *release.Writer).
 type SpendingSink interface {
-	WriteSpendingRelease(ctx context.Context, key release.Key, items []release.Item, undec []release.Undecrypted,
-		releasedAt time.Time, spend release.Spend, budget release.Budget) error
+	// WriteDrawnRelease writes the release of key with items and undec as
+	// this attempt's candidate draw and returns what the release holds (a
+	// stored draw of an earlier attempt wins: release.Writer).
+	WriteDrawnRelease(ctx context.Context, key release.Key, items []release.Item, undec []release.Undecrypted,
+		releasedAt time.Time, spend release.Spend, budget release.Budget) ([]release.Item, []release.Undecrypted, error)
 }
 
 // Stage reads the decrypted topic from its beginning (one reader per
@@ -308,44 +311,66 @@ func (st *Stage) Run(ctx context.Context) error {
 			if !done {
 				continue
 			}
-			items, undec, dp, err := state.Publish(app, epoch, st.Policy, st.Summary)
-			if err != nil {
+			if err := st.ReleaseEpoch(ctx, state, app, epoch); err != nil {
 				return err
-			}
-			if dp {
-				err = st.writeDP(ctx, app, epoch, items, undec, log)
-			} else {
-				err = st.write(ctx, items, undec, log)
-			}
-			if errors.Is(err, release.ErrOverBudget) {
-				log.Error("release: refused, over the privacy budget; nothing released", "app", app, "epoch", epoch, "err", err)
-				if st.OnRefused != nil {
-					st.OnRefused(app, epoch, err)
-				}
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			st.Released.Add(1)
-			st.Rows.Add(int64(len(items)))
-			log.Info("release: epoch released", "app", app, "epoch", epoch, "items", len(items),
-				"undecrypted_lines", len(undec), "duplicates_dropped", state.Duplicates)
-			if st.OnRelease != nil {
-				st.OnRelease(app, epoch, items)
 			}
 		}
 	}
 }
 
+// ReleaseEpoch builds the release of the completed epoch (app, epoch) of
+// state (State.Publish under Policy and Summary) and writes it to Sink,
+// retrying ClickHouse errors until ctx ends; Run calls it when the last
+// partition closed the epoch. A DP release over the budget is refused
+// (logged, OnRefused) and returns nil; the DP key's noise is drawn once
+// (a redo releases the stored draw: release.Writer.WriteDrawnRelease).
+// Errors: a policy that fails to decide, a DP Policy without a
+// SpendingSink, ctx ending while a write is retried, an unreadable stored
+// draw.
+func (st *Stage) ReleaseEpoch(ctx context.Context, state *State, app, epoch string) error {
+	log := st.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	items, undec, dp, err := state.Publish(app, epoch, st.Policy, st.Summary)
+	if err != nil {
+		return err
+	}
+	if dp {
+		items, err = st.writeDP(ctx, app, epoch, items, undec, log)
+	} else {
+		err = st.write(ctx, items, undec, log)
+	}
+	if errors.Is(err, release.ErrOverBudget) {
+		log.Error("release: refused, over the privacy budget; nothing released", "app", app, "epoch", epoch, "err", err)
+		if st.OnRefused != nil {
+			st.OnRefused(app, epoch, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	st.Released.Add(1)
+	st.Rows.Add(int64(len(items)))
+	log.Info("release: epoch released", "app", app, "epoch", epoch, "items", len(items),
+		"undecrypted_lines", len(undec), "duplicates_dropped", state.Duplicates)
+	if st.OnRelease != nil {
+		st.OnRelease(app, epoch, items)
+	}
+	return nil
+}
+
 // writeDP writes the DP release of (app, epoch) with its ledger row, and the
-// epoch's other (exact) keys as write does. The DP key is written even when
-// it released nothing (the spend happened). Retries like write, except that
-// an over-budget refusal is returned at once.
-func (st *Stage) writeDP(ctx context.Context, app, epoch string, items []release.Item, undec []release.Undecrypted, log *slog.Logger) error {
+// epoch's other (exact) keys as write does, and returns the epoch's items
+// as released (the DP key's from its draw). The DP key is written even
+// when it released nothing (the spend happened). Retries like write,
+// except that an over-budget refusal or an unreadable stored draw is
+// returned at once.
+func (st *Stage) writeDP(ctx context.Context, app, epoch string, items []release.Item, undec []release.Undecrypted, log *slog.Logger) ([]release.Item, error) {
 	ss, ok := st.Sink.(SpendingSink)
 	if !ok {
-		return fmt.Errorf("release: policy %s needs a sink with a privacy ledger (release.Writer)", st.Policy.Kind)
+		return nil, fmt.Errorf("release: policy %s needs a sink with a privacy ledger (release.Writer)", st.Policy.Kind)
 	}
 	key := release.Key{App: app, Epoch: epoch, Policy: string(st.Policy.Kind), K: st.Policy.ShamirK}
 	var dpItems, rest []release.Item
@@ -371,19 +396,23 @@ func (st *Stage) writeDP(ctx context.Context, app, epoch string, items []release
 	p := st.Policy
 	spend := release.Spend{Dataset: dataset, Epoch: epoch, App: app, Policy: key.Policy, K: key.K,
 		Epsilon: p.AchievedEpsilon, Delta: p.AchievedDelta, Params: p.String()}
+	var drawn []release.Item
 	if err := retry.Forever(ctx, log, "release: write to ClickHouse", 200*time.Millisecond, 10*time.Second, func() error {
-		err := ss.WriteSpendingRelease(ctx, key, dpItems, dpUndec, time.Now(), spend, st.Budget)
-		if errors.Is(err, release.ErrOverBudget) {
-			return retry.Permanent(err) // refused, not failed: never retried
+		var err error
+		drawn, _, err = ss.WriteDrawnRelease(ctx, key, dpItems, dpUndec, time.Now(), spend, st.Budget)
+		if errors.Is(err, release.ErrOverBudget) || errors.Is(err, release.ErrBadDraw) {
+			return retry.Permanent(err) // refused or unreadable, not failed: never retried
 		}
 		return err
 	}); err != nil {
-		return err
+		return nil, err
 	}
+	out := append(drawn, rest...)
+	release.SortItems(out)
 	if len(rest) == 0 && len(restUndec) == 0 {
-		return nil
+		return out, nil
 	}
-	return st.write(ctx, rest, restUndec, log)
+	return out, st.write(ctx, rest, restUndec, log)
 }
 
 // write retries the sink until it succeeds or ctx ends (a ClickHouse outage
