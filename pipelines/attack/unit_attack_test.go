@@ -100,4 +100,3 @@ func TestAttackUnitInflation(t *testing.T) {
 		t.Fatalf("with ARC: %d users released, %d unit-mismatch drops; want 3 users (one per credential) and %d drops", got, p.Stats.Dropped["unit-mismatch"], forged)
 	}
 }
-
