@@ -44,7 +44,8 @@ fuzz:
 	  "./protocol/arc FuzzParseCredential" "./protocol/arc FuzzParsePublicKey" "./protocol/arc FuzzParsePrivateKey" \
 	  "./protocol/token FuzzParseToken" "./protocol/token FuzzParsePrivateKey" "./protocol/token FuzzIssue" \
 	  "./protocol/token FuzzParseIssueRequest" "./protocol/token FuzzParseIssueResponse" "./protocol/token FuzzParseKeys" \
-	  "./aggregator FuzzPrepareReport" "./aggregator FuzzDecodeSpill" "./aggregator FuzzDecodeState" "./aggregator FuzzSnapshotHeader"; do \
+	  "./aggregator FuzzPrepareReport" "./aggregator FuzzDecodeSpill" "./aggregator FuzzDecodeState" "./aggregator FuzzSnapshotHeader" \
+	  "./release FuzzDecodeDraw"; do \
 	  set -- $$spec; echo "== $$1 $$2"; $(GO) test -run XXX -fuzz "^$$2$$" -fuzztime $(FUZZTIME) $$1 || exit 1; done
 
 bench:
