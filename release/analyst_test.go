@@ -143,7 +143,7 @@ func TestAppViews(t *testing.T) {
 
 // TestSchemaLowCardinality checks the LowCardinality variant of the
 // schema: exactly the app, epoch, policy, dataset and campaign columns
-// change (15, counted by hand from schema.sql), and, on 18.16 with its
+// change (18, counted by hand from schema.sql), and, on 18.16 with its
 // experimental setting on (current releases need none), the tables it
 // creates take a release through the Writer and the views read it back.
 func TestSchemaLowCardinality(t *testing.T) {
@@ -152,8 +152,8 @@ func TestSchemaLowCardinality(t *testing.T) {
 	if strings.Contains(plain, "LowCardinality") {
 		t.Errorf("schema without LowCardinality mentions it")
 	}
-	if n := strings.Count(lc, "LowCardinality(String)"); n != 15 {
-		t.Errorf("LowCardinality schema has %d LowCardinality(String) columns, want 15 (3+3+3+4+1+1)", n)
+	if n := strings.Count(lc, "LowCardinality(String)"); n != 18 {
+		t.Errorf("LowCardinality schema has %d LowCardinality(String) columns, want 18 (3+3+3+4+3+1+1)", n)
 	}
 	for _, col := range []string{"item String,", "variant String,", "params String,", "keyword String,"} {
 		if !strings.Contains(lc, col) {
@@ -205,8 +205,9 @@ func TestSchemaLowCardinality(t *testing.T) {
 
 // TestInitAnalyst runs Init with an analyst on the test server: on 18.16
 // through a users.d file (the server reloads it), on current releases
-// through CREATE USER. The analyst reads the views and is refused INSERT,
-// DROP, CREATE and other databases; the data is unchanged afterwards.
+// through CREATE USER. The analyst reads the views of the analyst database
+// and is refused INSERT, DROP, CREATE and other databases; the data is
+// unchanged afterwards. TestAttackAnalystRawTables checks the raw tables.
 func TestInitAnalyst(t *testing.T) {
 	w := openTestWriter(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -224,12 +225,15 @@ func TestInitAnalyst(t *testing.T) {
 	if res.Server.SQLUsers == (res.AnalystFile != "") {
 		t.Errorf("Init on %+v wrote analyst file %q", res.Server, res.AnalystFile)
 	}
+	if res.AnalystDatabase != AnalystDatabase(w.Database()) {
+		t.Errorf("Init made analyst database %q, want %q", res.AnalystDatabase, AnalystDatabase(w.Database()))
+	}
 	t.Logf("ClickHouse %s: analyst via %q (SQL users: %v)", res.Server.Version, res.AnalystFile, res.Server.SQLUsers)
-	a.Database = w.Database()
-	if _, err := DialAs(ctx, srv.TCPAddr, w.Database(), a.Name, "wrong-password"); err == nil {
+	a.Database = res.AnalystDatabase
+	if _, err := DialAs(ctx, srv.TCPAddr, a.Database, a.Name, "wrong-password"); err == nil {
 		t.Errorf("analyst logged in with a wrong password")
 	}
-	an, err := DialAs(ctx, srv.TCPAddr, w.Database(), a.Name, a.Password)
+	an, err := DialAs(ctx, srv.TCPAddr, a.Database, a.Name, a.Password)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,13 +281,13 @@ func TestInitAnalyst(t *testing.T) {
 // TestAnalystStatements checks the SQL of current ClickHouse's analyst
 // (not runnable on 18.16, which has no CREATE USER): quoting and refusals.
 func TestAnalystStatements(t *testing.T) {
-	got, err := AnalystStatements(Analyst{Name: "analyst", Password: `it's\x`, Database: "crowdlog"})
+	got, err := AnalystStatements(Analyst{Name: "analyst", Password: `it's\x`, Database: AnalystDatabase("crowdlog")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
 		"CREATE USER OR REPLACE `analyst` IDENTIFIED WITH sha256_password BY 'it\\'s\\\\x' SETTINGS readonly = 1",
-		"GRANT SELECT ON `crowdlog`.* TO `analyst`",
+		"GRANT SELECT ON `crowdlog_analyst`.* TO `analyst`",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("AnalystStatements:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

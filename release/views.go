@@ -15,13 +15,16 @@ import (
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
 )
 
-// Views is the DDL of the analyst views as run by Open after Schema:
-// CREATE VIEW IF NOT EXISTS statements separated by ";", valid on
-// ClickHouse 18.16 and current releases, unqualified (created in Open's
-// database). The first views (reformulation_pairs,
-// reformulation_proportions, click_pairs, url_popularity, ltr_features,
-// keyword_counts, keyword_daily) keep their columns as they were; the
-// analyst's views (completed_releases, one released_* view per application
+// Views is the DDL of the analyst views: CREATE VIEW IF NOT EXISTS
+// statements separated by ";", valid on ClickHouse 18.16 and current
+// releases, unqualified. Open runs them in the release database after
+// Schema (for user default and crowdlog's own readers, e.g.
+// Writer.ReadKeywordDaily); OpenAnalystDatabase runs the same text in the
+// analyst database, where the unqualified tables are the published copies
+// (analystdb.go) and the analyst reads them. The first views
+// (reformulation_pairs, reformulation_proportions, click_pairs,
+// url_popularity, ltr_features, keyword_counts, keyword_daily) keep their
+// columns as they were; the analyst's views (completed_releases, one released_* view per application
 // as in AppViews, released_undecrypted) add the epoch's time range
 // (epoch_start, epoch_end) and users as NULL where the policy does not
 // measure them. What each column means, in particular the reformulation
@@ -32,10 +35,10 @@ import (
 var Views string
 
 // AppViews names the analyst view of each mining application
-// (ingest/apps): app name → view in Open's database. Each reads only
-// completed releases and has the columns epoch, epoch_start, epoch_end,
-// policy, k, the application's fields, impressions and users (NULL when not
-// measured).
+// (ingest/apps): app name → view, in the release database and in its
+// analyst database. Each reads only completed releases and has the
+// columns epoch, epoch_start, epoch_end, policy, k, the application's
+// fields, impressions and users (NULL when not measured).
 var AppViews = map[string]string{
 	"query":         "released_queries",
 	"reformulation": "released_reformulations",
@@ -142,13 +145,16 @@ func SchemaStatementsFor(s Server) []string {
 
 // Analyst is a read-only ClickHouse user for analysts: SELECT on one
 // database and nothing else (CreateAnalyst; on 18.16
-// infra/clickhouse.WriteAnalystUser).
+// infra/clickhouse.WriteAnalystUser). Init gives it the analyst database
+// (AnalystDatabase), never the release database.
 type Analyst struct {
 	// Name is the user name, an identifier ([A-Za-z_][A-Za-z0-9_]*).
 	Name string
 	// Password is the user's password (stored by the server as SHA-256).
 	Password string
-	// Database is the one database the user may read, e.g. DefaultDatabase.
+	// Database is the one database the user may read: the analyst
+	// database, e.g. AnalystDatabase(DefaultDatabase) = "crowdlog_analyst"
+	// (an identifier of at most 127 bytes).
 	Database string
 }
 
@@ -159,15 +165,26 @@ type Analyst struct {
 var ErrNoSQLUsers = errors.New("server has no CREATE USER")
 
 // AnalystStatements returns the SQL that creates (or replaces) a and gives
-// it SELECT on a.Database only, with readonly = 1 (no INSERT, DDL or SET):
-// CREATE USER OR REPLACE … IDENTIFIED WITH sha256_password BY … SETTINGS
-// readonly = 1, then GRANT SELECT ON db.* TO user. Errors for a name or
-// database that is not an identifier, or an empty password.
+// it SELECT on a.Database only, with readonly = 1 (no INSERT, DDL, SET or
+// table function): CREATE USER OR REPLACE … IDENTIFIED WITH
+// sha256_password BY … SETTINGS readonly = 1, then GRANT SELECT ON db.* TO
+// user, for servers with SQL users (ClickHouse 20.4 and later; untested
+// here, where only 18.16 runs). a.Database is the analyst database, whose
+// views read copies in the same database, which the grant covers: no grant
+// on the release database is needed, and no view needs SQL SECURITY
+// DEFINER (ClickHouse 24.2 and later) to read what its reader may not.
+// Nothing is granted on system.*: where the server's
+// access_control_improvements.select_from_system_db_requires_grant is
+// true that keeps the analyst out of system.processes and
+// system.query_log (system.tables, system.columns and system.databases
+// stay readable); where it is false every user reads them, and no REVOKE
+// changes that. Errors for a name or database that is not an identifier,
+// or an empty password.
 func AnalystStatements(a Analyst) ([]string, error) {
 	if !identRE.MatchString(a.Name) {
 		return nil, fmt.Errorf("release: analyst name %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)", a.Name)
 	}
-	if !identRE.MatchString(a.Database) {
+	if !dbNameRE.MatchString(a.Database) {
 		return nil, fmt.Errorf("release: database name %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)", a.Database)
 	}
 	if a.Password == "" {
@@ -226,10 +243,13 @@ type InitOptions struct {
 	// Addr is the native-protocol address "host:port"; Init works as user
 	// default (no password) there.
 	Addr string
-	// Database receives the tables and views; DefaultDatabase when empty.
+	// Database receives the tables and views (the release database);
+	// DefaultDatabase when empty. Its analyst database
+	// AnalystDatabase(Database) receives the published copies and the
+	// analyst views.
 	Database string
 	// Analyst is the read-only user to create; none when Analyst.Name is
-	// empty. Analyst.Database is set to Database.
+	// empty. Analyst.Database is set to AnalystDatabase(Database).
 	Analyst Analyst
 	// UsersDir is the users.d directory of the server (e.g.
 	// infra/clickhouse.UsersDir of a `crowdlog clickhouse --dir`, or
@@ -249,21 +269,28 @@ type InitOptions struct {
 type InitResult struct {
 	// Server is the probed server.
 	Server Server
+	// AnalystDatabase is the database the analyst reads
+	// (AnalystDatabase(Database)), created or completed by Init.
+	AnalystDatabase string
 	// AnalystFile is the users.d file written for the analyst (servers
 	// without SQL users), "" otherwise.
 	AnalystFile string
 }
 
 // Init creates Database with the Schema tables (LowCardinality where the
-// server supports it) and the Views, as Open does, then, when
-// o.Analyst.Name is set, the read-only analyst: with CREATE USER and GRANT
-// SELECT ON Database.* where the server has SQL users (CreateAnalyst), else
-// by writing a users.d file into o.UsersDir
-// (infra/clickhouse.WriteAnalystUser: profile readonly, allow_databases =
-// Database). It then waits until the analyst can log in and read
-// completed_releases (CheckAnalyst), bounded by AnalystWait. Idempotent:
-// a rerun keeps the data and replaces the user's password. ctx bounds the
-// call (DefaultTimeout when it has no deadline).
+// server supports it) and the Views, as Open does, then its analyst
+// database with the published copies, the materialized views that keep
+// them current and the analyst views (OpenAnalystDatabase), then, when
+// o.Analyst.Name is set, the read-only analyst on the analyst database
+// only: with CREATE USER and GRANT SELECT ON AnalystDatabase(Database).*
+// where the server has SQL users (CreateAnalyst), else by writing a
+// users.d file into o.UsersDir (infra/clickhouse.WriteAnalystUser: profile
+// readonly, allow_databases = the analyst database). It then waits until
+// the analyst can log in and read completed_releases (CheckAnalyst),
+// bounded by AnalystWait. Idempotent: a rerun keeps the data, adds what an
+// upgrade added to the analyst database, backfills what it lacks and
+// replaces the user's password. ctx bounds the call (DefaultTimeout when
+// it has no deadline).
 func Init(ctx context.Context, o InitOptions) (InitResult, error) {
 	if o.Database == "" {
 		o.Database = DefaultDatabase
@@ -276,11 +303,14 @@ func Init(ctx context.Context, o InitOptions) (InitResult, error) {
 	}
 	res := InitResult{Server: w.Server()}
 	w.Close()
+	if res.AnalystDatabase, err = OpenAnalystDatabase(ctx, o.Addr, o.Database); err != nil {
+		return res, err
+	}
 	if o.Analyst.Name == "" {
 		return res, nil
 	}
 	a := o.Analyst
-	a.Database = o.Database
+	a.Database = res.AnalystDatabase
 	if res.Server.SQLUsers {
 		if err := CreateAnalyst(ctx, o.Addr, a); err != nil {
 			return res, err
@@ -319,8 +349,8 @@ func Init(ctx context.Context, o InitOptions) (InitResult, error) {
 }
 
 // CheckAnalyst logs in at addr as a (password a.Password, database
-// a.Database) and reads completed_releases. nil means the analyst exists
-// and may read the views. ctx bounds the call (DefaultTimeout when it has
+// a.Database, the analyst database) and reads completed_releases. nil
+// means the analyst exists and may read the views. ctx bounds the call (DefaultTimeout when it has
 // no deadline).
 func CheckAnalyst(ctx context.Context, addr string, a Analyst) error {
 	ctx, cancel := withDeadline(ctx)

@@ -1,5 +1,9 @@
 -- crowdlog analyst views (ClickHouse 18.16 and current releases), created
--- by release.Open after schema.sql, in the same database. Statements are
+-- by release.Open after schema.sql in the release database (for user
+-- default), and by release.OpenAnalystDatabase (crowdlog clickhouse init)
+-- in the analyst database <database>_analyst over the published copies of
+-- the same tables (release/analystdb.go): the analyst reads only those.
+-- Names stay unqualified so the text runs in either. Statements are
 -- separated by semicolons; comments are whole lines. Every view reads only
 -- completed releases (keys with a row in releases) through FINAL.
 --

@@ -24,17 +24,28 @@ for _ in $(seq 1 100); do [ -s "$STATE/clickhouse/addr.env" ] && break; sleep 0.
 [ -s "$STATE/clickhouse/addr.env" ] || { cat "$STATE/clickhouse.out"; exit 1; }
 . "$STATE/clickhouse/addr.env"
 
+echo "== crowdlog clickhouse init: the release database crowdlog, the analyst database"
+echo "   crowdlog_analyst (what was released, and the views) and the read-only user analyst"
+(umask 077; head -c 24 /dev/urandom | base64 | tr -d '/+=' > "$STATE/analyst-password")
+bin/crowdlog clickhouse init --dir "$STATE/clickhouse" --password-file "$STATE/analyst-password"
+
 echo "== crowdlog run: 1,000 real AOL users, query frequency, FT_u with k = 5"
 echo "   (embedded NATS relays a and b, kfake Kafka broker, aggregator, release -> ClickHouse)"
 bin/crowdlog run --input testdata/aol-top1000.tsv.gz --app query --policy ft-u --k 5 \
   --clickhouse "$CH_TCP" --state "$STATE" --export "$STATE/released.tsv"
 
-q() { echo; echo "clickhouse-client> $1"; clickhouse-client --port "$CH_TCP_PORT" --database crowdlog --format PrettyCompact --query "$1"; }
+# as the analyst: SELECT on crowdlog_analyst only (the release database's raw tables are refused)
+q() { echo; echo "clickhouse-client --user analyst> $1"; clickhouse-client --port "$CH_TCP_PORT" --user analyst --password "$(cat "$STATE/analyst-password")" \
+  --database crowdlog_analyst --format PrettyCompact --query "$1"; }
 echo
 echo "== what an analyst sees (only artifacts that at least k = 5 distinct users sent)"
 q "SELECT query, impressions, users FROM released_queries WHERE policy = 'ft-u' AND k = 5 ORDER BY impressions DESC, query LIMIT 10"
 q "SELECT epoch, impressions AS released_impressions, undecrypted AS undecrypted_reports, round(impressions / (impressions + undecrypted), 4) AS share_of_impressions_released FROM completed_releases ANY LEFT JOIN (SELECT app, epoch, policy, k, sum(tags * reports) AS undecrypted FROM released_undecrypted GROUP BY app, epoch, policy, k) USING (app, epoch, policy, k) WHERE app = 'query' AND policy = 'ft-u' AND k = 5"
 q "SELECT reports, users, tags AS undecrypted_artifacts FROM released_undecrypted WHERE app = 'query' AND policy = 'ft-u' AND k = 5 ORDER BY reports DESC, users DESC LIMIT 8"
+echo
+echo "clickhouse-client --user analyst> SELECT count() FROM crowdlog.released_items   (a raw table of the release database)"
+clickhouse-client --port "$CH_TCP_PORT" --user analyst --password "$(cat "$STATE/analyst-password")" \
+  --query "SELECT count() FROM crowdlog.released_items" 2>&1 | grep -o 'Access denied to database [a-z_]* for user [a-z_]*' || true
 echo
 echo "== export: $STATE/released.tsv ($(($(wc -l < "$STATE/released.tsv") - 1)) items)"
 
@@ -52,5 +63,5 @@ echo "== export: $STATE/pdd.tsv ($(($(wc -l < "$STATE/pdd.tsv") - 1)) (day, keyw
 echo
 echo "== crowdlog report: one HTML page with plots of what was released (top artifacts,"
 echo "   share released per epoch, what stayed encrypted, privacy ledger)"
-bin/crowdlog report --clickhouse "$CH_TCP" --out "$STATE/report.html"
+bin/crowdlog report --clickhouse "$CH_TCP" --user analyst --password-file "$STATE/analyst-password" --out "$STATE/report.html"
 echo "$(pwd)/$STATE/report.html"

@@ -24,8 +24,8 @@ func clickhouseCmd() *cobra.Command {
 addresses to DIR/addr.env (CH_TCP=host:port, CH_TCP_PORT, CH_HTTP) and runs
 until interrupted. Needs: apt-get install -y clickhouse-server clickhouse-client
 
-'crowdlog clickhouse init' creates the schema, the analyst views and a
-read-only analyst user on it (or on any server).`,
+'crowdlog clickhouse init' creates the schema, the analyst database (published
+copies and views) and a read-only analyst user on it (or on any server).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger()
@@ -67,16 +67,21 @@ func clickhouseInitCmd() *cobra.Command {
 	)
 	c := &cobra.Command{
 		Use:   "init (--addr HOST:PORT | --dir DIR) [--database crowdlog] [--analyst NAME] [--users-d DIR]",
-		Short: "Create the release schema, the analyst views and a read-only analyst user",
+		Short: "Create the release schema, the analyst database and a read-only analyst user",
 		Long: `init creates --database with the release tables (LowCardinality columns
-where the server supports them without an experimental setting) and the
-analyst views (docs/sql.md), then a read-only user --analyst (none with
---analyst ""): SELECT on --database only, readonly = 1 (no INSERT, DDL or SET).
+where the server supports them without an experimental setting), then its
+analyst database <database>` + release.AnalystDatabaseSuffix + ` (crowdlog_analyst): copies of what
+was released (completed releases only, the ledger, PDD days), the
+materialized views that keep them current as the release stage writes, and
+the analyst views (docs/sql.md). Then a read-only user --analyst (none with
+--analyst ""): SELECT on the analyst database only, readonly = 1 (no INSERT,
+DDL, SET or table function). The analyst cannot read the release database's
+raw tables (interrupted releases, stored noise draws).
 
 The server is --addr (native protocol, the TCP port; init works as user
 default), or the local server of 'crowdlog clickhouse --dir DIR' (its
 DIR/addr.env). On ClickHouse 20.4 and later the analyst is made with
-CREATE USER … SETTINGS readonly = 1 and GRANT SELECT ON db.*. On older
+CREATE USER … SETTINGS readonly = 1 and GRANT SELECT ON <analyst db>.*. On older
 servers (Debian's 18.16) users live in users.xml/users.d: init writes
 users.d/crowdlog-analyst.xml into --users-d (DIR/users.d with --dir; on a
 packaged server /etc/clickhouse-server/users.d, run on its machine), and
@@ -84,8 +89,10 @@ the server loads it within seconds. init then logs in as the analyst and
 reads the views, or fails.
 
 The password is the first line of --password-file, else $` + passwordEnv + `,
-else a random one, printed once. Rerunning init keeps the data and replaces
-the analyst's password.`,
+else a random one, printed once. Rerunning init keeps the data, completes the
+analyst database (new views after an upgrade, anything not yet copied) and
+replaces the analyst's password. Run it before the release stage starts, or
+again after it: rows released in between are copied then.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger()
@@ -125,14 +132,14 @@ the analyst's password.`,
 			if err != nil {
 				return err
 			}
-			fmt.Printf("ClickHouse %s at %s: database %s, tables and views ready (LowCardinality: %v)\n",
-				res.Server.Version, o.Addr, o.Database, res.Server.LowCardinality)
+			fmt.Printf("ClickHouse %s at %s: database %s, tables and views ready (LowCardinality: %v); analyst database %s ready\n",
+				res.Server.Version, o.Addr, o.Database, res.Server.LowCardinality, res.AnalystDatabase)
 			switch {
 			case o.Analyst.Name == "":
 			case res.AnalystFile != "":
-				fmt.Printf("analyst %s (read-only, database %s) in %s\n", o.Analyst.Name, o.Database, res.AnalystFile)
+				fmt.Printf("analyst %s (read-only, database %s) in %s\n", o.Analyst.Name, res.AnalystDatabase, res.AnalystFile)
 			default:
-				fmt.Printf("analyst %s (read-only, database %s) created with CREATE USER and GRANT SELECT\n", o.Analyst.Name, o.Database)
+				fmt.Printf("analyst %s (read-only, database %s) created with CREATE USER and GRANT SELECT\n", o.Analyst.Name, res.AnalystDatabase)
 			}
 			if generated {
 				fmt.Printf("analyst password (shown once): %s\n", o.Analyst.Password)
@@ -143,7 +150,7 @@ the analyst's password.`,
 	f := c.Flags()
 	f.StringVar(&o.Addr, "addr", "", "ClickHouse native-protocol address HOST:PORT (default: CH_TCP of --dir's addr.env)")
 	f.StringVar(&dir, "dir", "", "directory of a running `crowdlog clickhouse --dir` server (address and users.d)")
-	f.StringVar(&o.Database, "database", release.DefaultDatabase, "database of the tables and views")
+	f.StringVar(&o.Database, "database", release.DefaultDatabase, "release database (tables); the analyst reads <database>"+release.AnalystDatabaseSuffix)
 	f.StringVar(&o.Analyst.Name, "analyst", "analyst", `read-only user to create ("" = none)`)
 	f.StringVar(&pwFile, "password-file", "", "file whose first line is the analyst's password (else $"+passwordEnv+", else a random one)")
 	f.StringVar(&o.UsersDir, "users-d", "", "users.d directory of a server without CREATE USER (18.16); default DIR/users.d with --dir")

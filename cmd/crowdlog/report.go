@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -11,9 +13,10 @@ import (
 
 func reportCmd() *cobra.Command {
 	var o report.Options
-	var out string
+	var out, pwFile string
+	const passwordEnv = "CROWDLOG_ANALYST_PASSWORD"
 	c := &cobra.Command{
-		Use:   "report --clickhouse HOST:PORT [--database crowdlog] [--out report.html]",
+		Use:   "report --clickhouse HOST:PORT [--database crowdlog] [--user analyst --password-file FILE] [--out report.html]",
 		Short: "Write one self-contained HTML page with plots of what was released",
 		Long: `report reads the release tables in ClickHouse and writes one HTML page that
 needs nothing else to open (inline CSS and SVG plots, no script, nothing loaded
@@ -30,11 +33,27 @@ from elsewhere):
 Like the analyst views it shows only completed releases (keys with a row in
 releases). Everything on the page was released, so public by construction.
 
+It reads the analyst database of --database (crowdlog_analyst for crowdlog,
+made by 'crowdlog clickhouse init'), so the read-only analyst can run it:
+--user analyst with the password from --password-file or $` + passwordEnv + `.
+As user default (no --user) it reads the release database itself when no
+analyst database exists.
+
 Example:
-  crowdlog report --clickhouse 127.0.0.1:9000 --out report.html`,
+  crowdlog report --clickhouse 127.0.0.1:9000 --user analyst --password-file pw --out report.html`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger()
+			switch {
+			case pwFile != "":
+				data, err := os.ReadFile(pwFile)
+				if err != nil {
+					return fmt.Errorf("read --password-file: %w", err)
+				}
+				o.Password, _, _ = strings.Cut(strings.TrimRight(string(data), "\r\n"), "\n")
+			case o.User != "":
+				o.Password = os.Getenv(passwordEnv)
+			}
 			d, err := report.Load(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -48,7 +67,9 @@ Example:
 	}
 	f := c.Flags()
 	f.StringVar(&o.Addr, "clickhouse", "", "ClickHouse native address host:port (the TCP port, not HTTP) (required)")
-	f.StringVar(&o.Database, "database", release.DefaultDatabase, "ClickHouse database holding the release tables")
+	f.StringVar(&o.Database, "database", release.DefaultDatabase, "release database (the report reads its analyst database, <database>"+release.AnalystDatabaseSuffix+", when it exists)")
+	f.StringVar(&o.User, "user", "", `ClickHouse user, e.g. the analyst of 'crowdlog clickhouse init' ("" = default, no password)`)
+	f.StringVar(&pwFile, "password-file", "", "file whose first line is --user's password (else $"+passwordEnv+")")
 	f.StringVar(&out, "out", "report.html", "HTML file to write (replaced atomically)")
 	f.IntVar(&o.Top, "top", report.DefaultTop, "artifacts shown per release")
 	f.IntVar(&o.MaxReleases, "max-releases", report.DefaultMaxReleases, "releases given a section of their own, most recent first")

@@ -18,17 +18,32 @@ import (
 const AnalystFile = "crowdlog-analyst.xml"
 
 // ReadonlyProfile is the settings profile of the analyst user in users.d:
-// readonly = 1 (SELECT only: no INSERT, no DDL, no SET).
+// readonly = 1 (SELECT only: no INSERT, no DDL, no SET or SETTINGS clause,
+// and on 18.16 no table function — merge(), remote(), cluster(),
+// numbers() — which readonly = 2 would allow).
 const ReadonlyProfile = "readonly"
 
 // AnalystUser is a read-only user of a ClickHouse server whose users live
 // in users.xml and users.d/ (ClickHouse 18.16 has no CREATE USER).
+//
+// What such a file can restrict on 18.16, measured (docs/threat-model.md,
+// release.TestAttackAnalystRawTables): allow_databases refuses every other
+// database ("Access denied to database"), also to views, Merge and
+// Distributed tables that read it on the user's behalf (a view runs with
+// its reader's rights), and hides it from system.tables, system.columns,
+// system.databases, system.parts and system.mutations; readonly = 1
+// refuses writes, DDL, SET, SETTINGS and table functions, and KILL QUERY
+// of other users' queries. It cannot restrict single tables (per-table row
+// filters under <databases> are ignored by 18.16), nor system.processes
+// and system.query_log, which show every user's query text.
 type AnalystUser struct {
 	// Name is the user name, an identifier ([A-Za-z_][A-Za-z0-9_]*).
 	Name string
 	// Password is the user's password; only its SHA-256 is written.
 	Password string
-	// Database is the only database the user may use (allow_databases).
+	// Database is the only database the user may use (allow_databases):
+	// crowdlog's analyst database (release.AnalystDatabase), never the
+	// release database with its raw tables.
 	Database string
 	// Networks are the addresses the user may connect from (<ip> entries:
 	// addresses or CIDR masks); 127.0.0.1 and ::1 when empty.
@@ -36,6 +51,10 @@ type AnalystUser struct {
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// dbNameRE accepts database names of up to 127 bytes (a release database
+// name of up to 63 plus the analyst database's suffix).
+var dbNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,126}$`)
 
 // UsersDir returns the users.d directory a server started by Start in dir
 // reads (config files merged into dir/users.xml, reloaded by the running
@@ -55,7 +74,7 @@ func AnalystUsersXML(u AnalystUser) (string, error) {
 	if u.Name == "default" {
 		return "", errors.New("clickhouse: the analyst may not be user default (the release stage writes as default)")
 	}
-	if !identRE.MatchString(u.Database) {
+	if !dbNameRE.MatchString(u.Database) {
 		return "", fmt.Errorf("clickhouse: database %q is not a plain identifier", u.Database)
 	}
 	if u.Password == "" {

@@ -13,7 +13,7 @@ import (
 // "abc") and never the password, allow_databases, and the refusals.
 func TestAnalystUsersXML(t *testing.T) {
 	dir := t.TempDir()
-	path, err := WriteAnalystUser(filepath.Join(dir, "users.d"), AnalystUser{Name: "analyst", Password: "abc", Database: "crowdlog"})
+	path, err := WriteAnalystUser(filepath.Join(dir, "users.d"), AnalystUser{Name: "analyst", Password: "abc", Database: "crowdlog_analyst"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestAnalystUsersXML(t *testing.T) {
 	u := doc.Users.Analyst
 	if doc.Profiles.Readonly.Readonly != "1" || u.Profile != "readonly" || u.Quota != "default" ||
 		u.SHA != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" ||
-		strings.Join(u.IPs, ",") != "127.0.0.1,::1" || strings.Join(u.Database, ",") != "crowdlog" {
+		strings.Join(u.IPs, ",") != "127.0.0.1,::1" || strings.Join(u.Database, ",") != "crowdlog_analyst" {
 		t.Errorf("users.d file:\n%s", data)
 	}
 	if strings.Contains(string(data), ">abc<") {

@@ -6,10 +6,14 @@
 //
 // It reads the tables release.Writer writes (release/schema.sql), and only
 // the columns that schema.sql defines, so columns or views added later do
-// not change it. Like the analyst views (release/views.sql) it shows only
-// completed releases: keys with a row in releases, read through FINAL. The
-// ledger is shown whole: a spend counts against its budget from the moment
-// it is written, before its release completes.
+// not change it: from the analyst database (release.AnalystDatabase, made
+// by `crowdlog clickhouse init`), which holds copies of the published rows
+// under the same table names, so an analyst can run it; from the release
+// database itself only as user default when no analyst database exists.
+// Like the analyst views (release/views.sql) it shows only completed
+// releases: keys with a row in releases, read through FINAL. The ledger is
+// shown whole: a spend counts against its budget from the moment it is
+// written, before its release completes.
 //
 // Plots are inline SVG drawn with gonum.org/v1/plot; every string read
 // from the database is escaped (html/template, and gonum's SVG text
@@ -31,7 +35,8 @@ import (
 )
 
 // ErrNoDatabase is wrapped by Load's error when the database does not
-// exist on the server.
+// exist on the server (neither its analyst database nor, for user
+// default, the release database).
 var ErrNoDatabase = errors.New("no such database")
 
 // ErrNoRelease is wrapped by Load's error when the database has no
@@ -48,9 +53,15 @@ const (
 // Options says where to read and how much to show.
 type Options struct {
 	// Addr is the ClickHouse native-protocol address "host:port" (the TCP
-	// port, not HTTP; user default, no password). Required.
+	// port, not HTTP). Required.
 	Addr string
-	// Database holds the release tables; release.DefaultDatabase when "".
+	// User and Password log in: the analyst made by `crowdlog clickhouse
+	// init` (its password), or user default without a password when User
+	// is "".
+	User, Password string
+	// Database is the release database; release.DefaultDatabase when "".
+	// Load reads its analyst database release.AnalystDatabase(Database)
+	// when that exists, else (user default only) Database itself.
 	Database string
 	// Top is the number of artifacts shown per release, by impressions;
 	// DefaultTop when ≤ 0.
@@ -141,6 +152,8 @@ type LedgerTotal struct {
 
 // Data is everything the report shows.
 type Data struct {
+	// Database is the database read: the analyst database, or the
+	// release database when user default had no analyst database to read.
 	Database string
 	// Releases are all completed releases, by (app, epoch, policy, k).
 	Releases []Release
@@ -157,10 +170,12 @@ type Data struct {
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
-// Load reads the report's data from ClickHouse. Errors wrap ErrNoDatabase
-// when opts.Database does not exist and ErrNoRelease when it holds no
-// completed release; both say what to do. ctx bounds the call
-// (DefaultTimeout when it has no deadline).
+// Load reads the report's data from ClickHouse as opts.User: from the
+// analyst database of opts.Database when it exists, else, as user default,
+// from opts.Database. Errors wrap ErrNoDatabase when neither may be read
+// and ErrNoRelease when the database read holds no completed release;
+// both say what to do. ctx bounds the call (DefaultTimeout when it has no
+// deadline).
 func Load(ctx context.Context, opts Options) (*Data, error) {
 	opts = opts.withDefaults()
 	if opts.Addr == "" {
@@ -174,10 +189,18 @@ func Load(ctx context.Context, opts Options) (*Data, error) {
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
 		defer cancel()
 	}
+	user, session := opts.User, "default"
+	if user == "" {
+		user = "default"
+	}
+	if user != "default" {
+		// an analyst may use its analyst database only
+		session = release.AnalystDatabase(opts.Database)
+	}
 	conn, err := chgo.Open(&chgo.Options{
 		Addr:        []string{opts.Addr},
 		Protocol:    chgo.Native, // HTTP fails on 18.16 (docs/decisions.md)
-		Auth:        chgo.Auth{Database: "default", Username: "default"},
+		Auth:        chgo.Auth{Database: session, Username: user, Password: opts.Password},
 		DialTimeout: 10 * time.Second,
 	})
 	if err != nil {
@@ -185,18 +208,23 @@ func Load(ctx context.Context, opts Options) (*Data, error) {
 	}
 	defer conn.Close()
 	if err := conn.Ping(ctx); err != nil {
-		return nil, fmt.Errorf("report: ClickHouse at %s (native protocol, the TCP port) does not answer: %w", opts.Addr, err)
+		return nil, fmt.Errorf("report: ClickHouse at %s (native protocol, the TCP port) as %s in database %s does not answer (a wrong password, or no such database: `crowdlog clickhouse init` creates it): %w",
+			opts.Addr, user, session, err)
 	}
-	if err := checkDatabase(ctx, conn, opts.Database); err != nil {
+	db, err := pickDatabase(ctx, conn, opts.Database, user)
+	if err != nil {
 		return nil, err
 	}
-	r := reader{conn: conn, db: "`" + opts.Database + "`."}
-	d := &Data{Database: opts.Database, Budget: opts.Budget, Top: opts.Top}
+	if err := checkDatabase(ctx, conn, db); err != nil {
+		return nil, err
+	}
+	r := reader{conn: conn, db: "`" + db + "`."}
+	d := &Data{Database: db, Budget: opts.Budget, Top: opts.Top}
 	if d.Releases, err = r.releases(ctx); err != nil {
 		return nil, err
 	}
 	if len(d.Releases) == 0 {
-		return nil, fmt.Errorf("report: database %s: %w (table releases is empty): run `crowdlog run` or the release stage first, or pick another --database", opts.Database, ErrNoRelease)
+		return nil, fmt.Errorf("report: database %s: %w (table releases is empty): run `crowdlog run` or the release stage first, or pick another --database", db, ErrNoRelease)
 	}
 	if err := r.undecrypted(ctx, d.Releases); err != nil {
 		return nil, err
@@ -210,6 +238,26 @@ func Load(ctx context.Context, opts Options) (*Data, error) {
 	}
 	d.Totals = totals(d.Ledger)
 	return d, nil
+}
+
+// pickDatabase returns the database Load reads for release database db:
+// its analyst database when the server lists it to user, else db itself
+// for user default, else an ErrNoDatabase error. 18.16 lists to a user
+// only the databases it may use (and system).
+func pickDatabase(ctx context.Context, conn driver.Conn, db, user string) (string, error) {
+	adb := release.AnalystDatabase(db)
+	var n uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM system.databases WHERE name = ?", adb).Scan(&n); err != nil {
+		return "", fmt.Errorf("report: list databases: %w", err)
+	}
+	switch {
+	case n > 0:
+		return adb, nil
+	case user == "default":
+		return db, nil
+	}
+	return "", fmt.Errorf("report: database %q (the analysts' copy of %q): %w for user %s: check --database, or run `crowdlog clickhouse init` to create it",
+		adb, db, ErrNoDatabase, user)
 }
 
 // checkDatabase returns an ErrNoDatabase error when db does not exist and

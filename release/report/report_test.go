@@ -290,6 +290,63 @@ func TestReportInChromium(t *testing.T) {
 	}
 }
 
+// TestReportAsAnalyst runs Load as the read-only analyst of `crowdlog
+// clickhouse init` (release.Init), who may read only the analyst database:
+// the report reads the published copies there and shows the same
+// releases and ledger as user default's report (a release written before
+// init is backfilled, one after it is published as it completes); the
+// analyst is refused on another release database.
+func TestReportAsAnalyst(t *testing.T) {
+	s := server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := freshDB()
+	w, err := release.Open(ctx, s.TCPAddr, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	a := release.Key{App: "query", Epoch: "2026-w01", Policy: "dp-u", K: 3}
+	sp := release.Spend{Dataset: "made-up", Epoch: a.Epoch, App: a.App, Policy: a.Policy, K: a.K, Epsilon: 1, Params: "made-up"}
+	if err := w.WriteSpendingRelease(ctx, a, items(a, []string{"alpha made-up"}, [][2]uint64{{12, 5}}), nil, at(1), sp, release.Budget{}); err != nil {
+		t.Fatal(err)
+	}
+	analyst := release.Analyst{Name: "crowdlog_report_analyst", Password: "report-test-password"}
+	res, err := release.Init(ctx, release.InitOptions{Addr: s.TCPAddr, Database: db, Analyst: analyst, UsersDir: clickhouse.UsersDir(s.Dir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// after init: one more release, published as it completes
+	b := release.Key{App: "query", Epoch: "2026-w02", Policy: "ft-u", K: 3}
+	if err := w.WriteKeyedRelease(ctx, b, items(b, []string{"beta made-up"}, [][2]uint64{{7, 4}}), nil, at(8)); err != nil {
+		t.Fatal(err)
+	}
+	asDefault, err := report.Load(ctx, report.Options{Addr: s.TCPAddr, Database: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asAnalyst, err := report.Load(ctx, report.Options{Addr: s.TCPAddr, Database: db, User: analyst.Name, Password: analyst.Password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for who, d := range map[string]*report.Data{"default": asDefault, "analyst": asAnalyst} {
+		if d.Database != res.AnalystDatabase {
+			t.Errorf("%s's report read database %s, want the analyst database %s", who, d.Database, res.AnalystDatabase)
+		}
+		var keys []string
+		for _, r := range d.Releases {
+			keys = append(keys, r.Key.String())
+		}
+		if strings.Join(keys, " ") != a.String()+" "+b.String() || len(d.Ledger) != 1 || d.Ledger[0].Params != "made-up" {
+			t.Errorf("%s's report: releases %v, ledger %+v", who, keys, d.Ledger)
+		}
+	}
+	_, err = report.Load(ctx, report.Options{Addr: s.TCPAddr, Database: freshDB(), User: analyst.Name, Password: analyst.Password})
+	if err == nil {
+		t.Error("the analyst loaded a report of another release database")
+	}
+}
+
 func TestNoSuchDatabase(t *testing.T) {
 	s := server(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
