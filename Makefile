@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/crowdlog
 PKGS    := ./...
 
-.PHONY: all build test test-short vet attacks fuzz bench demo chaos clean
+.PHONY: all build test test-short race vet attacks fuzz bench demo chaos clean
 
 all: build
 
@@ -18,8 +18,14 @@ vet:
 # embedded NATS, kfake and a real ClickHouse server (installed by .ci/run or
 # `make demo`; without it, tests that need it skip unless CI=true). The
 # attack tests run first, in `make attacks`, and are skipped here.
-test: vet attacks
+test: vet attacks race
 	$(GO) test -count=1 -timeout 60m -skip '^TestAttack' $(PKGS)
+
+# The short suite of every package under the race detector (tests that
+# replay the whole bundled log skip in -short; the full run above has them;
+# the attacks run in `make attacks`).
+race:
+	$(GO) test -race -short -count=1 -timeout 30m -skip '^TestAttack' $(PKGS)
 
 # The attack suite: every TestAttack* test mounts one attack of
 # docs/threat-model.md against real state and prints
@@ -52,7 +58,7 @@ bench:
 	$(GO) test -run XXX -bench . -benchtime 2s ./protocol/... ./aggregator ./relays
 
 # Every stage's throughput per core next to its crypto bound, one run on
-# this machine (issue 14): prints `BOUND <stage> measured= bound= unit=
+# this machine: prints `BOUND <stage> measured= bound= unit=
 # ratio=`. BOUNDS_E2E=0 skips end-to-end (~2.5 min on 2 cores);
 # BOUNDS_PENDING=10000000 for 10 million pending reports; see the script.
 .PHONY: bench-bounds

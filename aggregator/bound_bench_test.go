@@ -64,7 +64,7 @@ func envInt(name string, def int) int {
 func BenchmarkBoundAggregatorService(b *testing.B) { boundService(b, "off") }
 
 // BenchmarkBoundAggregatorServiceTokens is BenchmarkBoundAggregatorService
-// with report tokens (issue 17): every report carries a report token bound
+// with report tokens: every report carries a report token bound
 // to it, minted under the epoch's report-token key of a keys directory
 // (keydir.EnsureIssuerKeys), and the child's service has ReportKeys set
 // (keydir.LoadTokenKey), as `crowdlog run` sets them. Compare its
@@ -72,7 +72,7 @@ func BenchmarkBoundAggregatorService(b *testing.B) { boundService(b, "off") }
 func BenchmarkBoundAggregatorServiceTokens(b *testing.B) { boundService(b, "tokens") }
 
 // BenchmarkBoundAggregatorServiceARC is BenchmarkBoundAggregatorService
-// with report tokens and FT_u through ARC (issue 17): each user holds one
+// with report tokens and FT_u through ARC: each user holds one
 // ARC credential and makes one presentation per artifact, which all its
 // reports of that artifact carry (as ingest does); each report is sealed
 // at the x of its presentation's tag (star.SealARC) and pays a report

@@ -65,8 +65,8 @@ type Service struct {
 	MaxOpenEpochs     int
 	MaxPendingReports int64
 	MaxPendingBytes   int64
-	// ReportKeys and ARCKeys set the Partition fields of the same names
-	// (issue 17): with ReportKeys, reports need a valid report token bound
+	// ReportKeys and ARCKeys set the Partition fields of the same names:
+	// with ReportKeys, reports need a valid report token bound
 	// to them; with ARCKeys, FT_u reports need an ARC presentation. nil:
 	// off. Every member of a group must set them alike.
 	ReportKeys func(epoch string) (*token.PrivateKey, error)

@@ -94,6 +94,9 @@ func runWithSnapshots(t *testing.T, mk func() *Partition, store *snapStore, msgs
 // its spill in memory; the restored ones in segment files, several per
 // epoch after two restores.
 func TestSnapshotRestoreExact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole bundled log: the full suite (make test) runs it; -short (and so the race run) does not")
+	}
 	key, _ := onion.GenerateKeyPair(1)
 	fix := newPrepareFixture(t)
 	for _, tc := range []struct {
@@ -163,6 +166,9 @@ func TestSnapshotRestoreExact(t *testing.T) {
 // changed on disk fails the read of its records (Partition.Err), so the
 // Service replays.
 func TestSnapshotFallback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole bundled log: the full suite (make test) runs it; -short (and so the race run) does not")
+	}
 	key, _ := onion.GenerateKeyPair(1)
 	msgs := bundledMessages(t, key, 40)
 	store, err := newSnapStore(t.TempDir(), key)
@@ -461,7 +467,7 @@ func TestServiceRestoresSnapshot(t *testing.T) {
 // default max(SnapshotEvery 20,000, pending/SnapshotPerPending): 40,000
 // at a million; onion-wrapped reports of new artifacts, prepared on the
 // pool and applied as the Service does). move-s = restore-s + tail-s, the
-// bound is 3 s (issue 14). snapshot-s is what the old owner spent
+// bound is 3 s. snapshot-s is what the old owner spent
 // writing the snapshot (encode in its loop, encode-s; the rest in the
 // background); snapshot-cpu-% is that snapshot's CPU time against the
 // CPU time of applying the tail, the messages between two snapshots: what

@@ -5,7 +5,7 @@ import (
 	"github.com/crowdlog/crowdlog/protocol/token"
 )
 
-// checkToken judges a report's token (issue 17; RFC 9576 §3.5, RFC 9578
+// checkToken judges a report's token (RFC 9576 §3.5, RFC 9578
 // §5.4) and returns the drop reason, or "" after recording the token as
 // spent in the epoch: the token must be present ("no-token"), parse, carry
 // the nonce token.ReportNonce(r.UnsignedBytes()) — bound to every byte of

@@ -1,7 +1,7 @@
 package coordinator
 
 // The active index: who is active on which day, so that group formation
-// reads one day's entries instead of every registered client (issue 13).
+// reads one day's entries instead of every registered client.
 
 import (
 	"cmp"

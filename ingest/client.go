@@ -9,7 +9,7 @@
 // through, one per application. Replay drives many devices from one AOL
 // log, one per AnonID.
 //
-// With tokens (Config.Tokens, Replay.Tokens; issue 17) a device pays the
+// With tokens (Config.Tokens, Replay.Tokens) a device pays the
 // issuer's anonymous credentials (Privacy Pass, RFC 9576/9578): one
 // randomness token per OPRF element, one report token bound to each
 // report, and under FT_u one ARC credential per epoch
@@ -124,13 +124,13 @@ type Client struct {
 	// RandomnessWith, when set, builds the Randomness of one user whose
 	// OPRF elements spend that user's randomness tokens (e.g. an
 	// oprfclient.Client with Tokens set): how a Replay with tokens gives
-	// each replayed user its own token source (issue 17). nil: the user's
+	// each replayed user its own token source. nil: the user's
 	// elements go through Randomness, without randomness tokens (a service
 	// with RequireTokens refuses them).
 	RandomnessWith func(tokens oprfclient.TokenSource) Randomness
 }
 
-// Issuer is the client of the issuer role (issue 17; satisfied by
+// Issuer is the client of the issuer role (satisfied by
 // *tokenclient.Client), signing its requests with one user's identity
 // key: Tokens returns one Privacy Pass token (RFC 9578 §5) of kind per
 // nonce, in order; Credential returns the identity's ARC credential of
@@ -170,7 +170,7 @@ type user struct {
 	id     *identity // nil: tokens off
 }
 
-// identity is one user's access to the issuer (issue 17): report tokens,
+// identity is one user's access to the issuer: report tokens,
 // the Randomness that spends its randomness tokens, and its ARC
 // credential of the epoch (FT_u), kept in the device's state.
 type identity struct {
@@ -351,7 +351,7 @@ func (c *Client) Send(ctx context.Context, secret *star.UserSecret, arts []apps.
 // seal returns one onion per artifact of arts (no limit applied): ω for
 // each distinct artifact, one report each instance, three layers.
 //
-// With tokens on (u.id set; issue 17) ω spends the user's randomness
+// With tokens on (u.id set) ω spends the user's randomness
 // tokens (one per distinct artifact); under FT_u each distinct artifact
 // gets one ARC presentation of the user's credential with context
 // Sealing.ARCContext() and limit 1, its tag giving the share's x and the

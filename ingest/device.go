@@ -99,7 +99,7 @@ type Config struct {
 	// JetStream (publish.Publisher.MaxPending); 0 means 4096.
 	MaxPending int
 
-	// Tokens turns on Privacy Pass tokens (issue 17), which a deployment
+	// Tokens turns on Privacy Pass tokens, which a deployment
 	// with an issuer requires: the device fetches, with its identity key,
 	// one randomness token per OPRF element and one report token per
 	// report (bound to the report), and under FT_u one ARC credential per

@@ -42,7 +42,7 @@ type Replay struct {
 	// LogEvery (default 10 s): clients done and reports sent, nothing else.
 	Logger   *slog.Logger
 	LogEvery time.Duration
-	// Tokens, when set, turns tokens on (issue 17): it returns the issuer
+	// Tokens, when set, turns tokens on: it returns the issuer
 	// client of the identity of the user with AnonID id (the identity the
 	// operator enrolled for it); each replayed device then spends that
 	// identity's tokens, its ω through Client.RandomnessWith. nil = off.

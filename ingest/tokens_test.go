@@ -407,7 +407,7 @@ func (l lockedRandomness) Evaluate(ctx context.Context, epoch string, inputs [][
 }
 
 // BenchmarkDeviceSubmitTokens: the client's CPU per artifact with tokens
-// (issue 17) at batch 100, state in memory, ω from fixedRandomness (the
+// at batch 100, state in memory, ω from fixedRandomness (the
 // OPRF's blind/finalize is BenchmarkClientPerArtifact's share): one
 // randomness token per distinct artifact and one report token per report
 // (blind, finalize with the batch's DLEQ proof check, bind to the report),

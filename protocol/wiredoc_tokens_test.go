@@ -20,7 +20,7 @@ import (
 	"github.com/crowdlog/crowdlog/protocol/token"
 )
 
-// The Privacy Pass and ARC vectors of docs/wire.md (issue 17): issuer
+// The Privacy Pass and ARC vectors of docs/wire.md: issuer
 // keys, TokenChallenge, tokens, the issuer's messages, the randomness
 // request's tokens section, the report trailer and ARC for FT_u. As for
 // the other vectors, each is cut by hand, decoded and re-encoded with the

@@ -61,7 +61,7 @@ type Service struct {
 	SweepEvery time.Duration
 
 	// RequireTokens makes every request pay one Privacy Pass randomness
-	// token per element (issue 17; tokens.go): verified under TokenKeys of
+	// token per element (tokens.go): verified under TokenKeys of
 	// the request's epoch and spent in Spent. Without it, tokens sent are
 	// ignored.
 	RequireTokens bool

@@ -70,7 +70,7 @@ func (s *Service) tokenKey(epoch string) (*token.PrivateKey, error) {
 	return k, nil
 }
 
-// spendTokens checks and spends the request's tokens (issue 17; RFC 9576
+// spendTokens checks and spends the request's tokens (RFC 9576
 // §3.5): exactly one per element, each parsing and verifying under the
 // epoch's randomness-token key (kind randomness, this epoch), no token
 // twice, then all spent in the shared store, each bound to its element

@@ -16,7 +16,7 @@ import (
 
 // BenchmarkHandleTokens is the service's work per request of 100
 // elements (parse, [token checks and spends,] evaluate and prove), without
-// the NATS hop of the request itself: tokens=off as before issue 17,
+// the NATS hop of the request itself: tokens=off as before tokens,
 // tokens=on with one randomness token per element verified and spent in
 // JetStream KV on an embedded single NATS server (one async batch of 100
 // spends). Fresh tokens are minted outside the timer.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make bench-bounds: every stage's throughput per core next to its crypto
-# bound, measured in one run on this machine (issue 14). Prints, per stage,
+# bound, measured in one run on this machine. Prints, per stage,
 #   BOUND <stage> measured=<value> bound=<value> unit=<unit> ratio=<measured/bound>
 # Per-core figures are CPU time (getrusage), not wall time, except
 # end-to-end, which is wall time against the crypto bound on all cores.
@@ -17,7 +17,7 @@
 #                         ~52k reports; 1000 = all 254,775)
 #   BOUNDS_RELAY_MSGS=N   relay: messages (default 20000)
 #   BOUNDS_HPKE_N=N       HPKE open/seal iterations per size (default 3000)
-#   BOUNDS_TOKENS=0       skip aggregator-service-tokens (report tokens, issue 17)
+#   BOUNDS_TOKENS=0       skip aggregator-service-tokens (report tokens)
 #   BOUNDS_BIN=DIR        use prebuilt binaries instead of building: DIR holds
 #                         onion.test ingest.test relays.test aggregator.test
 #                         (go test -c) and crowdlog (machines without Go)
@@ -143,7 +143,7 @@ lines+=("$(line relay "$(rate "$relaymsg")" "$(rate "$open1024")" 'msgs/s/core(1
 lines+=("$(line relay-1core "$(rate "$relay1msg")" "$(rate "$open1024")" 'msgs/s/core(1024B)')")
 lines+=("$(line client-seal "$(rate "$submit")" "$(rate "$clientns")" 'artifacts/s/core')")
 if [ "$TOKENS" != 0 ]; then
-  # with report tokens (issue 17): bound = the aggregator layer's open plus
+  # with report tokens: bound = the aggregator layer's open plus
   # one report token's verification
   tokverify=$(metricmin BenchmarkBoundTokenVerify cpu-ns/op)
   aggtok=$(metric BenchmarkBoundAggregatorServiceTokens cpu-ns/report)
@@ -158,7 +158,7 @@ if [ "$E2E" != 0 ]; then
   t0=$(date +%s.%N)
   TIMEFORMAT='end-to-end CPU: user %U s, sys %S s, wall %R s'
   # --tokens off: this bound sums the HPKE and VOPRF work; Privacy Pass
-  # tokens and ARC (issue 17) have their own figures in docs/benchmarks.md
+  # tokens and ARC have their own figures in docs/benchmarks.md
   { time "$bin/crowdlog" run --input testdata/aol-top1000.tsv.gz --app query --policy ft-u --k 5 --tokens off \
       --state "$state" --export "$state/out.tsv" >"$work/e2e.txt" 2>&1; } 2>>"$work/e2e.time" ||
     { cat "$work/e2e.txt" >&2; echo "bench-bounds: crowdlog run failed (BOUNDS_E2E=0 skips it)" >&2; exit 1; }

@@ -30,7 +30,7 @@ sending, ingest asks relays a and b which key ids they hold and stops with an
 error when one does not hold the id of its key file (its reports would be
 dropped); a relay that does not answer is a warning.
 
-Tokens (issue 17, on by default): every AnonID has its own Ed25519 identity
+Tokens (on by default): every AnonID has its own Ed25519 identity
 (under --state DIR/users when given, else in memory) and fetches from the
 issuer one randomness token per OPRF element, one report token per report and,
 under ft-u, one ARC credential per epoch. The identities must be enrolled at

@@ -50,7 +50,7 @@ dp-u and zealous (--epsilon, --delta, --d, ...) limit every client to its d
 most recent artifacts, add Laplace noise, release noisy counts and record the
 spent (ε, δ) in the ClickHouse table privacy_ledger (docs/policies.md).
 
-Tokens (issue 17, on by default): run starts an issuer, gives every AnonID its
+Tokens (on by default): run starts an issuer, gives every AnonID its
 own enrolled identity, and each client spends one randomness token per OPRF
 element (at most --randomness-tokens per identity and epoch), one report token
 per report (at most --report-tokens) and, under ft-u, one ARC credential whose
@@ -121,7 +121,7 @@ Examples:
 
 // tokensFlag is --tokens on|off of run and ingest (off sets *off).
 func tokensFlag(f *pflag.FlagSet, off *bool) {
-	f.Var(&onOff{off: off}, "tokens", "Privacy Pass tokens and ARC credentials from the issuer (issue 17): on, or off for comparison only (gives up the probe and Sybil protection)")
+	f.Var(&onOff{off: off}, "tokens", "Privacy Pass tokens and ARC credentials from the issuer: on, or off for comparison only (gives up the probe and Sybil protection)")
 }
 
 // onOff is a pflag.Value "on"/"off" that sets *off.

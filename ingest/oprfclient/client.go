@@ -66,7 +66,7 @@ type Client struct {
 	// use are appended, and later runs refuse a different key.
 	PinFile string
 	// Tokens supplies one Privacy Pass randomness token per element for a
-	// service that requires them (issue 17); nil sends none (--tokens off).
+	// service that requires them; nil sends none (--tokens off).
 	Tokens TokenSource
 
 	mu   sync.Mutex

@@ -62,7 +62,7 @@ func groupShares(p *aggregator.Partition, s *star.Sealing) int {
 // it a second credential. The aggregator (real Partition verifying
 // presentations under the epoch's ARC key, k = 60 so the group stays
 // pending and its count is visible) counts 1 user. Control: without
-// tokens (the code before issue 17) the 50 secrets count 50 users.
+// tokens (the code before them) the 50 secrets count 50 users.
 func TestAttackManySecrets(t *testing.T) {
 	const secrets, k = 50, 60
 	e := newTokenEnv(t, issuer.Limits{RandomnessTokens: 10, ReportTokens: 2*secrets + 1})

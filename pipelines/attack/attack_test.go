@@ -240,6 +240,9 @@ func TestAttackProbe(t *testing.T) {
 // how many undecrypted tags a compromised aggregator can name without any
 // key. The assertion bounds the leak at the measured order of magnitude.
 func TestFrequencyPending(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole bundled log: the full suite (make test) runs it; -short (and so the race run) does not")
+	}
 	f := loadFixture(t)
 	pend := f.oprf.Pending()
 	res := RankMatch(pend, f.aux, f.truth, 100)

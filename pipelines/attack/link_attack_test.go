@@ -78,7 +78,7 @@ func linker(state map[string][][]byte, tok []byte) string {
 
 // TestAttackLinkTokens: the issuer and the aggregator pool their state to
 // link report tokens and ARC presentations to the identities they were
-// issued to (issue 17 item 5). M = 20 enrolled identities each get 3
+// issued to. M = 20 enrolled identities each get 3
 // report tokens and an ARC credential and present it once; the issuer's
 // side is everything it received and answered (a wiretap on its NATS
 // subject and the replies: identity, timestamp, blinded elements,

@@ -62,7 +62,7 @@ func probeFound(t *testing.T, ctx context.Context, rc *oprfclient.Client, cands 
 // "randomness tokens" minted under the report-token key it holds (the
 // aggregator verifies report tokens, so it has that key), and as an
 // unenrolled identity. It must name at most N. Control: the same probe
-// against the service without tokens (the code before issue 17) names
+// against the service without tokens (the code before them) names
 // all C.
 func TestAttackProbeAsClient(t *testing.T) {
 	const C, N, k = 100, 10, 5
@@ -180,7 +180,7 @@ func mint(t *testing.T, key *token.PrivateKey, kind token.Kind, n int) []*token.
 // token; the 4th report sent without a token, or with the token of another
 // report, is dropped by the aggregator (a real Partition verifying under
 // the epoch's report-token key): d accepted. Control: the aggregator
-// without tokens (the code before issue 17) accepts all d+1.
+// without tokens (the code before them) accepts all d+1.
 func TestAttackReportBudget(t *testing.T) {
 	const d = 3
 	e := newTokenEnv(t, issuer.Limits{RandomnessTokens: 10, ReportTokens: d})

@@ -22,6 +22,9 @@ import (
 // impressions, the ledger row records the achieved (ε, δ), and a second
 // release over the budget is refused before ingesting.
 func TestRunDPu(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole bundled log: the full suite (make test) runs it; -short (and so the race run) does not")
+	}
 	needClickHouse(t)
 	dir := t.TempDir()
 	input := bundled // 1,000 users, at most d = 3 reports each
@@ -99,6 +102,9 @@ func TestRunDPu(t *testing.T) {
 // (+1) of its expectation computed here from the raw-log counts and the
 // Laplace tail (a sum of independent Bernoullis).
 func TestRunDPSetUnion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole bundled log: the full suite (make test) runs it; -short (and so the race run) does not")
+	}
 	needClickHouse(t)
 	const window = 100
 	eps, b := math.Ln10, 1/math.Ln10

@@ -71,6 +71,9 @@ func runPDD(t *testing.T, cfg PDDConfig) (*PDDSummary, string) {
 // through embedded NATS, kfake and a real ClickHouse; the blacklisted
 // keyword is never released.
 func TestPDDAllOnlineExact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole bundled log: the full suite (make test) runs it; -short (and so the race run) does not")
+	}
 	needClickHouse(t)
 	const users, days = 60, 5
 	sum, out := runPDD(t, PDDConfig{MaxUsers: users, MaxDays: days, GroupSize: 10, Delay: 1, Online: "all",

@@ -101,7 +101,7 @@ type Config struct {
 	// TokensOff turns Privacy Pass tokens off (--tokens off), for
 	// comparison only: no issuer, and the randomness service and the
 	// aggregator take requests and reports without tokens, which gives up
-	// the probe and Sybil protection of issue 17 (logged). By default run
+	// the probe and Sybil protection of tokens (logged). By default run
 	// starts an issuer in process, gives every replayed AnonID its own
 	// enrolled identity, and each client spends one randomness token per
 	// OPRF element, one report token per report and, under FT_u, one ARC

@@ -27,7 +27,7 @@ import (
 	"github.com/crowdlog/crowdlog/release/policy"
 )
 
-// tokenPlan is what a replay with tokens needs (issue 17): one identity
+// tokenPlan is what a replay with tokens needs: one identity
 // per AnonID of the log, enrolled at the issuer before any client asks,
 // and the largest per-user needs of the log, from which the budgets N
 // (randomness tokens) and d (report tokens) per identity and epoch
@@ -145,7 +145,7 @@ func pinnedKey(ctx context.Context, rc *oprfclient.Client, epoch string) error {
 }
 
 // tokensOffWarning is logged by run and ingest with --tokens off.
-const tokensOffWarning = "tokens off: the randomness service and the aggregator accept requests and reports without Privacy Pass tokens, so anyone reaching NATS can probe the randomness service for any number of candidate artifacts, and one client with k−1 self-chosen secrets (Sybil) opens another user's unique artifact (issue 17; docs/threat-model.md)"
+const tokensOffWarning = "tokens off: the randomness service and the aggregator accept requests and reports without Privacy Pass tokens, so anyone reaching NATS can probe the randomness service for any number of candidate artifacts, and one client with k−1 self-chosen secrets (Sybil) opens another user's unique artifact (docs/threat-model.md)"
 
 // tokenLimits is what startRoles needs of the tokens: on, and the
 // issuer's budgets N and d per identity and epoch.

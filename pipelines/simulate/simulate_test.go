@@ -19,6 +19,9 @@ const bundled = "../../testdata/aol-top1000.tsv.gz"
 // by the independent truth package (the same truth the pipeline's exports
 // are tested against, item by item, in pipelines/runner).
 func TestFTEqualsTruth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole bundled log: the full suite (make test) runs it; -short (and so the race run) does not")
+	}
 	const users = 300
 	for _, app := range []string{"query", "click", "reformulation"} {
 		r, err := Run(context.Background(), Options{Input: bundled, App: app, MaxUsers: users, MaxK: 12})
@@ -52,6 +55,9 @@ func TestFTEqualsTruth(t *testing.T) {
 // number of queries with ≥ k users among users' d most recent distinct
 // queries (truth.RecentDistinctUsers), with d the largest whose k_u ≤ k.
 func TestDPMatchesLimitedTruth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole bundled log: the full suite (make test) runs it; -short (and so the race run) does not")
+	}
 	r, err := Run(context.Background(), Options{Input: bundled, MaxK: 60})
 	if err != nil {
 		t.Fatal(err)
@@ -123,6 +129,9 @@ func TestOutputs(t *testing.T) {
 // threshold T = k_shamir + ln(1/(2δ))/ε and the Laplace tail written out
 // again — for windows 1, 3, 20 and 100 and both k_shamir = 2 (default) and 1.
 func TestSetUnionMatchesTruth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole bundled log: the full suite (make test) runs it; -short (and so the race run) does not")
+	}
 	windows := []int{1, 3, 20, 100}
 	for _, ks := range []int{0, 1} {
 		r, err := Run(context.Background(), Options{Input: bundled, MaxK: 1, DP: DPOptions{Params: windows, ShamirK: ks}})

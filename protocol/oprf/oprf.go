@@ -54,7 +54,7 @@ type RandomnessRequest struct {
 	Elements [][]byte // each a 32-byte encoded ristretto255 element
 	// Tokens are encoded Privacy Pass tokens (protocol/token,
 	// KindRandomness, this epoch), one per element, in element order, for
-	// a service that requires them (issue 17); empty otherwise.
+	// a service that requires them; empty otherwise.
 	Tokens [][]byte
 }
 

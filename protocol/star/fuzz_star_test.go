@@ -18,7 +18,7 @@ func FuzzParseReport(f *testing.F) {
 	b, _ := r.MarshalBinary()
 	f.Add(b)
 	f.Add([]byte{1})
-	r.Token = bytes.Repeat([]byte{0xAA}, 162) // with the trailing section (issue 17)
+	r.Token = bytes.Repeat([]byte{0xAA}, 162) // with the trailing section
 	b, _ = r.MarshalBinary()
 	f.Add(b)
 	r.Token, r.Presentation = nil, []byte{1, 2, 3}

@@ -389,7 +389,7 @@ const MaxTrailerField = 4 << 10
 // ‖ id[16] ‖ tag[32] ‖ x[32] ‖ y[32] ‖ u16 n ‖ n×32 commitment (n = k) ‖
 // u32 len ciphertext, followed — only when Token or Presentation is not
 // empty — by the trailing section u16 len ‖ token ‖ u16 len ‖ presentation
-// (issue 17; a report without them encodes exactly as before). Errors when
+// (a report without them encodes exactly as before). Errors when
 // the commitment is not k×32 bytes or a trailing field exceeds
 // MaxTrailerField.
 func (r *Report) MarshalBinary() ([]byte, error) {
