@@ -6,10 +6,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -20,8 +22,40 @@ func main() {
 	defer stop()
 	if err := rootCmd().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "crowdlog:", err)
+		var ec exitCode
+		if errors.As(err, &ec) {
+			os.Exit(ec.code)
+		}
 		os.Exit(1)
 	}
+}
+
+// version is the module version and VCS revision the binary was built
+// from (runtime/debug.ReadBuildInfo), "devel" when unknown.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	v := bi.Main.Version
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "+modified"
+			}
+		}
+	}
+	if rev != "" {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		v += " " + rev + modified
+	}
+	return v + " " + bi.GoVersion
 }
 
 var logLevel string
@@ -53,6 +87,14 @@ and STAR CCS 2022), wrapped in one HPKE onion layer per hop (RFC 9180).
 Start with 'crowdlog run --help': it runs every role on one machine.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version(),
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return usageError(fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel))
+			}
+			return nil
+		},
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.AddCommand(runCmd(), simulateCmd(), ingestCmd(), randomnessCmd(), relayCmd(), aggregateCmd(), releaseCmd(), keysCmd(), clickhouseCmd())
@@ -60,5 +102,6 @@ Start with 'crowdlog run --help': it runs every role on one machine.`,
 	root.AddCommand(reportCmd())
 	root.AddCommand(pddCmd(), coordinatorCmd(), aggregateVectorsCmd(), releasePDDCmd())
 	root.AddCommand(issuerCmd())
+	root.AddCommand(pipelineCmd())
 	return root
 }

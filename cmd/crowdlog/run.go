@@ -14,8 +14,15 @@ import (
 )
 
 func runCmd() *cobra.Command {
+	c, _ := newRunCmd()
+	return c
+}
+
+// newRunCmd returns the run command and the Config its flags fill.
+func newRunCmd() (*cobra.Command, *runner.Config) {
 	var cfg runner.Config
 	var noProgress bool
+	var pipelineFile string
 	c := &cobra.Command{
 		Use:   "run --input LOG --app query --policy ft-u --k 5 [--export OUT.tsv]",
 		Short: "Run every stage on one machine (or against given services) and release a histogram",
@@ -66,11 +73,26 @@ replay (default 10 min + 10 ms per record + --spread per round of --workers
 clients), --timeout for each wait after it (relays draining, the release
 appearing in ClickHouse).
 
+Pipeline: --pipeline FILE (-f) takes the app, policy, parameters, budget,
+epoch, tokens and partitions from a pipeline file ('crowdlog pipeline
+--help') instead of their flags, which then must not be given.
+
 Examples:
   crowdlog run --input testdata/aol-top1000.tsv.gz --app query --policy ft-u --k 5 --export out.tsv
+  crowdlog run -f testdata/pipelines/query-ftu-k5.yaml --input testdata/aol-top1000.tsv.gz --export out.tsv
   zcat excite.log.gz | crowdlog run --input - --app query --policy ft-u --k 5`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if pipelineFile != "" {
+				if err := conflictingFlags(cmd.Flags()); err != nil {
+					return err
+				}
+				p, err := loadPipeline(pipelineFile)
+				if err != nil {
+					return err
+				}
+				runner.ApplyPipeline(&cfg, p)
+			}
 			cfg.Logger = logger()
 			if !noProgress && term.IsTerminal(int(os.Stderr.Fd())) {
 				cfg.Progress = os.Stderr
@@ -86,6 +108,7 @@ Examples:
 		},
 	}
 	f := c.Flags()
+	f.StringVarP(&pipelineFile, "pipeline", "f", "", "pipeline file (crowdlog pipeline --help): app, policy, parameters, budget, epoch, tokens and partitions from it instead of their flags")
 	f.StringVar(&cfg.Input, "input", "", "search log to replay, one client per AnonID: AOL or Excite TSV, plain or .gz; - reads stdin (spooled to --state first) (required)")
 	timeFormatFlag(f, &cfg.TimeFormat)
 	f.StringVar(&cfg.App, "app", "query", "mining application: "+fmt.Sprint(apps.Apps()))
@@ -116,7 +139,7 @@ Examples:
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar on stderr (shown only when stderr is a terminal)")
 	f.StringVar(&cfg.Metrics, "metrics", "", metricsHelp)
 	c.MarkFlagRequired("input")
-	return c
+	return c, &cfg
 }
 
 // tokensFlag is --tokens on|off of run and ingest (off sets *off).

@@ -71,6 +71,11 @@ var (
 	DefaultLengthBuckets = []int{1, 2, 3, 4, 6}
 )
 
+// WithDefaults validates o and returns it with every zero field set to its
+// default (the options an application runs with). Errors name the
+// offending option and what is allowed.
+func (o Options) WithDefaults() (Options, error) { return o.withDefaults() }
+
 // withDefaults validates o and returns it with defaults filled in.
 // Errors name the offending option and what is allowed.
 func (o Options) withDefaults() (Options, error) {

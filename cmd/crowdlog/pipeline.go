@@ -1,0 +1,109 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/crowdlog/crowdlog/pipelines/pipeline"
+)
+
+// exitCode is an error with the process exit status main uses for it.
+type exitCode struct {
+	code int
+	err  error
+}
+
+func (e exitCode) Error() string { return e.err.Error() }
+func (e exitCode) Unwrap() error { return e.err }
+
+// usageError marks err as invalid usage or configuration (exit status 2).
+func usageError(err error) error { return exitCode{2, err} }
+
+func pipelineCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "pipeline validate|show FILE",
+		Short: "Check or print a pipeline file (what is collected and how it is released)",
+		Long: `A pipeline file is one YAML document that defines a pipeline: the mining
+application and its options, the release policy and its parameters, the
+privacy budget, the epoch, the token budgets and the topics' partitions.
+Unknown or misspelled fields are errors. Examples: testdata/pipelines/.
+
+  name: query-ftu-k5        # 1–64 of [A-Za-z0-9._-]
+  app:
+    name: query             # query, reformulation, click, url, ltr, keyword
+  policy:
+    kind: ft-u              # ft-u, ft-a, dp-a, dp-u, zealous, dp-su
+    k: 5                    # ft-u/ft-a; DP: epsilon, delta, d, users, shamir_k, ...
+
+'crowdlog run --pipeline FILE' runs it; its pipeline flags (--app, --policy,
+--k, --epsilon, ...) then must not be given.
+
+Exit status: 0 valid, 2 invalid (the message names the field and what it
+allows), 1 the file cannot be read.`,
+	}
+	c.AddCommand(&cobra.Command{
+		Use:   "validate FILE",
+		Short: "Check a pipeline file; exit 2 naming the field when it is invalid",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := loadPipeline(args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: pipeline %s is valid (app %s, policy %s)\n", args[0], p.Name, p.App.Name, p.Policy.Kind)
+			return nil
+		},
+	})
+	c.AddCommand(&cobra.Command{
+		Use:   "show FILE",
+		Short: "Print a pipeline file with every default filled in",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := loadPipeline(args[0])
+			if err != nil {
+				return err
+			}
+			b, err := p.Show()
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(b)
+			return err
+		},
+	})
+	return c
+}
+
+// loadPipeline is pipeline.Load with an invalid file as a usage error
+// (exit status 2).
+func loadPipeline(path string) (*pipeline.Pipeline, error) {
+	p, err := pipeline.Load(path)
+	if errors.Is(err, pipeline.ErrInvalid) {
+		return nil, usageError(err)
+	}
+	return p, err
+}
+
+// pipelineFlags are the flags of run whose values a pipeline file gives.
+var pipelineFlags = []string{"app", "url-level", "session-gap", "pair-order", "rank-buckets", "dwell-buckets", "length-buckets",
+	"policy", "k", "epsilon", "delta", "d", "users", "count-share", "shamir-k", "slack", "lambda",
+	"dataset", "budget-epsilon", "budget-delta", "summary", "epoch", "tokens", "randomness-tokens", "report-tokens", "partitions"}
+
+// conflictingFlags returns the pipeline flags given on the command line.
+func conflictingFlags(f *pflag.FlagSet) error {
+	var set []string
+	for _, n := range pipelineFlags {
+		if fl := f.Lookup(n); fl != nil && fl.Changed {
+			set = append(set, "--"+n)
+		}
+	}
+	if len(set) > 0 {
+		return usageError(fmt.Errorf("--pipeline gives the pipeline; %s set it too: put them in the file (crowdlog pipeline show prints it) or drop --pipeline",
+			strings.Join(set, ", ")))
+	}
+	return nil
+}
