@@ -385,27 +385,42 @@ Example:
 
 func releaseCmd() *cobra.Command {
 	var kafkaAddrs []string
-	var ch, db, metricsAddr, pol, dataset, summary string
+	var ch, db, metricsAddr, pol, dataset, summary, pipelineFile string
 	var k int
 	var dp policy.Params
 	var budget release.Budget
 	c := &cobra.Command{
-		Use:   "release [--kafka ADDR[,ADDR...]] [--clickhouse ADDR] [--policy dp-u --users U ...]",
+		Use:   "release [--kafka ADDR[,ADDR...]] [--clickhouse ADDR] [--pipeline FILE | --policy ft-u --k 5 | --policy dp-u --users U ...]",
 		Short: "Write released histograms from topic decrypted into ClickHouse",
 		Long: `release reads topic "decrypted", drops duplicate reports (at-least-once
 delivery), and when every partition has closed an epoch writes its histogram
 (released_items), the counts-only undecrypted summary and a releases row to
 ClickHouse. Writes are idempotent per (app, epoch, policy, k); a ClickHouse
-outage is retried. With --policy dp-a, dp-u or zealous (and the same
-parameters the clients used, plus --users U) the items sealed for that policy
-are released with noise and the spend is recorded in privacy_ledger; a release
-over --budget-epsilon/--budget-delta is refused and logged.`,
+outage is retried. Only items sealed for the pipeline's policy are released
+(--policy and --k, or the DP parameters: give the release stage the same
+ones the clients used); items of any other (policy, k) are counted and
+logged, never released. With --policy dp-a, dp-u, zealous or dp-su (and
+--users U) the items are released with noise and the spend is recorded in
+privacy_ledger; a release over --budget-epsilon/--budget-delta is refused and
+logged.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
+			if pipelineFile != "" {
+				if err := conflictingFlags(cmd.Flags()); err != nil {
+					return err
+				}
+				p, err := loadPipeline(pipelineFile)
+				if err != nil {
+					return err
+				}
+				var cfg runner.Config
+				runner.ApplyPipeline(&cfg, p)
+				pol, k, dp, dataset, budget, summary = cfg.Policy, cfg.K, cfg.DP, cfg.Dataset, cfg.Budget, string(cfg.Summary)
+			}
 			rp, err := runner.ResolvePolicy(pol, k, dp, "")
 			if err != nil {
-				return err
+				return usageError(err)
 			}
 			st, w, err := stage.New(cmd.Context(), kafkaAddrs, ch, db, log)
 			if err != nil {
@@ -415,10 +430,11 @@ over --budget-epsilon/--budget-delta is refused and logged.`,
 			if st.Summary, err = release.ParseSummaryMode(summary); err != nil {
 				return err
 			}
+			st.Policy = rp
 			if rp.Kind.IsDP() {
-				st.Policy, st.Dataset, st.Budget = rp, dataset, budget
-				log.Info("release: DP policy", "policy", rp.String())
+				st.Dataset, st.Budget = dataset, budget
 			}
+			log.Info("release: pipeline policy; items sealed for any other are not released", "policy", rp.String())
 			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterRelease(reg, st) }, st.Run)
 		},
 	}
@@ -426,8 +442,9 @@ over --budget-epsilon/--budget-delta is refused and logged.`,
 	c.Flags().StringVar(&ch, "clickhouse", defaultCH, "ClickHouse native address")
 	c.Flags().StringVar(&db, "database", "crowdlog", "ClickHouse database")
 	c.Flags().StringVar(&summary, "summary", string(release.SummaryCoarse), summaryHelp)
-	c.Flags().StringVar(&pol, "policy", "ft-u", "policy of the DP releases: dp-a, dp-u, zealous or dp-su (ft-u/ft-a: exact releases only)")
-	c.Flags().IntVar(&k, "k", 5, "unused by DP policies (their Shamir k is derived)")
+	c.Flags().StringVarP(&pipelineFile, "pipeline", "f", "", "pipeline file (crowdlog pipeline --help): policy, parameters, budget and summary from it instead of their flags")
+	c.Flags().StringVar(&pol, "policy", "ft-u", "the pipeline's policy: ft-u, ft-a (exact counts), dp-a, dp-u, zealous or dp-su (noise, ledger); only items sealed for it are released")
+	c.Flags().IntVar(&k, "k", 5, "threshold k of ft-u/ft-a (DP policies derive their Shamir k)")
 	policyFlags(c.Flags(), &dp)
 	budgetFlags(c.Flags(), &dataset, &budget)
 	addMetricsFlag(c, &metricsAddr)

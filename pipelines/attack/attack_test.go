@@ -261,6 +261,9 @@ func TestFrequencyPending(t *testing.T) {
 // naming exactly one undecrypted artifact, and how many of those the
 // analyst pins to the right artifact.
 func TestFrequencySummary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole bundled log: the full suite (make test) runs it; -short (and so the race run) does not")
+	}
 	f := loadFixture(t)
 	pend := f.oprf.Pending()
 	scale := float64(f.targetUsers) / float64(f.auxUsers)

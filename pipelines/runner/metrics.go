@@ -40,6 +40,7 @@ func RegisterRandomness(reg prometheus.Registerer, s *randomness.Service) {
 func RegisterRelease(reg prometheus.Registerer, st *stage.Stage) {
 	metrics.CounterFunc(reg, "crowdlog_release_epochs_total", "Epoch releases written to ClickHouse.", nil, func() float64 { return float64(st.Released.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_release_rows_total", "Released item rows written to ClickHouse.", nil, func() float64 { return float64(st.Rows.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_release_foreign_items_total", "Decrypted items not released: sealed for another pipeline (policy, k) than this stage's.", nil, func() float64 { return float64(st.Foreign.Load()) })
 }
 
 // RegisterPublisher exposes a client publisher's reports published and

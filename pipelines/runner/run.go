@@ -580,8 +580,9 @@ func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, nc *nat
 		return err
 	}
 	st.Summary = cfg.Summary
+	st.Policy = pol // only this pipeline's items are released
 	if pol.Kind.IsDP() {
-		st.Policy, st.Dataset, st.Budget = pol, cfg.Dataset, cfg.Budget
+		st.Dataset, st.Budget = cfg.Dataset, cfg.Budget
 		st.OnRefused = func(app, epoch string, err error) { onRefused(err) }
 	}
 	RegisterRelease(reg, st)

@@ -167,27 +167,47 @@ func (s *State) release(app, epoch string, unitCap int) ([]release.Item, []relea
 	return items, undec
 }
 
-// ReleasePolicy returns the release of a completed epoch under pol. Items
-// and summary lines sealed for pol (pol.Sealing() and k = pol.ShamirK) are
-// released only under pol: for a DP policy each item goes through
-// pol.Decide (DP_a counts capped at d reports per unit id, so several
-// devices of one user count at most d), items it rejects are dropped, and
-// the survivors and summary lines are relabelled (Policy = pol.Kind, K =
-// pol.ShamirK); the returned spend is true. Everything else of the epoch is
-// released exactly, as Release does. A nil or FT pol is Release.
+// ReleasePolicy returns the release of a completed epoch under pol, the
+// pipeline's policy: only items and summary lines sealed for pol
+// (pol.Sealing() and k = pol.ShamirK) are released. Under an FT pol their
+// counts are exact. Under a DP pol each item goes through pol.Decide (DP_a
+// counts capped at d reports per unit id, so several devices of one user
+// count at most d), items it rejects are dropped, and the survivors and
+// summary lines are relabelled (Policy = pol.Kind, K = pol.ShamirK); the
+// returned spend is true. Items of any other (policy, k) — a pipeline this
+// stage was not given — are never released (Foreign counts them): an exact
+// release of items sealed for a DP pipeline, or noise under parameters the
+// clients did not use, would break its promise. A nil pol (library use
+// without a pipeline) releases every (policy, k) of the epoch exactly, as
+// Release does.
 func (s *State) ReleasePolicy(app, epoch string, pol *policy.Policy) ([]release.Item, []release.Undecrypted, bool, error) {
-	if pol == nil || !pol.Kind.IsDP() {
+	if pol == nil {
 		items, undec := s.Release(app, epoch)
 		return items, undec, false, nil
 	}
-	capped, undec := s.release(app, epoch, pol.PerUnitCap())
 	seal := pol.Sealing().String()
 	matches := func(p string, k int) bool { return p == seal && k == pol.ShamirK }
+	if !pol.Kind.IsDP() {
+		all, undecAll := s.Release(app, epoch)
+		var items []release.Item
+		for _, it := range all {
+			if matches(it.Policy, it.K) {
+				items = append(items, it)
+			}
+		}
+		var undec []release.Undecrypted
+		for _, u := range undecAll {
+			if matches(u.Policy, u.K) {
+				undec = append(undec, u)
+			}
+		}
+		return items, undec, false, nil
+	}
+	capped, undecAll := s.release(app, epoch, pol.PerUnitCap())
 	out := make([]release.Item, 0, len(capped))
 	for _, it := range capped {
 		if !matches(it.Policy, it.K) {
-			// exact release of another (policy, k) of the epoch: uncapped counts
-			continue
+			continue // another pipeline's item: never released here
 		}
 		o, err := pol.Decide(it.Impressions, it.Users)
 		if err != nil {
@@ -199,19 +219,40 @@ func (s *State) ReleasePolicy(app, epoch string, pol *policy.Policy) ([]release.
 		it.Policy, it.K, it.Impressions, it.Users = string(pol.Kind), pol.ShamirK, o.Impressions, o.Users
 		out = append(out, it)
 	}
-	exact, _ := s.Release(app, epoch)
-	for _, it := range exact {
-		if !matches(it.Policy, it.K) {
-			out = append(out, it)
-		}
-	}
-	for i := range undec {
-		if matches(undec[i].Policy, undec[i].K) {
-			undec[i].Policy = string(pol.Kind)
+	var undec []release.Undecrypted
+	for _, u := range undecAll {
+		if matches(u.Policy, u.K) {
+			u.Policy = string(pol.Kind)
+			undec = append(undec, u)
 		}
 	}
 	release.SortItems(out)
 	return out, undec, true, nil
+}
+
+// Foreign returns how many items of the completed epoch (app, epoch) were
+// sealed for another (policy, k) than pol's — items ReleasePolicy does not
+// release — and those (policy, k) pairs as "policy/k=K", sorted. 0 and
+// nil for a nil pol.
+func (s *State) Foreign(app, epoch string, pol *policy.Policy) (int, []string) {
+	e := s.epochs[epochKey{app, epoch}]
+	if e == nil || pol == nil {
+		return 0, nil
+	}
+	seal := pol.Sealing().String()
+	n, keys := 0, map[string]bool{}
+	for k := range e.items {
+		if k.policy != seal || k.k != pol.ShamirK {
+			n++
+			keys[fmt.Sprintf("%s/k=%d", k.policy, k.k)] = true
+		}
+	}
+	out := make([]string, 0, len(keys))
+	for k := range keys {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return n, out
 }
 
 // Publish is ReleasePolicy with the summary shaped for publication
@@ -254,9 +295,12 @@ type Stage struct {
 	Sink    Sink
 	Logger  *slog.Logger
 
-	// Policy, when a DP policy, is applied to the items sealed for it (see
-	// State.ReleasePolicy); Sink must then be a SpendingSink. nil = exact
-	// FT releases only.
+	// Policy is the pipeline's policy: only items sealed for it are
+	// released (State.ReleasePolicy), exactly under FT_a/FT_u, with noise
+	// and a ledger row under a DP policy (Sink must then be a
+	// SpendingSink); items of other pipelines are counted in Foreign and
+	// logged. nil releases every (policy, k) exactly (library use; the
+	// release role always sets it).
 	Policy *policy.Policy
 	// Dataset names the privacy budget the DP releases spend from (with the
 	// epoch); default "default".
@@ -275,6 +319,9 @@ type Stage struct {
 
 	Released atomic.Int64 // epochs written
 	Rows     atomic.Int64 // item rows written
+	// Foreign counts items not released because they were sealed for
+	// another (policy, k) than Policy's (State.Foreign).
+	Foreign atomic.Int64
 	// OnRelease, when set, is called after an epoch was written.
 	OnRelease func(app, epoch string, items []release.Item)
 }
@@ -335,6 +382,12 @@ func (st *Stage) ReleaseEpoch(ctx context.Context, state *State, app, epoch stri
 	items, undec, dp, err := state.Publish(app, epoch, st.Policy, st.Summary)
 	if err != nil {
 		return err
+	}
+	if n, keys := state.Foreign(app, epoch, st.Policy); n > 0 {
+		st.Foreign.Add(int64(n))
+		log.Error("release: items sealed for another pipeline are not released; give this stage the pipeline they were sealed for (or run one stage per pipeline)",
+			"app", app, "epoch", epoch, "items", n, "sealed_for", keys,
+			"this_stage", fmt.Sprintf("%s/k=%d", st.Policy.Sealing(), st.Policy.ShamirK), "policy", string(st.Policy.Kind))
 	}
 	if dp {
 		items, err = st.writeDP(ctx, app, epoch, items, undec, log)
