@@ -13,6 +13,7 @@ import (
 func ingestCmd() *cobra.Command {
 	cfg := runner.IngestConfig{}
 	var noProgress bool
+	var pipelineFile string
 	c := &cobra.Command{
 		Use:   "ingest --input LOG --keys DIR [--nats URL]",
 		Short: "Replay a log as clients: mine, seal, onion-wrap and publish reports to relay a",
@@ -46,6 +47,16 @@ close the epoch: run 'crowdlog aggregate close-epoch' when all clients of the
 epoch have sent.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if pipelineFile != "" {
+				if err := conflictingFlags(cmd.Flags()); err != nil {
+					return err
+				}
+				p, err := loadPipeline(pipelineFile)
+				if err != nil {
+					return err
+				}
+				runner.ApplyPipelineIngest(&cfg, p)
+			}
 			cfg.Logger = logger()
 			if !noProgress && term.IsTerminal(int(os.Stderr.Fd())) {
 				cfg.Progress = os.Stderr
@@ -55,6 +66,7 @@ epoch have sent.`,
 		},
 	}
 	f := c.Flags()
+	f.StringVarP(&pipelineFile, "pipeline", "f", "", "pipeline file (crowdlog pipeline --help): app, policy, parameters, epoch and tokens from it instead of their flags (give the release role the same file)")
 	f.StringVar(&cfg.Input, "input", "", "search log: AOL or Excite TSV, plain or .gz, or - for stdin (spooled to --state or the temp dir); a log without a valid record stops ingest at once (required)")
 	timeFormatFlag(f, &cfg.TimeFormat)
 	f.StringVar(&cfg.App, "app", "query", "mining application: "+fmt.Sprint(apps.Apps()))

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/crowdlog/crowdlog/pipelines/pipeline"
+	"github.com/crowdlog/crowdlog/pipelines/runner"
 )
 
 // exitCode is an error with the process exit status main uses for it.
@@ -86,6 +87,23 @@ func loadPipeline(path string) (*pipeline.Pipeline, error) {
 		return nil, usageError(err)
 	}
 	return p, err
+}
+
+// applyPipelineFile loads the pipeline file path (none when empty) into
+// cfg, refusing pipeline flags set beside it (run, ingest).
+func applyPipelineFile(f *pflag.FlagSet, path string, cfg *runner.Config) error {
+	if path == "" {
+		return nil
+	}
+	if err := conflictingFlags(f); err != nil {
+		return err
+	}
+	p, err := loadPipeline(path)
+	if err != nil {
+		return err
+	}
+	runner.ApplyPipeline(cfg, p)
+	return nil
 }
 
 // pipelineFlags are the flags of run whose values a pipeline file gives.

@@ -83,15 +83,8 @@ Examples:
   zcat excite.log.gz | crowdlog run --input - --app query --policy ft-u --k 5`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if pipelineFile != "" {
-				if err := conflictingFlags(cmd.Flags()); err != nil {
-					return err
-				}
-				p, err := loadPipeline(pipelineFile)
-				if err != nil {
-					return err
-				}
-				runner.ApplyPipeline(&cfg, p)
+			if err := applyPipelineFile(cmd.Flags(), pipelineFile, &cfg); err != nil {
+				return err
 			}
 			cfg.Logger = logger()
 			if !noProgress && term.IsTerminal(int(os.Stderr.Fd())) {

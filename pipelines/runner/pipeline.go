@@ -54,3 +54,13 @@ func PipelineOf(name string, cfg Config) pipeline.Pipeline {
 	p.Topics = pipeline.Topics{Partitions: cfg.Partitions}
 	return p.Defaults()
 }
+
+// ApplyPipelineIngest sets the fields of an ingest's cfg that a pipeline
+// defines (app and options, policy and parameters, epoch, tokens on or
+// off) from p, as ApplyPipeline does for a run.
+func ApplyPipelineIngest(cfg *IngestConfig, p *pipeline.Pipeline) {
+	var rc Config
+	ApplyPipeline(&rc, p)
+	cfg.App, cfg.AppOptions, cfg.Policy, cfg.K, cfg.DP = rc.App, rc.AppOptions, rc.Policy, rc.K, rc.DP
+	cfg.Epoch, cfg.TokensOff = rc.Epoch, rc.TokensOff
+}
