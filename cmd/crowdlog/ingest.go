@@ -55,7 +55,11 @@ epoch have sent.`,
 				if err != nil {
 					return err
 				}
+				epoch := cfg.Epoch
 				runner.ApplyPipelineIngest(&cfg, p)
+				if cmd.Flags().Changed("epoch") {
+					cfg.Epoch = epoch // one pipeline, many epochs
+				}
 			}
 			cfg.Logger = logger()
 			if !noProgress && term.IsTerminal(int(os.Stderr.Fd())) {

@@ -90,7 +90,9 @@ func loadPipeline(path string) (*pipeline.Pipeline, error) {
 }
 
 // applyPipelineFile loads the pipeline file path (none when empty) into
-// cfg, refusing pipeline flags set beside it (run, ingest).
+// cfg, refusing pipeline flags set beside it (run, ingest); an --epoch
+// given beside it names the epoch instead of the file's epoch.name (an
+// operator runs one pipeline over many epochs).
 func applyPipelineFile(f *pflag.FlagSet, path string, cfg *runner.Config) error {
 	if path == "" {
 		return nil
@@ -102,14 +104,18 @@ func applyPipelineFile(f *pflag.FlagSet, path string, cfg *runner.Config) error 
 	if err != nil {
 		return err
 	}
+	epoch := cfg.Epoch
 	runner.ApplyPipeline(cfg, p)
+	if f.Changed("epoch") {
+		cfg.Epoch = epoch
+	}
 	return nil
 }
 
 // pipelineFlags are the flags of run whose values a pipeline file gives.
 var pipelineFlags = []string{"app", "url-level", "session-gap", "pair-order", "rank-buckets", "dwell-buckets", "length-buckets",
 	"policy", "k", "epsilon", "delta", "d", "users", "count-share", "shamir-k", "slack", "lambda",
-	"dataset", "budget-epsilon", "budget-delta", "summary", "epoch", "tokens", "randomness-tokens", "report-tokens", "partitions"}
+	"dataset", "budget-epsilon", "budget-delta", "summary", "tokens", "randomness-tokens", "report-tokens", "partitions"}
 
 // conflictingFlags returns the pipeline flags given on the command line.
 func conflictingFlags(f *pflag.FlagSet) error {
