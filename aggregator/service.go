@@ -97,7 +97,8 @@ type Service struct {
 
 	Reports, Decrypted, Dropped atomic.Int64 // totals over all partitions
 	mu                          sync.Mutex
-	pending                     map[int]int // pending tags per owned partition
+	pending                     map[int]int      // pending tags per owned partition
+	droppedBy                   map[string]int64 // Dropped by reason (DroppedByReason)
 	kept                        map[int]keptState
 	cache                       *verifyCache // verified tokens and presentations, shared by the partitions
 	snap                        *snapStore   // SnapshotDir
@@ -533,28 +534,65 @@ func (s *Service) account(id int, st *Partition, prev *totals) {
 	*prev = now
 	s.mu.Lock()
 	s.pending[id] = st.PendingTags()
+	if s.droppedBy == nil {
+		s.droppedBy = map[string]int64{}
+	}
+	for r, n := range d.byReason {
+		s.droppedBy[r] += n
+	}
 	s.mu.Unlock()
 }
 
+// DroppedByReason returns the reports and messages dropped by this
+// process's partitions so far, by reason (the Stats.Dropped keys:
+// malformed, duplicate, late, bad-share, unit-mismatch, …), summed over
+// partitions; messages replayed to rebuild a partition are not counted
+// again, as for Dropped. A new map per call.
+func (s *Service) DroppedByReason() map[string]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int64, len(s.droppedBy))
+	for r, n := range s.droppedBy {
+		out[r] = n
+	}
+	return out
+}
+
 // totals are the Stats counters the service exports.
-type totals struct{ reports, decrypted, dropped int64 }
+type totals struct {
+	reports, decrypted, dropped int64
+	byReason                    map[string]int64
+}
 
 func (st *Stats) totals() totals {
-	t := totals{reports: st.Reports, decrypted: st.Decrypted}
-	for _, v := range st.Dropped {
+	t := totals{reports: st.Reports, decrypted: st.Decrypted, byReason: make(map[string]int64, len(st.Dropped))}
+	for r, v := range st.Dropped {
 		t.dropped += v
+		t.byReason[r] = v
 	}
 	return t
 }
 
 func (t totals) minus(u totals) totals {
-	return totals{t.reports - u.reports, t.decrypted - u.decrypted, t.dropped - u.dropped}
+	d := totals{t.reports - u.reports, t.decrypted - u.decrypted, t.dropped - u.dropped, map[string]int64{}}
+	for r, v := range t.byReason {
+		if n := v - u.byReason[r]; n != 0 {
+			d.byReason[r] = n
+		}
+	}
+	return d
 }
 
 func (t *totals) add(u totals) {
 	t.reports += u.reports
 	t.decrypted += u.decrypted
 	t.dropped += u.dropped
+	if t.byReason == nil {
+		t.byReason = map[string]int64{}
+	}
+	for r, v := range u.byReason {
+		t.byReason[r] += v
+	}
 }
 
 func writeRetry(ctx context.Context, w *kafka.Writer, msgs []kafka.Message) error {

@@ -150,6 +150,15 @@ func TestServiceTokensRestart(t *testing.T) {
 	if got := s1.Dropped.Load() + s2.Dropped.Load(); got != 8 {
 		t.Errorf("dropped %d, want 8 (4 without token, 4 replays)", got)
 	}
+	byReason := map[string]int64{}
+	for _, s := range []*Service{s1, s2} {
+		for r, n := range s.DroppedByReason() {
+			byReason[r] += n
+		}
+	}
+	if len(byReason) != 2 || byReason["no-token"] != 4 || byReason["spent-token"] != 4 {
+		t.Errorf("dropped by reason %v, want 4 no-token and 4 spent-token (the replays' tokens)", byReason)
+	}
 
 	// close the epoch with a third service running, then read the outputs
 	if err := CloseEpoch(ctx, brokers, "query", "e1"); err != nil {

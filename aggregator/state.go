@@ -72,7 +72,9 @@ type Message struct {
 // before: a replayed report), token-key (no report-token key for the
 // epoch); with ARCKeys, FT_u reports: bad-presentation (missing, not
 // verifying for the report's artifact, or its tag does not give the
-// share's x), arc-key (no ARC key for the epoch). For control
+// share's x), arc-key (no ARC key for the epoch), unit-mismatch (its
+// group opened and the decrypted unit id is not star.ARCUnitID of the
+// verified presentation tag at its x). For control
 // messages: malformed-control, open-refused (an EpochOpen beyond
 // MaxOpenEpochs open epochs of its app), open-after-close (an EpochOpen of
 // a closed epoch).

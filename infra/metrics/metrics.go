@@ -58,6 +58,28 @@ func Serve(ctx context.Context, addr string, reg *prometheus.Registry, ready fun
 	return ln.Addr(), nil
 }
 
+// CounterMapFunc registers a collector that, at each scrape, exposes one
+// counter name{label="key"} per key of fn's map (values ≥ 0, never
+// decreasing per key, as counters must): a counter whose label values are
+// learnt at run time (e.g. drop reasons). Keys with value 0 are still
+// exposed once seen.
+func CounterMapFunc(reg prometheus.Registerer, name, help, label string, fn func() map[string]float64) {
+	reg.MustRegister(&mapCollector{desc: prometheus.NewDesc(name, help, []string{label}, nil), fn: fn})
+}
+
+type mapCollector struct {
+	desc *prometheus.Desc
+	fn   func() map[string]float64
+}
+
+func (c *mapCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *mapCollector) Collect(ch chan<- prometheus.Metric) {
+	for k, v := range c.fn() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, v, k)
+	}
+}
+
 // CounterFunc registers a counter named name whose value is read from fn at
 // scrape time (fn must be monotonic, e.g. an atomic counter's Load).
 func CounterFunc(reg prometheus.Registerer, name, help string, labels prometheus.Labels, fn func() float64) {

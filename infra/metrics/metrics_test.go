@@ -1,0 +1,32 @@
+package metrics
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TestCounterMapFunc: one series per key, labelled, with the map's values,
+// and new keys appear at the next scrape.
+func TestCounterMapFunc(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := map[string]float64{"late": 2, "duplicate": 5}
+	CounterMapFunc(reg, "x_dropped_total", "Dropped, by reason.", "reason", func() map[string]float64 { return m })
+	if mfs, err := reg.Gather(); err != nil || len(mfs) != 1 || len(mfs[0].GetMetric()) != 2 {
+		t.Fatalf("first scrape: %v %v, want one family of 2 series", mfs, err)
+	}
+	m["unit-mismatch"] = 1
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, s := range mf.GetMetric() {
+			got[s.GetLabel()[0].GetValue()] = s.GetCounter().GetValue()
+		}
+	}
+	if len(got) != 3 || got["late"] != 2 || got["duplicate"] != 5 || got["unit-mismatch"] != 1 {
+		t.Fatalf("scraped %v", got)
+	}
+}
