@@ -3,6 +3,7 @@ package natsconn
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -13,6 +14,16 @@ import (
 // is lost (the NATS node serving it stopped) is re-sent instead of waiting
 // for the caller's whole bound.
 const StreamAttemptTimeout = 10 * time.Second
+
+// sameStreamConfig reports whether the existing stream's configuration has
+// every field EnsureStream's callers set as want has it.
+func sameStreamConfig(have, want jetstream.StreamConfig) bool {
+	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
+		have.Retention == want.Retention && have.Storage == want.Storage && have.Discard == want.Discard &&
+		have.DiscardNewPerSubject == want.DiscardNewPerSubject && have.MaxMsgs == want.MaxMsgs &&
+		have.MaxMsgsPerSubject == want.MaxMsgsPerSubject && have.MaxBytes == want.MaxBytes && have.MaxAge == want.MaxAge &&
+		have.MaxMsgSize == want.MaxMsgSize && have.Duplicates == want.Duplicates && have.Replicas == want.Replicas
+}
 
 // StreamReplicas is the replica count to configure for stream name: an
 // existing stream keeps its own (never scaled down by a process that sees
@@ -40,6 +51,15 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 	_, untilDeadline := ctx.Deadline()
 	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, StreamAttemptTimeout)
+		if st, ierr := js.Stream(actx, cfg.Name); ierr == nil && sameStreamConfig(st.CachedInfo().Config, cfg) {
+			// already as wanted: no update request. Besides saving one,
+			// this keeps processes that start together (the relays) from
+			// updating the stream while another creates its consumer,
+			// which nats-server handles with a data race (its fileStore's
+			// UpdateConfig against ConsumerStore, v2.15)
+			cancel()
+			return nil
+		}
 		_, err = js.CreateOrUpdateStream(actx, cfg)
 		cancel()
 		if err == nil {
