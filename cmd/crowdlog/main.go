@@ -11,10 +11,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/crowdlog/crowdlog/infra/metrics"
 )
 
 func main() {
@@ -30,42 +31,31 @@ func main() {
 	}
 }
 
-// version is the module version and VCS revision the binary was built
-// from (runtime/debug.ReadBuildInfo), "devel" when unknown.
+// version is the module version, VCS revision and Go version the binary
+// was built from (metrics.BuildInfo).
 func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "devel"
-	}
-	v := bi.Main.Version
-	var rev, modified string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				modified = "+modified"
-			}
-		}
-	}
+	v, rev, gov := metrics.BuildInfo()
 	if rev != "" {
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
-		v += " " + rev + modified
+		v += " " + rev
 	}
-	return v + " " + bi.GoVersion
+	return v + " " + gov
 }
 
-var logLevel string
+var logLevel, logFormat string
 
+// logger is the process's logger on stderr: --log-level, --log-format
+// (checked by the root command before any subcommand runs).
 func logger() *slog.Logger {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 		lvl = slog.LevelInfo
 	}
-	l := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	opts := &slog.HandlerOptions{Level: lvl}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
+	if logFormat == "json" {
+		h = slog.NewJSONHandler(os.Stderr, opts)
+	}
+	l := slog.New(h)
 	slog.SetDefault(l)
 	return l
 }
@@ -93,10 +83,14 @@ Start with 'crowdlog run --help': it runs every role on one machine.`,
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return usageError(fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel))
 			}
+			if logFormat != "text" && logFormat != "json" {
+				return usageError(fmt.Errorf("--log-format %q: want text or json", logFormat))
+			}
 			return nil
 		},
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.PersistentFlags().StringVar(&logFormat, "log-format", "text", "log format on stderr: text (key=value) or json (one object per line, for log collectors)")
 	root.AddCommand(runCmd(), simulateCmd(), ingestCmd(), randomnessCmd(), relayCmd(), aggregateCmd(), releaseCmd(), keysCmd(), clickhouseCmd())
 	root.AddCommand(attackCmd())
 	root.AddCommand(reportCmd())

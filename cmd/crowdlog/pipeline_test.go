@@ -66,6 +66,7 @@ func TestPipelineExitStatus(t *testing.T) {
 		{[]string{"pipeline", "show", "../../testdata/pipelines/query-ftu-k5.yaml"}, 0, "partitions: 8"},
 		{[]string{"run", "-f", "../../testdata/pipelines/query-ftu-k5.yaml", "--k", "3", "--input", "x"}, 2, "--k"},
 		{[]string{"--log-level", "loud", "pipeline", "show", "x"}, 2, "--log-level"},
+		{[]string{"--log-format", "xml", "pipeline", "show", "x"}, 2, "--log-format"},
 		{[]string{"--version"}, 0, "crowdlog version"},
 	} {
 		out, err := exec.Command(bin, c.args...).CombinedOutput()

@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,11 +20,42 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// NewRegistry returns a registry with the Go runtime and process collectors.
+// NewRegistry returns a registry with the Go runtime and process
+// collectors and crowdlog_build_info (BuildInfo).
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	version, revision, goVersion := BuildInfo()
+	GaugeFunc(reg, "crowdlog_build_info", "Always 1; the labels say which build runs (module version, VCS revision, Go version).",
+		prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion}, func() float64 { return 1 })
 	return reg
+}
+
+// BuildInfo returns the main module's version, the VCS revision (12 hex
+// digits, "+modified" when the tree was dirty; "" when unknown) and the
+// Go version of this binary (runtime/debug.ReadBuildInfo); "(devel)" and
+// "" when the build carries no information.
+func BuildInfo() (version, revision, goVersion string) {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(devel)", "", runtime.Version()
+	}
+	var modified bool
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			revision = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if len(revision) > 12 {
+		revision = revision[:12]
+	}
+	if modified && revision != "" {
+		revision += "+modified"
+	}
+	return bi.Main.Version, revision, bi.GoVersion
 }
 
 // Serve listens on addr (e.g. ":9100" or "127.0.0.1:0") and serves until ctx

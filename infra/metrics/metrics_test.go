@@ -1,10 +1,35 @@
 package metrics
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// TestBuildInfo: every registry exposes crowdlog_build_info = 1 with the
+// Go version the test binary runs.
+func TestBuildInfo(t *testing.T) {
+	mfs, err := NewRegistry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "crowdlog_build_info" {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if m.GetGauge().GetValue() != 1 || labels["goversion"] != runtime.Version() {
+			t.Fatalf("crowdlog_build_info %v = %v", labels, m.GetGauge().GetValue())
+		}
+		return
+	}
+	t.Fatal("no crowdlog_build_info")
+}
 
 // TestCounterMapFunc: one series per key, labelled, with the map's values,
 // and new keys appear at the next scrape.
