@@ -74,7 +74,11 @@ An artifact's report is sealed with a key that only k distinct users' shares
 recover (threshold secret sharing keyed by the artifact, CrowdLogging SIGIR 2011
 and STAR CCS 2022), wrapped in one HPKE onion layer per hop (RFC 9180).
 
-Start with 'crowdlog run --help': it runs every role on one machine.`,
+Start with 'crowdlog run --help': it runs every role on one machine.
+
+Exit status: 0 success; 2 invalid usage or configuration (a flag value, a
+pipeline file); 3 'crowdlog aggregate audit' found late, missing or orphan
+reports; 1 any other failure.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version(),

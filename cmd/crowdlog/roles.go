@@ -371,7 +371,7 @@ Example:
 			}
 			fmt.Fprint(cmd.OutOrStdout(), res.String())
 			if late, missing := res.Lost(); late > 0 || missing > 0 || res.Orphans > 0 {
-				return fmt.Errorf("audit: %d late, %d missing, %d orphan reports (see the table above)", late, missing, res.Orphans)
+				return exitCode{3, fmt.Errorf("audit: %d late, %d missing, %d orphan reports (see the table above)", late, missing, res.Orphans)}
 			}
 			return nil
 		},
