@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+
 	"context"
 	"errors"
 	"fmt"
@@ -250,12 +252,27 @@ func TestIngestStateDir(t *testing.T) {
 	state := t.TempDir()
 	var sent []int64
 	for range 2 {
+		reg := prometheus.NewRegistry()
 		sum, err := runner.Ingest(ctx, runner.IngestConfig{Input: log, App: "query", Policy: "ft-u", K: k, Epoch: epoch,
-			NATS: d.nats, KeysDir: d.keys, StateDir: state, Workers: 2})
+			NATS: d.nats, KeysDir: d.keys, StateDir: state, Workers: 2, Registerer: reg})
 		if err != nil {
 			t.Fatal(err)
 		}
 		sent = append(sent, sum.Reports)
+		// what `crowdlog ingest --metrics` serves: the reports it published
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var published float64 = -1
+		for _, mf := range mfs {
+			if mf.GetName() == "crowdlog_ingest_reports_published_total" {
+				published = mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		if published != float64(sum.Reports) {
+			t.Fatalf("crowdlog_ingest_reports_published_total = %v, the ingest sent %d", published, sum.Reports)
+		}
 	}
 	if sent[0] == 0 || sent[1] != 0 {
 		t.Fatalf("reports sent by the two ingests: %v, want [>0 0]", sent)

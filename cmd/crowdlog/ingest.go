@@ -13,7 +13,7 @@ import (
 func ingestCmd() *cobra.Command {
 	cfg := runner.IngestConfig{}
 	var noProgress bool
-	var pipelineFile string
+	var pipelineFile, metricsAddr string
 	c := &cobra.Command{
 		Use:   "ingest --input LOG --keys DIR [--nats URL]",
 		Short: "Replay a log as clients: mine, seal, onion-wrap and publish reports to relay a",
@@ -62,10 +62,15 @@ epoch have sent.`,
 				}
 			}
 			cfg.Logger = logger()
+			reg, err := serveMetrics(cmd.Context(), metricsAddr, nil)
+			if err != nil {
+				return err
+			}
+			cfg.Registerer = reg
 			if !noProgress && term.IsTerminal(int(os.Stderr.Fd())) {
 				cfg.Progress = os.Stderr
 			}
-			_, err := runner.Ingest(cmd.Context(), cfg)
+			_, err = runner.Ingest(cmd.Context(), cfg)
 			return err
 		},
 	}
@@ -86,6 +91,7 @@ epoch have sent.`,
 	f.StringVar(&cfg.StateDir, "state", "", "keep each replayed device's state (user secret per epoch, what it sent) under this directory, so a restarted ingest adds no second share; default: in memory")
 	tokensFlag(f, &cfg.TokensOff)
 	f.BoolVar(&cfg.Enroll, "enroll", false, "enroll every replayed identity in the enrollment list of --keys (as 'crowdlog keys enroll' would), for an issuer reading that directory")
+	addMetricsFlag(c, &metricsAddr)
 	f.BoolVar(&noProgress, "no-progress", false, "no progress bar on stderr (shown only when stderr is a terminal)")
 	c.MarkFlagRequired("input")
 	return c

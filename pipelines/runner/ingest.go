@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+
 	"context"
 	"fmt"
 	"io"
@@ -61,6 +63,10 @@ type IngestConfig struct {
 	Enroll   bool
 	Progress io.Writer
 	Logger   *slog.Logger
+	// Registerer, when set, receives the ingest's metrics
+	// (crowdlog_ingest_*: reports published, publish retries and
+	// failures; RegisterPublisher), as `crowdlog ingest --metrics` serves.
+	Registerer prometheus.Registerer
 }
 
 // Ingest replays cfg.Input as devices, one ingest.Device per AnonID
@@ -124,6 +130,9 @@ func Ingest(ctx context.Context, cfg IngestConfig) (ingest.ReplaySummary, error)
 		return none, err
 	}
 	pub := &publish.Publisher{JS: js, Subject: protocol.RelaySubject("a")}
+	if cfg.Registerer != nil {
+		RegisterPublisher(cfg.Registerer, pub)
+	}
 	rc := &oprfclient.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, keydir.RandomnessPins)}
 	client := newClient(a, cfg.Epoch, pol, cfg.Spread, rc, ra, rb, ag, pub)
 	replay := &ingest.Replay{Client: client, Log: opts, StateDir: cfg.StateDir, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
