@@ -543,6 +543,12 @@ func (s *Service) account(id int, st *Partition, prev *totals) {
 	s.mu.Unlock()
 }
 
+// DropReasons are the keys Stats.Dropped can hold (Stats documents each):
+// the label values of the service's drop counter.
+var DropReasons = []string{"malformed", "unknown-key", "duplicate", "late", "unknown-epoch", "epoch-full",
+	"bad-share", "bad-commitment", "bad-ciphertext", "no-token", "bad-token", "spent-token", "token-key",
+	"bad-presentation", "arc-key", "unit-mismatch", "malformed-control", "open-refused", "open-after-close"}
+
 // DroppedByReason returns the reports and messages dropped by this
 // process's partitions so far, by reason (the Stats.Dropped keys:
 // malformed, duplicate, late, bad-share, unit-mismatch, …), summed over

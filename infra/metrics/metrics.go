@@ -93,22 +93,29 @@ func Serve(ctx context.Context, addr string, reg *prometheus.Registry, ready fun
 
 // CounterMapFunc registers a collector that, at each scrape, exposes one
 // counter name{label="key"} per key of fn's map (values ≥ 0, never
-// decreasing per key, as counters must): a counter whose label values are
-// learnt at run time (e.g. drop reasons). Keys with value 0 are still
-// exposed once seen.
-func CounterMapFunc(reg prometheus.Registerer, name, help, label string, fn func() map[string]float64) {
-	reg.MustRegister(&mapCollector{desc: prometheus.NewDesc(name, help, []string{label}, nil), fn: fn})
+// decreasing per key, as counters must), and 0 for each of known that the
+// map lacks, so the known series exist from the start: a counter whose
+// label values may also be learnt at run time (e.g. drop reasons).
+func CounterMapFunc(reg prometheus.Registerer, name, help, label string, known []string, fn func() map[string]float64) {
+	reg.MustRegister(&mapCollector{desc: prometheus.NewDesc(name, help, []string{label}, nil), known: known, fn: fn})
 }
 
 type mapCollector struct {
-	desc *prometheus.Desc
-	fn   func() map[string]float64
+	desc  *prometheus.Desc
+	known []string
+	fn    func() map[string]float64
 }
 
 func (c *mapCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *mapCollector) Collect(ch chan<- prometheus.Metric) {
-	for k, v := range c.fn() {
+	m := c.fn()
+	for _, k := range c.known {
+		if _, ok := m[k]; !ok {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, 0, k)
+		}
+	}
+	for k, v := range m {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, v, k)
 	}
 }

@@ -36,9 +36,9 @@ func TestBuildInfo(t *testing.T) {
 func TestCounterMapFunc(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := map[string]float64{"late": 2, "duplicate": 5}
-	CounterMapFunc(reg, "x_dropped_total", "Dropped, by reason.", "reason", func() map[string]float64 { return m })
-	if mfs, err := reg.Gather(); err != nil || len(mfs) != 1 || len(mfs[0].GetMetric()) != 2 {
-		t.Fatalf("first scrape: %v %v, want one family of 2 series", mfs, err)
+	CounterMapFunc(reg, "x_dropped_total", "Dropped, by reason.", "reason", []string{"late", "malformed"}, func() map[string]float64 { return m })
+	if mfs, err := reg.Gather(); err != nil || len(mfs) != 1 || len(mfs[0].GetMetric()) != 3 {
+		t.Fatalf("first scrape: %v %v, want one family of 3 series (malformed known, at 0)", mfs, err)
 	}
 	m["unit-mismatch"] = 1
 	mfs, err := reg.Gather()
@@ -51,7 +51,7 @@ func TestCounterMapFunc(t *testing.T) {
 			got[s.GetLabel()[0].GetValue()] = s.GetCounter().GetValue()
 		}
 	}
-	if len(got) != 3 || got["late"] != 2 || got["duplicate"] != 5 || got["unit-mismatch"] != 1 {
+	if len(got) != 4 || got["late"] != 2 || got["duplicate"] != 5 || got["unit-mismatch"] != 1 || got["malformed"] != 0 {
 		t.Fatalf("scraped %v", got)
 	}
 }

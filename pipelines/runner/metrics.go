@@ -20,7 +20,7 @@ func RegisterAggregator(reg prometheus.Registerer, s *aggregator.Service) {
 	metrics.CounterFunc(reg, "crowdlog_aggregator_reports_total", "Reports accepted by the aggregator.", nil, func() float64 { return float64(s.Reports.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_aggregator_decrypted_total", "Reports decrypted and emitted.", nil, func() float64 { return float64(s.Decrypted.Load()) })
 	metrics.CounterMapFunc(reg, "crowdlog_aggregator_dropped_total", "Reports and messages dropped, by reason (docs/operations.md): malformed, duplicate, late, unknown-epoch, epoch-full, bad-share, bad-ciphertext, bad-commitment, no-token, bad-token, spent-token, token-key, bad-presentation, arc-key, unit-mismatch, ...",
-		"reason", func() map[string]float64 {
+		"reason", aggregator.DropReasons, func() map[string]float64 {
 			out := map[string]float64{}
 			for r, n := range s.DroppedByReason() {
 				out[r] = float64(n)
