@@ -47,14 +47,11 @@ close the epoch: run 'crowdlog aggregate close-epoch' when all clients of the
 epoch have sent.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if pipelineFile != "" {
-				if err := conflictingFlags(cmd.Flags()); err != nil {
-					return err
-				}
-				p, err := loadPipeline(pipelineFile)
-				if err != nil {
-					return err
-				}
+			p, err := pipelineFlag(cmd.Flags(), pipelineFile)
+			if err != nil {
+				return err
+			}
+			if p != nil {
 				epoch := cfg.Epoch
 				runner.ApplyPipelineIngest(&cfg, p)
 				if cmd.Flags().Changed("epoch") {

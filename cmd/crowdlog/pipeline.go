@@ -89,19 +89,25 @@ func loadPipeline(path string) (*pipeline.Pipeline, error) {
 	return p, err
 }
 
-// applyPipelineFile loads the pipeline file path (none when empty) into
-// cfg, refusing pipeline flags set beside it (run, ingest); an --epoch
-// given beside it names the epoch instead of the file's epoch.name (an
-// operator runs one pipeline over many epochs).
-func applyPipelineFile(f *pflag.FlagSet, path string, cfg *runner.Config) error {
+// pipelineFlag loads the --pipeline file path of a role (nil, nil when
+// path is empty), refusing the pipeline flags set beside it.
+func pipelineFlag(f *pflag.FlagSet, path string) (*pipeline.Pipeline, error) {
 	if path == "" {
-		return nil
+		return nil, nil
 	}
 	if err := conflictingFlags(f); err != nil {
-		return err
+		return nil, err
 	}
-	p, err := loadPipeline(path)
-	if err != nil {
+	return loadPipeline(path)
+}
+
+// applyPipelineFile loads the pipeline file path (none when empty) into
+// cfg, refusing pipeline flags set beside it (run); an --epoch given
+// beside it names the epoch instead of the file's epoch.name (an operator
+// runs one pipeline over many epochs).
+func applyPipelineFile(f *pflag.FlagSet, path string, cfg *runner.Config) error {
+	p, err := pipelineFlag(f, path)
+	if err != nil || p == nil {
 		return err
 	}
 	epoch := cfg.Epoch

@@ -406,14 +406,11 @@ logged.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
-			if pipelineFile != "" {
-				if err := conflictingFlags(cmd.Flags()); err != nil {
-					return err
-				}
-				p, err := loadPipeline(pipelineFile)
-				if err != nil {
-					return err
-				}
+			p, err := pipelineFlag(cmd.Flags(), pipelineFile)
+			if err != nil {
+				return err
+			}
+			if p != nil {
 				var cfg runner.Config
 				runner.ApplyPipeline(&cfg, p)
 				pol, k, dp, dataset, budget, summary = cfg.Policy, cfg.K, cfg.DP, cfg.Dataset, cfg.Budget, string(cfg.Summary)
