@@ -65,7 +65,7 @@ randomness tokens.`,
 			if err != nil {
 				return err
 			}
-			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { s.Register(reg) }, s.Run)
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { s.Register(reg) }, s.Run, issuerChecks(nc, keys)...)
 		},
 	}
 	f := c.Flags()

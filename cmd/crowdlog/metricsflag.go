@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crowdlog/crowdlog/infra/metrics"
+	"github.com/crowdlog/crowdlog/infra/ready"
 )
 
 const metricsHelp = "serve Prometheus /metrics, /healthz and /readyz on this address (e.g. :9100); empty = off"
@@ -17,8 +18,10 @@ func addMetricsFlag(c *cobra.Command, addr *string) {
 	c.Flags().StringVar(addr, "metrics", "", metricsHelp)
 }
 
-// serveMetrics registers a role's metrics and serves them when addr is set.
-func serveMetrics(ctx context.Context, addr string, register func(reg prometheus.Registerer)) (*prometheus.Registry, error) {
+// serveMetrics registers a role's metrics and serves them when addr is set,
+// with /readyz answering from checks (readiness.go; none = always ready),
+// run every ready.Interval until ctx ends.
+func serveMetrics(ctx context.Context, addr string, register func(reg prometheus.Registerer), checks ...ready.Check) (*prometheus.Registry, error) {
 	reg := metrics.NewRegistry()
 	if register != nil {
 		register(reg)
@@ -26,7 +29,10 @@ func serveMetrics(ctx context.Context, addr string, register func(reg prometheus
 	if addr == "" {
 		return reg, nil
 	}
-	a, err := metrics.Serve(ctx, addr, reg, nil)
+	rc := ready.New(slog.Default(), checks...)
+	rc.Register(reg)
+	rc.Start(ctx, 0)
+	a, err := metrics.Serve(ctx, addr, reg, rc.Ready)
 	if err != nil {
 		return nil, err
 	}
@@ -34,10 +40,10 @@ func serveMetrics(ctx context.Context, addr string, register func(reg prometheus
 	return reg, nil
 }
 
-// serveRole serves a role's metrics (when addr is set) and runs it until
-// ctx ends.
-func serveRole(ctx context.Context, addr string, register func(reg prometheus.Registerer), run func(context.Context) error) error {
-	if _, err := serveMetrics(ctx, addr, register); err != nil {
+// serveRole serves a role's metrics and readiness checks (when addr is
+// set) and runs it until ctx ends.
+func serveRole(ctx context.Context, addr string, register func(reg prometheus.Registerer), run func(context.Context) error, checks ...ready.Check) error {
+	if _, err := serveMetrics(ctx, addr, register, checks...); err != nil {
 		return err
 	}
 	return run(ctx)

@@ -98,7 +98,7 @@ online probe of docs/threat-model.md).`,
 			} else {
 				log.Warn("randomness: tokens not required (--require-tokens off): any client may probe unlimited candidates")
 			}
-			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterRandomness(reg, s) }, s.Run)
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterRandomness(reg, s) }, s.Run, randomnessChecks(nc, keys, requireTokens)...)
 		},
 	}
 	c.Flags().StringVar(&natsURL, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
@@ -183,7 +183,7 @@ timeout means larger anonymity sets and more latency (docs/threat-model.md,
 				return err
 			}
 			defer closeW()
-			reg, err := serveMetrics(cmd.Context(), metricsAddr, nil)
+			reg, err := serveMetrics(cmd.Context(), metricsAddr, nil, relayChecks(nc, o)...)
 			if err != nil {
 				return err
 			}
@@ -274,7 +274,7 @@ use the same setting.`,
 			} else {
 				log.Warn("aggregate: report tokens and ARC presentations not checked (--token-keys not set): one client may send unlimited reports and be k users under FT_u")
 			}
-			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterAggregator(reg, s) }, s.Run)
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterAggregator(reg, s) }, s.Run, kafkaCheck(kafkaAddrs))
 		},
 	}
 	c.Flags().StringSliceVar(&kafkaAddrs, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")
@@ -432,7 +432,7 @@ logged.`,
 				st.Dataset, st.Budget = dataset, budget
 			}
 			log.Info("release: pipeline policy; items sealed for any other are not released", "policy", rp.String())
-			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterRelease(reg, st) }, st.Run)
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterRelease(reg, st) }, st.Run, kafkaCheck(kafkaAddrs), clickhouseCheck(w.Ping))
 		},
 	}
 	c.Flags().StringSliceVar(&kafkaAddrs, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")

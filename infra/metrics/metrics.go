@@ -1,7 +1,7 @@
 // Package metrics serves a service's Prometheus metrics, health and
 // readiness over HTTP: GET /metrics (Prometheus text format), /healthz (200
-// while the process runs) and /readyz (200 once the service is ready, else
-// 503).
+// while the process runs: liveness) and /readyz (200 "ok" while the service
+// is ready, else 503 with one line per failing check; see infra/ready).
 package metrics
 
 import (
@@ -59,9 +59,11 @@ func BuildInfo() (version, revision, goVersion string) {
 }
 
 // Serve listens on addr (e.g. ":9100" or "127.0.0.1:0") and serves until ctx
-// ends. ready reports readiness for /readyz (nil = always ready). It returns
-// the bound address; errors when addr cannot be bound.
-func Serve(ctx context.Context, addr string, reg *prometheus.Registry, ready func() bool) (net.Addr, error) {
+// ends. ready decides /readyz (nil = always ready): nil answers 200 "ok",
+// an error 503 with its message (one line per failing check, e.g.
+// ready.Checker.Ready). It returns the bound address; errors when addr
+// cannot be bound.
+func Serve(ctx context.Context, addr string, reg *prometheus.Registry, ready func(context.Context) error) (net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
@@ -69,12 +71,17 @@ func Serve(ctx context.Context, addr string, reg *prometheus.Registry, ready fun
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if ready != nil && !ready() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if ready != nil {
+			if err := ready(r.Context()); err != nil {
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				w.Header().Set("Cache-Control", "no-store")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintln(w, err.Error())
+				return
+			}
 		}
-		fmt.Fprintln(w, "ready")
+		fmt.Fprintln(w, "ok")
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/crowdlog/crowdlog/infra/keydir"
+	"github.com/crowdlog/crowdlog/infra/ready"
+	"github.com/crowdlog/crowdlog/relays"
+)
+
+// The readiness checks of each role (/readyz with --metrics; see
+// docs/operations.md, "Readiness"). A role is ready while every check of
+// its list passes.
+
+// natsChecks: the connection is up, and with js its JetStream answers.
+func natsChecks(nc *nats.Conn, withJetStream bool) []ready.Check {
+	checks := []ready.Check{ready.NATS(nc)}
+	if withJetStream {
+		if js, err := jetstream.New(nc); err == nil {
+			checks = append(checks, ready.JetStream(js))
+		}
+	}
+	return checks
+}
+
+// randomnessChecks: NATS, JetStream when tokens are required (spent
+// tokens live in a key-value bucket), and the epoch key directory.
+func randomnessChecks(nc *nats.Conn, keys string, requireTokens bool) []ready.Check {
+	return append(natsChecks(nc, requireTokens), ready.Dir("keys", filepath.Join(keys, keydir.RandomnessKeys)))
+}
+
+// relayChecks: NATS and JetStream (its inbox is a work queue), and Kafka
+// for the last relay of the route.
+func relayChecks(nc *nats.Conn, o relays.Options) []ready.Check {
+	checks := natsChecks(nc, true)
+	if relayToKafka(o) {
+		checks = append(checks, ready.Kafka(o.Kafka))
+	}
+	return checks
+}
+
+// relayToKafka reports whether a relay with o forwards to Kafka (as
+// Relay.Next resolves: "." or, when empty, no next relay after its name).
+func relayToKafka(o relays.Options) bool {
+	switch o.Next {
+	case relays.LastHop:
+		return true
+	case "":
+		return relays.RouteNext(o.Name) == ""
+	}
+	return false
+}
+
+// issuerChecks: NATS, JetStream (spends and budgets are key-value
+// buckets) and the issuer key directory.
+func issuerChecks(nc *nats.Conn, keys string) []ready.Check {
+	return append(natsChecks(nc, true), ready.Dir("keys", filepath.Join(keys, keydir.IssuerKeys)))
+}
+
+// clickhouseCheck: ClickHouse answers a ping on the release writer's
+// connection.
+func clickhouseCheck(ping func(context.Context) error) ready.Check {
+	return ready.Check{Name: "clickhouse", Fn: ping}
+}
+
+// kafkaCheck: a broker of brokers answers a metadata request.
+func kafkaCheck(brokers []string) ready.Check { return ready.Kafka(brokers) }
+
+// coordinatorChecks: NATS, JetStream (its state is in key-value buckets)
+// and Kafka (rosters and ticks on topic vectors).
+func coordinatorChecks(nc *nats.Conn, brokers []string) []ready.Check {
+	return append(natsChecks(nc, true), ready.Kafka(brokers))
+}
+
+// vectorsChecks (aggregate-vectors): NATS (recovery requests to the
+// coordinator) and Kafka.
+func vectorsChecks(nc *nats.Conn, brokers []string) []ready.Check {
+	return append(natsChecks(nc, false), ready.Kafka(brokers))
+}

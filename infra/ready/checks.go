@@ -1,0 +1,100 @@
+package ready
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	kafkago "github.com/segmentio/kafka-go"
+)
+
+// NATS checks that nc is connected (nats.CONNECTED, not reconnecting or
+// closed) and that the server answers a PING within the timeout (a server
+// that hangs keeps the connection "connected" until the client's own ping
+// interval passes). Name "nats".
+func NATS(nc *nats.Conn) Check {
+	return Check{Name: "nats", Fn: func(ctx context.Context) error {
+		if nc == nil {
+			return errors.New("no connection")
+		}
+		if st := nc.Status(); st != nats.CONNECTED {
+			return fmt.Errorf("not connected (%s)", strings.ToLower(st.String()))
+		}
+		if err := nc.FlushWithContext(ctx); err != nil {
+			return fmt.Errorf("server does not answer: %w", err)
+		}
+		return nil
+	}}
+}
+
+// JetStream checks that the JetStream of js's connection answers an
+// account-info request (JetStream enabled and reachable, e.g. not lost
+// its meta leader). Name "jetstream".
+func JetStream(js jetstream.JetStream) Check {
+	return Check{Name: "jetstream", Fn: func(ctx context.Context) error {
+		if js == nil {
+			return errors.New("no JetStream context")
+		}
+		if _, err := js.AccountInfo(ctx); err != nil {
+			return fmt.Errorf("account info: %w", err)
+		}
+		return nil
+	}}
+}
+
+// Kafka checks that at least one of brokers (host:port) answers a metadata
+// request listing at least one broker. Each try uses its own connection,
+// closed afterwards, so no cached metadata hides a broker that went away.
+// Name "kafka".
+func Kafka(brokers []string) Check {
+	return Check{Name: "kafka", Fn: func(ctx context.Context) error {
+		if len(brokers) == 0 {
+			return errors.New("no brokers configured")
+		}
+		var errs []string
+		for _, b := range brokers {
+			if err := kafkaMetadata(ctx, b); err != nil {
+				errs = append(errs, err.Error())
+				if ctx.Err() != nil {
+					break
+				}
+				continue
+			}
+			return nil
+		}
+		return fmt.Errorf("no broker answers metadata: %s", strings.Join(errs, "; "))
+	}}
+}
+
+func kafkaMetadata(ctx context.Context, broker string) error {
+	tr := &kafkago.Transport{}
+	defer tr.CloseIdleConnections()
+	cl := &kafkago.Client{Addr: kafkago.TCP(broker), Transport: tr}
+	resp, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{}})
+	if err != nil {
+		return fmt.Errorf("%s: %w", broker, err)
+	}
+	if len(resp.Brokers) == 0 {
+		return fmt.Errorf("%s: metadata lists no brokers", broker)
+	}
+	return nil
+}
+
+// Dir checks that dir exists and is a directory (e.g. a key directory on
+// a volume that must stay mounted). name names the check.
+func Dir(name, dir string) Check {
+	return Check{Name: name, Fn: func(context.Context) error {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory", dir)
+		}
+		return nil
+	}}
+}
