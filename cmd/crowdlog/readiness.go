@@ -55,10 +55,11 @@ func relayToKafka(o relays.Options) bool {
 	return false
 }
 
-// issuerChecks: NATS, JetStream (spends and budgets are key-value
-// buckets) and the issuer key directory.
+// issuerChecks: NATS, JetStream (counters are a key-value bucket) and the
+// keys directory (enrollment list, epoch keys; its epoch subdirectory
+// exists only once an epoch is opened).
 func issuerChecks(nc *nats.Conn, keys string) []ready.Check {
-	return append(natsChecks(nc, true), ready.Dir("keys", filepath.Join(keys, keydir.IssuerKeys)))
+	return append(natsChecks(nc, true), ready.Dir("keys", keys))
 }
 
 // clickhouseCheck: ClickHouse answers a ping on the release writer's
