@@ -20,9 +20,11 @@ import (
 func natsChecks(nc *nats.Conn, withJetStream bool) []ready.Check {
 	checks := []ready.Check{ready.NATS(nc)}
 	if withJetStream {
-		if js, err := jetstream.New(nc); err == nil {
-			checks = append(checks, ready.JetStream(js))
+		var js jetstream.JetStream // nil (the check fails) without a connection
+		if nc != nil {
+			js, _ = jetstream.New(nc)
 		}
+		checks = append(checks, ready.JetStream(js))
 	}
 	return checks
 }

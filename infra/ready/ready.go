@@ -162,35 +162,37 @@ func (c *Checker) Register(reg prometheus.Registerer) {
 	}
 }
 
-// round runs every check concurrently and records the failures.
+// round runs every check concurrently and records each result as soon as
+// it is known (a check that fails at once is not held back by a slow one).
 func (c *Checker) round(ctx context.Context) {
-	errs := make([]error, len(c.checks))
 	var wg sync.WaitGroup
-	for i, ch := range c.checks {
+	for _, ch := range c.checks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = c.run(ctx, ch)
+			c.record(ch.Name, c.run(ctx, ch))
 		}()
 	}
 	wg.Wait()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, ch := range c.checks {
-		prev, err := c.failing[ch.Name], errs[i]
-		switch {
-		case err != nil && prev == nil:
-			c.log.Warn("readiness: check failing", "check", ch.Name, "err", Clean(err.Error()))
-		case err == nil && prev != nil && c.done:
-			c.log.Info("readiness: check passes again", "check", ch.Name)
-		}
-		if err != nil {
-			c.failing[ch.Name] = err
-		} else {
-			delete(c.failing, ch.Name)
-		}
-	}
 	c.done = true
+	c.mu.Unlock()
+}
+
+func (c *Checker) record(name string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch prev := c.failing[name]; {
+	case err != nil && prev == nil:
+		c.log.Warn("readiness: check failing", "check", name, "err", Clean(err.Error()))
+	case err == nil && prev != nil:
+		c.log.Info("readiness: check passes again", "check", name)
+	}
+	if err != nil {
+		c.failing[name] = err
+	} else {
+		delete(c.failing, name)
+	}
 }
 
 // run runs one check within its timeout. A check that ignores its context
