@@ -51,8 +51,9 @@ type pendingGroup struct {
 	k          uint16
 	shares     uint16 // live reports flagged repShare: distinct x, < k
 	policy     star.Policy
-	suspect    bool // a batch check failed: every new share is verified on arrival
-	used       bool // a group, not a free slot
+	suspect    bool   // a batch check failed: every new share is verified on arrival
+	used       bool   // a group, not a free slot
+	pipe       uint32 // its pipeline digest: epochState.pipes[pipe]
 }
 
 // chunked is a slice stored in chunks of 2^16 elements: it grows without

@@ -2,11 +2,13 @@ package aggregator
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -71,6 +73,10 @@ type Service struct {
 	// off. Every member of a group must set them alike.
 	ReportKeys func(epoch string) (*token.PrivateKey, error)
 	ARCKeys    func(epoch string) (*arc.PrivateKey, error)
+	// Pipelines sets Partition.Pipelines: the pipeline digests served
+	// (nil: any). A report sealed for another definition is dropped
+	// ("pipeline-mismatch") and logged once per digest, naming both.
+	Pipelines map[[32]byte]bool
 	// SpillDir is the directory of the partitions' spill files
 	// (Partition.SpillDir: pending reports' ciphertexts and share y, one
 	// unlinked file per partition and open epoch, sealed under a key held
@@ -100,10 +106,11 @@ type Service struct {
 	pending                     map[int]int      // pending tags per owned partition
 	droppedBy                   map[string]int64 // Dropped by reason (DroppedByReason)
 	kept                        map[int]keptState
-	cache                       *verifyCache // verified tokens and presentations, shared by the partitions
-	snap                        *snapStore   // SnapshotDir
-	snapBusy                    map[int]bool // partitions whose snapshot is being written
-	Snapshots, Restores         atomic.Int64 // snapshots written, partitions restored from one
+	cache                       *verifyCache      // verified tokens and presentations, shared by the partitions
+	snap                        *snapStore        // SnapshotDir
+	snapBusy                    map[int]bool      // partitions whose snapshot is being written
+	foreignPipes                map[[32]byte]bool // pipeline digests refused and logged
+	Snapshots, Restores         atomic.Int64      // snapshots written, partitions restored from one
 }
 
 // keptState is a partition's state exactly as of offset next (every message
@@ -547,7 +554,7 @@ func (s *Service) account(id int, st *Partition, prev *totals) {
 // the label values of the service's drop counter.
 var DropReasons = []string{"malformed", "unknown-key", "duplicate", "late", "unknown-epoch", "epoch-full",
 	"bad-share", "bad-commitment", "bad-ciphertext", "no-token", "bad-token", "spent-token", "token-key",
-	"bad-presentation", "arc-key", "unit-mismatch", "malformed-control", "open-refused", "open-after-close"}
+	"bad-presentation", "arc-key", "unit-mismatch", "pipeline-mismatch", "malformed-control", "open-refused", "open-after-close"}
 
 // DroppedByReason returns the reports and messages dropped by this
 // process's partitions so far, by reason (the Stats.Dropped keys:
@@ -627,6 +634,10 @@ func (s *Service) newPartition(id, count int) *Partition {
 	st.RequireOpen = true
 	st.MaxOpenEpochs, st.MaxPendingReports, st.MaxPendingBytes = s.MaxOpenEpochs, s.MaxPendingReports, s.MaxPendingBytes
 	st.ReportKeys, st.ARCKeys = s.ReportKeys, s.ARCKeys
+	if s.Pipelines != nil {
+		st.Pipelines = s.Pipelines
+		st.OnPipelineMismatch = s.pipelineMismatch
+	}
 	st.SpillDir = s.SpillDir
 	if st.SpillDir == "" {
 		st.SpillDir = os.TempDir()
@@ -680,4 +691,39 @@ func writeControl(ctx context.Context, brokers []string, op, app, epoch string) 
 			{Key: protocol.PartitionHeader, Value: []byte(strconv.Itoa(p))}}}
 	}
 	return writeRetry(ctx, w, msgs)
+}
+
+// pipelineMismatch logs, once per digest and process, a report sealed for
+// a pipeline definition this service does not serve.
+func (s *Service) pipelineMismatch(got [32]byte) {
+	s.mu.Lock()
+	if s.foreignPipes == nil {
+		s.foreignPipes = map[[32]byte]bool{}
+	}
+	seen := s.foreignPipes[got]
+	s.foreignPipes[got] = true
+	s.mu.Unlock()
+	if seen {
+		return
+	}
+	want := make([]string, 0, len(s.Pipelines))
+	for d := range s.Pipelines {
+		want = append(want, DigestString(d))
+	}
+	sort.Strings(want)
+	log := s.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Error("aggregator: reports sealed for another pipeline definition are refused (counted as dropped pipeline-mismatch); give every role the same pipeline file",
+		"report_pipeline", DigestString(got), "this_aggregator", want)
+}
+
+// DigestString is a pipeline digest as logs and errors name it: 64 hex
+// digits, or "none" for the zero digest (sealed without a pipeline).
+func DigestString(d [32]byte) string {
+	if d == ([32]byte{}) {
+		return "none"
+	}
+	return hex.EncodeToString(d[:])
 }

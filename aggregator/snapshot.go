@@ -63,7 +63,9 @@ const snapMagic = "crowdlog-v1 aggregator snapshot\n"
 // stateVersion is the version of the encoded partition state. 2: the
 // verified presentation tags are kept as star.ARCTagDigest (was SHA-256 of
 // the tag), so a version-1 snapshot is refused and the partition replays.
-const stateVersion = 2
+// 3: pipeline digests (per epoch, per pending group and per recovered
+// group).
+const stateVersion = 3
 
 // snapKeep is the number of snapshots kept per partition (the newest; the
 // older ones are the fallback when the newest does not restore).
@@ -449,7 +451,7 @@ func (p *Partition) encodeState() ([]byte, []segmentRef, error) {
 		return nil, nil, p.err
 	}
 	var e enc
-	e.b = make([]byte, 0, 1<<16+int(p.reps.n)*64+int(p.groups.n)*59)
+	e.b = make([]byte, 0, 1<<16+int(p.reps.n)*64+int(p.groups.n)*63)
 	e.u32(stateVersion)
 	var segs []segmentRef
 	e.u32(uint32(len(p.eps)))
@@ -467,6 +469,10 @@ func (p *Partition) encodeState() ([]byte, []segmentRef, error) {
 		e.u32(uint32(len(ep.spent)))
 		for id := range ep.spent {
 			e.b = append(e.b, id[:]...)
+		}
+		e.u32(uint32(len(ep.pipes)))
+		for _, d := range ep.pipes {
+			e.b = append(e.b, d[:]...)
 		}
 		switch sp := ep.spill.(type) {
 		case nil:
@@ -522,6 +528,7 @@ func (p *Partition) encodeState() ([]byte, []segmentRef, error) {
 		e.u8(byte(g.policy))
 		e.bool(g.suspect)
 		e.bool(g.used)
+		e.u32(g.pipe)
 	}
 	e.u32(uint32(p.reps.n))
 	for i := int32(0); i < p.reps.n; i++ {
@@ -540,6 +547,7 @@ func (p *Partition) encodeState() ([]byte, []segmentRef, error) {
 		e.u32(t.ep.idx)
 		e.u8(byte(t.policy))
 		e.u16(uint16(t.k))
+		e.b = append(e.b, t.pipeline[:]...)
 		var flags byte
 		if t.dead {
 			flags |= 1
@@ -621,6 +629,14 @@ func (p *Partition) decodeState(b []byte, segments [][16]byte) error {
 				ep.spent[id] = struct{}{}
 			}
 		}
+		np := d.count(32)
+		for j := 0; j < np && d.err == nil; j++ {
+			var pd [32]byte
+			copy(pd[:], d.take(32))
+			if ep.pipe(pd) != uint32(j) {
+				return errors.New("aggregator: partition state: a pipeline digest twice in an epoch")
+			}
+		}
 		switch d.u8() {
 		case 0:
 		case 1:
@@ -668,7 +684,7 @@ func (p *Partition) decodeState(b []byte, segments [][16]byte) error {
 	for i := 0; i < nd && d.err == nil; i++ {
 		st.Dropped[d.str()] = int64(d.u64())
 	}
-	ng := d.count(59)
+	ng := d.count(63)
 	for i := 0; i < ng && d.err == nil; i++ {
 		var g pendingGroup
 		copy(g.gid[:], d.take(32))
@@ -677,6 +693,10 @@ func (p *Partition) decodeState(b []byte, segments [][16]byte) error {
 		g.k, g.shares = d.u16(), d.u16()
 		g.policy = star.Policy(d.u8())
 		g.suspect, g.used = d.u8() == 1, d.u8() == 1
+		g.pipe = d.u32()
+		if g.used && d.err == nil && (int(g.ep) >= len(p.eps) || p.eps[g.ep] == nil || int(g.pipe) >= len(p.eps[g.ep].pipes)) {
+			return errors.New("aggregator: partition state: a pending group of an unknown epoch or pipeline digest")
+		}
 		p.groups.add(g)
 	}
 	nr := d.count(64)
@@ -697,11 +717,12 @@ func (p *Partition) decodeState(b []byte, segments [][16]byte) error {
 		}
 		return p.eps[idx]
 	}
-	nt := d.count(32 + 4 + 4 + 32 + 8)
+	nt := d.count(32 + 4 + 4 + 32 + 32 + 8)
 	for i := 0; i < nt && d.err == nil; i++ {
 		var gid groupID
 		copy(gid[:], d.take(32))
 		t := &tagState{ep: epOf(d.u32()), policy: star.Policy(d.u8()), k: int(d.u16())}
+		copy(t.pipeline[:], d.take(32))
 		flags := d.u8()
 		t.dead = flags&1 != 0
 		if flags&2 != 0 {

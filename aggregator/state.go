@@ -74,7 +74,8 @@ type Message struct {
 // verifying for the report's artifact, or its tag does not give the
 // share's x), arc-key (no ARC key for the epoch), unit-mismatch (its
 // group opened and the decrypted unit id is not star.ARCUnitID of the
-// verified presentation tag at its x). For control
+// verified presentation tag at its x); with Pipelines: pipeline-mismatch
+// (sealed for a pipeline definition this aggregator does not serve). For control
 // messages: malformed-control, open-refused (an EpochOpen beyond
 // MaxOpenEpochs open epochs of its app), open-after-close (an EpochOpen of
 // a closed epoch).
@@ -104,6 +105,25 @@ type epochState struct {
 	spent map[[32]byte]struct{}
 	idx   uint32 // in Partition.eps (pendingGroup.ep)
 	spill spill  // the epoch's pending reports' spill records (pending.go); nil until the first
+	// pipes are the pipeline digests (star.Report.Pipeline) of the
+	// epoch's pending groups, each once (pendingGroup.pipe indexes it):
+	// most epochs have one.
+	pipes   [][32]byte
+	pipeIdx map[[32]byte]uint32
+}
+
+// pipe returns the index of digest d in e.pipes, adding it when new.
+func (e *epochState) pipe(d [32]byte) uint32 {
+	if i, ok := e.pipeIdx[d]; ok {
+		return i
+	}
+	if e.pipeIdx == nil {
+		e.pipeIdx = map[[32]byte]uint32{}
+	}
+	i := uint32(len(e.pipes))
+	e.pipes = append(e.pipes, d)
+	e.pipeIdx[d] = i
+	return i
 }
 
 // Defaults of the Partition's bounds (Service options and `crowdlog
@@ -140,7 +160,7 @@ func reportBytes(r *star.Report) int64 {
 // in the map, which most pending groups, of one report each, pay in full.
 type groupID [32]byte
 
-// groupIDOf is r's groupID: app, epoch, policy, k, tag and the encoded
+// groupIDOf is r's groupID: app, epoch, policy, k, pipeline digest, tag and the encoded
 // commitment (k×32 bytes, length-checked by ParseReport).
 func groupIDOf(r *star.Report) groupID {
 	h := sha256.New()
@@ -154,6 +174,7 @@ func groupIDOf(r *star.Report) groupID {
 	b[0] = byte(r.Policy)
 	binary.BigEndian.PutUint16(b[1:3], r.K)
 	h.Write(b[:3])
+	h.Write(r.Pipeline[:])
 	h.Write(r.Tag[:])
 	binary.BigEndian.PutUint32(b[:], uint32(len(r.Commitment)))
 	h.Write(b[:])
@@ -167,14 +188,15 @@ func groupIDOf(r *star.Report) groupID {
 // not decode (dead). Groups below threshold are flat (pendingGroup,
 // pending.go) and become a tagState when they recover or die.
 type tagState struct {
-	ep     *epochState // the group's app and epoch too
-	policy star.Policy
-	k      int
-	key    *[32]byte       // nil: dead
-	poly   *vss.Polynomial // the committed polynomial: checks later shares
-	dead   bool            // the commitment does not decode: every report is dropped
-	tag    [32]byte
-	seen   idSet // ids of the group's reports (duplicates are dropped)
+	ep       *epochState // the group's app and epoch too
+	policy   star.Policy
+	k        int
+	pipeline [32]byte        // the reports' pipeline digest (star.Report.Pipeline)
+	key      *[32]byte       // nil: dead
+	poly     *vss.Polynomial // the committed polynomial: checks later shares
+	dead     bool            // the commitment does not decode: every report is dropped
+	tag      [32]byte
+	seen     idSet // ids of the group's reports (duplicates are dropped)
 	// arcOK holds the share x-coordinates whose report carried a verified
 	// ARC presentation (FT_u with ARCKeys): repeated impressions of one
 	// (credential, artifact) carry the same x and are not verified again.
@@ -248,6 +270,13 @@ type Partition struct {
 	// report token for its epoch bound to it (tokens.go): "no-token",
 	// "bad-token", "spent-token", "token-key". nil: tokens off.
 	ReportKeys func(epoch string) (*token.PrivateKey, error)
+	// Pipelines, when not nil, are the pipeline digests (star.Report.Pipeline)
+	// this aggregator serves: a report sealed for any other definition —
+	// or for none — is dropped ("pipeline-mismatch") before it joins a
+	// group, and OnPipelineMismatch, when set, is called with its digest.
+	// nil: every digest is aggregated, each in groups of its own.
+	Pipelines          map[[32]byte]bool
+	OnPipelineMismatch func(got [32]byte)
 	// ARCKeys returns the ARC issuer key of an epoch (keydir.LoadARCKey).
 	// Set, an FT_u report is accepted only with an ARC presentation that
 	// verifies for its artifact and whose tag gives its share's x
@@ -387,6 +416,13 @@ func (p *Partition) ApplyReport(r *star.Report) []protocol.Decrypted {
 // computed (check) under this partition's keys or, when c was computed with
 // other ReportKeys/ARCKeys settings, are computed again.
 func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decrypted {
+	if p.Pipelines != nil && !p.Pipelines[r.Pipeline] {
+		p.drop("pipeline-mismatch")
+		if p.OnPipelineMismatch != nil {
+			p.OnPipelineMismatch(r.Pipeline)
+		}
+		return nil
+	}
 	ek := epochKey{r.App, r.Epoch}
 	e := p.epochs[ek]
 	if e == nil {
@@ -435,7 +471,7 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 			p.drop("malformed")
 			return nil
 		}
-		gi = p.newGroup(pendingGroup{gid: gid, head: -1, tail: -1, ep: e.idx, k: r.K, policy: r.Policy})
+		gi = p.newGroup(pendingGroup{gid: gid, head: -1, tail: -1, ep: e.idx, k: r.K, policy: r.Policy, pipe: e.pipe(r.Pipeline)})
 	}
 	e.held++
 	e.heldBytes += size
@@ -611,7 +647,7 @@ func (p *Partition) recoverGroup(gi int32, gid groupID, r *star.Report) []protoc
 		key, poly = star.KeyFromSecret(r.Tag, f.Secret()), &f
 	}
 	p.Stats.Recoveries++
-	t := &tagState{ep: e, policy: g.policy, k: int(g.k), key: &key, poly: poly, tag: r.Tag, arcOK: p.pendARC[gid]}
+	t := &tagState{ep: e, policy: g.policy, k: int(g.k), pipeline: e.pipes[g.pipe], key: &key, poly: poly, tag: r.Tag, arcOK: p.pendARC[gid]}
 	byX := make(map[[32]byte]vss.Share, len(shares))
 	for j, i := range at {
 		byX[p.rep(i).x] = shares[j]
@@ -652,7 +688,7 @@ func (p *Partition) recoverGroup(gi int32, gid groupID, r *star.Report) []protoc
 	}
 	out := make([]protocol.Decrypted, 0, len(opened))
 	for j, i := range opened {
-		out = p.emit(out, key, &star.Report{App: e.app, Epoch: e.epoch, Policy: g.policy, K: g.k, ID: p.rep(i).id,
+		out = p.emit(out, key, &star.Report{App: e.app, Epoch: e.epoch, Policy: g.policy, K: g.k, Pipeline: t.pipeline, ID: p.rep(i).id,
 			Tag: r.Tag, Ciphertext: cts[j]}, p.boundUnit(t.arcOK, g.policy, p.rep(i).x))
 	}
 	p.releaseGroup(gi, gid)
@@ -669,7 +705,7 @@ func scalarBytes(s group.Scalar) []byte {
 // decode; later reports of the group are dropped on arrival.
 func (p *Partition) kill(gi int32, gid groupID, tag [32]byte) {
 	g := p.group(gi)
-	t := &tagState{ep: p.eps[g.ep], policy: g.policy, k: int(g.k), dead: true, tag: tag}
+	t := &tagState{ep: p.eps[g.ep], policy: g.policy, k: int(g.k), pipeline: p.eps[g.ep].pipes[g.pipe], dead: true, tag: tag}
 	for i := g.head; i >= 0; i = p.rep(i).next {
 		t.seen.add(p.rep(i).id)
 		if p.rep(i).live() {
@@ -706,7 +742,7 @@ func (p *Partition) searchKey(gi int32, r *star.Report, shares []vss.Share) ([32
 			p.fail(err)
 			return [32]byte{}, false
 		}
-		trial = append(trial, &star.Report{App: e.app, Epoch: e.epoch, Policy: g.policy, K: g.k, ID: p.rep(i).id,
+		trial = append(trial, &star.Report{App: e.app, Epoch: e.epoch, Policy: g.policy, K: g.k, Pipeline: e.pipes[g.pipe], ID: p.rep(i).id,
 			Tag: r.Tag, Ciphertext: sp.ct})
 	}
 	var key [32]byte
@@ -738,7 +774,7 @@ func (p *Partition) emit(out []protocol.Decrypted, key [32]byte, r *star.Report,
 	}
 	p.Stats.Decrypted++
 	return append(out, protocol.Decrypted{Kind: protocol.KindItem, App: r.App, Epoch: r.Epoch,
-		Policy: r.Policy.String(), K: int(r.K), Tag: hex.EncodeToString(r.Tag[:]),
+		Policy: r.Policy.String(), K: int(r.K), Pipeline: pipelineHex(r.Pipeline), Tag: hex.EncodeToString(r.Tag[:]),
 		Report: hex.EncodeToString(r.ID[:]), Unit: hex.EncodeToString(pl.Unit[:]),
 		Item: pl.Primary, Variant: pl.Secondary})
 }
@@ -863,6 +899,7 @@ func (p *Partition) closeEpoch(c protocol.EpochClose) []protocol.Decrypted {
 	type pk struct {
 		policy star.Policy
 		k      int
+		pipe   [32]byte
 	}
 	type rk struct{ reports, shares uint64 }
 	hist := map[pk]map[rk]uint64{}
@@ -873,7 +910,7 @@ func (p *Partition) closeEpoch(c protocol.EpochClose) []protocol.Decrypted {
 			if !g.used || g.ep != e.idx {
 				continue
 			}
-			k := pk{g.policy, int(g.k)}
+			k := pk{g.policy, int(g.k), e.pipes[g.pipe]}
 			if hist[k] == nil {
 				hist[k] = map[rk]uint64{}
 			}
@@ -914,7 +951,10 @@ func (p *Partition) closeEpoch(c protocol.EpochClose) []protocol.Decrypted {
 		if groups[i].policy != groups[j].policy {
 			return groups[i].policy < groups[j].policy
 		}
-		return groups[i].k < groups[j].k
+		if groups[i].k != groups[j].k {
+			return groups[i].k < groups[j].k
+		}
+		return bytes.Compare(groups[i].pipe[:], groups[j].pipe[:]) < 0
 	})
 	for _, g := range groups {
 		var rows []protocol.SummaryRow
@@ -928,7 +968,7 @@ func (p *Partition) closeEpoch(c protocol.EpochClose) []protocol.Decrypted {
 			return rows[i].Shares > rows[j].Shares
 		})
 		out = append(out, protocol.Decrypted{Kind: protocol.KindSummary, App: c.App, Epoch: c.Epoch,
-			Policy: g.policy.String(), K: g.k, Summary: rows, Partition: p.ID, Partitions: p.Count})
+			Policy: g.policy.String(), K: g.k, Pipeline: pipelineHex(g.pipe), Summary: rows, Partition: p.ID, Partitions: p.Count})
 	}
 	return append(out, p.closedMarker(c))
 }
@@ -936,4 +976,13 @@ func (p *Partition) closeEpoch(c protocol.EpochClose) []protocol.Decrypted {
 func (p *Partition) closedMarker(c protocol.EpochClose) protocol.Decrypted {
 	return protocol.Decrypted{Kind: protocol.KindClosed, App: c.App, Epoch: c.Epoch,
 		Partition: p.ID, Partitions: p.Count}
+}
+
+// pipelineHex is a pipeline digest as protocol.Decrypted carries it: 64
+// hex digits, "" for the zero digest (a report sealed without one).
+func pipelineHex(d [32]byte) string {
+	if d == ([32]byte{}) {
+		return ""
+	}
+	return hex.EncodeToString(d[:])
 }

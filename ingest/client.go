@@ -93,10 +93,16 @@ type Randomness interface {
 // was sent). It is safe for concurrent use: each call handles one user, whose
 // secret the caller keeps.
 type Client struct {
-	App        apps.App
-	Epoch      string
-	Policy     star.Policy
-	K          int
+	App    apps.App
+	Epoch  string
+	Policy star.Policy
+	K      int
+	// Pipeline is the digest of the pipeline definition the reports are
+	// sealed for (star.Context.Pipeline; pipelines/pipeline.Digest): it
+	// enters the sealing derivation and travels in every report, so the
+	// aggregator and the release stage refuse reports of another
+	// definition. Zero: none (library use).
+	Pipeline   [32]byte
 	Randomness Randomness
 	Route      Route
 	// Publish sends one onion to relay A; it blocks when relays fall behind
@@ -400,7 +406,7 @@ func (c *Client) seal(ctx context.Context, u *user, arts []apps.Artifact) ([][]b
 	for _, a := range arts {
 		i := index[a.Primary]
 		if sealings[i] == nil {
-			s, err := star.DeriveSealingIn(omegas[i], star.Context{App: c.App.Name(), Meaning: meaning, Epoch: c.Epoch, Policy: c.Policy, K: c.K})
+			s, err := star.DeriveSealingIn(omegas[i], star.Context{App: c.App.Name(), Meaning: meaning, Epoch: c.Epoch, Policy: c.Policy, K: c.K, Pipeline: c.Pipeline})
 			if err != nil {
 				return nil, err
 			}

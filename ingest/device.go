@@ -79,6 +79,12 @@ type Config struct {
 	// vss.MaxK). The release must use the same.
 	Policy star.Policy
 	K      int
+	// Pipelines are the digests of the pipeline definitions the device
+	// seals for, by application name (Client.Pipeline;
+	// pipelines/pipeline.Digest): the aggregator and the release stage
+	// refuse reports of any other definition. An application without one
+	// seals without a digest.
+	Pipelines map[string][32]byte
 	// Limit and LimitDistinct cap what the device sends per epoch and
 	// application: at most Limit artifact instances, or with
 	// LimitDistinct at most Limit distinct artifacts, one report each
@@ -265,7 +271,7 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ingest: %w", err)
 		}
-		return &Client{App: a, Epoch: cfg.Epoch, Policy: cfg.Policy, K: cfg.K, Randomness: rnd, Route: route,
+		return &Client{App: a, Epoch: cfg.Epoch, Policy: cfg.Policy, K: cfg.K, Pipeline: cfg.Pipelines[name], Randomness: rnd, Route: route,
 			Publish: d.pub.Publish, Limit: cfg.Limit, LimitDistinct: cfg.LimitDistinct, Window: cfg.Window, Spread: cfg.Spread}, nil
 	}
 	if iss != nil {

@@ -19,7 +19,10 @@ const (
 //
 // KindItem: one report that opened: Tag and Report (hex ids) let the release
 // stage drop duplicates from at-least-once delivery; Unit (hex) counts
-// distinct users; Item is the normalized artifact, Variant its original form.
+// distinct users; Item is the normalized artifact, Variant its original form;
+// Pipeline (hex, 64 digits) is the digest of the pipeline definition the
+// report was sealed for (star.Report.Pipeline), empty when none: a release
+// stage releases only items of the pipeline it was given.
 // KindSummary: Summary rows (CrowdLogging §3.3: "5 undecrypted queries were
 // each entered 194 times"). KindClosed: Partition of Partitions is done.
 type Decrypted struct {
@@ -28,6 +31,7 @@ type Decrypted struct {
 	Epoch      string       `json:"epoch"`
 	Policy     string       `json:"policy"`
 	K          int          `json:"k"`
+	Pipeline   string       `json:"pipeline,omitempty"`
 	Tag        string       `json:"tag,omitempty"`
 	Report     string       `json:"report,omitempty"`
 	Unit       string       `json:"unit,omitempty"`

@@ -18,7 +18,7 @@ import (
 // TestGoldenDecrypted: the JSON messages of the decrypted topic and the
 // epoch-close control message, as written by the aggregator.
 func TestGoldenDecrypted(t *testing.T) {
-	item := Decrypted{Kind: KindItem, App: "query", Epoch: "2006-03", Policy: "ft-u", K: 5,
+	item := Decrypted{Kind: KindItem, App: "query", Epoch: "2006-03", Policy: "ft-u", K: 5, Pipeline: hex.EncodeToString(testvec.FixedBytes("pipeline", 32)),
 		Tag: hex.EncodeToString(testvec.FixedBytes("tag", 32)), Report: hex.EncodeToString(testvec.FixedBytes("id", 16)),
 		Unit: hex.EncodeToString(testvec.FixedBytes("unit", 16)), Item: "new york weather", Variant: "New York  Weather"}
 	sum := Decrypted{Kind: KindSummary, App: "query", Epoch: "2006-03", Policy: "ft-u", K: 5,

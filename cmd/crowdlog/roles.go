@@ -18,6 +18,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/pipelines/pipeline"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/randomness"
@@ -216,8 +217,9 @@ func aggregateCmd() *cobra.Command {
 	var maxPending, maxPendingBytes int64
 	var tokenKeys, spillDir, snapshotDir string
 	var snapshotEvery int
+	var pipelineFiles []string
 	c := &cobra.Command{
-		Use:   "aggregate --key FILE [--kafka ADDR[,ADDR...]] [--token-keys DIR]",
+		Use:   "aggregate --key FILE [--kafka ADDR[,ADDR...]] [--token-keys DIR] [--pipeline FILE ...]",
 		Short: "Run the threshold aggregator on Kafka topic reports",
 		Long: `aggregate joins Kafka consumer group --group on topic "reports" (more processes =
 partitions spread over them). Per (app, epoch, tag) it keeps the distinct
@@ -253,7 +255,13 @@ token bound to it, and an FT_u report only with an ARC presentation whose tag
 gives its share's x, under DIR/` + keydir.IssuerKeys + `/EPOCH.report.key and EPOCH.arc.key
 (created by 'crowdlog issuer --epoch'); others are dropped (no-token,
 bad-token, spent-token, bad-presentation). Every process of a group must
-use the same setting.`,
+use the same setting.
+
+--pipeline FILE (repeatable): the pipeline definitions this aggregator
+serves; a report sealed for any other (its pipeline digest differs: another
+application option, policy or parameter) is dropped (pipeline-mismatch) and
+logged once naming both digests. Without it reports of every definition
+are aggregated, each in groups of their own.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
@@ -269,6 +277,21 @@ use the same setting.`,
 			s.MaxOpenEpochs, s.MaxPendingReports, s.MaxPendingBytes = maxOpen, maxPending, maxPendingBytes
 			s.SpillDir = spillDir
 			s.SnapshotDir, s.SnapshotEvery = snapshotDir, snapshotEvery
+			if len(pipelineFiles) > 0 {
+				s.Pipelines = map[[32]byte]bool{}
+				for _, f := range pipelineFiles {
+					p, err := loadPipeline(f)
+					if err != nil {
+						return err
+					}
+					d, err := p.Digest()
+					if err != nil {
+						return usageError(fmt.Errorf("pipeline %s: %w (the aggregator needs the definition the clients seal for: give policy.users for DP policies)", f, err))
+					}
+					s.Pipelines[d] = true
+					log.Info("aggregate: serving pipeline", "file", f, "name", p.Name, "pipeline", pipeline.DigestString(d))
+				}
+			}
 			if tokenKeys != "" {
 				runner.AggregatorTokens(s, tokenKeys)
 			} else {
@@ -281,6 +304,7 @@ use the same setting.`,
 	c.Flags().StringSliceVar(&keyPaths, "key", nil, "aggregator HPKE key file (repeat during a rotation)")
 	c.Flags().StringVar(&group, "group", "crowdlog-aggregator", "Kafka consumer group")
 	c.Flags().StringVar(&tokenKeys, "token-keys", "", "keys directory holding the issuer's report-token and ARC keys; set: reports need tokens (and FT_u ARC presentations)")
+	c.Flags().StringArrayVarP(&pipelineFiles, "pipeline", "f", nil, "pipeline file served (repeat for several); reports sealed for another definition are dropped (pipeline-mismatch); none: every definition")
 	c.Flags().DurationVar(&session, "session-timeout", 20*time.Second, "a member silent this long leaves the group and its partitions move (also the wait after a crash)")
 	c.Flags().IntVar(&maxOpen, "max-open-epochs", aggregator.DefaultMaxOpenEpochs, "open epochs per app; an open beyond it is refused (logged)")
 	c.Flags().Int64Var(&maxPending, "max-pending-reports", aggregator.DefaultMaxPendingReports, "reports held below threshold per (app, epoch) and partition; beyond it reports are dropped (epoch-full)")
@@ -385,9 +409,10 @@ Example:
 
 func releaseCmd() *cobra.Command {
 	var kafkaAddrs []string
-	var ch, db, metricsAddr, pol, dataset, summary, pipelineFile string
+	var ch, db, metricsAddr, pol, dataset, summary, pipelineFile, app string
 	var k int
 	var dp policy.Params
+	var appOpts apps.Options
 	var budget release.Budget
 	c := &cobra.Command{
 		Use:   "release [--kafka ADDR[,ADDR...]] [--clickhouse ADDR] [--pipeline FILE | --policy ft-u --k 5 | --policy dp-u --users U ...]",
@@ -396,10 +421,12 @@ func releaseCmd() *cobra.Command {
 delivery), and when every partition has closed an epoch writes its histogram
 (released_items), the counts-only undecrypted summary and a releases row to
 ClickHouse. Writes are idempotent per (app, epoch, policy, k); a ClickHouse
-outage is retried. Only items sealed for the pipeline's policy are released
-(--policy and --k, or the DP parameters: give the release stage the same
-ones the clients used); items of any other (policy, k) are counted and
-logged, never released. With --policy dp-a, dp-u, zealous or dp-su (and
+outage is retried. Only items sealed for the pipeline are released: every
+report carries the digest of the pipeline definition its client sealed for
+(application and options, policy and parameters), and this stage computes
+its own from --pipeline FILE or the flags (--app, its options, --policy,
+--k or the DP parameters); items of any other digest, policy or k are
+counted and logged naming both digests, never released. With --policy dp-a, dp-u, zealous or dp-su (and
 --users U) the items are released with noise and the spend is recorded in
 privacy_ledger; a release over --budget-epsilon/--budget-delta is refused and
 logged.`,
@@ -414,8 +441,13 @@ logged.`,
 				var cfg runner.Config
 				runner.ApplyPipeline(&cfg, p)
 				pol, k, dp, dataset, budget, summary = cfg.Policy, cfg.K, cfg.DP, cfg.Dataset, cfg.Budget, string(cfg.Summary)
+				app, appOpts = cfg.App, cfg.AppOptions
 			}
 			rp, err := runner.ResolvePolicy(pol, k, dp, "")
+			if err != nil {
+				return usageError(err)
+			}
+			digest, err := pipeline.Digest(app, appOpts, rp)
 			if err != nil {
 				return usageError(err)
 			}
@@ -427,11 +459,11 @@ logged.`,
 			if st.Summary, err = release.ParseSummaryMode(summary); err != nil {
 				return err
 			}
-			st.Policy = rp
+			st.Policy, st.Pipeline = rp, digest
 			if rp.Kind.IsDP() {
 				st.Dataset, st.Budget = dataset, budget
 			}
-			log.Info("release: pipeline policy; items sealed for any other are not released", "policy", rp.String())
+			log.Info("release: pipeline; items sealed for any other are not released", "app", app, "policy", rp.String(), "pipeline", pipeline.DigestString(digest))
 			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterRelease(reg, st) }, st.Run, kafkaCheck(kafkaAddrs), clickhouseCheck(w.Ping))
 		},
 	}
@@ -440,6 +472,8 @@ logged.`,
 	c.Flags().StringVar(&db, "database", "crowdlog", "ClickHouse database")
 	c.Flags().StringVar(&summary, "summary", string(release.SummaryCoarse), summaryHelp)
 	c.Flags().StringVarP(&pipelineFile, "pipeline", "f", "", "pipeline file (crowdlog pipeline --help): policy, parameters, budget and summary from it instead of their flags")
+	c.Flags().StringVar(&app, "app", "query", "the pipeline's application (its options below): part of the pipeline digest items must carry")
+	appFlags(c.Flags(), &appOpts)
 	c.Flags().StringVar(&pol, "policy", "ft-u", "the pipeline's policy: ft-u, ft-a (exact counts), dp-a, dp-u, zealous or dp-su (noise, ledger); only items sealed for it are released")
 	c.Flags().IntVar(&k, "k", 5, "threshold k of ft-u/ft-a (DP policies derive their Shamir k)")
 	policyFlags(c.Flags(), &dp)

@@ -20,6 +20,7 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/ingest/publish"
+	"github.com/crowdlog/crowdlog/pipelines/pipeline"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/relays"
@@ -110,6 +111,11 @@ func Ingest(ctx context.Context, cfg IngestConfig) (ingest.ReplaySummary, error)
 	if err != nil {
 		return none, err
 	}
+	digest, err := pipeline.Digest(a.Name(), cfg.AppOptions, pol)
+	if err != nil {
+		return none, err
+	}
+	log.Info("ingest: pipeline", "policy", pol.String(), "pipeline", pipeline.DigestString(digest))
 	ra, rb, ag, err := keydir.LoadRoute(cfg.KeysDir)
 	if err != nil {
 		return none, err
@@ -134,7 +140,7 @@ func Ingest(ctx context.Context, cfg IngestConfig) (ingest.ReplaySummary, error)
 		RegisterPublisher(cfg.Registerer, pub)
 	}
 	rc := &oprfclient.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, keydir.RandomnessPins)}
-	client := newClient(a, cfg.Epoch, pol, cfg.Spread, rc, ra, rb, ag, pub)
+	client := newClient(a, cfg.Epoch, pol, digest, cfg.Spread, rc, ra, rb, ag, pub)
 	replay := &ingest.Replay{Client: client, Log: opts, StateDir: cfg.StateDir, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
 	switch {
 	case cfg.TokensOff:
@@ -168,12 +174,12 @@ func Ingest(ctx context.Context, cfg IngestConfig) (ingest.ReplaySummary, error)
 
 // newClient is the client `run` and `ingest` replay with: app's artifacts
 // sealed for epoch under pol (its sealing policy, Shamir k and per-user
-// limit), ω from rc, wrapped for the route [a, b, ag] and published to
+// limit) and the pipeline digest, ω from rc, wrapped for the route [a, b, ag] and published to
 // relay a through pub, each user's reports spread over spread.
-func newClient(app apps.App, epoch string, pol *policy.Policy, spread time.Duration, rc ingest.Randomness,
+func newClient(app apps.App, epoch string, pol *policy.Policy, digest [32]byte, spread time.Duration, rc ingest.Randomness,
 	a, b, ag onion.PublicKey, pub *publish.Publisher) *ingest.Client {
 	limit, distinct := pol.Limit()
-	return &ingest.Client{App: app, Epoch: epoch, Policy: pol.Sealing(), K: pol.ShamirK, Limit: limit, LimitDistinct: distinct, Window: pol.Window(),
+	return &ingest.Client{App: app, Epoch: epoch, Policy: pol.Sealing(), K: pol.ShamirK, Pipeline: digest, Limit: limit, LimitDistinct: distinct, Window: pol.Window(),
 		Spread: spread, Randomness: rc, Publish: pub.Publish,
 		Route: ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: protocol.RelaySubject("b")}}
 }

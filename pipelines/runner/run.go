@@ -33,6 +33,7 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/issuer"
+	"github.com/crowdlog/crowdlog/pipelines/pipeline"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/vss"
 	"github.com/crowdlog/crowdlog/randomness"
@@ -154,6 +155,7 @@ type Summary struct {
 	Decrypted            int64             // reports decrypted by the aggregator (in-process runs)
 	AggregatorDropped    int64             // dropped by the aggregator, incl. duplicates from redelivery
 	Policy               string            // the resolved policy with its parameters and achieved (ε, δ)
+	Pipeline             string            // the pipeline digest (pipelines/pipeline.Digest, hex) bound into every report
 	Tokens               string            // "off", or the budgets per identity and the identities enrolled
 	Released             int               // released items
 	ReleasedImpressions  uint64
@@ -173,6 +175,9 @@ func (s *Summary) Print(w io.Writer) {
 	}
 	if s.Policy != "" {
 		fmt.Fprintf(w, "  policy            %s\n", s.Policy)
+	}
+	if s.Pipeline != "" {
+		fmt.Fprintf(w, "  pipeline digest   %s\n", s.Pipeline)
 	}
 	if s.Tokens != "" {
 		fmt.Fprintf(w, "  tokens            %s\n", s.Tokens)
@@ -266,7 +271,12 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	if err != nil {
 		return nil, err
 	}
+	digest, err := pipeline.Digest(app.Name(), cfg.AppOptions, pol)
+	if err != nil {
+		return nil, err
+	}
 	sum.Policy = pol.String()
+	sum.Pipeline = pipeline.DigestString(digest)
 	var plan *tokenPlan
 	var tokN, tokD int
 	if cfg.TokensOff {
@@ -377,7 +387,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 		watch := time.AfterFunc(cfg.StartTimeout, func() {
 			stopServices(fmt.Errorf("waited %s for the roles to start: %w", cfg.StartTimeout, context.DeadlineExceeded))
 		})
-		err := startRoles(svcCtx, &svc, cfg, nc, js, brokers, pol, reg, rc, log, &relayStats, &agg, tokenLimits{on: plan != nil, n: tokN, d: tokD, issuer: &iss}, func(err error) {
+		err := startRoles(svcCtx, &svc, cfg, nc, js, brokers, pol, digest, reg, rc, log, &relayStats, &agg, tokenLimits{on: plan != nil, n: tokN, d: tokD, issuer: &iss}, func(err error) {
 			refusedMu.Lock()
 			defer refusedMu.Unlock()
 			refused = err
@@ -404,7 +414,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	}
 	pub := &publish.Publisher{JS: js, Subject: protocol.RelaySubject("a")}
 	RegisterPublisher(reg, pub)
-	client := newClient(app, cfg.Epoch, pol, cfg.Spread, rc, a, b, ag, pub)
+	client := newClient(app, cfg.Epoch, pol, digest, cfg.Spread, rc, a, b, ag, pub)
 	rp := &ingest.Replay{Client: client, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
 	if plan != nil && cfg.External && !issuerAnswers(ctx, nc, cfg.Epoch, ExternalIssuerProbe) {
 		// the deployment decides whether tokens are required; a client
@@ -531,7 +541,7 @@ func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 // startRoles constructs the in-process roles (randomness, relays a and b,
 // aggregator, release stage) on svcCtx and runs them in svc.
 func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, nc *nats.Conn, js jetstream.JetStream,
-	brokers []string, pol *policy.Policy, reg prometheus.Registerer, rc *oprfclient.Client, log *slog.Logger,
+	brokers []string, pol *policy.Policy, digest [32]byte, reg prometheus.Registerer, rc *oprfclient.Client, log *slog.Logger,
 	relayStats *[]*relays.Stats, agg **aggregator.Service, tok tokenLimits, onRefused func(error)) error {
 	rs, err := randomness.New(svcCtx, nc, cfg.KeysDir, randomness.Options{}, log)
 	if err != nil {
@@ -572,6 +582,7 @@ func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, nc *nat
 	if tok.on {
 		AggregatorTokens(a, cfg.KeysDir)
 	}
+	a.Pipelines = map[[32]byte]bool{digest: true} // reports of another definition are refused
 	*agg = a
 	RegisterAggregator(reg, a)
 	svc.Go(func() error { return a.Run(svcCtx) })
@@ -580,7 +591,7 @@ func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, nc *nat
 		return err
 	}
 	st.Summary = cfg.Summary
-	st.Policy = pol // only this pipeline's items are released
+	st.Policy, st.Pipeline = pol, digest // only this pipeline's items are released
 	if pol.Kind.IsDP() {
 		st.Dataset, st.Budget = cfg.Dataset, cfg.Budget
 		st.OnRefused = func(app, epoch string, err error) { onRefused(err) }

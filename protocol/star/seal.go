@@ -72,10 +72,13 @@ type Sealing struct {
 	App, Epoch string
 	Policy     Policy
 	K          int
-	Tag        [32]byte
-	poly       vss.Polynomial
-	key        [32]byte
-	commit     []byte // Feldman commitment C_0 ‖ … ‖ C_{k−1}
+	// Pipeline is the digest of the pipeline definition the sealing is
+	// bound to (Context.Pipeline); its reports carry it. Zero: none.
+	Pipeline [32]byte
+	Tag      [32]byte
+	poly     vss.Polynomial
+	key      [32]byte
+	commit   []byte // Feldman commitment C_0 ‖ … ‖ C_{k−1}
 }
 
 // DeriveSealing derives a Sealing from ω (the 64-byte RFC 9497 output) and
@@ -104,10 +107,19 @@ func DeriveSealing(omega []byte, app, epoch string, policy Policy, k int) (Seali
 // when none do; it is appended to ctx as u8 len ‖ meaning only when not
 // empty, so it never travels in a report but keeps clients with different
 // options from sharing tags and polynomials.
+//
+// Pipeline is the SHA-256 digest of the pipeline definition (the fields
+// that change what a report means: app and options, policy and its
+// parameters; pipelines/pipeline.Digest). When not zero, ctx ends with
+// u8 len ‖ meaning (also when meaning is empty) ‖ pipeline[32], so shares
+// of two definitions never combine, and every report of the sealing
+// carries the digest (Report.Pipeline, bound by the AEAD) for the roles
+// downstream to check.
 type Context struct {
 	App, Meaning, Epoch string
 	Policy              Policy
 	K                   int
+	Pipeline            [32]byte
 }
 
 // DeriveSealingIn is DeriveSealing with the application's Meaning bound
@@ -125,10 +137,13 @@ func DeriveSealingIn(omega []byte, c Context) (Sealing, error) {
 		return Sealing{}, fmt.Errorf("protocol: app (%d bytes), epoch (%d bytes) or app options (%d bytes) longer than 255 bytes", len(app), len(epoch), len(c.Meaning))
 	}
 	ctx := contextBytes(app, epoch, policy, k)
-	if c.Meaning != "" {
+	if c.Meaning != "" || c.Pipeline != ([32]byte{}) {
 		ctx = append(append(ctx, byte(len(c.Meaning))), c.Meaning...)
 	}
-	s := Sealing{App: app, Epoch: epoch, Policy: policy, K: k}
+	if c.Pipeline != ([32]byte{}) {
+		ctx = append(ctx, c.Pipeline[:]...)
+	}
+	s := Sealing{App: app, Epoch: epoch, Policy: policy, K: k, Pipeline: c.Pipeline}
 	copy(s.Tag[:], bound(omega, "crowdlog-v2 tag", ctx))
 	s.poly = vss.DerivePolynomial(bound(omega, "crowdlog-v2 poly", ctx), k)
 	s.key = aeadKey(s.Tag, s.poly.Secret())
@@ -254,7 +269,7 @@ func (s *Sealing) Seal(user *UserSecret, primary, secondary string) (*Report, er
 // seal is Seal with the report id and AEAD nonce drawn from rnd and the
 // share's x given (golden test vectors use fixed values).
 func (s *Sealing) seal(rnd io.Reader, user *UserSecret, x group.Scalar, primary, secondary string) (*Report, error) {
-	r := &Report{App: s.App, Epoch: s.Epoch, Policy: s.Policy, K: uint16(s.K), Tag: s.Tag, Commitment: s.commit}
+	r := &Report{App: s.App, Epoch: s.Epoch, Policy: s.Policy, K: uint16(s.K), Pipeline: s.Pipeline, Tag: s.Tag, Commitment: s.commit}
 	if _, err := io.ReadFull(rnd, r.ID[:]); err != nil {
 		return nil, err
 	}
@@ -285,12 +300,17 @@ func sealAEAD(rnd io.Reader, key [32]byte, ad []byte, pt []byte) ([]byte, error)
 // metadata was altered (another epoch, policy, k, app, id or tag) does not
 // open even under its group's key:
 //
-//	"crowdlog-v2 report" ‖ u8 len(app) ‖ app ‖ u8 len(epoch) ‖ epoch ‖ u8 policy ‖ u16 k ‖ id[16] ‖ tag[32]
+//	"crowdlog-v2 report" ‖ u8 len(app) ‖ app ‖ u8 len(epoch) ‖ epoch ‖ u8 policy ‖ u16 k [‖ pipeline[32]] ‖ id[16] ‖ tag[32]
+//
+// (pipeline only when the report carries a digest).
 func (r *Report) associatedData() []byte {
 	const label = "crowdlog-v2 report"
-	b := make([]byte, 0, len(label)+5+len(r.App)+len(r.Epoch)+48)
+	b := make([]byte, 0, len(label)+5+len(r.App)+len(r.Epoch)+80)
 	b = append(b, label...)
 	b = append(b, contextBytes(clip(r.App), clip(r.Epoch), r.Policy, int(r.K))...)
+	if r.Pipeline != ([32]byte{}) {
+		b = append(b, r.Pipeline[:]...)
+	}
 	b = append(b, r.ID[:]...)
 	return append(b, r.Tag[:]...)
 }
@@ -364,6 +384,10 @@ type Report struct {
 	App, Epoch string
 	Policy     Policy
 	K          uint16
+	// Pipeline is the digest of the pipeline definition the report was
+	// sealed for (Context.Pipeline), zero when none: a report with one
+	// encodes as version ReportVersionPipeline with the digest after k.
+	Pipeline   [32]byte
 	ID         [16]byte
 	Tag        [32]byte
 	Share      vss.Share
@@ -385,8 +409,13 @@ type Report struct {
 // MaxTrailerField is the largest Token or Presentation in bytes.
 const MaxTrailerField = 4 << 10
 
+// ReportVersionPipeline is the version byte of a report that carries a
+// pipeline digest: 03 ‖ … ‖ u16 k ‖ pipeline[32] ‖ id ‖ …; a report
+// without one keeps protocol.Version and its layout.
+const ReportVersionPipeline byte = 3
+
 // MarshalBinary encodes: version ‖ u8 len app ‖ u8 len epoch ‖ policy ‖ u16 k
-// ‖ id[16] ‖ tag[32] ‖ x[32] ‖ y[32] ‖ u16 n ‖ n×32 commitment (n = k) ‖
+// [‖ pipeline[32], version ReportVersionPipeline] ‖ id[16] ‖ tag[32] ‖ x[32] ‖ y[32] ‖ u16 n ‖ n×32 commitment (n = k) ‖
 // u32 len ciphertext, followed — only when Token or Presentation is not
 // empty — by the trailing section u16 len ‖ token ‖ u16 len ‖ presentation
 // (a report without them encodes exactly as before). Errors when
@@ -435,12 +464,20 @@ func (r *Report) marshalUnsigned(extra int) (*protocol.Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &protocol.Writer{B: make([]byte, 0, 160+len(r.Commitment)+len(r.Ciphertext)+len(r.App)+len(r.Epoch)+extra)}
-	w.U8(protocol.Version)
+	w := &protocol.Writer{B: make([]byte, 0, 192+len(r.Commitment)+len(r.Ciphertext)+len(r.App)+len(r.Epoch)+extra)}
+	digest := r.Pipeline != ([32]byte{})
+	if digest {
+		w.U8(ReportVersionPipeline)
+	} else {
+		w.U8(protocol.Version)
+	}
 	w.Bytes8([]byte(r.App))
 	w.Bytes8([]byte(r.Epoch))
 	w.U8(byte(r.Policy))
 	w.U16(r.K)
+	if digest {
+		w.Raw(r.Pipeline[:])
+	}
 	w.Raw(r.ID[:])
 	w.Raw(r.Tag[:])
 	w.Raw(x)
@@ -462,12 +499,21 @@ func ParseReport(b []byte) (*Report, error) {
 		return nil, protocol.Malformed("report of %d bytes exceeds %d", len(b), protocol.MaxReport)
 	}
 	rd := protocol.Reader{B: b}
-	rd.ReadVersion("report")
+	v := rd.U8("report version")
+	if rd.Err == nil && v != protocol.Version && v != ReportVersionPipeline {
+		return nil, protocol.Malformed("report version %d, want %d or %d (upgrade the sender or this service)", v, protocol.Version, ReportVersionPipeline)
+	}
 	r := &Report{}
 	r.App = string(rd.Bytes8("app"))
 	r.Epoch = string(rd.Bytes8("epoch"))
 	r.Policy = Policy(rd.U8("policy"))
 	r.K = rd.U16("k")
+	if v == ReportVersionPipeline {
+		copy(r.Pipeline[:], rd.Take(32, "pipeline"))
+		if rd.Err == nil && r.Pipeline == ([32]byte{}) {
+			return nil, protocol.Malformed("report version %d with an all-zero pipeline digest (send version %d without one)", v, protocol.Version)
+		}
+	}
 	copy(r.ID[:], rd.Take(16, "id"))
 	copy(r.Tag[:], rd.Take(32, "tag"))
 	xb := rd.Take(protocol.ScalarSize, "share x")

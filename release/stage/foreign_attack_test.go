@@ -49,24 +49,24 @@ func TestAttackForeignPipeline(t *testing.T) {
 	}
 	published, foreign := 0, 0
 	for name, pol := range wrong {
-		items, _, _, err := state.ReleasePolicy("query", "e1", pol)
+		items, _, _, err := state.ReleasePolicy("query", "e1", pol, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, _ := state.Foreign("query", "e1", pol)
+		n, _ := state.Foreign("query", "e1", pol, "")
 		published += len(items)
 		foreign += n
 		if len(items) != 0 || n != artifacts {
 			t.Errorf("stage for %s published %d items of the dp-u pipeline (%d counted foreign)", name, len(items), n)
 		}
 	}
-	items, _, dp, err := state.ReleasePolicy("query", "e1", right)
+	items, _, dp, err := state.ReleasePolicy("query", "e1", right, "")
 	if err != nil || !dp || len(items) == 0 {
 		t.Fatalf("the right pipeline released %d items (dp %v, err %v)", len(items), dp, err)
 	}
-	ctl, _, _, _ := state.ReleasePolicy("query", "e1", nil)
-	fmt.Printf("ATTACK foreign-pipeline: release stages given 4 other pipelines (dp-u at ε=1, dp-a, ft-u k=5, ft-a k=3) for a dp-u pipeline's %d items published %d (%d counted foreign); the right pipeline released %d with noise; control (every unrecognised (policy, k) released exactly, the code before): %d exact. Limit: an FT stage at exactly the DP pipeline's Shamir k (ft-u k=%d) cannot tell its items apart until the pipeline's digest travels with the data\n",
-		artifacts, published, foreign, len(items), len(ctl), right.ShamirK)
+	ctl, _, _, _ := state.ReleasePolicy("query", "e1", nil, "")
+	fmt.Printf("ATTACK foreign-pipeline: release stages given 4 other pipelines (dp-u at ε=1, dp-a, ft-u k=5, ft-a k=3) for a dp-u pipeline's %d items published %d (%d counted foreign); the right pipeline released %d with noise; control (every unrecognised (policy, k) released exactly, the code before): %d exact (a stage at the pipeline's own Shamir k is refused by the pipeline digest: ATTACK parameter-drift)\n",
+		artifacts, published, foreign, len(items), len(ctl))
 	if len(ctl) != artifacts {
 		t.Fatalf("control: the exact fallback released %d of %d", len(ctl), artifacts)
 	}

@@ -9,6 +9,7 @@ package stage
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,9 +33,10 @@ type Sink interface {
 type epochKey struct{ app, epoch string }
 
 type itemKey struct {
-	policy string
-	k      int
-	item   string
+	policy   string
+	k        int
+	pipeline string // digest of the pipeline definition (hex; "" none)
+	item     string
 }
 
 type itemAcc struct {
@@ -47,6 +49,7 @@ type summaryKey struct {
 	partition int
 	policy    string
 	k         int
+	pipeline  string
 }
 
 type epochAcc struct {
@@ -89,7 +92,7 @@ func (s *State) Apply(b []byte) (string, string, bool) {
 	e := s.epoch(d.App, d.Epoch)
 	switch d.Kind {
 	case protocol.KindItem:
-		k := itemKey{d.Policy, d.K, d.Item}
+		k := itemKey{d.Policy, d.K, d.Pipeline, d.Item}
 		a := e.items[k]
 		if a == nil {
 			a = &itemAcc{reports: map[string]struct{}{}, units: map[string]int{}, variants: map[string]int{}}
@@ -106,7 +109,7 @@ func (s *State) Apply(b []byte) (string, string, bool) {
 	case protocol.KindSummary:
 		// keyed by partition: a summary re-emitted after an aggregator
 		// restart replaces, never adds to, the first
-		e.summary[summaryKey{d.Partition, d.Policy, d.K}] = *d
+		e.summary[summaryKey{d.Partition, d.Policy, d.K, d.Pipeline}] = *d
 	case protocol.KindClosed:
 		e.closed[d.Partition] = true
 		e.parts = d.Partitions
@@ -123,22 +126,32 @@ func (s *State) Apply(b []byte) (string, string, bool) {
 // most frequent original form (ties: the smallest); and the undecrypted
 // summary. Counts are exact; ReleasePolicy applies a DP policy.
 func (s *State) Release(app, epoch string) ([]release.Item, []release.Undecrypted) {
-	return s.release(app, epoch, 0)
+	return s.release(app, epoch, 0, nil)
 }
 
-// release is Release with each unit's reports capped at unitCap (> 0).
-func (s *State) release(app, epoch string, unitCap int) ([]release.Item, []release.Undecrypted) {
+// release is Release with each unit's reports capped at unitCap (> 0),
+// of the items and summary lines whose (policy, k, pipeline) keep accepts
+// (nil: all). Items of one (policy, k, item) sealed for several pipeline
+// digests are summed: their tags, hence their report ids and unit ids,
+// differ.
+func (s *State) release(app, epoch string, unitCap int, keep func(policy string, k int, pipeline string) bool) ([]release.Item, []release.Undecrypted) {
 	e := s.epochs[epochKey{app, epoch}]
 	if e == nil {
 		return nil, nil
 	}
-	items := make([]release.Item, 0, len(e.items))
+	type rowKey struct {
+		policy string
+		k      int
+		item   string
+	}
+	type row struct {
+		impressions, users uint64
+		variants           map[string]int
+	}
+	rows := make(map[rowKey]*row, len(e.items))
 	for k, a := range e.items {
-		best, bestN := "", -1
-		for v, n := range a.variants {
-			if n > bestN || (n == bestN && v < best) {
-				best, bestN = v, n
-			}
+		if keep != nil && !keep(k.policy, k.k, k.pipeline) {
+			continue
 		}
 		impressions := uint64(len(a.reports))
 		if unitCap > 0 {
@@ -147,12 +160,35 @@ func (s *State) release(app, epoch string, unitCap int) ([]release.Item, []relea
 				impressions += uint64(min(n, unitCap))
 			}
 		}
+		rk := rowKey{k.policy, k.k, k.item}
+		r := rows[rk]
+		if r == nil {
+			r = &row{variants: map[string]int{}}
+			rows[rk] = r
+		}
+		r.impressions += impressions
+		r.users += uint64(len(a.units))
+		for v, n := range a.variants {
+			r.variants[v] += n
+		}
+	}
+	items := make([]release.Item, 0, len(rows))
+	for k, r := range rows {
+		best, bestN := "", -1
+		for v, n := range r.variants {
+			if n > bestN || (n == bestN && v < best) {
+				best, bestN = v, n
+			}
+		}
 		items = append(items, release.Item{App: app, Epoch: epoch, Policy: k.policy, K: k.k, Item: k.item,
-			Variant: best, Impressions: impressions, Users: uint64(len(a.units))})
+			Variant: best, Impressions: r.impressions, Users: r.users})
 	}
 	release.SortItems(items)
 	merged := map[release.Undecrypted]uint64{}
 	for _, d := range e.summary {
+		if keep != nil && !keep(d.Policy, d.K, d.Pipeline) {
+			continue
+		}
 		for _, r := range d.Summary {
 			u := release.Undecrypted{App: app, Epoch: epoch, Policy: d.Policy, K: d.K, Reports: r.Reports, Users: r.Shares}
 			merged[u] += r.Tags
@@ -168,47 +204,34 @@ func (s *State) release(app, epoch string, unitCap int) ([]release.Item, []relea
 }
 
 // ReleasePolicy returns the release of a completed epoch under pol, the
-// pipeline's policy: only items and summary lines sealed for pol
-// (pol.Sealing() and k = pol.ShamirK) are released. Under an FT pol their
+// pipeline's policy, and pipeline, the digest of its definition (hex, as
+// protocol.Decrypted carries it; "" = sealed without one): only items and
+// summary lines sealed for pol (pol.Sealing() and k = pol.ShamirK) and for
+// that digest are released. Under an FT pol their
 // counts are exact. Under a DP pol each item goes through pol.Decide (DP_a
 // counts capped at d reports per unit id, so several devices of one user
 // count at most d), items it rejects are dropped, and the survivors and
 // summary lines are relabelled (Policy = pol.Kind, K = pol.ShamirK); the
-// returned spend is true. Items of any other (policy, k) — a pipeline this
-// stage was not given — are never released (Foreign counts them): an exact
+// returned spend is true. Items of any other (policy, k) or digest — a
+// pipeline this stage was not given — are never released (Foreign counts them): an exact
 // release of items sealed for a DP pipeline, or noise under parameters the
 // clients did not use, would break its promise. A nil pol (library use
 // without a pipeline) releases every (policy, k) of the epoch exactly, as
 // Release does.
-func (s *State) ReleasePolicy(app, epoch string, pol *policy.Policy) ([]release.Item, []release.Undecrypted, bool, error) {
+func (s *State) ReleasePolicy(app, epoch string, pol *policy.Policy, pipeline string) ([]release.Item, []release.Undecrypted, bool, error) {
 	if pol == nil {
 		items, undec := s.Release(app, epoch)
 		return items, undec, false, nil
 	}
 	seal := pol.Sealing().String()
-	matches := func(p string, k int) bool { return p == seal && k == pol.ShamirK }
+	matches := func(p string, k int, d string) bool { return p == seal && k == pol.ShamirK && d == pipeline }
 	if !pol.Kind.IsDP() {
-		all, undecAll := s.Release(app, epoch)
-		var items []release.Item
-		for _, it := range all {
-			if matches(it.Policy, it.K) {
-				items = append(items, it)
-			}
-		}
-		var undec []release.Undecrypted
-		for _, u := range undecAll {
-			if matches(u.Policy, u.K) {
-				undec = append(undec, u)
-			}
-		}
+		items, undec := s.release(app, epoch, 0, matches)
 		return items, undec, false, nil
 	}
-	capped, undecAll := s.release(app, epoch, pol.PerUnitCap())
+	capped, undec := s.release(app, epoch, pol.PerUnitCap(), matches) // another pipeline's items: never released here
 	out := make([]release.Item, 0, len(capped))
 	for _, it := range capped {
-		if !matches(it.Policy, it.K) {
-			continue // another pipeline's item: never released here
-		}
 		o, err := pol.Decide(it.Impressions, it.Users)
 		if err != nil {
 			return nil, nil, false, err
@@ -219,22 +242,19 @@ func (s *State) ReleasePolicy(app, epoch string, pol *policy.Policy) ([]release.
 		it.Policy, it.K, it.Impressions, it.Users = string(pol.Kind), pol.ShamirK, o.Impressions, o.Users
 		out = append(out, it)
 	}
-	var undec []release.Undecrypted
-	for _, u := range undecAll {
-		if matches(u.Policy, u.K) {
-			u.Policy = string(pol.Kind)
-			undec = append(undec, u)
-		}
+	for i := range undec {
+		undec[i].Policy = string(pol.Kind)
 	}
 	release.SortItems(out)
 	return out, undec, true, nil
 }
 
 // Foreign returns how many items of the completed epoch (app, epoch) were
-// sealed for another (policy, k) than pol's — items ReleasePolicy does not
-// release — and those (policy, k) pairs as "policy/k=K", sorted. 0 and
-// nil for a nil pol.
-func (s *State) Foreign(app, epoch string, pol *policy.Policy) (int, []string) {
+// sealed for another (policy, k) than pol's or another pipeline digest
+// than pipeline — items ReleasePolicy does not release — and those
+// (policy, k, digest) triples as "policy/k=K/pipeline=DIGEST" (DIGEST
+// "none" for items sealed without one), sorted. 0 and nil for a nil pol.
+func (s *State) Foreign(app, epoch string, pol *policy.Policy, pipeline string) (int, []string) {
 	e := s.epochs[epochKey{app, epoch}]
 	if e == nil || pol == nil {
 		return 0, nil
@@ -242,9 +262,9 @@ func (s *State) Foreign(app, epoch string, pol *policy.Policy) (int, []string) {
 	seal := pol.Sealing().String()
 	n, keys := 0, map[string]bool{}
 	for k := range e.items {
-		if k.policy != seal || k.k != pol.ShamirK {
+		if k.policy != seal || k.k != pol.ShamirK || k.pipeline != pipeline {
 			n++
-			keys[fmt.Sprintf("%s/k=%d", k.policy, k.k)] = true
+			keys[fmt.Sprintf("%s/k=%d/pipeline=%s", k.policy, k.k, digestName(k.pipeline))] = true
 		}
 	}
 	out := make([]string, 0, len(keys))
@@ -258,8 +278,8 @@ func (s *State) Foreign(app, epoch string, pol *policy.Policy) (int, []string) {
 // Publish is ReleasePolicy with the summary shaped for publication
 // (release.ShapeSummary under mode, "" = coarse): under a DP pol the summary
 // lines of the DP release are withheld, whatever the mode.
-func (s *State) Publish(app, epoch string, pol *policy.Policy, mode release.SummaryMode) ([]release.Item, []release.Undecrypted, bool, error) {
-	items, undec, dp, err := s.ReleasePolicy(app, epoch, pol)
+func (s *State) Publish(app, epoch string, pol *policy.Policy, pipeline string, mode release.SummaryMode) ([]release.Item, []release.Undecrypted, bool, error) {
+	items, undec, dp, err := s.ReleasePolicy(app, epoch, pol, pipeline)
 	if err != nil {
 		return nil, nil, false, err
 	}
@@ -302,6 +322,12 @@ type Stage struct {
 	// logged. nil releases every (policy, k) exactly (library use; the
 	// release role always sets it).
 	Policy *policy.Policy
+	// Pipeline is the digest of the pipeline definition this stage was
+	// given (pipelines/pipeline.Digest): with Policy, only items sealed for
+	// this digest are released; items sealed for another digest, or for
+	// none when it is set, are counted in Foreign and logged naming both.
+	// Zero: only items sealed without a digest (library use).
+	Pipeline [32]byte
 	// Dataset names the privacy budget the DP releases spend from (with the
 	// epoch); default "default".
 	Dataset string
@@ -379,15 +405,16 @@ func (st *Stage) ReleaseEpoch(ctx context.Context, state *State, app, epoch stri
 	if log == nil {
 		log = slog.Default()
 	}
-	items, undec, dp, err := state.Publish(app, epoch, st.Policy, st.Summary)
+	digest := DigestHex(st.Pipeline)
+	items, undec, dp, err := state.Publish(app, epoch, st.Policy, digest, st.Summary)
 	if err != nil {
 		return err
 	}
-	if n, keys := state.Foreign(app, epoch, st.Policy); n > 0 {
+	if n, keys := state.Foreign(app, epoch, st.Policy, digest); n > 0 {
 		st.Foreign.Add(int64(n))
-		log.Error("release: items sealed for another pipeline are not released; give this stage the pipeline they were sealed for (or run one stage per pipeline)",
+		log.Error("release: items sealed for another pipeline are not released; give this stage the pipeline file their clients used (or run one stage per pipeline)",
 			"app", app, "epoch", epoch, "items", n, "sealed_for", keys,
-			"this_stage", fmt.Sprintf("%s/k=%d", st.Policy.Sealing(), st.Policy.ShamirK), "policy", string(st.Policy.Kind))
+			"this_stage", fmt.Sprintf("%s/k=%d/pipeline=%s", st.Policy.Sealing(), st.Policy.ShamirK, digestName(digest)), "policy", string(st.Policy.Kind))
 	}
 	if dp {
 		items, err = st.writeDP(ctx, app, epoch, items, undec, log)
@@ -473,4 +500,21 @@ func (st *Stage) writeDP(ctx context.Context, app, epoch string, items []release
 func (st *Stage) write(ctx context.Context, items []release.Item, undec []release.Undecrypted, log *slog.Logger) error {
 	return retry.Forever(ctx, log, "release: write to ClickHouse", 200*time.Millisecond, 10*time.Second,
 		func() error { return st.Sink.WriteRelease(ctx, items, undec, time.Now()) })
+}
+
+// DigestHex is a pipeline digest as protocol.Decrypted carries it: 64 hex
+// digits, "" for the zero digest.
+func DigestHex(d [32]byte) string {
+	if d == ([32]byte{}) {
+		return ""
+	}
+	return hex.EncodeToString(d[:])
+}
+
+// digestName is a digest in hex as logs name it ("none" for "").
+func digestName(d string) string {
+	if d == "" {
+		return "none"
+	}
+	return d
 }

@@ -42,13 +42,13 @@ func TestAttackSummaryUnderDP(t *testing.T) {
 		}
 		return n
 	}
-	_, before, _, err := s.ReleasePolicy("query", "e", pol)
+	_, before, _, err := s.ReleasePolicy("query", "e", pol, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	published := 0
 	for _, mode := range []release.SummaryMode{"", release.SummaryExact, release.SummaryCoarse, release.SummaryNone} {
-		_, undec, dp, err := s.Publish("query", "e", pol, mode)
+		_, undec, dp, err := s.Publish("query", "e", pol, "", mode)
 		if err != nil || !dp {
 			t.Fatalf("mode %q: dp %v, %v", mode, dp, err)
 		}
