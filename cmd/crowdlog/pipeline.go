@@ -43,6 +43,12 @@ Unknown or misspelled fields are errors. Examples: testdata/pipelines/.
 'crowdlog run --pipeline FILE' runs it; its pipeline flags (--app, --policy,
 --k, --epsilon, ...) then must not be given.
 
+The pipeline's digest — SHA-256 of the canonical text of the fields that
+change what a report means (app and options, policy and its resolved
+parameters) — is sealed into every report and carried by every decrypted
+item; roles given another definition refuse the data and log both digests.
+'show' prints it as a comment (DP policies need policy.users for it).
+
 Exit status: 0 valid, 2 invalid (the message names the field and what it
 allows), 1 the file cannot be read.`,
 	}
@@ -71,6 +77,11 @@ allows), 1 the file cannot be read.`,
 			b, err := p.Show()
 			if err != nil {
 				return err
+			}
+			if d, err := p.Digest(); err == nil {
+				b = append([]byte("# pipeline digest: "+pipeline.DigestString(d)+"\n"), b...)
+			} else {
+				b = append([]byte("# pipeline digest: not computable without policy.users (the run counts it from its input)\n"), b...)
 			}
 			_, err = cmd.OutOrStdout().Write(b)
 			return err
