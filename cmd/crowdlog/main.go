@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -78,11 +79,16 @@ Start with 'crowdlog run --help': it runs every role on one machine.
 
 Exit status: 0 success; 2 invalid usage or configuration (a flag value, a
 pipeline file); 3 'crowdlog aggregate audit' found late, missing or orphan
-reports; 1 any other failure.`,
+reports; 1 any other failure.
+
+` + configLong,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version(),
-		PersistentPreRunE: func(*cobra.Command, []string) error {
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyConfig(cmd, os.Environ()); err != nil {
+				return err
+			}
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return usageError(fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel))
@@ -94,6 +100,8 @@ reports; 1 any other failure.`,
 		},
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.PersistentFlags().String(configFlag, "", "YAML file of flag values (keys are flag names; else $"+configEnv+"); the environment and flags win over it")
+	root.SetUsageTemplate(strings.TrimSuffix(root.UsageTemplate(), "\n") + "\n\n" + configHelp + "\n")
 	root.PersistentFlags().StringVar(&logFormat, "log-format", "text", "log format on stderr: text (key=value) or json (one object per line, for log collectors)")
 	root.AddCommand(runCmd(), simulateCmd(), ingestCmd(), randomnessCmd(), relayCmd(), aggregateCmd(), releaseCmd(), keysCmd(), clickhouseCmd())
 	root.AddCommand(attackCmd())
