@@ -512,6 +512,58 @@ func hkdf32(t *testing.T, ikm []byte, info string) []byte {
 	return out
 }
 
+// docPipelineCanonical is the canonical text of the document's pipeline
+// definition (query, no options, ft-u, k = 3), written out by hand as
+// docs/wire.md states it, not by pipelines/pipeline.Canonical.
+const docPipelineCanonical = "crowdlog-v1 pipeline\napp=query\noptions=\npolicy=ft-u\nshamir_k=3\n"
+
+// starPipelineCtx is ctx with a pipeline digest: ctx ‖ str8(meaning)
+// (00 when empty) ‖ pipeline[32].
+func starPipelineCtx(app, epoch string, policy byte, k int, meaning string, digest []byte) []byte {
+	b := append(starCtx(app, epoch, policy, k), byte(len(meaning)))
+	return append(append(b, meaning...), digest...)
+}
+
+// starDerived is what the document derives from ω and a ctx, with the
+// standard library's HKDF and SHA-256 and circl's group only.
+type starDerived struct {
+	tag, seed, commit, key []byte
+	coeffs                 []group.Scalar
+}
+
+func deriveStar(t *testing.T, omega, ctx []byte, k int) starDerived {
+	var d starDerived
+	d.tag = hkdf32(t, omega, "crowdlog-v2 tag"+string(ctx))
+	d.seed = hkdf32(t, omega, "crowdlog-v2 poly"+string(ctx))
+	for i := 0; i < k; i++ {
+		a := g.HashToScalar(append(append([]byte{}, d.seed...), u16(i)...), []byte("crowdlog-v1 poly"))
+		d.coeffs = append(d.coeffs, a)
+		d.commit = append(d.commit, encE(g.NewElement().MulGen(a))...)
+	}
+	h := sha256.New()
+	h.Write([]byte("crowdlog-v1 key"))
+	h.Write(d.tag)
+	h.Write(enc(d.coeffs[0]))
+	d.key = h.Sum(nil)
+	return d
+}
+
+// ftuShare is the FT_u share of a user secret for a derivation: x =
+// HashToScalar(secret ‖ tag, "crowdlog-v1 ftu-x"), y = f(x), and the unit
+// id HMAC-SHA-256(secret, "unit" ‖ tag)[:16].
+func (d starDerived) ftuShare(user []byte) (x, y group.Scalar, unit []byte) {
+	x = g.HashToScalar(append(append([]byte{}, user...), d.tag...), []byte("crowdlog-v1 ftu-x"))
+	y = g.NewScalar()
+	for i := len(d.coeffs) - 1; i >= 0; i-- {
+		y.Mul(y, x)
+		y.Add(y, d.coeffs[i])
+	}
+	m := hmac.New(sha256.New, user)
+	m.Write([]byte("unit"))
+	m.Write(d.tag)
+	return x, y, m.Sum(nil)[:16]
+}
+
 func checkStar(w *wire) {
 	t := w.t
 	const k = 3
@@ -619,6 +671,8 @@ func checkStar(w *wire) {
 		t.Errorf("star.DeriveSealingIn with a meaning disagrees with the document: %v", err)
 	}
 
+	checkStarPipeline(w, omega, user, w.get("star-report-id"), w.get("star-aead-nonce"))
+
 	gs := golden(t, "star/testdata/golden-sealing.json")
 	w.sameAsGolden(gs, "star-omega", "omega", "star-user-secret", "user_secret", "star-tag", "tag",
 		"star-commitment", "commitment", "star-secret-f0", "secret_f0", "star-aead-key", "aead_key", "star-unit-id", "unit_id")
@@ -627,6 +681,105 @@ func checkStar(w *wire) {
 	}
 	w.sameAsGolden(golden(t, "star/testdata/golden-payload.json"), "star-payload", "encoded")
 	w.sameAsGolden(golden(t, "star/testdata/golden-report.json"), "star-report", "encoded", "star-report-id", "id")
+}
+
+// checkStarPipeline checks the pipeline sealing (query / ft-u / k = 3
+// bound to the digest of its canonical text) and its version-3 report,
+// sealed with star-report's id and nonce.
+func checkStarPipeline(w *wire, omega, user, id, nonce []byte) {
+	t := w.t
+	const k = 3
+	const primary, secondary = "new york weather", "New York  Weather"
+	canon := w.get("star-pipeline-canonical")
+	if string(canon) != docPipelineCanonical {
+		t.Errorf("star-pipeline-canonical is %q, the document's text %q", canon, docPipelineCanonical)
+	}
+	digest := sha256.Sum256(canon)
+	w.eq("star-pipeline-digest", digest[:], "SHA-256 of star-pipeline-canonical")
+	ctx := starPipelineCtx(docApp, docEpoch, 2, k, "", digest[:])
+	w.eq("star-ctx-pipeline", ctx, "u8 len(app) ‖ app ‖ u8 len(epoch) ‖ epoch ‖ u8 policy ‖ u16 k ‖ str8(\"\") ‖ pipeline")
+	d := deriveStar(t, omega, ctx, k)
+	w.eq("star-tag-pipeline", d.tag, "HKDF-SHA-256(ω, \"crowdlog-v2\", \"crowdlog-v2 tag\" ‖ ctx with the pipeline digest)")
+	x, y, unit := d.ftuShare(user)
+
+	// the report, field by field: version 3, the digest after k
+	c := w.cut("star-report-pipeline")
+	if c.u8() != 3 || c.str8() != docApp || c.str8() != docEpoch || c.u8() != 2 || c.u16() != k {
+		t.Error("star-report-pipeline: not version 3, query, 2006-03, FT_u, k = 3")
+	}
+	if !bytes.Equal(c.n(32), digest[:]) {
+		t.Error("star-report-pipeline: the field after k is not star-pipeline-digest")
+	}
+	if !bytes.Equal(c.n(16), id) {
+		t.Error("star-report-pipeline: id is not star-report-id")
+	}
+	if !bytes.Equal(c.n(32), d.tag) || !bytes.Equal(c.n(32), enc(x)) || !bytes.Equal(c.n(32), enc(y)) {
+		t.Error("star-report-pipeline: tag or share differs from the pipeline derivation")
+	}
+	if c.u16() != k || !bytes.Equal(c.n(32*k), d.commit) {
+		t.Error("star-report-pipeline: commitment differs from the pipeline derivation")
+	}
+	ct := c.n(c.u32())
+	c.done()
+	if len(ct) < 24+16 || !bytes.Equal(ct[:24], nonce) {
+		t.Fatal("star-report-pipeline: the ciphertext does not start with star-aead-nonce")
+	}
+	ad := append([]byte("crowdlog-v2 report"), starCtx(docApp, docEpoch, 2, k)...)
+	ad = append(append(append(ad, digest[:]...), id...), d.tag...)
+	a, err := chacha20poly1305.NewX(d.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt, err := a.Open(nil, ct[:24], ct[24:], ad)
+	if err != nil {
+		t.Fatalf("star-report-pipeline does not open with XChaCha20-Poly1305 under the pipeline sealing's key and the documented AD (with the digest): %v", err)
+	}
+	pc := &cut{t: t, name: "star-report-pipeline payload", b: pt}
+	if pc.u8() != 2 || string(pc.n(pc.u16())) != primary || string(pc.n(pc.u16())) != secondary || !bytes.Equal(pc.n(16), unit) {
+		t.Error("star-report-pipeline: payload is not version 2, primary, secondary, the unit id of the pipeline tag")
+	}
+	pc.done()
+
+	rep, err := star.ParseReport(w.get("star-report-pipeline"))
+	if err != nil {
+		t.Fatalf("star-report-pipeline does not parse: %v", err)
+	}
+	if rep.App != docApp || rep.Epoch != docEpoch || rep.Policy != star.FTu || rep.K != k || rep.Pipeline != digest || !bytes.Equal(rep.ID[:], id) ||
+		!bytes.Equal(rep.Tag[:], d.tag) || !rep.Share.X.IsEqual(x) || !rep.Share.Y.IsEqual(y) || !bytes.Equal(rep.Commitment, d.commit) || !bytes.Equal(rep.Ciphertext, ct) {
+		t.Errorf("star-report-pipeline parses to other fields: %+v", rep)
+	}
+	w.eq("star-report-pipeline", enc(rep), "re-encoding")
+	s, err := star.DeriveSealingIn(omega, star.Context{App: docApp, Epoch: docEpoch, Policy: star.FTu, K: k, Pipeline: digest})
+	if err != nil || !bytes.Equal(s.Tag[:], d.tag) || !bytes.Equal(s.Commitment(), d.commit) || s.Pipeline != digest {
+		t.Errorf("star.DeriveSealingIn with a pipeline digest disagrees with the document: %v", err)
+	}
+	var k32 [32]byte
+	copy(k32[:], d.key)
+	if p, err := star.OpenPayload(k32, rep); err != nil || p.Primary != primary || p.Secondary != secondary || !bytes.Equal(p.Unit[:], unit) {
+		t.Errorf("star.OpenPayload of star-report-pipeline: %+v, %v", p, err)
+	}
+	// the digest is bound by the AD: relabelled to another digest, or to
+	// none, the report does not open under its key
+	for _, other := range [][32]byte{{}, sha256.Sum256([]byte("another pipeline"))} {
+		r2 := *rep
+		r2.Pipeline = other
+		if _, err := star.OpenPayload(k32, &r2); err == nil {
+			t.Errorf("star-report-pipeline relabelled to digest %x still opens", other)
+		}
+	}
+
+	gp := golden(t, "star/testdata/golden-report-pipeline.json")
+	if gp["canonical_text"] != string(canon) {
+		t.Error("star-pipeline-canonical differs from golden canonical_text")
+	}
+	w.sameAsGolden(gp, "star-pipeline-digest", "pipeline", "star-ctx-pipeline", "ctx", "star-tag-pipeline", "tag",
+		"star-report-pipeline", "encoded", "star-report-id", "id")
+	for name, want := range map[string][]byte{"commitment": d.commit, "secret_f0": enc(d.coeffs[0]), "aead_key": d.key,
+		"share_x": enc(x), "share_y": enc(y), "unit_id": unit, "payload": pt, "ciphertext": ct} {
+		if gp[name] != hex.EncodeToString(want) {
+			t.Errorf("golden-report-pipeline.json %s differs from the document's derivation", name)
+		}
+	}
 }
 
 // The onion route of the document: the star-report vector wrapped for
@@ -1367,6 +1520,30 @@ func printVectors(t *testing.T) {
 		field{r[o+112 : o+114], "u16 commitment count = k"}, field{r[o+114 : o+146], "C_0"}, field{r[o+146 : o+178], "C_1"}, field{r[o+178 : o+210], "C_2"},
 		field{r[o+210 : o+214], "u32 len ciphertext = 94"}, field{r[o+214 : o+238], "nonce"}, field{r[o+238 : len(r)-16], "XChaCha20 ciphertext of star-payload"},
 		field{r[len(r)-16:], "Poly1305 tag"})...)
+
+	fmt.Println("---- star pipeline (Sealing derivation)")
+	var canon []field
+	for _, l := range strings.SplitAfter(docPipelineCanonical, "\n") {
+		if l != "" {
+			canon = append(canon, field{[]byte(l), fmt.Sprintf("%q", l)})
+		}
+	}
+	block("star-pipeline-canonical", canon...)
+	digest := sha256.Sum256([]byte(docPipelineCanonical))
+	block("star-pipeline-digest", field{digest[:], "pipeline = SHA-256(star-pipeline-canonical)"})
+	block("star-ctx-pipeline", fs(str8(docApp, "app"), str8(docEpoch, "epoch"), field{[]byte{2}, "policy FT_u"}, field{u16(3), "u16 k = 3"},
+		field{[]byte{0}, "u8 len meaning = 0 (empty meaning, present with a digest)"}, field{digest[:], "pipeline (star-pipeline-digest)"})...)
+	block("star-tag-pipeline", field{hkdf32(t, omega, "crowdlog-v2 tag"+string(starPipelineCtx(docApp, docEpoch, 2, 3, "", digest[:]))), "tag of the same ω for the pipeline sealing"})
+	fmt.Println("---- star pipeline (Report)")
+	gpp := golden(t, "star/testdata/golden-report-pipeline.json")
+	rp := fhex(gpp["encoded"])
+	o = 1 + 6 + 8 + 3
+	block("star-report-pipeline", fs(field{[]byte{3}, "version 3 (star.ReportVersionPipeline)"}, str8(docApp, "app"), str8(docEpoch, "epoch"), field{[]byte{2}, "policy FT_u"}, field{u16(3), "u16 k = 3"},
+		field{rp[o : o+32], "pipeline (star-pipeline-digest)"}, field{rp[o+32 : o+48], "id (star-report-id)"}, field{rp[o+48 : o+80], "tag (star-tag-pipeline)"},
+		field{rp[o+80 : o+112], "share x"}, field{rp[o+112 : o+144], "share y"},
+		field{rp[o+144 : o+146], "u16 commitment count = k"}, field{rp[o+146 : o+178], "C_0"}, field{rp[o+178 : o+210], "C_1"}, field{rp[o+210 : o+242], "C_2"},
+		field{rp[o+242 : o+246], "u32 len ciphertext = 94"}, field{rp[o+246 : o+270], "nonce (star-aead-nonce)"},
+		field{rp[o+270 : len(rp)-16], "XChaCha20 ciphertext of the payload (unit id of this tag)"}, field{rp[len(rp)-16:], "Poly1305 tag"})...)
 
 	fmt.Println("---- onion")
 	gk := golden(t, "onion/testdata/golden-onion.json")

@@ -3,6 +3,7 @@ package star
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"testing"
 
 	circloprf "github.com/cloudflare/circl/oprf"
@@ -24,6 +25,11 @@ func FuzzParseReport(f *testing.F) {
 	r.Token, r.Presentation = nil, []byte{1, 2, 3}
 	b, _ = r.MarshalBinary()
 	f.Add(b)
+	// version 3: sealed for a pipeline digest, the digest after k
+	sp, _ := DeriveSealingIn(oprftest.OmegaFor(f, key, "query", "e", "x"), Context{App: "query", Epoch: "e", Policy: FTu, K: 3, Pipeline: sha256.Sum256([]byte("crowdlog-v1 pipeline\napp=query\noptions=\npolicy=ft-u\nshamir_k=3\n"))})
+	rp, _ := sp.Seal(&u, "x", "X")
+	b, _ = rp.MarshalBinary()
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := ParseReport(b)
 		if err != nil {
@@ -36,6 +42,9 @@ func FuzzParseReport(f *testing.F) {
 		back, err := ParseReport(out)
 		if err != nil {
 			t.Fatalf("re-encoded report does not parse: %v", err)
+		}
+		if back.Pipeline != r.Pipeline {
+			t.Fatalf("pipeline digest changed on re-encoding: %x → %x", r.Pipeline, back.Pipeline)
 		}
 		if !bytes.Equal(back.Token, r.Token) || !bytes.Equal(back.Presentation, r.Presentation) {
 			t.Fatalf("trailer changed on re-encoding: token %x → %x, presentation %x → %x", r.Token, back.Token, r.Presentation, back.Presentation)

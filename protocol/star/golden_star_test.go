@@ -1,6 +1,7 @@
 package star
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
 	"testing"
 
@@ -83,5 +84,74 @@ func TestGoldenPayloadAndReport(t *testing.T) {
 	pl, err := OpenPayload(s.key, back)
 	if err != nil || pl != p {
 		t.Fatalf("golden report opens to %+v, %v; want %+v", pl, err, p)
+	}
+}
+
+// goldenPipelineCanonical is the canonical text of the pipeline definition
+// of the vectors (pipelines/pipeline.Canonical of app query, no options,
+// ft-u with k = 3), written out by hand; its SHA-256 is the digest.
+const goldenPipelineCanonical = "crowdlog-v1 pipeline\napp=query\noptions=\npolicy=ft-u\nshamir_k=3\n"
+
+// TestGoldenReportPipeline: the sealing of goldenSealing's ω and context
+// bound to a pipeline digest, and the report of star-report's payload
+// (primary, secondary; the unit id of the new tag) sealed under it with
+// star-report's fixed id and nonce: version 3, the digest after k.
+func TestGoldenReportPipeline(t *testing.T) {
+	omega := testvec.FixedBytes("omega", 64)
+	digest := sha256.Sum256([]byte(goldenPipelineCanonical))
+	c := Context{App: "query", Epoch: "2006-03", Policy: FTu, K: 3, Pipeline: digest}
+	s, err := DeriveSealingIn(omega, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var u UserSecret
+	copy(u[:], testvec.FixedBytes("user", 32))
+	x := s.ShareX(&u)
+	unit := s.UnitID(&u)
+	p := Payload{Primary: "new york weather", Secondary: "New York  Weather", Unit: unit}
+	pb, err := p.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.seal(testvec.FixedReader("report"), &u, x, p.Primary, p.Secondary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := r.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := append(contextBytes(c.App, c.Epoch, c.Policy, c.K), 0)
+	ctx = append(ctx, digest[:]...)
+	testvec.Golden(t, "report-pipeline", map[string]string{
+		"canonical_text": goldenPipelineCanonical,
+		"pipeline":       hex.EncodeToString(digest[:]),
+		"ctx":            hex.EncodeToString(ctx),
+		"tag":            hex.EncodeToString(s.Tag[:]),
+		"commitment":     hex.EncodeToString(s.Commitment()),
+		"secret_f0":      testvec.ScalarHex(s.poly.Secret()),
+		"aead_key":       hex.EncodeToString(s.key[:]),
+		"share_x":        testvec.ScalarHex(r.Share.X),
+		"share_y":        testvec.ScalarHex(r.Share.Y),
+		"unit_id":        hex.EncodeToString(unit[:]),
+		"payload":        hex.EncodeToString(pb),
+		"id":             hex.EncodeToString(r.ID[:]),
+		"ciphertext":     hex.EncodeToString(r.Ciphertext),
+		"encoded":        hex.EncodeToString(rb),
+	})
+	if *testvec.Update {
+		return
+	}
+	want := testvec.LoadGolden(t, "report-pipeline")
+	back, err := ParseReport(testvec.MustHex(t, want["encoded"]))
+	if err != nil {
+		t.Fatalf("golden pipeline report does not parse: %v", err)
+	}
+	if back.Pipeline != digest || back.Tag != s.Tag {
+		t.Fatalf("golden pipeline report carries digest %x, tag %x; want %x, %x", back.Pipeline, back.Tag, digest, s.Tag)
+	}
+	pl, err := OpenPayload(s.key, back)
+	if err != nil || pl != p {
+		t.Fatalf("golden pipeline report opens to %+v, %v; want %+v", pl, err, p)
 	}
 }
