@@ -50,6 +50,19 @@ echo
 echo "== export: $STATE/released.tsv ($(($(wc -l < "$STATE/released.tsv") - 1)) items)"
 
 echo
+echo "== crowdlog run --epoch-length 168h: the same log replayed week by week, FT_u with k = 3"
+echo "   (each week is an epoch START-168h, released on its own into the same database)"
+bin/crowdlog run --input testdata/aol-top1000.tsv.gz --app query --policy ft-u --k 3 --epoch-length 168h \
+  --clickhouse "$CH_TCP" --state "$STATE/weekly" --export "$STATE/weekly.tsv"
+echo
+echo "== per week (aggregates only): artifacts released, their impressions, the share of the week's reports released"
+q "SELECT epoch, count() AS artifacts, sum(impressions) AS impressions FROM released_queries WHERE policy = 'ft-u' AND k = 3 GROUP BY epoch ORDER BY epoch"
+q "SELECT epoch, impressions AS released_impressions, undecrypted AS undecrypted_reports, round(impressions / (impressions + undecrypted), 4) AS share_of_impressions_released FROM completed_releases ANY LEFT JOIN (SELECT app, epoch, policy, k, sum(tags * reports) AS undecrypted FROM released_undecrypted GROUP BY app, epoch, policy, k) USING (app, epoch, policy, k) WHERE app = 'query' AND policy = 'ft-u' AND k = 3 ORDER BY epoch_start, epoch"
+q "SELECT weeks_released, count() AS queries FROM (SELECT query, count() AS weeks_released FROM released_queries WHERE policy = 'ft-u' AND k = 3 AND epoch_start IS NOT NULL GROUP BY query) GROUP BY weeks_released ORDER BY weeks_released DESC"
+echo
+echo "== export: $STATE/weekly.tsv ($(($(wc -l < "$STATE/weekly.tsv") - 1)) items over all weeks)"
+
+echo
 echo "== crowdlog pdd: the same users as Private Data Donor clients, 7 days, groups of 50"
 echo "   (daily keyword counts; the aggregator sees only sums over blinded groups)"
 bin/crowdlog pdd --input testdata/aol-top1000.tsv.gz --max-days 7 --group-size 50 --delay 2 \
@@ -62,6 +75,7 @@ echo "== export: $STATE/pdd.tsv ($(($(wc -l < "$STATE/pdd.tsv") - 1)) (day, keyw
 
 echo
 echo "== crowdlog report: one HTML page with plots of what was released (top artifacts,"
-echo "   share released per epoch, what stayed encrypted, privacy ledger)"
+echo "   share released per epoch, top artifacts across the weeks, what stayed encrypted,"
+echo "   privacy ledger)"
 bin/crowdlog report --clickhouse "$CH_TCP" --user analyst --password-file "$STATE/analyst-password" --out "$STATE/report.html"
 echo "$(pwd)/$STATE/report.html"

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"image/color"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -55,16 +56,22 @@ func clip(s string, max int) string {
 
 // svg renders p as an SVG element (the XML prolog removed) of w × h.
 func svg(p *plot.Plot, w, h vg.Length) (string, error) {
+	return svgDraw(p.Title.Text, w, h, p.Draw)
+}
+
+// svgDraw renders what drawFn draws on a w × h canvas as an SVG element
+// (the XML prolog removed); name names the plot in errors.
+func svgDraw(name string, w, h vg.Length, drawFn func(draw.Canvas)) (string, error) {
 	c := vgsvg.New(w, h)
-	p.Draw(draw.New(c))
+	drawFn(draw.New(c))
 	var buf bytes.Buffer
 	if _, err := c.WriteTo(&buf); err != nil {
-		return "", fmt.Errorf("report: draw plot %q: %w", p.Title.Text, err)
+		return "", fmt.Errorf("report: draw plot %q: %w", name, err)
 	}
 	s := buf.String()
 	i := strings.Index(s, "<svg")
 	if i < 0 {
-		return "", fmt.Errorf("report: draw plot %q: no <svg> element in gonum's output", p.Title.Text)
+		return "", fmt.Errorf("report: draw plot %q: no <svg> element in gonum's output", name)
 	}
 	return s[i:], nil
 }
@@ -246,6 +253,84 @@ func ledgerPlot(totals []LedgerTotal, budgetEps float64) (string, error) {
 	}
 	p.Legend.Top = true
 	return svg(p, 7*vg.Inch, 3.5*vg.Inch)
+}
+
+// trendLegendRunes bounds an artifact in the trend plot's legend.
+const trendLegendRunes = 28
+
+// trendPlot draws t: one line per artifact, its impressions per epoch
+// (epochs in time order on x), a black × where the artifact was not
+// released (drawn at 0). The legend, numbered as the table below the
+// plot, stands right of the plot.
+func trendPlot(t Trend) (string, error) {
+	xlabel := "epoch (by name: the names carry no time)"
+	switch t.Period {
+	case "":
+	case "day", "month", "year":
+		xlabel = "epoch (one " + t.Period + " each)"
+	default:
+		xlabel = "epoch start, UTC (" + t.Period + " each)"
+	}
+	name := title(fmt.Sprintf("top %d across epochs: %s · %s · k=%d", len(t.Artifacts), t.App, t.Policy, t.K))
+	p := newPlot(name, xlabel, "impressions released")
+	leg := plot.NewLegend()
+	leg.Top, leg.Left = true, true
+	leg.TextStyle.Font.Size = vg.Points(9)
+	leg.ThumbnailWidth = vg.Points(16)
+	leg.Padding = vg.Points(2)
+	var absent plotter.XYs
+	top := 0.0
+	for i, a := range t.Artifacts {
+		xys := make(plotter.XYs, len(t.Epochs))
+		for j := range t.Epochs {
+			xys[j] = plotter.XY{X: float64(j), Y: float64(a.Impressions[j])}
+			if !a.Released[j] {
+				absent = append(absent, xys[j])
+			}
+			top = max(top, xys[j].Y)
+		}
+		l, pts, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return "", fmt.Errorf("report: trend plot of %s %s k=%d: %w", t.App, t.Policy, t.K, err)
+		}
+		l.Color = plotutil.Color(i)
+		l.Dashes = plotutil.Dashes(i / len(plotutil.DefaultColors)) // solid until the colours repeat
+		l.Width = vg.Points(1.5)
+		pts.Color = plotutil.Color(i)
+		pts.Shape = plotutil.Shape(i)
+		pts.Radius = vg.Points(3)
+		p.Add(l, pts)
+		leg.Add(fmt.Sprintf("%d. %s", i+1, clip(a.Item, trendLegendRunes)), l, pts)
+	}
+	if len(absent) > 0 {
+		s, err := plotter.NewScatter(absent)
+		if err != nil {
+			return "", fmt.Errorf("report: trend plot of %s %s k=%d: %w", t.App, t.Policy, t.K, err)
+		}
+		s.GlyphStyle = draw.GlyphStyle{Shape: draw.CrossGlyph{}, Radius: vg.Points(5), Color: color.Black}
+		p.Add(s)
+		leg.Add("not released (< k): 0", s)
+	}
+	ticks := make([]string, len(t.Epochs))
+	for i, e := range t.Epochs {
+		ticks[i] = epochTick(e)
+	}
+	p.NominalX(ticks...)
+	if len(ticks) > 6 {
+		p.X.Tick.Label.Rotation = math.Pi / 4
+		p.X.Tick.Label.XAlign = draw.XRight
+		p.X.Tick.Label.YAlign = draw.YCenter
+	}
+	p.X.Min, p.X.Max = -0.5, float64(len(t.Epochs))-0.5
+	p.Y.Min, p.Y.Max = 0, top*1.08
+	if top == 0 {
+		p.Y.Max = 1
+	}
+	const w, h, legendW = 8 * vg.Inch, 4.5 * vg.Inch, 2.4 * vg.Inch
+	return svgDraw(name, w, h, func(c draw.Canvas) {
+		p.Draw(draw.Crop(c, 0, -legendW, 0, 0))
+		leg.Draw(draw.Crop(c, w-legendW+vg.Points(8), 0, 0, -vg.Points(30)))
+	})
 }
 
 func keyTitle(r Release) string {

@@ -26,6 +26,61 @@ type releaseView struct {
 	Top, Undec       *figure
 }
 
+// trendView is one Trend as the page shows it: its plot and a table with
+// one row per artifact and one column per epoch.
+type trendView struct {
+	Trend
+	Title  string
+	Plot   *figure
+	Heads  []epochHead
+	Rows   []trendRow
+	Absent string // what a missing artifact means (absentReason)
+	Gaps   int    // cells of artifacts not released
+}
+
+type epochHead struct{ Name, Tick string }
+
+type trendRow struct {
+	Rank  int
+	Item  string
+	Total uint64
+	Cells []trendCell
+}
+
+// trendCell is one (artifact, epoch): Released false shows "—".
+type trendCell struct {
+	Impressions uint64
+	Released    bool
+}
+
+func newTrendView(t Trend, n int) (trendView, error) {
+	v := trendView{Trend: t, Title: fmt.Sprintf("%s · %s · k=%d", t.App, t.Policy, t.K), Absent: absentReason(t.Policy, t.K)}
+	if t.Period != "" {
+		v.Title += " · " + t.Period + " epochs"
+	}
+	for _, e := range t.Epochs {
+		v.Heads = append(v.Heads, epochHead{Name: e, Tick: epochTick(e)})
+	}
+	for i, a := range t.Artifacts {
+		row := trendRow{Rank: i + 1, Item: a.Item, Total: a.Total}
+		for j := range t.Epochs {
+			row.Cells = append(row.Cells, trendCell{Impressions: a.Impressions[j], Released: a.Released[j]})
+			if !a.Released[j] {
+				v.Gaps++
+			}
+		}
+		v.Rows = append(v.Rows, row)
+	}
+	if len(t.Artifacts) > 0 {
+		s, err := trendPlot(t)
+		if err != nil {
+			return v, err
+		}
+		v.Plot = &figure{Name: fmt.Sprintf("trend-%d", n), SVG: template.HTML(s)}
+	}
+	return v, nil
+}
+
 type totalView struct {
 	LedgerTotal
 	EpsBudget, EpsLeft, DeltaBudget, DeltaLeft string
@@ -40,6 +95,9 @@ type page struct {
 	Share               *figure
 	ShareDropped        int
 	NoShare             int
+	Trends              []trendView
+	TrendsDropped       int
+	TrendTop            int
 	Ledger              []release.Spend
 	Totals              []totalView
 	LedgerPlot          *figure
@@ -49,7 +107,8 @@ type page struct {
 // Render writes d as one self-contained HTML page to w: inline CSS and
 // SVG, no script, nothing loaded from elsewhere.
 func Render(w io.Writer, d *Data) error {
-	pg := page{Database: d.Database, Generated: time.Now().UTC().Format(time.RFC3339), Ledger: d.Ledger, Top: d.Top}
+	pg := page{Database: d.Database, Generated: time.Now().UTC().Format(time.RFC3339), Ledger: d.Ledger, Top: d.Top,
+		TrendsDropped: d.TrendsDropped, TrendTop: d.TrendTop}
 	views := make([]releaseView, len(d.Releases))
 	for i, r := range d.Releases {
 		v := releaseView{Release: r, Title: keyTitle(r), Still: r.UndecryptedReports(), StillTags: r.UndecryptedTags(), Share: "no summary"}
@@ -87,6 +146,13 @@ func Render(w io.Writer, d *Data) error {
 		}
 		pg.Share = &figure{Name: "share", SVG: template.HTML(s)}
 		pg.ShareDropped = dropped
+	}
+	for n, t := range d.Trends {
+		v, err := newTrendView(t, n)
+		if err != nil {
+			return err
+		}
+		pg.Trends = append(pg.Trends, v)
 	}
 	for _, t := range d.Totals {
 		v := totalView{LedgerTotal: t, EpsBudget: "no limit", EpsLeft: "—", DeltaBudget: "no limit", DeltaLeft: "—"}
@@ -131,9 +197,11 @@ func WriteFile(path string, d *Data) error {
 func num(f float64) string { return fmt.Sprintf("%.4g", f) }
 
 var pageTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
-	"num":  num,
-	"time": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
-	"inc":  func(i int) int { return i + 1 },
+	"num":   num,
+	"time":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+	"inc":   func(i int) int { return i + 1 },
+	"first": func(s []string) string { return s[0] },
+	"last":  func(s []string) string { return s[len(s)-1] },
 }).Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -148,6 +216,8 @@ table { border-collapse: collapse; margin: .5em 0 1.5em; font-size: 90%; }
 th, td { border: 1px solid #ddd; padding: .25em .6em; text-align: left; vertical-align: top; }
 td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; }
 td.item { max-width: 28em; overflow-wrap: anywhere; }
+td.absent { color: #999; }
+div.wide { overflow-x: auto; }
 tr.over td { background: #fdd; }
 figure.plot { margin: 1em 0; }
 figure.plot svg { max-width: 100%; height: auto; }
@@ -180,6 +250,42 @@ figure.plot svg { max-width: 100%; height: auto; }
 {{- end}}
 {{- if .ShareDropped}}
 <p class="note">{{.ShareDropped}} (app, policy, k) series with fewer impressions are left out of the plot; the table above has them.</p>
+{{- end}}
+</section>
+
+<section id="trends">
+<h2>Top artifacts across epochs</h2>
+{{- if .Trends}}
+<p class="note">For each release series (app, policy, k) with two epochs or more, the {{.TrendTop}} artifacts with the most impressions released summed over its epochs, and their impressions per epoch, epochs in time order. An epoch's release names only the artifacts that reached the policy's threshold there: a <em>not released</em> cell (—, and × at 0 in the plot) means the artifact stayed below it that epoch (for ft-u: fewer than k distinct users sent it), not that nobody searched for it; the totals count it as 0. Epochs whose names read as different periods (a weekly replay and the whole log as <code>all</code>) are separate series. For DP policies the counts are the noisy released values.</p>
+{{- range .Trends}}
+<article class="trend">
+<h3>{{.Title}}</h3>
+<p>{{len .Epochs}} epochs, {{.Epochs | first}} to {{.Epochs | last}}.{{if .Gaps}} Not released: {{.Gaps}} of the cells below, where {{.Absent}}.{{end}}</p>
+{{- with .Plot}}
+<figure class="plot" data-plot="{{.Name}}">{{.SVG}}</figure>
+{{- end}}
+{{- if .Rows}}
+<div class="wide">
+<table class="trend">
+<thead><tr><th class="n">rank</th><th>artifact</th>{{range .Heads}}<th class="n" title="{{.Name}}">{{.Tick}}</th>{{end}}<th class="n">total</th></tr></thead>
+<tbody>
+{{- $absent := .Absent}}
+{{- range .Rows}}
+<tr><td class="n">{{.Rank}}</td><td class="item">{{.Item}}</td>{{range .Cells}}{{if .Released}}<td class="n">{{.Impressions}}</td>{{else}}<td class="n absent" title="not released: {{$absent}}">—</td>{{end}}{{end}}<td class="n">{{.Total}}</td></tr>
+{{- end}}
+</tbody>
+</table>
+</div>
+{{- else}}
+<p>This series released no artifact.</p>
+{{- end}}
+</article>
+{{- end}}
+{{- if .TrendsDropped}}
+<p class="note">{{.TrendsDropped}} more series with fewer impressions are left out; the release table above lists their releases.</p>
+{{- end}}
+{{- else}}
+<p>No trend to show: every release series (app, policy, k) here has one epoch only. <code>crowdlog run</code> releases the whole log as one epoch (<code>all</code>) unless given <code>--epoch-length</code>; <code>crowdlog run --epoch-length 168h</code> replays it week by week, one release per week.</p>
 {{- end}}
 </section>
 

@@ -1,7 +1,9 @@
 // Package report renders what crowdlog released into one self-contained
 // HTML page (`crowdlog report`): the top artifacts of every completed
 // release (app, epoch, policy, k), the share of impressions released per
-// epoch, the counts-only summary of what stayed encrypted (CrowdLogging
+// epoch, the top artifacts of a release series across its epochs (a
+// weekly replay, `crowdlog run --epoch-length 168h`), the counts-only
+// summary of what stayed encrypted (CrowdLogging
 // §3.3) and the privacy-budget ledger (docs/policies.md).
 //
 // It reads the tables release.Writer writes (release/schema.sql), and only
@@ -71,6 +73,10 @@ type Options struct {
 	// first; the share plot and the release table cover every release.
 	// DefaultMaxReleases when ≤ 0.
 	MaxReleases int
+	// TrendTop is the number of artifacts followed across the epochs of
+	// each release series with two epochs or more (Trend); DefaultTrendTop
+	// when ≤ 0.
+	TrendTop int
 	// Budget, when a coordinate is > 0, is drawn as the limit of every
 	// (dataset, epoch) in the ledger: the value given to the release
 	// stage's --budget-epsilon / --budget-delta. The database does not
@@ -87,6 +93,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxReleases <= 0 {
 		o.MaxReleases = DefaultMaxReleases
+	}
+	if o.TrendTop <= 0 {
+		o.TrendTop = DefaultTrendTop
 	}
 	return o
 }
@@ -160,6 +169,13 @@ type Data struct {
 	// Detailed are the indexes in Releases of the releases given a
 	// section, at most Options.MaxReleases, most recent first.
 	Detailed []int
+	// Trends are the release series with two epochs or more (at most
+	// eight, those with the most impressions; TrendsDropped counts the
+	// rest), each with its TrendTop artifacts across its epochs. Empty
+	// when every series has one epoch.
+	Trends        []Trend
+	TrendsDropped int
+	TrendTop      int
 	// Ledger are the privacy_ledger rows by dataset, epoch and spending
 	// order; Totals their sums per (dataset, epoch), same order.
 	Ledger []release.Spend
@@ -219,7 +235,7 @@ func Load(ctx context.Context, opts Options) (*Data, error) {
 		return nil, err
 	}
 	r := reader{conn: conn, db: "`" + db + "`."}
-	d := &Data{Database: db, Budget: opts.Budget, Top: opts.Top}
+	d := &Data{Database: db, Budget: opts.Budget, Top: opts.Top, TrendTop: opts.TrendTop}
 	if d.Releases, err = r.releases(ctx); err != nil {
 		return nil, err
 	}
@@ -231,6 +247,10 @@ func Load(ctx context.Context, opts Options) (*Data, error) {
 	}
 	d.Detailed = newest(d.Releases, opts.MaxReleases)
 	if err := r.top(ctx, d.Releases, d.Detailed, opts.Top); err != nil {
+		return nil, err
+	}
+	d.Trends, d.TrendsDropped = trendSeries(d.Releases)
+	if err := r.trends(ctx, d.Trends, opts.TrendTop); err != nil {
 		return nil, err
 	}
 	if d.Ledger, err = r.ledger(ctx); err != nil {

@@ -184,8 +184,9 @@ func TestReportInChromium(t *testing.T) {
 	dom := dumpDOM(t, browser, out)
 	text := visibleText(dom)
 
-	// Expected, from the made-up rows alone.
-	wantPlots := []string{"share", "ledger"}
+	// Expected, from the made-up rows alone. a and b (query ft-u k=3,
+	// epochs 2026-w01 and 2026-w02) are one series with two epochs: a trend.
+	wantPlots := []string{"share", "ledger", "trend-"}
 	for _, r := range rels {
 		type row struct {
 			item       string
@@ -445,5 +446,260 @@ func BenchmarkLoadRender(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(buf.Len()), "bytes/report")
+	}
+}
+
+// trendSection returns the text of the trend section of a rendered page
+// and its raw HTML.
+func trendSection(t *testing.T, page string) (text, raw string) {
+	t.Helper()
+	i := strings.Index(page, `<section id="trends">`)
+	if i < 0 {
+		t.Fatal("report has no trend section")
+	}
+	j := strings.Index(page[i:], "</section>")
+	if j < 0 {
+		t.Fatal("trend section not closed")
+	}
+	raw = page[i : i+j]
+	return visibleText(raw), raw
+}
+
+// TestReportTrend writes a made-up weekly series (query ft-u k=3, three
+// epochs START-168h written out of time order, artifacts missing from some
+// weeks, one with two variants in a week), the same series' release of the
+// whole log as epoch "all", another series with one epoch and an
+// interrupted weekly release, and checks the trend section against the
+// top artifacts computed here from the rows written: the TrendTop
+// artifacts with the most impressions summed over the weeks (ties by
+// artifact), their impressions per week in time order, "—" where not
+// released, and nothing of "all", of the one-epoch series or of the
+// interrupted release.
+func TestReportTrend(t *testing.T) {
+	s := server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := freshDB()
+	w, err := release.Open(ctx, s.TCPAddr, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+
+	evil := `<b>o'brien</b> \ & "made-up"`
+	// weeks in time order; written below in another order
+	weeks := []string{"20060223T000000Z-168h", "20060302T000000Z-168h", "20060309T000000Z-168h"}
+	type row struct {
+		item, variant string
+		imp           [3]uint64 // per week; 0 = no row that week
+	}
+	rows := []row{
+		{"alpha made-up", "", [3]uint64{40, 35, 50}},
+		{"beta made-up", "", [3]uint64{0, 60, 20}},   // not released in week 1
+		{"gamma made-up", "", [3]uint64{30, 0, 0}},   // only week 1
+		{"delta made-up", "", [3]uint64{10, 10, 10}}, // with its variant: 35
+		{"delta made-up", "Delta Made-Up", [3]uint64{0, 5, 0}},
+		{evil, "", [3]uint64{12, 0, 14}},
+		{"epsilon made-up", "", [3]uint64{9, 9, 9}},
+		{"zeta made-up", "", [3]uint64{0, 0, 25}},
+		{"eta made-up", "", [3]uint64{8, 7, 6}},
+		{"theta made-up", "", [3]uint64{7, 7, 7}}, // 21: ties eta, cut by name
+		{"iota made-up", "", [3]uint64{3, 3, 3}},  // 9: below the cut
+		{"kappa made-up", "", [3]uint64{0, 4, 0}}, // 4: below the cut
+	}
+	series := release.Key{App: "query", Policy: "ft-u", K: 3}
+	for _, wi := range []int{1, 2, 0} {
+		key := series
+		key.Epoch = weeks[wi]
+		var its []release.Item
+		for _, r := range rows {
+			if r.imp[wi] > 0 {
+				its = append(its, release.Item{App: key.App, Epoch: key.Epoch, Policy: key.Policy, K: key.K,
+					Item: r.item, Variant: r.variant, Impressions: r.imp[wi], Users: 3})
+			}
+		}
+		if err := w.WriteKeyedRelease(ctx, key, its, nil, at(10+wi)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// the whole log as one epoch, same (app, policy, k): a series of its own
+	all := series
+	all.Epoch = "all"
+	if err := w.WriteKeyedRelease(ctx, all, items(all, []string{"omega only in all", "iota made-up"}, [][2]uint64{{900, 90}, {500, 50}}), nil, at(20)); err != nil {
+		t.Fatal(err)
+	}
+	// one epoch only
+	single := release.Key{App: "query", Epoch: "all", Policy: "ft-u", K: 5}
+	if err := w.WriteKeyedRelease(ctx, single, items(single, []string{"pi single epoch"}, [][2]uint64{{700, 70}}), nil, at(21)); err != nil {
+		t.Fatal(err)
+	}
+	// an interrupted weekly release: rows without a releases row
+	conn, err := chgo.Open(&chgo.Options{Addr: []string{s.TCPAddr}, Protocol: chgo.Native,
+		Auth: chgo.Auth{Database: db, Username: "default"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	batch, err := conn.PrepareBatch(ctx, "INSERT INTO released_items (app, epoch, policy, k, item, variant, impressions, users, released_at)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := batch.Append("query", "20060316T000000Z-168h", "ft-u", uint32(3), "rho interrupted", "", uint64(999), uint64(99), at(22)); err != nil {
+		t.Fatal(err)
+	}
+	if err := batch.Append("query", "20060316T000000Z-168h", "ft-u", uint32(3), "kappa made-up", "", uint64(999), uint64(99), at(22)); err != nil {
+		t.Fatal(err)
+	}
+	if err := batch.Send(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Expected, from the rows above alone.
+	const top = 8
+	type want struct {
+		item  string
+		per   [3]uint64
+		rel   [3]bool
+		total uint64
+	}
+	byItem := map[string]*want{}
+	var order []string
+	for _, r := range rows {
+		x := byItem[r.item]
+		if x == nil {
+			x = &want{item: r.item}
+			byItem[r.item] = x
+			order = append(order, r.item)
+		}
+		for wi, n := range r.imp {
+			if n > 0 {
+				x.per[wi] += n
+				x.rel[wi] = true
+				x.total += n
+			}
+		}
+	}
+	var wants []want
+	for _, it := range order {
+		wants = append(wants, *byItem[it])
+	}
+	sort.Slice(wants, func(i, j int) bool {
+		if wants[i].total != wants[j].total {
+			return wants[i].total > wants[j].total
+		}
+		return wants[i].item < wants[j].item
+	})
+	cut := wants[top:]
+	wants = wants[:top]
+
+	data, err := report.Load(ctx, report.Options{Addr: s.TCPAddr, Database: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data.Trends) != 1 {
+		t.Fatalf("%d trends, want 1 (the weekly series): %+v", len(data.Trends), data.Trends)
+	}
+	tr := data.Trends[0]
+	if tr.App != "query" || tr.Policy != "ft-u" || tr.K != 3 || tr.Period != "168h" || strings.Join(tr.Epochs, " ") != strings.Join(weeks, " ") {
+		t.Errorf("trend %s %s k=%d period %q epochs %v, want query ft-u k=3, 168h, %v", tr.App, tr.Policy, tr.K, tr.Period, tr.Epochs, weeks)
+	}
+	if len(tr.Artifacts) != top {
+		t.Fatalf("trend has %d artifacts, want %d", len(tr.Artifacts), top)
+	}
+	for i, a := range tr.Artifacts {
+		x := wants[i]
+		if a.Item != x.item || a.Total != x.total || fmt.Sprint(a.Impressions) != fmt.Sprint(x.per[:]) || fmt.Sprint(a.Released) != fmt.Sprint(x.rel[:]) {
+			t.Errorf("trend artifact %d: %q total %d %v %v, want %q total %d %v %v", i+1, a.Item, a.Total, a.Impressions, a.Released,
+				x.item, x.total, x.per, x.rel)
+		}
+	}
+
+	var buf strings.Builder
+	if err := report.Render(&buf, data); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	text, raw := trendSection(t, page)
+	if !strings.Contains(text, "Top artifacts across epochs") || !strings.Contains(text, "query · ft-u · k=3 · 168h epochs") {
+		t.Errorf("trend section lacks its titles: %s", text)
+	}
+	if !strings.Contains(text, "rank artifact 2006-02-23 2006-03-02 2006-03-09 total") {
+		t.Errorf("trend table's epochs are not in time order: %s", text)
+	}
+	for i, x := range wants {
+		cells := []string{fmt.Sprint(i + 1), x.item}
+		for wi := range weeks {
+			if x.rel[wi] {
+				cells = append(cells, fmt.Sprint(x.per[wi]))
+			} else {
+				cells = append(cells, "—")
+			}
+		}
+		cells = append(cells, fmt.Sprint(x.total))
+		if line := strings.Join(cells, " "); !strings.Contains(text, line) {
+			t.Errorf("trend section lacks the row %q", line)
+		}
+	}
+	if !strings.Contains(text, "fewer than k = 3 distinct users sent it that epoch") {
+		t.Error("trend section does not say what a missing artifact means")
+	}
+	for _, x := range cut {
+		if strings.Contains(text, x.item) {
+			t.Errorf("trend section shows %q (total %d), below the top %d", x.item, x.total, top)
+		}
+	}
+	for _, s := range []string{"omega only in all", "pi single epoch", "rho interrupted", "20060316T000000Z-168h", "k=5"} {
+		if strings.Contains(raw, s) {
+			t.Errorf("trend section shows %q, which is not in the weekly series' completed releases", s)
+		}
+	}
+	if n := strings.Count(raw, `data-plot="trend-`); n != 1 || !regexp.MustCompile(`data-plot="trend-0">\s*<svg\b`).MatchString(raw) {
+		t.Errorf("trend section has %d trend plots, want one inline <svg>", n)
+	}
+	if strings.Contains(page, "<b>") || !strings.Contains(text, evil) {
+		t.Error("an artifact of the trend is not escaped as text")
+	}
+}
+
+// TestReportTrendSingleEpoch: with one epoch per series (the whole log as
+// "all", and a day under another k) there is no trend, and the section
+// says why and how to get one.
+func TestReportTrendSingleEpoch(t *testing.T) {
+	s := server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := freshDB()
+	w, err := release.Open(ctx, s.TCPAddr, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for i, key := range []release.Key{
+		{App: "query", Epoch: "all", Policy: "ft-u", K: 5},
+		{App: "query", Epoch: "all", Policy: "ft-u", K: 3},
+		{App: "query", Epoch: "2006-03-01", Policy: "ft-u", K: 3}, // a day: another period than "all"
+	} {
+		if err := w.WriteKeyedRelease(ctx, key, items(key, []string{"alpha made-up"}, [][2]uint64{{12, 5}}), nil, at(1+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := report.Load(ctx, report.Options{Addr: s.TCPAddr, Database: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data.Trends) != 0 {
+		t.Errorf("trends %+v, want none: every series has one epoch", data.Trends)
+	}
+	var buf strings.Builder
+	if err := report.Render(&buf, data); err != nil {
+		t.Fatal(err)
+	}
+	text, raw := trendSection(t, buf.String())
+	if !strings.Contains(text, "No trend to show: every release series (app, policy, k) here has one epoch only") ||
+		!strings.Contains(text, "crowdlog run --epoch-length 168h") {
+		t.Errorf("trend section does not say why there is no trend: %s", text)
+	}
+	if strings.Contains(raw, "<svg") || strings.Contains(raw, "<table") {
+		t.Error("trend section draws a plot or a table without a trend")
 	}
 }
