@@ -15,11 +15,13 @@ import (
 	"time"
 
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/metrics"
 	"github.com/crowdlog/crowdlog/infra/retry"
 	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/token"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/crowdlog/crowdlog/protocol"
@@ -73,6 +75,10 @@ type Service struct {
 	// off. Every member of a group must set them alike.
 	ReportKeys func(epoch string) (*token.PrivateKey, error)
 	ARCKeys    func(epoch string) (*arc.PrivateKey, error)
+	// Schedule, when set, opens and closes scheduled epochs on this
+	// process's clock (Schedule; `crowdlog aggregate --pipeline` with an
+	// epoch length). nil: epochs are opened and closed by the operator.
+	Schedule *Schedule
 	// Pipelines sets Partition.Pipelines: the pipeline digests served
 	// (nil: any). A report sealed for another definition is dropped
 	// ("pipeline-mismatch") and logged once per digest, naming both.
@@ -106,11 +112,124 @@ type Service struct {
 	pending                     map[int]int      // pending tags per owned partition
 	droppedBy                   map[string]int64 // Dropped by reason (DroppedByReason)
 	kept                        map[int]keptState
-	cache                       *verifyCache      // verified tokens and presentations, shared by the partitions
-	snap                        *snapStore        // SnapshotDir
-	snapBusy                    map[int]bool      // partitions whose snapshot is being written
-	foreignPipes                map[[32]byte]bool // pipeline digests refused and logged
-	Snapshots, Restores         atomic.Int64      // snapshots written, partitions restored from one
+	cache                       *verifyCache       // verified tokens and presentations, shared by the partitions
+	snap                        *snapStore         // SnapshotDir
+	snapBusy                    map[int]bool       // partitions whose snapshot is being written
+	foreignPipes                map[[32]byte]bool  // pipeline digests refused and logged
+	openEpochs                  map[int][]epochKey // open epochs per owned partition, after its last batch (Schedule)
+	Snapshots, Restores         atomic.Int64       // snapshots written, partitions restored from one
+
+	// metrics measured here, never in Partition (a deterministic state
+	// machine): Histograms, ConsumerLag
+	mxOnce       sync.Once
+	applySeconds prometheus.Histogram
+	waitSeconds  prometheus.Histogram
+	lag          map[int]int64 // per owned partition, under mu
+}
+
+// Histograms returns the service's latency histograms, for a registry
+// (pipelines/runner.RegisterAggregator):
+// crowdlog_aggregator_apply_seconds, a fetched batch's prepare and apply
+// (HPKE, token and presentation checks, the state steps; not the fetch,
+// the write of its outputs or the commit), and
+// crowdlog_aggregator_decrypt_wait_seconds, a report's wait from its Kafka
+// record timestamp (its arrival on topic reports) to its decryption, when
+// its group reached k shares or, for a report of a group already open, at
+// once. The wait is sampled: reports of 1 in WaitSample tags (by the tag's
+// first byte; tags are hashes), so that the record timestamps the service
+// holds for pending reports stay a small fraction of the partition's
+// pending state. Reports replayed to rebuild a partition, or pending when
+// it moved to this member, are not observed.
+func (s *Service) Histograms() []prometheus.Collector {
+	s.initMetrics()
+	return []prometheus.Collector{s.applySeconds, s.waitSeconds}
+}
+
+// WaitSample: 1 in WaitSample tags' reports are observed by
+// crowdlog_aggregator_decrypt_wait_seconds.
+const WaitSample = 16
+
+func (s *Service) initMetrics() {
+	s.mxOnce.Do(func() {
+		s.applySeconds = metrics.NewHistogram("crowdlog_aggregator_apply_seconds",
+			"Prepare and apply time of one fetched batch of the reports topic (not the fetch, write or commit).", nil, metrics.RequestBuckets)
+		s.waitSeconds = metrics.NewHistogram("crowdlog_aggregator_decrypt_wait_seconds",
+			"A report's wait from its Kafka record timestamp to its decryption (its group reached k), sampled: 1 in 16 tags.", nil, metrics.WaitBuckets)
+	})
+}
+
+// ConsumerLag returns, per partition of the reports topic this process
+// owns, the messages behind the partition's end as of its last fetch:
+// high watermark − next offset (0 when caught up). A partition appears at
+// its first fetched message and leaves when another member takes it.
+func (s *Service) ConsumerLag() map[int]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[int]int64, len(s.lag))
+	for p, n := range s.lag {
+		out[p] = n
+	}
+	return out
+}
+
+func (s *Service) setLag(id int, m *kafka.Message) {
+	n := max(m.HighWaterMark-(m.Offset+1), 0)
+	s.mu.Lock()
+	if s.lag == nil {
+		s.lag = map[int]int64{}
+	}
+	s.lag[id] = n
+	s.mu.Unlock()
+}
+
+// decryptWaits holds the record timestamps of a partition's sampled
+// pending reports, by (app, epoch) and report id, until they are
+// decrypted or their epoch closes (crowdlog_aggregator_decrypt_wait_seconds).
+type decryptWaits map[[2]string]map[[16]byte]time.Time
+
+func sampledTag(tag [32]byte) bool { return tag[0] < 256/WaitSample }
+
+// observe is called after message m was applied (not replayed): pm its
+// prepared form, accepted whether the state accepted its report, emits
+// what applying it emitted.
+func (w decryptWaits) observe(h prometheus.Histogram, m *kafka.Message, pm *Prepared, accepted bool, emits []protocol.Decrypted) {
+	if r := pm.report; r != nil && accepted && sampledTag(r.Tag) && !m.Time.IsZero() {
+		k := [2]string{r.App, r.Epoch}
+		if w[k] == nil {
+			w[k] = map[[16]byte]time.Time{}
+		}
+		if _, ok := w[k][r.ID]; !ok { // a duplicate id keeps the first arrival
+			w[k][r.ID] = m.Time
+		}
+	}
+	if len(emits) == 0 {
+		return
+	}
+	now := time.Now()
+	for i := range emits {
+		e := &emits[i]
+		k := [2]string{e.App, e.Epoch}
+		switch e.Kind {
+		case protocol.KindClosed:
+			delete(w, k) // what never decrypted
+		case protocol.KindItem:
+			var tag [32]byte
+			var id [16]byte
+			if hex.DecodedLen(len(e.Tag)) != len(tag) || hex.DecodedLen(len(e.Report)) != len(id) {
+				continue
+			}
+			if _, err := hex.Decode(tag[:], []byte(e.Tag)); err != nil || !sampledTag(tag) {
+				continue
+			}
+			if _, err := hex.Decode(id[:], []byte(e.Report)); err != nil {
+				continue
+			}
+			if at, ok := w[k][id]; ok {
+				h.Observe(max(now.Sub(at), 0).Seconds())
+				delete(w[k], id)
+			}
+		}
+	}
 }
 
 // keptState is a partition's state exactly as of offset next (every message
@@ -168,6 +287,11 @@ func (s *Service) release(partitions []int) {
 			delete(s.pending, id)
 		}
 	}
+	for id := range s.lag {
+		if !own[id] {
+			delete(s.lag, id) // another member reports it now
+		}
+	}
 }
 
 func (s *Service) isKept(id int, st *Partition) bool {
@@ -215,6 +339,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.SessionTimeout <= 0 {
 		s.SessionTimeout = 20 * time.Second
 	}
+	s.initMetrics()
 	log := s.Logger
 	if log == nil {
 		log = slog.Default()
@@ -247,6 +372,12 @@ func (s *Service) Run(ctx context.Context) error {
 		Balancer: kafka.BalancerFunc(samePartition), RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 2 * time.Millisecond, BatchSize: 1024, BatchBytes: 64 << 20}
 	defer w.Close()
+	if s.Schedule != nil {
+		if s.Schedule.Length <= 0 || s.Schedule.Length%time.Second != 0 || s.Schedule.CloseDelay < 0 {
+			return fmt.Errorf("aggregator: schedule: epoch length %s (want a positive whole number of seconds) or close delay %s (want ≥ 0)", s.Schedule.Length, s.Schedule.CloseDelay)
+		}
+		go s.runSchedule(ctx, log)
+	}
 	return infrakafka.ServeGroupAssigned(ctx, s.Brokers, s.GroupID, protocol.ReportsTopic, s.SessionTimeout, log, "aggregator",
 		s.release,
 		func(ctx context.Context, gen *kafka.Generation, id int, committed int64) error {
@@ -330,6 +461,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 	var fetched []kafka.Message
 	var msgs []Message
 	applied := 0 // messages applied since the last snapshot
+	waits := decryptWaits{}
 	for {
 		var out []kafka.Message
 		last := int64(-1)
@@ -366,6 +498,10 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 		}
 		cancel()
 		if len(fetched) > 0 {
+			s.setLag(id, &fetched[len(fetched)-1])
+		}
+		start := time.Now()
+		if len(fetched) > 0 {
 			// st moves past the last commit. Not before: a generation
 			// that ends while the batch is fetched leaves st exactly at
 			// committed, so it stays kept.
@@ -386,7 +522,9 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 			late, unknown, full := st.Stats.Dropped["late"], st.Stats.Dropped["unknown-epoch"], st.Stats.Dropped["epoch-full"]
 			refused, reopen := st.Stats.Dropped["open-refused"], st.Stats.Dropped["open-after-close"]
 			tokenKey, arcKey := st.Stats.Dropped["token-key"], st.Stats.Dropped["arc-key"]
+			accepted := st.Stats.Reports
 			emits := st.ApplyPrepared(pm)
+			waits.observe(s.waitSeconds, m, pm, st.Stats.Reports > accepted, emits)
 			if st.Stats.Dropped["late"] > late {
 				// a report of a closed epoch: the relays were reported
 				// drained before it reached Kafka, so it is not counted
@@ -426,6 +564,9 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				log.Info("aggregator: epoch closed", "partition", id, "app", c.App, "epoch", c.Epoch, "offset", m.Offset,
 					"reports", st.Stats.Reports, "decrypted", st.Stats.Decrypted, "dropped", st.Stats.Dropped)
 			}
+		}
+		if len(fetched) > 0 {
+			s.applySeconds.Observe(time.Since(start).Seconds())
 		}
 		if err := st.Err(); err != nil {
 			s.keep(id, nil, 0)
@@ -541,6 +682,12 @@ func (s *Service) account(id int, st *Partition, prev *totals) {
 	*prev = now
 	s.mu.Lock()
 	s.pending[id] = st.PendingTags()
+	if s.Schedule != nil {
+		if s.openEpochs == nil {
+			s.openEpochs = map[int][]epochKey{}
+		}
+		s.openEpochs[id] = st.openEpochKeys()
+	}
 	if s.droppedBy == nil {
 		s.droppedBy = map[string]int64{}
 	}

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"crypto/ed25519"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -17,9 +19,10 @@ import (
 )
 
 func issuerCmd() *cobra.Command {
-	var natsURL, keys, metricsAddr string
+	var natsURL, keys, metricsAddr, pipelineFile string
 	var epochs []string
 	var limits issuer.Limits
+	var sched issuer.Schedule
 	c := &cobra.Command{
 		Use:   "issuer [--nats URL] [--keys DIR] --randomness-tokens N --report-tokens D",
 		Short: "Issue Privacy Pass tokens and ARC credentials to enrolled client identities",
@@ -44,10 +47,33 @@ Keys: DIR/` + keydir.IssuerKeys + `/EPOCH.{randomness,report,arc}.key (0600), cr
 another epoch are refused and create nothing). The randomness service
 needs EPOCH.randomness.key, the aggregator EPOCH.report.key and
 EPOCH.arc.key; give each only its own, so the aggregator cannot mint
-randomness tokens.`,
+randomness tokens.
+
+Scheduled epochs (--epoch-length, or epoch.length in --pipeline FILE): the
+issuer creates the keys of the current epoch (named START-LENGTH as the
+randomness schedule names them) and, a minute before it starts, the next
+one's, without a restart; an epoch's keys are destroyed --key-grace after
+its end (keep it at least the aggregator's close delay). --pipeline also
+gives the budgets (tokens.randomness, tokens.report).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
+			if pipelineFile != "" {
+				p, err := loadPipeline(pipelineFile)
+				if err != nil {
+					return err
+				}
+				d := p.Defaults()
+				if d.Tokens.Randomness > 0 && !cmd.Flags().Changed("randomness-tokens") {
+					limits.RandomnessTokens = d.Tokens.Randomness
+				}
+				if d.Tokens.Report > 0 && !cmd.Flags().Changed("report-tokens") {
+					limits.ReportTokens = d.Tokens.Report
+				}
+				if d.Epoch.Length > 0 && !cmd.Flags().Changed("epoch-length") {
+					sched.Length, sched.Grace = d.Epoch.Length, d.Epoch.Grace
+				}
+			}
 			if limits.RandomnessTokens <= 0 || limits.ReportTokens <= 0 {
 				return errors.New("--randomness-tokens and --report-tokens must be positive (the budgets N and d per identity and epoch)")
 			}
@@ -65,7 +91,15 @@ randomness tokens.`,
 			if err != nil {
 				return err
 			}
-			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { s.Register(reg) }, s.Run, issuerChecks(nc, keys)...)
+			run := s.Run
+			if sched.Length > 0 {
+				log.Info("issuer: scheduled epochs: keys created on the clock, destroyed after the grace", "epoch_length", sched.Length, "key_grace", sched.Grace)
+				run = func(ctx context.Context) error {
+					go s.RunSchedule(ctx, sched)
+					return s.Run(ctx)
+				}
+			}
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { s.Register(reg) }, run, issuerChecks(nc, keys)...)
 		},
 	}
 	f := c.Flags()
@@ -74,6 +108,9 @@ randomness tokens.`,
 	f.IntVar(&limits.RandomnessTokens, "randomness-tokens", 0, "N: randomness tokens (OPRF elements) per identity and epoch")
 	f.IntVar(&limits.ReportTokens, "report-tokens", 0, "d: report tokens (reports) per identity and epoch")
 	f.StringSliceVar(&epochs, "epoch", nil, "open these epochs: create their keys before serving (requests for epochs not opened are refused); repeatable, idempotent")
+	f.DurationVar(&sched.Length, "epoch-length", 0, "scheduled epochs of this length (e.g. 168h): keys of the current and next epoch created on the clock; 0 = only --epoch")
+	f.DurationVar(&sched.Grace, "key-grace", time.Hour, "with --epoch-length: how long an epoch's keys survive its end before they are destroyed")
+	f.StringVarP(&pipelineFile, "pipeline", "f", "", "pipeline file: its epoch schedule (epoch.length, epoch.grace) and token budgets (tokens.randomness, tokens.report) unless given as flags")
 	addMetricsFlag(c, &metricsAddr)
 	return c
 }

@@ -39,6 +39,8 @@ Unknown or misspelled fields are errors. Examples: testdata/pipelines/.
   policy:
     kind: ft-u              # ft-u, ft-a, dp-a, dp-u, zealous, dp-su
     k: 5                    # ft-u/ft-a; DP: epsilon, delta, d, users, shamir_k, ...
+  epoch:
+    length: 168h            # optional: weekly epochs named START-168h (or name: 2006-03)
 
 'crowdlog run --pipeline FILE' runs it; its pipeline flags (--app, --policy,
 --k, --epsilon, ...) then must not be given.
@@ -124,13 +126,13 @@ func applyPipelineFile(f *pflag.FlagSet, path string, cfg *runner.Config) error 
 	epoch := cfg.Epoch
 	runner.ApplyPipeline(cfg, p)
 	if f.Changed("epoch") {
-		cfg.Epoch = epoch
+		cfg.Epoch, cfg.EpochLength = epoch, 0
 	}
 	return nil
 }
 
 // pipelineFlags are the flags of run whose values a pipeline file gives.
-var pipelineFlags = []string{"app", "url-level", "session-gap", "pair-order", "rank-buckets", "dwell-buckets", "length-buckets",
+var pipelineFlags = []string{"epoch-length", "app", "url-level", "session-gap", "pair-order", "rank-buckets", "dwell-buckets", "length-buckets",
 	"policy", "k", "epsilon", "delta", "d", "users", "count-share", "shamir-k", "slack", "lambda",
 	"dataset", "budget-epsilon", "budget-delta", "summary", "tokens", "randomness-tokens", "report-tokens", "partitions"}
 

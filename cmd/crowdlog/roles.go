@@ -35,7 +35,7 @@ const (
 )
 
 func randomnessCmd() *cobra.Command {
-	var natsURL, keys, metricsAddr string
+	var natsURL, keys, metricsAddr, pipelineFile string
 	var o randomness.Options
 	var requireTokens bool
 	c := &cobra.Command{
@@ -73,10 +73,27 @@ one unspent randomness token of its epoch, verified under
 DIR/` + keydir.IssuerKeys + `/EPOCH.randomness.key (created by 'crowdlog issuer --epoch');
 spends are kept in JetStream KV (` + protocol.SpentTokensBucket + `), shared by every
 process. Without it any NATS client may evaluate unlimited candidates (the
-online probe of docs/threat-model.md).`,
+online probe of docs/threat-model.md).
+
+--pipeline FILE: the epoch schedule (epoch.length, epoch.grace) from the
+pipeline file, unless --epoch-length or --key-grace are given.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
+			if pipelineFile != "" {
+				p, err := loadPipeline(pipelineFile)
+				if err != nil {
+					return err
+				}
+				if d := p.Defaults(); d.Epoch.Length > 0 {
+					if !cmd.Flags().Changed("epoch-length") {
+						o.EpochLength = d.Epoch.Length
+					}
+					if !cmd.Flags().Changed("key-grace") {
+						o.Grace = d.Epoch.Grace
+					}
+				}
+			}
 			if o.Grace == 0 {
 				o.Grace = -1 // an explicit 0: destroy at the first sweep after close
 			}
@@ -108,6 +125,7 @@ online probe of docs/threat-model.md).`,
 	c.Flags().DurationVar(&o.EpochLength, "epoch-length", 0, "epoch schedule length (e.g. 24h): absolute UTC epochs named START-LENGTH; 0 = named epochs, no schedule")
 	c.Flags().DurationVar(&o.Grace, "key-grace", randomness.DefaultGrace, "how long an epoch's key survives its close (and, with --epoch-length, its end) before it is destroyed")
 	c.Flags().DurationVar(&o.Skew, "epoch-skew", randomness.DefaultSkew, "with --epoch-length: how far ahead of this clock an epoch may start and still be served")
+	c.Flags().StringVarP(&pipelineFile, "pipeline", "f", "", "pipeline file: its epoch schedule (epoch.length, epoch.grace) unless --epoch-length/--key-grace are given")
 	addMetricsFlag(c, &metricsAddr)
 	c.AddCommand(randomnessOpenCmd(), randomnessCloseCmd())
 	return c
@@ -261,7 +279,11 @@ use the same setting.
 serves; a report sealed for any other (its pipeline digest differs: another
 application option, policy or parameter) is dropped (pipeline-mismatch) and
 logged once naming both digests. Without it reports of every definition
-are aggregated, each in groups of their own.`,
+are aggregated, each in groups of their own. A pipeline with a schedule
+(epoch.length) makes the aggregator open each scheduled epoch of its app
+(named START-LENGTH) on its own clock and close it epoch.close_delay after
+its end, without any control record from an operator; named epochs still
+need open-epoch and close-epoch.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
@@ -290,6 +312,19 @@ are aggregated, each in groups of their own.`,
 					}
 					s.Pipelines[d] = true
 					log.Info("aggregate: serving pipeline", "file", f, "name", p.Name, "pipeline", pipeline.DigestString(d))
+					if dp := p.Defaults(); dp.Epoch.Length > 0 {
+						if s.Schedule == nil {
+							s.Schedule = &aggregator.Schedule{Length: dp.Epoch.Length, CloseDelay: dp.Epoch.CloseDelay}
+						} else if s.Schedule.Length != dp.Epoch.Length || s.Schedule.CloseDelay != dp.Epoch.CloseDelay {
+							return usageError(fmt.Errorf("pipeline %s: epoch length %s and close delay %s differ from another --pipeline's %s and %s: run one aggregator group per schedule",
+								f, dp.Epoch.Length, dp.Epoch.CloseDelay, s.Schedule.Length, s.Schedule.CloseDelay))
+						}
+						s.Schedule.Apps = append(s.Schedule.Apps, dp.App.Name)
+					}
+				}
+				if s.Schedule != nil {
+					log.Info("aggregate: scheduled epochs opened and closed on this clock", "apps", s.Schedule.Apps,
+						"epoch_length", s.Schedule.Length, "close_delay", s.Schedule.CloseDelay)
 				}
 			}
 			if tokenKeys != "" {

@@ -43,6 +43,13 @@ stdin: run reads its input more than once, so it first spools it to the file
 input.tsv in --state (removed afterwards); a --time-format input is spooled
 there the same way, converted to AOL TSV.
 
+Epochs: by default the whole input is one epoch (--epoch, "all"). With
+--epoch-length 168h the input is replayed in scheduled epochs: each record
+goes to the epoch its QueryTime falls in, named START-LENGTH as the
+randomness schedule names them (e.g. 20060227T000000Z-168h, aligned to the
+Unix epoch, UTC); each epoch is opened, replayed, closed and released on its
+own, so the analyst sees one histogram per week and its trends.
+
 Services: with no --nats/--kafka/--clickhouse, run starts an embedded NATS
 server, a Kafka-protocol broker (kfake, data in --state) and a local
 ClickHouse server (needs 'apt-get install -y clickhouse-server
@@ -86,6 +93,12 @@ Examples:
 			if err := applyPipelineFile(cmd.Flags(), pipelineFile, &cfg); err != nil {
 				return err
 			}
+			if cfg.EpochLength != 0 && !cmd.Flags().Changed("epoch") {
+				cfg.Epoch = "" // scheduled epochs name themselves
+			}
+			if cfg.EpochLength != 0 && cfg.Epoch != "" {
+				return usageError(fmt.Errorf("--epoch %q and --epoch-length %s: give one (scheduled epochs are named START-LENGTH)", cfg.Epoch, cfg.EpochLength))
+			}
 			cfg.Logger = logger()
 			if !noProgress && term.IsTerminal(int(os.Stderr.Fd())) {
 				cfg.Progress = os.Stderr
@@ -111,6 +124,7 @@ Examples:
 	policyFlags(f, &cfg.DP)
 	budgetFlags(f, &cfg.Dataset, &cfg.Budget)
 	f.StringVar(&cfg.Epoch, "epoch", "all", "epoch name for the whole input (one OPRF key per epoch)")
+	f.DurationVar(&cfg.EpochLength, "epoch-length", 0, "replay in scheduled epochs of this length (e.g. 168h): each record in the epoch its QueryTime falls in, named START-LENGTH (e.g. 20060227T000000Z-168h, aligned to the Unix epoch) as the randomness schedule names them; each epoch is released on its own")
 	f.StringVar(&cfg.Export, "export", "", "write the released histogram here as TSV (header: app epoch policy item impressions users)")
 	f.StringVar((*string)(&cfg.Summary), "summary", string(release.SummaryCoarse), summaryHelp)
 	f.StringVar(&cfg.NATS, "nats", "", "NATS URL (comma-separated list for a cluster); empty starts an embedded server")

@@ -106,11 +106,33 @@ type Budget struct {
 	Delta   float64 `yaml:"delta,omitempty"`
 }
 
-// Epoch names the epoch of the pipeline's reports.
+// Epoch is the epoch of the pipeline's reports: one named epoch, or a
+// schedule of epochs of one length.
 type Epoch struct {
-	// Name is the epoch of the whole input of a replay (default "all").
+	// Name is the epoch of the whole input of a replay (default "all",
+	// when Length is not set).
 	Name string `yaml:"name,omitempty"`
+	// Length, when set (e.g. 168h), makes the epochs a schedule: a
+	// replay puts each record in the epoch its time falls in, named
+	// START-LENGTH (START aligned to the Unix epoch, UTC), as the
+	// randomness service's schedule names them. A positive whole number of
+	// seconds; not together with Name.
+	Length time.Duration `yaml:"length,omitempty"`
+	// CloseDelay (with Length): how long after an epoch's end the
+	// aggregator closes it on its own clock — the time the epoch's last
+	// reports need to cross the relays (default 10m).
+	CloseDelay time.Duration `yaml:"close_delay,omitempty"`
+	// Grace (with Length): how long an epoch's keys (randomness, issuer)
+	// survive its end before they are destroyed; at least CloseDelay
+	// (default 1h).
+	Grace time.Duration `yaml:"grace,omitempty"`
 }
+
+// Defaults of a schedule's CloseDelay and Grace.
+const (
+	DefaultCloseDelay = 10 * time.Minute
+	DefaultGrace      = time.Hour
+)
 
 // Tokens are the issuer's budgets per enrolled identity and epoch.
 type Tokens struct {
@@ -249,6 +271,21 @@ func (p *Pipeline) Validate() error {
 	if _, err := release.ParseSummaryMode(pp.Summary); err != nil {
 		return invalid("policy.summary", "%q: want coarse (default), exact or none", pp.Summary)
 	}
+	if l := p.Epoch.Length; l < 0 || l%time.Second != 0 {
+		return invalid("epoch.length", "%s: want a positive whole number of seconds, e.g. 168h (0 = one named epoch)", l)
+	}
+	if p.Epoch.Length == 0 && (p.Epoch.CloseDelay != 0 || p.Epoch.Grace != 0) {
+		return invalid("epoch", "close_delay and grace belong to a schedule: give epoch.length too")
+	}
+	if p.Epoch.CloseDelay < 0 || p.Epoch.Grace < 0 {
+		return invalid("epoch", "close_delay %s, grace %s: want ≥ 0 (0 = %s, %s)", p.Epoch.CloseDelay, p.Epoch.Grace, DefaultCloseDelay, DefaultGrace)
+	}
+	if d := p.Defaults(); d.Epoch.Length != 0 && d.Epoch.Grace < d.Epoch.CloseDelay {
+		return invalid("epoch.grace", "%s: want at least close_delay (%s): the aggregator checks the epoch's tokens until it closes", d.Epoch.Grace, d.Epoch.CloseDelay)
+	}
+	if p.Epoch.Length != 0 && p.Epoch.Name != "" {
+		return invalid("epoch", "name %q and length %s: give one (scheduled epochs are named START-LENGTH)", p.Epoch.Name, p.Epoch.Length)
+	}
 	if n := p.Epoch.Name; n != "" && (len(n) > 64 || strings.ContainsAny(n, "/\\ \t\n") || n == "." || n == "..") {
 		return invalid("epoch.name", "%q: want 1–64 characters without '/', '\\' or white space", n)
 	}
@@ -306,8 +343,16 @@ func (p *Pipeline) PolicyParams() policy.Params {
 // Policy parameters whose defaults depend on others (δ, Shamir k, λ, U)
 // stay as given: policy.New derives them.
 func (p Pipeline) Defaults() Pipeline {
-	if p.Epoch.Name == "" {
+	if p.Epoch.Name == "" && p.Epoch.Length == 0 {
 		p.Epoch.Name = DefaultEpoch
+	}
+	if p.Epoch.Length != 0 {
+		if p.Epoch.CloseDelay == 0 {
+			p.Epoch.CloseDelay = DefaultCloseDelay
+		}
+		if p.Epoch.Grace == 0 {
+			p.Epoch.Grace = DefaultGrace
+		}
 	}
 	if p.Policy.Summary == "" {
 		p.Policy.Summary = string(release.SummaryCoarse)

@@ -1,7 +1,10 @@
 package runner
 
 import (
+	"time"
+
 	"github.com/crowdlog/crowdlog/pipelines/pipeline"
+	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/release"
 )
 
@@ -21,7 +24,7 @@ func ApplyPipeline(cfg *Config, p *pipeline.Pipeline) {
 	cfg.Dataset = d.Policy.Budget.Dataset
 	cfg.Budget = release.Budget{Epsilon: d.Policy.Budget.Epsilon, Delta: d.Policy.Budget.Delta}
 	cfg.Summary = release.SummaryMode(d.Policy.Summary)
-	cfg.Epoch = d.Epoch.Name
+	cfg.Epoch, cfg.EpochLength = d.Epoch.Name, d.Epoch.Length
 	cfg.TokensOff = d.Tokens.Mode == "off"
 	cfg.RandomnessTokens, cfg.ReportTokens = d.Tokens.Randomness, d.Tokens.Report
 	cfg.Partitions = d.Topics.Partitions
@@ -46,7 +49,10 @@ func PipelineOf(name string, cfg Config) pipeline.Pipeline {
 	} else {
 		p.Policy.K = cfg.K
 	}
-	p.Epoch = pipeline.Epoch{Name: cfg.Epoch}
+	p.Epoch = pipeline.Epoch{Name: cfg.Epoch, Length: cfg.EpochLength}
+	if cfg.EpochLength != 0 {
+		p.Epoch.Name = ""
+	}
 	p.Tokens = pipeline.Tokens{Mode: "on", Randomness: cfg.RandomnessTokens, Report: cfg.ReportTokens}
 	if cfg.TokensOff {
 		p.Tokens.Mode = "off"
@@ -57,10 +63,16 @@ func PipelineOf(name string, cfg Config) pipeline.Pipeline {
 
 // ApplyPipelineIngest sets the fields of an ingest's cfg that a pipeline
 // defines (app and options, policy and parameters, epoch, tokens on or
-// off) from p, as ApplyPipeline does for a run.
+// off) from p, as ApplyPipeline does for a run. With a schedule
+// (epoch.length) the epoch is the scheduled epoch of the current time.
 func ApplyPipelineIngest(cfg *IngestConfig, p *pipeline.Pipeline) {
 	var rc Config
 	ApplyPipeline(&rc, p)
 	cfg.App, cfg.AppOptions, cfg.Policy, cfg.K, cfg.DP = rc.App, rc.AppOptions, rc.Policy, rc.K, rc.DP
 	cfg.Epoch, cfg.TokensOff = rc.Epoch, rc.TokensOff
+	if rc.EpochLength > 0 {
+		// a client sends in the scheduled epoch of now, as the roles'
+		// clocks open it
+		cfg.Epoch = randomness.ScheduleEpoch(time.Now(), rc.EpochLength)
+	}
 }

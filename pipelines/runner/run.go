@@ -58,7 +58,13 @@ type Config struct {
 	App        string // mining application, e.g. "query"
 	Policy     string // "ft-u", "ft-a", "dp-a", "dp-u" or "zealous" (release/policy)
 	K          int    // threshold k of ft-u/ft-a (DP policies derive their Shamir k)
-	Epoch      string // epoch name; the whole input is one epoch
+	Epoch      string // epoch name when EpochLength is 0: the whole input is one epoch (default "all")
+	// EpochLength > 0 replays the input in scheduled epochs of this length
+	// (e.g. 168h): each record goes to the epoch its QueryTime falls in,
+	// named START-LENGTH as the randomness service's schedule names them
+	// (randomness.ScheduleEpoch), and each epoch is opened, replayed,
+	// closed and released on its own (SplitEpochs). Epoch must then be "".
+	EpochLength time.Duration
 
 	NATS       string // NATS URL, or comma-separated URLs of a cluster; "" starts an embedded server
 	Kafka      string // Kafka bootstrap brokers "host:port[,host:port...]"; "" starts kfake with a data dir
@@ -156,6 +162,7 @@ type Summary struct {
 	AggregatorDropped    int64             // dropped by the aggregator, incl. duplicates from redelivery
 	Policy               string            // the resolved policy with its parameters and achieved (ε, δ)
 	Pipeline             string            // the pipeline digest (pipelines/pipeline.Digest, hex) bound into every report
+	Epochs               []EpochSummary    // per epoch, in time order (one, Config.Epoch, without EpochLength)
 	Tokens               string            // "off", or the budgets per identity and the identities enrolled
 	Released             int               // released items
 	ReleasedImpressions  uint64
@@ -183,6 +190,12 @@ func (s *Summary) Print(w io.Writer) {
 		fmt.Fprintf(w, "  tokens            %s\n", s.Tokens)
 	}
 	fmt.Fprintf(w, "  items released    %d (%d impressions)\n", s.Released, s.ReleasedImpressions)
+	if len(s.Epochs) > 1 {
+		fmt.Fprintf(w, "  epochs            %d\n", len(s.Epochs))
+		for _, e := range s.Epochs {
+			fmt.Fprintf(w, "    %-24s %6d clients %8d reports %6d items released (%d impressions)\n", e.Name, e.Users, e.Sent, e.Released, e.ReleasedImpressions)
+		}
+	}
 	var tags, reps uint64
 	for _, u := range s.Undecrypted {
 		tags += u.Tags
@@ -199,370 +212,494 @@ func (s *Summary) Print(w io.Writer) {
 // lines and the accepted formats (wrapping ErrNoRecords). Every later wait
 // is bounded (StartTimeout, IngestTimeout, Timeout); an expired bound is an
 // error naming the stage, the bound and the counts reached (errors.Is
-// context.DeadlineExceeded).
+// context.DeadlineExceeded). With EpochLength the input is replayed epoch
+// by epoch (each record in the scheduled epoch its QueryTime falls in) and
+// each epoch is released on its own; the summary lists them.
 func Run(ctx context.Context, cfg Config) (sum *Summary, err error) {
 	start := time.Now()
+	r := &run{cfg: cfg, log: cfg.Logger}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
 	defer func() {
-		if sum != nil {
-			sum.Elapsed = time.Since(start)
+		for i := len(r.cleanup) - 1; i >= 0; i-- {
+			r.cleanup[i]()
+		}
+		if r.sum != nil {
+			r.sum.Elapsed = time.Since(start)
 		}
 	}()
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
+	if err := r.prepare(); err != nil {
+		return r.sum, err
 	}
+	if err := r.startServices(ctx); err != nil {
+		return r.sum, err
+	}
+	if err := r.startRoles(ctx); err != nil {
+		return r.sum, err
+	}
+	var items []release.Item
+	for _, e := range r.epochs {
+		got, err := r.runEpoch(ctx, e)
+		if err != nil {
+			return r.sum, err
+		}
+		items = append(items, got...)
+	}
+	return r.sum, r.finish(items)
+}
+
+// run is the state of one Run between its phases.
+type run struct {
+	cfg     Config
+	log     *slog.Logger
+	sum     *Summary
+	cleanup []func() // run in reverse order when Run returns
+
+	app          apps.App
+	pol          *policy.Policy
+	digest       [32]byte
+	check        InputCheck
+	epochs       []epochInput
+	plan         *tokenPlan // nil: tokens off
+	tokN, tokD   int
+	brokers      []string
+	nc           *nats.Conn
+	js           jetstream.JetStream
+	writer       *release.Writer
+	reg          *prometheus.Registry
+	rc           *oprfclient.Client
+	pub          *publish.Publisher
+	roles        inProcess
+	refusedMu    sync.Mutex
+	refused      error
+	ingestBudget time.Duration
+}
+
+// inProcess are the roles Run started in this process (none when External).
+type inProcess struct {
+	rs         *randomness.Service
+	agg        *aggregator.Service
+	iss        *issuer.Service
+	relayStats []*relays.Stats
+}
+
+// prepare checks the configuration and the input, resolves the policy and
+// its pipeline digest, plans the tokens and cuts the input into epochs.
+func (r *run) prepare() error {
+	cfg, log := &r.cfg, r.log
 	if err := cfg.defaults(); err != nil {
-		return nil, err
+		return err
 	}
-	app, err := apps.LookupWith(cfg.App, cfg.AppOptions)
-	if err != nil {
-		return nil, err
+	var err error
+	if r.app, err = apps.LookupWith(cfg.App, cfg.AppOptions); err != nil {
+		return err
 	}
 	if cfg.Input != aol.Stdin {
 		if _, err := os.Stat(cfg.Input); err != nil {
-			return nil, fmt.Errorf("input log: %w", err)
+			return fmt.Errorf("input log: %w", err)
 		}
 	}
 	if cfg.Summary, err = release.ParseSummaryMode(string(cfg.Summary)); err != nil {
-		return nil, fmt.Errorf("--summary: %w", err)
+		return fmt.Errorf("--summary: %w", err)
 	}
 	if _, err := policy.Parse(cfg.Policy); err != nil {
-		return nil, err
+		return err
 	}
-	state := cfg.StateDir
-	if state == "" {
-		if state, err = os.MkdirTemp("", "crowdlog-run-"); err != nil {
-			return nil, err
+	if cfg.StateDir == "" {
+		if cfg.StateDir, err = os.MkdirTemp("", "crowdlog-run-"); err != nil {
+			return err
 		}
-		defer os.RemoveAll(state)
-	} else if err := os.MkdirAll(state, 0o700); err != nil {
-		return nil, fmt.Errorf("state directory: %w", err)
+		dir := cfg.StateDir
+		r.cleanup = append(r.cleanup, func() { os.RemoveAll(dir) })
+	} else if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
 	}
 	if cfg.KeysDir == "" {
-		cfg.KeysDir = filepath.Join(state, "keys")
+		cfg.KeysDir = filepath.Join(cfg.StateDir, "keys")
 	}
-
-	// 0. the input, read once before anything starts: fail fast on a log
+	// the input, read once before anything starts: fail fast on a log
 	// without a valid record; spool stdin or a given time format
 	input, spool := cfg.Input, ""
 	if cfg.Input == aol.Stdin || !autoFormat(cfg.TimeFormat) {
-		spool = filepath.Join(state, SpoolName)
+		spool = filepath.Join(cfg.StateDir, SpoolName)
 		input = spool
-		defer os.Remove(spool)
+		r.cleanup = append(r.cleanup, func() { os.Remove(spool) })
 	}
-	check, err := CheckInput(cfg.Input, aol.Options{TimeFormat: cfg.TimeFormat}, spool)
-	if err != nil {
-		return nil, err
+	if r.check, err = CheckInput(cfg.Input, aol.Options{TimeFormat: cfg.TimeFormat}, spool); err != nil {
+		return err
 	}
-	sum = &Summary{LogLines: check.Stats.Lines, BadLines: check.Stats.Bad}
-	if check.Stats.Bad > 0 {
-		log.Warn("input: bad lines will be skipped", "summary", check.Stats.String())
+	r.sum = &Summary{LogLines: r.check.Stats.Lines, BadLines: r.check.Stats.Bad}
+	if r.check.Stats.Bad > 0 {
+		log.Warn("input: bad lines will be skipped", "summary", r.check.Stats.String())
 	}
-	log.Info("input checked", "records", check.Stats.Records, "users", check.Users,
-		"time_format", check.Stats.TimeFormat, "columns", check.Stats.Columns, "spooled", spool != "")
+	log.Info("input checked", "records", r.check.Stats.Records, "users", r.check.Users,
+		"time_format", r.check.Stats.TimeFormat, "columns", r.check.Stats.Columns, "spooled", spool != "")
 	if cfg.IngestTimeout <= 0 {
-		cfg.IngestTimeout = ingestBound(check, cfg.Spread, cfg.Workers)
+		cfg.IngestTimeout = ingestBound(r.check, cfg.Spread, cfg.Workers)
 	}
 	dp := cfg.DP
 	if kind, _ := policy.Parse(cfg.Policy); kind.IsDP() && dp.Users == 0 {
-		dp.Users = check.Users // U: the number of contributing clients (public)
+		dp.Users = r.check.Users // U: the number of contributing clients (public)
 	}
-	pol, err := ResolvePolicy(cfg.Policy, cfg.K, dp, "")
-	if err != nil {
-		return nil, err
+	if r.pol, err = ResolvePolicy(cfg.Policy, cfg.K, dp, ""); err != nil {
+		return err
 	}
-	digest, err := pipeline.Digest(app.Name(), cfg.AppOptions, pol)
-	if err != nil {
-		return nil, err
+	if r.digest, err = pipeline.Digest(r.app.Name(), cfg.AppOptions, r.pol); err != nil {
+		return err
 	}
-	sum.Policy = pol.String()
-	sum.Pipeline = pipeline.DigestString(digest)
-	var plan *tokenPlan
-	var tokN, tokD int
+	r.sum.Policy, r.sum.Pipeline = r.pol.String(), pipeline.DigestString(r.digest)
 	if cfg.TokensOff {
-		sum.Tokens = "off"
+		r.sum.Tokens = "off"
 		log.Warn(tokensOffWarning)
 	} else {
-		if plan, err = planTokens(input, aol.Options{}, app, pol, ""); err != nil {
-			return sum, err
+		if r.plan, err = planTokens(input, aol.Options{}, r.app, r.pol, ""); err != nil {
+			return err
 		}
-		tokN, tokD = plan.budgets(cfg.RandomnessTokens, cfg.ReportTokens, pol)
-		sum.Tokens = fmt.Sprintf("on: %d randomness and %d report tokens per identity (N, d), %d identities enrolled", tokN, tokD, len(plan.keys))
-		log.Info("tokens on", "randomness_tokens", tokN, "report_tokens", tokD, "identities", len(plan.keys))
+		r.tokN, r.tokD = r.plan.budgets(cfg.RandomnessTokens, cfg.ReportTokens, r.pol)
+		r.sum.Tokens = fmt.Sprintf("on: %d randomness and %d report tokens per identity (N, d), %d identities enrolled", r.tokN, r.tokD, len(r.plan.keys))
+		log.Info("tokens on", "randomness_tokens", r.tokN, "report_tokens", r.tokD, "identities", len(r.plan.keys))
 	}
-	key := release.Key{App: app.Name(), Epoch: cfg.Epoch, Policy: string(pol.Kind), K: pol.ShamirK}
-	spend := release.Spend{Dataset: cfg.Dataset, Epoch: cfg.Epoch, App: key.App, Policy: key.Policy, K: key.K,
-		Epsilon: pol.AchievedEpsilon, Delta: pol.AchievedDelta}
+	if cfg.EpochLength > 0 {
+		dir := filepath.Join(cfg.StateDir, "epochs")
+		r.cleanup = append(r.cleanup, func() { os.RemoveAll(dir) })
+		if r.epochs, err = SplitEpochs(input, cfg.EpochLength, dir); err != nil {
+			return err
+		}
+		log.Info("input: replayed by epoch", "epoch_length", cfg.EpochLength, "epochs", len(r.epochs),
+			"first", r.epochs[0].Name, "last", r.epochs[len(r.epochs)-1].Name)
+	} else {
+		r.epochs = []epochInput{{Name: cfg.Epoch, Input: input, Records: r.check.Stats.Records, Users: r.check.Users}}
+	}
+	return nil
+}
 
-	// 1. services: given addresses, or started locally
+// startServices starts the local services (those without an address),
+// creates the topics, keys and relay stream, connects to NATS and opens
+// the ClickHouse writer.
+func (r *run) startServices(ctx context.Context) error {
+	cfg := &r.cfg
 	var stopLocal func()
-	err = bounded(ctx, "the local services (NATS, Kafka, ClickHouse) to start", cfg.StartTimeout, func(ctx context.Context) error {
+	err := bounded(ctx, "the local services (NATS, Kafka, ClickHouse) to start", cfg.StartTimeout, func(ctx context.Context) error {
 		var err error
-		stopLocal, err = startLocal(ctx, state, &cfg.NATS, &cfg.Kafka, &cfg.ClickHouse, cfg.Partitions)
+		stopLocal, err = startLocal(ctx, cfg.StateDir, &cfg.NATS, &cfg.Kafka, &cfg.ClickHouse, cfg.Partitions)
 		return err
 	})
 	if stopLocal != nil {
-		defer stopLocal()
+		r.cleanup = append(r.cleanup, stopLocal)
 	}
 	if err != nil {
-		return sum, err
+		return err
 	}
-	sum.NATS, sum.Kafka, sum.ClickHs = cfg.NATS, cfg.Kafka, cfg.ClickHouse
-	brokers := strings.Split(cfg.Kafka, ",")
-	if err := bounded(ctx, "Kafka topics at "+brokers[0], cfg.StartTimeout, func(ctx context.Context) error {
-		return kafka.EnsureTopics(ctx, brokers[0], cfg.Partitions, protocol.ReportsTopic, protocol.DecryptedTopic)
+	r.sum.NATS, r.sum.Kafka, r.sum.ClickHs = cfg.NATS, cfg.Kafka, cfg.ClickHouse
+	r.brokers = strings.Split(cfg.Kafka, ",")
+	if err := bounded(ctx, "Kafka topics at "+r.brokers[0], cfg.StartTimeout, func(ctx context.Context) error {
+		return kafka.EnsureTopics(ctx, r.brokers[0], cfg.Partitions, protocol.ReportsTopic, protocol.DecryptedTopic)
 	}); err != nil {
-		return sum, err
+		return err
 	}
 	if !cfg.External {
 		if err := keydir.EnsureKeys(cfg.KeysDir); err != nil {
-			return sum, err
+			return err
 		}
 	}
-	if plan != nil {
-		// the operator's part: the epoch's issuer keys (in process) and
-		// the replayed identities in the enrollment list the issuer reads
-		if !cfg.External {
-			if err := keydir.EnsureIssuerKeys(cfg.KeysDir, cfg.Epoch); err != nil {
-				return sum, fmt.Errorf("tokens: issuer keys of epoch %s: %w", cfg.Epoch, err)
-			}
-		}
-		if err := plan.enroll(cfg.KeysDir); err != nil {
-			return sum, err
+	if r.plan != nil {
+		// the operator's part: the replayed identities in the enrollment
+		// list the issuer reads (the epochs' issuer keys: runEpoch)
+		if err := r.plan.enroll(cfg.KeysDir); err != nil {
+			return err
 		}
 	}
-	nc, err := natsconn.Connect(cfg.NATS, "crowdlog-run")
-	if err != nil {
-		return sum, err
+	if r.nc, err = natsconn.Connect(cfg.NATS, "crowdlog-run"); err != nil {
+		return err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return sum, err
+	r.cleanup = append(r.cleanup, r.nc.Close)
+	if r.js, err = jetstream.New(r.nc); err != nil {
+		return err
 	}
 	if err := bounded(ctx, "the relay stream in JetStream", cfg.StartTimeout, func(ctx context.Context) error {
-		return relays.EnsureStream(ctx, js, 0)
+		return relays.EnsureStream(ctx, r.js, 0)
 	}); err != nil {
-		return sum, err
+		return err
 	}
-	var writer *release.Writer
 	if err := bounded(ctx, "the ClickHouse schema at "+cfg.ClickHouse, cfg.StartTimeout, func(ctx context.Context) error {
 		var err error
-		writer, err = releaseWriter(ctx, cfg)
+		r.writer, err = releaseWriter(ctx, *cfg)
 		return err
 	}); err != nil {
-		return sum, err
+		return err
 	}
-	defer writer.Close()
-	if pol.Kind.IsDP() {
-		// fail before ingesting when the release would be refused anyway
-		if err := bounded(ctx, "the privacy budget in ClickHouse", cfg.StartTimeout, func(ctx context.Context) error {
-			return writer.CheckBudget(ctx, spend, cfg.Budget)
-		}); err != nil {
-			return sum, err
+	r.cleanup = append(r.cleanup, func() { r.writer.Close() })
+	if r.pol.Kind.IsDP() {
+		// fail before ingesting when a release would be refused anyway
+		for _, e := range r.epochs {
+			if err := bounded(ctx, "the privacy budget in ClickHouse", cfg.StartTimeout, func(ctx context.Context) error {
+				return r.writer.CheckBudget(ctx, r.spend(e.Name), cfg.Budget)
+			}); err != nil {
+				return err
+			}
 		}
 	}
-	var refusedMu sync.Mutex
-	var refused error
+	return nil
+}
 
-	// 2. the roles, in process unless External. Their constructors run on
-	// svcCtx (the roles' lifetime), bounded by a watchdog.
-	reg := metrics.NewRegistry()
+// key and spend are epoch's release key and privacy spend.
+func (r *run) key(epoch string) release.Key {
+	return release.Key{App: r.app.Name(), Epoch: epoch, Policy: string(r.pol.Kind), K: r.pol.ShamirK}
+}
+
+func (r *run) spend(epoch string) release.Spend {
+	k := r.key(epoch)
+	return release.Spend{Dataset: r.cfg.Dataset, Epoch: epoch, App: k.App, Policy: k.Policy, K: k.K,
+		Epsilon: r.pol.AchievedEpsilon, Delta: r.pol.AchievedDelta}
+}
+
+// startRoles serves the metrics and, unless External, starts the roles in
+// process on their own context (stopped when Run returns), bounded by a
+// watchdog; it builds the client side's randomness client and publisher.
+func (r *run) startRoles(ctx context.Context) error {
+	cfg := &r.cfg
+	r.reg = metrics.NewRegistry()
 	if cfg.Metrics != "" {
-		addr, err := metrics.Serve(ctx, cfg.Metrics, reg, nil)
+		addr, err := metrics.Serve(ctx, cfg.Metrics, r.reg, nil)
 		if err != nil {
-			return sum, err
+			return err
 		}
-		sum.Metrics = addr.String()
-		log.Info("metrics", "url", "http://"+sum.Metrics+"/metrics")
+		r.sum.Metrics = addr.String()
+		r.log.Info("metrics", "url", "http://"+r.sum.Metrics+"/metrics")
 	}
+	r.rc = &oprfclient.Client{NC: r.nc, PinFile: filepath.Join(cfg.KeysDir, keydir.RandomnessPins)}
+	r.pub = &publish.Publisher{JS: r.js, Subject: protocol.RelaySubject("a")}
+	RegisterPublisher(r.reg, r.pub)
 	svcCtx, stopServices := context.WithCancelCause(ctx)
-	var svc errgroup.Group
-	defer stopRoles(stopServices, &svc, log)
-	var relayStats []*relays.Stats
-	var agg *aggregator.Service
-	var iss *issuer.Service
-	rc := &oprfclient.Client{NC: nc, PinFile: filepath.Join(cfg.KeysDir, keydir.RandomnessPins)}
-	if !cfg.External {
-		watch := time.AfterFunc(cfg.StartTimeout, func() {
-			stopServices(fmt.Errorf("waited %s for the roles to start: %w", cfg.StartTimeout, context.DeadlineExceeded))
-		})
-		err := startRoles(svcCtx, &svc, cfg, nc, js, brokers, pol, digest, reg, rc, log, &relayStats, &agg, tokenLimits{on: plan != nil, n: tokN, d: tokD, issuer: &iss}, func(err error) {
-			refusedMu.Lock()
-			defer refusedMu.Unlock()
-			refused = err
-		})
-		if !watch.Stop() {
-			err = context.Cause(svcCtx)
-		}
+	svc := &errgroup.Group{}
+	r.cleanup = append(r.cleanup, func() { stopRoles(stopServices, svc, r.log) })
+	if cfg.External {
+		a, b, _, err := keydir.LoadRoute(cfg.KeysDir)
 		if err != nil {
-			return sum, err
+			return err
 		}
+		return bounded(ctx, "relays a and b to announce their keys", cfg.StartTimeout, func(ctx context.Context) error {
+			return CheckRoute(ctx, r.nc, a, b, r.log)
+		})
 	}
+	watch := time.AfterFunc(cfg.StartTimeout, func() {
+		stopServices(fmt.Errorf("waited %s for the roles to start: %w", cfg.StartTimeout, context.DeadlineExceeded))
+	})
+	err := startRoles(svcCtx, svc, *cfg, r.nc, r.js, r.brokers, r.pol, r.digest, r.reg, r.log, &r.roles,
+		tokenLimits{on: r.plan != nil, n: r.tokN, d: r.tokD}, func(err error) {
+			r.refusedMu.Lock()
+			defer r.refusedMu.Unlock()
+			r.refused = err
+		})
+	if !watch.Stop() {
+		err = context.Cause(svcCtx)
+	}
+	return err
+}
 
-	// 3. ingest: every AnonID a client
+// runEpoch opens epoch e everywhere, replays its records, closes it once
+// the relays drained and returns its release as read back from ClickHouse.
+func (r *run) runEpoch(ctx context.Context, e epochInput) ([]release.Item, error) {
+	cfg, log := &r.cfg, r.log
+	if err := r.openEpoch(ctx, e.Name); err != nil {
+		return nil, err
+	}
 	a, b, ag, err := keydir.LoadRoute(cfg.KeysDir)
 	if err != nil {
-		return sum, err
+		return nil, err
 	}
-	if cfg.External { // in process the relays hold these very keys
-		if err := bounded(ctx, "relays a and b to announce their keys", cfg.StartTimeout, func(ctx context.Context) error {
-			return CheckRoute(ctx, nc, a, b, log)
-		}); err != nil {
-			return sum, err
+	client := newClient(r.app, e.Name, r.pol, r.digest, cfg.Spread, r.rc, a, b, ag, r.pub)
+	rp := &ingest.Replay{Client: client, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
+	if r.plan != nil {
+		r.plan.replayTokens(rp, r.nc, r.rc, log)
+	}
+	log.Info("ingest: replaying log", "app", r.app.Name(), "epoch", e.Name, "records", e.Records, "policy", r.pol.String(),
+		"bound", cfg.IngestTimeout)
+	ictx, icancel := context.WithTimeoutCause(ctx, cfg.IngestTimeout, errBound)
+	rsum, err := rp.Run(ictx, e.Input)
+	icancel()
+	r.sum.Users = max(r.sum.Users, rsum.Users)
+	r.sum.Sent += rsum.Reports
+	if err != nil {
+		if errors.Is(context.Cause(ictx), errBound) && ctx.Err() == nil {
+			msg := fmt.Sprintf("ingest: waited %s for the ingest of %d users of epoch %s: %d clients started, %d reports published (raise --ingest-timeout)",
+				cfg.IngestTimeout, e.Users, e.Name, rsum.Users, r.pub.Published.Load())
+			if err.Error() == context.DeadlineExceeded.Error() {
+				return nil, fmt.Errorf("%s: %w", msg, err)
+			}
+			return nil, fmt.Errorf("%s: %w (%w)", msg, context.DeadlineExceeded, err)
+		}
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
+	if err := bounded(ctx, "JetStream to acknowledge the published reports", cfg.Timeout, r.pub.Flush); err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
+	items, err := r.closeEpoch(ctx, e.Name)
+	if err != nil {
+		return nil, err
+	}
+	es := EpochSummary{Name: e.Name, Users: rsum.Users, Sent: rsum.Reports, Released: len(items)}
+	for _, it := range items {
+		es.ReleasedImpressions += it.Impressions
+	}
+	r.sum.Epochs = append(r.sum.Epochs, es)
+	return items, nil
+}
+
+// openEpoch opens epoch at the randomness service (in process: its key
+// directory; External: the operator did) and pins its key, makes the
+// epoch's issuer keys (in process) and waits for the issuer, and writes
+// the aggregator's open marker.
+func (r *run) openEpoch(ctx context.Context, epoch string) error {
+	cfg := &r.cfg
+	if r.roles.rs != nil {
+		// the run is the operator of its epochs: open each in the key
+		// directory before any client asks (the service never opens a
+		// named epoch for a request), and pin the key read from it
+		pk, _, err := r.roles.rs.Keys.OpenEpoch(epoch)
+		if err != nil {
+			return fmt.Errorf("open epoch %s at the randomness service: %w", epoch, err)
+		}
+		r.rc.Pinned = map[string][]byte{epoch: pk}
+	}
+	if r.plan != nil && !cfg.External {
+		if err := keydir.EnsureIssuerKeys(cfg.KeysDir, epoch); err != nil {
+			return fmt.Errorf("tokens: issuer keys of epoch %s: %w", epoch, err)
 		}
 	}
-	pub := &publish.Publisher{JS: js, Subject: protocol.RelaySubject("a")}
-	RegisterPublisher(reg, pub)
-	client := newClient(app, cfg.Epoch, pol, digest, cfg.Spread, rc, a, b, ag, pub)
-	rp := &ingest.Replay{Client: client, Workers: cfg.Workers, Progress: cfg.Progress, Logger: log}
-	if plan != nil && cfg.External && !issuerAnswers(ctx, nc, cfg.Epoch, ExternalIssuerProbe) {
+	if r.plan != nil && cfg.External && !issuerAnswers(ctx, r.nc, epoch, ExternalIssuerProbe) {
 		// the deployment decides whether tokens are required; a client
 		// without them loses nothing a deployment that requires them does
 		// not refuse
-		log.Warn("tokens: no issuer answers for the epoch; replaying without tokens (a deployment that requires them refuses the clients: start `crowdlog issuer`)",
-			"epoch", cfg.Epoch, "waited", ExternalIssuerProbe)
-		sum.Tokens = "off (no issuer answered)"
-		plan = nil
+		r.log.Warn("tokens: no issuer answers for the epoch; replaying without tokens (a deployment that requires them refuses the clients: start `crowdlog issuer`)",
+			"epoch", epoch, "waited", ExternalIssuerProbe)
+		r.sum.Tokens = "off (no issuer answered)"
+		r.plan = nil
 	}
-	if plan != nil {
-		if err := issuerReady(ctx, nc, cfg.Epoch, cfg.StartTimeout); err != nil {
-			return sum, err
+	if r.plan != nil {
+		if err := issuerReady(ctx, r.nc, epoch, cfg.StartTimeout); err != nil {
+			return err
 		}
-		if err := bounded(ctx, "the randomness service's public key of epoch "+cfg.Epoch, cfg.StartTimeout, func(ctx context.Context) error {
-			return pinnedKey(ctx, rc, cfg.Epoch)
+		if err := bounded(ctx, "the randomness service's public key of epoch "+epoch, cfg.StartTimeout, func(ctx context.Context) error {
+			return pinnedKey(ctx, r.rc, epoch)
 		}); err != nil {
-			return sum, err
+			return err
 		}
-		plan.replayTokens(rp, nc, rc, log)
 	}
 	// the aggregator keeps reports only of open epochs: the open marker
 	// precedes every report in each partition
-	if err := bounded(ctx, "the open-epoch marker in Kafka (is Kafka up?)", cfg.StartTimeout, func(ctx context.Context) error {
-		return aggregator.OpenEpoch(ctx, brokers, app.Name(), cfg.Epoch)
-	}); err != nil {
-		return sum, err
-	}
-	log.Info("ingest: replaying log", "app", app.Name(), "epoch", cfg.Epoch, "policy", pol.String(),
-		"bound", cfg.IngestTimeout)
-	ictx, icancel := context.WithTimeoutCause(ctx, cfg.IngestTimeout, errBound)
-	rsum, err := rp.Run(ictx, input)
-	icancel()
-	sum.Users, sum.Sent = rsum.Users, rsum.Reports
-	if err != nil {
-		if errors.Is(context.Cause(ictx), errBound) && ctx.Err() == nil {
-			msg := fmt.Sprintf("ingest: waited %s for the ingest of %d users: %d clients started, %d reports published (raise --ingest-timeout)",
-				cfg.IngestTimeout, check.Users, rsum.Users, pub.Published.Load())
-			if err.Error() == context.DeadlineExceeded.Error() {
-				return sum, fmt.Errorf("%s: %w", msg, err)
-			}
-			return sum, fmt.Errorf("%s: %w (%w)", msg, context.DeadlineExceeded, err)
-		}
-		return sum, fmt.Errorf("ingest: %w", err)
-	}
-	if err := bounded(ctx, "JetStream to acknowledge the published reports", cfg.Timeout, pub.Flush); err != nil {
-		return sum, fmt.Errorf("ingest: %w", err)
-	}
+	return bounded(ctx, "the open-epoch marker in Kafka (is Kafka up?)", cfg.StartTimeout, func(ctx context.Context) error {
+		return aggregator.OpenEpoch(ctx, r.brokers, r.app.Name(), epoch)
+	})
+}
 
-	// 4. wait for the relays to drain, close the epoch, wait for the release
+// closeEpoch waits for the relays to drain, closes epoch at the
+// aggregator, waits for its release in ClickHouse and reads it back.
+func (r *run) closeEpoch(ctx context.Context, epoch string) ([]release.Item, error) {
+	cfg := &r.cfg
 	if err := waitBounded(ctx, "the relays to drain", cfg.Timeout,
-		func(ctx context.Context) (bool, error) { return relays.Drained(ctx, js, "a", "b") },
-		func(ctx context.Context) string { return relayBacklog(ctx, js) }); err != nil {
-		return sum, err
+		func(ctx context.Context) (bool, error) { return relays.Drained(ctx, r.js, "a", "b") },
+		func(ctx context.Context) string { return relayBacklog(ctx, r.js) }); err != nil {
+		return nil, err
 	}
-	log.Info("relays drained; closing epoch", "epoch", cfg.Epoch)
+	r.log.Info("relays drained; closing epoch", "epoch", epoch)
 	if err := bounded(ctx, "the close-epoch marker in Kafka", cfg.Timeout, func(ctx context.Context) error {
-		return aggregator.CloseEpoch(ctx, brokers, app.Name(), cfg.Epoch)
+		return aggregator.CloseEpoch(ctx, r.brokers, r.app.Name(), epoch)
 	}); err != nil {
-		return sum, fmt.Errorf("close epoch: %w", err)
+		return nil, fmt.Errorf("close epoch: %w", err)
 	}
+	key := r.key(epoch)
 	what := fmt.Sprintf("the release of %s/%s (%s, k=%d) in ClickHouse", key.App, key.Epoch, key.Policy, key.K)
 	if err := waitBounded(ctx, what, cfg.Timeout, func(ctx context.Context) (bool, error) {
-		refusedMu.Lock()
-		err := refused
-		refusedMu.Unlock()
+		r.refusedMu.Lock()
+		err := r.refused
+		r.refusedMu.Unlock()
 		if err != nil {
 			return false, &permanent{err}
 		}
-		return writer.IsReleased(ctx, key)
+		return r.writer.IsReleased(ctx, key)
 	}, func(context.Context) string {
-		return pipelineCounts(sum.Sent, relayStats, agg)
+		return pipelineCounts(r.sum.Sent, r.roles.relayStats, r.roles.agg)
 	}); err != nil {
-		return sum, err
+		return nil, err
 	}
 	var items []release.Item
-	if err := bounded(ctx, "the release read back from ClickHouse", cfg.Timeout, func(ctx context.Context) error {
+	err := bounded(ctx, "the release read back from ClickHouse", cfg.Timeout, func(ctx context.Context) error {
 		var err error
-		if items, err = writer.ReleasedItems(ctx, key.App, key.Epoch, key.Policy, key.K); err != nil {
+		if items, err = r.writer.ReleasedItems(ctx, key.App, key.Epoch, key.Policy, key.K); err != nil {
 			return err
 		}
-		sum.Undecrypted, err = writer.UndecryptedSummary(ctx, key.App, key.Epoch, key.Policy, key.K)
+		undec, err := r.writer.UndecryptedSummary(ctx, key.App, key.Epoch, key.Policy, key.K)
+		r.sum.Undecrypted = append(r.sum.Undecrypted, undec...)
 		return err
-	}); err != nil {
-		return sum, err
+	})
+	return items, err
+}
+
+// finish exports the releases and fills the summary's counts.
+func (r *run) finish(items []release.Item) error {
+	r.sum.Released = len(items)
+	if len(r.epochs) > 1 {
+		r.sum.Users = r.check.Users // distinct clients over the epochs
 	}
-	sum.Released = len(items)
 	for _, it := range items {
-		sum.ReleasedImpressions += it.Impressions
+		r.sum.ReleasedImpressions += it.Impressions
 	}
-	if cfg.Export != "" {
-		if err := writeExport(cfg.Export, items); err != nil {
-			return sum, err
+	if r.cfg.Export != "" {
+		if err := writeExport(r.cfg.Export, items); err != nil {
+			return err
 		}
 	}
-	if cfg.afterRelease != nil {
-		cfg.afterRelease(sum.Metrics)
+	if r.cfg.afterRelease != nil {
+		r.cfg.afterRelease(r.sum.Metrics)
 	}
-	for _, s := range relayStats {
+	rs := r.roles.relayStats
+	for _, s := range rs {
 		snap := s.Snapshot()
-		if s == relayStats[len(relayStats)-1] {
-			sum.Relayed = int64(snap.Forwarded)
+		if s == rs[len(rs)-1] {
+			r.sum.Relayed = int64(snap.Forwarded)
 		}
-		sum.RelayDropped += int64(snap.Dropped())
-		if sum.RelayDrops == nil {
-			sum.RelayDrops = map[string]uint64{}
+		r.sum.RelayDropped += int64(snap.Dropped())
+		if r.sum.RelayDrops == nil {
+			r.sum.RelayDrops = map[string]uint64{}
 		}
 		for reason, n := range map[string]uint64{"malformed": snap.Malformed, "oversized": snap.Oversized,
 			"unknown_key": snap.UnknownKey, "wrong_hop": snap.WrongHop, "replay": snap.Replay} {
 			if n > 0 {
-				sum.RelayDrops[reason] += n
+				r.sum.RelayDrops[reason] += n
 			}
 		}
 	}
-	if agg != nil {
-		sum.Decrypted, sum.AggregatorDropped = agg.Decrypted.Load(), agg.Dropped.Load()
+	if a := r.roles.agg; a != nil {
+		r.sum.Decrypted, r.sum.AggregatorDropped = a.Decrypted.Load(), a.Dropped.Load()
 	}
-	if iss != nil {
-		sum.Tokens += fmt.Sprintf("; the issuer issued %d tokens and credentials, refused %d requests", iss.Issued.Load(), iss.Refused.Load())
+	if is := r.roles.iss; is != nil {
+		r.sum.Tokens += fmt.Sprintf("; the issuer issued %d tokens and credentials, refused %d requests", is.Issued.Load(), is.Refused.Load())
 	}
-	return sum, nil
+	return nil
 }
 
-// startRoles constructs the in-process roles (randomness, relays a and b,
-// aggregator, release stage) on svcCtx and runs them in svc.
+// startRoles constructs the in-process roles (randomness, issuer with
+// tokens, relays a and b, aggregator, release stage) on svcCtx, runs them
+// in svc and records them in roles. The randomness service opens no epoch
+// here: Run opens each before its replay.
 func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, nc *nats.Conn, js jetstream.JetStream,
-	brokers []string, pol *policy.Policy, digest [32]byte, reg prometheus.Registerer, rc *oprfclient.Client, log *slog.Logger,
-	relayStats *[]*relays.Stats, agg **aggregator.Service, tok tokenLimits, onRefused func(error)) error {
+	brokers []string, pol *policy.Policy, digest [32]byte, reg prometheus.Registerer, log *slog.Logger,
+	roles *inProcess, tok tokenLimits, onRefused func(error)) error {
 	rs, err := randomness.New(svcCtx, nc, cfg.KeysDir, randomness.Options{}, log)
 	if err != nil {
 		return err
 	}
 	if tok.on {
-		if err := startIssuer(svcCtx, svc, nc, cfg.KeysDir, tok, reg, log); err != nil {
+		if roles.iss, err = startIssuer(svcCtx, svc, nc, cfg.KeysDir, tok, reg, log); err != nil {
 			return err
 		}
 		if err := RequireTokens(rs, cfg.KeysDir); err != nil {
 			return err
 		}
 	}
-	// the run is the operator of its named epoch: open it in the key
-	// directory before any client asks (the service never opens a named
-	// epoch for a request), and pin the key read from the directory itself
-	pk, _, err := rs.Keys.OpenEpoch(cfg.Epoch)
-	if err != nil {
-		return fmt.Errorf("open epoch %s at the randomness service: %w", cfg.Epoch, err)
-	}
-	rc.Pinned = map[string][]byte{cfg.Epoch: pk}
+	roles.rs = rs
 	RegisterRandomness(reg, rs)
 	svc.Go(func() error { return rs.Run(svcCtx) })
 	for _, name := range []string{"a", "b"} {
@@ -572,9 +709,16 @@ func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, nc *nat
 			return err
 		}
 		r.Registerer = reg
-		*relayStats = append(*relayStats, r.Stats)
+		roles.relayStats = append(roles.relayStats, r.Stats)
 		svc.Go(func() error { defer closeW(); return r.Run(svcCtx) })
 	}
+	return startServers(svcCtx, svc, cfg, brokers, pol, digest, reg, log, roles, tok, onRefused)
+}
+
+// startServers starts the aggregator and the release stage of startRoles:
+// both serve only the pipeline of digest.
+func startServers(svcCtx context.Context, svc *errgroup.Group, cfg Config, brokers []string, pol *policy.Policy, digest [32]byte,
+	reg prometheus.Registerer, log *slog.Logger, roles *inProcess, tok tokenLimits, onRefused func(error)) error {
 	a, err := aggregator.New(brokers, []string{filepath.Join(cfg.KeysDir, keydir.AggregatorKey)}, log)
 	if err != nil {
 		return err
@@ -583,7 +727,7 @@ func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, nc *nat
 		AggregatorTokens(a, cfg.KeysDir)
 	}
 	a.Pipelines = map[[32]byte]bool{digest: true} // reports of another definition are refused
-	*agg = a
+	roles.agg = a
 	RegisterAggregator(reg, a)
 	svc.Go(func() error { return a.Run(svcCtx) })
 	st, w, err := stage.New(svcCtx, brokers, cfg.ClickHouse, cfg.Database, log)
@@ -658,6 +802,15 @@ func (cfg *Config) defaults() error {
 	}
 	if kind, _ := policy.Parse(cfg.Policy); !kind.IsDP() && (cfg.K < 1 || cfg.K > vss.MaxK) {
 		return fmt.Errorf("threshold --k %d outside 1..%d", cfg.K, vss.MaxK)
+	}
+	if cfg.EpochLength != 0 {
+		if cfg.Epoch != "" {
+			return fmt.Errorf("epoch %q and an epoch length %s: give one (scheduled epochs are named START-LENGTH)", cfg.Epoch, cfg.EpochLength)
+		}
+		if cfg.EpochLength < 0 || cfg.EpochLength%time.Second != 0 {
+			return fmt.Errorf("epoch length %s: want a positive whole number of seconds, e.g. 168h", cfg.EpochLength)
+		}
+		cfg.Epoch = "scheduled"
 	}
 	if cfg.Epoch == "" {
 		cfg.Epoch = "all"

@@ -150,24 +150,20 @@ const tokensOffWarning = "tokens off: the randomness service and the aggregator 
 // tokenLimits is what startRoles needs of the tokens: on, and the
 // issuer's budgets N and d per identity and epoch.
 type tokenLimits struct {
-	on     bool
-	n, d   int
-	issuer **issuer.Service // set to the in-process issuer
+	on   bool
+	n, d int
 }
 
 // startIssuer runs an issuer role (enrollment-list attester over the keys
 // directory) on ctx in svc with the budgets of tok.
-func startIssuer(ctx context.Context, svc *errgroup.Group, nc *nats.Conn, keysDir string, tok tokenLimits, reg prometheus.Registerer, log *slog.Logger) error {
+func startIssuer(ctx context.Context, svc *errgroup.Group, nc *nats.Conn, keysDir string, tok tokenLimits, reg prometheus.Registerer, log *slog.Logger) (*issuer.Service, error) {
 	is, err := issuer.New(nc, keysDir, issuer.Limits{RandomnessTokens: tok.n, ReportTokens: tok.d}, log)
 	if err != nil {
-		return fmt.Errorf("tokens: start the issuer: %w", err)
+		return nil, fmt.Errorf("tokens: start the issuer: %w", err)
 	}
 	is.Register(reg)
-	if tok.issuer != nil {
-		*tok.issuer = is
-	}
 	svc.Go(func() error { return is.Run(ctx) })
-	return nil
+	return is, nil
 }
 
 // RequireTokens makes the randomness service spend one randomness token
