@@ -104,11 +104,19 @@ func Serve(ctx context.Context, addr string, reg *prometheus.Registry, ready fun
 // map lacks, so the known series exist from the start: a counter whose
 // label values may also be learnt at run time (e.g. drop reasons).
 func CounterMapFunc(reg prometheus.Registerer, name, help, label string, known []string, fn func() map[string]float64) {
-	reg.MustRegister(&mapCollector{desc: prometheus.NewDesc(name, help, []string{label}, nil), known: known, fn: fn})
+	reg.MustRegister(&mapCollector{desc: prometheus.NewDesc(name, help, []string{label}, nil), typ: prometheus.CounterValue, known: known, fn: fn})
+}
+
+// GaugeMapFunc registers a collector that, at each scrape, exposes one
+// gauge name{label="key"} per key of fn's map (e.g. a consumer's lag per
+// partition: keys come and go with the partitions it owns).
+func GaugeMapFunc(reg prometheus.Registerer, name, help, label string, fn func() map[string]float64) {
+	reg.MustRegister(&mapCollector{desc: prometheus.NewDesc(name, help, []string{label}, nil), typ: prometheus.GaugeValue, fn: fn})
 }
 
 type mapCollector struct {
 	desc  *prometheus.Desc
+	typ   prometheus.ValueType
 	known []string
 	fn    func() map[string]float64
 }
@@ -119,11 +127,11 @@ func (c *mapCollector) Collect(ch chan<- prometheus.Metric) {
 	m := c.fn()
 	for _, k := range c.known {
 		if _, ok := m[k]; !ok {
-			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, 0, k)
+			ch <- prometheus.MustNewConstMetric(c.desc, c.typ, 0, k)
 		}
 	}
 	for k, v := range m {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, v, k)
+		ch <- prometheus.MustNewConstMetric(c.desc, c.typ, v, k)
 	}
 }
 
@@ -136,4 +144,38 @@ func CounterFunc(reg prometheus.Registerer, name, help string, labels prometheus
 // GaugeFunc registers a gauge read from fn at scrape time.
 func GaugeFunc(reg prometheus.Registerer, name, help string, labels prometheus.Labels, fn func() float64) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, fn))
+}
+
+// Latency buckets (seconds) of the crowdlog_*_seconds histograms.
+var (
+	// RequestBuckets: a request or write, 1 ms to ≈ 33 s (round trips,
+	// acknowledgements, a batch's apply, a release's write).
+	RequestBuckets = prometheus.ExponentialBuckets(0.001, 2, 16)
+	// PoolBuckets: a relay's pool (held until P messages or T, 1 s by
+	// default, plus the forward), 5 ms to ≈ 82 s.
+	PoolBuckets = prometheus.ExponentialBuckets(0.005, 2, 15)
+	// WaitBuckets: a report's wait for its group's k-th report, 0.1 s to a
+	// week (epochs last hours to weeks).
+	WaitBuckets = []float64{0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400}
+)
+
+// NewHistogram returns an unregistered histogram (seconds, buckets as
+// above) for a service to observe into; its Register function registers it
+// with Collect.
+func NewHistogram(name, help string, labels prometheus.Labels, buckets []float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: labels, Buckets: buckets})
+}
+
+// Collect registers collectors, tolerating one already registered with
+// reg (a process-wide histogram such as the OPRF client's, registered by
+// each role that runs a client); other errors panic as MustRegister does.
+func Collect(reg prometheus.Registerer, cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				panic(err)
+			}
+		}
+	}
 }

@@ -55,3 +55,33 @@ func TestCounterMapFunc(t *testing.T) {
 		t.Fatalf("scraped %v", got)
 	}
 }
+
+// TestGaugeMapFunc: one gauge per key, and a key that leaves the map
+// (a partition handed to another member) leaves the scrape.
+func TestGaugeMapFunc(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := map[string]float64{"0": 3, "1": 0}
+	GaugeMapFunc(reg, "x_consumer_lag", "Lag.", "partition", func() map[string]float64 { return m })
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != 1 || len(mfs[0].GetMetric()) != 2 || mfs[0].GetType().String() != "GAUGE" {
+		t.Fatalf("scrape: %v %v, want one gauge family of 2 series", mfs, err)
+	}
+	delete(m, "0")
+	if mfs, _ := reg.Gather(); len(mfs[0].GetMetric()) != 1 || mfs[0].GetMetric()[0].GetLabel()[0].GetValue() != "1" {
+		t.Fatalf("after the partition left: %v", mfs)
+	}
+}
+
+// TestCollectTwice: a process-wide collector registered twice with one
+// registry is kept once, without a panic.
+func TestCollectTwice(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := NewHistogram("x_seconds", "Latency.", nil, RequestBuckets)
+	Collect(reg, h)
+	Collect(reg, h)
+	h.Observe(0.002)
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != 1 || mfs[0].GetMetric()[0].GetHistogram().GetSampleCount() != 1 {
+		t.Fatalf("scrape: %v %v", mfs, err)
+	}
+}
