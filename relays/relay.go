@@ -161,7 +161,8 @@ type Relay struct {
 	Stats *Stats
 	// Registerer, when set, gets Prometheus metrics labelled relay=Name:
 	// crowdlog_relay_reports_in_total, crowdlog_relay_forwarded_total,
-	// crowdlog_relay_dropped_total{reason}, crowdlog_relay_batch_size.
+	// crowdlog_relay_dropped_total{reason}, crowdlog_relay_batch_size,
+	// crowdlog_relay_pool_latency_seconds.
 	Registerer prometheus.Registerer
 
 	replay *replayFilter // nil when disabled
@@ -184,6 +185,7 @@ var reasonNames = [...]string{keep: "", dropMalformed: "malformed", dropOversize
 // item is one fetched message and what peeling it gave.
 type item struct {
 	m      jetstream.Msg
+	got    time.Time // fetched (crowdlog_relay_pool_latency_seconds)
 	hop    onion.Hop
 	inner  []byte
 	reason dropReason
@@ -334,7 +336,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		var items []*item
 		for m := range batch.Messages() {
-			items = append(items, &item{m: m})
+			items = append(items, &item{m: m, got: time.Now()})
 		}
 		ferr := batch.Error()
 		if errors.Is(ferr, nats.ErrConnectionClosed) && len(items) == 0 {
@@ -584,6 +586,7 @@ func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *m
 		}
 		if it.ok {
 			_ = it.m.Ack()
+			mx.pool.Observe(time.Since(it.got).Seconds())
 			fwd++
 			continue
 		}

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	inframetrics "github.com/crowdlog/crowdlog/infra/metrics"
 )
 
 // Stats counts a relay's work. All fields are atomic counters, safe to read
@@ -82,6 +84,7 @@ type metrics struct {
 	forwarded prometheus.Counter
 	dropped   *prometheus.CounterVec
 	batchSize prometheus.Histogram
+	pool      prometheus.Histogram // a forwarded message's time from fetch to ack
 }
 
 func newMetrics(reg prometheus.Registerer, name string, log *slog.Logger) *metrics {
@@ -96,6 +99,9 @@ func newMetrics(reg prometheus.Registerer, name string, log *slog.Logger) *metri
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "crowdlog_relay_batch_size",
 			Help: "Messages per forwarded batch (one pool: the mixing set size).", ConstLabels: labels,
 			Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
+		pool: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "crowdlog_relay_pool_latency_seconds",
+			Help: "A forwarded message's time in the relay: from its fetch to its ack after the forward (pool hold, shuffle, forward).", ConstLabels: labels,
+			Buckets: inframetrics.PoolBuckets}),
 	}
 	if reg == nil {
 		return m
@@ -104,6 +110,7 @@ func newMetrics(reg prometheus.Registerer, name string, log *slog.Logger) *metri
 	m.forwarded = register(reg, m.forwarded, log)
 	m.dropped = register(reg, m.dropped, log)
 	m.batchSize = register(reg, m.batchSize, log)
+	m.pool = register(reg, m.pool, log)
 	for _, reason := range reasonNames {
 		if reason != "" {
 			m.dropped.WithLabelValues(reason) // export every reason from the start, at 0

@@ -275,6 +275,12 @@ func (s slogLogger) Logf(level kfake.LogLevel, msg string, args ...any) {
 // with topic and partition) and ends that partition's reader, not the
 // others; it returns an error only when the start offset cannot be set.
 func Forward(brokers []string, topic string, msgs chan<- []byte, log *slog.Logger) func(ctx context.Context, gen *kafkago.Generation, partition int, from int64) error {
+	return forward(brokers, topic, msgs, log, nil)
+}
+
+// forward is Forward that also reports each partition's lag after every
+// read message (high watermark − next offset) to lag, when not nil.
+func forward(brokers []string, topic string, msgs chan<- []byte, log *slog.Logger, lag func(partition int, n int64)) func(ctx context.Context, gen *kafkago.Generation, partition int, from int64) error {
 	return func(ctx context.Context, _ *kafkago.Generation, id int, from int64) error {
 		r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: brokers, Topic: topic, Partition: id,
 			MinBytes: 1, MaxBytes: 64 << 20, MaxWait: 200 * time.Millisecond})
@@ -289,6 +295,9 @@ func Forward(brokers []string, topic string, msgs chan<- []byte, log *slog.Logge
 					log.Error("read topic", "topic", topic, "partition", id, "err", err)
 				}
 				return nil
+			}
+			if lag != nil {
+				lag(id, max(m.HighWaterMark-(m.Offset+1), 0))
 			}
 			select {
 			case msgs <- m.Value:
@@ -311,6 +320,22 @@ type Tail struct {
 	Done   <-chan struct{}
 	cancel context.CancelFunc
 	err    error // ServeGroup's error, set before Done is closed
+	lagMu  sync.Mutex
+	lag    map[int]int64
+}
+
+// Lag returns, per partition, the messages behind the partition's end as
+// of its last read message: high watermark − next offset (0 when caught
+// up; a message read but not yet taken from Msgs counts as read). A
+// partition appears at its first message. For a consumer-lag gauge.
+func (t *Tail) Lag() map[int]int64 {
+	t.lagMu.Lock()
+	defer t.lagMu.Unlock()
+	out := make(map[int]int64, len(t.lag))
+	for p, n := range t.lag {
+		out[p] = n
+	}
+	return out
 }
 
 // ReadTopic starts a Tail of topic (role prefixes logs and errors, as in
@@ -319,10 +344,15 @@ func ReadTopic(ctx context.Context, brokers []string, topic, role string, log *s
 	msgs := make(chan []byte, 1024)
 	done := make(chan struct{})
 	rctx, cancel := context.WithCancel(ctx)
-	t := &Tail{Msgs: msgs, Done: done, cancel: cancel}
+	t := &Tail{Msgs: msgs, Done: done, cancel: cancel, lag: map[int]int64{}}
+	setLag := func(p int, n int64) {
+		t.lagMu.Lock()
+		t.lag[p] = n
+		t.lagMu.Unlock()
+	}
 	go func() {
 		defer close(done)
-		t.err = ServeGroup(rctx, brokers, "", topic, 0, log, role, Forward(brokers, topic, msgs, log))
+		t.err = ServeGroup(rctx, brokers, "", topic, 0, log, role, forward(brokers, topic, msgs, log, setLag))
 	}()
 	return t
 }

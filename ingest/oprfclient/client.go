@@ -19,13 +19,28 @@ import (
 
 	circloprf "github.com/cloudflare/circl/oprf"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/crowdlog/crowdlog/infra/metrics"
 	"github.com/crowdlog/crowdlog/infra/retry"
 	"github.com/crowdlog/crowdlog/ingest/pinfile"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
 	"github.com/crowdlog/crowdlog/protocol/token"
 )
+
+// RoundTripSeconds is the process's histogram of OPRF round trips, one
+// observation per evaluated batch (Client.Evaluate): from sending the
+// blinded elements to the answer, re-sends after a timeout included
+// (crowdlog_ingest_oprf_round_trip_seconds). Process-wide, so that every
+// Client of a program counts, however it was made; a role running clients
+// registers it (pipelines/runner.RegisterPublisher). A refused or failed
+// request is not observed.
+var RoundTripSeconds = metrics.NewHistogram("crowdlog_ingest_oprf_round_trip_seconds",
+	"OPRF round trip of one evaluated batch (blinded elements sent to answer, retries included).", nil, metrics.RequestBuckets)
+
+// Collectors returns the package's metrics (RoundTripSeconds).
+func Collectors() []prometheus.Collector { return []prometheus.Collector{RoundTripSeconds} }
 
 // TokenSource gives randomness tokens (protocol/token, KindRandomness):
 // n tokens of epoch, each spent once (ingest/tokenclient gets them from the
@@ -289,10 +304,12 @@ func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([
 		if err != nil {
 			return nil, err
 		}
+		sent := time.Now()
 		m, err := c.request(ctx, protocol.RandomnessSubject, b)
 		if err != nil {
 			return nil, fmt.Errorf("randomness request (is `crowdlog randomness` running?): %w", err)
 		}
+		rtt := time.Since(sent)
 		resp, err := oprf.ParseRandomnessResponse(m.Data)
 		if err != nil {
 			return nil, fmt.Errorf("randomness response: %w", err)
@@ -310,6 +327,7 @@ func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([
 		if err != nil {
 			return nil, fmt.Errorf("epoch %s: %w", epoch, err)
 		}
+		RoundTripSeconds.Observe(rtt.Seconds())
 		out = append(out, omegas...)
 	}
 	return out, nil

@@ -19,7 +19,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/crowdlog/crowdlog/infra/metrics"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 )
@@ -72,6 +74,8 @@ type Publisher struct {
 	Failed atomic.Uint64
 
 	once    sync.Once
+	mxOnce  sync.Once
+	ack     prometheus.Histogram // AckSeconds
 	slots   chan struct{} // one token per accepted, unsettled layer
 	queue   chan *entry   // accepted layers in publish order
 	closing chan struct{}
@@ -85,9 +89,23 @@ type Publisher struct {
 }
 
 type entry struct {
+	at  time.Time // first handed to JetStream (AckSeconds)
 	msg *nats.Msg
 	fut jetstream.PubAckFuture // nil when the async publish itself failed
 	err error                  // the publish error when fut is nil
+}
+
+// AckSeconds is the histogram of the time from handing a layer to
+// JetStream to its PubAck as the publisher settles it, retries included
+// (crowdlog_ingest_publish_ack_seconds; settled in publish order, so a
+// slow ack also delays the ones behind it). Register it with a role's
+// registry (pipelines/runner.RegisterPublisher).
+func (p *Publisher) AckSeconds() prometheus.Histogram {
+	p.mxOnce.Do(func() {
+		p.ack = metrics.NewHistogram("crowdlog_ingest_publish_ack_seconds",
+			"Time from publishing an onion layer to relay a's stream to its PubAck (retries included).", nil, metrics.RequestBuckets)
+	})
+	return p.ack
 }
 
 func (p *Publisher) init() {
@@ -142,7 +160,7 @@ func (p *Publisher) Publish(ctx context.Context, layer []byte) error {
 
 	msg := &nats.Msg{Subject: p.Subject, Data: layer, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, protocol.LayerMsgID(layer))
-	e := &entry{msg: msg}
+	e := &entry{at: time.Now(), msg: msg}
 	e.fut, e.err = p.JS.PublishMsgAsync(msg)
 	p.queue <- e // never blocks: len(queue) <= outstanding <= cap(slots)
 	return nil
@@ -259,6 +277,7 @@ func (p *Publisher) settle() {
 		switch {
 		case err == nil:
 			p.Published.Add(1)
+			p.AckSeconds().Observe(time.Since(e.at).Seconds())
 			healthy = true
 		case permanent(err):
 			p.fail(err)
@@ -281,6 +300,7 @@ func (p *Publisher) settle() {
 				p.fail(perr)
 			} else {
 				p.Published.Add(1)
+				p.AckSeconds().Observe(time.Since(e.at).Seconds())
 				healthy = true
 			}
 		}

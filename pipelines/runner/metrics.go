@@ -1,12 +1,15 @@
 package runner
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/aggregator/vectors"
 	"github.com/crowdlog/crowdlog/coordinator"
 	"github.com/crowdlog/crowdlog/infra/metrics"
+	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/randomness"
 	pddrelease "github.com/crowdlog/crowdlog/release/pdd"
@@ -15,8 +18,13 @@ import (
 
 // RegisterAggregator exposes an aggregator's counters: reports accepted,
 // decrypted and dropped (all reasons, incl. redelivered duplicates), and
-// undecrypted tags pending in the partitions this process owns.
+// undecrypted tags pending in the partitions this process owns; the
+// consumer lag per owned partition of the reports topic; and the batch
+// apply time and sampled decrypt wait histograms (seconds).
 func RegisterAggregator(reg prometheus.Registerer, s *aggregator.Service) {
+	metrics.Collect(reg, s.Histograms()...)
+	metrics.GaugeMapFunc(reg, "crowdlog_aggregator_consumer_lag", "Messages of the reports topic behind the partition's end (high watermark − next offset) at the last fetch, per partition this process owns.",
+		"partition", func() map[string]float64 { return lagMap(s.ConsumerLag()) })
 	metrics.CounterFunc(reg, "crowdlog_aggregator_reports_total", "Reports accepted by the aggregator.", nil, func() float64 { return float64(s.Reports.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_aggregator_decrypted_total", "Reports decrypted and emitted.", nil, func() float64 { return float64(s.Decrypted.Load()) })
 	metrics.CounterMapFunc(reg, "crowdlog_aggregator_dropped_total", "Reports and messages dropped, by reason (docs/operations.md): malformed, duplicate, late, unknown-epoch, epoch-full, bad-share, bad-ciphertext, bad-commitment, no-token, bad-token, spent-token, token-key, bad-presentation, arc-key, unit-mismatch, ...",
@@ -43,16 +51,34 @@ func RegisterRandomness(reg prometheus.Registerer, s *randomness.Service) {
 	}
 }
 
-// RegisterRelease exposes epochs released and item rows written.
+// RegisterRelease exposes epochs released and item rows written, the
+// consumer lag per partition of the decrypted topic, the write time
+// histogram (seconds) and the last release's Unix time per (app, policy, k).
 func RegisterRelease(reg prometheus.Registerer, st *stage.Stage) {
+	metrics.Collect(reg, st.Collectors()...)
+	metrics.GaugeMapFunc(reg, "crowdlog_release_consumer_lag", "Messages of the decrypted topic behind the partition's end (high watermark − next offset) at the last read, per partition.",
+		"partition", func() map[string]float64 { return lagMap(st.ConsumerLag()) })
 	metrics.CounterFunc(reg, "crowdlog_release_epochs_total", "Epoch releases written to ClickHouse.", nil, func() float64 { return float64(st.Released.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_release_rows_total", "Released item rows written to ClickHouse.", nil, func() float64 { return float64(st.Rows.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_release_foreign_items_total", "Decrypted items not released: sealed for another pipeline (policy, k) than this stage's.", nil, func() float64 { return float64(st.Foreign.Load()) })
 }
 
+// lagMap is a consumer lag per partition as GaugeMapFunc takes it.
+func lagMap(lag map[int]int64) map[string]float64 {
+	out := make(map[string]float64, len(lag))
+	for p, n := range lag {
+		out[strconv.Itoa(p)] = float64(n)
+	}
+	return out
+}
+
 // RegisterPublisher exposes a client publisher's reports published and
-// retried.
+// retried, its PubAck latency, and the process's OPRF round trips
+// (oprfclient.RoundTripSeconds: the clients that the role's publisher
+// sends for).
 func RegisterPublisher(reg prometheus.Registerer, p *publish.Publisher) {
+	metrics.Collect(reg, p.AckSeconds())
+	metrics.Collect(reg, oprfclient.Collectors()...)
 	metrics.CounterFunc(reg, "crowdlog_ingest_reports_published_total", "Onion-wrapped reports stored by relay a's stream.", nil, func() float64 { return float64(p.Published.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_ingest_publish_retries_total", "Publishes retried (backpressure or timeouts).", nil, func() float64 { return float64(p.Retried.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_ingest_publish_failed_total", "Reports abandoned at Close.", nil, func() float64 { return float64(p.Failed.Load()) })

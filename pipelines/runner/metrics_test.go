@@ -7,14 +7,23 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/crowdlog/crowdlog/aggregator/vectors"
+	"github.com/crowdlog/crowdlog/coordinator"
+	"github.com/crowdlog/crowdlog/issuer"
+	"github.com/crowdlog/crowdlog/randomness"
+	pddrelease "github.com/crowdlog/crowdlog/release/pdd"
 )
 
 // TestMetricsMatchSummary scrapes /metrics of an in-process run and checks
@@ -60,33 +69,8 @@ func TestMetricsMatchSummary(t *testing.T) {
 		t.Error("randomness evaluated counter is zero")
 	}
 
-	// every metric the Grafana dashboard plots exists in the scrape
-	b, err := os.ReadFile("../../infra/deploy/grafana-dashboard.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Panels []struct {
-			Title   string
-			Targets []struct{ Expr string }
-		}
-	}
-	if err := json.Unmarshal(b, &dash); err != nil {
-		t.Fatalf("dashboard JSON: %v", err)
-	}
-	metricName := regexp.MustCompile(`crowdlog_[a-z_]+`)
-	for _, p := range dash.Panels {
-		for _, tg := range p.Targets {
-			for _, m := range metricName.FindAllString(tg.Expr, -1) {
-				if !strings.Contains(scraped, "\n"+m) && !strings.Contains(scraped, "# TYPE "+strings.TrimSuffix(m, "_bucket")) {
-					t.Errorf("dashboard panel %q plots %s, which no role exports", p.Title, m)
-				}
-			}
-		}
-	}
-	if len(dash.Panels) == 0 {
-		t.Error("dashboard has no panels")
-	}
+	// every selector of every dashboard panel matches the scrape
+	checkDashboard(t, scraped)
 }
 
 // runWithScrape runs the pipeline and scrapes /metrics right after the
@@ -131,6 +115,215 @@ func TestRegisterRandomnessTokenRefusals(t *testing.T) {
 	for _, r := range []string{randomness.ReasonTokensMissing, randomness.ReasonTokenInvalid, randomness.ReasonTokenSpent, randomness.ReasonTokensUnavailable} {
 		if !reasons[r] {
 			t.Errorf("no crowdlog_randomness_token_refused_total{reason=%q} series (have %v)", r, reasons)
+		}
+	}
+}
+
+// dashboardPanel is a panel of infra/deploy/grafana-dashboard.json as the
+// tests read it.
+type dashboardPanel struct {
+	Title   string
+	Targets []struct{ Expr string }
+}
+
+func readDashboard(t *testing.T) []dashboardPanel {
+	t.Helper()
+	b, err := os.ReadFile("../../infra/deploy/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct{ Panels []dashboardPanel }
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	if len(dash.Panels) == 0 {
+		t.Fatal("dashboard has no panels")
+	}
+	return dash.Panels
+}
+
+// selector is one vector selector of a panel expression: the metric name
+// and the label=value equality matchers.
+type selector struct {
+	name   string
+	equals map[string]string
+}
+
+// panelSelectors parses expr with the PromQL parser and returns its vector
+// selectors (those inside range vectors included).
+func panelSelectors(expr string) ([]selector, error) {
+	e, err := parser.NewParser(parser.Options{}).ParseExpr(expr)
+	if err != nil {
+		return nil, err
+	}
+	var out []selector
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		vs, ok := n.(*parser.VectorSelector)
+		if !ok {
+			return nil
+		}
+		sel := selector{name: vs.Name, equals: map[string]string{}}
+		for _, m := range vs.LabelMatchers {
+			switch {
+			case m.Name == model.MetricNameLabel:
+				if m.Type == labels.MatchEqual {
+					sel.name = m.Value
+				}
+			case m.Type == labels.MatchEqual:
+				sel.equals[m.Name] = m.Value
+			}
+		}
+		out = append(out, sel)
+		return nil
+	})
+	return out, nil
+}
+
+// scrapeFamilies parses a /metrics scrape (Prometheus text format).
+func scrapeFamilies(t *testing.T, text string) map[string]*dto.MetricFamily {
+	t.Helper()
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	mfs, err := p.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		t.Fatalf("parse the scrape: %v", err)
+	}
+	return mfs
+}
+
+// notInRun lists the roles `crowdlog run` does not run in process (the PDD
+// coordinator, vectors aggregator and PDD release; the issuer when the run
+// has no tokens): their series are checked against a registry with their
+// Register functions applied to zero-valued services instead of the run's
+// scrape. Every other metric must be in the run's scrape.
+func notInRun(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	RegisterCoordinator(reg, &coordinator.Coordinator{})
+	RegisterVectors(reg, &vectors.Service{})
+	RegisterPDDRelease(reg, &pddrelease.Stage{})
+	(&issuer.Service{}).Register(reg)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		out[mf.GetName()] = mf
+	}
+	return out
+}
+
+// family finds the family a selector name belongs to (name itself, or a
+// histogram's or summary's name_bucket, _sum, _count).
+func family(mfs map[string]*dto.MetricFamily, name string) *dto.MetricFamily {
+	if mf := mfs[name]; mf != nil {
+		return mf
+	}
+	for _, suf := range []string{"_bucket", "_sum", "_count"} {
+		if base, ok := strings.CutSuffix(name, suf); ok {
+			if mf := mfs[base]; mf != nil && (mf.GetType() == dto.MetricType_HISTOGRAM || mf.GetType() == dto.MetricType_SUMMARY) {
+				return mf
+			}
+		}
+	}
+	return nil
+}
+
+// hasLabel reports whether a series of mf carries label name=value.
+func hasLabel(mf *dto.MetricFamily, name, value string) bool {
+	for _, m := range mf.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == name && l.GetValue() == value {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// checkDashboard parses every panel expression of the Grafana dashboard
+// with the PromQL parser and requires that each vector selector's metric
+// exists in scraped (a real `crowdlog run`'s /metrics) and that each
+// label="value" matcher's value appears on a series of that metric, e.g.
+// crowdlog_relay_dropped_total{reason="unknown_key"}. Metrics of the roles
+// the run does not run (notInRun) are checked against those roles'
+// registries instead, and logged.
+func checkDashboard(t *testing.T, scraped string) {
+	t.Helper()
+	run := scrapeFamilies(t, scraped)
+	other := notInRun(t)
+	for _, p := range readDashboard(t) {
+		if len(p.Targets) == 0 {
+			t.Errorf("dashboard panel %q has no targets", p.Title)
+		}
+		for _, tg := range p.Targets {
+			sels, err := panelSelectors(tg.Expr)
+			if err != nil {
+				t.Errorf("dashboard panel %q: %q does not parse: %v", p.Title, tg.Expr, err)
+				continue
+			}
+			if len(sels) == 0 {
+				t.Errorf("dashboard panel %q: %q selects no metric", p.Title, tg.Expr)
+			}
+			for _, sel := range sels {
+				mf := family(run, sel.name)
+				if mf == nil {
+					if mf = family(other, sel.name); mf != nil {
+						t.Logf("dashboard panel %q: %s checked against its role's registry (not run by crowdlog run)", p.Title, sel.name)
+					}
+				}
+				if mf == nil {
+					t.Errorf("dashboard panel %q plots %s, which no role exports", p.Title, sel.name)
+					continue
+				}
+				for l, v := range sel.equals {
+					if l == "le" || v == "" {
+						continue
+					}
+					if !hasLabel(mf, l, v) {
+						t.Errorf("dashboard panel %q selects %s{%s=%q}, but no series of %s has that label value", p.Title, sel.name, l, v, mf.GetName())
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestDashboardPanels (no run needed): every panel expression parses, and
+// a title that names several series ("in / forwarded", "(p50, p95)")
+// plots at least as many.
+func TestDashboardPanels(t *testing.T) {
+	for _, p := range readDashboard(t) {
+		named := 1
+		if n := strings.Count(p.Title, " / ") + 1; n > named {
+			named = n
+		}
+		if strings.Contains(p.Title, "(p50, p95") {
+			named = max(named, 2)
+		}
+		if len(p.Targets) < named {
+			t.Errorf("dashboard panel %q names %d series but plots %d", p.Title, named, len(p.Targets))
+		}
+		for _, tg := range p.Targets {
+			if _, err := panelSelectors(tg.Expr); err != nil {
+				t.Errorf("dashboard panel %q: %q does not parse: %v", p.Title, tg.Expr, err)
+			}
+		}
+	}
+}
+
+// TestDashboardLabelValues: the label values the dashboard selects on the
+// roles that `crowdlog run` does not run exist in their registries (the
+// run's scrape checks the others: TestMetricsMatchSummary).
+func TestDashboardLabelValues(t *testing.T) {
+	other := notInRun(t)
+	for _, want := range []struct{ name, label, value string }{
+		{"crowdlog_coordinator_refused_total", "reason", coordinator.RefusedSignature},
+		{"crowdlog_issuer_refused_total", "reason", issuer.ReasonBudget},
+	} {
+		mf := family(other, want.name)
+		if mf == nil || !hasLabel(mf, want.label, want.value) {
+			t.Errorf("no %s{%s=%q}", want.name, want.label, want.value)
 		}
 	}
 }

@@ -14,10 +14,15 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/metrics"
 	"github.com/crowdlog/crowdlog/infra/retry"
 
 	"github.com/crowdlog/crowdlog/protocol"
@@ -350,6 +355,46 @@ type Stage struct {
 	Foreign atomic.Int64
 	// OnRelease, when set, is called after an epoch was written.
 	OnRelease func(app, epoch string, items []release.Item)
+
+	mxOnce       sync.Once
+	writeSeconds prometheus.Histogram // Collectors
+	lastRelease  *prometheus.GaugeVec
+	tailMu       sync.Mutex
+	tail         *infrakafka.Tail // ConsumerLag
+}
+
+// Collectors returns the stage's metrics, for a registry
+// (pipelines/runner.RegisterRelease): crowdlog_release_write_seconds, the
+// time to write one epoch's release to ClickHouse (ReleaseEpoch's writes,
+// retries included), and
+// crowdlog_release_last_release_timestamp_seconds{app,policy,k}, the Unix
+// time of the last epoch written per app and pipeline (policy and k of
+// Policy; "any" and 0 without one).
+func (st *Stage) Collectors() []prometheus.Collector {
+	st.initMetrics()
+	return []prometheus.Collector{st.writeSeconds, st.lastRelease}
+}
+
+func (st *Stage) initMetrics() {
+	st.mxOnce.Do(func() {
+		st.writeSeconds = metrics.NewHistogram("crowdlog_release_write_seconds",
+			"Time to write one epoch's release to ClickHouse (retries included).", nil, metrics.RequestBuckets)
+		st.lastRelease = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "crowdlog_release_last_release_timestamp_seconds",
+			Help: "Unix time of the last epoch release written, per app and pipeline policy and k."}, []string{"app", "policy", "k"})
+	})
+}
+
+// ConsumerLag returns, per partition of the decrypted topic, the messages
+// behind its end as of the last read (infra/kafka.Tail.Lag); empty while
+// Run is not reading.
+func (st *Stage) ConsumerLag() map[int]int64 {
+	st.tailMu.Lock()
+	t := st.tail
+	st.tailMu.Unlock()
+	if t == nil {
+		return map[int]int64{}
+	}
+	return t.Lag()
 }
 
 // Run serves until ctx ends (then it returns nil). Errors: the topic's
@@ -370,6 +415,9 @@ func (st *Stage) Run(ctx context.Context) error {
 	// written on this goroutine alone
 	tail := infrakafka.ReadTopic(ctx, st.Brokers, topic, "release", log)
 	defer tail.Stop()
+	st.tailMu.Lock()
+	st.tail = tail
+	st.tailMu.Unlock()
 	state := NewState()
 	for {
 		select {
@@ -416,10 +464,20 @@ func (st *Stage) ReleaseEpoch(ctx context.Context, state *State, app, epoch stri
 			"app", app, "epoch", epoch, "items", n, "sealed_for", keys,
 			"this_stage", fmt.Sprintf("%s/k=%d/pipeline=%s", st.Policy.Sealing(), st.Policy.ShamirK, digestName(digest)), "policy", string(st.Policy.Kind))
 	}
+	st.initMetrics()
+	start := time.Now()
 	if dp {
 		items, err = st.writeDP(ctx, app, epoch, items, undec, log)
 	} else {
 		err = st.write(ctx, items, undec, log)
+		if err == nil && st.Policy != nil && len(items) == 0 && len(undec) == 0 {
+			// nothing of the pipeline opened nor stayed encrypted: the
+			// epoch's release is empty, and still complete
+			err = st.writeEmpty(ctx, release.Key{App: app, Epoch: epoch, Policy: string(st.Policy.Kind), K: st.Policy.ShamirK}, log)
+		}
+	}
+	if err == nil {
+		st.writeSeconds.Observe(time.Since(start).Seconds())
 	}
 	if errors.Is(err, release.ErrOverBudget) {
 		log.Error("release: refused, over the privacy budget; nothing released", "app", app, "epoch", epoch, "err", err)
@@ -433,6 +491,11 @@ func (st *Stage) ReleaseEpoch(ctx context.Context, state *State, app, epoch stri
 	}
 	st.Released.Add(1)
 	st.Rows.Add(int64(len(items)))
+	pol, k := "any", 0
+	if st.Policy != nil {
+		pol, k = string(st.Policy.Kind), st.Policy.ShamirK
+	}
+	st.lastRelease.WithLabelValues(app, pol, strconv.Itoa(k)).Set(float64(time.Now().UnixNano()) / 1e9)
 	log.Info("release: epoch released", "app", app, "epoch", epoch, "items", len(items),
 		"undecrypted_lines", len(undec), "duplicates_dropped", state.Duplicates)
 	if st.OnRelease != nil {
@@ -500,6 +563,24 @@ func (st *Stage) writeDP(ctx context.Context, app, epoch string, items []release
 func (st *Stage) write(ctx context.Context, items []release.Item, undec []release.Undecrypted, log *slog.Logger) error {
 	return retry.Forever(ctx, log, "release: write to ClickHouse", 200*time.Millisecond, 10*time.Second,
 		func() error { return st.Sink.WriteRelease(ctx, items, undec, time.Now()) })
+}
+
+// KeyedSink writes the release of one key, also an empty one (satisfied
+// by *release.Writer).
+type KeyedSink interface {
+	WriteKeyedRelease(ctx context.Context, key release.Key, items []release.Item, undec []release.Undecrypted, releasedAt time.Time) error
+}
+
+// writeEmpty writes the empty release of key (its releases row: the epoch
+// is complete with nothing to publish) when the Sink can, retrying as
+// write does.
+func (st *Stage) writeEmpty(ctx context.Context, key release.Key, log *slog.Logger) error {
+	ks, ok := st.Sink.(KeyedSink)
+	if !ok {
+		return nil
+	}
+	return retry.Forever(ctx, log, "release: write to ClickHouse", 200*time.Millisecond, 10*time.Second,
+		func() error { return ks.WriteKeyedRelease(ctx, key, nil, nil, time.Now()) })
 }
 
 // DigestHex is a pipeline digest as protocol.Decrypted carries it: 64 hex
