@@ -75,6 +75,10 @@ type Service struct {
 	// off. Every member of a group must set them alike.
 	ReportKeys func(epoch string) (*token.PrivateKey, error)
 	ARCKeys    func(epoch string) (*arc.PrivateKey, error)
+	// Schedule, when set, opens and closes scheduled epochs on this
+	// process's clock (Schedule; `crowdlog aggregate --pipeline` with an
+	// epoch length). nil: epochs are opened and closed by the operator.
+	Schedule *Schedule
 	// Pipelines sets Partition.Pipelines: the pipeline digests served
 	// (nil: any). A report sealed for another definition is dropped
 	// ("pipeline-mismatch") and logged once per digest, naming both.
@@ -108,11 +112,12 @@ type Service struct {
 	pending                     map[int]int      // pending tags per owned partition
 	droppedBy                   map[string]int64 // Dropped by reason (DroppedByReason)
 	kept                        map[int]keptState
-	cache                       *verifyCache      // verified tokens and presentations, shared by the partitions
-	snap                        *snapStore        // SnapshotDir
-	snapBusy                    map[int]bool      // partitions whose snapshot is being written
-	foreignPipes                map[[32]byte]bool // pipeline digests refused and logged
-	Snapshots, Restores         atomic.Int64      // snapshots written, partitions restored from one
+	cache                       *verifyCache       // verified tokens and presentations, shared by the partitions
+	snap                        *snapStore         // SnapshotDir
+	snapBusy                    map[int]bool       // partitions whose snapshot is being written
+	foreignPipes                map[[32]byte]bool  // pipeline digests refused and logged
+	openEpochs                  map[int][]epochKey // open epochs per owned partition, after its last batch (Schedule)
+	Snapshots, Restores         atomic.Int64       // snapshots written, partitions restored from one
 
 	// metrics measured here, never in Partition (a deterministic state
 	// machine): Histograms, ConsumerLag
@@ -367,6 +372,12 @@ func (s *Service) Run(ctx context.Context) error {
 		Balancer: kafka.BalancerFunc(samePartition), RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 2 * time.Millisecond, BatchSize: 1024, BatchBytes: 64 << 20}
 	defer w.Close()
+	if s.Schedule != nil {
+		if s.Schedule.Length <= 0 || s.Schedule.Length%time.Second != 0 || s.Schedule.CloseDelay < 0 {
+			return fmt.Errorf("aggregator: schedule: epoch length %s (want a positive whole number of seconds) or close delay %s (want ≥ 0)", s.Schedule.Length, s.Schedule.CloseDelay)
+		}
+		go s.runSchedule(ctx, log)
+	}
 	return infrakafka.ServeGroupAssigned(ctx, s.Brokers, s.GroupID, protocol.ReportsTopic, s.SessionTimeout, log, "aggregator",
 		s.release,
 		func(ctx context.Context, gen *kafka.Generation, id int, committed int64) error {
@@ -671,6 +682,12 @@ func (s *Service) account(id int, st *Partition, prev *totals) {
 	*prev = now
 	s.mu.Lock()
 	s.pending[id] = st.PendingTags()
+	if s.Schedule != nil {
+		if s.openEpochs == nil {
+			s.openEpochs = map[int][]epochKey{}
+		}
+		s.openEpochs[id] = st.openEpochKeys()
+	}
 	if s.droppedBy == nil {
 		s.droppedBy = map[string]int64{}
 	}
