@@ -112,7 +112,7 @@ func (s *Sealing) SealARC(arcTag []byte, primary, secondary string) (*Report, er
 // need it; attack tests and tools use it to forge reports. Errors come
 // from the payload's encoding (oversized fields).
 func (s *Sealing) SealAt(x group.Scalar, unit [16]byte, primary, secondary string) (*Report, error) {
-	r := &Report{App: s.App, Epoch: s.Epoch, Policy: s.Policy, K: uint16(s.K), Tag: s.Tag, Commitment: s.commit}
+	r := &Report{App: s.App, Epoch: s.Epoch, Policy: s.Policy, K: uint16(s.K), Pipeline: s.Pipeline, Tag: s.Tag, Commitment: s.commit}
 	if _, err := io.ReadFull(rand.Reader, r.ID[:]); err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func (s *Sealing) sealARC(rnd io.Reader, arcTag []byte, primary, secondary strin
 	if len(arcTag) == 0 {
 		return nil, fmt.Errorf("protocol: SealARC needs the ARC presentation tag")
 	}
-	r := &Report{App: s.App, Epoch: s.Epoch, Policy: s.Policy, K: uint16(s.K), Tag: s.Tag, Commitment: s.commit}
+	r := &Report{App: s.App, Epoch: s.Epoch, Policy: s.Policy, K: uint16(s.K), Pipeline: s.Pipeline, Tag: s.Tag, Commitment: s.commit}
 	if _, err := io.ReadFull(rnd, r.ID[:]); err != nil {
 		return nil, err
 	}

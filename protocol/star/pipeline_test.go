@@ -75,6 +75,18 @@ func TestPipelineDigestBound(t *testing.T) {
 	if _, err := OpenPayload(key, &forged); err == nil {
 		t.Fatal("a report stripped of its pipeline digest opened")
 	}
+	// every way of sealing carries the digest: the ARC seal and SealAt too
+	ra, err := s1.SealARC([]byte("an ARC presentation tag"), "weather", "Weather")
+	if err != nil || ra.Pipeline != d1 {
+		t.Fatalf("SealARC: digest %x, %v", ra.Pipeline, err)
+	}
+	if _, err := OpenPayload(key, ra); err != nil {
+		t.Fatalf("SealARC's report does not open under the group's key: %v", err)
+	}
+	rx, err := s1.SealAt(reps[0].Share.X, [16]byte{1}, "weather", "Weather")
+	if err != nil || rx.Pipeline != d1 {
+		t.Fatalf("SealAt: digest %x, %v", rx.Pipeline, err)
+	}
 	// without a digest: version 2, the layout before
 	u, _ := NewUserSecret()
 	r0, _ := none.Seal(&u, "weather", "Weather")
