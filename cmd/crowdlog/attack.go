@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -41,7 +42,7 @@ reports, so a thief rebuilds them too.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger()
-			groups, err := attack.Snapshot(cmd.Context(), state, broker, keyPaths)
+			groups, err := attack.Snapshot(cmd.Context(), state, strings.Split(broker, ",")[0], keyPaths) // a bootstrap broker
 			if err != nil {
 				return err
 			}
@@ -53,7 +54,7 @@ reports, so a thief rebuilds them too.`,
 		},
 	}
 	c.Flags().StringVar(&state, "state", "", "a `crowdlog run --state` directory (broker data in kafka/, keys in keys/)")
-	c.Flags().StringVar(&broker, "kafka", "", "Kafka bootstrap address (instead of --state)")
+	c.Flags().Var(newListFlag(&broker), "kafka", "Kafka bootstrap brokers, comma-separated host:port list (instead of --state)")
 	c.Flags().StringSliceVar(&keyPaths, "key", nil, "aggregator key file with --kafka (repeat for rotated keys)")
 	c.Flags().StringVar(&out, "out", "pending.jsonl", "snapshot file to write")
 	return c

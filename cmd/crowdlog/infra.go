@@ -66,7 +66,7 @@ func clickhouseInitCmd() *cobra.Command {
 		passwordEnv = "CROWDLOG_ANALYST_PASSWORD"
 	)
 	c := &cobra.Command{
-		Use:   "init (--addr HOST:PORT | --dir DIR) [--database crowdlog] [--analyst NAME] [--users-d DIR]",
+		Use:   "init (--clickhouse HOST:PORT | --dir DIR) [--database crowdlog] [--analyst NAME] [--users-d DIR]",
 		Short: "Create the release schema, the analyst database and a read-only analyst user",
 		Long: `init creates --database with the release tables (LowCardinality columns
 where the server supports them without an experimental setting), then its
@@ -78,7 +78,7 @@ the analyst views (docs/sql.md). Then a read-only user --analyst (none with
 DDL, SET or table function). The analyst cannot read the release database's
 raw tables (interrupted releases, stored noise draws).
 
-The server is --addr (native protocol, the TCP port; init works as user
+The server is --clickhouse (native protocol, the TCP port; init works as user
 default), or the local server of 'crowdlog clickhouse --dir DIR' (its
 DIR/addr.env). On ClickHouse 20.4 and later the analyst is made with
 CREATE USER … SETTINGS readonly = 1 and GRANT SELECT ON <analyst db>.*. On older
@@ -111,7 +111,7 @@ again after it: rows released in between are copied then.`,
 				}
 			}
 			if o.Addr == "" {
-				return errors.New("give --addr HOST:PORT (the native TCP port) or --dir of a running `crowdlog clickhouse`")
+				return errors.New("give --clickhouse HOST:PORT (the native TCP port) or --dir of a running `crowdlog clickhouse`")
 			}
 			generated := false
 			if o.Analyst.Name != "" {
@@ -148,7 +148,8 @@ again after it: rows released in between are copied then.`,
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&o.Addr, "addr", "", "ClickHouse native-protocol address HOST:PORT (default: CH_TCP of --dir's addr.env)")
+	f.StringVar(&o.Addr, "clickhouse", "", "ClickHouse native-protocol address HOST:PORT (default: CH_TCP of --dir's addr.env; --addr: the former spelling)")
+	respell(c, map[string]string{"addr": "clickhouse"})
 	f.StringVar(&dir, "dir", "", "directory of a running `crowdlog clickhouse --dir` server (address and users.d)")
 	f.StringVar(&o.Database, "database", release.DefaultDatabase, "release database (tables); the analyst reads <database>"+release.AnalystDatabaseSuffix)
 	f.StringVar(&o.Analyst.Name, "analyst", "analyst", `read-only user to create ("" = none)`)

@@ -119,7 +119,7 @@ func keysEnrollCmd() *cobra.Command {
 	var dir, out string
 	var generate bool
 	c := &cobra.Command{
-		Use:   "enroll --dir DIR (PUBKEY-FILE | --generate [--out FILE])",
+		Use:   "enroll --keys DIR (PUBKEY-FILE | --generate [--out FILE])",
 		Short: "Enroll a client identity key at the issuer (its enrollment list)",
 		Long: `enroll adds a client's Ed25519 identity public key to DIR/` + keydir.EnrollmentFile + `, the
 issuer's default attester (a running issuer picks it up without restart).
@@ -158,7 +158,8 @@ is what to enroll).`,
 			return nil
 		},
 	}
-	c.Flags().StringVar(&dir, "dir", "keys", "keys directory of the issuer")
+	c.Flags().StringVar(&dir, "keys", "keys", "keys directory of the issuer (--dir: the former spelling)")
+	respell(c, map[string]string{"dir": "keys"})
 	c.Flags().BoolVar(&generate, "generate", false, "generate a new identity key (written to --out) and enroll it")
 	c.Flags().StringVar(&out, "out", "", "with --generate: the new identity key file")
 	return c

@@ -27,7 +27,7 @@ Private keys are written with mode 0600 and never printed or logged.`,
 	}
 	var dir string
 	gen := &cobra.Command{
-		Use:   "generate --dir DIR",
+		Use:   "generate --keys DIR",
 		Short: "Create relay-a, relay-b and aggregator key pairs in DIR (existing keys are kept)",
 		Long: `generate writes X25519 HPKE key pairs relay-a.key, relay-b.key and
 aggregator.key (mode 0600, private) with key id 1 and their public halves
@@ -51,7 +51,7 @@ Existing files are never overwritten.`,
 		},
 	}
 	list := &cobra.Command{
-		Use:   "list --dir DIR",
+		Use:   "list --keys DIR",
 		Short: "List keys by role with ids, status and fingerprints (public information only)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -68,7 +68,7 @@ Existing files are never overwritten.`,
 	}
 	var role string
 	rotate := &cobra.Command{
-		Use:   "rotate --dir DIR --role relay-a|relay-b|aggregator",
+		Use:   "rotate --keys DIR --role relay-a|relay-b|aggregator",
 		Short: "Make a new current key pair for a role with the next key id, keeping the old one valid",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -87,7 +87,7 @@ Existing files are never overwritten.`,
 	}
 	var id int
 	retire := &cobra.Command{
-		Use:   "retire --dir DIR --role ROLE --id ID",
+		Use:   "retire --keys DIR --role ROLE --id ID",
 		Short: "Delete a rotated-out key pair (ROLE.ID.key and its .pub); the current key cannot be retired",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -100,7 +100,8 @@ Existing files are never overwritten.`,
 		},
 	}
 	for _, sc := range []*cobra.Command{gen, list, rotate, retire} {
-		sc.Flags().StringVar(&dir, "dir", "keys", "keys directory")
+		sc.Flags().StringVar(&dir, "keys", "keys", "keys directory (--dir: the former spelling)")
+		respell(sc, map[string]string{"dir": "keys"})
 	}
 	for _, sc := range []*cobra.Command{rotate, retire} {
 		sc.Flags().StringVar(&role, "role", "", "role: relay-a, relay-b or aggregator")

@@ -71,7 +71,7 @@ Example:
 	f.Float64Var(&cfg.Epsilon, "epsilon", 0, "Laplace noise on each released daily count (0 = exact)")
 	f.IntVar(&cfg.MaxCount, "max-count", 0, "per-client per-keyword per-day clip used as the noise sensitivity")
 	f.StringVar(&cfg.NATS, "nats", "", "NATS URL; empty starts an embedded server")
-	f.StringVar(&cfg.Kafka, "kafka", "", "Kafka bootstrap address; empty starts kfake")
+	f.Var(newListFlag(&cfg.Kafka), "kafka", "Kafka bootstrap brokers, comma-separated host:port list (or repeated); empty starts kfake")
 	f.StringVar(&cfg.ClickHouse, "clickhouse", "", "ClickHouse native address; empty starts a local server")
 	f.StringVar(&cfg.Database, "database", "crowdlog", "ClickHouse database")
 	f.StringVar(&cfg.StateDir, "state", "", "state directory (default: a temporary one)")

@@ -237,7 +237,7 @@ func aggregateCmd() *cobra.Command {
 	var snapshotEvery int
 	var pipelineFiles []string
 	c := &cobra.Command{
-		Use:   "aggregate --key FILE [--kafka ADDR[,ADDR...]] [--token-keys DIR] [--pipeline FILE ...]",
+		Use:   "aggregate --key FILE [--kafka ADDR[,ADDR...]] [--keys DIR] [--pipeline FILE ...]",
 		Short: "Run the threshold aggregator on Kafka topic reports",
 		Long: `aggregate joins Kafka consumer group --group on topic "reports" (more processes =
 partitions spread over them). Per (app, epoch, tag) it keeps the distinct
@@ -268,7 +268,7 @@ reports moves in under 2 s on 2 cores instead of a replay of the whole epoch.
 Share DIR between the processes of a group (a network volume) for moves
 between hosts.
 
---token-keys DIR (Privacy Pass): a report is kept only with an unspent report
+--keys DIR (Privacy Pass): a report is kept only with an unspent report
 token bound to it, and an FT_u report only with an ARC presentation whose tag
 gives its share's x, under DIR/` + keydir.IssuerKeys + `/EPOCH.report.key and EPOCH.arc.key
 (created by 'crowdlog issuer --epoch'); others are dropped (no-token,
@@ -330,7 +330,7 @@ need open-epoch and close-epoch.`,
 			if tokenKeys != "" {
 				runner.AggregatorTokens(s, tokenKeys)
 			} else {
-				log.Warn("aggregate: report tokens and ARC presentations not checked (--token-keys not set): one client may send unlimited reports and be k users under FT_u")
+				log.Warn("aggregate: report tokens and ARC presentations not checked (--keys not set): one client may send unlimited reports and be k users under FT_u")
 			}
 			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterAggregator(reg, s) }, s.Run, kafkaCheck(kafkaAddrs))
 		},
@@ -338,7 +338,8 @@ need open-epoch and close-epoch.`,
 	c.Flags().StringSliceVar(&kafkaAddrs, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")
 	c.Flags().StringSliceVar(&keyPaths, "key", nil, "aggregator HPKE key file (repeat during a rotation)")
 	c.Flags().StringVar(&group, "group", "crowdlog-aggregator", "Kafka consumer group")
-	c.Flags().StringVar(&tokenKeys, "token-keys", "", "keys directory holding the issuer's report-token and ARC keys; set: reports need tokens (and FT_u ARC presentations)")
+	c.Flags().StringVar(&tokenKeys, "keys", "", "keys directory holding the issuer's report-token and ARC keys; set: reports need tokens (and FT_u ARC presentations) (--token-keys: the former spelling)")
+	respell(c, map[string]string{"token-keys": "keys"})
 	c.Flags().StringArrayVarP(&pipelineFiles, "pipeline", "f", nil, "pipeline file served (repeat for several); reports sealed for another definition are dropped (pipeline-mismatch); none: every definition")
 	c.Flags().DurationVar(&session, "session-timeout", 20*time.Second, "a member silent this long leaves the group and its partitions move (also the wait after a crash)")
 	c.Flags().IntVar(&maxOpen, "max-open-epochs", aggregator.DefaultMaxOpenEpochs, "open epochs per app; an open beyond it is refused (logged)")

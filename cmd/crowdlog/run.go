@@ -128,7 +128,7 @@ Examples:
 	f.StringVar(&cfg.Export, "export", "", "write the released histogram here as TSV (header: app epoch policy item impressions users)")
 	f.StringVar((*string)(&cfg.Summary), "summary", string(release.SummaryCoarse), summaryHelp)
 	f.StringVar(&cfg.NATS, "nats", "", "NATS URL (comma-separated list for a cluster); empty starts an embedded server")
-	f.StringVar(&cfg.Kafka, "kafka", "", "Kafka bootstrap brokers, comma-separated host:port list; empty starts a kfake broker in --state")
+	f.Var(newListFlag(&cfg.Kafka), "kafka", "Kafka bootstrap brokers, comma-separated host:port list (or repeated); empty starts a kfake broker in --state")
 	f.StringVar(&cfg.ClickHouse, "clickhouse", "", "ClickHouse native address (host:port); empty starts a local server in --state")
 	f.StringVar(&cfg.Database, "database", "crowdlog", "ClickHouse database")
 	f.StringVar(&cfg.StateDir, "state", "", "state directory (keys, broker data, ClickHouse); empty = a temporary directory removed afterwards")

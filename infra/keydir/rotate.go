@@ -68,7 +68,7 @@ func List(dir string) ([]KeyInfo, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no keys in %s (run `crowdlog keys generate --dir %s`)", dir, dir)
+		return nil, fmt.Errorf("no keys in %s (run `crowdlog keys generate --keys %s`)", dir, dir)
 	}
 	return out, nil
 }
