@@ -109,5 +109,6 @@ reports; 1 any other failure.
 	root.AddCommand(pddCmd(), coordinatorCmd(), aggregateVectorsCmd(), releasePDDCmd())
 	root.AddCommand(issuerCmd())
 	root.AddCommand(pipelineCmd())
+	root.AddCommand(topicsCmd())
 	return root
 }

@@ -146,10 +146,14 @@ type Tokens struct {
 	Report     int `yaml:"report,omitempty"`
 }
 
-// Topics shape the topics `crowdlog run` creates.
+// Topics shape the topics `crowdlog run` and `crowdlog topics` create.
 type Topics struct {
 	// Partitions of the reports and decrypted topics (default 8, 1..1024).
 	Partitions int `yaml:"partitions,omitempty"`
+	// Retention is the least time the topics keep their records (Kafka's
+	// retention.ms): with a schedule at least epoch.length + epoch.grace,
+	// default twice that; without one, 0 = the broker's default.
+	Retention time.Duration `yaml:"retention,omitempty"`
 }
 
 // Defaults of the optional fields.
@@ -300,6 +304,12 @@ func (p *Pipeline) Validate() error {
 	if p.Tokens.Mode == "off" && (p.Tokens.Randomness != 0 || p.Tokens.Report != 0) {
 		return invalid("tokens", "budgets given with mode off; remove them or turn tokens on")
 	}
+	if d := p.Defaults(); d.Epoch.Length > 0 && d.Topics.Retention < d.Epoch.Length+d.Epoch.Grace {
+		return invalid("topics.retention", "%s: want at least epoch.length + epoch.grace (%s): a rebuilt aggregator replays the epoch's reports", d.Topics.Retention, d.Epoch.Length+d.Epoch.Grace)
+	}
+	if p.Topics.Retention < 0 {
+		return invalid("topics.retention", "%s: want ≥ 0 (0 = the default)", p.Topics.Retention)
+	}
 	if n := p.Topics.Partitions; n < 0 || n > 1024 {
 		return invalid("topics.partitions", "%d: want 1..1024 (0 = %d)", n, DefaultPartitions)
 	}
@@ -352,6 +362,9 @@ func (p Pipeline) Defaults() Pipeline {
 		}
 		if p.Epoch.Grace == 0 {
 			p.Epoch.Grace = DefaultGrace
+		}
+		if p.Topics.Retention == 0 {
+			p.Topics.Retention = 2 * (p.Epoch.Length + p.Epoch.Grace)
 		}
 	}
 	if p.Policy.Summary == "" {

@@ -27,7 +27,7 @@ func ApplyPipeline(cfg *Config, p *pipeline.Pipeline) {
 	cfg.Epoch, cfg.EpochLength = d.Epoch.Name, d.Epoch.Length
 	cfg.TokensOff = d.Tokens.Mode == "off"
 	cfg.RandomnessTokens, cfg.ReportTokens = d.Tokens.Randomness, d.Tokens.Report
-	cfg.Partitions = d.Topics.Partitions
+	cfg.Partitions, cfg.TopicRetention = d.Topics.Partitions, d.Topics.Retention
 }
 
 // PipelineOf returns the pipeline cfg's pipeline fields define, named
@@ -57,7 +57,7 @@ func PipelineOf(name string, cfg Config) pipeline.Pipeline {
 	if cfg.TokensOff {
 		p.Tokens.Mode = "off"
 	}
-	p.Topics = pipeline.Topics{Partitions: cfg.Partitions}
+	p.Topics = pipeline.Topics{Partitions: cfg.Partitions, Retention: cfg.TopicRetention}
 	return p.Defaults()
 }
 

@@ -73,6 +73,11 @@ type Config struct {
 	StateDir   string // keys, broker data, ClickHouse dir; "" = a temp dir removed at the end
 	KeysDir    string // default StateDir/keys
 	Partitions int    // partitions of the reports topic when creating it; default 8
+	// TopicRetention > 0 makes the reports and decrypted topics keep
+	// their records at least this long (kafka.EnsureRetention); with
+	// EpochLength, 0 means 2 × (EpochLength + the default grace), as a
+	// pipeline file's default.
+	TopicRetention time.Duration
 
 	// External: randomness, relays, aggregator and release already run
 	// elsewhere against the same addresses and keys; run only ingests,
@@ -394,7 +399,14 @@ func (r *run) startServices(ctx context.Context) error {
 	r.sum.NATS, r.sum.Kafka, r.sum.ClickHs = cfg.NATS, cfg.Kafka, cfg.ClickHouse
 	r.brokers = strings.Split(cfg.Kafka, ",")
 	if err := bounded(ctx, "Kafka topics at "+r.brokers[0], cfg.StartTimeout, func(ctx context.Context) error {
-		return kafka.EnsureTopics(ctx, r.brokers[0], cfg.Partitions, protocol.ReportsTopic, protocol.DecryptedTopic)
+		if err := kafka.EnsureTopics(ctx, r.brokers[0], cfg.Partitions, protocol.ReportsTopic, protocol.DecryptedTopic); err != nil {
+			return err
+		}
+		retention := cfg.TopicRetention
+		if retention == 0 && cfg.EpochLength > 0 {
+			retention = 2 * (cfg.EpochLength + pipeline.DefaultGrace)
+		}
+		return kafka.EnsureRetention(ctx, r.brokers[0], retention, protocol.ReportsTopic, protocol.DecryptedTopic)
 	}); err != nil {
 		return err
 	}
