@@ -17,9 +17,11 @@
 #                         ~52k reports; 1000 = all 254,775)
 #   BOUNDS_RELAY_MSGS=N   relay: messages (default 20000)
 #   BOUNDS_HPKE_N=N       HPKE open/seal iterations per size (default 3000)
-#   BOUNDS_TOKENS=0       skip aggregator-service-tokens (report tokens)
+#   BOUNDS_TOKENS=0       skip aggregator-service-tokens (report tokens),
+#                         aggregator-service-arc (report tokens and FT_u ARC
+#                         presentations) and end-to-end-tokens
 #   BOUNDS_BIN=DIR        use prebuilt binaries instead of building: DIR holds
-#                         onion.test ingest.test relays.test aggregator.test
+#                         onion.test arc.test ingest.test relays.test aggregator.test
 #                         (go test -c) and crowdlog (machines without Go)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +39,7 @@ trap 'rm -rf "$work"' EXIT
 bin=${BOUNDS_BIN:-$work/bin}
 if [ -z "${BOUNDS_BIN:-}" ]; then
   mkdir -p "$bin"
-  for p in protocol/onion ingest relays aggregator; do
+  for p in protocol/onion protocol/arc ingest relays aggregator; do
     "$GO" test -c -o "$bin/$(basename "$p").test" "./$p"
   done
   "$GO" build -o "$bin/crowdlog" ./cmd/crowdlog
@@ -101,6 +103,9 @@ if [ "$TOKENS" != 0 ]; then
   bench aggregator aggregator.test '^BenchmarkBoundTokenVerify$' "${HPKE_N}x"
   bench aggregator aggregator.test '^BenchmarkBoundAggregatorServiceTokens$' 1x
   bench aggregator aggregator.test '^BenchmarkBoundTokenVerify$' "${HPKE_N}x"
+  bench protocol/arc arc.test '^BenchmarkVerifyPresentation$' 2s
+  bench aggregator aggregator.test '^BenchmarkBoundAggregatorServiceARC$' 1x
+  bench protocol/arc arc.test '^BenchmarkVerifyPresentation$' 2s
 fi
 bench protocol/onion onion.test '^BenchmarkBoundHPKE$' "${HPKE_N}x"
 stages
@@ -149,6 +154,13 @@ if [ "$TOKENS" != 0 ]; then
   aggtok=$(metric BenchmarkBoundAggregatorServiceTokens cpu-ns/report)
   lines+=("$(line aggregator-service-tokens "$(rate "$aggtok")" "$(rate "$(awk -v a="$open512" -v t="$tokverify" 'BEGIN { print a + t }')")" 'reports/s/core')")
   echo "aggregator with report tokens: $(awk -v a="$aggrep" -v t="$aggtok" 'BEGIN { printf "%.2f", a / t }')x the throughput per core without (token verify $tokverify ns)" >&2
+  # with report tokens and FT_u ARC presentations (tokens on, the
+  # default): bound = the open, the report token and one presentation's
+  # verification per report (each report carries one)
+  arcverify=$(metricmin BenchmarkVerifyPresentation ns/op)
+  aggarc=$(metric BenchmarkBoundAggregatorServiceARC cpu-ns/report)
+  lines+=("$(line aggregator-service-arc "$(rate "$aggarc")" "$(rate "$(awk -v a="$open512" -v t="$tokverify" -v v="$arcverify" 'BEGIN { print a + t + v }')")" 'reports/s/core')")
+  echo "aggregator with report tokens and ARC: $(awk -v a="$aggrep" -v t="$aggarc" 'BEGIN { printf "%.3f", a / t }')x the throughput per core of aggregator-service (tokens off), same run (ARC verify $arcverify ns)" >&2
 fi
 
 if [ "$E2E" != 0 ]; then
@@ -179,6 +191,26 @@ if [ "$E2E" != 0 ]; then
   echo "end-to-end crypto per report: $perreport ns (derivations per report $(awk -v a="$logderiv" -v b="$logreports" 'BEGIN { printf "%.3f", a / b }')), $cores cores" >&2
   lines+=("$(line end-to-end "$(awk -v n="$sent" -v a="$t0" -v b="$t1" 'BEGIN { print n / (b - a) }')" \
     "$(awk -v c="$cores" -v p="$perreport" 'BEGIN { print c * 1e9 / p }')" "reports/s(${cores}cores)")")
+  if [ "$TOKENS" != 0 ]; then
+    # the same run with tokens on (the default): every randomness token,
+    # report token, ARC credential and presentation made and checked;
+    # bound: the tokens-off crypto plus, per report, its report token's
+    # and presentation's verification
+    echo "== end-to-end-tokens: crowdlog run --app query --policy ft-u --k 5 (tokens on) on the bundled log" >&2
+    state=$work/e2e-tokens
+    mkdir -p "$state"
+    t0=$(date +%s.%N)
+    { time "$bin/crowdlog" run --input testdata/aol-top1000.tsv.gz --app query --policy ft-u --k 5 \
+        --state "$state" --export "$state/out.tsv" >"$work/e2e-tokens.txt" 2>&1; } 2>>"$work/e2e-tokens.time" ||
+      { cat "$work/e2e-tokens.txt" >&2; echo "bench-bounds: crowdlog run (tokens on) failed" >&2; exit 1; }
+    t1=$(date +%s.%N)
+    cat "$work/e2e-tokens.time" >&2
+    sentt=$(awk '$1 == "reports" && $2 == "sent" { print $3 }' "$work/e2e-tokens.txt")
+    cmp -s "$work/e2e/out.tsv" "$state/out.tsv" || echo "bench-bounds: the tokens-on export differs from the tokens-off one" >&2
+    perreportt=$(awk -v p="$perreport" -v t="$tokverify" -v v="$arcverify" 'BEGIN { print p + t + v }')
+    lines+=("$(line end-to-end-tokens "$(awk -v n="$sentt" -v a="$t0" -v b="$t1" 'BEGIN { print n / (b - a) }')" \
+      "$(awk -v c="$cores" -v p="$perreportt" 'BEGIN { print c * 1e9 / p }')" "reports/s(${cores}cores)")")
+  fi
 fi
 lines+=("$(line pending-bytes "$pending" 200 'B/report(lower-is-better)')")
 # a partition of MOVE pending reports moved with snapshots: restore plus
