@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
@@ -113,12 +114,78 @@ type pddUser struct {
 // RunPDD runs PDD mode end to end; see PDDConfig.
 func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 	t0 := time.Now()
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
+	p := &pddRun{cfg: cfg, log: cfg.Logger}
+	if p.log == nil {
+		p.log = slog.Default()
 	}
+	defer func() {
+		for i := len(p.cleanup) - 1; i >= 0; i-- {
+			p.cleanup[i]()
+		}
+	}()
+	if err := p.prepare(); err != nil {
+		return nil, err
+	}
+	if err := p.readLog(); err != nil {
+		return nil, err
+	}
+	if err := p.startServices(ctx); err != nil {
+		return nil, err
+	}
+	if err := p.startRoles(ctx); err != nil {
+		return nil, err
+	}
+	if err := p.register(ctx); err != nil {
+		return nil, err
+	}
+	if err := p.runDays(ctx); err != nil {
+		return nil, err
+	}
+	if err := p.waitReleased(ctx); err != nil {
+		return nil, err
+	}
+	if err := p.finish(ctx); err != nil {
+		return p.sum, err
+	}
+	p.sum.Elapsed = time.Since(t0)
+	return p.sum, nil
+}
+
+// pddRun is the state of one RunPDD between its phases.
+type pddRun struct {
+	cfg     PDDConfig
+	log     *slog.Logger
+	sum     *PDDSummary
+	cleanup []func() // run in reverse order when RunPDD returns
+
+	list        *keywords.List
+	listName    string
+	black       map[string]bool
+	users       []*pddUser
+	first, last keywords.Day
+
+	keysDir    string
+	brokers    []string
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	writer     *release.Writer
+	relayStats []*relays.Stats
+	coord      *coordinator.Coordinator
+	agg        *vectors.Service
+	relMu      sync.Mutex
+	released   []pddrelease.Round // guarded by relMu
+	refused    error              // guarded by relMu
+	pub        *publish.Publisher
+	tr         *pdd.Transport
+
+	expect                     int // rounds with groups
+	pings, submitted, answered atomic.Int64
+}
+
+// defaults checks the configuration and fills in its defaults.
+func (cfg *PDDConfig) defaults() error {
 	if cfg.Input == "" {
-		return nil, errors.New("no input: give --input LOG (AOL TSV, plain or .gz)")
+		return errors.New("no input: give --input LOG (AOL TSV, plain or .gz)")
 	}
 	if cfg.Campaign == "" {
 		cfg.Campaign = "pdd"
@@ -127,14 +194,14 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 		cfg.Online = "active"
 	}
 	if cfg.Online != "active" && cfg.Online != "all" {
-		return nil, fmt.Errorf("--online %q: use active or all", cfg.Online)
+		return fmt.Errorf("--online %q: use active or all", cfg.Online)
 	}
 	if cfg.Dropout < 0 || cfg.Dropout >= 1 {
-		return nil, fmt.Errorf("--dropout %v outside [0, 1)", cfg.Dropout)
+		return fmt.Errorf("--dropout %v outside [0, 1)", cfg.Dropout)
 	}
 	cfg.GroupSize = cmpOr(cfg.GroupSize, 100)
 	if cfg.Delay < 0 {
-		return nil, errors.New("--delay must be ≥ 0")
+		return errors.New("--delay must be ≥ 0")
 	}
 	cfg.RecoveryDays = cmpOr(cfg.RecoveryDays, 1)
 	cfg.Partitions = cmpOr(cfg.Partitions, 8)
@@ -145,158 +212,190 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Minute
 	}
-	list, err := keywords.Load(cfg.Keywords)
-	if err != nil {
-		return nil, err
-	}
-	listName := cfg.Keywords
-	if listName == "" {
-		listName = keywords.DefaultName
-	}
-	black := map[string]bool{}
-	for _, w := range cfg.Blacklist {
-		black[w] = true
-	}
+	return nil
+}
 
-	// 1. the log: per user, active days and keyword counts per day
-	var users []*pddUser
-	var first, last keywords.Day = 1 << 30, -1 << 30
+// prepare checks the configuration and loads the keyword list and the
+// blacklist.
+func (p *pddRun) prepare() error {
+	if err := p.cfg.defaults(); err != nil {
+		return err
+	}
+	var err error
+	if p.list, err = keywords.Load(p.cfg.Keywords); err != nil {
+		return err
+	}
+	p.listName = p.cfg.Keywords
+	if p.listName == "" {
+		p.listName = keywords.DefaultName
+	}
+	p.black = map[string]bool{}
+	for _, w := range p.cfg.Blacklist {
+		p.black[w] = true
+	}
+	return nil
+}
+
+// readLog reads the log: per user, active days and keyword counts per day
+// (only MaxUsers users and MaxDays days), and the first and last day.
+func (p *pddRun) readLog() error {
+	cfg := &p.cfg
+	p.first, p.last = 1<<30, -1<<30
 	lst, err := aol.ReadUsers(cfg.Input, func(u aol.User) error {
-		if cfg.MaxUsers > 0 && len(users) >= cfg.MaxUsers {
+		if cfg.MaxUsers > 0 && len(p.users) >= cfg.MaxUsers {
 			return nil
 		}
-		pu := &pddUser{active: map[keywords.Day]bool{}, counts: list.Counts(u.Records, black)}
+		pu := &pddUser{active: map[keywords.Day]bool{}, counts: p.list.Counts(u.Records, p.black)}
 		for _, r := range u.Records {
 			d := keywords.DayOf(r.QueryTime)
 			pu.active[d] = true
-			first, last = min(first, d), max(last, d)
+			p.first, p.last = min(p.first, d), max(p.last, d)
 		}
-		users = append(users, pu)
+		p.users = append(p.users, pu)
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", cfg.Input, err)
+		return fmt.Errorf("read %s: %w", cfg.Input, err)
 	}
-	if len(users) == 0 {
-		return nil, fmt.Errorf("%s: no users (%d bad lines)", cfg.Input, lst.Bad)
+	if len(p.users) == 0 {
+		return fmt.Errorf("%s: no users (%d bad lines)", cfg.Input, lst.Bad)
 	}
 	if cfg.MaxDays > 0 {
-		last = min(last, first+keywords.Day(cfg.MaxDays)-1)
-		for _, u := range users {
+		p.last = min(p.last, p.first+keywords.Day(cfg.MaxDays)-1)
+		for _, u := range p.users {
 			for d := range u.counts {
-				if d > last {
+				if d > p.last {
 					delete(u.counts, d)
 				}
 			}
 			for d := range u.active {
-				if d > last {
+				if d > p.last {
 					delete(u.active, d)
 				}
 			}
 		}
 	}
-	sum := &PDDSummary{Users: len(users)}
+	p.sum = &PDDSummary{Users: len(p.users)}
+	return nil
+}
 
-	// 2. services
+// startServices starts the local services (those without an address),
+// creates the topics, keys and relay stream, connects to NATS and opens
+// the ClickHouse writer.
+func (p *pddRun) startServices(ctx context.Context) error {
+	cfg := &p.cfg
 	state := cfg.StateDir
 	if state == "" {
+		var err error
 		if state, err = os.MkdirTemp("", "crowdlog-pdd-"); err != nil {
-			return nil, err
+			return err
 		}
-		defer os.RemoveAll(state)
+		p.cleanup = append(p.cleanup, func() { os.RemoveAll(state) })
 	}
-	keysDir := filepath.Join(state, "keys")
+	p.keysDir = filepath.Join(state, "keys")
 	stopLocal, err := startLocal(ctx, state, &cfg.NATS, &cfg.Kafka, &cfg.ClickHouse, cfg.Partitions)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	defer stopLocal()
-	brokers := strings.Split(cfg.Kafka, ",")
-	if err := kafka.EnsureTopics(ctx, brokers[0], cfg.Partitions, protocol.VectorsTopic, protocol.GroupSumsTopic); err != nil {
-		return nil, err
+	p.cleanup = append(p.cleanup, stopLocal)
+	p.brokers = strings.Split(cfg.Kafka, ",")
+	if err := kafka.EnsureTopics(ctx, p.brokers[0], cfg.Partitions, protocol.VectorsTopic, protocol.GroupSumsTopic); err != nil {
+		return err
 	}
-	if err := keydir.EnsureKeys(keysDir); err != nil {
-		return nil, err
+	if err := keydir.EnsureKeys(p.keysDir); err != nil {
+		return err
 	}
-	nc, err := natsconn.Connect(cfg.NATS, "crowdlog-pdd")
-	if err != nil {
-		return nil, err
+	if p.nc, err = natsconn.Connect(cfg.NATS, "crowdlog-pdd"); err != nil {
+		return err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
+	p.cleanup = append(p.cleanup, p.nc.Close)
+	if p.js, err = jetstream.New(p.nc); err != nil {
+		return err
 	}
-	if err := relays.EnsureStream(ctx, js, 0); err != nil {
-		return nil, err
+	if err := relays.EnsureStream(ctx, p.js, 0); err != nil {
+		return err
 	}
-	writer, err := release.Open(ctx, cfg.ClickHouse, cfg.Database)
-	if err != nil {
-		return nil, fmt.Errorf("open ClickHouse at %s: %w", cfg.ClickHouse, err)
+	if p.writer, err = release.Open(ctx, cfg.ClickHouse, cfg.Database); err != nil {
+		return fmt.Errorf("open ClickHouse at %s: %w", cfg.ClickHouse, err)
 	}
-	defer writer.Close()
+	p.cleanup = append(p.cleanup, func() { p.writer.Close() })
+	return nil
+}
 
+// startRoles starts the roles in process on their own context (stopped
+// when RunPDD returns): relays a and b, the coordinator, the vectors
+// aggregator and the PDD release stage.
+func (p *pddRun) startRoles(ctx context.Context) error {
 	svcCtx, stop := context.WithCancel(ctx)
-	var svc errgroup.Group
-	defer func() { stop(); svc.Wait() }()
-	var relayStats []*relays.Stats
+	svc := &errgroup.Group{}
+	p.cleanup = append(p.cleanup, func() { stop(); svc.Wait() })
 	for _, name := range []string{"a", "b"} {
-		r, closeW, err := relays.New(svcCtx, js, relays.Options{Name: name, Kafka: brokers,
-			KeyPaths: []string{filepath.Join(keysDir, "relay-"+name+".key")}}, log)
+		r, closeW, err := relays.New(svcCtx, p.js, relays.Options{Name: name, Kafka: p.brokers,
+			KeyPaths: []string{filepath.Join(p.keysDir, "relay-"+name+".key")}}, p.log)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		relayStats = append(relayStats, r.Stats)
+		p.relayStats = append(p.relayStats, r.Stats)
 		svc.Go(func() error { defer closeW(); return r.Run(svcCtx) })
 	}
-	aggSign, err := keydir.EnsureSigningKey(filepath.Join(keysDir, keydir.AggregatorSignKey))
+	aggSign, err := keydir.EnsureSigningKey(filepath.Join(p.keysDir, keydir.AggregatorSignKey))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	opSign, err := keydir.EnsureSigningKey(filepath.Join(keysDir, keydir.OperatorSignKey))
+	opSign, err := keydir.EnsureSigningKey(filepath.Join(p.keysDir, keydir.OperatorSignKey))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	coord := &coordinator.Coordinator{NC: nc, Brokers: brokers, Logger: log,
+	cfg := &p.cfg
+	p.coord = &coordinator.Coordinator{NC: p.nc, Brokers: p.brokers, Logger: p.log,
 		AggregatorKey: aggSign.Public().(ed25519.PublicKey), OperatorKey: opSign.Public().(ed25519.PublicKey), Campaign: coordinator.Campaign{
-			Name: cfg.Campaign, List: list, ListName: listName, GroupSize: cfg.GroupSize, Delay: cfg.Delay,
-			RecoveryDays: cfg.RecoveryDays, Heuristic: cfg.Heuristic, End: int32(last)}}
-	if err := coord.Start(svcCtx); err != nil {
-		return nil, err
+			Name: cfg.Campaign, List: p.list, ListName: p.listName, GroupSize: cfg.GroupSize, Delay: cfg.Delay,
+			RecoveryDays: cfg.RecoveryDays, Heuristic: cfg.Heuristic, End: int32(p.last)}}
+	if err := p.coord.Start(svcCtx); err != nil {
+		return err
 	}
-	defer coord.Close()
-	aggKey, err := onion.LoadKeyPair(filepath.Join(keysDir, keydir.AggregatorKey))
+	p.cleanup = append(p.cleanup, p.coord.Close)
+	return p.startServers(svcCtx, svc, aggSign)
+}
+
+// startServers starts the vectors aggregator (recovering through the
+// coordinator with aggSign) and the PDD release stage of startRoles.
+func (p *pddRun) startServers(svcCtx context.Context, svc *errgroup.Group, aggSign ed25519.PrivateKey) error {
+	cfg := &p.cfg
+	aggKey, err := onion.LoadKeyPair(filepath.Join(p.keysDir, keydir.AggregatorKey))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	agg := &vectors.Service{Brokers: brokers, Keys: []*onion.KeyPair{aggKey}, Recoverer: coordinator.NATSRecoverer{NC: nc, Key: aggSign}, Logger: log}
-	svc.Go(func() error { return agg.Run(svcCtx) })
-	var relMu sync.Mutex
-	var released []pddrelease.Round
-	var refused error
-	rel := &pddrelease.Stage{Brokers: brokers, Writer: writer, List: list, Epsilon: cfg.Epsilon, MaxCount: int64(cfg.MaxCount),
+	p.agg = &vectors.Service{Brokers: p.brokers, Keys: []*onion.KeyPair{aggKey}, Recoverer: coordinator.NATSRecoverer{NC: p.nc, Key: aggSign}, Logger: p.log}
+	svc.Go(func() error { return p.agg.Run(svcCtx) })
+	rel := &pddrelease.Stage{Brokers: p.brokers, Writer: p.writer, List: p.list, Epsilon: cfg.Epsilon, MaxCount: int64(cfg.MaxCount),
 		Dataset: cfg.Dataset, Budget: cfg.Budget, OnRefused: func(_ string, _ time.Time, err error) {
-			relMu.Lock()
-			defer relMu.Unlock()
-			refused = cmp.Or(refused, err)
+			p.relMu.Lock()
+			defer p.relMu.Unlock()
+			p.refused = cmp.Or(p.refused, err)
 		},
-		Logger: log, OnRound: func(r pddrelease.Released) {
-			relMu.Lock()
-			defer relMu.Unlock()
-			released = append(released, r.Round)
+		Logger: p.log, OnRound: func(r pddrelease.Released) {
+			p.relMu.Lock()
+			defer p.relMu.Unlock()
+			p.released = append(p.released, r.Round)
 		}}
 	svc.Go(func() error { return rel.Run(svcCtx) })
+	return nil
+}
 
-	// 3. clients register
-	a, b, ag, err := keydir.LoadRoute(keysDir)
+// register builds the clients' transport and registers one client per
+// user.
+func (p *pddRun) register(ctx context.Context) error {
+	cfg := &p.cfg
+	a, b, ag, err := keydir.LoadRoute(p.keysDir)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	pub := &publish.Publisher{JS: js, Subject: protocol.RelaySubject("a")}
-	defer pub.Close(context.Background())
-	tr := &pdd.Transport{NC: nc, Route: ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: protocol.RelaySubject("b")}, Publish: pub.Publish}
-	if err := forEach(ctx, cfg.Workers, users, func(ctx context.Context, u *pddUser) error {
-		c, err := pdd.Register(ctx, tr, cfg.Campaign, list, "")
+	p.pub = &publish.Publisher{JS: p.js, Subject: protocol.RelaySubject("a")}
+	p.cleanup = append(p.cleanup, func() { p.pub.Close(context.Background()) })
+	p.tr = &pdd.Transport{NC: p.nc, Route: ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: protocol.RelaySubject("b")}, Publish: p.pub.Publish}
+	return forEach(ctx, cfg.Workers, p.users, func(ctx context.Context, u *pddUser) error {
+		c, err := pdd.Register(ctx, p.tr, cfg.Campaign, p.list, "")
 		if err != nil {
 			return err
 		}
@@ -306,86 +405,107 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 		}
 		u.client = c
 		return nil
-	}); err != nil {
-		return nil, err
-	}
+	})
+}
 
-	// 4. the days: advance the clock, the online clients ping, drain
+// runDays runs the days from the log's first until every round is settled.
+func (p *pddRun) runDays(ctx context.Context) error {
 	// the last round is the log's last day; its recovery window closes on
 	// day last+1+δ+R, and the tick of the day after finalizes it
-	end := last + keywords.Day(2+cfg.Delay+cfg.RecoveryDays)
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0x9dd))
-	expect := 0
-	var pings, submitted, answered atomic.Int64
-	for d := first; d <= end; d++ {
-		rep, err := coord.Advance(ctx, int32(d))
-		if err != nil {
-			return nil, err
+	end := p.last + keywords.Day(2+p.cfg.Delay+p.cfg.RecoveryDays)
+	rng := rand.New(rand.NewPCG(p.cfg.Seed, 0x9dd))
+	for d := p.first; d <= end; d++ {
+		if err := p.runDay(ctx, d, rng); err != nil {
+			return err
 		}
-		// the aggregator must have applied the day's tick (and asked for its
-		// recoveries) before clients ping, as it would within a real day
-		if err := waitFor(ctx, "the vectors aggregator to reach the day", func() (bool, error) {
-			got, ok := agg.Day(cfg.Partitions)
-			return ok && got >= int32(d), nil
-		}); err != nil {
-			return nil, err
-		}
-		if rep.Groups > 0 {
-			expect++
-			sum.Groups += rep.Groups
-		}
-		var online []*pddUser
-		for _, u := range users {
-			// after the log's last day the clients are still around (the
-			// log ended, not them): they ping to settle the last rounds
-			on := cfg.Online == "all" || u.active[d] || d > last
-			if cfg.Dropout > 0 && rng.Float64() < cfg.Dropout {
-				on = false
-			}
-			if on {
-				online = append(online, u)
-			}
-		}
-		if err := forEach(ctx, cfg.Workers, online, func(ctx context.Context, u *pddUser) error {
-			st, err := u.client.Ping(ctx, tr)
-			if err != nil {
-				return err
-			}
-			pings.Add(1)
-			submitted.Add(int64(st.Submitted))
-			answered.Add(int64(st.Answered))
-			return nil
-		}); err != nil {
-			return nil, err
-		}
-		if err := pub.Flush(ctx); err != nil {
-			return nil, err
-		}
-		if err := waitFor(ctx, "relays to drain", func() (bool, error) { return relays.Drained(ctx, js, "a", "b") }); err != nil {
-			return nil, err
-		}
-		sum.Days++
-		log.Info("pdd: day done", "day", d.String(), "online", len(online), "groups_formed", rep.Groups)
 	}
-	sum.Rounds = expect
-	sum.Pings, sum.Submitted, sum.Answered = pings.Load(), submitted.Load(), answered.Load()
+	p.sum.Rounds = p.expect
+	p.sum.Pings, p.sum.Submitted, p.sum.Answered = p.pings.Load(), p.submitted.Load(), p.answered.Load()
+	return nil
+}
 
-	// 5. wait for every round with groups to be released
-	wctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-	defer cancel()
-	if err := waitFor(wctx, "the PDD release of every round", func() (bool, error) {
-		relMu.Lock()
-		defer relMu.Unlock()
-		if refused != nil {
-			return false, &permanent{fmt.Errorf("pdd: a day was refused over the privacy budget: %w", refused)}
-		}
-		return len(released) >= expect, nil
-	}); err != nil {
-		return nil, err
+// runDay advances the clock to day d, has the online clients ping and
+// waits for the relays to drain.
+func (p *pddRun) runDay(ctx context.Context, d keywords.Day, rng *rand.Rand) error {
+	rep, err := p.coord.Advance(ctx, int32(d))
+	if err != nil {
+		return err
 	}
-	relMu.Lock()
-	sum.Released = slices.Clone(released)
-	relMu.Unlock()
+	// the aggregator must have applied the day's tick (and asked for its
+	// recoveries) before clients ping, as it would within a real day
+	if err := waitFor(ctx, "the vectors aggregator to reach the day", func() (bool, error) {
+		got, ok := p.agg.Day(p.cfg.Partitions)
+		return ok && got >= int32(d), nil
+	}); err != nil {
+		return err
+	}
+	if rep.Groups > 0 {
+		p.expect++
+		p.sum.Groups += rep.Groups
+	}
+	online := p.online(d, rng)
+	if err := forEach(ctx, p.cfg.Workers, online, func(ctx context.Context, u *pddUser) error {
+		st, err := u.client.Ping(ctx, p.tr)
+		if err != nil {
+			return err
+		}
+		p.pings.Add(1)
+		p.submitted.Add(int64(st.Submitted))
+		p.answered.Add(int64(st.Answered))
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := p.pub.Flush(ctx); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, "relays to drain", func() (bool, error) { return relays.Drained(ctx, p.js, "a", "b") }); err != nil {
+		return err
+	}
+	p.sum.Days++
+	p.log.Info("pdd: day done", "day", d.String(), "online", len(online), "groups_formed", rep.Groups)
+	return nil
+}
+
+// online returns the users who ping on day d (Online, Dropout).
+func (p *pddRun) online(d keywords.Day, rng *rand.Rand) []*pddUser {
+	var online []*pddUser
+	for _, u := range p.users {
+		// after the log's last day the clients are still around (the
+		// log ended, not them): they ping to settle the last rounds
+		on := p.cfg.Online == "all" || u.active[d] || d > p.last
+		if p.cfg.Dropout > 0 && rng.Float64() < p.cfg.Dropout {
+			on = false
+		}
+		if on {
+			online = append(online, u)
+		}
+	}
+	return online
+}
+
+// waitReleased waits, at most Timeout, for every round with groups to be
+// released; a day refused over the privacy budget ends the wait at once.
+func (p *pddRun) waitReleased(ctx context.Context) error {
+	wctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	return waitFor(wctx, "the PDD release of every round", func() (bool, error) {
+		p.relMu.Lock()
+		defer p.relMu.Unlock()
+		if p.refused != nil {
+			return false, &permanent{fmt.Errorf("pdd: a day was refused over the privacy budget: %w", p.refused)}
+		}
+		return len(p.released) >= p.expect, nil
+	})
+}
+
+// finish fills the summary with the released rounds and the drops, and
+// exports the released daily counts.
+func (p *pddRun) finish(ctx context.Context) error {
+	sum := p.sum
+	p.relMu.Lock()
+	sum.Released = slices.Clone(p.released)
+	p.relMu.Unlock()
 	slices.SortFunc(sum.Released, func(x, y pddrelease.Round) int { return int(x.Day) - int(y.Day) })
 	sum.RoundsReleased = len(sum.Released)
 	var conf float64
@@ -398,17 +518,14 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 	if len(sum.Released) > 0 {
 		sum.MeanConfidence = conf / float64(len(sum.Released))
 	}
-	for _, st := range relayStats {
+	for _, st := range p.relayStats {
 		sum.RelayDrops += int64(st.Snapshot().Dropped())
 	}
-	sum.AggregatorDropped = agg.Dropped.Load()
-	if cfg.Export != "" {
-		if err := exportPDD(ctx, writer, cfg.Campaign, cfg.Export); err != nil {
-			return sum, err
-		}
+	sum.AggregatorDropped = p.agg.Dropped.Load()
+	if p.cfg.Export != "" {
+		return exportPDD(ctx, p.writer, p.cfg.Campaign, p.cfg.Export)
 	}
-	sum.Elapsed = time.Since(t0)
-	return sum, nil
+	return nil
 }
 
 func cmpOr(v, d int) int {
