@@ -3,6 +3,8 @@ module github.com/crowdlog/crowdlog
 go 1.26.8
 
 require (
+	filippo.io/bigmod v0.1.0
+	filippo.io/nistec v0.0.4
 	github.com/ClickHouse/clickhouse-go/v2 v2.50.0
 	github.com/bwesterb/go-ristretto v1.2.4
 	github.com/cenkalti/backoff/v5 v5.0.3

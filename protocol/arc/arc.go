@@ -6,8 +6,6 @@ import (
 	"io"
 	"math/bits"
 	"sort"
-
-	"github.com/cloudflare/circl/group"
 )
 
 // ErrInvalidPresentation is wrapped by every VerifyPresentation failure: the
@@ -36,14 +34,14 @@ const MaxLimit = 1 << 16
 // its public key (draft-ietf-privacypass-arc-crypto-latest §"Key Generation";
 // the algebraic MAC MAC_GGM of CMZ14, Chase–Meiklejohn–Zaverucha, CCS 2014).
 type PrivateKey struct {
-	x0, x1, x2, xb group.Scalar
+	x0, x1, x2, xb scalar
 	pub            PublicKey
 }
 
 // PublicKey is ServerPublicKey: X0 = x0·G + x0Blinding·H, X1 = x1·H,
 // X2 = x2·H.
 type PublicKey struct {
-	X0, X1, X2 group.Element
+	X0, X1, X2 element
 }
 
 // GenerateKey draws a server key from rand (use crypto/rand.Reader).
@@ -52,7 +50,7 @@ func GenerateKey(rand io.Reader) (*PrivateKey, error) {
 }
 
 func generateKey(rnd randomness) (*PrivateKey, error) {
-	var s [4]group.Scalar
+	var s [4]scalar
 	for i := range s {
 		v, err := rnd.secret()
 		if err != nil {
@@ -63,7 +61,7 @@ func generateKey(rnd randomness) (*PrivateKey, error) {
 	return newPrivateKey(s[0], s[1], s[2], s[3]), nil
 }
 
-func newPrivateKey(x0, x1, x2, xb group.Scalar) *PrivateKey {
+func newPrivateKey(x0, x1, x2, xb scalar) *PrivateKey {
 	return &PrivateKey{x0: x0, x1: x1, x2: x2, xb: xb, pub: PublicKey{
 		X0: add(mul(genG, x0), mul(genH, xb)),
 		X1: mul(genH, x1),
@@ -78,13 +76,13 @@ func (sk *PrivateKey) Public() *PublicKey { p := sk.pub; return &p }
 // (the credential secret), m2 = HashToScalar(requestContext,
 // "requestContext") and the blinding factors r1, r2.
 type ClientSecrets struct {
-	m1, m2, r1, r2 group.Scalar
+	m1, m2, r1, r2 scalar
 }
 
 // CredentialRequest is (m1Enc, m2Enc, requestProof): Pedersen commitments
 // m_i·G + r_i·H with a proof of knowledge of their openings (5·Ns bytes).
 type CredentialRequest struct {
-	M1Enc, M2Enc group.Element
+	M1Enc, M2Enc element
 	Proof        []byte
 }
 
@@ -121,7 +119,7 @@ func newCredentialRequest(rnd randomness, requestContext []byte) (*ClientSecrets
 		M2Enc: add(mul(genG, m2), mul(genH, r2)),
 	}
 	rel := requestRelation(req)
-	req.Proof, err = rel.prove(contextString+"CredentialRequest", []group.Scalar{m1, m2, r1, r2}, rnd)
+	req.Proof, err = rel.prove(contextString+"CredentialRequest", []scalar{m1, m2, r1, r2}, rnd)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -144,7 +142,7 @@ func requestRelation(req *CredentialRequest) *relation {
 // auxiliary points and a proof (8·Ns bytes) that they were formed with the
 // key behind the public key.
 type CredentialResponse struct {
-	U, EncUPrime, X0Aux, X1Aux, X2Aux, HAux group.Element
+	U, EncUPrime, X0Aux, X1Aux, X2Aux, HAux element
 	Proof                                   []byte
 }
 
@@ -167,15 +165,15 @@ func (sk *PrivateKey) issue(rnd randomness, req *CredentialRequest) (*Credential
 	resp := &CredentialResponse{
 		U:         mul(genG, b),
 		EncUPrime: mul(add(add(pk.X0, mul(req.M1Enc, sk.x1)), mul(req.M2Enc, sk.x2)), b),
-		X0Aux:     mul(genH, g.NewScalar().Mul(b, sk.xb)),
+		X0Aux:     mul(genH, scMul(b, sk.xb)),
 		X1Aux:     mul(pk.X1, b),
 		X2Aux:     mul(pk.X2, b),
 		HAux:      mul(genH, b),
 	}
-	t1 := g.NewScalar().Mul(b, sk.x1)
-	t2 := g.NewScalar().Mul(b, sk.x2)
+	t1 := scMul(b, sk.x1)
+	t2 := scMul(b, sk.x2)
 	resp.Proof, err = responseRelation(pk, req, resp).prove(contextString+"CredentialResponse",
-		[]group.Scalar{sk.x0, sk.x1, sk.x2, sk.xb, b, t1, t2}, rnd)
+		[]scalar{sk.x0, sk.x1, sk.x2, sk.xb, b, t1, t2}, rnd)
 	if err != nil {
 		return nil, err
 	}
@@ -210,8 +208,8 @@ func responseRelation(pk *PublicKey, req *CredentialRequest, resp *CredentialRes
 // Credential is the client's credential (m1, U, U', X1): U' = (x0 + x1·m1 +
 // x2·m2)·U, the MAC_GGM tag of CMZ14 over (m1, m2).
 type Credential struct {
-	m1            group.Scalar
-	U, UPrime, X1 group.Element
+	m1            scalar
+	U, UPrime, X1 element
 }
 
 // Finalize is FinalizeCredential: it checks the response's proof against pk
@@ -225,10 +223,10 @@ func (s *ClientSecrets) Finalize(pk *PublicKey, req *CredentialRequest, resp *Cr
 	up := sub(resp.EncUPrime, resp.X0Aux)
 	up = sub(up, mul(resp.X1Aux, s.r1))
 	up = sub(up, mul(resp.X2Aux, s.r2))
-	if up.IsIdentity() || resp.U.IsIdentity() {
+	if isIdentity(up) || isIdentity(resp.U) {
 		return nil, fmt.Errorf("%w: credential with identity MAC", ErrInvalidProof)
 	}
-	return &Credential{m1: s.m1, U: resp.U.Copy(), UPrime: up, X1: pk.X1.Copy()}, nil
+	return &Credential{m1: s.m1, U: copyElement(resp.U), UPrime: up, X1: copyElement(pk.X1)}, nil
 }
 
 // Presentation is (U, U'Commit, m1Commit, tag, nonceCommit, proof) where
@@ -236,8 +234,8 @@ func (s *ClientSecrets) Finalize(pk *PublicKey, req *CredentialRequest, resp *Cr
 // k bit commitments of the range proof, k = ceil(log2(limit)) (0 for
 // limit 1, crowdlog's extension, see package doc).
 type Presentation struct {
-	U, UPrimeCommit, M1Commit, TagElement, NonceCommit group.Element
-	D                                                  []group.Element
+	U, UPrimeCommit, M1Commit, TagElement, NonceCommit element
+	D                                                  []element
 	Proof                                              []byte // challenge ‖ responses
 }
 
@@ -246,7 +244,7 @@ type Presentation struct {
 // (credential, context, nonce), so a verifier that stores it detects a
 // presentation beyond the limit.
 func (p *Presentation) Tag() []byte {
-	if p == nil || p.TagElement == nil || p.TagElement.IsIdentity() {
+	if p == nil || p.TagElement == nil || isIdentity(p.TagElement) {
 		return nil
 	}
 	return mustEncode(p.TagElement)
@@ -271,7 +269,7 @@ func (c *Credential) present(rnd randomness, presentationContext []byte, nonce, 
 // presentUnchecked is present without the nonce check (tests build
 // presentations beyond the limit with it).
 func (c *Credential) presentUnchecked(rnd randomness, presentationContext []byte, nonce, limit int) (*Presentation, error) {
-	var rs [4]group.Scalar // a, r, z, nonceBlinding
+	var rs [4]scalar // a, r, z, nonceBlinding
 	for i := range rs {
 		v, err := rnd.secret()
 		if err != nil {
@@ -287,15 +285,15 @@ func (c *Credential) presentUnchecked(rnd randomness, presentationContext []byte
 	p.M1Commit = add(mul(p.U, c.m1), mul(genH, z))
 	p.NonceCommit = add(mul(genG, n), mul(genH, nb))
 	genT := hashToGroup(presentationContext, "Tag")
-	inv := g.NewScalar().Add(c.m1, n)
-	if inv.IsZero() {
+	inv := scAdd(c.m1, n)
+	if scIsZero(inv) {
 		return nil, errIdentity
 	}
-	p.TagElement = mul(genT, inv.Inv(inv))
+	p.TagElement = mul(genT, scInv(inv))
 	V := sub(mul(c.X1, z), mul(genG, r))
 
 	rel, vars := presentationRelation(p.U, p.UPrimeCommit, p.M1Commit, V, c.X1, p.TagElement, genT, p.NonceCommit)
-	witness := []group.Scalar{c.m1, z, g.NewScalar().Neg(r), n, nb}
+	witness := []scalar{c.m1, z, scNeg(r), n, nb}
 	rw, d, err := rangeProve(rnd, rel, vars, nonce, nb, limit, p.NonceCommit)
 	if err != nil {
 		return nil, err
@@ -313,7 +311,7 @@ func (c *Credential) presentUnchecked(rnd randomness, presentationContext []byte
 type presVars struct{ gG, gH, nonce, nonceBlinding, nonceCommit int }
 
 // presentationRelation is equations 1–4 of MakePresentationProof.
-func presentationRelation(U, UPrimeCommit, M1Commit, V, X1, tag, genT, nonceCommit group.Element) (*relation, presVars) {
+func presentationRelation(U, UPrimeCommit, M1Commit, V, X1, tag, genT, nonceCommit element) (*relation, presVars) {
 	r := &relation{}
 	v := r.scalars(5) // m1, z, −r, nonce, nonceBlinding
 	m1, z, rNeg, nonce, nb := v[0], v[1], v[2], v[3], v[4]
@@ -360,14 +358,14 @@ func NumBits(limit int) int { return len(bases(limit)) }
 // over bases(limit), the bit commitments D, and their equations appended
 // to rel. For limit 1 it adds nonceCommit = nonceBlinding·H instead, which
 // with equation 3 forces nonce = 0.
-func rangeProve(rnd randomness, rel *relation, v presVars, nonce int, nb group.Scalar, limit int, nonceCommit group.Element) ([]group.Scalar, []group.Element, error) {
+func rangeProve(rnd randomness, rel *relation, v presVars, nonce int, nb scalar, limit int, nonceCommit element) ([]scalar, []element, error) {
 	bs := bases(limit)
 	if len(bs) == 0 {
 		rel.equation(v.nonceCommit, [2]int{v.nonceBlinding, v.gH})
 		return nil, nil, nil
 	}
 	k := len(bs)
-	b := make([]group.Scalar, k)
+	b := make([]scalar, k)
 	rem := nonce
 	for i, base := range bs {
 		bit := 0
@@ -377,10 +375,10 @@ func rangeProve(rnd randomness, rel *relation, v presVars, nonce int, nb group.S
 		rem -= bit * base
 		b[i] = scalarFromInt(bit)
 	}
-	s := make([]group.Scalar, k)
-	s2 := make([]group.Scalar, k)
-	d := make([]group.Element, k)
-	partial := g.NewScalar()
+	s := make([]scalar, k)
+	s2 := make([]scalar, k)
+	d := make([]element, k)
+	partial := newScalar()
 	one := scalarFromInt(1)
 	for i := 0; i < k; i++ {
 		if i < k-1 {
@@ -389,16 +387,15 @@ func rangeProve(rnd randomness, rel *relation, v presVars, nonce int, nb group.S
 				return nil, nil, err
 			}
 			s[i] = v
-			partial.Add(partial, g.NewScalar().Mul(scalarFromInt(bs[i]), v))
+			partial = scAdd(partial, scMul(scalarFromInt(bs[i]), v))
 		} else {
-			inv := g.NewScalar().Inv(scalarFromInt(bs[i]))
-			s[i] = g.NewScalar().Mul(inv, g.NewScalar().Sub(nb, partial))
+			s[i] = scMul(scInv(scalarFromInt(bs[i])), scSub(nb, partial))
 		}
-		s2[i] = g.NewScalar().Mul(g.NewScalar().Sub(one, b[i]), s[i])
+		s2[i] = scMul(scSub(one, b[i]), s[i])
 		d[i] = add(mul(genG, b[i]), mul(genH, s[i]))
 	}
 	rangeRelation(rel, v, d, nonceCommit)
-	w := make([]group.Scalar, 0, 3*k)
+	w := make([]scalar, 0, 3*k)
 	w = append(append(append(w, b...), s...), s2...)
 	return w, d, nil
 }
@@ -407,11 +404,11 @@ func rangeProve(rnd randomness, rel *relation, v presVars, nonce int, nb group.S
 // bit commitments d (MakeRangeProofHelper / VerifyRangeProofHelper). As in
 // the draft's reference code, a single commitment equal to nonceCommit
 // (limit 2) reuses nonceCommit's element variable.
-func rangeRelation(rel *relation, v presVars, d []group.Element, nonceCommit group.Element) {
+func rangeRelation(rel *relation, v presVars, d []element, nonceCommit element) {
 	k := len(d)
 	vb, vs, vs2 := rel.scalars(k), rel.scalars(k), rel.scalars(k)
 	vd := make([]int, k)
-	if k == 1 && d[0].IsEqual(nonceCommit) {
+	if k == 1 && equal(d[0], nonceCommit) {
 		vd[0] = v.nonceCommit
 	} else {
 		for i := range d {
@@ -447,28 +444,28 @@ func (sk *PrivateKey) VerifyPresentationWithContext(p *Presentation, requestCont
 	if len(p.D) != len(bs) {
 		return fmt.Errorf("%w: %d bit commitments for limit %d, want %d", ErrInvalidPresentation, len(p.D), limit, len(bs))
 	}
-	for _, e := range []group.Element{p.U, p.UPrimeCommit, p.M1Commit, p.TagElement, p.NonceCommit} {
-		if e.IsIdentity() {
+	for _, e := range []element{p.U, p.UPrimeCommit, p.M1Commit, p.TagElement, p.NonceCommit} {
+		if isIdentity(e) {
 			return fmt.Errorf("%w: identity element", ErrInvalidPresentation)
 		}
 	}
 	m2 := hashToScalar(requestContext, "requestContext")
 	// V = (x0 + x2·m2)·U + x1·m1Commit − U'Commit (the draft's three
 	// products, two multiplications).
-	ux := g.NewScalar().Mul(sk.x2, m2)
-	ux.Add(ux, sk.x0)
-	V := sub(add(mul(p.U, ux), mul(p.M1Commit, sk.x1)), p.UPrimeCommit)
+	ux := scAdd(scMul(sk.x2, m2), sk.x0)
+	V := sub(add(mul(p.U, ux), mul(p.M1Commit, sk.x1)), p.UPrimeCommit) // secret scalars: constant time
 	genT := hashToGroup(presentationContext, "Tag")
 	rel, vars := presentationRelation(p.U, p.UPrimeCommit, p.M1Commit, V, sk.pub.X1, p.TagElement, genT, p.NonceCommit)
 	if len(bs) == 0 {
 		rel.equation(vars.nonceCommit, [2]int{vars.nonceBlinding, vars.gH})
 	} else {
 		rangeRelation(rel, vars, p.D, p.NonceCommit)
-		sum := g.Identity()
+		// Σ base_i·D_i: public bases and points.
+		ws := make([]scalar, len(bs))
 		for i, base := range bs {
-			sum = add(sum, mul(p.D[i], scalarFromInt(base)))
+			ws[i] = scalarFromInt(base)
 		}
-		if !sum.IsEqual(p.NonceCommit) {
+		if !equal(msmVarTime(ws, p.D), p.NonceCommit) {
 			return fmt.Errorf("%w: bit commitments do not sum to the nonce commitment", ErrInvalidPresentation)
 		}
 	}

@@ -49,8 +49,16 @@
 //     functions are used: crowdlog keys are per epoch, so m2 binds nothing
 //     more.
 //
-// Scalar arithmetic and point multiplication are circl's group.P256
-// (crypto/elliptic underneath); secret-dependent branches are limited to
-// the range proof's bit decomposition of the nonce (which the draft also
-// asks to make constant-time; the nonce is small and at most limit values).
+// The group (group.go) is filippo.io/nistec's projective P-256 with
+// scalars mod the order in filippo.io/bigmod, both constant time, and
+// hash-to-curve (RFC 9380 SSWU) over the package's own Montgomery field
+// arithmetic. Everything that touches a secret (the client's m1, r1, r2
+// and presentation blinds, the issuer's key and b, every prover nonce)
+// uses the constant-time multiplications. Proof verification, whose
+// inputs are all public (elements, challenge, responses), recomputes each
+// sigma commitment as one variable-time multi-scalar multiplication
+// (Straus, wNAF), as do the bit commitments' sum and hash-to-curve of
+// public contexts. Secret-dependent branches are limited to the range
+// proof's bit decomposition of the nonce (which the draft also asks to
+// make constant-time; the nonce is small and at most limit values).
 package arc

@@ -3,7 +3,6 @@ package arc
 import (
 	"fmt"
 
-	"github.com/cloudflare/circl/group"
 	"github.com/crowdlog/crowdlog/protocol"
 )
 
@@ -23,7 +22,7 @@ const (
 // k = NumBits(limit) (357 bytes for limit 1).
 func PresentationSize(limit int) int { return presentationFixed + NumBits(limit)*presentationPerBit }
 
-func appendElements(b []byte, es ...group.Element) ([]byte, error) {
+func appendElements(b []byte, es ...element) ([]byte, error) {
 	for _, e := range es {
 		if e == nil {
 			return nil, fmt.Errorf("arc: missing element")
@@ -37,8 +36,8 @@ func appendElements(b []byte, es ...group.Element) ([]byte, error) {
 	return b, nil
 }
 
-func decodeElements(b []byte, names ...string) ([]group.Element, error) {
-	out := make([]group.Element, len(names))
+func decodeElements(b []byte, names ...string) ([]element, error) {
+	out := make([]element, len(names))
 	for i, n := range names {
 		e, err := decodeElement(b[i*ElementSize:(i+1)*ElementSize], n)
 		if err != nil {
@@ -61,7 +60,7 @@ func checkLen(b []byte, n int, what string) error {
 // proof check decides).
 func checkProofScalars(b []byte, what string) error {
 	for i := 0; i+ScalarSize <= len(b); i += ScalarSize {
-		if err := g.NewScalar().UnmarshalBinary(b[i : i+ScalarSize]); err != nil {
+		if _, ok := parseScalar(b[i : i+ScalarSize]); !ok {
 			return protocol.Malformed("arc: %s scalar %d is not below the P-256 order", what, i/ScalarSize)
 		}
 	}
@@ -72,7 +71,7 @@ func checkProofScalars(b []byte, what string) error {
 // Secret: store with file mode 0600.
 func (sk *PrivateKey) MarshalBinary() ([]byte, error) {
 	b := make([]byte, 0, PrivateKeySize)
-	for _, s := range []group.Scalar{sk.x0, sk.x1, sk.x2, sk.xb} {
+	for _, s := range []scalar{sk.x0, sk.x1, sk.x2, sk.xb} {
 		b = append(b, encodeScalar(s)...)
 	}
 	return b, nil
@@ -85,7 +84,7 @@ func ParsePrivateKey(b []byte) (*PrivateKey, error) {
 	if err := checkLen(b, PrivateKeySize, "private key"); err != nil {
 		return nil, err
 	}
-	var s [4]group.Scalar
+	var s [4]scalar
 	for i, n := range []string{"x0", "x1", "x2", "x0Blinding"} {
 		v, err := decodeScalar(b[i*ScalarSize:(i+1)*ScalarSize], n)
 		if err != nil {

@@ -3,9 +3,6 @@ package arc
 import (
 	"crypto/subtle"
 	"encoding/binary"
-	"math/big"
-
-	"github.com/cloudflare/circl/group"
 )
 
 // relation is a LinearRelation of draft-irtf-cfrg-sigma-protocols (§2.2,
@@ -13,7 +10,7 @@ import (
 // equations image = Σ scalar_j·element_j.
 type relation struct {
 	nScalars int
-	elements []group.Element
+	elements []element
 	eqs      []equation
 }
 
@@ -32,7 +29,7 @@ func (r *relation) scalars(n int) []int {
 }
 
 // element allocates one element variable set to e and returns its index.
-func (r *relation) element(e group.Element) int {
+func (r *relation) element(e element) int {
 	r.elements = append(r.elements, e)
 	return len(r.elements) - 1
 }
@@ -41,25 +38,40 @@ func (r *relation) equation(lhs int, terms ...[2]int) {
 	r.eqs = append(r.eqs, equation{lhs, terms})
 }
 
-// linearMap evaluates the right-hand sides at the scalars s. Terms of one
-// equation on the same element are summed first (m1·tag + nonce·tag costs
-// one multiplication).
-func (r *relation) linearMap(s []group.Scalar) []group.Element {
-	out := make([]group.Element, len(r.eqs))
-	for i, eq := range r.eqs {
-		coef := make(map[int]group.Scalar, len(eq.terms))
-		order := make([]int, 0, len(eq.terms))
-		for _, t := range eq.terms {
-			if c, ok := coef[t[1]]; ok {
-				c.Add(c, s[t[0]])
-				continue
+// coefficients returns the terms of equation eq at the scalars s with
+// terms on the same element summed (m1·tag + nonce·tag costs one
+// multiplication), in first-appearance order.
+func (r *relation) coefficients(eq equation, s []scalar) ([]scalar, []element) {
+	cs := make([]scalar, 0, len(eq.terms)+1)
+	es := make([]element, 0, len(eq.terms)+1)
+	idx := make([]int, 0, len(eq.terms)+1)
+	for _, t := range eq.terms {
+		found := false
+		for k, e := range idx {
+			if e == t[1] {
+				cs[k] = scAdd(cs[k], s[t[0]])
+				found = true
+				break
 			}
-			coef[t[1]] = s[t[0]].Copy()
-			order = append(order, t[1])
 		}
-		acc := g.Identity()
-		for _, e := range order {
-			acc = add(acc, mul(r.elements[e], coef[e]))
+		if !found {
+			idx = append(idx, t[1])
+			cs = append(cs, s[t[0]])
+			es = append(es, r.elements[t[1]])
+		}
+	}
+	return cs, es
+}
+
+// linearMap evaluates the right-hand sides at the scalars s in constant
+// time (the prover's nonces are secret).
+func (r *relation) linearMap(s []scalar) []element {
+	out := make([]element, len(r.eqs))
+	for i, eq := range r.eqs {
+		cs, es := r.coefficients(eq, s)
+		acc := identity()
+		for k := range cs {
+			acc = add(acc, mul(es[k], cs[k]))
 		}
 		out[i] = acc
 	}
@@ -116,7 +128,7 @@ func (r *relation) transcript(session string) (*shake128, bool) {
 
 // challenge absorbs the commitment and squeezes Ns+16 bytes reduced mod p
 // (ByteSchnorrCodec.verifier_challenge).
-func challenge(sp *shake128, commitment []group.Element) (group.Scalar, bool) {
+func challenge(sp *shake128, commitment []element) (scalar, bool) {
 	for _, c := range commitment {
 		cb, err := encodeElement(c)
 		if err != nil {
@@ -124,14 +136,13 @@ func challenge(sp *shake128, commitment []group.Element) (group.Scalar, bool) {
 		}
 		sp.absorb(cb)
 	}
-	u := sp.squeeze(ScalarSize + 16)
-	return g.NewScalar().SetBigInt(new(big.Int).SetBytes(u)), true
+	return scalarWide(sp.squeeze(ScalarSize + 16)), true
 }
 
 // prove is NISchnorrProofShake128P256.prove: challenge ‖ responses
 // (Ns each), responses_i = nonce_i + witness_i·challenge.
-func (r *relation) prove(session string, witness []group.Scalar, rnd randomness) ([]byte, error) {
-	nonces := make([]group.Scalar, r.nScalars)
+func (r *relation) prove(session string, witness []scalar, rnd randomness) ([]byte, error) {
+	nonces := make([]scalar, r.nScalars)
 	for i := range nonces {
 		n, err := rnd.nonce()
 		if err != nil {
@@ -150,9 +161,7 @@ func (r *relation) prove(session string, witness []group.Scalar, rnd randomness)
 	out := make([]byte, 0, ScalarSize*(1+r.nScalars))
 	out = append(out, encodeScalar(c)...)
 	for i := range nonces {
-		z := g.NewScalar().Mul(witness[i], c)
-		z.Add(z, nonces[i])
-		out = append(out, encodeScalar(z)...)
+		out = append(out, encodeScalar(scAdd(scMul(witness[i], c), nonces[i]))...)
 	}
 	return out, nil
 }
@@ -161,32 +170,92 @@ func (r *relation) prove(session string, witness []group.Scalar, rnd randomness)
 // scalar variable.
 func (r *relation) proofSize() int { return ScalarSize * (1 + r.nScalars) }
 
+// simulate sets commit[i] = Σ resp·element − c·lhs of equation i (negC =
+// −c) as one variable-time multi-scalar multiplication. Where another
+// equation j has the same left-hand side and a subset of i's terms (limit
+// 1: nonceCommit = nonceBlinding·H beside nonceCommit = nonce·G +
+// nonceBlinding·H), commit[i] = commit[j] + the remaining terms.
+func (r *relation) simulate(commit []element, i int, resp []scalar, negC scalar) element {
+	if commit[i] != nil {
+		return commit[i]
+	}
+	eq := r.eqs[i]
+	terms := eq.terms
+	var base element
+	for j, o := range r.eqs {
+		if j != i && o.lhs == eq.lhs && len(o.terms) < len(eq.terms) {
+			if rest, ok := termsMinus(eq.terms, o.terms); ok {
+				base, terms = r.simulate(commit, j, resp, negC), rest
+				break
+			}
+		}
+	}
+	cs, es := r.coefficients(equation{eq.lhs, terms}, resp)
+	if base == nil {
+		lhs := r.elements[eq.lhs]
+		merged := false
+		for k, e := range es {
+			if e == lhs {
+				cs[k] = scAdd(cs[k], negC)
+				merged = true
+			}
+		}
+		if !merged {
+			cs, es = append(cs, negC), append(es, lhs)
+		}
+		commit[i] = msmVarTime(cs, es)
+	} else {
+		commit[i] = add(base, msmVarTime(cs, es))
+	}
+	return commit[i]
+}
+
+// termsMinus returns a \ b when every term of b is in a.
+func termsMinus(a, b [][2]int) ([][2]int, bool) {
+	rest := make([][2]int, 0, len(a))
+	used := make([]bool, len(b))
+	for _, t := range a {
+		hit := false
+		for k, u := range b {
+			if !used[k] && u == t {
+				used[k], hit = true, true
+				break
+			}
+		}
+		if !hit {
+			rest = append(rest, t)
+		}
+	}
+	for _, u := range used {
+		if !u {
+			return nil, false
+		}
+	}
+	return rest, true
+}
+
 // verify recomputes the commitment from the responses (simulate_commitment:
-// linear_map(responses) − challenge·image) and checks the challenge.
+// linear_map(responses) − challenge·image) and checks the challenge. The
+// challenge, the responses and the elements are public: each commitment
+// is one variable-time multi-scalar multiplication.
 func (r *relation) verify(session string, proof []byte) bool {
 	if len(proof) != r.proofSize() {
 		return false
 	}
-	c := g.NewScalar()
-	if c.UnmarshalBinary(proof[:ScalarSize]) != nil {
+	c, ok := parseScalar(proof[:ScalarSize])
+	if !ok {
 		return false
 	}
-	resp := make([]group.Scalar, r.nScalars)
+	negC := scNeg(c)
+	resp := make([]scalar, r.nScalars)
 	for i := range resp {
-		resp[i] = g.NewScalar()
-		if resp[i].UnmarshalBinary(proof[ScalarSize*(1+i):ScalarSize*(2+i)]) != nil {
+		if resp[i], ok = parseScalar(proof[ScalarSize*(1+i) : ScalarSize*(2+i)]); !ok {
 			return false
 		}
 	}
-	commit := r.linearMap(resp)
-	cImage := map[int]group.Element{} // c·element, shared by equations with one left-hand side
-	for i, eq := range r.eqs {
-		ci, ok := cImage[eq.lhs]
-		if !ok {
-			ci = mul(r.elements[eq.lhs], c)
-			cImage[eq.lhs] = ci
-		}
-		commit[i] = sub(commit[i], ci)
+	commit := make([]element, len(r.eqs))
+	for i := range r.eqs {
+		r.simulate(commit, i, resp, negC)
 	}
 	sp, ok := r.transcript(session)
 	if !ok {
