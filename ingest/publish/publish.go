@@ -76,8 +76,8 @@ type Publisher struct {
 	once    sync.Once
 	mxOnce  sync.Once
 	ack     prometheus.Histogram // AckSeconds
-	slots   chan struct{} // one token per accepted, unsettled layer
-	queue   chan *entry   // accepted layers in publish order
+	slots   chan struct{}        // one token per accepted, unsettled layer
+	queue   chan *entry          // accepted layers in publish order
 	closing chan struct{}
 
 	mu          sync.Mutex
