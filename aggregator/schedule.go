@@ -6,12 +6,12 @@ import (
 	"sort"
 	"time"
 
-	"github.com/crowdlog/crowdlog/randomness"
+	"github.com/crowdlog/crowdlog/protocol"
 )
 
 // Schedule makes a Service open and close scheduled epochs on its own
 // clock: epochs of Length named START-LENGTH as the randomness service's
-// schedule names them (randomness.ScheduleEpoch), for each of Apps.
+// schedule names them (protocol.ScheduleEpoch), for each of Apps.
 // Every Every (default 10 s) the service writes an EpochOpen of the
 // current epoch (and of the next one within Lead of its start) unless
 // this process wrote it already, and an EpochClose of every scheduled
@@ -123,7 +123,7 @@ func (s *Service) scheduleDue(at time.Time, lead time.Duration, opened, closed m
 			continue
 		}
 		seen[ek] = true
-		start, err := randomness.ParseScheduleEpoch(ek.epoch, sc.Length)
+		start, err := protocol.ParseScheduleEpoch(ek.epoch, sc.Length)
 		if err != nil {
 			continue // a named epoch: the operator's
 		}
@@ -133,8 +133,8 @@ func (s *Service) scheduleDue(at time.Time, lead time.Duration, opened, closed m
 	}
 	sort.Slice(due, func(i, j int) bool { return due[i].app+"\x00"+due[i].epoch < due[j].app+"\x00"+due[j].epoch })
 	for _, a := range sc.Apps {
-		cur := randomness.ScheduleEpoch(at, sc.Length)
-		next := randomness.ScheduleEpoch(at.Add(lead), sc.Length)
+		cur := protocol.ScheduleEpoch(at, sc.Length)
+		next := protocol.ScheduleEpoch(at.Add(lead), sc.Length)
 		for i, e := range []string{cur, next} {
 			ek := epochKey{a, e}
 			if !opened[ek] && !closed[ek] && (i == 0 || next != cur) {

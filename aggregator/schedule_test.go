@@ -15,7 +15,6 @@ import (
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/star"
-	"github.com/crowdlog/crowdlog/randomness"
 )
 
 // TestScheduleClosesOnItsOwnClock: an aggregator with a Schedule (epochs
@@ -35,7 +34,7 @@ func TestScheduleClosesOnItsOwnClock(t *testing.T) {
 	var mu sync.Mutex
 	clock := start.Add(20 * time.Minute)
 	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-	epoch := randomness.ScheduleEpoch(start, time.Hour)
+	epoch := protocol.ScheduleEpoch(start, time.Hour)
 	if err := OpenEpoch(ctx, brokers, "query", "named"); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +124,7 @@ func TestScheduleClosesOnItsOwnClock(t *testing.T) {
 func TestScheduleDue(t *testing.T) {
 	s := &Service{Schedule: &Schedule{Apps: []string{"query"}, Length: 24 * time.Hour, CloseDelay: time.Hour}}
 	day := func(d int) string {
-		return randomness.ScheduleEpoch(time.Date(2006, 3, d, 12, 0, 0, 0, time.UTC), 24*time.Hour)
+		return protocol.ScheduleEpoch(time.Date(2006, 3, d, 12, 0, 0, 0, time.UTC), 24*time.Hour)
 	}
 	s.openEpochs = map[int][]epochKey{0: {{"query", day(1)}, {"query", day(2)}, {"query", "named"}, {"click", day(1)}}}
 	at := time.Date(2006, 3, 3, 0, 30, 0, 0, time.UTC) // 30 min into March 3: March 2 ended 30 min ago

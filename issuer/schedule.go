@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/crowdlog/crowdlog/infra/keydir"
-	"github.com/crowdlog/crowdlog/randomness"
+	"github.com/crowdlog/crowdlog/protocol"
 )
 
 // Schedule rolls the issuer's epoch keys on its own clock: epochs of
 // Length named START-LENGTH as the randomness service's schedule names
-// them (randomness.ScheduleEpoch). Every Every (default 10 s) the current
+// them (protocol.ScheduleEpoch). Every Every (default 10 s) the current
 // epoch's keys — and the next epoch's within Lead of its start (default
 // 1 min) — are created in the keys directory if missing (keydir.
 // EnsureIssuerKeys), so a new epoch needs no restart; the keys of every
@@ -66,7 +66,7 @@ func (s *Service) Roll(sc Schedule) error {
 	now := sc.Now()
 	var errs []error
 	for _, at := range []time.Time{now, now.Add(sc.Lead)} {
-		e := randomness.ScheduleEpoch(at, sc.Length)
+		e := protocol.ScheduleEpoch(at, sc.Length)
 		if err := keydir.EnsureIssuerKeys(s.KeysDir, e); err != nil {
 			errs = append(errs, err)
 		}
@@ -81,7 +81,7 @@ func (s *Service) Roll(sc Schedule) error {
 		if !ok {
 			continue
 		}
-		start, err := randomness.ParseScheduleEpoch(epoch, sc.Length)
+		start, err := protocol.ParseScheduleEpoch(epoch, sc.Length)
 		if err != nil || now.Before(start.Add(sc.Length).Add(sc.Grace)) {
 			continue // a named epoch, another schedule's, or still in its grace
 		}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/crowdlog/crowdlog/infra/keydir"
-	"github.com/crowdlog/crowdlog/randomness"
+	"github.com/crowdlog/crowdlog/protocol"
 )
 
 // TestScheduleRollsKeys: the issuer's clock creates the current epoch's
@@ -25,7 +25,7 @@ func TestScheduleRollsKeys(t *testing.T) {
 	t0 := time.Date(2006, 3, 1, 12, 0, 0, 0, time.UTC)
 	clock := t0
 	sc := Schedule{Length: day, Grace: time.Hour, Lead: time.Minute, Now: func() time.Time { return clock }}
-	e1 := randomness.ScheduleEpoch(t0, day)
+	e1 := protocol.ScheduleEpoch(t0, day)
 	if _, err := s.epochKeys(e1); !errors.Is(err, ErrEpochNotOpen) {
 		t.Fatalf("before the schedule ran, epoch %s: %v", e1, err)
 	}
@@ -40,7 +40,7 @@ func TestScheduleRollsKeys(t *testing.T) {
 	if err := s.Roll(sc); err != nil {
 		t.Fatal(err)
 	}
-	e2 := randomness.ScheduleEpoch(clock.Add(time.Minute), day)
+	e2 := protocol.ScheduleEpoch(clock.Add(time.Minute), day)
 	if _, err := s.epochKeys(e2); err != nil || e2 == e1 {
 		t.Fatalf("the next epoch %s within the lead: %v", e2, err)
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/crowdlog/crowdlog/ingest/aol"
-	"github.com/crowdlog/crowdlog/randomness"
+	"github.com/crowdlog/crowdlog/protocol"
 )
 
 // MaxEpochs bounds the epochs one replay is cut into (SplitEpochs): an
@@ -39,7 +39,7 @@ type EpochSummary struct {
 
 // SplitEpochs cuts the log at path into scheduled epochs of the given
 // length: each record goes to the epoch its QueryTime falls in, named as
-// the randomness service's schedule names it (randomness.ScheduleEpoch:
+// the randomness service's schedule names it (protocol.ScheduleEpoch:
 // START-LENGTH, START aligned to the Unix epoch in UTC, e.g.
 // 20060227T000000Z-168h for a week). It writes one AOL TSV file per
 // epoch under dir and returns the epochs in time order. Errors: the
@@ -77,7 +77,7 @@ func SplitEpochs(path string, length time.Duration, dir string) ([]epochInput, e
 		if err != nil {
 			return nil, fmt.Errorf("epochs: %w", err)
 		}
-		name := randomness.ScheduleEpoch(rec.QueryTime, length)
+		name := protocol.ScheduleEpoch(rec.QueryTime, length)
 		o := files[name]
 		if o == nil {
 			if len(files) == MaxEpochs {

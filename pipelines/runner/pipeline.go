@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/crowdlog/crowdlog/pipelines/pipeline"
-	"github.com/crowdlog/crowdlog/randomness"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/release"
 )
 
@@ -73,6 +73,6 @@ func ApplyPipelineIngest(cfg *IngestConfig, p *pipeline.Pipeline) {
 	if rc.EpochLength > 0 {
 		// a client sends in the scheduled epoch of now, as the roles'
 		// clocks open it
-		cfg.Epoch = randomness.ScheduleEpoch(time.Now(), rc.EpochLength)
+		cfg.Epoch = protocol.ScheduleEpoch(time.Now(), rc.EpochLength)
 	}
 }

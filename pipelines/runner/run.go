@@ -62,7 +62,7 @@ type Config struct {
 	// EpochLength > 0 replays the input in scheduled epochs of this length
 	// (e.g. 168h): each record goes to the epoch its QueryTime falls in,
 	// named START-LENGTH as the randomness service's schedule names them
-	// (randomness.ScheduleEpoch), and each epoch is opened, replayed,
+	// (protocol.ScheduleEpoch), and each epoch is opened, replayed,
 	// closed and released on its own (SplitEpochs). Epoch must then be "".
 	EpochLength time.Duration
 
