@@ -174,3 +174,61 @@ func TestARCPresentations(t *testing.T) {
 		t.Fatal("control: without ARC the Sybil's reports did not open the artifact")
 	}
 }
+
+// TestTokenFailureCostsNoARCCheck: checks run in order of cost. FT_u
+// reports that carry a valid ARC presentation but no report token, a
+// garbage token or a token bound to another report are dropped for their
+// token and cost no ARC verification (before this ordering each cost one,
+// ~10 × a token check, with no enrolled identity behind it); reports with
+// valid tokens are verified (once per credential) and open the artifact.
+func TestTokenFailureCostsNoARCCheck(t *testing.T) {
+	onionKey, _ := onion.GenerateKeyPair(1)
+	reportKey, _ := token.GenerateKey(token.KindReport, "e1")
+	arcKey, _ := arc.GenerateKey(rand.Reader)
+	const k, junk = 3, 30
+	s := sealing(t, "weather", star.FTu, k)
+	var msgs []Message
+	wrapped := func(r *star.Report) { msgs = append(msgs, Message{Value: wrap(t, onionKey, r)}) }
+	cred := credential(t, arcKey)
+	pres, tag := present(t, cred, &s)
+	for i := range junk {
+		r, err := s.SealARC(tag, "weather", "weather")
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch i % 3 {
+		case 0: // no token
+		case 1: // garbage
+			r.Token = make([]byte, 90)
+			rand.Read(r.Token)
+		case 2: // a valid token of another report
+			o, _ := s.SealARC(tag, "weather", "weather")
+			payWith(t, reportKey, o)
+			r.Token = o.Token
+		}
+		r.Presentation = pres
+		wrapped(r)
+	}
+	for range k {
+		c := credential(t, arcKey)
+		p, tg := present(t, c, &s)
+		r, _ := s.SealARC(tg, "weather", "weather")
+		payWith(t, reportKey, r)
+		r.Presentation = p
+		wrapped(r)
+	}
+	p := NewPartition(0, 1, []*onion.KeyPair{onionKey})
+	p.ReportKeys = keysOf(reportKey)
+	p.ARCKeys = func(string) (*arc.PrivateKey, error) { return arcKey, nil }
+	var items int
+	for _, m := range msgs {
+		items += len(p.Apply(m))
+	}
+	dropped := p.Stats.Dropped["no-token"] + p.Stats.Dropped["bad-token"]
+	if dropped != junk || items != k {
+		t.Fatalf("dropped %v, %d items; want %d token drops and %d items", p.Stats.Dropped, items, junk, k)
+	}
+	if n := p.arcChecks.Load(); n != k {
+		t.Fatalf("%d ARC verifications for %d reports with failed tokens and %d honest ones; want %d (the honest ones only)", n, junk, k, k)
+	}
+}

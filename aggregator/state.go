@@ -42,6 +42,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cloudflare/circl/group"
 	"github.com/crowdlog/crowdlog/protocol"
@@ -290,6 +291,7 @@ type Partition struct {
 	reportKeys  map[string]*token.PrivateKey
 	arcKeys     map[string]*arcVerifier
 	arcVerified int64        // presentations accepted by a full verdict, not the per-(group, x) rule (tests)
+	arcChecks   atomic.Int64 // full ARC verifications attempted (Prepare runs concurrently; tests)
 	cache       *verifyCache // shared by a Service's partitions (nil: none)
 	snap        *snapStore   // with snapshots: the spill goes to named segments there (snapshot.go)
 	noVerify    bool         // baseline for benchmarks: no commitment checks, AEAD subset search
