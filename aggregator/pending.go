@@ -28,18 +28,25 @@ type rep struct {
 	x    [32]byte // the share's x, canonical encoding
 	ref  uint64   // its spill record
 	next int32    // the group's next report (−1: the tail); in the free list, the next free slot
-	meta uint32   // reportBytes it was charged (repSizeMask) | repShare | repDropped
+	meta uint32   // reportBytes it was charged (repSizeMask) | repShare | repDropped | repUnverified
 }
 
 const (
-	repShare    = 1 << 31 // the group's first live report at its x: a share (later ones at that x are repeats)
-	repDropped  = 1 << 30 // dropped after its id was remembered (bad-presentation, bad-share): not pending, id kept for duplicates
-	repSizeMask = 1<<28 - 1
+	repShare   = 1 << 31 // the group's first live report at its x: a share (later ones at that x are repeats)
+	repDropped = 1 << 30 // dropped after its id was remembered (bad-presentation, bad-share): not pending, id kept for duplicates
+	// repUnverified: its report token and ARC presentation are not
+	// verified yet (its spill record carries them): a candidate, checked
+	// when its group reaches k distinct candidate shares (verifyGroup)
+	repUnverified = 1 << 29
+	repSizeMask   = 1<<28 - 1
 )
 
 func (r *rep) size() int64 { return int64(r.meta & repSizeMask) }
 func (r *rep) share() bool { return r.meta&(repShare|repDropped) == repShare }
 func (r *rep) live() bool  { return r.meta&repDropped == 0 }
+func (r *rep) unverified() bool {
+	return r.meta&(repUnverified|repDropped) == repUnverified
+}
 
 // pendingGroup is a (tag, commitment) group below threshold.
 type pendingGroup struct {
@@ -175,37 +182,58 @@ type bigGroup struct {
 // spilled is a rep's spill record decoded: tag and commitment only in the
 // group's first record.
 type spilled struct {
-	head       bool
-	tag        [32]byte
-	commitment []byte
-	y          []byte
-	ct         []byte
+	head, checks        bool
+	tag                 [32]byte
+	commitment          []byte
+	token, presentation []byte // with checks: the report's, to verify at threshold
+	y                   []byte
+	ct                  []byte
 }
 
-// encodeSpill is the spill record of r: head ‖ [tag ‖ u16 n ‖ commitment]
-// ‖ y ‖ ciphertext.
-func encodeSpill(r *star.Report, head bool) []byte {
-	b := make([]byte, 0, 1+32+2+len(r.Commitment)+protocol.ScalarSize+len(r.Ciphertext))
+// encodeSpill is the spill record of r: flags ‖ [tag ‖ u16 n ‖
+// commitment] ‖ [u16 n ‖ token ‖ u16 n ‖ presentation] ‖ y ‖ ciphertext,
+// flags bit 0 for the group's first record (which carries the tag and
+// commitment), bit 1 for a report whose report token and ARC presentation
+// are not verified yet (repUnverified: kept until its group reaches k
+// distinct candidate shares, verifyGroup).
+func encodeSpill(r *star.Report, head, checks bool) []byte {
+	b := make([]byte, 0, 1+32+2+len(r.Commitment)+4+len(r.Token)+len(r.Presentation)+protocol.ScalarSize+len(r.Ciphertext))
+	var flags byte
 	if head {
-		b = append(b, 1)
+		flags |= spillHead
+	}
+	if checks {
+		flags |= spillChecks
+	}
+	b = append(b, flags)
+	if head {
 		b = append(b, r.Tag[:]...)
 		b = binary.BigEndian.AppendUint16(b, uint16(len(r.Commitment)))
 		b = append(b, r.Commitment...)
-	} else {
-		b = append(b, 0)
+	}
+	if checks {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(r.Token)))
+		b = append(b, r.Token...)
+		b = binary.BigEndian.AppendUint16(b, uint16(len(r.Presentation)))
+		b = append(b, r.Presentation...)
 	}
 	y, _ := r.Share.Y.MarshalBinary()
 	b = append(b, y...)
 	return append(b, r.Ciphertext...)
 }
 
+const (
+	spillHead   = 1 << 0
+	spillChecks = 1 << 1
+)
+
 func decodeSpill(b []byte) (spilled, error) {
 	var s spilled
 	bad := fmt.Errorf("aggregator: spill record of %d bytes does not decode", len(b))
-	if len(b) < 1 {
+	if len(b) < 1 || b[0]&^(spillHead|spillChecks) != 0 {
 		return s, bad
 	}
-	s.head, b = b[0] == 1, b[1:]
+	s.head, s.checks, b = b[0]&spillHead != 0, b[0]&spillChecks != 0, b[1:]
 	if s.head {
 		if len(b) < 34 {
 			return s, bad
@@ -217,6 +245,19 @@ func decodeSpill(b []byte) (spilled, error) {
 			return s, bad
 		}
 		s.commitment, b = b[:n], b[n:]
+	}
+	if s.checks {
+		for _, f := range []*[]byte{&s.token, &s.presentation} {
+			if len(b) < 2 {
+				return s, bad
+			}
+			n := int(binary.BigEndian.Uint16(b))
+			b = b[2:]
+			if len(b) < n {
+				return s, bad
+			}
+			*f, b = b[:n], b[n:]
+		}
 	}
 	if len(b) < protocol.ScalarSize {
 		return s, bad
@@ -279,7 +320,7 @@ func (p *Partition) newGroup(g pendingGroup) int32 {
 }
 
 // appendRep appends r (x: its share's x, xKey) to pending group gi with
-// flags (repShare, repDropped), writing its spill record; false after a
+// flags (repShare, repDropped, repUnverified), writing its spill record; false after a
 // spill error.
 func (p *Partition) appendRep(gi int32, gid groupID, r *star.Report, x *[32]byte, size int64, flags uint32) bool {
 	g := p.group(gi)
@@ -288,7 +329,7 @@ func (p *Partition) appendRep(gi int32, gid groupID, r *star.Report, x *[32]byte
 		p.fail(err)
 		return false
 	}
-	ref, err := s.put(encodeSpill(r, g.n == 0))
+	ref, err := s.put(encodeSpill(r, g.n == 0, flags&repUnverified != 0))
 	if err != nil {
 		p.fail(err)
 		return false

@@ -188,7 +188,7 @@ func TestAttackSpillFileTheft(t *testing.T) {
 				t.Fatal(err)
 			}
 			p.Apply(Message{Value: wrap(t, key, r)})
-			plain.Write(encodeSpill(r, rep == 0))
+			plain.Write(encodeSpill(r, rep == 0, false))
 			if rep == 0 {
 				tags = append(tags, r.Tag)
 			}
@@ -259,21 +259,27 @@ func FuzzDecodeSpill(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(encodeSpill(r, true))
-	f.Add(encodeSpill(r, false))
+	f.Add(encodeSpill(r, true, false))
+	f.Add(encodeSpill(r, false, false))
+	f.Add(encodeSpill(r, true, true))
+	f.Add(encodeSpill(r, false, true))
 	f.Add([]byte{1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		sp, err := decodeSpill(b)
 		if err != nil {
 			return
 		}
-		var re []byte
+		re := []byte{b[0]}
 		if sp.head {
-			re = append([]byte{1}, sp.tag[:]...)
+			re = append(re, sp.tag[:]...)
 			re = append(re, byte(len(sp.commitment)>>8), byte(len(sp.commitment)))
 			re = append(re, sp.commitment...)
-		} else {
-			re = []byte{b[0]}
+		}
+		if sp.checks {
+			for _, f := range [][]byte{sp.token, sp.presentation} {
+				re = append(re, byte(len(f)>>8), byte(len(f)))
+				re = append(re, f...)
+			}
 		}
 		re = append(append(re, sp.y...), sp.ct...)
 		if !bytes.Equal(re, b) {

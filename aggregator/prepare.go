@@ -12,7 +12,6 @@ import (
 	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/star"
-	"github.com/crowdlog/crowdlog/protocol/token"
 )
 
 // Prepared is a message after the part of Apply that depends only on its
@@ -37,6 +36,7 @@ type Prepared struct {
 // judged the report alone.
 type reportChecks struct {
 	tokenOn, arcOn bool // ReportKeys / ARCKeys were set when prepared
+	deferred       bool // prepared for verification at the threshold (checkDeferred: no key was used)
 	// later: a key the checks need was not loaded when prepared (Prepare
 	// never loads keys: the epoch names come from clients); the state
 	// step loads it, once the report's epoch is known to be open, and
@@ -56,6 +56,7 @@ type reportChecks struct {
 	// carry).
 	presPresent bool
 	quickOK     bool
+	xOK         bool // deferred: the share's x is the one quickTag's tag gives
 	quickTag    [32]byte
 	presVerdict string
 	tag         [32]byte
@@ -128,7 +129,11 @@ func (p *Partition) ApplyPrepared(pm *Prepared) []protocol.Decrypted {
 // when they are not loaded yet; without, only with keys loaded before
 // (c.later when one is missing).
 func (p *Partition) check(r *star.Report, load bool) reportChecks {
-	c := reportChecks{tokenOn: p.ReportKeys != nil, arcOn: p.ARCKeys != nil}
+	c := reportChecks{tokenOn: p.ReportKeys != nil, arcOn: p.ARCKeys != nil, deferred: p.deferred()}
+	if c.deferred {
+		p.checkDeferred(r, &c)
+		return c
+	}
 	if c.tokenOn {
 		p.checkTokenBytes(r, &c, load)
 	}
@@ -144,21 +149,10 @@ func (p *Partition) check(r *star.Report, load bool) reportChecks {
 
 // checkTokenBytes is the stateless part of checkToken.
 func (p *Partition) checkTokenBytes(r *star.Report, c *reportChecks, load bool) {
-	if len(r.Token) == 0 {
-		c.tokenPre = "no-token"
+	t := p.tokenBinding(r, c)
+	if t == nil {
 		return
 	}
-	t, err := token.ParseToken(r.Token)
-	if err != nil {
-		c.tokenPre = "bad-token"
-		return
-	}
-	unsigned, err := r.UnsignedBytes()
-	if err != nil || t.Nonce != token.ReportNonce(unsigned) {
-		c.tokenPre = "bad-token"
-		return
-	}
-	c.spend = t.SpendID()
 	key := p.reportKey(r.Epoch, load)
 	if key == nil && !load {
 		c.later = true

@@ -28,8 +28,11 @@ type prepareFixture struct {
 	reportKeys func(string) (*token.PrivateKey, error)
 	arcKeys    func(string) (*arc.PrivateKey, error)
 	msgs       []Message
-	wantDrops  map[string]int64
-	wantDec    int64
+	wantDrops  map[string]int64 // verification at the threshold
+	// wantArrival: with VerifyOnArrival, where the verdicts differ
+	wantArrival map[string]int64
+	wantDec     int64
+	arrival     bool // partition: VerifyOnArrival
 }
 
 func newPrepareFixture(t *testing.T) *prepareFixture {
@@ -100,9 +103,12 @@ func newPrepareFixture(t *testing.T) *prepareFixture {
 	rd, _ := other.SealARC(tag0, "sunshine", "x")
 	add(paid(k1, rd, p0))
 	// the same report with a token minted again: VOPRF tokens are
-	// deterministic in their nonce, so it is the spent token
+	// deterministic in their nonce, so it is the spent token when it was
+	// verified on arrival; at the threshold (its group of 1 is pending,
+	// unverified) the same report id: a duplicate
 	add(paid(k1, rd, p0))
-	f.wantDrops["spent-token"]++
+	f.wantDrops["duplicate"]++
+	f.wantArrival = map[string]int64{"duplicate": -1, "spent-token": 1}
 	// a repeat at the first credential's x whose presentation is for
 	// another artifact: bad-presentation
 	add(paid(k1, r0, p0))
@@ -136,7 +142,12 @@ func newPrepareFixture(t *testing.T) *prepareFixture {
 	bad[len(bad)-1] ^= 1
 	rt.Token = bad
 	add(rt)
-	f.wantDrops["bad-token"] += 3
+	f.wantDrops["bad-token"] += 2
+	// the altered token's report has no presentation either: at the
+	// threshold that cheap check comes first; on arrival the token's
+	f.wantDrops["bad-presentation"]++
+	f.wantArrival["bad-presentation"]--
+	f.wantArrival["bad-token"]++
 	// e2: token key, no ARC key; e3: no token key; e4: never opened
 	for _, e := range []string{"e2", "e3", "e4"} {
 		omega := make([]byte, 64)
@@ -175,6 +186,7 @@ func (f *prepareFixture) partition() *Partition {
 	p := NewPartition(0, 1, []*onion.KeyPair{f.onionKey})
 	p.RequireOpen = true
 	p.ReportKeys, p.ARCKeys = f.reportKeys, f.arcKeys
+	p.VerifyOnArrival = f.arrival
 	return p
 }
 
@@ -209,7 +221,23 @@ func resultOf(t *testing.T, p *Partition, emits [][]protocol.Decrypted) prepareR
 // replay). The plain run itself shows the drops and decryptions the
 // fixture was built to cause.
 func TestPrepareEquivalent(t *testing.T) {
+	for _, arrival := range []bool{false, true} {
+		t.Run(fmt.Sprintf("VerifyOnArrival=%v", arrival), func(t *testing.T) { testPrepareEquivalent(t, arrival) })
+	}
+}
+
+func testPrepareEquivalent(t *testing.T, arrival bool) {
 	f := newPrepareFixture(t)
+	f.arrival = arrival
+	wantVerified := int64(4) // 4 credentials of weather; the sunshine group never reaches k
+	if arrival {
+		for r, d := range f.wantArrival {
+			if f.wantDrops[r] += d; f.wantDrops[r] == 0 {
+				delete(f.wantDrops, r)
+			}
+		}
+		wantVerified = 4 + 1 // and 1 of sunshine (the duplicate's group), verified on arrival
+	}
 	plain := f.partition()
 	var emits [][]protocol.Decrypted
 	for _, m := range f.msgs {
@@ -220,8 +248,8 @@ func TestPrepareEquivalent(t *testing.T) {
 		t.Fatalf("plain Apply: dropped %v, decrypted %d; the fixture was built for %v, %d",
 			plain.Stats.Dropped, plain.Stats.Decrypted, f.wantDrops, f.wantDec)
 	}
-	if plain.arcVerified != 4+1 { // 4 credentials of weather, 1 of sunshine (the duplicate's group)
-		t.Fatalf("%d presentations verified in full, want 5", plain.arcVerified)
+	if plain.arcVerified != wantVerified {
+		t.Fatalf("%d presentations verified in full, want %d", plain.arcVerified, wantVerified)
 	}
 
 	cache := newVerifyCache(3) // shared by the runs below; evicts

@@ -64,8 +64,10 @@ const snapMagic = "crowdlog-v1 aggregator snapshot\n"
 // verified presentation tags are kept as star.ARCTagDigest (was SHA-256 of
 // the tag), so a version-1 snapshot is refused and the partition replays.
 // 3: pipeline digests (per epoch, per pending group and per recovered
-// group).
-const stateVersion = 3
+// group). 4: pending reports may be unverified candidates (repUnverified,
+// their spill records carry their token and presentation: verification
+// at the threshold).
+const stateVersion = 4
 
 // snapKeep is the number of snapshots kept per partition (the newest; the
 // older ones are the fallback when the newest does not restore).

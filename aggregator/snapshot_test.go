@@ -90,7 +90,9 @@ func runWithSnapshots(t *testing.T, mk func() *Partition, store *snapStore, msgs
 // Two sequences: the bundled log's query reports (groups that open with
 // many reports, groups that never do, duplicates; the close's summary)
 // and prepareFixture (report tokens spent, ARC presentations kept for
-// pending groups, every drop reason). The uninterrupted partition keeps
+// pending groups, every drop reason) and junkScenario (unverified
+// candidates, verification rounds that drop junk and re-share an x, the
+// opening at the last message). The uninterrupted partition keeps
 // its spill in memory; the restored ones in segment files, several per
 // epoch after two restores.
 func TestSnapshotRestoreExact(t *testing.T) {
@@ -99,18 +101,23 @@ func TestSnapshotRestoreExact(t *testing.T) {
 	}
 	key, _ := onion.GenerateKeyPair(1)
 	fix := newPrepareFixture(t)
+	junk := newJunkScenario(t)
 	for _, tc := range []struct {
 		name   string
 		msgs   []Message
 		mk     func() *Partition
 		closes bool // the last message closes the only epoch with pending reports
+		opens  bool // the last message opens the only group (nothing decrypted before)
 	}{
 		{"bundled log", bundledMessages(t, key, 120), func() *Partition {
 			p := NewPartition(0, 1, []*onion.KeyPair{key})
 			p.RequireOpen = true
 			return p
-		}, true},
-		{"tokens and ARC", fix.msgs, fix.partition, false},
+		}, true, false},
+		{"tokens and ARC", fix.msgs, fix.partition, false, false},
+		// candidates verified at the threshold, dropped, re-shared, and
+		// the group opening at the last message
+		{"junk at the threshold", append(junk.msgs, junk.last), junk.partition, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := len(tc.msgs)
@@ -129,13 +136,16 @@ func TestSnapshotRestoreExact(t *testing.T) {
 			if !reflect.DeepEqual(w.stats, g.stats) || !reflect.DeepEqual(w.pending, g.pending) {
 				t.Fatalf("state differs after restores:\n got %+v, %d pending\nwant %+v, %d pending", g.stats, len(g.pending), w.stats, len(w.pending))
 			}
-			if len(g.pending) == 0 || g.stats.Decrypted == 0 {
+			if len(g.pending) == 0 || g.stats.Decrypted == 0 && !tc.opens {
 				t.Fatalf("the sequence left nothing pending or decrypted nothing: %+v", g.stats)
 			}
 			last := tc.msgs[n-1]
 			w2, g2 := wantP.Apply(last), gotP.Apply(last)
 			if !reflect.DeepEqual(w2, g2) {
 				t.Fatalf("the last message emits differ:\n got %+v\nwant %+v", g2, w2)
+			}
+			if tc.opens && len(g2) == 0 {
+				t.Fatal("the last message opened nothing")
 			}
 			ents, _ := os.ReadDir(store.dir(0))
 			var snaps, segs int
@@ -254,7 +264,7 @@ func TestAttackSnapshotTheft(t *testing.T) {
 			}
 			p.Apply(Message{Value: wrap(t, key, r)})
 			if users < 3 {
-				plain.Write(encodeSpill(r, u == 0))
+				plain.Write(encodeSpill(r, u == 0, false))
 			}
 			if u == 0 {
 				tags = append(tags, r.Tag)

@@ -283,6 +283,12 @@ type Partition struct {
 	// verifies for its artifact and whose tag gives its share's x
 	// ("bad-presentation", "arc-key"). nil: off.
 	ARCKeys func(epoch string) (*arc.PrivateKey, error)
+	// VerifyOnArrival verifies every report's token and presentation when
+	// it arrives (Prepare), as before verification at the threshold
+	// (threshold.go); off, reports are verified only once their group
+	// reaches k distinct candidate shares. Benchmarks compare the two;
+	// both give the same releases on honest input.
+	VerifyOnArrival bool
 	// Every member of a group must set ReportKeys and ARCKeys alike, and
 	// the keys of an epoch must exist before its first report arrives: a
 	// report is judged once, and again identically on replay, only when
@@ -292,9 +298,15 @@ type Partition struct {
 	arcKeys     map[string]*arcVerifier
 	arcVerified int64        // presentations accepted by a full verdict, not the per-(group, x) rule (tests)
 	arcChecks   atomic.Int64 // full ARC verifications attempted (Prepare runs concurrently; tests)
-	cache       *verifyCache // shared by a Service's partitions (nil: none)
-	snap        *snapStore   // with snapshots: the spill goes to named segments there (snapshot.go)
-	noVerify    bool         // baseline for benchmarks: no commitment checks, AEAD subset search
+	tokenChecks atomic.Int64 // report-token verifications at the threshold (tests)
+	// preemptControl: a candidate that fails verification at the
+	// threshold drops every report at its x (dropAtX) — the rule that
+	// verification at the threshold must not have; only the control of
+	// the junk-presentations attack sets it.
+	preemptControl bool
+	cache          *verifyCache // shared by a Service's partitions (nil: none)
+	snap           *snapStore   // with snapshots: the spill goes to named segments there (snapshot.go)
+	noVerify       bool         // baseline for benchmarks: no commitment checks, AEAD subset search
 }
 
 // PendingGroup is one (tag, commitment) group below threshold: what a thief
@@ -438,13 +450,18 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 		}
 		e = p.newEpoch(r.App, r.Epoch)
 	}
-	if c.later || c.tokenOn != (p.ReportKeys != nil) || c.arcOn != (p.ARCKeys != nil) {
+	if c.later || c.tokenOn != (p.ReportKeys != nil) || c.arcOn != (p.ARCKeys != nil) || c.deferred != p.deferred() {
 		// the epoch is open (or, without RequireOpen, seen): its keys
 		// may be loaded now
 		cc := p.check(r, true)
 		c = &cc
 	}
-	if p.ReportKeys != nil {
+	if c.deferred {
+		if reason := p.arrivalToken(e, c); reason != "" {
+			p.drop(reason)
+			return nil
+		}
+	} else if p.ReportKeys != nil {
 		if reason := p.checkToken(e, c); reason != "" {
 			p.drop(reason)
 			return nil
@@ -478,7 +495,15 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 	e.held++
 	e.heldBytes += size
 	x := xKey(r.Share)
-	if p.ARCKeys != nil && r.Policy == star.FTu {
+	var unverified uint32
+	if c.deferred {
+		unverified = repUnverified
+		if reason := p.arrivalPresentation(e, r, c); reason != "" {
+			p.appendRep(gi, gid, r, &x, size, repDropped)
+			p.drop(reason)
+			return nil
+		}
+	} else if p.ARCKeys != nil && r.Policy == star.FTu {
 		ok := p.pendARC[gid]
 		reason := p.checkPresentation(&ok, x, c)
 		if ok != nil {
@@ -494,7 +519,7 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 		// same user (FT_u) repeating: an impression, not a share; its
 		// y is checked at recovery, its ciphertext by the AEAD
 		p.Stats.Reports++
-		p.appendRep(gi, gid, r, &x, size, 0)
+		p.appendRep(gi, gid, r, &x, size, unverified)
 		return nil
 	}
 	if p.group(gi).suspect && !p.noVerify {
@@ -516,11 +541,14 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 		}
 	}
 	p.Stats.Reports++
-	if !p.appendRep(gi, gid, r, &x, size, repShare) {
+	if !p.appendRep(gi, gid, r, &x, size, repShare|unverified) {
 		return nil
 	}
 	if int(p.group(gi).shares) < int(r.K) {
 		return nil
+	}
+	if c.deferred && (!p.verifyGroup(gi, gid) || int(p.group(gi).shares) < int(r.K)) {
+		return nil // fewer than k verified shares: the group waits for more
 	}
 	return p.recoverGroup(gi, gid, r)
 }
@@ -538,7 +566,16 @@ func (p *Partition) applyOpened(t *tagState, r *star.Report, c *reportChecks, si
 		p.drop("bad-commitment")
 		return nil
 	}
-	if p.ARCKeys != nil && r.Policy == star.FTu {
+	if c.deferred {
+		reason := p.arrivalPresentation(t.ep, r, c)
+		if reason == "" {
+			reason = p.verifyReport(t.ep, r, xKey(r.Share), r.Token, r.Presentation, &t.arcOK)
+		}
+		if reason != "" {
+			p.drop(reason)
+			return nil
+		}
+	} else if p.ARCKeys != nil && r.Policy == star.FTu {
 		if reason := p.checkPresentation(&t.arcOK, xKey(r.Share), c); reason != "" {
 			p.drop(reason)
 			return nil
