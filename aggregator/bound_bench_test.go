@@ -79,8 +79,15 @@ func BenchmarkBoundAggregatorServiceTokens(b *testing.B) { boundService(b, "toke
 // token; the child's service has ReportKeys and ARCKeys set.
 func BenchmarkBoundAggregatorServiceARC(b *testing.B) { boundService(b, "arc") }
 
+// BenchmarkBoundAggregatorServiceARCArrival is
+// BenchmarkBoundAggregatorServiceARC with Service.VerifyOnArrival: every
+// report's token and presentation verified when it arrives (on the
+// Prepare pool), not when its group reaches k candidate shares.
+func BenchmarkBoundAggregatorServiceARCArrival(b *testing.B) { boundService(b, "arc-arrival") }
+
 // boundService runs the aggregator-service bound with tokens "off",
-// "tokens" (report tokens) or "arc" (report tokens and ARC presentations).
+// "tokens" (report tokens), "arc" (report tokens and ARC presentations)
+// or "arc-arrival" (the same, verified on arrival).
 func boundService(b *testing.B, mode string) {
 	users := envInt("CROWDLOG_BOUND_USERS", 200)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -202,7 +209,7 @@ func boundReports(b *testing.B, users int, agg onion.PublicKey, keysDir, mode st
 					return
 				}
 				var cred *arc.Credential
-				if mode == "arc" {
+				if strings.HasPrefix(mode, "arc") {
 					cred = credential(b, arcKey)
 				}
 				type presented struct{ pres, tag []byte }
@@ -218,7 +225,7 @@ func boundReports(b *testing.B, users int, agg onion.PublicKey, keysDir, mode st
 						sealings[a.Primary] = s
 					}
 					var r *star.Report
-					if mode == "arc" {
+					if strings.HasPrefix(mode, "arc") {
 						p, ok := mine[a.Primary]
 						if !ok {
 							p.pres, p.tag = present(b, cred, &s)
@@ -308,9 +315,10 @@ func TestBoundServiceChild(t *testing.T) {
 			return keydir.LoadTokenKey(keysDir, token.KindReport, epoch)
 		}
 	}
-	if mode == "arc" {
+	if strings.HasPrefix(mode, "arc") {
 		s.ARCKeys = func(epoch string) (*arc.PrivateKey, error) { return keydir.LoadARCKey(keysDir, epoch) }
 	}
+	s.VerifyOnArrival = mode == "arc-arrival"
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()

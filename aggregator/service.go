@@ -75,6 +75,13 @@ type Service struct {
 	// off. Every member of a group must set them alike.
 	ReportKeys func(epoch string) (*token.PrivateKey, error)
 	ARCKeys    func(epoch string) (*arc.PrivateKey, error)
+	// VerifyOnArrival sets the Partition field of the same name: verify
+	// every report's token and presentation when it arrives instead of
+	// when its group reaches k candidate shares (the default). For
+	// benchmarks; members of a group may differ (the releases are the
+	// same on honest input), but replays give the same verdicts only
+	// under one setting.
+	VerifyOnArrival bool
 	// Schedule, when set, opens and closes scheduled epochs on this
 	// process's clock (Schedule; `crowdlog aggregate --pipeline` with an
 	// epoch length). nil: epochs are opened and closed by the operator.
@@ -780,7 +787,7 @@ func (s *Service) newPartition(id, count int) *Partition {
 	st.CoarseSummary = s.CoarseSummary
 	st.RequireOpen = true
 	st.MaxOpenEpochs, st.MaxPendingReports, st.MaxPendingBytes = s.MaxOpenEpochs, s.MaxPendingReports, s.MaxPendingBytes
-	st.ReportKeys, st.ARCKeys = s.ReportKeys, s.ARCKeys
+	st.ReportKeys, st.ARCKeys, st.VerifyOnArrival = s.ReportKeys, s.ARCKeys, s.VerifyOnArrival
 	if s.Pipelines != nil {
 		st.Pipelines = s.Pipelines
 		st.OnPipelineMismatch = s.pipelineMismatch
