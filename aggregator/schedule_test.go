@@ -35,7 +35,7 @@ func TestScheduleClosesOnItsOwnClock(t *testing.T) {
 	clock := start.Add(20 * time.Minute)
 	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
 	epoch := protocol.ScheduleEpoch(start, time.Hour)
-	if err := OpenEpoch(ctx, brokers, "query", "named"); err != nil {
+	if err := OpenEpoch(ctx, brokers, nil, "query", "named"); err != nil {
 		t.Fatal(err)
 	}
 	s := &Service{Brokers: brokers, Keys: []*onion.KeyPair{onionKey}, Logger: slog.New(slog.DiscardHandler), GroupID: "sched",
