@@ -94,6 +94,21 @@ func TestControlVerification(t *testing.T) {
 		t.Fatalf("replay differs: %v vs %v", r.Stats, p.Stats)
 	}
 
+	// ControlVerifier (readers of the topic other than the aggregator) gives
+	// the partition's verdicts
+	v := ControlVerifier{Key: pub, Partition: 1}
+	refused := map[string]int64{}
+	for _, m := range log {
+		if _, reason := v.Check(m.Value, m.Time); reason != "" {
+			refused[reason]++
+		}
+	}
+	for _, r := range []string{DropUnsignedControl, DropBadControlSignature, DropReplayedControl} {
+		if refused[r] != p.Stats.Dropped[r] {
+			t.Errorf("ControlVerifier refused %d as %s, the partition %d", refused[r], r, p.Stats.Dropped[r])
+		}
+	}
+
 	// without a key every control message that parses applies (unchanged)
 	n := NewPartition(1, 2, []*onion.KeyPair{okey})
 	n.RequireOpen = true

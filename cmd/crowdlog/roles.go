@@ -448,9 +448,9 @@ func loadControlSigner(path string) (ed25519.PrivateKey, error) {
 // auditCmd is `crowdlog aggregate audit`: aggregator/audit from the shell.
 func auditCmd() *cobra.Command {
 	var kafkaAddrs, keyPaths []string
-	var app, epoch string
+	var app, epoch, controlPub string
 	c := &cobra.Command{
-		Use:   "audit --key FILE --app APP --epoch EPOCH [--kafka ADDR[,ADDR...]]",
+		Use:   "audit --key FILE --app APP --epoch EPOCH [--kafka ADDR[,ADDR...]] [--control-pub FILE]",
 		Short: "Reconcile topic reports with topic decrypted, report id by report id (counts only)",
 		Long: `audit reads the whole "reports" topic, opens each report's aggregator layer with
 --key, and the whole "decrypted" topic, and prints per partition: distinct
@@ -462,6 +462,8 @@ missing and orphans are 0 in a healthy run; compare the total with the
 clients' "reports sent" to check the relays. It prints counts and offsets
 only, never payloads, tags or user ids. It holds every report id of the
 topic in memory (~50 bytes each) and peels every report (~60 µs each).
+With --control-pub (as given to the aggregator) only a close record the
+aggregator applies ends the epoch; refused control records are counted.
 
 Example:
   crowdlog aggregate audit --kafka 127.0.0.1:9092 --key keys/aggregator.key --app query --epoch 2006-03`,
@@ -475,7 +477,13 @@ Example:
 			if err != nil {
 				return err
 			}
-			res, err := audit.Run(cmd.Context(), kafkaAddrs, protocol.ReportsTopic, protocol.DecryptedTopic, keys, app, epoch)
+			var pub ed25519.PublicKey
+			if controlPub != "" {
+				if pub, err = keydir.LoadSigningPublic(controlPub); err != nil {
+					return usageError(fmt.Errorf("--control-pub: %w", err))
+				}
+			}
+			res, err := audit.RunVerified(cmd.Context(), kafkaAddrs, protocol.ReportsTopic, protocol.DecryptedTopic, keys, pub, app, epoch)
 			if err != nil {
 				return err
 			}
@@ -490,6 +498,7 @@ Example:
 	c.Flags().StringSliceVar(&keyPaths, "key", nil, "aggregator HPKE key file (repeat during a rotation)")
 	c.Flags().StringVar(&app, "app", "query", "application")
 	c.Flags().StringVar(&epoch, "epoch", "", "epoch to audit")
+	c.Flags().StringVar(&controlPub, "control-pub", "", "the pipeline operator's Ed25519 public key (PEM), as given to the aggregator: only close records it signed end the epoch")
 	return c
 }
 
