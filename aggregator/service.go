@@ -721,7 +721,8 @@ func (s *Service) account(id int, st *Partition, prev *totals) {
 // the label values of the service's drop counter.
 var DropReasons = []string{"malformed", "unknown-key", "duplicate", "late", "unknown-epoch", "epoch-full",
 	"bad-share", "bad-commitment", "bad-ciphertext", "no-token", "bad-token", "spent-token", "token-key",
-	"bad-presentation", "arc-key", "unit-mismatch", "pipeline-mismatch", "malformed-control", "open-refused", "open-after-close"}
+	"bad-presentation", "arc-key", "unit-mismatch", "pipeline-mismatch", "malformed-control", "open-refused", "open-after-close",
+	DropUnsignedControl, DropBadControlSignature, DropReplayedControl}
 
 // DroppedByReason returns the reports and messages dropped by this
 // process's partitions so far, by reason (the Stats.Dropped keys:

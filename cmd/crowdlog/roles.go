@@ -348,6 +348,9 @@ holds the operator's key).`,
 						"epoch_length", s.Schedule.Length, "close_delay", s.Schedule.CloseDelay)
 				}
 			}
+			if s.Schedule == nil && controlKey != "" {
+				log.Warn("aggregate: --control-key unused: no --pipeline with an epoch schedule (this process writes no control records)")
+			}
 			if tokenKeys != "" {
 				runner.AggregatorTokens(s, tokenKeys)
 			} else {
