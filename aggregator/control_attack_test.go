@@ -116,12 +116,14 @@ func runForgedControl(t *testing.T, opPub ed25519.PublicKey, opKey, attackerKey 
 		<-done
 	}()
 	out := forgedControlRun{released: map[string]int{}, ids: map[string]bool{}}
-	// every report applied (accepted, or dropped as late), then no item
-	// for 300 ms
+	// every report applied (accepted, or dropped as late) and every
+	// partition's closed marker of e1 read (the operator's close is each
+	// partition's last record), then no item for 300 ms
 	deadline := time.After(90 * time.Second)
 	quiet := time.NewTimer(time.Hour)
+	closed := map[int]bool{}
 	for settled := false; ; {
-		if !settled && s.Reports.Load()+s.DroppedByReason()["late"]+s.DroppedByReason()["unknown-epoch"] >= int64(len(reports)) {
+		if !settled && len(closed) == partitions && s.Reports.Load()+s.DroppedByReason()["late"]+s.DroppedByReason()["unknown-epoch"] >= int64(len(reports)) {
 			settled = true
 			quiet.Reset(300 * time.Millisecond)
 		}
@@ -130,6 +132,9 @@ func runForgedControl(t *testing.T, opPub ed25519.PublicKey, opKey, attackerKey 
 			var d protocol.Decrypted
 			if err := json.Unmarshal(b, &d); err != nil {
 				t.Fatal(err)
+			}
+			if d.Kind == protocol.KindClosed && d.Epoch == "e1" {
+				closed[d.Partition] = true
 			}
 			if d.Kind == protocol.KindItem && d.Epoch == "e1" && !out.ids[d.Report] {
 				out.ids[d.Report] = true
@@ -143,7 +148,7 @@ func runForgedControl(t *testing.T, opPub ed25519.PublicKey, opKey, attackerKey 
 			return out
 		case <-time.After(5 * time.Millisecond):
 		case <-deadline:
-			t.Fatalf("reports applied: %d accepted, drops %v, of %d", s.Reports.Load(), s.DroppedByReason(), len(reports))
+			t.Fatalf("in 90 s: reports applied: %d accepted, drops %v, of %d; closed markers of %d of %d partitions", s.Reports.Load(), s.DroppedByReason(), len(reports), len(closed), partitions)
 		case err := <-done:
 			t.Fatalf("the service stopped: %v", err)
 		}
