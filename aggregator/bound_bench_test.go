@@ -114,7 +114,7 @@ func boundService(b *testing.B, mode string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := OpenEpoch(ctx, []string{kb.Addr}, "query", "bound"); err != nil {
+	if err := OpenEpoch(ctx, []string{kb.Addr}, nil, "query", "bound"); err != nil {
 		b.Fatal(err)
 	}
 	keysDir := filepath.Join(dir, "keys")

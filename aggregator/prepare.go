@@ -23,7 +23,7 @@ import (
 // presentation verdicts, recovery) — in the message's order. The zero
 // value is not a valid Prepared.
 type Prepared struct {
-	drop    string            // the message is dropped for this reason (malformed, unknown-key, malformed-control)
+	drop    string            // the message is dropped for this reason (malformed, unknown-key, malformed-control, and control.go's)
 	control *protocol.Control // a control message
 	report  *star.Report
 	checks  reportChecks
@@ -78,11 +78,7 @@ type reportChecks struct {
 // (onion.PrepareKeys) before concurrent use.
 func (p *Partition) Prepare(m Message) Prepared {
 	if m.Control {
-		c, err := protocol.ParseControl(m.Value)
-		if err != nil {
-			return Prepared{drop: "malformed-control"}
-		}
-		return Prepared{control: c}
+		return p.prepareControl(m)
 	}
 	hop, inner, err := onion.Peel(p.Keys, m.Value)
 	if err != nil {
@@ -111,12 +107,7 @@ func (p *Partition) ApplyPrepared(pm *Prepared) []protocol.Decrypted {
 		p.drop(pm.drop)
 		return nil
 	case pm.control != nil:
-		c := pm.control
-		if c.Op == protocol.ControlOpenEpoch {
-			p.openEpoch(c.App, c.Epoch)
-			return nil
-		}
-		return p.closeEpoch(protocol.EpochClose{App: c.App, Epoch: c.Epoch, Partitions: c.Partitions})
+		return p.applyControl(pm.control)
 	case pm.report != nil:
 		return p.applyReport(pm.report, &pm.checks)
 	}

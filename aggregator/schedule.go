@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"crypto/ed25519"
 	"log/slog"
 	"sort"
 	"time"
@@ -29,6 +30,11 @@ type Schedule struct {
 	Lead       time.Duration // open the next epoch this long before it starts (clients whose clocks run ahead); default 1 min
 	Every      time.Duration // the clock's tick; default 10 s
 	Now        func() time.Time
+	// Key signs the records (OpenEpoch, CloseEpoch): the pipeline
+	// operator's Ed25519 private key (RFC 8032), which this process then
+	// holds. nil: unsigned records, which aggregators with a control
+	// verifying key refuse.
+	Key ed25519.PrivateKey
 }
 
 // openEpochKeys lists the open epochs of the partition's state: Service
@@ -69,7 +75,7 @@ func (s *Service) runSchedule(ctx context.Context, log *slog.Logger) {
 				op, write = "close", CloseEpoch
 			}
 			wctx, cancel := context.WithTimeout(ctx, every)
-			err := write(wctx, s.Brokers, ek.app, ek.epoch)
+			err := write(wctx, s.Brokers, sc.Key, ek.app, ek.epoch)
 			cancel()
 			if err != nil {
 				if ctx.Err() != nil {

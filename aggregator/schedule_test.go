@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -23,7 +24,8 @@ import (
 // unknown-epoch), and once the clock passes the epoch's end + the close
 // delay it closes it without any control record from outside: every
 // partition's closed marker follows the items of the artifacts with ≥ k
-// users; a named epoch stays open (the operator's).
+// users; a named epoch stays open (the operator's). The service verifies
+// control records (ControlKey) and the schedule signs its own (Schedule.Key).
 func TestScheduleClosesOnItsOwnClock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -35,12 +37,13 @@ func TestScheduleClosesOnItsOwnClock(t *testing.T) {
 	clock := start.Add(20 * time.Minute)
 	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
 	epoch := protocol.ScheduleEpoch(start, time.Hour)
-	if err := OpenEpoch(ctx, brokers, "query", "named"); err != nil {
+	controlPub, controlKey, _ := ed25519.GenerateKey(nil)
+	if err := OpenEpoch(ctx, brokers, controlKey, "query", "named"); err != nil {
 		t.Fatal(err)
 	}
 	s := &Service{Brokers: brokers, Keys: []*onion.KeyPair{onionKey}, Logger: slog.New(slog.DiscardHandler), GroupID: "sched",
-		MaxBatch: 10, MaxWait: 20 * time.Millisecond, SessionTimeout: 6 * time.Second,
-		Schedule: &Schedule{Apps: []string{"query"}, Length: time.Hour, CloseDelay: 5 * time.Minute, Every: 50 * time.Millisecond, Now: now}}
+		MaxBatch: 10, MaxWait: 20 * time.Millisecond, SessionTimeout: 6 * time.Second, ControlKey: controlPub,
+		Schedule: &Schedule{Apps: []string{"query"}, Length: time.Hour, CloseDelay: 5 * time.Minute, Every: 50 * time.Millisecond, Now: now, Key: controlKey}}
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() { _ = s.Run(sctx) }()
@@ -111,6 +114,11 @@ func TestScheduleClosesOnItsOwnClock(t *testing.T) {
 	for id := range good {
 		if !items[id] {
 			t.Fatalf("report %s of an artifact with ≥ %d users not decrypted", id, k)
+		}
+	}
+	for _, r := range []string{DropUnsignedControl, DropBadControlSignature, DropReplayedControl} {
+		if n := s.DroppedByReason()[r]; n != 0 {
+			t.Errorf("%d control records dropped as %s", n, r)
 		}
 	}
 	// the named epoch is still open: only the operator closes it

@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -113,6 +114,15 @@ type Service struct {
 	// than SnapshotPerPending·SnapshotEvery pending reports snapshots every
 	// pending/SnapshotPerPending messages instead (snapshotDue).
 	SnapshotEvery int
+	// ControlKey sets Partition.ControlKey: the pipeline operator's
+	// Ed25519 public key (RFC 8032; keydir.LoadSigningPublic of
+	// control-sign.key.pub). Set, epoch open and close records must be
+	// signed by it (protocol.SignedControl); others are dropped and counted
+	// ("unsigned-control", "bad-control-signature", "replayed-control").
+	// nil: every control record is applied, as anyone who may write to
+	// the reports topic wrote it (Run logs a warning). Every member of a
+	// group must set it alike.
+	ControlKey ed25519.PublicKey
 
 	Reports, Decrypted, Dropped atomic.Int64 // totals over all partitions
 	mu                          sync.Mutex
@@ -372,6 +382,9 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.ControlKey == nil {
+		log.Warn("aggregator: epoch control records are not authenticated (no control verifying key, --control-pub): anyone who may write to the reports topic can open and close epochs")
+	}
 	// BatchSize: kafka-go allocates each produce batch's message slice at
 	// full capacity (≈ 160 B a message), so 10,000 cost 1.6 MB per batch;
 	// a larger write is split into several produce requests of one call.
@@ -492,7 +505,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				}
 				return fmt.Errorf("fetch partition %d: %w", id, err)
 			}
-			msg := Message{Value: m.Value}
+			msg := Message{Value: m.Value, Time: m.Time}
 			for _, h := range m.Headers {
 				if h.Key == protocol.ControlHeader {
 					msg.Control = true
@@ -528,6 +541,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 			}
 			late, unknown, full := st.Stats.Dropped["late"], st.Stats.Dropped["unknown-epoch"], st.Stats.Dropped["epoch-full"]
 			refused, reopen := st.Stats.Dropped["open-refused"], st.Stats.Dropped["open-after-close"]
+			badControl := st.Stats.Dropped[DropUnsignedControl] + st.Stats.Dropped[DropBadControlSignature] + st.Stats.Dropped[DropReplayedControl]
 			tokenKey, arcKey := st.Stats.Dropped["token-key"], st.Stats.Dropped["arc-key"]
 			accepted := st.Stats.Reports
 			emits := st.ApplyPrepared(pm)
@@ -557,6 +571,12 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 			if n := st.Stats.Dropped["arc-key"]; n > arcKey && n&(n-1) == 0 {
 				log.Error("aggregator: FT_u reports dropped because their epoch has no ARC key (arc-key); the issuer and the aggregator must share the keys directory",
 					"partition", id, "offset", m.Offset, "arc_key_total", n)
+			}
+			if n := st.Stats.Dropped[DropUnsignedControl] + st.Stats.Dropped[DropBadControlSignature] + st.Stats.Dropped[DropReplayedControl]; n > badControl && n&(n-1) == 0 {
+				// anyone who may write to the topic chooses these: logged at 1, 2, 4, … per partition
+				log.Error("aggregator: epoch control records refused: unsigned, not signed by the control key (--control-pub), or replayed",
+					"partition", id, "offset", m.Offset, "unsigned_control", st.Stats.Dropped[DropUnsignedControl],
+					"bad_control_signature", st.Stats.Dropped[DropBadControlSignature], "replayed_control", st.Stats.Dropped[DropReplayedControl])
 			}
 			if st.Stats.Dropped["open-after-close"] > reopen {
 				log.Error("aggregator: epoch open refused: the epoch was closed before; use a new epoch name", "partition", id, "offset", m.Offset)
@@ -708,7 +728,8 @@ func (s *Service) account(id int, st *Partition, prev *totals) {
 // the label values of the service's drop counter.
 var DropReasons = []string{"malformed", "unknown-key", "duplicate", "late", "unknown-epoch", "epoch-full",
 	"bad-share", "bad-commitment", "bad-ciphertext", "no-token", "bad-token", "spent-token", "token-key",
-	"bad-presentation", "arc-key", "unit-mismatch", "pipeline-mismatch", "malformed-control", "open-refused", "open-after-close"}
+	"bad-presentation", "arc-key", "unit-mismatch", "pipeline-mismatch", "malformed-control", "open-refused", "open-after-close",
+	DropUnsignedControl, DropBadControlSignature, DropReplayedControl}
 
 // DroppedByReason returns the reports and messages dropped by this
 // process's partitions so far, by reason (the Stats.Dropped keys:
@@ -788,6 +809,7 @@ func (s *Service) newPartition(id, count int) *Partition {
 	st.RequireOpen = true
 	st.MaxOpenEpochs, st.MaxPendingReports, st.MaxPendingBytes = s.MaxOpenEpochs, s.MaxPendingReports, s.MaxPendingBytes
 	st.ReportKeys, st.ARCKeys, st.VerifyOnArrival = s.ReportKeys, s.ARCKeys, s.VerifyOnArrival
+	st.ControlKey = s.ControlKey
 	if s.Pipelines != nil {
 		st.Pipelines = s.Pipelines
 		st.OnPipelineMismatch = s.pipelineMismatch
@@ -801,27 +823,32 @@ func (s *Service) newPartition(id, count int) *Partition {
 	return st
 }
 
-// OpenEpoch writes a protocol.EpochOpen control message to every partition
-// of the reports topic. Run it before clients send reports of (app, epoch):
-// the aggregator drops reports of epochs that are not open
-// ("unknown-epoch"). A partition's owner refuses the open, and logs it,
-// when app already has its --max-open-epochs open epochs or the epoch was
-// closed before. Errors: the topic cannot be listed (create it with
-// `crowdlog run` or your Kafka tooling), app or epoch empty or longer than
-// 255 bytes; a write is retried until ctx ends.
-func OpenEpoch(ctx context.Context, brokers []string, app, epoch string) error {
-	return writeControl(ctx, brokers, protocol.ControlOpenEpoch, app, epoch)
+// OpenEpoch writes an epoch open to every partition of the reports topic:
+// signed by key (the pipeline operator's Ed25519 private key, RFC 8032;
+// protocol.SignedControl, one record per partition, valid for
+// protocol.ControlValidity from now), or, with key nil, an unsigned
+// protocol.EpochOpen, which aggregators with a control verifying key
+// refuse. Run it before clients send reports of (app, epoch): the
+// aggregator drops reports of epochs that are not open ("unknown-epoch").
+// A partition's owner refuses the open, and logs it, when app already has
+// its --max-open-epochs open epochs or the epoch was closed before.
+// Errors: the topic cannot be listed (create it with `crowdlog run` or
+// your Kafka tooling), app or epoch empty or longer than 255 bytes, a bad
+// key; a write is retried until ctx ends.
+func OpenEpoch(ctx context.Context, brokers []string, key ed25519.PrivateKey, app, epoch string) error {
+	return writeControl(ctx, brokers, key, protocol.ControlOpenEpoch, app, epoch)
 }
 
-// CloseEpoch writes a protocol.EpochClose control message to every partition
-// of the reports topic (epoch close, docs/architecture.md). Each partition's owner summarizes
-// and deletes the epoch's pending shares when it reaches the marker, after
+// CloseEpoch writes an epoch close to every partition of the reports topic
+// (epoch close, docs/architecture.md), signed by key as OpenEpoch's (nil:
+// an unsigned protocol.EpochClose). Each partition's owner summarizes and
+// deletes the epoch's pending shares when it reaches the marker, after
 // every report before it. Errors as OpenEpoch's.
-func CloseEpoch(ctx context.Context, brokers []string, app, epoch string) error {
-	return writeControl(ctx, brokers, protocol.ControlCloseEpoch, app, epoch)
+func CloseEpoch(ctx context.Context, brokers []string, key ed25519.PrivateKey, app, epoch string) error {
+	return writeControl(ctx, brokers, key, protocol.ControlCloseEpoch, app, epoch)
 }
 
-func writeControl(ctx context.Context, brokers []string, op, app, epoch string) error {
+func writeControl(ctx context.Context, brokers []string, key ed25519.PrivateKey, op, app, epoch string) error {
 	if app == "" || epoch == "" || len(app) > 255 || len(epoch) > 255 {
 		return fmt.Errorf("aggregator: %s: app %q and epoch %q must be 1 to 255 bytes", op, app, epoch)
 	}
@@ -829,21 +856,27 @@ func writeControl(ctx context.Context, brokers []string, op, app, epoch string) 
 	if err != nil {
 		return err
 	}
-	var b []byte
-	if op == protocol.ControlOpenEpoch {
-		b, _ = json.Marshal(protocol.EpochOpen{Op: op, App: app, Epoch: epoch, Partitions: count})
-	} else {
-		b, _ = json.Marshal(protocol.EpochClose{Op: op, App: app, Epoch: epoch, Partitions: count})
+	msgs := make([]kafka.Message, count)
+	now := time.Now()
+	for p := range msgs {
+		var b []byte
+		switch {
+		case key != nil:
+			if b, err = protocol.SignControl(key, op, app, epoch, p, count, now, protocol.ControlValidity); err != nil {
+				return fmt.Errorf("aggregator: %s: %w", op, err)
+			}
+		case op == protocol.ControlOpenEpoch:
+			b, _ = json.Marshal(protocol.EpochOpen{Op: op, App: app, Epoch: epoch, Partitions: count})
+		default:
+			b, _ = json.Marshal(protocol.EpochClose{Op: op, App: app, Epoch: epoch, Partitions: count})
+		}
+		msgs[p] = kafka.Message{Value: b, Time: now, Headers: []kafka.Header{
+			{Key: protocol.ControlHeader, Value: []byte(op)},
+			{Key: protocol.PartitionHeader, Value: []byte(strconv.Itoa(p))}}}
 	}
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: protocol.ReportsTopic, Transport: &kafka.Transport{},
 		Balancer: kafka.BalancerFunc(samePartition), RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond}
 	defer w.Close()
-	msgs := make([]kafka.Message, count)
-	for p := range msgs {
-		msgs[p] = kafka.Message{Value: b, Headers: []kafka.Header{
-			{Key: protocol.ControlHeader, Value: []byte(op)},
-			{Key: protocol.PartitionHeader, Value: []byte(strconv.Itoa(p))}}}
-	}
 	return writeRetry(ctx, w, msgs)
 }
 

@@ -94,7 +94,7 @@ func TestServiceTokensRestart(t *testing.T) {
 		add(r)
 	}
 	msgs = append(msgs, replays...)
-	if err := OpenEpoch(ctx, brokers, "query", "e1"); err != nil {
+	if err := OpenEpoch(ctx, brokers, nil, "query", "e1"); err != nil {
 		t.Fatal(err)
 	}
 	w := infrakafka.NewWriter(kb.Addr, protocol.ReportsTopic)
@@ -161,7 +161,7 @@ func TestServiceTokensRestart(t *testing.T) {
 	}
 
 	// close the epoch with a third service running, then read the outputs
-	if err := CloseEpoch(ctx, brokers, "query", "e1"); err != nil {
+	if err := CloseEpoch(ctx, brokers, nil, "query", "e1"); err != nil {
 		t.Fatal(err)
 	}
 	tail := infrakafka.ReadTopic(ctx, brokers, protocol.DecryptedTopic, "test", slog.New(slog.DiscardHandler))
@@ -267,7 +267,7 @@ func TestServiceKeepsIdlePartitions(t *testing.T) {
 	const partitions = 2
 	kb, brokers := startBroker(ctx, t, t.TempDir(), partitions)
 	onionKey, _ := onion.GenerateKeyPair(1)
-	if err := OpenEpoch(ctx, brokers, "query", "e1"); err != nil {
+	if err := OpenEpoch(ctx, brokers, nil, "query", "e1"); err != nil {
 		t.Fatal(err)
 	}
 	var msgs []kafkago.Message

@@ -66,8 +66,9 @@ const snapMagic = "crowdlog-v1 aggregator snapshot\n"
 // 3: pipeline digests (per epoch, per pending group and per recovered
 // group). 4: pending reports may be unverified candidates (repUnverified,
 // their spill records carry their token and presentation: verification
-// at the threshold).
-const stateVersion = 4
+// at the threshold). 5: the newest issue time of a signed control
+// message accepted (Partition.ControlKey), after the closed epochs.
+const stateVersion = 5
 
 // snapKeep is the number of snapshots kept per partition (the newest; the
 // older ones are the fallback when the newest does not restore).
@@ -508,6 +509,7 @@ func (p *Partition) encodeState() ([]byte, []segmentRef, error) {
 		e.str(k.app)
 		e.str(k.epoch)
 	}
+	e.u64(uint64(p.controlIssued))
 	st := &p.Stats
 	for _, v := range []int64{st.Reports, st.Decrypted, st.Recoveries, st.FailedRecover} {
 		e.u64(uint64(v))
@@ -680,6 +682,7 @@ func (p *Partition) decodeState(b []byte, segments [][16]byte) error {
 	for i := 0; i < nc && d.err == nil; i++ {
 		p.closed[epochKey{d.str(), d.str()}] = true
 	}
+	p.controlIssued = int64(d.u64())
 	st := &p.Stats
 	st.Reports, st.Decrypted, st.Recoveries, st.FailedRecover = int64(d.u64()), int64(d.u64()), int64(d.u64()), int64(d.u64())
 	nd := d.count(12)

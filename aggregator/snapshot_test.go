@@ -351,7 +351,7 @@ func TestServiceRestoresSnapshot(t *testing.T) {
 	const partitions, k = 2, 3
 	kb, brokers := startBroker(ctx, t, t.TempDir(), partitions)
 	onionKey, _ := onion.GenerateKeyPair(1)
-	if err := OpenEpoch(ctx, brokers, "query", "e1"); err != nil {
+	if err := OpenEpoch(ctx, brokers, nil, "query", "e1"); err != nil {
 		t.Fatal(err)
 	}
 	good := map[string]bool{}
@@ -426,7 +426,7 @@ func TestServiceRestoresSnapshot(t *testing.T) {
 	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("an unlisted segment older than %v is still there after the partition moved (stat: %v)", segGrace, err)
 	}
-	if err := CloseEpoch(ctx, brokers, "query", "e1"); err != nil {
+	if err := CloseEpoch(ctx, brokers, nil, "query", "e1"); err != nil {
 		t.Fatal(err)
 	}
 	tail := infrakafka.ReadTopic(ctx, brokers, protocol.DecryptedTopic, "test", slog.New(slog.DiscardHandler))

@@ -36,6 +36,7 @@ package aggregator
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -43,6 +44,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cloudflare/circl/group"
 	"github.com/crowdlog/crowdlog/protocol"
@@ -57,6 +59,9 @@ import (
 type Message struct {
 	Value   []byte
 	Control bool // carries protocol.ControlHeader: Value is a protocol.EpochOpen or protocol.EpochClose (protocol.ParseControl)
+	// Time is the record's Kafka timestamp; a signed control message is
+	// checked against it (ControlKey). Zero: not checked.
+	Time time.Time
 }
 
 // Stats counts what a Partition did. Dropped reasons for reports:
@@ -79,7 +84,8 @@ type Message struct {
 // (sealed for a pipeline definition this aggregator does not serve). For control
 // messages: malformed-control, open-refused (an EpochOpen beyond
 // MaxOpenEpochs open epochs of its app), open-after-close (an EpochOpen of
-// a closed epoch).
+// a closed epoch); with ControlKey: unsigned-control, bad-control-signature,
+// replayed-control (control.go).
 type Stats struct {
 	Reports       int64 // reports accepted
 	Decrypted     int64 // reports decrypted and emitted
@@ -307,6 +313,13 @@ type Partition struct {
 	cache          *verifyCache // shared by a Service's partitions (nil: none)
 	snap           *snapStore   // with snapshots: the spill goes to named segments there (snapshot.go)
 	noVerify       bool         // baseline for benchmarks: no commitment checks, AEAD subset search
+	// ControlKey is the pipeline operator's Ed25519 public key (RFC 8032):
+	// set, only control messages it signed for this partition, within
+	// their validity, are applied (control.go; "unsigned-control",
+	// "bad-control-signature", "replayed-control"). nil: every control
+	// message that parses is applied.
+	ControlKey    ed25519.PublicKey
+	controlIssued int64 // the newest issue time (Unix s) of a signed control message accepted (control.go)
 }
 
 // PendingGroup is one (tag, commitment) group below threshold: what a thief

@@ -22,9 +22,12 @@ const (
 
 // Kafka headers.
 const (
-	// ControlHeader marks control messages (EpochClose on ReportsTopic;
-	// rosters and ticks on VectorsTopic). Relays never set headers, so
-	// clients cannot forge control messages.
+	// ControlHeader marks control messages (EpochOpen, EpochClose and
+	// SignedControl on ReportsTopic; rosters and ticks on VectorsTopic).
+	// Relays never set headers, so clients cannot forge control messages
+	// through the relays; anyone who may write to the topic can, so
+	// aggregators verify the epoch control of ReportsTopic under the
+	// pipeline operator's key (Control.Verify).
 	ControlHeader = "crowdlog-control"
 	// PartitionHeader carries the partition number a message must be
 	// written to (the source partition of an aggregator output, the

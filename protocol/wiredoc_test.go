@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cloudflare/circl/group"
 	"github.com/cloudflare/circl/hpke"
@@ -1031,6 +1032,53 @@ func checkPDD(w *wire) {
 	w.eq("pdd-vectors-key", []byte(want.String()), "Instance.String()")
 }
 
+// checkControl checks the signed epoch control record: the signed bytes
+// cut by hand, the signature made again with crypto/ed25519 over them,
+// the JSON written by hand, then ParseControl, Control.Verify and
+// protocol.SignControl.
+func checkControl(w *wire) {
+	t := w.t
+	seed := w.get("control-sign-seed")
+	key := ed25519.NewKeyFromSeed(seed)
+	pub := key.Public().(ed25519.PublicKey)
+	w.eq("control-sign-public", pub, "Ed25519 public key of the seed")
+	c := w.cut("control-signed-bytes")
+	if ctx := string(c.n(len("crowdlog-v1 epoch control") + 1)); ctx != "crowdlog-v1 epoch control\x00" {
+		t.Errorf("control-signed-bytes: context %q", ctx)
+	}
+	op, app, epoch := c.str8(), c.str8(), c.str8()
+	partitions, partition := c.u32(), c.u32()
+	issued, notAfter := binary.BigEndian.Uint64(c.n(8)), binary.BigEndian.Uint64(c.n(8))
+	c.done()
+	if op != "close-epoch" || app != "query" || epoch != "2006-03" || partitions != 8 || partition != 3 || issued != 1767225600 || notAfter != 1767225600+3600 {
+		t.Errorf("control-signed-bytes: %s %s %s %d %d %d %d", op, app, epoch, partitions, partition, issued, notAfter)
+	}
+	sig := ed25519.Sign(key, w.get("control-signed-bytes"))
+	rec := fmt.Sprintf(`{"v":2,"op":%q,"app":%q,"epoch":%q,"partitions":%d,"partition":%d,"issued":%d,"not_after":%d,"sig":%q}`,
+		op, app, epoch, partitions, partition, issued, notAfter, base64.StdEncoding.EncodeToString(sig))
+	w.eq("control-close-signed", []byte(rec), "the signed close written by hand")
+
+	got, err := protocol.ParseControl(w.get("control-close-signed"))
+	if err != nil || got.Version != protocol.ControlSigned || got.Op != op || got.App != app || got.Epoch != epoch ||
+		got.Partitions != partitions || got.Partition != partition || got.Issued != int64(issued) || got.NotAfter != int64(notAfter) {
+		t.Fatalf("control-close-signed parses to %+v, %v", got, err)
+	}
+	w.eq("control-signed-bytes", protocol.ControlSignedBytes(got), "protocol.ControlSignedBytes")
+	if err := got.Verify(pub); err != nil {
+		t.Errorf("control-close-signed: %v", err)
+	}
+	other := *got
+	other.Epoch = "2006-04"
+	if other.Verify(pub) == nil {
+		t.Error("control-close-signed verifies for another epoch")
+	}
+	b, err := protocol.SignControl(key, op, app, epoch, partition, partitions, time.Unix(int64(issued), 0), protocol.ControlValidity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.eq("control-close-signed", b, "protocol.SignControl")
+}
+
 // The mask vectors: member 0 (pdd-x25519-private) and member 1
 // (pdd-peer-x25519-private) of a group of two in the submission's instance.
 var pddV = []uint64{5, 0, 1}
@@ -1387,6 +1435,7 @@ func TestWireDocVectors(t *testing.T) {
 	checkRandomnessTokens(w)
 	checkARC(w)
 	checkReportTrailer(w)
+	checkControl(w)
 	for _, name := range order {
 		if !w.used[name] {
 			t.Errorf("docs/wire.md: vector %s is checked by nothing (add a check to protocol/wiredoc_test.go)", name)

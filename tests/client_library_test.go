@@ -116,7 +116,7 @@ func startDeployment(t *testing.T, ctx context.Context, epoch string) *deploymen
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.writer.Close() })
-	if err := aggregator.OpenEpoch(ctx, brokers, "query", epoch); err != nil {
+	if err := aggregator.OpenEpoch(ctx, brokers, nil, "query", epoch); err != nil {
 		t.Fatal(err)
 	}
 	return d
@@ -141,7 +141,7 @@ func (d *deployment) release(t *testing.T, ctx context.Context, epoch string, k 
 		}
 	}
 	poll("the relays to drain", func() (bool, error) { return relays.Drained(ctx, d.js, "a", "b") })
-	if err := aggregator.CloseEpoch(ctx, []string{d.kafka}, "query", epoch); err != nil {
+	if err := aggregator.CloseEpoch(ctx, []string{d.kafka}, nil, "query", epoch); err != nil {
 		t.Fatal(err)
 	}
 	key := release.Key{App: "query", Epoch: epoch, Policy: "ft-u", K: k}

@@ -132,7 +132,7 @@ func TestScaleAggregators(t *testing.T) {
 	t0 := time.Now()
 	// the aggregator keeps reports of opened epochs only: one open marker
 	// per partition precedes the reports
-	if err := aggregator.OpenEpoch(ctx, []string{kb.Addr}, "query", "scale"); err != nil {
+	if err := aggregator.OpenEpoch(ctx, []string{kb.Addr}, nil, "query", "scale"); err != nil {
 		t.Fatal(err)
 	}
 	n, err := preload(ctx, kb.Addr, subset(t, users), ag)

@@ -11,6 +11,7 @@ package audit
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
+	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/star"
@@ -35,6 +37,9 @@ type Partition struct {
 	// (opens and other epochs' closes do not end it),
 	// -1 when there is none.
 	CloseOffset int64
+	// RefusedControl counts control records the aggregator refuses under
+	// the control key (RunVerified): unsigned, forged or replayed.
+	RefusedControl int
 	// Reports counts distinct report ids before the close record; Copies
 	// counts every report record before it (Copies−Reports = duplicates
 	// of at-least-once delivery).
@@ -84,8 +89,12 @@ func (r *Result) String() string {
 	fmt.Fprintf(&b, "audit: %d distinct reports in Kafka, %d emitted decrypted, %d late (after close), %d missing (tag opened, report not emitted), %d orphans\n",
 		r.Reports, r.Emitted, late, missing, r.Orphans)
 	for _, p := range r.Partitions {
-		fmt.Fprintf(&b, "  partition %d: %d records, close at %d, %d reports (%d copies), %d late %v, %d undecodable, %d decrypted, %d missing %v\n",
+		fmt.Fprintf(&b, "  partition %d: %d records, close at %d, %d reports (%d copies), %d late %v, %d undecodable, %d decrypted, %d missing %v",
 			p.ID, p.Messages, p.CloseOffset, p.Reports, p.Copies, p.Late, p.LateOffsets, p.Undecodable, p.Decrypted, p.Missing, p.MissingOffsets)
+		if p.RefusedControl > 0 {
+			fmt.Fprintf(&b, ", %d control records refused (unsigned, forged or replayed)", p.RefusedControl)
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }
@@ -102,6 +111,16 @@ type seen struct {
 // to its high watermark at the time of the call. Errors: a topic cannot be
 // listed or read.
 func Run(ctx context.Context, brokers []string, reportsTopic, decryptedTopic string, keys []*onion.KeyPair, app, epoch string) (*Result, error) {
+	return RunVerified(ctx, brokers, reportsTopic, decryptedTopic, keys, nil, app, epoch)
+}
+
+// RunVerified is Run that takes a close record into account only when the
+// aggregator would apply it under the pipeline operator's Ed25519 public
+// key controlKey (aggregator.ControlVerifier: signed for the partition,
+// within its validity, not replayed); nil: every close record that
+// parses, as Run. Records it refuses are counted in
+// Partition.RefusedControl.
+func RunVerified(ctx context.Context, brokers []string, reportsTopic, decryptedTopic string, keys []*onion.KeyPair, controlKey ed25519.PublicKey, app, epoch string) (*Result, error) {
 	res := &Result{}
 	ids := map[[16]byte]*seen{}
 	parts, err := partitions(ctx, brokers[0], reportsTopic)
@@ -110,14 +129,18 @@ func Run(ctx context.Context, brokers []string, reportsTopic, decryptedTopic str
 	}
 	for _, p := range parts {
 		ap := Partition{ID: p, CloseOffset: -1}
+		cv := aggregator.ControlVerifier{Key: controlKey, Partition: p}
 		err := readPartition(ctx, brokers, reportsTopic, p, func(m kafkago.Message) {
 			ap.Messages++
 			for _, h := range m.Headers {
 				if h.Key == protocol.ControlHeader {
 					// only the close of (app, epoch) ends it: opens (and
 					// other epochs' markers) come before its reports
-					c, err := protocol.ParseControl(m.Value)
-					if err == nil && c.Op == protocol.ControlCloseEpoch && c.App == app && c.Epoch == epoch && ap.CloseOffset < 0 {
+					c, reason := cv.Check(m.Value, m.Time)
+					if reason != "" && reason != "malformed-control" {
+						ap.RefusedControl++
+					}
+					if c != nil && c.Op == protocol.ControlCloseEpoch && c.App == app && c.Epoch == epoch && ap.CloseOffset < 0 {
 						ap.CloseOffset = m.Offset
 					}
 					return

@@ -34,14 +34,17 @@ aggregator.key (mode 0600, private) with key id 1 and their public halves
 *.key.pub, which clients need, and the Ed25519 credentials of PDD mode:
 aggregator-sign.key (aggregate-vectors --sign-key signs unmasking requests)
 and operator-sign.key (crowdlog coordinator advance), with their public
-halves *.pub for the coordinator's --aggregator-key and --operator-key.
+halves *.pub for the coordinator's --aggregator-key and --operator-key,
+and control-sign.key, the pipeline operator's key that signs epoch open and
+close records (open-epoch/close-epoch --control-key; aggregators verify with
+control-sign.key.pub, --control-pub).
 Existing files are never overwritten.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := keydir.EnsureKeys(dir); err != nil {
 				return err
 			}
-			for _, name := range []string{keydir.AggregatorSignKey, keydir.OperatorSignKey} {
+			for _, name := range []string{keydir.AggregatorSignKey, keydir.OperatorSignKey, keydir.ControlSignKey} {
 				if _, err := keydir.EnsureSigningKey(filepath.Join(dir, name)); err != nil {
 					return err
 				}

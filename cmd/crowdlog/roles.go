@@ -1,8 +1,10 @@
 package main
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -233,7 +235,7 @@ func aggregateCmd() *cobra.Command {
 	var session time.Duration
 	var maxOpen int
 	var maxPending, maxPendingBytes int64
-	var tokenKeys, spillDir, snapshotDir string
+	var tokenKeys, spillDir, snapshotDir, controlPub, controlKey string
 	var snapshotEvery int
 	var pipelineFiles []string
 	c := &cobra.Command{
@@ -283,7 +285,16 @@ are aggregated, each in groups of their own. A pipeline with a schedule
 (epoch.length) makes the aggregator open each scheduled epoch of its app
 (named START-LENGTH) on its own clock and close it epoch.close_delay after
 its end, without any control record from an operator; named epochs still
-need open-epoch and close-epoch.`,
+need open-epoch and close-epoch.
+
+--control-pub FILE: the pipeline operator's Ed25519 public key
+(keys/` + keydir.ControlSignKey + `.pub). Epoch open and close records must be
+signed by its private half, for the partition they are in and within their
+validity; unsigned, forged and replayed ones are dropped and counted
+(unsigned-control, bad-control-signature, replayed-control). Without it
+anyone who can write to "reports" opens and closes epochs (logged at start).
+--control-key FILE signs the records the schedule writes (then this process
+holds the operator's key).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
@@ -296,6 +307,11 @@ need open-epoch and close-epoch.`,
 			}
 			s.GroupID = group
 			s.SessionTimeout = session
+			if controlPub != "" {
+				if s.ControlKey, err = keydir.LoadSigningPublic(controlPub); err != nil {
+					return usageError(fmt.Errorf("--control-pub: %w", err))
+				}
+			}
 			s.MaxOpenEpochs, s.MaxPendingReports, s.MaxPendingBytes = maxOpen, maxPending, maxPendingBytes
 			s.SpillDir = spillDir
 			s.SnapshotDir, s.SnapshotEvery = snapshotDir, snapshotEvery
@@ -322,10 +338,18 @@ need open-epoch and close-epoch.`,
 						s.Schedule.Apps = append(s.Schedule.Apps, dp.App.Name)
 					}
 				}
+				if s.Schedule != nil && controlKey != "" {
+					if s.Schedule.Key, err = keydir.LoadSigningKey(controlKey); err != nil {
+						return usageError(fmt.Errorf("--control-key: %w", err))
+					}
+				}
 				if s.Schedule != nil {
 					log.Info("aggregate: scheduled epochs opened and closed on this clock", "apps", s.Schedule.Apps,
 						"epoch_length", s.Schedule.Length, "close_delay", s.Schedule.CloseDelay)
 				}
+			}
+			if s.Schedule == nil && controlKey != "" {
+				log.Warn("aggregate: --control-key unused: no --pipeline with an epoch schedule (this process writes no control records)")
 			}
 			if tokenKeys != "" {
 				runner.AggregatorTokens(s, tokenKeys)
@@ -348,9 +372,12 @@ need open-epoch and close-epoch.`,
 	c.Flags().StringVar(&spillDir, "spill-dir", "", "directory for the spill files of pending reports (≈ 350 B each on disk); default: the system's temporary directory")
 	c.Flags().StringVar(&snapshotDir, "snapshot-dir", "", "directory for partition snapshots and their spill segments (shared by the group's processes); set: a moved partition is restored, not replayed from the epoch's start")
 	c.Flags().IntVar(&snapshotEvery, "snapshot-every", 20_000, "messages applied between two snapshots of a partition (with --snapshot-dir; more when it holds over 25× as many pending reports); a move replays at most this many")
+	c.Flags().StringVar(&controlPub, "control-pub", "", "the pipeline operator's Ed25519 public key (PEM, keys/"+keydir.ControlSignKey+".pub): epoch open/close records must be signed by it; empty: not checked (logged)")
+	c.Flags().StringVar(&controlKey, "control-key", "", "the pipeline operator's Ed25519 key (PEM, keys/"+keydir.ControlSignKey+") that signs the records of a --pipeline schedule; empty: unsigned")
 	addMetricsFlag(c, &metricsAddr)
 
 	var app, epoch string
+	var opKey string
 	closeCmd := &cobra.Command{
 		Use:   "close-epoch --app APP --epoch EPOCH [--kafka ADDR[,ADDR...]]",
 		Short: "Close an epoch: summarize undecrypted tags (counts only) and delete pending shares",
@@ -365,12 +392,17 @@ has closed it.`,
 			if app == "" || epoch == "" {
 				return errors.New("--app and --epoch are required")
 			}
-			return aggregator.CloseEpoch(cmd.Context(), kafkaAddrs, app, epoch)
+			key, err := loadControlSigner(opKey)
+			if err != nil {
+				return err
+			}
+			return aggregator.CloseEpoch(cmd.Context(), kafkaAddrs, key, app, epoch)
 		},
 	}
 	closeCmd.Flags().StringSliceVar(&kafkaAddrs, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")
 	closeCmd.Flags().StringVar(&app, "app", "query", "application")
 	closeCmd.Flags().StringVar(&epoch, "epoch", "", "epoch to close")
+	closeCmd.Flags().StringVar(&opKey, "control-key", "", controlKeyHelp)
 	openCmd := &cobra.Command{
 		Use:   "open-epoch --app APP --epoch EPOCH [--kafka ADDR[,ADDR...]]",
 		Short: "Open an epoch: the aggregator keeps reports only of open epochs",
@@ -385,22 +417,43 @@ aggregator refuses the open, and logs it, when the app already has
 			if app == "" || epoch == "" {
 				return errors.New("--app and --epoch are required")
 			}
-			return aggregator.OpenEpoch(cmd.Context(), kafkaAddrs, app, epoch)
+			key, err := loadControlSigner(opKey)
+			if err != nil {
+				return err
+			}
+			return aggregator.OpenEpoch(cmd.Context(), kafkaAddrs, key, app, epoch)
 		},
 	}
 	openCmd.Flags().StringSliceVar(&kafkaAddrs, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")
 	openCmd.Flags().StringVar(&app, "app", "query", "application")
 	openCmd.Flags().StringVar(&epoch, "epoch", "", "epoch to open")
+	openCmd.Flags().StringVar(&opKey, "control-key", "", controlKeyHelp)
 	c.AddCommand(openCmd, closeCmd, auditCmd())
 	return c
+}
+
+const controlKeyHelp = "the pipeline operator's Ed25519 key (PEM, keys/" + keydir.ControlSignKey + ") that signs the record; empty: unsigned, refused by aggregators with --control-pub"
+
+// loadControlSigner reads the control signing key of --control-key
+// (keydir.LoadSigningKey); "" gives nil (unsigned records, logged).
+func loadControlSigner(path string) (ed25519.PrivateKey, error) {
+	if path == "" {
+		slog.Warn("control record written unsigned (no --control-key): aggregators started with --control-pub refuse it")
+		return nil, nil
+	}
+	k, err := keydir.LoadSigningKey(path)
+	if err != nil {
+		return nil, usageError(fmt.Errorf("--control-key: %w", err))
+	}
+	return k, nil
 }
 
 // auditCmd is `crowdlog aggregate audit`: aggregator/audit from the shell.
 func auditCmd() *cobra.Command {
 	var kafkaAddrs, keyPaths []string
-	var app, epoch string
+	var app, epoch, controlPub string
 	c := &cobra.Command{
-		Use:   "audit --key FILE --app APP --epoch EPOCH [--kafka ADDR[,ADDR...]]",
+		Use:   "audit --key FILE --app APP --epoch EPOCH [--kafka ADDR[,ADDR...]] [--control-pub FILE]",
 		Short: "Reconcile topic reports with topic decrypted, report id by report id (counts only)",
 		Long: `audit reads the whole "reports" topic, opens each report's aggregator layer with
 --key, and the whole "decrypted" topic, and prints per partition: distinct
@@ -412,6 +465,8 @@ missing and orphans are 0 in a healthy run; compare the total with the
 clients' "reports sent" to check the relays. It prints counts and offsets
 only, never payloads, tags or user ids. It holds every report id of the
 topic in memory (~50 bytes each) and peels every report (~60 µs each).
+With --control-pub (as given to the aggregator) only a close record the
+aggregator applies ends the epoch; refused control records are counted.
 
 Example:
   crowdlog aggregate audit --kafka 127.0.0.1:9092 --key keys/aggregator.key --app query --epoch 2006-03`,
@@ -425,7 +480,13 @@ Example:
 			if err != nil {
 				return err
 			}
-			res, err := audit.Run(cmd.Context(), kafkaAddrs, protocol.ReportsTopic, protocol.DecryptedTopic, keys, app, epoch)
+			var pub ed25519.PublicKey
+			if controlPub != "" {
+				if pub, err = keydir.LoadSigningPublic(controlPub); err != nil {
+					return usageError(fmt.Errorf("--control-pub: %w", err))
+				}
+			}
+			res, err := audit.RunVerified(cmd.Context(), kafkaAddrs, protocol.ReportsTopic, protocol.DecryptedTopic, keys, pub, app, epoch)
 			if err != nil {
 				return err
 			}
@@ -440,6 +501,7 @@ Example:
 	c.Flags().StringSliceVar(&keyPaths, "key", nil, "aggregator HPKE key file (repeat during a rotation)")
 	c.Flags().StringVar(&app, "app", "query", "application")
 	c.Flags().StringVar(&epoch, "epoch", "", "epoch to audit")
+	c.Flags().StringVar(&controlPub, "control-pub", "", "the pipeline operator's Ed25519 public key (PEM), as given to the aggregator: only close records it signed end the epoch")
 	return c
 }
 

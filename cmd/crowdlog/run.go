@@ -135,6 +135,7 @@ Examples:
 	f.StringVar(&cfg.KeysDir, "keys", "", "keys directory (default STATE/keys; generated when missing unless --external)")
 	f.IntVar(&cfg.Partitions, "partitions", 8, "partitions of the reports and decrypted topics when run creates them")
 	f.BoolVar(&cfg.External, "external", false, "roles run elsewhere; only ingest, close the epoch and wait for the release")
+	f.StringVar(&cfg.ControlKey, "control-key", "", "the pipeline operator's Ed25519 key (PEM) that signs the epoch open/close records (default KEYS/control-sign.key; created when missing unless --external, where a missing default leaves them unsigned)")
 	tokensFlag(f, &cfg.TokensOff)
 	f.IntVar(&cfg.RandomnessTokens, "randomness-tokens", 0, "N: randomness tokens (OPRF elements) the issuer gives each identity per epoch (0 = the largest number of distinct artifacts of one user of --input; d under dp-a/dp-u/zealous)")
 	f.IntVar(&cfg.ReportTokens, "report-tokens", 0, "d: report tokens the issuer gives each identity per epoch, one per report (0 = the largest number of reports of one user of --input; the policy's d under dp-a/dp-u/zealous)")

@@ -20,6 +20,13 @@ const (
 	OperatorSignKey   = "operator-sign.key"
 )
 
+// ControlSignKey is the pipeline operator's Ed25519 key (RFC 8032) that
+// signs the epoch open and close records on the reports topic
+// (protocol.SignedControl): `crowdlog aggregate open-epoch|close-epoch
+// --control-key`, the aggregator's schedule, `crowdlog run`. Aggregators
+// verify with its public half, ControlSignKey+".pub" (--control-pub).
+const ControlSignKey = "control-sign.key"
+
 // EnsureSigningKey returns the Ed25519 private key in path (PKCS #8 PEM,
 // mode 0600), creating it when missing, with its public half in
 // path+".pub" (PKIX PEM). Errors name the file.

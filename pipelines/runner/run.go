@@ -3,6 +3,7 @@ package runner
 import (
 	"bufio"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -86,6 +87,14 @@ type Config struct {
 	// open-epoch`); clients of an unopened epoch stop with
 	// protocol.ErrEpochNotOpen. In process, run opens Epoch itself.
 	External bool
+	// ControlKey is the file of the pipeline operator's Ed25519 key that
+	// signs the epoch open and close records (keydir.ControlSignKey);
+	// default KeysDir/control-sign.key. In process it is created when
+	// missing and the aggregator verifies with its public half, so
+	// unsigned or forged records are refused. With External it is read
+	// when it exists; without it the records are unsigned (logged), which
+	// aggregators started with --control-pub refuse.
+	ControlKey string
 
 	// DP holds the parameters of dp-a, dp-u and zealous (Epsilon, Delta, D,
 	// Users, CountShare, ShamirK, Slack, Lambda; Kind and K are taken from
@@ -134,6 +143,9 @@ type Config struct {
 	// afterRelease, in tests, is called with the metrics address once the
 	// release is in ClickHouse, while the roles still run.
 	afterRelease func(metricsAddr string)
+	// controlPub: the in-process aggregator verifies control records with
+	// it (loadControlKey).
+	controlPub ed25519.PublicKey
 
 	Export   string    // write the released histogram as TSV here
 	Workers  int       // concurrent clients; default GOMAXPROCS
@@ -279,6 +291,7 @@ type run struct {
 	refusedMu    sync.Mutex
 	refused      error
 	ingestBudget time.Duration
+	controlKey   ed25519.PrivateKey // signs the epoch control records (nil: unsigned)
 }
 
 // inProcess are the roles Run started in this process (none when External).
@@ -414,6 +427,9 @@ func (r *run) startServices(ctx context.Context) error {
 		if err := keydir.EnsureKeys(cfg.KeysDir); err != nil {
 			return err
 		}
+	}
+	if err := r.loadControlKey(); err != nil {
+		return err
 	}
 	if r.plan != nil {
 		// the operator's part: the replayed identities in the enrollment
@@ -602,7 +618,7 @@ func (r *run) openEpoch(ctx context.Context, epoch string) error {
 	// the aggregator keeps reports only of open epochs: the open marker
 	// precedes every report in each partition
 	return bounded(ctx, "the open-epoch marker in Kafka (is Kafka up?)", cfg.StartTimeout, func(ctx context.Context) error {
-		return aggregator.OpenEpoch(ctx, r.brokers, r.app.Name(), epoch)
+		return aggregator.OpenEpoch(ctx, r.brokers, r.controlKey, r.app.Name(), epoch)
 	})
 }
 
@@ -617,7 +633,7 @@ func (r *run) closeEpoch(ctx context.Context, epoch string) ([]release.Item, err
 	}
 	r.log.Info("relays drained; closing epoch", "epoch", epoch)
 	if err := bounded(ctx, "the close-epoch marker in Kafka", cfg.Timeout, func(ctx context.Context) error {
-		return aggregator.CloseEpoch(ctx, r.brokers, r.app.Name(), epoch)
+		return aggregator.CloseEpoch(ctx, r.brokers, r.controlKey, r.app.Name(), epoch)
 	}); err != nil {
 		return nil, fmt.Errorf("close epoch: %w", err)
 	}
@@ -692,6 +708,31 @@ func (r *run) finish(items []release.Item) error {
 	return nil
 }
 
+// loadControlKey reads (in process: creates when missing) the control
+// signing key of Config.ControlKey; in process the aggregator verifies
+// with its public half.
+func (r *run) loadControlKey() error {
+	cfg := &r.cfg
+	path := cfg.ControlKey
+	if path == "" {
+		path = filepath.Join(cfg.KeysDir, keydir.ControlSignKey)
+	}
+	var err error
+	if !cfg.External {
+		r.controlKey, err = keydir.EnsureSigningKey(path)
+	} else if r.controlKey, err = keydir.LoadSigningKey(path); errors.Is(err, os.ErrNotExist) && cfg.ControlKey == "" {
+		r.log.Warn("epoch control records are written unsigned (no control key): aggregators started with --control-pub refuse them", "looked_for", path)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("control key: %w", err)
+	}
+	if !cfg.External {
+		cfg.controlPub = r.controlKey.Public().(ed25519.PublicKey)
+	}
+	return nil
+}
+
 // startRoles constructs the in-process roles (randomness, issuer with
 // tokens, relays a and b, aggregator, release stage) on svcCtx, runs them
 // in svc and records them in roles. The randomness service opens no epoch
@@ -739,6 +780,7 @@ func startServers(svcCtx context.Context, svc *errgroup.Group, cfg Config, broke
 		AggregatorTokens(a, cfg.KeysDir)
 	}
 	a.Pipelines = map[[32]byte]bool{digest: true} // reports of another definition are refused
+	a.ControlKey = cfg.controlPub                 // epoch control records must be signed by the run's control key
 	roles.agg = a
 	RegisterAggregator(reg, a)
 	svc.Go(func() error { return a.Run(svcCtx) })
