@@ -122,6 +122,7 @@ func boundService(b *testing.B, mode string) {
 		b.Fatal(err)
 	}
 	msgs := boundReports(b, users, key.PublicKey(), keysDir, mode)
+	opens := openingShare(b, users, 5)
 	w := infrakafka.NewWriter(kb.Addr, protocol.ReportsTopic)
 	w.BatchSize, w.BatchBytes = 10000, 1_000_000 // below Kafka's default max.message.bytes
 	for i := 0; i < len(msgs); i += 10000 {
@@ -151,6 +152,7 @@ func boundService(b *testing.B, mode string) {
 		b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/report")
 		b.ReportMetric(float64(n)/wall.Seconds(), "reports/s")
 		b.ReportMetric(float64(kfake)/float64(n), "kfake-cpu-ns/report")
+		b.ReportMetric(opens, "opening-fraction")
 	}
 }
 
@@ -278,6 +280,43 @@ func boundReports(b *testing.B, users int, agg onion.PublicKey, keysDir, mode st
 		all = append(all, m...)
 	}
 	return all
+}
+
+// openingShare is the fraction of the first users' reports of the bundled
+// log (the query app's artifacts, as boundReports seals them) whose
+// artifact has at least k distinct users among them: the reports whose
+// group ever reaches k, so the ones verification at the threshold checks.
+// Computed from the raw log, independently of the aggregator.
+func openingShare(b *testing.B, users, k int) float64 {
+	var us []aol.User
+	if _, err := aol.ReadUsers("../testdata/aol-top1000.tsv.gz", func(u aol.User) error {
+		if len(us) < users {
+			us = append(us, u)
+		}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	who := map[string]map[int]bool{}
+	reports := map[string]int{}
+	total := 0
+	for i, u := range us {
+		for _, a := range (apps.QueryApp{}).Mine(u.Records) {
+			if who[a.Primary] == nil {
+				who[a.Primary] = map[int]bool{}
+			}
+			who[a.Primary][i] = true
+			reports[a.Primary]++
+			total++
+		}
+	}
+	open := 0
+	for a, n := range reports {
+		if len(who[a]) >= k {
+			open += n
+		}
+	}
+	return float64(open) / float64(max(total, 1))
 }
 
 // TestBoundServiceChild is the child process of

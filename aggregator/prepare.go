@@ -64,8 +64,11 @@ type reportChecks struct {
 
 // Prepare does the part of Apply(m) that depends only on m's bytes and
 // the keys (Keys, ReportKeys, ARCKeys): ParseControl, or onion.Peel,
-// star.ParseReport, the report token's binding and VOPRF verification
-// (~80 µs) and the ARC presentation's verification (~1 ms, FT_u). It uses
+// star.ParseReport and the report's cheap checks (the report token's
+// binding, the presentation's size and the x its tag gives). With
+// VerifyOnArrival it also verifies the report token (VOPRF, ~50 µs) and
+// the ARC presentation (~0.6 ms, FT_u); without (the default) those wait
+// for the threshold (threshold.go). It uses
 // only the epoch keys the partition loaded before (when an EpochOpen was
 // applied, or at an earlier report of the epoch), never loads one for an
 // epoch a client names; a report whose epoch's keys are not loaded is
