@@ -21,6 +21,7 @@ package natsauth
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/crowdlog/crowdlog/protocol"
 )
@@ -194,4 +195,27 @@ func ParseRole(s string) (Role, error) {
 		}
 	}
 	return "", fmt.Errorf("natsauth: unknown role %q (one of %v)", s, Roles)
+}
+
+// Markdown renders the table as a Markdown table (role, may publish, may
+// subscribe, answers requests), the form docs/operations.md quotes.
+func Markdown() string {
+	var b strings.Builder
+	b.WriteString("| role | may publish | may subscribe | answers requests |\n| --- | --- | --- | --- |\n")
+	code := func(subjects []string) string {
+		q := make([]string, len(subjects))
+		for i, s := range subjects {
+			q[i] = "`" + s + "`"
+		}
+		return strings.Join(q, " ")
+	}
+	for _, r := range Roles {
+		p, _ := Table(r)
+		answers := "no"
+		if p.Responses {
+			answers = "yes"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r, code(p.Publish), code(p.Subscribe), answers)
+	}
+	return b.String()
 }

@@ -293,7 +293,7 @@ func (p *pddRun) startServices(ctx context.Context) error {
 		p.cleanup = append(p.cleanup, func() { os.RemoveAll(state) })
 	}
 	p.keysDir = filepath.Join(state, "keys")
-	stopLocal, err := startLocal(ctx, state, &cfg.NATS, &cfg.Kafka, &cfg.ClickHouse, cfg.Partitions)
+	stopLocal, err := startLocal(ctx, state, &cfg.NATS, &cfg.Kafka, &cfg.ClickHouse, cfg.Partitions, nil)
 	if err != nil {
 		return err
 	}
