@@ -284,6 +284,7 @@ type run struct {
 	js           jetstream.JetStream // on nc
 	opjs         jetstream.JetStream // the operator's: relay stream, drain checks (js unless natsKeys)
 	natsKeys     string              // the embedded server's role NKeys; "" when NATS was given
+	conns        []func()            // Close of every NATS connection, run after the roles stopped
 	writer       *release.Writer
 	reg          *prometheus.Registry
 	rc           *oprfclient.Client
@@ -406,6 +407,7 @@ func (r *run) startServices(ctx context.Context) error {
 	if stopLocal != nil {
 		r.cleanup = append(r.cleanup, stopLocal)
 	}
+	r.cleanup = append(r.cleanup, func() { closeAll(r.conns) })
 	if err != nil {
 		return err
 	}
@@ -774,11 +776,24 @@ func (r *run) connect(role natsauth.Role, name string) (*nats.Conn, jetstream.Je
 	case r.nc != nil:
 		return r.nc, r.js, nil
 	}
-	nc, err := natsconn.ConnectAs(r.cfg.NATS, name, sec)
+	return connectRole(r.cfg.NATS, name, sec, &r.conns)
+}
+
+// closeAll runs every close function of conns, last first.
+func closeAll(conns []func()) {
+	for i := len(conns) - 1; i >= 0; i-- {
+		conns[i]()
+	}
+}
+
+// connectRole opens a NATS connection to url as name with sec, and its
+// JetStream; the connection's Close is appended to conns.
+func connectRole(url, name string, sec natsconn.Security, conns *[]func()) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := natsconn.ConnectAs(url, name, sec)
 	if err != nil {
 		return nil, nil, err
 	}
-	r.cleanup = append(r.cleanup, nc.Close)
+	*conns = append(*conns, nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("NATS JetStream of %s: %w", name, err)
