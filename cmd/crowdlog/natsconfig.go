@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/crowdlog/crowdlog/infra/natsauth"
+	"github.com/crowdlog/crowdlog/infra/natsserver"
 )
 
 func natsConfigCmd() *cobra.Command {
@@ -66,7 +68,50 @@ in one directory and runs this command. --table prints the permission table
 	f.StringVar(&tls.Key, "tls-key", "", "the server's PEM private key")
 	f.StringVar(&tls.CA, "tls-ca", "", "PEM CA bundle that signs the clients' certificates (verified)")
 	f.BoolVar(&table, "table", false, "print the permission table (Markdown) instead of the configuration")
-	c.AddCommand(natsNKeyCmd())
+	c.AddCommand(natsNKeyCmd(), natsInitCmd())
+	return c
+}
+
+func natsInitCmd() *cobra.Command {
+	var dir string
+	var tls natsauth.TLSFiles
+	c := &cobra.Command{
+		Use:   "init --dir DIR [--tls-cert FILE --tls-key FILE --tls-ca FILE]",
+		Short: "One host only: create every role's NKey in DIR and write DIR/nats-server.conf",
+		Long: `init is for trying crowdlog on one host, where one operator plays every role
+(infra/deploy/compose.yaml): it creates the NKey of every role that has none
+in DIR yet (nats-ROLE.nk, mode 0600, and nats-ROLE.pub; existing keys are
+kept) and writes DIR/` + natsserver.ConfigFileName + ` from the permission table, as
+'crowdlog nats-config --nkeys DIR' prints it. Give nats-server the file with
+-c and each role its seed with --nats-nkey. On a real deployment each
+operator creates only its own role's key ('crowdlog nats-config nkey').`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			keys, err := natsauth.EnsureAll(dir)
+			if err != nil {
+				return err
+			}
+			sc := natsauth.ServerConfig{Users: keys}
+			if tls != (natsauth.TLSFiles{}) {
+				sc.TLS = &tls
+			}
+			text, err := sc.Text()
+			if err != nil {
+				return err
+			}
+			path := filepath.Join(dir, natsserver.ConfigFileName)
+			if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+				return fmt.Errorf("write the NATS server config: %w", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%d role credentials in %s; server config %s\n", len(keys), dir, path)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&dir, "dir", "nats-auth", "directory for the role NKeys and the server config")
+	f.StringVar(&tls.Cert, "tls-cert", "", "the server's PEM certificate (TLS on with --tls-key and --tls-ca)")
+	f.StringVar(&tls.Key, "tls-key", "", "the server's PEM private key")
+	f.StringVar(&tls.CA, "tls-ca", "", "PEM CA bundle that signs the clients' certificates (verified)")
 	return c
 }
 

@@ -171,6 +171,23 @@ func PublicKeys(dir string) (map[Role]string, error) {
 	return keys, nil
 }
 
+// EnsureAll creates, in dir, an NKey for every role of Roles that has no
+// public key there yet (GenerateNKey) and returns every role's public key;
+// existing keys are kept, so it is idempotent. For one host where one
+// operator plays every role (a compose trial): on a real deployment each
+// operator makes only its own role's key.
+func EnsureAll(dir string) (map[Role]string, error) {
+	for _, r := range Roles {
+		if _, err := os.Stat(filepath.Join(dir, PublicFile(r))); err == nil {
+			continue
+		}
+		if _, err := GenerateNKey(dir, r); err != nil {
+			return nil, err
+		}
+	}
+	return PublicKeys(dir)
+}
+
 // GenerateAll creates an NKey for every role of Roles in dir (see
 // GenerateNKey) and returns their public keys: the one-machine setup of
 // `crowdlog run`, where one operator plays every role.
