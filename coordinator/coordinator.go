@@ -201,14 +201,14 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		return err
 	}
 	c.js = js
-	if c.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "crowdlog_pdd",
+	if c.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: protocol.PDDBucket,
 		Description: "crowdlog PDD coordinator: clients, clock", Storage: jetstream.FileStorage, History: 1,
-		Replicas: bucketReplicas(ctx, js, "crowdlog_pdd")}); err != nil {
+		Replicas: bucketReplicas(ctx, js, protocol.PDDBucket)}); err != nil {
 		return fmt.Errorf("coordinator: key-value bucket (is JetStream enabled?): %w", err)
 	}
-	if c.rounds, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "crowdlog_pdd_rounds",
+	if c.rounds, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: protocol.PDDRoundsBucket,
 		Description: "crowdlog PDD coordinator: groups, bundles, recoveries", Storage: jetstream.FileStorage,
-		History: 1, TTL: c.Retention, MaxValueSize: 4 << 20, Replicas: bucketReplicas(ctx, js, "crowdlog_pdd_rounds")}); err != nil {
+		History: 1, TTL: c.Retention, MaxValueSize: 4 << 20, Replicas: bucketReplicas(ctx, js, protocol.PDDRoundsBucket)}); err != nil {
 		return fmt.Errorf("coordinator: key-value bucket: %w", err)
 	}
 	if err := EnsureActiveIndex(ctx, js, c.Retention); err != nil {

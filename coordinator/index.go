@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/crowdlog/crowdlog/infra/natsconn"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/blind"
 )
 
@@ -36,8 +37,8 @@ import (
 // (keeping the first), so one that escapes the window is harmless too.
 // Messages expire after the retention given to EnsureActiveIndex.
 const (
-	ActiveStream        = "crowdlog_pdd_active"
-	ActiveSubjectPrefix = "crowdlog.pdd.active."
+	ActiveStream        = protocol.PDDActiveStream
+	ActiveSubjectPrefix = protocol.PDDActiveSubjectPrefix
 	// ActiveDuplicateWindow is the stream's deduplication window.
 	ActiveDuplicateWindow = 2 * time.Minute
 	// activeMaxMsgSize bounds one entry (an entry is ≈ 230 bytes of JSON).

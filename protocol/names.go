@@ -100,3 +100,25 @@ const (
 
 	CoordinatorQueueGroup = "crowdlog-coordinator"
 )
+
+// JetStream names behind the subjects above, here so that the NATS
+// permission table (infra/natsauth) can name every stream a role touches.
+const (
+	// RelayStream is the JetStream work-queue stream holding every relay
+	// inbox (subjects RelaySubjectPrefix + ">"; relays.StreamConfig).
+	RelayStream = "CROWDLOG_RELAY"
+	// PDDBucket is the coordinator's key-value bucket of clients and the
+	// clock.
+	PDDBucket = "crowdlog_pdd"
+	// PDDRoundsBucket is the coordinator's key-value bucket of groups,
+	// bundles and recoveries.
+	PDDRoundsBucket = "crowdlog_pdd_rounds"
+	// PDDActiveStream is the coordinator's stream of clients active per
+	// campaign and day, on subjects PDDActiveSubjectPrefix + ">".
+	PDDActiveStream        = "crowdlog_pdd_active"
+	PDDActiveSubjectPrefix = "crowdlog.pdd.active."
+)
+
+// RelayConsumerName returns the durable JetStream consumer name shared by
+// all processes of relay name: "relay-" + name.
+func RelayConsumerName(name string) string { return "relay-" + name }

@@ -29,7 +29,7 @@ import (
 )
 
 // Stream is the name of the JetStream stream holding all relay inboxes.
-const Stream = "CROWDLOG_RELAY"
+const Stream = protocol.RelayStream
 
 // DefaultMaxMsgs is the per-relay inbox limit EnsureStream uses for maxMsgs <= 0.
 const DefaultMaxMsgs = 1_000_000
@@ -46,7 +46,7 @@ const DuplicateWindow = 2 * time.Minute
 
 // ConsumerName returns the durable consumer name shared by all processes of
 // relay name: "relay-" + name.
-func ConsumerName(name string) string { return "relay-" + name }
+func ConsumerName(name string) string { return protocol.RelayConsumerName(name) }
 
 // ValidName reports whether name can name a relay: 1–64 characters from
 // [A-Za-z0-9_-] (one NATS subject token, usable in a durable name).

@@ -82,6 +82,7 @@ epoch have sent.`,
 	policyFlags(f, &cfg.DP)
 	f.StringVar(&cfg.Epoch, "epoch", "all", "epoch name")
 	f.StringVar(&cfg.NATS, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
+	addNATSSecurityFlags(f, &cfg.NATSSecurity)
 	f.StringVar(&cfg.KeysDir, "keys", "keys", "directory with relay-a.key.pub, relay-b.key.pub, aggregator.key.pub")
 	f.IntVar(&cfg.Workers, "workers", 0, "clients replayed concurrently (default: number of CPUs)")
 	f.DurationVar(&cfg.Spread, "spread", 0, "each client sends its reports at random times within this window, not as one burst an observer links (e.g. 1h for real clients; 0 = back to back, for replays)")

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crowdlog/crowdlog/infra/keydir"
+	"github.com/crowdlog/crowdlog/infra/natsauth"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/issuer"
 	"github.com/crowdlog/crowdlog/protocol"
@@ -20,6 +21,7 @@ import (
 
 func issuerCmd() *cobra.Command {
 	var natsURL, keys, metricsAddr, pipelineFile string
+	var natsSec natsconn.Security
 	var epochs []string
 	var limits issuer.Limits
 	var sched issuer.Schedule
@@ -82,7 +84,7 @@ gives the budgets (tokens.randomness, tokens.report).`,
 					return err
 				}
 			}
-			nc, err := natsconn.Connect(natsURL, "crowdlog-issuer")
+			nc, err := natsconn.ConnectAs(natsURL, "crowdlog-issuer", as(natsSec, natsauth.Issuer))
 			if err != nil {
 				return err
 			}
@@ -104,6 +106,7 @@ gives the budgets (tokens.randomness, tokens.report).`,
 	}
 	f := c.Flags()
 	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL (JetStream enabled); a comma-separated list for a cluster")
+	addNATSSecurityFlags(f, &natsSec)
 	f.StringVar(&keys, "keys", "keys", "keys directory: the enrollment list "+keydir.EnrollmentFile+" and the epoch keys in "+keydir.IssuerKeys+"/")
 	f.IntVar(&limits.RandomnessTokens, "randomness-tokens", 0, "N: randomness tokens (OPRF elements) per identity and epoch")
 	f.IntVar(&limits.ReportTokens, "report-tokens", 0, "d: report tokens (reports) per identity and epoch")

@@ -110,5 +110,6 @@ reports; 1 any other failure.
 	root.AddCommand(issuerCmd())
 	root.AddCommand(pipelineCmd())
 	root.AddCommand(topicsCmd())
+	root.AddCommand(natsConfigCmd())
 	return root
 }

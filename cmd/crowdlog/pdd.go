@@ -11,6 +11,7 @@ import (
 	"github.com/crowdlog/crowdlog/aggregator/vectors"
 	"github.com/crowdlog/crowdlog/coordinator"
 	"github.com/crowdlog/crowdlog/infra/keydir"
+	"github.com/crowdlog/crowdlog/infra/natsauth"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
@@ -82,6 +83,7 @@ Example:
 
 func coordinatorCmd() *cobra.Command {
 	var natsURL, list, metricsAddr, aggKey, opKey string
+	var natsSec natsconn.Security
 	var kafkaAddr []string
 	var cp coordinator.Campaign
 	var wall bool
@@ -114,7 +116,7 @@ requests are counted per reason.`,
 			if list == "" {
 				cp.ListName = keywords.DefaultName
 			}
-			nc, err := natsconn.Connect(natsURL, "crowdlog-coordinator")
+			nc, err := natsconn.ConnectAs(natsURL, "crowdlog-coordinator", as(natsSec, natsauth.Coordinator))
 			if err != nil {
 				return err
 			}
@@ -154,6 +156,7 @@ requests are counted per reason.`,
 	f.StringVar(&aggKey, "aggregator-key", "keys/"+keydir.AggregatorSignKey+".pub", "the aggregator's Ed25519 public key (PEM): recovery requests must be signed with it")
 	f.StringVar(&opKey, "operator-key", "", "the operator's Ed25519 public key (PEM): clock advances over NATS must be signed with it (none accepted when unset)")
 	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
+	addNATSSecurityFlags(f, &natsSec)
 	f.StringSliceVar(&kafkaAddr, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated")
 	addMetricsFlag(c, &metricsAddr)
 	c.AddCommand(coordinatorAdvanceCmd())
@@ -162,6 +165,7 @@ requests are counted per reason.`,
 
 func coordinatorAdvanceCmd() *cobra.Command {
 	var natsURL, key, day string
+	var natsSec natsconn.Security
 	c := &cobra.Command{
 		Use:   "advance --day YYYY-MM-DD --key operator-sign.key",
 		Short: "Start a PDD campaign day (signed with the operator's credential)",
@@ -183,7 +187,7 @@ with --operator-key set to its public half. Days move one at a time up to
 			if err != nil {
 				return fmt.Errorf("--key: %w", err)
 			}
-			nc, err := natsconn.Connect(natsURL, "crowdlog-coordinator-advance")
+			nc, err := natsconn.ConnectAs(natsURL, "crowdlog-coordinator-advance", as(natsSec, natsauth.Operator))
 			if err != nil {
 				return err
 			}
@@ -201,12 +205,14 @@ with --operator-key set to its public half. Days move one at a time up to
 	f.StringVar(&day, "day", "", "the day to start (UTC), YYYY-MM-DD")
 	f.StringVar(&key, "key", "keys/"+keydir.OperatorSignKey, "the operator's Ed25519 credential (PEM)")
 	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL(s) of the coordinators, comma-separated")
+	addNATSSecurityFlags(f, &natsSec)
 	_ = c.MarkFlagRequired("day")
 	return c
 }
 
 func aggregateVectorsCmd() *cobra.Command {
 	var natsURL, metricsAddr, signKey string
+	var natsSec natsconn.Security
 	var kafkaAddr []string
 	var keyPaths []string
 	c := &cobra.Command{
@@ -230,7 +236,7 @@ State is rebuilt by replaying a partition on assignment (restart-safe).`,
 			if err != nil {
 				return fmt.Errorf("--sign-key: %w", err)
 			}
-			nc, err := natsconn.Connect(natsURL, "crowdlog-aggregate-vectors")
+			nc, err := natsconn.ConnectAs(natsURL, "crowdlog-aggregate-vectors", as(natsSec, natsauth.Aggregator))
 			if err != nil {
 				return err
 			}
@@ -243,6 +249,7 @@ State is rebuilt by replaying a partition on assignment (restart-safe).`,
 	f.StringSliceVar(&keyPaths, "key", nil, "aggregator HPKE key file (repeat during a rotation)")
 	f.StringVar(&signKey, "sign-key", "keys/"+keydir.AggregatorSignKey, "the aggregator's Ed25519 credential (PEM; created when missing): signs recovery requests")
 	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL(s) of the coordinator, comma-separated")
+	addNATSSecurityFlags(f, &natsSec)
 	f.StringSliceVar(&kafkaAddr, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated")
 	addMetricsFlag(c, &metricsAddr)
 	return c

@@ -18,6 +18,7 @@ import (
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/aggregator/audit"
 	"github.com/crowdlog/crowdlog/infra/keydir"
+	"github.com/crowdlog/crowdlog/infra/natsauth"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/pipelines/pipeline"
@@ -38,6 +39,7 @@ const (
 
 func randomnessCmd() *cobra.Command {
 	var natsURL, keys, metricsAddr, pipelineFile string
+	var natsSec natsconn.Security
 	var o randomness.Options
 	var requireTokens bool
 	c := &cobra.Command{
@@ -102,7 +104,7 @@ pipeline file, unless --epoch-length or --key-grace are given.`,
 			if o.Skew == 0 {
 				o.Skew = -1
 			}
-			nc, err := natsconn.Connect(natsURL, "crowdlog-randomness")
+			nc, err := natsconn.ConnectAs(natsURL, "crowdlog-randomness", as(natsSec, natsauth.Randomness))
 			if err != nil {
 				return err
 			}
@@ -122,6 +124,7 @@ pipeline file, unless --epoch-length or --key-grace are given.`,
 		},
 	}
 	c.Flags().StringVar(&natsURL, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
+	addNATSSecurityFlags(c.Flags(), &natsSec)
 	c.Flags().StringVar(&keys, "keys", "keys", "keys directory; epoch keys live in its "+keydir.RandomnessKeys+" subdirectory")
 	c.Flags().BoolVar(&requireTokens, "require-tokens", false, "require one Privacy Pass randomness token per element (keys from the issuer's key files in --keys)")
 	c.Flags().DurationVar(&o.EpochLength, "epoch-length", 0, "epoch schedule length (e.g. 24h): absolute UTC epochs named START-LENGTH; 0 = named epochs, no schedule")
@@ -165,6 +168,7 @@ never given a new key. Run it after 'crowdlog aggregate close-epoch'.`,
 func relayCmd() *cobra.Command {
 	var o relays.Options
 	var natsURL, metricsAddr string
+	var natsSec natsconn.Security
 	var gcPercent int
 	c := &cobra.Command{
 		Use:   "relay --name a|b --key FILE [--nats URL[,URL...]] [--kafka ADDR[,ADDR...]]",
@@ -190,7 +194,7 @@ timeout means larger anonymity sets and more latency (docs/threat-model.md,
 			if len(o.KeyPaths) == 0 {
 				return errors.New("--key is required (see `crowdlog keys generate`)")
 			}
-			nc, err := natsconn.Connect(natsURL, "crowdlog-relay-"+o.Name)
+			nc, err := natsconn.ConnectAs(natsURL, "crowdlog-relay-"+o.Name, as(natsSec, natsauth.RelayRole(o.Name)))
 			if err != nil {
 				return err
 			}
@@ -216,6 +220,7 @@ timeout means larger anonymity sets and more latency (docs/threat-model.md,
 	f.StringVar(&o.Name, "name", "", "relay name: its subject is crowdlog.relay.NAME")
 	f.StringSliceVar(&o.KeyPaths, "key", nil, "HPKE key file (repeat for two keys during a rotation)")
 	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
+	addNATSSecurityFlags(f, &natsSec)
 	f.StringSliceVar(&o.Kafka, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list (used by the last relay)")
 	f.IntVar(&o.BatchSize, "batch", relays.DefaultBatchSize, "most messages per fetch from the inbox")
 	f.DurationVar(&o.BatchTimeout, "batch-timeout", 50*time.Millisecond, "longest wait of one fetch (poll interval; --pool-timeout decides when to forward)")

@@ -1,25 +1,104 @@
 package natsconn
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/crowdlog/crowdlog/infra/natsauth"
 )
 
-// ConnectNATS connects to url with reconnects forever (services outlive a
-// NATS restart).
-func Connect(url, name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+// Security is how a role authenticates to NATS: its NKey seed file (its
+// credential in the server's permission table, infra/natsauth) and TLS
+// files. The zero value connects without TLS or credential (a server with
+// auth off).
+type Security struct {
+	// Role names the connection's row of the permission table; its
+	// replies use natsauth.InboxPrefix(Role), the only inbox it may
+	// subscribe to. "" keeps the default inbox "_INBOX".
+	Role natsauth.Role
+	// NKeyFile is the path of the role's NKey seed (SU…, from crowdlog
+	// nats-config nkey); "" connects without a credential.
+	NKeyFile string
+	// CAFile is the PEM CA bundle that verifies the server's
+	// certificate; setting it (or CertFile) turns TLS on.
+	CAFile string
+	// CertFile and KeyFile are the role's PEM client certificate and key,
+	// for servers that verify clients (both or neither).
+	CertFile, KeyFile string
+}
+
+// Options returns the nats.go options s stands for. Errors: a client
+// certificate without its key (or the reverse), an unreadable NKey seed.
+func (s Security) Options() ([]nats.Option, error) {
+	var opts []nats.Option
+	if s.Role != "" {
+		opts = append(opts, nats.CustomInboxPrefix(natsauth.InboxPrefix(s.Role)))
+	}
+	if s.NKeyFile != "" {
+		o, err := nats.NkeyOptionFromSeed(s.NKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("NATS NKey seed %s (create it with crowdlog nats-config nkey): %w", s.NKeyFile, err)
+		}
+		opts = append(opts, o)
+	}
+	if (s.CertFile == "") != (s.KeyFile == "") {
+		return nil, errors.New("NATS TLS: give both the client certificate and its key (--nats-cert and --nats-key), or neither")
+	}
+	if s.CAFile != "" {
+		opts = append(opts, nats.RootCAs(s.CAFile))
+	}
+	if s.CertFile != "" {
+		opts = append(opts, nats.ClientCert(s.CertFile, s.KeyFile))
+	}
+	return opts, nil
+}
+
+// Connect connects to url with reconnects forever (services outlive a
+// NATS restart), without credential or TLS; see ConnectAs.
+func Connect(url, name string) (*nats.Conn, error) { return ConnectAs(url, name, Security{}) }
+
+// ConnectAs connects to url (comma-separated for a cluster) as name, with
+// s's credential, TLS and inbox prefix, reconnecting forever and logging
+// disconnects. Errors say whether the server is down or the credential or
+// TLS files were refused.
+func ConnectAs(url, name string, s Security) (*nats.Conn, error) {
+	sec, err := s.Options()
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				slog.Warn("NATS disconnected; reconnecting", "conn", name, "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { slog.Info("NATS reconnected", "conn", name, "server", c.ConnectedUrlRedacted()) }))
+		nats.ReconnectHandler(func(c *nats.Conn) { slog.Info("NATS reconnected", "conn", name, "server", c.ConnectedUrlRedacted()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subj := ""
+			if sub != nil {
+				subj = sub.Subject
+			}
+			slog.Warn("NATS error (a permission violation means the role's credential may not use this subject)", "conn", name, "subject", subj, "err", err)
+		}),
+	}, sec...)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s (is it running? give --nats): %w", url, err)
+		if errors.Is(err, nats.ErrAuthorization) {
+			return nil, fmt.Errorf("connect to NATS at %s as %s: %w (check --nats-nkey: the server config must list this role's public key)", url, name, err)
+		}
+		return nil, fmt.Errorf("connect to NATS at %s (is it running? give --nats; with TLS check --nats-ca, --nats-cert, --nats-key): %w", url, err)
 	}
 	return nc, nil
+}
+
+// RoleSecurity is the Security of role r whose NKey seed lies in keyDir
+// under natsauth.SeedFile(r) (as natsauth.GenerateNKey and
+// natsserver.StartAuth write it), without TLS.
+func RoleSecurity(keyDir string, r natsauth.Role) Security {
+	return Security{Role: r, NKeyFile: filepath.Join(keyDir, natsauth.SeedFile(r))}
 }

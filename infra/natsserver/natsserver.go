@@ -58,6 +58,12 @@ type Options struct {
 	// Routes are the route URLs of the cluster's servers
 	// ("nats-route://127.0.0.1:PORT"); listing the server itself is fine.
 	Routes []string
+
+	// ConfigFile, when set, is a nats-server configuration file (as
+	// infra/natsauth's ServerConfig.Text writes: accounts, NKey users and
+	// their permissions, TLS) that the server starts from; the fields
+	// above still set the name, host, port, store and payload limit.
+	ConfigFile string
 }
 
 // Server is a running embedded NATS server.
@@ -98,15 +104,17 @@ func (o Options) Start(ctx context.Context) (*Server, error) {
 	if name == "" {
 		name = "crowdlog-embedded"
 	}
-	opts := &server.Options{
-		ServerName: name,
-		Host:       host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   o.Dir,
-		NoSigs:     true,
-		NoLog:      o.Logger == nil,
-		MaxPayload: o.MaxPayload,
+	opts := &server.Options{}
+	if o.ConfigFile != "" {
+		var err error
+		if opts, err = server.ProcessConfigFile(o.ConfigFile); err != nil {
+			return nil, fmt.Errorf("natsserver: config file %s (regenerate it with crowdlog nats-config): %w", o.ConfigFile, err)
+		}
+	}
+	opts.ServerName, opts.Host, opts.Port = name, host, port
+	opts.JetStream, opts.StoreDir, opts.NoSigs, opts.NoLog = true, o.Dir, true, o.Logger == nil
+	if o.MaxPayload != 0 {
+		opts.MaxPayload = o.MaxPayload
 	}
 	if o.ClusterName != "" {
 		opts.Cluster.Name = o.ClusterName

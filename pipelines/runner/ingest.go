@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/crowdlog/crowdlog/infra/keydir"
+	"github.com/crowdlog/crowdlog/infra/natsauth"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/aol"
@@ -37,11 +38,15 @@ type IngestConfig struct {
 	Policy     string       // "ft-u", "ft-a", "dp-a", "dp-u" or "zealous"
 	K          int          // threshold k of ft-u/ft-a
 	DP         policy.Params
-	Epoch      string        // epoch name
-	NATS       string        // NATS URL, or comma-separated URLs of a cluster
-	KeysDir    string        // relay-a.key.pub, relay-b.key.pub, aggregator.key.pub and the randomness pins
-	Workers    int           // clients replayed concurrently; 0 = number of CPUs
-	Spread     time.Duration // each client's window for sending its reports (ingest.Client.Spread)
+	Epoch      string // epoch name
+	NATS       string // NATS URL, or comma-separated URLs of a cluster
+	// NATSSecurity is the clients' NATS credential and TLS
+	// (natsauth.Client). With a credential the relay stream is left to
+	// the relays and the operator, who may create it: a client may not.
+	NATSSecurity natsconn.Security
+	KeysDir      string        // relay-a.key.pub, relay-b.key.pub, aggregator.key.pub and the randomness pins
+	Workers      int           // clients replayed concurrently; 0 = number of CPUs
+	Spread       time.Duration // each client's window for sending its reports (ingest.Client.Spread)
 	// StateDir, when set, keeps each replayed device's state (its user
 	// secret of the epoch, what it sent) on disk under StateDir/users, so
 	// an ingest restarted on the same log and epoch sends nothing twice;
@@ -120,7 +125,9 @@ func Ingest(ctx context.Context, cfg IngestConfig) (ingest.ReplaySummary, error)
 	if err != nil {
 		return none, err
 	}
-	nc, err := natsconn.Connect(cfg.NATS, "crowdlog-ingest")
+	sec := cfg.NATSSecurity
+	sec.Role = natsauth.Client
+	nc, err := natsconn.ConnectAs(cfg.NATS, "crowdlog-ingest", sec)
 	if err != nil {
 		return none, err
 	}
@@ -132,8 +139,10 @@ func Ingest(ctx context.Context, cfg IngestConfig) (ingest.ReplaySummary, error)
 	if err != nil {
 		return none, fmt.Errorf("ingest: JetStream: %w", err)
 	}
-	if err := relays.EnsureStream(ctx, js, 0); err != nil {
-		return none, err
+	if sec.NKeyFile == "" {
+		if err := relays.EnsureStream(ctx, js, 0); err != nil {
+			return none, err
+		}
 	}
 	pub := &publish.Publisher{JS: js, Subject: protocol.RelaySubject("a")}
 	if cfg.Registerer != nil {

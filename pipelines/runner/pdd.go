@@ -25,6 +25,7 @@ import (
 	"github.com/crowdlog/crowdlog/coordinator"
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/keydir"
+	"github.com/crowdlog/crowdlog/infra/natsauth"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/aol"
@@ -166,8 +167,11 @@ type pddRun struct {
 
 	keysDir    string
 	brokers    []string
-	nc         *nats.Conn
-	js         jetstream.JetStream
+	nc         *nats.Conn          // the clients' (natsauth.Client)
+	js         jetstream.JetStream // on nc
+	opjs       jetstream.JetStream // the operator's: relay stream, drain checks
+	natsKeys   string              // the embedded server's role NKeys; "" when NATS was given
+	conns      []func()            // Close of every NATS connection, run after the roles stopped
 	writer     *release.Writer
 	relayStats []*relays.Stats
 	coord      *coordinator.Coordinator
@@ -293,11 +297,11 @@ func (p *pddRun) startServices(ctx context.Context) error {
 		p.cleanup = append(p.cleanup, func() { os.RemoveAll(state) })
 	}
 	p.keysDir = filepath.Join(state, "keys")
-	stopLocal, err := startLocal(ctx, state, &cfg.NATS, &cfg.Kafka, &cfg.ClickHouse, cfg.Partitions)
+	stopLocal, err := startLocal(ctx, state, &cfg.NATS, &cfg.Kafka, &cfg.ClickHouse, cfg.Partitions, &p.natsKeys)
 	if err != nil {
 		return err
 	}
-	p.cleanup = append(p.cleanup, stopLocal)
+	p.cleanup = append(p.cleanup, stopLocal, func() { closeAll(p.conns) })
 	p.brokers = strings.Split(cfg.Kafka, ",")
 	if err := kafka.EnsureTopics(ctx, p.brokers[0], cfg.Partitions, protocol.VectorsTopic, protocol.GroupSumsTopic); err != nil {
 		return err
@@ -305,14 +309,13 @@ func (p *pddRun) startServices(ctx context.Context) error {
 	if err := keydir.EnsureKeys(p.keysDir); err != nil {
 		return err
 	}
-	if p.nc, err = natsconn.Connect(cfg.NATS, "crowdlog-pdd"); err != nil {
+	if p.nc, p.js, err = p.connect(natsauth.Client, "crowdlog-pdd"); err != nil {
 		return err
 	}
-	p.cleanup = append(p.cleanup, p.nc.Close)
-	if p.js, err = jetstream.New(p.nc); err != nil {
+	if _, p.opjs, err = p.connect(natsauth.Operator, "crowdlog-pdd-operator"); err != nil {
 		return err
 	}
-	if err := relays.EnsureStream(ctx, p.js, 0); err != nil {
+	if err := relays.EnsureStream(ctx, p.opjs, 0); err != nil {
 		return err
 	}
 	if p.writer, err = release.Open(ctx, cfg.ClickHouse, cfg.Database); err != nil {
@@ -320,6 +323,20 @@ func (p *pddRun) startServices(ctx context.Context) error {
 	}
 	p.cleanup = append(p.cleanup, func() { p.writer.Close() })
 	return nil
+}
+
+// connect returns a NATS connection for role: with the embedded server's
+// permission table on (natsKeys), a new one with role's own NKey;
+// otherwise the run's one connection (the first call makes it).
+func (p *pddRun) connect(role natsauth.Role, name string) (*nats.Conn, jetstream.JetStream, error) {
+	if p.natsKeys == "" && p.nc != nil {
+		return p.nc, p.js, nil
+	}
+	sec := natsconn.Security{Role: role}
+	if p.natsKeys != "" {
+		sec = natsconn.RoleSecurity(p.natsKeys, role)
+	}
+	return connectRole(p.cfg.NATS, name, sec, &p.conns)
 }
 
 // startRoles starts the roles in process on their own context (stopped
@@ -330,7 +347,11 @@ func (p *pddRun) startRoles(ctx context.Context) error {
 	svc := &errgroup.Group{}
 	p.cleanup = append(p.cleanup, func() { stop(); svc.Wait() })
 	for _, name := range []string{"a", "b"} {
-		r, closeW, err := relays.New(svcCtx, p.js, relays.Options{Name: name, Kafka: p.brokers,
+		_, js, err := p.connect(natsauth.RelayRole(name), "crowdlog-relay-"+name)
+		if err != nil {
+			return err
+		}
+		r, closeW, err := relays.New(svcCtx, js, relays.Options{Name: name, Kafka: p.brokers,
 			KeyPaths: []string{filepath.Join(p.keysDir, "relay-"+name+".key")}}, p.log)
 		if err != nil {
 			return err
@@ -347,7 +368,11 @@ func (p *pddRun) startRoles(ctx context.Context) error {
 		return err
 	}
 	cfg := &p.cfg
-	p.coord = &coordinator.Coordinator{NC: p.nc, Brokers: p.brokers, Logger: p.log,
+	cnc, _, err := p.connect(natsauth.Coordinator, "crowdlog-coordinator")
+	if err != nil {
+		return err
+	}
+	p.coord = &coordinator.Coordinator{NC: cnc, Brokers: p.brokers, Logger: p.log,
 		AggregatorKey: aggSign.Public().(ed25519.PublicKey), OperatorKey: opSign.Public().(ed25519.PublicKey), Campaign: coordinator.Campaign{
 			Name: cfg.Campaign, List: p.list, ListName: p.listName, GroupSize: cfg.GroupSize, Delay: cfg.Delay,
 			RecoveryDays: cfg.RecoveryDays, Heuristic: cfg.Heuristic, End: int32(p.last)}}
@@ -366,7 +391,11 @@ func (p *pddRun) startServers(svcCtx context.Context, svc *errgroup.Group, aggSi
 	if err != nil {
 		return err
 	}
-	p.agg = &vectors.Service{Brokers: p.brokers, Keys: []*onion.KeyPair{aggKey}, Recoverer: coordinator.NATSRecoverer{NC: p.nc, Key: aggSign}, Logger: p.log}
+	anc, _, err := p.connect(natsauth.Aggregator, "crowdlog-aggregate-vectors")
+	if err != nil {
+		return err
+	}
+	p.agg = &vectors.Service{Brokers: p.brokers, Keys: []*onion.KeyPair{aggKey}, Recoverer: coordinator.NATSRecoverer{NC: anc, Key: aggSign}, Logger: p.log}
 	svc.Go(func() error { return p.agg.Run(svcCtx) })
 	rel := &pddrelease.Stage{Brokers: p.brokers, Writer: p.writer, List: p.list, Epsilon: cfg.Epsilon, MaxCount: int64(cfg.MaxCount),
 		Dataset: cfg.Dataset, Budget: cfg.Budget, OnRefused: func(_ string, _ time.Time, err error) {
@@ -459,7 +488,7 @@ func (p *pddRun) runDay(ctx context.Context, d keywords.Day, rng *rand.Rand) err
 	if err := p.pub.Flush(ctx); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, "relays to drain", func() (bool, error) { return relays.Drained(ctx, p.js, "a", "b") }); err != nil {
+	if err := waitFor(ctx, "relays to drain", func() (bool, error) { return relays.Drained(ctx, p.opjs, "a", "b") }); err != nil {
 		return err
 	}
 	p.sum.Days++

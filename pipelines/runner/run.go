@@ -26,6 +26,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/metrics"
+	"github.com/crowdlog/crowdlog/infra/natsauth"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/ingest"
@@ -67,13 +68,23 @@ type Config struct {
 	// closed and released on its own (SplitEpochs). Epoch must then be "".
 	EpochLength time.Duration
 
-	NATS       string // NATS URL, or comma-separated URLs of a cluster; "" starts an embedded server
-	Kafka      string // Kafka bootstrap brokers "host:port[,host:port...]"; "" starts kfake with a data dir
-	ClickHouse string // ClickHouse native address; "" starts a local server
-	Database   string // ClickHouse database; default "crowdlog"
-	StateDir   string // keys, broker data, ClickHouse dir; "" = a temp dir removed at the end
-	KeysDir    string // default StateDir/keys
-	Partitions int    // partitions of the reports topic when creating it; default 8
+	NATS string // NATS URL, or comma-separated URLs of a cluster; "" starts an embedded server
+	// NATSSecurity is the credential and TLS of the run's NATS
+	// connections when NATS is given. The embedded server ignores it: it
+	// runs with the permission table of infra/natsauth on and gives every
+	// role in process (and the replayed clients) its own NKey.
+	NATSSecurity natsconn.Security
+	// NATSOperatorNKey, when set, is the NKey seed file of the operator's
+	// credential (natsauth.Operator, with NATSSecurity's TLS) for the
+	// relay stream and the drain checks against a NATS given by address;
+	// otherwise NATSSecurity serves for those too.
+	NATSOperatorNKey string
+	Kafka            string // Kafka bootstrap brokers "host:port[,host:port...]"; "" starts kfake with a data dir
+	ClickHouse       string // ClickHouse native address; "" starts a local server
+	Database         string // ClickHouse database; default "crowdlog"
+	StateDir         string // keys, broker data, ClickHouse dir; "" = a temp dir removed at the end
+	KeysDir          string // default StateDir/keys
+	Partitions       int    // partitions of the reports topic when creating it; default 8
 	// TopicRetention > 0 makes the reports and decrypted topics keep
 	// their records at least this long (kafka.EnsureRetention); with
 	// EpochLength, 0 means 2 × (EpochLength + the default grace), as a
@@ -281,8 +292,11 @@ type run struct {
 	plan         *tokenPlan // nil: tokens off
 	tokN, tokD   int
 	brokers      []string
-	nc           *nats.Conn
-	js           jetstream.JetStream
+	nc           *nats.Conn          // the replayed clients' (natsauth.Client)
+	js           jetstream.JetStream // on nc
+	opjs         jetstream.JetStream // the operator's: relay stream, drain checks (js unless natsKeys)
+	natsKeys     string              // the embedded server's role NKeys; "" when NATS was given
+	conns        []func()            // Close of every NATS connection, run after the roles stopped
 	writer       *release.Writer
 	reg          *prometheus.Registry
 	rc           *oprfclient.Client
@@ -400,12 +414,13 @@ func (r *run) startServices(ctx context.Context) error {
 	var stopLocal func()
 	err := bounded(ctx, "the local services (NATS, Kafka, ClickHouse) to start", cfg.StartTimeout, func(ctx context.Context) error {
 		var err error
-		stopLocal, err = startLocal(ctx, cfg.StateDir, &cfg.NATS, &cfg.Kafka, &cfg.ClickHouse, cfg.Partitions)
+		stopLocal, err = startLocal(ctx, cfg.StateDir, &cfg.NATS, &cfg.Kafka, &cfg.ClickHouse, cfg.Partitions, &r.natsKeys)
 		return err
 	})
 	if stopLocal != nil {
 		r.cleanup = append(r.cleanup, stopLocal)
 	}
+	r.cleanup = append(r.cleanup, func() { closeAll(r.conns) })
 	if err != nil {
 		return err
 	}
@@ -438,15 +453,16 @@ func (r *run) startServices(ctx context.Context) error {
 			return err
 		}
 	}
-	if r.nc, err = natsconn.Connect(cfg.NATS, "crowdlog-run"); err != nil {
+	if r.nc, r.js, err = r.connect(natsauth.Client, "crowdlog-run"); err != nil {
 		return err
 	}
-	r.cleanup = append(r.cleanup, r.nc.Close)
-	if r.js, err = jetstream.New(r.nc); err != nil {
+	// the operator's part (the relay stream, the drain checks) has its
+	// own credential where there is one; the replayed clients only theirs
+	if _, r.opjs, err = r.connect(natsauth.Operator, "crowdlog-run-operator"); err != nil {
 		return err
 	}
 	if err := bounded(ctx, "the relay stream in JetStream", cfg.StartTimeout, func(ctx context.Context) error {
-		return relays.EnsureStream(ctx, r.js, 0)
+		return relays.EnsureStream(ctx, r.opjs, 0)
 	}); err != nil {
 		return err
 	}
@@ -514,7 +530,7 @@ func (r *run) startRoles(ctx context.Context) error {
 	watch := time.AfterFunc(cfg.StartTimeout, func() {
 		stopServices(fmt.Errorf("waited %s for the roles to start: %w", cfg.StartTimeout, context.DeadlineExceeded))
 	})
-	err := startRoles(svcCtx, svc, *cfg, r.nc, r.js, r.brokers, r.pol, r.digest, r.reg, r.log, &r.roles,
+	err := startRoles(svcCtx, svc, *cfg, r.connect, r.brokers, r.pol, r.digest, r.reg, r.log, &r.roles,
 		tokenLimits{on: r.plan != nil, n: r.tokN, d: r.tokD}, func(err error) {
 			r.refusedMu.Lock()
 			defer r.refusedMu.Unlock()
@@ -627,8 +643,8 @@ func (r *run) openEpoch(ctx context.Context, epoch string) error {
 func (r *run) closeEpoch(ctx context.Context, epoch string) ([]release.Item, error) {
 	cfg := &r.cfg
 	if err := waitBounded(ctx, "the relays to drain", cfg.Timeout,
-		func(ctx context.Context) (bool, error) { return relays.Drained(ctx, r.js, "a", "b") },
-		func(ctx context.Context) string { return relayBacklog(ctx, r.js) }); err != nil {
+		func(ctx context.Context) (bool, error) { return relays.Drained(ctx, r.opjs, "a", "b") },
+		func(ctx context.Context) string { return relayBacklog(ctx, r.opjs) }); err != nil {
 		return nil, err
 	}
 	r.log.Info("relays drained; closing epoch", "epoch", epoch)
@@ -737,15 +753,23 @@ func (r *run) loadControlKey() error {
 // tokens, relays a and b, aggregator, release stage) on svcCtx, runs them
 // in svc and records them in roles. The randomness service opens no epoch
 // here: Run opens each before its replay.
-func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, nc *nats.Conn, js jetstream.JetStream,
+func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, connect roleConnector,
 	brokers []string, pol *policy.Policy, digest [32]byte, reg prometheus.Registerer, log *slog.Logger,
 	roles *inProcess, tok tokenLimits, onRefused func(error)) error {
+	nc, _, err := connect(natsauth.Randomness, "crowdlog-randomness")
+	if err != nil {
+		return err
+	}
 	rs, err := randomness.New(svcCtx, nc, cfg.KeysDir, randomness.Options{}, log)
 	if err != nil {
 		return err
 	}
 	if tok.on {
-		if roles.iss, err = startIssuer(svcCtx, svc, nc, cfg.KeysDir, tok, reg, log); err != nil {
+		inc, _, err := connect(natsauth.Issuer, "crowdlog-issuer")
+		if err != nil {
+			return err
+		}
+		if roles.iss, err = startIssuer(svcCtx, svc, inc, cfg.KeysDir, tok, reg, log); err != nil {
 			return err
 		}
 		if err := RequireTokens(rs, cfg.KeysDir); err != nil {
@@ -756,6 +780,10 @@ func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, nc *nat
 	RegisterRandomness(reg, rs)
 	svc.Go(func() error { return rs.Run(svcCtx) })
 	for _, name := range []string{"a", "b"} {
+		_, js, err := connect(natsauth.RelayRole(name), "crowdlog-relay-"+name)
+		if err != nil {
+			return err
+		}
 		r, closeW, err := relays.New(svcCtx, js, relays.Options{Name: name, Kafka: brokers,
 			KeyPaths: []string{filepath.Join(cfg.KeysDir, "relay-"+name+".key")}}, log)
 		if err != nil {
@@ -766,6 +794,52 @@ func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, nc *nat
 		svc.Go(func() error { defer closeW(); return r.Run(svcCtx) })
 	}
 	return startServers(svcCtx, svc, cfg, brokers, pol, digest, reg, log, roles, tok, onRefused)
+}
+
+// roleConnector returns a NATS connection (and its JetStream) for role,
+// named name; the run closes it when it ends.
+type roleConnector func(role natsauth.Role, name string) (*nats.Conn, jetstream.JetStream, error)
+
+// connect is the run's roleConnector: with the embedded server's
+// permission table on (natsKeys), a new connection with role's own NKey;
+// otherwise, against a NATS given by address, the operator's own
+// connection when cfg.NATSOperatorNKey is set, else the connection
+// of the run (the first call makes it, with cfg.NATSSecurity), shared by
+// the roles in process.
+func (r *run) connect(role natsauth.Role, name string) (*nats.Conn, jetstream.JetStream, error) {
+	sec := r.cfg.NATSSecurity
+	sec.Role = role
+	switch {
+	case r.natsKeys != "":
+		sec = natsconn.RoleSecurity(r.natsKeys, role)
+	case role == natsauth.Operator && r.cfg.NATSOperatorNKey != "":
+		sec.NKeyFile = r.cfg.NATSOperatorNKey
+	case r.nc != nil:
+		return r.nc, r.js, nil
+	}
+	return connectRole(r.cfg.NATS, name, sec, &r.conns)
+}
+
+// closeAll runs every close function of conns, last first.
+func closeAll(conns []func()) {
+	for i := len(conns) - 1; i >= 0; i-- {
+		conns[i]()
+	}
+}
+
+// connectRole opens a NATS connection to url as name with sec, and its
+// JetStream; the connection's Close is appended to conns.
+func connectRole(url, name string, sec natsconn.Security, conns *[]func()) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := natsconn.ConnectAs(url, name, sec)
+	if err != nil {
+		return nil, nil, err
+	}
+	*conns = append(*conns, nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("NATS JetStream of %s: %w", name, err)
+	}
+	return nc, js, nil
 }
 
 // startServers starts the aggregator and the release stage of startRoles:
@@ -913,7 +987,12 @@ func writeExport(path string, items []release.Item) error {
 // startLocal starts, for each empty address, the local service under state
 // (embedded NATS, kfake with a data dir, a ClickHouse server) and sets the
 // address; stop shuts down what it started, in reverse order.
-func startLocal(ctx context.Context, state string, natsURL, kafkaAddr, ch *string, partitions int) (stop func(), err error) {
+//
+// With natsKeys non-nil, an embedded NATS server runs with the permission
+// table of infra/natsauth on: every role gets its own NKey in a temporary
+// directory (removed by stop), whose path is stored in *natsKeys; a role
+// connects with natsconn.RoleSecurity(*natsKeys, role).
+func startLocal(ctx context.Context, state string, natsURL, kafkaAddr, ch *string, partitions int, natsKeys *string) (stop func(), err error) {
 	var stops []func()
 	stop = func() {
 		for i := len(stops) - 1; i >= 0; i-- {
@@ -921,7 +1000,19 @@ func startLocal(ctx context.Context, state string, natsURL, kafkaAddr, ch *strin
 		}
 	}
 	if *natsURL == "" {
-		ns, err := natsserver.Start(ctx, filepath.Join(state, "nats"))
+		o := natsserver.Options{Dir: filepath.Join(state, "nats")}
+		var ns *natsserver.Server
+		if natsKeys != nil {
+			dir, err := os.MkdirTemp("", "crowdlog-nats-keys-")
+			if err != nil {
+				return stop, fmt.Errorf("start embedded NATS: a directory for the role credentials: %w", err)
+			}
+			stops = append(stops, func() { os.RemoveAll(dir) })
+			ns, err = o.StartAuth(ctx, dir, nil)
+			*natsKeys = dir
+		} else {
+			ns, err = o.Start(ctx)
+		}
 		if err != nil {
 			return stop, fmt.Errorf("start embedded NATS: %w", err)
 		}

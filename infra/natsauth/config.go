@@ -1,0 +1,204 @@
+package natsauth
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nkeys"
+)
+
+// Account is the NATS account every crowdlog user belongs to (JetStream
+// enabled); the relay stream and the key-value buckets live in it.
+const Account = "CROWDLOG"
+
+// TLSFiles are the paths of a TLS certificate (PEM), its private key (PEM)
+// and the CA bundle (PEM) that verifies the other side.
+type TLSFiles struct {
+	Cert, Key, CA string
+}
+
+// ServerConfig describes a nats-server configuration file (nats-server -c,
+// https://docs.nats.io/running-a-nats-service/configuration).
+type ServerConfig struct {
+	// Users maps each role that may connect to its public NKey ("U…", 56
+	// characters). A role missing here cannot connect. At least one.
+	Users map[Role]string
+	// TLS, when set, makes the server require TLS with a client
+	// certificate signed by TLS.CA (verify: true) besides the NKey.
+	TLS *TLSFiles
+	// Listen is "host:port" for clients; "" leaves it to the caller
+	// (nats-server's default 0.0.0.0:4222, or the embedded server's).
+	Listen string
+	// StoreDir is the JetStream store directory; "" leaves it out
+	// (nats-server's default, or the embedded server's Dir).
+	StoreDir string
+	// MaxPayload in bytes; 0 leaves the default (1 MiB).
+	MaxPayload int32
+}
+
+// quote returns s as a NATS config string (JSON-style double quotes).
+func quote(s string) string { return strconv.Quote(s) }
+
+// list renders subjects as a NATS config list.
+func list(subjects []string) string {
+	q := make([]string, len(subjects))
+	for i, s := range subjects {
+		q[i] = quote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// Text renders the configuration: server-wide JetStream (and listen,
+// store_dir, max_payload, tls where set) and one account Account with
+// JetStream enabled whose users are c.Users, each with its role's Table
+// row as permissions (publish/subscribe allow lists, allow_responses).
+// Errors: no users, an unknown role, a key that is not a public user NKey.
+func (c ServerConfig) Text() (string, error) {
+	if len(c.Users) == 0 {
+		return "", errors.New("natsauth: no users: give each role's public NKey (crowdlog nats-config nkey --role ROLE)")
+	}
+	var b strings.Builder
+	b.WriteString("# crowdlog NATS server configuration, generated from the role permission\n# table (infra/natsauth). Regenerate instead of editing: crowdlog nats-config\n")
+	if c.Listen != "" {
+		fmt.Fprintf(&b, "listen: %s\n", quote(c.Listen))
+	}
+	if c.MaxPayload > 0 {
+		fmt.Fprintf(&b, "max_payload: %d\n", c.MaxPayload)
+	}
+	if c.StoreDir != "" {
+		fmt.Fprintf(&b, "jetstream: {store_dir: %s}\n", quote(c.StoreDir))
+	} else {
+		b.WriteString("jetstream: enabled\n")
+	}
+	if c.TLS != nil {
+		if c.TLS.Cert == "" || c.TLS.Key == "" || c.TLS.CA == "" {
+			return "", errors.New("natsauth: TLS needs the server certificate, its key and the CA file (all three)")
+		}
+		fmt.Fprintf(&b, "tls: {\n  cert_file: %s\n  key_file: %s\n  ca_file: %s\n  verify: true\n  timeout: 5\n}\n",
+			quote(c.TLS.Cert), quote(c.TLS.Key), quote(c.TLS.CA))
+	}
+	fmt.Fprintf(&b, "accounts: {\n  %s: {\n    jetstream: enabled\n    users: [\n", Account)
+	for _, r := range Roles {
+		key, ok := c.Users[r]
+		if !ok {
+			continue
+		}
+		if !nkeys.IsValidPublicUserKey(key) {
+			return "", fmt.Errorf("natsauth: role %s: %q is not a public user NKey (want U… from crowdlog nats-config nkey)", r, key)
+		}
+		p, _ := Table(r)
+		fmt.Fprintf(&b, "      # %s\n      {nkey: %s, permissions: {\n        publish: {allow: %s}\n        subscribe: {allow: %s}\n",
+			r, quote(key), list(p.Publish), list(p.Subscribe))
+		if p.Responses {
+			b.WriteString("        allow_responses: true\n")
+		}
+		b.WriteString("      }}\n")
+	}
+	for r := range c.Users {
+		if _, ok := Table(r); !ok {
+			return "", fmt.Errorf("natsauth: unknown role %q (one of %v)", r, Roles)
+		}
+	}
+	b.WriteString("    ]\n  }\n}\n")
+	return b.String(), nil
+}
+
+// SeedFile and PublicFile are the names, in a role's key directory, of its
+// NKey seed (secret, mode 0600) and public key.
+func SeedFile(r Role) string   { return "nats-" + string(r) + ".nk" }
+func PublicFile(r Role) string { return "nats-" + string(r) + ".pub" }
+
+// GenerateNKey creates a new user NKey for role r in dir: the seed
+// (SUA…, the credential the role's --nats-nkey flag reads; mode 0600) and
+// the public key (U…, for the server configuration; mode 0644). It
+// refuses to overwrite an existing seed. Returns the public key.
+func GenerateNKey(dir string, r Role) (string, error) {
+	if _, ok := Table(r); !ok {
+		return "", fmt.Errorf("natsauth: unknown role %q (one of %v)", r, Roles)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("natsauth: key directory: %w", err)
+	}
+	seedPath := filepath.Join(dir, SeedFile(r))
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return "", fmt.Errorf("natsauth: create NKey: %w", err)
+	}
+	seed, _ := kp.Seed()
+	pub, _ := kp.PublicKey()
+	f, err := os.OpenFile(seedPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("natsauth: write seed (remove %s first to replace it, then update the server config): %w", seedPath, err)
+	}
+	if _, err := f.Write(append(seed, '\n')); err != nil {
+		f.Close()
+		return "", fmt.Errorf("natsauth: write seed %s: %w", seedPath, err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("natsauth: write seed %s: %w", seedPath, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, PublicFile(r)), []byte(pub+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("natsauth: write public key: %w", err)
+	}
+	return pub, nil
+}
+
+// PublicKeys reads the public NKey of every role of Roles that has a
+// PublicFile in dir. Errors: an unreadable or invalid file; no file at all.
+func PublicKeys(dir string) (map[Role]string, error) {
+	keys := map[Role]string{}
+	for _, r := range Roles {
+		b, err := os.ReadFile(filepath.Join(dir, PublicFile(r)))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("natsauth: public key of %s: %w", r, err)
+		}
+		k := strings.TrimSpace(string(b))
+		if !nkeys.IsValidPublicUserKey(k) {
+			return nil, fmt.Errorf("natsauth: %s: not a public user NKey", filepath.Join(dir, PublicFile(r)))
+		}
+		keys[r] = k
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("natsauth: no nats-ROLE.pub in %s (create them with crowdlog nats-config nkey --role ROLE --dir %s)", dir, dir)
+	}
+	return keys, nil
+}
+
+// EnsureAll creates, in dir, an NKey for every role of Roles that has no
+// public key there yet (GenerateNKey) and returns every role's public key;
+// existing keys are kept, so it is idempotent. For one host where one
+// operator plays every role (a compose trial): on a real deployment each
+// operator makes only its own role's key.
+func EnsureAll(dir string) (map[Role]string, error) {
+	for _, r := range Roles {
+		if _, err := os.Stat(filepath.Join(dir, PublicFile(r))); err == nil {
+			continue
+		}
+		if _, err := GenerateNKey(dir, r); err != nil {
+			return nil, err
+		}
+	}
+	return PublicKeys(dir)
+}
+
+// GenerateAll creates an NKey for every role of Roles in dir (see
+// GenerateNKey) and returns their public keys: the one-machine setup of
+// `crowdlog run`, where one operator plays every role.
+func GenerateAll(dir string) (map[Role]string, error) {
+	keys := map[Role]string{}
+	for _, r := range Roles {
+		k, err := GenerateNKey(dir, r)
+		if err != nil {
+			return nil, err
+		}
+		keys[r] = k
+	}
+	return keys, nil
+}

@@ -1,0 +1,221 @@
+// Package natsauth is crowdlog's NATS authorization in one place: the
+// subject-permission table of every role (Table), the NATS server
+// configuration generated from it (ServerConfig.Text: an account with one
+// NKey user per role, their publish/subscribe permissions, TLS), and the
+// per-role NKey files (GenerateNKey, PublicKeys).
+//
+// Every role connects with its own NKey (Ed25519, nats-io/nkeys; the seed
+// file stays with the role's operator, the server config holds only the
+// public key) and may publish only what its row allows; everything else is
+// refused by the server ("Permissions Violation"). Replies go to the
+// role's own inbox prefix (InboxPrefix), so one role cannot read the
+// replies addressed to another. Responders (relays, randomness, issuer,
+// coordinator) answer through allow_responses: they may publish to a reply
+// subject only while answering a request they received.
+//
+// The docs (docs/operations.md), `crowdlog nats-config` (the file an
+// operator gives nats-server -c) and the embedded server of `crowdlog run`
+// all use this table.
+package natsauth
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/crowdlog/crowdlog/protocol"
+)
+
+// Role names one NATS credential: a role of docs/threat-model.md that
+// talks to NATS.
+type Role string
+
+// The roles with a NATS credential.
+const (
+	// Client: every reporting device (one shared credential; clients are
+	// anonymous by design, and the issuer's tokens limit each identity).
+	Client Role = "client"
+	// RelayA and RelayB: the two relays of the onion route a → b.
+	RelayA Role = "relay-a"
+	RelayB Role = "relay-b"
+	// Randomness: the OPRF service and its spent-token bucket.
+	Randomness Role = "randomness"
+	// Issuer: the Privacy Pass issuer and its counters bucket.
+	Issuer Role = "issuer"
+	// Coordinator: the PDD coordinator, its buckets and active index.
+	Coordinator Role = "coordinator"
+	// Aggregator: the aggregator's PDD side (aggregate-vectors), which
+	// requests recoveries from the coordinator.
+	Aggregator Role = "aggregator"
+	// Operator: the pipeline operator (`crowdlog run` replaying a log,
+	// `crowdlog coordinator advance`): creates the relay stream, reads its
+	// consumers' backlog, advances the PDD clock.
+	Operator Role = "operator"
+)
+
+// Roles lists every role of Table in a fixed order (the order of the
+// generated configuration).
+var Roles = []Role{Client, RelayA, RelayB, Randomness, Issuer, Coordinator, Aggregator, Operator}
+
+// RelayRole returns the role of relay name ("a" → RelayA).
+func RelayRole(name string) Role { return Role("relay-" + name) }
+
+// InboxPrefix is the inbox prefix a role's connection uses for replies
+// (nats.CustomInboxPrefix): "_INBOX." + role. A role may subscribe only
+// below its own prefix.
+func InboxPrefix(r Role) string { return "_INBOX." + string(r) }
+
+// Permissions is one row of the table: the subjects (NATS wildcards * and
+// >) a role may publish to and subscribe to, and whether it may answer
+// requests it received (allow_responses: one reply per request).
+type Permissions struct {
+	Publish   []string
+	Subscribe []string
+	Responses bool
+}
+
+// jsInfo is the JetStream account-info request (readiness checks).
+const jsInfo = "$JS.API.INFO"
+
+// streamAdmin are the JetStream API subjects that look up, create and
+// update stream (not delete or purge it).
+func streamAdmin(stream string) []string {
+	return []string{"$JS.API.STREAM.INFO." + stream, "$JS.API.STREAM.CREATE." + stream, "$JS.API.STREAM.UPDATE." + stream}
+}
+
+// streamUse are the JetStream API subjects that read stream's messages
+// (direct and API gets) and run any consumer on it (create, info, next,
+// ack, flow control, delete): what a key-value bucket's owner and an
+// ordered consumer need.
+func streamUse(stream string) []string {
+	return []string{
+		"$JS.API.STREAM.MSG.GET." + stream, "$JS.API.DIRECT.GET." + stream, "$JS.API.DIRECT.GET." + stream + ".>",
+		"$JS.API.CONSUMER.CREATE." + stream, "$JS.API.CONSUMER.CREATE." + stream + ".>",
+		"$JS.API.CONSUMER.INFO." + stream + ".>", "$JS.API.CONSUMER.DELETE." + stream + ".>",
+		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".>", "$JS.ACK." + stream + ".>", "$JS.FC." + stream + ".>",
+	}
+}
+
+// kv is everything the owner of key-value bucket does: its stream
+// KV_<bucket> and its subjects $KV.<bucket>.> (put, create, update,
+// delete, purge).
+func kv(bucket string) []string {
+	s := "KV_" + bucket
+	return slices.Concat([]string{"$KV." + bucket + ".>"}, streamAdmin(s), streamUse(s))
+}
+
+// relayConsumer is what relay name does on the relay stream: its own
+// durable consumer, filtered to its own inbox (the filter is part of the
+// create subject, so it cannot open a consumer on another relay's inbox),
+// fetched and acknowledged.
+func relayConsumer(name string) []string {
+	s, c := protocol.RelayStream, protocol.RelayConsumerName(name)
+	return []string{
+		"$JS.API.CONSUMER.CREATE." + s + "." + c + "." + protocol.RelaySubject(name),
+		"$JS.API.CONSUMER.INFO." + s + "." + c,
+		"$JS.API.CONSUMER.MSG.NEXT." + s + "." + c,
+		"$JS.ACK." + s + "." + c + ".>",
+	}
+}
+
+// clientRequests are the request subjects of the client: randomness,
+// issuer, relay keys, PDD coordinator (not advance or recovery).
+var clientRequests = []string{
+	protocol.RandomnessSubject, protocol.RandomnessPublicKeySubject,
+	protocol.IssuerSubject, protocol.IssuerPublicKeySubject,
+	protocol.RelayKeysSubjectPrefix + "*",
+	protocol.PDDRegisterSubject, protocol.PDDPingSubject, protocol.PDDDepositSubject, protocol.PDDBundlesSubject,
+}
+
+// Table returns the permission row of role r; ok is false for a role not
+// in Roles. Each row lists everything the role's code does on NATS:
+//
+//   - client: publish to relay a's inbox only (JetStream, acknowledged to
+//     its inbox) and request randomness, issuer, relay keys and the PDD
+//     coordinator's client subjects;
+//   - relay-a: consume its own inbox, publish to relay b's inbox, answer
+//     crowdlog.relaykeys.a; relay-b: the same without any publish (it
+//     forwards to Kafka); both may create and update (not delete or
+//     purge) the relay stream;
+//   - randomness: answer crowdlog.randomness[.pubkey]; own the spent-token
+//     bucket;
+//   - issuer: answer crowdlog.issuer[.pubkey]; own the counters bucket;
+//   - coordinator: answer every crowdlog.pdd.* subject; own its two
+//     buckets and the active index;
+//   - aggregator: request crowdlog.pdd.recovery;
+//   - operator: create the relay stream, read its consumers, request
+//     crowdlog.pdd.advance and the public-key and relay-key subjects.
+//
+// No role but the issuer touches $KV.crowdlog-issuer-counters.> or its
+// stream, no role but the randomness service the spent-token bucket.
+func Table(r Role) (p Permissions, ok bool) {
+	inbox := InboxPrefix(r) + ".>"
+	relayStream := streamAdmin(protocol.RelayStream)
+	switch r {
+	case Client:
+		return Permissions{Publish: slices.Concat([]string{protocol.RelaySubject("a")}, clientRequests), Subscribe: []string{inbox}}, true
+	case RelayA, RelayB:
+		name := string(r[len("relay-"):])
+		pub := slices.Concat(relayStream, relayConsumer(name), []string{jsInfo})
+		if r == RelayA {
+			pub = append(pub, protocol.RelaySubject("b"))
+		}
+		return Permissions{Publish: pub, Subscribe: []string{protocol.RelayKeysSubject(name), inbox}, Responses: true}, true
+	case Randomness:
+		return Permissions{Publish: slices.Concat(kv(protocol.SpentTokensBucket), []string{jsInfo}),
+			Subscribe: []string{protocol.RandomnessSubject, protocol.RandomnessPublicKeySubject, inbox}, Responses: true}, true
+	case Issuer:
+		return Permissions{Publish: slices.Concat(kv(protocol.IssuerCountersBucket), []string{jsInfo}),
+			Subscribe: []string{protocol.IssuerSubject, protocol.IssuerPublicKeySubject, inbox}, Responses: true}, true
+	case Coordinator:
+		pub := slices.Concat(kv(protocol.PDDBucket), kv(protocol.PDDRoundsBucket),
+			streamAdmin(protocol.PDDActiveStream), streamUse(protocol.PDDActiveStream),
+			[]string{protocol.PDDActiveSubjectPrefix + ">", jsInfo})
+		sub := []string{protocol.PDDRegisterSubject, protocol.PDDPingSubject, protocol.PDDDepositSubject,
+			protocol.PDDBundlesSubject, protocol.PDDAdvanceSubject, protocol.PDDRecoverySubject, inbox}
+		return Permissions{Publish: pub, Subscribe: sub, Responses: true}, true
+	case Aggregator:
+		return Permissions{Publish: []string{protocol.PDDRecoverySubject}, Subscribe: []string{inbox}}, true
+	case Operator:
+		pub := slices.Concat(relayStream, []string{
+			"$JS.API.CONSUMER.INFO." + protocol.RelayStream + ".*", jsInfo,
+			protocol.PDDAdvanceSubject, protocol.RandomnessPublicKeySubject, protocol.IssuerPublicKeySubject,
+			protocol.RelayKeysSubjectPrefix + "*",
+		})
+		return Permissions{Publish: pub, Subscribe: []string{inbox}}, true
+	}
+	return Permissions{}, false
+}
+
+// ParseRole returns the role named s, or an error listing the roles.
+func ParseRole(s string) (Role, error) {
+	for _, r := range Roles {
+		if string(r) == s {
+			return r, nil
+		}
+	}
+	return "", fmt.Errorf("natsauth: unknown role %q (one of %v)", s, Roles)
+}
+
+// Markdown renders the table as a Markdown table (role, may publish, may
+// subscribe, answers requests), the form docs/operations.md quotes.
+func Markdown() string {
+	var b strings.Builder
+	b.WriteString("| role | may publish | may subscribe | answers requests |\n| --- | --- | --- | --- |\n")
+	code := func(subjects []string) string {
+		q := make([]string, len(subjects))
+		for i, s := range subjects {
+			q[i] = "`" + s + "`"
+		}
+		return strings.Join(q, " ")
+	}
+	for _, r := range Roles {
+		p, _ := Table(r)
+		answers := "no"
+		if p.Responses {
+			answers = "yes"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r, code(p.Publish), code(p.Subscribe), answers)
+	}
+	return b.String()
+}

@@ -1,0 +1,95 @@
+package natsauth
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/crowdlog/crowdlog/protocol"
+)
+
+// matches reports whether NATS subject subj matches pattern (tokens split
+// at '.', '*' one token, '>' the rest).
+func matches(pattern, subj string) bool {
+	p, s := strings.Split(pattern, "."), strings.Split(subj, ".")
+	for i, t := range p {
+		if t == ">" {
+			return len(s) > i
+		}
+		if i >= len(s) || (t != "*" && t != s[i]) {
+			return false
+		}
+	}
+	return len(p) == len(s)
+}
+
+// who returns the roles whose publish (or subscribe) list matches subj.
+func who(subj string, subscribe bool) []Role {
+	var out []Role
+	for _, r := range Roles {
+		p, _ := Table(r)
+		list := p.Publish
+		if subscribe {
+			list = p.Subscribe
+		}
+		if slices.ContainsFunc(list, func(pat string) bool { return matches(pat, subj) }) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestTableEverySubject: every request/reply subject of protocol/names.go
+// has exactly its responder among the subscribers and its requesters
+// among the publishers, and the relay inboxes and key-value buckets have
+// exactly the writers the threat model allows.
+func TestTableEverySubject(t *testing.T) {
+	cases := []struct {
+		subj     string
+		pub, sub []Role
+	}{
+		{protocol.RelaySubject("a"), []Role{Client}, nil},
+		{protocol.RelaySubject("b"), []Role{RelayA}, nil},
+		{protocol.RandomnessSubject, []Role{Client}, []Role{Randomness}},
+		{protocol.RandomnessPublicKeySubject, []Role{Client, Operator}, []Role{Randomness}},
+		{protocol.IssuerSubject, []Role{Client}, []Role{Issuer}},
+		{protocol.IssuerPublicKeySubject, []Role{Client, Operator}, []Role{Issuer}},
+		{protocol.RelayKeysSubject("a"), []Role{Client, Operator}, []Role{RelayA}},
+		{protocol.RelayKeysSubject("b"), []Role{Client, Operator}, []Role{RelayB}},
+		{protocol.PDDRegisterSubject, []Role{Client}, []Role{Coordinator}},
+		{protocol.PDDPingSubject, []Role{Client}, []Role{Coordinator}},
+		{protocol.PDDDepositSubject, []Role{Client}, []Role{Coordinator}},
+		{protocol.PDDBundlesSubject, []Role{Client}, []Role{Coordinator}},
+		{protocol.PDDAdvanceSubject, []Role{Operator}, []Role{Coordinator}},
+		{protocol.PDDRecoverySubject, []Role{Aggregator}, []Role{Coordinator}},
+		{protocol.PDDActiveSubjectPrefix + "pdd.1", []Role{Coordinator}, nil},
+		{"$KV." + protocol.IssuerCountersBucket + ".k", []Role{Issuer}, nil},
+		{"$JS.API.STREAM.PURGE.KV_" + protocol.IssuerCountersBucket, nil, nil},
+		{"$JS.API.STREAM.INFO.KV_" + protocol.IssuerCountersBucket, []Role{Issuer}, nil},
+		{"$KV." + protocol.SpentTokensBucket + ".k", []Role{Randomness}, nil},
+		{"$JS.API.STREAM.DELETE.KV_" + protocol.SpentTokensBucket, nil, nil},
+		{"$KV." + protocol.PDDBucket + ".k", []Role{Coordinator}, nil},
+		{"$KV." + protocol.PDDRoundsBucket + ".k", []Role{Coordinator}, nil},
+		{"$JS.API.STREAM.PURGE." + protocol.RelayStream, nil, nil},
+		{"$JS.API.CONSUMER.CREATE." + protocol.RelayStream + ".relay-a." + protocol.RelaySubject("b"), nil, nil},
+		{"$JS.API.CONSUMER.MSG.NEXT." + protocol.RelayStream + ".relay-b", []Role{RelayB}, nil},
+		{"_INBOX.issuer.x", nil, []Role{Issuer}},
+		{"_INBOX.abc", nil, nil},
+	}
+	for _, c := range cases {
+		if got := who(c.subj, false); !slices.Equal(got, c.pub) {
+			t.Errorf("%s: publishers %v, want %v", c.subj, got, c.pub)
+		}
+		if got := who(c.subj, true); !slices.Equal(got, c.sub) {
+			t.Errorf("%s: subscribers %v, want %v", c.subj, got, c.sub)
+		}
+	}
+	for _, r := range Roles {
+		if p, _ := Table(r); len(p.Subscribe) == 0 || !slices.Contains(p.Subscribe, InboxPrefix(r)+".>") {
+			t.Errorf("%s: no subscription to its own inbox", r)
+		}
+	}
+	if _, ok := Table("mallory"); ok {
+		t.Error("unknown role has a row")
+	}
+}
