@@ -232,3 +232,50 @@ func TestTokenFailureCostsNoARCCheck(t *testing.T) {
 		t.Fatalf("%d ARC verifications for %d reports with failed tokens and %d honest ones; want %d (the honest ones only)", n, junk, k, k)
 	}
 }
+
+// TestThresholdKeysKept: the epoch's report-token and ARC keys are loaded
+// at its first report and kept for the partition's life, so a group that
+// reaches k after the key source stopped answering (a key file rotated
+// away, a store unreachable) is still verified under the keys its reports
+// arrived with and opens, each report verified once, at the threshold
+// (an epoch with no key is refused at arrival: TestPrepareEquivalent).
+func TestThresholdKeysKept(t *testing.T) {
+	onionKey, _ := onion.GenerateKeyPair(1)
+	reportKey, _ := token.GenerateKey(token.KindReport, "e1")
+	arcKey, _ := arc.GenerateKey(rand.Reader)
+	const k = 3
+	s := sealing(t, "weather", star.FTu, k)
+	p := NewPartition(0, 1, []*onion.KeyPair{onionKey})
+	var gone bool
+	p.ReportKeys = func(e string) (*token.PrivateKey, error) {
+		if gone || e != "e1" {
+			return nil, fmt.Errorf("no report-token key for %s", e)
+		}
+		return reportKey, nil
+	}
+	p.ARCKeys = func(e string) (*arc.PrivateKey, error) {
+		if gone || e != "e1" {
+			return nil, fmt.Errorf("no ARC key for %s", e)
+		}
+		return arcKey, nil
+	}
+	var items int
+	for i := range k {
+		c := credential(t, arcKey)
+		pr, tg := present(t, c, &s)
+		r, _ := s.SealARC(tg, "weather", "weather")
+		payWith(t, reportKey, r)
+		r.Presentation = pr
+		items += len(p.Apply(Message{Value: wrap(t, onionKey, r)}))
+		gone = true // after the first report the key source fails
+		if i < k-1 && p.arcChecks.Load()+p.tokenChecks.Load() != 0 {
+			t.Fatalf("report %d was verified before its group reached k", i)
+		}
+	}
+	if items != k || len(p.Stats.Dropped) != 0 {
+		t.Fatalf("%d items, dropped %v; want %d and none", items, p.Stats.Dropped, k)
+	}
+	if p.arcChecks.Load() != k || p.tokenChecks.Load() != k {
+		t.Fatalf("%d ARC and %d token verifications at the threshold, want %d each", p.arcChecks.Load(), p.tokenChecks.Load(), k)
+	}
+}
