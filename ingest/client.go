@@ -128,7 +128,9 @@ type Client struct {
 	// sizes of one user's onions do not reveal how much it searched. A
 	// dummy is a fresh random artifact that no other user sends: below a
 	// Shamir threshold ≥ 2 it is never decrypted, and to the aggregator it
-	// is one more singleton artifact.
+	// is one more singleton artifact. A Device pads in its first Submit of
+	// the epoch: the m reports are then spent, and later Submits of that
+	// epoch send nothing.
 	Pad bool
 	// Spread is the window over which one user's reports are sent: each
 	// report leaves at its own uniformly random offset in [0, Spread) from
