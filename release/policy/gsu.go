@@ -8,7 +8,8 @@ import (
 )
 
 // DefaultGaussianSetUnionM is dp-gsu's m (distinct artifacts per client per
-// epoch) when Params.D is 0 on the CLI: 20.
+// epoch) that a pipeline file gets when its policy.d is 0: 20, the m of
+// docs/policies.md's comparison.
 const DefaultGaussianSetUnionM = 20
 
 // GaussianDelta is the exact δ(ε) of the Gaussian mechanism whose two
