@@ -121,6 +121,17 @@ type Client struct {
 	// instances among the epoch's artifacts — of the user's Window most
 	// recent distinct artifacts, ties to the more recent (LimitFrequent).
 	Window int
+	// Pad, with Limit > 0, makes Send publish exactly Limit reports per
+	// user (dp-gsu, release/policy Padded): the artifacts the limit keeps
+	// plus Limit − len(kept) dummy artifacts (DummyArtifacts), sealed,
+	// tokened, wrapped and spread exactly like real ones, so the number and
+	// sizes of one user's onions do not reveal how much it searched. A
+	// dummy is a fresh random artifact that no other user sends: below a
+	// Shamir threshold ≥ 2 it is never decrypted, and to the aggregator it
+	// is one more singleton artifact. A Device pads in its first Submit of
+	// the epoch: the m reports are then spent, and later Submits of that
+	// epoch send nothing.
+	Pad bool
 	// Spread is the window over which one user's reports are sent: each
 	// report leaves at its own uniformly random offset in [0, Spread) from
 	// the end of sealing, in a random order, so an observer of relay a's
@@ -270,6 +281,33 @@ func LimitFrequent(arts []apps.Artifact, n, window int) []apps.Artifact {
 	return out
 }
 
+// DefaultDummyLength is the length in bytes of a dummy artifact's Primary
+// when the user has no artifact to take a length from.
+const DefaultDummyLength = 20
+
+// DummyArtifacts returns n padding artifacts for a user whose kept
+// artifacts are kept: each Primary (and Secondary, the same string) is
+// fresh crypto-random lowercase letters — 26^len values, so no two users
+// send the same one and it never reaches a Shamir threshold ≥ 2 — as long
+// as the Primary of a kept artifact drawn at random (DefaultDummyLength
+// when kept is empty), so that the lengths the aggregator sees after
+// peeling follow the users' own artifact lengths. Time is the zero time.
+func DummyArtifacts(kept []apps.Artifact, n int) []apps.Artifact {
+	out := make([]apps.Artifact, n)
+	for i := range out {
+		l := DefaultDummyLength
+		if len(kept) > 0 {
+			l = len(kept[cryptoUint64()%uint64(len(kept))].Primary)
+		}
+		b := make([]byte, max(l, 16)) // ≥ 16 letters: 26^16 ≈ 2^75 values
+		for j := range b {
+			b[j] = 'a' + byte(cryptoUint64()%26)
+		}
+		out[i] = apps.Artifact{Primary: string(b), Secondary: string(b)}
+	}
+	return out
+}
+
 // frequentIndex is LimitFrequent as indices into arts, in time order.
 func frequentIndex(arts []apps.Artifact, n, window int) []int {
 	if n <= 0 || window <= 0 {
@@ -346,6 +384,9 @@ func (c *Client) Send(ctx context.Context, secret *star.UserSecret, arts []apps.
 		arts = LimitFrequent(arts, c.Limit, c.Window)
 	} else {
 		arts = LimitArtifacts(arts, c.Limit, c.LimitDistinct)
+	}
+	if c.Pad && c.Limit > len(arts) {
+		arts = append(arts, DummyArtifacts(arts, c.Limit-len(arts))...)
 	}
 	onions, err := c.seal(ctx, &user{secret: secret}, arts)
 	if err != nil {

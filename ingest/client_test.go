@@ -3,6 +3,8 @@ package ingest
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -193,5 +195,109 @@ func TestLimitArtifacts(t *testing.T) {
 	}
 	if got := LimitArtifacts(arts, 0, true); len(got) != len(arts) {
 		t.Fatal("0 must not limit")
+	}
+}
+
+// TestPaddedReportStreams: under padding (dp-gsu) a light user (one query)
+// and a heavy user (twelve distinct queries, repeated) each publish
+// exactly m onions, all of one length at every hop, so relay a cannot tell
+// them apart by count or size. Opened at k = 1, the heavy user's real
+// reports are its m most frequent queries, counted here from its records
+// (ties to the more recent), and the light user's other m − 1 are
+// distinct dummies of ≥ 16 letters that no query of either user equals.
+func TestPaddedReportStreams(t *testing.T) {
+	const m = 5
+	key, _ := circloprf.GenerateKey(oprf.OPRFSuite, rand.Reader)
+	h, route := newHops(t)
+	var onions [][]byte
+	c := &Client{App: apps.QueryApp{}, Epoch: "e", Policy: star.FTu, K: 1, Limit: m, LimitDistinct: true, Window: 1 << 30, Pad: true,
+		Randomness: newLocalRandomness(key), Route: route,
+		Publish: func(_ context.Context, o []byte) error { onions = append(onions, o); return nil }}
+	t0 := time.Date(2006, 3, 1, 0, 0, 0, 0, time.UTC)
+	light := []aol.Record{{AnonID: "1", Query: "weather", QueryTime: t0}}
+	var heavy []aol.Record
+	freq := map[string]int{}
+	last := map[string]int{}
+	for i := range 40 {
+		j := i % 12 // twelve queries twice, then four of them four more times
+		if i >= 24 {
+			j = i % 4
+		}
+		q := fmt.Sprintf("query number %d", j)
+		heavy = append(heavy, aol.Record{AnonID: "2", Query: q, QueryTime: t0.Add(time.Duration(i) * time.Minute)})
+		freq[q]++
+		last[q] = i
+	}
+	var want []string // m most frequent, ties to the more recent
+	for q := range freq {
+		want = append(want, q)
+	}
+	sort.Slice(want, func(a, b int) bool {
+		if freq[want[a]] != freq[want[b]] {
+			return freq[want[a]] > freq[want[b]]
+		}
+		return last[want[a]] > last[want[b]]
+	})
+	want = want[:m]
+	streams := map[string][][]byte{}
+	for _, u := range []struct {
+		name string
+		recs []aol.Record
+	}{{"light", light}, {"heavy", heavy}} {
+		onions = nil
+		sec, _ := star.NewUserSecret()
+		n, err := c.SubmitUser(context.Background(), &sec, u.recs)
+		if err != nil || n != m || len(onions) != m {
+			t.Fatalf("%s user: %d reports (%d onions), %v; want exactly %d", u.name, n, len(onions), err, m)
+		}
+		streams[u.name] = onions
+	}
+	size := len(streams["light"][0])
+	var got []string
+	dummies := map[string]bool{}
+	for name, os := range streams {
+		for _, o := range os {
+			if len(o) != size {
+				t.Fatalf("%s user: onion of %d bytes, the other user's are %d", name, len(o), size)
+			}
+			_, in, err := onion.Peel([]*onion.KeyPair{h.a}, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l := len(in); l != 1024 && l != 1536 && l != 512 {
+				t.Fatalf("layer b of %d bytes", l)
+			}
+			_, in, _ = onion.Peel([]*onion.KeyPair{h.b}, in)
+			_, in, err = onion.Peel([]*onion.KeyPair{h.agg}, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := star.ParseReport(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sec, err := vss.Recover([]vss.Share{r.Share}, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := star.OpenPayload(star.KeyFromSecret(r.Tag, sec), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case name == "heavy":
+				got = append(got, p.Primary)
+			case p.Primary != "weather":
+				if len(p.Primary) < 16 || dummies[p.Primary] || freq[p.Primary] > 0 {
+					t.Fatalf("dummy %q: short, repeated or a real query", p.Primary)
+				}
+				dummies[p.Primary] = true
+			}
+		}
+	}
+	sort.Strings(got)
+	sort.Strings(want)
+	if strings.Join(got, "|") != strings.Join(want, "|") || len(dummies) != m-1 {
+		t.Fatalf("heavy user sent %q, want its %d most frequent %q; light user %d dummies", got, m, want, len(dummies))
 	}
 }

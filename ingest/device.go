@@ -100,6 +100,10 @@ type Config struct {
 	// recent distinct ones among what this Submit has not sent yet. 0 = the
 	// Limit most recent.
 	Window int
+	// Pad makes the device send exactly Limit reports per epoch and
+	// application (Client.Pad, dp-gsu): its first Submit of the epoch pads
+	// with dummy artifacts, later ones send nothing.
+	Pad bool
 	// AppOptions configure the applications Submit names (apps.LookupWith).
 	AppOptions apps.Options
 	// Spread is the window over which one Submit's reports leave
@@ -276,7 +280,7 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 			return nil, fmt.Errorf("ingest: %w", err)
 		}
 		return &Client{App: a, Epoch: cfg.Epoch, Policy: cfg.Policy, K: cfg.K, Pipeline: cfg.Pipelines[name], Randomness: rnd, Route: route,
-			Publish: d.pub.Publish, Limit: cfg.Limit, LimitDistinct: cfg.LimitDistinct, Window: cfg.Window, Spread: cfg.Spread}, nil
+			Publish: d.pub.Publish, Limit: cfg.Limit, LimitDistinct: cfg.LimitDistinct, Window: cfg.Window, Pad: cfg.Pad, Spread: cfg.Spread}, nil
 	}
 	if iss != nil {
 		d.id = &identity{issuer: iss, st: st, epoch: cfg.Epoch} // rnd spends its randomness tokens
@@ -452,7 +456,7 @@ func (d *Device) prepare(ctx context.Context, app string, arts []apps.Artifact) 
 		}
 		d.clients[app] = c
 	}
-	if len(arts) == 0 {
+	if len(arts) == 0 && !c.Pad {
 		return nil, nil, nil
 	}
 	if d.pinKey != nil && !d.pinned {
@@ -481,6 +485,7 @@ func (d *Device) prepare(ctx context.Context, app string, arts []apps.Artifact) 
 		}
 		fresh = append(fresh, i)
 	}
+	pad := 0
 	if c.Limit > 0 {
 		room := c.Limit - rec.total
 		if c.LimitDistinct {
@@ -500,8 +505,11 @@ func (d *Device) prepare(ctx context.Context, app string, arts []apps.Artifact) 
 			keep[j] = fresh[i]
 		}
 		fresh = keep
+		if c.Pad && c.LimitDistinct && room > len(fresh) {
+			pad = room - len(fresh) // dp-gsu: the epoch's m reports, in this Submit
+		}
 	}
-	if len(fresh) == 0 {
+	if len(fresh) == 0 && pad == 0 {
 		return nil, nil, nil
 	}
 	send := make([]apps.Artifact, len(fresh))
@@ -513,6 +521,14 @@ func (d *Device) prepare(ctx context.Context, app string, arts []apps.Artifact) 
 		if p := primaryID(secret, key, arts[i].Primary); !seenPrim[p] && !rec.primaries[p] {
 			seenPrim[p] = true
 			prim = append(prim, p)
+		}
+	}
+	if pad > 0 {
+		dummies := DummyArtifacts(send, pad)
+		send = append(send, dummies...)
+		inst = append(inst, instanceIDs(secret, key, dummies)...)
+		for _, a := range dummies {
+			prim = append(prim, primaryID(secret, key, a.Primary))
 		}
 	}
 	onions, err := c.seal(ctx, &user{secret: secret, id: d.id}, send)

@@ -522,3 +522,46 @@ func TestReplayStateDir(t *testing.T) {
 		}
 	}
 }
+
+// TestDevicePads: under padding (dp-gsu) a device sends exactly Limit
+// reports in its first Submit of the epoch — its m most frequent distinct
+// artifacts plus dummies — whether it has one artifact or none, all
+// onions of one length; a later Submit of the epoch (after a restart on
+// the same state too) sends nothing.
+func TestDevicePads(t *testing.T) {
+	const m = 4
+	for _, arts := range [][]apps.Artifact{{art("a", 0), art("b", 1), art("a", 2)}, {}} {
+		dir := t.TempDir()
+		var pub capture
+		h, c := testClient(t, star.FTu, pub.publish)
+		c.Limit, c.LimitDistinct, c.Window, c.Pad = m, true, 1<<30, true
+		open := func() *Device {
+			st, err := openDiskStore(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return newClientDevice(c, st)
+		}
+		ctx := context.Background()
+		n1, err := open().Submit(ctx, "query", arts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n2, err := open().Submit(ctx, "query", art("c", 5), art("d", 6))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tags := map[[32]byte]bool{}
+		for _, r := range pub.reports(t, h) {
+			tags[r.Tag] = true
+		}
+		for _, o := range pub.onions {
+			if len(o) != len(pub.onions[0]) {
+				t.Fatalf("onions of %d and %d bytes", len(o), len(pub.onions[0]))
+			}
+		}
+		if n1 != m || n2 != 0 || len(pub.onions) != m || len(tags) != m {
+			t.Fatalf("%d artifacts: sent %d then %d (%d onions, %d tags), want %d then 0", len(arts), n1, n2, len(pub.onions), len(tags), m)
+		}
+	}
+}

@@ -77,7 +77,7 @@ epoch have sent.`,
 	timeFormatFlag(f, &cfg.TimeFormat)
 	f.StringVar(&cfg.App, "app", "query", "mining application: "+fmt.Sprint(apps.Apps()))
 	appFlags(f, &cfg.AppOptions)
-	f.StringVar(&cfg.Policy, "policy", "ft-u", "policy: ft-u, ft-a, dp-a, dp-u, zealous or dp-su (the release role must use the same)")
+	f.StringVar(&cfg.Policy, "policy", "ft-u", "policy: ft-u, ft-a, dp-a, dp-u, zealous, dp-su or dp-gsu (the release role must use the same)")
 	f.IntVar(&cfg.K, "k", 5, "threshold k of ft-u/ft-a")
 	policyFlags(f, &cfg.DP)
 	f.StringVar(&cfg.Epoch, "epoch", "all", "epoch name")

@@ -37,7 +37,7 @@ Unknown or misspelled fields are errors. Examples: testdata/pipelines/.
   app:
     name: query             # query, reformulation, click, url, ltr, keyword
   policy:
-    kind: ft-u              # ft-u, ft-a, dp-a, dp-u, zealous, dp-su
+    kind: ft-u              # ft-u, ft-a, dp-a, dp-u, zealous, dp-su, dp-gsu
     k: 5                    # ft-u/ft-a; DP: epsilon, delta, d, users, shamir_k, ...
   epoch:
     length: 168h            # optional: weekly epochs named START-168h (or name: 2006-03)

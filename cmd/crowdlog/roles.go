@@ -529,7 +529,7 @@ report carries the digest of the pipeline definition its client sealed for
 (application and options, policy and parameters), and this stage computes
 its own from --pipeline FILE or the flags (--app, its options, --policy,
 --k or the DP parameters); items of any other digest, policy or k are
-counted and logged naming both digests, never released. With --policy dp-a, dp-u, zealous or dp-su (and
+counted and logged naming both digests, never released. With --policy dp-a, dp-u, zealous, dp-su or dp-gsu (and
 --users U) the items are released with noise and the spend is recorded in
 privacy_ledger; a release over --budget-epsilon/--budget-delta is refused and
 logged.`,
@@ -577,7 +577,7 @@ logged.`,
 	c.Flags().StringVarP(&pipelineFile, "pipeline", "f", "", "pipeline file (crowdlog pipeline --help): policy, parameters, budget and summary from it instead of their flags")
 	c.Flags().StringVar(&app, "app", "query", "the pipeline's application (its options below): part of the pipeline digest items must carry")
 	appFlags(c.Flags(), &appOpts)
-	c.Flags().StringVar(&pol, "policy", "ft-u", "the pipeline's policy: ft-u, ft-a (exact counts), dp-a, dp-u, zealous or dp-su (noise, ledger); only items sealed for it are released")
+	c.Flags().StringVar(&pol, "policy", "ft-u", "the pipeline's policy: ft-u, ft-a (exact counts), dp-a, dp-u, zealous, dp-su or dp-gsu (noise, ledger); only items sealed for it are released")
 	c.Flags().IntVar(&k, "k", 5, "threshold k of ft-u/ft-a (DP policies derive their Shamir k)")
 	policyFlags(c.Flags(), &dp)
 	budgetFlags(c.Flags(), &dataset, &budget)

@@ -119,7 +119,7 @@ Examples:
 	timeFormatFlag(f, &cfg.TimeFormat)
 	f.StringVar(&cfg.App, "app", "query", "mining application: "+fmt.Sprint(apps.Apps()))
 	appFlags(f, &cfg.AppOptions)
-	f.StringVar(&cfg.Policy, "policy", "ft-u", "policy: ft-u (k distinct users), ft-a (k reports), dp-a, dp-u, zealous or dp-su (DP set union: one artifact per user, the most frequent of its d most recent distinct; docs/policies.md)")
+	f.StringVar(&cfg.Policy, "policy", "ft-u", "policy: ft-u (k distinct users), ft-a (k reports), dp-a, dp-u, zealous or dp-su (DP set union: one artifact per user, the most frequent of its d most recent distinct; dp-gsu: Gaussian DP set union, the --d = m most frequent distinct, padded to m reports; docs/policies.md)")
 	f.IntVar(&cfg.K, "k", 5, "threshold k of ft-u/ft-a: an artifact opens once k shares exist")
 	policyFlags(f, &cfg.DP)
 	budgetFlags(f, &cfg.Dataset, &cfg.Budget)

@@ -33,7 +33,8 @@ DIR/APP-artifacts.svg (see docs/policies.md).
 
 It also computes, with the noise and in closed form, the expected number of
 artifacts (and share of impressions) that dp-a, dp-u (d = --dp-params),
-zealous (m = --dp-params) and dp-su (window d = --dp-params) release at
+zealous (m = --dp-params), dp-su (window d = --dp-params) and dp-gsu
+(m = --gsu-params) release at
 (--epsilon, --delta), beside Google's
 PreAggSelectPartition on the users' m most recent distinct artifacts at the
 same (ε, δ): DIR/APP-dp.csv and DIR/APP-dp.svg, and a table on stdout.
@@ -76,9 +77,10 @@ Examples:
 	f.Float64Var(&o.Delta, "delta", 0, "δ of the DP policies; 0 = 1/(U+1) (paper)")
 	f.IntVar(&o.MaxUsers, "max-users", 0, "only the first N users of the log (0 = all)")
 	f.IntSliceVar(&o.DP.Params, "dp-params", simulate.DefaultDPParams, "d (dp-a, dp-u; dp-su: window) and m (zealous, google-preagg) of the expected-release comparison")
+	f.IntSliceVar(&o.DP.GSUParams, "gsu-params", simulate.DefaultGSUParams, "m of the dp-gsu rows (each client's m most frequent distinct artifacts)")
 	f.Float64Var(&o.DP.CountShare, "count-share", policy.DefaultCountShare, "dp-a, dp-u: share of ε spent on the noisy released counts")
 	f.Float64Var(&o.DP.Slack, "slack", policy.DefaultSlack, "dp-a, dp-u: c in shamir-k = floor(k0 − c·b)")
-	f.IntVar(&o.DP.ShamirK, "shamir-k", 0, "dp-a, dp-u: Shamir threshold; zealous: τ; dp-su: 0 = 2; 0 = derived per d (docs/policies.md)")
+	f.IntVar(&o.DP.ShamirK, "shamir-k", 0, "dp-a, dp-u: Shamir threshold; zealous: τ; dp-su, dp-gsu: 0 = 2; 0 = derived per d (docs/policies.md)")
 	f.StringVar(&out, "out", "simulate", "output directory for the CSV and plots")
 	f.StringVar(&format, "format", "svg", "plot format: svg or png")
 	c.MarkFlagRequired("input")
@@ -152,10 +154,10 @@ Example:
 func policyFlags(f *pflag.FlagSet, p *policy.Params) {
 	f.Float64Var(&p.Epsilon, "epsilon", math.Ln10, "dp-a, dp-u, zealous: privacy quota ε of one release")
 	f.Float64Var(&p.Delta, "delta", 0, "dp-a, dp-u, zealous: δ, below 1/U; 0 = 1/(U+1)")
-	f.IntVar(&p.D, "d", 1, "dp-a, dp-u: artifacts per user per epoch (the most recent d); zealous: m; dp-su: the window of most recent distinct artifacts a client picks its most frequent one from")
+	f.IntVar(&p.D, "d", 1, "dp-a, dp-u: artifacts per user per epoch (the most recent d); zealous, dp-gsu: m; dp-su: the window of most recent distinct artifacts a client picks its most frequent one from")
 	f.IntVar(&p.Users, "users", 0, "dp-a, dp-u, zealous: number of users U; 0 = count the AnonIDs of --input (run)")
 	f.Float64Var(&p.CountShare, "count-share", policy.DefaultCountShare, "dp-a, dp-u: share of ε spent on the noisy released counts")
-	f.IntVar(&p.ShamirK, "shamir-k", 0, "dp-a, dp-u: Shamir threshold; zealous: τ; dp-su: 0 = 2, 1 = the aggregator decrypts every report; 0 = derived (docs/policies.md)")
+	f.IntVar(&p.ShamirK, "shamir-k", 0, "dp-a, dp-u: Shamir threshold; zealous: τ; dp-su, dp-gsu: 0 = 2, 1 = the aggregator decrypts every report; 0 = derived (docs/policies.md)")
 	f.Float64Var(&p.Slack, "slack", policy.DefaultSlack, "dp-a, dp-u: c in shamir-k = floor(k0 − c·b)")
 	f.Float64Var(&p.Lambda, "lambda", 0, "zealous: noise scale λ ≥ 2m/ε; 0 = 2m/ε")
 }

@@ -76,7 +76,7 @@ type App struct {
 // Policy is the release policy (docs/policies.md) with its parameters
 // (release/policy.Params) and the privacy budget its DP releases spend.
 type Policy struct {
-	// Kind is one of ft-u, ft-a, dp-a, dp-u, zealous, dp-su.
+	// Kind is one of ft-u, ft-a, dp-a, dp-u, zealous, dp-su, dp-gsu.
 	Kind string `yaml:"kind"`
 	// K is the threshold of ft-u/ft-a, 1..vss.MaxK.
 	K int `yaml:"k,omitempty"`
@@ -391,6 +391,10 @@ func (p Pipeline) Defaults() Pipeline {
 	case policy.Zealous, policy.DPSU:
 		if p.Policy.D == 0 {
 			p.Policy.D = 1
+		}
+	case policy.DPGSU:
+		if p.Policy.D == 0 {
+			p.Policy.D = policy.DefaultGaussianSetUnionM
 		}
 	}
 	if o, err := p.AppOptions(); err == nil {

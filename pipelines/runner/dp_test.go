@@ -197,3 +197,85 @@ func runSetUnion(t *testing.T, dp policy.Params, pol *policy.Policy, chosen map[
 	t.Logf("%s: %s; sent %d reports; released %d", name, pol, sum.Sent, len(got))
 	return len(got)
 }
+
+// TestRunDPGaussianSetUnion runs the bundled log through every real part
+// under dp-gsu (m = 20, k_s = 2): the number released must match the
+// expectation computed here from the raw log under the client rule
+// (truth.FrequentTopUsers, written independently of ingest) and the
+// Gaussian tail P(n + N(0, σ²) > T) = ½·erfc((T − n)/(σ√2)) within 4
+// standard deviations; every released query is checked against that
+// count (at least k_s users, count within 5.3σ); every client sent exactly
+// m reports (padding); the ledger spends the policy's exact (ε, δ).
+func TestRunDPGaussianSetUnion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole bundled log: the full suite (make test) runs it; -short (and so the race run) does not")
+	}
+	needClickHouse(t)
+	const m = 20
+	chosen, err := truth.FrequentTopUsers(bundled, m, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp := policy.Params{Epsilon: math.Ln10, D: m}
+	pol, err := ResolvePolicy("dp-gsu", 5, dp, bundled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mean, variance float64
+	for _, n := range chosen {
+		if n < pol.ShamirK {
+			continue
+		}
+		p := 0.5 * math.Erfc((pol.Threshold-float64(n))/(pol.B*math.Sqrt2))
+		mean, variance = mean+p, variance+p*(1-p)
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "dpgsu.tsv")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	ch := startClickHouse(ctx, t, dir)
+	defer ch.Stop()
+	const db = "dpgsu"
+	cfg := Config{Input: bundled, App: "query", Policy: "dp-gsu", DP: dp, Export: out, Dataset: "test",
+		StateDir: filepath.Join(dir, "state"), Partitions: 2, ClickHouse: ch.TCPAddr, Database: db}
+	sum, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := truth.ReadExport(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for item, row := range got {
+		n := chosen[item]
+		if n < pol.ShamirK {
+			t.Fatalf("released a query %d users chose, below k_shamir %d", n, pol.ShamirK)
+		}
+		if row.Users != row.Impressions {
+			t.Fatalf("released users %d != impressions %d", row.Users, row.Impressions)
+		}
+		if d := math.Abs(float64(row.Users) - float64(n)); d > 5.3*pol.B+0.5 {
+			t.Fatalf("released count %d is %.1f from the true %d: more than 5.3σ", row.Users, d, n)
+		}
+	}
+	if sum.Sent != int64(m*pol.Users) {
+		t.Fatalf("clients sent %d reports, want exactly m·U = %d (padding)", sum.Sent, m*pol.Users)
+	}
+	if sd := math.Sqrt(variance); math.Abs(float64(len(got))-mean) > 4*sd+1 {
+		t.Fatalf("released %d queries, expectation %.2f ± %.2f (raw log, Gaussian tail)", len(got), mean, sd)
+	}
+	w, err := release.Open(ctx, ch.TCPAddr, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	rows, err := w.Ledger(ctx, "test", "all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].Policy != "dp-gsu" || rows[0].K != pol.ShamirK ||
+		math.Abs(rows[0].Epsilon-pol.AchievedEpsilon) > 1e-9 || math.Abs(rows[0].Delta-pol.AchievedDelta) > 1e-12 {
+		t.Fatalf("ledger %+v, want one dp-gsu row spending (%v, %v)", rows, pol.AchievedEpsilon, pol.AchievedDelta)
+	}
+	t.Logf("%s; sent %d reports; released %d, expected %.2f ± %.2f", pol, sum.Sent, len(got), mean, math.Sqrt(variance))
+}

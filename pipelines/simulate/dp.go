@@ -18,17 +18,40 @@ import (
 const GooglePreAgg = "google-preagg"
 
 // CrowdlogDP are crowdlog's DP policies, in the order of the rows.
-var CrowdlogDP = []policy.Kind{policy.DPa, policy.DPu, policy.Zealous, policy.DPSU}
+var CrowdlogDP = []policy.Kind{policy.DPa, policy.DPu, policy.Zealous, policy.DPSU, policy.DPGSU}
 
 // DefaultDPParams are the d (dp-a, dp-u), m (zealous, google-preagg) that
 // the expected-release comparison evaluates.
 var DefaultDPParams = []int{1, 2, 3, 5, 10, 20}
+
+// DefaultGSUParams are the m of dp-gsu's rows (its own list: dp-gsu is
+// built for many contributions per user).
+var DefaultGSUParams = []int{5, 10, 20, 50}
+
+// Selection strategies named in DPRow.Selection.
+const (
+	// SelectLaplace: the noisy count users (reports) + Laplace noise
+	// passes a threshold (dp-a, dp-u, zealous, dp-su).
+	SelectLaplace = "laplace-threshold"
+	// SelectGaussianTight: users + Gaussian noise passes a threshold
+	// calibrated with the exact Gaussian δ and the Shamir crossing term,
+	// worst case over crossing artifacts (dp-gsu).
+	SelectGaussianTight = "gaussian-threshold-tight"
+	// SelectMagic: the library's optimal partition selection for m ≤ 3
+	// (Desfontaines et al., PoPETs 2022), at (ε/m, δ/m) per partition.
+	SelectMagic = "magic-partition"
+	// SelectGaussianSplit: the library's Gaussian thresholding for m > 3,
+	// noise at (ε, δ/2), threshold at δ/2.
+	SelectGaussianSplit = "gaussian-threshold-split"
+)
 
 // DPOptions configure the expected-release comparison (ExpectDP). Zero
 // fields take the defaults; ε and δ come from Options.
 type DPOptions struct {
 	// Params are the d / m values; nil means DefaultDPParams.
 	Params []int
+	// GSUParams are dp-gsu's m values; nil means DefaultGSUParams.
+	GSUParams []int
 	// CountShare, Slack and ShamirK are passed to policy.New for every DP
 	// policy and parameter (0 = the policy's defaults, docs/policies.md).
 	CountShare float64
@@ -39,11 +62,16 @@ type DPOptions struct {
 // DPRow is one policy at one parameter: the expectation, over the release
 // noise, of what the real release would publish.
 type DPRow struct {
-	// Policy is "dp-a", "dp-u", "zealous", "dp-su" or GooglePreAgg.
+	// Policy is "dp-a", "dp-u", "zealous", "dp-su", "dp-gsu" or
+	// GooglePreAgg.
 	Policy string
 	// Param is d (dp-a, dp-u; dp-su: the candidate window) or m (zealous,
-	// google-preagg).
+	// dp-gsu, google-preagg).
 	Param int
+	// Selection is the selection strategy of the row: SelectLaplace,
+	// SelectGaussianTight, or for google-preagg the one the library uses
+	// at this m (SelectMagic for m ≤ 3, SelectGaussianSplit above).
+	Selection string
 	// Epsilon and Delta are the (ε, δ) asked for (the same for every row).
 	Epsilon, Delta float64
 	// ExpectedReleased is Σ over artifacts of P(released).
@@ -68,8 +96,8 @@ type DPResult struct {
 	Impressions    int64
 	Artifacts      int
 	Epsilon, Delta float64
-	// Rows: dp-a, dp-u, zealous, dp-su, google-preagg, each over Params in
-	// order.
+	// Rows: dp-a, dp-u, zealous, dp-su over Params, dp-gsu over
+	// GSUParams, google-preagg over Params, each in order.
 	Rows []DPRow
 }
 
@@ -81,10 +109,18 @@ func expectDP(users [][]int32, n int, inst []int64, total int64, eps, delta floa
 	if len(params) == 0 {
 		params = DefaultDPParams
 	}
+	gsu := o.GSUParams
+	if len(gsu) == 0 {
+		gsu = DefaultGSUParams
+	}
 	r := &DPResult{App: app, Users: len(users), Impressions: total, Artifacts: n, Epsilon: eps, Delta: delta}
 	for _, kind := range CrowdlogDP {
-		for _, d := range params {
-			row := DPRow{Policy: string(kind), Param: d, Epsilon: eps, Delta: delta}
+		ps, sel := params, SelectLaplace
+		if kind == policy.DPGSU {
+			ps, sel = gsu, SelectGaussianTight
+		}
+		for _, d := range ps {
+			row := DPRow{Policy: string(kind), Param: d, Epsilon: eps, Delta: delta, Selection: sel}
 			pol, err := policy.New(policy.Params{Kind: kind, Epsilon: eps, Delta: delta, D: d, Users: len(users),
 				CountShare: o.CountShare, Slack: o.Slack, ShamirK: o.ShamirK})
 			if err != nil {
@@ -95,8 +131,8 @@ func expectDP(users [][]int32, n int, inst []int64, total int64, eps, delta floa
 			row.ShamirK, row.Threshold = pol.ShamirK, pol.Threshold
 			limit, distinct := pol.Limit() // what the clients send: ingest.LimitArtifacts(arts, limit, distinct)
 			counts := limitedCounts(users, n, limit, distinct)
-			if w := pol.Window(); w > 0 { // dp-su: ingest.LimitFrequent(arts, 1, w)
-				counts = frequentCounts(users, n, w)
+			if w := pol.Window(); w > 0 { // dp-su, dp-gsu: ingest.LimitFrequent(arts, limit, w)
+				counts = frequentCounts(users, n, limit, w)
 			}
 			row.ExpectedReleased, row.ExpectedImpressionShare = expectation(counts, inst, total,
 				func(c int64) float64 { return ReleaseProbability(pol, c) })
@@ -104,7 +140,7 @@ func expectDP(users [][]int32, n int, inst []int64, total int64, eps, delta floa
 		}
 	}
 	for _, m := range params {
-		row := DPRow{Policy: GooglePreAgg, Param: m, Epsilon: eps, Delta: delta}
+		row := DPRow{Policy: GooglePreAgg, Param: m, Epsilon: eps, Delta: delta, Selection: GoogleSelection(m)}
 		keep, thr, err := GoogleKeepProbabilities(eps, delta, m)
 		if err != nil {
 			row.Err = err.Error()
@@ -141,14 +177,25 @@ func expectation(counts, inst []int64, total int64, p func(int64) float64) (rele
 	return released, share
 }
 
+// GoogleSelection names the selection strategy that
+// dpagg.PreAggSelectPartition uses for MaxPartitionsContributed m:
+// SelectMagic for m ≤ 3, SelectGaussianSplit above.
+func GoogleSelection(m int) string {
+	if m <= 3 {
+		return SelectMagic
+	}
+	return SelectGaussianSplit
+}
+
 // ReleaseProbability is the probability that pol.Decide releases an
 // artifact whose decisive count (reports for DP_a, distinct users for
-// DP_u and ZEALOUS) is count: 0 below the Shamir threshold (never
-// decrypted), else P(count + Lap(b) > T) from the Laplace CDF,
+// DP_u, ZEALOUS, dp-su and dp-gsu) is count: 0 below the Shamir threshold
+// (never decrypted), else P(count + Lap(b) > T) from the Laplace CDF,
 // ½·e^{−(T−count)/b} when count ≤ T and 1 − ½·e^{−(count−T)/b} above
-// (≥ T for ZEALOUS: the same, the noise being continuous). The library's
-// Laplace is sampled on a grid finer than b/2^40, which this ignores.
-// FT policies: 1 at or above K, else 0.
+// (≥ T for ZEALOUS: the same, the noise being continuous); dp-gsu
+// P(count + N(0, σ²) > T) = ½·erfc((T − count)/(σ√2)), σ = pol.B. The
+// library samples both on a grid finer than the scale/2^40, which this
+// ignores. FT policies: 1 at or above K, else 0.
 func ReleaseProbability(pol *policy.Policy, count int64) float64 {
 	c := float64(count)
 	if c < float64(pol.ShamirK) {
@@ -156,6 +203,9 @@ func ReleaseProbability(pol *policy.Policy, count int64) float64 {
 	}
 	if !pol.Kind.IsDP() {
 		return 1
+	}
+	if pol.Kind == policy.DPGSU {
+		return policy.GaussianSetUnionCrossing(int(count), pol.B, pol.Threshold)
 	}
 	x := (c - pol.Threshold) / pol.B
 	if x <= 0 {
@@ -231,20 +281,20 @@ func (r *DPResult) Best(policy string) (DPRow, bool) {
 }
 
 // DPCSVHeader is the header line of DPResult.WriteCSV.
-const DPCSVHeader = "policy,param,epsilon,delta,expected_released,expected_impression_share"
+const DPCSVHeader = "policy,param,epsilon,delta,expected_released,expected_impression_share,selection"
 
 // WriteCSV writes one line per row after DPCSVHeader (rows whose parameters
 // the policy refused have empty expectations).
 func (r *DPResult) WriteCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
-	cw.Write([]string{"policy", "param", "epsilon", "delta", "expected_released", "expected_impression_share"})
+	cw.Write([]string{"policy", "param", "epsilon", "delta", "expected_released", "expected_impression_share", "selection"})
 	for _, row := range r.Rows {
 		rel, share := strconv.FormatFloat(row.ExpectedReleased, 'g', 8, 64), strconv.FormatFloat(row.ExpectedImpressionShare, 'g', 8, 64)
 		if row.Err != "" {
 			rel, share = "", ""
 		}
 		cw.Write([]string{row.Policy, strconv.Itoa(row.Param), strconv.FormatFloat(row.Epsilon, 'g', 10, 64),
-			strconv.FormatFloat(row.Delta, 'g', 10, 64), rel, share})
+			strconv.FormatFloat(row.Delta, 'g', 10, 64), rel, share, row.Selection})
 	}
 	cw.Flush()
 	if err := cw.Error(); err != nil {
@@ -258,14 +308,14 @@ func (r *DPResult) WriteCSV(w io.Writer) error {
 func (r *DPResult) WriteSummary(w io.Writer) error {
 	fmt.Fprintf(w, "expected DP release: app %s, %d users, ε=%.4g δ=%.4g (closed form over the release noise)\n",
 		r.App, r.Users, r.Epsilon, r.Delta)
-	fmt.Fprintln(w, "policy          param  shamir_k  threshold  expected_released  impression_share")
+	fmt.Fprintln(w, "policy          param  shamir_k  threshold  expected_released  impression_share  selection")
 	for _, row := range r.Rows {
 		if row.Err != "" {
 			fmt.Fprintf(w, "%-15s %5d  refused: %s\n", row.Policy, row.Param, row.Err)
 			continue
 		}
-		fmt.Fprintf(w, "%-15s %5d  %8d  %9.3f  %17.3f  %16.5f\n", row.Policy, row.Param, row.ShamirK, row.Threshold,
-			row.ExpectedReleased, row.ExpectedImpressionShare)
+		fmt.Fprintf(w, "%-15s %5d  %8d  %9.3f  %17.3f  %16.5f  %s\n", row.Policy, row.Param, row.ShamirK, row.Threshold,
+			row.ExpectedReleased, row.ExpectedImpressionShare, row.Selection)
 	}
 	var ours DPRow
 	found := false

@@ -119,7 +119,7 @@ func within(t *testing.T, what string, got float64, draws []float64) {
 }
 
 // TestDPExpectationMatchesMechanism: for dp-a, dp-u, zealous and dp-su at
-// d (m, window) = 1, 2, 3, the closed-form expected release count and impression share
+// d (m, window) = 1, 2, 3 and dp-gsu at m = 5, 10, 20, 50, the closed-form expected release count and impression share
 // equal, within 4 standard errors, the mean over 1,000 runs of the real
 // mechanism (policy.Decide, the library's Laplace noise) on what the
 // clients send (ingest.LimitArtifacts, ingest.LimitFrequent), with impressions counted from the
@@ -247,11 +247,17 @@ func TestDPFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if n := 1 + (len(CrowdlogDP)+1)*len(DefaultDPParams); lines[0] != DPCSVHeader || len(lines) != n {
+	if n := 1 + len(CrowdlogDP)*len(DefaultDPParams) + len(DefaultGSUParams); lines[0] != DPCSVHeader || len(lines) != n {
 		t.Fatalf("CSV header %q and %d lines, want %q and %d", lines[0], len(lines), DPCSVHeader, n)
 	}
-	if !strings.HasPrefix(lines[len(lines)-1], "google-preagg,20,") {
-		t.Errorf("last row %q, want google-preagg m=20", lines[len(lines)-1])
+	if !strings.HasPrefix(lines[len(lines)-1], "google-preagg,20,") || !strings.HasSuffix(lines[len(lines)-1], ","+SelectGaussianSplit) {
+		t.Errorf("last row %q, want google-preagg m=20 with Gaussian selection", lines[len(lines)-1])
+	}
+	for _, l := range lines[1:] {
+		f := strings.Split(l, ",")
+		if f[0] == GooglePreAgg && f[1] <= "3" && len(f[1]) == 1 && f[len(f)-1] != SelectMagic {
+			t.Errorf("row %q: the library uses magic partition selection for m ≤ 3", l)
+		}
 	}
 	if len(plots) != 1 || plots[0] != filepath.Join(dir, "query-dp.svg") {
 		t.Errorf("plots %v", plots)
@@ -269,8 +275,11 @@ func TestDPFiles(t *testing.T) {
 // for derived and given Shamir thresholds.
 func TestReleaseProbabilityPerCount(t *testing.T) {
 	const U, draws = 60, 1000
-	for _, kind := range []policy.Kind{policy.DPa, policy.DPu, policy.Zealous} {
-		for _, c := range []struct{ d, shamirK int }{{1, 0}, {3, 0}, {2, 1}, {2, 4}} {
+	for _, kind := range []policy.Kind{policy.DPa, policy.DPu, policy.Zealous, policy.DPGSU} {
+		for _, c := range []struct{ d, shamirK int }{{1, 0}, {3, 0}, {2, 1}, {2, 4}, {20, 0}} {
+			if c.d == 20 && kind != policy.DPGSU {
+				continue
+			}
 			pol, err := policy.New(policy.Params{Kind: kind, Epsilon: math.Ln10, Delta: 1.0 / (U + 1), D: c.d, Users: U, ShamirK: c.shamirK})
 			if err != nil {
 				t.Fatal(err)

@@ -267,34 +267,37 @@ func limitedCounts(users [][]int32, n, d int, distinct bool) []int64 {
 	return counts
 }
 
-// frequentCounts is dp-su's client rule (ingest.LimitFrequent) on every
-// user: per artifact id, how many users chose it as the most frequent of
-// their window most recent distinct artifacts, ties to the more recent.
-// users[u] is in time order already; ties keep log order, as
-// ingest.LimitFrequent does.
-func frequentCounts(users [][]int32, n, window int) []int64 {
+// frequentCounts is the client rule of dp-su and dp-gsu
+// (ingest.LimitFrequent) on every user: per artifact id, how many users
+// chose it among the limit most frequent of their window most recent
+// distinct artifacts, ties to the more recent. users[u] is in time order
+// already; ties keep log order, as ingest.LimitFrequent does.
+func frequentCounts(users [][]int32, n, limit, window int) []int64 {
 	counts := make([]int64, n)
 	freq := map[int32]int{}
+	type cand struct {
+		a int32
+		f int
+	}
+	var cands []cand
 	for _, seq := range users {
 		clear(freq)
 		for _, a := range seq {
 			freq[a]++
 		}
-		best, bestN, distinct := int32(-1), 0, 0
-		for j := len(seq) - 1; j >= 0 && distinct < window; j-- {
+		cands = cands[:0] // most recent first
+		for j := len(seq) - 1; j >= 0 && len(cands) < window; j-- {
 			a := seq[j]
 			f := freq[a]
 			if f < 0 {
 				continue // seen: marked below
 			}
-			distinct++
-			if f > bestN {
-				best, bestN = a, f
-			}
+			cands = append(cands, cand{a, f})
 			freq[a] = -1
 		}
-		if best >= 0 {
-			counts[best]++
+		sort.SliceStable(cands, func(x, y int) bool { return cands[x].f > cands[y].f })
+		for _, c := range cands[:min(limit, len(cands))] {
+			counts[c.a]++
 		}
 	}
 	return counts

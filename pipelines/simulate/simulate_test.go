@@ -173,3 +173,51 @@ func TestSetUnionMatchesTruth(t *testing.T) {
 		}
 	}
 }
+
+// TestGaussianSetUnionMatchesTruth: dp-gsu's expected release on the
+// bundled log equals the one computed here from the raw log alone — users'
+// choices by truth.FrequentTopUsers (written apart from
+// ingest.LimitFrequent) and the Gaussian tail ½·erfc((T − n)/(σ√2)) at the
+// resolved policy's σ and T — for m = 5 and 20; and at m = 20 it is at
+// least twice Google's best row (the acceptance bar of docs/policies.md).
+func TestGaussianSetUnionMatchesTruth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the whole bundled log: the full suite (make test) runs it; -short (and so the race run) does not")
+	}
+	ms := []int{5, 20}
+	r, err := Run(context.Background(), Options{Input: bundled, MaxK: 1, DP: DPOptions{GSUParams: ms}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delta := 1 / float64(r.Users+1)
+	for _, m := range ms {
+		pol, err := policy.New(policy.Params{Kind: policy.DPGSU, Epsilon: math.Ln10, Delta: delta, D: m, Users: r.Users})
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts, err := truth.FrequentTopUsers(bundled, m, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 0.0
+		for _, n := range counts {
+			if n >= 2 {
+				want += 0.5 * math.Erfc((pol.Threshold-float64(n))/(pol.B*math.Sqrt2))
+			}
+		}
+		var got DPRow
+		for _, row := range r.DP.Rows {
+			if row.Policy == string(policy.DPGSU) && row.Param == m {
+				got = row
+			}
+		}
+		if math.Abs(got.ExpectedReleased-want) > 1e-9 || got.ShamirK != 2 {
+			t.Fatalf("dp-gsu m %d: simulate %.6f (k_s %d), truth %.6f", m, got.ExpectedReleased, got.ShamirK, want)
+		}
+		g, _ := r.DP.Best(GooglePreAgg)
+		t.Logf("dp-gsu m %d: %.3f expected released; Google's best %.3f (m = %d): ratio %.3f", m, want, g.ExpectedReleased, g.Param, want/g.ExpectedReleased)
+		if m == 20 && !(want >= 2*g.ExpectedReleased) {
+			t.Errorf("dp-gsu m = 20 releases %.3f, less than twice Google's best %.3f", want, g.ExpectedReleased)
+		}
+	}
+}

@@ -60,10 +60,20 @@ const (
 	// (Laplace thresholding, Desfontaines et al., PoPETs 2022 §3) and the
 	// released count, so counts cost no extra budget.
 	DPSU Kind = "dp-su"
+	// DPGSU is crowdlog's Gaussian DP set union (docs/policies.md,
+	// "dp-gsu"): each client sends its m most frequent distinct artifacts
+	// (most instances in its own log, ties to the more recent), each with
+	// the implicit weight 1/√m (L2 sensitivity 1, Gopi et al., ICML 2020
+	// §3); the distinct-user count plus N(0, σ²) is both the selection
+	// (Gaussian thresholding) and the released count. σ and the threshold
+	// are calibrated with the exact Gaussian-mechanism δ (Balle & Wang,
+	// ICML 2018, Theorem 8) plus the Shamir-cut crossing term, worst case
+	// over how many of the user's artifacts cross the cut.
+	DPGSU Kind = "dp-gsu"
 )
 
 // Kinds lists every policy in CLI order.
-func Kinds() []Kind { return []Kind{FTa, FTu, DPa, DPu, Zealous, DPSU} }
+func Kinds() []Kind { return []Kind{FTa, FTu, DPa, DPu, Zealous, DPSU, DPGSU} }
 
 // Parse parses a policy name ("ft-a", "ft-u", "dp-a", "dp-u", "zealous";
 // also the paper spellings FT_a, DP_u, …). Errors name the accepted values.
@@ -81,12 +91,16 @@ func Parse(s string) (Kind, error) {
 		return Zealous, nil
 	case "dp-su", "dpsu":
 		return DPSU, nil
+	case "dp-gsu", "dpgsu":
+		return DPGSU, nil
 	}
-	return "", fmt.Errorf("unknown policy %q: use ft-a, ft-u (exact counts at k), dp-a, dp-u, zealous or dp-su (noisy counts, see docs/policies.md)", s)
+	return "", fmt.Errorf("unknown policy %q: use ft-a, ft-u (exact counts at k), dp-a, dp-u, zealous, dp-su or dp-gsu (noisy counts, see docs/policies.md)", s)
 }
 
 // IsDP reports whether k adds noise and spends privacy budget.
-func (k Kind) IsDP() bool { return k == DPa || k == DPu || k == Zealous || k == DPSU }
+func (k Kind) IsDP() bool {
+	return k == DPa || k == DPu || k == Zealous || k == DPSU || k == DPGSU
+}
 
 // Defaults used by New for zero Params fields.
 const (
@@ -118,7 +132,7 @@ type Params struct {
 	Delta float64
 	// D is d (DP_a, DP_u: artifacts per user per epoch; dp-su: the window
 	// of most recent distinct artifacts the client picks its one artifact
-	// from) or m (ZEALOUS: distinct artifacts per user); ≥ 1.
+	// from) or m (ZEALOUS, dp-gsu: distinct artifacts per user); ≥ 1.
 	D int
 	// Users is U, the number of users contributing to the epoch (public);
 	// ≥ 1 for DP policies.
@@ -147,11 +161,19 @@ type Policy struct {
 	// Threshold is the release threshold on the noisy count: k_a (DP_a), k_u
 	// (DP_u), τ' (ZEALOUS); FT: K.
 	Threshold float64
-	// B is the selection noise scale: b (DP_a/DP_u), λ (ZEALOUS); 0 for FT.
+	// B is the selection noise scale: b (DP_a/DP_u), λ (ZEALOUS), the
+	// Gaussian σ in users (dp-gsu); 0 for FT.
 	B float64
 	// BA is the released-count noise scale: b_a (DP_a/DP_u), λ (ZEALOUS, the
-	// same draw as the selection); 0 for FT.
+	// same draw as the selection), σ (dp-gsu, the same draw); 0 for FT.
 	BA float64
+	// NoiseDelta is dp-gsu's δ_G: the noise library's Gaussian is drawn at
+	// (ε, δ_G) with L0 = m, L∞ = 1, which gives σ = B. 0 for the others.
+	NoiseDelta float64
+	// WorstLifted is dp-gsu's worst case j: how many of the added user's m
+	// artifacts cross the Shamir cut in the worst neighbouring pair. 0 for
+	// the others.
+	WorstLifted int
 	// Epsilon and Delta of the achieved guarantee of one release (what the
 	// ledger records); 0 for FT.
 	AchievedEpsilon, AchievedDelta float64
@@ -198,7 +220,7 @@ func New(p Params) (*Policy, error) {
 			return nil, fmt.Errorf("policy %s: threshold k=%d outside 1..%d", p.Kind, p.K, vss.MaxK)
 		}
 		return &Policy{Params: p, ShamirK: p.K, Threshold: float64(p.K)}, nil
-	case DPa, DPu, Zealous, DPSU:
+	case DPa, DPu, Zealous, DPSU, DPGSU:
 	default:
 		_, err := Parse(string(p.Kind))
 		return nil, err
@@ -230,6 +252,8 @@ func New(p Params) (*Policy, error) {
 		return newZealous(p)
 	case DPSU:
 		return newSetUnion(p)
+	case DPGSU:
+		return newGaussianSetUnion(p)
 	}
 	if p.CountShare == 0 {
 		p.CountShare = DefaultCountShare
@@ -342,7 +366,7 @@ func newZealous(p Params) (*Policy, error) {
 }
 
 func dName(k Kind) string {
-	if k == Zealous {
+	if k == Zealous || k == DPGSU {
 		return "m"
 	}
 	return "d"
@@ -365,7 +389,7 @@ func (p *Policy) Limit() (n int, distinct bool) {
 	switch p.Kind {
 	case DPa:
 		return p.D, false
-	case DPu, Zealous:
+	case DPu, Zealous, DPGSU:
 		return p.D, true
 	case DPSU:
 		return 1, true
@@ -373,15 +397,30 @@ func (p *Policy) Limit() (n int, distinct bool) {
 	return 0, false
 }
 
-// Window returns dp-su's candidate window: the client sends the most
-// frequent of its Window most recent distinct artifacts (Limit() = 1
-// distinct). 0 for every other policy (no window: the Limit most recent).
+// Window returns the candidate window of the frequency rules: dp-su sends
+// the most frequent of its Window most recent distinct artifacts (Limit()
+// = 1 distinct); dp-gsu its m most frequent of all its distinct artifacts
+// (Window = AllArtifacts). 0 for every other policy (no window: the Limit
+// most recent).
 func (p *Policy) Window() int {
-	if p.Kind == DPSU {
+	switch p.Kind {
+	case DPSU:
 		return p.D
+	case DPGSU:
+		return AllArtifacts
 	}
 	return 0
 }
+
+// AllArtifacts is the Window that takes every distinct artifact of the
+// client's epoch as a candidate (dp-gsu).
+const AllArtifacts = math.MaxInt32
+
+// Padded reports whether every client sends exactly Limit() reports per
+// epoch, padding with dummy reports that never decrypt (dp-gsu), so that
+// the number of reports does not tell the aggregator the size of a
+// user's log.
+func (p *Policy) Padded() bool { return p.Kind == DPGSU }
 
 // PerUnitCap is the most reports one pseudonymous unit (one user, one
 // artifact) may add to an artifact's count under DP_a: d. The release
@@ -399,6 +438,10 @@ func (p *Policy) String() string {
 	if !p.Kind.IsDP() {
 		return fmt.Sprintf("%s k=%d", p.Kind, p.ShamirK)
 	}
+	if p.Kind == DPGSU {
+		return fmt.Sprintf("%s m=%d ε=%.4g δ=%.3g U=%d shamir_k=%d threshold=%.3f sigma=%.4g noise_delta=%.4g worst_lifted=%d achieved(ε=%.4g, δ=%.4g)",
+			p.Kind, p.D, p.Epsilon, p.Delta, p.Users, p.ShamirK, p.Threshold, p.B, p.NoiseDelta, p.WorstLifted, p.AchievedEpsilon, p.AchievedDelta)
+	}
 	return fmt.Sprintf("%s %s=%d ε=%.4g δ=%.3g U=%d shamir_k=%d threshold=%.3f b=%.4g b_a=%.4g achieved(ε=%.4g, δ=%.3g)",
 		p.Kind, dName(p.Kind), p.D, p.Epsilon, p.Delta, p.Users, p.ShamirK, p.Threshold, p.B, p.BA, p.AchievedEpsilon, p.AchievedDelta)
 }
@@ -414,7 +457,7 @@ type Outcome struct {
 	Value float64
 	// Impressions and Users are the released columns: DP_a Impressions =
 	// round(Value) clamped at 0 and Users = 0 (not measured under DP_a);
-	// DP_u, ZEALOUS and dp-su both = round(Value) (each user sent the artifact at
+	// DP_u, ZEALOUS, dp-su and dp-gsu both = round(Value) (each user sent the artifact at
 	// most once, so reports = users); FT the exact counts.
 	Impressions, Users uint64
 }
@@ -425,7 +468,8 @@ type Outcome struct {
 // DP_u: Selection = users + Lap(b) > k_u, Value = users + Lap(b_a).
 // ZEALOUS: steps 3–5 of the algorithm: users < τ is dropped, Selection =
 // Value = users + Lap(λ) must be ≥ τ'. dp-su: Selection = Value = users +
-// Lap(1/ε) must exceed T. Artifacts below ShamirK are never
+// Lap(1/ε) must exceed T. dp-gsu: Selection = Value = users + N(0, σ²)
+// (Gaussian) must exceed T. Artifacts below ShamirK are never
 // released (they could not have been decrypted). Errors come from the noise
 // library (invalid scale) only.
 func (p *Policy) Decide(reports, users uint64) (Outcome, error) {
@@ -439,8 +483,14 @@ func (p *Policy) Decide(reports, users uint64) (Outcome, error) {
 	switch p.Kind {
 	case FTa, FTu:
 		return Outcome{Released: true, Selection: count, Value: count, Impressions: reports, Users: users}, nil
-	case Zealous, DPSU:
-		v, err := Laplace(count, p.B)
+	case Zealous, DPSU, DPGSU:
+		var v float64
+		var err error
+		if p.Kind == DPGSU {
+			v, err = Gaussian(count, p.D, p.Epsilon, p.NoiseDelta)
+		} else {
+			v, err = Laplace(count, p.B)
+		}
 		if err != nil {
 			return Outcome{}, err
 		}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/differential-privacy/go/v3/noise"
+
 	"github.com/crowdlog/crowdlog/protocol/star"
 	"github.com/crowdlog/crowdlog/protocol/vss"
 )
@@ -258,5 +260,169 @@ func TestSealingAndLimit(t *testing.T) {
 	}
 	if _, err := Parse("nope"); err == nil || errors.Unwrap(err) != nil && false {
 		t.Fatal("Parse accepted nope")
+	}
+}
+
+// hockeyStick integrates ∫ (a·φ(x − μa) − b·φ(x − μb))_+ dx by Simpson's
+// rule on a fine grid (φ the standard normal density written out here): an
+// independent evaluation of the Gaussian hockey-stick divergences that
+// GaussianSetUnionDelta takes in closed form.
+func hockeyStick(a, muA, b, muB float64) float64 {
+	phi := func(x float64) float64 { return math.Exp(-x*x/2) / math.Sqrt(2*math.Pi) }
+	f := func(x float64) float64 { return math.Max(0, a*phi(x-muA)-b*phi(x-muB)) }
+	lo, hi := math.Min(muA, muB)-14, math.Max(muA, muB)+14
+	const n = 40000
+	h := (hi - lo) / n
+	s := f(lo) + f(hi)
+	for i := 1; i < n; i++ {
+		w := 2.0
+		if i%2 == 1 {
+			w = 4
+		}
+		s += w * f(lo+float64(i)*h)
+	}
+	return s * h / 3
+}
+
+// tail integrates the standard normal density from z to z + 14 by Simpson's
+// rule: P(N(0, 1) > z) up to e^{−98}.
+func tail(z float64) float64 { return simpsonTail(z) }
+
+func simpsonTail(z float64) float64 {
+	const n = 40000
+	h := 14.0 / n
+	s := 0.0
+	for i := 0; i <= n; i++ {
+		x := z + float64(i)*h
+		w := 2.0
+		switch {
+		case i == 0 || i == n:
+			w = 1
+		case i%2 == 1:
+			w = 4
+		}
+		s += w * math.Exp(-x*x/2) / math.Sqrt(2*math.Pi)
+	}
+	return s * h / 3
+}
+
+// TestGaussianSetUnionCalibration checks dp-gsu's achieved δ against an
+// independent computation of the whole release's hockey-stick divergence.
+// Neighbouring logs D (without the user) and D' (with it): of the user's m
+// artifacts, j cross the Shamir cut (k_s − 1 → k_s users: D never releases
+// them, D' releases each with p = P(k_s + N(0, σ²) > T), by quadrature) and
+// m − j are counted in both (their noisy counts, projected on the shift
+// direction, are N(0, 1) under D and N(√(m − j)/σ, 1) under D'). With
+// q = 1 − (1 − p)^j: δ_add = q + ∫((1 − q)φ(x − μ) − e^ε φ(x))_+,
+// δ_remove = ∫(φ(x) − e^ε(1 − q)φ(x − μ))_+. The worst over j must be the
+// achieved δ and at most the δ asked for; a threshold 0.1σ lower must
+// break it (the calibration is tight), and so must the simple split
+// (Gaussian at δ/2, crossing of all m artifacts at δ/2) be looser.
+func TestGaussianSetUnionCalibration(t *testing.T) {
+	for _, c := range []struct {
+		eps   float64
+		m, U  int
+		ks    int
+		delta float64
+	}{
+		{math.Ln10, 20, 1000, 0, 0}, {math.Ln10, 5, 1000, 0, 0}, {1, 10, 5000, 3, 0}, {0.5, 50, 2000, 1, 0},
+		{math.Ln10, 20, 1000, 2, 1e-6},
+	} {
+		p, err := New(Params{Kind: DPGSU, Epsilon: c.eps, D: c.m, Users: c.U, ShamirK: c.ks, Delta: c.delta})
+		if err != nil {
+			t.Fatal(err)
+		}
+		delta := c.delta
+		if delta == 0 {
+			delta = 1 / float64(c.U+1)
+		}
+		worst := func(thr float64) (float64, int) {
+			pc := tail((thr - float64(p.ShamirK)) / p.B)
+			w, wj := 0.0, 0
+			for j := 0; j <= c.m; j++ {
+				q := 1 - math.Pow(1-pc, float64(j))
+				mu := math.Sqrt(float64(c.m-j)) / p.B
+				add := q + hockeyStick(1-q, mu, math.Exp(c.eps), 0)
+				rem := hockeyStick(1, 0, math.Exp(c.eps)*(1-q), mu)
+				if d := math.Max(add, rem); d > w {
+					w, wj = d, j
+				}
+			}
+			return w, wj
+		}
+		w, wj := worst(p.Threshold)
+		if !near(w, p.AchievedDelta, 1e-6) || wj != p.WorstLifted || p.AchievedDelta > delta*(1+1e-9) || p.AchievedEpsilon != c.eps {
+			t.Fatalf("%s: quadrature δ %v (j=%d), want achieved %v (j=%d) ≤ %v", p, w, wj, p.AchievedDelta, p.WorstLifted, delta)
+		}
+		if lower, _ := worst(p.Threshold - 0.1*p.B); !(lower > delta) {
+			t.Fatalf("%s: T − 0.1σ still gives δ %v ≤ %v: not the smallest threshold", p, lower, delta)
+		}
+		// σ is what the library samples at (L0 = m, L∞ = 1, ε, δ_G)
+		if s := noise.SigmaForGaussian(int64(c.m), 1, c.eps, p.NoiseDelta); s != p.B {
+			t.Fatalf("%s: library σ %v", p, s)
+		}
+		// the simple split: Gaussian δ/2 and every artifact crossing at δ/(2m)
+		split := float64(p.ShamirK) + noise.SigmaForGaussian(int64(c.m), 1, c.eps, delta/2)*inverseTail(delta/(2*float64(c.m)))
+		if !(p.Threshold < split) {
+			t.Fatalf("%s: threshold %v not below the δ/2 split's %v", p, p.Threshold, split)
+		}
+		if n, distinct := p.Limit(); n != c.m || !distinct || p.Window() != AllArtifacts || !p.Padded() || p.Sealing() != star.FTu {
+			t.Fatalf("dp-gsu limit (%d, %v) window %d", n, distinct, p.Window())
+		}
+		t.Logf("%s; δ/2 split threshold %.3f", p, split)
+	}
+}
+
+// inverseTail returns z with P(N(0, 1) > z) = p by bisection on simpsonTail.
+func inverseTail(p float64) float64 {
+	lo, hi := -10.0, 10.0
+	for hi-lo > 1e-10 {
+		mid := (lo + hi) / 2
+		if simpsonTail(mid) > p {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi
+}
+
+// TestGaussianSetUnionDecide draws dp-gsu decisions through the library's
+// sampler and compares the release frequency and the noise's standard
+// deviation with the Gaussian written out here; below the Shamir cut
+// nothing is released.
+func TestGaussianSetUnionDecide(t *testing.T) {
+	p, err := New(Params{Kind: DPGSU, Epsilon: math.Ln10, D: 20, Users: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := p.Decide(1, 1); err != nil || o.Released {
+		t.Fatalf("below the cut: %+v %v", o, err)
+	}
+	const n = 20000
+	count := math.Floor(p.Threshold)
+	var rel, sum, sq float64
+	for range n {
+		o, err := p.Decide(uint64(count), uint64(count))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Released {
+			rel++
+			if o.Users != uint64(math.Round(o.Value)) || o.Impressions != o.Users || !(o.Value > p.Threshold) {
+				t.Fatalf("released %+v", o)
+			}
+		}
+		z := o.Value - count
+		sum += z
+		sq += z * z
+	}
+	want := tail((p.Threshold - count) / p.B)
+	if got := rel / n; math.Abs(got-want) > 4*math.Sqrt(want*(1-want)/n) {
+		t.Fatalf("release frequency %v, want %v", got, want)
+	}
+	sd := math.Sqrt(sq/n - (sum/n)*(sum/n))
+	if math.Abs(sd-p.B) > 4*p.B/math.Sqrt(2*n) || math.Abs(sum/n) > 4*p.B/math.Sqrt(n) {
+		t.Fatalf("noise mean %v sd %v, want 0 and σ = %v", sum/n, sd, p.B)
 	}
 }

@@ -98,3 +98,38 @@ func FrequentRecentUsers(path string, window, maxUsers int) (map[string]int, err
 	}
 	return out, nil
 }
+
+// FrequentTopUsers returns, for the query application, how many users
+// chose each normalized query under dp-gsu's client rule
+// (docs/policies.md): the m distinct queries with the most instances in
+// the user's whole log, ties to the more recent (recency as in
+// RecentDistinctUsers). Written independently of ingest.LimitFrequent.
+func FrequentTopUsers(path string, m, maxUsers int) (map[string]int, error) {
+	users, order, err := readLog(path, maxUsers)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, u := range order {
+		insts, count := recentFirst(users[u])
+		rank := map[string]int{} // recency rank of each distinct query: 0 = most recent
+		var distinct []string
+		for _, in := range insts {
+			if _, ok := rank[in.q]; !ok {
+				rank[in.q] = len(distinct)
+				distinct = append(distinct, in.q)
+			}
+		}
+		sort.Slice(distinct, func(i, j int) bool {
+			a, b := distinct[i], distinct[j]
+			if count[a] != count[b] {
+				return count[a] > count[b]
+			}
+			return rank[a] < rank[b]
+		})
+		for _, q := range distinct[:min(m, len(distinct))] {
+			out[q]++
+		}
+	}
+	return out, nil
+}
