@@ -89,6 +89,9 @@ reports; 1 any other failure.
 			if err := applyConfig(cmd, os.Environ()); err != nil {
 				return err
 			}
+			if err := applyKafkaAuth(cmd); err != nil {
+				return err
+			}
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return usageError(fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel))
@@ -110,5 +113,6 @@ reports; 1 any other failure.
 	root.AddCommand(issuerCmd())
 	root.AddCommand(pipelineCmd())
 	root.AddCommand(topicsCmd())
+	addKafkaAuthFlags(root)
 	return root
 }
