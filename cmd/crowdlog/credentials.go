@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/crowdlog/crowdlog/infra/clickhouse"
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
 )
 
@@ -58,5 +59,52 @@ func applyKafkaAuth(cmd *cobra.Command) error {
 		slog.Debug("kafka credential", "command", cmd.CommandPath(), "auth", a.String())
 	}
 	cmd.SetContext(infrakafka.WithAuth(cmd.Context(), a))
+	return nil
+}
+
+// ClickHouse logins: every command with a --clickhouse flag also gets
+// --clickhouse-user, --clickhouse-password and --clickhouse-tls…
+// (addClickHouseLoginFlags); the pre-run loads them into the command's
+// context (infra/clickhouse.WithLogin), from which the release writers,
+// `crowdlog clickhouse init` and the report log in. Give the password as
+// CROWDLOG_CLICKHOUSE_PASSWORD_FILE (or CROWDLOG_CLICKHOUSE_PASSWORD).
+
+// addClickHouseLoginFlags adds the ClickHouse login flags to c and,
+// recursively, to every subcommand of c that has a --clickhouse flag.
+func addClickHouseLoginFlags(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		addClickHouseLoginFlags(sub)
+	}
+	if c.Flags().Lookup("clickhouse") == nil {
+		return
+	}
+	f := c.Flags()
+	f.String("clickhouse-user", "", `ClickHouse user ("" = default, the administrator); the release stages use the writer of 'crowdlog clickhouse init --writer'`)
+	f.String("clickhouse-password", "", "password of --clickhouse-user; give it as CROWDLOG_CLICKHOUSE_PASSWORD_FILE=PATH (or the environment), not on the command line")
+	f.Bool("clickhouse-tls", false, "connect to ClickHouse with TLS (the server's secure native port, tcp_port_secure); the system roots verify it unless --clickhouse-tls-ca")
+	f.String("clickhouse-tls-ca", "", "PEM file of the CA certificates that verify the ClickHouse server")
+	f.String("clickhouse-tls-cert", "", "PEM client certificate for ClickHouse (with --clickhouse-tls-key)")
+	f.String("clickhouse-tls-key", "", "PEM private key of --clickhouse-tls-cert")
+	f.String("clickhouse-tls-server-name", "", "name to verify in the ClickHouse server's certificate (default: the host dialled)")
+}
+
+// applyClickHouseLogin loads cmd's ClickHouse login flags into cmd's
+// context. Errors are usage errors naming the flag to fix.
+func applyClickHouseLogin(cmd *cobra.Command) error {
+	f := cmd.Flags()
+	if f.Lookup("clickhouse-user") == nil {
+		return nil
+	}
+	var c clickhouse.LoginConfig
+	c.TLS, _ = f.GetBool("clickhouse-tls")
+	for name, p := range map[string]*string{"clickhouse-user": &c.User, "clickhouse-password": &c.Password, "clickhouse-tls-ca": &c.CAFile,
+		"clickhouse-tls-cert": &c.CertFile, "clickhouse-tls-key": &c.KeyFile, "clickhouse-tls-server-name": &c.ServerName} {
+		*p, _ = f.GetString(name)
+	}
+	l, err := c.Load()
+	if err != nil {
+		return usageError(err)
+	}
+	cmd.SetContext(clickhouse.WithLogin(cmd.Context(), l))
 	return nil
 }

@@ -92,6 +92,9 @@ reports; 1 any other failure.
 			if err := applyKafkaAuth(cmd); err != nil {
 				return err
 			}
+			if err := applyClickHouseLogin(cmd); err != nil {
+				return err
+			}
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return usageError(fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel))
@@ -114,5 +117,6 @@ reports; 1 any other failure.
 	root.AddCommand(pipelineCmd())
 	root.AddCommand(topicsCmd())
 	addKafkaAuthFlags(root)
+	addClickHouseLoginFlags(root)
 	return root
 }
