@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/crowdlog/crowdlog/infra/kafka"
-	"github.com/crowdlog/crowdlog/infra/kafka/kafkatest"
+	"github.com/crowdlog/crowdlog/infra/tlstest"
 	"github.com/crowdlog/crowdlog/protocol"
 )
 
@@ -24,7 +24,7 @@ func TestKafkaCredentialFlags(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	dir := t.TempDir()
-	srvTLS, caFile := kafkatest.TLS(t, dir)
+	srvTLS, caFile := tlstest.TLS(t, dir)
 	admin := kafka.Credential{Mechanism: kafka.MechanismSCRAMSHA512, User: "admin", Password: "admin-pw-31"}
 	agg := kafka.Credential{Mechanism: kafka.MechanismSCRAMSHA512, User: "agg", Password: "agg-pw-77"}
 	rel := kafka.Credential{Mechanism: kafka.MechanismSCRAMSHA512, User: "rel", Password: "rel-pw-53"}

@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+
+	"github.com/google/renameio/v2"
 )
 
 // DefaultUser is the ClickHouse user of a Login without one: the server's
@@ -106,4 +109,48 @@ func WithLogin(ctx context.Context, l Login) context.Context {
 func LoginFrom(ctx context.Context) Login {
 	l, _ := ctx.Value(loginKey{}).(Login)
 	return l
+}
+
+// TLSConfigFile is the name of the file WriteTLSConfig writes in a
+// server directory's config.d.
+const TLSConfigFile = "crowdlog-tls.xml"
+
+// WriteTLSConfig makes the server of dir (a Start directory) offer TLS on
+// the native protocol from its next start: it writes
+// dir/config.d/TLSConfigFile with tcp_port_secure = port and the
+// server's openSSL settings (certFile and keyFile: PEM, readable by the
+// server; TLS 1.2 and later; no client certificate asked for). The plain
+// tcp_port stays open, on loopback only (Start's listen_host), for the
+// local administrator. Connect with a Login whose TLS verifies certFile's
+// issuer. Errors name the file that could not be written.
+func WriteTLSConfig(dir, certFile, keyFile string, port int) error {
+	if port <= 0 || port > 65535 {
+		return fmt.Errorf("clickhouse: TLS port %d: want 1..65535", port)
+	}
+	cd := filepath.Join(dir, "config.d")
+	if err := os.MkdirAll(cd, 0o755); err != nil {
+		return fmt.Errorf("clickhouse: create %s (is the directory writable?): %w", cd, err)
+	}
+	text := fmt.Sprintf(`<?xml version="1.0"?>
+<!-- Written by crowdlog infra/clickhouse: TLS on the native protocol. -->
+<yandex>
+    <tcp_port_secure>%d</tcp_port_secure>
+    <openSSL>
+        <server>
+            <certificateFile>%s</certificateFile>
+            <privateKeyFile>%s</privateKeyFile>
+            <verificationMode>none</verificationMode>
+            <loadDefaultCAFile>false</loadDefaultCAFile>
+            <cacheSessions>true</cacheSessions>
+            <disableProtocols>sslv2,sslv3,tlsv1,tlsv1_1</disableProtocols>
+            <preferServerCiphers>true</preferServerCiphers>
+        </server>
+    </openSSL>
+</yandex>
+`, port, xmlEscape(certFile), xmlEscape(keyFile))
+	path := filepath.Join(cd, TLSConfigFile)
+	if err := renameio.WriteFile(path, []byte(text), 0o644); err != nil {
+		return fmt.Errorf("clickhouse: install %s: %w", path, err)
+	}
+	return nil
 }

@@ -13,12 +13,12 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/crowdlog/crowdlog/infra/kafka/kafkatest"
+	"github.com/crowdlog/crowdlog/infra/tlstest"
 	"github.com/crowdlog/crowdlog/protocol"
 )
 
-// testTLS is kafkatest.TLS.
-func testTLS(t *testing.T, dir string) (*tls.Config, string) { return kafkatest.TLS(t, dir) }
+// testTLS is tlstest.TLS.
+func testTLS(t *testing.T, dir string) (*tls.Config, string) { return tlstest.TLS(t, dir) }
 
 // secureCluster is a kfake broker with TLS, SASL and (acls) the ACL
 // table on, its users and the CA file clients verify it with.

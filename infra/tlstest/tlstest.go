@@ -1,7 +1,7 @@
-// Package kafkatest makes TLS material for tests of Kafka clients against
-// a local kfake broker with TLS on (infra/kafka.Config.TLS). For tests
-// only.
-package kafkatest
+// Package tlstest makes TLS material for tests of clients against local
+// servers with TLS on (a kfake broker's infra/kafka.Config.TLS, a
+// ClickHouse server's infra/clickhouse.WriteTLSConfig). For tests only.
+package tlstest
 
 import (
 	"crypto/ecdsa"
@@ -21,9 +21,9 @@ import (
 
 // TLS writes a fresh self-signed CA certificate to dir/ca.pem and returns
 // a server TLS configuration (ECDSA P-256, valid for one hour, for the
-// address 127.0.0.1) signed by it, for a kfake broker's Config.TLS; clients
-// verify it with the CA file (infra/kafka.AuthConfig.CAFile). For tests
-// only.
+// address 127.0.0.1) signed by it; the server certificate and its key are
+// also written, PEM, to dir/server.pem and dir/server-key.pem (mode 0600).
+// Clients verify the server with the CA file.
 func TLS(t testing.TB, dir string) (server *tls.Config, caFile string) {
 	t.Helper()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -46,6 +46,16 @@ func TLS(t testing.TB, dir string) (server *tls.Config, caFile string) {
 	}
 	caFile = filepath.Join(dir, "ca.pem")
 	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "server.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "server-key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}, caFile
