@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -262,6 +263,24 @@ func TestAuthConfigLoad(t *testing.T) {
 			t.Errorf("%+v: error %v, want one saying %q", c.cfg, err, c.want)
 		case err == nil && c.cfg.Password != "" && strings.Contains(a.String(), c.cfg.Password):
 			t.Errorf("%s shows the password", a)
+		}
+	}
+}
+
+// TestACLTableDocumented: docs/operations.md shows ACLTable as
+// ACLTableMarkdown renders it, so the documented permissions are the
+// applied ones.
+func TestACLTableDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), ACLTableMarkdown()) {
+		t.Fatalf("docs/operations.md (Credentials and ACLs per role) lacks the ACL table as the code has it; paste:\n%s", ACLTableMarkdown())
+	}
+	for _, r := range Roles {
+		if len(GrantsOf(r)) == 0 {
+			t.Errorf("role %s has no row in ACLTable", r)
 		}
 	}
 }
