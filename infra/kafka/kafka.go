@@ -5,6 +5,11 @@
 // segmentio/kafka-go; kfake with DataDir for one machine, a real Kafka
 // cluster in production with the same client code). Config.Brokers runs
 // several kfake brokers in one process (the chaos test's 3-broker cluster).
+//
+// Every client built here authenticates with the Auth of its context
+// (WithAuth: TLS and SASL/SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN, auth.go),
+// and ACLTable is what each role may do on the cluster (acl.go: ApplyACLs
+// on a real cluster; Config.Admin, Users and ACLs on a local broker).
 package kafka
 
 import (
