@@ -183,7 +183,8 @@ type authKey struct{}
 
 // WithAuth returns ctx carrying a: every reader, writer, consumer group
 // and admin request this package and the roles build from that context
-// (Dialer, Transport, NewWriterContext, ServeGroup, EnsureTopics, …)
+// (Dialer, Transport, ServeGroup, ReadTopic, EnsureTopics, Partitions,
+// EnsureRetention, ApplyACLs, …)
 // authenticates with it. The command line sets it once per process
 // (cmd/crowdlog), so no role can forget it; a path that did would connect
 // without SASL and be refused by a secured cluster.

@@ -448,7 +448,9 @@ const heartbeatInterval = 500 * time.Millisecond
 // committed; kafka-go Generation.Start: serve's context ends when the
 // generation does, e.g. on a rebalance). session is the session and
 // rebalance timeout. It returns nil when ctx ends, an error only when the
-// group cannot be joined. role prefixes its log lines and errors.
+// group cannot be joined. role prefixes its log lines and errors. The
+// group, and every serve's context, use the Kafka credential of ctx
+// (WithAuth).
 //
 // With id "" there is no group (as kafka-go's ReaderConfig.GroupID ""): it
 // lists topic's partitions once and runs serve for every one of them with
