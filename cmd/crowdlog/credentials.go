@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"log/slog"
 
 	"github.com/spf13/cobra"
@@ -106,5 +107,19 @@ func applyClickHouseLogin(cmd *cobra.Command) error {
 		return usageError(err)
 	}
 	cmd.SetContext(clickhouse.WithLogin(cmd.Context(), l))
+	return nil
+}
+
+// checkLocalServices refuses credentials meant for a remote service when
+// `run` or `pdd` is about to start the local one instead (an empty
+// --kafka or --clickhouse): the local kfake broker has no SASL or TLS and
+// the local ClickHouse only user default, so the roles could not connect.
+func checkLocalServices(cmd *cobra.Command, kafkaAddr, clickhouseAddr string) error {
+	if kafkaAddr == "" && infrakafka.AuthFrom(cmd.Context()) != nil {
+		return usageError(errors.New("--kafka-tls…/--kafka-sasl-… are for a remote cluster: give its --kafka (an empty --kafka starts a local broker without TLS or SASL)"))
+	}
+	if l := clickhouse.LoginFrom(cmd.Context()); clickhouseAddr == "" && (l.User != "" || l.TLS != nil) {
+		return usageError(errors.New("--clickhouse-user/--clickhouse-tls… are for a remote server: give its --clickhouse (an empty --clickhouse starts a local server with user default)"))
+	}
 	return nil
 }

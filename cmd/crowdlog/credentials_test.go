@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -85,5 +86,28 @@ func TestKafkaCredentialFlags(t *testing.T) {
 	defer pcancel()
 	if _, err := kafka.Partitions(pctx, b.Addr, protocol.ReportsTopic); err == nil {
 		t.Fatal("a plaintext client got metadata")
+	}
+}
+
+// TestLocalServicesRefuseCredentials: `run` and `pdd` without --kafka or
+// --clickhouse start local services that take no credential; credentials
+// given for remote ones are a usage error (exit 2) naming the flag.
+func TestLocalServicesRefuseCredentials(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--input", "x.tsv", "--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-user", "u", "--kafka-sasl-password", "pw"}, "give its --kafka"},
+		{[]string{"pdd", "--kafka-tls"}, "give its --kafka"},
+		{[]string{"run", "--input", "x.tsv", "--kafka", "k:9093", "--clickhouse-user", "writer"}, "give its --clickhouse"},
+	} {
+		root := rootCmd()
+		root.SetArgs(c.args)
+		root.SetOut(&bytes.Buffer{})
+		err := root.ExecuteContext(context.Background())
+		var ec exitCode
+		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.As(err, &ec) || ec.code != 2 {
+			t.Errorf("%v: %v; want a usage error saying %q", c.args, err, c.want)
+		}
 	}
 }

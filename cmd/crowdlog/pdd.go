@@ -43,6 +43,9 @@ Example:
   crowdlog pdd --input testdata/aol-top1000.tsv.gz --group-size 50 --delay 2 --max-days 14 --export pdd.tsv`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkLocalServices(cmd, cfg.Kafka, cfg.ClickHouse); err != nil {
+				return err
+			}
 			cfg.Logger = logger()
 			sum, err := runner.RunPDD(cmd.Context(), cfg)
 			if sum != nil {
