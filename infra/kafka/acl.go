@@ -46,7 +46,9 @@ var Roles = []Role{RoleRelay, RoleAggregator, RoleCoordinator, RoleRelease, Role
 // Grant is one row of the ACL table: Role may do Op on the resource
 // (a topic or a consumer group; Prefixed: every name starting with Name).
 // Kafka implies Describe by Read and Write (KIP-253), which is what
-// metadata, offset and group-coordinator requests need.
+// metadata, offset and group-coordinator requests need. No role needs
+// IdempotentWrite or a transactional id: kafka-go's writers are neither
+// idempotent nor transactional.
 type Grant struct {
 	Role     Role
 	Resource kafkago.ResourceType // ResourceTypeTopic or ResourceTypeGroup

@@ -79,7 +79,9 @@ type Credential struct {
 	Mechanism, User, Password string
 }
 
-// User is a role's credential on a local broker (Config.Users).
+// User is a role's credential on a local broker (Config.Users). Role ""
+// gets no row of ACLTable: a credential with no right at all (a client's,
+// or one whose ACLs ApplyACLs creates later).
 type User struct {
 	Role Role
 	Credential
