@@ -284,3 +284,38 @@ func TestACLTableDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestMutualTLS: a broker that requires client certificates serves a
+// client with the certificate and key of AuthConfig (CertFile, KeyFile)
+// and SCRAM, and refuses the same credential without the certificate.
+func TestMutualTLS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	srvTLS, caFile := testTLS(t, dir)
+	srvTLS.ClientAuth = tls.RequireAndVerifyClientCert
+	admin := Credential{MechanismSCRAMSHA512, "admin", "a-pw"}
+	b, err := Config{Dir: filepath.Join(dir, "k"), Partitions: 1, TLS: srvTLS, Admin: &admin}.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	withCert := admin.AuthConfig(caFile)
+	withCert.CertFile, withCert.KeyFile = filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
+	a, err := withCert.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureTopics(WithAuth(ctx, a), b.Addr, 1, protocol.ReportsTopic); err != nil {
+		t.Fatalf("with a client certificate: %v", err)
+	}
+	noCert, err := admin.AuthConfig(caFile).Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+	defer scancel()
+	if _, err := Partitions(WithAuth(sctx, noCert), b.Addr, protocol.ReportsTopic); err == nil {
+		t.Error("a client without a certificate was served")
+	}
+}
