@@ -388,7 +388,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// BatchSize: kafka-go allocates each produce batch's message slice at
 	// full capacity (≈ 160 B a message), so 10,000 cost 1.6 MB per batch;
 	// a larger write is split into several produce requests of one call.
-	w := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: protocol.DecryptedTopic, Transport: &kafka.Transport{},
+	w := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: protocol.DecryptedTopic, Transport: infrakafka.Transport(ctx),
 		Balancer: kafka.BalancerFunc(samePartition), RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 2 * time.Millisecond, BatchSize: 1024, BatchBytes: 64 << 20}
 	defer w.Close()
@@ -431,7 +431,7 @@ func samePartition(m kafka.Message, partitions ...int) int {
 
 func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *kafka.Writer, id, count int, committed int64, restore bool, log *slog.Logger) error {
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: s.Brokers, Topic: protocol.ReportsTopic, Partition: id,
-		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: s.MaxWait})
+		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: s.MaxWait, Dialer: infrakafka.Dialer(ctx)})
 	defer r.Close()
 	if committed < 0 {
 		committed = 0
@@ -789,7 +789,7 @@ func writeRetry(ctx context.Context, w *kafka.Writer, msgs []kafka.Message) erro
 }
 
 func partitionCount(ctx context.Context, broker, topic string) (int, error) {
-	conn, err := (&kafka.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", broker)
+	conn, err := infrakafka.Dialer(ctx).DialContext(ctx, "tcp", broker)
 	if err != nil {
 		return 0, fmt.Errorf("aggregator: dial kafka %s: %w", broker, err)
 	}
@@ -874,7 +874,7 @@ func writeControl(ctx context.Context, brokers []string, key ed25519.PrivateKey,
 			{Key: protocol.ControlHeader, Value: []byte(op)},
 			{Key: protocol.PartitionHeader, Value: []byte(strconv.Itoa(p))}}}
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: protocol.ReportsTopic, Transport: &kafka.Transport{},
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: protocol.ReportsTopic, Transport: infrakafka.Transport(ctx),
 		Balancer: kafka.BalancerFunc(samePartition), RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond}
 	defer w.Close()
 	return writeRetry(ctx, w, msgs)

@@ -51,6 +51,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/segmentio/kafka-go"
 
+	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/protocol"
@@ -214,7 +216,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	if err := EnsureActiveIndex(ctx, js, c.Retention); err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
-	conn, err := (&kafka.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", c.Brokers[0])
+	conn, err := infrakafka.Dialer(ctx).DialContext(ctx, "tcp", c.Brokers[0])
 	if err != nil {
 		return fmt.Errorf("coordinator: dial kafka %s: %w", c.Brokers[0], err)
 	}
@@ -225,9 +227,9 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	}
 	c.partitions = len(parts)
 	c.w = &kafka.Writer{Addr: kafka.TCP(c.Brokers...), Topic: protocol.VectorsTopic, Balancer: &kafka.Hash{},
-		RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond, Transport: &kafka.Transport{}}
+		RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond, Transport: infrakafka.Transport(ctx)}
 	c.tickW = &kafka.Writer{Addr: kafka.TCP(c.Brokers...), Topic: protocol.VectorsTopic, Balancer: kafka.BalancerFunc(headerPartition),
-		RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond, Transport: &kafka.Transport{}}
+		RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond, Transport: infrakafka.Transport(ctx)}
 	handlers := map[string]func(context.Context, []byte) any{
 		protocol.PDDRegisterSubject: c.handleRegister, protocol.PDDPingSubject: c.handlePing, protocol.PDDDepositSubject: c.handleDeposit,
 		protocol.PDDAdvanceSubject: c.handleAdvance, protocol.PDDRecoverySubject: c.handleRecovery,

@@ -8,6 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/segmentio/kafka-go"
 
+	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 )
@@ -65,11 +67,11 @@ func New(ctx context.Context, js jetstream.JetStream, o Options, log *slog.Logge
 	// BatchBytes stays under Kafka's default max.message.bytes (1,048,588):
 	// a pool forwards up to P messages at once, and one produce batch per
 	// partition above that limit is refused whole ("Message Size Too Large").
-	w := &kafka.Writer{Addr: kafka.TCP(o.Kafka...), Topic: protocol.ReportsTopic, Transport: &kafka.Transport{},
+	w := &kafka.Writer{Addr: kafka.TCP(o.Kafka...), Topic: protocol.ReportsTopic, Transport: infrakafka.Transport(ctx),
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
 		BatchSize: produceBatchSize, BatchBytes: maxBatchBytes}
 	// PDD blinded vectors (HopKafkaVectors), keyed by group
-	vw := &kafka.Writer{Addr: kafka.TCP(o.Kafka...), Topic: protocol.VectorsTopic, Transport: &kafka.Transport{},
+	vw := &kafka.Writer{Addr: kafka.TCP(o.Kafka...), Topic: protocol.VectorsTopic, Transport: infrakafka.Transport(ctx),
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
 		BatchSize: produceBatchSize, BatchBytes: maxBatchBytes}
 	r := &Relay{Name: o.Name, Keys: keys, JS: js, Kafka: w, Vectors: vw, BatchSize: o.BatchSize,

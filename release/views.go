@@ -260,9 +260,15 @@ type InitOptions struct {
 	// (127.0.0.1 and ::1 when empty). SQL users are created without a HOST
 	// clause (any host); restrict them with ALTER USER … HOST if needed.
 	Networks []string
-	// AnalystWait bounds the wait for the analyst's first login;
-	// DefaultAnalystWait when 0.
+	// AnalystWait bounds the wait for the analyst's (and the writer's)
+	// first login; DefaultAnalystWait when 0.
 	AnalystWait time.Duration
+	// Writer is the release stages' user to create (WriterAccount); none
+	// when Writer.Name is empty.
+	Writer WriterAccount
+	// WriterNetworks restrict where a users.d writer may connect from
+	// (127.0.0.1 and ::1 when empty).
+	WriterNetworks []string
 }
 
 // InitResult says what Init did.
@@ -275,6 +281,9 @@ type InitResult struct {
 	// AnalystFile is the users.d file written for the analyst (servers
 	// without SQL users), "" otherwise.
 	AnalystFile string
+	// WriterFile is the users.d file written for the writer (servers
+	// without SQL users), "" otherwise.
+	WriterFile string
 }
 
 // Init creates Database with the Schema tables (LowCardinality where the
@@ -289,7 +298,12 @@ type InitResult struct {
 // the analyst can log in and read completed_releases (CheckAnalyst),
 // bounded by AnalystWait. Idempotent: a rerun keeps the data, adds what an
 // upgrade added to the analyst database, backfills what it lacks and
-// replaces the user's password. ctx bounds the call (DefaultTimeout when
+// replaces the user's password. With o.Writer.Name it also creates the
+// release stages' writer (WriterAccount: WriterStatements on a server with
+// SQL users, else a users.d file, infra/clickhouse.WriteWriterUser, that
+// allows only the release and analyst databases) and waits for its first
+// login as for the analyst's. Init works with the Login of ctx
+// (infra/clickhouse.WithLogin), the administrator. ctx bounds the call (DefaultTimeout when
 // it has no deadline).
 func Init(ctx context.Context, o InitOptions) (InitResult, error) {
 	if o.Database == "" {
@@ -305,6 +319,11 @@ func Init(ctx context.Context, o InitOptions) (InitResult, error) {
 	w.Close()
 	if res.AnalystDatabase, err = OpenAnalystDatabase(ctx, o.Addr, o.Database); err != nil {
 		return res, err
+	}
+	if o.Writer.Name != "" {
+		if res.WriterFile, err = initWriter(ctx, o, o.Database, res.Server); err != nil {
+			return res, err
+		}
 	}
 	if o.Analyst.Name == "" {
 		return res, nil
@@ -375,6 +394,7 @@ func DialAs(ctx context.Context, addr, database, user, password string) (driver.
 		Addr:        []string{addr},
 		Protocol:    chgo.Native,
 		Auth:        chgo.Auth{Database: database, Username: user, Password: password},
+		TLS:         clickhouse.LoginFrom(ctx).TLS,
 		DialTimeout: 10 * time.Second,
 	})
 	if err != nil {

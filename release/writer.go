@@ -12,6 +12,8 @@ import (
 
 	chgo "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/crowdlog/crowdlog/infra/clickhouse"
 )
 
 // Schema is the DDL of the release tables (released_items,
@@ -74,9 +76,13 @@ func withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // Open connects to the ClickHouse native-protocol address addr
-// ("host:port", user default, no password), creates database (an
-// identifier: letters, digits, underscore) and the Schema tables in it if
-// they do not exist, then the Views, and returns a Writer. Tables get
+// ("host:port") with the Login of ctx (infra/clickhouse.WithLogin; none:
+// user default without password), creates database (an identifier:
+// letters, digits, underscore) and the Schema tables in it if they do not
+// exist, then the Views, and returns a Writer. As user default it creates
+// the database; any other user (the release stages' writer, Init's
+// Writer) may use only its own databases, which must exist already
+// (`crowdlog clickhouse init` as the administrator creates them). Tables get
 // LowCardinality(String) columns where the server supports them without an
 // experimental setting (SchemaStatementsFor; not on 18.16). It is
 // idempotent. ctx bounds the whole call (DefaultTimeout when it has no
@@ -88,17 +94,23 @@ func Open(ctx context.Context, addr, database string) (*Writer, error) {
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
 
-	boot, err := dial(ctx, addr, "default")
-	if err != nil {
-		return nil, err
-	}
-	err = boot.Exec(ctx, "CREATE DATABASE IF NOT EXISTS `"+database+"`")
-	boot.Close()
-	if err != nil {
-		return nil, fmt.Errorf("release: create database %s on %s: %w", database, addr, err)
+	login := clickhouse.LoginFrom(ctx)
+	if login.Username() == clickhouse.DefaultUser {
+		boot, err := dial(ctx, addr, "default")
+		if err != nil {
+			return nil, err
+		}
+		err = boot.Exec(ctx, "CREATE DATABASE IF NOT EXISTS `"+database+"`")
+		boot.Close()
+		if err != nil {
+			return nil, fmt.Errorf("release: create database %s on %s: %w", database, addr, err)
+		}
 	}
 	conn, err := dial(ctx, addr, database)
 	if err != nil {
+		if login.Username() != clickhouse.DefaultUser {
+			return nil, fmt.Errorf("%w (does database %s exist? run `crowdlog clickhouse init --writer %s` as the administrator first)", err, database, login.Username())
+		}
 		return nil, err
 	}
 	server, err := probe(ctx, conn)
@@ -119,11 +131,15 @@ func Open(ctx context.Context, addr, database string) (*Writer, error) {
 // SQL users).
 func (w *Writer) Server() Server { return w.server }
 
+// dial opens a native-protocol connection to addr in database with the
+// Login of ctx (user default without password when none) and pings it.
 func dial(ctx context.Context, addr, database string) (driver.Conn, error) {
+	l := clickhouse.LoginFrom(ctx)
 	conn, err := chgo.Open(&chgo.Options{
 		Addr:        []string{addr},
 		Protocol:    chgo.Native, // HTTP fails on 18.16 (docs/decisions.md)
-		Auth:        chgo.Auth{Database: database, Username: "default"},
+		Auth:        chgo.Auth{Database: database, Username: l.Username(), Password: l.Password},
+		TLS:         l.TLS,
 		DialTimeout: 10 * time.Second,
 	})
 	if err != nil {
@@ -131,7 +147,8 @@ func dial(ctx context.Context, addr, database string) (driver.Conn, error) {
 	}
 	if err := conn.Ping(ctx); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("release: ClickHouse at %s (native protocol, the TCP port) does not answer: %w", addr, err)
+		return nil, fmt.Errorf("release: ClickHouse at %s (native protocol, the TCP port; TLS %v) as %s in database %s does not answer (a wrong user or password, or a database it may not use): %w",
+			addr, l.TLS != nil, l.Username(), database, err)
 	}
 	return conn, nil
 }

@@ -22,6 +22,8 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/crowdlog/crowdlog/aggregator"
+	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/star"
@@ -242,7 +244,7 @@ func RunVerified(ctx context.Context, brokers []string, reportsTopic, decryptedT
 }
 
 func partitions(ctx context.Context, broker, topic string) ([]int, error) {
-	conn, err := (&kafkago.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", broker)
+	conn, err := infrakafka.Dialer(ctx).DialContext(ctx, "tcp", broker)
 	if err != nil {
 		return nil, fmt.Errorf("audit: dial kafka %s: %w", broker, err)
 	}
@@ -262,7 +264,7 @@ func partitions(ctx context.Context, broker, topic string) ([]int, error) {
 // readPartition calls fn for every record of topic/partition from its first
 // offset to its high watermark as of the call, in offset order.
 func readPartition(ctx context.Context, brokers []string, topic string, partition int, fn func(kafkago.Message)) error {
-	conn, err := kafkago.DialLeader(ctx, "tcp", brokers[0], topic, partition)
+	conn, err := infrakafka.Dialer(ctx).DialLeader(ctx, "tcp", brokers[0], topic, partition)
 	if err != nil {
 		return fmt.Errorf("audit: %s/%d: %w", topic, partition, err)
 	}
@@ -275,7 +277,7 @@ func readPartition(ctx context.Context, brokers []string, topic string, partitio
 		return nil
 	}
 	r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: brokers, Topic: topic, Partition: partition,
-		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 200 * time.Millisecond})
+		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 200 * time.Millisecond, Dialer: infrakafka.Dialer(ctx)})
 	defer r.Close()
 	if err := r.SetOffset(first); err != nil {
 		return err

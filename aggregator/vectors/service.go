@@ -109,7 +109,7 @@ func (s *Service) Run(ctx context.Context) error {
 	s.mu.Lock()
 	s.open, s.day = map[int]int{}, map[int]int32{}
 	s.mu.Unlock()
-	w := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: protocol.GroupSumsTopic, Transport: &kafka.Transport{},
+	w := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: protocol.GroupSumsTopic, Transport: infrakafka.Transport(ctx),
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 2 * time.Millisecond, BatchSize: 1000, BatchBytes: 256 << 20}
 	defer w.Close()
@@ -121,7 +121,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *kafka.Writer, id int, committed int64, log *slog.Logger) error {
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: s.Brokers, Topic: protocol.VectorsTopic, Partition: id,
-		MinBytes: 1, MaxBytes: 64 << 20, MaxWait: s.MaxWait})
+		MinBytes: 1, MaxBytes: 64 << 20, MaxWait: s.MaxWait, Dialer: infrakafka.Dialer(ctx)})
 	defer r.Close()
 	if committed < 0 {
 		committed = 0

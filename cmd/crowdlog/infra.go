@@ -66,7 +66,7 @@ func clickhouseInitCmd() *cobra.Command {
 		passwordEnv = "CROWDLOG_ANALYST_PASSWORD"
 	)
 	c := &cobra.Command{
-		Use:   "init (--clickhouse HOST:PORT | --dir DIR) [--database crowdlog] [--analyst NAME] [--users-d DIR]",
+		Use:   "init (--clickhouse HOST:PORT | --dir DIR) [--database crowdlog] [--analyst NAME] [--writer NAME] [--users-d DIR]",
 		Short: "Create the release schema, the analyst database and a read-only analyst user",
 		Long: `init creates --database with the release tables (LowCardinality columns
 where the server supports them without an experimental setting), then its
@@ -92,7 +92,16 @@ The password is the first line of --password-file, else $` + passwordEnv + `,
 else a random one, printed once. Rerunning init keeps the data, completes the
 analyst database (new views after an upgrade, anything not yet copied) and
 replaces the analyst's password. Run it before the release stage starts, or
-again after it: rows released in between are copied then.`,
+again after it: rows released in between are copied then.
+
+With --writer NAME it also creates the user the release stages write as
+(--clickhouse-user NAME on 'crowdlog release'): not the administrator, and
+allowed only the release database and its analyst database (users.d
+crowdlog-writer.xml with allow_databases on 18.16; CREATE USER and GRANT
+SELECT, INSERT, CREATE TABLE, CREATE VIEW, ALTER on both, no DROP, on
+current servers). Its password is --writer-password, best given as
+CROWDLOG_WRITER_PASSWORD_FILE. init itself logs in with --clickhouse-user
+(default: the administrator, user default).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger()
@@ -128,6 +137,9 @@ again after it: rows released in between are copied then.`,
 					o.Analyst.Password, generated = rand.Text(), true // 128 random bits
 				}
 			}
+			if o.Writer.Name != "" && o.Writer.Password == "" {
+				return usageError(errors.New("--writer needs --writer-password (give it as CROWDLOG_WRITER_PASSWORD_FILE=PATH)"))
+			}
 			res, err := release.Init(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -140,6 +152,13 @@ again after it: rows released in between are copied then.`,
 				fmt.Printf("analyst %s (read-only, database %s) in %s\n", o.Analyst.Name, res.AnalystDatabase, res.AnalystFile)
 			default:
 				fmt.Printf("analyst %s (read-only, database %s) created with CREATE USER and GRANT SELECT\n", o.Analyst.Name, res.AnalystDatabase)
+			}
+			switch {
+			case o.Writer.Name == "":
+			case res.WriterFile != "":
+				fmt.Printf("writer %s (databases %s and %s only) in %s\n", o.Writer.Name, o.Database, res.AnalystDatabase, res.WriterFile)
+			default:
+				fmt.Printf("writer %s created with CREATE USER and GRANT on %s and %s\n", o.Writer.Name, o.Database, res.AnalystDatabase)
 			}
 			if generated {
 				fmt.Printf("analyst password (shown once): %s\n", o.Analyst.Password)
@@ -156,6 +175,9 @@ again after it: rows released in between are copied then.`,
 	f.StringVar(&pwFile, "password-file", "", "file whose first line is the analyst's password (else $"+passwordEnv+", else a random one)")
 	f.StringVar(&o.UsersDir, "users-d", "", "users.d directory of a server without CREATE USER (18.16); default DIR/users.d with --dir")
 	f.StringSliceVar(&o.Networks, "analyst-network", nil, "addresses or CIDR masks the users.d analyst may connect from (default 127.0.0.1, ::1)")
+	f.StringVar(&o.Writer.Name, "writer", "", `user the release stages write as, limited to the release and analyst databases ("" = none)`)
+	f.StringVar(&o.Writer.Password, "writer-password", "", "password of --writer; give it as CROWDLOG_WRITER_PASSWORD_FILE=PATH (or the environment), not on the command line")
+	f.StringSliceVar(&o.WriterNetworks, "writer-network", nil, "addresses or CIDR masks the users.d writer may connect from (default 127.0.0.1, ::1)")
 	f.DurationVar(&o.AnalystWait, "wait", release.DefaultAnalystWait, "how long to wait for the analyst's first login")
 	return c
 }

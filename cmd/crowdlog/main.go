@@ -89,6 +89,12 @@ reports; 1 any other failure.
 			if err := applyConfig(cmd, os.Environ()); err != nil {
 				return err
 			}
+			if err := applyKafkaAuth(cmd); err != nil {
+				return err
+			}
+			if err := applyClickHouseLogin(cmd); err != nil {
+				return err
+			}
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
 				return usageError(fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel))
@@ -111,5 +117,7 @@ reports; 1 any other failure.
 	root.AddCommand(pipelineCmd())
 	root.AddCommand(topicsCmd())
 	root.AddCommand(natsConfigCmd())
+	addKafkaAuthFlags(root)
+	addClickHouseLoginFlags(root)
 	return root
 }

@@ -44,6 +44,9 @@ Example:
   crowdlog pdd --input testdata/aol-top1000.tsv.gz --group-size 50 --delay 2 --max-days 14 --export pdd.tsv`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkLocalServices(cmd, cfg.Kafka, cfg.ClickHouse); err != nil {
+				return err
+			}
 			cfg.Logger = logger()
 			sum, err := runner.RunPDD(cmd.Context(), cfg)
 			if sum != nil {
@@ -134,7 +137,7 @@ requests are counted per reason.`,
 				return err
 			}
 			defer co.Close()
-			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterCoordinator(reg, co) }, coordinatorChecks(nc, kafkaAddr)...); err != nil {
+			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterCoordinator(reg, co) }, coordinatorChecks(cmd.Context(), nc, kafkaAddr)...); err != nil {
 				return err
 			}
 			log.Info("coordinator: serving", "campaign", cp.Name)
@@ -242,7 +245,7 @@ State is rebuilt by replaying a partition on assignment (restart-safe).`,
 			}
 			defer nc.Close()
 			s := &vectors.Service{Brokers: kafkaAddr, Keys: keys, Recoverer: coordinator.NATSRecoverer{NC: nc, Key: sign}, Logger: logger()}
-			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterVectors(reg, s) }, s.Run, vectorsChecks(nc, kafkaAddr)...)
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterVectors(reg, s) }, s.Run, vectorsChecks(cmd.Context(), nc, kafkaAddr)...)
 		},
 	}
 	f := c.Flags()
@@ -283,7 +286,7 @@ over --budget-epsilon is refused and nothing of it is released.`,
 			defer w.Close()
 			st := &pddrelease.Stage{Brokers: kafkaAddr, Writer: w, List: l, Epsilon: eps, MaxCount: int64(maxCount), Logger: logger(),
 				Dataset: dataset, Budget: budget}
-			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterPDDRelease(reg, st) }, st.Run, kafkaCheck(kafkaAddr), clickhouseCheck(w.Ping))
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterPDDRelease(reg, st) }, st.Run, kafkaCheck(cmd.Context(), kafkaAddr), clickhouseCheck(w.Ping))
 		},
 	}
 	f := c.Flags()

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/ready"
 	"github.com/crowdlog/crowdlog/relays"
@@ -37,10 +38,10 @@ func randomnessChecks(nc *nats.Conn, keys string, requireTokens bool) []ready.Ch
 
 // relayChecks: NATS and JetStream (its inbox is a work queue), and Kafka
 // for the last relay of the route.
-func relayChecks(nc *nats.Conn, o relays.Options) []ready.Check {
+func relayChecks(ctx context.Context, nc *nats.Conn, o relays.Options) []ready.Check {
 	checks := natsChecks(nc, true)
 	if relayToKafka(o) {
-		checks = append(checks, ready.Kafka(o.Kafka))
+		checks = append(checks, kafkaCheck(ctx, o.Kafka))
 	}
 	return checks
 }
@@ -70,17 +71,20 @@ func clickhouseCheck(ping func(context.Context) error) ready.Check {
 	return ready.Check{Name: "clickhouse", Fn: ping}
 }
 
-// kafkaCheck: a broker of brokers answers a metadata request.
-func kafkaCheck(brokers []string) ready.Check { return ready.Kafka(brokers) }
+// kafkaCheck: a broker of brokers answers a metadata request, asked with
+// the credential of ctx (infra/kafka.WithAuth).
+func kafkaCheck(ctx context.Context, brokers []string) ready.Check {
+	return ready.Kafka(brokers, infrakafka.AuthFrom(ctx))
+}
 
 // coordinatorChecks: NATS, JetStream (its state is in key-value buckets)
 // and Kafka (rosters and ticks on topic vectors).
-func coordinatorChecks(nc *nats.Conn, brokers []string) []ready.Check {
-	return append(natsChecks(nc, true), ready.Kafka(brokers))
+func coordinatorChecks(ctx context.Context, nc *nats.Conn, brokers []string) []ready.Check {
+	return append(natsChecks(nc, true), kafkaCheck(ctx, brokers))
 }
 
 // vectorsChecks (aggregate-vectors): NATS (recovery requests to the
 // coordinator) and Kafka.
-func vectorsChecks(nc *nats.Conn, brokers []string) []ready.Check {
-	return append(natsChecks(nc, false), ready.Kafka(brokers))
+func vectorsChecks(ctx context.Context, nc *nats.Conn, brokers []string) []ready.Check {
+	return append(natsChecks(nc, false), kafkaCheck(ctx, brokers))
 }

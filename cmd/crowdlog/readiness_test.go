@@ -102,7 +102,7 @@ func TestRelayChecks(t *testing.T) {
 		{relays.Options{Name: "c", Next: "d"}, []string{"nats", "jetstream"}},
 	} {
 		var got []string
-		for _, c := range relayChecks(nil, tc.o) {
+		for _, c := range relayChecks(context.Background(), nil, tc.o) {
 			got = append(got, c.Name)
 		}
 		if !slices.Equal(got, tc.want) {

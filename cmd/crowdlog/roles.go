@@ -208,7 +208,7 @@ timeout means larger anonymity sets and more latency (docs/threat-model.md,
 				return err
 			}
 			defer closeW()
-			reg, err := serveMetrics(cmd.Context(), metricsAddr, nil, relayChecks(nc, o)...)
+			reg, err := serveMetrics(cmd.Context(), metricsAddr, nil, relayChecks(cmd.Context(), nc, o)...)
 			if err != nil {
 				return err
 			}
@@ -361,7 +361,7 @@ holds the operator's key).`,
 			} else {
 				log.Warn("aggregate: report tokens and ARC presentations not checked (--keys not set): one client may send unlimited reports and be k users under FT_u")
 			}
-			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterAggregator(reg, s) }, s.Run, kafkaCheck(kafkaAddrs))
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterAggregator(reg, s) }, s.Run, kafkaCheck(cmd.Context(), kafkaAddrs))
 		},
 	}
 	c.Flags().StringSliceVar(&kafkaAddrs, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")
@@ -567,7 +567,7 @@ logged.`,
 				st.Dataset, st.Budget = dataset, budget
 			}
 			log.Info("release: pipeline; items sealed for any other are not released", "app", app, "policy", rp.String(), "pipeline", pipeline.DigestString(digest))
-			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterRelease(reg, st) }, st.Run, kafkaCheck(kafkaAddrs), clickhouseCheck(w.Ping))
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterRelease(reg, st) }, st.Run, kafkaCheck(cmd.Context(), kafkaAddrs), clickhouseCheck(w.Ping))
 		},
 	}
 	c.Flags().StringSliceVar(&kafkaAddrs, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")

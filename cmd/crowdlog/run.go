@@ -90,6 +90,9 @@ Examples:
   zcat excite.log.gz | crowdlog run --input - --app query --policy ft-u --k 5`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkLocalServices(cmd, cfg.Kafka, cfg.ClickHouse); err != nil {
+				return err
+			}
 			if err := applyPipelineFile(cmd.Flags(), pipelineFile, &cfg); err != nil {
 				return err
 			}

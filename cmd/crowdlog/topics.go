@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,6 +17,7 @@ func topicsCmd() *cobra.Command {
 	var partitions int
 	var retention time.Duration
 	var pipelineFile string
+	var acls []string
 	c := &cobra.Command{
 		Use:   "topics --kafka ADDR[,ADDR...] [--pipeline FILE | --partitions N --retention D]",
 		Short: "Create the Kafka topics a pipeline needs (reports, decrypted) with its partitions and retention",
@@ -26,7 +29,12 @@ a longer one kept). With --pipeline FILE both come from the file
 at least epoch.length + epoch.grace, by default twice that), so a rebuilt
 aggregator can replay an epoch's reports until its keys are gone.
 Existing topics keep their partition count. Run it once per cluster before
-the roles start; it is idempotent.`,
+the roles start; it is idempotent.
+
+With --acl ROLE=USER (repeated or comma-separated; roles relay, aggregator,
+coordinator, release, auditor) it also creates the Kafka ACLs of the role
+table (docs/operations.md, Kafka ACLs) for each role's SASL user; give
+this command the admin credential (--kafka-sasl-…, a super user).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if pipelineFile != "" {
@@ -44,6 +52,14 @@ the roles start; it is idempotent.`,
 			}
 			if partitions < 1 || partitions > 1024 {
 				return usageError(fmt.Errorf("--partitions %d: want 1..1024", partitions))
+			}
+			principals := map[kafka.Role]string{}
+			for _, a := range acls {
+				role, user, ok := strings.Cut(a, "=")
+				if !ok || user == "" || !slices.Contains(kafka.Roles, kafka.Role(role)) {
+					return usageError(fmt.Errorf("--acl %q: want ROLE=USER with ROLE one of %v", a, kafka.Roles))
+				}
+				principals[kafka.Role(role)] = user
 			}
 			ctx := cmd.Context()
 			if err := kafka.EnsureTopics(ctx, brokers[0], partitions, protocol.ReportsTopic, protocol.DecryptedTopic); err != nil {
@@ -70,6 +86,15 @@ the roles start; it is idempotent.`,
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "topic %s: %d partitions, retention %s\n", t, n, ret)
 			}
+			if len(principals) == 0 {
+				return nil
+			}
+			if err := kafka.ApplyACLs(ctx, brokers[0], principals); err != nil {
+				return err
+			}
+			for _, e := range kafka.ACLEntries(principals) {
+				fmt.Fprintf(cmd.OutOrStdout(), "acl %s: allow %s on %s %s (%s)\n", e.Principal, e.Operation, e.ResourceType, e.ResourceName, e.ResourcePatternType)
+			}
 			return nil
 		},
 	}
@@ -77,6 +102,7 @@ the roles start; it is idempotent.`,
 	f.StringSliceVar(&brokers, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")
 	f.IntVar(&partitions, "partitions", 8, "partitions of each topic when created")
 	f.DurationVar(&retention, "retention", 0, "least time the topics keep their records (0 = leave the broker's default)")
+	f.StringSliceVar(&acls, "acl", nil, "ROLE=USER: create the Kafka ACLs of ROLE (relay, aggregator, coordinator, release, auditor) for SASL user USER; repeatable")
 	f.StringVarP(&pipelineFile, "pipeline", "f", "", "pipeline file: topics.partitions and topics.retention from it unless given as flags")
 	return c
 }

@@ -135,3 +135,116 @@ func WriteAnalystUser(usersDir string, u AnalystUser) (string, error) {
 	}
 	return path, nil
 }
+
+// WriterFile is the name of the file WriteWriterUser writes in a users.d
+// directory.
+const WriterFile = "crowdlog-writer.xml"
+
+// WriterProfile is the settings profile of the writer user in users.d:
+// readonly = 0 (INSERT and the DDL of its own databases).
+const WriterProfile = "crowdlog_writer"
+
+// WriterUser is the ClickHouse user of the release stages on a server
+// whose users live in users.xml and users.d/ (18.16): it may use only its
+// Databases (allow_databases: the release database and its analyst
+// database, where the materialized views insert on its behalf), so it
+// cannot read or change any other database, and it is not the
+// administrator (user default). 18.16 has no grants below a database, so
+// within its databases it may also drop; a server with SQL users gets
+// grants without DROP instead (release.CreateWriter).
+type WriterUser struct {
+	// Name is the user name, an identifier other than default.
+	Name string
+	// Password is the user's password; only its SHA-256 is written.
+	Password string
+	// Databases are the only databases the user may use (identifiers).
+	Databases []string
+	// Networks are the addresses the user may connect from (<ip>
+	// entries); 127.0.0.1 and ::1 when empty.
+	Networks []string
+}
+
+// WriterUsersXML renders u as a users.d file: a profile WriterProfile with
+// readonly = 0 and the user with password_sha256_hex, that profile, the
+// default quota, its networks and allow_databases = u.Databases. Errors as
+// AnalystUsersXML's, and for a user without databases.
+func WriterUsersXML(u WriterUser) (string, error) {
+	if !identRE.MatchString(u.Name) {
+		return "", fmt.Errorf("clickhouse: writer name %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)", u.Name)
+	}
+	if u.Name == DefaultUser {
+		return "", errors.New("clickhouse: the writer may not be user default (the administrator): give it its own name")
+	}
+	if u.Password == "" {
+		return "", errors.New("clickhouse: the writer needs a password")
+	}
+	if len(u.Databases) == 0 {
+		return "", errors.New("clickhouse: the writer needs its databases (the release database and its analyst database)")
+	}
+	var dbs strings.Builder
+	for _, d := range u.Databases {
+		if !dbNameRE.MatchString(d) {
+			return "", fmt.Errorf("clickhouse: database %q is not a plain identifier", d)
+		}
+		fmt.Fprintf(&dbs, "                <database>%s</database>\n", d)
+	}
+	ips, err := networksXML(u.Networks)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(u.Password))
+	return fmt.Sprintf(`<?xml version="1.0"?>
+<!-- Written by crowdlog clickhouse init: the release stages' writer user. -->
+<yandex>
+    <profiles>
+        <%[1]s>
+            <readonly>0</readonly>
+        </%[1]s>
+    </profiles>
+    <users>
+        <%[2]s>
+            <password_sha256_hex>%[3]s</password_sha256_hex>
+            <networks>
+%[4]s            </networks>
+            <profile>%[1]s</profile>
+            <quota>default</quota>
+            <allow_databases>
+%[5]s            </allow_databases>
+        </%[2]s>
+    </users>
+</yandex>
+`, WriterProfile, u.Name, hex.EncodeToString(sum[:]), ips, dbs.String()), nil
+}
+
+// networksXML renders networks (127.0.0.1 and ::1 when empty) as <ip>
+// lines; an entry with characters outside [0-9A-Fa-f.:/] is an error.
+func networksXML(nets []string) (string, error) {
+	if len(nets) == 0 {
+		nets = []string{"127.0.0.1", "::1"}
+	}
+	var ips strings.Builder
+	for _, n := range nets {
+		if n == "" || strings.Trim(n, "0123456789abcdefABCDEF.:/") != "" {
+			return "", fmt.Errorf("clickhouse: network %q is not an IP address or CIDR mask", n)
+		}
+		fmt.Fprintf(&ips, "                <ip>%s</ip>\n", n)
+	}
+	return ips.String(), nil
+}
+
+// WriteWriterUser writes WriterUsersXML(u) to usersDir/WriterFile as
+// WriteAnalystUser does (atomically, mode 0644) and returns its path.
+func WriteWriterUser(usersDir string, u WriterUser) (string, error) {
+	text, err := WriterUsersXML(u)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(usersDir, 0o755); err != nil {
+		return "", fmt.Errorf("clickhouse: create %s (is it writable?): %w", usersDir, err)
+	}
+	path := filepath.Join(usersDir, WriterFile)
+	if err := renameio.WriteFile(path, []byte(text), 0o644); err != nil {
+		return "", fmt.Errorf("clickhouse: install %s: %w", path, err)
+	}
+	return path, nil
+}

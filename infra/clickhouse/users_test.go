@@ -82,3 +82,33 @@ func TestReadAddrEnv(t *testing.T) {
 		t.Errorf("ReadAddrEnv = %q, %v", got, err)
 	}
 }
+
+// TestWriterUsersXML: the writer's users.d file names its databases and
+// the SHA-256 of its password, never the password; bad input is refused.
+func TestWriterUsersXML(t *testing.T) {
+	text, err := WriterUsersXML(WriterUser{Name: "crowdlog_writer", Password: "pw-73", Databases: []string{"crowdlog", "crowdlog_analyst"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<database>crowdlog</database>", "<database>crowdlog_analyst</database>", "<readonly>0</readonly>",
+		"<profile>" + WriterProfile + "</profile>", "<ip>127.0.0.1</ip>", "<password_sha256_hex>"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("writer users.d lacks %s:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "pw-73") {
+		t.Error("the writer's users.d file holds the password")
+	}
+	for _, u := range []WriterUser{
+		{Name: "default", Password: "p", Databases: []string{"d"}},
+		{Name: "bad name", Password: "p", Databases: []string{"d"}},
+		{Name: "w", Databases: []string{"d"}},
+		{Name: "w", Password: "p"},
+		{Name: "w", Password: "p", Databases: []string{"d;x"}},
+		{Name: "w", Password: "p", Databases: []string{"d"}, Networks: []string{"0.0.0.0/0</ip><ip>"}},
+	} {
+		if _, err := WriterUsersXML(u); err == nil {
+			t.Errorf("%+v: accepted", u)
+		}
+	}
+}

@@ -5,10 +5,16 @@
 // segmentio/kafka-go; kfake with DataDir for one machine, a real Kafka
 // cluster in production with the same client code). Config.Brokers runs
 // several kfake brokers in one process (the chaos test's 3-broker cluster).
+//
+// Every client built here authenticates with the Auth of its context
+// (WithAuth: TLS and SASL/SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN, auth.go),
+// and ACLTable is what each role may do on the cluster (acl.go: ApplyACLs
+// on a real cluster; Config.Admin, Users and ACLs on a local broker).
 package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,6 +56,41 @@ type Config struct {
 	SyncWrites bool
 	// Logger receives broker warnings and errors; nil means silent.
 	Logger *slog.Logger
+	// TLS, when set, makes every listener TLS with this server
+	// configuration (its Certificates; ClientCAs and ClientAuth for mutual
+	// TLS). Clients then need an Auth with TLS.
+	TLS *tls.Config
+	// Admin, when set, turns SASL on (every client must authenticate) with
+	// this super user, which bypasses ACLs: topic creation, retention,
+	// ApplyACLs. Its Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+	Admin *Credential
+	// Users are the role credentials of a broker with Admin set; with
+	// ACLs each is seeded with its role's rows of ACLTable.
+	Users []User
+	// ACLs turns authorization on: a user may do only what its ACLs
+	// allow (Users' rows of ACLTable, and what ApplyACLs adds); the Admin
+	// may do anything. Needs Admin.
+	ACLs bool
+}
+
+// Credential is a SASL user: mechanism (MechanismSCRAMSHA512, …), name and
+// password.
+type Credential struct {
+	Mechanism, User, Password string
+}
+
+// User is a role's credential on a local broker (Config.Users). Role ""
+// gets no row of ACLTable: a credential with no right at all (a client's,
+// or one whose ACLs ApplyACLs creates later).
+type User struct {
+	Role Role
+	Credential
+}
+
+// AuthConfig returns the client configuration of c with TLS verified by
+// the CA in caFile ("" for none).
+func (c Credential) AuthConfig(caFile string) AuthConfig {
+	return AuthConfig{TLS: caFile != "", CAFile: caFile, Mechanism: c.Mechanism, User: c.User, Password: c.Password}
 }
 
 // Broker is a running local Kafka-protocol broker (or several, see
@@ -107,6 +148,25 @@ func (c Config) Start(ctx context.Context) (*Broker, error) {
 	if c.Logger != nil {
 		opts = append(opts, kfake.WithLogger(slogLogger{c.Logger}))
 	}
+	if c.TLS != nil {
+		opts = append(opts, kfake.TLS(c.TLS))
+	}
+	switch {
+	case c.Admin == nil && (len(c.Users) > 0 || c.ACLs):
+		return nil, errors.New("kafka: Config.Users and Config.ACLs need Config.Admin (the super user that creates topics and ACLs)")
+	case c.Admin != nil:
+		opts = append(opts, kfake.EnableSASL(), kfake.Superuser(c.Admin.Mechanism, c.Admin.User, c.Admin.Password))
+		for _, u := range c.Users {
+			var acls []kfake.ACL
+			if c.ACLs {
+				acls = kfakeACLs(u.Role)
+			}
+			opts = append(opts, kfake.User(u.Mechanism, u.User, u.Password, acls...))
+		}
+		if c.ACLs {
+			opts = append(opts, kfake.EnableACLs())
+		}
+	}
 	cl, err := kfake.NewCluster(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: start local broker (port %d, dir %s): %w", c.Port, c.Dir, err)
@@ -152,10 +212,11 @@ func (b *Broker) Close() {
 // Cluster returns the underlying kfake cluster (for fault injection in tests).
 func (b *Broker) Cluster() *kfake.Cluster { return b.c }
 
-// client returns a kafka-go admin client with its own Transport (the shared
-// default transport caches stale metadata, docs/decisions.md).
-func client(addr string) *kafkago.Client {
-	return &kafkago.Client{Addr: kafkago.TCP(addr), Timeout: 10 * time.Second, Transport: &kafkago.Transport{}}
+// clientCtx returns a kafka-go admin client with its own Transport (the
+// shared default transport caches stale metadata, docs/decisions.md),
+// authenticated with AuthFrom(ctx).
+func clientCtx(ctx context.Context, addr string) *kafkago.Client {
+	return &kafkago.Client{Addr: kafkago.TCP(addr), Timeout: 10 * time.Second, Transport: Transport(ctx)}
 }
 
 // MaxReplication is the largest replication factor EnsureTopics asks for.
@@ -183,7 +244,7 @@ func EnsureTopics(ctx context.Context, addr string, partitions int, topics ...st
 	if len(topics) == 0 {
 		return nil
 	}
-	cl := client(addr)
+	cl := clientCtx(ctx, addr)
 	defer closeTransport(cl)
 	meta, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{}})
 	if err != nil {
@@ -210,7 +271,7 @@ func EnsureTopics(ctx context.Context, addr string, partitions int, topics ...st
 // missing topic is an error wrapping kafka-go's UnknownTopicOrPartition
 // (create it with EnsureTopics).
 func Partitions(ctx context.Context, addr, topic string) (int, error) {
-	cl := client(addr)
+	cl := clientCtx(ctx, addr)
 	defer closeTransport(cl)
 	resp, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
@@ -232,8 +293,12 @@ func Partitions(ctx context.Context, addr, topic string) (int, error) {
 // the way crowdlog produces: its own Transport, messages hashed to
 // partitions by key (kafka-go Hash balancer), acks from all in-sync replicas,
 // and a 2 ms batch timeout so a WriteMessages call of a relay batch returns
-// promptly. Close it when done.
-func NewWriter(addr, topic string) *kafkago.Writer {
+// promptly. It connects in plaintext without SASL; NewWriterAuth
+// authenticates. Close it when done.
+func NewWriter(addr, topic string) *kafkago.Writer { return NewWriterAuth(nil, addr, topic) }
+
+// NewWriterAuth is NewWriter authenticated with a (nil: plaintext).
+func NewWriterAuth(a *Auth, addr, topic string) *kafkago.Writer {
 	return &kafkago.Writer{
 		Addr:         kafkago.TCP(addr),
 		Topic:        topic,
@@ -244,7 +309,7 @@ func NewWriter(addr, topic string) *kafkago.Writer {
 		BatchTimeout: 2 * time.Millisecond,
 		WriteTimeout: 30 * time.Second,
 		MaxAttempts:  3,
-		Transport:    &kafkago.Transport{},
+		Transport:    a.Transport(),
 	}
 }
 
@@ -283,7 +348,7 @@ func Forward(brokers []string, topic string, msgs chan<- []byte, log *slog.Logge
 func forward(brokers []string, topic string, msgs chan<- []byte, log *slog.Logger, lag func(partition int, n int64)) func(ctx context.Context, gen *kafkago.Generation, partition int, from int64) error {
 	return func(ctx context.Context, _ *kafkago.Generation, id int, from int64) error {
 		r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: brokers, Topic: topic, Partition: id,
-			MinBytes: 1, MaxBytes: 64 << 20, MaxWait: 200 * time.Millisecond})
+			MinBytes: 1, MaxBytes: 64 << 20, MaxWait: 200 * time.Millisecond, Dialer: Dialer(ctx)})
 		defer r.Close()
 		if err := r.SetOffset(from); err != nil {
 			return fmt.Errorf("read topic %s partition %d from offset %d: %w", topic, id, from, err)
@@ -385,7 +450,9 @@ const heartbeatInterval = 500 * time.Millisecond
 // committed; kafka-go Generation.Start: serve's context ends when the
 // generation does, e.g. on a rebalance). session is the session and
 // rebalance timeout. It returns nil when ctx ends, an error only when the
-// group cannot be joined. role prefixes its log lines and errors.
+// group cannot be joined. role prefixes its log lines and errors. The
+// group, and every serve's context, use the Kafka credential of ctx
+// (WithAuth).
 //
 // With id "" there is no group (as kafka-go's ReaderConfig.GroupID ""): it
 // lists topic's partitions once and runs serve for every one of them with
@@ -413,6 +480,7 @@ func ServeGroupAssigned(ctx context.Context, brokers []string, id, topic string,
 	if id == "" {
 		return serveAll(ctx, brokers, topic, log, role, assigned, serve)
 	}
+	auth := AuthFrom(ctx)
 	cg, err := kafkago.NewConsumerGroup(kafkago.ConsumerGroupConfig{
 		ID: id, Brokers: brokers, Topics: []string{topic},
 		StartOffset: kafkago.FirstOffset,
@@ -420,6 +488,7 @@ func ServeGroupAssigned(ctx context.Context, brokers []string, id, topic string,
 		// next heartbeat: every partition move waits up to one interval
 		HeartbeatInterval: heartbeatInterval, SessionTimeout: session, RebalanceTimeout: session,
 		JoinGroupBackoff: time.Second, WatchPartitionChanges: true,
+		Dialer: Dialer(ctx),
 	})
 	if err != nil {
 		return fmt.Errorf("%s: join consumer group %s: %w", role, id, err)
@@ -443,8 +512,11 @@ func ServeGroupAssigned(ctx context.Context, brokers []string, id, topic string,
 			assigned(ids)
 		}
 		for _, a := range gen.Assignments[topic] {
-			gen.Start(func(ctx context.Context) {
-				if err := serve(ctx, gen, a.ID, a.Offset); err != nil && ctx.Err() == nil {
+			gen.Start(func(gctx context.Context) {
+				// kafka-go's generation context does not descend from ctx:
+				// carry ctx's Kafka credential over (WithAuth)
+				gctx = WithAuth(gctx, auth)
+				if err := serve(gctx, gen, a.ID, a.Offset); err != nil && gctx.Err() == nil {
 					log.Error(role+": partition stopped", "partition", a.ID, "err", err)
 				}
 			})
@@ -457,7 +529,7 @@ func ServeGroupAssigned(ctx context.Context, brokers []string, id, topic string,
 // topic from its first offset, until ctx ends.
 func serveAll(ctx context.Context, brokers []string, topic string, log *slog.Logger, role string,
 	assigned func([]int), serve func(ctx context.Context, gen *kafkago.Generation, partition int, committed int64) error) error {
-	conn, err := (&kafkago.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, "tcp", brokers[0])
+	conn, err := Dialer(ctx).DialContext(ctx, "tcp", brokers[0])
 	if err != nil {
 		return fmt.Errorf("%s: dial kafka %s: %w", role, brokers[0], err)
 	}

@@ -176,7 +176,7 @@ func TestThreeBrokers(t *testing.T) {
 	if err := EnsureTopics(ctx, b.Addrs[1], 6, "reports"); err != nil {
 		t.Fatal(err)
 	}
-	cl := client(b.Addr)
+	cl := clientCtx(ctx, b.Addr)
 	defer closeTransport(cl)
 	meta, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{"reports"}})
 	if err != nil {

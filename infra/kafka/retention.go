@@ -22,7 +22,7 @@ func EnsureRetention(ctx context.Context, addr string, retention time.Duration, 
 		return nil
 	}
 	want := retention.Milliseconds()
-	cl := client(addr)
+	cl := clientCtx(ctx, addr)
 	defer closeTransport(cl)
 	req := &kafkago.DescribeConfigsRequest{}
 	for _, t := range topics {
@@ -73,7 +73,7 @@ func EnsureRetention(ctx context.Context, addr string, retention time.Duration, 
 // "kept forever", 0 when the topic has none of its own (the broker's
 // default applies).
 func Retention(ctx context.Context, addr, topic string) (time.Duration, error) {
-	cl := client(addr)
+	cl := clientCtx(ctx, addr)
 	defer closeTransport(cl)
 	resp, err := cl.DescribeConfigs(ctx, &kafkago.DescribeConfigsRequest{Resources: []kafkago.DescribeConfigRequestResource{{
 		ResourceType: kafkago.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{"retention.ms"}}}})

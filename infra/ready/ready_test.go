@@ -100,7 +100,7 @@ func TestReadyzFollowsNATSAndKafka(t *testing.T) {
 	kafkaAddr := kc.ListenAddrs()[0]
 	_, kafkaPort, _ := strings.Cut(kafkaAddr, ":")
 
-	c := ready.New(nil, ready.NATS(nc), ready.JetStream(js), ready.Kafka([]string{kafkaAddr}))
+	c := ready.New(nil, ready.NATS(nc), ready.JetStream(js), ready.Kafka([]string{kafkaAddr}, nil))
 	c.Start(ctx, 0)
 	reg := metrics.NewRegistry()
 	c.Register(reg)

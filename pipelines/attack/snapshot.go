@@ -102,7 +102,7 @@ func ReadReportsTopic(ctx context.Context, broker string) (map[int][][]byte, err
 }
 
 func readPartition(ctx context.Context, broker string, p int) ([][]byte, error) {
-	conn, err := kafka.DialLeader(ctx, "tcp", broker, protocol.ReportsTopic, p)
+	conn, err := ikafka.Dialer(ctx).DialLeader(ctx, "tcp", broker, protocol.ReportsTopic, p)
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,7 @@ import (
 	chgo "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/crowdlog/crowdlog/infra/clickhouse"
 	"github.com/crowdlog/crowdlog/release"
 )
 
@@ -58,8 +59,9 @@ type Options struct {
 	// port, not HTTP). Required.
 	Addr string
 	// User and Password log in: the analyst made by `crowdlog clickhouse
-	// init` (its password), or user default without a password when User
-	// is "".
+	// init` (its password); when User is "", the Login of Load's context
+	// (infra/clickhouse.WithLogin), else user default without a password.
+	// TLS comes from that Login too.
 	User, Password string
 	// Database is the release database; release.DefaultDatabase when "".
 	// Load reads its analyst database release.AnalystDatabase(Database)
@@ -205,6 +207,10 @@ func Load(ctx context.Context, opts Options) (*Data, error) {
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
 		defer cancel()
 	}
+	login := clickhouse.LoginFrom(ctx) // --clickhouse-user, --clickhouse-tls…
+	if opts.User == "" && login.User != "" {
+		opts.User, opts.Password = login.User, login.Password
+	}
 	user, session := opts.User, "default"
 	if user == "" {
 		user = "default"
@@ -217,6 +223,7 @@ func Load(ctx context.Context, opts Options) (*Data, error) {
 		Addr:        []string{opts.Addr},
 		Protocol:    chgo.Native, // HTTP fails on 18.16 (docs/decisions.md)
 		Auth:        chgo.Auth{Database: session, Username: user, Password: opts.Password},
+		TLS:         login.TLS,
 		DialTimeout: 10 * time.Second,
 	})
 	if err != nil {

@@ -1,0 +1,41 @@
+package release
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestWriterStatements: on servers with SQL users the writer is created
+// with grants on the release and analyst databases only, none of them
+// DROP; names and passwords that would break the statements are refused.
+func TestWriterStatements(t *testing.T) {
+	stmts, err := WriterStatements(WriterAccount{Name: "crowdlog_writer", Password: "s3cret"}, "crowdlog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stmts) != 3 || !strings.HasPrefix(stmts[0], "CREATE USER OR REPLACE `crowdlog_writer` IDENTIFIED WITH sha256_password") {
+		t.Fatalf("statements %q", stmts)
+	}
+	for _, s := range stmts[1:] {
+		if strings.Contains(s, "DROP") || !strings.HasPrefix(s, "GRANT SELECT, INSERT, CREATE TABLE, CREATE VIEW, ALTER ON `crowdlog") {
+			t.Errorf("grant %q", s)
+		}
+	}
+	if !strings.Contains(stmts[2], "`crowdlog_analyst`.*") {
+		t.Errorf("no grant on the analyst database: %q", stmts[2])
+	}
+	for _, c := range []struct {
+		w  WriterAccount
+		db string
+	}{
+		{WriterAccount{"default", "p"}, "crowdlog"},
+		{WriterAccount{"w x", "p"}, "crowdlog"},
+		{WriterAccount{"w", ""}, "crowdlog"},
+		{WriterAccount{"w", "it's"}, "crowdlog"},
+		{WriterAccount{"w", "p"}, "crowd log"},
+	} {
+		if _, err := WriterStatements(c.w, c.db); err == nil {
+			t.Errorf("%+v on %q: accepted", c.w, c.db)
+		}
+	}
+}
