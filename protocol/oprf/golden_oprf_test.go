@@ -48,7 +48,7 @@ func TestGoldenRandomness(t *testing.T) {
 		resp.Proof = testvec.MustHex(t, old["proof"]) // the golden proof; must verify below
 	}
 	rb, _ := resp.MarshalBinary()
-	omegas, err := Finalize(&Blinded{pub: pub, fin: fin}, resp)
+	omegas, err := Finalize(&Blinded{pub: pub, fin: fin, blinded: q.Elements}, resp)
 	if err != nil {
 		t.Fatalf("golden proof does not verify: %v", err)
 	}
