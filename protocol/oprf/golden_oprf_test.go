@@ -12,7 +12,7 @@ import (
 )
 
 // TestGoldenRandomness: request, response, public key messages and
-// refusals. The DLEQ proof is randomized (circl draws its nonce), so the
+// refusals. The DLEQ proof is randomized (Evaluate draws its nonce), so the
 // golden file keeps one proof and the test checks that it verifies and that
 // every other byte is reproduced.
 func TestGoldenRandomness(t *testing.T) {
