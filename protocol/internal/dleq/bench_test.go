@@ -31,7 +31,7 @@ func BenchmarkVerify(b *testing.B) {
 	}
 }
 
-// BenchmarkProve compares Evaluate (D_i = k·C_i and the proof, decoding
+// BenchmarkEvaluate compares Evaluate (D_i = k·C_i and the proof, decoding
 // and encoding included) with circl's evaluation plus
 // ProveBatchRFC9497 on decoded elements; ns/op is per batch.
 func BenchmarkEvaluate(b *testing.B) {
