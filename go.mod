@@ -12,6 +12,7 @@ require (
 	github.com/gofrs/flock v0.13.2
 	github.com/google/differential-privacy/go/v3 v3.0.0
 	github.com/google/renameio/v2 v2.0.2
+	github.com/gtank/ristretto255 v0.1.2
 	github.com/knadh/koanf/providers/env/v2 v2.0.2
 	github.com/knadh/koanf/providers/file v1.2.1
 	github.com/knadh/koanf/providers/posflag v1.0.2

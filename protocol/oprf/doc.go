@@ -4,6 +4,8 @@
 // service evaluates a batch under the epoch's key and proves it with one
 // DLEQ proof (Evaluate), and the client checks the proof against the pinned
 // epoch public key and finalizes ω (Finalize; ErrProof when the proof
-// fails). Wire messages: RandomnessRequest/Response and
+// fails). The evaluation and the DLEQ proof and its check run in
+// protocol/internal/dleq (variable time only over public values, RFC 9497
+// §2.2); circl blinds, unblinds and hashes. Wire messages: RandomnessRequest/Response and
 // PublicKeyRequest/Response. After STAR (Davidson et al., CCS 2022) §4.
 package oprf

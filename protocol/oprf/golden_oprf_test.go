@@ -12,7 +12,7 @@ import (
 )
 
 // TestGoldenRandomness: request, response, public key messages and
-// refusals. The DLEQ proof is randomized (circl draws its nonce), so the
+// refusals. The DLEQ proof is randomized (Evaluate draws its nonce), so the
 // golden file keeps one proof and the test checks that it verifies and that
 // every other byte is reproduced.
 func TestGoldenRandomness(t *testing.T) {
@@ -48,7 +48,7 @@ func TestGoldenRandomness(t *testing.T) {
 		resp.Proof = testvec.MustHex(t, old["proof"]) // the golden proof; must verify below
 	}
 	rb, _ := resp.MarshalBinary()
-	omegas, err := Finalize(&Blinded{pub: pub, fin: fin}, resp)
+	omegas, err := Finalize(&Blinded{pub: pub, fin: fin, blinded: q.Elements}, resp)
 	if err != nil {
 		t.Fatalf("golden proof does not verify: %v", err)
 	}

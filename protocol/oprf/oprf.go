@@ -1,12 +1,13 @@
 package oprf
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 
 	"github.com/cloudflare/circl/oprf"
-	"github.com/cloudflare/circl/zk/dleq"
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/internal/dleq"
 )
 
 // OPRFSuite is RFC 9497's ristretto255-SHA512 suite used for randomness.
@@ -278,8 +279,9 @@ func ParseOPRFPublicKey(b []byte) (*oprf.PublicKey, error) {
 
 // Blinded is a client's state between Blind and Finalize for one batch.
 type Blinded struct {
-	pub *oprf.PublicKey
-	fin *oprf.FinalizeData
+	pub     *oprf.PublicKey
+	fin     *oprf.FinalizeData
+	blinded [][]byte // the request's elements, for the proof check
 }
 
 // Blind blinds OPRF inputs for one request (RFC 9497 §3.3.2 Blind, verifiable
@@ -300,34 +302,48 @@ func Blind(pub *oprf.PublicKey, epoch string, inputs [][]byte) (*Blinded, *Rando
 			return nil, nil, err
 		}
 	}
-	return &Blinded{pub: pub, fin: fin}, q, nil
+	return &Blinded{pub: pub, fin: fin, blinded: q.Elements}, q, nil
 }
 
 // Finalize verifies the batch's DLEQ proof against the public key given to
 // Blind and unblinds the response into one 64-byte ω per input (RFC 9497
-// §3.3.2 Finalize). Errors: the service's refusal (protocol.Refusal.Err: wrapping
-// protocol.ErrEpochClosed, protocol.ErrEpochExpired or protocol.ErrEpochFuture), a wrong element
-// count, invalid elements, or ErrProof when the proof does not verify —
-// never unverified output.
+// §3.3.2 Finalize; the proof check is RFC 9497 §2.2.2 VerifyProof, in
+// variable time over its public inputs: protocol/internal/dleq). Errors:
+// the service's refusal (protocol.Refusal.Err: wrapping
+// protocol.ErrEpochClosed, protocol.ErrEpochExpired or
+// protocol.ErrEpochFuture), a wrong element count, invalid elements, or
+// ErrProof when the proof does not verify — never unverified output.
 func Finalize(b *Blinded, resp *RandomnessResponse) ([][]byte, error) {
 	if err := resp.Refusal.Err(); err != nil {
 		return nil, err
 	}
-	ev := &oprf.Evaluation{Elements: make([]oprf.Evaluated, len(resp.Elements)), Proof: new(dleq.Proof)}
+	if len(resp.Elements) != len(b.blinded) || len(b.blinded) == 0 {
+		return nil, fmt.Errorf("oprf finalize (answer does not match the request): %d elements for %d blinded: %w", len(resp.Elements), len(b.blinded), oprf.ErrInvalidInput)
+	}
+	ev := &oprf.Evaluation{Elements: make([]oprf.Evaluated, len(resp.Elements))}
 	for i, e := range resp.Elements {
 		el := protocol.G.NewElement()
 		if err := el.UnmarshalBinary(e); err != nil {
 			return nil, fmt.Errorf("randomness service returned an invalid element: %w", err)
 		}
+		if el.IsIdentity() {
+			return nil, fmt.Errorf("randomness service returned the identity element: %w", oprf.ErrInvalidInput)
+		}
 		ev.Elements[i] = el
 	}
-	if err := ev.Proof.UnmarshalBinary(protocol.G, resp.Proof); err != nil {
-		return nil, fmt.Errorf("%w (undecodable proof: %v)", ErrProof, err)
+	pk, err := b.pub.MarshalBinary()
+	if err != nil {
+		return nil, err
 	}
-	out, err := oprf.NewVerifiableClient(OPRFSuite, b.pub).Finalize(b.fin, ev)
-	if errors.Is(err, oprf.ErrInvalidProof) {
+	if err := dleq.Verify(pk, b.blinded, resp.Elements, resp.Proof); errors.Is(err, dleq.ErrProof) {
 		return nil, ErrProof
+	} else if err != nil { // a proof scalar at or above ℓ: nothing an honest service sends
+		return nil, fmt.Errorf("%w (%v)", ErrProof, err)
 	}
+	// The proof is checked: the rest of VOPRF Finalize is OPRF Finalize
+	// (RFC 9497 §3.3.2: unblind, then Hash(len ‖ input ‖ len ‖ element ‖
+	// "Finalize")), which circl's base-mode client does.
+	out, err := oprf.NewClient(OPRFSuite).Finalize(b.fin, ev)
 	if err != nil {
 		return nil, fmt.Errorf("oprf finalize (answer does not match the request): %w", err)
 	}
@@ -335,34 +351,31 @@ func Finalize(b *Blinded, resp *RandomnessResponse) ([][]byte, error) {
 }
 
 // Evaluate evaluates a request under key and proves it (RFC 9497 §3.3.2
-// BlindEvaluate with a batched DLEQ proof). Errors when an element is not a
-// valid ristretto255 encoding (wrapping ErrMalformed) or is the identity.
+// BlindEvaluate with a batched DLEQ proof, §2.2.1 GenerateProof; the
+// composite over the public blinded elements in variable time, everything
+// that touches the key in constant time: protocol/internal/dleq). Errors
+// when an element is not a valid ristretto255 encoding or is the identity
+// (wrapping ErrMalformed).
 func Evaluate(key *oprf.PrivateKey, q *RandomnessRequest) (*RandomnessResponse, error) {
 	if len(q.Elements) == 0 {
 		return nil, fmt.Errorf("%w: empty randomness batch", protocol.ErrMalformed)
 	}
-	req := &oprf.EvaluationRequest{Elements: make([]oprf.Blinded, len(q.Elements))}
-	for i, b := range q.Elements {
-		e := protocol.G.NewElement()
-		if err := e.UnmarshalBinary(b); err != nil || e.IsIdentity() {
-			return nil, fmt.Errorf("%w: element %d is not a non-identity ristretto255 encoding", protocol.ErrMalformed, i)
-		}
-		req.Elements[i] = e
-	}
-	ev, err := oprf.NewVerifiableServer(OPRFSuite, key).Evaluate(req)
+	kb, err := key.MarshalBinary()
 	if err != nil {
 		return nil, err
 	}
-	resp := &RandomnessResponse{Elements: make([][]byte, len(ev.Elements))}
-	for i, e := range ev.Elements {
-		if resp.Elements[i], err = e.MarshalBinaryCompress(); err != nil {
-			return nil, err
-		}
-	}
-	if resp.Proof, err = ev.Proof.MarshalBinary(); err != nil {
+	pk, err := key.Public().MarshalBinary()
+	if err != nil {
 		return nil, err
 	}
-	return resp, nil
+	d, proof, err := dleq.Evaluate(kb, pk, q.Elements, rand.Reader)
+	if ee := new(dleq.ElementError); errors.As(err, &ee) {
+		return nil, fmt.Errorf("%w: element %d is not a non-identity ristretto255 encoding", protocol.ErrMalformed, ee.Index)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("oprf evaluate: %w", err)
+	}
+	return &RandomnessResponse{Elements: d, Proof: proof}, nil
 }
 
 // DeriveOPRFKey derives an epoch's OPRF key pair from a 32-byte seed

@@ -83,7 +83,7 @@ func TestRFC9497Vectors(t *testing.T) {
 		if rfcResp, err = ParseRandomnessResponse(b); err != nil {
 			t.Fatal(err)
 		}
-		out, err := Finalize(&Blinded{pub: pub, fin: fin}, rfcResp)
+		out, err := Finalize(&Blinded{pub: pub, fin: fin, blinded: q.Elements}, rfcResp)
 		if err != nil {
 			t.Fatalf("vector %d: RFC proof rejected: %v", i, err)
 		}
@@ -96,7 +96,7 @@ func TestRFC9497Vectors(t *testing.T) {
 		bad := *rfcResp
 		bad.Proof = append([]byte(nil), rfcResp.Proof...)
 		bad.Proof[0] ^= 1
-		if _, err := Finalize(&Blinded{pub: pub, fin: fin}, &bad); err == nil {
+		if _, err := Finalize(&Blinded{pub: pub, fin: fin, blinded: q.Elements}, &bad); err == nil {
 			t.Fatalf("vector %d: tampered proof accepted", i)
 		}
 	}

@@ -11,7 +11,10 @@
 // RFC 9578's type 0x0001 reproduces RFC 9578 Appendix A.1
 // (testdata/rfc9578-voprf-p384.json). Issuance is batched: one request of n
 // blinded elements gets n evaluated elements and one DLEQ proof (RFC 9497
-// §2.2.1 batched proof).
+// §2.2.1 batched proof). For TypeRistretto the evaluation, the proof and
+// its check run in protocol/internal/dleq, which computes the proof's sums
+// over public elements in variable time and keeps everything that touches
+// the key constant time; circl blinds, unblinds and hashes.
 //
 // Each Kind has its own key per epoch: KindRandomness tokens pay for OPRF
 // elements at the randomness service, KindReport tokens for reports at the

@@ -9,8 +9,9 @@ import (
 
 	"github.com/cloudflare/circl/group"
 	"github.com/cloudflare/circl/oprf"
-	"github.com/cloudflare/circl/zk/dleq"
+	circldleq "github.com/cloudflare/circl/zk/dleq"
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/internal/dleq"
 )
 
 // Kind is what a token pays for. Each kind has its own issuer key per epoch
@@ -216,6 +217,7 @@ type PrivateKey struct {
 	kind  Kind
 	epoch string
 	sk    *oprf.PrivateKey
+	skb   []byte   // SerializeScalar(skI), for protocol/internal/dleq
 	pub   []byte   // SerializeElement(pkI)
 	keyID [32]byte // SHA-256(pub)
 }
@@ -250,7 +252,11 @@ func newKey(s *suite, kind Kind, epoch string, sk *oprf.PrivateKey) (*PrivateKey
 	if err != nil {
 		return nil, err
 	}
-	return &PrivateKey{s: s, kind: kind, epoch: epoch, sk: sk, pub: pub, keyID: sha256.Sum256(pub)}, nil
+	skb, err := sk.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	return &PrivateKey{s: s, kind: kind, epoch: epoch, sk: sk, skb: skb, pub: pub, keyID: sha256.Sum256(pub)}, nil
 }
 
 // Kind is the key's token kind.
@@ -323,12 +329,31 @@ func ParsePrivateKey(b []byte) (*PrivateKey, error) {
 
 // Issue evaluates a batch of blinded elements (RFC 9578 §5.2 with RFC 9497
 // §3.3.2 BlindEvaluate over the batch): one evaluated element per blinded
-// one and a single DLEQ proof (c ‖ s, 2·Ns bytes) for the whole batch. It
-// fails on an empty batch or an element that does not decode or is the
-// identity. The caller decides whether the client may have the tokens.
+// one and a single DLEQ proof (c ‖ s, 2·Ns bytes) for the whole batch
+// (RFC 9497 §2.2.1 GenerateProof; for TypeRistretto the composite over the
+// public blinded elements is variable time and everything that touches the
+// key constant time: protocol/internal/dleq). It fails on an empty batch
+// or an element that does not decode or is the identity (wrapping
+// protocol.ErrMalformed). The caller decides whether the client may have
+// the tokens.
 func (k *PrivateKey) Issue(blinded [][]byte) (evaluated [][]byte, proof []byte, err error) {
 	if len(blinded) == 0 {
 		return nil, nil, errors.New("token: empty batch")
+	}
+	if k.s == suiteRistretto {
+		for i, b := range blinded {
+			if len(b) != k.s.ne {
+				return nil, nil, fmt.Errorf("token: blinded element %d: %w", i, protocol.Malformed("element of %d bytes, want %d", len(b), k.s.ne))
+			}
+		}
+		evaluated, proof, err = dleq.Evaluate(k.skb, k.pub, blinded, rand.Reader)
+		if ee := new(dleq.ElementError); errors.As(err, &ee) {
+			return nil, nil, fmt.Errorf("token: blinded element %d: %w", ee.Index, protocol.Malformed("%v", ee.Err))
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("token: evaluate: %w", err)
+		}
+		return evaluated, proof, nil
 	}
 	elems := make([]group.Element, len(blinded))
 	for i, b := range blinded {
@@ -402,14 +427,16 @@ func (k *PrivateKey) verify(t *Token, digest [32]byte) error {
 // nonces and the token fields. It is secret (the blinds unlink the tokens
 // from the request) and used once.
 type Pending struct {
-	s      *suite
-	client oprf.VerifiableClient
-	fin    *oprf.FinalizeData
-	req    *oprf.EvaluationRequest
-	nonces [][32]byte
-	digest [32]byte
-	keyID  [32]byte
-	spent  bool
+	s       *suite
+	client  oprf.VerifiableClient
+	fin     *oprf.FinalizeData
+	req     *oprf.EvaluationRequest
+	nonces  [][32]byte
+	digest  [32]byte
+	keyID   [32]byte
+	public  []byte   // the issuer key's encoding, for the proof check
+	blinded [][]byte // the request's elements, for the proof check
+	spent   bool
 }
 
 // NewRequest blinds one token input per nonce for the issuer key public
@@ -443,7 +470,7 @@ func newRequestDigest(s *suite, public []byte, digest [32]byte, nonces [][32]byt
 		return nil, nil, fmt.Errorf("token: issuer public key: %w", err)
 	}
 	p := &Pending{s: s, client: oprf.NewVerifiableClient(s.oprf, pk), nonces: append([][32]byte(nil), nonces...),
-		digest: digest, keyID: sha256.Sum256(public)}
+		digest: digest, keyID: sha256.Sum256(public), public: append([]byte(nil), public...)}
 	inputs := make([][]byte, len(nonces))
 	for i, n := range nonces {
 		t := Token{Type: s.typ, Nonce: n, ChallengeDigest: p.digest, KeyID: p.keyID}
@@ -464,6 +491,7 @@ func newRequestDigest(s *suite, public []byte, digest [32]byte, nonces [][32]byt
 			return nil, nil, err
 		}
 	}
+	p.blinded = out
 	return p, out, nil
 }
 
@@ -474,7 +502,9 @@ var ErrProof = errors.New("token: issuance proof failed: the issuer did not eval
 
 // Finalize checks the issuer's batch DLEQ proof and unblinds the evaluated
 // elements into tokens, in nonce order (RFC 9578 §5.3, RFC 9497 §3.3.2
-// Finalize). Errors wrap ErrProof for a failing proof and
+// Finalize; for TypeRistretto the proof check, RFC 9497 §2.2.2
+// VerifyProof, runs in variable time over its public inputs:
+// protocol/internal/dleq). Errors wrap ErrProof for a failing proof and
 // protocol.ErrMalformed for undecodable elements. A Pending finalizes once.
 func (p *Pending) Finalize(evaluated [][]byte, proof []byte) ([]*Token, error) {
 	if p.spent {
@@ -483,7 +513,7 @@ func (p *Pending) Finalize(evaluated [][]byte, proof []byte) ([]*Token, error) {
 	if len(evaluated) != len(p.nonces) {
 		return nil, protocol.Malformed("%d evaluated elements for %d blinded", len(evaluated), len(p.nonces))
 	}
-	ev := &oprf.Evaluation{Elements: make([]group.Element, len(evaluated)), Proof: new(dleq.Proof)}
+	ev := &oprf.Evaluation{Elements: make([]group.Element, len(evaluated)), Proof: new(circldleq.Proof)}
 	for i, b := range evaluated {
 		e, err := p.s.element(b)
 		if err != nil {
@@ -497,7 +527,20 @@ func (p *Pending) Finalize(evaluated [][]byte, proof []byte) ([]*Token, error) {
 	if err := ev.Proof.UnmarshalBinary(p.s.g, proof); err != nil {
 		return nil, protocol.Malformed("proof: %v", err)
 	}
-	outs, err := p.client.Finalize(p.fin, ev)
+	var outs [][]byte
+	var err error
+	if p.s == suiteRistretto {
+		if err := dleq.Verify(p.public, p.blinded, evaluated, proof); errors.Is(err, dleq.ErrProof) {
+			return nil, ErrProof
+		} else if err != nil {
+			return nil, protocol.Malformed("proof: %v", err)
+		}
+		// the proof is checked: the rest of VOPRF Finalize is OPRF
+		// Finalize (RFC 9497 §3.3.2), which circl's base-mode client does
+		outs, err = oprf.NewClient(p.s.oprf).Finalize(p.fin, ev)
+	} else {
+		outs, err = p.client.Finalize(p.fin, ev)
+	}
 	if err != nil {
 		if errors.Is(err, oprf.ErrInvalidProof) {
 			return nil, ErrProof
