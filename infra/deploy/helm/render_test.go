@@ -11,6 +11,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // TestRenderEveryOperator renders the chart with each operator's values
@@ -22,7 +23,7 @@ import (
 func TestRenderEveryOperator(t *testing.T) {
 	for _, op := range Operators {
 		t.Run(op, func(t *testing.T) {
-			objs, err := Render(op, map[string]any{"natsConfig": "# nats.conf\n"})
+			objs, err := Render(op, map[string]any{"natsConfig": "# nats.conf\n", "epochs": []any{"2006-03", "Week_1.b"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -31,6 +32,9 @@ func TestRenderEveryOperator(t *testing.T) {
 			pdb, sm := map[string]bool{}, map[string]bool{}
 			for _, o := range objs {
 				count[o.Kind]++
+				if errs := validation.IsDNS1123Label(o.Name); len(errs) > 0 {
+					t.Errorf("%s %q: %v", o.Kind, o.Name, errs)
+				}
 				if o.Namespace != "crowdlog-"+op {
 					t.Errorf("%s %s in namespace %q, want crowdlog-%s", o.Kind, o.Name, o.Namespace, op)
 				}
