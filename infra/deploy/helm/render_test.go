@@ -1,10 +1,14 @@
 package helm
 
 import (
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -140,5 +144,45 @@ func TestDecodeStrict(t *testing.T) {
 	}
 	if _, err := Decode("# only a comment\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestLint runs `helm lint --strict` (the SDK's action.Lint) with each
+// operator's values: no warning or error. Lint reports `fail` and
+// `required` only as INFO; TestRenderRefuses covers them.
+func TestLint(t *testing.T) {
+	for _, op := range Operators {
+		vals, err := chartutil.ReadValuesFile(filepath.Join(Dir(), "values", op+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := action.NewLint()
+		l.Strict, l.Namespace = true, "crowdlog-"+op
+		res := l.Run([]string{filepath.Join(Dir(), "crowdlog")}, vals)
+		for _, m := range res.Messages {
+			if m.Severity >= support.WarningSev {
+				t.Errorf("%s: %v", op, m)
+			}
+		}
+		for _, err := range res.Errors {
+			t.Errorf("%s: %v", op, err)
+		}
+	}
+}
+
+// TestRenderRefuses: an unknown operator and a missing Secret or SASL user
+// fail the install, as `helm install` would.
+func TestRenderRefuses(t *testing.T) {
+	for _, c := range []struct {
+		op  string
+		set map[string]any
+	}{
+		{"relay-a", map[string]any{"operator": "relay-c"}},
+		{"relay-a", map[string]any{"keys": map[string]any{"secret": ""}}},
+		{"relay-b", map[string]any{"kafka": map[string]any{"user": ""}}},
+	} {
+		if _, err := Render(c.op, c.set); err == nil {
+			t.Errorf("%s with %v rendered", c.op, c.set)
+		}
 	}
 }
