@@ -96,3 +96,37 @@ func TestDeployManifests(t *testing.T) {
 		}
 	}
 }
+
+// TestComposeNetworks: in infra/deploy/compose.yaml every crowdlog service
+// joins exactly one network, its operator's, and that network is internal.
+func TestComposeNetworks(t *testing.T) {
+	b, err := os.ReadFile("../../infra/deploy/compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Services map[string]struct {
+			Image    string   `yaml:"image"`
+			Networks []string `yaml:"networks"`
+		} `yaml:"services"`
+		Networks map[string]struct {
+			Internal bool `yaml:"internal"`
+		} `yaml:"networks"`
+	}
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for name, s := range c.Services {
+		if s.Image != "crowdlog:dev" {
+			continue
+		}
+		n++
+		if len(s.Networks) != 1 || !c.Networks[s.Networks[0]].Internal {
+			t.Errorf("service %s: networks %v, want one internal network of its operator", name, s.Networks)
+		}
+	}
+	if n < 5 {
+		t.Fatalf("only %d crowdlog services", n)
+	}
+}

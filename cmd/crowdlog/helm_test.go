@@ -1,0 +1,106 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/crowdlog/crowdlog/infra/deploy/helm"
+	"github.com/crowdlog/crowdlog/infra/natsauth"
+)
+
+// TestHelmChartArgs renders the Helm chart for every operator and runs each
+// container's arguments and environment through this binary's own parsing:
+// the subcommand exists, its flags parse, every CROWDLOG_* variable names
+// one of its flags (CROWDLOG_FLAG or CROWDLOG_FLAG_FILE; the configuration
+// layer silently skips others), and the configuration layer accepts the
+// values with each _FILE path remapped to a file in a temporary directory.
+// The pipeline operator's ACLs name the SASL users the other operators'
+// roles log in as, and its NATS ConfigMap is `crowdlog nats-config`'s text.
+func TestHelmChartArgs(t *testing.T) {
+	dir := t.TempDir()
+	keys, err := natsauth.EnsureAll(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natsConf, err := natsauth.ServerConfig{Users: keys, TLS: &natsauth.TLSFiles{Cert: "/etc/nats/tls.crt", Key: "/etc/nats/tls.key", CA: "/etc/nats/ca.crt"}}.Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saslUser := map[string]string{} // subcommand -> --kafka-sasl-user
+	var acls []string               // --acl values of the topics Job
+	for _, op := range helm.Operators {
+		objs, err := helm.Render(op, map[string]any{"natsConfig": natsConf, "epochs": []any{"2006-03"}})
+		if err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+		for _, o := range objs {
+			if cm, ok := o.Value.(*corev1.ConfigMap); ok && cm.Data["nats.conf"] != natsConf {
+				t.Errorf("%s: ConfigMap %s does not hold the nats-config text", op, o.Name)
+			}
+		}
+		cs := helm.Containers(objs)
+		if len(cs) == 0 {
+			t.Errorf("%s: no containers", op)
+		}
+		for _, c := range cs {
+			where := op + " " + c.Owner
+			root := rootCmd()
+			cmd, rest, err := root.Find(c.Args)
+			if err != nil || cmd == root {
+				t.Errorf("%s: %v: not a crowdlog subcommand: %v", where, c.Args, err)
+				continue
+			}
+			if err := cmd.ParseFlags(rest); err != nil {
+				t.Errorf("%s: %v: %v", where, c.Args, err)
+				continue
+			}
+			if n := cmd.Flags().Args(); len(n) > 0 {
+				t.Errorf("%s: positional arguments %v", where, n)
+			}
+			var environ []string
+			for _, e := range c.Env {
+				if e.ValueFrom != nil || !strings.HasPrefix(e.Name, envPrefix) {
+					continue
+				}
+				name := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(e.Name, envPrefix), "_", "-"))
+				value := e.Value
+				if base, ok := strings.CutSuffix(name, "-file"); ok && cmd.Flags().Lookup(base) != nil {
+					value = filepath.Join(dir, "files", e.Value)
+					if err := os.MkdirAll(filepath.Dir(value), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(value, []byte("s3cret\n"), 0o600); err != nil {
+						t.Fatal(err)
+					}
+				} else if cmd.Flags().Lookup(name) == nil {
+					t.Errorf("%s: %s names no flag of %s", where, e.Name, cmd.CommandPath())
+				}
+				environ = append(environ, e.Name+"="+value)
+			}
+			if err := applyConfig(cmd, environ); err != nil {
+				t.Errorf("%s: environment %v: %v", where, environ, err)
+			}
+			for _, f := range []string{"kafka-sasl-password", "clickhouse-password"} {
+				if fl := cmd.Flags().Lookup(f); fl != nil && cmd.Flags().Lookup(strings.TrimSuffix(f, "password")+"user").Value.String() != "" && fl.Value.String() != "s3cret" {
+					t.Errorf("%s: --%s not set from its file", where, f)
+				}
+			}
+			if fl := cmd.Flags().Lookup("kafka-sasl-user"); fl != nil {
+				saslUser[cmd.Name()] = fl.Value.String()
+			}
+			if cmd.Name() == "topics" {
+				acls, _ = cmd.Flags().GetStringSlice("acl")
+			}
+		}
+	}
+	for role, sub := range map[string]string{"relay": "relay", "aggregator": "aggregate", "release": "release"} {
+		if want := role + "=" + saslUser[sub]; saslUser[sub] == "" || !slices.Contains(acls, want) {
+			t.Errorf("topics --acl %v: want %s (the user %s logs in as)", acls, want, sub)
+		}
+	}
+}

@@ -1,0 +1,246 @@
+{{/*
+crowdlog.components: the long-running roles of .Values.operator, a YAML
+list of {name, args, nats (NATS role or ""), kafka, clickhouse, keys
+(files of keys.secret), public (files of public.configMap), state (a
+PersistentVolumeClaim at /var/lib/crowdlog), enrollment, resources}.
+*/}}
+{{- define "crowdlog.components" -}}
+{{- $v := .Values -}}
+{{- if eq $v.operator "relay-a" }}
+- name: relay-a
+  args: [relay, --name, a, --key, /etc/crowdlog/keys/relay-a.key]
+  nats: relay-a
+  keys: [relay-a.key]
+{{- else if eq $v.operator "relay-b" }}
+- name: relay-b
+  args: [relay, --name, b, --key, /etc/crowdlog/keys/relay-b.key]
+  nats: relay-b
+  kafka: true
+  keys: [relay-b.key]
+{{- else if eq $v.operator "randomness" }}
+- name: randomness
+  args: [randomness, --keys, /var/lib/crowdlog, --epoch-length, {{ $v.randomness.epochLength | quote }}]
+  nats: randomness
+  state: {{ $v.randomness.storage | quote }}
+{{- else if eq $v.operator "issuer" }}
+- name: issuer
+  args: [issuer, --keys, /var/lib/crowdlog, --randomness-tokens, {{ $v.issuer.randomnessTokens | quote }}, --report-tokens, {{ $v.issuer.reportTokens | quote }}, --epoch-length, {{ $v.issuer.epochLength | quote }}]
+  nats: issuer
+  state: {{ $v.issuer.storage | quote }}
+  enrollment: true
+{{- else if eq $v.operator "aggregator" }}
+- name: aggregate
+  args: [aggregate, --key, /etc/crowdlog/keys/aggregator.key, --control-pub, /etc/crowdlog/public/control-sign.key.pub, --group, {{ $v.aggregator.group | quote }}, --spill-dir, /tmp]
+  kafka: true
+  keys: [aggregator.key]
+  public: [control-sign.key.pub]
+  gomaxprocs: true
+  resources: {requests: {cpu: {{ $v.aggregator.cpu | quote }}, memory: {{ $v.aggregator.memory | quote }}}}
+{{- else if eq $v.operator "release" }}
+- name: release
+  args: [release, --policy, {{ $v.release.policy | quote }}, --k, {{ $v.release.k | quote }}]
+  kafka: true
+  clickhouse: true
+  replicas: 1
+{{- else if eq $v.operator "pipeline-operator" }}
+{{- else }}
+{{- fail (printf "operator %q: want relay-a, relay-b, randomness, issuer, aggregator, release or pipeline-operator" $v.operator) }}
+{{- end }}
+{{- end }}
+
+{{- define "crowdlog.labels" -}}
+app.kubernetes.io/name: crowdlog
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/part-of: crowdlog-{{ .Values.operator }}
+{{- end }}
+
+{{/* crowdlog.podSecurity: the pod securityContext (nonroot uid, fsGroup so mounted keys are readable). */}}
+{{- define "crowdlog.podSecurity" -}}
+runAsNonRoot: true
+runAsUser: {{ .Values.uid }}
+runAsGroup: {{ .Values.uid }}
+fsGroup: {{ .Values.uid }}
+seccompProfile: {type: RuntimeDefault}
+{{- end }}
+
+{{- define "crowdlog.containerSecurity" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities: {drop: [ALL]}
+{{- end }}
+
+{{/* crowdlog.natsArgs: connection and credential flags of NATS role $c.nats. */}}
+{{- define "crowdlog.natsArgs" -}}
+- --nats
+- {{ .Values.nats.url | quote }}
+- --nats-nkey
+- /etc/crowdlog/nats/nkey
+- --nats-ca
+- /etc/crowdlog/nats/ca.crt
+- --nats-cert
+- /etc/crowdlog/nats/tls.crt
+- --nats-key
+- /etc/crowdlog/nats/tls.key
+{{- end }}
+
+{{- define "crowdlog.kafkaArgs" -}}
+- --kafka
+- {{ .Values.kafka.brokers | quote }}
+- --kafka-tls-ca
+- /etc/crowdlog/kafka/ca.crt
+- --kafka-sasl-mechanism
+- {{ .Values.kafka.mechanism | quote }}
+- --kafka-sasl-user
+- {{ required "kafka.user: this role's SASL user" .Values.kafka.user | quote }}
+{{- end }}
+
+{{- define "crowdlog.clickhouseArgs" -}}
+- --clickhouse
+- {{ .Values.clickhouse.address | quote }}
+- --clickhouse-user
+- {{ .Values.clickhouse.user | quote }}
+- --clickhouse-tls-ca
+- /etc/crowdlog/clickhouse/ca.crt
+{{- end }}
+
+{{/* crowdlog.volumes: the volumes of component . (a dict: c, root). */}}
+{{- define "crowdlog.volumes" -}}
+{{- $c := .c }}{{ $v := .root.Values -}}
+- name: tmp
+  emptyDir: {sizeLimit: 1Gi}
+{{- if $c.nats }}
+- name: nats
+  secret:
+    secretName: {{ $v.nats.secret | quote }}
+    defaultMode: 0440
+    items:
+      - {key: ca.crt, path: ca.crt}
+      - {key: tls.crt, path: tls.crt}
+      - {key: tls.key, path: tls.key}
+      - {key: nkey, path: nkey}
+{{- end }}
+{{- if $c.kafka }}
+- name: kafka
+  secret:
+    secretName: {{ $v.kafka.secret | quote }}
+    defaultMode: 0440
+    items:
+      - {key: ca.crt, path: ca.crt}
+      - {key: password, path: password}
+{{- end }}
+{{- if $c.clickhouse }}
+- name: clickhouse
+  secret:
+    secretName: {{ $v.clickhouse.secret | quote }}
+    defaultMode: 0440
+    items:
+      - {key: ca.crt, path: ca.crt}
+      - {key: password, path: password}
+{{- end }}
+{{- if $c.keys }}
+- name: keys
+  secret:
+    secretName: {{ required "keys.secret: the Secret of this operator's private keys" $v.keys.secret | quote }}
+    defaultMode: 0440
+    items:
+    {{- range $c.keys }}
+      - {key: {{ . | quote }}, path: {{ . | quote }}}
+    {{- end }}
+{{- end }}
+{{- if $c.public }}
+- name: public
+  configMap:
+    name: {{ $v.public.configMap | quote }}
+    defaultMode: 0444
+    items:
+    {{- range $c.public }}
+      - {key: {{ . | quote }}, path: {{ . | quote }}}
+    {{- end }}
+{{- end }}
+{{- if $c.enrollment }}
+- name: enrollment
+  configMap:
+    name: {{ $v.issuer.enrollment | quote }}
+    defaultMode: 0444
+    items:
+      - {key: issuer.enrolled, path: issuer.enrolled}
+{{- end }}
+{{- end }}
+
+{{- define "crowdlog.mounts" -}}
+{{- $c := . -}}
+- {name: tmp, mountPath: /tmp}
+{{- if $c.nats }}
+- {name: nats, mountPath: /etc/crowdlog/nats, readOnly: true}
+{{- end }}
+{{- if $c.kafka }}
+- {name: kafka, mountPath: /etc/crowdlog/kafka, readOnly: true}
+{{- end }}
+{{- if $c.clickhouse }}
+- {name: clickhouse, mountPath: /etc/crowdlog/clickhouse, readOnly: true}
+{{- end }}
+{{- if $c.keys }}
+- {name: keys, mountPath: /etc/crowdlog/keys, readOnly: true}
+{{- end }}
+{{- if $c.public }}
+- {name: public, mountPath: /etc/crowdlog/public, readOnly: true}
+{{- end }}
+{{- if $c.state }}
+- {name: state, mountPath: /var/lib/crowdlog}
+{{- end }}
+{{- if $c.enrollment }}
+- {name: enrollment, mountPath: /var/lib/crowdlog/issuer.enrolled, subPath: issuer.enrolled, readOnly: true}
+{{- end }}
+{{- end }}
+
+{{/* crowdlog.container: the container of component . (a dict: c, root, metrics). */}}
+{{- define "crowdlog.container" -}}
+{{- $c := .c }}{{ $root := .root }}{{ $v := .root.Values -}}
+name: {{ $c.name }}
+image: "{{ $v.image.repository }}:{{ $v.image.tag }}"
+imagePullPolicy: {{ $v.image.pullPolicy }}
+args:
+{{- range $c.args }}
+  - {{ . | quote }}
+{{- end }}
+{{- if $c.nats }}
+{{- include "crowdlog.natsArgs" $root | nindent 2 }}
+{{- end }}
+{{- if $c.kafka }}
+{{- include "crowdlog.kafkaArgs" $root | nindent 2 }}
+{{- end }}
+{{- if $c.clickhouse }}
+{{- include "crowdlog.clickhouseArgs" $root | nindent 2 }}
+{{- end }}
+{{- if .metrics }}
+  - --metrics
+  - ":{{ $v.metrics.port }}"
+{{- end }}
+env:
+  - {name: CROWDLOG_LOG_FORMAT, value: {{ $v.logFormat | quote }}}
+{{- if $c.kafka }}
+  - {name: CROWDLOG_KAFKA_SASL_PASSWORD_FILE, value: /etc/crowdlog/kafka/password}
+{{- end }}
+{{- if $c.clickhouse }}
+  - {name: CROWDLOG_CLICKHOUSE_PASSWORD_FILE, value: /etc/crowdlog/clickhouse/password}
+{{- end }}
+{{- if $c.gomaxprocs }}
+  - name: GOMAXPROCS
+    valueFrom: {resourceFieldRef: {resource: requests.cpu, divisor: "1"}}
+{{- end }}
+securityContext:
+  {{- include "crowdlog.containerSecurity" $root | nindent 2 }}
+{{- if $c.resources }}
+resources:
+  {{- toYaml $c.resources | nindent 2 }}
+{{- end }}
+{{- if .metrics }}
+ports:
+  - {name: metrics, containerPort: {{ $v.metrics.port }}}
+readinessProbe: {httpGet: {path: /readyz, port: metrics}}
+livenessProbe: {httpGet: {path: /healthz, port: metrics}}
+{{- end }}
+volumeMounts:
+  {{- include "crowdlog.mounts" $c | nindent 2 }}
+{{- end }}
