@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -82,22 +83,24 @@ func (l Limits) limit(kind token.Kind) int {
 
 // Refusal reasons, the label of crowdlog_issuer_refused_total.
 const (
-	ReasonMalformed    = "malformed"
-	ReasonSignature    = "bad-signature"
-	ReasonStale        = "stale"
-	ReasonReplay       = "replay"
-	ReasonNotEnrolled  = "not-enrolled"
-	ReasonBudget       = "over-budget"
-	ReasonEpoch        = "epoch"
-	ReasonInternal     = "internal"
-	ReasonBadElements  = "bad-elements"
+	ReasonMalformed   = "malformed"
+	ReasonSignature   = "bad-signature"
+	ReasonStale       = "stale"
+	ReasonReplay      = "replay"
+	ReasonNotEnrolled = "not-enrolled"
+	ReasonBudget      = "over-budget"
+	ReasonEpoch       = "epoch"
+	ReasonInternal    = "internal"
+	ReasonBadElements = "bad-elements"
+	// ReasonKind: a kind this operator does not issue (ErrKindNotHeld).
+	ReasonKind         = "kind"
 	replayTTLMargin    = time.Minute
 	maxCASAttempts     = 32
 	defaultReplyBudget = 10 * time.Second
 )
 
 var reasons = []string{ReasonMalformed, ReasonSignature, ReasonStale, ReasonReplay, ReasonNotEnrolled,
-	ReasonBudget, ReasonEpoch, ReasonInternal, ReasonBadElements}
+	ReasonBudget, ReasonEpoch, ReasonInternal, ReasonBadElements, ReasonKind}
 
 // Service is the issuer. Set NC, KeysDir, Attester and Limits (or use
 // New), then Run.
@@ -253,8 +256,17 @@ func (s *Service) RefusedBy(reason string) int64 {
 // three key files (the epoch-flooding attack, docs/threat-model.md).
 var ErrEpochNotOpen = errors.New("epoch not opened at the issuer")
 
-// epochKeys loads the token keys of epoch; it never creates them. Errors
-// wrap ErrEpochNotOpen when the epoch's key files do not exist.
+// ErrKindNotHeld is wrapped when a request names a token kind whose keys
+// this issuer's keys directory does not hold: in a role directory
+// (keydir.GenerateRole) the aggregator's operator issues report tokens and
+// ARC credentials and the randomness operator randomness tokens
+// (docs/threat-model.md, "Key custody").
+var ErrKindNotHeld = errors.New("token kind not issued by this operator")
+
+// epochKeys loads the token keys of epoch that KeysDir holds
+// (keydir.IssuerKindsOf: all three kinds on a single host, the role's
+// kinds in a role directory); it never creates them. Errors wrap
+// ErrEpochNotOpen when the epoch's key files do not exist.
 func (s *Service) epochKeys(epoch string) (*epochKeys, error) {
 	if k, ok := s.keys.Load(epoch); ok {
 		return k.(*epochKeys), nil
@@ -267,22 +279,37 @@ func (s *Service) epochKeys(epoch string) (*epochKeys, error) {
 			return nil, err
 		}
 	}
-	k := &epochKeys{}
-	var err error
-	if k.rnd, err = keydir.LoadTokenKey(s.KeysDir, token.KindRandomness, epoch); err != nil {
+	held, err := keydir.IssuerKindsOf(s.KeysDir)
+	if err != nil {
+		return nil, err
+	}
+	if len(held) == 0 {
+		return nil, fmt.Errorf("%w: the keys directory %s holds no issuer keys (run the issuer at the aggregator's or the randomness operator)", ErrKindNotHeld, s.KeysDir)
+	}
+	notOpen := func(err error) error {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %q (the operator opens it with 'crowdlog issuer --epoch %s')", ErrEpochNotOpen, epoch, epoch)
+			return fmt.Errorf("%w: %q (the operator opens it with 'crowdlog issuer --epoch %s')", ErrEpochNotOpen, epoch, epoch)
 		}
-		return nil, err
+		return err
 	}
-	if k.rep, err = keydir.LoadTokenKey(s.KeysDir, token.KindReport, epoch); err != nil {
-		return nil, err
+	k := &epochKeys{}
+	if slices.Contains(held, token.KindRandomness.String()) {
+		if k.rnd, err = keydir.LoadTokenKey(s.KeysDir, token.KindRandomness, epoch); err != nil {
+			return nil, notOpen(err)
+		}
 	}
-	if k.arc, err = keydir.LoadARCKey(s.KeysDir, epoch); err != nil {
-		return nil, err
+	if slices.Contains(held, token.KindReport.String()) {
+		if k.rep, err = keydir.LoadTokenKey(s.KeysDir, token.KindReport, epoch); err != nil {
+			return nil, notOpen(err)
+		}
 	}
-	if k.arcPub, err = k.arc.Public().MarshalBinary(); err != nil {
-		return nil, err
+	if slices.Contains(held, "arc") {
+		if k.arc, err = keydir.LoadARCKey(s.KeysDir, epoch); err != nil {
+			return nil, notOpen(err)
+		}
+		if k.arcPub, err = k.arc.Public().MarshalBinary(); err != nil {
+			return nil, err
+		}
 	}
 	v, _ := s.keys.LoadOrStore(epoch, k)
 	return v.(*epochKeys), nil
@@ -296,6 +323,11 @@ func (s *Service) HandleKeys(data []byte) *token.KeysResponse {
 		return &token.KeysResponse{Refusal: protocol.Refusal{Error: err.Error()}}
 	}
 	k, err := s.epochKeys(q.Epoch)
+	if err == nil && (k.rnd == nil || k.rep == nil) {
+		// the keys response carries both token kinds (token.KeysResponse);
+		// an issuer holding one kind cannot answer it alone
+		err = fmt.Errorf("%w: this issuer holds only some of the epoch's keys; the keys response needs both token kinds", ErrKindNotHeld)
+	}
 	if err != nil {
 		s.log().Warn("issuer: keys of epoch", "epoch", q.Epoch, "err", err)
 		return &token.KeysResponse{Refusal: protocol.Refusal{Error: err.Error()}}
@@ -351,6 +383,9 @@ func (s *Service) issueTokens(ctx context.Context, identity [32]byte, q *token.I
 	if q.Kind == token.KindReport {
 		key = keys.rep
 	}
+	if key == nil {
+		return s.refuse(ReasonKind, fmt.Errorf("%w: %s tokens (ask the operator that verifies them)", ErrKindNotHeld, q.Kind))
+	}
 	limit := s.Limits.limit(q.Kind)
 	n := len(q.Blinded)
 	if used, err := s.count(ctx, identity, q.Epoch, q.Kind); err != nil {
@@ -380,6 +415,9 @@ func (s *Service) issueARC(ctx context.Context, identity [32]byte, q *token.Issu
 	keys, err := s.epochKeys(q.Epoch)
 	if err != nil {
 		return s.refuse(ReasonEpoch, err)
+	}
+	if keys.arc == nil {
+		return s.refuse(ReasonKind, fmt.Errorf("%w: ARC credentials (ask the aggregator's operator)", ErrKindNotHeld))
 	}
 	if used, err := s.count(ctx, identity, q.Epoch, token.KindARC); err != nil {
 		return s.internal(err)

@@ -38,6 +38,8 @@ const (
 // EnsureKeys creates the HPKE key pairs of relay A, relay B and the
 // aggregator in dir when missing (mode 0600, public halves in *.pub) and
 // returns nothing else: services load their own keys, clients the .pub files.
+// This is the single-host layout (every role's keys in one directory, for
+// `crowdlog run`, the demo and tests); separate operators use GenerateRole.
 func EnsureKeys(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("keys dir: %w", err)
@@ -76,13 +78,18 @@ func LoadRoute(dir string) (a, b, agg onion.PublicKey, err error) {
 // LoadKeyPairs reads the HPKE key files at paths (onion.LoadKeyPair), in
 // order: a role started with two files during a rotation accepts layers
 // sealed for either key id. It errors when paths is empty (say which
-// --key files to give) or a file is bad (the error names it).
+// --key files to give), when a file is another role's key in a role
+// directory (ErrNotCustodian, CheckPrivate) or a file is bad (the error
+// names it).
 func LoadKeyPairs(paths []string) ([]*onion.KeyPair, error) {
 	if len(paths) == 0 {
 		return nil, errors.New("no key file given: pass --key FILE (see `crowdlog keys generate`)")
 	}
 	keys := make([]*onion.KeyPair, 0, len(paths))
 	for _, p := range paths {
+		if err := CheckPrivate(p); err != nil {
+			return nil, err
+		}
 		k, err := onion.LoadKeyPair(p)
 		if err != nil {
 			return nil, err
