@@ -50,6 +50,10 @@ const (
 	RoleAttester   = "attester"
 	RoleOperator   = "pipeline-operator"
 	RoleCoord      = "coordinator"
+	// RoleClient: a reporting device's directory, which holds the route's
+	// public keys (LoadRoute); its identity key is its own (ingest --state,
+	// EnsureIdentityKey) and enrolled at the attester by its public half.
+	RoleClient = "client"
 )
 
 // RoleKeys is one row of the custody table: what a role generates and keeps
@@ -80,6 +84,7 @@ var Custody = []RoleKeys{
 	{Role: RoleOperator, Private: []string{ControlSignKey, OperatorSignKey},
 		Public: []string{ControlSignKey + ".pub", OperatorSignKey + ".pub"}},
 	{Role: RoleCoord, Imports: []string{AggregatorSignKey + ".pub", OperatorSignKey + ".pub"}},
+	{Role: RoleClient, Imports: []string{RelayAKey + ".pub", RelayBKey + ".pub", AggregatorKey + ".pub"}},
 }
 
 // CustodyRoles lists the role names of Custody in order.

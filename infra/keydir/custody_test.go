@@ -23,6 +23,7 @@ var wantPrivate = map[string][]string{
 	RoleAttester:   nil,
 	RoleOperator:   {"control-sign.key", "operator-sign.key"},
 	RoleCoord:      nil,
+	RoleClient:     nil,
 }
 
 var wantPublic = map[string][]string{
@@ -33,6 +34,7 @@ var wantPublic = map[string][]string{
 	RoleAttester:   {EnrollmentFile},
 	RoleOperator:   {"control-sign.key.pub", "operator-sign.key.pub"},
 	RoleCoord:      nil,
+	RoleClient:     nil,
 }
 
 // TestGenerateRole: each role's directory holds exactly that role's
@@ -186,6 +188,11 @@ func TestRoleLoads(t *testing.T) {
 		if _, err := LoadSigningPublic(filepath.Join(dirs[RoleCoord], f)); err != nil {
 			t.Fatal(err)
 		}
+	}
+
+	// a client: the route of public keys
+	if _, _, _, err := LoadRoute(dirs[RoleClient]); err != nil {
+		t.Fatal(err)
 	}
 
 	// refusals: another role's private key, even when a copy is present
