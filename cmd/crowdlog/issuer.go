@@ -46,10 +46,21 @@ only: it cannot link a token it issued to its redemption, and it stores and
 logs only hashed identities, epochs, kinds and counts.
 
 Keys: DIR/` + keydir.IssuerKeys + `/EPOCH.{randomness,report,arc}.key (0600), created by --epoch (an operator opens each epoch; requests naming
-another epoch are refused and create nothing). The randomness service
-needs EPOCH.randomness.key, the aggregator EPOCH.report.key and
-EPOCH.arc.key; give each only its own, so the aggregator cannot mint
-randomness tokens.
+another epoch are refused and create nothing). Which kinds depends on DIR:
+on a single host ('keys generate' without --role) all three, in one
+directory shared with the randomness service and the aggregator. With
+separate operators the tokens are privately verifiable, so each is issued
+where it is verified (RFC 9576 §4.3, Joint Origin and Issuer): the
+aggregator's operator runs this command on its own directory ('keys
+generate --role aggregator': report tokens and ARC credentials) and the
+randomness operator on its own ('--role randomness': randomness tokens);
+each creates and loads only its kinds and refuses the others (refusal
+"kind"), and no issuer key is ever copied between operators. The
+enrollment list comes from the attester ('keys generate --role attester',
+'keys export-public', then 'keys import-public' here). Not yet: clients
+fetch one keys response carrying both token kinds, which an issuer holding
+one kind refuses; until the keys subject is split per kind, a deployment
+of separate operators serves keys and issuance from one process.
 
 Scheduled epochs (--epoch-length, or epoch.length in --pipeline FILE): the
 issuer creates the keys of the current epoch (named START-LENGTH as the

@@ -74,7 +74,9 @@ warning says so); epochs listed in DIR/randomness.seed.closed stay closed.
 
 --require-tokens (Privacy Pass, RFC 9578): every OPRF element must come with
 one unspent randomness token of its epoch, verified under
-DIR/` + keydir.IssuerKeys + `/EPOCH.randomness.key (created by 'crowdlog issuer --epoch');
+DIR/` + keydir.IssuerKeys + `/EPOCH.randomness.key (created by 'crowdlog issuer --epoch' run
+by this operator on DIR: with separate operators the randomness operator
+issues its own randomness tokens, 'keys generate --role randomness');
 spends are kept in JetStream KV (` + protocol.SpentTokensBucket + `), shared by every
 process. Without it any NATS client may evaluate unlimited candidates (the
 online probe of docs/threat-model.md).
@@ -278,7 +280,9 @@ between hosts.
 --keys DIR (Privacy Pass): a report is kept only with an unspent report
 token bound to it, and an FT_u report only with an ARC presentation whose tag
 gives its share's x, under DIR/` + keydir.IssuerKeys + `/EPOCH.report.key and EPOCH.arc.key
-(created by 'crowdlog issuer --epoch'); others are dropped (no-token,
+(created by 'crowdlog issuer --epoch' on the same DIR: with separate
+operators the aggregator's operator runs the issuer of report tokens and
+ARC credentials, 'keys generate --role aggregator'); others are dropped (no-token,
 bad-token, spent-token, bad-presentation). Every process of a group must
 use the same setting.
 
