@@ -90,6 +90,14 @@ gives the budgets (tokens.randomness, tokens.report).`,
 			if limits.RandomnessTokens <= 0 || limits.ReportTokens <= 0 {
 				return errors.New("--randomness-tokens and --report-tokens must be positive (the budgets N and d per identity and epoch)")
 			}
+			if err := keydir.RequireRole(keys, "the issuer", keydir.RoleAggregator, keydir.RoleRandomness); err != nil {
+				return err
+			}
+			kinds, err := keydir.IssuerKindsOf(keys)
+			if err != nil {
+				return err
+			}
+			log.Info("issuer: kinds held in the keys directory (others are refused)", "kinds", kinds)
 			for _, e := range epochs {
 				if err := keydir.EnsureIssuerKeys(keys, e); err != nil {
 					return err
@@ -149,6 +157,9 @@ is what to enroll).`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := keydir.RequireRole(dir, "keys enroll", keydir.RoleAttester); err != nil {
+				return err
+			}
 			var pub ed25519.PublicKey
 			if generate {
 				if out == "" {

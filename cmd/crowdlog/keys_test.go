@@ -76,6 +76,37 @@ func TestKeysRoleCmd(t *testing.T) {
 	if _, _, _, err := keydir.LoadRoute(dir(keydir.RoleClient)); err != nil {
 		t.Errorf("client route: %v", err)
 	}
+	// services started on another operator's directory stop before they
+	// create or load anything
+	enroll := keysEnrollCmd()
+	enroll.SetArgs([]string{"--keys", dir(keydir.RoleAggregator), "--generate", "--out", filepath.Join(root, "id.key")})
+	if err := enroll.ExecuteContext(ctx); !errors.Is(err, keydir.ErrNotCustodian) {
+		t.Errorf("enroll at the aggregator: %v, want ErrNotCustodian", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "id.key")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused enroll wrote an identity key: %v", err)
+	}
+	enroll = keysEnrollCmd()
+	enroll.SetArgs([]string{"--keys", dir(keydir.RoleAttester), "--generate", "--out", filepath.Join(root, "id.key")})
+	if err := enroll.ExecuteContext(ctx); err != nil {
+		t.Errorf("enroll at the attester: %v", err)
+	}
+	iss := issuerCmd()
+	iss.SetArgs([]string{"--keys", dir(keydir.RoleRelayA), "--randomness-tokens", "1", "--report-tokens", "1", "--nats", "nats://127.0.0.1:1"})
+	if err := iss.ExecuteContext(ctx); !errors.Is(err, keydir.ErrNotCustodian) {
+		t.Errorf("issuer on relay a's directory: %v, want ErrNotCustodian", err)
+	}
+	rnd := randomnessCmd()
+	rnd.SetArgs([]string{"open-epoch", "--keys", dir(keydir.RoleAggregator), "--epoch", "e1"})
+	if err := rnd.ExecuteContext(ctx); !errors.Is(err, keydir.ErrNotCustodian) {
+		t.Errorf("randomness open-epoch on the aggregator's directory: %v, want ErrNotCustodian", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir(keydir.RoleAggregator), keydir.RandomnessKeys)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the aggregator's directory got OPRF keys: %v", err)
+	}
+	if err := run("rotate", "--keys", dir(keydir.RoleRelayA), "--role", "relay-a"); err != nil {
+		t.Errorf("relay a rotates its key: %v", err)
+	}
 	if err := run("generate", "--keys", dir("x"), "--role", "nobody"); err == nil {
 		t.Error("unknown role accepted")
 	}

@@ -106,6 +106,9 @@ pipeline file, unless --epoch-length or --key-grace are given.`,
 			if o.Skew == 0 {
 				o.Skew = -1
 			}
+			if err := keydir.RequireRole(keys, "the randomness service", keydir.RoleRandomness); err != nil {
+				return err
+			}
 			nc, err := natsconn.ConnectAs(natsURL, "crowdlog-randomness", as(natsSec, natsauth.Randomness))
 			if err != nil {
 				return err
@@ -150,6 +153,9 @@ never given a new key. Run it after 'crowdlog aggregate close-epoch'.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger()
+			if err := keydir.RequireRole(keys, "randomness close-epoch", keydir.RoleRandomness); err != nil {
+				return err
+			}
 			k, err := randomness.Open(filepath.Join(keys, keydir.RandomnessKeys), randomness.Options{})
 			if err != nil {
 				return err
@@ -361,6 +367,9 @@ holds the operator's key).`,
 				log.Warn("aggregate: --control-key unused: no --pipeline with an epoch schedule (this process writes no control records)")
 			}
 			if tokenKeys != "" {
+				if err := keydir.RequireRole(tokenKeys, "the aggregator", keydir.RoleAggregator); err != nil {
+					return err
+				}
 				runner.AggregatorTokens(s, tokenKeys)
 			} else {
 				log.Warn("aggregate: report tokens and ARC presentations not checked (--keys not set): one client may send unlimited reports and be k users under FT_u")

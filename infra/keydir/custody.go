@@ -204,6 +204,21 @@ func DirRole(dir string) (string, error) {
 	return role, nil
 }
 
+// RequireRole errors (wrapping ErrNotCustodian) when dir is a role
+// directory of a role not in roles: a service started on another
+// operator's directory would create or load keys that operator holds (the
+// randomness service's OPRF keys in the aggregator's directory, say). A
+// directory without a custody marker (single host) passes. what names the
+// service in the error.
+func RequireRole(dir, what string, roles ...string) error {
+	role, err := DirRole(dir)
+	if err != nil || role == "" || slices.Contains(roles, role) {
+		return err
+	}
+	return fmt.Errorf("%s: the keys directory %s belongs to %s, and %s runs at the %s operator: %w (give it that operator's directory)",
+		what, dir, role, what, strings.Join(roles, " or "), ErrNotCustodian)
+}
+
 // owner returns the role whose private file is name, "" for none.
 func owner(name string) string {
 	for _, r := range Custody {
