@@ -377,7 +377,10 @@ func ImportPublic(dir, bundle string) (string, []string, error) {
 	}
 	data := make(map[string][]byte, len(files))
 	for _, f := range files {
-		allowed := slices.Contains(rk.Public, f) || oldKeyName.MatchString(strings.TrimSuffix(f, ".pub"))
+		allowed := slices.Contains(rk.Public, f)
+		if m := oldKeyName.FindStringSubmatch(strings.TrimSuffix(f, ".pub")); m != nil {
+			allowed = slices.Contains(rk.Private, m[1]+".key") // a rotated-out key of this role
+		}
 		if !allowed || filepath.Base(f) != f {
 			return "", nil, fmt.Errorf("public bundle %s lists %s, not a public part of %s", bundle, f, from)
 		}

@@ -272,6 +272,12 @@ func TestBundleRefusals(t *testing.T) {
 	if _, _, err := ImportPublic(relay, bundle); err == nil || !strings.Contains(err.Error(), "not a public part") {
 		t.Errorf("bundle listing another role's file: %v", err)
 	}
+	os.WriteFile(filepath.Join(bundle, "relay-b.1.key.pub"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(bundle, BundleFile), []byte("role aggregator\nrelay-b.1.key.pub\n"), 0o644)
+	if _, _, err := ImportPublic(relay, bundle); err == nil || !strings.Contains(err.Error(), "not a public part") {
+		t.Errorf("bundle listing another role's rotated-out key: %v", err)
+	}
+	os.Remove(filepath.Join(bundle, "relay-b.1.key.pub"))
 	if from, files, err := func() (string, []string, error) {
 		ExportPublic(agg, bundle)
 		return ImportPublic(relay, bundle)
@@ -304,5 +310,38 @@ func TestBundleRefusals(t *testing.T) {
 	}
 	if err := GenerateRole(filepath.Join(root, "y"), "issuer"); err == nil || !strings.Contains(err.Error(), "use one of") {
 		t.Errorf("unknown role: %v", err)
+	}
+}
+
+// TestRotatedExport: after a rotation in relay a's directory the bundle
+// carries both public halves and a client directory takes them.
+func TestRotatedExport(t *testing.T) {
+	root := t.TempDir()
+	relay, client := filepath.Join(root, "relay-a"), filepath.Join(root, "client")
+	if err := GenerateRole(relay, RoleRelayA); err != nil {
+		t.Fatal(err)
+	}
+	if err := GenerateRole(client, RoleClient); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Rotate(relay, RoleRelayA); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Rotate(relay, RoleRelayB); err == nil {
+		t.Errorf("rotated relay b's key in relay a's directory: %v", err)
+	}
+	files, err := ExportPublic(relay, filepath.Join(root, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(files)
+	if want := []string{"relay-a.1.key.pub", "relay-a.key.pub"}; !slices.Equal(files, want) {
+		t.Fatalf("exported %v, want %v", files, want)
+	}
+	if _, got, err := ImportPublic(client, filepath.Join(root, "b")); err != nil || len(got) != 2 {
+		t.Fatalf("client import: %v %v", got, err)
+	}
+	if priv, _ := PrivateFiles(client); len(priv) != 0 {
+		t.Errorf("client holds private files %v", priv)
 	}
 }
