@@ -11,11 +11,12 @@ import (
 	"github.com/crowdlog/crowdlog/protocol/token"
 )
 
-// TestIssuerHoldsOwnKinds: an issuer on the randomness operator's keys
+// TestIssuerHoldsOwnKinds: an issuer on the aggregator's operator's keys
 // directory (keydir.GenerateRole; enrollment imported from the attester)
-// issues randomness tokens that verify under its key, refuses report
-// tokens and ARC credentials (ReasonKind: the aggregator's operator issues
-// those) and cannot answer the two-kind keys request alone.
+// issues report tokens that verify under its key, refuses randomness
+// tokens (ReasonKind: the randomness operator issues those, on
+// protocol.IssuerRandomnessSubject) and publishes keys without the
+// randomness-token key.
 func TestIssuerHoldsOwnKinds(t *testing.T) {
 	e := newEnv(t)
 	root := t.TempDir()
@@ -30,7 +31,7 @@ func TestIssuerHoldsOwnKinds(t *testing.T) {
 	if _, err := keydir.ExportPublic(att, att+".public"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := keydir.ImportPublic(rnd, att+".public"); err != nil {
+	if _, _, err := keydir.ImportPublic(agg, att+".public"); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range []string{rnd, agg} {
@@ -38,31 +39,31 @@ func TestIssuerHoldsOwnKinds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e.keys = rnd
+	e.keys = agg
 	s, stop := e.start(Limits{RandomnessTokens: 10, ReportTokens: 10})
 	defer stop()
 	nc := e.conn()
-	if err := e.tokens(nc, alice, token.KindRandomness, 3); err != nil {
-		t.Fatalf("randomness tokens at the randomness operator: %v", err)
+	if err := e.tokens(nc, alice, token.KindReport, 2); err != nil {
+		t.Fatalf("report tokens at the aggregator's operator: %v", err)
 	}
-	// a report-token request blinded under the aggregator's report key
-	repKey, err := keydir.LoadTokenKey(agg, token.KindReport, epoch)
+	// a randomness-token request blinded under the randomness operator's key
+	rndKey, err := keydir.LoadTokenKey(rnd, token.KindRandomness, epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var nonce [32]byte
 	rand.Read(nonce[:])
-	_, blinded, err := token.NewRequest(repKey.Public(), token.KindReport, epoch, [][32]byte{nonce})
+	_, blinded, err := token.NewRequest(rndKey.Public(), token.KindRandomness, epoch, [][32]byte{nonce})
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := &token.IssueRequest{Kind: token.KindReport, Epoch: epoch, Timestamp: now(), Blinded: blinded}
+	q := &token.IssueRequest{Kind: token.KindRandomness, Epoch: epoch, Timestamp: now(), Blinded: blinded}
 	if err := q.Sign(alice); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := q.MarshalBinary()
 	if err := e.ask(nc, b).Err(); err == nil || !strings.Contains(err.Error(), ErrKindNotHeld.Error()) {
-		t.Fatalf("report tokens at the randomness operator: %v, want a refusal naming %q", err, ErrKindNotHeld)
+		t.Fatalf("randomness tokens at the aggregator's operator: %v, want a refusal naming %q", err, ErrKindNotHeld)
 	}
 	if got := s.RefusedBy(ReasonKind); got != 1 {
 		t.Errorf("refused %s = %d, want 1", ReasonKind, got)
@@ -73,10 +74,13 @@ func TestIssuerHoldsOwnKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	kr, err := token.ParseKeysResponse(m.Data)
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || kr.Err() != nil {
+		t.Fatalf("keys: %v %v", err, kr.Err())
 	}
-	if kr.Err() == nil || !strings.Contains(kr.Err().Error(), "only some") {
-		t.Errorf("keys request at a one-kind issuer: %v", kr.Err())
+	if len(kr.Randomness) != 0 || len(kr.Report) == 0 || len(kr.ARC) == 0 {
+		t.Errorf("keys of the aggregator's issuer: randomness %d, report %d, ARC %d bytes; want 0, >0, >0", len(kr.Randomness), len(kr.Report), len(kr.ARC))
+	}
+	if _, err := keydir.LoadTokenKey(agg, token.KindRandomness, epoch); err == nil {
+		t.Error("the aggregator's directory loads a randomness-token key")
 	}
 }

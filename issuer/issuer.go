@@ -163,22 +163,28 @@ func (s *Service) now() time.Time {
 // nc, creating it (file storage, history 1, per-key TTL allowed for the
 // replay markers) when missing. Errors say when JetStream is off.
 func OpenCounters(ctx context.Context, nc *nats.Conn) (jetstream.KeyValue, error) {
+	return OpenCountersBucket(ctx, nc, protocol.IssuerCountersBucket)
+}
+
+// OpenCountersBucket is OpenCounters on bucket (the randomness operator's
+// issuer uses protocol.IssuerRandomnessCountersBucket: Subjects).
+func OpenCountersBucket(ctx context.Context, nc *nats.Conn, bucket string) (jetstream.KeyValue, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("issuer: %w", err)
 	}
-	kv, err := js.KeyValue(ctx, protocol.IssuerCountersBucket)
+	kv, err := js.KeyValue(ctx, bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: protocol.IssuerCountersBucket,
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket,
 			Description: "crowdlog issuer: tokens issued per hashed identity, epoch and kind; replay markers",
 			History:     1, Storage: jetstream.FileStorage, Replicas: natsconn.Replicas(nc),
 			LimitMarkerTTL: time.Second})
 		if errors.Is(err, jetstream.ErrBucketExists) { // another replica created it meanwhile
-			kv, err = js.KeyValue(ctx, protocol.IssuerCountersBucket)
+			kv, err = js.KeyValue(ctx, bucket)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("issuer: key-value bucket %s (is JetStream enabled on the NATS server?): %w", protocol.IssuerCountersBucket, err)
+		return nil, fmt.Errorf("issuer: key-value bucket %s (is JetStream enabled on the NATS server?): %w", bucket, err)
 	}
 	return kv, nil
 }
@@ -190,8 +196,12 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.Attester == nil {
 		return errors.New("issuer: no attester (use issuer.New or set Service.Attester)")
 	}
+	subj, keysSubj, bucket, err := s.Subjects()
+	if err != nil {
+		return err
+	}
 	if s.Counters == nil {
-		kv, err := OpenCounters(ctx, s.NC)
+		kv, err := OpenCountersBucket(ctx, s.NC, bucket)
 		if err != nil {
 			return err
 		}
@@ -206,31 +216,52 @@ func (s *Service) Run(ctx context.Context) error {
 			log.Warn("issuer: respond", "err", err)
 		}
 	}
-	sub, err := s.NC.QueueSubscribe(protocol.IssuerSubject, Queue, func(m *nats.Msg) {
+	sub, err := s.NC.QueueSubscribe(subj, Queue, func(m *nats.Msg) {
 		rctx, cancel := context.WithTimeout(ctx, defaultReplyBudget)
 		defer cancel()
 		b, err := s.Handle(rctx, m.Data).MarshalBinary()
 		respond(m, b, err)
 	})
 	if err != nil {
-		return fmt.Errorf("issuer: subscribe %s: %w", protocol.IssuerSubject, err)
+		return fmt.Errorf("issuer: subscribe %s: %w", subj, err)
 	}
 	defer sub.Unsubscribe()
-	psub, err := s.NC.QueueSubscribe(protocol.IssuerPublicKeySubject, Queue, func(m *nats.Msg) {
+	psub, err := s.NC.QueueSubscribe(keysSubj, Queue, func(m *nats.Msg) {
 		b, err := s.HandleKeys(m.Data).MarshalBinary()
 		respond(m, b, err)
 	})
 	if err != nil {
-		return fmt.Errorf("issuer: subscribe %s: %w", protocol.IssuerPublicKeySubject, err)
+		return fmt.Errorf("issuer: subscribe %s: %w", keysSubj, err)
 	}
 	defer psub.Unsubscribe()
 	if err := s.NC.Flush(); err != nil {
 		return err
 	}
-	log.Info("issuer ready", "subject", protocol.IssuerSubject, "public_keys", protocol.IssuerPublicKeySubject,
+	log.Info("issuer ready", "subject", subj, "public_keys", keysSubj, "counters", bucket,
 		"randomness_tokens", s.Limits.RandomnessTokens, "report_tokens", s.Limits.ReportTokens)
 	<-ctx.Done()
 	return nil
+}
+
+// Subjects returns where this issuer answers and keeps its counters, by the
+// kinds its keys directory holds (keydir.IssuerKindsOf): the randomness
+// operator's issuer (randomness tokens only) on
+// protocol.IssuerRandomnessSubject and IssuerRandomnessPublicKeySubject
+// with IssuerRandomnessCountersBucket; every other issuer (single host, or
+// the aggregator's operator: report tokens and ARC) on IssuerSubject and
+// IssuerPublicKeySubject with IssuerCountersBucket.
+func (s *Service) Subjects() (subject, keysSubject, bucket string, err error) {
+	held, err := keydir.IssuerKindsOf(s.KeysDir)
+	if err != nil {
+		return "", "", "", err
+	}
+	if len(held) == 0 {
+		return "", "", "", fmt.Errorf("issuer: %w: the keys directory %s holds no issuer keys (run the issuer at the aggregator's or the randomness operator)", ErrKindNotHeld, s.KeysDir)
+	}
+	if slices.Equal(held, []string{token.KindRandomness.String()}) {
+		return protocol.IssuerRandomnessSubject, protocol.IssuerRandomnessPublicKeySubject, protocol.IssuerRandomnessCountersBucket, nil
+	}
+	return protocol.IssuerSubject, protocol.IssuerPublicKeySubject, protocol.IssuerCountersBucket, nil
 }
 
 // refuse counts a refusal by reason and makes its response.
@@ -315,24 +346,30 @@ func (s *Service) epochKeys(epoch string) (*epochKeys, error) {
 	return v.(*epochKeys), nil
 }
 
-// HandleKeys answers a KeysRequest: the public keys of the epoch, or a
-// refusal wrapping ErrEpochNotOpen for an epoch no operator opened.
+// HandleKeys answers a KeysRequest: the public keys of the epoch that this
+// issuer holds (token.KeysResponse: an empty token key is issued by the
+// other operator), or a refusal wrapping ErrEpochNotOpen for an epoch no
+// operator opened.
 func (s *Service) HandleKeys(data []byte) *token.KeysResponse {
 	q, err := token.ParseKeysRequest(data)
 	if err != nil {
 		return &token.KeysResponse{Refusal: protocol.Refusal{Error: err.Error()}}
 	}
 	k, err := s.epochKeys(q.Epoch)
-	if err == nil && (k.rnd == nil || k.rep == nil) {
-		// the keys response carries both token kinds (token.KeysResponse);
-		// an issuer holding one kind cannot answer it alone
-		err = fmt.Errorf("%w: this issuer holds only some of the epoch's keys; the keys response needs both token kinds", ErrKindNotHeld)
-	}
 	if err != nil {
 		s.log().Warn("issuer: keys of epoch", "epoch", q.Epoch, "err", err)
 		return &token.KeysResponse{Refusal: protocol.Refusal{Error: err.Error()}}
 	}
-	return &token.KeysResponse{Epoch: q.Epoch, Randomness: k.rnd.Public(), Report: k.rep.Public(), ARC: k.arcPub}
+	// the kinds this issuer holds; the other token key stays empty (the
+	// randomness operator's issuer answers for it)
+	out := &token.KeysResponse{Epoch: q.Epoch, ARC: k.arcPub}
+	if k.rnd != nil {
+		out.Randomness = k.rnd.Public()
+	}
+	if k.rep != nil {
+		out.Report = k.rep.Public()
+	}
+	return out
 }
 
 // Handle answers one IssueRequest: parse, signature, freshness, replay,

@@ -52,15 +52,15 @@ directory shared with the randomness service and the aggregator. With
 separate operators the tokens are privately verifiable, so each is issued
 where it is verified (RFC 9576 §4.3, Joint Origin and Issuer): the
 aggregator's operator runs this command on its own directory ('keys
-generate --role aggregator': report tokens and ARC credentials) and the
-randomness operator on its own ('--role randomness': randomness tokens);
-each creates and loads only its kinds and refuses the others (refusal
-"kind"), and no issuer key is ever copied between operators. The
+generate --role aggregator': report tokens and ARC credentials, on the
+subjects above) and the randomness operator on its own ('--role
+randomness': randomness tokens, on ` + protocol.IssuerRandomnessSubject + `[.pubkey] with
+counters in ` + protocol.IssuerRandomnessCountersBucket + `, connecting with the randomness
+operator's NATS credential). Each creates and loads only its kinds and
+refuses the others (refusal "kind"); no issuer key is ever copied between
+operators. Clients merge both answers into one pinned key set. The
 enrollment list comes from the attester ('keys generate --role attester',
-'keys export-public', then 'keys import-public' here). Not yet: clients
-fetch one keys response carrying both token kinds, which an issuer holding
-one kind refuses; until the keys subject is split per kind, a deployment
-of separate operators serves keys and issuance from one process.
+'keys export-public', then 'keys import-public' here).
 
 Scheduled epochs (--epoch-length, or epoch.length in --pipeline FILE): the
 issuer creates the keys of the current epoch (named START-LENGTH as the
@@ -103,7 +103,13 @@ gives the budgets (tokens.randomness, tokens.report).`,
 					return err
 				}
 			}
-			nc, err := natsconn.ConnectAs(natsURL, "crowdlog-issuer", as(natsSec, natsauth.Issuer))
+			// the randomness operator's issuer connects with that operator's
+			// credential (its subjects and counters bucket are in its row)
+			natsRole := natsauth.Issuer
+			if role, _ := keydir.DirRole(keys); role == keydir.RoleRandomness {
+				natsRole = natsauth.Randomness
+			}
+			nc, err := natsconn.ConnectAs(natsURL, "crowdlog-issuer", as(natsSec, natsRole))
 			if err != nil {
 				return err
 			}
