@@ -284,6 +284,9 @@ func TestBundleRefusals(t *testing.T) {
 	}(); err != nil || from != RoleAggregator || len(files) != 2 {
 		t.Errorf("clean bundle: %s %v %v", from, files, err)
 	}
+	if err := EnsureKeys(agg); !errors.Is(err, ErrNotCustodian) {
+		t.Errorf("single-host keys made in a role directory: %v", err)
+	}
 	if err := GenerateRole(agg, RoleRelayB); err == nil {
 		t.Error("a directory of one role was generated for another")
 	}

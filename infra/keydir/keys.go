@@ -39,8 +39,14 @@ const (
 // aggregator in dir when missing (mode 0600, public halves in *.pub) and
 // returns nothing else: services load their own keys, clients the .pub files.
 // This is the single-host layout (every role's keys in one directory, for
-// `crowdlog run`, the demo and tests); separate operators use GenerateRole.
+// `crowdlog run`, the demo and tests); separate operators use GenerateRole,
+// and EnsureKeys refuses a role directory (ErrNotCustodian).
 func EnsureKeys(dir string) error {
+	if role, err := DirRole(dir); err != nil {
+		return err
+	} else if role != "" {
+		return fmt.Errorf("keys directory %s belongs to role %s: %w; the all-in-one layout (`crowdlog keys generate` without --role, `crowdlog run`) needs a directory of its own", dir, role, ErrNotCustodian)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("keys dir: %w", err)
 	}
