@@ -2,7 +2,11 @@
 // the HPKE key files of relay a, relay b and the aggregator (created by
 // EnsureKeys, listed by List, rotated by Rotate with the old key kept for
 // the rotation window), the clients' route of public keys (LoadRoute), and
-// the randomness service's epoch key directory and pin file names.
+// the randomness service's epoch key directory and pin file names, and key
+// custody (custody.go): one directory per operator holding only that
+// role's private keys (GenerateRole), public bundles passed between
+// operators (ExportPublic, ImportPublic), and loaders that refuse another
+// role's private key (ErrNotCustodian).
 package keydir
 
 import (
