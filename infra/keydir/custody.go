@@ -122,6 +122,9 @@ var ErrPrivateInBundle = errors.New("public bundle holds a private key")
 // directory: generate each role in its own directory).
 func GenerateRole(dir, role string) error {
 	rk, ok := RoleOf(role)
+	if role == "issuer" {
+		return fmt.Errorf("--role issuer: the issuer runs at each verifier, with no keys of its own: use --role aggregator (report tokens, ARC credentials) or --role randomness (randomness tokens), and --role attester for the enrollment list")
+	}
 	if !ok {
 		return fmt.Errorf("--role %q: use one of %s", role, strings.Join(CustodyRoles(), ", "))
 	}

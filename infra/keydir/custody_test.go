@@ -311,8 +311,11 @@ func TestBundleRefusals(t *testing.T) {
 	if _, err := ExportPublic(single, filepath.Join(root, "x")); err == nil {
 		t.Error("exported from a directory without a custody marker")
 	}
-	if err := GenerateRole(filepath.Join(root, "y"), "issuer"); err == nil || !strings.Contains(err.Error(), "use one of") {
+	if err := GenerateRole(filepath.Join(root, "y"), "nobody"); err == nil || !strings.Contains(err.Error(), "use one of") {
 		t.Errorf("unknown role: %v", err)
+	}
+	if err := GenerateRole(filepath.Join(root, "y"), "issuer"); err == nil || !strings.Contains(err.Error(), "--role aggregator") {
+		t.Errorf("issuer role: %v", err)
 	}
 }
 
