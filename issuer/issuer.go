@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -82,22 +83,24 @@ func (l Limits) limit(kind token.Kind) int {
 
 // Refusal reasons, the label of crowdlog_issuer_refused_total.
 const (
-	ReasonMalformed    = "malformed"
-	ReasonSignature    = "bad-signature"
-	ReasonStale        = "stale"
-	ReasonReplay       = "replay"
-	ReasonNotEnrolled  = "not-enrolled"
-	ReasonBudget       = "over-budget"
-	ReasonEpoch        = "epoch"
-	ReasonInternal     = "internal"
-	ReasonBadElements  = "bad-elements"
+	ReasonMalformed   = "malformed"
+	ReasonSignature   = "bad-signature"
+	ReasonStale       = "stale"
+	ReasonReplay      = "replay"
+	ReasonNotEnrolled = "not-enrolled"
+	ReasonBudget      = "over-budget"
+	ReasonEpoch       = "epoch"
+	ReasonInternal    = "internal"
+	ReasonBadElements = "bad-elements"
+	// ReasonKind: a kind this operator does not issue (ErrKindNotHeld).
+	ReasonKind         = "kind"
 	replayTTLMargin    = time.Minute
 	maxCASAttempts     = 32
 	defaultReplyBudget = 10 * time.Second
 )
 
 var reasons = []string{ReasonMalformed, ReasonSignature, ReasonStale, ReasonReplay, ReasonNotEnrolled,
-	ReasonBudget, ReasonEpoch, ReasonInternal, ReasonBadElements}
+	ReasonBudget, ReasonEpoch, ReasonInternal, ReasonBadElements, ReasonKind}
 
 // Service is the issuer. Set NC, KeysDir, Attester and Limits (or use
 // New), then Run.
@@ -160,22 +163,28 @@ func (s *Service) now() time.Time {
 // nc, creating it (file storage, history 1, per-key TTL allowed for the
 // replay markers) when missing. Errors say when JetStream is off.
 func OpenCounters(ctx context.Context, nc *nats.Conn) (jetstream.KeyValue, error) {
+	return OpenCountersBucket(ctx, nc, protocol.IssuerCountersBucket)
+}
+
+// OpenCountersBucket is OpenCounters on bucket (the randomness operator's
+// issuer uses protocol.IssuerRandomnessCountersBucket: Subjects).
+func OpenCountersBucket(ctx context.Context, nc *nats.Conn, bucket string) (jetstream.KeyValue, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("issuer: %w", err)
 	}
-	kv, err := js.KeyValue(ctx, protocol.IssuerCountersBucket)
+	kv, err := js.KeyValue(ctx, bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: protocol.IssuerCountersBucket,
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket,
 			Description: "crowdlog issuer: tokens issued per hashed identity, epoch and kind; replay markers",
 			History:     1, Storage: jetstream.FileStorage, Replicas: natsconn.Replicas(nc),
 			LimitMarkerTTL: time.Second})
 		if errors.Is(err, jetstream.ErrBucketExists) { // another replica created it meanwhile
-			kv, err = js.KeyValue(ctx, protocol.IssuerCountersBucket)
+			kv, err = js.KeyValue(ctx, bucket)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("issuer: key-value bucket %s (is JetStream enabled on the NATS server?): %w", protocol.IssuerCountersBucket, err)
+		return nil, fmt.Errorf("issuer: key-value bucket %s (is JetStream enabled on the NATS server?): %w", bucket, err)
 	}
 	return kv, nil
 }
@@ -187,8 +196,12 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.Attester == nil {
 		return errors.New("issuer: no attester (use issuer.New or set Service.Attester)")
 	}
+	subj, keysSubj, bucket, err := s.Subjects()
+	if err != nil {
+		return err
+	}
 	if s.Counters == nil {
-		kv, err := OpenCounters(ctx, s.NC)
+		kv, err := OpenCountersBucket(ctx, s.NC, bucket)
 		if err != nil {
 			return err
 		}
@@ -203,31 +216,52 @@ func (s *Service) Run(ctx context.Context) error {
 			log.Warn("issuer: respond", "err", err)
 		}
 	}
-	sub, err := s.NC.QueueSubscribe(protocol.IssuerSubject, Queue, func(m *nats.Msg) {
+	sub, err := s.NC.QueueSubscribe(subj, Queue, func(m *nats.Msg) {
 		rctx, cancel := context.WithTimeout(ctx, defaultReplyBudget)
 		defer cancel()
 		b, err := s.Handle(rctx, m.Data).MarshalBinary()
 		respond(m, b, err)
 	})
 	if err != nil {
-		return fmt.Errorf("issuer: subscribe %s: %w", protocol.IssuerSubject, err)
+		return fmt.Errorf("issuer: subscribe %s: %w", subj, err)
 	}
 	defer sub.Unsubscribe()
-	psub, err := s.NC.QueueSubscribe(protocol.IssuerPublicKeySubject, Queue, func(m *nats.Msg) {
+	psub, err := s.NC.QueueSubscribe(keysSubj, Queue, func(m *nats.Msg) {
 		b, err := s.HandleKeys(m.Data).MarshalBinary()
 		respond(m, b, err)
 	})
 	if err != nil {
-		return fmt.Errorf("issuer: subscribe %s: %w", protocol.IssuerPublicKeySubject, err)
+		return fmt.Errorf("issuer: subscribe %s: %w", keysSubj, err)
 	}
 	defer psub.Unsubscribe()
 	if err := s.NC.Flush(); err != nil {
 		return err
 	}
-	log.Info("issuer ready", "subject", protocol.IssuerSubject, "public_keys", protocol.IssuerPublicKeySubject,
+	log.Info("issuer ready", "subject", subj, "public_keys", keysSubj, "counters", bucket,
 		"randomness_tokens", s.Limits.RandomnessTokens, "report_tokens", s.Limits.ReportTokens)
 	<-ctx.Done()
 	return nil
+}
+
+// Subjects returns where this issuer answers and keeps its counters, by the
+// kinds its keys directory holds (keydir.IssuerKindsOf): the randomness
+// operator's issuer (randomness tokens only) on
+// protocol.IssuerRandomnessSubject and IssuerRandomnessPublicKeySubject
+// with IssuerRandomnessCountersBucket; every other issuer (single host, or
+// the aggregator's operator: report tokens and ARC) on IssuerSubject and
+// IssuerPublicKeySubject with IssuerCountersBucket.
+func (s *Service) Subjects() (subject, keysSubject, bucket string, err error) {
+	held, err := keydir.IssuerKindsOf(s.KeysDir)
+	if err != nil {
+		return "", "", "", err
+	}
+	if len(held) == 0 {
+		return "", "", "", fmt.Errorf("issuer: %w: the keys directory %s holds no issuer keys (run the issuer at the aggregator's or the randomness operator)", ErrKindNotHeld, s.KeysDir)
+	}
+	if slices.Equal(held, []string{token.KindRandomness.String()}) {
+		return protocol.IssuerRandomnessSubject, protocol.IssuerRandomnessPublicKeySubject, protocol.IssuerRandomnessCountersBucket, nil
+	}
+	return protocol.IssuerSubject, protocol.IssuerPublicKeySubject, protocol.IssuerCountersBucket, nil
 }
 
 // refuse counts a refusal by reason and makes its response.
@@ -253,8 +287,17 @@ func (s *Service) RefusedBy(reason string) int64 {
 // three key files (the epoch-flooding attack, docs/threat-model.md).
 var ErrEpochNotOpen = errors.New("epoch not opened at the issuer")
 
-// epochKeys loads the token keys of epoch; it never creates them. Errors
-// wrap ErrEpochNotOpen when the epoch's key files do not exist.
+// ErrKindNotHeld is wrapped when a request names a token kind whose keys
+// this issuer's keys directory does not hold: in a role directory
+// (keydir.GenerateRole) the aggregator's operator issues report tokens and
+// ARC credentials and the randomness operator randomness tokens
+// (docs/threat-model.md, "Key custody").
+var ErrKindNotHeld = errors.New("token kind not issued by this operator")
+
+// epochKeys loads the token keys of epoch that KeysDir holds
+// (keydir.IssuerKindsOf: all three kinds on a single host, the role's
+// kinds in a role directory); it never creates them. Errors wrap
+// ErrEpochNotOpen when the epoch's key files do not exist.
 func (s *Service) epochKeys(epoch string) (*epochKeys, error) {
 	if k, ok := s.keys.Load(epoch); ok {
 		return k.(*epochKeys), nil
@@ -267,29 +310,46 @@ func (s *Service) epochKeys(epoch string) (*epochKeys, error) {
 			return nil, err
 		}
 	}
-	k := &epochKeys{}
-	var err error
-	if k.rnd, err = keydir.LoadTokenKey(s.KeysDir, token.KindRandomness, epoch); err != nil {
+	held, err := keydir.IssuerKindsOf(s.KeysDir)
+	if err != nil {
+		return nil, err
+	}
+	if len(held) == 0 {
+		return nil, fmt.Errorf("%w: the keys directory %s holds no issuer keys (run the issuer at the aggregator's or the randomness operator)", ErrKindNotHeld, s.KeysDir)
+	}
+	notOpen := func(err error) error {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %q (the operator opens it with 'crowdlog issuer --epoch %s')", ErrEpochNotOpen, epoch, epoch)
+			return fmt.Errorf("%w: %q (the operator opens it with 'crowdlog issuer --epoch %s')", ErrEpochNotOpen, epoch, epoch)
 		}
-		return nil, err
+		return err
 	}
-	if k.rep, err = keydir.LoadTokenKey(s.KeysDir, token.KindReport, epoch); err != nil {
-		return nil, err
+	k := &epochKeys{}
+	if slices.Contains(held, token.KindRandomness.String()) {
+		if k.rnd, err = keydir.LoadTokenKey(s.KeysDir, token.KindRandomness, epoch); err != nil {
+			return nil, notOpen(err)
+		}
 	}
-	if k.arc, err = keydir.LoadARCKey(s.KeysDir, epoch); err != nil {
-		return nil, err
+	if slices.Contains(held, token.KindReport.String()) {
+		if k.rep, err = keydir.LoadTokenKey(s.KeysDir, token.KindReport, epoch); err != nil {
+			return nil, notOpen(err)
+		}
 	}
-	if k.arcPub, err = k.arc.Public().MarshalBinary(); err != nil {
-		return nil, err
+	if slices.Contains(held, "arc") {
+		if k.arc, err = keydir.LoadARCKey(s.KeysDir, epoch); err != nil {
+			return nil, notOpen(err)
+		}
+		if k.arcPub, err = k.arc.Public().MarshalBinary(); err != nil {
+			return nil, err
+		}
 	}
 	v, _ := s.keys.LoadOrStore(epoch, k)
 	return v.(*epochKeys), nil
 }
 
-// HandleKeys answers a KeysRequest: the public keys of the epoch, or a
-// refusal wrapping ErrEpochNotOpen for an epoch no operator opened.
+// HandleKeys answers a KeysRequest: the public keys of the epoch that this
+// issuer holds (token.KeysResponse: an empty token key is issued by the
+// other operator), or a refusal wrapping ErrEpochNotOpen for an epoch no
+// operator opened.
 func (s *Service) HandleKeys(data []byte) *token.KeysResponse {
 	q, err := token.ParseKeysRequest(data)
 	if err != nil {
@@ -300,7 +360,16 @@ func (s *Service) HandleKeys(data []byte) *token.KeysResponse {
 		s.log().Warn("issuer: keys of epoch", "epoch", q.Epoch, "err", err)
 		return &token.KeysResponse{Refusal: protocol.Refusal{Error: err.Error()}}
 	}
-	return &token.KeysResponse{Epoch: q.Epoch, Randomness: k.rnd.Public(), Report: k.rep.Public(), ARC: k.arcPub}
+	// the kinds this issuer holds; the other token key stays empty (the
+	// randomness operator's issuer answers for it)
+	out := &token.KeysResponse{Epoch: q.Epoch, ARC: k.arcPub}
+	if k.rnd != nil {
+		out.Randomness = k.rnd.Public()
+	}
+	if k.rep != nil {
+		out.Report = k.rep.Public()
+	}
+	return out
 }
 
 // Handle answers one IssueRequest: parse, signature, freshness, replay,
@@ -351,6 +420,9 @@ func (s *Service) issueTokens(ctx context.Context, identity [32]byte, q *token.I
 	if q.Kind == token.KindReport {
 		key = keys.rep
 	}
+	if key == nil {
+		return s.refuse(ReasonKind, fmt.Errorf("%w: %s tokens (ask the operator that verifies them)", ErrKindNotHeld, q.Kind))
+	}
 	limit := s.Limits.limit(q.Kind)
 	n := len(q.Blinded)
 	if used, err := s.count(ctx, identity, q.Epoch, q.Kind); err != nil {
@@ -380,6 +452,9 @@ func (s *Service) issueARC(ctx context.Context, identity [32]byte, q *token.Issu
 	keys, err := s.epochKeys(q.Epoch)
 	if err != nil {
 		return s.refuse(ReasonEpoch, err)
+	}
+	if keys.arc == nil {
+		return s.refuse(ReasonKind, fmt.Errorf("%w: ARC credentials (ask the aggregator's operator)", ErrKindNotHeld))
 	}
 	if used, err := s.count(ctx, identity, q.Epoch, token.KindARC); err != nil {
 		return s.internal(err)

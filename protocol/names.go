@@ -59,6 +59,18 @@ const (
 	// markers (replay-<hex>, with a per-key TTL); durable across restarts
 	// and shared by issuer replicas.
 	IssuerCountersBucket = "crowdlog-issuer-counters"
+	// IssuerRandomnessSubject and IssuerRandomnessPublicKeySubject: the
+	// issuer of randomness tokens when it runs at the randomness operator,
+	// apart from the issuer of report tokens and ARC credentials at the
+	// aggregator's operator (key custody, docs/threat-model.md): issuance
+	// requests of KindRandomness and the epoch's randomness-token public
+	// key (a token.KeysResponse with only Randomness set).
+	IssuerRandomnessSubject          = "crowdlog.issuer.randomness"
+	IssuerRandomnessPublicKeySubject = "crowdlog.issuer.randomness.pubkey"
+	// IssuerRandomnessCountersBucket: IssuerCountersBucket of the
+	// randomness operator's issuer, so that neither operator's issuer can
+	// reset the other's budgets.
+	IssuerRandomnessCountersBucket = "crowdlog-issuer-randomness-counters"
 	// SpentTokensBucket: JetStream KV of spent randomness tokens (key: hex
 	// of the token's spend id); a create that finds the key is a double
 	// spend, refused by every randomness replica alike.

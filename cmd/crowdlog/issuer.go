@@ -46,10 +46,21 @@ only: it cannot link a token it issued to its redemption, and it stores and
 logs only hashed identities, epochs, kinds and counts.
 
 Keys: DIR/` + keydir.IssuerKeys + `/EPOCH.{randomness,report,arc}.key (0600), created by --epoch (an operator opens each epoch; requests naming
-another epoch are refused and create nothing). The randomness service
-needs EPOCH.randomness.key, the aggregator EPOCH.report.key and
-EPOCH.arc.key; give each only its own, so the aggregator cannot mint
-randomness tokens.
+another epoch are refused and create nothing). Which kinds depends on DIR:
+on a single host ('keys generate' without --role) all three, in one
+directory shared with the randomness service and the aggregator. With
+separate operators the tokens are privately verifiable, so each is issued
+where it is verified (RFC 9576 §4.3, Joint Origin and Issuer): the
+aggregator's operator runs this command on its own directory ('keys
+generate --role aggregator': report tokens and ARC credentials, on the
+subjects above) and the randomness operator on its own ('--role
+randomness': randomness tokens, on ` + protocol.IssuerRandomnessSubject + `[.pubkey] with
+counters in ` + protocol.IssuerRandomnessCountersBucket + `, connecting with the randomness
+operator's NATS credential). Each creates and loads only its kinds and
+refuses the others (refusal "kind"); no issuer key is ever copied between
+operators. Clients merge both answers into one pinned key set. The
+enrollment list comes from the attester ('keys generate --role attester',
+'keys export-public', then 'keys import-public' here).
 
 Scheduled epochs (--epoch-length, or epoch.length in --pipeline FILE): the
 issuer creates the keys of the current epoch (named START-LENGTH as the
@@ -79,12 +90,26 @@ gives the budgets (tokens.randomness, tokens.report).`,
 			if limits.RandomnessTokens <= 0 || limits.ReportTokens <= 0 {
 				return errors.New("--randomness-tokens and --report-tokens must be positive (the budgets N and d per identity and epoch)")
 			}
+			if err := keydir.RequireRole(keys, "the issuer", keydir.RoleAggregator, keydir.RoleRandomness); err != nil {
+				return err
+			}
+			kinds, err := keydir.IssuerKindsOf(keys)
+			if err != nil {
+				return err
+			}
+			log.Info("issuer: kinds held in the keys directory (others are refused)", "kinds", kinds)
 			for _, e := range epochs {
 				if err := keydir.EnsureIssuerKeys(keys, e); err != nil {
 					return err
 				}
 			}
-			nc, err := natsconn.ConnectAs(natsURL, "crowdlog-issuer", as(natsSec, natsauth.Issuer))
+			// the randomness operator's issuer connects with that operator's
+			// credential (its subjects and counters bucket are in its row)
+			natsRole := natsauth.Issuer
+			if role, _ := keydir.DirRole(keys); role == keydir.RoleRandomness {
+				natsRole = natsauth.Randomness
+			}
+			nc, err := natsconn.ConnectAs(natsURL, "crowdlog-issuer", as(natsSec, natsRole))
 			if err != nil {
 				return err
 			}
@@ -138,6 +163,9 @@ is what to enroll).`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := keydir.RequireRole(dir, "keys enroll", keydir.RoleAttester); err != nil {
+				return err
+			}
 			var pub ed25519.PublicKey
 			if generate {
 				if out == "" {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -25,11 +26,20 @@ which is how a rotation works:
 
 Private keys are written with mode 0600 and never printed or logged.`,
 	}
-	var dir string
+	var dir, genRole string
 	gen := &cobra.Command{
-		Use:   "generate --keys DIR",
-		Short: "Create relay-a, relay-b and aggregator key pairs in DIR (existing keys are kept)",
-		Long: `generate writes X25519 HPKE key pairs relay-a.key, relay-b.key and
+		Use:   "generate --keys DIR [--role ROLE]",
+		Short: "Create one operator's private keys (--role) or, on a single host, every role's keys in DIR (existing keys are kept)",
+		Long: `With --role ROLE (` + strings.Join(keydir.CustodyRoles(), ", ") + `),
+generate creates only that operator's private keys in DIR (mode 0600) and
+marks DIR as that role's (file ` + keydir.CustodyFile + `): loading another role's private
+key from DIR then fails. Hand the others only the public parts
+('crowdlog keys export-public') and install theirs ('crowdlog keys
+import-public'). Per role:
+
+` + custodyHelp() + `
+Without --role (single-host mode: 'crowdlog run', the demo and tests, where
+one person runs every role), generate writes X25519 HPKE key pairs relay-a.key, relay-b.key and
 aggregator.key (mode 0600, private) with key id 1 and their public halves
 *.key.pub, which clients need, and the Ed25519 credentials of PDD mode:
 aggregator-sign.key (aggregate-vectors --sign-key signs unmasking requests)
@@ -41,6 +51,18 @@ control-sign.key.pub, --control-pub).
 Existing files are never overwritten.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if genRole != "" {
+				if err := keydir.GenerateRole(dir, genRole); err != nil {
+					return err
+				}
+				priv, err := keydir.PrivateFiles(dir)
+				if err != nil {
+					return err
+				}
+				fmt.Printf("%s keys in %s (private, stay here: %s); export the public parts with: crowdlog keys export-public --keys %s --out %s.public\n",
+					genRole, dir, strings.Join(priv, " "), dir, genRole)
+				return nil
+			}
 			if err := keydir.EnsureKeys(dir); err != nil {
 				return err
 			}
@@ -102,7 +124,43 @@ Existing files are never overwritten.`,
 			return nil
 		},
 	}
-	for _, sc := range []*cobra.Command{gen, list, rotate, retire} {
+	var out string
+	export := &cobra.Command{
+		Use:   "export-public --keys DIR --out BUNDLE",
+		Short: "Write the public parts of DIR's role into the directory BUNDLE for the other operators",
+		Long: `export-public copies the public parts of the role of DIR (made by 'keys
+generate --role') into BUNDLE with a list of them (` + keydir.BundleFile + `); no private file is
+read. Give BUNDLE to the operators that import it:
+
+` + custodyHelp(),
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			files, err := keydir.ExportPublic(dir, out)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("public parts in %s: %s\n", out, strings.Join(files, " "))
+			return nil
+		},
+	}
+	export.Flags().StringVar(&out, "out", "", "bundle directory to write (created)")
+	_ = export.MarkFlagRequired("out")
+	imp := &cobra.Command{
+		Use:   "import-public --keys DIR BUNDLE...",
+		Short: "Install other operators' public bundles into DIR (refuses bundles holding a private key)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, b := range args {
+				from, files, err := keydir.ImportPublic(dir, b)
+				if err != nil {
+					return err
+				}
+				fmt.Printf("imported from %s (%s): %s\n", from, b, strings.Join(files, " "))
+			}
+			return nil
+		},
+	}
+	for _, sc := range []*cobra.Command{gen, list, rotate, retire, export, imp} {
 		sc.Flags().StringVar(&dir, "keys", "keys", "keys directory (--dir: the former spelling)")
 		respell(sc, map[string]string{"dir": "keys"})
 	}
@@ -110,7 +168,31 @@ Existing files are never overwritten.`,
 		sc.Flags().StringVar(&role, "role", "", "role: relay-a, relay-b or aggregator")
 	}
 	retire.Flags().IntVar(&id, "id", 0, "key id to retire")
-	c.AddCommand(gen, list, rotate, retire)
+	gen.Flags().StringVar(&genRole, "role", "", "create only this operator's keys: "+strings.Join(keydir.CustodyRoles(), ", ")+"; empty: every role's (single host)")
+	c.AddCommand(gen, list, rotate, retire, export, imp)
 	c.AddCommand(keysEnrollCmd())
 	return c
+}
+
+// custodyHelp renders the custody table (keydir.Custody) for help texts:
+// per role, the private keys it keeps, what it exports and imports.
+func custodyHelp() string {
+	var b strings.Builder
+	list := func(xs []string) string {
+		if len(xs) == 0 {
+			return "-"
+		}
+		return strings.Join(xs, " ")
+	}
+	for _, r := range keydir.Custody {
+		priv := append([]string{}, r.Private...)
+		for _, k := range r.IssuerKinds {
+			priv = append(priv, keydir.IssuerKeys+"/EPOCH."+k+".key")
+		}
+		if r.Randomness {
+			priv = append(priv, keydir.RandomnessKeys+"/EPOCH.key")
+		}
+		fmt.Fprintf(&b, "  %-18s keeps %s\n  %-18s exports %s; imports %s\n", r.Role, list(priv), "", list(r.Public), list(r.Imports))
+	}
+	return b.String()
 }

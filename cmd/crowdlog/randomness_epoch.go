@@ -35,6 +35,9 @@ opens its own epoch.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
+			if err := keydir.RequireRole(keys, "randomness open-epoch", keydir.RoleRandomness); err != nil {
+				return err
+			}
 			k, err := randomness.Open(filepath.Join(keys, keydir.RandomnessKeys), randomness.Options{Logger: log})
 			if err != nil {
 				return err

@@ -74,7 +74,9 @@ warning says so); epochs listed in DIR/randomness.seed.closed stay closed.
 
 --require-tokens (Privacy Pass, RFC 9578): every OPRF element must come with
 one unspent randomness token of its epoch, verified under
-DIR/` + keydir.IssuerKeys + `/EPOCH.randomness.key (created by 'crowdlog issuer --epoch');
+DIR/` + keydir.IssuerKeys + `/EPOCH.randomness.key (created by 'crowdlog issuer --epoch' run
+by this operator on DIR: with separate operators the randomness operator
+issues its own randomness tokens, 'keys generate --role randomness');
 spends are kept in JetStream KV (` + protocol.SpentTokensBucket + `), shared by every
 process. Without it any NATS client may evaluate unlimited candidates (the
 online probe of docs/threat-model.md).
@@ -103,6 +105,9 @@ pipeline file, unless --epoch-length or --key-grace are given.`,
 			}
 			if o.Skew == 0 {
 				o.Skew = -1
+			}
+			if err := keydir.RequireRole(keys, "the randomness service", keydir.RoleRandomness); err != nil {
+				return err
 			}
 			nc, err := natsconn.ConnectAs(natsURL, "crowdlog-randomness", as(natsSec, natsauth.Randomness))
 			if err != nil {
@@ -148,6 +153,9 @@ never given a new key. Run it after 'crowdlog aggregate close-epoch'.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger()
+			if err := keydir.RequireRole(keys, "randomness close-epoch", keydir.RoleRandomness); err != nil {
+				return err
+			}
 			k, err := randomness.Open(filepath.Join(keys, keydir.RandomnessKeys), randomness.Options{})
 			if err != nil {
 				return err
@@ -278,7 +286,9 @@ between hosts.
 --keys DIR (Privacy Pass): a report is kept only with an unspent report
 token bound to it, and an FT_u report only with an ARC presentation whose tag
 gives its share's x, under DIR/` + keydir.IssuerKeys + `/EPOCH.report.key and EPOCH.arc.key
-(created by 'crowdlog issuer --epoch'); others are dropped (no-token,
+(created by 'crowdlog issuer --epoch' on the same DIR: with separate
+operators the aggregator's operator runs the issuer of report tokens and
+ARC credentials, 'keys generate --role aggregator'); others are dropped (no-token,
 bad-token, spent-token, bad-presentation). Every process of a group must
 use the same setting.
 
@@ -357,6 +367,9 @@ holds the operator's key).`,
 				log.Warn("aggregate: --control-key unused: no --pipeline with an epoch schedule (this process writes no control records)")
 			}
 			if tokenKeys != "" {
+				if err := keydir.RequireRole(tokenKeys, "the aggregator", keydir.RoleAggregator); err != nil {
+					return err
+				}
 				runner.AggregatorTokens(s, tokenKeys)
 			} else {
 				log.Warn("aggregate: report tokens and ARC presentations not checked (--keys not set): one client may send unlimited reports and be k users under FT_u")

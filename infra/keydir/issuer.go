@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 
 	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/token"
@@ -43,7 +44,10 @@ func ARCKeyPath(dir, epoch string) string {
 }
 
 // EnsureIssuerKeys creates the token keys of both kinds and the ARC key of
-// epoch in dir/issuer.keys when missing. It is
+// epoch in dir/issuer.keys when missing; in a role directory (custody
+// marker, GenerateRole) only the kinds its role holds (IssuerKindsOf: the
+// aggregator's report and ARC keys, the randomness operator's randomness
+// key), and it errors for a role that holds none. It is
 // idempotent and safe to run from several processes at once on one file
 // system: each file is written under a temporary name and linked into
 // place, so the first writer wins and the others keep its key.
@@ -51,10 +55,21 @@ func EnsureIssuerKeys(dir, epoch string) error {
 	if !ValidIssuerEpoch(epoch) {
 		return fmt.Errorf("issuer keys: epoch %q is not 1..64 of [A-Za-z0-9._-]", epoch)
 	}
+	held, err := IssuerKindsOf(dir)
+	if err != nil {
+		return err
+	}
+	if len(held) == 0 {
+		role, _ := DirRole(dir)
+		return fmt.Errorf("issuer keys: the keys directory %s belongs to %s, which issues no tokens: %w (run the issuer at the aggregator's or the randomness operator)", dir, role, ErrNotCustodian)
+	}
 	if err := os.MkdirAll(filepath.Join(dir, IssuerKeys), 0o700); err != nil {
 		return fmt.Errorf("issuer keys dir: %w", err)
 	}
 	for _, kind := range []token.Kind{token.KindRandomness, token.KindReport} {
+		if !slices.Contains(held, kind.String()) {
+			continue
+		}
 		path := TokenKeyPath(dir, kind, epoch)
 		if _, err := os.Stat(path); err == nil {
 			continue
@@ -70,6 +85,9 @@ func EnsureIssuerKeys(dir, epoch string) error {
 		if err := createOnce(path, b); err != nil {
 			return err
 		}
+	}
+	if !slices.Contains(held, "arc") {
+		return nil
 	}
 	return ensureARCKey(dir, epoch)
 }
@@ -93,7 +111,8 @@ func createOnce(path string, b []byte) error {
 // LoadTokenKey reads the token key of kind and epoch from dir/issuer.keys.
 // Errors wrap os.ErrNotExist when the file is missing (an operator creates
 // it: `crowdlog issuer` with --epoch, or EnsureIssuerKeys; `crowdlog run` creates
-// it up front) and name the file otherwise.
+// it up front), ErrNotCustodian in a role directory whose role does not
+// hold keys of kind (CheckPrivate), and name the file otherwise.
 func LoadTokenKey(dir string, kind token.Kind, epoch string) (*token.PrivateKey, error) {
 	if !ValidIssuerEpoch(epoch) {
 		return nil, fmt.Errorf("issuer keys: epoch %q is not 1..64 of [A-Za-z0-9._-]", epoch)
@@ -102,6 +121,9 @@ func LoadTokenKey(dir string, kind token.Kind, epoch string) (*token.PrivateKey,
 		return nil, fmt.Errorf("issuer keys: no token key of kind %s", kind)
 	}
 	path := TokenKeyPath(dir, kind, epoch)
+	if err := CheckPrivate(path); err != nil {
+		return nil, err
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("issuer key %s: %w", path, err)
@@ -136,13 +158,17 @@ func ensureARCKey(dir, epoch string) error {
 
 // LoadARCKey reads the ARC key of epoch from dir/issuer.keys (the issuer
 // issues credentials under it; the aggregator verifies presentations with
-// it). Errors wrap os.ErrNotExist when the file is missing and name the
-// file otherwise.
+// it). Errors wrap os.ErrNotExist when the file is missing,
+// ErrNotCustodian in a role directory whose role does not hold ARC keys
+// (CheckPrivate), and name the file otherwise.
 func LoadARCKey(dir, epoch string) (*arc.PrivateKey, error) {
 	if !ValidIssuerEpoch(epoch) {
 		return nil, fmt.Errorf("issuer keys: epoch %q is not 1..64 of [A-Za-z0-9._-]", epoch)
 	}
 	path := ARCKeyPath(dir, epoch)
+	if err := CheckPrivate(path); err != nil {
+		return nil, err
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("ARC key %s: %w", path, err)

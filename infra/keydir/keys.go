@@ -2,7 +2,11 @@
 // the HPKE key files of relay a, relay b and the aggregator (created by
 // EnsureKeys, listed by List, rotated by Rotate with the old key kept for
 // the rotation window), the clients' route of public keys (LoadRoute), and
-// the randomness service's epoch key directory and pin file names.
+// the randomness service's epoch key directory and pin file names, and key
+// custody (custody.go): one directory per operator holding only that
+// role's private keys (GenerateRole), public bundles passed between
+// operators (ExportPublic, ImportPublic), and loaders that refuse another
+// role's private key (ErrNotCustodian).
 package keydir
 
 import (
@@ -38,7 +42,15 @@ const (
 // EnsureKeys creates the HPKE key pairs of relay A, relay B and the
 // aggregator in dir when missing (mode 0600, public halves in *.pub) and
 // returns nothing else: services load their own keys, clients the .pub files.
+// This is the single-host layout (every role's keys in one directory, for
+// `crowdlog run`, the demo and tests); separate operators use GenerateRole,
+// and EnsureKeys refuses a role directory (ErrNotCustodian).
 func EnsureKeys(dir string) error {
+	if role, err := DirRole(dir); err != nil {
+		return err
+	} else if role != "" {
+		return fmt.Errorf("keys directory %s belongs to role %s: %w; the all-in-one layout (`crowdlog keys generate` without --role, `crowdlog run`) needs a directory of its own", dir, role, ErrNotCustodian)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("keys dir: %w", err)
 	}
@@ -76,13 +88,18 @@ func LoadRoute(dir string) (a, b, agg onion.PublicKey, err error) {
 // LoadKeyPairs reads the HPKE key files at paths (onion.LoadKeyPair), in
 // order: a role started with two files during a rotation accepts layers
 // sealed for either key id. It errors when paths is empty (say which
-// --key files to give) or a file is bad (the error names it).
+// --key files to give), when a file is another role's key in a role
+// directory (ErrNotCustodian, CheckPrivate) or a file is bad (the error
+// names it).
 func LoadKeyPairs(paths []string) ([]*onion.KeyPair, error) {
 	if len(paths) == 0 {
 		return nil, errors.New("no key file given: pass --key FILE (see `crowdlog keys generate`)")
 	}
 	keys := make([]*onion.KeyPair, 0, len(paths))
 	for _, p := range paths {
+		if err := CheckPrivate(p); err != nil {
+			return nil, err
+		}
 		k, err := onion.LoadKeyPair(p)
 		if err != nil {
 			return nil, err

@@ -74,12 +74,16 @@ func List(dir string) ([]KeyInfo, error) {
 }
 
 // Rotate renames ROLE.key (+ .pub) to ROLE.OLDID.key and writes a new
-// ROLE.key with id = the largest id of the role + 1 (1..255).
+// ROLE.key with id = the largest id of the role + 1 (1..255). In a role
+// directory it rotates only that role's key (ErrNotCustodian otherwise).
 func Rotate(dir, role string) (oldID, newID int, err error) {
 	if !ValidRole(role) {
 		return 0, 0, fmt.Errorf("--role %q: use one of %v", role, Roles)
 	}
 	cur := filepath.Join(dir, role+".key")
+	if err := CheckPrivate(cur); err != nil {
+		return 0, 0, err
+	}
 	k, err := onion.LoadKeyPair(cur)
 	if err != nil {
 		return 0, 0, fmt.Errorf("rotate %s: %w", role, err)

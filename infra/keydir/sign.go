@@ -61,8 +61,12 @@ func EnsureSigningKey(path string) (ed25519.PrivateKey, error) {
 }
 
 // LoadSigningKey reads an Ed25519 private key written by EnsureSigningKey.
-// Errors wrap os.ErrNotExist when the file is missing.
+// Errors wrap os.ErrNotExist when the file is missing and ErrNotCustodian
+// when path is another role's key in a role directory (CheckPrivate).
 func LoadSigningKey(path string) (ed25519.PrivateKey, error) {
+	if err := CheckPrivate(path); err != nil {
+		return nil, err
+	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

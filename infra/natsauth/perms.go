@@ -123,6 +123,7 @@ func relayConsumer(name string) []string {
 var clientRequests = []string{
 	protocol.RandomnessSubject, protocol.RandomnessPublicKeySubject,
 	protocol.IssuerSubject, protocol.IssuerPublicKeySubject,
+	protocol.IssuerRandomnessSubject, protocol.IssuerRandomnessPublicKeySubject,
 	protocol.RelayKeysSubjectPrefix + "*",
 	protocol.PDDRegisterSubject, protocol.PDDPingSubject, protocol.PDDDepositSubject, protocol.PDDBundlesSubject,
 }
@@ -138,8 +139,12 @@ var clientRequests = []string{
 //     forwards to Kafka); both may create and update (not delete or
 //     purge) the relay stream;
 //   - randomness: answer crowdlog.randomness[.pubkey]; own the spent-token
-//     bucket;
-//   - issuer: answer crowdlog.issuer[.pubkey]; own the counters bucket;
+//     bucket; as the issuer of randomness tokens at the randomness
+//     operator (key custody split by verifier), answer
+//     crowdlog.issuer.randomness[.pubkey] and own its counters bucket;
+//   - issuer: answer crowdlog.issuer[.pubkey]; own the counters bucket
+//     (single host: every kind; split: the aggregator's operator's issuer
+//     of report tokens and ARC credentials);
 //   - coordinator: answer every crowdlog.pdd.* subject; own its two
 //     buckets and the active index;
 //   - aggregator: request crowdlog.pdd.recovery;
@@ -147,7 +152,8 @@ var clientRequests = []string{
 //     crowdlog.pdd.advance and the public-key and relay-key subjects.
 //
 // No role but the issuer touches $KV.crowdlog-issuer-counters.> or its
-// stream, no role but the randomness service the spent-token bucket.
+// stream, no role but the randomness service the spent-token bucket and
+// the randomness issuer's counters.
 func Table(r Role) (p Permissions, ok bool) {
 	inbox := InboxPrefix(r) + ".>"
 	relayStream := streamAdmin(protocol.RelayStream)
@@ -162,8 +168,9 @@ func Table(r Role) (p Permissions, ok bool) {
 		}
 		return Permissions{Publish: pub, Subscribe: []string{protocol.RelayKeysSubject(name), inbox}, Responses: true}, true
 	case Randomness:
-		return Permissions{Publish: slices.Concat(kv(protocol.SpentTokensBucket), []string{jsInfo}),
-			Subscribe: []string{protocol.RandomnessSubject, protocol.RandomnessPublicKeySubject, inbox}, Responses: true}, true
+		return Permissions{Publish: slices.Concat(kv(protocol.SpentTokensBucket), kv(protocol.IssuerRandomnessCountersBucket), []string{jsInfo}),
+			Subscribe: []string{protocol.RandomnessSubject, protocol.RandomnessPublicKeySubject,
+				protocol.IssuerRandomnessSubject, protocol.IssuerRandomnessPublicKeySubject, inbox}, Responses: true}, true
 	case Issuer:
 		return Permissions{Publish: slices.Concat(kv(protocol.IssuerCountersBucket), []string{jsInfo}),
 			Subscribe: []string{protocol.IssuerSubject, protocol.IssuerPublicKeySubject, inbox}, Responses: true}, true

@@ -66,13 +66,15 @@ type Client struct {
 	Logger   *slog.Logger
 	// PinFile, when set, holds "EPOCH hex-fingerprint" lines, the
 	// fingerprint being SHA-256 of the epoch's token.KeysResponse
-	// encoding (all three public keys): keys seen first are appended, and
+	// encoding (all three public keys, merged from both issuers when the
+	// randomness operator issues randomness tokens): keys seen first are appended, and
 	// a later Client (after a restart) refuses other keys for the epoch
 	// with ErrKeyChanged. Empty: pinned for this Client's lifetime only.
 	PinFile string
 
 	mu     sync.Mutex
 	keys   map[string]*token.KeysResponse // pinned per epoch
+	split  map[string]bool                // epochs whose randomness tokens come from the randomness operator's issuer
 	lastTS int64                          // last timestamp signed, unix ms
 }
 
@@ -132,7 +134,45 @@ func (c *Client) Keys(ctx context.Context, epoch string) (*token.KeysResponse, e
 	if err != nil {
 		return nil, err
 	}
-	data, err := c.request(ctx, protocol.IssuerPublicKeySubject, b)
+	resp, err := c.fetchKeys(ctx, protocol.IssuerPublicKeySubject, epoch, b)
+	if err != nil {
+		return nil, err
+	}
+	split := len(resp.Randomness) == 0
+	if split {
+		// key custody split by verifier: the randomness operator issues
+		// randomness tokens; merge its key into the one response pinned
+		rr, err := c.fetchKeys(ctx, protocol.IssuerRandomnessPublicKeySubject, epoch, b)
+		if err != nil {
+			return nil, err
+		}
+		if len(rr.Randomness) == 0 {
+			return nil, fmt.Errorf("tokenclient: the randomness operator's issuer sent no randomness-token key for epoch %s", epoch)
+		}
+		resp.Randomness = rr.Randomness
+	}
+	if len(resp.Report) == 0 {
+		return nil, fmt.Errorf("tokenclient: the issuer on %s sent no report-token key for epoch %s", protocol.IssuerPublicKeySubject, epoch)
+	}
+	if err := c.checkPin(epoch, resp); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.keys == nil {
+		c.keys, c.split = map[string]*token.KeysResponse{}, map[string]bool{}
+	}
+	if old := c.keys[epoch]; old != nil { // a concurrent fetch won: keep the first
+		return old, nil
+	}
+	c.keys[epoch], c.split[epoch] = resp, split
+	return resp, nil
+}
+
+// fetchKeys asks subj for the keys of epoch (request b) and checks the
+// answer names epoch.
+func (c *Client) fetchKeys(ctx context.Context, subj, epoch string, b []byte) (*token.KeysResponse, error) {
+	data, err := c.request(ctx, subj, b)
 	if err != nil {
 		return nil, err
 	}
@@ -146,19 +186,19 @@ func (c *Client) Keys(ctx context.Context, epoch string) (*token.KeysResponse, e
 	if resp.Epoch != epoch {
 		return nil, fmt.Errorf("tokenclient: asked for the keys of epoch %s, got epoch %s", epoch, resp.Epoch)
 	}
-	if err := c.checkPin(epoch, resp); err != nil {
-		return nil, err
-	}
+	return resp, nil
+}
+
+// issuerSubject is where requests of kind for epoch go: the randomness
+// operator's issuer for randomness tokens when the epoch's keys came
+// split (Keys), the issuer otherwise.
+func (c *Client) issuerSubject(kind token.Kind, epoch string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.keys == nil {
-		c.keys = map[string]*token.KeysResponse{}
+	if kind == token.KindRandomness && c.split[epoch] {
+		return protocol.IssuerRandomnessSubject
 	}
-	if old := c.keys[epoch]; old != nil { // a concurrent fetch won: keep the first
-		return old, nil
-	}
-	c.keys[epoch] = resp
-	return resp, nil
+	return protocol.IssuerSubject
 }
 
 // pinMu serializes pin-file reads and appends within the process (a
@@ -214,7 +254,7 @@ func (c *Client) issue(ctx context.Context, q *token.IssueRequest) (*token.Issue
 		if err != nil {
 			return nil, err
 		}
-		data, err := c.request(ctx, protocol.IssuerSubject, b)
+		data, err := c.request(ctx, c.issuerSubject(q.Kind, q.Epoch), b)
 		if err != nil {
 			return nil, err
 		}

@@ -371,8 +371,12 @@ func ParseKeysRequest(b []byte) (*KeysRequest, error) {
 }
 
 // KeysResponse carries the issuer's public keys of Epoch: the token keys
-// (PrivateKey.Public) of both kinds and the encoded ARC public key (empty
-// when this build issues no ARC credentials), or a refusal.
+// (PrivateKey.Public) of the kinds it issues and the encoded ARC public key
+// (empty when it issues no ARC credentials), or a refusal. A single issuer
+// sets both token keys; with key custody split by verifier the aggregator's
+// operator's issuer leaves Randomness empty and the randomness operator's
+// (protocol.IssuerRandomnessPublicKeySubject) sets only Randomness. At
+// least one token key is set.
 type KeysResponse struct {
 	protocol.Refusal
 	Epoch      string
@@ -390,8 +394,8 @@ func (p *KeysResponse) MarshalBinary() ([]byte, error) {
 	if protocol.WriteStatus(&w, p.Refusal) {
 		return w.B, nil
 	}
-	if len(p.Epoch) == 0 || len(p.Epoch) > 255 || len(p.Randomness) == 0 || len(p.Randomness) > maxElement ||
-		len(p.Report) == 0 || len(p.Report) > maxElement || len(p.ARC) > maxARCMessage {
+	if len(p.Epoch) == 0 || len(p.Epoch) > 255 || len(p.Randomness)+len(p.Report) == 0 || len(p.Randomness) > maxElement ||
+		len(p.Report) > maxElement || len(p.ARC) > maxARCMessage {
 		return nil, errors.New("token: issuer keys response fields out of range")
 	}
 	w.Bytes8([]byte(p.Epoch))
@@ -413,7 +417,7 @@ func ParseKeysResponse(b []byte) (*KeysResponse, error) {
 		p.Randomness = r.Bytes8("randomness key")
 		p.Report = r.Bytes8("report key")
 		p.ARC = r.Bytes16("ARC key")
-		if r.Err == nil && (p.Epoch == "" || len(p.Randomness) == 0 || len(p.Report) == 0) {
+		if r.Err == nil && (p.Epoch == "" || len(p.Randomness)+len(p.Report) == 0) {
 			return nil, protocol.Malformed("issuer keys response with empty fields")
 		}
 	}

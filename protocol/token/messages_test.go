@@ -142,6 +142,29 @@ func TestKeysRoundTrip(t *testing.T) {
 	if k, _ := back.Key(KindRandomness); !bytes.Equal(k, []byte{1, 2}) {
 		t.Fatal("Key(randomness)")
 	}
+	// key custody split by verifier: one token key may be empty, not both
+	for _, p := range []*KeysResponse{{Epoch: "e1", Report: []byte{3}, ARC: []byte{4}}, {Epoch: "e1", Randomness: []byte{1}}} {
+		b, err := p.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back, err := ParseKeysResponse(b); err != nil || !bytes.Equal(back.Randomness, p.Randomness) || !bytes.Equal(back.Report, p.Report) {
+			t.Fatalf("one-kind keys response: %v", err)
+		}
+	}
+	if _, err := (&KeysResponse{Epoch: "e1", ARC: []byte{4}}).MarshalBinary(); err == nil {
+		t.Error("a keys response without token keys encoded")
+	}
+	w := protocol.Writer{}
+	w.U8(protocol.Version)
+	protocol.WriteStatus(&w, protocol.Refusal{})
+	w.Bytes8([]byte("e1"))
+	w.Bytes8(nil)
+	w.Bytes8(nil)
+	w.Bytes16(nil)
+	if _, err := ParseKeysResponse(w.B); !errors.Is(err, protocol.ErrMalformed) {
+		t.Errorf("a keys response without token keys parsed: %v", err)
+	}
 }
 
 func fuzzRoundTrip[T interface{ MarshalBinary() ([]byte, error) }](t *testing.T, b []byte, parse func([]byte) (T, error)) {
