@@ -80,40 +80,7 @@ func AnalystUsersXML(u AnalystUser) (string, error) {
 	if u.Password == "" {
 		return "", errors.New("clickhouse: the analyst needs a password")
 	}
-	nets := u.Networks
-	if len(nets) == 0 {
-		nets = []string{"127.0.0.1", "::1"}
-	}
-	var ips strings.Builder
-	for _, n := range nets {
-		if n == "" || strings.Trim(n, "0123456789abcdefABCDEF.:/") != "" {
-			return "", fmt.Errorf("clickhouse: network %q is not an IP address or CIDR mask", n)
-		}
-		fmt.Fprintf(&ips, "                <ip>%s</ip>\n", n)
-	}
-	sum := sha256.Sum256([]byte(u.Password))
-	return fmt.Sprintf(`<?xml version="1.0"?>
-<!-- Written by crowdlog clickhouse init: a read-only analyst user. -->
-<yandex>
-    <profiles>
-        <%[1]s>
-            <readonly>1</readonly>
-        </%[1]s>
-    </profiles>
-    <users>
-        <%[2]s>
-            <password_sha256_hex>%[3]s</password_sha256_hex>
-            <networks>
-%[4]s            </networks>
-            <profile>%[1]s</profile>
-            <quota>default</quota>
-            <allow_databases>
-                <database>%[5]s</database>
-            </allow_databases>
-        </%[2]s>
-    </users>
-</yandex>
-`, ReadonlyProfile, u.Name, hex.EncodeToString(sum[:]), ips.String(), u.Database), nil
+	return userFileXML("a read-only analyst user", ReadonlyProfile, 1, u.Name, u.Password, u.Networks, []string{u.Database})
 }
 
 // WriteAnalystUser writes AnalystUsersXML(u) to usersDir/AnalystFile
@@ -181,24 +148,35 @@ func WriterUsersXML(u WriterUser) (string, error) {
 	if len(u.Databases) == 0 {
 		return "", errors.New("clickhouse: the writer needs its databases (the release database and its analyst database)")
 	}
-	var dbs strings.Builder
 	for _, d := range u.Databases {
 		if !dbNameRE.MatchString(d) {
 			return "", fmt.Errorf("clickhouse: database %q is not a plain identifier", d)
 		}
-		fmt.Fprintf(&dbs, "                <database>%s</database>\n", d)
 	}
-	ips, err := networksXML(u.Networks)
+	return userFileXML("the release stages' writer user", WriterProfile, 0, u.Name, u.Password, u.Networks, u.Databases)
+}
+
+// userFileXML renders one users.d file: a settings profile with readonly
+// set, and the user name with password_sha256_hex of password, that
+// profile, the default quota, networks (networksXML) and
+// allow_databases; the root element is <yandex> (18.16 and current
+// releases). The caller has checked the names.
+func userFileXML(what, profile string, readonly int, name, password string, networks, databases []string) (string, error) {
+	ips, err := networksXML(networks)
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256([]byte(u.Password))
+	var dbs strings.Builder
+	for _, d := range databases {
+		fmt.Fprintf(&dbs, "                <database>%s</database>\n", d)
+	}
+	sum := sha256.Sum256([]byte(password))
 	return fmt.Sprintf(`<?xml version="1.0"?>
-<!-- Written by crowdlog clickhouse init: the release stages' writer user. -->
+<!-- Written by crowdlog clickhouse init: %[6]s. -->
 <yandex>
     <profiles>
         <%[1]s>
-            <readonly>0</readonly>
+            <readonly>%[7]d</readonly>
         </%[1]s>
     </profiles>
     <users>
@@ -213,7 +191,7 @@ func WriterUsersXML(u WriterUser) (string, error) {
         </%[2]s>
     </users>
 </yandex>
-`, WriterProfile, u.Name, hex.EncodeToString(sum[:]), ips, dbs.String()), nil
+`, profile, name, hex.EncodeToString(sum[:]), ips, dbs.String(), what, readonly), nil
 }
 
 // networksXML renders networks (127.0.0.1 and ::1 when empty) as <ip>
