@@ -490,6 +490,9 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 	var size int64
 	if t == nil || t.key == nil {
 		size = reportBytes(r)
+		if c.deferred { // its token and presentation wait in the spill too
+			size += int64(len(r.Token) + len(r.Presentation))
+		}
 		if e.held >= p.maxPendingReports() || e.heldBytes+size > p.maxPendingBytes() {
 			p.drop("epoch-full")
 			return nil
