@@ -43,22 +43,25 @@ func TestRunEndToEnd(t *testing.T) {
 		t.Skip("full-log end-to-end run in -short mode")
 	}
 	cases := []struct {
-		policy   string
-		k        int
-		maxUsers int
+		policy    string
+		k         int
+		maxUsers  int
+		tokensOff bool
 	}{
-		{"ft-u", 5, 0}, // the whole bundled log: 899 items
-		{"ft-a", 10, 0},
+		{"ft-u", 5, 0, false}, // the whole bundled log: 899 items; tokens, ARC
+		// Tokens off: the FT_a release is what this case checks; FT_a with
+		// report tokens runs in TestRunTokens, and tokens on the whole log
+		// in the case above.
+		{"ft-a", 10, 0, true},
 	}
 	for _, c := range cases {
 		t.Run(c.policy, func(t *testing.T) {
 			dir := t.TempDir()
 			out := filepath.Join(dir, "out.tsv")
-			// tokens on (the default): randomness and report tokens, ARC under FT_u
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 			defer cancel()
 			sum, err := Run(ctx, Config{Input: bundled, App: "query", Policy: c.policy, K: c.k,
-				Export: out, StateDir: filepath.Join(dir, "state"), Partitions: 4})
+				Export: out, StateDir: filepath.Join(dir, "state"), Partitions: 4, TokensOff: c.tokensOff})
 			if err != nil {
 				t.Fatal(err)
 			}
