@@ -239,6 +239,7 @@ func TestRehearsal(t *testing.T) {
 		p.waitReady(ctx, readyWait)
 	}
 	t.Logf("%d role processes ready after %v", len(procs), time.Since(began).Round(time.Second))
+	r.checkAuthOn(ctx, ns.URL, kb.Addr, chSecure)
 
 	// The clients: not in the chart (they are the users' devices); they
 	// hold the client NATS credential and the public keys they imported.
@@ -932,5 +933,36 @@ func (r *rehearsal) checkLogs(want map[string]truth.Row) {
 		if n > 0 {
 			r.t.Errorf("log %s holds %d released items in plaintext", e.Name(), n)
 		}
+	}
+}
+
+// checkAuthOn checks that the servers the roles just used refuse what
+// lacks TLS or a credential: NATS without an NKey and without a client
+// certificate, Kafka over TLS without SASL, ClickHouse's secure port
+// without TLS. Each try is bounded.
+func (r *rehearsal) checkAuthOn(ctx context.Context, natsURL, kafkaAddr, chSecure string) {
+	t := r.t
+	url := strings.Replace(natsURL, "nats://", "tls://", 1)
+	seed := filepath.Join(r.opDir("client", "nats-nkey"), natsauth.SeedFile(natsauth.Client))
+	for what, sec := range map[string]natsconn.Security{
+		"without an NKey":              {CAFile: r.ca, CertFile: r.clientCert, KeyFile: r.clientKey},
+		"without a client certificate": {Role: natsauth.Client, NKeyFile: seed, CAFile: r.ca},
+	} {
+		if nc, err := natsconn.ConnectAs(url, "rehearsal-refused", sec); err == nil {
+			nc.Close()
+			t.Errorf("NATS accepted a connection %s", what)
+		}
+	}
+	a, err := kafka.AuthConfig{CAFile: r.ca}.Load()
+	must(t, err)
+	kctx, cancel := context.WithTimeout(kafka.WithAuth(ctx, a), 10*time.Second)
+	defer cancel()
+	if _, err := kafka.Partitions(kctx, kafkaAddr, protocol.ReportsTopic); err == nil {
+		t.Error("Kafka answered metadata over TLS without SASL")
+	}
+	cctx, cancel2 := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel2()
+	if _, err := release.Probe(cctx, chSecure); err == nil {
+		t.Error("ClickHouse's secure port answered a client without TLS")
 	}
 }
