@@ -108,7 +108,7 @@ func TestRehearsal(t *testing.T) {
 	must(t, os.MkdirAll(r.logs, 0o755))
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("role logs: %s (kept: CROWDLOG_KEEP=1)", r.logs)
+			t.Logf("role logs: %s (CROWDLOG_KEEP=1 keeps them after the test)", r.logs)
 		}
 	})
 	if os.Getenv("CROWDLOG_KEEP") == "1" {
