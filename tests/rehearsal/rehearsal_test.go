@@ -7,6 +7,7 @@ package rehearsal
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
@@ -155,10 +156,10 @@ func TestRehearsal(t *testing.T) {
 	r.kafkaPW = map[string]string{}
 	var kusers []kafka.User
 	for _, u := range []string{"relay-b", "aggregator", "release"} {
-		r.kafkaPW[u] = randomPassword(t)
+		r.kafkaPW[u] = randomPassword()
 		kusers = append(kusers, kafka.User{Credential: kafka.Credential{Mechanism: kafka.MechanismSCRAMSHA512, User: u, Password: r.kafkaPW[u]}})
 	}
-	r.kafkaPW["admin"] = randomPassword(t)
+	r.kafkaPW["admin"] = randomPassword()
 	kb, err := kafka.Config{Dir: filepath.Join(r.dir, "kafka"), TLS: serverTLS, ACLs: true, Users: kusers,
 		Admin: &kafka.Credential{Mechanism: kafka.MechanismSCRAMSHA512, User: "admin", Password: r.kafkaPW["admin"]}}.Start(ctx)
 	must(t, err)
@@ -173,7 +174,7 @@ func TestRehearsal(t *testing.T) {
 	must(t, err)
 	t.Cleanup(func() { ch.Stop() })
 	chSecure := net.JoinHostPort("127.0.0.1", strconv.Itoa(chPort))
-	r.writerPW, r.analystPW = randomPassword(t), randomPassword(t)
+	r.writerPW, r.analystPW = randomPassword(), randomPassword()
 	r.cmd(ctx, "clickhouse-init", []string{"CROWDLOG_WRITER_PASSWORD_FILE=" + r.secretFile("writer-password", r.writerPW)},
 		"clickhouse", "init", "--clickhouse", ch.TCPAddr, "--users-d", clickhouse.UsersDir(ch.Dir),
 		"--writer", "crowdlog_writer", "--analyst", "analyst", "--password-file", r.secretFile("analyst-password", r.analystPW))
@@ -279,15 +280,15 @@ func TestRehearsal(t *testing.T) {
 }
 
 type rehearsal struct {
-	t                    *testing.T
-	bin, dir, logs       string
-	ca                   string
-	clientCert           string
-	clientKey            string
-	kafkaPW              map[string]string // SASL user -> password
-	writerPW, analystPW  string
-	secrets              map[string]string // "op/Secret or ConfigMap name" -> directory holding its keys
-	jobsRun, procsLaunch int
+	t                   *testing.T
+	bin, dir, logs      string
+	ca                  string
+	clientCert          string
+	clientKey           string
+	kafkaPW             map[string]string // SASL user -> password
+	writerPW, analystPW string
+	secrets             map[string]string // "op/Secret or ConfigMap name" -> directory holding its keys
+	jobsRun             int
 }
 
 func must(t *testing.T, err error) {
@@ -315,16 +316,7 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func randomPassword(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 12)
-	f, err := os.Open("/dev/urandom")
-	must(t, err)
-	defer f.Close()
-	_, err = io.ReadFull(f, b)
-	must(t, err)
-	return fmt.Sprintf("pw-%x", b)
-}
+func randomPassword() string { return "pw-" + rand.Text() }
 
 func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
 	t.Helper()
