@@ -34,7 +34,7 @@ func TestHelmChartArgs(t *testing.T) {
 	saslUser := map[string]string{} // subcommand -> --kafka-sasl-user
 	var acls []string               // --acl values of the topics Job
 	for _, op := range helm.Operators {
-		objs, err := helm.Render(op, map[string]any{"natsConfig": natsConf, "epochs": []any{"2006-03"}})
+		objs, err := helm.Render(op, map[string]any{"natsConfig": natsConf, "epochs": []any{"2006-03"}, "closeEpochs": []any{"2006-03"}})
 		if err != nil {
 			t.Fatalf("%s: %v", op, err)
 		}

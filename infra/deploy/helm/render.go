@@ -59,7 +59,9 @@ var kinds = map[string]func() any{
 
 // Render renders the chart as `helm install RELEASE -n NAMESPACE -f
 // values/OPERATOR.yaml` would (hooks included), with set merged over the
-// values file (natsConfig, say), and decodes each object strictly: an
+// values file as --set merges (natsConfig, say; a map merges key by key:
+// {"kafka": {"brokers": ...}} keeps the file's kafka.user), and decodes
+// each object strictly: an
 // unknown field, kind or apiVersion is an error. The release is named after
 // the operator, in namespace crowdlog-OPERATOR.
 func Render(operator string, set map[string]any) ([]Object, error) {
@@ -71,9 +73,7 @@ func Render(operator string, set map[string]any) ([]Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	for k, v := range set {
-		vals[k] = v
-	}
+	merge(vals, set)
 	inst := action.NewInstall(&action.Configuration{})
 	inst.DryRun, inst.ClientOnly = true, true
 	inst.ReleaseName, inst.Namespace = operator, "crowdlog-"+operator
@@ -87,6 +87,20 @@ func Render(operator string, set map[string]any) ([]Object, error) {
 		text += "\n---\n" + h.Manifest
 	}
 	return Decode(text)
+}
+
+// merge sets every key of src in dst, merging maps key by key (as Helm
+// merges --set over -f) and replacing any other value.
+func merge(dst, src map[string]any) {
+	for k, v := range src {
+		sm, ok := v.(map[string]any)
+		dm, dok := dst[k].(map[string]any)
+		if ok && dok {
+			merge(dm, sm)
+			continue
+		}
+		dst[k] = v
+	}
 }
 
 // Decode splits a multi-document manifest and decodes each non-empty
