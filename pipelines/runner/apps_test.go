@@ -28,7 +28,11 @@ func writeSubset(t *testing.T, dir string, n int) string {
 // export item by item with tests/truth's release computed straight from
 // the raw log. User counts per app keep each run near 15-30k reports, so the
 // whole test stays within a few minutes on 2 cores. Some cases use
-// non-default options to check that they reach the clients.
+// non-default options to check that they reach the clients. What each case
+// checks is its app's mining and release, so tokens are on in two cases
+// only (one FT_u with ARC presentations, one FT_a with report tokens): a
+// token names no app, and TestRunTokens and TestRunEndToEnd run tokens on
+// the query app.
 func TestAppsEndToEnd(t *testing.T) {
 	needClickHouse(t)
 	if testing.Short() {
@@ -48,18 +52,19 @@ func TestAppsEndToEnd(t *testing.T) {
 		k      int
 		o      apps.Options
 		to     truth.Options
+		tokens bool // tokens on (report tokens; ARC under FT_u)
 	}{
-		{"reformulation", 150, "ft-u", 2, apps.Options{}, truth.Options{}},
-		{"reformulation", 150, "ft-a", 3, apps.Options{SessionGap: gap}, truth.Options{SessionGap: gap}},
-		{"click", 60, "ft-u", 2, apps.Options{}, truth.Options{}},
-		{"click", 60, "ft-a", 3, apps.Options{URLLevel: "full"}, truth.Options{URLLevel: "full"}},
-		{"url", 40, "ft-u", 2, apps.Options{URLLevel: "dir"}, truth.Options{URLLevel: "dir"}},
-		{"url", 40, "ft-a", 3, apps.Options{}, truth.Options{}},
-		{"ltr", 25, "ft-u", 2, apps.Options{}, truth.Options{}},
+		{"reformulation", 150, "ft-u", 2, apps.Options{}, truth.Options{}, true},
+		{"reformulation", 150, "ft-a", 3, apps.Options{SessionGap: gap}, truth.Options{SessionGap: gap}, false},
+		{"click", 60, "ft-u", 2, apps.Options{}, truth.Options{}, false},
+		{"click", 60, "ft-a", 3, apps.Options{URLLevel: "full"}, truth.Options{URLLevel: "full"}, true},
+		{"url", 40, "ft-u", 2, apps.Options{URLLevel: "dir"}, truth.Options{URLLevel: "dir"}, false},
+		{"url", 40, "ft-a", 3, apps.Options{}, truth.Options{}, false},
+		{"ltr", 25, "ft-u", 2, apps.Options{}, truth.Options{}, false},
 		{"ltr", 25, "ft-a", 3, apps.Options{Buckets: ltrB},
-			truth.Options{RankBuckets: ltrB.Rank, DwellBuckets: ltrB.Dwell, LengthBuckets: ltrB.Length}},
-		{"keyword", 30, "ft-u", 2, apps.Options{}, truth.Options{}},
-		{"keyword", 30, "ft-a", 3, apps.Options{}, truth.Options{}},
+			truth.Options{RankBuckets: ltrB.Rank, DwellBuckets: ltrB.Dwell, LengthBuckets: ltrB.Length}, false},
+		{"keyword", 30, "ft-u", 2, apps.Options{}, truth.Options{}, false},
+		{"keyword", 30, "ft-a", 3, apps.Options{}, truth.Options{}, false},
 	}
 	subsets := map[int]string{}
 	for i, c := range cases {
@@ -73,7 +78,7 @@ func TestAppsEndToEnd(t *testing.T) {
 			out := filepath.Join(sub, "out.tsv")
 			t0 := time.Now()
 			sum, err := Run(ctx, Config{Input: input, App: c.app, AppOptions: c.o, Policy: c.policy, K: c.k,
-				Export: out, StateDir: filepath.Join(sub, "state"), Partitions: 4,
+				TokensOff: !c.tokens, Export: out, StateDir: filepath.Join(sub, "state"), Partitions: 4,
 				ClickHouse: ch.TCPAddr, Database: fmt.Sprintf("apps_%d", i)})
 			if err != nil {
 				t.Fatal(err)
