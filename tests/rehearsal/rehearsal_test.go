@@ -282,7 +282,7 @@ func TestRehearsal(t *testing.T) {
 		"--epoch", epoch, "--nats", "tls://"+net.JoinHostPort("127.0.0.1", strconv.Itoa(natsPort)),
 		"--nats-nkey", filepath.Join(nk, natsauth.SeedFile(natsauth.Client)), "--nats-ca", ca,
 		"--nats-cert", r.clientCert, "--nats-key", r.clientKey,
-		"--keys", r.opDir("client", "keys"), "--state", r.clientState, "--workers", "2", "--no-progress")
+		"--keys", r.opDir("client", "keys"), "--state", r.clientState, "--workers", "4", "--no-progress")
 	icancel()
 	if b, _ := os.ReadFile(filepath.Join(r.logs, "ingest.log")); !bytes.Contains(b, []byte("tokens on")) {
 		t.Fatalf("ingest did not send with tokens (no \"tokens on\" in its log):\n%s", tail(filepath.Join(r.logs, "ingest.log"), 20))
