@@ -135,6 +135,11 @@ type Service struct {
 	foreignPipes                map[[32]byte]bool  // pipeline digests refused and logged
 	openEpochs                  map[int][]epochKey // open epochs per owned partition, after its last batch (Schedule)
 	Snapshots, Restores         atomic.Int64       // snapshots written, partitions restored from one
+	// TokensSpent counts the report tokens this process accepted (verified
+	// and recorded as spent; with ReportKeys), over all partitions it
+	// applied, a partition replayed after a move counted again: a
+	// deployment with token checks on shows it grow with the reports.
+	TokensSpent atomic.Int64
 
 	// metrics measured here, never in Partition (a deterministic state
 	// machine): Histograms, ConsumerLag
@@ -820,6 +825,7 @@ func (s *Service) newPartition(id, count int) *Partition {
 	}
 	st.cache = s.cache
 	st.snap = s.snap
+	st.tokensSpent = &s.TokensSpent
 	return st
 }
 

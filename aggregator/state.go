@@ -310,9 +310,10 @@ type Partition struct {
 	// verification at the threshold must not have; only the control of
 	// the junk-presentations attack sets it.
 	preemptControl bool
-	cache          *verifyCache // shared by a Service's partitions (nil: none)
-	snap           *snapStore   // with snapshots: the spill goes to named segments there (snapshot.go)
-	noVerify       bool         // baseline for benchmarks: no commitment checks, AEAD subset search
+	cache          *verifyCache  // shared by a Service's partitions (nil: none)
+	tokensSpent    *atomic.Int64 // Service.TokensSpent (nil: not counted); counts only, never read back
+	snap           *snapStore    // with snapshots: the spill goes to named segments there (snapshot.go)
+	noVerify       bool          // baseline for benchmarks: no commitment checks, AEAD subset search
 	// ControlKey is the pipeline operator's Ed25519 public key (RFC 8032):
 	// set, only control messages it signed for this partition, within
 	// their validity, are applied (control.go; "unsigned-control",

@@ -163,6 +163,7 @@ func (p *Partition) verifyReport(e *epochState, ctxOf *star.Report, x [32]byte, 
 			e.spent = map[[32]byte]struct{}{}
 		}
 		e.spent[spend] = struct{}{}
+		p.countSpent()
 	}
 	if p.ARCKeys == nil || ctxOf.Policy != star.FTu {
 		return ""

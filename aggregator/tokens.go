@@ -35,7 +35,16 @@ func (p *Partition) checkToken(e *epochState, c *reportChecks) string {
 		e.spent = map[[32]byte]struct{}{}
 	}
 	e.spent[c.spend] = struct{}{}
+	p.countSpent()
 	return ""
+}
+
+// countSpent adds one accepted report token to the Service's TokensSpent
+// (a metric only: the partition's state never depends on it).
+func (p *Partition) countSpent() {
+	if p.tokensSpent != nil {
+		p.tokensSpent.Add(1)
+	}
 }
 
 // reportKey returns the epoch's report-token key, loaded once (with

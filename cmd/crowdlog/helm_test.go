@@ -10,7 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/crowdlog/crowdlog/infra/deploy/helm"
+	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/natsauth"
+	"github.com/crowdlog/crowdlog/issuer"
 )
 
 // TestHelmChartArgs renders the Helm chart for every operator and runs each
@@ -21,6 +23,8 @@ import (
 // values with each _FILE path remapped to a file in a temporary directory.
 // The pipeline operator's ACLs name the SASL users the other operators'
 // roles log in as, and its NATS ConfigMap is `crowdlog nats-config`'s text.
+// The issuers run at the randomness and aggregator operators only, each
+// with --role and a positive budget for the kinds that role issues.
 func TestHelmChartArgs(t *testing.T) {
 	dir := t.TempDir()
 	keys, err := natsauth.EnsureAll(dir)
@@ -33,6 +37,7 @@ func TestHelmChartArgs(t *testing.T) {
 	}
 	saslUser := map[string]string{} // subcommand -> --kafka-sasl-user
 	var acls []string               // --acl values of the topics Job
+	var issuers []string            // operator:--role of every issuer container
 	for _, op := range helm.Operators {
 		objs, err := helm.Render(op, map[string]any{"natsConfig": natsConf, "epochs": []any{"2006-03"}, "closeEpochs": []any{"2006-03"}})
 		if err != nil {
@@ -96,7 +101,23 @@ func TestHelmChartArgs(t *testing.T) {
 			if cmd.Name() == "topics" {
 				acls, _ = cmd.Flags().GetStringSlice("acl")
 			}
+			if cmd.Name() == "issuer" { // each issuer runs at a verifier, for its kinds, with their budgets
+				role, _ := cmd.Flags().GetString("role")
+				rk, ok := keydir.RoleOf(role)
+				if !ok || len(rk.IssuerKinds) == 0 {
+					t.Errorf("%s: issuer --role %q: want aggregator or randomness (the verifier it issues for)", where, role)
+				}
+				n, _ := cmd.Flags().GetInt("randomness-tokens")
+				d, _ := cmd.Flags().GetInt("report-tokens")
+				if err := checkBudgets(rk.IssuerKinds, issuer.Limits{RandomnessTokens: n, ReportTokens: d}); err != nil {
+					t.Errorf("%s: %v", where, err)
+				}
+				issuers = append(issuers, op+":"+role)
+			}
 		}
+	}
+	if want := []string{"randomness:randomness", "aggregator:aggregator"}; !slices.Equal(issuers, want) {
+		t.Errorf("issuers %v, want %v (each token issued where it is verified)", issuers, want)
 	}
 	for role, sub := range map[string]string{"relay": "relay", "aggregator": "aggregate", "release": "release"} {
 		if want := role + "=" + saslUser[sub]; saslUser[sub] == "" || !slices.Contains(acls, want) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,13 +21,13 @@ import (
 )
 
 func issuerCmd() *cobra.Command {
-	var natsURL, keys, metricsAddr, pipelineFile string
+	var natsURL, keys, metricsAddr, pipelineFile, role string
 	var natsSec natsconn.Security
 	var epochs []string
 	var limits issuer.Limits
 	var sched issuer.Schedule
 	c := &cobra.Command{
-		Use:   "issuer [--nats URL] [--keys DIR] --randomness-tokens N --report-tokens D",
+		Use:   "issuer [--nats URL] [--keys DIR] [--role aggregator|randomness] [--randomness-tokens N] [--report-tokens D]",
 		Short: "Issue Privacy Pass tokens and ARC credentials to enrolled client identities",
 		Long: `issuer is the Privacy Pass issuer (RFC 9576; tokens RFC 9578 §5 over
 VOPRF ristretto255-SHA512, ARC credentials draft-ietf-privacypass-arc). It
@@ -62,6 +63,15 @@ operators. Clients merge both answers into one pinned key set. The
 enrollment list comes from the attester ('keys generate --role attester',
 'keys export-public', then 'keys import-public' here).
 
+--role aggregator|randomness limits the issuer to that operator's kinds
+where DIR is a volume of its own rather than a directory made by 'keys
+generate --role' (a Kubernetes PersistentVolumeClaim the verifier shares):
+it marks DIR with the role's custody marker before serving (creating no
+private key; idempotent) and refuses a DIR marked for another role or
+holding issuer keys of a kind the role does not issue. Only the budget of
+the kinds held must be positive: --report-tokens at the aggregator's
+operator, --randomness-tokens at the randomness operator.
+
 Scheduled epochs (--epoch-length, or epoch.length in --pipeline FILE): the
 issuer creates the keys of the current epoch (named START-LENGTH as the
 randomness schedule names them) and, a minute before it starts, the next
@@ -87,14 +97,19 @@ gives the budgets (tokens.randomness, tokens.report).`,
 					sched.Length, sched.Grace = d.Epoch.Length, d.Epoch.Grace
 				}
 			}
-			if limits.RandomnessTokens <= 0 || limits.ReportTokens <= 0 {
-				return errors.New("--randomness-tokens and --report-tokens must be positive (the budgets N and d per identity and epoch)")
+			if role != "" {
+				if err := keydir.MarkIssuerRole(keys, role); err != nil {
+					return fmt.Errorf("issuer --role %s: %w", role, err)
+				}
 			}
 			if err := keydir.RequireRole(keys, "the issuer", keydir.RoleAggregator, keydir.RoleRandomness); err != nil {
 				return err
 			}
 			kinds, err := keydir.IssuerKindsOf(keys)
 			if err != nil {
+				return err
+			}
+			if err := checkBudgets(kinds, limits); err != nil {
 				return err
 			}
 			log.Info("issuer: kinds held in the keys directory (others are refused)", "kinds", kinds)
@@ -133,6 +148,7 @@ gives the budgets (tokens.randomness, tokens.report).`,
 	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL (JetStream enabled); a comma-separated list for a cluster")
 	addNATSSecurityFlags(f, &natsSec)
 	f.StringVar(&keys, "keys", "keys", "keys directory: the enrollment list "+keydir.EnrollmentFile+" and the epoch keys in "+keydir.IssuerKeys+"/")
+	f.StringVar(&role, "role", "", "the operator this issuer runs at, aggregator (report tokens, ARC credentials) or randomness (randomness tokens): marks --keys DIR with that role's custody marker, so only its kinds are issued; empty: DIR's own marker (keys generate --role), or every kind without one (single host)")
 	f.IntVar(&limits.RandomnessTokens, "randomness-tokens", 0, "N: randomness tokens (OPRF elements) per identity and epoch")
 	f.IntVar(&limits.ReportTokens, "report-tokens", 0, "d: report tokens (reports) per identity and epoch")
 	f.StringSliceVar(&epochs, "epoch", nil, "open these epochs: create their keys before serving (requests for epochs not opened are refused); repeatable, idempotent")
@@ -143,22 +159,43 @@ gives the budgets (tokens.randomness, tokens.report).`,
 	return c
 }
 
+// checkBudgets errors when the budget of a kind the issuer holds (kinds:
+// "randomness", "report", "arc", keydir.IssuerKindsOf) is not positive: N
+// (--randomness-tokens) for randomness tokens, d (--report-tokens) for
+// report tokens (ARC credentials are one per identity and epoch).
+func checkBudgets(kinds []string, l issuer.Limits) error {
+	var bad []string
+	for _, k := range kinds {
+		switch {
+		case k == "randomness" && l.RandomnessTokens <= 0:
+			bad = append(bad, "--randomness-tokens (N, randomness tokens per identity and epoch)")
+		case k == "report" && l.ReportTokens <= 0:
+			bad = append(bad, "--report-tokens (d, report tokens per identity and epoch)")
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("issuer of %v: set %s to a positive budget", kinds, strings.Join(bad, " and "))
+	}
+	return nil
+}
+
 func keysEnrollCmd() *cobra.Command {
 	var dir, out string
 	var generate bool
 	c := &cobra.Command{
-		Use:   "enroll --keys DIR (PUBKEY-FILE | --generate [--out FILE])",
+		Use:   "enroll --keys DIR (PUBKEY-FILE... | --generate [--out FILE])",
 		Short: "Enroll a client identity key at the issuer (its enrollment list)",
 		Long: `enroll adds a client's Ed25519 identity public key to DIR/` + keydir.EnrollmentFile + `, the
 issuer's default attester (a running issuer picks it up without restart).
-PUBKEY-FILE is a PEM public key (the identity key's .pub) or a PEM private
-key whose public half is taken. With --generate, a new identity key is
+Each PUBKEY-FILE is a PEM public key (the identity key's .pub) or a PEM
+private key whose public half is taken; several are enrolled in one write
+(a batch of devices), and none when one does not parse. With --generate, a new identity key is
 written to --out (mode 0600, public half in --out.pub) and enrolled; give
 it to the client (ingest --state DIR keeps its own identity key, whose .pub
 is what to enroll).`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if generate == (len(args) == 1) || len(args) > 1 {
-				return errors.New("give exactly one of PUBKEY-FILE and --generate")
+			if generate == (len(args) > 0) {
+				return errors.New("give PUBKEY-FILE (one or more) or --generate, not both")
 			}
 			return nil
 		},
@@ -166,7 +203,7 @@ is what to enroll).`,
 			if err := keydir.RequireRole(dir, "keys enroll", keydir.RoleAttester); err != nil {
 				return err
 			}
-			var pub ed25519.PublicKey
+			var pubs []ed25519.PublicKey
 			if generate {
 				if out == "" {
 					return errors.New("--generate needs --out FILE for the new identity key")
@@ -175,17 +212,21 @@ is what to enroll).`,
 				if err != nil {
 					return err
 				}
-				pub = k.Public().(ed25519.PublicKey)
-			} else {
-				var err error
-				if pub, err = keydir.LoadSigningPublic(args[0]); err != nil {
-					return err
-				}
+				pubs = append(pubs, k.Public().(ed25519.PublicKey))
 			}
-			if err := keydir.EnrollIdentity(dir, pub); err != nil {
+			for _, a := range args {
+				pub, err := keydir.LoadSigningPublic(a)
+				if err != nil {
+					return fmt.Errorf("%s: %w (nothing enrolled)", a, err)
+				}
+				pubs = append(pubs, pub)
+			}
+			if err := keydir.EnrollIdentities(dir, pubs); err != nil {
 				return err
 			}
-			fmt.Printf("enrolled %s in %s\n", hex.EncodeToString(pub), filepath.Join(dir, keydir.EnrollmentFile))
+			for _, pub := range pubs {
+				fmt.Printf("enrolled %s in %s\n", hex.EncodeToString(pub), filepath.Join(dir, keydir.EnrollmentFile))
+			}
 			return nil
 		},
 	}

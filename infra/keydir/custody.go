@@ -426,3 +426,51 @@ func PrivateFiles(dir string) ([]string, error) {
 	})
 	return out, err
 }
+
+// MarkIssuerRole marks dir, the volume of an issuer (and of the verifier
+// that shares it), as role's keys directory, as GenerateRole would but
+// creating no private key: the custody marker (0644) and IssuerKeys/
+// (0700), so that the issuer creates and serves only role's kinds
+// (IssuerKindsOf) and the verifier's loaders refuse the others. role is
+// RoleAggregator (report tokens, ARC) or RoleRandomness (randomness
+// tokens). It is idempotent. It errors for another role, for a dir marked
+// for another role, and for a dir that holds issuer keys of a kind role
+// does not issue or another role's private key (a volume a single-host
+// issuer used: give the issuer a fresh one).
+func MarkIssuerRole(dir, role string) error {
+	rk, ok := RoleOf(role)
+	if !ok || len(rk.IssuerKinds) == 0 {
+		return fmt.Errorf("issuer role %q: use %s (report tokens, ARC credentials) or %s (randomness tokens)", role, RoleAggregator, RoleRandomness)
+	}
+	have, err := DirRole(dir)
+	if err != nil {
+		return err
+	}
+	if have == role {
+		return os.MkdirAll(filepath.Join(dir, IssuerKeys), 0o700)
+	}
+	if have != "" {
+		return fmt.Errorf("keys directory %s belongs to role %s, not %s: %w (give the %s's issuer its own volume)", dir, have, role, ErrNotCustodian, role)
+	}
+	priv, err := PrivateFiles(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("keys directory %s: %w", dir, err)
+	}
+	for _, p := range priv {
+		name := filepath.Base(p)
+		if filepath.Dir(p) == IssuerKeys {
+			parts := strings.Split(strings.TrimSuffix(name, ".key"), ".")
+			if kind := parts[len(parts)-1]; !slices.Contains(rk.IssuerKinds, kind) {
+				return fmt.Errorf("keys directory %s holds %s, a %s issuer key the %s operator does not issue: %w; give its issuer a fresh volume", dir, p, kind, role, ErrNotCustodian)
+			}
+			continue
+		}
+		if o := owner(name); o != "" && o != role {
+			return fmt.Errorf("keys directory %s holds %s, the %s's private key: %w; give the %s's issuer a fresh volume", dir, p, o, ErrNotCustodian, role)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, IssuerKeys), 0o700); err != nil {
+		return fmt.Errorf("issuer keys dir: %w", err)
+	}
+	return os.WriteFile(filepath.Join(dir, CustodyFile), []byte(role+"\n"), 0o644)
+}

@@ -351,3 +351,53 @@ func TestRotatedExport(t *testing.T) {
 		t.Errorf("client holds private files %v", priv)
 	}
 }
+
+// TestMarkIssuerRole: a fresh volume marked for the aggregator's issuer
+// gets only its kinds' keys and refuses a randomness-token key; marking
+// again is idempotent; another role, a role without issuer kinds, a volume
+// with another kind's issuer key or another role's private key are
+// refused with ErrNotCustodian (or an error naming the roles).
+func TestMarkIssuerRole(t *testing.T) {
+	vol := filepath.Join(t.TempDir(), "pvc")
+	for range 2 {
+		if err := MarkIssuerRole(vol, RoleAggregator); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if role, err := DirRole(vol); err != nil || role != RoleAggregator {
+		t.Fatalf("marked %q, %v", role, err)
+	}
+	if err := EnsureIssuerKeys(vol, "e1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(TokenKeyPath(vol, token.KindRandomness, "e1")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("randomness-token key on the aggregator's volume: %v", err)
+	}
+	if _, err := LoadTokenKey(vol, token.KindReport, "e1"); err != nil {
+		t.Errorf("report-token key: %v", err)
+	}
+	if err := MarkIssuerRole(vol, RoleRandomness); !errors.Is(err, ErrNotCustodian) {
+		t.Errorf("--role randomness on the aggregator's volume: %v", err)
+	}
+	if err := MarkIssuerRole(t.TempDir(), RoleRelayA); err == nil || !strings.Contains(err.Error(), RoleAggregator) {
+		t.Errorf("relay-a as an issuer role: %v", err)
+	}
+
+	single := t.TempDir() // a single-host issuer's volume: all three kinds
+	if err := EnsureIssuerKeys(single, "e1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := MarkIssuerRole(single, RoleRandomness); !errors.Is(err, ErrNotCustodian) {
+		t.Errorf("a volume with report and ARC keys marked for randomness: %v", err)
+	}
+	if role, _ := DirRole(single); role != "" {
+		t.Errorf("refused volume marked %q", role)
+	}
+	withKey := t.TempDir()
+	if err := os.WriteFile(filepath.Join(withKey, AggregatorKey), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := MarkIssuerRole(withKey, RoleRandomness); !errors.Is(err, ErrNotCustodian) {
+		t.Errorf("a volume holding aggregator.key marked for randomness: %v", err)
+	}
+}

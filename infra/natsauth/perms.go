@@ -40,7 +40,11 @@ const (
 	RelayB Role = "relay-b"
 	// Randomness: the OPRF service and its spent-token bucket.
 	Randomness Role = "randomness"
-	// Issuer: the Privacy Pass issuer and its counters bucket.
+	// Issuer: the Privacy Pass issuer and its counters bucket: on a
+	// single host every kind; with custody split by verifier the
+	// aggregator operator's issuer (report tokens, ARC credentials; the
+	// chart's aggregator release holds this credential). The randomness
+	// operator's issuer connects as Randomness.
 	Issuer Role = "issuer"
 	// Coordinator: the PDD coordinator, its buckets and active index.
 	Coordinator Role = "coordinator"

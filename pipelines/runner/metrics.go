@@ -27,6 +27,7 @@ func RegisterAggregator(reg prometheus.Registerer, s *aggregator.Service) {
 		"partition", func() map[string]float64 { return lagMap(s.ConsumerLag()) })
 	metrics.CounterFunc(reg, "crowdlog_aggregator_reports_total", "Reports accepted by the aggregator.", nil, func() float64 { return float64(s.Reports.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_aggregator_decrypted_total", "Reports decrypted and emitted.", nil, func() float64 { return float64(s.Decrypted.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_aggregator_tokens_spent_total", "Report tokens verified and recorded as spent (aggregate --keys; stays 0 with token checks off).", nil, func() float64 { return float64(s.TokensSpent.Load()) })
 	metrics.CounterMapFunc(reg, "crowdlog_aggregator_dropped_total", "Reports and messages dropped, by reason (docs/operations.md): malformed, duplicate, late, unknown-epoch, epoch-full, bad-share, bad-ciphertext, bad-commitment, no-token, bad-token, spent-token, token-key, bad-presentation, arc-key, unit-mismatch, ...",
 		"reason", aggregator.DropReasons, func() map[string]float64 {
 			out := map[string]float64{}

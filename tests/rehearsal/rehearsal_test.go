@@ -38,6 +38,9 @@ import (
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/infra/tlstest"
+	"github.com/crowdlog/crowdlog/ingest"
+	"github.com/crowdlog/crowdlog/ingest/aol"
+	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release"
@@ -62,18 +65,22 @@ const (
 )
 
 // natsRole is the NATS role each operator's credential (Secret
-// crowdlog-nats, key nkey) belongs to; the pipeline operator's (operator)
-// only checks that the relays drained, as `crowdlog run` does.
+// crowdlog-nats, key nkey) belongs to: the aggregator operator's is its
+// issuer's (issuer), the randomness operator's serves its OPRF service and
+// its issuer (randomness); the pipeline operator's (operator) only checks
+// that the relays drained, as `crowdlog run` does.
 var natsRole = map[string]natsauth.Role{
-	"relay-a": "relay-a", "relay-b": "relay-b", "randomness": "randomness", "issuer": "issuer",
+	"relay-a": "relay-a", "relay-b": "relay-b", "randomness": "randomness", "aggregator": natsauth.Issuer,
 	"pipeline-operator": natsauth.Operator,
 }
 
-// keyRole is the `keys generate --role` of the operators that hold keys
-// (docs/operations.md, "Keys per operator").
+// keyRole is the `keys generate --role` of the operators that keep a keys
+// directory (docs/operations.md, "Keys per operator"); the randomness
+// operator's holds only the attester's list it imports (its epoch keys are
+// created on its volume), the attester's the enrollment list.
 var keyRole = map[string]string{
 	"relay-a": keydir.RoleRelayA, "relay-b": keydir.RoleRelayB, "aggregator": keydir.RoleAggregator,
-	"pipeline-operator": keydir.RoleOperator,
+	"randomness": keydir.RoleRandomness, "attester": keydir.RoleAttester, "pipeline-operator": keydir.RoleOperator,
 }
 
 // TestRehearsal installs every operator's chart as `helm install -f
@@ -87,10 +94,15 @@ var keyRole = map[string]string{
 // nats-config` with TLS and every role's NKey), kfake with TLS, SCRAM
 // users and ACLs from the topics Job, ClickHouse with TLS on the native
 // port and the writer and analyst users of `crowdlog clickhouse init`.
-// Clients replay the first 100 users of the bundled log; the epoch is
-// opened and closed by the pipeline operator's hook Jobs (signed control
-// records); the release read as the analyst must equal the one computed
-// from the raw log.
+// Clients replay the first 100 users of the bundled log with tokens on:
+// each device's identity is enrolled at the attester, whose list both
+// issuers mount; each fetches report tokens and its ARC credential from the
+// aggregator operator's issuer and randomness tokens from the randomness
+// operator's, and the aggregator and the randomness service check them.
+// The epoch is opened and closed by the pipeline operator's hook Jobs
+// (signed control records); the release read as the analyst must equal the
+// one computed from the raw log, and the aggregator must have accepted a
+// report token for every report.
 func TestRehearsal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process rehearsal in -short mode")
@@ -130,8 +142,10 @@ func TestRehearsal(t *testing.T) {
 	r.clientCert, r.clientKey = filepath.Join(tlsDir, "client.pem"), filepath.Join(tlsDir, "client-key.pem")
 
 	// Keys per operator: each generates its own, exports the public parts,
-	// and imports what it needs from the others.
-	r.keysOperators(ctx)
+	// and imports what it needs from the others; the clients' identities
+	// are enrolled at the attester, whose list both issuers import.
+	r.clientState = filepath.Join(r.dir, "ops", "client", "state")
+	r.keysOperators(ctx, input)
 
 	// NATS credentials: each operator makes its role's NKey and hands the
 	// public key to whoever runs NATS, who generates the configuration.
@@ -187,6 +201,7 @@ func TestRehearsal(t *testing.T) {
 			"kafka":      map[string]any{"brokers": kb.Bootstrap()},
 			"clickhouse": map[string]any{"address": chSecure},
 			"release":    map[string]any{"k": k},
+			"issuer":     map[string]any{"randomnessTokens": r.randomnessTokens, "reportTokens": r.reportTokens},
 		}
 	}
 	rendered := map[string][]helm.Object{}
@@ -197,20 +212,26 @@ func TestRehearsal(t *testing.T) {
 		}
 		rendered[op] = objs
 	}
-	// The clients send without tokens because no role checks them; a chart
-	// that turns the checks on needs enrolled clients with tokens here.
-	for op, objs := range rendered {
-		for _, c := range helm.Containers(objs) {
-			if slices.Contains(c.Args, "--require-tokens") || (len(c.Args) > 0 && c.Args[0] == "aggregate" && argAfter(c.Args, "--keys") != "") {
-				t.Fatalf("%s %s checks tokens: enroll the clients and run ingest with tokens on in the rehearsal", op, c.Owner)
-			}
-		}
+	t.Logf("issuer budgets per identity and epoch: %d randomness tokens, %d report tokens (the largest user's needs)", r.randomnessTokens, r.reportTokens)
+	// Tokens on: the randomness service requires them, the aggregator
+	// checks them, and the randomness service and both issuers schedule
+	// epochs of one length, the clients' epoch.
+	if !slices.Contains(deploymentArgs(t, rendered["randomness"], "randomness"), "--require-tokens") {
+		t.Fatal("randomness: no --require-tokens: the chart does not turn the randomness tokens on")
+	}
+	if flagValue(t, rendered["aggregator"], "aggregate", "--keys") == "" {
+		t.Fatal("aggregate: no --keys: the chart does not check report tokens and ARC presentations")
 	}
 	epochLength := flagValue(t, rendered["randomness"], "randomness", "--epoch-length")
+	for _, op := range []string{"randomness", "aggregator"} {
+		if l := flagValue(t, rendered[op], "issuer", "--epoch-length"); l != epochLength {
+			t.Fatalf("%s's issuer --epoch-length %s, randomness %s: the issuer refuses the clients' epoch", op, l, epochLength)
+		}
+	}
 	length, err := time.ParseDuration(epochLength)
 	must(t, err)
 	epoch := protocol.ScheduleEpoch(time.Now(), length)
-	t.Logf("epoch %s (randomness --epoch-length %s)", epoch, epochLength)
+	t.Logf("epoch %s (--epoch-length %s)", epoch, epochLength)
 
 	// The pipeline operator's install: the NATS ConfigMap and the hook
 	// Jobs (topics with the ACLs, then the epoch's open).
@@ -252,16 +273,20 @@ func TestRehearsal(t *testing.T) {
 	r.checkAuthOn(ctx, ns.URL, kb.Addr, chSecure)
 
 	// The clients: not in the chart (they are the users' devices); they
-	// hold the client NATS credential and the public keys they imported.
-	// Tokens off: the chart turns no token check on (docs/operations.md).
+	// hold the client NATS credential, the public keys they imported and
+	// their enrolled identities (--state), and fetch their tokens from both
+	// issuers.
 	ictx, icancel := context.WithTimeout(ctx, ingestWait)
 	nk := r.opDir("client", "nats-nkey")
 	r.cmd(ictx, "ingest", nil, "ingest", "--input", input, "--app", app, "--policy", policy, "--k", strconv.Itoa(k),
 		"--epoch", epoch, "--nats", "tls://"+net.JoinHostPort("127.0.0.1", strconv.Itoa(natsPort)),
 		"--nats-nkey", filepath.Join(nk, natsauth.SeedFile(natsauth.Client)), "--nats-ca", ca,
 		"--nats-cert", r.clientCert, "--nats-key", r.clientKey,
-		"--keys", r.opDir("client", "keys"), "--tokens", "off", "--workers", "2", "--no-progress")
+		"--keys", r.opDir("client", "keys"), "--state", r.clientState, "--workers", "4", "--no-progress")
 	icancel()
+	if b, _ := os.ReadFile(filepath.Join(r.logs, "ingest.log")); !bytes.Contains(b, []byte("tokens on")) {
+		t.Fatalf("ingest did not send with tokens (no \"tokens on\" in its log):\n%s", tail(filepath.Join(r.logs, "ingest.log"), 20))
+	}
 	t.Logf("clients done after %v", time.Since(began).Round(time.Second))
 
 	r.waitDrained(ctx, ns.URL)
@@ -285,6 +310,7 @@ func TestRehearsal(t *testing.T) {
 		t.Fatalf("the release in ClickHouse differs from the raw-log reference (%d vs %d items):\n%s", len(got), len(want), strings.Join(d, "\n"))
 	}
 	r.checkLogs(want)
+	r.checkTokens(procs)
 	t.Logf("release of %d items equals the reference; rehearsal took %v", len(got), time.Since(began).Round(time.Second))
 }
 
@@ -298,6 +324,11 @@ type rehearsal struct {
 	writerPW, analystPW string
 	secrets             map[string]string // "op/Secret or ConfigMap name" -> directory holding its keys
 	jobsRun             int
+	clientState         string // ingest --state: the devices' state, their identity keys included
+	// the most OPRF elements (distinct artifacts) and reports one user of
+	// the replayed log needs: the issuers' budgets N and d, so that the
+	// release is exact (ft-u sets no per-user limit)
+	randomnessTokens, reportTokens int
 }
 
 func must(t *testing.T, err error) {
@@ -413,15 +444,45 @@ func tail(path string, n int) string {
 // holder generates its own keys in its own directory and exports the
 // public parts; the aggregator imports the pipeline operator's control
 // key, the clients relay a's, relay b's and the aggregator's public keys.
-func (r *rehearsal) keysOperators(ctx context.Context) {
+// Every device of input makes its identity key (in its ingest state, where
+// `ingest --state` finds it) and hands the public half to the attester,
+// who enrolls them all (`keys enroll`) and exports the list, which the
+// aggregator and randomness operators import for their issuers.
+func (r *rehearsal) keysOperators(ctx context.Context, input string) {
 	bundles := map[string]string{}
 	for _, op := range slices.Sorted(maps.Keys(keyRole)) {
 		dir := r.opDir(op, "keys")
 		r.cmd(ctx, op+"-keys", nil, "keys", "generate", "--role", keyRole[op], "--keys", dir)
-		bundles[op] = filepath.Join(r.dir, "bundles", op)
-		r.cmd(ctx, op+"-export", nil, "keys", "export-public", "--keys", dir, "--out", bundles[op])
 	}
-	r.cmd(ctx, "aggregator-import", nil, "keys", "import-public", "--keys", r.opDir("aggregator", "keys"), bundles["pipeline-operator"])
+	var pubs []string
+	miner, err := apps.Lookup(app)
+	must(r.t, err)
+	_, err = aol.ReadUsers(input, func(u aol.User) error {
+		p := filepath.Join(ingest.UserDir(r.clientState, u.AnonID), ingest.IdentityKeyFile)
+		if _, err := keydir.EnsureIdentityKey(p); err != nil {
+			return err
+		}
+		pubs = append(pubs, p+".pub")
+		arts := miner.Mine(u.Records)
+		distinct := map[string]bool{}
+		for _, a := range arts {
+			distinct[a.Primary] = true
+		}
+		r.randomnessTokens = max(r.randomnessTokens, len(distinct))
+		r.reportTokens = max(r.reportTokens, len(arts))
+		return nil
+	})
+	must(r.t, err)
+	if len(pubs) != users {
+		r.t.Fatalf("%d client identities for %d users", len(pubs), users)
+	}
+	r.cmd(ctx, "attester-enroll", nil, append([]string{"keys", "enroll", "--keys", r.opDir("attester", "keys")}, pubs...)...)
+	for _, op := range slices.Sorted(maps.Keys(keyRole)) {
+		bundles[op] = filepath.Join(r.dir, "bundles", op)
+		r.cmd(ctx, op+"-export", nil, "keys", "export-public", "--keys", r.opDir(op, "keys"), "--out", bundles[op])
+	}
+	r.cmd(ctx, "aggregator-import", nil, "keys", "import-public", "--keys", r.opDir("aggregator", "keys"), bundles["pipeline-operator"], bundles["attester"])
+	r.cmd(ctx, "randomness-import", nil, "keys", "import-public", "--keys", r.opDir("randomness", "keys"), bundles["attester"])
 	client := r.opDir("client", "keys")
 	r.cmd(ctx, "client-keys", nil, "keys", "generate", "--role", keydir.RoleClient, "--keys", client)
 	r.cmd(ctx, "client-import", nil, "keys", "import-public", "--keys", client, bundles["relay-a"], bundles["relay-b"], bundles["aggregator"])
@@ -481,8 +542,10 @@ func (r *rehearsal) populate(op string, objs []helm.Object) {
 				for _, it := range items {
 					cp(it.Key, filepath.Join(src, it.Key))
 				}
-			case "enrollment":
-				put("issuer.enrolled", "") // tokens are off: nobody enrolled
+			case "enrollment": // the attester's list, as the operator imported it
+				for _, it := range items {
+					cp(it.Key, filepath.Join(r.dir, "ops", op, "keys", it.Key))
+				}
 			default:
 				t.Fatalf("%s %s: volume %s (%s) is not known to the rehearsal: add how its operator fills it", op, c.Owner, v.Name, name)
 			}
@@ -501,6 +564,18 @@ func argAfter(args []string, flag string) string {
 		}
 	}
 	return ""
+}
+
+// deploymentArgs returns the args of the container of Deployment name.
+func deploymentArgs(t *testing.T, objs []helm.Object, name string) []string {
+	t.Helper()
+	for _, c := range helm.Containers(objs) {
+		if c.Owner == "Deployment/"+name {
+			return c.Args
+		}
+	}
+	t.Fatalf("no Deployment %s", name)
+	return nil
 }
 
 // flagValue returns flag's value in the container of Deployment name.
@@ -721,6 +796,7 @@ func (r *rehearsal) runOnce(ctx context.Context, name, procDir string, args, env
 type proc struct {
 	t       *testing.T
 	name    string
+	op, ctr string // operator and container
 	metrics string
 	log     string
 	cmd     *exec.Cmd
@@ -750,7 +826,7 @@ func (r *rehearsal) startDeployments(ctx context.Context, op string, objs []helm
 				if metrics == "" {
 					t.Fatalf("%s %s: no --metrics: its readiness probe has nothing to ask", op, c.Owner)
 				}
-				p := &proc{t: t, name: name, metrics: metrics, log: filepath.Join(r.logs, name+".log"), done: make(chan struct{})}
+				p := &proc{t: t, name: name, op: op, ctr: c.Name, metrics: metrics, log: filepath.Join(r.logs, name+".log"), done: make(chan struct{})}
 				p.cmd = exec.Command(r.bin, args...)
 				p.cmd.Env, p.cmd.Dir = append(cleanEnv(), env...), procDir
 				lf := r.logFile(name)
@@ -966,4 +1042,78 @@ func (r *rehearsal) checkAuthOn(ctx context.Context, natsURL, kafkaAddr, chSecur
 	if _, err := release.Probe(cctx, chSecure); err == nil {
 		t.Error("ClickHouse's secure port answered a client without TLS")
 	}
+}
+
+// checkTokens checks that tokens were on end to end, from the roles'
+// metrics and logs: the aggregator accepted report tokens
+// (crowdlog_aggregator_tokens_spent_total > 0) and dropped no report for
+// its token or ARC presentation, neither it nor the randomness service
+// logged that tokens are not checked, and both operators' issuers issued
+// (crowdlog_issuer_issued_total > 0) and refused nothing.
+func (r *rehearsal) checkTokens(procs []*proc) {
+	t := r.t
+	sums := map[string]float64{} // "operator/container/sample" -> sum over the replicas
+	for _, p := range procs {
+		for name, v := range scrape(t, p.metrics) {
+			sums[p.op+"/"+p.ctr+"/"+name] += v
+		}
+		b, err := os.ReadFile(p.log)
+		must(t, err)
+		for _, warn := range []string{"not checked", "tokens not required"} {
+			if bytes.Contains(b, []byte(warn)) {
+				t.Errorf("%s logged %q: tokens are not checked there", p.name, warn)
+			}
+		}
+	}
+	if n := sums["aggregator/aggregate/crowdlog_aggregator_tokens_spent_total"]; n <= 0 {
+		t.Errorf("the aggregator accepted %v report tokens: its token checks are off", n)
+	} else {
+		t.Logf("the aggregator accepted %v report tokens for %v reports", n, sums["aggregator/aggregate/crowdlog_aggregator_reports_total"])
+	}
+	for k, v := range sums {
+		for _, reason := range []string{"no-token", "bad-token", "spent-token", "token-key", "bad-presentation", "arc-key", "unit-mismatch"} {
+			if strings.HasSuffix(k, `crowdlog_aggregator_dropped_total{reason="`+reason+`"}`) && v > 0 {
+				t.Errorf("the aggregator dropped %v reports as %s", v, reason)
+			}
+		}
+		if strings.Contains(k, "crowdlog_issuer_refused_total") && v > 0 {
+			t.Errorf("%s = %v: an issuer refused an enrolled client", k, v)
+		}
+		if strings.Contains(k, "crowdlog_randomness_token_refused_total") && v > 0 {
+			t.Errorf("%s = %v: the randomness service refused a client's tokens", k, v)
+		}
+	}
+	for _, op := range []string{"aggregator", "randomness"} {
+		if n := sums[op+"/issuer/crowdlog_issuer_issued_total"]; n <= 0 {
+			t.Errorf("the %s operator's issuer issued %v tokens", op, n)
+		}
+	}
+}
+
+// scrape reads the Prometheus text exposition of the role listening on
+// addr: each sample's name with its labels → value.
+func scrape(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	cl := &http.Client{Timeout: 5 * time.Second}
+	resp, err := cl.Get("http://" + addr + "/metrics")
+	must(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	must(t, err)
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[line[:i]] = v
+	}
+	return out
 }

@@ -25,8 +25,11 @@ import (
 )
 
 // Operators are the operators the chart installs, one release each; each
-// has its values file values/OPERATOR.yaml.
-var Operators = []string{"relay-a", "relay-b", "randomness", "issuer", "aggregator", "release", "pipeline-operator"}
+// has its values file values/OPERATOR.yaml. There is no issuer operator:
+// each issuer runs at the operator that verifies its tokens (the
+// aggregator's: report tokens and ARC; the randomness operator's:
+// randomness tokens), and the attester's enrollment list is a ConfigMap.
+var Operators = []string{"relay-a", "relay-b", "randomness", "aggregator", "release", "pipeline-operator"}
 
 // Dir is the directory of this package: the chart is Dir/crowdlog, the
 // values files Dir/values.

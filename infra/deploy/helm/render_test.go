@@ -1,6 +1,7 @@
 package helm
 
 import (
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -185,4 +186,110 @@ func TestRenderRefuses(t *testing.T) {
 			t.Errorf("%s with %v rendered", c.op, c.set)
 		}
 	}
+}
+
+// TestTokenCustody: tokens are on and each is issued where it is verified
+// (docs/threat-model.md, "Key custody"). The aggregator operator runs
+// `issuer --role aggregator` on the PersistentVolumeClaim its aggregate
+// role mounts read-only as `aggregate --keys`; the randomness operator runs
+// `issuer --role randomness` on the claim of `randomness
+// --require-tokens`; both issuers read the attester's enrollment list from
+// the ConfigMap; no other operator runs an issuer; every --epoch-length
+// is the same.
+func TestTokenCustody(t *testing.T) {
+	lengths := map[string]string{} // operator/container -> --epoch-length
+	issuers := map[string]string{} // operator -> --role of its issuer
+	for _, op := range Operators {
+		objs, err := Render(op, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims := map[string]string{} // container -> claim at /var/lib/crowdlog (+ " ro")
+		for _, c := range Containers(objs) {
+			where := op + " " + c.Owner
+			if v := flagArg(c.Args, "--epoch-length"); v != "" {
+				lengths[where] = v
+			}
+			for _, m := range c.VolumeMounts {
+				if m.MountPath != "/var/lib/crowdlog" {
+					continue
+				}
+				for _, v := range c.Pod.Volumes {
+					if v.Name == m.Name && v.PersistentVolumeClaim != nil {
+						claims[c.Name] = v.PersistentVolumeClaim.ClaimName
+						if m.ReadOnly {
+							claims[c.Name] += " ro"
+						}
+					}
+				}
+			}
+			if len(c.Args) == 0 || c.Args[0] != "issuer" {
+				continue
+			}
+			issuers[op] = flagArg(c.Args, "--role")
+			if flagArg(c.Args, "--keys") != "/var/lib/crowdlog" {
+				t.Errorf("%s: issuer --keys %q, want its volume /var/lib/crowdlog", where, flagArg(c.Args, "--keys"))
+			}
+			if err := c.Readable("/var/lib/crowdlog/issuer.enrolled"); err != nil {
+				t.Errorf("%s: the attester's enrollment list: %v", where, err)
+			}
+			found := false
+			for _, m := range c.VolumeMounts {
+				for _, v := range c.Pod.Volumes {
+					if v.Name == m.Name && v.ConfigMap != nil && v.ConfigMap.Name == "crowdlog-enrollment" && m.MountPath == "/var/lib/crowdlog/issuer.enrolled" {
+						found = true
+					}
+				}
+			}
+			if !found {
+				t.Errorf("%s: enrollment list not mounted from ConfigMap crowdlog-enrollment", where)
+			}
+		}
+		switch op {
+		case "aggregator":
+			for _, c := range Containers(objs) {
+				if c.Name == "aggregate" && flagArg(c.Args, "--keys") != "/var/lib/crowdlog" {
+					t.Errorf("aggregate --keys %q: report tokens and ARC presentations not checked", flagArg(c.Args, "--keys"))
+				}
+			}
+			if claims["aggregate"] != "issuer-state ro" || claims["issuer"] != "issuer-state" {
+				t.Errorf("aggregator operator's volumes %v: want the issuer's claim issuer-state, read-only in aggregate", claims)
+			}
+		case "randomness":
+			for _, c := range Containers(objs) {
+				if c.Name == "randomness" && !slices.Contains(c.Args, "--require-tokens") {
+					t.Errorf("randomness %v: tokens not required", c.Args)
+				}
+			}
+			if claims["randomness"] != "randomness-state" || claims["issuer"] != "randomness-state" {
+				t.Errorf("randomness operator's volumes %v: want randomness-state in both", claims)
+			}
+		}
+	}
+	if want := map[string]string{"aggregator": "aggregator", "randomness": "randomness"}; !maps.Equal(issuers, want) {
+		t.Errorf("issuers per operator %v, want %v", issuers, want)
+	}
+	if len(lengths) != 3 {
+		t.Errorf("--epoch-length in %v: want the randomness service and both issuers", lengths)
+	}
+	for w, l := range lengths {
+		for w2, l2 := range lengths {
+			if l != l2 {
+				t.Errorf("%s --epoch-length %s, %s %s: clients name one epoch for both", w, l, w2, l2)
+			}
+		}
+	}
+}
+
+// flagArg returns the value of flag in args ("--f v" or "--f=v"), or "".
+func flagArg(args []string, flag string) string {
+	for i, a := range args {
+		if a == flag && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v
+		}
+	}
+	return ""
 }

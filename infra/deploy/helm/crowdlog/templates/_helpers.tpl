@@ -1,8 +1,14 @@
 {{/*
 crowdlog.components: the long-running roles of .Values.operator, a YAML
 list of {name, args, nats (NATS role or ""), kafka, clickhouse, keys
-(files of keys.secret), public (files of public.configMap), state (a
-PersistentVolumeClaim at /var/lib/crowdlog), enrollment, resources}.
+(files of keys.secret), public (files of public.configMap), state (size of
+the PersistentVolumeClaim NAME-state it creates, mounted at
+/var/lib/crowdlog), stateOf (mount the claim of that component instead,
+read-only with stateReadOnly), enrollment (the attester's list at
+/var/lib/crowdlog/issuer.enrolled), resources}. Each issuer shares the
+volume of the verifier of its tokens: the aggregator reads the report-token
+and ARC keys its operator's issuer writes there, the randomness service the
+randomness-token keys.
 */}}
 {{- define "crowdlog.components" -}}
 {{- $v := .Values -}}
@@ -19,23 +25,29 @@ PersistentVolumeClaim at /var/lib/crowdlog), enrollment, resources}.
   keys: [relay-b.key]
 {{- else if eq $v.operator "randomness" }}
 - name: randomness
-  args: [randomness, --keys, /var/lib/crowdlog, --epoch-length, {{ $v.randomness.epochLength | quote }}]
+  args: [randomness, --keys, /var/lib/crowdlog, --epoch-length, {{ $v.epochLength | quote }}, --require-tokens]
   nats: randomness
   state: {{ $v.randomness.storage | quote }}
-{{- else if eq $v.operator "issuer" }}
 - name: issuer
-  args: [issuer, --keys, /var/lib/crowdlog, --randomness-tokens, {{ $v.issuer.randomnessTokens | quote }}, --report-tokens, {{ $v.issuer.reportTokens | quote }}, --epoch-length, {{ $v.issuer.epochLength | quote }}]
-  nats: issuer
-  state: {{ $v.issuer.storage | quote }}
+  args: [issuer, --role, randomness, --keys, /var/lib/crowdlog, --randomness-tokens, {{ $v.issuer.randomnessTokens | quote }}, --epoch-length, {{ $v.epochLength | quote }}]
+  nats: randomness
+  stateOf: randomness
   enrollment: true
 {{- else if eq $v.operator "aggregator" }}
 - name: aggregate
-  args: [aggregate, --key, /etc/crowdlog/keys/aggregator.key, --control-pub, /etc/crowdlog/public/control-sign.key.pub, --group, {{ $v.aggregator.group | quote }}, --spill-dir, /tmp]
+  args: [aggregate, --key, /etc/crowdlog/keys/aggregator.key, --keys, /var/lib/crowdlog, --control-pub, /etc/crowdlog/public/control-sign.key.pub, --group, {{ $v.aggregator.group | quote }}, --spill-dir, /tmp]
   kafka: true
   keys: [aggregator.key]
   public: [control-sign.key.pub]
+  stateOf: issuer
+  stateReadOnly: true
   gomaxprocs: true
   resources: {requests: {cpu: {{ $v.aggregator.cpu | quote }}, memory: {{ $v.aggregator.memory | quote }}}}
+- name: issuer
+  args: [issuer, --role, aggregator, --keys, /var/lib/crowdlog, --report-tokens, {{ $v.issuer.reportTokens | quote }}, --epoch-length, {{ $v.epochLength | quote }}]
+  nats: issuer
+  state: {{ $v.issuer.storage | quote }}
+  enrollment: true
 {{- else if eq $v.operator "release" }}
 - name: release
   args: [release, --policy, {{ $v.release.policy | quote }}, --k, {{ $v.release.k | quote }}]
@@ -44,7 +56,7 @@ PersistentVolumeClaim at /var/lib/crowdlog), enrollment, resources}.
   replicas: 1
 {{- else if eq $v.operator "pipeline-operator" }}
 {{- else }}
-{{- fail (printf "operator %q: want relay-a, relay-b, randomness, issuer, aggregator, release or pipeline-operator" $v.operator) }}
+{{- fail (printf "operator %q: want relay-a, relay-b, randomness, aggregator, release or pipeline-operator (the issuers run at the aggregator and randomness operators)" $v.operator) }}
 {{- end }}
 {{- end }}
 
@@ -186,8 +198,8 @@ capabilities: {drop: [ALL]}
 {{- if $c.public }}
 - {name: public, mountPath: /etc/crowdlog/public, readOnly: true}
 {{- end }}
-{{- if $c.state }}
-- {name: state, mountPath: /var/lib/crowdlog}
+{{- if or $c.state $c.stateOf }}
+- {name: state, mountPath: /var/lib/crowdlog{{ if $c.stateReadOnly }}, readOnly: true{{ end }}}
 {{- end }}
 {{- if $c.enrollment }}
 - {name: enrollment, mountPath: /var/lib/crowdlog/issuer.enrolled, subPath: issuer.enrolled, readOnly: true}
