@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/bits"
 	"sort"
+	"sync/atomic"
 )
 
 // ErrInvalidPresentation is wrapped by every VerifyPresentation failure: the
@@ -210,6 +211,29 @@ func responseRelation(pk *PublicKey, req *CredentialRequest, resp *CredentialRes
 type Credential struct {
 	m1            scalar
 	U, UPrime, X1 element
+
+	// presented counts presentations; tables is set once it passes
+	// presentTablesAfter (comb.go).
+	presented atomic.Int64
+	tables    atomic.Pointer[credTables]
+}
+
+// bases returns U, U' and X1 with their comb tables once the credential
+// has made presentTablesAfter presentations, without before (X1's table is
+// its key's, shared, from the first).
+func (c *Credential) bases() (u, uPrime, x1 fixedBase) {
+	if t := c.tables.Load(); t != nil {
+		return fixedBase{c.U, t.u}, fixedBase{c.UPrime, t.uPrime}, fixedBase{c.X1, t.x1}
+	}
+	x1t := keyTable(c.X1)
+	if c.presented.Add(1) > presentTablesAfter {
+		t := &credTables{u: newCombTable(c.U), uPrime: newCombTable(c.UPrime), x1: x1t}
+		if c.tables.CompareAndSwap(nil, t) {
+			return fixedBase{c.U, t.u}, fixedBase{c.UPrime, t.uPrime}, fixedBase{c.X1, t.x1}
+		}
+		return c.bases()
+	}
+	return fixedBase{c.U, nil}, fixedBase{c.UPrime, nil}, fixedBase{c.X1, x1t}
 }
 
 // Finalize is FinalizeCredential: it checks the response's proof against pk
@@ -279,10 +303,14 @@ func (c *Credential) presentUnchecked(rnd randomness, presentationContext []byte
 	}
 	a, r, z, nb := rs[0], rs[1], rs[2], rs[3]
 	n := scalarFromInt(nonce)
+	// U, U' and X1 are multiplied through comb tables once the credential
+	// has them, and U = a·U_cred through U_cred's (m1·U = (a·m1)·U_cred):
+	// the same points, so the same bytes, in constant time (comb.go).
+	bU, bUPrime, bX1 := c.bases()
 	p := &Presentation{}
-	p.U = mul(c.U, a)
-	p.UPrimeCommit = add(mul(c.UPrime, a), mul(genG, r))
-	p.M1Commit = add(mul(p.U, c.m1), mul(genH, z))
+	p.U = bU.mul(a)
+	p.UPrimeCommit = add(bUPrime.mul(a), mul(genG, r))
+	p.M1Commit = add(bU.mul(scMul(a, c.m1)), mul(genH, z))
 	p.NonceCommit = add(mul(genG, n), mul(genH, nb))
 	genT := hashToGroup(presentationContext, "Tag")
 	inv := scAdd(c.m1, n)
@@ -290,9 +318,11 @@ func (c *Credential) presentUnchecked(rnd randomness, presentationContext []byte
 		return nil, errIdentity
 	}
 	p.TagElement = mul(genT, scInv(inv))
-	V := sub(mul(c.X1, z), mul(genG, r))
+	V := sub(bX1.mul(z), mul(genG, r))
 
 	rel, vars := presentationRelation(p.U, p.UPrimeCommit, p.M1Commit, V, c.X1, p.TagElement, genT, p.NonceCommit)
+	rel.rep(vars.u, a, bU)
+	rel.rep(vars.x1, nil, bX1)
 	witness := []scalar{c.m1, z, scNeg(r), n, nb}
 	rw, d, err := rangeProve(rnd, rel, vars, nonce, nb, limit, p.NonceCommit)
 	if err != nil {
@@ -308,7 +338,7 @@ func (c *Credential) presentUnchecked(rnd randomness, presentationContext []byte
 }
 
 // presVars are the variable indices the range proof refers to.
-type presVars struct{ gG, gH, nonce, nonceBlinding, nonceCommit int }
+type presVars struct{ gG, gH, nonce, nonceBlinding, nonceCommit, u, x1 int }
 
 // presentationRelation is equations 1–4 of MakePresentationProof.
 func presentationRelation(U, UPrimeCommit, M1Commit, V, X1, tag, genT, nonceCommit element) (*relation, presVars) {
@@ -328,7 +358,7 @@ func presentationRelation(U, UPrimeCommit, M1Commit, V, X1, tag, genT, nonceComm
 	r.equation(vv, [2]int{z, x1}, [2]int{rNeg, gG})
 	r.equation(nc, [2]int{nonce, gG}, [2]int{nb, gH})
 	r.equation(gT, [2]int{m1, tg}, [2]int{nonce, tg})
-	return r, presVars{gG: gG, gH: gH, nonce: nonce, nonceBlinding: nb, nonceCommit: nc}
+	return r, presVars{gG: gG, gH: gH, nonce: nonce, nonceBlinding: nb, nonceCommit: nc, u: u, x1: x1}
 }
 
 // bases is ComputeBases(limit): 2^0 … 2^(k−2) and the remainder

@@ -192,11 +192,17 @@ func decodeElement(b []byte, what string) (element, error) {
 }
 
 // mul returns s·e as a new element in constant time (the generator G
-// takes nistec's fixed-base table). For secret scalars.
+// takes nistec's fixed-base table, H its comb table, comb.go). For secret
+// scalars.
 func mul(e element, s scalar) element {
 	k := encodeScalar(s)
-	if e == genG {
+	switch e {
+	case genG:
 		r, _ := nistec.NewP256Point().ScalarBaseMult(k)
+		return r
+	case genH:
+		r := identity()
+		combH().mulAdd(r, k)
 		return r
 	}
 	r, _ := nistec.NewP256Point().ScalarMult(e, k)

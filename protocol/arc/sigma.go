@@ -12,6 +12,23 @@ type relation struct {
 	nScalars int
 	elements []element
 	eqs      []equation
+	// reps gives, for some element variables, element = c·base (c nil:
+	// 1) with base's comb table: the prover's linearMap multiplies
+	// through it (comb.go).
+	reps map[int]elementRep
+}
+
+type elementRep struct {
+	c    scalar
+	base fixedBase
+}
+
+// rep records that element variable i equals c·base (c nil: base itself).
+func (r *relation) rep(i int, c scalar, base fixedBase) {
+	if r.reps == nil {
+		r.reps = make(map[int]elementRep)
+	}
+	r.reps[i] = elementRep{c, base}
 }
 
 type equation struct {
@@ -42,8 +59,17 @@ func (r *relation) equation(lhs int, terms ...[2]int) {
 // terms on the same element summed (m1·tag + nonce·tag costs one
 // multiplication), in first-appearance order.
 func (r *relation) coefficients(eq equation, s []scalar) ([]scalar, []element) {
+	cs, idx := r.coefficientIndices(eq, s)
+	es := make([]element, len(idx))
+	for k, i := range idx {
+		es[k] = r.elements[i]
+	}
+	return cs, es
+}
+
+// coefficientIndices is coefficients with element indices.
+func (r *relation) coefficientIndices(eq equation, s []scalar) ([]scalar, []int) {
 	cs := make([]scalar, 0, len(eq.terms)+1)
-	es := make([]element, 0, len(eq.terms)+1)
 	idx := make([]int, 0, len(eq.terms)+1)
 	for _, t := range eq.terms {
 		found := false
@@ -57,21 +83,29 @@ func (r *relation) coefficients(eq equation, s []scalar) ([]scalar, []element) {
 		if !found {
 			idx = append(idx, t[1])
 			cs = append(cs, s[t[0]])
-			es = append(es, r.elements[t[1]])
 		}
 	}
-	return cs, es
+	return cs, idx
 }
 
 // linearMap evaluates the right-hand sides at the scalars s in constant
-// time (the prover's nonces are secret).
+// time (the prover's nonces are secret). An element with a rep (c, base)
+// is multiplied as (s·c)·base through base's comb table.
 func (r *relation) linearMap(s []scalar) []element {
 	out := make([]element, len(r.eqs))
 	for i, eq := range r.eqs {
-		cs, es := r.coefficients(eq, s)
+		cs, idx := r.coefficientIndices(eq, s)
 		acc := identity()
-		for k := range cs {
-			acc = add(acc, mul(es[k], cs[k]))
+		for k, ei := range idx {
+			if rp, ok := r.reps[ei]; ok {
+				c := cs[k]
+				if rp.c != nil {
+					c = scMul(c, rp.c)
+				}
+				rp.base.mulAdd(acc, c)
+				continue
+			}
+			acc.Add(acc, mul(r.elements[ei], cs[k]))
 		}
 		out[i] = acc
 	}
