@@ -35,6 +35,8 @@ func hashToGroup(input []byte) *r255.Element {
 type Blinds struct {
 	inputs [][]byte
 	r      []*r255.Scalar
+	c      [][]byte        // the blinded elements' encodings
+	cPts   []*r255.Element // and the points
 }
 
 // Len is the number of inputs.
@@ -52,7 +54,7 @@ func Blind(inputs [][]byte, blinds [][]byte, rnd io.Reader) (*Blinds, [][]byte, 
 	if len(inputs) == 0 || len(inputs) > 0xffff || (blinds != nil && len(blinds) != len(inputs)) {
 		return nil, nil, fmt.Errorf("%w: %d inputs, %d blinds", ErrBatch, len(inputs), len(blinds))
 	}
-	b := &Blinds{inputs: make([][]byte, len(inputs)), r: make([]*r255.Scalar, len(inputs))}
+	b := &Blinds{inputs: make([][]byte, len(inputs)), r: make([]*r255.Scalar, len(inputs)), cPts: make([]*r255.Element, len(inputs))}
 	out := make([][]byte, len(inputs))
 	buf := make([]byte, 0, ElementSize*len(inputs))
 	zero := r255.NewScalar()
@@ -84,49 +86,92 @@ func Blind(inputs [][]byte, blinds [][]byte, rnd io.Reader) (*Blinds, [][]byte, 
 			return nil, nil, fmt.Errorf("%w: input %d hashes to the identity", ErrEncoding, i)
 		}
 		off := len(buf)
-		buf = r255.NewElement().ScalarMult(b.r[i], p).Encode(buf)
+		b.cPts[i] = r255.NewElement().ScalarMult(b.r[i], p)
+		buf = b.cPts[i].Encode(buf)
 		out[i] = buf[off:len(buf):len(buf)]
 	}
+	b.c = out
 	return b, out, nil
 }
 
-// Finalize is RFC 9497 §3.3.2 Finalize after the caller has checked the
-// batch's proof (Verify): N_i = r_i⁻¹·D_i for each 32-byte evaluated
-// element D_i, and output_i = SHA-512(I2OSP(len(input_i), 2) ‖ input_i ‖
-// I2OSP(32, 2) ‖ N_i ‖ "Finalize"), 64 bytes. The n inverses cost one
-// inversion and 3(n−1) multiplications (Montgomery's trick). Errors wrap
-// ErrBatch (not one element per input) or ErrEncoding (an undecodable or
-// identity D_i, as an *ElementError naming it).
-func (b *Blinds) Finalize(d [][]byte) ([][]byte, error) {
-	if len(d) != len(b.inputs) {
-		return nil, fmt.Errorf("%w: %d evaluated elements for %d inputs", ErrBatch, len(d), len(b.inputs))
+// VerifyFinalize is RFC 9497 §3.3.2 Finalize: it checks the batch's proof
+// that the evaluated elements d (32 bytes each, one per input) are k·C_i
+// for the k of pk (VerifyProof as Verify, variable time over those public
+// values, with the blinded elements already decoded), then unblinds:
+// N_i = r_i⁻¹·D_i and output_i = SHA-512(I2OSP(len(input_i), 2) ‖ input_i
+// ‖ I2OSP(32, 2) ‖ N_i ‖ "Finalize"), 64 bytes. The n inverses cost one
+// inversion and 3(n−1) multiplications (Montgomery's trick); the
+// unblinding is constant time in the blinds. Errors wrap ErrBatch (not
+// one element per input), ErrEncoding (an undecodable or identity
+// element, a non-canonical proof scalar) or ErrProof; no output then.
+func (b *Blinds) VerifyFinalize(pk []byte, d [][]byte, proof []byte) ([][]byte, error) {
+	if err := checkBatch(b.c, d); err != nil {
+		return nil, err
 	}
-	n := len(b.r)
-	// prefix[i] = r_0·…·r_(i−1); then inv = (r_0·…·r_(n−1))⁻¹ walked back.
-	prefix := make([]*r255.Scalar, n)
-	acc := r255.NewScalar()
-	acc.FromUniformBytes(one64[:])
-	for i := 0; i < n; i++ {
-		prefix[i] = r255.NewScalar().Add(acc, r255.NewScalar())
-		acc.Multiply(acc, b.r[i])
+	if len(proof) != ProofSize {
+		return nil, fmt.Errorf("%w: proof of %d bytes, want %d", ErrEncoding, len(proof), ProofSize)
 	}
-	inv := r255.NewScalar().Invert(acc)
-	invs := make([]*r255.Scalar, n)
-	for i := n - 1; i >= 0; i-- {
-		invs[i] = r255.NewScalar().Multiply(inv, prefix[i])
-		inv.Multiply(inv, b.r[i])
+	pc, err := decodeScalar(proof[:ScalarSize])
+	if err != nil {
+		return nil, err
 	}
-	out := make([][]byte, n)
-	h := sha512.New()
-	var nb [ElementSize]byte
+	ps, err := decodeScalar(proof[ScalarSize:])
+	if err != nil {
+		return nil, err
+	}
+	n := len(d)
+	pts := make([]*r255.Element, 2*n)
+	copy(pts, b.cPts)
+	for i := range d {
+		if pts[n+i], err = DecodeElement(d[i]); err != nil {
+			return nil, fmt.Errorf("element D[%d]: %w", i, err)
+		}
+	}
+	if err := verifyPoints(pk, b.c, d, pts, pc, ps); err != nil {
+		return nil, err
+	}
+	return b.unblind(pts[n:]), nil
+}
+
+// finalizeUnverified is Finalize's unblinding without the proof check, for
+// tests against outputs whose proof they check elsewhere.
+func (b *Blinds) finalizeUnverified(d [][]byte) ([][]byte, error) {
+	if err := checkBatch(b.c, d); err != nil {
+		return nil, err
+	}
+	pts := make([]*r255.Element, len(d))
 	for i := range d {
 		e, err := DecodeElement(d[i])
 		if err != nil {
 			return nil, &ElementError{Index: i, Err: err}
 		}
-		r255.NewElement().ScalarMult(invs[i], e).Encode(nb[:0])
+		pts[i] = e
+	}
+	return b.unblind(pts), nil
+}
+
+// unblind returns output_i for the evaluated points z (constant time in
+// the blinds).
+func (b *Blinds) unblind(z []*r255.Element) [][]byte {
+	n := len(b.r)
+	// prefix[i] = r_0·…·r_(i−1); then inv = (r_0·…·r_(n−1))⁻¹ walked back.
+	prefix := make([]*r255.Scalar, n)
+	acc := r255.NewScalar().FromUniformBytes(one64[:])
+	zero := r255.NewScalar()
+	for i := 0; i < n; i++ {
+		prefix[i] = r255.NewScalar().Add(acc, zero)
+		acc.Multiply(acc, b.r[i])
+	}
+	inv := r255.NewScalar().Invert(acc)
+	out := make([][]byte, n)
+	h := sha512.New()
+	var nb [ElementSize]byte
+	var l [2]byte
+	for i := n - 1; i >= 0; i-- {
+		ri := r255.NewScalar().Multiply(inv, prefix[i])
+		inv.Multiply(inv, b.r[i])
+		r255.NewElement().ScalarMult(ri, z[i]).Encode(nb[:0])
 		h.Reset()
-		var l [2]byte
 		binary.BigEndian.PutUint16(l[:], uint16(len(b.inputs[i])))
 		h.Write(l[:])
 		h.Write(b.inputs[i])
@@ -136,7 +181,7 @@ func (b *Blinds) Finalize(d [][]byte) ([][]byte, error) {
 		h.Write([]byte("Finalize"))
 		out[i] = h.Sum(nil)
 	}
-	return out, nil
+	return out
 }
 
 // one64 is the 64-byte little-endian encoding of 1 (FromUniformBytes

@@ -3,6 +3,7 @@ package dleq
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
 	"testing"
 
 	"github.com/cloudflare/circl/oprf"
@@ -29,7 +30,7 @@ func TestClientRFC9497Vectors(t *testing.T) {
 				t.Fatalf("vector %d: blinded element %d = %x, RFC %x", i, j, blinded[j], want)
 			}
 		}
-		out, err := b.Finalize(testvec.HexList(t, tv.EvaluationElement))
+		out, err := b.finalizeUnverified(testvec.HexList(t, tv.EvaluationElement))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +86,7 @@ func TestClientMatchesCircl(t *testing.T) {
 		for i, e := range ev.Elements {
 			d[i] = enc(t, e)
 		}
-		got, err := b.Finalize(d)
+		got, err := b.finalizeUnverified(d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,11 +100,11 @@ func TestClientMatchesCircl(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ev2, _, err := Evaluate(enc(t, sk), enc(t, sk.Public()), blinded2, rand.Reader)
+		ev2, proof2, err := Evaluate(enc(t, sk), enc(t, sk.Public()), blinded2, rand.Reader)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got2, err := b2.Finalize(ev2)
+		got2, err := b2.VerifyFinalize(enc(t, sk.Public()), ev2, proof2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,6 +112,11 @@ func TestClientMatchesCircl(t *testing.T) {
 			if !bytes.Equal(got2[i], want[i]) {
 				t.Fatalf("n=%d: output %d with random blinds differs", n, i)
 			}
+		}
+		bad := append([]byte(nil), proof2...)
+		bad[0] ^= 1
+		if _, err := b2.VerifyFinalize(enc(t, sk.Public()), ev2, bad); !errors.Is(err, ErrProof) && !errors.Is(err, ErrEncoding) {
+			t.Fatalf("n=%d: tampered proof: %v", n, err)
 		}
 	}
 }

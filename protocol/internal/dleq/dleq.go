@@ -174,10 +174,6 @@ func Verify(pk []byte, c, d [][]byte, proof []byte) error {
 	if err != nil {
 		return err
 	}
-	b, err := DecodeElement(pk)
-	if err != nil {
-		return fmt.Errorf("public key: %w", err)
-	}
 	n := len(c)
 	pts := make([]*r255.Element, 2*n)
 	for i := range c {
@@ -187,6 +183,17 @@ func Verify(pk []byte, c, d [][]byte, proof []byte) error {
 		if pts[n+i], err = DecodeElement(d[i]); err != nil {
 			return fmt.Errorf("element D[%d]: %w", i, err)
 		}
+	}
+	return verifyPoints(pk, c, d, pts, pc, ps)
+}
+
+// verifyPoints is Verify after decoding: pts holds the n C_i then the n
+// D_i, (pc, ps) the proof.
+func verifyPoints(pk []byte, c, d [][]byte, pts []*r255.Element, pc, ps *r255.Scalar) error {
+	n := len(c)
+	b, err := DecodeElement(pk)
+	if err != nil {
+		return fmt.Errorf("public key: %w", err)
 	}
 	ds := weights(pk, c, d)
 	m := r255.NewElement().VarTimeMultiScalarMult(ds, pts[:n])
