@@ -13,8 +13,8 @@ import (
 func TestCombTable(t *testing.T) {
 	p := mul(genG, scalarFromInt(12345))
 	tab := newCombTable(p)
-	scalars := []scalar{newScalar(), scalarFromInt(1), scNeg(scalarFromInt(1)), scalarFromInt(16), scalarFromInt(15)}
-	for range 20 {
+	scalars := []scalar{newScalar(), scalarFromInt(1), scNeg(scalarFromInt(1)), scNeg(scalarFromInt(2)), scalarFromInt(16), scalarFromInt(15), scalarFromInt(31), scalarFromInt(32), scalarFromInt(33), scalarWide([]byte{0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})}
+	for range 200 {
 		s, err := readerRandomness{rand.Reader}.secret()
 		if err != nil {
 			t.Fatal(err)
