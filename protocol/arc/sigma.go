@@ -16,6 +16,16 @@ type relation struct {
 	// 1) with base's comb table: the prover's linearMap multiplies
 	// through it (comb.go).
 	reps map[int]elementRep
+	// encs caches the elements' encodings (nil until label or setEnc).
+	encs [][]byte
+}
+
+// setEnc records the encoding of element variable i (known to the caller).
+func (r *relation) setEnc(i int, enc []byte) {
+	if len(r.encs) < len(r.elements) {
+		r.encs = append(r.encs, make([][]byte, len(r.elements)-len(r.encs))...)
+	}
+	r.encs[i] = enc
 }
 
 type elementRep struct {
@@ -127,12 +137,18 @@ func (r *relation) label() ([]byte, bool) {
 			b = binary.LittleEndian.AppendUint32(b, uint32(t[1]))
 		}
 	}
-	for _, e := range r.elements {
-		eb, err := encodeElement(e)
-		if err != nil {
-			return nil, false
+	if len(r.encs) < len(r.elements) {
+		r.encs = append(r.encs, make([][]byte, len(r.elements)-len(r.encs))...)
+	}
+	for i, e := range r.elements {
+		if r.encs[i] == nil {
+			eb, err := encodeElement(e)
+			if err != nil {
+				return nil, false
+			}
+			r.encs[i] = eb
 		}
-		b = append(b, eb...)
+		b = append(b, r.encs[i]...)
 	}
 	return b, true
 }
