@@ -365,7 +365,8 @@ func (c *Credential) presentUnchecked(rnd randomness, presentationContext []byte
 	bU, bUPrime, bX1 := c.bases()
 	p := &Presentation{}
 	p.U = bU.mul(a)
-	p.UPrimeCommit = add(bUPrime.mul(a), mul(genG, r))
+	rG := mul(genG, r)
+	p.UPrimeCommit = add(bUPrime.mul(a), rG)
 	p.M1Commit = add(bU.mul(scMul(a, c.m1)), mul(genH, z))
 	p.NonceCommit = add(mul(genG, n), mul(genH, nb))
 	genT := hashToGroup(presentationContext, "Tag")
@@ -374,7 +375,7 @@ func (c *Credential) presentUnchecked(rnd randomness, presentationContext []byte
 		return nil, errIdentity
 	}
 	p.TagElement = mul(genT, inv)
-	V := sub(bX1.mul(z), mul(genG, r))
+	V := sub(bX1.mul(z), rG)
 
 	rel, vars := presentationRelation(p.U, p.UPrimeCommit, p.M1Commit, V, c.X1, p.TagElement, genT, p.NonceCommit)
 	rel.rep(vars.u, a, bU)

@@ -395,7 +395,9 @@ func (s *suite) element(b []byte) (group.Element, error) {
 // Verify checks a token against this key (RFC 9578 §5.4): its type, key id
 // and challenge digest must be this key's (kind and epoch), and its
 // authenticator the VOPRF evaluation of its other fields. Errors wrap
-// ErrInvalidToken. Verify does not know whether the token was spent.
+// ErrInvalidToken. Verify does not know whether the token was spent. For
+// TypeRistretto the evaluation is protocol/internal/dleq's FullEvaluate
+// (gtank/ristretto255, constant time in the key).
 func (k *PrivateKey) Verify(t *Token) error {
 	return k.verify(t, ChallengeDigest(k.s.typ, k.kind, k.epoch))
 }
@@ -413,7 +415,14 @@ func (k *PrivateKey) verify(t *Token, digest [32]byte) error {
 	case len(t.Authenticator) != k.s.nk:
 		return fmt.Errorf("%w: authenticator of %d bytes, want %d", ErrInvalidToken, len(t.Authenticator), k.s.nk)
 	}
-	want, err := oprf.NewVerifiableServer(k.s.oprf, k.sk).FullEvaluate(t.input())
+	var want []byte
+	var err error
+	if k.s == suiteRistretto {
+		// constant time in the key (protocol/internal/dleq)
+		want, err = dleq.FullEvaluate(k.skb, t.input())
+	} else {
+		want, err = oprf.NewVerifiableServer(k.s.oprf, k.sk).FullEvaluate(t.input())
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}

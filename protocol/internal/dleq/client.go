@@ -187,3 +187,32 @@ func (b *Blinds) unblind(z []*r255.Element) [][]byte {
 // one64 is the 64-byte little-endian encoding of 1 (FromUniformBytes
 // reduces it to the scalar 1).
 var one64 = [64]byte{1}
+
+// FullEvaluate is RFC 9497 §3.3.2 (verifiable mode) evaluation without
+// blinding, as a token verifier computes an authenticator:
+// SHA-512(I2OSP(len(input), 2) ‖ input ‖ I2OSP(32, 2) ‖ k·HashToGroup(input)
+// ‖ "Finalize"), 64 bytes, for the 32-byte private scalar k. Constant
+// time in k. Errors wrap ErrEncoding (k not a canonical scalar; an input
+// that hashes to the identity).
+func FullEvaluate(k, input []byte) ([]byte, error) {
+	ks, err := decodeScalar(k)
+	if err != nil {
+		return nil, fmt.Errorf("private key: %w", err)
+	}
+	p := hashToGroup(input)
+	if p.Equal(identity) == 1 {
+		return nil, fmt.Errorf("%w: input hashes to the identity", ErrEncoding)
+	}
+	var nb [ElementSize]byte
+	r255.NewElement().ScalarMult(ks, p).Encode(nb[:0])
+	h := sha512.New()
+	var l [2]byte
+	binary.BigEndian.PutUint16(l[:], uint16(len(input)))
+	h.Write(l[:])
+	h.Write(input)
+	binary.BigEndian.PutUint16(l[:], ElementSize)
+	h.Write(l[:])
+	h.Write(nb[:])
+	h.Write([]byte("Finalize"))
+	return h.Sum(nil), nil
+}

@@ -120,3 +120,44 @@ func TestClientMatchesCircl(t *testing.T) {
 		}
 	}
 }
+
+// TestFullEvaluateMatchesCircl: FullEvaluate equals circl's verifiable
+// server's FullEvaluate and the RFC's outputs.
+func TestFullEvaluateMatchesCircl(t *testing.T) {
+	sk, err := oprf.GenerateKey(oprf.SuiteRistretto255, rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := oprf.NewVerifiableServer(oprf.SuiteRistretto255, sk)
+	for i := range 50 {
+		in := bytes.Repeat([]byte{byte(i)}, i)
+		want, err := srv.FullEvaluate(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := FullEvaluate(enc(t, sk), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("input %x: FullEvaluate differs from circl's", in)
+		}
+	}
+	var v struct {
+		SkSm    string
+		Vectors []struct{ Input, Output string }
+	}
+	testvec.ReadJSON(t, "../../oprf/testdata/rfc9497-ristretto255-sha512-voprf.json", &v)
+	for i, tv := range v.Vectors {
+		outs := testvec.HexList(t, tv.Output)
+		for j, in := range testvec.HexList(t, tv.Input) {
+			got, err := FullEvaluate(testvec.MustHex(t, v.SkSm), in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, outs[j]) {
+				t.Fatalf("vector %d: output %d = %x, RFC %x", i, j, got, outs[j])
+			}
+		}
+	}
+}
