@@ -17,6 +17,10 @@
 // touches the private key k or the proof nonce r stays constant time:
 // Z = k·M, D_i = k·C_i, t2 = r·G, t3 = r·M, s = r − c·k.
 //
+// The client side (client.go: Blind, Blinds.VerifyFinalize) and the
+// token verifier's FullEvaluate are here too, constant time in the
+// blinds and the key.
+//
 // Elements are 32-byte canonical ristretto255 encodings (RFC 9496 §4.3),
 // scalars 32-byte little-endian integers below ℓ (RFC 9497 §4.1).
 package dleq
