@@ -100,26 +100,65 @@ func (r *relation) coefficientIndices(eq equation, s []scalar) ([]scalar, []int)
 
 // linearMap evaluates the right-hand sides at the scalars s in constant
 // time (the prover's nonces are secret). An element with a rep (c, base)
-// is multiplied as (s·c)·base through base's comb table.
+// is multiplied as (s·c)·base through base's comb table. A term (scalar
+// j, element e) that several equations share unmerged (limit 1's
+// nonceBlinding·H in both nonceCommit equations) is multiplied once.
 func (r *relation) linearMap(s []scalar) []element {
+	type termKey struct{ scalar, element int }
+	uses := make(map[termKey]int)
+	for _, eq := range r.eqs {
+		for _, t := range eq.terms {
+			uses[termKey{t[0], t[1]}]++
+		}
+	}
+	memo := make(map[termKey]element)
 	out := make([]element, len(r.eqs))
 	for i, eq := range r.eqs {
 		cs, idx := r.coefficientIndices(eq, s)
 		acc := identity()
 		for k, ei := range idx {
+			key, shared := termKey{-1, ei}, false
+			if src := singleSource(eq, ei); src >= 0 && uses[termKey{src, ei}] > 1 {
+				key, shared = termKey{src, ei}, true
+				if p, ok := memo[key]; ok {
+					acc.Add(acc, p)
+					continue
+				}
+			}
+			term := identity()
 			if rp, ok := r.reps[ei]; ok {
 				c := cs[k]
 				if rp.c != nil {
 					c = scMul(c, rp.c)
 				}
-				rp.base.mulAdd(acc, c)
-				continue
+				rp.base.mulAdd(term, c)
+			} else {
+				term = mul(r.elements[ei], cs[k])
 			}
-			acc.Add(acc, mul(r.elements[ei], cs[k]))
+			if shared {
+				memo[key] = term
+			}
+			acc.Add(acc, term)
 		}
 		out[i] = acc
 	}
 	return out
+}
+
+// singleSource returns the scalar variable of equation eq's only term on
+// element ei, or −1 when several terms share ei (their coefficients are
+// summed).
+func singleSource(eq equation, ei int) int {
+	src := -1
+	for _, t := range eq.terms {
+		if t[1] == ei {
+			if src >= 0 {
+				return -1
+			}
+			src = t[0]
+		}
+	}
+	return src
 }
 
 // label is the instance label (poc LinearRelation.get_label): u32le number
