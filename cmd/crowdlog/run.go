@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/crowdlog/crowdlog/infra/profile"
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 	"github.com/crowdlog/crowdlog/release"
@@ -106,7 +107,12 @@ Examples:
 			if !noProgress && term.IsTerminal(int(os.Stderr.Fd())) {
 				cfg.Progress = os.Stderr
 			}
+			stopProfile, err := profile.StartCPU()
+			if err != nil {
+				return err
+			}
 			sum, err := runner.Run(cmd.Context(), cfg)
+			stopProfile()
 			if sum != nil {
 				sum.Print(os.Stdout)
 			}

@@ -1,7 +1,8 @@
 // Package profile starts CPU profiles for the benchmarks' child processes
 // (the aggregator-service and relay lines of `make bench-bounds`), which
-// the parent's -cpuprofile does not cover: set CROWDLOG_BOUND_CPUPROFILE=FILE
-// and read FILE with `go tool pprof`.
+// the parent's -cpuprofile does not cover, and for `crowdlog run` (every
+// in-process role in one profile): set CROWDLOG_BOUND_CPUPROFILE=FILE and
+// read FILE with `go tool pprof`.
 package profile
 
 import (

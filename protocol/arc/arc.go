@@ -2,10 +2,12 @@ package arc
 
 import (
 	"errors"
+	"filippo.io/bigmod"
 	"fmt"
 	"io"
 	"math/bits"
 	"sort"
+	"sync/atomic"
 )
 
 // ErrInvalidPresentation is wrapped by every VerifyPresentation failure: the
@@ -210,6 +212,62 @@ func responseRelation(pk *PublicKey, req *CredentialRequest, resp *CredentialRes
 type Credential struct {
 	m1            scalar
 	U, UPrime, X1 element
+
+	// presented counts presentations; tables is set once it passes
+	// presentTablesAfter (comb.go).
+	presented atomic.Int64
+	tables    atomic.Pointer[credTables]
+	// inv0 caches m1⁻¹, the tag's exponent at nonce 0 (every presentation
+	// under limit 1); x1Enc X1's encoding.
+	inv0  atomic.Pointer[bigmod.Nat]
+	x1Enc atomic.Pointer[[]byte]
+}
+
+// tagExponent returns (m1 + nonce)⁻¹ (constant-time inversion; at nonce 0
+// the cached m1⁻¹) and false when m1 + nonce is zero.
+func (c *Credential) tagExponent(nonce int, n scalar) (scalar, bool) {
+	if nonce == 0 {
+		if v := c.inv0.Load(); v != nil {
+			return v, true
+		}
+	}
+	inv := scAdd(c.m1, n)
+	if scIsZero(inv) {
+		return nil, false
+	}
+	inv = scInv(inv)
+	if nonce == 0 {
+		c.inv0.Store(inv)
+	}
+	return inv, true
+}
+
+// x1Encoding returns SerializeElement(X1), computed once.
+func (c *Credential) x1Encoding() []byte {
+	if e := c.x1Enc.Load(); e != nil {
+		return *e
+	}
+	e := mustEncode(c.X1)
+	c.x1Enc.Store(&e)
+	return e
+}
+
+// bases returns U, U' and X1 with their comb tables once the credential
+// has made presentTablesAfter presentations, without before (X1's table is
+// its key's, shared, from the first).
+func (c *Credential) bases() (u, uPrime, x1 fixedBase) {
+	if t := c.tables.Load(); t != nil {
+		return fixedBase{c.U, t.u}, fixedBase{c.UPrime, t.uPrime}, fixedBase{c.X1, t.x1}
+	}
+	x1t := keyTable(c.X1)
+	if c.presented.Add(1) > presentTablesAfter {
+		t := &credTables{u: newCombTable(c.U), uPrime: newCombTable(c.UPrime), x1: x1t}
+		if c.tables.CompareAndSwap(nil, t) {
+			return fixedBase{c.U, t.u}, fixedBase{c.UPrime, t.uPrime}, fixedBase{c.X1, t.x1}
+		}
+		return c.bases()
+	}
+	return fixedBase{c.U, nil}, fixedBase{c.UPrime, nil}, fixedBase{c.X1, x1t}
 }
 
 // Finalize is FinalizeCredential: it checks the response's proof against pk
@@ -237,6 +295,25 @@ type Presentation struct {
 	U, UPrimeCommit, M1Commit, TagElement, NonceCommit element
 	D                                                  []element
 	Proof                                              []byte // challenge ‖ responses
+
+	enc *presentationEnc // Present's encodings of the five elements
+}
+
+// presentationEnc holds the encodings of the elements of, in
+// MarshalBinary's order, valid while the fields still hold those
+// elements.
+type presentationEnc struct {
+	of   [5]element
+	encs [5][]byte
+}
+
+// encodings returns the cached encodings of p's five elements, nil when
+// there are none or a field was replaced.
+func (p *Presentation) encodings() *[5][]byte {
+	if p.enc == nil || p.enc.of != [5]element{p.U, p.UPrimeCommit, p.M1Commit, p.TagElement, p.NonceCommit} {
+		return nil
+	}
+	return &p.enc.encs
 }
 
 // Tag returns the presentation tag, SerializeElement((m1+nonce)^−1 ·
@@ -246,6 +323,9 @@ type Presentation struct {
 func (p *Presentation) Tag() []byte {
 	if p == nil || p.TagElement == nil || isIdentity(p.TagElement) {
 		return nil
+	}
+	if e := p.encodings(); e != nil {
+		return append([]byte(nil), e[3]...)
 	}
 	return mustEncode(p.TagElement)
 }
@@ -279,20 +359,28 @@ func (c *Credential) presentUnchecked(rnd randomness, presentationContext []byte
 	}
 	a, r, z, nb := rs[0], rs[1], rs[2], rs[3]
 	n := scalarFromInt(nonce)
+	// U, U' and X1 are multiplied through comb tables once the credential
+	// has them, and U = a·U_cred through U_cred's (m1·U = (a·m1)·U_cred):
+	// the same points, so the same bytes, in constant time (comb.go).
+	bU, bUPrime, bX1 := c.bases()
 	p := &Presentation{}
-	p.U = mul(c.U, a)
-	p.UPrimeCommit = add(mul(c.UPrime, a), mul(genG, r))
-	p.M1Commit = add(mul(p.U, c.m1), mul(genH, z))
+	p.U = bU.mul(a)
+	rG := mul(genG, r)
+	p.UPrimeCommit = add(bUPrime.mul(a), rG)
+	p.M1Commit = add(bU.mul(scMul(a, c.m1)), mul(genH, z))
 	p.NonceCommit = add(mul(genG, n), mul(genH, nb))
 	genT := hashToGroup(presentationContext, "Tag")
-	inv := scAdd(c.m1, n)
-	if scIsZero(inv) {
+	inv, ok := c.tagExponent(nonce, n)
+	if !ok {
 		return nil, errIdentity
 	}
-	p.TagElement = mul(genT, scInv(inv))
-	V := sub(mul(c.X1, z), mul(genG, r))
+	p.TagElement = mul(genT, inv)
+	V := sub(bX1.mul(z), rG)
 
 	rel, vars := presentationRelation(p.U, p.UPrimeCommit, p.M1Commit, V, c.X1, p.TagElement, genT, p.NonceCommit)
+	rel.rep(vars.u, a, bU)
+	rel.rep(vars.x1, nil, bX1)
+	rel.setEnc(vars.x1, c.x1Encoding())
 	witness := []scalar{c.m1, z, scNeg(r), n, nb}
 	rw, d, err := rangeProve(rnd, rel, vars, nonce, nb, limit, p.NonceCommit)
 	if err != nil {
@@ -304,11 +392,20 @@ func (c *Credential) presentUnchecked(rnd randomness, presentationContext []byte
 	if err != nil {
 		return nil, err
 	}
+	// the label encoded the presentation's elements: MarshalBinary and
+	// Tag reuse the encodings
+	p.enc = &presentationEnc{
+		of:   [5]element{p.U, p.UPrimeCommit, p.M1Commit, p.TagElement, p.NonceCommit},
+		encs: [5][]byte{rel.encs[vars.u], rel.encs[vars.uPrimeCommit], rel.encs[vars.m1Commit], rel.encs[vars.tag], rel.encs[vars.nonceCommit]},
+	}
 	return p, nil
 }
 
 // presVars are the variable indices the range proof refers to.
-type presVars struct{ gG, gH, nonce, nonceBlinding, nonceCommit int }
+type presVars struct {
+	gG, gH, nonce, nonceBlinding, nonceCommit, u, x1 int
+	uPrimeCommit, m1Commit, tag                      int
+}
 
 // presentationRelation is equations 1–4 of MakePresentationProof.
 func presentationRelation(U, UPrimeCommit, M1Commit, V, X1, tag, genT, nonceCommit element) (*relation, presVars) {
@@ -317,7 +414,7 @@ func presentationRelation(U, UPrimeCommit, M1Commit, V, X1, tag, genT, nonceComm
 	m1, z, rNeg, nonce, nb := v[0], v[1], v[2], v[3], v[4]
 	gG, gH := r.element(genG), r.element(genH)
 	u := r.element(U)
-	r.element(UPrimeCommit)
+	upc := r.element(UPrimeCommit)
 	m1c := r.element(M1Commit)
 	vv := r.element(V)
 	x1 := r.element(X1)
@@ -328,7 +425,8 @@ func presentationRelation(U, UPrimeCommit, M1Commit, V, X1, tag, genT, nonceComm
 	r.equation(vv, [2]int{z, x1}, [2]int{rNeg, gG})
 	r.equation(nc, [2]int{nonce, gG}, [2]int{nb, gH})
 	r.equation(gT, [2]int{m1, tg}, [2]int{nonce, tg})
-	return r, presVars{gG: gG, gH: gH, nonce: nonce, nonceBlinding: nb, nonceCommit: nc}
+	return r, presVars{gG: gG, gH: gH, nonce: nonce, nonceBlinding: nb, nonceCommit: nc, u: u, x1: x1,
+		uPrimeCommit: upc, m1Commit: m1c, tag: tg}
 }
 
 // bases is ComputeBases(limit): 2^0 … 2^(k−2) and the remainder

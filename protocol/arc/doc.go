@@ -54,7 +54,10 @@
 // hash-to-curve (RFC 9380 SSWU) over the package's own Montgomery field
 // arithmetic. Everything that touches a secret (the client's m1, r1, r2
 // and presentation blinds, the issuer's key and b, every prover nonce)
-// uses the constant-time multiplications. Proof verification, whose
+// uses the constant-time multiplications: nistec's ScalarMult and
+// ScalarBaseMult, and for points multiplied many times (H, the issuer
+// key's X1, a credential's U and U') constant-time comb tables of signed
+// five-bit windows (comb.go; ≈ 21 µs against ≈ 45 µs). Proof verification, whose
 // inputs are all public (elements, challenge, responses), recomputes each
 // sigma commitment as one variable-time multi-scalar multiplication
 // (Straus, wNAF), as do the bit commitments' sum and hash-to-curve of

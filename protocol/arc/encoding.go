@@ -199,11 +199,20 @@ func (p *Presentation) MarshalBinary() ([]byte, error) {
 	if len(p.Proof) != (6+3*k)*ScalarSize {
 		return nil, fmt.Errorf("arc: presentation proof of %d bytes for %d bit commitments, want %d", len(p.Proof), k, (6+3*k)*ScalarSize)
 	}
-	b, err := appendElements(make([]byte, 0, presentationFixed+k*presentationPerBit), p.U, p.UPrimeCommit, p.M1Commit, p.TagElement, p.NonceCommit)
-	if err != nil {
-		return nil, err
+	var b []byte
+	if e := p.encodings(); e != nil {
+		b = make([]byte, 0, presentationFixed+k*presentationPerBit)
+		for _, eb := range e {
+			b = append(b, eb...)
+		}
+	} else {
+		var err error
+		b, err = appendElements(make([]byte, 0, presentationFixed+k*presentationPerBit), p.U, p.UPrimeCommit, p.M1Commit, p.TagElement, p.NonceCommit)
+		if err != nil {
+			return nil, err
+		}
 	}
-	b, err = appendElements(b, p.D...)
+	b, err := appendElements(b, p.D...)
 	return append(b, p.Proof...), err
 }
 

@@ -192,11 +192,17 @@ func decodeElement(b []byte, what string) (element, error) {
 }
 
 // mul returns s·e as a new element in constant time (the generator G
-// takes nistec's fixed-base table). For secret scalars.
+// takes nistec's fixed-base table, H its comb table, comb.go). For secret
+// scalars.
 func mul(e element, s scalar) element {
 	k := encodeScalar(s)
-	if e == genG {
+	switch e {
+	case genG:
 		r, _ := nistec.NewP256Point().ScalarBaseMult(k)
+		return r
+	case genH:
+		r := identity()
+		combH().mulAdd(r, k)
 		return r
 	}
 	r, _ := nistec.NewP256Point().ScalarMult(e, k)
@@ -368,6 +374,58 @@ func expandMessageXMD(msg, dst []byte, n int) []byte {
 // expand_message_xmd (L = 48 each), the simplified SWU map of each, their
 // sum (P-256's cofactor is 1).
 func hashToCurve(msg, dst []byte) element {
+	u := expandMessageXMD(msg, dst, 96)
+	u0, u1 := feFromWide(u[:48]), feFromWide(u[48:])
+	q0, q1 := sswuPoint(&u0), sswuPoint(&u1)
+	return q0.Add(q0, q1)
+}
+
+// sswuPoint is map_to_curve_simple_swu(u) (RFC 9380 §6.6.2) in variable
+// time, for public u only: x1 = B·(tv2+1) / (A·(−tv2 or Z)) with tv1 =
+// Z·u², tv2 = tv1² + tv1 (one math/big inversion), then y from nistec's
+// point decompression, whose square root is its constant-time assembly:
+// (x1, y) when g(x1) is a square, else (x2 = tv1·x1, y), with sgn0(y) =
+// sgn0(u) picked by the compressed prefix (0x02 even y, 0x03 odd). The
+// same point as sswu's straight-line form (TestHashToCurveMatchesCircl).
+func sswuPoint(u *fe) element {
+	var tv1, tv2, tv3, tv4 fe
+	feSqr(&tv1, u)
+	feMul(&tv1, &feZ, &tv1)
+	feSqr(&tv2, &tv1)
+	feAdd(&tv2, &tv2, &tv1)
+	feAdd(&tv3, &tv2, &feOne)
+	feMul(&tv3, &feB, &tv3)
+	if feIsZero(&tv2) {
+		tv4 = feZ
+	} else {
+		feNeg(&tv4, &tv2)
+	}
+	feMul(&tv4, &feA, &tv4)
+	var b [33]byte
+	feBytes(b[1:], &tv4)
+	d := new(big.Int).SetBytes(b[1:])
+	d.ModInverse(d, feQB)
+	feBytes(b[1:], &tv3)
+	x := new(big.Int).SetBytes(b[1:])
+	x.Mul(x, d).Mod(x, feQB)
+	b[0] = 2 | byte(feSgn0(u))
+	x.FillBytes(b[1:])
+	if p, err := nistec.NewP256Point().SetBytes(b[:]); err == nil {
+		return p
+	}
+	feBytes(b[1:], &tv1)
+	x.Mul(x, new(big.Int).SetBytes(b[1:])).Mod(x, feQB)
+	x.FillBytes(b[1:])
+	p, err := nistec.NewP256Point().SetBytes(b[:])
+	if err != nil {
+		panic("arc: map_to_curve left the curve") // unreachable: g(x1) or g(x2) is a square
+	}
+	return p
+}
+
+// hashToCurveStraight is hashToCurve over sswu's straight-line form (the
+// reference for sswuPoint in tests).
+func hashToCurveStraight(msg, dst []byte) element {
 	u := expandMessageXMD(msg, dst, 96)
 	u0, u1 := feFromWide(u[:48]), feFromWide(u[48:])
 	x0, y0, d0 := sswu(&u0)

@@ -41,6 +41,9 @@ func TestHashToCurveMatchesCircl(t *testing.T) {
 		if got := mustEncode(hashToCurve(m, dst)); !bytes.Equal(got, want) {
 			t.Fatalf("hash_to_curve(%x, %q) = %x, circl %x", m, dst, got, want)
 		}
+		if got := mustEncode(hashToCurveStraight(m, dst)); !bytes.Equal(got, want) {
+			t.Fatalf("straight-line hash_to_curve(%x, %q) = %x, circl %x", m, dst, got, want)
+		}
 		ws, _ := group.P256.HashToScalar(m, dst).MarshalBinary()
 		if got := encodeScalar(scalarWide(expandMessageXMD(m, dst, 48))); !bytes.Equal(got, ws) {
 			t.Fatalf("hash_to_scalar(%x, %q) = %x, circl %x", m, dst, got, ws)

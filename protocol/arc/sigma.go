@@ -12,6 +12,33 @@ type relation struct {
 	nScalars int
 	elements []element
 	eqs      []equation
+	// reps gives, for some element variables, element = c·base (c nil:
+	// 1) with base's comb table: the prover's linearMap multiplies
+	// through it (comb.go).
+	reps map[int]elementRep
+	// encs caches the elements' encodings (nil until label or setEnc).
+	encs [][]byte
+}
+
+// setEnc records the encoding of element variable i (known to the caller).
+func (r *relation) setEnc(i int, enc []byte) {
+	if len(r.encs) < len(r.elements) {
+		r.encs = append(r.encs, make([][]byte, len(r.elements)-len(r.encs))...)
+	}
+	r.encs[i] = enc
+}
+
+type elementRep struct {
+	c    scalar
+	base fixedBase
+}
+
+// rep records that element variable i equals c·base (c nil: base itself).
+func (r *relation) rep(i int, c scalar, base fixedBase) {
+	if r.reps == nil {
+		r.reps = make(map[int]elementRep)
+	}
+	r.reps[i] = elementRep{c, base}
 }
 
 type equation struct {
@@ -42,8 +69,17 @@ func (r *relation) equation(lhs int, terms ...[2]int) {
 // terms on the same element summed (m1·tag + nonce·tag costs one
 // multiplication), in first-appearance order.
 func (r *relation) coefficients(eq equation, s []scalar) ([]scalar, []element) {
+	cs, idx := r.coefficientIndices(eq, s)
+	es := make([]element, len(idx))
+	for k, i := range idx {
+		es[k] = r.elements[i]
+	}
+	return cs, es
+}
+
+// coefficientIndices is coefficients with element indices.
+func (r *relation) coefficientIndices(eq equation, s []scalar) ([]scalar, []int) {
 	cs := make([]scalar, 0, len(eq.terms)+1)
-	es := make([]element, 0, len(eq.terms)+1)
 	idx := make([]int, 0, len(eq.terms)+1)
 	for _, t := range eq.terms {
 		found := false
@@ -57,25 +93,72 @@ func (r *relation) coefficients(eq equation, s []scalar) ([]scalar, []element) {
 		if !found {
 			idx = append(idx, t[1])
 			cs = append(cs, s[t[0]])
-			es = append(es, r.elements[t[1]])
 		}
 	}
-	return cs, es
+	return cs, idx
 }
 
 // linearMap evaluates the right-hand sides at the scalars s in constant
-// time (the prover's nonces are secret).
+// time (the prover's nonces are secret). An element with a rep (c, base)
+// is multiplied as (s·c)·base through base's comb table. A term (scalar
+// j, element e) that several equations share unmerged (limit 1's
+// nonceBlinding·H in both nonceCommit equations) is multiplied once.
 func (r *relation) linearMap(s []scalar) []element {
+	type termKey struct{ scalar, element int }
+	uses := make(map[termKey]int)
+	for _, eq := range r.eqs {
+		for _, t := range eq.terms {
+			uses[termKey{t[0], t[1]}]++
+		}
+	}
+	memo := make(map[termKey]element)
 	out := make([]element, len(r.eqs))
 	for i, eq := range r.eqs {
-		cs, es := r.coefficients(eq, s)
+		cs, idx := r.coefficientIndices(eq, s)
 		acc := identity()
-		for k := range cs {
-			acc = add(acc, mul(es[k], cs[k]))
+		for k, ei := range idx {
+			key, shared := termKey{-1, ei}, false
+			if src := singleSource(eq, ei); src >= 0 && uses[termKey{src, ei}] > 1 {
+				key, shared = termKey{src, ei}, true
+				if p, ok := memo[key]; ok {
+					acc.Add(acc, p)
+					continue
+				}
+			}
+			term := identity()
+			if rp, ok := r.reps[ei]; ok {
+				c := cs[k]
+				if rp.c != nil {
+					c = scMul(c, rp.c)
+				}
+				rp.base.mulAdd(term, c)
+			} else {
+				term = mul(r.elements[ei], cs[k])
+			}
+			if shared {
+				memo[key] = term
+			}
+			acc.Add(acc, term)
 		}
 		out[i] = acc
 	}
 	return out
+}
+
+// singleSource returns the scalar variable of equation eq's only term on
+// element ei, or −1 when several terms share ei (their coefficients are
+// summed).
+func singleSource(eq equation, ei int) int {
+	src := -1
+	for _, t := range eq.terms {
+		if t[1] == ei {
+			if src >= 0 {
+				return -1
+			}
+			src = t[0]
+		}
+	}
+	return src
 }
 
 // label is the instance label (poc LinearRelation.get_label): u32le number
@@ -93,12 +176,18 @@ func (r *relation) label() ([]byte, bool) {
 			b = binary.LittleEndian.AppendUint32(b, uint32(t[1]))
 		}
 	}
-	for _, e := range r.elements {
-		eb, err := encodeElement(e)
-		if err != nil {
-			return nil, false
+	if len(r.encs) < len(r.elements) {
+		r.encs = append(r.encs, make([][]byte, len(r.elements)-len(r.encs))...)
+	}
+	for i, e := range r.elements {
+		if r.encs[i] == nil {
+			eb, err := encodeElement(e)
+			if err != nil {
+				return nil, false
+			}
+			r.encs[i] = eb
 		}
-		b = append(b, eb...)
+		b = append(b, r.encs[i]...)
 	}
 	return b, true
 }

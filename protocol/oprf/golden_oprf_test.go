@@ -30,7 +30,7 @@ func TestGoldenRandomness(t *testing.T) {
 	for i := range blinds {
 		blinds[i] = protocol.G.HashToScalar(testvec.FixedBytes(fmt.Sprint("blind", i), 32), []byte("golden blind"))
 	}
-	fin, ereq, err := oprf.NewVerifiableClient(OPRFSuite, pub).DeterministicBlind(inputs, blinds)
+	_, ereq, err := oprf.NewVerifiableClient(OPRFSuite, pub).DeterministicBlind(inputs, blinds)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,16 @@ func TestGoldenRandomness(t *testing.T) {
 		resp.Proof = testvec.MustHex(t, old["proof"]) // the golden proof; must verify below
 	}
 	rb, _ := resp.MarshalBinary()
-	omegas, err := Finalize(&Blinded{pub: pub, fin: fin, blinded: q.Elements}, resp)
+	ours, _, err := blind(pub, "2006-03", inputs, scalarBytes(t, blinds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range q.Elements {
+		if !bytes.Equal(ours.blinded[i], q.Elements[i]) {
+			t.Fatalf("blinded element %d differs from circl's", i)
+		}
+	}
+	omegas, err := Finalize(ours, resp)
 	if err != nil {
 		t.Fatalf("golden proof does not verify: %v", err)
 	}
@@ -95,4 +104,18 @@ func TestGoldenRandomness(t *testing.T) {
 	if p, err := ParsePublicKeyResponse(testvec.MustHex(t, want["pubkey_response_expired"])); err != nil || !p.Expired {
 		t.Errorf("golden expired public key response: %+v %v", p, err)
 	}
+}
+
+// scalarBytes encodes circl scalars (32 bytes each).
+func scalarBytes(t *testing.T, s []oprf.Blind) [][]byte {
+	t.Helper()
+	out := make([][]byte, len(s))
+	for i := range s {
+		b, err := s[i].MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = b
+	}
+	return out
 }

@@ -280,35 +280,37 @@ func ParseOPRFPublicKey(b []byte) (*oprf.PublicKey, error) {
 // Blinded is a client's state between Blind and Finalize for one batch.
 type Blinded struct {
 	pub     *oprf.PublicKey
-	fin     *oprf.FinalizeData
+	b       *dleq.Blinds
 	blinded [][]byte // the request's elements, for the proof check
 }
 
 // Blind blinds OPRF inputs for one request (RFC 9497 §3.3.2 Blind, verifiable
 // mode) against the epoch's public key pub. It returns the client's state
 // and the request to send. Errors when pub is nil or an input is rejected.
+// The blinds are secret and everything that touches them constant time
+// (protocol/internal/dleq: gtank/ristretto255).
 func Blind(pub *oprf.PublicKey, epoch string, inputs [][]byte) (*Blinded, *RandomnessRequest, error) {
+	return blind(pub, epoch, inputs, nil)
+}
+
+// blind is Blind with the blinds given (32-byte scalars; nil = random),
+// for test vectors.
+func blind(pub *oprf.PublicKey, epoch string, inputs, blinds [][]byte) (*Blinded, *RandomnessRequest, error) {
 	if pub == nil {
 		return nil, nil, errors.New("protocol: blind needs the epoch's OPRF public key")
 	}
-	c := oprf.NewVerifiableClient(OPRFSuite, pub)
-	fin, req, err := c.Blind(inputs)
+	b, elems, err := dleq.Blind(inputs, blinds, rand.Reader)
 	if err != nil {
 		return nil, nil, fmt.Errorf("oprf blind: %w", err)
 	}
-	q := &RandomnessRequest{Epoch: epoch, Elements: make([][]byte, len(req.Elements))}
-	for i, e := range req.Elements {
-		if q.Elements[i], err = e.MarshalBinaryCompress(); err != nil {
-			return nil, nil, err
-		}
-	}
-	return &Blinded{pub: pub, fin: fin, blinded: q.Elements}, q, nil
+	return &Blinded{pub: pub, b: b, blinded: elems}, &RandomnessRequest{Epoch: epoch, Elements: elems}, nil
 }
 
 // Finalize verifies the batch's DLEQ proof against the public key given to
 // Blind and unblinds the response into one 64-byte ω per input (RFC 9497
 // §3.3.2 Finalize; the proof check is RFC 9497 §2.2.2 VerifyProof, in
-// variable time over its public inputs: protocol/internal/dleq). Errors:
+// variable time over its public inputs; the unblinding constant time, one
+// batched inversion of the blinds: protocol/internal/dleq). Errors:
 // the service's refusal (protocol.Refusal.Err: wrapping
 // protocol.ErrEpochClosed, protocol.ErrEpochExpired or
 // protocol.ErrEpochFuture), a wrong element count, invalid elements, or
@@ -320,32 +322,19 @@ func Finalize(b *Blinded, resp *RandomnessResponse) ([][]byte, error) {
 	if len(resp.Elements) != len(b.blinded) || len(b.blinded) == 0 {
 		return nil, fmt.Errorf("oprf finalize (answer does not match the request): %d elements for %d blinded: %w", len(resp.Elements), len(b.blinded), oprf.ErrInvalidInput)
 	}
-	ev := &oprf.Evaluation{Elements: make([]oprf.Evaluated, len(resp.Elements))}
-	for i, e := range resp.Elements {
-		el := protocol.G.NewElement()
-		if err := el.UnmarshalBinary(e); err != nil {
-			return nil, fmt.Errorf("randomness service returned an invalid element: %w", err)
-		}
-		if el.IsIdentity() {
-			return nil, fmt.Errorf("randomness service returned the identity element: %w", oprf.ErrInvalidInput)
-		}
-		ev.Elements[i] = el
-	}
 	pk, err := b.pub.MarshalBinary()
 	if err != nil {
 		return nil, err
 	}
-	if err := dleq.Verify(pk, b.blinded, resp.Elements, resp.Proof); errors.Is(err, dleq.ErrProof) {
+	out, err := b.b.VerifyFinalize(pk, resp.Elements, resp.Proof)
+	switch {
+	case errors.Is(err, dleq.ErrProof):
 		return nil, ErrProof
-	} else if err != nil { // a proof scalar at or above ℓ: nothing an honest service sends
-		return nil, fmt.Errorf("%w (%v)", ErrProof, err)
-	}
-	// The proof is checked: the rest of VOPRF Finalize is OPRF Finalize
-	// (RFC 9497 §3.3.2: unblind, then Hash(len ‖ input ‖ len ‖ element ‖
-	// "Finalize")), which circl's base-mode client does.
-	out, err := oprf.NewClient(OPRFSuite).Finalize(b.fin, ev)
-	if err != nil {
-		return nil, fmt.Errorf("oprf finalize (answer does not match the request): %w", err)
+	case err != nil:
+		// an element that does not decode or is the identity, or a proof
+		// of the wrong size or with a scalar at or above ℓ: nothing an
+		// honest service sends
+		return nil, fmt.Errorf("randomness service returned an invalid answer: %w (%v)", ErrProof, err)
 	}
 	return out, nil
 }

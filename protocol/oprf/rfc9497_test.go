@@ -51,7 +51,7 @@ func TestRFC9497Vectors(t *testing.T) {
 			}
 			blinds = append(blinds, s)
 		}
-		fin, ereq, err := oprf.NewVerifiableClient(OPRFSuite, pub).DeterministicBlind(inputs, blinds)
+		_, ereq, err := oprf.NewVerifiableClient(OPRFSuite, pub).DeterministicBlind(inputs, blinds)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +83,16 @@ func TestRFC9497Vectors(t *testing.T) {
 		if rfcResp, err = ParseRandomnessResponse(b); err != nil {
 			t.Fatal(err)
 		}
-		out, err := Finalize(&Blinded{pub: pub, fin: fin, blinded: q.Elements}, rfcResp)
+		ours, oq, err := blind(pub, "rfc", inputs, testvec.HexList(t, tv.Blind))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range q.Elements {
+			if !bytes.Equal(oq.Elements[j], q.Elements[j]) {
+				t.Fatalf("vector %d: our blinded element %d = %x, RFC %x", i, j, oq.Elements[j], q.Elements[j])
+			}
+		}
+		out, err := Finalize(ours, rfcResp)
 		if err != nil {
 			t.Fatalf("vector %d: RFC proof rejected: %v", i, err)
 		}
@@ -96,7 +105,7 @@ func TestRFC9497Vectors(t *testing.T) {
 		bad := *rfcResp
 		bad.Proof = append([]byte(nil), rfcResp.Proof...)
 		bad.Proof[0] ^= 1
-		if _, err := Finalize(&Blinded{pub: pub, fin: fin, blinded: q.Elements}, &bad); err == nil {
+		if _, err := Finalize(ours, &bad); err == nil {
 			t.Fatalf("vector %d: tampered proof accepted", i)
 		}
 	}

@@ -395,7 +395,9 @@ func (s *suite) element(b []byte) (group.Element, error) {
 // Verify checks a token against this key (RFC 9578 §5.4): its type, key id
 // and challenge digest must be this key's (kind and epoch), and its
 // authenticator the VOPRF evaluation of its other fields. Errors wrap
-// ErrInvalidToken. Verify does not know whether the token was spent.
+// ErrInvalidToken. Verify does not know whether the token was spent. For
+// TypeRistretto the evaluation is protocol/internal/dleq's FullEvaluate
+// (gtank/ristretto255, constant time in the key).
 func (k *PrivateKey) Verify(t *Token) error {
 	return k.verify(t, ChallengeDigest(k.s.typ, k.kind, k.epoch))
 }
@@ -413,7 +415,14 @@ func (k *PrivateKey) verify(t *Token, digest [32]byte) error {
 	case len(t.Authenticator) != k.s.nk:
 		return fmt.Errorf("%w: authenticator of %d bytes, want %d", ErrInvalidToken, len(t.Authenticator), k.s.nk)
 	}
-	want, err := oprf.NewVerifiableServer(k.s.oprf, k.sk).FullEvaluate(t.input())
+	var want []byte
+	var err error
+	if k.s == suiteRistretto {
+		// constant time in the key (protocol/internal/dleq)
+		want, err = dleq.FullEvaluate(k.skb, t.input())
+	} else {
+		want, err = oprf.NewVerifiableServer(k.s.oprf, k.sk).FullEvaluate(t.input())
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}
@@ -437,6 +446,9 @@ type Pending struct {
 	public  []byte   // the issuer key's encoding, for the proof check
 	blinded [][]byte // the request's elements, for the proof check
 	spent   bool
+	// rb is the TypeRistretto client state (protocol/internal/dleq);
+	// client, fin and req serve the other suites (circl).
+	rb *dleq.Blinds
 }
 
 // NewRequest blinds one token input per nonce for the issuer key public
@@ -469,7 +481,7 @@ func newRequestDigest(s *suite, public []byte, digest [32]byte, nonces [][32]byt
 	if err := pk.UnmarshalBinary(s.oprf, public); err != nil {
 		return nil, nil, fmt.Errorf("token: issuer public key: %w", err)
 	}
-	p := &Pending{s: s, client: oprf.NewVerifiableClient(s.oprf, pk), nonces: append([][32]byte(nil), nonces...),
+	p := &Pending{s: s, nonces: append([][32]byte(nil), nonces...),
 		digest: digest, keyID: sha256.Sum256(public), public: append([]byte(nil), public...)}
 	inputs := make([][]byte, len(nonces))
 	for i, n := range nonces {
@@ -477,6 +489,24 @@ func newRequestDigest(s *suite, public []byte, digest [32]byte, nonces [][32]byt
 		inputs[i] = t.input()
 	}
 	var err error
+	if s == suiteRistretto {
+		// RFC 9497 §3.3.2 Blind on gtank/ristretto255: constant time in
+		// the secret blinds (protocol/internal/dleq)
+		var bb [][]byte
+		if blinds != nil {
+			bb = make([][]byte, len(blinds))
+			for i, b := range blinds {
+				if bb[i], err = b.MarshalBinary(); err != nil {
+					return nil, nil, err
+				}
+			}
+		}
+		if p.rb, p.blinded, err = dleq.Blind(inputs, bb, rand.Reader); err != nil {
+			return nil, nil, fmt.Errorf("token: blind: %w", err)
+		}
+		return p, p.blinded, nil
+	}
+	p.client = oprf.NewVerifiableClient(s.oprf, pk)
 	if blinds == nil {
 		p.fin, p.req, err = p.client.Blind(inputs)
 	} else {
@@ -503,7 +533,8 @@ var ErrProof = errors.New("token: issuance proof failed: the issuer did not eval
 // Finalize checks the issuer's batch DLEQ proof and unblinds the evaluated
 // elements into tokens, in nonce order (RFC 9578 §5.3, RFC 9497 §3.3.2
 // Finalize; for TypeRistretto the proof check, RFC 9497 §2.2.2
-// VerifyProof, runs in variable time over its public inputs:
+// VerifyProof, runs in variable time over its public inputs, and the
+// unblinding in constant time with one batched inversion of the blinds:
 // protocol/internal/dleq). Errors wrap ErrProof for a failing proof and
 // protocol.ErrMalformed for undecodable elements. A Pending finalizes once.
 func (p *Pending) Finalize(evaluated [][]byte, proof []byte) ([]*Token, error) {
@@ -512,6 +543,18 @@ func (p *Pending) Finalize(evaluated [][]byte, proof []byte) ([]*Token, error) {
 	}
 	if len(evaluated) != len(p.nonces) {
 		return nil, protocol.Malformed("%d evaluated elements for %d blinded", len(evaluated), len(p.nonces))
+	}
+	if p.rb != nil {
+		// VerifyProof (variable time, public inputs) and the unblinding
+		// (constant time, one batched inversion): protocol/internal/dleq
+		outs, err := p.rb.VerifyFinalize(p.public, evaluated, proof)
+		switch {
+		case errors.Is(err, dleq.ErrProof):
+			return nil, ErrProof
+		case err != nil:
+			return nil, protocol.Malformed("%v", err)
+		}
+		return p.tokens(outs), nil
 	}
 	ev := &oprf.Evaluation{Elements: make([]group.Element, len(evaluated)), Proof: new(circldleq.Proof)}
 	for i, b := range evaluated {
@@ -527,32 +570,24 @@ func (p *Pending) Finalize(evaluated [][]byte, proof []byte) ([]*Token, error) {
 	if err := ev.Proof.UnmarshalBinary(p.s.g, proof); err != nil {
 		return nil, protocol.Malformed("proof: %v", err)
 	}
-	var outs [][]byte
-	var err error
-	if p.s == suiteRistretto {
-		if err := dleq.Verify(p.public, p.blinded, evaluated, proof); errors.Is(err, dleq.ErrProof) {
-			return nil, ErrProof
-		} else if err != nil {
-			return nil, protocol.Malformed("proof: %v", err)
-		}
-		// the proof is checked: the rest of VOPRF Finalize is OPRF
-		// Finalize (RFC 9497 §3.3.2), which circl's base-mode client does
-		outs, err = oprf.NewClient(p.s.oprf).Finalize(p.fin, ev)
-	} else {
-		outs, err = p.client.Finalize(p.fin, ev)
-	}
+	outs, err := p.client.Finalize(p.fin, ev)
 	if err != nil {
 		if errors.Is(err, oprf.ErrInvalidProof) {
 			return nil, ErrProof
 		}
 		return nil, fmt.Errorf("token: finalize: %w", err)
 	}
+	return p.tokens(outs), nil
+}
+
+// tokens marks p spent and makes the tokens of the authenticators outs.
+func (p *Pending) tokens(outs [][]byte) []*Token {
 	p.spent = true
 	toks := make([]*Token, len(outs))
 	for i, o := range outs {
 		toks[i] = &Token{Type: p.s.typ, Nonce: p.nonces[i], ChallengeDigest: p.digest, KeyID: p.keyID, Authenticator: o}
 	}
-	return toks, nil
+	return toks
 }
 
 // Len is the number of tokens requested.

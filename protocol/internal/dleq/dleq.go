@@ -17,6 +17,10 @@
 // touches the private key k or the proof nonce r stays constant time:
 // Z = k·M, D_i = k·C_i, t2 = r·G, t3 = r·M, s = r − c·k.
 //
+// The client side (client.go: Blind, Blinds.VerifyFinalize) and the
+// token verifier's FullEvaluate are here too, constant time in the
+// blinds and the key.
+//
 // Elements are 32-byte canonical ristretto255 encodings (RFC 9496 §4.3),
 // scalars 32-byte little-endian integers below ℓ (RFC 9497 §4.1).
 package dleq
@@ -174,10 +178,6 @@ func Verify(pk []byte, c, d [][]byte, proof []byte) error {
 	if err != nil {
 		return err
 	}
-	b, err := DecodeElement(pk)
-	if err != nil {
-		return fmt.Errorf("public key: %w", err)
-	}
 	n := len(c)
 	pts := make([]*r255.Element, 2*n)
 	for i := range c {
@@ -187,6 +187,17 @@ func Verify(pk []byte, c, d [][]byte, proof []byte) error {
 		if pts[n+i], err = DecodeElement(d[i]); err != nil {
 			return fmt.Errorf("element D[%d]: %w", i, err)
 		}
+	}
+	return verifyPoints(pk, c, d, pts, pc, ps)
+}
+
+// verifyPoints is Verify after decoding: pts holds the n C_i then the n
+// D_i, (pc, ps) the proof.
+func verifyPoints(pk []byte, c, d [][]byte, pts []*r255.Element, pc, ps *r255.Scalar) error {
+	n := len(c)
+	b, err := DecodeElement(pk)
+	if err != nil {
+		return fmt.Errorf("public key: %w", err)
 	}
 	ds := weights(pk, c, d)
 	m := r255.NewElement().VarTimeMultiScalarMult(ds, pts[:n])
