@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/relays"
@@ -27,7 +28,10 @@ import (
 // TestChaos ingests a log while SIGKILLing a random relay, aggregator or
 // release process every few seconds (and restarting it), while the
 // aggregator group grows 1 → 3 and shrinks to 2, and while one node of the
-// NATS cluster at a time is stopped for two ticks and restarted. The
+// NATS cluster at a time is stopped for two ticks and restarted (the next
+// stop waits until every replica of the relay stream and its consumers is
+// current again: 3 replicas tolerate one failure, and a replica still
+// catching up is a second one). The
 // services are a 3-node JetStream cluster (relay stream with 3 replicas) and
 // 3 kfake brokers (topics with replication factor 3, nominal in kfake); every
 // role gets all seed URLs and brokers. The export must equal the release
@@ -85,7 +89,7 @@ func TestChaos(t *testing.T) {
 		"--clickhouse", c.chd, "--keys", keys, "--export", out,
 		// NATS nodes stop at random from the start: creating the relay
 		// stream may wait for a quorum far longer than the default 2 min
-		"--timeout", "30m", "--start-timeout", "30m", "--ingest-timeout", "30m")
+		"--timeout", "30m", "--start-timeout", "30m", "--ingest-timeout", "15m")
 	var runOut bytes.Buffer
 	run.Stdout, run.Stderr = &runOut, &runOut
 	if err := run.Start(); err != nil {
@@ -94,8 +98,11 @@ func TestChaos(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- run.Wait() }()
 
-	kills, joins, leaves, natsStops := 0, 0, 0, 0
-	natsDown := -1        // the stopped NATS node
+	kills, joins, leaves, natsStops, natsWaits := 0, 0, 0, 0, 0
+	natsDown := -1    // the stopped NATS node
+	natsUpAt := 0     // the tick at which it restarts
+	nextNATSStop := 5 // the first tick at which the next may stop
+	natsJS := newStreamWatch(t, c.nats)
 	var natsWhat []string // what each stopped node served
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	tick := time.NewTicker(every)
@@ -105,6 +112,12 @@ func TestChaos(t *testing.T) {
 		select {
 		case runErr = <-done:
 		case <-tick.C:
+			stopNATS := false
+			if c.natsCluster != nil && natsDown < 0 && step >= nextNATSStop {
+				if stopNATS = natsJS.current(ctx); !stopNATS {
+					natsWaits++
+				}
+			}
 			switch {
 			case step == 2 || step == 3: // 1 → 3 aggregators
 				aggs = append(aggs, c.start(fmt.Sprintf("aggregate-%d", len(aggs)), aggArgs...))
@@ -113,17 +126,25 @@ func TestChaos(t *testing.T) {
 				aggs[len(aggs)-1].stop(syscall.SIGTERM)
 				aggs = aggs[:len(aggs)-1]
 				leaves++
-			case c.natsCluster != nil && step%6 == 5: // a NATS node down for two ticks
+			case stopNATS:
+				// a NATS node down for two ticks, only while every
+				// replica of the relay stream and its consumers is
+				// current: a replica still catching up after the previous
+				// restart counts as a second failure, which 3 replicas
+				// do not tolerate (on a slow machine the cluster then
+				// never regains its quorum and ingest stalls)
 				var what string
 				natsDown, what = c.spareNATSNode(rng)
 				c.natsCluster.Stop(natsDown)
 				natsStops++
 				natsWhat = append(natsWhat, what)
-			case natsDown >= 0 && step%6 == 1:
+				natsUpAt = step + 2
+			case natsDown >= 0 && step >= natsUpAt:
 				if err := c.natsCluster.Restart(ctx, natsDown); err != nil {
 					t.Fatalf("restart NATS node %d: %v", natsDown, err)
 				}
 				natsDown = -1
+				nextNATSStop = step + 4
 			default:
 				pool := append(append([]*proc{}, victims...), aggs...)
 				v := pool[rng.IntN(len(pool))]
@@ -136,8 +157,8 @@ func TestChaos(t *testing.T) {
 		}
 		break
 	}
-	report := fmt.Sprintf("chaos: %d users, %d NATS servers + %d Kafka brokers, %d kills, %d aggregator joins, %d leaves (final group: %d), %d NATS node stops: %s",
-		users, nodes, nodes, kills, joins, leaves, len(aggs), natsStops, strings.Join(natsWhat, "; "))
+	report := fmt.Sprintf("chaos: %d users, %d NATS servers + %d Kafka brokers, %d kills, %d aggregator joins, %d leaves (final group: %d), %d NATS node stops (%d ticks waited for replicas to catch up first): %s",
+		users, nodes, nodes, kills, joins, leaves, len(aggs), natsStops, natsWaits, strings.Join(natsWhat, "; "))
 	os.WriteFile(filepath.Join(c.logs, "run.log"), runOut.Bytes(), 0o644)
 	var restores, replays int
 	aggLogs, _ := filepath.Glob(filepath.Join(c.logs, "aggregate-*.log"))
@@ -149,7 +170,7 @@ func TestChaos(t *testing.T) {
 	report += fmt.Sprintf("; partitions restored from snapshots %d times, replayed %d times", restores, replays)
 	t.Logf("JetStream advisories: %s", adv())
 	if runErr != nil {
-		t.Fatalf("%s\nrun: %v\n%s", report, runErr, runOut.String())
+		t.Fatalf("%s\nrun: %v\nrelay stream: %s\n%s\n%s", report, runErr, natsJS.describe(), c.logTails(40), runOut.String())
 	}
 	// Reconcile Kafka with the aggregator's output, report id by report
 	// id, so that a loss names its hop (see aggregator/audit).
@@ -260,4 +281,124 @@ func watchAdvisories(t *testing.T, url string) func() string {
 		sort.Strings(keys)
 		return strings.Join(keys, "; ")
 	}
+}
+
+// streamWatch reads the replication state of the relay stream and its
+// consumers through its own NATS connection (JetStream API).
+type streamWatch struct {
+	t  *testing.T
+	js jetstream.JetStream
+}
+
+func newStreamWatch(t *testing.T, url string) *streamWatch {
+	nc, err := nats.Connect(url, nats.Name("chaos-stream-watch"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &streamWatch{t: t, js: js}
+}
+
+// clusters returns the cluster info of the relay stream and of each relay's
+// consumer, named; an error when one cannot be read within 2 s.
+func (w *streamWatch) clusters(ctx context.Context) (map[string]*jetstream.ClusterInfo, *jetstream.StreamInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	s, err := w.js.Stream(ctx, relays.Stream)
+	if err != nil {
+		return nil, nil, fmt.Errorf("stream %s: %w", relays.Stream, err)
+	}
+	si, err := s.Info(ctx, jetstream.WithSubjectFilter(">"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("stream %s info: %w", relays.Stream, err)
+	}
+	out := map[string]*jetstream.ClusterInfo{"stream": si.Cluster}
+	for _, r := range []string{"a", "b"} {
+		cons, err := s.Consumer(ctx, relays.ConsumerName(r))
+		if err != nil {
+			return out, si, fmt.Errorf("consumer %s: %w", relays.ConsumerName(r), err)
+		}
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			return out, si, fmt.Errorf("consumer %s info: %w", relays.ConsumerName(r), err)
+		}
+		out[relays.ConsumerName(r)] = ci.Cluster
+	}
+	return out, si, nil
+}
+
+// current reports whether the relay stream and both consumers have a
+// leader and every replica is online and current.
+func (w *streamWatch) current(ctx context.Context) bool {
+	cl, _, err := w.clusters(ctx)
+	if err != nil {
+		return false
+	}
+	for _, c := range cl {
+		if c == nil || c.Leader == "" {
+			return false
+		}
+		for _, r := range c.Replicas {
+			if r == nil || !r.Current || r.Offline {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// describe is the relay stream's state for a failure message: messages per
+// subject, and leader and replicas (current, lag) of the stream and both
+// consumers.
+func (w *streamWatch) describe() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, si, err := w.clusters(ctx)
+	var parts []string
+	if si != nil {
+		parts = append(parts, fmt.Sprintf("messages %d, per subject %v", si.State.Msgs, si.State.Subjects))
+	}
+	names := make([]string, 0, len(cl))
+	for n := range cl {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		c := cl[n]
+		if c == nil {
+			parts = append(parts, n+": no cluster info")
+			continue
+		}
+		var reps []string
+		for _, r := range c.Replicas {
+			reps = append(reps, fmt.Sprintf("%s current=%v offline=%v lag=%d active=%s", r.Name, r.Current, r.Offline, r.Lag, r.Active))
+		}
+		parts = append(parts, fmt.Sprintf("%s: leader %q, replicas [%s]", n, c.Leader, strings.Join(reps, "; ")))
+	}
+	if err != nil {
+		parts = append(parts, "error: "+err.Error())
+	}
+	return strings.Join(parts, "; ")
+}
+
+// logTails is the last n lines of each relay's and the randomness
+// service's log (roles log no artifacts, user ids or keys).
+func (c *cluster) logTails(n int) string {
+	var b strings.Builder
+	for _, name := range []string{"relay-a", "relay-b", "randomness"} {
+		data, err := os.ReadFile(filepath.Join(c.logs, name+".log"))
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		if len(lines) > n {
+			lines = lines[len(lines)-n:]
+		}
+		fmt.Fprintf(&b, "--- %s.log (last %d lines)\n%s\n", name, len(lines), strings.Join(lines, "\n"))
+	}
+	return b.String()
 }
