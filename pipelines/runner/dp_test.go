@@ -2,16 +2,21 @@ package runner
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/release"
 	"github.com/crowdlog/crowdlog/release/policy"
+	"github.com/crowdlog/crowdlog/release/stage"
 	"github.com/crowdlog/crowdlog/tests/truth"
 )
 
@@ -236,13 +241,20 @@ func TestRunDPGaussianSetUnion(t *testing.T) {
 	}
 	dir := t.TempDir()
 	out := filepath.Join(dir, "dpgsu.tsv")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	ch := startClickHouse(ctx, t, dir)
 	defer ch.Stop()
+	// the broker outlives the run: the further release stages below read
+	// its decrypted topic again
+	kb, err := kafka.Start(ctx, filepath.Join(dir, "kafka"), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kb.Close()
 	const db = "dpgsu"
 	cfg := Config{Input: bundled, App: "query", Policy: "dp-gsu", DP: dp, Export: out, Dataset: "test",
-		StateDir: filepath.Join(dir, "state"), Partitions: 2, ClickHouse: ch.TCPAddr, Database: db}
+		StateDir: filepath.Join(dir, "state"), Partitions: 2, ClickHouse: ch.TCPAddr, Database: db, Kafka: kb.Addr}
 	sum, err := Run(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -283,4 +295,93 @@ func TestRunDPGaussianSetUnion(t *testing.T) {
 		t.Fatalf("ledger %+v, want one dp-gsu row spending (%v, %v)", rows, pol.AchievedEpsilon, pol.AchievedDelta)
 	}
 	t.Logf("%s; sent %d reports; released %d, expected %.2f ± %.2f", pol, sum.Sent, len(got), mean, math.Sqrt(variance))
+
+	// The statistical test over seeds: the noise is drawn by the release
+	// stage alone, so further release stages over the same decrypted topic,
+	// each into its own database (its own stored draw), are independent
+	// draws of the pipeline's release. Their total must match the raw-log
+	// expectation within 4σ, every item must pass the client rule, and
+	// the draws must differ (a fixed or reused draw would repeat one set).
+	const draws = 15
+	digest, err := hex.DecodeString(sum.Pipeline)
+	if err != nil || len(digest) != 32 {
+		t.Fatalf("pipeline digest %q: %v", sum.Pipeline, err)
+	}
+	total, sets := len(got), map[string]bool{releasedSet(got): true}
+	for i := 1; i < draws; i++ {
+		items := releaseAgain(ctx, t, kb.Addr, ch.TCPAddr, fmt.Sprintf("dpgsu_draw%d", i), pol, [32]byte(digest))
+		for _, it := range items {
+			n := chosen[it.Item]
+			if n < pol.ShamirK {
+				t.Fatalf("draw %d released a query %d users chose, below k_shamir %d", i, n, pol.ShamirK)
+			}
+			if d := math.Abs(float64(it.Users) - float64(n)); d > 5.3*pol.B+0.5 {
+				t.Fatalf("draw %d: released count %d is %.1f from the true %d: more than 5.3σ", i, it.Users, d, n)
+			}
+		}
+		total += len(items)
+		sets[releasedSetItems(items)] = true
+	}
+	sd := math.Sqrt(draws * variance)
+	if math.Abs(float64(total)-draws*mean) > 4*sd+1 {
+		t.Fatalf("%d draws released %d queries in all, expectation %.1f ± %.1f (raw log, Gaussian tail)", draws, total, draws*mean, sd)
+	}
+	if len(sets) < 2 {
+		t.Fatalf("%d release stages released the same set of queries each time: the noise is not drawn per release", draws)
+	}
+	t.Logf("%d independent draws through the release stage: %d queries in all, expected %.1f ± %.1f; %d distinct released sets",
+		draws, total, draws*mean, sd, len(sets))
+}
+
+// releaseAgain runs a release stage for pol and digest over the decrypted
+// topic at broker into database db of ClickHouse at chAddr until it has
+// released one epoch, and returns what it released (the noisy items).
+func releaseAgain(ctx context.Context, t *testing.T, broker, chAddr, db string, pol *policy.Policy, digest [32]byte) []release.Item {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	st, w, err := stage.New(ctx, []string{broker}, chAddr, db, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	st.Policy, st.Pipeline, st.Dataset = pol, digest, "test"
+	var items []release.Item
+	released := make(chan struct{})
+	st.OnRelease = func(app, epoch string, it []release.Item) {
+		items = it
+		close(released)
+	}
+	errc := make(chan error, 1)
+	runCtx, stop := context.WithCancel(ctx)
+	go func() { errc <- st.Run(runCtx) }()
+	select {
+	case <-released:
+	case err := <-errc:
+		t.Fatalf("release stage into %s ended before releasing: %v", db, err)
+	case <-ctx.Done():
+		t.Fatalf("release stage into %s: no release within 2 min", db)
+	}
+	stop()
+	<-errc
+	return items
+}
+
+// releasedSet names the set of released artifacts (sorted, joined).
+func releasedSet(got map[string]truth.Row) string {
+	names := make([]string, 0, len(got))
+	for a := range got {
+		names = append(names, a)
+	}
+	sort.Strings(names)
+	return strings.Join(names, "\x00")
+}
+
+func releasedSetItems(items []release.Item) string {
+	names := make([]string, 0, len(items))
+	for _, it := range items {
+		names = append(names, it.Item)
+	}
+	sort.Strings(names)
+	return strings.Join(names, "\x00")
 }
