@@ -45,11 +45,17 @@ import (
 // CROWDLOG_CHAOS_CLUSTER=0 runs it on one NATS server and one broker
 // (no NATS node stops).
 //
-// A stopped NATS node is never the one `crowdlog run` (ingest) or the
-// randomness service is connected to: the randomness client re-sends a
-// request that timed out (oprfclient.Client.RetryFor), but a request lost
-// with its connection only times out after 30 s, which would stall the
-// run; relays ride the loss out (reconnect, redelivery after --ack-wait).
+// Tokens are on: an issuer serves randomness and report tokens and ARC
+// credentials, and the aggregators check them (verification at the
+// threshold, restored from snapshots and replays like the rest of the
+// partition state).
+//
+// A stopped NATS node is never the one `crowdlog run` (ingest), the
+// randomness service or the issuer is connected to: the randomness client
+// re-sends a request that timed out (oprfclient.Client.RetryFor), but a
+// request lost with its connection only times out after 30 s, which would
+// stall the run; relays ride the loss out (reconnect, redelivery after
+// --ack-wait).
 func TestChaos(t *testing.T) {
 	users := 120
 	if v, err := strconv.Atoi(os.Getenv("CROWDLOG_CHAOS_USERS")); err == nil && v > 0 {
@@ -68,7 +74,21 @@ func TestChaos(t *testing.T) {
 	input := subset(t, users)
 	bin, dir, keys := c.bin, c.dir, c.keys
 	adv := watchAdvisories(t, c.nats)
-	c.start("randomness", "randomness", "--nats", c.nats, "--keys", keys)
+	// Tokens on, as users run it: an issuer of randomness and report
+	// tokens and ARC credentials, and aggregators that check every report's
+	// token and FT_u presentation (verification at the threshold, its
+	// state in the snapshots). The randomness service and the issuer share
+	// one NATS node, which is never stopped (see spareNATSNode).
+	if err := keydir.EnsureIssuerKeys(keys, "chaos"); err != nil {
+		t.Fatal(err)
+	}
+	clientSide := c.nats
+	if c.natsCluster != nil {
+		clientSide = c.natsCluster.URLs[0]
+	}
+	c.start("randomness", "randomness", "--nats", clientSide, "--keys", keys)
+	c.start("issuer", "issuer", "--nats", clientSide, "--keys", keys, "--epoch", "chaos",
+		"--randomness-tokens", "100000", "--report-tokens", "100000")
 	var victims []*proc
 	for _, name := range []string{"a", "b"} {
 		victims = append(victims, c.start("relay-"+name, "relay", "--name", name,
@@ -77,7 +97,7 @@ func TestChaos(t *testing.T) {
 	// the aggregators share one snapshot directory, as members on one host
 	// (or on a shared volume) do: a killed or moved partition is restored
 	// from a snapshot another process may have written
-	aggArgs := []string{"aggregate", "--kafka", c.kafka, "--key", filepath.Join(keys, keydir.AggregatorKey), "--session-timeout", "6s",
+	aggArgs := []string{"aggregate", "--kafka", c.kafka, "--key", filepath.Join(keys, keydir.AggregatorKey), "--keys", keys, "--session-timeout", "6s",
 		"--snapshot-dir", filepath.Join(dir, "snapshots"), "--snapshot-every", "300"}
 	aggs := []*proc{c.start("aggregate-0", aggArgs...)}
 	victims = append(victims, c.start("release", "release", "--kafka", c.kafka, "--clickhouse", c.chd, "--policy", policy, "--k", strconv.Itoa(k)))
@@ -172,6 +192,10 @@ func TestChaos(t *testing.T) {
 	if runErr != nil {
 		t.Fatalf("%s\nrun: %v\nrelay stream: %s\n%s\n%s", report, runErr, natsJS.describe(), c.logTails(40), runOut.String())
 	}
+	tok := summaryField(runOut.String(), "tokens")
+	if tok == "" || strings.HasPrefix(tok, "off") {
+		t.Fatalf("%s: the run's tokens were %q, want on (an issuer runs)\n%s", report, tok, runOut.String())
+	}
 	// Reconcile Kafka with the aggregator's output, report id by report
 	// id, so that a loss names its hop (see aggregator/audit).
 	aud := c.audit(ctx, "query", "chaos")
@@ -183,13 +207,13 @@ func TestChaos(t *testing.T) {
 		t.Errorf("%s: %d reports sent by the clients, %d distinct in Kafka", report, sent, aud.Reports)
 	}
 	n := c.checkExport(ctx, input, out, policy, k, "chaos", 6, report)
-	t.Logf("%s; export of %d items byte-identical to the fault-free run and equal to the raw-log release", report, n)
+	t.Logf("%s; tokens %s; export of %d items byte-identical to the fault-free run and equal to the raw-log release", report, tok, n)
 }
 
 // spareNATSNode picks a running node of c's NATS cluster that neither
-// `crowdlog run` nor the randomness service is connected to (by their
-// connection names, natsconn.Connect); with 3 nodes and these 2 clients
-// one always exists. Among those it prefers, at random, one leading the
+// `crowdlog run`, the randomness service nor the issuer is connected to
+// (by their connection names, natsconn.Connect); the last two are given
+// one node's URL, so with 3 nodes one always exists. Among those it prefers, at random, one leading the
 // relay stream or a relay consumer (Shutdown does not hand leadership over:
 // the other replicas must elect a new leader, as after a crash). what
 // describes the node for the report: the roles connected to it and what it
@@ -209,7 +233,7 @@ func (c *cluster) spareNATSNode(rng *rand.Rand) (node int, what string) {
 		ok := true
 		var names []string
 		for _, ci := range cz.Conns {
-			if ci.Name == "crowdlog-run" || ci.Name == "crowdlog-randomness" {
+			if ci.Name == "crowdlog-run" || ci.Name == "crowdlog-randomness" || ci.Name == "crowdlog-issuer" {
 				ok = false
 			}
 			names = append(names, strings.TrimPrefix(ci.Name, "crowdlog-"))
@@ -234,7 +258,7 @@ func (c *cluster) spareNATSNode(rng *rand.Rand) (node int, what string) {
 		whats[i] = fmt.Sprintf("node %d (clients %v, leader of %v)", i, names, led)
 	}
 	if len(spare) == 0 {
-		c.t.Fatal("every NATS node serves ingest or randomness")
+		c.t.Fatal("every NATS node serves ingest, randomness or the issuer")
 	}
 	if len(leaders) > 0 {
 		spare = leaders

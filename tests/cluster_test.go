@@ -175,3 +175,14 @@ func sentReports(out string) int {
 	}
 	return -1
 }
+
+// summaryField is the value of a `crowdlog run` summary line whose first
+// word is name (e.g. "tokens" → "on: …" or "off (…)"); "" when missing.
+func summaryField(out, name string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == name {
+			return strings.Join(f[1:], " ")
+		}
+	}
+	return ""
+}
