@@ -29,10 +29,10 @@ import (
 // release process every few seconds (and restarting it), while the
 // aggregator group grows 1 → 3 and shrinks to 2, and while one node of the
 // NATS cluster at a time is stopped for two ticks and restarted (the next
-// stop waits until every replica of the relay stream and its consumers is
-// current again: 3 replicas tolerate one failure, and a replica still
-// catching up is a second one). The
-// services are a 3-node JetStream cluster (relay stream with 3 replicas) and
+// stop waits until every replica of every stream, the relay stream's
+// consumers included, is current again: 3 replicas tolerate one failure,
+// and a replica still catching up is a second one). The services are a
+// 3-node JetStream cluster (relay stream with 3 replicas) and
 // 3 kfake brokers (topics with replication factor 3, nominal in kfake); every
 // role gets all seed URLs and brokers. The export must equal the release
 // computed from the raw log, and byte for byte a fault-free run's: nothing
@@ -148,11 +148,12 @@ func TestChaos(t *testing.T) {
 				leaves++
 			case stopNATS:
 				// a NATS node down for two ticks, only while every
-				// replica of the relay stream and its consumers is
-				// current: a replica still catching up after the previous
-				// restart counts as a second failure, which 3 replicas
-				// do not tolerate (on a slow machine the cluster then
-				// never regains its quorum and ingest stalls)
+				// replica of every stream (the relay stream, its
+				// consumers, the key-value buckets) is current: a
+				// replica still catching up after the previous restart
+				// counts as a second failure, which 3 replicas do not
+				// tolerate (on a slow machine the cluster then never
+				// regains its quorum and ingest stalls)
 				var what string
 				natsDown, what = c.spareNATSNode(rng)
 				c.natsCluster.Stop(natsDown)
@@ -355,11 +356,21 @@ func (w *streamWatch) clusters(ctx context.Context) (map[string]*jetstream.Clust
 	return out, si, nil
 }
 
-// current reports whether the relay stream and both consumers have a
-// leader and every replica is online and current.
+// current reports whether the relay stream and both consumers, and every
+// other stream of the cluster (the issuer's and the randomness service's
+// key-value buckets), have a leader and every replica online and current.
 func (w *streamWatch) current(ctx context.Context) bool {
 	cl, _, err := w.clusters(ctx)
 	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	streams := w.js.ListStreams(ctx)
+	for si := range streams.Info() {
+		cl["stream "+si.Config.Name] = si.Cluster
+	}
+	if streams.Err() != nil {
 		return false
 	}
 	for _, c := range cl {
