@@ -97,9 +97,12 @@ func RegisterVectors(reg prometheus.Registerer, s *vectors.Service) {
 	metrics.GaugeFunc(reg, "crowdlog_vectors_open_groups", "Groups not yet final in the partitions this process owns.", nil, func() float64 { return float64(s.OpenGroups()) })
 }
 
-// RegisterPDDRelease exposes PDD days written and skipped (already written)
-// and outcomes dropped.
+// RegisterPDDRelease exposes PDD days written and skipped (already written),
+// outcomes dropped, days refused, and the consumer lag per partition of the
+// group-sums topic.
 func RegisterPDDRelease(reg prometheus.Registerer, st *pddrelease.Stage) {
+	metrics.GaugeMapFunc(reg, "crowdlog_pdd_release_consumer_lag", "Messages of the group-sums topic behind the partition's end (high watermark − next offset) at the last read, per partition.",
+		"partition", func() map[string]float64 { return lagMap(st.ConsumerLag()) })
 	metrics.CounterFunc(reg, "crowdlog_pdd_release_days_total", "PDD days written to ClickHouse.", nil, func() float64 { return float64(st.Rounds.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_pdd_release_skipped_total", "PDD days found already written.", nil, func() float64 { return float64(st.Skipped.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_pdd_release_dropped_total", "Group outcomes dropped by the PDD release.", nil, func() float64 { return float64(st.Dropped.Load()) })

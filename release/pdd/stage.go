@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -102,6 +103,23 @@ type Stage struct {
 	// written, Refused those refused over the budget; Dropped the messages
 	// State dropped.
 	Rounds, Skipped, Refused, Dropped atomic.Int64
+
+	tailMu sync.Mutex
+	tail   *infrakafka.Tail // ConsumerLag
+}
+
+// ConsumerLag returns, per partition of the group-sums topic, the messages
+// behind the partition's end at its last read (high watermark − next
+// offset; 0 when caught up; a partition appears at its first message), for
+// the crowdlog_pdd_release_consumer_lag gauge. Empty before Run has read.
+func (st *Stage) ConsumerLag() map[int]int64 {
+	st.tailMu.Lock()
+	t := st.tail
+	st.tailMu.Unlock()
+	if t == nil {
+		return map[int]int64{}
+	}
+	return t.Lag()
 }
 
 func (st *Stage) config() (topic string, list *keywords.List, maxCount int64, log *slog.Logger, err error) {
@@ -146,6 +164,9 @@ func (st *Stage) Run(ctx context.Context) error {
 	// written on this goroutine alone
 	tail := infrakafka.ReadTopic(ctx, st.Brokers, topic, "pdd release", log)
 	defer tail.Stop()
+	st.tailMu.Lock()
+	st.tail = tail
+	st.tailMu.Unlock()
 	state := NewState(list)
 	if st.Epsilon > 0 {
 		state.MaxCount = uint64(maxCount)

@@ -191,6 +191,17 @@ func TestStageReleasesExactCountsAndRestarts(t *testing.T) {
 		t.Fatalf("writes %d (want 3, one failed), rounds %d, dropped %d (want %d duplicates and mismatches)",
 			sink.writes.Load(), st.Rounds.Load(), st.Dropped.Load(), len(msgs)-accepted)
 	}
+	// every message read: each partition the stage read is caught up (the
+	// crowdlog_pdd_release_consumer_lag gauge)
+	lag := st.ConsumerLag()
+	if len(lag) == 0 {
+		t.Fatal("no consumer lag after the stage read every message")
+	}
+	for p, n := range lag {
+		if p < 0 || p >= 3 || n != 0 {
+			t.Fatalf("consumer lag %v: partition %d behind by %d after every message was read", lag, p, n)
+		}
+	}
 	daily, err := w.ReadKeywordDaily(ctx, "flu")
 	if err != nil {
 		t.Fatal(err)
