@@ -89,6 +89,9 @@ func TestChaos(t *testing.T) {
 	c.start("randomness", "randomness", "--nats", clientSide, "--keys", keys)
 	c.start("issuer", "issuer", "--nats", clientSide, "--keys", keys, "--epoch", "chaos",
 		"--randomness-tokens", "100000", "--report-tokens", "100000")
+	// the run waits only 5 s for an issuer before it replays without
+	// tokens: on a slow machine the process may take longer to start
+	c.waitLog("issuer", "issuer ready", 2*time.Minute)
 	var victims []*proc
 	for _, name := range []string{"a", "b"} {
 		victims = append(victims, c.start("relay-"+name, "relay", "--name", name,
@@ -436,4 +439,21 @@ func (c *cluster) logTails(n int) string {
 		fmt.Fprintf(&b, "--- %s.log (last %d lines)\n%s\n", name, len(lines), strings.Join(lines, "\n"))
 	}
 	return b.String()
+}
+
+// waitLog waits until logs/NAME.log contains line, at most bound, and
+// fails the test naming what it waited for.
+func (c *cluster) waitLog(name, line string, bound time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		b, _ := os.ReadFile(filepath.Join(c.logs, name+".log"))
+		if bytes.Contains(b, []byte(line)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s did not log %q within %s; its log:\n%s", name, line, bound, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
