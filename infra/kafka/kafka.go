@@ -392,8 +392,12 @@ type Tail struct {
 // Lag returns, per partition, the messages behind the partition's end as
 // of its last read message: high watermark − next offset (0 when caught
 // up; a message read but not yet taken from Msgs counts as read). A
-// partition appears at its first message. For a consumer-lag gauge.
+// partition appears at its first message. For a consumer-lag gauge. A nil
+// Tail (a stage that has not started reading) has an empty lag.
 func (t *Tail) Lag() map[int]int64 {
+	if t == nil {
+		return map[int]int64{}
+	}
 	t.lagMu.Lock()
 	defer t.lagMu.Unlock()
 	out := make(map[int]int64, len(t.lag))

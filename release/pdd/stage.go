@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -104,8 +103,7 @@ type Stage struct {
 	// State dropped.
 	Rounds, Skipped, Refused, Dropped atomic.Int64
 
-	tailMu sync.Mutex
-	tail   *infrakafka.Tail // ConsumerLag
+	tail atomic.Pointer[infrakafka.Tail] // the Tail Run reads (ConsumerLag)
 }
 
 // ConsumerLag returns, per partition of the group-sums topic, the messages
@@ -113,13 +111,7 @@ type Stage struct {
 // offset; 0 when caught up; a partition appears at its first message), for
 // the crowdlog_pdd_release_consumer_lag gauge. Empty before Run has read.
 func (st *Stage) ConsumerLag() map[int]int64 {
-	st.tailMu.Lock()
-	t := st.tail
-	st.tailMu.Unlock()
-	if t == nil {
-		return map[int]int64{}
-	}
-	return t.Lag()
+	return st.tail.Load().Lag()
 }
 
 func (st *Stage) config() (topic string, list *keywords.List, maxCount int64, log *slog.Logger, err error) {
@@ -164,9 +156,7 @@ func (st *Stage) Run(ctx context.Context) error {
 	// written on this goroutine alone
 	tail := infrakafka.ReadTopic(ctx, st.Brokers, topic, "pdd release", log)
 	defer tail.Stop()
-	st.tailMu.Lock()
-	st.tail = tail
-	st.tailMu.Unlock()
+	st.tail.Store(tail)
 	state := NewState(list)
 	if st.Epsilon > 0 {
 		state.MaxCount = uint64(maxCount)

@@ -359,8 +359,7 @@ type Stage struct {
 	mxOnce       sync.Once
 	writeSeconds prometheus.Histogram // Collectors
 	lastRelease  *prometheus.GaugeVec
-	tailMu       sync.Mutex
-	tail         *infrakafka.Tail // ConsumerLag
+	tail         atomic.Pointer[infrakafka.Tail] // the Tail Run reads (ConsumerLag)
 }
 
 // Collectors returns the stage's metrics, for a registry
@@ -388,13 +387,7 @@ func (st *Stage) initMetrics() {
 // behind its end as of the last read (infra/kafka.Tail.Lag); empty while
 // Run is not reading.
 func (st *Stage) ConsumerLag() map[int]int64 {
-	st.tailMu.Lock()
-	t := st.tail
-	st.tailMu.Unlock()
-	if t == nil {
-		return map[int]int64{}
-	}
-	return t.Lag()
+	return st.tail.Load().Lag()
 }
 
 // Run serves until ctx ends (then it returns nil). Errors: the topic's
@@ -415,9 +408,7 @@ func (st *Stage) Run(ctx context.Context) error {
 	// written on this goroutine alone
 	tail := infrakafka.ReadTopic(ctx, st.Brokers, topic, "release", log)
 	defer tail.Stop()
-	st.tailMu.Lock()
-	st.tail = tail
-	st.tailMu.Unlock()
+	st.tail.Store(tail)
 	state := NewState()
 	for {
 		select {
