@@ -1043,23 +1043,26 @@ func checkControl(w *wire) {
 	pub := key.Public().(ed25519.PublicKey)
 	w.eq("control-sign-public", pub, "Ed25519 public key of the seed")
 	c := w.cut("control-signed-bytes")
-	if ctx := string(c.n(len("crowdlog-v1 epoch control") + 1)); ctx != "crowdlog-v1 epoch control\x00" {
+	if ctx := string(c.n(len("crowdlog-v1 epoch control bound") + 1)); ctx != "crowdlog-v1 epoch control bound\x00" {
 		t.Errorf("control-signed-bytes: context %q", ctx)
 	}
 	op, app, epoch := c.str8(), c.str8(), c.str8()
+	pipe := [32]byte(c.n(32))
+	topic := c.str8()
 	partitions, partition := c.u32(), c.u32()
 	issued, notAfter := binary.BigEndian.Uint64(c.n(8)), binary.BigEndian.Uint64(c.n(8))
 	c.done()
-	if op != "close-epoch" || app != "query" || epoch != "2006-03" || partitions != 8 || partition != 3 || issued != 1767225600 || notAfter != 1767225600+3600 {
-		t.Errorf("control-signed-bytes: %s %s %s %d %d %d %d", op, app, epoch, partitions, partition, issued, notAfter)
+	if op != "close-epoch" || app != "query" || epoch != "2006-03" || pipe != controlVectorPipeline() || topic != "reports" ||
+		partitions != 8 || partition != 3 || issued != 1767225600 || notAfter != 1767225600+3600 {
+		t.Errorf("control-signed-bytes: %s %s %s %x %s %d %d %d %d", op, app, epoch, pipe, topic, partitions, partition, issued, notAfter)
 	}
 	sig := ed25519.Sign(key, w.get("control-signed-bytes"))
-	rec := fmt.Sprintf(`{"v":2,"op":%q,"app":%q,"epoch":%q,"partitions":%d,"partition":%d,"issued":%d,"not_after":%d,"sig":%q}`,
-		op, app, epoch, partitions, partition, issued, notAfter, base64.StdEncoding.EncodeToString(sig))
+	rec := fmt.Sprintf(`{"v":3,"op":%q,"app":%q,"epoch":%q,"pipeline":"%x","topic":%q,"partitions":%d,"partition":%d,"issued":%d,"not_after":%d,"sig":%q}`,
+		op, app, epoch, pipe, topic, partitions, partition, issued, notAfter, base64.StdEncoding.EncodeToString(sig))
 	w.eq("control-close-signed", []byte(rec), "the signed close written by hand")
 
 	got, err := protocol.ParseControl(w.get("control-close-signed"))
-	if err != nil || got.Version != protocol.ControlSigned || got.Op != op || got.App != app || got.Epoch != epoch ||
+	if err != nil || got.Version != protocol.ControlBound || got.Op != op || got.App != app || got.Epoch != epoch || got.Pipeline != pipe || got.Topic != topic ||
 		got.Partitions != partitions || got.Partition != partition || got.Issued != int64(issued) || got.NotAfter != int64(notAfter) {
 		t.Fatalf("control-close-signed parses to %+v, %v", got, err)
 	}
@@ -1067,16 +1070,31 @@ func checkControl(w *wire) {
 	if err := got.Verify(pub); err != nil {
 		t.Errorf("control-close-signed: %v", err)
 	}
-	other := *got
-	other.Epoch = "2006-04"
-	if other.Verify(pub) == nil {
-		t.Error("control-close-signed verifies for another epoch")
+	for _, change := range []func(*protocol.Control){
+		func(c *protocol.Control) { c.Epoch = "2006-04" }, func(c *protocol.Control) { c.Pipeline[0] ^= 1 },
+		func(c *protocol.Control) { c.Topic = "decrypted" },
+	} {
+		other := *got
+		change(&other)
+		if other.Verify(pub) == nil {
+			t.Errorf("control-close-signed verifies changed to %+v", other)
+		}
 	}
-	b, err := protocol.SignControl(key, op, app, epoch, partition, partitions, time.Unix(int64(issued), 0), protocol.ControlValidity)
+	b, err := protocol.SignControl(key, op, app, epoch, protocol.ControlTarget{Pipeline: pipe, Topic: topic, Partition: partition, Partitions: partitions},
+		time.Unix(int64(issued), 0), protocol.ControlValidity)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.eq("control-close-signed", b, "protocol.SignControl")
+}
+
+// controlVectorPipeline is the pipeline digest of the control vector:
+// the bytes 0x00, 0x01, …, 0x1f.
+func controlVectorPipeline() (d [32]byte) {
+	for i := range d {
+		d[i] = byte(i)
+	}
+	return d
 }
 
 // The mask vectors: member 0 (pdd-x25519-private) and member 1
