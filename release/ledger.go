@@ -142,8 +142,10 @@ func (w *Writer) WriteSpendingRelease(ctx context.Context, key Key, items []Item
 
 // WriteDrawnRelease writes a differentially private release of key so
 // that its noise is drawn once: items and undec are this attempt's
-// candidate (noisy items of key, each with key; (Item, Variant) unique),
-// used only when no draw of key is stored yet. It returns what the
+// candidate (noisy items of key, each with key and an empty Variant: a DP
+// row is the normalized item and its noisy counts, never an original form
+// chosen exactly from the reports — docs/policies.md; Item unique), used
+// only when no draw of key is stored yet. It returns what the
 // release holds: the stored draw, or for a release already complete the
 // rows read back (ReleasedItems, UndecryptedSummary).
 //
@@ -169,6 +171,11 @@ func (w *Writer) WriteDrawnRelease(ctx context.Context, key Key, items []Item, u
 	}
 	if _, err := checkItems(key, items); err != nil {
 		return nil, nil, err
+	}
+	for i, it := range items {
+		if it.Variant != "" {
+			return nil, nil, fmt.Errorf("release %s: item %d carries a variant; a DP release publishes the normalized item only (release/stage.State.ReleasePolicy leaves Variant empty): an exact original form is outside the recorded (ε, δ)", key, i)
+		}
 	}
 	if _, err := mergeUndecrypted(key, undec); err != nil {
 		return nil, nil, err

@@ -131,15 +131,16 @@ func (s *State) Apply(b []byte) (string, string, bool) {
 // most frequent original form (ties: the smallest); and the undecrypted
 // summary. Counts are exact; ReleasePolicy applies a DP policy.
 func (s *State) Release(app, epoch string) ([]release.Item, []release.Undecrypted) {
-	return s.release(app, epoch, 0, nil)
+	return s.release(app, epoch, 0, true, nil)
 }
 
 // release is Release with each unit's reports capped at unitCap (> 0),
 // of the items and summary lines whose (policy, k, pipeline) keep accepts
 // (nil: all). Items of one (policy, k, item) sealed for several pipeline
 // digests are summed: their tags, hence their report ids and unit ids,
-// differ.
-func (s *State) release(app, epoch string, unitCap int, keep func(policy string, k int, pipeline string) bool) ([]release.Item, []release.Undecrypted) {
+// differ. Without variants every Variant is "": the reports' original
+// forms are not read at all (a DP release, ReleasePolicy).
+func (s *State) release(app, epoch string, unitCap int, variants bool, keep func(policy string, k int, pipeline string) bool) ([]release.Item, []release.Undecrypted) {
 	e := s.epochs[epochKey{app, epoch}]
 	if e == nil {
 		return nil, nil
@@ -173,6 +174,9 @@ func (s *State) release(app, epoch string, unitCap int, keep func(policy string,
 		}
 		r.impressions += impressions
 		r.users += uint64(len(a.units))
+		if !variants {
+			continue
+		}
 		for v, n := range a.variants {
 			r.variants[v] += n
 		}
@@ -216,8 +220,9 @@ func (s *State) release(app, epoch string, unitCap int, keep func(policy string,
 // counts are exact. Under a DP pol each item goes through pol.Decide (DP_a
 // counts capped at d reports per unit id, so several devices of one user
 // count at most d), items it rejects are dropped, and the survivors and
-// summary lines are relabelled (Policy = pol.Kind, K = pol.ShamirK); the
-// returned spend is true. Items of any other (policy, k) or digest — a
+// summary lines are relabelled (Policy = pol.Kind, K = pol.ShamirK); their
+// Variant is "" (no original form: it would be chosen exactly from the
+// reports, docs/policies.md); the returned spend is true. Items of any other (policy, k) or digest — a
 // pipeline this stage was not given — are never released (Foreign counts them): an exact
 // release of items sealed for a DP pipeline, or noise under parameters the
 // clients did not use, would break its promise. A nil pol (library use
@@ -231,10 +236,13 @@ func (s *State) ReleasePolicy(app, epoch string, pol *policy.Policy, pipeline st
 	seal := pol.Sealing().String()
 	matches := func(p string, k int, d string) bool { return p == seal && k == pol.ShamirK && d == pipeline }
 	if !pol.Kind.IsDP() {
-		items, undec := s.release(app, epoch, 0, matches)
+		items, undec := s.release(app, epoch, 0, true, matches)
 		return items, undec, false, nil
 	}
-	capped, undec := s.release(app, epoch, pol.PerUnitCap(), matches) // another pipeline's items: never released here
+	// no variant: the most frequent original form is an exact function of
+	// the reports, outside the mechanism's (ε, δ) (one added user flips a
+	// tie); a DP row is the normalized item and its noisy counts only
+	capped, undec := s.release(app, epoch, pol.PerUnitCap(), false, matches) // another pipeline's items: never released here
 	out := make([]release.Item, 0, len(capped))
 	for _, it := range capped {
 		o, err := pol.Decide(it.Impressions, it.Users)
