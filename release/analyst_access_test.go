@@ -143,7 +143,7 @@ func TestAttackAnalystRawTables(t *testing.T) {
 	insertRaw("INSERT INTO extra_raw (secret)", "extra secret")
 
 	a := Analyst{Name: "crowdlog_access_analyst", Password: "access-test-password"}
-	res, err := Init(ctx, InitOptions{Addr: srv.TCPAddr, Database: db, Analyst: a, UsersDir: clickhouse.UsersDir(srv.Dir), AnalystWait: 30 * time.Second})
+	res, err := Init(ctx, InitOptions{Addr: srv.TCPAddr, AllowPasswordlessDefault: true, Database: db, Analyst: a, UsersDir: clickhouse.UsersDir(srv.Dir), AnalystWait: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

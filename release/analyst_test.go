@@ -217,7 +217,7 @@ func TestInitAnalyst(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := Analyst{Name: "crowdlog_test_analyst", Password: "not-a-real-password"}
-	res, err := Init(ctx, InitOptions{Addr: srv.TCPAddr, Database: w.Database(), Analyst: a,
+	res, err := Init(ctx, InitOptions{Addr: srv.TCPAddr, AllowPasswordlessDefault: true, Database: w.Database(), Analyst: a,
 		UsersDir: clickhouse.UsersDir(srv.Dir), AnalystWait: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)

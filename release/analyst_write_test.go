@@ -35,7 +35,7 @@ func TestAttackAnalystWrite(t *testing.T) {
 	}
 	a := Analyst{Name: "crowdlog_write_analyst", Password: "analyst-write-pw"}
 	wr := WriterAccount{Name: "crowdlog_test_writer", Password: "writer-pw-41"}
-	res, err := Init(ctx, InitOptions{Addr: srv.TCPAddr, Database: db, Analyst: a, Writer: wr,
+	res, err := Init(ctx, InitOptions{Addr: srv.TCPAddr, AllowPasswordlessDefault: true, Database: db, Analyst: a, Writer: wr,
 		UsersDir: clickhouse.UsersDir(srv.Dir), AnalystWait: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)

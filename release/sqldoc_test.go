@@ -133,7 +133,7 @@ func TestSQLCookbook(t *testing.T) {
 	defer cancel()
 	writeSample(t, ctx)
 	a := Analyst{Name: "crowdlog_doc_analyst", Password: "doc-test-password"}
-	if _, err := Init(ctx, InitOptions{Addr: srv.TCPAddr, Analyst: a, UsersDir: clickhouse.UsersDir(srv.Dir)}); err != nil {
+	if _, err := Init(ctx, InitOptions{Addr: srv.TCPAddr, AllowPasswordlessDefault: true, Analyst: a, UsersDir: clickhouse.UsersDir(srv.Dir)}); err != nil {
 		t.Fatal(err)
 	}
 	client, err := clickhouse.ClientBinary()

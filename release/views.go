@@ -240,8 +240,9 @@ const DefaultAnalystWait = 30 * time.Second
 
 // InitOptions configure Init (`crowdlog clickhouse init`).
 type InitOptions struct {
-	// Addr is the native-protocol address "host:port"; Init works as user
-	// default (no password) there.
+	// Addr is the native-protocol address "host:port"; Init works there
+	// with the Login of its ctx, the administrator (user default with its
+	// password).
 	Addr string
 	// Database receives the tables and views (the release database);
 	// DefaultDatabase when empty. Its analyst database
@@ -269,6 +270,42 @@ type InitOptions struct {
 	// WriterNetworks restrict where a users.d writer may connect from
 	// (127.0.0.1 and ::1 when empty).
 	WriterNetworks []string
+	// AllowPasswordlessDefault lets Init proceed on a server whose user
+	// default logs in without a password: only for crowdlog's own
+	// loopback server (infra/clickhouse.Start, `crowdlog clickhouse
+	// --dir`) in development and tests. Elsewhere Init refuses with
+	// ErrPasswordlessDefault.
+	AllowPasswordlessDefault bool
+}
+
+// ErrPasswordlessDefault is returned by Init when the server's user
+// default (the administrator) logs in without a password. Every user of
+// such a server, the writer included, reads and changes every database
+// through a table function that logs in as default, e.g.
+// remote('127.0.0.1:9000', other_db.table) (measured on 18.16,
+// TestAttackWriterTableFunctions), so no users.d or GRANT limit holds.
+var ErrPasswordlessDefault = errors.New("release: user default logs in without a password")
+
+// CheckDefaultPassword returns ErrPasswordlessDefault (wrapped, saying
+// what to do) when user default logs in at addr (native protocol, the TLS
+// of ctx's Login) with an empty password, nil when it is refused. Other
+// connection errors are returned as they are.
+func CheckDefaultPassword(ctx context.Context, addr string) error {
+	ctx, cancel := withDeadline(ctx)
+	defer cancel()
+	l := clickhouse.LoginFrom(ctx)
+	conn, err := dial(clickhouse.WithLogin(ctx, clickhouse.Login{User: clickhouse.DefaultUser, TLS: l.TLS}), addr, "system")
+	if err == nil {
+		conn.Close()
+		return fmt.Errorf("%w at %s: any user there, the release writer included, can read every database through remote('127.0.0.1', db.table) as default; "+
+			"give default a password (users.d: <default><password remove=\"1\"/><password_sha256_hex>…</password_sha256_hex></default>, or ALTER USER default IDENTIFIED BY …) "+
+			"and run init with --clickhouse-user default and CROWDLOG_CLICKHOUSE_PASSWORD_FILE", ErrPasswordlessDefault, addr)
+	}
+	var ex *chgo.Exception
+	if errors.As(err, &ex) {
+		return nil // refused: default has a password (or may not log in from here)
+	}
+	return err
 }
 
 // InitResult says what Init did.
@@ -303,7 +340,10 @@ type InitResult struct {
 // SQL users, else a users.d file, infra/clickhouse.WriteWriterUser, that
 // allows only the release and analyst databases) and waits for its first
 // login as for the analyst's. Init works with the Login of ctx
-// (infra/clickhouse.WithLogin), the administrator. ctx bounds the call (DefaultTimeout when
+// (infra/clickhouse.WithLogin), the administrator, and first refuses a
+// server whose user default logs in without a password
+// (CheckDefaultPassword, ErrPasswordlessDefault) unless
+// o.AllowPasswordlessDefault. ctx bounds the call (DefaultTimeout when
 // it has no deadline).
 func Init(ctx context.Context, o InitOptions) (InitResult, error) {
 	if o.Database == "" {
@@ -311,6 +351,11 @@ func Init(ctx context.Context, o InitOptions) (InitResult, error) {
 	}
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
+	if !o.AllowPasswordlessDefault {
+		if err := CheckDefaultPassword(ctx, o.Addr); err != nil {
+			return InitResult{}, err
+		}
+	}
 	w, err := Open(ctx, o.Addr, o.Database)
 	if err != nil {
 		return InitResult{}, err

@@ -58,7 +58,7 @@ func TestClickHouseWriterLogin(t *testing.T) {
 	}
 	t.Setenv("CROWDLOG_WRITER_PASSWORD_FILE", secret("writer-pw", writerPW))
 	t.Setenv("CROWDLOG_ANALYST_PASSWORD", analystPW)
-	if out, err := run("clickhouse", "init", "--clickhouse", s.TCPAddr, "--users-d", clickhouse.UsersDir(s.Dir), "--database", "crowdlog_t", "--analyst", "an", "--writer", "wr"); err != nil {
+	if out, err := run("clickhouse", "init", "--clickhouse", s.TCPAddr, "--users-d", clickhouse.UsersDir(s.Dir), "--insecure-passwordless-default", "--database", "crowdlog_t", "--analyst", "an", "--writer", "wr"); err != nil {
 		t.Fatalf("init: %v\n%s", err, out)
 	}
 	if _, err := os.Stat(filepath.Join(clickhouse.UsersDir(s.Dir), clickhouse.WriterFile)); err != nil {

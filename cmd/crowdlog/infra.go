@@ -101,7 +101,11 @@ crowdlog-writer.xml with allow_databases on 18.16; CREATE USER and GRANT
 SELECT, INSERT, CREATE TABLE, CREATE VIEW, ALTER on both, no DROP, on
 current servers). Its password is --writer-password, best given as
 CROWDLOG_WRITER_PASSWORD_FILE. init itself logs in with --clickhouse-user
-(default: the administrator, user default).`,
+(default: the administrator, user default) and refuses a server whose user
+default logs in without a password: there any user, the writer included,
+reads every database through remote('127.0.0.1', db.table) as default. Give
+default a password first (--insecure-passwordless-default, implied by
+--dir, is for crowdlog's own loopback development server only).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger()
@@ -118,6 +122,8 @@ CROWDLOG_WRITER_PASSWORD_FILE. init itself logs in with --clickhouse-user
 				if o.UsersDir == "" {
 					o.UsersDir = clickhouse.UsersDir(abs)
 				}
+				// crowdlog's own loopback server: its default has no password.
+				o.AllowPasswordlessDefault = true
 			}
 			if o.Addr == "" {
 				return errors.New("give --clickhouse HOST:PORT (the native TCP port) or --dir of a running `crowdlog clickhouse`")
@@ -179,5 +185,6 @@ CROWDLOG_WRITER_PASSWORD_FILE. init itself logs in with --clickhouse-user
 	f.StringVar(&o.Writer.Password, "writer-password", "", "password of --writer; give it as CROWDLOG_WRITER_PASSWORD_FILE=PATH (or the environment), not on the command line")
 	f.StringSliceVar(&o.WriterNetworks, "writer-network", nil, "addresses or CIDR masks the users.d writer may connect from (default 127.0.0.1, ::1)")
 	f.DurationVar(&o.AnalystWait, "wait", release.DefaultAnalystWait, "how long to wait for the analyst's first login")
+	f.BoolVar(&o.AllowPasswordlessDefault, "insecure-passwordless-default", false, "proceed although user default logs in without a password (a development or test server only: every user there can read every database through remote() as default); implied by --dir")
 	return c
 }

@@ -313,7 +313,7 @@ func TestReportAsAnalyst(t *testing.T) {
 		t.Fatal(err)
 	}
 	analyst := release.Analyst{Name: "crowdlog_report_analyst", Password: "report-test-password"}
-	res, err := release.Init(ctx, release.InitOptions{Addr: s.TCPAddr, Database: db, Analyst: analyst, UsersDir: clickhouse.UsersDir(s.Dir)})
+	res, err := release.Init(ctx, release.InitOptions{Addr: s.TCPAddr, AllowPasswordlessDefault: true, Database: db, Analyst: analyst, UsersDir: clickhouse.UsersDir(s.Dir)})
 	if err != nil {
 		t.Fatal(err)
 	}

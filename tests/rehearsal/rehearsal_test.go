@@ -190,7 +190,7 @@ func TestRehearsal(t *testing.T) {
 	chSecure := net.JoinHostPort("127.0.0.1", strconv.Itoa(chPort))
 	r.writerPW, r.analystPW = randomPassword(), randomPassword()
 	r.cmd(ctx, "clickhouse-init", []string{"CROWDLOG_WRITER_PASSWORD_FILE=" + r.secretFile("writer-password", r.writerPW)},
-		"clickhouse", "init", "--clickhouse", ch.TCPAddr, "--users-d", clickhouse.UsersDir(ch.Dir),
+		"clickhouse", "init", "--clickhouse", ch.TCPAddr, "--users-d", clickhouse.UsersDir(ch.Dir), "--insecure-passwordless-default",
 		"--writer", "crowdlog_writer", "--analyst", "analyst", "--password-file", r.secretFile("analyst-password", r.analystPW))
 
 	// The values every operator sets for this host: where NATS, Kafka and
