@@ -49,7 +49,7 @@ func runForgedControl(t *testing.T, opPub ed25519.PublicKey, opKey, attackerKey 
 		return rec(p, time.Now(), b)
 	}
 	signed := func(key ed25519.PrivateKey, p, forP int, op, epoch string, issued, at time.Time) kafkago.Message {
-		b, err := protocol.SignControl(key, op, "query", epoch, forP, partitions, issued, protocol.ControlValidity)
+		b, err := protocol.SignControl(key, op, "query", epoch, protocol.ControlTarget{Topic: protocol.ReportsTopic, Partition: forP, Partitions: partitions}, issued, protocol.ControlValidity)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +80,7 @@ func runForgedControl(t *testing.T, opPub ed25519.PublicKey, opKey, attackerKey 
 			signed(opKey, p, p, protocol.ControlOpenEpoch, "old", now.Add(-3*time.Hour), now))
 	}
 	write(cw, wave1)
-	if err := OpenEpoch(ctx, brokers, opKey, "query", "e1"); err != nil {
+	if err := OpenEpoch(ctx, brokers, &ControlSigner{Key: opKey}, "query", "e1"); err != nil {
 		t.Fatal(err)
 	}
 	rw := infrakafka.NewWriter(kb.Addr, protocol.ReportsTopic)
@@ -100,7 +100,7 @@ func runForgedControl(t *testing.T, opPub ed25519.PublicKey, opKey, attackerKey 
 	wave2 = append(wave2, signed(opKey, 1, 0, protocol.ControlCloseEpoch, "e1", now, now))
 	write(cw, wave2)
 	write(rw, reports[half:])
-	if err := CloseEpoch(ctx, brokers, opKey, "query", "e1"); err != nil {
+	if err := CloseEpoch(ctx, brokers, &ControlSigner{Key: opKey}, "query", "e1"); err != nil {
 		t.Fatal(err)
 	}
 

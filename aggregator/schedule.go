@@ -35,6 +35,11 @@ type Schedule struct {
 	// holds. nil: unsigned records, which aggregators with a control
 	// verifying key refuse.
 	Key ed25519.PrivateKey
+	// Pipelines gives, per app of Apps, the pipeline digest its signed
+	// records bind (ControlSigner.Pipeline; pipeline.Definition.Digest of
+	// the scheduled definition). An app missing here signs for the zero
+	// digest, which an aggregator serving named pipelines refuses.
+	Pipelines map[string][32]byte
 }
 
 // openEpochKeys lists the open epochs of the partition's state: Service
@@ -75,7 +80,11 @@ func (s *Service) runSchedule(ctx context.Context, log *slog.Logger) {
 				op, write = "close", CloseEpoch
 			}
 			wctx, cancel := context.WithTimeout(ctx, every)
-			err := write(wctx, s.Brokers, sc.Key, ek.app, ek.epoch)
+			var signer *ControlSigner
+			if sc.Key != nil {
+				signer = &ControlSigner{Key: sc.Key, Pipeline: sc.Pipelines[ek.app]}
+			}
+			err := write(wctx, s.Brokers, signer, ek.app, ek.epoch)
 			cancel()
 			if err != nil {
 				if ctx.Err() != nil {

@@ -38,7 +38,7 @@ func TestScheduleClosesOnItsOwnClock(t *testing.T) {
 	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
 	epoch := protocol.ScheduleEpoch(start, time.Hour)
 	controlPub, controlKey, _ := ed25519.GenerateKey(nil)
-	if err := OpenEpoch(ctx, brokers, controlKey, "query", "named"); err != nil {
+	if err := OpenEpoch(ctx, brokers, &ControlSigner{Key: controlKey}, "query", "named"); err != nil {
 		t.Fatal(err)
 	}
 	s := &Service{Brokers: brokers, Keys: []*onion.KeyPair{onionKey}, Logger: slog.New(slog.DiscardHandler), GroupID: "sched",

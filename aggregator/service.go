@@ -117,12 +117,16 @@ type Service struct {
 	// ControlKey sets Partition.ControlKey: the pipeline operator's
 	// Ed25519 public key (RFC 8032; keydir.LoadSigningPublic of
 	// control-sign.key.pub). Set, epoch open and close records must be
-	// signed by it (protocol.SignedControl); others are dropped and counted
-	// ("unsigned-control", "bad-control-signature", "replayed-control").
+	// signed by it (protocol.SignedControl, version 3) for a pipeline in
+	// Pipelines (nil: any), the reports topic and the partition they are
+	// in, and carry a Kafka timestamp within their validity; others are
+	// dropped and counted ("unsigned-control", "bad-control-signature",
+	// "unbound-control", "replayed-control").
 	// nil: every control record is applied, as anyone who may write to
 	// the reports topic wrote it (Run logs a warning). Every member of a
 	// group must set it alike.
-	ControlKey ed25519.PublicKey
+	ControlKey    ed25519.PublicKey
+	legacyControl bool // Partition.legacyControl: the control-replay attack's control only
 
 	Reports, Decrypted, Dropped atomic.Int64 // totals over all partitions
 	mu                          sync.Mutex
@@ -389,6 +393,8 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if s.ControlKey == nil {
 		log.Warn("aggregator: epoch control records are not authenticated (no control verifying key, --control-pub): anyone who may write to the reports topic can open and close epochs")
+	} else if s.Pipelines == nil {
+		log.Warn("aggregator: epoch control records of every pipeline digest are accepted (no --pipeline): a record the operator signed for another pipeline under the same control key opens and closes this one's epochs")
 	}
 	// BatchSize: kafka-go allocates each produce batch's message slice at
 	// full capacity (≈ 160 B a message), so 10,000 cost 1.6 MB per batch;
@@ -546,7 +552,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 			}
 			late, unknown, full := st.Stats.Dropped["late"], st.Stats.Dropped["unknown-epoch"], st.Stats.Dropped["epoch-full"]
 			refused, reopen := st.Stats.Dropped["open-refused"], st.Stats.Dropped["open-after-close"]
-			badControl := st.Stats.Dropped[DropUnsignedControl] + st.Stats.Dropped[DropBadControlSignature] + st.Stats.Dropped[DropReplayedControl]
+			badControl := st.Stats.Dropped[DropUnsignedControl] + st.Stats.Dropped[DropBadControlSignature] + st.Stats.Dropped[DropUnboundControl] + st.Stats.Dropped[DropReplayedControl]
 			tokenKey, arcKey := st.Stats.Dropped["token-key"], st.Stats.Dropped["arc-key"]
 			accepted := st.Stats.Reports
 			emits := st.ApplyPrepared(pm)
@@ -577,11 +583,12 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				log.Error("aggregator: FT_u reports dropped because their epoch has no ARC key (arc-key); the issuer and the aggregator must share the keys directory",
 					"partition", id, "offset", m.Offset, "arc_key_total", n)
 			}
-			if n := st.Stats.Dropped[DropUnsignedControl] + st.Stats.Dropped[DropBadControlSignature] + st.Stats.Dropped[DropReplayedControl]; n > badControl && n&(n-1) == 0 {
+			if n := st.Stats.Dropped[DropUnsignedControl] + st.Stats.Dropped[DropBadControlSignature] + st.Stats.Dropped[DropUnboundControl] + st.Stats.Dropped[DropReplayedControl]; n > badControl && n&(n-1) == 0 {
 				// anyone who may write to the topic chooses these: logged at 1, 2, 4, … per partition
 				log.Error("aggregator: epoch control records refused: unsigned, not signed by the control key (--control-pub), or replayed",
 					"partition", id, "offset", m.Offset, "unsigned_control", st.Stats.Dropped[DropUnsignedControl],
-					"bad_control_signature", st.Stats.Dropped[DropBadControlSignature], "replayed_control", st.Stats.Dropped[DropReplayedControl])
+					"bad_control_signature", st.Stats.Dropped[DropBadControlSignature], "unbound_control", st.Stats.Dropped[DropUnboundControl],
+					"replayed_control", st.Stats.Dropped[DropReplayedControl])
 			}
 			if st.Stats.Dropped["open-after-close"] > reopen {
 				log.Error("aggregator: epoch open refused: the epoch was closed before; use a new epoch name", "partition", id, "offset", m.Offset)
@@ -734,7 +741,7 @@ func (s *Service) account(id int, st *Partition, prev *totals) {
 var DropReasons = []string{"malformed", "unknown-key", "duplicate", "late", "unknown-epoch", "epoch-full",
 	"bad-share", "bad-commitment", "bad-ciphertext", "no-token", "bad-token", "spent-token", "token-key",
 	"bad-presentation", "arc-key", "unit-mismatch", "pipeline-mismatch", "malformed-control", "open-refused", "open-after-close",
-	DropUnsignedControl, DropBadControlSignature, DropReplayedControl}
+	DropUnsignedControl, DropBadControlSignature, DropUnboundControl, DropReplayedControl}
 
 // DroppedByReason returns the reports and messages dropped by this
 // process's partitions so far, by reason (the Stats.Dropped keys:
@@ -814,7 +821,7 @@ func (s *Service) newPartition(id, count int) *Partition {
 	st.RequireOpen = true
 	st.MaxOpenEpochs, st.MaxPendingReports, st.MaxPendingBytes = s.MaxOpenEpochs, s.MaxPendingReports, s.MaxPendingBytes
 	st.ReportKeys, st.ARCKeys, st.VerifyOnArrival = s.ReportKeys, s.ARCKeys, s.VerifyOnArrival
-	st.ControlKey = s.ControlKey
+	st.ControlKey, st.legacyControl = s.ControlKey, s.legacyControl
 	if s.Pipelines != nil {
 		st.Pipelines = s.Pipelines
 		st.OnPipelineMismatch = s.pipelineMismatch
@@ -829,10 +836,20 @@ func (s *Service) newPartition(id, count int) *Partition {
 	return st
 }
 
+// ControlSigner signs epoch control records: Key is the pipeline
+// operator's Ed25519 private key (RFC 8032, keys/control-sign.key) and
+// Pipeline the pipeline digest (pipeline.Definition.Digest) of the
+// definition whose epochs they open and close, bound into every record
+// (protocol.SignedControl, version 3).
+type ControlSigner struct {
+	Key      ed25519.PrivateKey
+	Pipeline [32]byte
+}
+
 // OpenEpoch writes an epoch open to every partition of the reports topic:
-// signed by key (the pipeline operator's Ed25519 private key, RFC 8032;
-// protocol.SignedControl, one record per partition, valid for
-// protocol.ControlValidity from now), or, with key nil, an unsigned
+// signed by signer (protocol.SignedControl, one record per partition,
+// bound to signer.Pipeline, the topic and the partition, valid for
+// protocol.ControlValidity from now), or, with signer nil, an unsigned
 // protocol.EpochOpen, which aggregators with a control verifying key
 // refuse. Run it before clients send reports of (app, epoch): the
 // aggregator drops reports of epochs that are not open ("unknown-epoch").
@@ -841,20 +858,20 @@ func (s *Service) newPartition(id, count int) *Partition {
 // Errors: the topic cannot be listed (create it with `crowdlog run` or
 // your Kafka tooling), app or epoch empty or longer than 255 bytes, a bad
 // key; a write is retried until ctx ends.
-func OpenEpoch(ctx context.Context, brokers []string, key ed25519.PrivateKey, app, epoch string) error {
-	return writeControl(ctx, brokers, key, protocol.ControlOpenEpoch, app, epoch)
+func OpenEpoch(ctx context.Context, brokers []string, signer *ControlSigner, app, epoch string) error {
+	return writeControl(ctx, brokers, signer, protocol.ControlOpenEpoch, app, epoch)
 }
 
 // CloseEpoch writes an epoch close to every partition of the reports topic
-// (epoch close, docs/architecture.md), signed by key as OpenEpoch's (nil:
-// an unsigned protocol.EpochClose). Each partition's owner summarizes and
-// deletes the epoch's pending shares when it reaches the marker, after
-// every report before it. Errors as OpenEpoch's.
-func CloseEpoch(ctx context.Context, brokers []string, key ed25519.PrivateKey, app, epoch string) error {
-	return writeControl(ctx, brokers, key, protocol.ControlCloseEpoch, app, epoch)
+// (epoch close, docs/architecture.md), signed by signer as OpenEpoch's
+// (nil: an unsigned protocol.EpochClose). Each partition's owner
+// summarizes and deletes the epoch's pending shares when it reaches the
+// marker, after every report before it. Errors as OpenEpoch's.
+func CloseEpoch(ctx context.Context, brokers []string, signer *ControlSigner, app, epoch string) error {
+	return writeControl(ctx, brokers, signer, protocol.ControlCloseEpoch, app, epoch)
 }
 
-func writeControl(ctx context.Context, brokers []string, key ed25519.PrivateKey, op, app, epoch string) error {
+func writeControl(ctx context.Context, brokers []string, signer *ControlSigner, op, app, epoch string) error {
 	if app == "" || epoch == "" || len(app) > 255 || len(epoch) > 255 {
 		return fmt.Errorf("aggregator: %s: app %q and epoch %q must be 1 to 255 bytes", op, app, epoch)
 	}
@@ -867,8 +884,9 @@ func writeControl(ctx context.Context, brokers []string, key ed25519.PrivateKey,
 	for p := range msgs {
 		var b []byte
 		switch {
-		case key != nil:
-			if b, err = protocol.SignControl(key, op, app, epoch, p, count, now, protocol.ControlValidity); err != nil {
+		case signer != nil:
+			to := protocol.ControlTarget{Pipeline: signer.Pipeline, Topic: protocol.ReportsTopic, Partition: p, Partitions: count}
+			if b, err = protocol.SignControl(signer.Key, op, app, epoch, to, now, protocol.ControlValidity); err != nil {
 				return fmt.Errorf("aggregator: %s: %w", op, err)
 			}
 		case op == protocol.ControlOpenEpoch:

@@ -60,7 +60,9 @@ type Message struct {
 	Value   []byte
 	Control bool // carries protocol.ControlHeader: Value is a protocol.EpochOpen or protocol.EpochClose (protocol.ParseControl)
 	// Time is the record's Kafka timestamp; a signed control message is
-	// checked against it (ControlKey). Zero: not checked.
+	// checked against it (ControlKey). Zero (kafka-go's reading of a
+	// timestamp ≤ 0): the control message is refused, unless the
+	// Partition has ControlUntimed.
 	Time time.Time
 }
 
@@ -315,12 +317,23 @@ type Partition struct {
 	snap           *snapStore    // with snapshots: the spill goes to named segments there (snapshot.go)
 	noVerify       bool          // baseline for benchmarks: no commitment checks, AEAD subset search
 	// ControlKey is the pipeline operator's Ed25519 public key (RFC 8032):
-	// set, only control messages it signed for this partition, within
-	// their validity, are applied (control.go; "unsigned-control",
-	// "bad-control-signature", "replayed-control"). nil: every control
-	// message that parses is applied.
-	ControlKey    ed25519.PublicKey
-	controlIssued int64 // the newest issue time (Unix s) of a signed control message accepted (control.go)
+	// set, only version 3 control messages it signed for this partition of
+	// protocol.ReportsTopic and a pipeline in Pipelines (nil: any), with a
+	// Kafka timestamp within their validity, are applied (control.go;
+	// "unsigned-control", "bad-control-signature", "unbound-control",
+	// "replayed-control"). nil: every control message that parses is
+	// applied.
+	ControlKey ed25519.PublicKey
+	// ControlUntimed is for offline tools that judge control messages
+	// without Kafka timestamps (Message.Time zero): the validity window is
+	// not checked. Off (the service), a control message without a
+	// timestamp is refused ("replayed-control").
+	ControlUntimed bool
+	controlIssued  int64 // the newest issue time (Unix s) of a signed control message accepted (control.go)
+	// legacyControl restores the control checks of version 2 (a zero
+	// timestamp skips the window, no pipeline or topic binding, version
+	// 2 accepted): only the controls of the control-replay attack set it.
+	legacyControl bool
 }
 
 // PendingGroup is one (tag, commitment) group below threshold: what a thief

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +19,9 @@ import (
 // TestControlKeyCmd: `crowdlog keys generate` writes the pipeline
 // operator's control key, `crowdlog aggregate open-epoch --control-key`
 // writes records signed with it (one per partition, each for its
-// partition) to a kfake cluster, and a missing key file is a usage error.
+// partition, of the reports topic and the --pipeline-digest) to a kfake
+// cluster; a missing key file, a key without a pipeline and a bad digest
+// are usage errors.
 func TestControlKeyCmd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -41,7 +45,9 @@ func TestControlKeyCmd(t *testing.T) {
 		t.Fatal(err)
 	}
 	open := aggregateCmd()
-	open.SetArgs([]string{"open-epoch", "--kafka", kb.Addr, "--app", "query", "--epoch", "2006-03", "--control-key", filepath.Join(keys, keydir.ControlSignKey)})
+	digest := strings.Repeat("5a", 32)
+	open.SetArgs([]string{"open-epoch", "--kafka", kb.Addr, "--app", "query", "--epoch", "2006-03", "--control-key", filepath.Join(keys, keydir.ControlSignKey),
+		"--pipeline-digest", digest})
 	if err := open.ExecuteContext(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -53,17 +59,24 @@ func TestControlKeyCmd(t *testing.T) {
 			t.Fatal(err)
 		}
 		c, err := protocol.ParseControl(m.Value)
-		if err != nil || c.Op != protocol.ControlOpenEpoch || c.Partition != p || c.Partitions != partitions {
+		if err != nil || c.Op != protocol.ControlOpenEpoch || c.Partition != p || c.Partitions != partitions ||
+			c.Version != protocol.ControlBound || hex.EncodeToString(c.Pipeline[:]) != digest || c.Topic != protocol.ReportsTopic {
 			t.Fatalf("partition %d: %+v, %v", p, c, err)
 		}
 		if err := c.Verify(pub); err != nil {
 			t.Fatalf("partition %d: %v", p, err)
 		}
 	}
-	bad := aggregateCmd()
-	bad.SetArgs([]string{"close-epoch", "--kafka", kb.Addr, "--epoch", "2006-03", "--control-key", filepath.Join(keys, "missing.key")})
-	var ec exitCode
-	if err := bad.ExecuteContext(ctx); !errors.As(err, &ec) || ec.code != 2 {
-		t.Fatalf("a missing --control-key: %v, want a usage error", err)
+	for what, args := range map[string][]string{
+		"a missing --control-key": {"--control-key", filepath.Join(keys, "missing.key"), "--pipeline-digest", digest},
+		"no pipeline":             {"--control-key", filepath.Join(keys, keydir.ControlSignKey)},
+		"a short digest":          {"--control-key", filepath.Join(keys, keydir.ControlSignKey), "--pipeline-digest", "5a5a"},
+	} {
+		bad := aggregateCmd()
+		bad.SetArgs(append([]string{"close-epoch", "--kafka", kb.Addr, "--epoch", "2006-03"}, args...))
+		var ec exitCode
+		if err := bad.ExecuteContext(ctx); !errors.As(err, &ec) || ec.code != 2 {
+			t.Fatalf("%s: %v, want a usage error", what, err)
+		}
 	}
 }

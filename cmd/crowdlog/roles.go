@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/ed25519"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -351,6 +352,12 @@ holds the operator's key).`,
 								f, dp.Epoch.Length, dp.Epoch.CloseDelay, s.Schedule.Length, s.Schedule.CloseDelay))
 						}
 						s.Schedule.Apps = append(s.Schedule.Apps, dp.App.Name)
+						if s.Schedule.Pipelines == nil {
+							s.Schedule.Pipelines = map[string][32]byte{}
+						}
+						if _, dup := s.Schedule.Pipelines[dp.App.Name]; !dup {
+							s.Schedule.Pipelines[dp.App.Name] = d // the first scheduled pipeline of the app signs its records
+						}
 					}
 				}
 				if s.Schedule != nil && controlKey != "" {
@@ -395,75 +402,116 @@ holds the operator's key).`,
 	addMetricsFlag(c, &metricsAddr)
 
 	var app, epoch string
-	var opKey string
+	var opKey, opPipeline, opDigest string
 	closeCmd := &cobra.Command{
-		Use:   "close-epoch --app APP --epoch EPOCH [--kafka ADDR[,ADDR...]]",
+		Use:   "close-epoch --app APP --epoch EPOCH --control-key FILE --pipeline FILE [--kafka ADDR[,ADDR...]]",
 		Short: "Close an epoch: summarize undecrypted tags (counts only) and delete pending shares",
 		Long: `close-epoch writes a control marker into every partition of "reports". When an
 aggregator reaches it, after every earlier report, it emits a counts-only
 summary of the epoch's undecrypted tags, deletes their shares and drops later
 reports of the epoch. The release stage writes the epoch once every partition
-has closed it.`,
+has closed it.` + controlSignerHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger()
 			if app == "" || epoch == "" {
 				return errors.New("--app and --epoch are required")
 			}
-			key, err := loadControlSigner(opKey)
+			signer, err := loadControlSigner(opKey, opPipeline, opDigest)
 			if err != nil {
 				return err
 			}
-			return aggregator.CloseEpoch(cmd.Context(), kafkaAddrs, key, app, epoch)
+			return aggregator.CloseEpoch(cmd.Context(), kafkaAddrs, signer, app, epoch)
 		},
 	}
 	closeCmd.Flags().StringSliceVar(&kafkaAddrs, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")
 	closeCmd.Flags().StringVar(&app, "app", "query", "application")
 	closeCmd.Flags().StringVar(&epoch, "epoch", "", "epoch to close")
 	closeCmd.Flags().StringVar(&opKey, "control-key", "", controlKeyHelp)
+	closeCmd.Flags().StringVarP(&opPipeline, "pipeline", "f", "", controlPipelineHelp)
+	closeCmd.Flags().StringVar(&opDigest, "pipeline-digest", "", controlDigestHelp)
 	openCmd := &cobra.Command{
-		Use:   "open-epoch --app APP --epoch EPOCH [--kafka ADDR[,ADDR...]]",
+		Use:   "open-epoch --app APP --epoch EPOCH --control-key FILE --pipeline FILE [--kafka ADDR[,ADDR...]]",
 		Short: "Open an epoch: the aggregator keeps reports only of open epochs",
 		Long: `open-epoch writes a control marker into every partition of "reports". Run it
 before clients send reports of the epoch: an aggregator drops reports of an
 (app, epoch) that is not open (unknown-epoch) or already closed (late). An
 aggregator refuses the open, and logs it, when the app already has
---max-open-epochs open epochs (close one first) or the epoch was closed.`,
+--max-open-epochs open epochs (close one first) or the epoch was closed.` + controlSignerHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger()
 			if app == "" || epoch == "" {
 				return errors.New("--app and --epoch are required")
 			}
-			key, err := loadControlSigner(opKey)
+			signer, err := loadControlSigner(opKey, opPipeline, opDigest)
 			if err != nil {
 				return err
 			}
-			return aggregator.OpenEpoch(cmd.Context(), kafkaAddrs, key, app, epoch)
+			return aggregator.OpenEpoch(cmd.Context(), kafkaAddrs, signer, app, epoch)
 		},
 	}
 	openCmd.Flags().StringSliceVar(&kafkaAddrs, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")
 	openCmd.Flags().StringVar(&app, "app", "query", "application")
 	openCmd.Flags().StringVar(&epoch, "epoch", "", "epoch to open")
 	openCmd.Flags().StringVar(&opKey, "control-key", "", controlKeyHelp)
+	openCmd.Flags().StringVarP(&opPipeline, "pipeline", "f", "", controlPipelineHelp)
+	openCmd.Flags().StringVar(&opDigest, "pipeline-digest", "", controlDigestHelp)
 	c.AddCommand(openCmd, closeCmd, auditCmd())
 	return c
 }
 
 const controlKeyHelp = "the pipeline operator's Ed25519 key (PEM, keys/" + keydir.ControlSignKey + ") that signs the record; empty: unsigned, refused by aggregators with --control-pub"
 
+const (
+	controlPipelineHelp = "the pipeline file whose epoch this is: its digest is bound into the signed record (with --control-key; or --pipeline-digest)"
+	controlDigestHelp   = "the pipeline digest (64 hex digits, `crowdlog pipeline show`) bound into the signed record, instead of --pipeline"
+	controlSignerHelp   = `
+
+With --control-key the record is signed (version 3, docs/wire.md) for one
+pipeline: --pipeline FILE (or --pipeline-digest HEX) names it, and an
+aggregator serving other pipelines refuses the record. Run it with the
+Kafka "operator" credential (Write on "reports" only), not the admin.`
+)
+
 // loadControlSigner reads the control signing key of --control-key
-// (keydir.LoadSigningKey); "" gives nil (unsigned records, logged).
-func loadControlSigner(path string) (ed25519.PrivateKey, error) {
+// (keydir.LoadSigningKey) and the pipeline digest it signs for, from
+// --pipeline (a pipeline file) or --pipeline-digest (hex); key "" gives
+// nil (unsigned records, logged). Errors (usage errors): a key without a
+// pipeline or with both, an unreadable key or file, a digest that is not
+// 64 hex digits, a pipeline whose digest cannot be computed.
+func loadControlSigner(path, pipelineFile, digest string) (*aggregator.ControlSigner, error) {
 	if path == "" {
+		if pipelineFile != "" || digest != "" {
+			return nil, usageError(errors.New("--pipeline and --pipeline-digest name what --control-key signs for: give --control-key too"))
+		}
 		slog.Warn("control record written unsigned (no --control-key): aggregators started with --control-pub refuse it")
 		return nil, nil
 	}
-	k, err := keydir.LoadSigningKey(path)
+	key, err := keydir.LoadSigningKey(path)
 	if err != nil {
 		return nil, usageError(fmt.Errorf("--control-key: %w", err))
 	}
-	return k, nil
+	s := &aggregator.ControlSigner{Key: key}
+	switch {
+	case (pipelineFile == "") == (digest == ""):
+		return nil, usageError(errors.New("--control-key needs exactly one of --pipeline FILE and --pipeline-digest HEX: the signed record names the pipeline whose epoch it opens or closes"))
+	case pipelineFile != "":
+		p, err := loadPipeline(pipelineFile)
+		if err != nil {
+			return nil, err
+		}
+		if s.Pipeline, err = p.Digest(); err != nil {
+			return nil, usageError(fmt.Errorf("pipeline %s: %w (give policy.users for DP policies, or --pipeline-digest)", pipelineFile, err))
+		}
+	default:
+		b, err := hex.DecodeString(digest)
+		if err != nil || len(b) != len(s.Pipeline) {
+			return nil, usageError(fmt.Errorf("--pipeline-digest %q: want 64 hex digits (`crowdlog pipeline show FILE`)", digest))
+		}
+		copy(s.Pipeline[:], b)
+	}
+	return s, nil
 }
 
 // auditCmd is `crowdlog aggregate audit`: aggregator/audit from the shell.
@@ -559,7 +607,7 @@ logged.`,
 				pol, k, dp, dataset, budget, summary = cfg.Policy, cfg.K, cfg.DP, cfg.Dataset, cfg.Budget, string(cfg.Summary)
 				app, appOpts = cfg.App, cfg.AppOptions
 			}
-			rp, err := runner.ResolvePolicy(pol, k, dp, "")
+			rp, err := runner.ResolvePolicy(pol, k, dp)
 			if err != nil {
 				return usageError(err)
 			}

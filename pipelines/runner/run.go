@@ -107,9 +107,10 @@ type Config struct {
 	// aggregators started with --control-pub refuse.
 	ControlKey string
 
-	// DP holds the parameters of dp-a, dp-u and zealous (Epsilon, Delta, D,
+	// DP holds the parameters of the DP policies (Epsilon, Delta, D,
 	// Users, CountShare, ShamirK, Slack, Lambda; Kind and K are taken from
-	// Policy and K). Users = 0 counts the AnonIDs of Input.
+	// Policy and K). Epsilon and Users are required for a DP Policy: U is
+	// public configuration, never counted from Input.
 	DP policy.Params
 	// Dataset and Budget: DP releases spend from the privacy budget of
 	// (Dataset, Epoch) in the ClickHouse table privacy_ledger; a release
@@ -370,11 +371,9 @@ func (r *run) prepare() error {
 	if cfg.IngestTimeout <= 0 {
 		cfg.IngestTimeout = ingestBound(r.check, cfg.Spread, cfg.Workers)
 	}
-	dp := cfg.DP
-	if kind, _ := policy.Parse(cfg.Policy); kind.IsDP() && dp.Users == 0 {
-		dp.Users = r.check.Users // U: the number of contributing clients (public)
-	}
-	if r.pol, err = ResolvePolicy(cfg.Policy, cfg.K, dp, ""); err != nil {
+	// U comes from the configuration (policy.users, --users), never from
+	// counting the input: neighbouring logs must get the same (σ, τ, δ)
+	if r.pol, err = ResolvePolicy(cfg.Policy, cfg.K, cfg.DP); err != nil {
 		return err
 	}
 	if r.digest, err = pipeline.Digest(r.app.Name(), cfg.AppOptions, r.pol); err != nil {
@@ -634,7 +633,7 @@ func (r *run) openEpoch(ctx context.Context, epoch string) error {
 	// the aggregator keeps reports only of open epochs: the open marker
 	// precedes every report in each partition
 	return bounded(ctx, "the open-epoch marker in Kafka (is Kafka up?)", cfg.StartTimeout, func(ctx context.Context) error {
-		return aggregator.OpenEpoch(ctx, r.brokers, r.controlKey, r.app.Name(), epoch)
+		return aggregator.OpenEpoch(ctx, r.brokers, r.controlSigner(), r.app.Name(), epoch)
 	})
 }
 
@@ -649,7 +648,7 @@ func (r *run) closeEpoch(ctx context.Context, epoch string) ([]release.Item, err
 	}
 	r.log.Info("relays drained; closing epoch", "epoch", epoch)
 	if err := bounded(ctx, "the close-epoch marker in Kafka", cfg.Timeout, func(ctx context.Context) error {
-		return aggregator.CloseEpoch(ctx, r.brokers, r.controlKey, r.app.Name(), epoch)
+		return aggregator.CloseEpoch(ctx, r.brokers, r.controlSigner(), r.app.Name(), epoch)
 	}); err != nil {
 		return nil, fmt.Errorf("close epoch: %w", err)
 	}
@@ -722,6 +721,15 @@ func (r *run) finish(items []release.Item) error {
 		r.sum.Tokens += fmt.Sprintf("; the issuer issued %d tokens and credentials, refused %d requests", is.Issued.Load(), is.Refused.Load())
 	}
 	return nil
+}
+
+// controlSigner signs the run's epoch control records for its pipeline
+// digest; nil (unsigned) without a control key.
+func (r *run) controlSigner() *aggregator.ControlSigner {
+	if r.controlKey == nil {
+		return nil
+	}
+	return &aggregator.ControlSigner{Key: r.controlKey, Pipeline: r.digest}
 }
 
 // loadControlKey reads (in process: creates when missing) the control
@@ -1125,43 +1133,21 @@ type permanent struct{ err error }
 func (p *permanent) Error() string { return p.err.Error() }
 
 // ResolvePolicy builds a release policy from its name, the FT threshold k
-// and the DP parameters p (Kind and K are overwritten); DP policies without
-// p.Users count the AnonIDs of input (U, public: the number of
-// contributing clients) when input is not "".
-func ResolvePolicy(name string, k int, p policy.Params, input string) (*policy.Policy, error) {
+// and the DP parameters p (Kind and K are overwritten; K is 0 for a DP
+// kind, which ignores it), with policy.New's defaults and errors. A DP policy's U (p.Users) and ε are configuration
+// (policy.users and policy.epsilon, or --users and --epsilon): without
+// them policy.New refuses it; nothing is ever counted from an input, since
+// a parameter read from the data differs between neighbouring logs.
+func ResolvePolicy(name string, k int, p policy.Params) (*policy.Policy, error) {
 	kind, err := policy.Parse(name)
 	if err != nil {
 		return nil, err
 	}
 	p.Kind, p.K = kind, k
-	if kind.IsDP() && p.Users == 0 && input != "" {
-		if p.Users, err = CountUsers(input); err != nil {
-			return nil, err
-		}
+	if kind.IsDP() {
+		p.K = 0 // --k's default is not part of a DP policy
 	}
 	return policy.New(p)
-}
-
-// CountUsers returns the number of distinct AnonIDs of the log at path
-// (bad lines are skipped; the time format detected, see CheckInput for
-// another).
-func CountUsers(path string) (int, error) {
-	r, err := aol.Open(path)
-	if err != nil {
-		return 0, fmt.Errorf("count users of %s: %w", path, err)
-	}
-	defer r.Close()
-	seen := map[string]struct{}{}
-	for {
-		rec, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return len(seen), nil
-		}
-		if err != nil {
-			return 0, fmt.Errorf("count users of %s: %w", path, err)
-		}
-		seen[rec.AnonID] = struct{}{}
-	}
 }
 
 // SpoolName is the file in the state directory where run spools its input
