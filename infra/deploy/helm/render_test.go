@@ -17,6 +17,8 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/crowdlog/crowdlog/infra/keydir"
 )
 
 // TestRenderEveryOperator renders the chart with each operator's values
@@ -292,4 +294,47 @@ func flagArg(args []string, flag string) string {
 		}
 	}
 	return ""
+}
+
+// TestKeyCustodyMounts renders the chart for every operator and checks
+// that each workload mounts from its keys Secret only its own operator's
+// private keys (infra/keydir.Custody) and the custody marker, so the key
+// loaders (keydir.CheckPrivate) see the marker in the Secret mount and
+// refuse another operator's key.
+func TestKeyCustodyMounts(t *testing.T) {
+	role := map[string]string{"pipeline-operator": keydir.RoleOperator}
+	for _, op := range Operators {
+		r := op
+		if role[op] != "" {
+			r = role[op]
+		}
+		rk, _ := keydir.RoleOf(r) // none (the release operator): no private keys
+		objs, err := Render(op, map[string]any{"natsConfig": "# nats.conf\n", "epochs": []any{"2006-03"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range Containers(objs) {
+			for _, m := range c.VolumeMounts {
+				if m.MountPath != "/etc/crowdlog/keys" {
+					continue
+				}
+				var items []string
+				for _, v := range c.Pod.Volumes {
+					if v.Name == m.Name && v.Secret != nil {
+						for _, it := range v.Secret.Items {
+							items = append(items, it.Path)
+						}
+					}
+				}
+				if !slices.Contains(items, keydir.CustodyFile) {
+					t.Errorf("%s %s: keys mount %v lacks the custody marker", op, c.Owner, items)
+				}
+				for _, it := range items {
+					if it != keydir.CustodyFile && !slices.Contains(rk.Private, it) {
+						t.Errorf("%s %s: mounts %s, not a private key of %s (%v)", op, c.Owner, it, r, rk.Private)
+					}
+				}
+			}
+		}
+	}
 }

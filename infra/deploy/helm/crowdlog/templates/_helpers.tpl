@@ -159,6 +159,9 @@ capabilities: {drop: [ALL]}
     {{- range $c.keys }}
       - {key: {{ . | quote }}, path: {{ . | quote }}}
     {{- end }}
+      # the custody marker of `crowdlog keys generate --role`: with it the
+      # key loaders refuse another operator's key (infra/keydir)
+      - {key: custody, path: custody}
 {{- end }}
 {{- if $c.public }}
 - name: public
