@@ -83,7 +83,7 @@ allows), 1 the file cannot be read.`,
 			if d, err := p.Digest(); err == nil {
 				b = append([]byte("# pipeline digest: "+pipeline.DigestString(d)+"\n"), b...)
 			} else {
-				b = append([]byte("# pipeline digest: not computable without policy.users (the run counts it from its input)\n"), b...)
+				b = append([]byte("# pipeline digest: not computable: "+err.Error()+"\n"), b...)
 			}
 			_, err = cmd.OutOrStdout().Write(b)
 			return err

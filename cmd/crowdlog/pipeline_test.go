@@ -20,7 +20,7 @@ func TestPipelineFlagForms(t *testing.T) {
 	cases := map[string][]string{
 		"query-ftu-k5":        {"--input", "x"},
 		"query-ftu-k3-weekly": {"--input", "x", "--k", "3", "--epoch-length", "168h"},
-		"query-dpu":           {"--input", "x", "--policy", "dp-u", "--epsilon", "2.302585092994046", "--d", "3", "--dataset", "aol", "--budget-epsilon", "5"},
+		"query-dpu":           {"--input", "x", "--policy", "dp-u", "--epsilon", "2.302585092994046", "--d", "3", "--users", "1000", "--dataset", "aol", "--budget-epsilon", "5"},
 		"click-fta-domain":    {"--input", "x", "--app", "click", "--url-level", "domain", "--policy", "ft-a", "--k", "10", "--summary", "none", "--epoch", "2006-03", "--partitions", "4"},
 	}
 	files, _ := filepath.Glob("../../testdata/pipelines/*.yaml")

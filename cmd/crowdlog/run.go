@@ -61,9 +61,11 @@ closes the epoch and waits for the release.
 
 Policies: ft-u releases artifacts sent by at least k distinct users, ft-a
 those with at least k reports; impressions and users are exact counts. dp-a,
-dp-u and zealous (--epsilon, --delta, --d, ...) limit every client to its d
-most recent artifacts, add Laplace noise, release noisy counts and record the
-spent (ε, δ) in the ClickHouse table privacy_ledger (docs/policies.md).
+dp-u, zealous, dp-su and dp-gsu (--epsilon and --users required; --delta,
+--d, ... default as in a pipeline file) limit every client's artifacts, add
+noise, release the normalized items with noisy counts (no variant) and record
+the spent (ε, δ) in the ClickHouse table privacy_ledger (docs/policies.md).
+U (--users) is public configuration, never counted from --input.
 
 Tokens (on by default): run starts an issuer, gives every AnonID its
 own enrolled identity, and each client spends one randomness token per OPRF

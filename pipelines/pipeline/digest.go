@@ -71,8 +71,8 @@ func Digest(app string, opts apps.Options, pol *policy.Policy) ([32]byte, error)
 
 // Digest is the pipeline's digest (the package-level Digest of its app,
 // options and resolved policy). Errors when the policy does not resolve:
-// a DP policy needs policy.users here (`crowdlog run` counts it from its
-// input instead).
+// a DP policy needs policy.users (U is configuration, never counted from
+// an input; Validate refuses a DP pipeline without it).
 func (p *Pipeline) Digest() ([32]byte, error) {
 	d := p.Defaults()
 	o, err := d.AppOptions()

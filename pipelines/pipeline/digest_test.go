@@ -86,9 +86,9 @@ func TestDigestSameDefinition(t *testing.T) {
 	if digest("name: a\napp: {name: click, url_level: domain}\npolicy: {kind: ft-u, k: 5}\n") != digest("name: a\napp: {name: click}\npolicy: {kind: ft-u, k: 5}\n") {
 		t.Error("the default URL level spelled out changes the digest")
 	}
-	// a DP pipeline without users cannot be digested: U is part of it
-	p, _ := Parse([]byte("name: a\napp: {name: query}\npolicy: {kind: dp-u, epsilon: 1}\n"))
-	if _, err := p.Digest(); !errors.Is(err, ErrInvalid) {
-		t.Errorf("dp-u without users: %v", err)
+	// a DP pipeline without users is invalid, so it is never digested: U
+	// is part of it, and configuration (never counted from the input)
+	if _, err := Parse([]byte("name: a\napp: {name: query}\npolicy: {kind: dp-u, epsilon: 1}\n")); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "policy.users") {
+		t.Errorf("dp-u without users: %v, want ErrInvalid naming policy.users", err)
 	}
 }

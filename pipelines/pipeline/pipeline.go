@@ -81,8 +81,9 @@ type Policy struct {
 	// K is the threshold of ft-u/ft-a, 1..vss.MaxK.
 	K int `yaml:"k,omitempty"`
 	// Epsilon, Delta, D, Users, CountShare, ShamirK, Slack, Lambda are the
-	// DP policies' parameters (policy.Params; 0 = the default there, Users
-	// 0 = counted from the input by `crowdlog run`).
+	// DP policies' parameters (policy.Params; 0 = the default there).
+	// Epsilon and Users are required for a DP policy: U is public
+	// configuration, never counted from the input.
 	Epsilon    float64 `yaml:"epsilon,omitempty"`
 	Delta      float64 `yaml:"delta,omitempty"`
 	D          int     `yaml:"d,omitempty"`
@@ -246,11 +247,12 @@ func (p *Pipeline) Validate() error {
 		if pp.D < 0 || pp.Users < 0 || pp.ShamirK < 0 {
 			return invalid("policy", "d %d, users %d, shamir_k %d: want ≥ 0", pp.D, pp.Users, pp.ShamirK)
 		}
-		if pp.Users > 0 {
-			d := p.Defaults()
-			if _, err := policy.New(d.PolicyParams()); err != nil {
-				return fmt.Errorf("%w: policy: %v", ErrInvalid, err)
-			}
+		if pp.Users == 0 {
+			return invalid("policy.users", "missing: %s needs U, the number of users an epoch is planned for (public configuration: δ defaults to 1/(U+1); never counted from the input)", kind)
+		}
+		d := p.Defaults()
+		if _, err := policy.New(d.PolicyParams()); err != nil {
+			return fmt.Errorf("%w: policy: %v", ErrInvalid, err)
 		}
 	} else {
 		for name, v := range map[string]float64{"policy.epsilon": pp.Epsilon, "policy.delta": pp.Delta, "policy.count_share": pp.CountShare,
@@ -349,9 +351,10 @@ func (p *Pipeline) PolicyParams() policy.Params {
 // Defaults returns p with every optional field that has a fixed default
 // filled in (epoch.name, policy.summary, policy.budget.dataset,
 // tokens.mode, topics.partitions, the application's option defaults, and
-// for DP policies d = 1, count_share and slack as in release/policy).
-// Policy parameters whose defaults depend on others (δ, Shamir k, λ, U)
-// stay as given: policy.New derives them.
+// for DP policies d = policy.DefaultD, count_share and slack as in
+// release/policy). Policy parameters whose defaults depend on others (δ,
+// Shamir k, λ) stay as given: policy.New derives them; ε and U have no
+// default.
 func (p Pipeline) Defaults() Pipeline {
 	if p.Epoch.Name == "" && p.Epoch.Length == 0 {
 		p.Epoch.Name = DefaultEpoch
@@ -388,13 +391,9 @@ func (p Pipeline) Defaults() Pipeline {
 			p.Policy.Slack = policy.DefaultSlack
 		}
 		fallthrough
-	case policy.Zealous, policy.DPSU:
+	case policy.Zealous, policy.DPSU, policy.DPGSU:
 		if p.Policy.D == 0 {
-			p.Policy.D = 1
-		}
-	case policy.DPGSU:
-		if p.Policy.D == 0 {
-			p.Policy.D = policy.DefaultGaussianSetUnionM
+			p.Policy.D = policy.DefaultD(kind)
 		}
 	}
 	if o, err := p.AppOptions(); err == nil {

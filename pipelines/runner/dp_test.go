@@ -38,7 +38,7 @@ func TestRunDPu(t *testing.T) {
 	defer cancel()
 	ch := startClickHouse(ctx, t, dir)
 	defer ch.Stop()
-	dp := policy.Params{Epsilon: 10, D: 3, ShamirK: 2}
+	dp := policy.Params{Epsilon: 10, D: 3, ShamirK: 2, Users: 1000} // U: the bundled log's population, configured
 	// Tokens off: the release is what this checks (tokens on the whole log
 	// run in TestRunEndToEnd and TestRunDPGaussianSetUnion).
 	cfg := Config{Input: input, App: "query", Policy: "dp-u", DP: dp, Export: out, Dataset: "test", TokensOff: true,
@@ -48,7 +48,7 @@ func TestRunDPu(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := ResolvePolicy("dp-u", 5, dp, input)
+	pol, err := ResolvePolicy("dp-u", 5, dp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,8 +120,8 @@ func TestRunDPSetUnion(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ shamirK, runs int }{{1, 3}, {2, 2}} {
-		dp := policy.Params{Epsilon: eps, D: window, ShamirK: c.shamirK}
-		pol, err := ResolvePolicy("dp-su", 5, dp, bundled)
+		dp := policy.Params{Epsilon: eps, D: window, ShamirK: c.shamirK, Users: 1000}
+		pol, err := ResolvePolicy("dp-su", 5, dp)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,8 +226,8 @@ func TestRunDPGaussianSetUnion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp := policy.Params{Epsilon: math.Ln10, D: m}
-	pol, err := ResolvePolicy("dp-gsu", 5, dp, bundled)
+	dp := policy.Params{Epsilon: math.Ln10, D: m, Users: 1000}
+	pol, err := ResolvePolicy("dp-gsu", 5, dp)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,15 +104,10 @@ func Ingest(ctx context.Context, cfg IngestConfig) (ingest.ReplaySummary, error)
 		f.Close()
 		defer os.Remove(spool)
 	}
-	check, err := CheckInput(cfg.Input, aol.Options{TimeFormat: cfg.TimeFormat}, spool)
-	if err != nil {
+	if _, err := CheckInput(cfg.Input, aol.Options{TimeFormat: cfg.TimeFormat}, spool); err != nil {
 		return none, err
 	}
-	dp := cfg.DP
-	if dp.Users == 0 {
-		dp.Users = check.Users
-	}
-	pol, err := ResolvePolicy(cfg.Policy, cfg.K, dp, "")
+	pol, err := ResolvePolicy(cfg.Policy, cfg.K, cfg.DP) // U from the configuration, never from this client's log
 	if err != nil {
 		return none, err
 	}

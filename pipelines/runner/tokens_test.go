@@ -96,7 +96,7 @@ func TestRunTokens(t *testing.T) {
 func TestTokenBudgets(t *testing.T) {
 	input := writeSubset(t, t.TempDir(), 30)
 	app, _ := apps.Lookup("query")
-	ft, err := ResolvePolicy("ft-u", 5, policy.Params{}, "")
+	ft, err := ResolvePolicy("ft-u", 5, policy.Params{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestTokenBudgets(t *testing.T) {
 	if n, d := plan.budgets(7, 9, ft); n != 7 || d != 9 {
 		t.Fatalf("given budgets: %d, %d", n, d)
 	}
-	dp, err := ResolvePolicy("dp-u", 0, policy.Params{Epsilon: 1, D: 3, Users: 30}, "")
+	dp, err := ResolvePolicy("dp-u", 0, policy.Params{Epsilon: 1, D: 3, Users: 30})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,7 +115,23 @@ const (
 	DefaultSlack = 3.0
 )
 
-// Params configure a policy. Zero fields take the documented defaults.
+// DefaultD is the d (or m) a DP policy of kind k gets when Params.D is 0,
+// in the flag form and the pipeline file alike: DefaultGaussianSetUnionM
+// (20) for dp-gsu, 1 for dp-a, dp-u, zealous and dp-su; 0 for the FT
+// kinds.
+func DefaultD(k Kind) int {
+	switch k {
+	case DPGSU:
+		return DefaultGaussianSetUnionM
+	case DPa, DPu, Zealous, DPSU:
+		return 1
+	}
+	return 0
+}
+
+// Params configure a policy. Zero fields take the documented defaults;
+// Epsilon and Users have none (public configuration a DP pipeline must
+// state).
 type Params struct {
 	Kind Kind
 	// K is the threshold of FT_a/FT_u (1..vss.MaxK). Ignored by DP
@@ -132,10 +148,14 @@ type Params struct {
 	Delta float64
 	// D is d (DP_a, DP_u: artifacts per user per epoch; dp-su: the window
 	// of most recent distinct artifacts the client picks its one artifact
-	// from) or m (ZEALOUS, dp-gsu: distinct artifacts per user); ≥ 1.
+	// from) or m (ZEALOUS, dp-gsu: distinct artifacts per user); ≥ 1; 0
+	// means DefaultD(Kind).
 	D int
-	// Users is U, the number of users contributing to the epoch (public);
-	// ≥ 1 for DP policies.
+	// Users is U, the number of users contributing to the epoch: public
+	// configuration (the enrolled population the pipeline is planned
+	// for), never counted from the data — a count read from the input
+	// differs between neighbouring logs and so would δ = 1/(U+1), the
+	// thresholds and the noise scales; ≥ 1 for DP policies, no default.
 	Users int
 	// CountShare is DP_a/DP_u's share of ε for the released counts, in
 	// (0, 1); 0 means DefaultCountShare.
@@ -226,13 +246,16 @@ func New(p Params) (*Policy, error) {
 		return nil, err
 	}
 	if !(p.Epsilon > 0) || math.IsInf(p.Epsilon, 0) {
-		return nil, fmt.Errorf("policy %s: epsilon %v must be a finite number > 0 (the paper uses ln 10 ≈ 2.303)", p.Kind, p.Epsilon)
+		return nil, fmt.Errorf("policy %s: epsilon %v must be a finite number > 0: set policy.epsilon in the pipeline file or --epsilon (no default; the paper uses ln 10 ≈ 2.303)", p.Kind, p.Epsilon)
+	}
+	if p.D == 0 {
+		p.D = DefaultD(p.Kind)
 	}
 	if p.D < 1 {
 		return nil, fmt.Errorf("policy %s: %s=%d must be ≥ 1 (artifacts per user per epoch)", p.Kind, dName(p.Kind), p.D)
 	}
 	if p.Users < 1 {
-		return nil, fmt.Errorf("policy %s: the number of users U=%d must be ≥ 1 (give --users, or let `crowdlog run` count the log)", p.Kind, p.Users)
+		return nil, fmt.Errorf("policy %s: the number of users U=%d must be ≥ 1: set policy.users in the pipeline file or --users to the population the pipeline is planned for (public configuration; it is never counted from the input, whose count would differ between neighbouring logs)", p.Kind, p.Users)
 	}
 	if p.Delta == 0 {
 		p.Delta = 1 / float64(p.Users+1)

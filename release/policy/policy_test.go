@@ -142,6 +142,27 @@ func TestZealousTable2(t *testing.T) {
 	}
 }
 
+// TestDefaultD: d (m) = 0 resolves to DefaultD, the pipeline file's
+// default too: 20 for dp-gsu, 1 for the other DP kinds.
+func TestDefaultD(t *testing.T) {
+	for _, k := range Kinds() {
+		if !k.IsDP() {
+			continue
+		}
+		p, err := New(Params{Kind: k, Epsilon: 1, Users: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 1
+		if k == DPGSU {
+			want = DefaultGaussianSetUnionM
+		}
+		if p.D != want || DefaultD(k) != want {
+			t.Errorf("%s: d=0 resolves to %d (DefaultD %d), want %d", k, p.D, DefaultD(k), want)
+		}
+	}
+}
+
 func TestValidation(t *testing.T) {
 	for _, c := range []struct {
 		p    Params
@@ -149,8 +170,8 @@ func TestValidation(t *testing.T) {
 	}{
 		{Params{Kind: DPu, Epsilon: 1, D: 1, Users: 100, Delta: 0.01}, "1/U"},
 		{Params{Kind: DPu, Epsilon: 0, D: 1, Users: 100}, "epsilon"},
-		{Params{Kind: DPa, Epsilon: 1, D: 0, Users: 100}, "d=0"},
-		{Params{Kind: Zealous, Epsilon: 1, D: 0, Users: 100}, "m=0"},
+		{Params{Kind: DPa, Epsilon: 1, D: -1, Users: 100}, "d=-1"},
+		{Params{Kind: Zealous, Epsilon: 1, D: -1, Users: 100}, "m=-1"},
 		{Params{Kind: DPu, Epsilon: 1, D: 1, Users: 0}, "users"},
 		{Params{Kind: Zealous, Epsilon: 1, D: 2, Users: 100, Lambda: 1}, "2m/ε"},
 		{Params{Kind: DPu, Epsilon: 1, D: 1, Users: 100, CountShare: 1}, "count share"},
