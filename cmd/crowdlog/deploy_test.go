@@ -39,19 +39,17 @@ func crowdlogArgs(node any, out *[][]string) {
 	}
 }
 
-// TestDeployManifests validates infra/deploy with our own tools: every
+// TestDeployManifests validates infra/deploy/*.yaml (compose; Kubernetes
+// is the Helm chart, tested in infra/deploy/helm) with our own tools: every
 // document parses, every crowdlog container's arguments are accepted by this
-// binary's command and flag parser, and the KEDA trigger names the
+// binary's command and flag parser, and a KEDA trigger, if any, names the
 // aggregator's consumer group and topic.
 func TestDeployManifests(t *testing.T) {
 	files, _ := filepath.Glob("../../infra/deploy/*.yaml")
-	k8s, _ := filepath.Glob("../../infra/deploy/k8s/*.yaml")
-	files = append(files, k8s...)
-	if len(files) < 2 {
+	if len(files) < 1 {
 		t.Fatalf("manifests not found: %v", files)
 	}
 	var all [][]string
-	kedaOK := false
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -73,15 +71,11 @@ func TestDeployManifests(t *testing.T) {
 					if md["topic"] != protocol.ReportsTopic || md["consumerGroup"] != "crowdlog-aggregator" {
 						t.Errorf("%s: KEDA trigger %v does not match the aggregator", f, md)
 					}
-					kedaOK = true
 				}
 			}
 		}
 	}
-	if !kedaOK {
-		t.Error("no KEDA ScaledObject for the aggregator")
-	}
-	if len(all) < 10 {
+	if len(all) < 9 {
 		t.Fatalf("found only %d crowdlog containers", len(all))
 	}
 	for _, args := range all {
