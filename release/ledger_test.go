@@ -7,6 +7,36 @@ import (
 	"time"
 )
 
+// dpItems is makeItems as a DP release has them: no variant.
+func dpItems(key Key, n int) []Item {
+	items := makeItems(key, n)
+	for i := range items {
+		items[i].Variant = ""
+	}
+	return items
+}
+
+// TestDrawnReleaseRefusesVariant: a DP candidate row carrying a variant
+// (an original form chosen exactly from the reports, outside the
+// release's (ε, δ)) is refused before anything is written, ledger
+// included; the same rows without it are written.
+func TestDrawnReleaseRefusesVariant(t *testing.T) {
+	w := openTestWriter(t)
+	ctx := ctx30(t)
+	key := Key{"query", "2006-05", "dp-gsu", 2}
+	spend := Spend{Dataset: "aol", Epoch: key.Epoch, App: key.App, Policy: key.Policy, K: key.K, Epsilon: 1, Delta: 0.001, Params: "test"}
+	if _, _, err := w.WriteDrawnRelease(ctx, key, makeItems(key, 3), nil, time.Time{}, spend, Budget{}); err == nil || !strings.Contains(err.Error(), "variant") {
+		t.Fatalf("a DP row with a variant: err %v, want a refusal naming the variant", err)
+	}
+	if rows, err := w.Ledger(ctx, "aol", key.Epoch); err != nil || len(rows) != 0 || rawCount(t, w, "released_items", key) != 0 {
+		t.Fatalf("refused release left %d ledger rows (%v) or items", len(rows), err)
+	}
+	got, _, err := w.WriteDrawnRelease(ctx, key, dpItems(key, 3), nil, time.Time{}, spend, Budget{})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("the same rows without variants: %d rows, %v", len(got), err)
+	}
+}
+
 // TestLedgerRefusesOverBudget: with an ε budget of 1 per (dataset, epoch),
 // a 0.6 release passes and is recorded, a second 0.6 release of the same
 // epoch is refused with ErrOverBudget and leaves no trace, a redo of the
@@ -20,10 +50,10 @@ func TestLedgerRefusesOverBudget(t *testing.T) {
 	}
 	a := Key{"query", "2006-03", "dp-u", 2}
 	b := Key{"click", "2006-03", "dp-u", 2}
-	if err := w.WriteSpendingRelease(ctx, a, makeItems(a, 3), nil, time.Time{}, spend(a), budget); err != nil {
+	if err := w.WriteSpendingRelease(ctx, a, dpItems(a, 3), nil, time.Time{}, spend(a), budget); err != nil {
 		t.Fatal(err)
 	}
-	err := w.WriteSpendingRelease(ctx, b, makeItems(b, 3), nil, time.Time{}, spend(b), budget)
+	err := w.WriteSpendingRelease(ctx, b, dpItems(b, 3), nil, time.Time{}, spend(b), budget)
 	if !errors.Is(err, ErrOverBudget) {
 		t.Fatalf("second release: err %v, want ErrOverBudget", err)
 	}
@@ -35,7 +65,7 @@ func TestLedgerRefusesOverBudget(t *testing.T) {
 		t.Fatalf("CheckBudget: %v", err)
 	}
 	// redo of a: skipped, no second spend
-	if err := w.WriteSpendingRelease(ctx, a, makeItems(a, 3), nil, time.Time{}, spend(a), budget); err != nil {
+	if err := w.WriteSpendingRelease(ctx, a, dpItems(a, 3), nil, time.Time{}, spend(a), budget); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := w.Ledger(ctx, "aol", "2006-03")

@@ -22,7 +22,9 @@ import (
 // Policy, K).
 //
 // Item is the normalized artifact (CrowdLogging §3.3 normalization, docs/applications.md), Variant its
-// original (secondary) form or "". For threshold policies (FT_a, FT_u)
+// most frequent original (secondary) form or "" — always "" under a DP
+// policy, where it would be an exact function of the reports
+// (docs/policies.md). For threshold policies (FT_a, FT_u)
 // Impressions and Users are exact counts; for DP policies (DP_a, DP_u,
 // ZEALOUS) they are the noisy released values. K is the Shamir threshold
 // (ZEALOUS's τ), 0..2^32−1.
