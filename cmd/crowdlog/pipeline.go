@@ -38,7 +38,7 @@ Unknown or misspelled fields are errors. Examples: testdata/pipelines/.
     name: query             # query, reformulation, click, url, ltr, keyword
   policy:
     kind: ft-u              # ft-u, ft-a, dp-a, dp-u, zealous, dp-su, dp-gsu
-    k: 5                    # ft-u/ft-a; DP: epsilon, delta, d, users, shamir_k, ...
+    k: 5                    # ft-u/ft-a; DP: epsilon and users (required), delta, d, shamir_k, ...
   epoch:
     length: 168h            # optional: weekly epochs named START-168h (or name: 2006-03)
 
@@ -49,7 +49,8 @@ The pipeline's digest — SHA-256 of the canonical text of the fields that
 change what a report means (app and options, policy and its resolved
 parameters) — is sealed into every report and carried by every decrypted
 item; roles given another definition refuse the data and log both digests.
-'show' prints it as a comment (DP policies need policy.users for it).
+'show' prints it as a comment. A DP policy needs policy.epsilon and
+policy.users: U is public configuration, never counted from an input.
 
 Exit status: 0 valid, 2 invalid (the message names the field and what it
 allows), 1 the file cannot be read.`,
