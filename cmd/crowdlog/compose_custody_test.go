@@ -1,0 +1,168 @@
+package main
+
+import (
+	"flag"
+	"os"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/crowdlog/crowdlog/infra/keydir"
+)
+
+// composeServices reads the services of infra/deploy/compose.yaml: image,
+// command and volumes (the YAML merge key << applied by the decoder).
+func composeServices(t *testing.T) map[string]struct {
+	Image   string   `yaml:"image"`
+	Command []string `yaml:"command"`
+	Volumes []string `yaml:"volumes"`
+} {
+	t.Helper()
+	b, err := os.ReadFile("../../infra/deploy/compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Services map[string]struct {
+			Image   string   `yaml:"image"`
+			Command []string `yaml:"command"`
+			Volumes []string `yaml:"volumes"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c.Services
+}
+
+// TestComposeMounts: in infra/deploy/compose.yaml no container mounts the
+// keys or NKey directory whole; a private key of the custody table
+// (keydir.Custody) and an NKey seed (*.nk) are mounted only into the
+// containers whose command names that file; control-sign.key into none;
+// the NATS servers mount no seed.
+func TestComposeMounts(t *testing.T) {
+	private := map[string]bool{}
+	for _, r := range keydir.Custody {
+		for _, p := range r.Private {
+			private[p] = true
+		}
+	}
+	n := 0
+	for name, s := range composeServices(t) {
+		args := strings.Join(s.Command, " ")
+		for _, v := range s.Volumes {
+			src, _, _ := strings.Cut(v, ":")
+			src = path.Clean(src)
+			if src == "keys" || src == "nats-auth" {
+				t.Errorf("service %s mounts the whole %s directory (%s)", name, src, v)
+			}
+			base := path.Base(src)
+			if (private[base] || strings.HasSuffix(base, ".nk")) && !strings.Contains(args, "/"+base) {
+				t.Errorf("service %s mounts %s, which its command does not use", name, base)
+			}
+			if base == keydir.ControlSignKey {
+				t.Errorf("service %s mounts the pipeline operator's %s", name, base)
+			}
+			n++
+		}
+	}
+	if n < 10 {
+		t.Fatalf("only %d volume mounts in compose.yaml", n)
+	}
+}
+
+// TestComposeRoutesAuthorized starts a NATS server from the command line
+// of compose's nats-1 (parsed by nats-server's own flag parser, listening
+// on loopback) and a rogue server that solicits a route to it: without
+// the route user and password the route must be refused (a route is not
+// subject to the permission table: it reads and writes every subject).
+// Controls: the same rogue with the password joins, and the route-open
+// command line compose had before (--cluster nats://0.0.0.0:6222, no
+// user) lets the rogue join without one.
+func TestComposeRoutesAuthorized(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts NATS servers")
+	}
+	svc, ok := composeServices(t)["nats-1"]
+	if !ok {
+		t.Fatal("compose.yaml has no service nats-1")
+	}
+	const pw = "route-test-pw"
+	envRE := regexp.MustCompile(`\$\{NATS_ROUTE_PASSWORD[^}]*\}`)
+	var args []string
+	for i := 0; i < len(svc.Command); i++ {
+		if svc.Command[i] == "-c" { // the generated permission config: not needed for routes
+			i++
+			continue
+		}
+		args = append(args, envRE.ReplaceAllString(svc.Command[i], pw))
+	}
+	if !strings.Contains(strings.Join(svc.Command, " "), "${NATS_ROUTE_PASSWORD") {
+		t.Errorf("nats-1 command %v does not take the route password from $NATS_ROUTE_PASSWORD", svc.Command)
+	}
+	old := []string{"-js", "--name", "nats-1", "--cluster_name", "crowdlog", "--cluster", "nats://0.0.0.0:6222",
+		"--routes", "nats://nats-1:6222,nats://nats-2:6222,nats://nats-3:6222"}
+
+	// joins starts a server from argv and a rogue route to it (with user
+	// and password when given) and reports whether the route came up.
+	joins := func(argv []string, user, pass string) bool {
+		t.Helper()
+		fs := flag.NewFlagSet("nats-server", flag.ContinueOnError)
+		o, err := server.ConfigureOptions(fs, argv, func() {}, func() {}, func() {})
+		if err != nil {
+			t.Fatalf("nats-server flags %v: %v", argv, err)
+		}
+		o.Host, o.Port, o.HTTPPort = "127.0.0.1", -1, 0
+		o.Cluster.Host, o.Cluster.Port = "127.0.0.1", -1
+		o.Routes, o.RoutesStr = nil, "" // the compose host names do not resolve here
+		o.JetStream, o.StoreDir = false, ""
+		o.NoLog, o.NoSigs = true, true
+		victim, err := server.NewServer(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go victim.Start()
+		defer victim.Shutdown()
+		if !victim.ReadyForConnections(5 * time.Second) {
+			t.Fatal("nats server not ready")
+		}
+		u := "nats://" + victim.ClusterAddr().String()
+		if user != "" {
+			u = "nats://" + user + ":" + pass + "@" + victim.ClusterAddr().String()
+		}
+		ro := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+			Cluster: server.ClusterOpts{Name: "crowdlog", Host: "127.0.0.1", Port: -1}, Routes: server.RoutesFromStr(u)}
+		rogue, err := server.NewServer(ro)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go rogue.Start()
+		defer rogue.Shutdown()
+		deadline := time.Now().Add(3 * time.Second)
+		for time.Now().Before(deadline) {
+			if victim.NumRoutes() > 0 {
+				return true
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return false
+	}
+	if joins(args, "", "") {
+		t.Error("a route without the route user and password joined compose's NATS server")
+	}
+	if !joins(args, "route", pw) {
+		t.Error("control: the route with compose's user and password did not join")
+	}
+	if !joins(old, "", "") {
+		t.Error("control: the former route-open command line refused the unauthorized route")
+	}
+	if slices.Contains(args, "nats://0.0.0.0:6222") {
+		t.Error("nats-1 still listens for routes without authorization")
+	}
+}
