@@ -21,9 +21,11 @@ import (
 // writers and the release's reader on a kfake broker with TLS,
 // SASL/SCRAM-SHA-512 and the role ACL table on, each role with its own
 // credential in its context (infra/kafka.WithAuth): relay b writes 12
-// sealed reports (3 artifacts, k = 2, 4 users each), the aggregator opens
-// the epoch, decrypts them in its consumer group, closes the epoch, and
-// the release reads all 12 items and the closed markers. Every Kafka path
+// sealed reports (3 artifacts, k = 2, 4 users each), the operator opens
+// the epoch, the aggregator decrypts them in its consumer group, the
+// operator closes the epoch, and the release reads all 12 items and the
+// closed markers; the release and the aggregator (no schedule) cannot
+// write a control record. Every Kafka path
 // of the service (partition count, group, readers, the decrypted writer,
 // control records) must authenticate for this to pass.
 func TestServiceSecureKafka(t *testing.T) {
@@ -37,6 +39,7 @@ func TestServiceSecureKafka(t *testing.T) {
 		infrakafka.RoleRelay:      {Mechanism: infrakafka.MechanismSCRAMSHA512, User: "relay-b", Password: "relay-pw"},
 		infrakafka.RoleAggregator: {Mechanism: infrakafka.MechanismSCRAMSHA512, User: "aggregator", Password: "agg-pw"},
 		infrakafka.RoleRelease:    {Mechanism: infrakafka.MechanismSCRAMSHA512, User: "release", Password: "rel-pw"},
+		infrakafka.RoleOperator:   {Mechanism: infrakafka.MechanismSCRAMSHA512, User: "operator", Password: "op-pw"},
 	}
 	cfg := infrakafka.Config{Dir: filepath.Join(dir, "kafka"), Partitions: partitions, TLS: srvTLS, Admin: &admin, ACLs: true}
 	for r, c := range users {
@@ -59,6 +62,7 @@ func TestServiceSecureKafka(t *testing.T) {
 	}
 	brokers := []string{kb.Addr}
 	aggCtx := as(users[infrakafka.RoleAggregator])
+	opCtx := as(users[infrakafka.RoleOperator])
 
 	onionKey, _ := onion.GenerateKeyPair(1)
 	if err := onion.PrepareKeys([]*onion.KeyPair{onionKey}); err != nil {
@@ -76,8 +80,8 @@ func TestServiceSecureKafka(t *testing.T) {
 			msgs = append(msgs, kafkago.Message{Key: onion.TagBucket(r.Tag), Value: wrap(t, onionKey, r)})
 		}
 	}
-	if err := OpenEpoch(aggCtx, brokers, nil, "query", "e1"); err != nil {
-		t.Fatalf("open the epoch as the aggregator: %v", err)
+	if err := OpenEpoch(opCtx, brokers, nil, "query", "e1"); err != nil {
+		t.Fatalf("open the epoch as the operator: %v", err)
 	}
 	w := infrakafka.NewWriterAuth(infrakafka.AuthFrom(as(users[infrakafka.RoleRelay])), kb.Addr, protocol.ReportsTopic)
 	if err := w.WriteMessages(ctx, msgs...); err != nil {
@@ -101,8 +105,8 @@ func TestServiceSecureKafka(t *testing.T) {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	if err := CloseEpoch(aggCtx, brokers, nil, "query", "e1"); err != nil {
-		t.Fatalf("close the epoch as the aggregator: %v", err)
+	if err := CloseEpoch(opCtx, brokers, nil, "query", "e1"); err != nil {
+		t.Fatalf("close the epoch as the operator: %v", err)
 	}
 	tail := infrakafka.ReadTopic(as(users[infrakafka.RoleRelease]), brokers, protocol.DecryptedTopic, "release", slog.New(slog.DiscardHandler))
 	defer tail.Stop()
@@ -110,10 +114,13 @@ func TestServiceSecureKafka(t *testing.T) {
 	if len(items) != len(msgs) {
 		t.Errorf("the release read %d items, want %d", len(items), len(msgs))
 	}
-	// the release's credential cannot write the control records
-	rctx, rcancel := context.WithTimeout(as(users[infrakafka.RoleRelease]), 5*time.Second)
-	defer rcancel()
-	if err := OpenEpoch(rctx, brokers, nil, "query", "e2"); err == nil {
-		t.Error("the release's credential opened an epoch")
+	// the release's and the aggregator's (no schedule) credentials cannot
+	// write the control records
+	for _, r := range []infrakafka.Role{infrakafka.RoleRelease, infrakafka.RoleAggregator} {
+		rctx, rcancel := context.WithTimeout(as(users[r]), 5*time.Second)
+		if err := OpenEpoch(rctx, brokers, nil, "query", "e2"); err == nil {
+			t.Errorf("the %s's credential opened an epoch", r)
+		}
+		rcancel()
 	}
 }

@@ -25,10 +25,22 @@ const (
 	RoleRelay Role = "relay"
 	// RoleAggregator is `crowdlog aggregate` and `crowdlog aggregate
 	// vectors`: reads reports (group crowdlog-aggregator…), writes
-	// decrypted, writes the epoch open/close control records to reports
-	// (scheduled epochs, `crowdlog aggregate open-epoch|close-epoch`),
-	// reads vectors (group crowdlog-vectors…) and writes group-sums.
+	// decrypted, reads vectors (group crowdlog-vectors…) and writes
+	// group-sums. It does not write reports: an aggregator that runs an
+	// epoch schedule also holds RoleScheduler.
 	RoleAggregator Role = "aggregator"
+	// RoleScheduler is the right an aggregator running an epoch schedule
+	// (`crowdlog aggregate --pipeline` with epoch.length) adds to
+	// RoleAggregator: it writes the scheduled open/close control records
+	// to reports. Give it to the aggregator's SASL user only when it runs
+	// a schedule (`crowdlog topics --acl scheduler=USER`).
+	RoleScheduler Role = "scheduler"
+	// RoleOperator is the pipeline operator's routine epoch jobs,
+	// `crowdlog aggregate open-epoch|close-epoch`: it writes the signed
+	// control records to reports (Write implies the Describe their
+	// metadata request needs) and nothing else; the admin is kept for
+	// `crowdlog topics`.
+	RoleOperator Role = "operator"
 	// RoleCoordinator is the PDD coordinator: it writes rosters and ticks
 	// to vectors.
 	RoleCoordinator Role = "coordinator"
@@ -41,7 +53,7 @@ const (
 )
 
 // Roles lists every Role, in the order of the ACL table.
-var Roles = []Role{RoleRelay, RoleAggregator, RoleCoordinator, RoleRelease, RoleAuditor}
+var Roles = []Role{RoleRelay, RoleAggregator, RoleScheduler, RoleOperator, RoleCoordinator, RoleRelease, RoleAuditor}
 
 // Grant is one row of the ACL table: Role may do Op on the resource
 // (a topic or a consumer group; Prefixed: every name starting with Name).
@@ -71,11 +83,14 @@ var ACLTable = []Grant{
 
 	{RoleAggregator, kafkago.ResourceTypeTopic, protocol.ReportsTopic, false, kafkago.ACLOperationTypeRead, "aggregator: sealed reports"},
 	{RoleAggregator, kafkago.ResourceTypeGroup, "crowdlog-aggregator", true, kafkago.ACLOperationTypeRead, "aggregator: consumer group (--group)"},
-	{RoleAggregator, kafkago.ResourceTypeTopic, protocol.ReportsTopic, false, kafkago.ACLOperationTypeWrite, "epoch open/close control records"},
 	{RoleAggregator, kafkago.ResourceTypeTopic, protocol.DecryptedTopic, false, kafkago.ACLOperationTypeWrite, "aggregator: decrypted reports"},
 	{RoleAggregator, kafkago.ResourceTypeTopic, protocol.VectorsTopic, false, kafkago.ACLOperationTypeRead, "aggregate vectors: blinded vectors"},
 	{RoleAggregator, kafkago.ResourceTypeGroup, "crowdlog-vectors", true, kafkago.ACLOperationTypeRead, "aggregate vectors: consumer group"},
 	{RoleAggregator, kafkago.ResourceTypeTopic, protocol.GroupSumsTopic, false, kafkago.ACLOperationTypeWrite, "aggregate vectors: group outcomes"},
+
+	{RoleScheduler, kafkago.ResourceTypeTopic, protocol.ReportsTopic, false, kafkago.ACLOperationTypeWrite, "scheduled epoch open/close control records (an aggregator with an epoch schedule)"},
+
+	{RoleOperator, kafkago.ResourceTypeTopic, protocol.ReportsTopic, false, kafkago.ACLOperationTypeWrite, "epoch open/close control records (`aggregate open-epoch`, `close-epoch`)"},
 
 	{RoleCoordinator, kafkago.ResourceTypeTopic, protocol.VectorsTopic, false, kafkago.ACLOperationTypeWrite, "PDD rosters and ticks"},
 
@@ -176,10 +191,14 @@ func opName(op kafkago.ACLOperationType) string {
 	return fmt.Sprint(int(op))
 }
 
-// kfakeACLs is ACLTable's rows for role as kfake seeds them (kfake.User).
-func kfakeACLs(role Role) []kfake.ACL {
+// kfakeACLs is ACLTable's rows for roles as kfake seeds them (kfake.User).
+func kfakeACLs(roles ...Role) []kfake.ACL {
+	var grants []Grant
+	for _, r := range roles {
+		grants = append(grants, GrantsOf(r)...)
+	}
 	var out []kfake.ACL
-	for _, g := range GrantsOf(role) {
+	for _, g := range grants {
 		pat := kmsg.ACLResourcePatternTypeLiteral
 		if g.Prefixed {
 			pat = kmsg.ACLResourcePatternTypePrefixed

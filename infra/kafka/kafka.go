@@ -65,7 +65,9 @@ type Config struct {
 	// ApplyACLs. Its Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
 	Admin *Credential
 	// Users are the role credentials of a broker with Admin set; with
-	// ACLs each is seeded with its role's rows of ACLTable.
+	// ACLs each is seeded with its role's rows of ACLTable (a user listed
+	// under several roles: the rows of each, e.g. RoleAggregator and
+	// RoleScheduler).
 	Users []User
 	// ACLs turns authorization on: a user may do only what its ACLs
 	// allow (Users' rows of ACLTable, and what ApplyACLs adds); the Admin
@@ -156,10 +158,20 @@ func (c Config) Start(ctx context.Context) (*Broker, error) {
 		return nil, errors.New("kafka: Config.Users and Config.ACLs need Config.Admin (the super user that creates topics and ACLs)")
 	case c.Admin != nil:
 		opts = append(opts, kfake.EnableSASL(), kfake.Superuser(c.Admin.Mechanism, c.Admin.User, c.Admin.Password))
+		// a user listed under several roles (an aggregator that also
+		// holds RoleScheduler) gets the rows of each
+		roles := map[string][]Role{}
+		var order []Credential
 		for _, u := range c.Users {
+			if _, seen := roles[u.User]; !seen {
+				order = append(order, u.Credential)
+			}
+			roles[u.User] = append(roles[u.User], u.Role)
+		}
+		for _, u := range order {
 			var acls []kfake.ACL
 			if c.ACLs {
-				acls = kfakeACLs(u.Role)
+				acls = kfakeACLs(roles[u.User]...)
 			}
 			opts = append(opts, kfake.User(u.Mechanism, u.User, u.Password, acls...))
 		}
