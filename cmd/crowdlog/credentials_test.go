@@ -19,8 +19,9 @@ import (
 // (users without ACLs), `crowdlog topics` with the admin's credential from
 // flags and CROWDLOG_KAFKA_SASL_PASSWORD_FILE creates the topics and the
 // role ACLs (--acl); then `crowdlog aggregate open-epoch` writes its
-// control records with the aggregator's credential and is refused with the
-// release's, and the password appears in no output.
+// control records with the operator's credential and is refused with the
+// release's and the aggregator's (no scheduler role), and the password
+// appears in no output.
 func TestKafkaCredentialFlags(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -29,8 +30,9 @@ func TestKafkaCredentialFlags(t *testing.T) {
 	admin := kafka.Credential{Mechanism: kafka.MechanismSCRAMSHA512, User: "admin", Password: "admin-pw-31"}
 	agg := kafka.Credential{Mechanism: kafka.MechanismSCRAMSHA512, User: "agg", Password: "agg-pw-77"}
 	rel := kafka.Credential{Mechanism: kafka.MechanismSCRAMSHA512, User: "rel", Password: "rel-pw-53"}
+	op := kafka.Credential{Mechanism: kafka.MechanismSCRAMSHA512, User: "op", Password: "op-pw-19"}
 	b, err := kafka.Config{Dir: filepath.Join(dir, "k"), Partitions: 2, TLS: srvTLS, Admin: &admin, ACLs: true,
-		Users: []kafka.User{{Credential: agg}, {Credential: rel}}}.Start(ctx)
+		Users: []kafka.User{{Credential: agg}, {Credential: rel}, {Credential: op}}}.Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,18 +56,23 @@ func TestKafkaCredentialFlags(t *testing.T) {
 		}
 		return out.String(), err
 	}
-	out, err := run(admin, "topics", "--partitions", "2", "--acl", "aggregator=agg,release=rel")
+	out, err := run(admin, "topics", "--partitions", "2", "--acl", "aggregator=agg,release=rel,operator=op")
 	if err != nil {
 		t.Fatalf("topics as admin: %v\n%s", err, out)
 	}
 	if !strings.Contains(out, "acl User:agg: allow Write on Topic decrypted") || !strings.Contains(out, "acl User:rel: allow Read on Topic decrypted") {
 		t.Fatalf("topics output lacks the ACLs:\n%s", out)
 	}
-	if out, err := run(agg, "aggregate", "open-epoch", "--epoch", "2026-11"); err != nil {
-		t.Fatalf("open-epoch as the aggregator: %v\n%s", err, out)
+	if !strings.Contains(out, "acl User:op: allow Write on Topic reports") || strings.Contains(out, "acl User:agg: allow Write on Topic reports") {
+		t.Fatalf("topics output: want Write on reports for the operator only:\n%s", out)
 	}
-	if _, err := run(rel, "aggregate", "open-epoch", "--epoch", "2026-12"); err == nil {
-		t.Fatal("open-epoch as the release wrote control records to reports")
+	if out, err := run(op, "aggregate", "open-epoch", "--epoch", "2026-11"); err != nil {
+		t.Fatalf("open-epoch as the operator: %v\n%s", err, out)
+	}
+	for who, c := range map[string]kafka.Credential{"release": rel, "aggregator": agg} {
+		if _, err := run(c, "aggregate", "open-epoch", "--epoch", "2026-12"); err == nil {
+			t.Fatalf("open-epoch as the %s wrote control records to reports", who)
+		}
 	}
 	if _, err := run(agg, "topics", "--acl", "release=agg"); err == nil {
 		t.Fatal("the aggregator created ACLs")
@@ -73,7 +80,7 @@ func TestKafkaCredentialFlags(t *testing.T) {
 	if _, err := run(admin, "topics", "--acl", "analyst=x"); err == nil || !strings.Contains(err.Error(), "want ROLE=USER") {
 		t.Fatalf("--acl analyst=x: %v", err)
 	}
-	// the records the aggregator's open-epoch wrote, read as the admin
+	// the records the operator's open-epoch wrote, read as the admin
 	a, err := admin.AuthConfig(caFile).Load()
 	if err != nil {
 		t.Fatal(err)

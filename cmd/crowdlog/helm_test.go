@@ -22,7 +22,9 @@ import (
 // layer silently skips others), and the configuration layer accepts the
 // values with each _FILE path remapped to a file in a temporary directory.
 // The pipeline operator's ACLs name the SASL users the other operators'
-// roles log in as, and its NATS ConfigMap is `crowdlog nats-config`'s text.
+// roles log in as, its epoch Jobs log in as the ACL role operator (their
+// own Secret, not the admin's), and its NATS ConfigMap is `crowdlog
+// nats-config`'s text.
 // The issuers run at the randomness and aggregator operators only, each
 // with --role and a positive budget for the kinds that role issues.
 func TestHelmChartArgs(t *testing.T) {
@@ -39,7 +41,8 @@ func TestHelmChartArgs(t *testing.T) {
 	var acls []string               // --acl values of the topics Job
 	var issuers []string            // operator:--role of every issuer container
 	for _, op := range helm.Operators {
-		objs, err := helm.Render(op, map[string]any{"natsConfig": natsConf, "epochs": []any{"2006-03"}, "closeEpochs": []any{"2006-03"}})
+		objs, err := helm.Render(op, map[string]any{"natsConfig": natsConf, "epochs": []any{"2006-03"}, "closeEpochs": []any{"2006-03"},
+			"epochJobs": map[string]any{"pipelineDigest": strings.Repeat("5a", 32)}})
 		if err != nil {
 			t.Fatalf("%s: %v", op, err)
 		}
@@ -98,6 +101,20 @@ func TestHelmChartArgs(t *testing.T) {
 			if fl := cmd.Flags().Lookup("kafka-sasl-user"); fl != nil {
 				saslUser[cmd.Name()] = fl.Value.String()
 			}
+			if n := cmd.Name(); n == "open-epoch" || n == "close-epoch" { // the epoch Jobs: the operator's credential, never the admin's
+				secrets := map[string]bool{}
+				for _, v := range c.Pod.Volumes {
+					if v.Name == "kafka" && v.Secret != nil {
+						secrets[v.Secret.SecretName] = true
+					}
+				}
+				if u := cmd.Flags().Lookup("kafka-sasl-user").Value.String(); u != "operator" || !secrets["crowdlog-kafka-operator"] || len(secrets) != 1 {
+					t.Errorf("%s: %s logs in to Kafka as %q with Secrets %v; want user operator (ACL role operator) and Secret crowdlog-kafka-operator only", where, n, u, secrets)
+				}
+				if d, _ := cmd.Flags().GetString("pipeline-digest"); d != strings.Repeat("5a", 32) {
+					t.Errorf("%s: %s signs for pipeline digest %q", where, n, d)
+				}
+			}
 			if cmd.Name() == "topics" {
 				acls, _ = cmd.Flags().GetStringSlice("acl")
 			}
@@ -119,7 +136,7 @@ func TestHelmChartArgs(t *testing.T) {
 	if want := []string{"randomness:randomness", "aggregator:aggregator"}; !slices.Equal(issuers, want) {
 		t.Errorf("issuers %v, want %v (each token issued where it is verified)", issuers, want)
 	}
-	for role, sub := range map[string]string{"relay": "relay", "aggregator": "aggregate", "release": "release"} {
+	for role, sub := range map[string]string{"relay": "relay", "aggregator": "aggregate", "release": "release", "operator": "open-epoch"} {
 		if want := role + "=" + saslUser[sub]; saslUser[sub] == "" || !slices.Contains(acls, want) {
 			t.Errorf("topics --acl %v: want %s (the user %s logs in as)", acls, want, sub)
 		}

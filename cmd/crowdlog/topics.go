@@ -28,13 +28,19 @@ a longer one kept). With --pipeline FILE both come from the file
 (topics.partitions, topics.retention; a scheduled pipeline's retention is
 at least epoch.length + epoch.grace, by default twice that), so a rebuilt
 aggregator can replay an epoch's reports until its keys are gone.
-Existing topics keep their partition count. Run it once per cluster before
-the roles start; it is idempotent.
+Existing topics keep their partition count. "reports" gets
+message.timestamp.type=LogAppendTime: the broker stamps every record, so a
+replayed epoch control record cannot choose its timestamp. Run it once per
+cluster before the roles start; it is idempotent.
 
 With --acl ROLE=USER (repeated or comma-separated; roles relay, aggregator,
-coordinator, release, auditor) it also creates the Kafka ACLs of the role
-table (docs/operations.md, Kafka ACLs) for each role's SASL user; give
-this command the admin credential (--kafka-sasl-…, a super user).`,
+scheduler, operator, coordinator, release, auditor) it also creates the
+Kafka ACLs of the role table (docs/operations.md, Kafka ACLs) for each
+role's SASL user: operator is the credential of the epoch jobs
+(open-epoch, close-epoch: Write on "reports" only); scheduler adds that
+Write to an aggregator that runs an epoch schedule (give it the
+aggregator's user, only then). Give this command the admin credential
+(--kafka-sasl-…, a super user).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if pipelineFile != "" {
@@ -66,6 +72,9 @@ this command the admin credential (--kafka-sasl-…, a super user).`,
 				return err
 			}
 			if err := kafka.EnsureRetention(ctx, brokers[0], retention, protocol.ReportsTopic, protocol.DecryptedTopic); err != nil {
+				return err
+			}
+			if err := kafka.EnsureLogAppendTime(ctx, brokers[0], protocol.ReportsTopic); err != nil {
 				return err
 			}
 			for _, t := range []string{protocol.ReportsTopic, protocol.DecryptedTopic} {
@@ -102,7 +111,7 @@ this command the admin credential (--kafka-sasl-…, a super user).`,
 	f.StringSliceVar(&brokers, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated host:port list")
 	f.IntVar(&partitions, "partitions", 8, "partitions of each topic when created")
 	f.DurationVar(&retention, "retention", 0, "least time the topics keep their records (0 = leave the broker's default)")
-	f.StringSliceVar(&acls, "acl", nil, "ROLE=USER: create the Kafka ACLs of ROLE (relay, aggregator, coordinator, release, auditor) for SASL user USER; repeatable")
+	f.StringSliceVar(&acls, "acl", nil, "ROLE=USER: create the Kafka ACLs of ROLE (relay, aggregator, scheduler, operator, coordinator, release, auditor) for SASL user USER; repeatable")
 	f.StringVarP(&pipelineFile, "pipeline", "f", "", "pipeline file: topics.partitions and topics.retention from it unless given as flags")
 	return c
 }

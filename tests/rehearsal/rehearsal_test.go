@@ -169,7 +169,7 @@ func TestRehearsal(t *testing.T) {
 	// from the pipeline operator's topics Job (--acl).
 	r.kafkaPW = map[string]string{}
 	var kusers []kafka.User
-	for _, u := range []string{"relay-b", "aggregator", "release"} {
+	for _, u := range []string{"relay-b", "aggregator", "release", "operator"} {
 		r.kafkaPW[u] = randomPassword()
 		kusers = append(kusers, kafka.User{Credential: kafka.Credential{Mechanism: kafka.MechanismSCRAMSHA512, User: u, Password: r.kafkaPW[u]}})
 	}
@@ -237,6 +237,11 @@ func TestRehearsal(t *testing.T) {
 	// Jobs (topics with the ACLs, then the epoch's open).
 	po := set()
 	po["natsConfig"], po["epochs"] = natsConf, []any{epoch}
+	// the epoch Jobs log in as Kafka user operator (Write on reports
+	// only) and bind a pipeline digest into their signed records; the
+	// chart's aggregator serves every definition (no --pipeline), so
+	// any digest applies here
+	po["epochJobs"] = map[string]any{"pipelineDigest": strings.Repeat("00", 32)}
 	poObjs, err := helm.Render("pipeline-operator", po)
 	must(t, err)
 	r.populate("pipeline-operator", poObjs)

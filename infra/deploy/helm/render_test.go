@@ -30,7 +30,7 @@ import (
 func TestRenderEveryOperator(t *testing.T) {
 	for _, op := range Operators {
 		t.Run(op, func(t *testing.T) {
-			objs, err := Render(op, map[string]any{"natsConfig": "# nats.conf\n", "epochs": []any{"2006-03", "Week_1.b"}})
+			objs, err := Render(op, map[string]any{"natsConfig": "# nats.conf\n", "epochJobs": map[string]any{"pipelineDigest": testDigest}, "epochs": []any{"2006-03", "Week_1.b"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -309,7 +309,7 @@ func TestKeyCustodyMounts(t *testing.T) {
 			r = role[op]
 		}
 		rk, _ := keydir.RoleOf(r) // none (the release operator): no private keys
-		objs, err := Render(op, map[string]any{"natsConfig": "# nats.conf\n", "epochs": []any{"2006-03"}})
+		objs, err := Render(op, map[string]any{"natsConfig": "# nats.conf\n", "epochJobs": map[string]any{"pipelineDigest": testDigest}, "epochs": []any{"2006-03"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -338,3 +338,6 @@ func TestKeyCustodyMounts(t *testing.T) {
 		}
 	}
 }
+
+// testDigest is a pipeline digest for the epoch Jobs' --pipeline-digest.
+const testDigest = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a"

@@ -96,15 +96,16 @@ capabilities: {drop: [ALL]}
 - /etc/crowdlog/nats/tls.key
 {{- end }}
 
+{{/* crowdlog.kafkaArgs: the Kafka flags of a dict (root; user: a SASL user other than kafka.user, e.g. the epoch jobs'). */}}
 {{- define "crowdlog.kafkaArgs" -}}
 - --kafka
-- {{ .Values.kafka.brokers | quote }}
+- {{ .root.Values.kafka.brokers | quote }}
 - --kafka-tls-ca
 - /etc/crowdlog/kafka/ca.crt
 - --kafka-sasl-mechanism
-- {{ .Values.kafka.mechanism | quote }}
+- {{ .root.Values.kafka.mechanism | quote }}
 - --kafka-sasl-user
-- {{ required "kafka.user: this role's SASL user" .Values.kafka.user | quote }}
+- {{ required "kafka.user: this role's SASL user" (.user | default .root.Values.kafka.user) | quote }}
 {{- end }}
 
 {{- define "crowdlog.clickhouseArgs" -}}
@@ -124,7 +125,7 @@ capabilities: {drop: [ALL]}
 {{- if $c.nats }}
 - name: nats
   secret:
-    secretName: {{ $v.nats.secret | quote }}
+    secretName: {{ $c.natsSecret | default $v.nats.secret | quote }}
     defaultMode: 0440
     items:
       - {key: ca.crt, path: ca.crt}
@@ -135,7 +136,7 @@ capabilities: {drop: [ALL]}
 {{- if $c.kafka }}
 - name: kafka
   secret:
-    secretName: {{ $v.kafka.secret | quote }}
+    secretName: {{ $c.kafkaSecret | default $v.kafka.secret | quote }}
     defaultMode: 0440
     items:
       - {key: ca.crt, path: ca.crt}
@@ -223,7 +224,7 @@ args:
 {{- include "crowdlog.natsArgs" $root | nindent 2 }}
 {{- end }}
 {{- if $c.kafka }}
-{{- include "crowdlog.kafkaArgs" $root | nindent 2 }}
+{{- include "crowdlog.kafkaArgs" (dict "root" $root "user" $c.kafkaUser) | nindent 2 }}
 {{- end }}
 {{- if $c.clickhouse }}
 {{- include "crowdlog.clickhouseArgs" $root | nindent 2 }}
