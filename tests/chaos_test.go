@@ -103,7 +103,7 @@ func TestChaos(t *testing.T) {
 	aggArgs := []string{"aggregate", "--kafka", c.kafka, "--key", filepath.Join(keys, keydir.AggregatorKey), "--keys", keys, "--session-timeout", "6s",
 		"--snapshot-dir", filepath.Join(dir, "snapshots"), "--snapshot-every", "300"}
 	aggs := []*proc{c.start("aggregate-0", aggArgs...)}
-	victims = append(victims, c.start("release", "release", "--kafka", c.kafka, "--clickhouse", c.chd, "--policy", policy, "--k", strconv.Itoa(k)))
+	victims = append(victims, c.start("release", append([]string{"release", "--kafka", c.kafka, "--clickhouse", c.chd, "--policy", policy, "--k", strconv.Itoa(k)}, c.writerArgs(c.chd, c.chDir)...)...))
 
 	c.openEpoch("chaos")
 	out := filepath.Join(dir, "out.tsv")

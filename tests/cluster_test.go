@@ -32,6 +32,7 @@ type cluster struct {
 	// NATS URL(s), Kafka bootstrap address(es), ClickHouse native address;
 	// nats and kafka are comma-separated seed lists when nodes > 1.
 	nats, kafka, chd string
+	chDir            string              // the ClickHouse server's directory (users.d)
 	nodes            int                 // NATS servers and kfake brokers
 	natsCluster      *natsserver.Cluster // when nodes > 1
 }
@@ -88,7 +89,7 @@ func newClusterOf(t *testing.T, ctx context.Context, partitions, nodes int) *clu
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ch.Stop() })
-	c.kafka, c.chd = kb.Bootstrap(), ch.TCPAddr
+	c.kafka, c.chd, c.chDir = kb.Bootstrap(), ch.TCPAddr, ch.Dir
 	c.keys = filepath.Join(c.dir, "keys")
 	if out, err := exec.Command(c.bin, "keys", "generate", "--dir", c.keys).CombinedOutput(); err != nil {
 		t.Fatalf("keys generate: %v %s", err, out)
@@ -110,6 +111,24 @@ func (c *cluster) openEpoch(epoch string) {
 	if _, _, err := k.OpenEpoch(epoch); err != nil {
 		c.t.Fatalf("open epoch %s: %v", epoch, err)
 	}
+}
+
+// Test writer of the release role (`crowdlog release` never writes as
+// user default).
+const testWriter, testWriterPassword = "crowdlog_writer", "test-writer-pw"
+
+// writerArgs creates the release stages' writer on the ClickHouse server
+// at addr started in dir (`crowdlog clickhouse init --writer`; its default
+// has no password, a test server) and returns the release role's login
+// flags.
+func (c *cluster) writerArgs(addr, dir string) []string {
+	c.t.Helper()
+	out, err := exec.Command(c.bin, "clickhouse", "init", "--clickhouse", addr, "--users-d", clickhouse.UsersDir(dir),
+		"--insecure-passwordless-default", "--analyst", "", "--writer", testWriter, "--writer-password", testWriterPassword).CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("clickhouse init --writer: %v %s", err, out)
+	}
+	return []string{"--clickhouse-user", testWriter, "--clickhouse-password", testWriterPassword}
 }
 
 // start runs one role as a process logging to logs/NAME.log.

@@ -131,7 +131,7 @@ func TestKillAggregator(t *testing.T) {
 	}
 	agg := c.start("aggregate", "aggregate", "--kafka", c.kafka, "--key", filepath.Join(keys, keydir.AggregatorKey),
 		"--snapshot-dir", filepath.Join(dir, "snapshots"), "--snapshot-every", "500")
-	c.start("release", "release", "--kafka", c.kafka, "--clickhouse", c.chd, "--policy", policy, "--k", fmt.Sprint(k))
+	c.start("release", append([]string{"release", "--kafka", c.kafka, "--clickhouse", c.chd, "--policy", policy, "--k", fmt.Sprint(k)}, c.writerArgs(c.chd, c.chDir)...)...)
 
 	c.openEpoch("kill-test")
 	out := filepath.Join(dir, "out.tsv")

@@ -115,8 +115,9 @@ func (c *cluster) startRun(ctx context.Context, input, ch, policy string, k int,
 }
 
 // startRoles starts randomness, relays a and b, one aggregator (returned)
-// and the release role writing to the ClickHouse at ch.
-func (c *cluster) startRoles(ch, policy string, k int, aggArgs ...string) *proc {
+// and the release role writing, as the writer (writerArgs), to the
+// ClickHouse at ch started in chDir.
+func (c *cluster) startRoles(ch, chDir, policy string, k int, aggArgs ...string) *proc {
 	c.start("randomness", "randomness", "--nats", c.nats, "--keys", c.keys)
 	for _, name := range []string{"a", "b"} {
 		c.start("relay-"+name, "relay", "--name", name, "--nats", c.nats,
@@ -124,7 +125,7 @@ func (c *cluster) startRoles(ch, policy string, k int, aggArgs ...string) *proc 
 	}
 	agg := c.start("aggregate", append([]string{"aggregate", "--kafka", c.kafka,
 		"--key", filepath.Join(c.keys, keydir.AggregatorKey)}, aggArgs...)...)
-	c.start("release", "release", "--kafka", c.kafka, "--clickhouse", ch, "--policy", policy, "--k", strconv.Itoa(k))
+	c.start("release", append([]string{"release", "--kafka", c.kafka, "--clickhouse", ch, "--policy", policy, "--k", strconv.Itoa(k)}, c.writerArgs(ch, chDir)...)...)
 	return agg
 }
 
@@ -158,7 +159,7 @@ func TestClickHouseOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ch.Stop() }) // ch is replaced on restart
-	c.startRoles(ch.TCPAddr, policy, k)
+	c.startRoles(ch.TCPAddr, ch.Dir, policy, k)
 	releaseLog := filepath.Join(c.logs, "release.log")
 
 	out := filepath.Join(c.dir, "out.tsv")
@@ -221,7 +222,7 @@ func TestStalledAggregator(t *testing.T) {
 	c := newCluster(t, ctx, 4)
 	c.keepOnFailure()
 	input := subset(t, users)
-	agg := c.startRoles(c.chd, policy, k)
+	agg := c.startRoles(c.chd, c.chDir, policy, k)
 	out := filepath.Join(c.dir, "out.tsv")
 	t0 := time.Now()
 	done, runOut := c.startRun(ctx, input, c.chd, policy, k, "stall", out)

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"flag"
 	"os"
 	"path"
@@ -164,5 +167,31 @@ func TestComposeRoutesAuthorized(t *testing.T) {
 	}
 	if slices.Contains(args, "nats://0.0.0.0:6222") {
 		t.Error("nats-1 still listens for routes without authorization")
+	}
+}
+
+// TestReleaseRequiresWriter: `release` and `release-pdd` without
+// --clickhouse-user, or with user default, are usage errors (exit 2) that
+// name the writer of `crowdlog clickhouse init --writer`; they never fall
+// back to the administrator.
+func TestReleaseRequiresWriter(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"release", "--kafka", "127.0.0.1:1", "--clickhouse", "127.0.0.1:1", "--policy", "ft-u", "--k", "2"}, "give --clickhouse-user NAME"},
+		{[]string{"release", "--kafka", "127.0.0.1:1", "--clickhouse", "127.0.0.1:1", "--policy", "ft-u", "--k", "2", "--clickhouse-user", "default"}, "never writes as user default"},
+		{[]string{"release-pdd", "--kafka", "127.0.0.1:1", "--clickhouse", "127.0.0.1:1"}, "give --clickhouse-user NAME"},
+		{[]string{"release-pdd", "--kafka", "127.0.0.1:1", "--clickhouse", "127.0.0.1:1", "--clickhouse-user", "default"}, "never writes as user default"},
+	} {
+		root := rootCmd()
+		root.SetArgs(c.args)
+		root.SetOut(&bytes.Buffer{})
+		root.SetErr(&bytes.Buffer{})
+		err := root.ExecuteContext(context.Background())
+		var ec exitCode
+		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.As(err, &ec) || ec.code != 2 {
+			t.Errorf("%v: %v; want a usage error saying %q", c.args, err, c.want)
+		}
 	}
 }

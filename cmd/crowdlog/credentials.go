@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/spf13/cobra"
@@ -80,7 +81,7 @@ func addClickHouseLoginFlags(c *cobra.Command) {
 		return
 	}
 	f := c.Flags()
-	f.String("clickhouse-user", "", `ClickHouse user ("" = default, the administrator); the release stages use the writer of 'crowdlog clickhouse init --writer'`)
+	f.String("clickhouse-user", "", `ClickHouse user ("" = default, the administrator); release and release-pdd require the writer of 'crowdlog clickhouse init --writer' (never default)`)
 	f.String("clickhouse-password", "", "password of --clickhouse-user; give it as CROWDLOG_CLICKHOUSE_PASSWORD_FILE=PATH (or the environment), not on the command line")
 	f.Bool("clickhouse-tls", false, "connect to ClickHouse with TLS (the server's secure native port, tcp_port_secure); the system roots verify it unless --clickhouse-tls-ca")
 	f.String("clickhouse-tls-ca", "", "PEM file of the CA certificates that verify the ClickHouse server")
@@ -107,6 +108,20 @@ func applyClickHouseLogin(cmd *cobra.Command) error {
 		return usageError(err)
 	}
 	cmd.SetContext(clickhouse.WithLogin(cmd.Context(), l))
+	return nil
+}
+
+// requireWriterLogin refuses to start the release stage named what without
+// an explicit ClickHouse user other than default: the stages write as the
+// writer of `crowdlog clickhouse init --writer NAME` (its databases only),
+// never as the administrator, and there is no fallback to it.
+func requireWriterLogin(cmd *cobra.Command, what string) error {
+	switch l := clickhouse.LoginFrom(cmd.Context()); l.User {
+	case "":
+		return usageError(fmt.Errorf("%s writes as the ClickHouse writer user of `crowdlog clickhouse init --writer NAME`: give --clickhouse-user NAME and its password as CROWDLOG_CLICKHOUSE_PASSWORD_FILE=PATH", what))
+	case clickhouse.DefaultUser:
+		return usageError(fmt.Errorf("%s never writes as user default, the administrator: give --clickhouse-user the writer of `crowdlog clickhouse init --writer NAME` (limited to the release and analyst databases)", what))
+	}
 	return nil
 }
 

@@ -279,6 +279,9 @@ over --budget-epsilon is refused and nothing of it is released.`,
 			if err != nil {
 				return err
 			}
+			if err := requireWriterLogin(cmd, "crowdlog release-pdd"); err != nil {
+				return err
+			}
 			w, err := release.Open(cmd.Context(), ch, db)
 			if err != nil {
 				return err

@@ -615,6 +615,9 @@ logged.`,
 			if err != nil {
 				return usageError(err)
 			}
+			if err := requireWriterLogin(cmd, "crowdlog release"); err != nil {
+				return err
+			}
 			st, w, err := stage.New(cmd.Context(), kafkaAddrs, ch, db, log)
 			if err != nil {
 				return err

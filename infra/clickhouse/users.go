@@ -72,7 +72,7 @@ func AnalystUsersXML(u AnalystUser) (string, error) {
 		return "", fmt.Errorf("clickhouse: analyst name %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)", u.Name)
 	}
 	if u.Name == "default" {
-		return "", errors.New("clickhouse: the analyst may not be user default (the release stage writes as default)")
+		return "", errors.New("clickhouse: the analyst may not be user default (the administrator): give it its own name")
 	}
 	if !dbNameRE.MatchString(u.Database) {
 		return "", fmt.Errorf("clickhouse: database %q is not a plain identifier", u.Database)
@@ -108,7 +108,14 @@ func WriteAnalystUser(usersDir string, u AnalystUser) (string, error) {
 const WriterFile = "crowdlog-writer.xml"
 
 // WriterProfile is the settings profile of the writer user in users.d:
-// readonly = 0 (INSERT and the DDL of its own databases).
+// readonly = 0 (INSERT and the DDL of its own databases). On 18.16 such a
+// user may also call table functions (remote, url, file, merge, numbers,
+// mysql, jdbc, odbc), and no setting short of readonly = 1, which refuses
+// INSERT, stops it: measured, allow_ddl = 0 and readonly = 2 leave them
+// open (and allow_ddl = 0 refuses the writer's ALTER … DELETE). merge()
+// and remote(…, db.table) are held to allow_databases; remote() logs in
+// as user default, so the server's default must have a password
+// (release.CheckDefaultPassword, docs/operations.md).
 const WriterProfile = "crowdlog_writer"
 
 // WriterUser is the ClickHouse user of the release stages on a server
