@@ -252,7 +252,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 				} else if subj == protocol.PDDPingSubject {
 					c.Pings.Add(1)
 				}
-				_ = m.Respond(b)
+				_ = natsconn.Respond(m, b)
 			}()
 		})
 		if err != nil {

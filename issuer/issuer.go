@@ -93,14 +93,18 @@ const (
 	ReasonInternal    = "internal"
 	ReasonBadElements = "bad-elements"
 	// ReasonKind: a kind this operator does not issue (ErrKindNotHeld).
-	ReasonKind         = "kind"
-	replayTTLMargin    = time.Minute
-	maxCASAttempts     = 32
-	defaultReplyBudget = 10 * time.Second
+	ReasonKind = "kind"
+	// ReasonCorruptCounter: the identity's counter in the counters bucket
+	// is not a decimal count (ErrCorruptCounter); the budget is treated
+	// as exhausted.
+	ReasonCorruptCounter = "corrupt-counter"
+	replayTTLMargin      = time.Minute
+	maxCASAttempts       = 32
+	defaultReplyBudget   = 10 * time.Second
 )
 
 var reasons = []string{ReasonMalformed, ReasonSignature, ReasonStale, ReasonReplay, ReasonNotEnrolled,
-	ReasonBudget, ReasonEpoch, ReasonInternal, ReasonBadElements, ReasonKind}
+	ReasonBudget, ReasonEpoch, ReasonInternal, ReasonBadElements, ReasonKind, ReasonCorruptCounter}
 
 // Service is the issuer. Set NC, KeysDir, Attester and Limits (or use
 // New), then Run.
@@ -212,7 +216,7 @@ func (s *Service) Run(ctx context.Context) error {
 			log.Error("issuer: encode response", "err", err)
 			return
 		}
-		if err := m.Respond(b); err != nil {
+		if err := natsconn.Respond(m, b); err != nil {
 			log.Warn("issuer: respond", "err", err)
 		}
 	}
@@ -487,7 +491,22 @@ func (s *Service) issueARC(ctx context.Context, identity [32]byte, q *token.Issu
 func (s *Service) internal(err error) *token.IssueResponse {
 	s.log().Error("issuer: counter store", "err", err)
 	return s.refuse(ReasonInternal, errors.New("issuer temporarily unavailable (counter store); retry"))
+// ErrCorruptCounter is wrapped when a counter of the counters bucket
+// holds something other than a decimal count: only the issuer writes
+// there, so another writer reached the bucket. The issuer fails closed:
+// the identity's budget counts as exhausted (ReasonCorruptCounter) until
+// an operator deletes the key, and each such refusal is logged as an
+// error.
+var ErrCorruptCounter = errors.New("issuer: counter is not a count")
+
 }
+	if errors.Is(err, ErrCorruptCounter) {
+		// no identity, key or value in the log: the key is derived from
+		// the identity
+		s.log().Error("issuer: a counter in the counters bucket is not a count; the identity's budget counts as exhausted (something besides the issuer wrote to the bucket: check its writers, then delete the key)",
+			"err", err)
+		return s.refuse(ReasonCorruptCounter, fmt.Errorf("%w: budget exhausted for this epoch", token.ErrBudget))
+	}
 
 func budgetError(epoch string, kind token.Kind, limit, used, asked int) error {
 	err := token.BudgetError(epoch, kind, limit, used)
@@ -523,8 +542,8 @@ func (s *Service) get(ctx context.Context, key string) (used int, rev uint64, er
 		return 0, 0, err
 	}
 	used, err = strconv.Atoi(string(e.Value()))
-	if err != nil {
-		return 0, 0, fmt.Errorf("counter %s holds %q: %w", key, e.Value(), err)
+	if err != nil || used < 0 {
+		return 0, 0, fmt.Errorf("%w (%d bytes)", ErrCorruptCounter, len(e.Value()))
 	}
 	return used, e.Revision(), nil
 }

@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/infra/spent"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
@@ -105,7 +106,7 @@ func (s *Service) Run(ctx context.Context) error {
 			log.Error("randomness: encode response", "err", err)
 			return
 		}
-		if err := m.Respond(b); err != nil {
+		if err := natsconn.Respond(m, b); err != nil {
 			log.Warn("randomness: respond", "err", err)
 		}
 	}

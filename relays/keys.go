@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 )
@@ -37,7 +38,7 @@ func (r *Relay) serveKeys(log *slog.Logger) func() {
 		if err != nil {
 			out, _ = (&onion.RelayKeysResponse{Error: err.Error()}).MarshalBinary()
 		}
-		if err := m.Respond(out); err != nil {
+		if err := natsconn.Respond(m, out); err != nil {
 			log.Debug("relay keys: respond", "err", err)
 		}
 	})

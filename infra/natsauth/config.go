@@ -5,15 +5,35 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/crowdlog/crowdlog/protocol"
 )
 
-// Account is the NATS account every crowdlog user belongs to (JetStream
-// enabled); the relay stream and the key-value buckets live in it.
+// Account is the NATS account of every crowdlog role but the client
+// (JetStream enabled); the relay stream and the key-value buckets live in
+// it.
 const Account = "CROWDLOG"
+
+// ClientAccount is the NATS account of the client credential. It has no
+// JetStream and no subject of Account's: it imports, as services, only
+// ClientServices from Account. A subject a client names (a request's
+// reply subject included) is a subject of ClientAccount, so no reply a
+// responder sends and no JetStream acknowledgement can reach Account's
+// streams, buckets or inboxes.
+const ClientAccount = "CROWDLOG_CLIENTS"
+
+// ClientServices are the subjects Account exports to ClientAccount (as
+// services, one response each) and ClientAccount imports: relay a's
+// inbox (a JetStream publish, acknowledged through the import) and the
+// client request subjects of Table's client row.
+func ClientServices() []string {
+	return slices.Concat([]string{protocol.RelaySubject("a")}, clientRequests)
+}
 
 // TLSFiles are the paths of a TLS certificate (PEM), its private key (PEM)
 // and the CA bundle (PEM) that verifies the other side.
@@ -53,9 +73,14 @@ func list(subjects []string) string {
 }
 
 // Text renders the configuration: server-wide JetStream (and listen,
-// store_dir, max_payload, tls where set) and one account Account with
-// JetStream enabled whose users are c.Users, each with its role's Table
-// row as permissions (publish/subscribe allow lists, allow_responses).
+// store_dir, max_payload, tls where set), the account Account with
+// JetStream enabled whose users are the roles of c.Users but the client,
+// exporting ClientServices to ClientAccount only, and the account
+// ClientAccount (no JetStream) importing them, whose user is the client;
+// each user has its role's Table row as permissions (publish/subscribe
+// allow lists, allow_responses). Requests through a service import reach
+// the responder with a reply subject "_R_.…" of Account that nats-server
+// maps back to the requester's own reply subject in ClientAccount.
 // Errors: no users, an unknown role, a key that is not a public user NKey.
 func (c ServerConfig) Text() (string, error) {
 	if len(c.Users) == 0 {
@@ -81,27 +106,47 @@ func (c ServerConfig) Text() (string, error) {
 		fmt.Fprintf(&b, "tls: {\n  cert_file: %s\n  key_file: %s\n  ca_file: %s\n  verify: true\n  timeout: 5\n}\n",
 			quote(c.TLS.Cert), quote(c.TLS.Key), quote(c.TLS.CA))
 	}
-	fmt.Fprintf(&b, "accounts: {\n  %s: {\n    jetstream: enabled\n    users: [\n", Account)
-	for _, r := range Roles {
-		key, ok := c.Users[r]
-		if !ok {
-			continue
-		}
-		if !nkeys.IsValidPublicUserKey(key) {
-			return "", fmt.Errorf("natsauth: role %s: %q is not a public user NKey (want U… from crowdlog nats-config nkey)", r, key)
-		}
-		p, _ := Table(r)
-		fmt.Fprintf(&b, "      # %s\n      {nkey: %s, permissions: {\n        publish: {allow: %s}\n        subscribe: {allow: %s}\n",
-			r, quote(key), list(p.Publish), list(p.Subscribe))
-		if p.Responses {
-			b.WriteString("        allow_responses: true\n")
-		}
-		b.WriteString("      }}\n")
-	}
 	for r := range c.Users {
 		if _, ok := Table(r); !ok {
 			return "", fmt.Errorf("natsauth: unknown role %q (one of %v)", r, Roles)
 		}
+	}
+	users := func(client bool) error {
+		b.WriteString("    users: [\n")
+		for _, r := range Roles {
+			key, ok := c.Users[r]
+			if !ok || (r == Client) != client {
+				continue
+			}
+			if !nkeys.IsValidPublicUserKey(key) {
+				return fmt.Errorf("natsauth: role %s: %q is not a public user NKey (want U… from crowdlog nats-config nkey)", r, key)
+			}
+			p, _ := Table(r)
+			fmt.Fprintf(&b, "      # %s\n      {nkey: %s, permissions: {\n        publish: {allow: %s}\n        subscribe: {allow: %s}\n",
+				r, quote(key), list(p.Publish), list(p.Subscribe))
+			if p.Responses {
+				b.WriteString("        allow_responses: true\n")
+			}
+			b.WriteString("      }}\n")
+		}
+		b.WriteString("    ]\n")
+		return nil
+	}
+	fmt.Fprintf(&b, "accounts: {\n  %s: {\n    jetstream: enabled\n", Account)
+	if err := users(false); err != nil {
+		return "", err
+	}
+	b.WriteString("    # the only subjects the clients' account reaches (one response per request)\n    exports: [\n")
+	for _, s := range ClientServices() {
+		fmt.Fprintf(&b, "      {service: %s, accounts: [%s]}\n", quote(s), quote(ClientAccount))
+	}
+	fmt.Fprintf(&b, "    ]\n  }\n  %s: {\n", ClientAccount)
+	if err := users(true); err != nil {
+		return "", err
+	}
+	b.WriteString("    imports: [\n")
+	for _, s := range ClientServices() {
+		fmt.Fprintf(&b, "      {service: {account: %s, subject: %s}}\n", quote(Account), quote(s))
 	}
 	b.WriteString("    ]\n  }\n}\n")
 	return b.String(), nil

@@ -11,7 +11,25 @@
 // role's own inbox prefix (InboxPrefix), so one role cannot read the
 // replies addressed to another. Responders (relays, randomness, issuer,
 // coordinator) answer through allow_responses: they may publish to a reply
-// subject only while answering a request they received.
+// subject only while answering a request they received. nats-server never
+// checks the reply subject a requester names, and allow_responses lets the
+// answer through whatever the subject (a publish deny list included), so
+// two more rules keep a requester from steering an answer onto a stream
+// or bucket: the client credential lives in an account of its own
+// (ClientAccount, no JetStream), which reaches the roles' account only
+// through service imports of ClientServices; a reply subject a client
+// names is therefore a subject of the clients' account, for a responder's
+// answer and for JetStream's PubAck alike. And every responder answers
+// through natsconn.Respond, which answers only requester inboxes
+// ("_INBOX.", and "_R_." of a service import) and counts the rest.
+//
+// Clients share one credential, so the server cannot tell one device from
+// another: each client connection uses an inbox prefix of its own
+// (natsconn.ClientInboxPrefix, 130 random bits), and "_INBOX.client.>"
+// may not be subscribed, but a subscription to "_INBOX.client.*.>" fits
+// the allow rule (NATS matches a permission against the subscription's
+// tokens, "*" included) and sees every client's replies. Client replies
+// (issuer refusals and counts, PDD register ids) must stay non-secret.
 //
 // The docs (docs/operations.md), `crowdlog nats-config` (the file an
 // operator gives nats-server -c) and the embedded server of `crowdlog run`
@@ -66,7 +84,8 @@ func RelayRole(name string) Role { return Role("relay-" + name) }
 
 // InboxPrefix is the inbox prefix a role's connection uses for replies
 // (nats.CustomInboxPrefix): "_INBOX." + role. A role may subscribe only
-// below its own prefix.
+// below its own prefix. A client connection puts one random token of its
+// own after it (natsconn.ClientInboxPrefix).
 func InboxPrefix(r Role) string { return "_INBOX." + string(r) }
 
 // Permissions is one row of the table: the subjects (NATS wildcards * and
@@ -163,7 +182,10 @@ func Table(r Role) (p Permissions, ok bool) {
 	relayStream := streamAdmin(protocol.RelayStream)
 	switch r {
 	case Client:
-		return Permissions{Publish: slices.Concat([]string{protocol.RelaySubject("a")}, clientRequests), Subscribe: []string{inbox}}, true
+		// each client connection's inbox is InboxPrefix(Client) + "." +
+		// a random token (natsconn.ClientInboxPrefix): one token level,
+		// so "_INBOX.client.>" itself is refused
+		return Permissions{Publish: slices.Concat([]string{protocol.RelaySubject("a")}, clientRequests), Subscribe: []string{InboxPrefix(r) + ".*.>"}}, true
 	case RelayA, RelayB:
 		name := string(r[len("relay-"):])
 		pub := slices.Concat(relayStream, relayConsumer(name), []string{jsInfo})

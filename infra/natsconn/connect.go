@@ -1,6 +1,7 @@
 package natsconn
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,7 +20,10 @@ import (
 type Security struct {
 	// Role names the connection's row of the permission table; its
 	// replies use natsauth.InboxPrefix(Role), the only inbox it may
-	// subscribe to. "" keeps the default inbox "_INBOX".
+	// subscribe to; a client's (natsauth.Client, one credential shared
+	// by every device) use a prefix of their own per connection,
+	// natsauth.InboxPrefix(Client) + "." + 26 random base32 characters
+	// (ClientInboxPrefix). "" keeps the default inbox "_INBOX".
 	Role natsauth.Role
 	// NKeyFile is the path of the role's NKey seed (SU…, from crowdlog
 	// nats-config nkey); "" connects without a credential.
@@ -36,7 +40,11 @@ type Security struct {
 // certificate without its key (or the reverse), an unreadable NKey seed.
 func (s Security) Options() ([]nats.Option, error) {
 	var opts []nats.Option
-	if s.Role != "" {
+	switch s.Role {
+	case "":
+	case natsauth.Client:
+		opts = append(opts, nats.CustomInboxPrefix(ClientInboxPrefix()))
+	default:
 		opts = append(opts, nats.CustomInboxPrefix(natsauth.InboxPrefix(s.Role)))
 	}
 	if s.NKeyFile != "" {
@@ -57,6 +65,15 @@ func (s Security) Options() ([]nats.Option, error) {
 	}
 	return opts, nil
 }
+
+// ClientInboxPrefix returns a fresh inbox prefix for one client
+// connection: natsauth.InboxPrefix(natsauth.Client) + "." +
+// rand.Text() (26 base32 characters, 130 bits from crypto/rand), so no
+// client can name another's inbox. The clients' subscribe permission
+// (natsauth.Table) allows only subjects below one such token; the limit
+// of what a shared credential can enforce is in natsauth's package
+// comment.
+func ClientInboxPrefix() string { return natsauth.InboxPrefix(natsauth.Client) + "." + rand.Text() }
 
 // Connect connects to url with reconnects forever (services outlive a
 // NATS restart), without credential or TLS; see ConnectAs.
