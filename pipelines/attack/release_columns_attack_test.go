@@ -262,7 +262,12 @@ func colsPolicies(t *testing.T) []*policy.Policy {
 // satisfy p ≤ e^ε·q + δ both ways beyond 4 standard errors. Control: the
 // same audit with each row's variant the exact most frequent original
 // form (the release before DP rows dropped it) must fail on the apps that
-// carry original queries (query, reformulation, click, ltr).
+// carry original queries (query, reformulation, click, ltr), and at
+// dp-gsu's defaults the 40-user tie (20 "Weather", 20 "weather",
+// one more "weather" in D') must flip the exact variant in ≥ 90% of
+// releases while the released one never is "weather". The count events
+// are tight where the mechanism is (dp-su's Laplace tail: p ≈ e^ε·q), so
+// the audit would see a count noised at less than ε.
 func TestAttackDPReleaseColumns(t *testing.T) {
 	const n = 3000
 	var lines, ctl []string
@@ -298,6 +303,32 @@ func TestAttackDPReleaseColumns(t *testing.T) {
 		}
 		lines = append(lines, fmt.Sprintf("%s (ε=%.3g δ=%.2g, h=%d)", pol.Kind, pol.AchievedEpsilon, pol.AchievedDelta, half))
 	}
-	fmt.Printf("ATTACK dp-release-columns: %d DP policies × %d apps, D vs D' (+1 user: lower-case spelling, own URL), %d releases each, every column of every row: worst ratio to e^ε·p+δ %.2f (≤ 1 holds), released variant ≠ \"\" in %.3f of releases [%s]; control (exact variant): minimum ratio %.0f, %s\n",
-		len(lines), len(apps.Apps()), n, worst, flipMax, strings.Join(lines, ", "), ctlMin, strings.Join(ctl, "; "))
+	// the 40-user case at dp-gsu's defaults: 20 "Weather" + 20 "weather",
+	// D' adds a 21st "weather"; the exact variant flips when the item is
+	// released, with probability ≈ P(40 + N(0, σ²) > T)
+	gsu := colsPolicies(t)[4]
+	q, _ := apps.Lookup("query")
+	d40, dn40 := colsState(t, q, gsu, colsLog(20, false)), colsState(t, q, gsu, colsLog(20, true))
+	flip := func(st *stage.State, exact bool) float64 {
+		hits := 0
+		for range n {
+			items, _ := colsRun(t, st, "query", gsu, exact)
+			for _, it := range items {
+				if it.Item == "weather" && it.Variant == "weather" {
+					hits++
+				}
+			}
+		}
+		return float64(hits) / float64(n)
+	}
+	fixedD, fixedN, exactD, exactN := flip(d40, false), flip(dn40, false), flip(d40, true), flip(dn40, true)
+	if fixedD != 0 || fixedN != 0 {
+		t.Errorf("dp-gsu, 40 users: the released variant of \"weather\" is \"weather\" in %.4f (D) and %.4f (D') of releases, want 0", fixedD, fixedN)
+	}
+	if exactN-exactD < 0.9 {
+		t.Errorf("control dp-gsu, 40 users: the exact variant flipped in only %.4f vs %.4f of releases", exactN, exactD)
+	}
+	fmt.Printf("ATTACK dp-release-columns: %d DP policies × %d apps, D vs D' (+1 user: lower-case spelling, own URL), %d releases each, every column of every row: worst ratio to e^ε·p+δ %.2f (≤ 1 holds), released variant ≠ \"\" in %.3f of releases [%s]; dp-gsu defaults, 20 \"Weather\" + 20 \"weather\" (+1): P(variant = \"weather\") %.3f vs %.3f; control (exact variant): dp-gsu 40-user flip P_D'=%.3f vs P_D=%.3f (bound e^ε·P_D+δ=%.4f), minimum ratio %.0f, %s\n",
+		len(lines), len(apps.Apps()), n, worst, flipMax, strings.Join(lines, ", "), fixedN, fixedD, exactN, exactD,
+		math.Exp(gsu.AchievedEpsilon)*exactD+gsu.AchievedDelta, ctlMin, strings.Join(ctl, "; "))
 }
