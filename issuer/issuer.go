@@ -488,9 +488,6 @@ func (s *Service) issueARC(ctx context.Context, identity [32]byte, q *token.Issu
 	return &token.IssueResponse{Kind: token.KindARC, ARC: b, Used: 1, Limit: 1}
 }
 
-func (s *Service) internal(err error) *token.IssueResponse {
-	s.log().Error("issuer: counter store", "err", err)
-	return s.refuse(ReasonInternal, errors.New("issuer temporarily unavailable (counter store); retry"))
 // ErrCorruptCounter is wrapped when a counter of the counters bucket
 // holds something other than a decimal count: only the issuer writes
 // there, so another writer reached the bucket. The issuer fails closed:
@@ -499,7 +496,7 @@ func (s *Service) internal(err error) *token.IssueResponse {
 // error.
 var ErrCorruptCounter = errors.New("issuer: counter is not a count")
 
-}
+func (s *Service) internal(err error) *token.IssueResponse {
 	if errors.Is(err, ErrCorruptCounter) {
 		// no identity, key or value in the log: the key is derived from
 		// the identity
@@ -507,6 +504,9 @@ var ErrCorruptCounter = errors.New("issuer: counter is not a count")
 			"err", err)
 		return s.refuse(ReasonCorruptCounter, fmt.Errorf("%w: budget exhausted for this epoch", token.ErrBudget))
 	}
+	s.log().Error("issuer: counter store", "err", err)
+	return s.refuse(ReasonInternal, errors.New("issuer temporarily unavailable (counter store); retry"))
+}
 
 func budgetError(epoch string, kind token.Kind, limit, used, asked int) error {
 	err := token.BudgetError(epoch, kind, limit, used)
