@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crowdlog/crowdlog/infra/metrics"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/infra/ready"
 )
 
@@ -23,6 +24,11 @@ func addMetricsFlag(c *cobra.Command, addr *string) {
 // run every ready.Interval until ctx ends.
 func serveMetrics(ctx context.Context, addr string, register func(reg prometheus.Registerer), checks ...ready.Check) (*prometheus.Registry, error) {
 	reg := metrics.NewRegistry()
+	// every role: requests a responder refused to answer (reply subject
+	// not a requester inbox); 0 in a role that answers none
+	if err := natsconn.RegisterMetrics(reg); err != nil {
+		return nil, err
+	}
 	if register != nil {
 		register(reg)
 	}
