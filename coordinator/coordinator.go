@@ -73,6 +73,39 @@ type Campaign struct {
 	End int32
 }
 
+// BucketConfigs are the configurations of the coordinator's two
+// key-value buckets: protocol.PDDBucket (clients, clock; kept) and
+// protocol.PDDRoundsBucket (groups, bundles, recoveries; entries kept
+// retention, <= 0: 30 days; values up to 4 MiB), file storage, history 1,
+// replicas copies. EnsureBuckets (the admin step, `crowdlog streams`)
+// applies them; the coordinator only looks them up.
+func BucketConfigs(retention time.Duration, replicas int) [2]jetstream.KeyValueConfig {
+	if retention <= 0 {
+		retention = 30 * 24 * time.Hour
+	}
+	replicas = max(replicas, 1)
+	return [2]jetstream.KeyValueConfig{
+		{Bucket: protocol.PDDBucket, Description: "crowdlog PDD coordinator: clients, clock",
+			Storage: jetstream.FileStorage, History: 1, Replicas: replicas},
+		{Bucket: protocol.PDDRoundsBucket, Description: "crowdlog PDD coordinator: groups, bundles, recoveries",
+			Storage: jetstream.FileStorage, History: 1, TTL: retention, MaxValueSize: 4 << 20, Replicas: replicas},
+	}
+}
+
+// EnsureBuckets creates or updates the coordinator's buckets
+// (BucketConfigs(retention, …)) and its active index (EnsureActiveIndex):
+// the admin step. An existing bucket keeps its replica count. Errors wrap
+// the JetStream error.
+func EnsureBuckets(ctx context.Context, js jetstream.JetStream, retention time.Duration) error {
+	for _, cfg := range BucketConfigs(retention, 1) {
+		cfg.Replicas = bucketReplicas(ctx, js, cfg.Bucket)
+		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+			return fmt.Errorf("coordinator: key-value bucket %s (is JetStream enabled?): %w", cfg.Bucket, err)
+		}
+	}
+	return EnsureActiveIndex(ctx, js, retention)
+}
+
 // bucketReplicas is the replica count for key-value bucket: an existing
 // bucket keeps its own (never scaled down by a process that sees fewer NATS
 // servers); a new one gets natsconn.Replicas (1 on a single server, 3 on a
@@ -203,17 +236,18 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		return err
 	}
 	c.js = js
-	if c.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: protocol.PDDBucket,
-		Description: "crowdlog PDD coordinator: clients, clock", Storage: jetstream.FileStorage, History: 1,
-		Replicas: bucketReplicas(ctx, js, protocol.PDDBucket)}); err != nil {
-		return fmt.Errorf("coordinator: key-value bucket (is JetStream enabled?): %w", err)
+	// the buckets and the active index exist (the admin step, `crowdlog
+	// streams`, created them); the coordinator looks them up and never
+	// changes them
+	replicas := natsconn.Replicas(c.NC)
+	buckets := BucketConfigs(c.Retention, replicas)
+	if c.kv, err = natsconn.OpenKeyValue(ctx, js, buckets[0]); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
 	}
-	if c.rounds, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: protocol.PDDRoundsBucket,
-		Description: "crowdlog PDD coordinator: groups, bundles, recoveries", Storage: jetstream.FileStorage,
-		History: 1, TTL: c.Retention, MaxValueSize: 4 << 20, Replicas: bucketReplicas(ctx, js, protocol.PDDRoundsBucket)}); err != nil {
-		return fmt.Errorf("coordinator: key-value bucket: %w", err)
+	if c.rounds, err = natsconn.OpenKeyValue(ctx, js, buckets[1]); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
 	}
-	if err := EnsureActiveIndex(ctx, js, c.Retention); err != nil {
+	if _, err := natsconn.OpenStream(ctx, js, ActiveIndexConfig(c.Retention, replicas)); err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	conn, err := infrakafka.Dialer(ctx).DialContext(ctx, "tcp", c.Brokers[0])

@@ -123,10 +123,22 @@ func EnsureActiveIndex(ctx context.Context, js jetstream.JetStream, retention ti
 	if js == nil {
 		return errors.New("coordinator: EnsureActiveIndex: nil JetStream")
 	}
+	if err := natsconn.EnsureStream(ctx, js, ActiveIndexConfig(retention, natsconn.StreamReplicas(ctx, js, ActiveStream))); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	return nil
+}
+
+// ActiveIndexConfig is the configuration of the stream ActiveStream:
+// subjects ActiveSubjectPrefix + ">", file storage, messages kept
+// retention (<= 0: 30 days), replicas copies. EnsureActiveIndex (the
+// admin step, `crowdlog streams`) applies it; the coordinator only looks
+// the stream up.
+func ActiveIndexConfig(retention time.Duration, replicas int) jetstream.StreamConfig {
 	if retention <= 0 {
 		retention = 30 * 24 * time.Hour
 	}
-	cfg := jetstream.StreamConfig{
+	return jetstream.StreamConfig{
 		Name:        ActiveStream,
 		Description: "crowdlog PDD coordinator: clients active per campaign and day",
 		Subjects:    []string{ActiveSubjectPrefix + ">"},
@@ -138,12 +150,8 @@ func EnsureActiveIndex(ctx context.Context, js jetstream.JetStream, retention ti
 		MaxAge:      retention,
 		MaxMsgSize:  activeMaxMsgSize,
 		Duplicates:  ActiveDuplicateWindow,
-		Replicas:    natsconn.StreamReplicas(ctx, js, ActiveStream),
+		Replicas:    max(replicas, 1),
 	}
-	if err := natsconn.EnsureStream(ctx, js, cfg); err != nil {
-		return fmt.Errorf("coordinator: %w", err)
-	}
-	return nil
 }
 
 // checkActive validates a campaign, day's entry before it is published.

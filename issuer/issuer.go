@@ -164,8 +164,9 @@ func (s *Service) now() time.Time {
 }
 
 // OpenCounters binds the counters bucket protocol.IssuerCountersBucket on
-// nc, creating it (file storage, history 1, per-key TTL allowed for the
-// replay markers) when missing. Errors say when JetStream is off.
+// nc (CountersConfig; natsconn.OpenKeyValue: looked up, never changed,
+// created only where the credential may). Errors say to run `crowdlog
+// streams` when it is missing.
 func OpenCounters(ctx context.Context, nc *nats.Conn) (jetstream.KeyValue, error) {
 	return OpenCountersBucket(ctx, nc, protocol.IssuerCountersBucket)
 }
@@ -177,20 +178,22 @@ func OpenCountersBucket(ctx context.Context, nc *nats.Conn, bucket string) (jets
 	if err != nil {
 		return nil, fmt.Errorf("issuer: %w", err)
 	}
-	kv, err := js.KeyValue(ctx, bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket,
-			Description: "crowdlog issuer: tokens issued per hashed identity, epoch and kind; replay markers",
-			History:     1, Storage: jetstream.FileStorage, Replicas: natsconn.Replicas(nc),
-			LimitMarkerTTL: time.Second})
-		if errors.Is(err, jetstream.ErrBucketExists) { // another replica created it meanwhile
-			kv, err = js.KeyValue(ctx, bucket)
-		}
-	}
+	kv, err := natsconn.OpenKeyValue(ctx, js, CountersConfig(bucket, natsconn.Replicas(nc)))
 	if err != nil {
-		return nil, fmt.Errorf("issuer: key-value bucket %s (is JetStream enabled on the NATS server?): %w", bucket, err)
+		return nil, fmt.Errorf("issuer: %w", err)
 	}
 	return kv, nil
+}
+
+// CountersConfig is the configuration of the issuers' counters bucket
+// (protocol.IssuerCountersBucket or IssuerRandomnessCountersBucket): file
+// storage, history 1, per-key TTL allowed for the replay markers, with
+// replicas copies. The admin step (`crowdlog streams`) creates it.
+func CountersConfig(bucket string, replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{Bucket: bucket,
+		Description: "crowdlog issuer: tokens issued per hashed identity, epoch and kind; replay markers",
+		History:     1, Storage: jetstream.FileStorage, Replicas: replicas,
+		LimitMarkerTTL: time.Second}
 }
 
 // Run serves until ctx ends. Malformed and refused requests get a refusal

@@ -2,6 +2,7 @@ package relays
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
 
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
@@ -61,8 +63,10 @@ func New(ctx context.Context, js jetstream.JetStream, o Options, log *slog.Logge
 	if maxMsgs <= 0 {
 		maxMsgs = 1_000_000
 	}
-	if err := EnsureStream(ctx, js, maxMsgs); err != nil {
-		return nil, nil, err
+	// the stream exists (the admin step, `crowdlog streams`, created it);
+	// a relay looks it up and never changes it
+	if _, err := natsconn.OpenStream(ctx, js, StreamConfig(maxMsgs, natsconn.Replicas(js.Conn()))); err != nil {
+		return nil, nil, fmt.Errorf("relays: %w", err)
 	}
 	// BatchBytes stays under Kafka's default max.message.bytes (1,048,588):
 	// a pool forwards up to P messages at once, and one produce batch per

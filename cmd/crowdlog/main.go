@@ -115,7 +115,7 @@ reports; 1 any other failure.
 	root.AddCommand(pddCmd(), coordinatorCmd(), aggregateVectorsCmd(), releasePDDCmd())
 	root.AddCommand(issuerCmd())
 	root.AddCommand(pipelineCmd())
-	root.AddCommand(topicsCmd())
+	root.AddCommand(topicsCmd(), streamsCmd())
 	root.AddCommand(natsConfigCmd())
 	addKafkaAuthFlags(root)
 	addClickHouseLoginFlags(root)

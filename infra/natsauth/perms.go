@@ -70,14 +70,20 @@ const (
 	// requests recoveries from the coordinator.
 	Aggregator Role = "aggregator"
 	// Operator: the pipeline operator (`crowdlog run` replaying a log,
-	// `crowdlog coordinator advance`): creates the relay stream, reads its
-	// consumers' backlog, advances the PDD clock.
+	// `crowdlog coordinator advance`): reads the relay consumers' backlog,
+	// advances the PDD clock.
 	Operator Role = "operator"
+	// Admin: the deployment's administrator (`crowdlog streams`): creates
+	// and updates every JetStream stream and key-value bucket of
+	// AdminStreams before the roles start. No runtime role holds a
+	// stream-admin right: an update can add Sources or RePublish to a
+	// stream and so copy any other stream of the account into it.
+	Admin Role = "admin"
 )
 
 // Roles lists every role of Table in a fixed order (the order of the
 // generated configuration).
-var Roles = []Role{Client, RelayA, RelayB, Randomness, Issuer, Coordinator, Aggregator, Operator}
+var Roles = []Role{Client, RelayA, RelayB, Randomness, Issuer, Coordinator, Aggregator, Operator, Admin}
 
 // RelayRole returns the role of relay name ("a" → RelayA).
 func RelayRole(name string) Role { return Role("relay-" + name) }
@@ -101,9 +107,26 @@ type Permissions struct {
 const jsInfo = "$JS.API.INFO"
 
 // streamAdmin are the JetStream API subjects that look up, create and
-// update stream (not delete or purge it).
+// update stream (not delete or purge it): the Admin role's only.
 func streamAdmin(stream string) []string {
-	return []string{"$JS.API.STREAM.INFO." + stream, "$JS.API.STREAM.CREATE." + stream, "$JS.API.STREAM.UPDATE." + stream}
+	return []string{streamInfo(stream), "$JS.API.STREAM.CREATE." + stream, "$JS.API.STREAM.UPDATE." + stream}
+}
+
+// streamInfo is the JetStream API subject that looks stream up (its
+// configuration and state): what a runtime role needs to bind an existing
+// stream or key-value bucket.
+func streamInfo(stream string) string { return "$JS.API.STREAM.INFO." + stream }
+
+// AdminStreams are the JetStream streams of a deployment, created by the
+// Admin role (`crowdlog streams`) before the roles start: the relay
+// stream, the key-value buckets' streams (KV_<bucket>) of the issuers'
+// counters, the spent tokens and the PDD coordinator, and the
+// coordinator's active index.
+var AdminStreams = []string{
+	protocol.RelayStream,
+	"KV_" + protocol.IssuerCountersBucket, "KV_" + protocol.IssuerRandomnessCountersBucket,
+	"KV_" + protocol.SpentTokensBucket,
+	"KV_" + protocol.PDDBucket, "KV_" + protocol.PDDRoundsBucket, protocol.PDDActiveStream,
 }
 
 // streamUse are the JetStream API subjects that read stream's messages
@@ -119,12 +142,13 @@ func streamUse(stream string) []string {
 	}
 }
 
-// kv is everything the owner of key-value bucket does: its stream
-// KV_<bucket> and its subjects $KV.<bucket>.> (put, create, update,
-// delete, purge).
+// kv is everything the owner of key-value bucket does at run time: look
+// its stream KV_<bucket> up, read it, and its subjects $KV.<bucket>.>
+// (put, create, update, delete, purge of keys). Creating or changing the
+// bucket is the Admin role's.
 func kv(bucket string) []string {
 	s := "KV_" + bucket
-	return slices.Concat([]string{"$KV." + bucket + ".>"}, streamAdmin(s), streamUse(s))
+	return slices.Concat([]string{"$KV." + bucket + ".>", streamInfo(s)}, streamUse(s))
 }
 
 // relayConsumer is what relay name does on the relay stream: its own
@@ -159,8 +183,7 @@ var clientRequests = []string{
 //     coordinator's client subjects;
 //   - relay-a: consume its own inbox, publish to relay b's inbox, answer
 //     crowdlog.relaykeys.a; relay-b: the same without any publish (it
-//     forwards to Kafka); both may create and update (not delete or
-//     purge) the relay stream;
+//     forwards to Kafka); both may look the relay stream up;
 //   - randomness: answer crowdlog.randomness[.pubkey]; own the spent-token
 //     bucket; as the issuer of randomness tokens at the randomness
 //     operator (key custody split by verifier), answer
@@ -171,15 +194,20 @@ var clientRequests = []string{
 //   - coordinator: answer every crowdlog.pdd.* subject; own its two
 //     buckets and the active index;
 //   - aggregator: request crowdlog.pdd.recovery;
-//   - operator: create the relay stream, read its consumers, request
-//     crowdlog.pdd.advance and the public-key and relay-key subjects.
+//   - operator: look the relay stream up, read its consumers, request
+//     crowdlog.pdd.advance and the public-key and relay-key subjects;
+//   - admin: create, update and look up the streams of AdminStreams
+//     (and the JetStream account info), nothing else.
+//
+// No runtime role may create, update, delete or purge a stream: only
+// Admin, which runs before the roles start.
 //
 // No role but the issuer touches $KV.crowdlog-issuer-counters.> or its
 // stream, no role but the randomness service the spent-token bucket and
 // the randomness issuer's counters.
 func Table(r Role) (p Permissions, ok bool) {
 	inbox := InboxPrefix(r) + ".>"
-	relayStream := streamAdmin(protocol.RelayStream)
+	relayStream := []string{streamInfo(protocol.RelayStream)}
 	switch r {
 	case Client:
 		// each client connection's inbox is InboxPrefix(Client) + "." +
@@ -202,7 +230,7 @@ func Table(r Role) (p Permissions, ok bool) {
 			Subscribe: []string{protocol.IssuerSubject, protocol.IssuerPublicKeySubject, inbox}, Responses: true}, true
 	case Coordinator:
 		pub := slices.Concat(kv(protocol.PDDBucket), kv(protocol.PDDRoundsBucket),
-			streamAdmin(protocol.PDDActiveStream), streamUse(protocol.PDDActiveStream),
+			[]string{streamInfo(protocol.PDDActiveStream)}, streamUse(protocol.PDDActiveStream),
 			[]string{protocol.PDDActiveSubjectPrefix + ">", jsInfo})
 		sub := []string{protocol.PDDRegisterSubject, protocol.PDDPingSubject, protocol.PDDDepositSubject,
 			protocol.PDDBundlesSubject, protocol.PDDAdvanceSubject, protocol.PDDRecoverySubject, inbox}
@@ -216,6 +244,12 @@ func Table(r Role) (p Permissions, ok bool) {
 			protocol.RelayKeysSubjectPrefix + "*",
 		})
 		return Permissions{Publish: pub, Subscribe: []string{inbox}}, true
+	case Admin:
+		var pub []string
+		for _, s := range AdminStreams {
+			pub = append(pub, streamAdmin(s)...)
+		}
+		return Permissions{Publish: append(pub, jsInfo), Subscribe: []string{inbox}}, true
 	}
 	return Permissions{}, false
 }

@@ -63,8 +63,9 @@ type Store struct {
 	prefix string // "$KV.<bucket>."
 }
 
-// Open binds the spent-token bucket, creating it (file storage, history 1)
-// when it does not exist. Errors say when JetStream is not enabled.
+// Open binds the spent-token bucket (BucketConfig; natsconn.OpenKeyValue:
+// looked up, never changed, created only where the credential may).
+// Errors say to run `crowdlog streams` when it is missing.
 func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	if o.Bucket == "" {
 		o.Bucket = protocol.SpentTokensBucket
@@ -73,21 +74,12 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spent: %w", err)
 	}
-	kv, err := js.KeyValue(ctx, o.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		replicas := o.Replicas
-		if replicas <= 0 {
-			replicas = natsconn.Replicas(nc)
-		}
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: o.Bucket,
-			Description: "crowdlog spent Privacy Pass tokens (spend id → binding)", History: 1,
-			TTL: o.TTL, Storage: jetstream.FileStorage, Replicas: replicas})
-		if errors.Is(err, jetstream.ErrBucketExists) { // another replica created it meanwhile
-			kv, err = js.KeyValue(ctx, o.Bucket)
-		}
+	if o.Replicas <= 0 {
+		o.Replicas = natsconn.Replicas(nc)
 	}
+	kv, err := natsconn.OpenKeyValue(ctx, js, BucketConfig(o))
 	if err != nil {
-		return nil, fmt.Errorf("spent: key-value bucket %s (is JetStream enabled on the NATS server?): %w", o.Bucket, err)
+		return nil, fmt.Errorf("spent: %w", err)
 	}
 	return &Store{js: js, kv: kv, prefix: "$KV." + o.Bucket + "."}, nil
 }
@@ -159,4 +151,17 @@ func wrongLastSequence(err error) bool {
 	}
 	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// BucketConfig is the configuration of the spent-token bucket of o
+// (o.Bucket, protocol.SpentTokensBucket when empty): file storage,
+// history 1, o.TTL per entry (0: kept), o.Replicas copies (<= 0: 1). The
+// admin step (`crowdlog streams`) creates it.
+func BucketConfig(o Options) jetstream.KeyValueConfig {
+	if o.Bucket == "" {
+		o.Bucket = protocol.SpentTokensBucket
+	}
+	return jetstream.KeyValueConfig{Bucket: o.Bucket,
+		Description: "crowdlog spent Privacy Pass tokens (spend id → binding)", History: 1,
+		TTL: o.TTL, Storage: jetstream.FileStorage, Replicas: max(o.Replicas, 1)}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/infra/spent"
+	"github.com/crowdlog/crowdlog/infra/streams"
 	"github.com/crowdlog/crowdlog/issuer"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/relays"
@@ -48,6 +49,11 @@ func newNATSWorld(t *testing.T, ctx context.Context, auth bool) *natsWorld {
 	}
 	t.Cleanup(ns.Shutdown)
 	w.url = ns.URL
+	// the admin step (`crowdlog streams`): every stream and bucket exists
+	// before a role starts; no role's own credential may create one
+	if err := streams.Ensure(ctx, w.js(w.conn(natsauth.Admin)), streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
 	return w
 }
 

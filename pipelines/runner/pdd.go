@@ -315,7 +315,7 @@ func (p *pddRun) startServices(ctx context.Context) error {
 	if _, p.opjs, err = p.connect(natsauth.Operator, "crowdlog-pdd-operator"); err != nil {
 		return err
 	}
-	if err := relays.EnsureStream(ctx, p.opjs, 0); err != nil {
+	if err := ensureStreams(ctx, p.connect, false, p.opjs); err != nil {
 		return err
 	}
 	if p.writer, err = release.Open(ctx, cfg.ClickHouse, cfg.Database); err != nil {

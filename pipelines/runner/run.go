@@ -460,8 +460,8 @@ func (r *run) startServices(ctx context.Context) error {
 	if _, r.opjs, err = r.connect(natsauth.Operator, "crowdlog-run-operator"); err != nil {
 		return err
 	}
-	if err := bounded(ctx, "the relay stream in JetStream", cfg.StartTimeout, func(ctx context.Context) error {
-		return relays.EnsureStream(ctx, r.opjs, 0)
+	if err := bounded(ctx, "the JetStream streams and buckets", cfg.StartTimeout, func(ctx context.Context) error {
+		return ensureStreams(ctx, r.connect, r.natsKeys == "" && cfg.NATSOperatorNKey != "", r.opjs)
 	}); err != nil {
 		return err
 	}

@@ -161,6 +161,11 @@ func TestRehearsal(t *testing.T) {
 		r.cmd(ctx, op+"-nats-nkey", nil, "nats-config", "nkey", "--role", string(role), "--dir", nk)
 		copyFile(t, filepath.Join(nk, natsauth.PublicFile(role)), filepath.Join(pubs, natsauth.PublicFile(role)), 0o644)
 	}
+	// the pipeline operator's admin credential: its streams Job creates
+	// every stream and bucket; no role's own credential may
+	adminNK := r.opDir("pipeline-operator", "nats-nkey-admin")
+	r.cmd(ctx, "admin-nats-nkey", nil, "nats-config", "nkey", "--role", string(natsauth.Admin), "--dir", adminNK)
+	copyFile(t, filepath.Join(adminNK, natsauth.PublicFile(natsauth.Admin)), filepath.Join(pubs, natsauth.PublicFile(natsauth.Admin)), 0o644)
 	natsConf := r.cmd(ctx, "nats-config", nil, "nats-config", "--nkeys", pubs,
 		"--tls-cert", filepath.Join(tlsDir, "server.pem"), "--tls-key", filepath.Join(tlsDir, "server-key.pem"), "--tls-ca", ca,
 		"--listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(natsPort)), "--store-dir", filepath.Join(r.dir, "nats-store"))
@@ -524,10 +529,14 @@ func (r *rehearsal) populate(op string, objs []helm.Object) {
 				if !ok {
 					t.Fatalf("%s: mounts NATS credentials, but the operator holds no NATS role in this test", op)
 				}
+				nkDir := r.opDir(op, "nats-nkey")
+				if op == "pipeline-operator" && name == "crowdlog-nats-admin" { // the streams Job's
+					role, nkDir = natsauth.Admin, r.opDir(op, "nats-nkey-admin")
+				}
 				cp("ca.crt", r.ca)
 				cp("tls.crt", r.clientCert)
 				cp("tls.key", r.clientKey)
-				cp("nkey", filepath.Join(r.opDir(op, "nats-nkey"), natsauth.SeedFile(role)))
+				cp("nkey", filepath.Join(nkDir, natsauth.SeedFile(role)))
 			case "kafka":
 				user := argAfter(c.Args, "--kafka-sasl-user")
 				pw, ok := r.kafkaPW[user]
@@ -1035,6 +1044,7 @@ func (r *rehearsal) checkAuthOn(ctx context.Context, natsURL, kafkaAddr, chSecur
 			t.Errorf("NATS accepted a connection %s", what)
 		}
 	}
+	r.checkNoStreamAdmin(ctx, url)
 	a, err := kafka.AuthConfig{CAFile: r.ca}.Load()
 	must(t, err)
 	kctx, cancel := context.WithTimeout(kafka.WithAuth(ctx, a), 10*time.Second)
@@ -1121,4 +1131,43 @@ func scrape(t *testing.T, addr string) map[string]float64 {
 		out[line[:i]] = v
 	}
 	return out
+}
+
+// checkNoStreamAdmin: the streams exist (the pipeline operator's streams
+// Job created them with the admin credential) and no role's own
+// credential may change one: relay b's attempt to RePublish the relay
+// stream onto its inbox, and the aggregator operator's issuer's to change
+// its counters bucket, are refused.
+func (r *rehearsal) checkNoStreamAdmin(ctx context.Context, url string) {
+	t := r.t
+	for _, c := range []struct {
+		op     string
+		role   natsauth.Role
+		stream string
+	}{
+		{"relay-b", natsauth.RelayB, protocol.RelayStream},
+		{"aggregator", natsauth.Issuer, "KV_" + protocol.IssuerCountersBucket},
+	} {
+		sec := natsconn.Security{Role: c.role, NKeyFile: filepath.Join(r.opDir(c.op, "nats-nkey"), natsauth.SeedFile(c.role)),
+			CAFile: r.ca, CertFile: r.clientCert, KeyFile: r.clientKey}
+		nc, err := natsconn.ConnectAs(url, "rehearsal-stream-admin", sec)
+		must(t, err)
+		js, err := jetstream.New(nc)
+		must(t, err)
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := js.Stream(sctx, c.stream)
+		if err != nil {
+			t.Errorf("%s: stream %s not found (did the streams Job run?): %v", c.role, c.stream, err)
+		} else {
+			cfg := st.CachedInfo().Config
+			cfg.RePublish = &jetstream.RePublish{Source: ">", Destination: natsauth.InboxPrefix(c.role) + ".copy.>"}
+			uctx, ucancel := context.WithTimeout(sctx, time.Second)
+			if _, err := js.UpdateStream(uctx, cfg); err == nil {
+				t.Errorf("%s updated stream %s (RePublish to its inbox): a runtime role holds a stream-admin right", c.role, c.stream)
+			}
+			ucancel()
+		}
+		cancel()
+		nc.Close()
+	}
 }

@@ -1,0 +1,96 @@
+// Package streams is the admin step of a crowdlog deployment's NATS
+// JetStream state: Ensure creates (or brings to its configuration) every
+// stream and key-value bucket the roles use, before the roles start, with
+// the admin credential (natsauth.Admin). The runtime roles (relays,
+// randomness, issuers, coordinator, operator) hold only
+// $JS.API.STREAM.INFO on them and bind the existing stream
+// (natsconn.OpenStream, OpenKeyValue): none may create, update, delete or
+// purge a stream, because an update can add Sources or RePublish and so
+// copy any stream of the account (another role's bucket) into one the
+// updater reads.
+//
+// Each configuration is defined once, by the package that uses it:
+// relays.StreamConfig, issuer.CountersConfig, spent.BucketConfig,
+// coordinator.BucketConfigs and coordinator.ActiveIndexConfig.
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/crowdlog/crowdlog/coordinator"
+	"github.com/crowdlog/crowdlog/infra/natsauth"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
+	"github.com/crowdlog/crowdlog/infra/spent"
+	"github.com/crowdlog/crowdlog/issuer"
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/relays"
+)
+
+// Options are the deployment's choices the configurations depend on.
+type Options struct {
+	// RelayMaxMsgs is each relay inbox's message limit (<= 0:
+	// relays.DefaultMaxMsgs).
+	RelayMaxMsgs int64
+	// SpendTTL is how long a spent token is remembered: 2 × (epoch length
+	// + grace + skew) of a scheduled randomness service
+	// (randomness.Keys.SpendTTL), 0 (forever) with named epochs.
+	SpendTTL time.Duration
+	// PDDRetention is how long the PDD coordinator keeps round state and
+	// the active index (<= 0: 30 days).
+	PDDRetention time.Duration
+}
+
+// Names are the streams Ensure creates, in its order: exactly
+// natsauth.AdminStreams, the streams the Admin role may create.
+func Names() []string { return natsauth.AdminStreams }
+
+// Ensure creates every stream and key-value bucket of a deployment on js
+// (the admin credential; with the permission table on no other role may):
+// the relay stream, the issuers' counters buckets (report/ARC issuer and
+// randomness issuer), the spent-token bucket, the PDD coordinator's two
+// buckets and its active index. Existing streams are brought to the
+// configuration (their replica count kept); a bucket's configuration is
+// applied through CreateOrUpdateKeyValue. It is idempotent. With a
+// deadline on ctx the relay stream and the active index are retried until
+// it (natsconn.EnsureStream: a NATS node starting). Errors wrap the
+// JetStream error of the first stream that failed.
+func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
+	if js == nil {
+		return errors.New("streams: nil JetStream")
+	}
+	if err := relays.EnsureStream(ctx, js, o.RelayMaxMsgs); err != nil {
+		return fmt.Errorf("streams: %w", err)
+	}
+	nc := js.Conn()
+	for _, b := range []string{protocol.IssuerCountersBucket, protocol.IssuerRandomnessCountersBucket} {
+		if err := ensureKV(ctx, js, issuer.CountersConfig(b, natsconn.Replicas(nc))); err != nil {
+			return err
+		}
+	}
+	if err := ensureKV(ctx, js, spent.BucketConfig(spent.Options{TTL: o.SpendTTL, Replicas: natsconn.Replicas(nc)})); err != nil {
+		return err
+	}
+	if err := coordinator.EnsureBuckets(ctx, js, o.PDDRetention); err != nil {
+		return fmt.Errorf("streams: %w", err)
+	}
+	return nil
+}
+
+// ensureKV creates bucket cfg or updates it to cfg, keeping an existing
+// bucket's replica count.
+func ensureKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) error {
+	if kv, err := js.KeyValue(ctx, cfg.Bucket); err == nil {
+		if st, err := kv.Status(ctx); err == nil && st.Config().Replicas > 0 {
+			cfg.Replicas = st.Config().Replicas
+		}
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+		return fmt.Errorf("streams: key-value bucket %s (is JetStream enabled, and is this the admin credential?): %w", cfg.Bucket, err)
+	}
+	return nil
+}
