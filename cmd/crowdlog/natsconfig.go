@@ -15,6 +15,8 @@ func natsConfigCmd() *cobra.Command {
 	var nkeys, listen, storeDir string
 	var tls natsauth.TLSFiles
 	var table bool
+	var cluster natsauth.Cluster
+	var routeSecret string
 	c := &cobra.Command{
 		Use:   "nats-config --nkeys DIR [--tls-cert FILE --tls-key FILE --tls-ca FILE] [--listen HOST:PORT] [--store-dir DIR]",
 		Short: "Print the NATS server configuration: one NKey user per role with its subject permissions",
@@ -24,8 +26,14 @@ one account "` + natsauth.Account + `" with JetStream, and one NKey user per rol
 public key is in --nkeys DIR (nats-ROLE.pub), allowed to publish and
 subscribe only to the subjects its role uses; responders may answer the
 requests they receive (allow_responses). A role without a public key in DIR
-is left out and cannot connect. With --tls-cert, --tls-key and --tls-ca the
-server requires TLS and a client certificate signed by the CA.
+is left out and cannot connect. The client credential gets an account of
+its own, "` + natsauth.ClientAccount + `", which imports only relay a's inbox
+and the client request subjects. With --tls-cert, --tls-key and --tls-ca the
+server requires TLS and a client certificate signed by the CA. For a
+cluster give --cluster-name, --cluster-listen, --routes and --route-secret
+(the same file on every server, from 'crowdlog nats-config route-secret'):
+every route must authenticate with it, since a route is not subject to the
+permission table.
 
 Each operator creates its role's key with 'crowdlog nats-config nkey --role
 ROLE --dir DIR', keeps the seed (nats-ROLE.nk; the role's --nats-nkey) and
@@ -52,6 +60,15 @@ in one directory and runs this command. --table prints the permission table
 			if tls != (natsauth.TLSFiles{}) {
 				sc.TLS = &tls
 			}
+			if cluster.Name != "" || cluster.Listen != "" || len(cluster.Routes) > 0 || routeSecret != "" {
+				if routeSecret == "" {
+					return usageError(fmt.Errorf("--route-secret is required with a cluster: the file of the route password (crowdlog nats-config route-secret --out FILE)"))
+				}
+				if cluster.Password, err = natsauth.ReadRouteSecret(routeSecret); err != nil {
+					return err
+				}
+				sc.Cluster = &cluster
+			}
 			text, err := sc.Text()
 			if err != nil {
 				return err
@@ -68,7 +85,11 @@ in one directory and runs this command. --table prints the permission table
 	f.StringVar(&tls.Key, "tls-key", "", "the server's PEM private key")
 	f.StringVar(&tls.CA, "tls-ca", "", "PEM CA bundle that signs the clients' certificates (verified)")
 	f.BoolVar(&table, "table", false, "print the permission table (Markdown) instead of the configuration")
-	c.AddCommand(natsNKeyCmd(), natsInitCmd())
+	f.StringVar(&cluster.Name, "cluster-name", "", "NATS cluster name (a cluster needs --cluster-listen, --routes and --route-secret too)")
+	f.StringVar(&cluster.Listen, "cluster-listen", "", "route listen address HOST:PORT (e.g. 0.0.0.0:6222)")
+	f.StringSliceVar(&cluster.Routes, "routes", nil, "HOST:PORT of every server's route port, comma-separated")
+	f.StringVar(&routeSecret, "route-secret", "", "file with the route password every server of the cluster shares (crowdlog nats-config route-secret)")
+	c.AddCommand(natsNKeyCmd(), natsInitCmd(), natsRouteSecretCmd())
 	return c
 }
 
@@ -112,6 +133,28 @@ operator creates only its own role's key ('crowdlog nats-config nkey').`,
 	f.StringVar(&tls.Cert, "tls-cert", "", "the server's PEM certificate (TLS on with --tls-key and --tls-ca)")
 	f.StringVar(&tls.Key, "tls-key", "", "the server's PEM private key")
 	f.StringVar(&tls.CA, "tls-ca", "", "PEM CA bundle that signs the clients' certificates (verified)")
+	return c
+}
+
+func natsRouteSecretCmd() *cobra.Command {
+	var out string
+	c := &cobra.Command{
+		Use:   "route-secret --out FILE",
+		Short: "Create the route password of a NATS cluster (32 random bytes, hex; mode 0600)",
+		Long: `route-secret writes a new route password to FILE (mode 0600; it refuses
+to overwrite one). Give the same file to 'crowdlog nats-config
+--route-secret' for every server of the cluster: each server then accepts
+only routes that authenticate as user "` + natsauth.RouteUser + `" with it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := natsauth.GenerateRouteSecret(out); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "route password in %s (secret; the same file for every server of the cluster)\n", out)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&out, "out", "nats-route.secret", "file to write the route password to")
 	return c
 }
 

@@ -1,8 +1,11 @@
 package natsauth
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -58,6 +61,35 @@ type ServerConfig struct {
 	StoreDir string
 	// MaxPayload in bytes; 0 leaves the default (1 MiB).
 	MaxPayload int32
+	// Cluster, when set, makes the server a member of a NATS cluster
+	// whose routes authenticate (Cluster.Password); nil: a single server.
+	Cluster *Cluster
+}
+
+// RouteUser is the user name every route of a generated cluster
+// authenticates with.
+const RouteUser = "route"
+
+// MinRoutePassword is the shortest route password Text accepts, in bytes.
+const MinRoutePassword = 24
+
+// Cluster describes the routes of one NATS server of a cluster
+// (https://docs.nats.io/running-a-nats-service/configuration/clustering).
+// A route carries every account's messages and is not subject to the
+// permission table, so the generated cluster block always requires
+// authorization: a server that does not present RouteUser and Password
+// cannot join. Every server of the cluster gets the same Password.
+type Cluster struct {
+	// Name is the cluster's name (the same on every server).
+	Name string
+	// Listen is "host:port" for routes (nats-server's default port 6222).
+	Listen string
+	// Routes are "host:port" of the cluster's servers (listing this
+	// server too is fine); the generated URLs carry the credential.
+	Routes []string
+	// Password authenticates every route (user RouteUser); at least
+	// MinRoutePassword bytes, e.g. GenerateRouteSecret's.
+	Password string
 }
 
 // quote returns s as a NATS config string (JSON-style double quotes).
@@ -73,7 +105,7 @@ func list(subjects []string) string {
 }
 
 // Text renders the configuration: server-wide JetStream (and listen,
-// store_dir, max_payload, tls where set), the account Account with
+// store_dir, max_payload, cluster, tls where set), the account Account with
 // JetStream enabled whose users are the roles of c.Users but the client,
 // exporting ClientServices to ClientAccount only, and the account
 // ClientAccount (no JetStream) importing them, whose user is the client;
@@ -81,7 +113,9 @@ func list(subjects []string) string {
 // allow lists, allow_responses). Requests through a service import reach
 // the responder with a reply subject "_R_.…" of Account that nats-server
 // maps back to the requester's own reply subject in ClientAccount.
-// Errors: no users, an unknown role, a key that is not a public user NKey.
+// Errors: no users, an unknown role, a key that is not a public user NKey,
+// a cluster without its name, listen address, routes or a route password
+// of MinRoutePassword bytes.
 func (c ServerConfig) Text() (string, error) {
 	if len(c.Users) == 0 {
 		return "", errors.New("natsauth: no users: give each role's public NKey (crowdlog nats-config nkey --role ROLE)")
@@ -98,6 +132,11 @@ func (c ServerConfig) Text() (string, error) {
 		fmt.Fprintf(&b, "jetstream: {store_dir: %s}\n", quote(c.StoreDir))
 	} else {
 		b.WriteString("jetstream: enabled\n")
+	}
+	if c.Cluster != nil {
+		if err := c.Cluster.write(&b); err != nil {
+			return "", err
+		}
 	}
 	if c.TLS != nil {
 		if c.TLS.Cert == "" || c.TLS.Key == "" || c.TLS.CA == "" {
@@ -150,6 +189,65 @@ func (c ServerConfig) Text() (string, error) {
 	}
 	b.WriteString("    ]\n  }\n}\n")
 	return b.String(), nil
+}
+
+// write renders the cluster block: name, listen, authorization (user
+// RouteUser, the password) and the routes with the credential in their URLs.
+func (cl *Cluster) write(b *strings.Builder) error {
+	if cl.Name == "" || cl.Listen == "" || len(cl.Routes) == 0 {
+		return errors.New("natsauth: a cluster needs its name, the route listen address and the routes (host:port of every server)")
+	}
+	if len(cl.Password) < MinRoutePassword {
+		return fmt.Errorf("natsauth: the route password has %d bytes, want at least %d (crowdlog nats-config route-secret makes one): an unauthorized route bypasses every permission", len(cl.Password), MinRoutePassword)
+	}
+	routes := make([]string, len(cl.Routes))
+	for i, r := range cl.Routes {
+		if strings.Contains(r, "/") || strings.Contains(r, "@") {
+			return fmt.Errorf("natsauth: route %q: give host:port only (the credential is added)", r)
+		}
+		routes[i] = (&url.URL{Scheme: "nats-route", User: url.UserPassword(RouteUser, cl.Password), Host: r}).String()
+	}
+	fmt.Fprintf(b, "cluster: {\n  name: %s\n  listen: %s\n  authorization: {user: %s, password: %s, timeout: 2}\n  routes: %s\n}\n",
+		quote(cl.Name), quote(cl.Listen), quote(RouteUser), quote(cl.Password), list(routes))
+	return nil
+}
+
+// GenerateRouteSecret writes a new route password (32 random bytes,
+// hex: 64 characters) to path, mode 0600, refusing to overwrite an
+// existing file, and returns it. Every server of a cluster needs the same
+// file (Cluster.Password; crowdlog nats-config --route-secret).
+func GenerateRouteSecret(path string) (string, error) {
+	var k [32]byte
+	if _, err := rand.Read(k[:]); err != nil {
+		return "", fmt.Errorf("natsauth: route secret: %w", err)
+	}
+	secret := hex.EncodeToString(k[:])
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("natsauth: write route secret (remove %s first to replace it, then regenerate every server's config): %w", path, err)
+	}
+	if _, err := f.WriteString(secret + "\n"); err != nil {
+		f.Close()
+		return "", fmt.Errorf("natsauth: write route secret %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("natsauth: write route secret %s: %w", path, err)
+	}
+	return secret, nil
+}
+
+// ReadRouteSecret reads the route password GenerateRouteSecret wrote.
+// Errors: unreadable, or shorter than MinRoutePassword.
+func ReadRouteSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("natsauth: route secret: %w (create it with crowdlog nats-config route-secret --out %s)", err, path)
+	}
+	secret := strings.TrimSpace(string(b))
+	if len(secret) < MinRoutePassword {
+		return "", fmt.Errorf("natsauth: route secret %s has %d bytes, want at least %d", path, len(secret), MinRoutePassword)
+	}
+	return secret, nil
 }
 
 // SeedFile and PublicFile are the names, in a role's key directory, of its

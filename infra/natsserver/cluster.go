@@ -2,6 +2,8 @@ package natsserver
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,7 +34,9 @@ type Cluster struct {
 // cluster ClusterName on 127.0.0.1, node i storing in dir/node-i, every node
 // routing to every other, and waits (up to 60 s or ctx) until the JetStream
 // meta group has a leader that sees all n peers, so a stream with Replicas n
-// can be placed at once. n must be ≥ 3 (a JetStream cluster keeps quorum
+// can be placed at once. The routes authenticate with a random password
+// (Options.RoutePassword) that only this process knows, so no other
+// server can join. n must be ≥ 3 (a JetStream cluster keeps quorum
 // with one node down only from 3 nodes on). logger (nil = silent) receives
 // the servers' notices, warnings and errors. Takes a few seconds (Raft
 // elections). Errors say which node failed; Shutdown is done on error.
@@ -51,11 +55,16 @@ func StartCluster(ctx context.Context, dir string, n int, logger *slog.Logger) (
 	for i := range n {
 		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", ports[n+i])
 	}
+	var secret [24]byte
+	if _, err := rand.Read(secret[:]); err != nil {
+		return nil, fmt.Errorf("natsserver: route password: %w", err)
+	}
+	password := hex.EncodeToString(secret[:])
 	c := &Cluster{opts: make([]Options, n), nodes: make([]*Server, n), URLs: make([]string, n)}
 	for i := range n {
 		o := Options{Dir: filepath.Join(dir, fmt.Sprintf("node-%d", i)), Port: ports[i],
 			ServerName: fmt.Sprintf("crowdlog-%d", i), ClusterName: ClusterName,
-			ClusterPort: ports[n+i], Routes: routes, Logger: nodeLogger(logger, i)}
+			ClusterPort: ports[n+i], Routes: routes, RoutePassword: password, Logger: nodeLogger(logger, i)}
 		s, err := o.Start(ctx)
 		if err != nil {
 			c.Shutdown()

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/crowdlog/crowdlog/infra/natsauth"
 )
 
 // Options configure an embedded server. The zero value (plus Dir) is a
@@ -58,6 +60,11 @@ type Options struct {
 	// Routes are the route URLs of the cluster's servers
 	// ("nats-route://127.0.0.1:PORT"); listing the server itself is fine.
 	Routes []string
+	// RoutePassword, when set, makes the server accept only routes that
+	// authenticate as natsauth.RouteUser with it, and its own routes
+	// present it (a route is not subject to any permission). StartCluster
+	// always sets one.
+	RoutePassword string
 
 	// ConfigFile, when set, is a nats-server configuration file (as
 	// infra/natsauth's ServerConfig.Text writes: accounts, NKey users and
@@ -123,10 +130,16 @@ func (o Options) Start(ctx context.Context) (*Server, error) {
 		if opts.Cluster.Port == 0 {
 			opts.Cluster.Port = server.RANDOM_PORT
 		}
+		if o.RoutePassword != "" {
+			opts.Cluster.Username, opts.Cluster.Password = natsauth.RouteUser, o.RoutePassword
+		}
 		for _, r := range o.Routes {
 			u, err := url.Parse(r)
 			if err != nil {
 				return nil, fmt.Errorf("natsserver: route %q: %w (want nats-route://host:port)", r, err)
+			}
+			if o.RoutePassword != "" && u.User == nil {
+				u.User = url.UserPassword(natsauth.RouteUser, o.RoutePassword)
 			}
 			opts.Routes = append(opts.Routes, u)
 		}
