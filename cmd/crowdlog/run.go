@@ -140,7 +140,7 @@ Examples:
 	f.StringVar((*string)(&cfg.Summary), "summary", string(release.SummaryCoarse), summaryHelp)
 	f.StringVar(&cfg.NATS, "nats", "", "NATS URL (comma-separated list for a cluster); empty starts an embedded server with per-role credentials")
 	addNATSSecurityFlags(f, &cfg.NATSSecurity)
-	f.StringVar(&cfg.NATSOperatorNKey, "nats-operator-nkey", "", "NKey seed of the operator's NATS credential (relay stream, drain checks) with --nats; empty uses --nats-nkey for those too")
+	f.StringVar(&cfg.NATSOperatorNKey, "nats-operator-nkey", "", "NKey seed of the operator's NATS credential (relay stream look-up, drain checks) with --nats; empty uses --nats-nkey for those too. With a credential the streams must exist (crowdlog streams)")
 	f.Var(newListFlag(&cfg.Kafka), "kafka", "Kafka bootstrap brokers, comma-separated host:port list (or repeated); empty starts a kfake broker in --state")
 	f.StringVar(&cfg.ClickHouse, "clickhouse", "", "ClickHouse native address (host:port); empty starts a local server in --state")
 	f.StringVar(&cfg.Database, "database", "crowdlog", "ClickHouse database")

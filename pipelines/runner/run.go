@@ -461,7 +461,7 @@ func (r *run) startServices(ctx context.Context) error {
 		return err
 	}
 	if err := bounded(ctx, "the JetStream streams and buckets", cfg.StartTimeout, func(ctx context.Context) error {
-		return ensureStreams(ctx, r.connect, r.natsKeys == "" && cfg.NATSOperatorNKey != "", r.opjs)
+		return ensureStreams(ctx, r.connect, r.natsKeys == "" && (cfg.NATSOperatorNKey != "" || cfg.NATSSecurity.NKeyFile != ""), r.opjs)
 	}); err != nil {
 		return err
 	}

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crowdlog/crowdlog/infra/natsauth"
+	"github.com/crowdlog/crowdlog/infra/natsserver"
+	"github.com/crowdlog/crowdlog/infra/streams"
+)
+
+// TestStreamsCmd: `crowdlog streams` with the admin NKey creates every
+// stream and bucket (one line each, idempotent on a second run); with a
+// runtime role's NKey (relay b) the server refuses it.
+func TestStreamsCmd(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "nats")
+	ns, err := natsserver.Options{Dir: filepath.Join(dir, "js")}.StartAuth(ctx, keys, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	run := func(role natsauth.Role, extra ...string) (string, error) {
+		var out bytes.Buffer
+		root := rootCmd()
+		root.SetOut(&out)
+		root.SetArgs(append([]string{"streams", "--nats", ns.URL, "--nats-nkey", filepath.Join(keys, natsauth.SeedFile(role))}, extra...))
+		err := root.ExecuteContext(ctx)
+		return out.String(), err
+	}
+	for range 2 {
+		out, err := run(natsauth.Admin, "--pdd-retention", "48h")
+		if err != nil {
+			t.Fatalf("streams as admin: %v", err)
+		}
+		for _, name := range streams.Names() {
+			if !strings.Contains(out, "stream "+name+":") {
+				t.Errorf("no line for stream %s in:\n%s", name, out)
+			}
+		}
+		if !strings.Contains(out, "stream "+natsauth.AdminStreams[len(natsauth.AdminStreams)-1]+": subjects [crowdlog.pdd.active.>], replicas 1, max age 48h0m0s") {
+			t.Errorf("the active index does not keep --pdd-retention:\n%s", out)
+		}
+	}
+	if _, err := run(natsauth.RelayB, "--timeout", "3s"); err == nil {
+		t.Fatal("streams with relay b's NKey succeeded: a runtime role may change a stream")
+	}
+}
