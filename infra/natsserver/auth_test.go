@@ -78,8 +78,9 @@ func testPKI(t *testing.T, dir string) (ca string, server, client natsauth.TLSFi
 
 // TestStartAuthTLS: the server generated from the permission table with
 // TLS on takes a role with its NKey, the CA and a client certificate, and
-// lets it do its job (the operator creates the relay stream, the client
-// publishes to relay a); it refuses a connection without the client
+// lets it do its job (the admin creates the relay stream, the client
+// publishes to relay a through its account's import and gets the
+// acknowledgement); it refuses a connection without the client
 // certificate, without the CA, and without the NKey.
 func TestStartAuthTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -104,14 +105,14 @@ func TestStartAuthTLS(t *testing.T) {
 		s.CAFile, s.CertFile, s.KeyFile = ca, cli.Cert, cli.Key
 		return s
 	}
-	op, err := natsconn.ConnectAs(ns.URL, "operator", full(natsauth.Operator))
+	admin, err := natsconn.ConnectAs(ns.URL, "admin", full(natsauth.Admin))
 	if err != nil {
-		t.Fatalf("operator with NKey and TLS: %v", err)
+		t.Fatalf("admin with NKey and TLS: %v", err)
 	}
-	defer op.Close()
-	js, _ := jetstream.New(op)
+	defer admin.Close()
+	js, _ := jetstream.New(admin)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: protocol.RelayStream, Subjects: []string{protocol.RelaySubjectPrefix + ">"}}); err != nil {
-		t.Fatalf("operator creates the relay stream: %v", err)
+		t.Fatalf("admin creates the relay stream: %v", err)
 	}
 	cl, err := natsconn.ConnectAs(ns.URL, "client", full(natsauth.Client))
 	if err != nil {

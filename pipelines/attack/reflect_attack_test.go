@@ -1,0 +1,449 @@
+package attack
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/crowdlog/crowdlog/infra/keydir"
+	"github.com/crowdlog/crowdlog/infra/natsauth"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
+	"github.com/crowdlog/crowdlog/infra/natsserver"
+	"github.com/crowdlog/crowdlog/infra/spent"
+	"github.com/crowdlog/crowdlog/infra/streams"
+	"github.com/crowdlog/crowdlog/issuer"
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/randomness"
+)
+
+// reflectLayout says which of the two defences against reflected
+// replies a reflectWorld runs with: clients in their own NATS account
+// (natsauth.ServerConfig) and responders answering only requester inboxes
+// (natsconn.Respond). Neither is the configuration before both: every
+// role, the client included, in one account, responders answering any
+// reply subject, one shared client inbox "_INBOX.client".
+type reflectLayout struct {
+	accounts, replyCheck bool
+}
+
+func (l reflectLayout) String() string {
+	switch {
+	case l.accounts && l.replyCheck:
+		return "accounts+reply-check"
+	case l.accounts:
+		return "accounts only"
+	case l.replyCheck:
+		return "reply-check only"
+	}
+	return "pre-fix"
+}
+
+// reflectWorld is one embedded NATS server with the permission table on,
+// in layout l, its streams and buckets created by the admin credential
+// (streams.Ensure), and the issuer and the randomness service (spent
+// tokens on) answering with their own credentials.
+type reflectWorld struct {
+	t      *testing.T
+	ctx    context.Context
+	url    string
+	keyDir string
+	l      reflectLayout
+}
+
+// reflectPreFixConfig is the server configuration as natsauth generated it
+// before the clients' account: one account natsauth.Account with every
+// role of keys, the client's inbox "_INBOX.client.>".
+func reflectPreFixConfig(keys map[natsauth.Role]string) string {
+	q := func(s []string) string {
+		out := make([]string, len(s))
+		for i, x := range s {
+			out[i] = strconv.Quote(x)
+		}
+		return "[" + strings.Join(out, ", ") + "]"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "jetstream: enabled\naccounts: {\n  %s: {\n    jetstream: enabled\n    users: [\n", natsauth.Account)
+	for _, r := range natsauth.Roles {
+		key, ok := keys[r]
+		if !ok {
+			continue
+		}
+		p, _ := natsauth.Table(r)
+		sub := p.Subscribe
+		if r == natsauth.Client {
+			sub = []string{natsauth.InboxPrefix(r) + ".>"}
+		}
+		fmt.Fprintf(&b, "      {nkey: %q, permissions: {publish: {allow: %s}, subscribe: {allow: %s}", key, q(p.Publish), q(sub))
+		if p.Responses {
+			b.WriteString(", allow_responses: true")
+		}
+		b.WriteString("}}\n")
+	}
+	b.WriteString("    ]\n  }\n}\n")
+	return b.String()
+}
+
+func newReflectWorld(t *testing.T, ctx context.Context, l reflectLayout) *reflectWorld {
+	t.Helper()
+	if !l.replyCheck {
+		t.Cleanup(natsconn.AnswerAnyReplyForTesting())
+	}
+	dir := t.TempDir()
+	w := &reflectWorld{t: t, ctx: ctx, keyDir: filepath.Join(dir, "nats"), l: l}
+	keys, err := natsauth.GenerateAll(w.keyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := reflectPreFixConfig(keys)
+	if l.accounts {
+		if text, err = (natsauth.ServerConfig{Users: keys}).Text(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := filepath.Join(w.keyDir, natsserver.ConfigFileName)
+	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := natsserver.Options{Dir: filepath.Join(dir, "js"), ConfigFile: conf}.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown)
+	w.url = ns.URL
+	admin, err := jetstream.New(w.conn(natsauth.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Ensure(ctx, admin, streams.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// conn connects as role r with its own NKey; a client gets the inbox
+// prefix of the layout (its own per connection with accounts, the shared
+// "_INBOX.client" before).
+func (w *reflectWorld) conn(r natsauth.Role) *nats.Conn {
+	w.t.Helper()
+	sec := natsconn.RoleSecurity(w.keyDir, r)
+	var extra []nats.Option
+	if r == natsauth.Client && !w.l.accounts {
+		sec.Role = ""
+		extra = append(extra, nats.CustomInboxPrefix(natsauth.InboxPrefix(natsauth.Client)))
+	}
+	opts, err := sec.Options()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	nc, err := nats.Connect(w.url, append(append(opts, nats.Name("reflect-"+string(r))), extra...)...)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(nc.Close)
+	return nc
+}
+
+// responders starts the issuer and the randomness service (tokens
+// required, so it opens the spent-token bucket) with their own
+// credentials; they answer until the test ends.
+func (w *reflectWorld) responders() {
+	w.t.Helper()
+	keys := filepath.Join(w.t.TempDir(), "keys")
+	if err := keydir.EnsureKeys(keys); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := keydir.EnsureIssuerKeys(keys, tokEpoch); err != nil {
+		w.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(w.ctx)
+	w.t.Cleanup(cancel)
+	is, err := issuer.New(w.conn(natsauth.Issuer), keys, issuer.Limits{RandomnessTokens: 5, ReportTokens: 5}, quiet())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	rs, err := randomness.New(ctx, w.conn(natsauth.Randomness), keys, randomness.Options{}, quiet())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	rs.RequireTokens = true
+	for _, run := range []func(context.Context) error{is.Run, rs.Run} {
+		go func() { _ = run(ctx) }()
+	}
+	// both answer their public-key subject once subscribed
+	op := w.conn(natsauth.Operator)
+	for _, subj := range []string{protocol.IssuerPublicKeySubject, protocol.RandomnessPublicKeySubject} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, err := op.Request(subj, []byte("{}"), time.Second); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				w.t.Fatalf("%s does not answer", subj)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// reflectState is what the attacks try to destroy: the issuer's counter
+// values, the spent-token bucket's entries, the relay stream's messages.
+type reflectState struct {
+	counters, spentKV jetstream.KeyValue
+	relay             jetstream.Stream
+}
+
+func (w *reflectWorld) state() reflectState {
+	w.t.Helper()
+	var s reflectState
+	var err error
+	if s.counters, err = issuer.OpenCounters(w.ctx, w.conn(natsauth.Issuer)); err != nil {
+		w.t.Fatal(err)
+	}
+	rjs, _ := jetstream.New(w.conn(natsauth.Randomness))
+	if s.spentKV, err = rjs.KeyValue(w.ctx, protocol.SpentTokensBucket); err != nil {
+		w.t.Fatal(err)
+	}
+	ojs, _ := jetstream.New(w.conn(natsauth.Operator))
+	if s.relay, err = ojs.Stream(w.ctx, protocol.RelayStream); err != nil {
+		w.t.Fatal(err)
+	}
+	return s
+}
+
+func (w *reflectWorld) msgs(st jetstream.Stream) uint64 {
+	info, err := st.Info(w.ctx)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func (w *reflectWorld) kvMsgs(kv jetstream.KeyValue) uint64 {
+	s, err := kv.Status(w.ctx)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return s.Values()
+}
+
+// reflectReplies mounts the reply-reflection attack on layout l: the
+// issuer holds 4 counters, the spent-token bucket 1 spent token, the relay
+// stream 4 onions; a client sends junk to crowdlog.issuer and
+// crowdlog.randomness with reply subjects "$JS.API.STREAM.PURGE.<stream>"
+// of each of the three and "$KV.<counters>.<key>". It returns how many
+// stored messages were lost or overwritten, of how many, and whether the
+// spent token is then accepted again with another binding (double spend).
+func reflectReplies(t *testing.T, l reflectLayout) (lost, total int, doubleSpend bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	w := newReflectWorld(t, ctx, l)
+	w.responders()
+	s := w.state()
+	keys := []string{"id-a.e1", "id-b.e1", "id-c.e1", "id-d.e1"}
+	for _, k := range keys {
+		if _, err := s.counters.Put(ctx, k, []byte("3")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := spent.Open(ctx, w.conn(natsauth.Randomness), spent.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := [32]byte{7}
+	if double, err := st.Spend(ctx, []spent.Spend{{ID: id, Binding: [32]byte{1}}}); err != nil || double[0] {
+		t.Fatalf("spend: %v %v", double, err)
+	}
+	client := w.conn(natsauth.Client)
+	cjs, _ := jetstream.New(client)
+	for i := range 4 {
+		if _, err := cjs.Publish(ctx, protocol.RelaySubject("a"), fmt.Appendf(nil, "onion-%d", i)); err != nil {
+			t.Fatalf("client publish to relay a (%s): %v", l, err)
+		}
+	}
+	before := w.kvMsgs(s.counters) + w.kvMsgs(s.spentKV) + w.msgs(s.relay)
+	replies := []string{"$KV." + protocol.IssuerCountersBucket + "." + keys[0]}
+	for _, stream := range []string{"KV_" + protocol.IssuerCountersBucket, "KV_" + protocol.SpentTokensBucket, protocol.RelayStream} {
+		replies = append(replies, "$JS.API.STREAM.PURGE."+stream)
+	}
+	for _, subj := range []string{protocol.IssuerSubject, protocol.RandomnessSubject} {
+		for _, reply := range replies {
+			if err := client.PublishRequest(subj, reply, []byte("junk")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := client.FlushTimeout(2 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the responders answer
+	after := w.kvMsgs(s.counters) + w.kvMsgs(s.spentKV) + w.msgs(s.relay)
+	lost = int(before - after)
+	if e, err := s.counters.Get(ctx, keys[0]); err == nil && string(e.Value()) != "3" && after == before {
+		lost++ // overwritten, not deleted
+	}
+	double, err := st.Spend(ctx, []spent.Spend{{ID: id, Binding: [32]byte{2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lost, int(before), !double[0]
+}
+
+// TestAttackReplyReflection: a client names a JetStream API or key-value
+// subject as the reply subject of a request to a responder; the responder
+// answers it with its own rights (allow_responses), JetStream takes the
+// refusal body as "purge everything". With the clients in their own
+// account and the responders answering only requester inboxes nothing is
+// lost and a spent token stays spent; each defence alone suffices; the
+// pre-fix control loses the stored state and accepts the token again.
+func TestAttackReplyReflection(t *testing.T) {
+	type res struct {
+		lost, total int
+		double      bool
+	}
+	run := func(l reflectLayout) res {
+		var r res
+		t.Run(l.String(), func(t *testing.T) { r.lost, r.total, r.double = reflectReplies(t, l) })
+		return r
+	}
+	fixed := run(reflectLayout{accounts: true, replyCheck: true})
+	acc := run(reflectLayout{accounts: true})
+	chk := run(reflectLayout{replyCheck: true})
+	ctl := run(reflectLayout{})
+	fmt.Printf("ATTACK reply-reflection: %d of %d stored messages lost (issuer counters, spent tokens, relay stream), spent token accepted again: %v; accounts only: %d lost, reply check only: %d lost; control pre-fix (one account, any reply answered): %d of %d lost, spent token accepted again: %v\n",
+		fixed.lost, fixed.total, fixed.double, acc.lost, chk.lost, ctl.lost, ctl.total, ctl.double)
+	for name, r := range map[string]res{"fixed": fixed, "accounts only": acc, "reply check only": chk} {
+		if r.lost != 0 || r.double {
+			t.Errorf("%s: %d stored messages lost, double spend %v", name, r.lost, r.double)
+		}
+	}
+	if ctl.lost == 0 || !ctl.double {
+		t.Errorf("control: %d lost, double spend %v; the attack should work on the pre-fix configuration", ctl.lost, ctl.double)
+	}
+}
+
+// reflectPubAck mounts the PubAck-reflection attack on layout l: the
+// issuer holds 4 counters; a client publishes 4 onions to relay a with
+// reply "$KV.<counters>.<key>" (one per key) and 4 with reply relay b's
+// inbox. It returns how many counters no longer parse as a number and how
+// many messages landed on relay b's subject.
+func reflectPubAck(t *testing.T, l reflectLayout) (corrupted, toB int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	w := newReflectWorld(t, ctx, l)
+	s := w.state()
+	keys := []string{"id-a.e1", "id-b.e1", "id-c.e1", "id-d.e1"}
+	for _, k := range keys {
+		if _, err := s.counters.Put(ctx, k, []byte("3")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client := w.conn(natsauth.Client)
+	for i, k := range keys {
+		_ = client.PublishRequest(protocol.RelaySubject("a"), "$KV."+protocol.IssuerCountersBucket+"."+k, fmt.Appendf(nil, "onion-%d", i))
+		_ = client.PublishRequest(protocol.RelaySubject("a"), protocol.RelaySubject("b"), fmt.Appendf(nil, "onion-b-%d", i))
+	}
+	if err := client.FlushTimeout(2 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	for _, k := range keys {
+		e, err := s.counters.Get(ctx, k)
+		if err != nil {
+			corrupted++
+			continue
+		}
+		if _, err := strconv.Atoi(string(e.Value())); err != nil {
+			corrupted++
+		}
+	}
+	info, err := s.relay.Info(ctx, jetstream.WithSubjectFilter(protocol.RelaySubject("b")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return corrupted, int(info.State.Subjects[protocol.RelaySubject("b")])
+}
+
+// TestAttackPubAckReflection: JetStream acknowledges a client's publish to
+// relay a on the reply subject the client names. With the clients in
+// their own account that subject is the clients' account's, so no
+// counter is overwritten and nothing reaches relay b's inbox; the pre-fix
+// control (one account) has the acknowledgement JSON written as the
+// counters' values (the issuer then refuses those identities) and the
+// acknowledgements stored in relay b's inbox.
+func TestAttackPubAckReflection(t *testing.T) {
+	var fc, fb, cc, cb int
+	t.Run("fixed", func(t *testing.T) { fc, fb = reflectPubAck(t, reflectLayout{accounts: true, replyCheck: true}) })
+	t.Run("control", func(t *testing.T) { cc, cb = reflectPubAck(t, reflectLayout{}) })
+	fmt.Printf("ATTACK puback-reflection: %d of 4 issuer counters corrupted, %d of 4 acknowledgements in relay b's inbox; control pre-fix (one account): %d of 4 corrupted, %d of 4 in relay b's inbox\n",
+		fc, fb, cc, cb)
+	if fc != 0 || fb != 0 {
+		t.Errorf("fixed: %d counters corrupted, %d messages in relay b's inbox", fc, fb)
+	}
+	if cc == 0 || cb == 0 {
+		t.Errorf("control: %d corrupted, %d in relay b's inbox; the attack should work on the pre-fix configuration", cc, cb)
+	}
+}
+
+// reflectInbox mounts the shared-inbox attack on layout l: client 2
+// subscribes to "_INBOX.client.>" (the shared inbox of the pre-fix
+// table) and to "_INBOX.client.*.>" (every per-connection inbox); client 1
+// asks the issuer n times. It returns the replies client 2 saw through
+// each subscription (a refused subscription sees none).
+func reflectInbox(t *testing.T, l reflectLayout, n int) (shared, wildcard int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	w := newReflectWorld(t, ctx, l)
+	w.responders()
+	c1, c2 := w.conn(natsauth.Client), w.conn(natsauth.Client)
+	var sh, wc atomic.Int64
+	for _, sub := range []struct {
+		subj string
+		n    *atomic.Int64
+	}{{natsauth.InboxPrefix(natsauth.Client) + ".>", &sh}, {natsauth.InboxPrefix(natsauth.Client) + ".*.>", &wc}} {
+		if _, err := c2.Subscribe(sub.subj, func(*nats.Msg) { sub.n.Add(1) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c2.FlushTimeout(2 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // a refused subscription's error arrives
+	for range n {
+		if _, err := c1.Request(protocol.IssuerSubject, []byte("junk"), 2*time.Second); err != nil {
+			t.Fatalf("client 1's request: %v", err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	return int(sh.Load()), int(wc.Load())
+}
+
+// TestAttackClientInbox: another client reads a client's issuer replies.
+// Each client connection now has an inbox prefix of its own (130 random
+// bits) and may not subscribe to "_INBOX.client.>"; the pre-fix control
+// shares "_INBOX.client" and reads every reply there. What one credential
+// shared by all devices cannot stop is measured too: a subscription to
+// "_INBOX.client.*.>" fits the allow rule (NATS matches "*" against "*")
+// and still sees every reply; docs/operations.md says so.
+func TestAttackClientInbox(t *testing.T) {
+	const n = 5
+	var fs, fw, cs, cw int
+	t.Run("fixed", func(t *testing.T) { fs, fw = reflectInbox(t, reflectLayout{accounts: true, replyCheck: true}, n) })
+	t.Run("control", func(t *testing.T) { cs, cw = reflectInbox(t, reflectLayout{}, n) })
+	fmt.Printf("ATTACK client-inbox: client 2 read %d of %d of client 1's issuer replies through the shared inbox _INBOX.client.> (refused), %d of %d through _INBOX.client.*.> (not enforceable with one shared credential); control pre-fix (shared inbox): %d of %d through _INBOX.client.>, %d through _INBOX.client.*.>\n",
+		fs, n, fw, n, cs, n, cw)
+	if fs != 0 {
+		t.Errorf("fixed: client 2 read %d replies through the shared inbox", fs)
+	}
+	if cs != n {
+		t.Errorf("control: client 2 read %d of %d replies; the attack should work on the pre-fix configuration", cs, n)
+	}
+}
