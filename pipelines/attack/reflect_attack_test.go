@@ -438,7 +438,7 @@ func TestAttackClientInbox(t *testing.T) {
 	var fs, fw, cs, cw int
 	t.Run("fixed", func(t *testing.T) { fs, fw = reflectInbox(t, reflectLayout{accounts: true, replyCheck: true}, n) })
 	t.Run("control", func(t *testing.T) { cs, cw = reflectInbox(t, reflectLayout{}, n) })
-	fmt.Printf("ATTACK client-inbox: client 2 read %d of %d of client 1's issuer replies through the shared inbox _INBOX.client.> (refused), %d of %d through _INBOX.client.*.> (not enforceable with one shared credential); control pre-fix (shared inbox): %d of %d through _INBOX.client.>, %d through _INBOX.client.*.>\n",
+	fmt.Printf("ATTACK client-inbox: client 2 read %d of %d of client 1's issuer replies through a subscription to _INBOX.client.>, %d of %d through _INBOX.client.*.> (not enforceable with one shared credential); control pre-fix (shared inbox): %d of %d through _INBOX.client.>, %d through _INBOX.client.*.>\n",
 		fs, n, fw, n, cs, n, cw)
 	if fs != 0 {
 		t.Errorf("fixed: client 2 read %d replies through the shared inbox", fs)
