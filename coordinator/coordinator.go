@@ -77,7 +77,7 @@ type Campaign struct {
 // key-value buckets: protocol.PDDBucket (clients, clock; kept) and
 // protocol.PDDRoundsBucket (groups, bundles, recoveries; entries kept
 // retention, <= 0: 30 days; values up to 4 MiB), file storage, history 1,
-// replicas copies. EnsureBuckets (the admin step, `crowdlog streams`)
+// replicas copies. The admin step (`crowdlog streams`, streams.Ensure)
 // applies them; the coordinator only looks them up.
 func BucketConfigs(retention time.Duration, replicas int) [2]jetstream.KeyValueConfig {
 	if retention <= 0 {
@@ -90,33 +90,6 @@ func BucketConfigs(retention time.Duration, replicas int) [2]jetstream.KeyValueC
 		{Bucket: protocol.PDDRoundsBucket, Description: "crowdlog PDD coordinator: groups, bundles, recoveries",
 			Storage: jetstream.FileStorage, History: 1, TTL: retention, MaxValueSize: 4 << 20, Replicas: replicas},
 	}
-}
-
-// EnsureBuckets creates or updates the coordinator's buckets
-// (BucketConfigs(retention, …)) and its active index (EnsureActiveIndex):
-// the admin step. An existing bucket keeps its replica count. Errors wrap
-// the JetStream error.
-func EnsureBuckets(ctx context.Context, js jetstream.JetStream, retention time.Duration) error {
-	for _, cfg := range BucketConfigs(retention, 1) {
-		cfg.Replicas = bucketReplicas(ctx, js, cfg.Bucket)
-		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
-			return fmt.Errorf("coordinator: key-value bucket %s (is JetStream enabled?): %w", cfg.Bucket, err)
-		}
-	}
-	return EnsureActiveIndex(ctx, js, retention)
-}
-
-// bucketReplicas is the replica count for key-value bucket: an existing
-// bucket keeps its own (never scaled down by a process that sees fewer NATS
-// servers); a new one gets natsconn.Replicas (1 on a single server, 3 on a
-// cluster of 3 or more), like the relay stream.
-func bucketReplicas(ctx context.Context, js jetstream.JetStream, bucket string) int {
-	if kv, err := js.KeyValue(ctx, bucket); err == nil {
-		if st, err := kv.Status(ctx); err == nil && st.Config().Replicas > 0 {
-			return st.Config().Replicas
-		}
-	}
-	return natsconn.Replicas(js.Conn())
 }
 
 // Coordinator serves the coordinator subjects. Set the fields, then Start.

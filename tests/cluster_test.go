@@ -84,6 +84,11 @@ func newClusterOf(t *testing.T, ctx context.Context, partitions, nodes int) *clu
 	if err := kafka.EnsureTopics(ctx, kb.Addr, partitions, protocol.ReportsTopic, protocol.DecryptedTopic); err != nil {
 		t.Fatal(err)
 	}
+	// the admin step before any role starts, as a deployment runs it: the
+	// roles only look their streams and buckets up
+	if out, err := exec.CommandContext(ctx, c.bin, "streams", "--nats", c.nats).CombinedOutput(); err != nil {
+		t.Fatalf("streams: %v %s", err, out)
+	}
 	ch, err := clickhouse.Start(ctx, filepath.Join(c.dir, "clickhouse"))
 	if err != nil {
 		t.Fatal(err)

@@ -40,6 +40,7 @@ func TestHelmChartArgs(t *testing.T) {
 	saslUser := map[string]string{} // subcommand -> --kafka-sasl-user
 	var acls []string               // --acl values of the topics Job
 	var issuers []string            // operator:--role of every issuer container
+	var streamsJobs []string        // operator of every streams Job
 	for _, op := range helm.Operators {
 		objs, err := helm.Render(op, map[string]any{"natsConfig": natsConf, "epochs": []any{"2006-03"}, "closeEpochs": []any{"2006-03"},
 			"epochJobs": map[string]any{"pipelineDigest": strings.Repeat("5a", 32)}})
@@ -118,6 +119,14 @@ func TestHelmChartArgs(t *testing.T) {
 			if cmd.Name() == "topics" {
 				acls, _ = cmd.Flags().GetStringSlice("acl")
 			}
+			for _, v := range c.Pod.Volumes { // the admin NATS credential: the streams Job's alone
+				if v.Name == "nats" && v.Secret != nil && (v.Secret.SecretName == "crowdlog-nats-admin") != (cmd.Name() == "streams") {
+					t.Errorf("%s: %s mounts NATS Secret %s; only the streams Job mounts the admin's (crowdlog-nats-admin)", where, cmd.Name(), v.Secret.SecretName)
+				}
+			}
+			if cmd.Name() == "streams" {
+				streamsJobs = append(streamsJobs, op)
+			}
 			if cmd.Name() == "issuer" { // each issuer runs at a verifier, for its kinds, with their budgets
 				role, _ := cmd.Flags().GetString("role")
 				rk, ok := keydir.RoleOf(role)
@@ -132,6 +141,9 @@ func TestHelmChartArgs(t *testing.T) {
 				issuers = append(issuers, op+":"+role)
 			}
 		}
+	}
+	if !slices.Equal(streamsJobs, []string{"pipeline-operator"}) {
+		t.Errorf("streams Jobs at %v, want one at the pipeline operator (every stream exists before the roles start)", streamsJobs)
 	}
 	if want := []string{"randomness:randomness", "aggregator:aggregator"}; !slices.Equal(issuers, want) {
 		t.Errorf("issuers %v, want %v (each token issued where it is verified)", issuers, want)

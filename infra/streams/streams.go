@@ -56,8 +56,8 @@ func Names() []string { return natsauth.AdminStreams }
 // buckets and its active index. Existing streams are brought to the
 // configuration (their replica count kept); a bucket's configuration is
 // applied through CreateOrUpdateKeyValue. It is idempotent. With a
-// deadline on ctx the relay stream and the active index are retried until
-// it (natsconn.EnsureStream: a NATS node starting). Errors wrap the
+// deadline on ctx each stream and bucket is retried until it (a NATS node
+// starting, a cluster electing its JetStream leader). Errors wrap the
 // JetStream error of the first stream that failed.
 func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 	if js == nil {
@@ -75,22 +75,41 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 	if err := ensureKV(ctx, js, spent.BucketConfig(spent.Options{TTL: o.SpendTTL, Replicas: natsconn.Replicas(nc)})); err != nil {
 		return err
 	}
-	if err := coordinator.EnsureBuckets(ctx, js, o.PDDRetention); err != nil {
+	for _, cfg := range coordinator.BucketConfigs(o.PDDRetention, natsconn.Replicas(nc)) {
+		if err := ensureKV(ctx, js, cfg); err != nil {
+			return err
+		}
+	}
+	if err := coordinator.EnsureActiveIndex(ctx, js, o.PDDRetention); err != nil {
 		return fmt.Errorf("streams: %w", err)
 	}
 	return nil
 }
 
 // ensureKV creates bucket cfg or updates it to cfg, keeping an existing
-// bucket's replica count.
+// bucket's replica count. With a deadline on ctx it retries until it
+// (backoff 10 ms growing to 1 s: a NATS cluster electing its JetStream
+// leader); without one it tries once.
 func ensureKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) error {
-	if kv, err := js.KeyValue(ctx, cfg.Bucket); err == nil {
-		if st, err := kv.Status(ctx); err == nil && st.Config().Replicas > 0 {
-			cfg.Replicas = st.Config().Replicas
+	_, untilDeadline := ctx.Deadline()
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, natsconn.StreamAttemptTimeout)
+		if kv, err := js.KeyValue(actx, cfg.Bucket); err == nil {
+			if st, err := kv.Status(actx); err == nil && st.Config().Replicas > 0 {
+				cfg.Replicas = st.Config().Replicas
+			}
+		}
+		_, err := js.CreateOrUpdateKeyValue(actx, cfg)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if !untilDeadline || ctx.Err() != nil {
+			return fmt.Errorf("streams: key-value bucket %s (is JetStream enabled, and is this the admin credential?): %w", cfg.Bucket, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(min(time.Duration(10*attempt)*time.Millisecond, time.Second)):
 		}
 	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
-		return fmt.Errorf("streams: key-value bucket %s (is JetStream enabled, and is this the admin credential?): %w", cfg.Bucket, err)
-	}
-	return nil
 }
