@@ -305,9 +305,11 @@ need open-epoch and close-epoch.
 
 --control-pub FILE: the pipeline operator's Ed25519 public key
 (keys/` + keydir.ControlSignKey + `.pub). Epoch open and close records must be
-signed by its private half, for the partition they are in and within their
-validity; unsigned, forged and replayed ones are dropped and counted
-(unsigned-control, bad-control-signature, replayed-control). Without it
+signed by its private half (version 3) for the partition they are in, a
+--pipeline served (without --pipeline: any) and "reports", with a Kafka
+timestamp within their validity; unsigned, forged, version 2 and replayed
+ones are dropped and counted (unsigned-control, bad-control-signature,
+unbound-control, replayed-control). Without it
 anyone who can write to "reports" opens and closes epochs (logged at start).
 --control-key FILE signs the records the schedule writes (then this process
 holds the operator's key).`,
