@@ -33,7 +33,9 @@ server requires TLS and a client certificate signed by the CA. For a
 cluster give --cluster-name, --cluster-listen, --routes and --route-secret
 (the same file on every server, from 'crowdlog nats-config route-secret'):
 every route must authenticate with it, since a route is not subject to the
-permission table.
+permission table. The printed file then holds the route password: keep it
+as secret as the route secret (mode 0600; on Kubernetes a Secret, not a
+ConfigMap).
 
 Each operator creates its role's key with 'crowdlog nats-config nkey --role
 ROLE --dir DIR', keeps the seed (nats-ROLE.nk; the role's --nats-nkey) and
