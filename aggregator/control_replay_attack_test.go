@@ -81,7 +81,7 @@ func runControlReplay(t *testing.T, legacy bool, opPub ed25519.PublicKey, opKey 
 	out := controlReplayRun{attackCount: len(attack)}
 	// what the broker kept: kafka-go reads a timestamp ≤ 0 as the zero time
 	for p := range partitions {
-		r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: brokers, Topic: protocol.ReportsTopic, Partition: p})
+		r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: brokers, Topic: protocol.ReportsTopic, Partition: p, MaxWait: 50 * time.Millisecond})
 		for range len(attack) / partitions {
 			m, err := r.ReadMessage(ctx)
 			if err != nil {

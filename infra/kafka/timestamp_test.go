@@ -37,7 +37,7 @@ func TestEnsureLogAppendTime(t *testing.T) {
 	if err := produce(ctx, b.Addr, protocol.ReportsTopic, kafkago.Message{Value: []byte("x"), Time: time.UnixMilli(-1)}); err != nil {
 		t.Fatal(err)
 	}
-	r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: []string{b.Addr}, Topic: protocol.ReportsTopic, Partition: 0})
+	r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: []string{b.Addr}, Topic: protocol.ReportsTopic, Partition: 0, MaxWait: 50 * time.Millisecond})
 	defer r.Close()
 	m, err := r.ReadMessage(ctx)
 	if err != nil {
