@@ -23,8 +23,8 @@ import (
 // values with each _FILE path remapped to a file in a temporary directory.
 // The pipeline operator's ACLs name the SASL users the other operators'
 // roles log in as, its epoch Jobs log in as the ACL role operator (their
-// own Secret, not the admin's), and its NATS ConfigMap is `crowdlog
-// nats-config`'s text.
+// own Secret, not the admin's), and its NATS Secret (not a ConfigMap: a
+// cluster block holds the route password) is `crowdlog nats-config`'s text.
 // The issuers run at the randomness and aggregator operators only, each
 // with --role and a positive budget for the kinds that role issues.
 func TestHelmChartArgs(t *testing.T) {
@@ -48,8 +48,11 @@ func TestHelmChartArgs(t *testing.T) {
 			t.Fatalf("%s: %v", op, err)
 		}
 		for _, o := range objs {
-			if cm, ok := o.Value.(*corev1.ConfigMap); ok && cm.Data["nats.conf"] != natsConf {
-				t.Errorf("%s: ConfigMap %s does not hold the nats-config text", op, o.Name)
+			if cm, ok := o.Value.(*corev1.ConfigMap); ok && cm.Data["nats.conf"] != "" {
+				t.Errorf("%s: ConfigMap %s holds the NATS configuration; it belongs in a Secret (route password)", op, o.Name)
+			}
+			if s, ok := o.Value.(*corev1.Secret); ok && o.Name == "crowdlog-nats-config" && s.StringData["nats.conf"] != natsConf {
+				t.Errorf("%s: Secret %s does not hold the nats-config text", op, o.Name)
 			}
 		}
 		cs := helm.Containers(objs)

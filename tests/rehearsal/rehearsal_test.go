@@ -238,7 +238,7 @@ func TestRehearsal(t *testing.T) {
 	epoch := protocol.ScheduleEpoch(time.Now(), length)
 	t.Logf("epoch %s (--epoch-length %s)", epoch, epochLength)
 
-	// The pipeline operator's install: the NATS ConfigMap and the hook
+	// The pipeline operator's install: the NATS Secret and the hook
 	// Jobs (topics with the ACLs, then the epoch's open).
 	po := set()
 	po["natsConfig"], po["epochs"] = natsConf, []any{epoch}
@@ -252,12 +252,12 @@ func TestRehearsal(t *testing.T) {
 	r.populate("pipeline-operator", poObjs)
 	conf := ""
 	for _, o := range poObjs {
-		if cm, ok := o.Value.(*corev1.ConfigMap); ok && o.Name == "crowdlog-nats-config" {
-			conf = cm.Data["nats.conf"]
+		if s, ok := o.Value.(*corev1.Secret); ok && o.Name == "crowdlog-nats-config" {
+			conf = s.StringData["nats.conf"]
 		}
 	}
 	if conf == "" {
-		t.Fatal("pipeline-operator: no ConfigMap crowdlog-nats-config with nats.conf: the NATS release has no configuration")
+		t.Fatal("pipeline-operator: no Secret crowdlog-nats-config with nats.conf: the NATS release has no configuration")
 	}
 	confPath := filepath.Join(r.dir, "nats.conf")
 	must(t, os.WriteFile(confPath, []byte(conf), 0o600))

@@ -52,6 +52,7 @@ var kinds = map[string]func() any{
 	"v1/ServiceAccount":                       func() any { return new(corev1.ServiceAccount) },
 	"v1/Service":                              func() any { return new(corev1.Service) },
 	"v1/ConfigMap":                            func() any { return new(corev1.ConfigMap) },
+	"v1/Secret":                               func() any { return new(corev1.Secret) },
 	"v1/PersistentVolumeClaim":                func() any { return new(corev1.PersistentVolumeClaim) },
 	"apps/v1/Deployment":                      func() any { return new(appsv1.Deployment) },
 	"batch/v1/Job":                            func() any { return new(batchv1.Job) },

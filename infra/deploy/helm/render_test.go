@@ -139,7 +139,7 @@ func TestDecodeStrict(t *testing.T) {
 	for _, doc := range []string{
 		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\nbogus: 1\n",
 		"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {replica: 2}\n",
-		"apiVersion: v1\nkind: Secret\nmetadata: {name: x}\n",
+		"apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n",
 	} {
 		if _, err := Decode(doc); err == nil {
 			t.Errorf("decoded %q", doc)
