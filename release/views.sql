@@ -209,7 +209,8 @@ FROM
 );
 
 -- One row per released query (app query): the normalized query, its most
--- frequent original form (variant, "" when it equals the query).
+-- frequent original form (variant, "" when it equals the query; always ""
+-- under a DP policy, whose rows publish the normalized item only).
 CREATE VIEW IF NOT EXISTS released_queries AS
 SELECT
     epoch, epoch_start, epoch_end, policy, k,
