@@ -503,6 +503,10 @@ func (r *run) spend(epoch string) release.Spend {
 func (r *run) startRoles(ctx context.Context) error {
 	cfg := &r.cfg
 	r.reg = metrics.NewRegistry()
+	// the in-process responders' refused replies, as every role's /metrics
+	if err := natsconn.RegisterMetrics(r.reg); err != nil {
+		return err
+	}
 	if cfg.Metrics != "" {
 		addr, err := metrics.Serve(ctx, cfg.Metrics, r.reg, nil)
 		if err != nil {
