@@ -10,7 +10,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/infra/natsauth"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
-	"github.com/crowdlog/crowdlog/infra/streams"
+	"github.com/crowdlog/crowdlog/pipelines/streams"
 )
 
 func streamsCmd() *cobra.Command {

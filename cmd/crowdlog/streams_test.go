@@ -10,7 +10,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/infra/natsauth"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
-	"github.com/crowdlog/crowdlog/infra/streams"
+	"github.com/crowdlog/crowdlog/pipelines/streams"
 )
 
 // TestStreamsCmd: `crowdlog streams` with the admin NKey creates every

@@ -8,7 +8,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/infra/natsauth"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
-	"github.com/crowdlog/crowdlog/infra/streams"
+	"github.com/crowdlog/crowdlog/pipelines/streams"
 	"github.com/crowdlog/crowdlog/relays"
 )
 
