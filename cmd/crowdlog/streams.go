@@ -67,7 +67,7 @@ error naming this command when one is missing.`,
 	f.StringVar(&natsURL, "nats", defaultNATS, "NATS server URL (comma-separated for a cluster)")
 	addNATSSecurityFlags(f, &natsSec)
 	f.Int64Var(&o.RelayMaxMsgs, "relay-max-msgs", 0, "most messages each relay inbox holds (0 = 1,000,000)")
-	f.DurationVar(&o.SpendTTL, "spend-ttl", 0, "how long a spent token is remembered: 2 × (epoch length + grace + skew) of a scheduled randomness service; 0 = forever")
+	f.DurationVar(&o.SpendTTL, "spend-ttl", 0, "how long a spent token is remembered: 0 = forever; with a scheduled randomness service at most 2 × (epoch length + grace + skew) is needed (it refuses to start on a bucket that keeps spends for less than it needs)")
 	f.DurationVar(&o.PDDRetention, "pdd-retention", 0, "how long the PDD coordinator keeps round state and its active index (0 = 30 days)")
 	f.DurationVar(&timeout, "timeout", time.Minute, "give up after this long (a NATS node starting is waited for)")
 	return c

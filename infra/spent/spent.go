@@ -22,6 +22,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -81,7 +82,34 @@ func Open(ctx context.Context, nc *nats.Conn, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spent: %w", err)
 	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("spent: status of bucket %s: %w", o.Bucket, err)
+	}
+	if err := CheckTTL(st.TTL(), o.TTL); err != nil {
+		return nil, fmt.Errorf("spent: bucket %s: %w", o.Bucket, err)
+	}
 	return &Store{js: js, kv: kv, prefix: "$KV." + o.Bucket + "."}, nil
+}
+
+// ErrTTLTooShort: the spent-token bucket forgets a spend before the
+// opener's tokens stop verifying, so a forgotten token could be spent
+// again (a double spend after the bucket's TTL).
+var ErrTTLTooShort = errors.New("spent-token bucket forgets spends too early")
+
+// CheckTTL compares the bucket's TTL have with the TTL the opener needs
+// (both 0: forever): the bucket must keep spends at least as long. Errors
+// wrap ErrTTLTooShort and name the `crowdlog streams --spend-ttl` value
+// that fixes it.
+func CheckTTL(have, need time.Duration) error {
+	if have == 0 || (need > 0 && have >= need) {
+		return nil
+	}
+	want := "0 (forever)"
+	if need > 0 {
+		want = need.String()
+	}
+	return fmt.Errorf("%w: it keeps a spend %v, this service needs %s (a spend forgotten while its token still verifies can be spent again); recreate it with `crowdlog streams --spend-ttl %s`", ErrTTLTooShort, have, want, strings.Fields(want)[0])
 }
 
 // Key is the bucket key of a spend id: its lower-case hex.

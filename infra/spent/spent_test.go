@@ -3,6 +3,7 @@ package spent
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -129,4 +130,45 @@ func BenchmarkSpend100(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(n), "µs/token")
+}
+
+// TestOpenRefusesShortTTL: a service that needs spends kept for need
+// refuses a bucket whose TTL is shorter (or finite where it needs
+// forever): on such a bucket a token's spend is forgotten while the token
+// still verifies, and the same token is then accepted with another
+// binding (the control below, on the real server: a double spend after
+// the bucket's TTL).
+func TestOpenRefusesShortTTL(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := natsserver.Start(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = time.Second
+	short, err := Open(ctx, connect(t, ctx, srv.URL), Options{TTL: ttl}) // creates the bucket with TTL 1 s
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, need := range []time.Duration{0, 2 * ttl, time.Hour} {
+		if _, err := Open(ctx, connect(t, ctx, srv.URL), Options{TTL: need}); !errors.Is(err, ErrTTLTooShort) {
+			t.Errorf("bucket TTL %v, need %v: Open = %v, want ErrTTLTooShort", ttl, need, err)
+		}
+	}
+	if _, err := Open(ctx, connect(t, ctx, srv.URL), Options{TTL: ttl / 2}); err != nil {
+		t.Errorf("bucket TTL %v, need %v: %v", ttl, ttl/2, err)
+	}
+	// the control: what a service that needs longer would have risked
+	if double, err := short.Spend(ctx, []Spend{{ID: id(1), Binding: binding(1)}}); err != nil || double[0] {
+		t.Fatalf("first spend: %v, %v", double, err)
+	}
+	time.Sleep(ttl + 500*time.Millisecond)
+	double, err := short.Spend(ctx, []Spend{{ID: id(1), Binding: binding(2)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if double[0] {
+		t.Fatalf("after the bucket's TTL the spend was still remembered: the control shows nothing")
+	}
+	t.Logf("control: after the bucket's TTL (%v) the same token was accepted again with another binding", ttl)
 }
