@@ -341,3 +341,44 @@ func TestKeyCustodyMounts(t *testing.T) {
 
 // testDigest is a pipeline digest for the epoch Jobs' --pipeline-digest.
 const testDigest = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a"
+
+// TestAggregatorServesPipelines: aggregator.pipelines become --pipeline
+// flags of the aggregate container, each file read from the public
+// ConfigMap's mount; without them the container names no pipeline.
+func TestAggregatorServesPipelines(t *testing.T) {
+	for _, files := range [][]any{nil, {"query.yaml"}, {"query.yaml", "click.yaml"}} {
+		objs, err := Render("aggregator", map[string]any{"aggregator": map[string]any{"pipelines": files}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, c := range Containers(objs) {
+			if len(c.Args) == 0 || c.Args[0] != "aggregate" {
+				continue
+			}
+			found = true
+			var got []string
+			for i, a := range c.Args {
+				if a == "--pipeline" && i+1 < len(c.Args) {
+					got = append(got, c.Args[i+1])
+				}
+			}
+			if len(got) != len(files) {
+				t.Errorf("pipelines %v: --pipeline %v", files, got)
+				continue
+			}
+			for i, f := range files {
+				want := "/etc/crowdlog/public/" + f.(string)
+				if got[i] != want {
+					t.Errorf("pipelines %v: --pipeline %q, want %q", files, got[i], want)
+				}
+				if err := c.Readable(want); err != nil {
+					t.Errorf("pipelines %v: %s not mounted: %v", files, want, err)
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("pipelines %v: no aggregate container", files)
+		}
+	}
+}

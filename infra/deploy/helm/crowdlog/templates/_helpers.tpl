@@ -35,10 +35,10 @@ randomness-token keys.
   enrollment: true
 {{- else if eq $v.operator "aggregator" }}
 - name: aggregate
-  args: [aggregate, --key, /etc/crowdlog/keys/aggregator.key, --keys, /var/lib/crowdlog, --control-pub, /etc/crowdlog/public/control-sign.key.pub, --group, {{ $v.aggregator.group | quote }}, --spill-dir, /tmp]
+  args: [aggregate, --key, /etc/crowdlog/keys/aggregator.key, --keys, /var/lib/crowdlog, --control-pub, /etc/crowdlog/public/control-sign.key.pub, --group, {{ $v.aggregator.group | quote }}, --spill-dir, /tmp{{ range $v.aggregator.pipelines }}, --pipeline, {{ printf "/etc/crowdlog/public/%s" . | quote }}{{ end }}]
   kafka: true
   keys: [aggregator.key]
-  public: [control-sign.key.pub]
+  public: [control-sign.key.pub{{ range $v.aggregator.pipelines }}, {{ . | quote }}{{ end }}]
   stateOf: issuer
   stateReadOnly: true
   gomaxprocs: true
