@@ -132,6 +132,12 @@ type Client struct {
 	// the epoch: the m reports are then spent, and later Submits of that
 	// epoch send nothing.
 	Pad bool
+	// NoOriginal seals "" as every report's original form (the artifact's
+	// Secondary): the release publishes the normalized item only (every DP
+	// policy, release/policy Kind.IsDP; docs/policies.md), so the original
+	// spelling never needs to leave the device, and the aggregator and the
+	// readers of the decrypted topic never see it.
+	NoOriginal bool
 	// Spread is the window over which one user's reports are sent: each
 	// report leaves at its own uniformly random offset in [0, Spread) from
 	// the end of sealing, in a random order, so an observer of relay a's
@@ -461,6 +467,9 @@ func (c *Client) seal(ctx context.Context, u *user, arts []apps.Artifact) ([][]b
 			}
 		}
 		var r *star.Report
+		if c.NoOriginal {
+			a.Secondary = ""
+		}
 		if cred != nil {
 			r, err = sealings[i].SealARC(arcTags[i], a.Primary, a.Secondary)
 			if r != nil {

@@ -104,6 +104,9 @@ type Config struct {
 	// application (Client.Pad, dp-gsu): its first Submit of the epoch pads
 	// with dummy artifacts, later ones send nothing.
 	Pad bool
+	// NoOriginal seals no original form (Client.NoOriginal): set it for a
+	// DP policy, whose release publishes the normalized item only.
+	NoOriginal bool
 	// AppOptions configure the applications Submit names (apps.LookupWith).
 	AppOptions apps.Options
 	// Spread is the window over which one Submit's reports leave
@@ -280,7 +283,7 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 			return nil, fmt.Errorf("ingest: %w", err)
 		}
 		return &Client{App: a, Epoch: cfg.Epoch, Policy: cfg.Policy, K: cfg.K, Pipeline: cfg.Pipelines[name], Randomness: rnd, Route: route,
-			Publish: d.pub.Publish, Limit: cfg.Limit, LimitDistinct: cfg.LimitDistinct, Window: cfg.Window, Pad: cfg.Pad, Spread: cfg.Spread}, nil
+			Publish: d.pub.Publish, Limit: cfg.Limit, LimitDistinct: cfg.LimitDistinct, Window: cfg.Window, Pad: cfg.Pad, NoOriginal: cfg.NoOriginal, Spread: cfg.Spread}, nil
 	}
 	if iss != nil {
 		d.id = &identity{issuer: iss, st: st, epoch: cfg.Epoch} // rnd spends its randomness tokens

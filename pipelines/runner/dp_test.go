@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	kafkago "github.com/segmentio/kafka-go"
+
 	"github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/release"
 	"github.com/crowdlog/crowdlog/release/policy"
 	"github.com/crowdlog/crowdlog/release/stage"
@@ -259,6 +262,13 @@ func TestRunDPGaussianSetUnion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// the clients of a DP pipeline seal no original form: nobody past
+	// the device (aggregator, readers of the decrypted topic) sees one
+	if items, withOriginal := decryptedOriginals(ctx, t, kb.Addr); items == 0 || withOriginal != 0 {
+		t.Fatalf("decrypted topic: %d of %d items carry an original form under dp-gsu, want 0 of > 0", withOriginal, items)
+	} else {
+		t.Logf("decrypted topic: 0 of %d items carry an original form", items)
+	}
 	got, _, err := truth.ReadExport(out)
 	if err != nil {
 		t.Fatal(err)
@@ -384,4 +394,52 @@ func releasedSetItems(items []release.Item) string {
 	}
 	sort.Strings(names)
 	return strings.Join(names, "\x00")
+}
+
+// decryptedOriginals reads every partition of the decrypted topic at
+// broker to its end and counts the items and those that carry an original
+// form (a non-empty Variant).
+func decryptedOriginals(ctx context.Context, t *testing.T, broker string) (items, withOriginal int) {
+	t.Helper()
+	conn, err := kafkago.DialContext(ctx, "tcp", broker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := conn.ReadPartitions(protocol.DecryptedTopic)
+	conn.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		lc, err := kafkago.DialLeader(ctx, "tcp", broker, protocol.DecryptedTopic, p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		end, err := lc.ReadLastOffset()
+		lc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: []string{broker}, Topic: protocol.DecryptedTopic, Partition: p.ID, MaxWait: 50 * time.Millisecond})
+		for off := int64(0); off < end; {
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			m, err := r.ReadMessage(rctx)
+			cancel()
+			if err != nil {
+				r.Close()
+				t.Fatalf("decrypted partition %d at offset %d of %d: %v", p.ID, off, end, err)
+			}
+			off = m.Offset + 1
+			d, err := protocol.ParseDecrypted(m.Value)
+			if err != nil || d.Kind != protocol.KindItem {
+				continue
+			}
+			items++
+			if d.Variant != "" {
+				withOriginal++
+			}
+		}
+		r.Close()
+	}
+	return items, withOriginal
 }

@@ -184,6 +184,6 @@ func newClient(app apps.App, epoch string, pol *policy.Policy, digest [32]byte, 
 	a, b, ag onion.PublicKey, pub *publish.Publisher) *ingest.Client {
 	limit, distinct := pol.Limit()
 	return &ingest.Client{App: app, Epoch: epoch, Policy: pol.Sealing(), K: pol.ShamirK, Pipeline: digest, Limit: limit, LimitDistinct: distinct, Window: pol.Window(),
-		Pad: pol.Padded(), Spread: spread, Randomness: rc, Publish: pub.Publish,
+		Pad: pol.Padded(), NoOriginal: pol.Kind.IsDP(), Spread: spread, Randomness: rc, Publish: pub.Publish,
 		Route: ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: protocol.RelaySubject("b")}}
 }
