@@ -11,6 +11,8 @@ import (
 	"github.com/crowdlog/crowdlog/infra/natsauth"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/pipelines/streams"
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/randomness"
 )
 
 // TestStreamsCmd: `crowdlog streams` with the admin NKey creates every
@@ -47,6 +49,19 @@ func TestStreamsCmd(t *testing.T) {
 		if !strings.Contains(out, "stream "+natsauth.AdminStreams[len(natsauth.AdminStreams)-1]+": subjects [crowdlog.pdd.active.>], replicas 1, max age 48h0m0s") {
 			t.Errorf("the active index does not keep --pdd-retention:\n%s", out)
 		}
+	}
+	// --epoch-length gives the spent tokens the TTL a randomness service
+	// with that schedule needs (spent.CheckTTL accepts it)
+	out, err := run(natsauth.Admin, "--epoch-length", "24h")
+	if err != nil {
+		t.Fatalf("streams --epoch-length: %v", err)
+	}
+	need := 2 * (24*time.Hour + randomness.DefaultGrace + randomness.DefaultSkew)
+	if !strings.Contains(out, "stream KV_"+protocol.SpentTokensBucket+": subjects [$KV."+protocol.SpentTokensBucket+".>], replicas 1, max age "+need.String()) {
+		t.Errorf("the spent-token bucket does not keep 2 × (24h + grace + skew) = %v:\n%s", need, out)
+	}
+	if _, err := run(natsauth.Admin, "--epoch-length", "24h", "--spend-ttl", "1h"); err == nil {
+		t.Error("--epoch-length with --spend-ttl accepted")
 	}
 	if _, err := run(natsauth.RelayB, "--timeout", "3s"); err == nil {
 		t.Fatal("streams with relay b's NKey succeeded: a runtime role may change a stream")

@@ -271,8 +271,8 @@ func TestTokenCustody(t *testing.T) {
 	if want := map[string]string{"aggregator": "aggregator", "randomness": "randomness"}; !maps.Equal(issuers, want) {
 		t.Errorf("issuers per operator %v, want %v", issuers, want)
 	}
-	if len(lengths) != 3 {
-		t.Errorf("--epoch-length in %v: want the randomness service and both issuers", lengths)
+	if len(lengths) != 4 {
+		t.Errorf("--epoch-length in %v: want the randomness service, both issuers and the streams Job (the spent tokens' TTL)", lengths)
 	}
 	for w, l := range lengths {
 		for w2, l2 := range lengths {
