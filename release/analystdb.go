@@ -164,7 +164,10 @@ func AnalystDatabaseStatements(database string) ([]string, error) {
 // copy: the completed release's rows, read from the raw table as it is
 // then. The raw columns are renamed p_<column> inside the join so that
 // none is confused with a marker column of the same name (impressions,
-// released_at).
+// released_at). The joined subquery is aliased (raw_rows), which current
+// ClickHouse requires (joined_subquery_requires_alias) and 18.16 accepts;
+// ALL keeps every raw row of the key (the marker block holds one row per
+// key).
 func publishSelect(p publishedTable, raw, adb string) string {
 	if p.marker == "" {
 		return "SELECT " + strings.Join(p.columns, ", ") + " FROM " + raw + quote(p.name)
@@ -185,7 +188,7 @@ func publishSelect(p publishedTable, raw, adb string) string {
 	return "SELECT " + strings.Join(outer, ", ") +
 		" FROM " + raw + quote(p.marker) +
 		" ALL INNER JOIN (SELECT " + strings.Join(inner, ", ") + " FROM " + raw + quote(p.name) +
-		" WHERE " + tuple(p.key) + " NOT IN (SELECT " + keys + " FROM " + adb + quote(p.name) + ")) USING " + tuple(p.key)
+		" WHERE " + tuple(p.key) + " NOT IN (SELECT " + keys + " FROM " + adb + quote(p.name) + ")) AS raw_rows USING " + tuple(p.key)
 }
 
 // OpenAnalystDatabase creates or completes the analyst database of the

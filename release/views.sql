@@ -53,20 +53,21 @@ FROM
 (
     SELECT epoch, policy, k, source, target, impressions, users, source_released
     FROM reformulation_pairs
-    ANY INNER JOIN
+    ALL INNER JOIN
     (
         SELECT epoch, policy, k, source, sum(impressions) AS source_released
         FROM reformulation_pairs
         GROUP BY epoch, policy, k, source
-    ) USING (epoch, policy, k, source)
-)
-ANY LEFT JOIN
+    ) AS sources USING (epoch, policy, k, source)
+) AS pairs
+ALL LEFT JOIN
 (
-    SELECT epoch, policy, k, item AS source, impressions AS source_impressions
+    SELECT epoch, policy, k, item AS source, sum(impressions) AS source_impressions
     FROM released_items FINAL
     WHERE app = 'query'
       AND (app, epoch, policy, k) IN (SELECT app, epoch, policy, k FROM releases)
-) USING (epoch, policy, k, source)
+    GROUP BY epoch, policy, k, source
+) AS queries USING (epoch, policy, k, source)
 UNION ALL
 SELECT
     epoch, policy, k, source, '?' AS target, toUInt8(1) AS is_remainder,
@@ -80,14 +81,15 @@ FROM
     SELECT epoch, policy, k, source, sum(impressions) AS source_released
     FROM reformulation_pairs
     GROUP BY epoch, policy, k, source
-)
-ANY INNER JOIN
+) AS sources
+ALL INNER JOIN
 (
-    SELECT epoch, policy, k, item AS source, impressions AS source_impressions
+    SELECT epoch, policy, k, item AS source, sum(impressions) AS source_impressions
     FROM released_items FINAL
     WHERE app = 'query'
       AND (app, epoch, policy, k) IN (SELECT app, epoch, policy, k FROM releases)
-) USING (epoch, policy, k, source);
+    GROUP BY epoch, policy, k, source
+) AS queries USING (epoch, policy, k, source);
 
 -- One row per released query→URL click (app click); url at the level the
 -- clients mined with (--url-level).
@@ -141,12 +143,12 @@ FROM
 (
     SELECT campaign, day, keyword, count
     FROM pdd_keyword_counts FINAL
-)
-ANY INNER JOIN
+) AS counts
+ALL INNER JOIN
 (
     SELECT campaign, day, confidence
     FROM pdd_rounds FINAL
-) USING (campaign, day);
+) AS rounds USING (campaign, day);
 
 -- ---------------------------------------------------------------------------
 -- The analyst's views (docs/sql.md). Every view below reads only completed
@@ -184,7 +186,7 @@ SELECT
         match(epoch, '^[0-9]{4}-[0-9]{2}$'), addMonths(epoch_start, 1),
         match(epoch, '^[0-9]{4}$'), addYears(epoch_start, 1),
         NULL) AS Nullable(DateTime('UTC'))) AS epoch_end,
-    toUInt8(policy != 'dp-a') AS users_measured,
+    CAST(policy != 'dp-a' AS UInt8) AS users_measured,
     items, impressions, released_at
 FROM
 (
@@ -223,13 +225,13 @@ FROM
     SELECT app, epoch, policy, k, item, variant, impressions, users AS users_raw
     FROM released_items FINAL
     WHERE app = 'query'
-)
-ANY INNER JOIN
+) AS items
+ALL INNER JOIN
 (
     SELECT app, epoch, policy, k, epoch_start, epoch_end, users_measured
     FROM completed_releases
     WHERE app = 'query'
-) USING (app, epoch, policy, k);
+) AS done USING (app, epoch, policy, k);
 
 -- One row per released reformulation source → target (app reformulation);
 -- proportions per source: reformulation_proportions.
@@ -245,13 +247,13 @@ FROM
     SELECT app, epoch, policy, k, item, variant, impressions, users AS users_raw
     FROM released_items FINAL
     WHERE app = 'reformulation'
-)
-ANY INNER JOIN
+) AS items
+ALL INNER JOIN
 (
     SELECT app, epoch, policy, k, epoch_start, epoch_end, users_measured
     FROM completed_releases
     WHERE app = 'reformulation'
-) USING (app, epoch, policy, k);
+) AS done USING (app, epoch, policy, k);
 
 -- One row per released query → URL click (app click).
 CREATE VIEW IF NOT EXISTS released_clicks AS
@@ -266,13 +268,13 @@ FROM
     SELECT app, epoch, policy, k, item, variant, impressions, users AS users_raw
     FROM released_items FINAL
     WHERE app = 'click'
-)
-ANY INNER JOIN
+) AS items
+ALL INNER JOIN
 (
     SELECT app, epoch, policy, k, epoch_start, epoch_end, users_measured
     FROM completed_releases
     WHERE app = 'click'
-) USING (app, epoch, policy, k);
+) AS done USING (app, epoch, policy, k);
 
 -- One row per released URL (app url).
 CREATE VIEW IF NOT EXISTS released_urls AS
@@ -286,13 +288,13 @@ FROM
     SELECT app, epoch, policy, k, item, variant, impressions, users AS users_raw
     FROM released_items FINAL
     WHERE app = 'url'
-)
-ANY INNER JOIN
+) AS items
+ALL INNER JOIN
 (
     SELECT app, epoch, policy, k, epoch_start, epoch_end, users_measured
     FROM completed_releases
     WHERE app = 'url'
-) USING (app, epoch, policy, k);
+) AS done USING (app, epoch, policy, k);
 
 -- One row per released learning-to-rank feature value (app ltr): feature is
 -- rank, dwell or length, bucket its bucket name.
@@ -310,13 +312,13 @@ FROM
     SELECT app, epoch, policy, k, item, variant, impressions, users AS users_raw
     FROM released_items FINAL
     WHERE app = 'ltr'
-)
-ANY INNER JOIN
+) AS items
+ALL INNER JOIN
 (
     SELECT app, epoch, policy, k, epoch_start, epoch_end, users_measured
     FROM completed_releases
     WHERE app = 'ltr'
-) USING (app, epoch, policy, k);
+) AS done USING (app, epoch, policy, k);
 
 -- One row per released keyword (app keyword).
 CREATE VIEW IF NOT EXISTS released_keywords AS
@@ -330,13 +332,13 @@ FROM
     SELECT app, epoch, policy, k, item, variant, impressions, users AS users_raw
     FROM released_items FINAL
     WHERE app = 'keyword'
-)
-ANY INNER JOIN
+) AS items
+ALL INNER JOIN
 (
     SELECT app, epoch, policy, k, epoch_start, epoch_end, users_measured
     FROM completed_releases
     WHERE app = 'keyword'
-) USING (app, epoch, policy, k);
+) AS done USING (app, epoch, policy, k);
 
 -- One row per line of the counts-only summary of what stayed encrypted when
 -- a completed release's epoch closed (CrowdLogging section 3.3): tags
@@ -348,9 +350,9 @@ FROM
 (
     SELECT app, epoch, policy, k, reports, users, tags
     FROM undecrypted_summary FINAL
-)
-ANY INNER JOIN
+) AS summary
+ALL INNER JOIN
 (
     SELECT app, epoch, policy, k, epoch_start, epoch_end
     FROM completed_releases
-) USING (app, epoch, policy, k);
+) AS done USING (app, epoch, policy, k);
