@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
 // The analyst database (docs/decisions.md, "Analysts see views only").
@@ -200,8 +202,7 @@ func publishSelect(p publishedTable, raw, adb string) string {
 // returns the analyst database's name. ctx bounds the call
 // (DefaultTimeout when it has no deadline).
 func OpenAnalystDatabase(ctx context.Context, addr, database string) (string, error) {
-	stmts, err := AnalystDatabaseStatements(database)
-	if err != nil {
+	if _, err := AnalystDatabaseStatements(database); err != nil {
 		return "", err
 	}
 	adb := AnalystDatabase(database)
@@ -212,25 +213,61 @@ func OpenAnalystDatabase(ctx context.Context, addr, database string) (string, er
 		return "", err
 	}
 	defer conn.Close()
+	var vconn driver.Conn
+	defer func() {
+		if vconn != nil {
+			vconn.Close()
+		}
+	}()
+	// the analyst database exists only after the first statements
+	views := func(ctx context.Context) (driver.Conn, error) {
+		vconn, err = dial(ctx, addr, adb)
+		return vconn, err
+	}
+	return openAnalystDatabase(ctx, conn, views, database, " on "+addr)
+}
+
+// OpenAnalystDatabaseConn is OpenAnalystDatabase on connections already
+// made: admin runs the analyst database's statements (qualified, in any
+// current database; user default or another user with the rights to
+// create databases, tables and views), views runs the analyst views and
+// must have AnalystDatabase(database) as its current database (it is used
+// only after the database was created). The connections stay open. It
+// returns the analyst database's name; errors name the failing statement.
+// ctx bounds the call (DefaultTimeout when it has no deadline).
+func OpenAnalystDatabaseConn(ctx context.Context, admin, views driver.Conn, database string) (string, error) {
+	ctx, cancel := withDeadline(ctx)
+	defer cancel()
+	return openAnalystDatabase(ctx, admin, func(context.Context) (driver.Conn, error) { return views, nil }, database, "")
+}
+
+// openAnalystDatabase runs the analyst database's statements on conn, then
+// the analyst views on the connection views returns; where ("" or " on
+// addr") goes into errors.
+func openAnalystDatabase(ctx context.Context, conn driver.Conn, views func(context.Context) (driver.Conn, error), database, where string) (string, error) {
+	stmts, err := AnalystDatabaseStatements(database)
+	if err != nil {
+		return "", err
+	}
+	adb := AnalystDatabase(database)
 	for _, s := range stmts {
 		if err := conn.Exec(ctx, s); err != nil {
-			return "", fmt.Errorf("release: analyst database %s on %s (%.70s…): %w", adb, addr, s, err)
+			return "", fmt.Errorf("release: analyst database %s%s (%.70s…): %w", adb, where, s, err)
 		}
 	}
 	// Exact duplicates of a ledger row (copied twice while the statements
 	// above ran beside a release stage) merge now rather than at some
 	// later merge: analysts sum the ledger without FINAL.
 	if err := conn.Exec(ctx, "OPTIMIZE TABLE "+quote(adb)+".`privacy_ledger` FINAL"); err != nil {
-		return "", fmt.Errorf("release: merge %s.privacy_ledger on %s: %w", adb, addr, err)
+		return "", fmt.Errorf("release: merge %s.privacy_ledger%s: %w", adb, where, err)
 	}
-	vconn, err := dial(ctx, addr, adb)
+	vconn, err := views(ctx)
 	if err != nil {
 		return "", err
 	}
-	defer vconn.Close()
 	for _, s := range ViewStatements() {
 		if err := vconn.Exec(ctx, s); err != nil {
-			return "", fmt.Errorf("release: analyst views in %s on %s (%.60s…): %w", adb, addr, s, err)
+			return "", fmt.Errorf("release: analyst views in %s%s (%.60s…): %w", adb, where, s, err)
 		}
 	}
 	return adb, nil

@@ -113,14 +113,34 @@ func Open(ctx context.Context, addr, database string) (*Writer, error) {
 		}
 		return nil, err
 	}
-	server, err := probe(ctx, conn)
+	w, err := OpenConn(ctx, conn, database)
 	if err != nil {
 		conn.Close()
 		return nil, err
 	}
+	return w, nil
+}
+
+// OpenConn is Open on a connection already made: conn's current database
+// is database (an identifier that must exist). It probes the server
+// (Server), creates the Schema tables (SchemaStatementsFor) and the Views
+// if they do not exist, and returns a Writer that writes through conn;
+// Writer.Close closes conn. On error conn is left open for the caller to
+// close. Errors name the database, the server's version and the first
+// failing statement. ctx bounds the call (DefaultTimeout when it has no
+// deadline).
+func OpenConn(ctx context.Context, conn driver.Conn, database string) (*Writer, error) {
+	if !identRE.MatchString(database) {
+		return nil, fmt.Errorf("release: database name %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)", database)
+	}
+	ctx, cancel := withDeadline(ctx)
+	defer cancel()
+	server, err := probe(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
 	for _, stmt := range append(SchemaStatementsFor(server), ViewStatements()...) {
 		if err := conn.Exec(ctx, stmt); err != nil {
-			conn.Close()
 			return nil, fmt.Errorf("release: apply schema in %s on ClickHouse %s (%.60s…): %w", database, server.Version, stmt, err)
 		}
 	}
