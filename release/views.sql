@@ -7,6 +7,16 @@
 -- separated by semicolons; comments are whole lines. Every view reads only
 -- completed releases (keys with a row in releases) through FINAL.
 --
+-- One text for ClickHouse 18.16 and current releases, with default
+-- settings and the same rows on both: every joined subquery has an alias
+-- (current releases refuse one without, joined_subquery_requires_alias);
+-- every join is ALL and its right side has one row per join key (a FINAL
+-- read of a table whose sorting key is the join key, or a GROUP BY of it),
+-- since ANY INNER JOIN keeps one row per key of both sides on current
+-- releases but every matching left row on 18.16; no view column is
+-- LowCardinality(UInt8), which current releases refuse. Views are analysed
+-- again under their reader's settings, so none relies on a setting.
+--
 -- Composite artifacts (reformulation, click, ltr) are fields joined by
 -- ' → ' (space, U+2192, space); inside a field a backslash is written
 -- \u005c and U+2192 is written \u2192 (docs/applications.md). The views
@@ -30,8 +40,9 @@ WHERE app = 'reformulation'
 -- query-app count was released under the same (epoch, policy, k), one
 -- remainder row (is_remainder = 1, target = '?').
 --   source_released    = sum of the released reformulations' impressions of q1
---   source_impressions = q1's impressions in the query app's release, 0 when
---                        the query app did not release q1 (same epoch, policy, k)
+--   source_impressions = q1's impressions in the query app's release (summed
+--                        over its variants), 0 when the query app did not
+--                        release q1 (same epoch, policy, k)
 --   share_of_released  = impressions / source_released: the share among
 --                        the released reformulations of q1 (NULL on remainder rows)
 --   share_of_source    = impressions / source_impressions: the share of all
