@@ -279,20 +279,24 @@ func TestInitAnalyst(t *testing.T) {
 }
 
 // TestAnalystStatements checks the SQL of current ClickHouse's analyst
-// (not runnable on 18.16, which has no CREATE USER): quoting and refusals.
+// (not runnable on 18.16, which has no CREATE USER): no default role,
+// every global grant revoked, SELECT on the analyst database; quoting and
+// refusals (user default among them). TestChdbAccessStatements parses
+// them on the 26.7 engine.
 func TestAnalystStatements(t *testing.T) {
 	got, err := AnalystStatements(Analyst{Name: "analyst", Password: `it's\x`, Database: AnalystDatabase("crowdlog")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
-		"CREATE USER OR REPLACE `analyst` IDENTIFIED WITH sha256_password BY 'it\\'s\\\\x' SETTINGS readonly = 1",
+		"CREATE USER OR REPLACE `analyst` IDENTIFIED WITH sha256_password BY 'it\\'s\\\\x' DEFAULT ROLE NONE SETTINGS readonly = 1",
+		"REVOKE ALL ON *.* FROM `analyst`",
 		"GRANT SELECT ON `crowdlog_analyst`.* TO `analyst`",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("AnalystStatements:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	for _, bad := range []Analyst{{Name: "a b", Password: "p", Database: "d"}, {Name: "a", Password: "p", Database: "d;"}, {Name: "a", Database: "d"}} {
+	for _, bad := range []Analyst{{Name: "a b", Password: "p", Database: "d"}, {Name: "a", Password: "p", Database: "d;"}, {Name: "a", Database: "d"}, {Name: "default", Password: "p", Database: "d"}} {
 		if _, err := AnalystStatements(bad); err == nil {
 			t.Errorf("AnalystStatements(%+v) accepted", bad)
 		}

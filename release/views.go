@@ -96,9 +96,12 @@ type Server struct {
 	SQLUsers bool
 }
 
-// Probe connects to the native-protocol address addr as user default and
-// describes the server. ctx bounds the call (DefaultTimeout when it has no
-// deadline).
+// Probe connects to the native-protocol address addr with the Login of ctx
+// (user default without password when none) and describes the server. It
+// refuses (ErrUnsupportedServer, naming the version or the setting and
+// its value) a server older than MinVersion and a session with a
+// ResultSettings value that changes what crowdlog's views return. ctx
+// bounds the call (DefaultTimeout when it has no deadline).
 func Probe(ctx context.Context, addr string) (Server, error) {
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
@@ -110,10 +113,23 @@ func Probe(ctx context.Context, addr string) (Server, error) {
 	return probe(ctx, conn)
 }
 
+// probe describes the server of conn and refuses it (ErrUnsupportedServer)
+// when its version or the ResultSettings of conn's session are not
+// supported; it changes nothing.
 func probe(ctx context.Context, conn driver.Conn) (Server, error) {
 	var s Server
 	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&s.Version); err != nil {
 		return s, fmt.Errorf("release: read the server version: %w", err)
+	}
+	if err := checkVersion(s.Version); err != nil {
+		return s, err
+	}
+	var who string
+	if err := conn.QueryRow(ctx, "SELECT currentUser()").Scan(&who); err != nil {
+		who = "this user" // 18.16 has currentUser(); a failure here only changes the wording
+	}
+	if err := checkSettings(ctx, conn, s.Version, who); err != nil {
+		return s, err
 	}
 	var lcOff, users uint64
 	if err := conn.QueryRow(ctx, "SELECT count() FROM system.settings WHERE name = 'allow_experimental_low_cardinality_type' AND value = '0'").Scan(&lcOff); err != nil {
@@ -166,23 +182,33 @@ var ErrNoSQLUsers = errors.New("server has no CREATE USER")
 
 // AnalystStatements returns the SQL that creates (or replaces) a and gives
 // it SELECT on a.Database only, with readonly = 1 (no INSERT, DDL, SET or
-// table function): CREATE USER OR REPLACE … IDENTIFIED WITH
-// sha256_password BY … SETTINGS readonly = 1, then GRANT SELECT ON db.* TO
-// user, for servers with SQL users (ClickHouse 20.4 and later; untested
-// here, where only 18.16 runs). a.Database is the analyst database, whose
-// views read copies in the same database, which the grant covers: no grant
-// on the release database is needed, and no view needs SQL SECURITY
-// DEFINER (ClickHouse 24.2 and later) to read what its reader may not.
-// Nothing is granted on system.*: where the server's
+// table function), for servers with SQL users (ClickHouse 20.4 and
+// later), in order:
+//
+//	CREATE USER OR REPLACE `a` IDENTIFIED WITH sha256_password BY '…' DEFAULT ROLE NONE SETTINGS readonly = 1
+//	REVOKE ALL ON *.* FROM `a`
+//	GRANT SELECT ON `<a.Database>`.* TO `a`
+//
+// No role, no grant option, nothing global: no FILE, URL, S3, REMOTE or
+// other source, no KILL QUERY, no SYSTEM. CreateAnalyst then checks with
+// SHOW GRANTS FOR that the user holds exactly that grant. Their syntax is
+// checked on the 26.7 engine (formatQuery); no server with SQL users runs
+// in the tests (chDB has no writable user storage, Debian's 18.16 no SQL
+// users), so docs/operations.md gives them for operators to run by hand.
+// a.Database is the analyst database, whose views read copies in the same
+// database, which the grant covers: no grant on the release database is
+// needed, and no view needs SQL SECURITY DEFINER (ClickHouse 24.2 and
+// later) to read what its reader may not. Nothing is granted on system.*:
+// where the server's
 // access_control_improvements.select_from_system_db_requires_grant is
 // true that keeps the analyst out of system.processes and
 // system.query_log (system.tables, system.columns and system.databases
 // stay readable); where it is false every user reads them, and no REVOKE
-// changes that. Errors for a name or database that is not an identifier,
-// or an empty password.
+// changes that. Errors for a name that is not an identifier or is
+// default, a database that is not an identifier, or an empty password.
 func AnalystStatements(a Analyst) ([]string, error) {
-	if !identRE.MatchString(a.Name) {
-		return nil, fmt.Errorf("release: analyst name %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)", a.Name)
+	if !identRE.MatchString(a.Name) || a.Name == clickhouse.DefaultUser {
+		return nil, fmt.Errorf("release: analyst name %q: want a plain identifier ([A-Za-z_][A-Za-z0-9_]*) other than default", a.Name)
 	}
 	if !dbNameRE.MatchString(a.Database) {
 		return nil, fmt.Errorf("release: database name %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)", a.Database)
@@ -192,19 +218,25 @@ func AnalystStatements(a Analyst) ([]string, error) {
 	}
 	pw := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(a.Password)
 	return []string{
-		"CREATE USER OR REPLACE `" + a.Name + "` IDENTIFIED WITH sha256_password BY '" + pw + "' SETTINGS readonly = 1",
+		"CREATE USER OR REPLACE `" + a.Name + "` IDENTIFIED WITH sha256_password BY '" + pw + "' DEFAULT ROLE NONE SETTINGS readonly = 1",
+		"REVOKE ALL ON *.* FROM `" + a.Name + "`",
 		"GRANT SELECT ON `" + a.Database + "`.* TO `" + a.Name + "`",
 	}, nil
 }
 
-// CreateAnalyst creates the analyst user a on the server at addr (as user
-// default, which needs access management) with AnalystStatements. On a
-// server without SQL users (18.16) it changes nothing and returns an error
-// wrapping ErrNoSQLUsers. ctx bounds the call (DefaultTimeout when it has
-// no deadline).
+// CreateAnalyst creates the analyst user a on the server at addr (with the
+// Login of ctx, the administrator: user default, which needs
+// access_management) with AnalystStatements, then reads SHOW GRANTS FOR
+// a.Name and refuses a user that holds anything else than SELECT on
+// a.Database (ErrExtraGrants, naming the extra grants). It first refuses,
+// changing nothing, a server older than MinVersion or with unsupported
+// settings (ErrUnsupportedServer) and an analyst defined in the server's
+// users.xml or users.d (ErrExtraGrants: such a user holds every global
+// privilege). On a server without SQL users (18.16) it changes nothing and
+// returns an error wrapping ErrNoSQLUsers. ctx bounds the call
+// (DefaultTimeout when it has no deadline).
 func CreateAnalyst(ctx context.Context, addr string, a Analyst) error {
-	stmts, err := AnalystStatements(a)
-	if err != nil {
+	if _, err := AnalystStatements(a); err != nil {
 		return err
 	}
 	ctx, cancel := withDeadline(ctx)
@@ -222,16 +254,26 @@ func CreateAnalyst(ctx context.Context, addr string, a Analyst) error {
 		return fmt.Errorf("release: create analyst %s on ClickHouse %s at %s: %w; users live in users.xml/users.d there (crowdlog clickhouse init --users-d DIR)",
 			a.Name, s.Version, addr, ErrNoSQLUsers)
 	}
-	for i, stmt := range stmts {
+	if err := checkUserStorage(ctx, conn, s.Version, a.Name, "analyst"); err != nil {
+		return err
+	}
+	return createAnalyst(ctx, conn, addr, a)
+}
+
+// createAnalyst runs AnalystStatements(a) on conn (the administrator's, on
+// a server with SQL users) and verifies the grants.
+func createAnalyst(ctx context.Context, conn driver.Conn, addr string, a Analyst) error {
+	stmts, err := AnalystStatements(a)
+	if err != nil {
+		return err
+	}
+	for _, stmt := range stmts {
 		if err := conn.Exec(ctx, stmt); err != nil {
-			what := "CREATE USER"
-			if i > 0 {
-				what = "GRANT"
-			}
-			return fmt.Errorf("release: %s for analyst %s on %s (does user default have access_management?): %w", what, a.Name, addr, err)
+			what, _, _ := strings.Cut(stmt, " `")
+			return fmt.Errorf("release: %s for analyst %s on %s (does the administrator have access_management?): %w", what, a.Name, addr, err)
 		}
 	}
-	return nil
+	return verifyGrants(ctx, conn, a.Name, analystGrants(a.Database))
 }
 
 // DefaultAnalystWait bounds how long Init waits for a users.d analyst to
@@ -324,31 +366,48 @@ type InitResult struct {
 }
 
 // Init creates Database with the Schema tables (LowCardinality where the
-// server supports it) and the Views, as Open does, then its analyst
-// database with the published copies, the materialized views that keep
-// them current and the analyst views (OpenAnalystDatabase), then, when
+// server supports them without an experimental setting) and the Views, as
+// Open does, then its analyst database with the published copies, the
+// materialized views that keep them current and the analyst views
+// (OpenAnalystDatabase), then, when o.Writer.Name is set, the release
+// stages' writer (WriterAccount: WriterStatements on a server with SQL
+// users, else a users.d file, infra/clickhouse.WriteWriterUser, that
+// allows only the release and analyst databases), then, when
 // o.Analyst.Name is set, the read-only analyst on the analyst database
-// only: with CREATE USER and GRANT SELECT ON AnalystDatabase(Database).*
-// where the server has SQL users (CreateAnalyst), else by writing a
-// users.d file into o.UsersDir (infra/clickhouse.WriteAnalystUser: profile
-// readonly, allow_databases = the analyst database). It then waits until
-// the analyst can log in and read completed_releases (CheckAnalyst),
-// bounded by AnalystWait. Idempotent: a rerun keeps the data, adds what an
-// upgrade added to the analyst database, backfills what it lacks and
-// replaces the user's password. With o.Writer.Name it also creates the
-// release stages' writer (WriterAccount: WriterStatements on a server with
-// SQL users, else a users.d file, infra/clickhouse.WriteWriterUser, that
-// allows only the release and analyst databases) and waits for its first
-// login as for the analyst's. Init works with the Login of ctx
-// (infra/clickhouse.WithLogin), the administrator, and first refuses a
-// server whose user default logs in without a password
+// only: AnalystStatements where the server has SQL users, else a users.d
+// file in o.UsersDir (infra/clickhouse.WriteAnalystUser: profile readonly,
+// allow_databases = the analyst database). On a server with SQL users it
+// checks with SHOW GRANTS FOR that each user holds exactly what crowdlog
+// grants (ErrExtraGrants otherwise). It waits, bounded by AnalystWait,
+// until the writer can log in and read releases and the analyst can log
+// in and read completed_releases (CheckAnalyst) with supported settings.
+//
+// Before it creates anything Init refuses, as an error saying what to do:
+// a server whose user default logs in without a password
 // (CheckDefaultPassword, ErrPasswordlessDefault) unless
-// o.AllowPasswordlessDefault. ctx bounds the call (DefaultTimeout when
-// it has no deadline).
+// o.AllowPasswordlessDefault; a server older than MinVersion or an
+// administrator's session with a ResultSettings value
+// (ErrUnsupportedServer); an analyst or writer whose name or password the
+// statements cannot carry; users to create on a server without SQL users
+// and no o.UsersDir (ErrNoSQLUsers); on a server with SQL users an
+// administrator that may not read system.users, and an analyst or writer
+// already defined in users.xml/users.d (ErrExtraGrants). A failure after
+// that (a lost connection, a refused statement) leaves the steps done so
+// far; every step is idempotent, so rerunning Init completes the job:
+// it keeps the data, adds what an upgrade added to the analyst database,
+// backfills what the copies lack and replaces the users and their
+// passwords. Init works with the Login of ctx
+// (infra/clickhouse.WithLogin), the administrator. ctx bounds the call
+// (DefaultTimeout when it has no deadline).
 func Init(ctx context.Context, o InitOptions) (InitResult, error) {
 	if o.Database == "" {
 		o.Database = DefaultDatabase
 	}
+	if !identRE.MatchString(o.Database) {
+		return InitResult{}, fmt.Errorf("release: database name %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 63 bytes)", o.Database)
+	}
+	a := o.Analyst
+	a.Database = AnalystDatabase(o.Database)
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
 	if !o.AllowPasswordlessDefault {
@@ -356,39 +415,70 @@ func Init(ctx context.Context, o InitOptions) (InitResult, error) {
 			return InitResult{}, err
 		}
 	}
-	w, err := Open(ctx, o.Addr, o.Database)
+	admin, err := dial(ctx, o.Addr, "default")
 	if err != nil {
 		return InitResult{}, err
 	}
-	res := InitResult{Server: w.Server()}
+	defer admin.Close()
+	s, err := probe(ctx, admin)
+	if err != nil {
+		return InitResult{Server: s}, err
+	}
+	res := InitResult{Server: s}
+	if err := checkInitUsers(o, a, s); err != nil {
+		return res, err
+	}
+	if s.SQLUsers {
+		for _, u := range []struct{ name, role string }{{o.Writer.Name, "writer"}, {a.Name, "analyst"}} {
+			if u.name == "" {
+				continue
+			}
+			if err := checkUserStorage(ctx, admin, s.Version, u.name, u.role); err != nil {
+				return res, err
+			}
+		}
+	} else if (a.Name != "" || o.Writer.Name != "") && o.UsersDir == "" {
+		return res, fmt.Errorf("release: ClickHouse %s at %s: %w, its users live in users.xml and users.d: give the server's users.d directory (--users-d, e.g. /etc/clickhouse-server/users.d on its machine, or --dir of `crowdlog clickhouse`)",
+			s.Version, o.Addr, ErrNoSQLUsers)
+	}
+	w, err := Open(ctx, o.Addr, o.Database)
+	if err != nil {
+		return res, err
+	}
 	w.Close()
+	if err := initStep("release-database"); err != nil {
+		return res, err
+	}
 	if res.AnalystDatabase, err = OpenAnalystDatabase(ctx, o.Addr, o.Database); err != nil {
+		return res, err
+	}
+	if err := initStep("analyst-database"); err != nil {
 		return res, err
 	}
 	if o.Writer.Name != "" {
 		if res.WriterFile, err = initWriter(ctx, o, o.Database, res.Server); err != nil {
 			return res, err
 		}
+		if err := initStep("writer"); err != nil {
+			return res, err
+		}
 	}
-	if o.Analyst.Name == "" {
+	if a.Name == "" {
 		return res, nil
 	}
-	a := o.Analyst
-	a.Database = res.AnalystDatabase
 	if res.Server.SQLUsers {
-		if err := CreateAnalyst(ctx, o.Addr, a); err != nil {
+		if err := createAnalyst(ctx, admin, o.Addr, a); err != nil {
 			return res, err
 		}
 	} else {
-		if o.UsersDir == "" {
-			return res, fmt.Errorf("release: ClickHouse %s at %s: %w, its users live in users.xml and users.d: give the server's users.d directory (--users-d, e.g. /etc/clickhouse-server/users.d on its machine, or --dir of `crowdlog clickhouse`)",
-				res.Server.Version, o.Addr, ErrNoSQLUsers)
-		}
 		path, err := clickhouse.WriteAnalystUser(o.UsersDir, clickhouse.AnalystUser{Name: a.Name, Password: a.Password, Database: a.Database, Networks: o.Networks})
 		if err != nil {
 			return res, err
 		}
 		res.AnalystFile = path
+	}
+	if err := initStep("analyst"); err != nil {
+		return res, err
 	}
 	wait := o.AnalystWait
 	if wait <= 0 {
@@ -400,8 +490,8 @@ func Init(ctx context.Context, o InitOptions) (InitResult, error) {
 	defer tick.Stop()
 	for {
 		err := CheckAnalyst(wctx, o.Addr, a)
-		if err == nil {
-			return res, nil
+		if err == nil || errors.Is(err, ErrUnsupportedServer) {
+			return res, err
 		}
 		select {
 		case <-wctx.Done():
@@ -412,10 +502,59 @@ func Init(ctx context.Context, o InitOptions) (InitResult, error) {
 	}
 }
 
+// checkInitUsers checks that the users Init is to create on server s can
+// be written as statements (SQL users) or users.d files, before anything
+// is created.
+func checkInitUsers(o InitOptions, a Analyst, s Server) error {
+	if s.SQLUsers {
+		if a.Name != "" {
+			if _, err := AnalystStatements(a); err != nil {
+				return err
+			}
+		}
+		if o.Writer.Name != "" {
+			if _, err := WriterStatements(o.Writer, o.Database); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if a.Name != "" {
+		if _, err := clickhouse.AnalystUsersXML(clickhouse.AnalystUser{Name: a.Name, Password: a.Password, Database: a.Database, Networks: o.Networks}); err != nil {
+			return err
+		}
+	}
+	if o.Writer.Name != "" {
+		if _, err := clickhouse.WriterUsersXML(clickhouse.WriterUser{Name: o.Writer.Name, Password: o.Writer.Password,
+			Databases: []string{o.Database, AnalystDatabase(o.Database)}, Networks: o.WriterNetworks}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// initHook, when set, is called by Init after each step ("release-database",
+// "analyst-database", "writer", "analyst") and its error stops Init there:
+// tests interrupt Init with it and check that a rerun completes the job.
+var initHook func(step string) error
+
+func initStep(step string) error {
+	if initHook == nil {
+		return nil
+	}
+	if err := initHook(step); err != nil {
+		return fmt.Errorf("release: init interrupted after step %s: %w", step, err)
+	}
+	return nil
+}
+
 // CheckAnalyst logs in at addr as a (password a.Password, database
-// a.Database, the analyst database) and reads completed_releases. nil
-// means the analyst exists and may read the views. ctx bounds the call (DefaultTimeout when it has
-// no deadline).
+// a.Database, the analyst database), refuses a session whose settings
+// change what the views return (ErrUnsupportedServer, naming the setting:
+// the analyst's settings profile has one of ResultSettings at another
+// value) and reads completed_releases. nil means the analyst exists and
+// may read the views as crowdlog wrote them. ctx bounds the call
+// (DefaultTimeout when it has no deadline).
 func CheckAnalyst(ctx context.Context, addr string, a Analyst) error {
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
@@ -424,6 +563,13 @@ func CheckAnalyst(ctx context.Context, addr string, a Analyst) error {
 		return err
 	}
 	defer conn.Close()
+	var version string
+	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&version); err != nil {
+		return fmt.Errorf("release: analyst %s reads version(): %w", a.Name, err)
+	}
+	if err := checkSettings(ctx, conn, version, a.Name); err != nil {
+		return err
+	}
 	var n uint64
 	if err := conn.QueryRow(ctx, "SELECT count() FROM completed_releases").Scan(&n); err != nil {
 		return fmt.Errorf("release: analyst %s reads %s.completed_releases: %w", a.Name, a.Database, err)

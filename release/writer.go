@@ -84,7 +84,10 @@ func withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
 // Writer) may use only its own databases, which must exist already
 // (`crowdlog clickhouse init` as the administrator creates them). Tables get
 // LowCardinality(String) columns where the server supports them without an
-// experimental setting (SchemaStatementsFor; not on 18.16). It is
+// experimental setting (SchemaStatementsFor; not on 18.16). Before it
+// creates anything it refuses a server older than MinVersion and a
+// session whose ResultSettings change what the views return
+// (ErrUnsupportedServer, naming the version or the setting). It is
 // idempotent. ctx bounds the whole call (DefaultTimeout when it has no
 // deadline).
 func Open(ctx context.Context, addr, database string) (*Writer, error) {
@@ -98,6 +101,11 @@ func Open(ctx context.Context, addr, database string) (*Writer, error) {
 	if login.Username() == clickhouse.DefaultUser {
 		boot, err := dial(ctx, addr, "default")
 		if err != nil {
+			return nil, err
+		}
+		// refuse an unsupported server before creating anything
+		if _, err := probe(ctx, boot); err != nil {
+			boot.Close()
 			return nil, err
 		}
 		err = boot.Exec(ctx, "CREATE DATABASE IF NOT EXISTS `"+database+"`")

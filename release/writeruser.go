@@ -2,6 +2,7 @@ package release
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -21,13 +22,21 @@ type WriterAccount struct {
 }
 
 // WriterStatements returns the SQL that creates w on a server with SQL
-// users for the release database db: CREATE USER OR REPLACE … IDENTIFIED
-// WITH sha256_password, then GRANT SELECT, INSERT, CREATE TABLE, CREATE
-// VIEW and ALTER (the idempotent schema of Open, the ALTER DELETE of an
-// interrupted release's redo) on db.* and on AnalystDatabase(db).*, where
-// its inserts go through the materialized views. No DROP, no other
-// database. Errors for a name that is not an identifier, user default, an
-// empty password or a password with a quote or backslash.
+// users for the release database db, in order:
+//
+//	CREATE USER OR REPLACE `w` IDENTIFIED WITH sha256_password BY '…' DEFAULT ROLE NONE
+//	REVOKE ALL ON *.* FROM `w`
+//	GRANT SELECT, INSERT, CREATE TABLE, CREATE VIEW, ALTER ON `db`.* TO `w`
+//	GRANT SELECT, INSERT, CREATE TABLE, CREATE VIEW, ALTER ON `db_analyst`.* TO `w`
+//
+// SELECT, INSERT, CREATE TABLE, CREATE VIEW and ALTER (the idempotent
+// schema of Open, the ALTER DELETE of an interrupted release's redo) on db
+// and on AnalystDatabase(db), where its inserts go through the
+// materialized views. No DROP, no other database, no role, nothing global
+// (no FILE, URL, S3, REMOTE or other source, no KILL QUERY, no SYSTEM):
+// Init checks with SHOW GRANTS FOR that the user holds exactly these.
+// Errors for a name that is not an identifier, user default, an empty
+// password or a password with a quote or backslash.
 func WriterStatements(w WriterAccount, db string) ([]string, error) {
 	if !identRE.MatchString(w.Name) || w.Name == clickhouse.DefaultUser {
 		return nil, fmt.Errorf("release: writer name %q: want a plain identifier other than default", w.Name)
@@ -38,7 +47,10 @@ func WriterStatements(w WriterAccount, db string) ([]string, error) {
 	if !identRE.MatchString(db) {
 		return nil, fmt.Errorf("release: database name %q is not a plain identifier", db)
 	}
-	out := []string{"CREATE USER OR REPLACE `" + w.Name + "` IDENTIFIED WITH sha256_password BY '" + w.Password + "'"}
+	out := []string{
+		"CREATE USER OR REPLACE `" + w.Name + "` IDENTIFIED WITH sha256_password BY '" + w.Password + "' DEFAULT ROLE NONE",
+		"REVOKE ALL ON *.* FROM `" + w.Name + "`",
+	}
 	for _, d := range []string{db, AnalystDatabase(db)} {
 		out = append(out, "GRANT SELECT, INSERT, CREATE TABLE, CREATE VIEW, ALTER ON `"+d+"`.* TO `"+w.Name+"`")
 	}
@@ -46,7 +58,8 @@ func WriterStatements(w WriterAccount, db string) ([]string, error) {
 }
 
 // initWriter creates o.Writer for database db (servers with SQL users:
-// WriterStatements as the Login of ctx; else a users.d file in o.UsersDir,
+// WriterStatements as the Login of ctx, then SHOW GRANTS FOR must show
+// exactly writerGrants; else a users.d file in o.UsersDir,
 // infra/clickhouse.WriteWriterUser) and waits, at most o.AnalystWait,
 // until it can log in to db and read releases. It returns the users.d
 // file's path, "" for SQL users.
@@ -67,6 +80,9 @@ func initWriter(ctx context.Context, o InitOptions, db string, s Server) (string
 			if err := conn.Exec(ctx, stmt); err != nil {
 				return "", fmt.Errorf("release: create writer %s on %s (does the administrator have access_management?): %w", w.Name, o.Addr, err)
 			}
+		}
+		if err := verifyGrants(ctx, conn, w.Name, writerGrants(db)); err != nil {
+			return "", err
 		}
 	} else {
 		if o.UsersDir == "" {
@@ -90,8 +106,8 @@ func initWriter(ctx context.Context, o InitOptions, db string, s Server) (string
 	defer tick.Stop()
 	for {
 		err := checkWriter(wctx, o.Addr, db, w)
-		if err == nil {
-			return path, nil
+		if err == nil || errors.Is(err, ErrUnsupportedServer) {
+			return path, err
 		}
 		select {
 		case <-wctx.Done():
@@ -102,13 +118,22 @@ func initWriter(ctx context.Context, o InitOptions, db string, s Server) (string
 	}
 }
 
-// checkWriter logs in as w in db and reads releases.
+// checkWriter logs in as w in db, refuses a session with unsupported
+// settings (ErrUnsupportedServer: the writer's profile) and reads
+// releases.
 func checkWriter(ctx context.Context, addr, db string, w WriterAccount) error {
 	conn, err := DialAs(ctx, addr, db, w.Name, w.Password)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
+	var version string
+	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&version); err != nil {
+		return fmt.Errorf("release: writer %s reads version(): %w", w.Name, err)
+	}
+	if err := checkSettings(ctx, conn, version, w.Name); err != nil {
+		return err
+	}
 	var n uint64
 	return conn.QueryRow(ctx, "SELECT count() FROM releases").Scan(&n)
 }
