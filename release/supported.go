@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 
@@ -105,6 +106,21 @@ func checkVersion(v string) error {
 			v, ErrUnsupportedServer, MinVersion)
 	}
 	return nil
+}
+
+// sessionUser names the user of conn's session for messages:
+// currentUser() (19.x and later), else (18.16) the user column of the
+// query's own row in system.processes, else "this user".
+func sessionUser(ctx context.Context, conn driver.Conn) string {
+	var who string
+	if err := conn.QueryRow(ctx, "SELECT currentUser()").Scan(&who); err == nil && who != "" {
+		return who
+	}
+	marker := fmt.Sprintf("crowdlog probe %d", rand.Uint64())
+	if err := conn.QueryRow(ctx, "SELECT user FROM system.processes WHERE query LIKE '%"+marker+"%' LIMIT 1").Scan(&who); err == nil && who != "" {
+		return who
+	}
+	return "this user"
 }
 
 // settingsQuery reads the ResultSettings of the session from

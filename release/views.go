@@ -124,11 +124,7 @@ func probe(ctx context.Context, conn driver.Conn) (Server, error) {
 	if err := checkVersion(s.Version); err != nil {
 		return s, err
 	}
-	var who string
-	if err := conn.QueryRow(ctx, "SELECT currentUser()").Scan(&who); err != nil {
-		who = "this user" // 18.16 has currentUser(); a failure here only changes the wording
-	}
-	if err := checkSettings(ctx, conn, s.Version, who); err != nil {
+	if err := checkSettings(ctx, conn, s.Version, sessionUser(ctx, conn)); err != nil {
 		return s, err
 	}
 	var lcOff, users uint64
