@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/crowdlog
 PKGS    := ./...
 
-.PHONY: all build test test-short race vet attacks fuzz bench demo chaos clean
+.PHONY: all build test test-short race vet attacks fuzz bench demo chaos clean chdb
 
 all: build
 
@@ -12,14 +12,30 @@ build:
 
 vet:
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags chdb $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# libchdb.so, the current ClickHouse engine (chDB 26.7) the tests with build
+# tag chdb load: fetched once by scripts/chdb-lib.sh (about 180 MB, cached in
+# ~/.cache/crowdlog), which prints its path last.
+CHDB_LIB = lib=$$(bash scripts/chdb-lib.sh | tail -1) && [ -s "$$lib" ] || \
+	{ echo "make: scripts/chdb-lib.sh did not provide libchdb.so (see its message above)" >&2; exit 1; }
 
 # The full suite: unit tests, fuzz seed corpora, and end-to-end runs through
 # embedded NATS, kfake and a real ClickHouse server (installed by .ci/run or
-# `make demo`; without it, tests that need it skip unless CI=true). The
-# attack tests run first, in `make attacks`, and are skipped here.
+# `make demo`; without it, tests that need it skip unless CI=true), with
+# build tag chdb: every SQL statement and docs/sql.md recipe also runs on the
+# current ClickHouse engine (chDB). The attack tests run first, in `make
+# attacks`, and are skipped here.
 test: vet attacks race
-	$(GO) test -count=1 -timeout 60m -skip '^TestAttack' $(PKGS)
+	@$(CHDB_LIB); set -x; CHDB_LIB_PATH="$$lib" $(GO) test -tags chdb -count=1 -timeout 60m -skip '^TestAttack' $(PKGS)
+
+# Only the tests on the current ClickHouse engine (chDB, build tag chdb):
+# the adapter, every statement of the release code, the docs/sql.md recipes
+# (add -v through GOTESTFLAGS=-v for the statement counts per group).
+chdb:
+	@$(CHDB_LIB); set -x; CHDB_LIB_PATH="$$lib" $(GO) test -tags chdb -count=1 -timeout 20m $(GOTESTFLAGS) ./infra/clickhouse/chdb && \
+	CHDB_LIB_PATH="$$lib" $(GO) test -tags chdb -count=1 -timeout 20m -run 'ChDB' $(GOTESTFLAGS) ./release
 
 # The short suite of every package under the race detector (tests that
 # replay the whole bundled log skip in -short; the full run above has them;
