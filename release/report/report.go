@@ -234,6 +234,30 @@ func Load(ctx context.Context, opts Options) (*Data, error) {
 		return nil, fmt.Errorf("report: ClickHouse at %s (native protocol, the TCP port) as %s in database %s does not answer (a wrong password, or no such database: `crowdlog clickhouse init` creates it): %w",
 			opts.Addr, user, session, err)
 	}
+	opts.User = user
+	return LoadConn(ctx, conn, opts)
+}
+
+// LoadConn is Load on a connection already made, logged in as opts.User
+// (user default when ""; opts.Addr and opts.Password are not used): it
+// reads the analyst database of opts.Database when the connection sees
+// it, else, as user default, opts.Database. The connection stays open.
+// Errors are Load's. ctx bounds the call (DefaultTimeout when it has no
+// deadline).
+func LoadConn(ctx context.Context, conn driver.Conn, opts Options) (*Data, error) {
+	opts = opts.withDefaults()
+	if !identRE.MatchString(opts.Database) {
+		return nil, fmt.Errorf("report: database name %q is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)", opts.Database)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		defer cancel()
+	}
+	user := opts.User
+	if user == "" {
+		user = "default"
+	}
 	db, err := pickDatabase(ctx, conn, opts.Database, user)
 	if err != nil {
 		return nil, err
