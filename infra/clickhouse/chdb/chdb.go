@@ -54,7 +54,7 @@ type Engine struct {
 
 	curDB    string            // current database of the session, "" unknown
 	applied  map[string]string // settings changed by a Conn, by name
-	defaults map[string]string // their values before the first change
+	defaults map[string]string // every setting's value at Open
 }
 
 var (
@@ -92,6 +92,25 @@ func open() (*Engine, error) {
 		return nil, fmt.Errorf("chdb: version() and timezone() answered %q", out)
 	}
 	e.version = f[0]
+	// the defaults, read before any SET (a setting such as
+	// max_execution_time or limit would change later reads)
+	out, err = e.raw("SELECT name, value FROM system.settings", "TabSeparated")
+	if err != nil {
+		sess.Close()
+		return nil, fmt.Errorf("chdb: read the engine's settings: %w", err)
+	}
+	for _, l := range strings.Split(strings.TrimSuffix(string(out), "\n"), "\n") {
+		nv := strings.SplitN(l, "\t", 2)
+		if len(nv) != 2 {
+			continue
+		}
+		v, err := unescapeTSV(nv[1])
+		if err != nil {
+			sess.Close()
+			return nil, err
+		}
+		e.defaults[nv[0]] = v
+	}
 	if e.loc, err = time.LoadLocation(f[1]); err != nil {
 		sess.Close()
 		return nil, fmt.Errorf("chdb: the engine's time zone %q is unknown to Go (install tzdata): %w", f[1], err)
@@ -155,26 +174,17 @@ func (e *Engine) prepare(db string, settings map[string]string) error {
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		v := settings[k]
-		if cur, ok := e.applied[k]; ok && cur == v {
-			continue
-		}
 		if !settingRE.MatchString(k) {
 			return fmt.Errorf("chdb: setting name %q is not an identifier", k)
 		}
 		if _, ok := e.defaults[k]; !ok {
-			out, err := e.raw("SELECT value FROM system.settings WHERE name = "+quoteString(k), "TabSeparated")
-			if err != nil {
-				return fmt.Errorf("chdb: read the default of setting %s: %w", k, err)
-			}
-			if len(out) == 0 {
-				return fmt.Errorf("chdb: ClickHouse %s has no setting %s", e.version, k)
-			}
-			d, err := unescapeTSV(strings.TrimSuffix(string(out), "\n"))
-			if err != nil {
-				return err
-			}
-			e.defaults[k] = d
+			return fmt.Errorf("chdb: ClickHouse %s has no setting %s", e.version, k)
+		}
+	}
+	for _, k := range names {
+		v := settings[k]
+		if cur, ok := e.applied[k]; ok && cur == v {
+			continue
 		}
 		if _, err := e.raw("SET "+k+" = "+v, "TabSeparated"); err != nil {
 			return fmt.Errorf("chdb: SET %s = %s: %w", k, v, err)

@@ -320,6 +320,24 @@ func TestConnSettingsAndDatabase(t *testing.T) {
 			t.Fatalf("Conn(system) after it: mutations_sync %s (default %s) in %s", s, def, d)
 		}
 	}
+	// settings that change every later read: put back for the next Conn
+	limited := e.ConnWith(db, map[string]string{"limit": "1", "offset": "1", "max_execution_time": "1000"})
+	for i, c := range []driver.Conn{limited, plain, limited, plain} {
+		rows, err := c.Query(ctx, "SELECT number FROM numbers(5)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		if want := map[bool]int{true: 1, false: 5}[c == limited]; n != want {
+			t.Errorf("query %d: %d rows, want %d", i, n, want)
+		}
+	}
+	if err := e.ConnWith(db, map[string]string{"no_such_setting": "1"}).Ping(ctx); err == nil {
+		t.Error("an unknown setting: no error")
+	}
 	out, err := e.QueryTSV(db, "SELECT 1; SELECT currentDatabase(); SELECT 'a\\tb'")
 	if err != nil || out != "1\n"+db+"\na\\tb\n" {
 		t.Fatalf("QueryTSV = %q, %v", out, err)
