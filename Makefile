@@ -35,7 +35,7 @@ test: vet attacks race
 # (add -v through GOTESTFLAGS=-v for the statement counts per group).
 chdb:
 	@$(CHDB_LIB); set -x; CHDB_LIB_PATH="$$lib" $(GO) test -tags chdb -count=1 -timeout 20m $(GOTESTFLAGS) ./infra/clickhouse/chdb && \
-	CHDB_LIB_PATH="$$lib" $(GO) test -tags chdb -count=1 -timeout 20m -run 'ChDB' $(GOTESTFLAGS) ./release/...
+	CHDB_LIB_PATH="$$lib" $(GO) test -tags chdb -count=1 -timeout 20m -run '(?i)chdb' $(GOTESTFLAGS) ./release/...
 
 # The short suite of every package under the race detector (tests that
 # replay the whole bundled log skip in -short; the full run above has them;
