@@ -29,11 +29,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	chgo "github.com/ClickHouse/clickhouse-go/v2"
@@ -42,13 +44,16 @@ import (
 	chdbpurego "github.com/chdb-io/chdb-go/chdb-purego"
 )
 
-// Engine is the process's one chDB session (in memory: databases and
-// tables vanish with the process). Its methods are safe for concurrent
+// Engine is the process's one chDB session, its data in a temporary
+// directory of its own (crowdlog-chdb-<pid>-*), removed by Close or, when
+// the process ended without Close (a test binary), by the next Open of
+// any process. Its methods are safe for concurrent
 // use: statements run one at a time, each after the current database and
 // settings of the connection that issues it were put in place.
 type Engine struct {
 	mu      sync.Mutex
 	sess    chdbpurego.ChdbConn
+	dir     string // the session's data, removed by Close or a later process
 	version string
 	loc     *time.Location // the session's time zone (timezone())
 
@@ -63,8 +68,8 @@ var (
 	openErr  error
 )
 
-// Open returns the process's chDB session, opened in memory on the first
-// call (later calls return the same Engine, or the same error). The
+// Open returns the process's chDB session, opened in a new temporary
+// directory on the first call (later calls return the same Engine, or the same error). The
 // library is the one chdb-go loaded at start from CHDB_LIB_PATH (a
 // missing library panics there, before Open: run `bash
 // scripts/chdb-lib.sh` and set CHDB_LIB_PATH to the path it prints).
@@ -74,13 +79,22 @@ func Open() (*Engine, error) {
 	return engine, openErr
 }
 
+// dirPrefix names the session directories: dirPrefix<pid>-<random>.
+const dirPrefix = "crowdlog-chdb-"
+
 func open() (*Engine, error) {
-	sess, err := chdbpurego.NewConnectionFromConnString(":memory:")
+	reapStale(os.TempDir())
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", dirPrefix, os.Getpid()))
 	if err != nil {
-		return nil, fmt.Errorf("chdb: open an in-memory session of %s (CHDB_LIB_PATH=%q; fetch the library with `bash scripts/chdb-lib.sh`): %w",
-			"libchdb.so", os.Getenv("CHDB_LIB_PATH"), err)
+		return nil, fmt.Errorf("chdb: session directory: %w", err)
 	}
-	e := &Engine{sess: sess, applied: map[string]string{}, defaults: map[string]string{}}
+	sess, err := chdbpurego.NewConnectionFromConnString(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("chdb: open a session of libchdb.so in %s (CHDB_LIB_PATH=%q; fetch the library with `bash scripts/chdb-lib.sh`): %w",
+			dir, os.Getenv("CHDB_LIB_PATH"), err)
+	}
+	e := &Engine{sess: sess, dir: dir, applied: map[string]string{}, defaults: map[string]string{}}
 	out, err := e.raw("SELECT version(), timezone()", "TabSeparated")
 	if err != nil {
 		sess.Close()
@@ -116,6 +130,43 @@ func open() (*Engine, error) {
 		return nil, fmt.Errorf("chdb: the engine's time zone %q is unknown to Go (install tzdata): %w", f[1], err)
 	}
 	return e, nil
+}
+
+// reapStale removes the session directories in tmp of processes that no
+// longer run.
+func reapStale(tmp string) {
+	ents, err := os.ReadDir(tmp)
+	if err != nil {
+		return
+	}
+	for _, d := range ents {
+		rest, ok := strings.CutPrefix(d.Name(), dirPrefix)
+		if !ok || !d.IsDir() {
+			continue
+		}
+		pidText, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(filepath.Join(tmp, d.Name()))
+		}
+	}
+}
+
+// Close ends the session and removes its directory; later calls of the
+// Engine's methods fail (Open returns the same, closed Engine). For a
+// program's end (TestMain).
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.sess == nil {
+		return nil
+	}
+	e.sess.Close()
+	e.sess = nil
+	return os.RemoveAll(e.dir)
 }
 
 // Version returns the engine's version() string, e.g. "26.7.2.1".
@@ -211,6 +262,9 @@ func (e *Engine) run(ctx context.Context, db string, settings map[string]string,
 // raw runs query in the session and copies its output. e.mu is held (or
 // the Engine is not shared yet).
 func (e *Engine) raw(query, format string) ([]byte, error) {
+	if e.sess == nil {
+		return nil, errors.New("chdb: the session was closed")
+	}
 	res, err := e.sess.Query(query, format)
 	if err != nil {
 		return nil, exception(err)

@@ -8,6 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +18,48 @@ import (
 	chgo "github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if engine != nil {
+		if err := engine.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "chdb: close:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// TestReapStale removes the session directory of a process that ended and
+// keeps this process's.
+func TestReapStale(t *testing.T) {
+	tmp := t.TempDir()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := filepath.Join(tmp, fmt.Sprintf("%s%d-x", dirPrefix, cmd.Process.Pid))
+	mine := filepath.Join(tmp, fmt.Sprintf("%s%d-y", dirPrefix, os.Getpid()))
+	other := filepath.Join(tmp, "unrelated")
+	for _, d := range []string{dead, mine, other} {
+		if err := os.MkdirAll(filepath.Join(d, "store"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reapStale(tmp)
+	for d, want := range map[string]bool{dead: false, mine: true, other: true} {
+		if _, err := os.Stat(d); (err == nil) != want {
+			t.Errorf("%s exists: %v, want %v", filepath.Base(d), err == nil, want)
+		}
+	}
+	e, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(filepath.Base(e.dir), fmt.Sprintf("%s%d-", dirPrefix, os.Getpid())) {
+		t.Errorf("session directory %s", e.dir)
+	}
+}
 
 // testDB creates a fresh database on the shared engine and returns a Conn
 // in it.
