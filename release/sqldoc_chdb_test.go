@@ -54,3 +54,22 @@ func TestSQLCookbookChDB(t *testing.T) {
 	n := checkRecipes(t, engine, blocks, func(sql string) (string, error) { return e.QueryTSV(adb, sql) })
 	t.Logf("%s: %d of %d recipes returned the rows computed from the sample", engine, n, len(blocks))
 }
+
+// TestEpochRangesChDB is TestEpochRanges on chDB 26.7 (LowCardinality
+// schema, as Open picks there).
+func TestEpochRangesChDB(t *testing.T) {
+	e := chdbEngine(t)
+	db := chdbDatabase(t, e, "epochs")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	w, err := OpenConn(ctx, e.Conn(db), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	engine := "chDB " + e.Version()
+	n, ranged := checkEpochRanges(t, ctx, engine, w)
+	if !t.Failed() {
+		t.Logf("%s: %d epoch names, %d with a range, all as computed in Go", engine, n, ranged)
+	}
+}

@@ -169,12 +169,16 @@ ALL INNER JOIN
 --   epoch_start, epoch_end  Nullable(DateTime('UTC')): the epoch is the
 --       half-open interval [epoch_start, epoch_end), derived from its name:
 --         START-LENGTH scheduled epochs (randomness --epoch-length, START as
---           20060102T150405Z, LENGTH as 24h, 90m or 45s): START, START+LENGTH;
+--           20060102T150405Z, LENGTH as 24h, 90m or 45s, at most 6 digits):
+--           START, START+LENGTH;
 --         YYYY-MM-DD (a day; PDD days too): that day;
 --         YYYY-MM (a month, as in docs/operations.md): that month;
 --         YYYY (a year): that year;
---       NULL for every other name (e.g. "all", the default of `crowdlog run`)
---       and for names of that shape that are not a real date (2006-13).
+--       NULL for every other name (e.g. "all", the default of `crowdlog run`),
+--       for names of that shape that are not a real date (2006-13), and for
+--       ranges that do not lie within [1971-01-01, 2105-01-01) (where
+--       DateTime arithmetic of 18.16 and current releases differs: 18.16
+--       reads 1970-01-01 00:00:00 as no date and ends its DateTime in 2105).
 --   users  Nullable(UInt64): NULL where the policy does not measure users
 --       (users_measured = 0: dp-a, whose users column holds 0 in the
 --       tables; docs/policies.md), the exact or noisy count otherwise.
@@ -188,36 +192,45 @@ ALL INNER JOIN
 CREATE VIEW IF NOT EXISTS completed_releases AS
 SELECT
     app, epoch, policy, k,
-    epoch_start,
-    CAST(multiIf(
-        match(epoch, '^[0-9]{8}T[0-9]{6}Z-[0-9]+[hms]$'),
-            epoch_start + toUInt32OrZero(extract(epoch, '-([0-9]+)[hms]$'))
-                * multiIf(endsWith(epoch, 'h'), 3600, endsWith(epoch, 'm'), 60, 1),
-        match(epoch, '^[0-9]{4}-[0-9]{2}-[0-9]{2}$'), epoch_start + 86400,
-        match(epoch, '^[0-9]{4}-[0-9]{2}$'), addMonths(epoch_start, 1),
-        match(epoch, '^[0-9]{4}$'), addYears(epoch_start, 1),
-        NULL) AS Nullable(DateTime('UTC'))) AS epoch_end,
+    CAST(if(in_range, start_parsed, NULL) AS Nullable(DateTime('UTC'))) AS epoch_start,
+    CAST(if(in_range, end_parsed, NULL) AS Nullable(DateTime('UTC'))) AS epoch_end,
     CAST(policy != 'dp-a' AS UInt8) AS users_measured,
     items, impressions, released_at
 FROM
 (
     SELECT
-        app, epoch, policy, k, items, impressions, released_at,
-        if(start_text != '' AND toString(parsed_start) = start_text, parsed_start, NULL) AS epoch_start
+        app, epoch, policy, k, items, impressions, released_at, start_parsed,
+        CAST(multiIf(
+            match(epoch, '^[0-9]{8}T[0-9]{6}Z-[0-9]{1,6}[hms]$'),
+                start_parsed + toUInt32OrZero(extract(epoch, '-([0-9]+)[hms]$'))
+                    * multiIf(endsWith(epoch, 'h'), 3600, endsWith(epoch, 'm'), 60, 1),
+            match(epoch, '^[0-9]{4}-[0-9]{2}-[0-9]{2}$'), start_parsed + 86400,
+            match(epoch, '^[0-9]{4}-[0-9]{2}$'), addMonths(start_parsed, 1),
+            match(epoch, '^[0-9]{4}$'), addYears(start_parsed, 1),
+            NULL) AS Nullable(DateTime('UTC'))) AS end_parsed,
+        ifNull(start_parsed >= toDateTime('1971-01-01 00:00:00', 'UTC')
+            AND end_parsed > start_parsed
+            AND end_parsed <= toDateTime('2105-01-01 00:00:00', 'UTC'), 0) AS in_range
     FROM
     (
         SELECT
             app, epoch, policy, k, items, impressions, released_at,
-            multiIf(
-                match(epoch, '^[0-9]{8}T[0-9]{6}Z-[0-9]+[hms]$'),
-                    concat(substring(epoch, 1, 4), '-', substring(epoch, 5, 2), '-', substring(epoch, 7, 2), ' ',
-                           substring(epoch, 10, 2), ':', substring(epoch, 12, 2), ':', substring(epoch, 14, 2)),
-                match(epoch, '^[0-9]{4}-[0-9]{2}-[0-9]{2}$'), concat(epoch, ' 00:00:00'),
-                match(epoch, '^[0-9]{4}-[0-9]{2}$'), concat(epoch, '-01 00:00:00'),
-                match(epoch, '^[0-9]{4}$'), concat(epoch, '-01-01 00:00:00'),
-                '') AS start_text,
-            toDateTimeOrNull(start_text, 'UTC') AS parsed_start
-        FROM releases FINAL
+            if(start_text != '' AND toString(parsed_start) = start_text, parsed_start, NULL) AS start_parsed
+        FROM
+        (
+            SELECT
+                app, epoch, policy, k, items, impressions, released_at,
+                multiIf(
+                    match(epoch, '^[0-9]{8}T[0-9]{6}Z-[0-9]{1,6}[hms]$'),
+                        concat(substring(epoch, 1, 4), '-', substring(epoch, 5, 2), '-', substring(epoch, 7, 2), ' ',
+                               substring(epoch, 10, 2), ':', substring(epoch, 12, 2), ':', substring(epoch, 14, 2)),
+                    match(epoch, '^[0-9]{4}-[0-9]{2}-[0-9]{2}$'), concat(epoch, ' 00:00:00'),
+                    match(epoch, '^[0-9]{4}-[0-9]{2}$'), concat(epoch, '-01 00:00:00'),
+                    match(epoch, '^[0-9]{4}$'), concat(epoch, '-01-01 00:00:00'),
+                    '') AS start_text,
+                toDateTimeOrNull(start_text, 'UTC') AS parsed_start
+            FROM releases FINAL
+        )
     )
 );
 
