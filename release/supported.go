@@ -124,13 +124,78 @@ func sessionUser(ctx context.Context, conn driver.Conn) string {
 }
 
 // settingsQuery reads the ResultSettings of the session from
-// system.settings (a literal list: 18.16 has no query parameters).
+// system.settings as one row of "name=value=changed" lines, so that a
+// session's limit cannot cut it short (a literal list: 18.16 has no query
+// parameters).
 func settingsQuery() string {
 	names := make([]string, len(ResultSettings))
 	for i, s := range ResultSettings {
 		names[i] = "'" + s.Name + "'"
 	}
-	return "SELECT name, value FROM system.settings WHERE name IN (" + strings.Join(names, ", ") + ")"
+	return "SELECT arrayStringConcat(groupArray(concat(name, '=', value, '=', toString(changed))), '\\n') FROM system.settings WHERE name IN (" +
+		strings.Join(names, ", ") + ")"
+}
+
+// hiddenValue are the settings whose value system.settings shows as 0
+// once the engine applied it to the query that reads it (measured on
+// 26.7: after SET limit = 3 it shows value 0, changed 1); countRows
+// measures them instead.
+var hiddenValue = map[string]bool{"limit": true, "offset": true}
+
+// parseSettings reads settingsQuery's row: name → value, and the names
+// changed in the session.
+func parseSettings(text string) (values map[string]string, changed map[string]bool) {
+	values, changed = map[string]string{}, map[string]bool{}
+	for _, l := range strings.Split(text, "\n") {
+		f := strings.Split(l, "=")
+		if len(f) < 2 {
+			continue
+		}
+		values[f[0]] = f[1]
+		changed[f[0]] = len(f) > 2 && f[2] == "1"
+	}
+	return values, changed
+}
+
+// rowsProbe is the number of rows rowsProbeQuery returns with default
+// settings.
+const rowsProbe = 1001
+
+// rowsProbeQuery returns the numbers 0 … rowsProbe-1 (system.numbers: a
+// readonly = 1 user may read it, not numbers()).
+var rowsProbeQuery = fmt.Sprintf("SELECT number FROM system.numbers LIMIT %d", rowsProbe)
+
+// limitAndOffset measures the session's limit and offset settings from
+// the rows of rowsProbeQuery: "0" each when all come back, else what was
+// cut ("> 1000" when no row comes back).
+func limitAndOffset(ctx context.Context, conn driver.Conn) (limit, offset string, err error) {
+	rows, err := conn.Query(ctx, rowsProbeQuery)
+	if err != nil {
+		return "", "", err
+	}
+	defer rows.Close()
+	n, first := 0, uint64(0)
+	for rows.Next() {
+		var x uint64
+		if err := rows.Scan(&x); err != nil {
+			return "", "", err
+		}
+		if n == 0 {
+			first = x
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return "", "", err
+	}
+	if n == 0 {
+		return "?", fmt.Sprintf("> %d", rowsProbe-1), nil
+	}
+	limit, offset = "0", strconv.FormatUint(first, 10)
+	if n < rowsProbe-int(first) {
+		limit = strconv.Itoa(n)
+	}
+	return limit, offset, nil
 }
 
 // badSettings returns one line per setting of values (name → value, as
@@ -168,28 +233,28 @@ func quoteSetting(v string) string {
 // change results: ErrUnsupportedServer naming each setting, its value and
 // the fix. who names the session's user in the message.
 func checkSettings(ctx context.Context, conn driver.Conn, version, who string) error {
-	rows, err := conn.Query(ctx, settingsQuery())
-	if err != nil {
+	var text string
+	if err := conn.QueryRow(ctx, settingsQuery()).Scan(&text); err != nil {
 		return fmt.Errorf("release: read system.settings of ClickHouse %s as %s: %w", version, who, err)
 	}
-	defer rows.Close()
-	values := map[string]string{}
-	for rows.Next() {
-		var name, value string
-		if err := rows.Scan(&name, &value); err != nil {
-			return fmt.Errorf("release: read system.settings of ClickHouse %s as %s: %w", version, who, err)
+	values, changed := parseSettings(text)
+	for name := range hiddenValue {
+		if changed[name] && values[name] == "0" {
+			limit, offset, err := limitAndOffset(ctx, conn)
+			if err != nil {
+				return fmt.Errorf("release: measure the limit and offset settings of ClickHouse %s as %s: %w", version, who, err)
+			}
+			values["limit"], values["offset"] = limit, offset
+			break
 		}
-		values[name] = value
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("release: read system.settings of ClickHouse %s as %s: %w", version, who, err)
 	}
 	bad, fix := badSettings(values)
 	if len(bad) == 0 {
 		return nil
 	}
-	return fmt.Errorf("release: ClickHouse %s: %w: the session of %s has %s. Set it back to the default in that user's settings profile "+
-		"(users.d: remove it from the <profiles> entry the user names; SQL users: ALTER USER %s SETTINGS %s, or the same in ALTER SETTINGS PROFILE), "+
+	return fmt.Errorf("release: ClickHouse %s: %w: the session of %s has %s. Set it back to the default where it comes from "+
+		"(users.xml/users.d: remove it from the <profiles> entry the user names; SQL users: ALTER USER %s MODIFY SETTING %s, "+
+		"or ALTER SETTINGS PROFILE … MODIFY SETTING the same, not a bare SETTINGS clause, which drops the user's other settings, readonly = 1 included), "+
 		"and have no client send it; then rerun",
 		version, ErrUnsupportedServer, who, strings.Join(bad, "; "), who, strings.Join(fix, ", "))
 }

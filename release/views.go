@@ -2,10 +2,12 @@ package release
 
 import (
 	"context"
+	"database/sql"
 	_ "embed"
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -118,7 +120,21 @@ func Probe(ctx context.Context, addr string) (Server, error) {
 // supported; it changes nothing.
 func probe(ctx context.Context, conn driver.Conn) (Server, error) {
 	var s Server
-	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&s.Version); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&s.Version); errors.Is(err, sql.ErrNoRows) {
+		// only servers with the offset setting (not 18.16) get here: read
+		// the version and user from rows the offset does not skip
+		_, offset, _ := limitAndOffset(ctx, conn)
+		who := "this user"
+		if rows, err := conn.Query(ctx, "SELECT version(), currentUser() FROM system.numbers LIMIT "+strconv.Itoa(rowsProbe)); err == nil {
+			if rows.Next() {
+				_ = rows.Scan(&s.Version, &who)
+			}
+			rows.Close()
+		}
+		return s, fmt.Errorf("release: ClickHouse %s: %w: SELECT version() returned no row: the session of %s skips rows (offset = %s, default 0): "+
+			"every view loses rows without an error. Set offset = 0 where it comes from (ALTER USER %s MODIFY SETTING offset = 0, or its settings profile) and rerun",
+			s.Version, ErrUnsupportedServer, who, offset, who)
+	} else if err != nil {
 		return s, fmt.Errorf("release: read the server version: %w", err)
 	}
 	if err := checkVersion(s.Version); err != nil {
