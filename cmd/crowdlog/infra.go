@@ -81,12 +81,23 @@ raw tables (interrupted releases, stored noise draws).
 The server is --clickhouse (native protocol, the TCP port; init works as user
 default), or the local server of 'crowdlog clickhouse --dir DIR' (its
 DIR/addr.env). On ClickHouse 20.4 and later the analyst is made with
-CREATE USER … SETTINGS readonly = 1 and GRANT SELECT ON <analyst db>.*. On older
+CREATE USER … DEFAULT ROLE NONE SETTINGS readonly = 1, REVOKE ALL ON *.* and
+GRANT SELECT ON <analyst db>.*; init then reads SHOW GRANTS FOR each user it
+made and refuses one that holds anything more (a global or source grant such
+as FILE, URL, S3, REMOTE, a role, a grant option), and refuses a user of the
+same name in the server's users.xml/users.d (delete crowdlog-analyst.xml and
+crowdlog-writer.xml there after upgrading from 18.16). On older
 servers (Debian's 18.16) users live in users.xml/users.d: init writes
 users.d/crowdlog-analyst.xml into --users-d (DIR/users.d with --dir; on a
 packaged server /etc/clickhouse-server/users.d, run on its machine), and
 the server loads it within seconds. init then logs in as the analyst and
 reads the views, or fails.
+
+Before it creates anything init refuses a server older than ` + release.MinVersion + ` and a session
+whose settings change what the views return (join_use_nulls, limit, offset,
+overflow modes other than throw: docs/operations.md, "Supported servers"),
+naming the version or the setting; after a later failure, rerun it: every
+step is idempotent and the rerun completes the job.
 
 The password is the first line of --password-file, else $` + passwordEnv + `,
 else a random one, printed once. Rerunning init keeps the data, completes the
