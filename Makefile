@@ -28,7 +28,7 @@ CHDB_LIB = lib=$$(bash scripts/chdb-lib.sh | tail -1) && [ -s "$$lib" ] || \
 # current ClickHouse engine (chDB). The attack tests run first, in `make
 # attacks`, and are skipped here.
 test: vet attacks race
-	@$(CHDB_LIB); set -x; CHDB_LIB_PATH="$$lib" $(GO) test -tags chdb -count=1 -timeout 60m -skip '^TestAttack' $(PKGS)
+	@$(CHDB_LIB); set -x; CHDB_LIB_PATH="$$lib" GO=$(GO) bash scripts/gotest.sh -tags chdb -count=1 -timeout 35m -skip '^TestAttack' $(PKGS)
 
 # Only the tests on the current ClickHouse engine (chDB, build tag chdb):
 # the adapter, every statement of the release code, the docs/sql.md recipes
@@ -41,7 +41,7 @@ chdb:
 # replay the whole bundled log skip in -short; the full run above has them;
 # the attacks run in `make attacks`).
 race:
-	$(GO) test -race -short -count=1 -timeout 30m -skip '^TestAttack' $(PKGS)
+	GO=$(GO) bash scripts/gotest.sh -race -short -count=1 -timeout 30m -skip '^TestAttack' $(PKGS)
 
 # The attack suite: every TestAttack* test mounts one attack of
 # docs/threat-model.md against real state and prints
