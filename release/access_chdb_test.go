@@ -120,7 +120,23 @@ func TestChdbAccessStatements(t *testing.T) {
 		}
 	}
 	if len(docs) < len(want) {
-		t.Errorf("docs/operations.md gives %d statements, want at least %d", len(docs), len(want))
+		t.Fatalf("docs/operations.md gives %d statements, want at least %d", len(docs), len(want))
+	}
+	// its first seven are the code's, for the names and password it shows
+	dw, err := WriterStatements(WriterAccount{Name: "crowdlog_writer", Password: "…"}, "crowdlog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	da, err := AnalystStatements(Analyst{Name: "analyst", Password: "…", Database: "crowdlog_analyst"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, stmt := range append(dw, da...) {
+		c1, err1 := formatQuery(ctx, conn, stmt)
+		c2, err2 := formatQuery(ctx, conn, docs[i])
+		if err1 != nil || err2 != nil || c1 != c2 {
+			t.Errorf("docs/operations.md statement %d reads\n%s (%v)\nthe code issues\n%s (%v)", i+1, c2, err2, c1, err1)
+		}
 	}
 	t.Logf("chDB %s: %d statements of the code parsed to the expected text, %d of docs/operations.md parsed", e.Version(), len(got), len(docs))
 }
