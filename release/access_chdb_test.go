@@ -180,8 +180,8 @@ func viewRows(ctx context.Context, conn driver.Conn, views []string) map[string]
 // the same views read with default settings (50,000 released queries and
 // 50,000 reformulations over 5,000 sources, inserted here); and OpenConn
 // on a session with the setting alone is refused with
-// ErrUnsupportedServer naming the setting and its value, while OpenConn
-// with default settings passes before and after.
+// ErrUnsupportedServer naming the setting and its value, creating no
+// table, while OpenConn with default settings passes before and after.
 func TestChdbResultSettings(t *testing.T) {
 	e := chdbEngine(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -251,6 +251,14 @@ func TestChdbResultSettings(t *testing.T) {
 	}
 	if _, err := OpenConn(ctx, e.Conn(db), db); err != nil {
 		t.Errorf("control after the refusals, default settings: %v", err)
+	}
+	// a refused OpenConn creates nothing
+	empty := chdbDatabase(t, e, "refused")
+	if _, err := OpenConn(ctx, e.ConnWith(empty, map[string]string{"join_use_nulls": "1"}), empty); !errors.Is(err, ErrUnsupportedServer) {
+		t.Errorf("OpenConn with join_use_nulls = 1: %v", err)
+	}
+	if n, err := e.QueryTSV("", "SELECT count() FROM system.tables WHERE database = '"+empty+"'"); err != nil || strings.TrimSpace(n) != "0" {
+		t.Errorf("refused OpenConn left %q tables in %s (%v)", n, empty, err)
 	}
 }
 
