@@ -316,7 +316,8 @@ func TestOpenRefusesWriterProfile(t *testing.T) {
 // TestInitRefusesBeforeCreating (test server, 18.16): what Init can
 // refuse it refuses before it creates the database: users to make without
 // a users.d directory, an analyst name or network a users.d file cannot
-// carry, a writer named default. Control: the same Init without users
+// carry, a writer named default, an analyst and a writer of the same
+// name. Control: the same Init without users
 // creates the database.
 func TestInitRefusesBeforeCreating(t *testing.T) {
 	w := openTestWriter(t)
@@ -329,18 +330,27 @@ func TestInitRefusesBeforeCreating(t *testing.T) {
 		return n > 0
 	}
 	ud := clickhouse.UsersDir(srv.Dir)
-	for i, o := range []InitOptions{
-		{Analyst: Analyst{Name: "crowdlog_refused", Password: "p"}},
-		{Writer: WriterAccount{Name: "crowdlog_refused", Password: "p"}},
-		{Analyst: Analyst{Name: "a b", Password: "p"}, UsersDir: ud},
-		{Analyst: Analyst{Name: "crowdlog_refused", Password: "p"}, Networks: []string{"every host"}, UsersDir: ud},
-		{Writer: WriterAccount{Name: "default", Password: "p"}, UsersDir: ud},
+	for i, c := range []struct {
+		o   InitOptions
+		why string // in the refusal
+	}{
+		{InitOptions{Analyst: Analyst{Name: "crowdlog_refused", Password: "p"}}, "users.d directory"},
+		{InitOptions{Writer: WriterAccount{Name: "crowdlog_refused", Password: "p"}}, "users.d directory"},
+		{InitOptions{Analyst: Analyst{Name: "a b", Password: "p"}, UsersDir: ud}, "not a plain identifier"},
+		{InitOptions{Analyst: Analyst{Name: "crowdlog_refused", Password: "p"}, Networks: []string{"every host"}, UsersDir: ud}, "not an IP address"},
+		{InitOptions{Writer: WriterAccount{Name: "default", Password: "p"}, UsersDir: ud}, "may not be user default"},
+		{InitOptions{Analyst: Analyst{Name: "crowdlog_same", Password: "p"}, Writer: WriterAccount{Name: "crowdlog_same", Password: "p"}, UsersDir: ud}, "different names"},
 	} {
+		o := c.o
 		o.Addr, o.AllowPasswordlessDefault, o.AnalystWait = srv.TCPAddr, true, time.Second
 		o.Database = fmt.Sprintf("t_refused_%d_%d", i, time.Now().UnixNano())
-		if _, err := Init(ctx, o); err == nil {
+		_, err := Init(ctx, o)
+		switch {
+		case err == nil:
 			t.Errorf("case %d: Init accepted %+v", i, o)
-		} else if exists(o.Database) || exists(AnalystDatabase(o.Database)) {
+		case !strings.Contains(err.Error(), c.why):
+			t.Errorf("case %d: refused for another reason than %q: %v", i, c.why, err)
+		case exists(o.Database) || exists(AnalystDatabase(o.Database)):
 			t.Errorf("case %d: refused Init (%v) created database %s", i, err, o.Database)
 		}
 	}

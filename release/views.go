@@ -518,6 +518,9 @@ func Init(ctx context.Context, o InitOptions) (InitResult, error) {
 // be written as statements (SQL users) or users.d files, before anything
 // is created.
 func checkInitUsers(o InitOptions, a Analyst, s Server) error {
+	if a.Name != "" && a.Name == o.Writer.Name {
+		return fmt.Errorf("release: the analyst and the writer are both %s: give them different names (the analyst is read-only, the writer may insert)", a.Name)
+	}
 	if s.SQLUsers {
 		if a.Name != "" {
 			if _, err := AnalystStatements(a); err != nil {
