@@ -3,6 +3,7 @@ package release
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 
@@ -198,7 +199,12 @@ func publishSelect(p publishedTable, raw, adb string) string {
 // statements of AnalystDatabaseStatements, then the analyst views
 // (ViewStatements) inside it, over the copies. The release database's
 // schema must exist (Open). Idempotent; a rerun after an upgrade adds new
-// views and backfills anything a failed publishing insert missed. It
+// views, replaces every view and publish_* materialized view whose
+// statement is not the current one (a view of another crowdlog version:
+// dropped and created again, recorded in ViewVersionsTable of the release
+// database, logged at Info; the materialized views before the backfill)
+// and backfills anything a failed publishing insert, or an insert while a
+// materialized view was being replaced, missed. It
 // returns the analyst database's name. ctx bounds the call
 // (DefaultTimeout when it has no deadline).
 func OpenAnalystDatabase(ctx context.Context, addr, database string) (string, error) {
@@ -250,10 +256,29 @@ func openAnalystDatabase(ctx context.Context, conn driver.Conn, views func(conte
 		return "", err
 	}
 	adb := AnalystDatabase(database)
+	// The materialized views of another crowdlog version are replaced
+	// (upgrade.go) before the backfill, which copies what the raw tables
+	// received while a view was missing.
+	var mvs []string
 	for _, s := range stmts {
+		if viewName(s) != "" {
+			mvs = append(mvs, s)
+			continue
+		}
+		if strings.HasPrefix(s, "INSERT") && mvs != nil {
+			vs := viewSet{release: database, database: adb, stmts: mvs,
+				create: func(ctx context.Context, s string) error { return conn.Exec(ctx, s) }}
+			if _, err := applyViews(ctx, conn, vs, slog.Default()); err != nil {
+				return "", fmt.Errorf("release: analyst database%s: %w", where, err)
+			}
+			mvs = nil
+		}
 		if err := conn.Exec(ctx, s); err != nil {
 			return "", fmt.Errorf("release: analyst database %s%s (%.70s…): %w", adb, where, s, err)
 		}
+	}
+	if mvs != nil {
+		return "", fmt.Errorf("release: analyst database %s: materialized views without a backfill after them", adb)
 	}
 	// Exact duplicates of a ledger row (copied twice while the statements
 	// above ran beside a release stage) merge now rather than at some
@@ -265,10 +290,10 @@ func openAnalystDatabase(ctx context.Context, conn driver.Conn, views func(conte
 	if err != nil {
 		return "", err
 	}
-	for _, s := range ViewStatements() {
-		if err := vconn.Exec(ctx, s); err != nil {
-			return "", fmt.Errorf("release: analyst views in %s%s (%.60s…): %w", adb, where, s, err)
-		}
+	vs := viewSet{release: database, database: adb, stmts: ViewStatements(),
+		create: func(ctx context.Context, s string) error { return vconn.Exec(ctx, s) }}
+	if _, err := applyViews(ctx, conn, vs, slog.Default()); err != nil {
+		return "", fmt.Errorf("release: analyst views%s: %w", where, err)
 	}
 	return adb, nil
 }

@@ -79,7 +79,8 @@ func withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
 // ("host:port") with the Login of ctx (infra/clickhouse.WithLogin; none:
 // user default without password), creates database (an identifier:
 // letters, digits, underscore) and the Schema tables in it if they do not
-// exist, then the Views, and returns a Writer. As user default it creates
+// exist, then the Views (replacing views of another crowdlog version, as
+// OpenConn does), and returns a Writer. As user default it creates
 // the database; any other user (the release stages' writer, Init's
 // Writer) may use only its own databases, which must exist already
 // (`crowdlog clickhouse init` as the administrator creates them). Tables get
@@ -132,7 +133,10 @@ func Open(ctx context.Context, addr, database string) (*Writer, error) {
 // OpenConn is Open on a connection already made: conn's current database
 // is database (an identifier that must exist). It probes the server
 // (Server), creates the Schema tables (SchemaStatementsFor) and the Views
-// if they do not exist, and returns a Writer that writes through conn;
+// if they do not exist, replaces every view whose statement is not the
+// current one in Views (a view of another crowdlog version: dropped and
+// created again, recorded in ViewVersionsTable, logged at Info; it fails
+// for a user who may not drop it), and returns a Writer that writes through conn;
 // Writer.Close closes conn. On error conn is left open for the caller to
 // close. Errors name the database, the server's version and the first
 // failing statement. ctx bounds the call (DefaultTimeout when it has no
@@ -147,10 +151,16 @@ func OpenConn(ctx context.Context, conn driver.Conn, database string) (*Writer, 
 	if err != nil {
 		return nil, err
 	}
-	for _, stmt := range append(SchemaStatementsFor(server), ViewStatements()...) {
+	for _, stmt := range SchemaStatementsFor(server) {
 		if err := conn.Exec(ctx, stmt); err != nil {
 			return nil, fmt.Errorf("release: apply schema in %s on ClickHouse %s (%.60s…): %w", database, server.Version, stmt, err)
 		}
+	}
+	// views of another crowdlog version are replaced (upgrade.go)
+	vs := viewSet{release: database, database: database, stmts: ViewStatements(),
+		create: func(ctx context.Context, s string) error { return conn.Exec(ctx, s) }}
+	if _, err := applyViews(ctx, conn, vs, slog.Default()); err != nil {
+		return nil, fmt.Errorf("%w (ClickHouse %s)", err, server.Version)
 	}
 	return &Writer{BatchSize: DefaultBatchSize, Logger: slog.Default(), conn: conn, database: database, server: server}, nil
 }
