@@ -89,8 +89,8 @@ type viewSet struct {
 // vs, and records the statements of the views it created. conn runs the
 // qualified statements (the record, system.tables, the drops); vs.create
 // runs the CREATE statements. A view that reads a replaced view is
-// replaced with it (current servers refuse to drop a view another view
-// reads): drops run in the reverse of vs.stmts' order, creations in
+// replaced with it, so that no view outlives, or is created before, the
+// one it reads: drops run in the reverse of vs.stmts' order, creations in
 // order. A view missing from database is created whatever the record
 // says. Idempotent: when every view exists with its current statement it
 // runs no DDL and writes no row. It returns the names of the views it

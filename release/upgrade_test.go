@@ -341,6 +341,32 @@ func runUpgrade(t *testing.T, ctx context.Context, env upgradeEnv) {
 		t.Errorf("%s: second Open recorded %d view rows", env.engine, n-recorded)
 	}
 
+	// A newer record for completed_releases (a crowdlog version whose text
+	// differs ran since): it is replaced, and with it the seven views that
+	// read it (views.sql); nothing else is dropped.
+	if err := env.admin.Exec(ctx, "INSERT INTO "+versions+" (database, view, sha256, created_ns) SELECT '"+db+"', 'completed_releases', 'other', max(created_ns) + 1 FROM "+versions); err != nil {
+		t.Fatal(err)
+	}
+	conn3 := newRecording(env.conn)
+	if _, err := OpenConn(ctx, conn3, db); err != nil {
+		t.Fatal(err)
+	}
+	wantDeps := []string{"completed_releases", "released_queries", "released_reformulations", "released_clicks",
+		"released_urls", "released_ltr_features", "released_keywords", "released_undecrypted"}
+	var dropped []string
+	for _, d := range conn3.drops() {
+		dropped = append(dropped, strings.Trim(d[strings.LastIndex(d, ".")+1:], "`"))
+	}
+	sort.Strings(dropped)
+	sort.Strings(wantDeps)
+	if strings.Join(dropped, " ") != strings.Join(wantDeps, " ") {
+		t.Errorf("%s: a changed completed_releases dropped %v, want %v", env.engine, dropped, wantDeps)
+	}
+	if d := checkUpgradeViews(ctx, env.conn, before); len(d) > 0 {
+		t.Errorf("%s: views of %s after completed_releases was replaced: %s", env.engine, db, strings.Join(d, "; "))
+	}
+	recorded = countRows(t, ctx, env.admin, versions)
+
 	// releases written after the upgrade reach the analyst database
 	after := upgradeData("2006-04")
 	writeUpgradeData(t, ctx, w, after)
@@ -360,8 +386,30 @@ func runUpgrade(t *testing.T, ctx context.Context, env upgradeEnv) {
 	if n := countRows(t, ctx, env.admin, quote(adb)+".released_items"); n != uint64(items) {
 		t.Errorf("%s: %s.released_items holds %d rows, want %d (every written item once)", env.engine, adb, n, items)
 	}
-	t.Logf("%s: upgrade dropped and created %d views, recorded %d; views equal the %d + %d rows computed from %d releases; second Open dropped 0",
-		env.engine, len(drops), recorded, len(wantQueries(all)), len(wantProportions(all)), len(all))
+	t.Logf("%s: upgrade dropped and created %d views; views equal the %d + %d rows computed from %d releases; second Open dropped 0; a changed completed_releases replaced %d views",
+		env.engine, len(drops), len(wantQueries(all)), len(wantProportions(all)), len(all), len(dropped))
+}
+
+func TestViewName(t *testing.T) {
+	for stmt, want := range map[string]string{
+		"CREATE VIEW IF NOT EXISTS released_queries AS SELECT 1":                                       "released_queries",
+		"create view if not exists\n  `a b` AS SELECT 1":                                               "a b",
+		"CREATE MATERIALIZED VIEW IF NOT EXISTS `db_analyst`.`publish_releases` TO `db`.`x` AS SELECT": "publish_releases",
+		"CREATE MATERIALIZED VIEW IF NOT EXISTS db.v TO t AS SELECT 1":                                 "v",
+		"CREATE VIEW v AS SELECT 1":                                                                    "",
+		"CREATE TABLE IF NOT EXISTS t (a UInt8) ENGINE = Memory":                                       "",
+		"INSERT INTO v SELECT 1":                                                                       "",
+	} {
+		if got := viewName(stmt); got != want {
+			t.Errorf("viewName(%q) = %q, want %q", stmt, got, want)
+		}
+	}
+	for _, s := range append(ViewStatements(), oldAnalystStatements(t, "db")...) {
+		isView := strings.Contains(s, " VIEW ")
+		if (viewName(s) != "") != isView {
+			t.Errorf("viewName(%.60q) = %q", s, viewName(s))
+		}
+	}
 }
 
 // TestUpgradeViews runs the upgrade of an earlier crowdlog's database on
