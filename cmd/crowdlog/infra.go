@@ -101,8 +101,10 @@ step is idempotent and the rerun completes the job.
 
 The password is the first line of --password-file, else $` + passwordEnv + `,
 else a random one, printed once. Rerunning init keeps the data, completes the
-analyst database (new views after an upgrade, anything not yet copied) and
-replaces the analyst's password. Run it before the release stage starts, or
+analyst database (new views after an upgrade, anything not yet copied),
+replaces every view and materialized view that another crowdlog version
+created (logged at Info; run init after upgrading crowdlog or ClickHouse)
+and replaces the analyst's password. Run it before the release stage starts, or
 again after it: rows released in between are copied then.
 
 With --writer NAME it also creates the user the release stages write as
