@@ -110,11 +110,20 @@ func (v *VDAF) Shard(campaign string, day Day, counts []uint64, leader, helper o
 		return nil, id, clipped, fmt.Errorf("prio3: shard: %w", err)
 	}
 	r := &Report{Campaign: campaign, Day: day, ID: id, PublicShare: pub, LeaderShare: ls}
-	if r.SealedHelper, err = seal(helper.Key, infoHelper, r.helperAAD(), hs); err != nil {
+	if err := r.SealHelper(helper, hs); err != nil {
 		return nil, id, clipped, err
 	}
 	upload, err = r.Seal(leader)
 	return upload, id, clipped, err
+}
+
+// SealHelper seals the helper's encoded input share to helper into
+// r.SealedHelper, bound to r's campaign, day, id and public share (set them
+// first).
+func (r *Report) SealHelper(helper onion.PublicKey, share []byte) error {
+	s, err := seal(helper.Key, infoHelper, r.helperAAD(), share)
+	r.SealedHelper = s
+	return err
 }
 
 // helperAAD is the AAD of the helper's sealed input share (DAP's

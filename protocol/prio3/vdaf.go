@@ -118,7 +118,9 @@ func (c Config) Check() error {
 
 // VDAF is a campaign's Prio3 instance for two aggregators. The VDAF context
 // string is "crowdlog prio3 " ‖ campaign, so reports of one campaign never
-// prepare under another's.
+// prepare under another's. A VDAF is not safe for concurrent use: circl's
+// Prio3 keeps one XOF state per instance (concurrent Shard calls panic in
+// its sha3 buffer); build one per goroutine.
 type VDAF struct {
 	Config Config
 	sv     *sumvec.SumVec

@@ -1,0 +1,174 @@
+package prio3
+
+import (
+	"crypto/sha256"
+	"fmt"
+
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+)
+
+// Helper is the helper aggregator's state (aggregator id 1). It never sees
+// a client's upload, only the leader's AggregateReq and CollectReq.
+type Helper struct {
+	cfg     Config
+	vdaf    *p3.VDAF
+	batches map[p3.Day]*batch
+	Stats   Stats
+
+	// Attack tests' controls only: skip the proof check (take the helper's
+	// own joint-randomness seed as the prep message), the report-id
+	// uniqueness check, the count/checksum comparison, the minimum batch
+	// size.
+	skipProofCheck, skipReplayCheck, skipBatchCheck, skipMinBatch bool
+}
+
+// NewHelper returns an empty helper state.
+func NewHelper(cfg Config) (*Helper, error) {
+	v, err := checkConfig(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Helper{cfg: cfg, vdaf: v, batches: map[p3.Day]*batch{}}, nil
+}
+
+// Apply handles EventAggregateReq and EventCollectReq and returns the
+// answer for the leader. Rejected reports are answered with their reason
+// and counted in Stats.Rejected; a refused collection is answered with its
+// reason and counted in Stats.CollectRefused. Errors: malformed messages
+// (wrapping protocol.ErrMalformed), another campaign.
+func (h *Helper) Apply(ev Event) ([]Output, error) {
+	var msg []byte
+	var err error
+	switch ev.Kind {
+	case EventAggregateReq:
+		msg, err = h.aggregate(ev)
+	case EventCollectReq:
+		msg, err = h.collectReq(ev)
+	default:
+		return nil, fmt.Errorf("%w: helper got event %d", ErrWrongRole, ev.Kind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []Output{{To: ToLeader, Msg: msg}}, nil
+}
+
+func itemDigest(it *p3.PrepItem) [32]byte {
+	d := sha256.New()
+	for _, b := range [][]byte{it.ID[:], it.PublicShare, it.SealedHelper, it.LeaderPrep} {
+		var n [4]byte
+		n[0], n[1], n[2], n[3] = byte(len(b)>>24), byte(len(b)>>16), byte(len(b)>>8), byte(len(b))
+		d.Write(n[:])
+		d.Write(b)
+	}
+	return [32]byte(d.Sum(nil))
+}
+
+func (h *Helper) aggregate(ev Event) ([]byte, error) {
+	q, err := p3.ParseAggregateReq(ev.Msg)
+	if err != nil {
+		return nil, err
+	}
+	if q.Campaign != h.cfg.Campaign {
+		return nil, fmt.Errorf("prio3: aggregate request for campaign %q, this helper runs %q", q.Campaign, h.cfg.Campaign)
+	}
+	resp := &p3.AggregateResp{Campaign: q.Campaign, Day: q.Day}
+	vk, keyOK := h.cfg.VerifyKeys[q.KeyEpoch]
+	isClosed := closed(&h.cfg, q.Day, ev.Now)
+	for i := range q.Items {
+		it := &q.Items[i]
+		msg, reason := h.prepare(q.Day, vk, keyOK, isClosed, it)
+		if reason != "" {
+			h.Stats.reject(reason)
+		}
+		resp.Results = append(resp.Results, p3.PrepResult{ID: it.ID, Reason: reason, Message: msg})
+	}
+	return resp.MarshalBinary()
+}
+
+// prepare runs the helper's side of one report and commits it; it returns
+// the prep message or a rejection reason.
+func (h *Helper) prepare(day p3.Day, vk [p3.VerifyKeySize]byte, keyOK, isClosed bool, it *p3.PrepItem) ([]byte, string) {
+	h.Stats.Uploads++
+	if !keyOK {
+		return nil, "key_epoch"
+	}
+	if isClosed {
+		return nil, "late"
+	}
+	b := h.batches[day]
+	digest := itemDigest(it)
+	if b != nil && !h.skipReplayCheck {
+		if c, ok := b.ids[it.ID]; ok {
+			if c.digest == digest {
+				// the leader's retry of the same request (after its
+				// restart): the same answer, counted once
+				return c.msg, ""
+			}
+			return nil, "replay"
+		}
+	}
+	share, err := p3.OpenHelperShare(h.cfg.Keys[0], h.cfg.Campaign, day, it.ID, it.PublicShare, it.SealedHelper)
+	for _, k := range h.cfg.Keys[1:] {
+		if err == nil {
+			break
+		}
+		share, err = p3.OpenHelperShare(k, h.cfg.Campaign, day, it.ID, it.PublicShare, it.SealedHelper)
+	}
+	if err != nil {
+		return nil, "decrypt"
+	}
+	prep, err := h.vdaf.PrepInit(vk, it.ID, 1, it.PublicShare, share)
+	if err != nil {
+		return nil, p3.Reason(err)
+	}
+	msg, err := h.vdaf.PrepSharesToPrep(it.LeaderPrep, prep.Share)
+	if err != nil && h.skipProofCheck && len(prep.State) >= 32 {
+		msg, err = prep.State[len(prep.State)-32:], nil
+	}
+	if err != nil {
+		return nil, p3.Reason(err)
+	}
+	out, err := h.vdaf.PrepNext(prep.State, msg)
+	if err != nil {
+		return nil, p3.Reason(err)
+	}
+	if b == nil {
+		b = newBatch(h.cfg.Measurement.Length)
+		h.batches[day] = b
+	}
+	b.add(it.ID, out, commit{digest: digest, msg: msg})
+	h.Stats.Prepared++
+	return msg, ""
+}
+
+// collectReq hands the helper's aggregate share, sealed to the collector,
+// when the batch is closed, the leader's count and checksum equal the
+// helper's and the batch has at least MinBatchSize reports.
+func (h *Helper) collectReq(ev Event) ([]byte, error) {
+	q, err := p3.ParseCollectReq(ev.Msg)
+	if err != nil {
+		return nil, err
+	}
+	if q.Campaign != h.cfg.Campaign {
+		return nil, fmt.Errorf("prio3: collect request for campaign %q, this helper runs %q", q.Campaign, h.cfg.Campaign)
+	}
+	refuse := func(reason string) ([]byte, error) {
+		h.Stats.refuse(reason)
+		a := &p3.AggShare{Role: 1, Campaign: q.Campaign, Day: q.Day, Count: q.Count, Checksum: q.Checksum, Reason: reason}
+		return a.MarshalBinary()
+	}
+	b := h.batches[q.Day]
+	switch {
+	case !closed(&h.cfg, q.Day, ev.Now):
+		return refuse("batch_open")
+	case b == nil:
+		return refuse("unknown_batch")
+	case !h.skipBatchCheck && (b.count != q.Count || b.checksum != q.Checksum):
+		return refuse("mismatch")
+	case !h.skipMinBatch && b.count < h.cfg.MinBatchSize:
+		return refuse("small_batch")
+	}
+	h.Stats.Collected++
+	return sealShare(&h.cfg, 1, q.Day, b)
+}

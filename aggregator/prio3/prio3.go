@@ -1,0 +1,188 @@
+// Package prio3 holds the two aggregators of PDD's Prio3 mode as pure state
+// machines — Leader and Helper, each with an Apply method that takes one
+// event (an encoded message from protocol/prio3, or a clock tick) and
+// returns the encoded messages to send — and the Collector's unsharding.
+// No transport: the service wiring (Kafka/NATS, keys, metrics registration)
+// sits at the edge and only routes Output.Msg to Output.To.
+//
+// Flow (draft-ietf-ppm-dap §4 with a one-round Prio3, draft-irtf-cfrg-vdaf-14
+// §7.2.2): a client's upload reaches the leader (EventUpload), which opens
+// it, runs PrepInit as aggregator 0 and queues it; EventTick sends the queued
+// reports of each day to the helper in one AggregateReq; the helper opens
+// its input share, runs PrepInit as aggregator 1, combines both prep shares
+// (the proof check), commits its output share and answers with the prep
+// message or the reason it rejected the report; the leader commits on the
+// answer. A batch is (campaign, day), closed at the day's end + Grace.
+// Collection (EventCollect at the leader) asks the helper for its aggregate
+// share with the leader's count and checksum; the helper hands its share,
+// sealed to the collector, only when both equal its own and the batch holds
+// at least MinBatchSize reports.
+//
+// Counters (Stats) are exposed on the state for the service to export as
+// crowdlog_prio3_rejected_total{role,reason}, crowdlog_prio3_prepared_total{role}
+// and crowdlog_prio3_collect_refused_total{role,reason}.
+package prio3
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cloudflare/circl/vdaf/prio3/arith/fp128"
+
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+)
+
+// Config is one aggregator's campaign configuration.
+type Config struct {
+	Campaign    string
+	Measurement p3.Config
+	// KeyEpoch is the verify-key epoch the leader prepares under; the helper
+	// accepts any epoch in VerifyKeys.
+	KeyEpoch uint32
+	// VerifyKeys: epoch → the 32-byte VDAF verify key shared by leader and
+	// helper only (VDAF-14 §7.2.2 verify_key).
+	VerifyKeys map[uint32][p3.VerifyKeySize]byte
+	// Grace after a day's end (UTC) during which its batch still accepts
+	// reports.
+	Grace time.Duration
+	// MinBatchSize is the fewest reports a batch may be collected with.
+	MinBatchSize uint64
+	// Keys: the leader's report keys or the helper's input-share keys (two
+	// during a rotation).
+	Keys []*onion.KeyPair
+	// Collector is the release stage's public key the aggregate shares are
+	// sealed to.
+	Collector onion.PublicKey
+}
+
+// Dest is where an output message goes.
+type Dest byte
+
+const (
+	ToHelper Dest = iota + 1
+	ToLeader
+	ToCollector
+)
+
+// Output is an encoded protocol/prio3 message and its destination.
+type Output struct {
+	To  Dest
+	Msg []byte
+}
+
+// EventKind is what an Event carries.
+type EventKind byte
+
+const (
+	EventUpload        EventKind = iota + 1 // leader: Msg = a client's upload
+	EventTick                               // leader: send queued reports to the helper
+	EventAggregateResp                      // leader: Msg = the helper's AggregateResp
+	EventCollect                            // leader: collect batch Day
+	EventAggShare                           // leader: Msg = the helper's AggShare
+	EventAggregateReq                       // helper: Msg = the leader's AggregateReq
+	EventCollectReq                         // helper: Msg = the leader's CollectReq
+)
+
+// Event is one input of Apply: Now is the event's time (the service's
+// clock; tests pass any), Day the batch of EventCollect.
+type Event struct {
+	Now  time.Time
+	Kind EventKind
+	Msg  []byte
+	Day  p3.Day
+}
+
+// Errors of Apply. A dropped report is not an error: it is counted in Stats.
+var (
+	ErrWrongRole  = errors.New("prio3: event not for this role")
+	ErrBatchOpen  = errors.New("prio3: batch still open (wait for the day's end + grace)")
+	ErrInFlight   = errors.New("prio3: batch has reports in preparation (tick and wait for the helper)")
+	ErrSmallBatch = errors.New("prio3: batch under the minimum batch size")
+	ErrRefused    = errors.New("prio3: the helper refused the aggregate share")
+	ErrConfig     = errors.New("prio3: invalid aggregator configuration")
+)
+
+// Stats are a role's counters (monotonic; kept in the encoded state).
+type Stats struct {
+	Uploads  uint64
+	Prepared uint64 // reports committed to a batch
+	// Rejected: reason → reports dropped. The leader also counts the
+	// helper's reasons as "helper_<reason>".
+	Rejected map[string]uint64
+	// CollectRefused: reason → refused collections.
+	CollectRefused map[string]uint64
+	Collected      uint64
+}
+
+func (s *Stats) reject(reason string) {
+	if s.Rejected == nil {
+		s.Rejected = map[string]uint64{}
+	}
+	s.Rejected[reason]++
+}
+
+func (s *Stats) refuse(reason string) {
+	if s.CollectRefused == nil {
+		s.CollectRefused = map[string]uint64{}
+	}
+	s.CollectRefused[reason]++
+}
+
+// batch is one (campaign, day)'s committed state.
+type batch struct {
+	count    uint64
+	checksum p3.Checksum
+	agg      fp128.Vec
+	// ids: committed report ids → the helper's record of what it prepared
+	// (digest of the request item and the prep message; empty at the leader).
+	ids map[p3.ReportID]commit
+}
+
+type commit struct {
+	digest [32]byte
+	msg    []byte
+}
+
+func newBatch(length int) *batch {
+	return &batch{agg: make(fp128.Vec, length), ids: map[p3.ReportID]commit{}}
+}
+
+func (b *batch) add(id p3.ReportID, out fp128.Vec, c commit) {
+	b.agg.AddAssign(out)
+	b.checksum.Add(id)
+	b.count++
+	b.ids[id] = c
+}
+
+// closed reports whether day's batch is closed at now.
+func closed(cfg *Config, day p3.Day, now time.Time) bool {
+	return !now.Before(day.Start().Add(24*time.Hour + cfg.Grace))
+}
+
+func checkConfig(cfg *Config) (*p3.VDAF, error) {
+	if len(cfg.Keys) == 0 {
+		return nil, fmt.Errorf("%w: no HPKE keys", ErrConfig)
+	}
+	if len(cfg.VerifyKeys) == 0 {
+		return nil, fmt.Errorf("%w: no verify key", ErrConfig)
+	}
+	if cfg.MinBatchSize == 0 {
+		return nil, fmt.Errorf("%w: min batch size 0 would reveal single clients", ErrConfig)
+	}
+	v, err := p3.New(cfg.Campaign, cfg.Measurement)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return v, nil
+}
+
+// sealShare builds role's AggShare of b for the collector.
+func sealShare(cfg *Config, role byte, day p3.Day, b *batch) ([]byte, error) {
+	a := &p3.AggShare{Role: role, Campaign: cfg.Campaign, Day: day, Count: b.count, Checksum: b.checksum}
+	if err := p3.SealAggShare(cfg.Collector, a, p3.EncodeVec(b.agg)); err != nil {
+		return nil, err
+	}
+	return a.MarshalBinary()
+}

@@ -1,0 +1,270 @@
+package prio3
+
+import (
+	"encoding/binary"
+	"sort"
+
+	"github.com/crowdlog/crowdlog/protocol"
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+)
+
+// State encoding (restart safety). Layout, big-endian:
+//
+//	version(1) ‖ role(1: 'L' or 'H') ‖ campaign(len8) ‖ length(u32) ‖ stats ‖
+//	n batches(u32) ‖ n × batch ‖ [leader: n pending(u32) ‖ n × pending ‖
+//	n collecting(u32) ‖ n × day(u32)]
+//	stats = uploads, prepared, collected (u64 each) ‖ rejected map ‖ refused map
+//	map   = n(u16) ‖ n × (label(len8) ‖ value(u64))
+//	batch = day(u32) ‖ count(u64) ‖ checksum(32) ‖ aggregate(len32: L × 16 B) ‖
+//	        n ids(u32) ‖ n × (id(16) [helper: ‖ digest(32) ‖ prep message(len8)])
+//	pending = id(16) ‖ day(u32) ‖ public(len32) ‖ sealed(len32) ‖ state(len32) ‖ share(len32)
+//
+// A restored leader re-sends every pending report on its next tick; the
+// helper answers a retry of a committed report (same request item) with the
+// same prep message and counts it once.
+const stateVersion byte = 1
+
+func putU64(w *protocol.Writer, x uint64) { w.B = binary.BigEndian.AppendUint64(w.B, x) }
+
+func getU64(r *protocol.Reader, what string) uint64 {
+	p := r.Take(8, what)
+	if p == nil {
+		return 0
+	}
+	return binary.BigEndian.Uint64(p)
+}
+
+func putMap(w *protocol.Writer, m map[string]uint64) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	w.U16(uint16(len(keys)))
+	for _, k := range keys {
+		w.Bytes8([]byte(k))
+		putU64(w, m[k])
+	}
+}
+
+func getMap(r *protocol.Reader) map[string]uint64 {
+	n := int(r.U16("map size"))
+	m := map[string]uint64{}
+	for i := 0; i < n && r.Err == nil; i++ {
+		k := string(r.Bytes8("label"))
+		m[k] = getU64(r, "counter")
+	}
+	return m
+}
+
+func putStats(w *protocol.Writer, s *Stats) {
+	putU64(w, s.Uploads)
+	putU64(w, s.Prepared)
+	putU64(w, s.Collected)
+	putMap(w, s.Rejected)
+	putMap(w, s.CollectRefused)
+}
+
+func getStats(r *protocol.Reader) Stats {
+	return Stats{Uploads: getU64(r, "uploads"), Prepared: getU64(r, "prepared"), Collected: getU64(r, "collected"),
+		Rejected: getMap(r), CollectRefused: getMap(r)}
+}
+
+func sortedDays[T any](m map[p3.Day]T) []p3.Day {
+	d := make([]p3.Day, 0, len(m))
+	for k := range m {
+		d = append(d, k)
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return d
+}
+
+func putBatches(w *protocol.Writer, bs map[p3.Day]*batch, helper bool) {
+	w.U32(uint32(len(bs)))
+	for _, d := range sortedDays(bs) {
+		b := bs[d]
+		w.U32(uint32(d))
+		putU64(w, b.count)
+		w.Raw(b.checksum[:])
+		w.Bytes32(p3.EncodeVec(b.agg))
+		ids := make([]p3.ReportID, 0, len(b.ids))
+		for id := range b.ids {
+			ids = append(ids, id)
+		}
+		sort.Slice(ids, func(i, j int) bool { return string(ids[i][:]) < string(ids[j][:]) })
+		w.U32(uint32(len(ids)))
+		for _, id := range ids {
+			w.Raw(id[:])
+			if helper {
+				c := b.ids[id]
+				w.Raw(c.digest[:])
+				w.Bytes8(c.msg)
+			}
+		}
+	}
+}
+
+func getBatches(r *protocol.Reader, length int, helper bool) map[p3.Day]*batch {
+	bs := map[p3.Day]*batch{}
+	n := r.U32("batches")
+	if r.Err == nil && int(n) > len(r.B)/48 {
+		r.Err = protocol.Malformed("prio3 state claims %d batches", n)
+	}
+	for i := 0; i < int(n) && r.Err == nil; i++ {
+		d := p3.Day(r.U32("day"))
+		b := &batch{count: getU64(r, "count"), ids: map[p3.ReportID]commit{}}
+		copy(b.checksum[:], r.Take(32, "checksum"))
+		agg := r.Bytes32("aggregate")
+		if r.Err != nil {
+			break
+		}
+		v, err := p3.DecodeVec(agg, length)
+		if err != nil {
+			r.Err = err
+			break
+		}
+		b.agg = v
+		k := r.U32("ids")
+		if r.Err == nil && int(k) > len(r.B)/p3.NonceSize {
+			r.Err = protocol.Malformed("prio3 state claims %d ids", k)
+		}
+		var sum p3.Checksum
+		for j := 0; j < int(k) && r.Err == nil; j++ {
+			var id p3.ReportID
+			copy(id[:], r.Take(p3.NonceSize, "report id"))
+			var c commit
+			if helper {
+				copy(c.digest[:], r.Take(32, "digest"))
+				c.msg = r.Bytes8("prep message")
+			}
+			if _, dup := b.ids[id]; dup {
+				r.Err = protocol.Malformed("prio3 state: report id twice in a batch")
+			}
+			b.ids[id] = c
+			sum.Add(id)
+		}
+		if r.Err == nil && (sum != b.checksum || uint64(len(b.ids)) != b.count) {
+			r.Err = protocol.Malformed("prio3 state: batch %s count or checksum does not match its ids", d)
+		}
+		if _, dup := bs[d]; dup && r.Err == nil {
+			r.Err = protocol.Malformed("prio3 state: batch %s twice", d)
+		}
+		bs[d] = b
+	}
+	return bs
+}
+
+func readStateHeader(r *protocol.Reader, role byte, cfg *Config) {
+	if v := r.U8("state version"); r.Err == nil && v != stateVersion {
+		r.Err = protocol.Malformed("prio3 state version %d, want %d", v, stateVersion)
+	}
+	if x := r.U8("role"); r.Err == nil && x != role {
+		r.Err = protocol.Malformed("prio3 state of role %q, want %q", x, role)
+	}
+	if c := string(r.Bytes8("campaign")); r.Err == nil && c != cfg.Campaign {
+		r.Err = protocol.Malformed("prio3 state of campaign %q, configured %q (wrong state directory?)", c, cfg.Campaign)
+	}
+	if n := r.U32("length"); r.Err == nil && int(n) != cfg.Measurement.Length {
+		r.Err = protocol.Malformed("prio3 state of %d keywords, configured %d", n, cfg.Measurement.Length)
+	}
+}
+
+// MarshalBinary encodes the leader's state (see the layout above).
+func (l *Leader) MarshalBinary() ([]byte, error) {
+	w := protocol.Writer{}
+	w.U8(stateVersion)
+	w.U8('L')
+	w.Bytes8([]byte(l.cfg.Campaign))
+	w.U32(uint32(l.cfg.Measurement.Length))
+	putStats(&w, &l.Stats)
+	putBatches(&w, l.batches, false)
+	ids := make([]p3.ReportID, 0, len(l.pending))
+	n := 0
+	for id, ps := range l.pending {
+		ids = append(ids, id)
+		n += len(ps)
+	}
+	sort.Slice(ids, func(i, j int) bool { return string(ids[i][:]) < string(ids[j][:]) })
+	w.U32(uint32(n))
+	for _, id := range ids {
+		for _, p := range l.pending[id] {
+			w.Raw(id[:])
+			w.U32(uint32(p.day))
+			w.Bytes32(p.public)
+			w.Bytes32(p.sealed)
+			w.Bytes32(p.state)
+			w.Bytes32(p.share)
+		}
+	}
+	days := sortedDays(l.collecting)
+	w.U32(uint32(len(days)))
+	for _, d := range days {
+		w.U32(uint32(d))
+	}
+	return w.B, nil
+}
+
+// RestoreLeader rebuilds a leader from cfg and its encoded state. Errors
+// wrap protocol.ErrMalformed (including a state of another campaign or
+// vector length) or ErrConfig.
+func RestoreLeader(cfg Config, b []byte) (*Leader, error) {
+	l, err := NewLeader(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := protocol.Reader{B: b}
+	readStateHeader(&r, 'L', &cfg)
+	l.Stats = getStats(&r)
+	l.batches = getBatches(&r, cfg.Measurement.Length, false)
+	n := r.U32("pending")
+	if r.Err == nil && int(n) > len(r.B)/36 {
+		r.Err = protocol.Malformed("prio3 state claims %d pending reports", n)
+	}
+	for i := 0; i < int(n) && r.Err == nil; i++ {
+		var id p3.ReportID
+		copy(id[:], r.Take(p3.NonceSize, "report id"))
+		p := &pending{day: p3.Day(r.U32("day")), public: r.Bytes32("public share"), sealed: r.Bytes32("sealed share"),
+			state: r.Bytes32("prep state"), share: r.Bytes32("prep share")}
+		l.pending[id] = append(l.pending[id], p)
+	}
+	k := r.U32("collecting")
+	if r.Err == nil && int(k) > len(r.B)/4 {
+		r.Err = protocol.Malformed("prio3 state claims %d collecting days", k)
+	}
+	for i := 0; i < int(k) && r.Err == nil; i++ {
+		l.collecting[p3.Day(r.U32("day"))] = true
+	}
+	if err := r.Done("prio3 leader state"); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// MarshalBinary encodes the helper's state (see the layout above).
+func (h *Helper) MarshalBinary() ([]byte, error) {
+	w := protocol.Writer{}
+	w.U8(stateVersion)
+	w.U8('H')
+	w.Bytes8([]byte(h.cfg.Campaign))
+	w.U32(uint32(h.cfg.Measurement.Length))
+	putStats(&w, &h.Stats)
+	putBatches(&w, h.batches, true)
+	return w.B, nil
+}
+
+// RestoreHelper rebuilds a helper from cfg and its encoded state. Errors
+// wrap protocol.ErrMalformed or ErrConfig.
+func RestoreHelper(cfg Config, b []byte) (*Helper, error) {
+	h, err := NewHelper(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := protocol.Reader{B: b}
+	readStateHeader(&r, 'H', &cfg)
+	h.Stats = getStats(&r)
+	h.batches = getBatches(&r, cfg.Measurement.Length, true)
+	if err := r.Done("prio3 helper state"); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
