@@ -3,8 +3,8 @@ package prio3
 import (
 	"fmt"
 
-	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 	"github.com/crowdlog/crowdlog/protocol/onion"
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 )
 
 // Collector is the release stage's side: it opens both aggregate shares of

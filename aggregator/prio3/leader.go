@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"sort"
 
-	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 	"github.com/crowdlog/crowdlog/protocol/onion"
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 )
 
 // pending is a report the leader prepared and awaits the helper's answer on.

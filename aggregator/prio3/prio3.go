@@ -30,8 +30,8 @@ import (
 
 	"github.com/cloudflare/circl/vdaf/prio3/arith/fp128"
 
-	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 	"github.com/crowdlog/crowdlog/protocol/onion"
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 )
 
 // Config is one aggregator's campaign configuration.

@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
-	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 	"github.com/crowdlog/crowdlog/protocol/onion"
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 )
 
 const (
