@@ -2,6 +2,7 @@ package prio3
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
@@ -118,28 +119,33 @@ func (h *Helper) prepare(day p3.Day, vk [p3.VerifyKeySize]byte, keyOK, isClosed 
 	if err != nil {
 		return nil, "decrypt"
 	}
-	prep, err := h.vdaf.PrepInit(vk, it.ID, 1, it.PublicShare, share)
-	if err != nil {
-		return nil, p3.Reason(err)
+	msg, out, err := h.vdaf.PrepHelper(vk, it.ID, it.PublicShare, share, it.LeaderPrep)
+	if errors.Is(err, p3.ErrProof) && h.skipProofCheck {
+		msg, out, err = h.prepareUnchecked(vk, it, share)
 	}
-	msg, err := h.vdaf.PrepSharesToPrep(it.LeaderPrep, prep.Share)
-	if err != nil && h.skipProofCheck && len(prep.State) >= 32 {
-		msg, err = prep.State[len(prep.State)-32:], nil
-	}
-	if err != nil {
-		return nil, p3.Reason(err)
-	}
-	out, err := h.vdaf.PrepNext(prep.State, msg)
 	if err != nil {
 		return nil, p3.Reason(err)
 	}
 	if b == nil {
-		b = newBatch(h.cfg.Measurement.Length)
+		b = newBatch(h.vdaf)
 		h.batches[day] = b
 	}
-	b.add(it.ID, out, commit{digest: digest, msg: msg})
+	b.add(h.vdaf, it.ID, out, commit{digest: digest, msg: msg})
 	h.Stats.Prepared++
 	return msg, ""
+}
+
+// prepareUnchecked is the attack tests' control path without the proof
+// check: the helper's own joint-randomness seed (the end of its encoded
+// PrepState) stands in for the prep message.
+func (h *Helper) prepareUnchecked(vk [p3.VerifyKeySize]byte, it *p3.PrepItem, share []byte) ([]byte, *p3.OutShare, error) {
+	prep, err := h.vdaf.PrepInit(vk, it.ID, 1, it.PublicShare, share)
+	if err != nil {
+		return nil, nil, err
+	}
+	msg := prep.State[len(prep.State)-32:]
+	out, err := h.vdaf.PrepNext(prep.State, msg)
+	return msg, out, err
 }
 
 // collectReq hands the helper's aggregate share, sealed to the collector,

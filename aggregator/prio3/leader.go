@@ -189,14 +189,14 @@ func (l *Leader) aggregateResp(ev Event) error {
 		}
 		b := l.batches[p.day]
 		if b == nil {
-			b = newBatch(l.cfg.Measurement.Length)
+			b = newBatch(l.vdaf)
 			l.batches[p.day] = b
 		}
 		if _, dup := b.ids[res.ID]; dup && !l.skipReplayCheck {
 			l.Stats.reject("replay")
 			continue
 		}
-		b.add(res.ID, out, commit{})
+		b.add(l.vdaf, res.ID, out, commit{})
 		l.Stats.Prepared++
 	}
 	return nil
@@ -219,7 +219,7 @@ func (l *Leader) collect(ev Event) ([]Output, error) {
 	}
 	b := l.batches[ev.Day]
 	if b == nil {
-		b = newBatch(l.cfg.Measurement.Length)
+		b = newBatch(l.vdaf)
 	}
 	if b.count < l.cfg.MinBatchSize {
 		l.Stats.refuse("small_batch")

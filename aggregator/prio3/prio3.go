@@ -28,8 +28,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cloudflare/circl/vdaf/prio3/arith/fp128"
-
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 )
@@ -134,7 +132,7 @@ func (s *Stats) refuse(reason string) {
 type batch struct {
 	count    uint64
 	checksum p3.Checksum
-	agg      fp128.Vec
+	agg      p3.Aggregate
 	// ids: committed report ids → the helper's record of what it prepared
 	// (digest of the request item and the prep message; empty at the leader).
 	ids map[p3.ReportID]commit
@@ -145,12 +143,12 @@ type commit struct {
 	msg    []byte
 }
 
-func newBatch(length int) *batch {
-	return &batch{agg: make(fp128.Vec, length), ids: map[p3.ReportID]commit{}}
+func newBatch(v *p3.VDAF) *batch {
+	return &batch{agg: v.NewAggregate(), ids: map[p3.ReportID]commit{}}
 }
 
-func (b *batch) add(id p3.ReportID, out fp128.Vec, c commit) {
-	b.agg.AddAssign(out)
+func (b *batch) add(v *p3.VDAF, id p3.ReportID, out *p3.OutShare, c commit) {
+	v.Update(&b.agg, out)
 	b.checksum.Add(id)
 	b.count++
 	b.ids[id] = c
@@ -181,7 +179,7 @@ func checkConfig(cfg *Config) (*p3.VDAF, error) {
 // sealShare builds role's AggShare of b for the collector.
 func sealShare(cfg *Config, role byte, day p3.Day, b *batch) ([]byte, error) {
 	a := &p3.AggShare{Role: role, Campaign: cfg.Campaign, Day: day, Count: b.count, Checksum: b.checksum}
-	if err := p3.SealAggShare(cfg.Collector, a, p3.EncodeVec(b.agg)); err != nil {
+	if err := p3.SealAggShare(cfg.Collector, a, p3.EncodeAggregate(&b.agg)); err != nil {
 		return nil, err
 	}
 	return a.MarshalBinary()

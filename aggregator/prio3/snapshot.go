@@ -86,7 +86,7 @@ func putBatches(w *protocol.Writer, bs map[p3.Day]*batch, helper bool) {
 		w.U32(uint32(d))
 		putU64(w, b.count)
 		w.Raw(b.checksum[:])
-		w.Bytes32(p3.EncodeVec(b.agg))
+		w.Bytes32(p3.EncodeAggregate(&b.agg))
 		ids := make([]p3.ReportID, 0, len(b.ids))
 		for id := range b.ids {
 			ids = append(ids, id)
@@ -104,7 +104,7 @@ func putBatches(w *protocol.Writer, bs map[p3.Day]*batch, helper bool) {
 	}
 }
 
-func getBatches(r *protocol.Reader, length int, helper bool) map[p3.Day]*batch {
+func getBatches(r *protocol.Reader, v *p3.VDAF, helper bool) map[p3.Day]*batch {
 	bs := map[p3.Day]*batch{}
 	n := r.U32("batches")
 	if r.Err == nil && int(n) > len(r.B)/48 {
@@ -118,12 +118,12 @@ func getBatches(r *protocol.Reader, length int, helper bool) map[p3.Day]*batch {
 		if r.Err != nil {
 			break
 		}
-		v, err := p3.DecodeVec(agg, length)
+		a, err := v.DecodeAggregate(agg)
 		if err != nil {
 			r.Err = err
 			break
 		}
-		b.agg = v
+		b.agg = a
 		k := r.U32("ids")
 		if r.Err == nil && int(k) > len(r.B)/p3.NonceSize {
 			r.Err = protocol.Malformed("prio3 state claims %d ids", k)
@@ -215,7 +215,7 @@ func RestoreLeader(cfg Config, b []byte) (*Leader, error) {
 	r := protocol.Reader{B: b}
 	readStateHeader(&r, 'L', &cfg)
 	l.Stats = getStats(&r)
-	l.batches = getBatches(&r, cfg.Measurement.Length, false)
+	l.batches = getBatches(&r, l.vdaf, false)
 	n := r.U32("pending")
 	if r.Err == nil && int(n) > len(r.B)/36 {
 		r.Err = protocol.Malformed("prio3 state claims %d pending reports", n)
@@ -262,7 +262,7 @@ func RestoreHelper(cfg Config, b []byte) (*Helper, error) {
 	r := protocol.Reader{B: b}
 	readStateHeader(&r, 'H', &cfg)
 	h.Stats = getStats(&r)
-	h.batches = getBatches(&r, cfg.Measurement.Length, true)
+	h.batches = getBatches(&r, h.vdaf, true)
 	if err := r.Done("prio3 helper state"); err != nil {
 		return nil, err
 	}

@@ -52,12 +52,22 @@ func prepBoth(t testing.TB, v *VDAF, l, h *onion.KeyPair, vk [32]byte, upload []
 	if err != nil {
 		return nil, err
 	}
-	ho, err := v.PrepNext(hp.State, msg)
+	// the helper's one-call path gives the same message
+	msg2, ho, err := v.PrepHelper(vk, r.ID, r.PublicShare, hs, lp.Share)
 	if err != nil {
 		return nil, err
 	}
-	lo.AddAssign(ho)
-	return Signed(lo)
+	if !bytes.Equal(msg, msg2) {
+		return nil, fmt.Errorf("PrepHelper's message differs")
+	}
+	a := v.NewAggregate()
+	v.Update(&a, lo)
+	v.Update(&a, ho)
+	sum, err := DecodeVec(EncodeAggregate(&a), v.Config.Length)
+	if err != nil {
+		return nil, err
+	}
+	return Signed(sum)
 }
 
 // TestShardPrepRoundTrip: a client's clipped counts (SumVec) and presence

@@ -280,10 +280,67 @@ func (v *VDAF) PrepSharesToPrep(leader, helper []byte) ([]byte, error) {
 	return msg.MarshalBinary()
 }
 
-// PrepNext finishes preparation: the output share (L field elements of
-// Field128) of a report whose prep message is msg. Errors: ErrPrepShare,
+// Aggregate is an aggregator's running sum of output shares (VDAF-14
+// §7.2.4 agg_share: L Field128 elements).
+type Aggregate = sumvec.AggShare
+
+// OutShare is one report's output share (L Field128 elements).
+type OutShare = sumvec.OutShare
+
+// NewAggregate returns an empty aggregate share (agg_init).
+func (v *VDAF) NewAggregate() Aggregate {
+	if v.sv != nil {
+		return v.sv.AggregateInit()
+	}
+	return v.mh.AggregateInit()
+}
+
+// Update adds an output share to an aggregate share (agg_update).
+func (v *VDAF) Update(a *Aggregate, o *OutShare) {
+	if v.sv != nil {
+		v.sv.AggregateUpdate(a, o)
+	} else {
+		v.mh.AggregateUpdate(a, o)
+	}
+}
+
+// EncodeAggregate encodes an aggregate share: L × 16 B (VDAF-14 §6.1).
+func EncodeAggregate(a *Aggregate) []byte {
+	b, _ := a.MarshalBinary()
+	return b
+}
+
+// DecodeAggregate decodes an aggregate share of this VDAF. Errors wrap
+// protocol.ErrMalformed.
+func (v *VDAF) DecodeAggregate(b []byte) (Aggregate, error) {
+	a := v.NewAggregate()
+	if len(b) != v.Config.Length*fp128.Size {
+		return a, protocol.Malformed("prio3: aggregate share of %d bytes, want %d", len(b), v.Config.Length*fp128.Size)
+	}
+	if err := a.UnmarshalBinary(b); err != nil {
+		return a, protocol.Malformed("prio3: aggregate share: %v", err)
+	}
+	return a, nil
+}
+
+func (v *VDAF) prepNext(st *sumvec.PrepState, m *sumvec.PrepMessage) (*OutShare, error) {
+	var out *sumvec.OutShare
+	var err error
+	if v.sv != nil {
+		out, err = v.sv.PrepNext(st, m)
+	} else {
+		out, err = v.mh.PrepNext(st, m)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrJointRand, err)
+	}
+	return out, nil
+}
+
+// PrepNext finishes preparation: the output share of a report whose
+// encoded PrepState is state and prep message is msg. Errors: ErrPrepShare,
 // ErrJointRand (msg is not the one of this report).
-func (v *VDAF) PrepNext(state, msg []byte) (fp128.Vec, error) {
+func (v *VDAF) PrepNext(state, msg []byte) (*OutShare, error) {
 	var st sumvec.PrepState
 	var m sumvec.PrepMessage
 	if v.sv != nil {
@@ -301,21 +358,58 @@ func (v *VDAF) PrepNext(state, msg []byte) (fp128.Vec, error) {
 	if err := m.UnmarshalBinary(msg); err != nil {
 		return nil, fmt.Errorf("%w: message: %w", ErrPrepShare, err)
 	}
-	var out *sumvec.OutShare
+	return v.prepNext(&st, &m)
+}
+
+// PrepHelper is the helper's whole preparation of one report in one call,
+// without encoding its PrepState: PrepInit as aggregator 1, the proof check
+// against the leader's encoded prep share, PrepNext. It returns the
+// encoded prep message for the leader and the output share. Errors as
+// PrepInit, PrepSharesToPrep and PrepNext.
+func (v *VDAF) PrepHelper(vk [VerifyKeySize]byte, nonce [NonceSize]byte, pub, share, leaderPrep []byte) ([]byte, *OutShare, error) {
+	var is sumvec.InputShare
+	if v.sv != nil {
+		p := v.sv.Params()
+		is.New(&p, 1)
+	} else {
+		p := v.mh.Params()
+		is.New(&p, 1)
+	}
+	if err := is.UnmarshalBinary(share); err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrInputShare, err)
+	}
+	key := sumvec.VerifyKey(vk)
+	n := sumvec.Nonce(nonce)
+	var st *sumvec.PrepState
+	var hs *sumvec.PrepShare
 	var err error
 	if v.sv != nil {
-		out, err = v.sv.PrepNext(&st, &m)
+		st, hs, err = v.sv.PrepInit(&key, &n, 1, sumvec.PublicShare(pub), is)
 	} else {
-		out, err = v.mh.PrepNext(&st, &m)
+		st, hs, err = v.mh.PrepInit(&key, &n, 1, sumvec.PublicShare(pub), is)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrJointRand, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrJointRand, err)
 	}
-	b, err := out.MarshalBinary()
+	ls, err := v.decodePrepShare(leaderPrep)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return DecodeVec(b, v.Config.Length)
+	var msg *sumvec.PrepMessage
+	if v.sv != nil {
+		msg, err = v.sv.PrepSharesToPrep([]sumvec.PrepShare{ls, *hs})
+	} else {
+		msg, err = v.mh.PrepSharesToPrep([]sumvec.PrepShare{ls, *hs})
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrProof, err)
+	}
+	out, err := v.prepNext(st, msg)
+	if err != nil {
+		return nil, nil, err
+	}
+	mb, err := msg.MarshalBinary()
+	return mb, out, err
 }
 
 // Reason is the rejection label of a preparation error ("input_share",
