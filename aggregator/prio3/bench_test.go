@@ -3,6 +3,7 @@ package prio3
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"syscall"
 	"testing"
@@ -85,50 +86,43 @@ func benchPrep(b *testing.B, m p3.Config, name string) {
 		}
 	}
 	shard := cpuNow() - t0
+	// interleaved per report, so that drift in the machine's load hits the
+	// state machines and bare circl alike
+	var vk [32]byte
+	copy(vk[:], "a verify key of thirty-two bytes")
+	var leader, helper, bareL, bareH time.Duration
+	var prepShare int
+	runtime.GC()
 	b.ResetTimer()
-	t0 = cpuNow()
 	for _, u := range uploads {
+		t0 := cpuNow()
 		if _, err := w.l.Apply(Event{Now: now, Kind: EventUpload, Msg: u}); err != nil {
 			b.Fatal(err)
 		}
-	}
-	reqs, err := w.l.Apply(Event{Now: now, Kind: EventTick})
-	if err != nil {
-		b.Fatal(err)
-	}
-	leader := cpuNow() - t0
-	t0 = cpuNow()
-	var resps []Output
-	for _, q := range reqs {
-		o, err := w.h.Apply(Event{Now: now, Kind: EventAggregateReq, Msg: q.Msg})
+		reqs, err := w.l.Apply(Event{Now: now, Kind: EventTick})
+		if err != nil || len(reqs) != 1 {
+			b.Fatal(err)
+		}
+		t1 := cpuNow()
+		resps, err := w.h.Apply(Event{Now: now, Kind: EventAggregateReq, Msg: reqs[0].Msg})
 		if err != nil {
 			b.Fatal(err)
 		}
-		resps = append(resps, o...)
-	}
-	helper := cpuNow() - t0
-	t0 = cpuNow()
-	for _, r := range resps {
-		if _, err := w.l.Apply(Event{Now: now, Kind: EventAggregateResp, Msg: r.Msg}); err != nil {
+		t2 := cpuNow()
+		if _, err := w.l.Apply(Event{Now: now, Kind: EventAggregateResp, Msg: resps[0].Msg}); err != nil {
 			b.Fatal(err)
 		}
-	}
-	leader += cpuNow() - t0
-	b.StopTimer()
-	if w.l.Stats.Prepared != uint64(n) || w.h.Stats.Prepared != uint64(n) {
-		b.Fatalf("prepared %d/%d of %d", w.l.Stats.Prepared, w.h.Stats.Prepared, n)
-	}
-	// bare circl on the same reports: both PrepInits and PrepSharesToPrep
-	var vk [32]byte
-	copy(vk[:], "a verify key of thirty-two bytes")
-	var bareL, bareH time.Duration
-	var prepShare int
-	for _, u := range uploads {
+		t3 := cpuNow()
+		leader += t1 - t0 + t3 - t2
+		helper += t2 - t1
+		// bare circl on the same report: PrepInit (leader), PrepInit + PrepSharesToPrep (helper)
+		b.StopTimer()
 		r, _ := p3.OpenReport(w.cfgL.Keys, u)
 		hs, _ := p3.OpenHelperShare(w.hk, r.Campaign, r.Day, r.ID, r.PublicShare, r.SealedHelper)
+		b.StartTimer()
 		t0 = cpuNow()
 		lp, err1 := w.v.PrepInit(vk, r.ID, 0, r.PublicShare, r.LeaderShare)
-		t1 := cpuNow()
+		t1 = cpuNow()
 		hp, err2 := w.v.PrepInit(vk, r.ID, 1, r.PublicShare, hs)
 		_, err3 := w.v.PrepSharesToPrep(lp.Share, hp.Share)
 		bareL += t1 - t0
@@ -137,6 +131,10 @@ func benchPrep(b *testing.B, m p3.Config, name string) {
 			b.Fatal(err1, err2, err3)
 		}
 		prepShare = len(lp.Share)
+	}
+	b.StopTimer()
+	if w.l.Stats.Prepared != uint64(n) || w.h.Stats.Prepared != uint64(n) {
+		b.Fatalf("prepared %d/%d of %d", w.l.Stats.Prepared, w.h.Stats.Prepared, n)
 	}
 	r, _ := p3.OpenReport(w.cfgL.Keys, uploads[0])
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(n) }
