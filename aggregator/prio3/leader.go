@@ -1,6 +1,7 @@
 package prio3
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sort"
@@ -107,7 +108,9 @@ func (l *Leader) upload(ev Event) {
 		l.Stats.reject(p3.Reason(err))
 		return
 	}
-	l.pending[r.ID] = append(l.pending[r.ID], &pending{day: r.Day, public: r.PublicShare, sealed: r.SealedHelper, state: prep.State, share: prep.Share})
+	// copies: the parsed fields alias the whole opened upload (654 KB at
+	// L = 10,000, b = 4), which must not stay alive while the report waits
+	l.pending[r.ID] = append(l.pending[r.ID], &pending{day: r.Day, public: bytes.Clone(r.PublicShare), sealed: bytes.Clone(r.SealedHelper), state: prep.State, share: prep.Share})
 }
 
 // tick sends every queued report, one AggregateReq per day of at most
