@@ -8,8 +8,8 @@ import (
 	"github.com/crowdlog/crowdlog/tests/truth"
 )
 
-// TestBundledLogTruth: the bundled log's 1,000 users (200 with -short), the
-// first 7 days, one batch per day through leader, helper and collector:
+// TestBundledLogTruth: the bundled log's 1,000 users (200 with -short, 10
+// under the race detector), the first 7 days, one batch per day through leader, helper and collector:
 // every (day, keyword) total equals the sum over clients of the raw log's
 // counts clipped to 15 (SumVec, b = 4), computed here from the raw rows;
 // the unclipped sums are checked against tests/truth.KeywordDaily first.
@@ -20,6 +20,9 @@ func TestBundledLogTruth(t *testing.T) {
 	users, length := 1000, 1000
 	if testing.Short() {
 		users = 200
+	}
+	if raceEnabled {
+		users = 10
 	}
 	began := time.Now()
 	days, counts, words := clientDays(t, users, 7, length)
@@ -45,7 +48,7 @@ func TestBundledLogTruth(t *testing.T) {
 		}
 	}
 	m := p3.Config{Kind: p3.KindSumVec, Length: length, Bits: 4}
-	w := newWorld(t, m, 10)
+	w := newWorld(t, m, min(10, uint64(users/4)))
 	reports, clippedCells, nonzero, dropped := 0, 0, 0, 0
 	for di, d := range days {
 		day := dayOf(t, d)

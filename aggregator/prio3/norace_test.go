@@ -1,0 +1,5 @@
+//go:build !race
+
+package prio3
+
+const raceEnabled = false
