@@ -15,7 +15,8 @@ import (
 // the unclipped sums are checked against tests/truth.KeywordDaily first.
 // The campaign monitors the list's first 1,000 keywords (10,000 takes ~10×
 // longer; BenchmarkPrep measures L = 10,000). Dropping one client's upload
-// costs exactly its own clipped counts.
+// costs exactly its own clipped counts. The first day is run again at b = 1,
+// where many counts are clipped.
 func TestBundledLogTruth(t *testing.T) {
 	users, length := 1000, 1000
 	if testing.Short() {
@@ -99,6 +100,28 @@ func TestBundledLogTruth(t *testing.T) {
 	if w.l.Stats.Prepared != uint64(reports) || w.h.Stats.Prepared != uint64(reports) {
 		t.Fatalf("prepared leader %d helper %d, want %d", w.l.Stats.Prepared, w.h.Stats.Prepared, reports)
 	}
-	t.Logf("%d users, %d days, %d reports (%d dropped), L = %d: %d non-zero (day, keyword) totals equal, %d clipped cells; %v",
-		users, len(days), reports, dropped, length, nonzero, clippedCells, time.Since(began).Round(time.Millisecond))
+	// the first day again with b = 1 (counts clipped to 1), where clipping
+	// is common
+	w1 := newWorld(t, p3.Config{Kind: p3.KindSumVec, Length: length, Bits: 1}, min(10, uint64(users/4)))
+	day0 := dayOf(t, days[0])
+	w1.upload(t, day0.Start(), w1.shardAll(t, day0, counts[days[0]]))
+	res1, err := w1.collect(day0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clipped1 := 0
+	for i := range words {
+		var exp int64
+		for _, c := range counts[days[0]] {
+			exp += int64(min(c[i], 1))
+			if c[i] > 1 {
+				clipped1++
+			}
+		}
+		if res1.Totals[i] != exp {
+			t.Fatalf("b = 1, %s %q: total %d, want %d", days[0], words[i], res1.Totals[i], exp)
+		}
+	}
+	t.Logf("%d users, %d days, %d reports (%d dropped), L = %d: %d non-zero (day, keyword) totals equal, %d clipped cells at b = 4; first day at b = 1: %d reports, %d clipped cells, totals equal; %v",
+		users, len(days), reports, dropped, length, nonzero, clippedCells, res1.Count, clipped1, time.Since(began).Round(time.Millisecond))
 }
