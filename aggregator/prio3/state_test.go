@@ -186,3 +186,53 @@ func FuzzRestoreLeader(f *testing.F) { fuzzState(f, false) }
 
 // FuzzRestoreHelper: the same for the helper's.
 func FuzzRestoreHelper(f *testing.F) { fuzzState(f, true) }
+
+// TestHelperReasons: the helper rejects, per report and by reason, an
+// unknown verify-key epoch, a helper share that does not open (tampered),
+// and a leader prep share that does not decode; the leader learns each
+// reason as "helper_<reason>" and nothing is committed.
+func TestHelperReasons(t *testing.T) {
+	m := p3.Config{Kind: p3.KindSumVec, Length: 8, Bits: 4}
+	w := newWorld(t, m, 1)
+	day := p3.Day(20000)
+	now := day.Start()
+	ups := w.shardAll(t, day, smallCounts(3, 8))
+	for _, u := range ups {
+		w.l.Apply(Event{Now: now, Kind: EventUpload, Msg: u})
+	}
+	reqs, _ := w.l.Apply(Event{Now: now, Kind: EventTick})
+	q, err := p3.ParseAggregateReq(reqs[0].Msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// item 0: tampered helper share; item 1: truncated leader prep share
+	q.Items[0].SealedHelper = append([]byte(nil), q.Items[0].SealedHelper...)
+	q.Items[0].SealedHelper[40] ^= 1
+	q.Items[1].LeaderPrep = q.Items[1].LeaderPrep[:10]
+	third := q.Items[2]
+	q.Items = q.Items[:2]
+	b, _ := q.MarshalBinary()
+	if _, err := w.route(now, []Output{{To: ToHelper, Msg: b}}); err != nil {
+		t.Fatal(err)
+	}
+	// an unknown epoch for the third report
+	q.Items = []p3.PrepItem{third}
+	q.KeyEpoch = 7
+	b, _ = q.MarshalBinary()
+	out, err := w.h.Apply(Event{Now: now, Kind: EventAggregateReq, Msg: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.l.Apply(Event{Now: now, Kind: EventAggregateResp, Msg: out[0].Msg}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]uint64{"decrypt": 1, "prep_share": 1, "key_epoch": 1}
+	for r, n := range want {
+		if w.h.Stats.Rejected[r] != n || w.l.Stats.Rejected["helper_"+r] != n {
+			t.Fatalf("%s: helper %d, leader %d, want %d (helper %v, leader %v)", r, w.h.Stats.Rejected[r], w.l.Stats.Rejected["helper_"+r], n, w.h.Stats.Rejected, w.l.Stats.Rejected)
+		}
+	}
+	if w.h.Stats.Prepared != 0 || w.l.Stats.Prepared != 0 {
+		t.Fatalf("prepared helper %d leader %d", w.h.Stats.Prepared, w.l.Stats.Prepared)
+	}
+}
