@@ -67,7 +67,10 @@ fuzz:
 	  "./protocol/token FuzzParseToken" "./protocol/token FuzzParsePrivateKey" "./protocol/token FuzzIssue" \
 	  "./protocol/token FuzzParseIssueRequest" "./protocol/token FuzzParseIssueResponse" "./protocol/token FuzzParseKeys" \
 	  "./aggregator FuzzPrepareReport" "./aggregator FuzzDecodeSpill" "./aggregator FuzzDecodeState" "./aggregator FuzzSnapshotHeader" \
-	  "./release FuzzDecodeDraw"; do \
+	  "./release FuzzDecodeDraw" \
+	  "./protocol/prio3 FuzzParseReport" "./protocol/prio3 FuzzParseAggregateReq" "./protocol/prio3 FuzzParseAggregateResp" \
+	  "./protocol/prio3 FuzzParseCollectReq" "./protocol/prio3 FuzzParseAggShare" "./protocol/prio3 FuzzOpenReport" \
+	  "./aggregator/prio3 FuzzRestoreLeader" "./aggregator/prio3 FuzzRestoreHelper"; do \
 	  set -- $$spec; echo "== $$1 $$2"; $(GO) test -run XXX -fuzz "^$$2$$" -fuzztime $(FUZZTIME) $$1 || exit 1; done
 
 bench:

@@ -17,11 +17,13 @@
 #                         ~52k reports; 1000 = all 254,775)
 #   BOUNDS_RELAY_MSGS=N   relay: messages (default 20000)
 #   BOUNDS_HPKE_N=N       HPKE open/seal iterations per size (default 3000)
+#   BOUNDS_PRIO3_N=N      prio3-prep: reports prepared per measurement (default 20,
+#                         SumVec b = 4 at L = 10,000 keywords, ~30 s)
 #   BOUNDS_TOKENS=0       skip aggregator-service-tokens (report tokens),
 #                         aggregator-service-arc (report tokens and FT_u ARC
 #                         presentations) and end-to-end-tokens
 #   BOUNDS_BIN=DIR        use prebuilt binaries instead of building: DIR holds
-#                         onion.test arc.test ingest.test relays.test aggregator.test
+#                         onion.test arc.test ingest.test relays.test aggregator.test prio3.test
 #                         (go test -c) and crowdlog (machines without Go)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,13 +35,14 @@ RELAY_MSGS=${BOUNDS_RELAY_MSGS:-20000}
 HPKE_N=${BOUNDS_HPKE_N:-3000}
 TOKENS=${BOUNDS_TOKENS:-1}
 MOVE=${BOUNDS_MOVE:-1000000}
+PRIO3_N=${BOUNDS_PRIO3_N:-20}
 began=$(date +%s.%N)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 bin=${BOUNDS_BIN:-$work/bin}
 if [ -z "${BOUNDS_BIN:-}" ]; then
   mkdir -p "$bin"
-  for p in protocol/onion protocol/arc ingest relays aggregator; do
+  for p in protocol/onion protocol/arc ingest relays aggregator aggregator/prio3; do
     "$GO" test -c -o "$bin/$(basename "$p").test" "./$p"
   done
   "$GO" build -o "$bin/crowdlog" ./cmd/crowdlog
@@ -216,6 +219,25 @@ if [ "$E2E" != 0 ]; then
       "$(awk -v c="$cores" -v p="$perreportt" 'BEGIN { print c * 1e9 / p }')" "reports/s(${cores}cores)")")
   fi
 fi
+# prio3-prep: each Prio3 aggregator's preparation through its state machine
+# (HPKE opens, PrepInit, proof check, PrepNext, commit) in reports/s on one
+# core, against circl's bare PrepInit (+ PrepSharesToPrep at the helper) on
+# the same reports in the same run; SumVec b = 4, L = 10,000 keywords.
+echo "== prio3.test BenchmarkPrep/sumvec-b4 (benchtime ${PRIO3_N}x, GOMAXPROCS=1)" >&2
+if ! (cd aggregator/prio3 && GOMAXPROCS=1 "$bin/prio3.test" -test.run '^$' -test.bench '^BenchmarkPrep$/^sumvec-b4$' \
+  -test.benchtime "${PRIO3_N}x" -test.timeout 30m) >"$work/prio3.txt" 2>&1; then
+  tail -40 "$work/prio3.txt" >&2
+  echo "bench-bounds: prio3.test BenchmarkPrep failed" >&2
+  exit 1
+fi
+prio3=$(grep -o 'PRIO3 sumvec-b4 .*' "$work/prio3.txt" | tail -1)
+[ -n "$prio3" ] || { cat "$work/prio3.txt" >&2; echo "bench-bounds: no PRIO3 line" >&2; exit 1; }
+echo "$prio3" >&2
+prio3get() { printf '%s\n' "$prio3" | tr ' ' '\n' | awk -F= -v k="$1" '$1 == k { print $2 }'; }
+for role in leader helper; do
+  lines+=("$(line "prio3-prep-$role" "$(awk -v x="$(prio3get "${role}_ms")" 'BEGIN { print 1000 / x }')" \
+    "$(awk -v x="$(prio3get "bare_${role}_ms")" 'BEGIN { print 1000 / x }')" 'reports/s/core')")
+done
 lines+=("$(line pending-bytes "$pending" 200 'B/report(lower-is-better)')")
 # a partition of MOVE pending reports moved with snapshots: restore plus
 # the tail after the snapshot (SnapshotEvery messages), seconds
