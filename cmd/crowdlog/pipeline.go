@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/crowdlog/crowdlog/infra/config"
 	"github.com/crowdlog/crowdlog/pipelines/pipeline"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 )
@@ -23,6 +24,15 @@ func (e exitCode) Unwrap() error { return e.err }
 
 // usageError marks err as invalid usage or configuration (exit status 2).
 func usageError(err error) error { return exitCode{2, err} }
+
+// applyConfig is config.Apply with its UsageError a usage error.
+func applyConfig(cmd *cobra.Command, environ []string) error {
+	err := config.Apply(cmd, environ)
+	if errors.As(err, new(config.UsageError)) {
+		return usageError(err)
+	}
+	return err
+}
 
 func pipelineCmd() *cobra.Command {
 	c := &cobra.Command{
