@@ -858,15 +858,10 @@ func connectRole(url, name string, sec natsconn.Security, conns *[]func()) (*nat
 // both serve only the pipeline of digest.
 func startServers(svcCtx context.Context, svc *errgroup.Group, cfg Config, brokers []string, pol *policy.Policy, digest [32]byte,
 	reg prometheus.Registerer, log *slog.Logger, roles *inProcess, tok tokenLimits, onRefused func(error)) error {
-	a, err := aggregator.New(brokers, []string{filepath.Join(cfg.KeysDir, keydir.AggregatorKey)}, log)
+	a, err := aggregatorOptions(cfg, brokers, digest, tok.on).Service(log)
 	if err != nil {
 		return err
 	}
-	if tok.on {
-		AggregatorTokens(a, cfg.KeysDir)
-	}
-	a.Pipelines = map[[32]byte]bool{digest: true} // reports of another definition are refused
-	a.ControlKey = cfg.controlPub                 // epoch control records must be signed by the run's control key
 	roles.agg = a
 	RegisterAggregator(reg, a)
 	svc.Go(func() error { return a.Run(svcCtx) })
@@ -883,6 +878,22 @@ func startServers(svcCtx context.Context, svc *errgroup.Group, cfg Config, broke
 	RegisterRelease(reg, st)
 	svc.Go(func() error { defer w.Close(); return st.Run(svcCtx) })
 	return nil
+}
+
+// aggregatorOptions are the options of the run's aggregator: the
+// defaults of `crowdlog aggregate` with the run's brokers, key and token
+// keys (tokens: the run issues tokens), serving only the pipeline of
+// digest (the run opens and closes its epochs: no schedule), with control
+// records signed by the run's control key.
+func aggregatorOptions(cfg Config, brokers []string, digest [32]byte, tokens bool) *aggregator.Options {
+	o := aggregator.DefaultOptions()
+	o.Kafka, o.KeyPaths = brokers, []string{filepath.Join(cfg.KeysDir, keydir.AggregatorKey)}
+	if tokens {
+		o.KeysDir = cfg.KeysDir
+	}
+	o.Pipelines = []aggregator.Served{{Digest: digest}}
+	o.ControlPublic = cfg.controlPub
+	return &o
 }
 
 // RolesStopTimeout bounds the wait for the in-process roles to return
