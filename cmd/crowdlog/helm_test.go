@@ -139,7 +139,7 @@ func TestHelmChartArgs(t *testing.T) {
 				}
 				n, _ := cmd.Flags().GetInt("randomness-tokens")
 				d, _ := cmd.Flags().GetInt("report-tokens")
-				if err := checkBudgets(rk.IssuerKinds, issuer.Limits{RandomnessTokens: n, ReportTokens: d}); err != nil {
+				if err := issuer.CheckBudgets(rk.IssuerKinds, issuer.Limits{RandomnessTokens: n, ReportTokens: d}); err != nil {
 					t.Errorf("%s: %v", where, err)
 				}
 				issuers = append(issuers, op+":"+role)

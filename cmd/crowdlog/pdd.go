@@ -85,130 +85,63 @@ Example:
 }
 
 func coordinatorCmd() *cobra.Command {
-	var natsURL, list, metricsAddr, aggKey, opKey string
-	var natsSec natsconn.Security
-	var kafkaAddr []string
-	var cp coordinator.Campaign
-	var wall bool
+	o := coordinator.NewOptions()
+	var metricsAddr string
 	c := &cobra.Command{
 		Use:   "coordinator --campaign NAME [--group-size 100] [--delay 2]",
 		Short: "Run the PDD coordinator: registration, daily groups, instructions",
-		Long: `coordinator serves PDD clients over NATS request/reply (queue group
-crowdlog-coordinator: run several for capacity): registration of X25519 public
-keys, daily pings with the rounds a client owes, its group's public keys and
-recovery tasks, deposits of recovery bundles, and recovery requests from the
-aggregator. Each new day it forms the groups of the previous day's active
-clients (--heuristic: PDD eq. 5) and writes their rosters and a day tick to
-Kafka topic "vectors". State lives in JetStream key-value buckets and
-survives restarts.
-
-The day advances with --wall-clock (UTC days) or by requests on
-crowdlog.pdd.advance (log replays) signed with the operator's Ed25519 key
-(--operator-key, its public half). Recovery requests are accepted only when
-signed with the aggregator's key (--aggregator-key); client requests only
-under each client's registered key, with growing sequence numbers. Refused
-requests are counted per reason.`,
-		Args: cobra.NoArgs,
+		Long:  coordinator.Help,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
-			l, err := keywords.Load(list)
+			cfg, err := o.Config()
 			if err != nil {
 				return err
 			}
-			cp.List, cp.ListName = l, list
-			if list == "" {
-				cp.ListName = keywords.DefaultName
-			}
-			nc, err := natsconn.ConnectAs(natsURL, "crowdlog-coordinator", as(natsSec, natsauth.Coordinator))
+			nc, err := o.Connect()
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			co := &coordinator.Coordinator{NC: nc, Brokers: kafkaAddr, Campaign: cp, Logger: log}
-			if co.AggregatorKey, err = keydir.LoadSigningPublic(aggKey); err != nil {
-				return fmt.Errorf("--aggregator-key: %w (create it with the aggregator's keys dir, file %s)", err, keydir.AggregatorSignKey)
-			}
-			if opKey != "" {
-				if co.OperatorKey, err = keydir.LoadSigningPublic(opKey); err != nil {
-					return fmt.Errorf("--operator-key: %w", err)
-				}
-			}
+			co := coordinator.New(nc, cfg, log)
 			if err := co.Start(cmd.Context()); err != nil {
 				return err
 			}
 			defer co.Close()
-			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterCoordinator(reg, co) }, coordinatorChecks(cmd.Context(), nc, kafkaAddr)...); err != nil {
+			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterCoordinator(reg, co) }, coordinatorChecks(cmd.Context(), nc, cfg.Brokers)...); err != nil {
 				return err
 			}
-			log.Info("coordinator: serving", "campaign", cp.Name)
-			if !wall {
+			log.Info("coordinator: serving", "campaign", cfg.Campaign.Name)
+			if !o.WallClock {
 				<-cmd.Context().Done()
 				return nil
 			}
 			return co.FollowWallClock(cmd.Context(), time.Minute)
 		},
 	}
-	f := c.Flags()
-	f.StringVar(&cp.Name, "campaign", "pdd", "campaign name")
-	f.StringVar(&list, "keywords", "", "monitored keyword list (default: embedded "+keywords.DefaultName+")")
-	f.IntVar(&cp.GroupSize, "group-size", 100, "clients per group")
-	f.IntVar(&cp.Delay, "delay", 2, "days to wait for late members")
-	f.IntVar(&cp.RecoveryDays, "recovery-days", 1, "days for recovery answers after the delay")
-	f.BoolVar(&cp.Heuristic, "heuristic", false, "PDD eq. 5 activity heuristic")
-	f.BoolVar(&wall, "wall-clock", false, "advance the day from the UTC wall clock")
-	f.StringVar(&aggKey, "aggregator-key", "keys/"+keydir.AggregatorSignKey+".pub", "the aggregator's Ed25519 public key (PEM): recovery requests must be signed with it")
-	f.StringVar(&opKey, "operator-key", "", "the operator's Ed25519 public key (PEM): clock advances over NATS must be signed with it (none accepted when unset)")
-	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
-	addNATSSecurityFlags(f, &natsSec)
-	f.StringSliceVar(&kafkaAddr, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated")
+	o.AddFlags(c.Flags())
 	addMetricsFlag(c, &metricsAddr)
 	c.AddCommand(coordinatorAdvanceCmd())
 	return c
 }
 
 func coordinatorAdvanceCmd() *cobra.Command {
-	var natsURL, key, day string
-	var natsSec natsconn.Security
+	o := coordinator.NewAdvanceOptions()
 	c := &cobra.Command{
-		Use:   "advance --day YYYY-MM-DD --key operator-sign.key",
-		Short: "Start a PDD campaign day (signed with the operator's credential)",
-		Long: `advance asks the running coordinators to start a day: they form the groups
-of the day before from its active clients and write rosters and a tick to
-Kafka "vectors". The request is signed with the operator's Ed25519 key
-(--key; keys/operator-sign.key, created by the first crowdlog pdd run or by
-this command when missing); the coordinator accepts it only when started
-with --operator-key set to its public half. Days move one at a time up to
---day; a day not after the current one changes nothing.`,
+		Use:     "advance --day YYYY-MM-DD --key operator-sign.key",
+		Short:   "Start a PDD campaign day (signed with the operator's credential)",
+		Long:    coordinator.AdvanceHelp,
 		Example: "  crowdlog coordinator advance --day 2006-03-02 --key keys/operator-sign.key",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			t, err := time.Parse("2006-01-02", day)
-			if err != nil {
-				return fmt.Errorf("--day %q: want YYYY-MM-DD", day)
+			line, err := o.Advance(cmd.Context())
+			if err == nil {
+				fmt.Fprintln(cmd.OutOrStdout(), line)
 			}
-			k, err := keydir.EnsureSigningKey(key)
-			if err != nil {
-				return fmt.Errorf("--key: %w", err)
-			}
-			nc, err := natsconn.ConnectAs(natsURL, "crowdlog-coordinator-advance", as(natsSec, natsauth.Operator))
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			rep, err := coordinator.NATSAdvance(cmd.Context(), nc, k, int32(keywords.DayOf(t)))
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "day %s: %d groups from %d active clients (%d grouped)\n",
-				keywords.Day(rep.Day), rep.Groups, rep.Active, rep.Grouped)
-			return nil
+			return err
 		},
 	}
-	f := c.Flags()
-	f.StringVar(&day, "day", "", "the day to start (UTC), YYYY-MM-DD")
-	f.StringVar(&key, "key", "keys/"+keydir.OperatorSignKey, "the operator's Ed25519 credential (PEM)")
-	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL(s) of the coordinators, comma-separated")
-	addNATSSecurityFlags(f, &natsSec)
+	o.AddFlags(c.Flags())
 	_ = c.MarkFlagRequired("day")
 	return c
 }

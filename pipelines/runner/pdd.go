@@ -351,8 +351,13 @@ func (p *pddRun) startRoles(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r, closeW, err := relays.New(svcCtx, js, relays.Options{Name: name, Kafka: p.brokers,
-			KeyPaths: []string{filepath.Join(p.keysDir, "relay-"+name+".key")}}, p.log)
+		ro := relays.NewOptions()
+		ro.Relay.Name, ro.Relay.Kafka, ro.Relay.KeyPaths = name, p.brokers, []string{filepath.Join(p.keysDir, "relay-"+name+".key")}
+		rcfg, err := ro.Config()
+		if err != nil {
+			return err
+		}
+		r, closeW, err := relays.New(svcCtx, js, rcfg, p.log)
 		if err != nil {
 			return err
 		}
@@ -372,10 +377,10 @@ func (p *pddRun) startRoles(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.coord = &coordinator.Coordinator{NC: cnc, Brokers: p.brokers, Logger: p.log,
+	p.coord = coordinator.New(cnc, coordinator.Config{Brokers: p.brokers,
 		AggregatorKey: aggSign.Public().(ed25519.PublicKey), OperatorKey: opSign.Public().(ed25519.PublicKey), Campaign: coordinator.Campaign{
 			Name: cfg.Campaign, List: p.list, ListName: p.listName, GroupSize: cfg.GroupSize, Delay: cfg.Delay,
-			RecoveryDays: cfg.RecoveryDays, Heuristic: cfg.Heuristic, End: int32(p.last)}}
+			RecoveryDays: cfg.RecoveryDays, Heuristic: cfg.Heuristic, End: int32(p.last)}}, p.log)
 	if err := p.coord.Start(svcCtx); err != nil {
 		return err
 	}

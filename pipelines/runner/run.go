@@ -39,6 +39,7 @@ import (
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/vss"
 	"github.com/crowdlog/crowdlog/randomness"
+	rndoptions "github.com/crowdlog/crowdlog/randomness/options"
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release"
 	"github.com/crowdlog/crowdlog/release/policy"
@@ -772,7 +773,13 @@ func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, connect
 	if err != nil {
 		return err
 	}
-	rs, err := randomness.New(svcCtx, nc, cfg.KeysDir, randomness.Options{}, log)
+	ro := rndoptions.NewOptions()
+	ro.Keys, ro.RequireTokens = cfg.KeysDir, tok.on
+	rcfg, err := ro.Config()
+	if err != nil {
+		return err
+	}
+	rs, err := rndoptions.New(svcCtx, nc, rcfg, log)
 	if err != nil {
 		return err
 	}
@@ -784,9 +791,6 @@ func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, connect
 		if roles.iss, err = startIssuer(svcCtx, svc, inc, cfg.KeysDir, tok, reg, log); err != nil {
 			return err
 		}
-		if err := RequireTokens(rs, cfg.KeysDir); err != nil {
-			return err
-		}
 	}
 	roles.rs = rs
 	RegisterRandomness(reg, rs)
@@ -796,8 +800,13 @@ func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, connect
 		if err != nil {
 			return err
 		}
-		r, closeW, err := relays.New(svcCtx, js, relays.Options{Name: name, Kafka: brokers,
-			KeyPaths: []string{filepath.Join(cfg.KeysDir, "relay-"+name+".key")}}, log)
+		ro := relays.NewOptions()
+		ro.Relay.Name, ro.Relay.Kafka, ro.Relay.KeyPaths = name, brokers, []string{filepath.Join(cfg.KeysDir, "relay-"+name+".key")}
+		rcfg, err := ro.Config()
+		if err != nil {
+			return err
+		}
+		r, closeW, err := relays.New(svcCtx, js, rcfg, log)
 		if err != nil {
 			return err
 		}

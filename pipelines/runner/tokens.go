@@ -20,8 +20,6 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/ingest/tokenclient"
 	"github.com/crowdlog/crowdlog/issuer"
-	"github.com/crowdlog/crowdlog/protocol/token"
-	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/release/policy"
 )
 
@@ -162,17 +160,6 @@ func startIssuer(ctx context.Context, svc *errgroup.Group, nc *nats.Conn, keysDi
 	is.Register(reg)
 	svc.Go(func() error { return is.Run(ctx) })
 	return is, nil
-}
-
-// RequireTokens makes the randomness service spend one randomness token
-// per OPRF element, verified under the epoch's randomness-token key of
-// keysDir.
-func RequireTokens(rs *randomness.Service, keysDir string) error {
-	rs.RequireTokens = true
-	rs.TokenKeys = func(epoch string) (*token.PrivateKey, error) {
-		return keydir.LoadTokenKey(keysDir, token.KindRandomness, epoch)
-	}
-	return nil
 }
 
 // issuerReady waits, within bound, until an issuer answers the public-key
