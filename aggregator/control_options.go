@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/crowdlog/crowdlog/infra/config"
+	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/keydir"
 )
 
@@ -28,7 +29,7 @@ type ControlOptions struct {
 // DefaultControlOptions returns the options of open-epoch and close-epoch
 // without flags.
 func DefaultControlOptions() ControlOptions {
-	return ControlOptions{Kafka: []string{DefaultKafka}, App: "query"}
+	return ControlOptions{Kafka: []string{infrakafka.DefaultBroker}, App: "query"}
 }
 
 // AddFlags adds the flags of open-epoch or close-epoch (verb "open" or

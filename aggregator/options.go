@@ -10,14 +10,11 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/crowdlog/crowdlog/infra/config"
+	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/token"
 )
-
-// DefaultKafka is the Kafka bootstrap broker of the aggregator's commands
-// when none is given.
-const DefaultKafka = "127.0.0.1:9092"
 
 // DefaultGroup is the Kafka consumer group of the aggregators.
 const DefaultGroup = "crowdlog-aggregator"
@@ -74,7 +71,7 @@ type Served struct {
 // flags.
 func DefaultOptions() Options {
 	return Options{
-		Kafka:             []string{DefaultKafka},
+		Kafka:             []string{infrakafka.DefaultBroker},
 		Group:             DefaultGroup,
 		SessionTimeout:    20 * time.Second,
 		MaxOpenEpochs:     DefaultMaxOpenEpochs,

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/infra/config"
+	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/protocol"
 )
@@ -27,7 +27,7 @@ type Options struct {
 // DefaultOptions returns the options of `crowdlog aggregate audit`
 // without flags.
 func DefaultOptions() Options {
-	return Options{Kafka: []string{aggregator.DefaultKafka}, App: "query"}
+	return Options{Kafka: []string{infrakafka.DefaultBroker}, App: "query"}
 }
 
 // AddFlags adds the flags of `crowdlog aggregate audit` to f, filling o.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/aggregator/audit"
+	"github.com/crowdlog/crowdlog/aggregator/vectors"
 	"github.com/crowdlog/crowdlog/infra/config"
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
@@ -35,6 +36,28 @@ func aggregateCmd() *cobra.Command {
 	respell(c, map[string]string{"token-keys": "keys"})
 	addMetricsFlag(c, &metricsAddr)
 	c.AddCommand(epochControlCmd("open-epoch", "open", aggregator.OpenEpoch), epochControlCmd("close-epoch", "close", aggregator.CloseEpoch), auditCmd())
+	return c
+}
+
+func aggregateVectorsCmd() *cobra.Command {
+	o := vectors.DefaultOptions()
+	var metricsAddr string
+	c := &cobra.Command{
+		Use:   "aggregate-vectors --key FILE [--kafka ADDR] [--nats URL]",
+		Short: "Run the PDD aggregator: blinded group sums and dropout recovery",
+		Long:  aggregateVectorsLong,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, nc, err := o.Service(nil, runner.VectorsRecoverer, logger())
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterVectors(reg, s) }, s.Run, vectorsChecks(cmd.Context(), nc, o.Kafka)...)
+		},
+	}
+	o.AddFlags(c.Flags())
+	addMetricsFlag(c, &metricsAddr)
 	return c
 }
 
@@ -188,3 +211,12 @@ aggregator applies ends the epoch; refused control records are counted.
 
 Example:
   crowdlog aggregate audit --kafka 127.0.0.1:9092 --key keys/aggregator.key --app query --epoch 2006-03`
+
+const aggregateVectorsLong = `aggregate-vectors joins Kafka consumer group crowdlog-vectors on topic
+"vectors" (more processes = more partitions served), sums each group's
+blinded vectors, asks the coordinator (NATS, signed with --sign-key) to
+unmask each group once every member submitted or the delay passed (double
+masking: survivors' self masks, dropped members' pair masks), verifies every
+revealed share against its dealer's commitments, and writes each group's
+outcome to "group-sums".
+State is rebuilt by replaying a partition on assignment (restart-safe).`

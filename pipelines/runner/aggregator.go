@@ -1,11 +1,16 @@
 package runner
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/crowdlog/crowdlog/aggregator"
+	"github.com/crowdlog/crowdlog/aggregator/vectors"
+	"github.com/crowdlog/crowdlog/coordinator"
 	"github.com/crowdlog/crowdlog/infra/config"
 	"github.com/crowdlog/crowdlog/pipelines/pipeline"
 )
@@ -69,4 +74,10 @@ func loadPipelineFile(path string) (*pipeline.Pipeline, error) {
 		return nil, config.UsageError{Err: err}
 	}
 	return p, err
+}
+
+// VectorsRecoverer is the PDD aggregator's recoverer: unmasking requests
+// to the coordinator over nc, signed with key (coordinator.NATSRecoverer).
+func VectorsRecoverer(nc *nats.Conn, key ed25519.PrivateKey) vectors.Recoverer {
+	return coordinator.NATSRecoverer{NC: nc, Key: key}
 }
