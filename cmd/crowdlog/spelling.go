@@ -1,8 +1,6 @@
 package main
 
 import (
-	"strings"
-
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -21,43 +19,4 @@ func respell(c *cobra.Command, old map[string]string) {
 		}
 		return prev(fs, name)
 	})
-}
-
-// listFlag is a list flag (repeatable, comma-separated, like pflag's
-// StringSlice) kept as one comma-joined string: how run and pdd take
-// --kafka, a list on every role.
-type listFlag struct {
-	p       *string
-	changed bool
-}
-
-func newListFlag(p *string) *listFlag { return &listFlag{p: p} }
-
-func (l *listFlag) String() string { return *l.p }
-
-func (l *listFlag) Set(v string) error {
-	if !l.changed || *l.p == "" {
-		*l.p, l.changed = v, true
-		return nil
-	}
-	*l.p += "," + v
-	return nil
-}
-
-func (l *listFlag) Type() string { return "strings" }
-
-// Append, Replace and GetSlice make it a pflag.SliceValue (configuration
-// files give lists).
-func (l *listFlag) Append(v string) error { return l.Set(v) }
-
-func (l *listFlag) Replace(vs []string) error {
-	*l.p, l.changed = strings.Join(vs, ","), true
-	return nil
-}
-
-func (l *listFlag) GetSlice() []string {
-	if *l.p == "" {
-		return nil
-	}
-	return strings.Split(*l.p, ",")
 }

@@ -874,19 +874,28 @@ func startServers(svcCtx context.Context, svc *errgroup.Group, cfg Config, broke
 	roles.agg = a
 	RegisterAggregator(reg, a)
 	svc.Go(func() error { return a.Run(svcCtx) })
-	st, w, err := stage.New(svcCtx, brokers, cfg.ClickHouse, cfg.Database, log)
+	so := releaseOptions(cfg, brokers, pol, digest)
+	st, w, err := so.New(svcCtx, log)
 	if err != nil {
 		return err
 	}
-	st.Summary = cfg.Summary
-	st.Policy, st.Pipeline = pol, digest // only this pipeline's items are released
 	if pol.Kind.IsDP() {
-		st.Dataset, st.Budget = cfg.Dataset, cfg.Budget
 		st.OnRefused = func(app, epoch string, err error) { onRefused(err) }
 	}
 	RegisterRelease(reg, st)
 	svc.Go(func() error { defer w.Close(); return st.Run(svcCtx) })
 	return nil
+}
+
+// releaseOptions are the options of the run's release stage: the
+// defaults of `crowdlog release` with the run's brokers, ClickHouse,
+// summary and budget, serving only the pipeline of pol and digest.
+func releaseOptions(cfg Config, brokers []string, pol *policy.Policy, digest [32]byte) stage.Options {
+	o := stage.DefaultOptions()
+	o.Kafka, o.ClickHouse, o.Database = brokers, cfg.ClickHouse, cfg.Database
+	o.Summary, o.Dataset, o.Budget = string(cfg.Summary), cfg.Dataset, cfg.Budget
+	o.Policy, o.Pipeline = pol, digest
+	return o
 }
 
 // aggregatorOptions are the options of the run's aggregator: the
