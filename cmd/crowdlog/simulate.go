@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -25,23 +24,7 @@ func simulateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			csvPath, plots, err := simulate.WriteFiles(out.Dir, r.App+".csv", out.Format, r)
-			if err != nil {
-				return err
-			}
-			dpCSV, dpPlots, err := simulate.WriteFiles(out.Dir, r.App+"-dp.csv", out.Format, r.DP)
-			if err != nil {
-				return err
-			}
-			if err := r.WriteSummary(os.Stdout); err != nil {
-				return err
-			}
-			fmt.Println()
-			if err := r.DP.WriteSummary(os.Stdout); err != nil {
-				return err
-			}
-			fmt.Println("wrote", csvPath, plots, dpCSV, dpPlots)
-			return nil
+			return r.Report(os.Stdout, out)
 		},
 	}
 	o.AddFlags(c.Flags())
@@ -66,27 +49,15 @@ func simulatePDDCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger()
-			kw, err := keywords.Load(list)
-			if err != nil {
+			var err error
+			if o.Keywords, err = keywords.Load(list); err != nil {
 				return err
 			}
-			o.Keywords = kw
 			r, err := simulate.RunPDD(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
-			csvPath, plots, err := simulate.WriteFiles(out.Dir, "pdd.csv", out.Format, r)
-			if err != nil {
-				return err
-			}
-			if err := r.WriteTable(os.Stdout); err != nil {
-				return err
-			}
-			fmt.Printf("\nsearch content: %d query instances (%d distinct) of %s; took %s (load %s, draw %s, evaluate %s)\n",
-				r.Instances, r.Queries, o.Input, (r.LoadTime + r.GenerateTime + r.EvaluateTime).Round(time.Millisecond),
-				r.LoadTime.Round(time.Millisecond), r.GenerateTime.Round(time.Millisecond), r.EvaluateTime.Round(time.Millisecond))
-			fmt.Println("wrote", csvPath, plots)
-			return nil
+			return r.Report(os.Stdout, out, o.Input)
 		},
 	}
 	o.AddFlags(c.Flags(), &list)
@@ -103,24 +74,15 @@ func zipfLogCmd() *cobra.Command {
 		Long:  simulate.ZipfLogHelp,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, err := os.Create(out)
-			if err != nil {
-				return fmt.Errorf("zipf-log: %w", err)
-			}
-			if err := simulate.WriteZipfLog(f, o); err != nil {
-				f.Close()
+			if err := simulate.WriteZipfLogFile(out, o); err != nil {
 				return err
-			}
-			if err := f.Close(); err != nil {
-				return fmt.Errorf("zipf-log: %w", err)
 			}
 			fmt.Println("wrote", out)
 			return nil
 		},
 	}
-	f := c.Flags()
-	f.StringVar(&out, "out", "", "output file (gzipped AOL TSV)")
-	o.AddFlags(f)
+	c.Flags().StringVar(&out, "out", "", "output file (gzipped AOL TSV)")
+	o.AddFlags(c.Flags())
 	c.MarkFlagRequired("out")
 	return c
 }
