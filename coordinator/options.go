@@ -129,6 +129,33 @@ func New(nc *nats.Conn, cfg Config, log *slog.Logger) *Coordinator {
 		AggregatorKey: cfg.AggregatorKey, OperatorKey: cfg.OperatorKey}
 }
 
+// Start connects to NATS with the coordinator's credential (Connect),
+// builds the coordinator of cfg (New) and starts it. stop closes the
+// coordinator, then the connection.
+func (o *Options) Start(ctx context.Context, cfg Config, log *slog.Logger) (co *Coordinator, nc *nats.Conn, stop func(), err error) {
+	if nc, err = o.Connect(); err != nil {
+		return nil, nil, nil, err
+	}
+	co = New(nc, cfg, log)
+	if err := co.Start(ctx); err != nil {
+		nc.Close()
+		return nil, nil, nil, err
+	}
+	return co, nc, func() { co.Close(); nc.Close() }, nil
+}
+
+// Serve runs co until ctx ends: with wallClock the day follows the UTC
+// wall clock (FollowWallClock, checked every minute), otherwise only
+// advance requests move it.
+func (co *Coordinator) Serve(ctx context.Context, wallClock bool) error {
+	co.Logger.Info("coordinator: serving", "campaign", co.Campaign.Name)
+	if !wallClock {
+		<-ctx.Done()
+		return nil
+	}
+	return co.FollowWallClock(ctx, time.Minute)
+}
+
 // AdvanceHelp is the long help of `crowdlog coordinator advance`.
 const AdvanceHelp = `advance asks the running coordinators to start a day: they form the groups
 of the day before from its active clients and write rosters and a tick to

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/pflag"
 
 	"github.com/crowdlog/crowdlog/infra/keydir"
@@ -173,6 +174,24 @@ func (c Config) OpenEpochs() error {
 		}
 	}
 	return nil
+}
+
+// Start logs the kinds held, opens c's epochs (OpenEpochs), connects to
+// NATS as cfg.NATSRole and builds the issuer (New). stop closes the
+// connection.
+func (o *Options) Start(cfg Config, log *slog.Logger) (s *Service, nc *nats.Conn, stop func(), err error) {
+	log.Info("issuer: kinds held in the keys directory (others are refused)", "kinds", cfg.Kinds)
+	if err := cfg.OpenEpochs(); err != nil {
+		return nil, nil, nil, err
+	}
+	if nc, err = o.NATS.Connect("crowdlog-issuer", cfg.NATSRole); err != nil {
+		return nil, nil, nil, err
+	}
+	if s, err = New(nc, cfg.Keys, cfg.Limits, log); err != nil {
+		nc.Close()
+		return nil, nil, nil, err
+	}
+	return s, nc, nc.Close, nil
 }
 
 // Runner returns s.Run, with the schedule's RunSchedule beside it when

@@ -1,9 +1,12 @@
 package relays
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
@@ -89,4 +92,24 @@ func (c Config) ToKafka() bool {
 		return RouteNext(c.Name) == ""
 	}
 	return false
+}
+
+// Start connects to NATS with the relay's credential (Connect) and builds
+// the relay of cfg (New). stop closes its Kafka writers, then the
+// connection.
+func (o *Options) Start(ctx context.Context, cfg Config, log *slog.Logger) (r *Relay, nc *nats.Conn, stop func(), err error) {
+	if nc, err = o.Connect(); err != nil {
+		return nil, nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, nil, err
+	}
+	r, closeW, err := New(ctx, js, cfg, log)
+	if err != nil {
+		nc.Close()
+		return nil, nil, nil, err
+	}
+	return r, nc, func() { closeW(); nc.Close() }, nil
 }

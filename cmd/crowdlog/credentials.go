@@ -1,8 +1,6 @@
 package main
 
 import (
-	"log/slog"
-
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -32,45 +30,34 @@ func addWhereFlag(c *cobra.Command, flag string, add func(*pflag.FlagSet)) {
 }
 
 // applyKafkaAuth loads cmd's Kafka credential flags (after the
-// configuration layer set them) into cmd's context. Errors are usage
-// errors naming the flag to fix.
+// configuration layer set them) into cmd's context
+// (infra/kafka.WithAuthFlags). Errors are usage errors naming the flag.
 func applyKafkaAuth(cmd *cobra.Command) error {
-	c, ok := infrakafka.AuthConfigFromFlags(cmd.Flags())
-	if !ok {
-		return nil
-	}
-	a, err := c.Load()
-	if err != nil {
-		return usageError(err)
-	}
-	if a != nil {
-		slog.Debug("kafka credential", "command", cmd.CommandPath(), "auth", a.String())
-	}
-	cmd.SetContext(infrakafka.WithAuth(cmd.Context(), a))
-	return nil
+	ctx, err := infrakafka.WithAuthFlags(cmd.Context(), cmd.Flags(), cmd.CommandPath())
+	cmd.SetContext(ctx)
+	return usageErrorOrNil(err)
 }
 
 // applyClickHouseLogin loads cmd's ClickHouse login flags into cmd's
-// context. Errors are usage errors naming the flag to fix.
+// context (infra/clickhouse.WithLoginFlags). Errors are usage errors
+// naming the flag to fix.
 func applyClickHouseLogin(cmd *cobra.Command) error {
-	c, ok := clickhouse.LoginConfigFromFlags(cmd.Flags())
-	if !ok {
-		return nil
-	}
-	l, err := c.Load()
+	ctx, err := clickhouse.WithLoginFlags(cmd.Context(), cmd.Flags())
+	cmd.SetContext(ctx)
+	return usageErrorOrNil(err)
+}
+
+// usageErrorOrNil is usageError(err), nil when err is.
+func usageErrorOrNil(err error) error {
 	if err != nil {
 		return usageError(err)
 	}
-	cmd.SetContext(clickhouse.WithLogin(cmd.Context(), l))
 	return nil
 }
 
 // requireWriterLogin is clickhouse.RequireWriter as a usage error.
 func requireWriterLogin(cmd *cobra.Command, what string) error {
-	if err := clickhouse.RequireWriter(cmd.Context(), what); err != nil {
-		return usageError(err)
-	}
-	return nil
+	return usageErrorOrNil(clickhouse.RequireWriter(cmd.Context(), what))
 }
 
 // checkLocalServices refuses credentials meant for a remote service when
@@ -81,8 +68,5 @@ func checkLocalServices(cmd *cobra.Command, kafkaAddr, clickhouseAddr string) er
 	if err == nil {
 		err = clickhouse.CheckLocal(cmd.Context(), clickhouseAddr)
 	}
-	if err != nil {
-		return usageError(err)
-	}
-	return nil
+	return usageErrorOrNil(err)
 }

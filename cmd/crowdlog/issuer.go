@@ -5,6 +5,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crowdlog/crowdlog/issuer"
+	"github.com/crowdlog/crowdlog/pipelines/pipeline"
 )
 
 func issuerCmd() *cobra.Command {
@@ -17,31 +18,20 @@ func issuerCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
-			if o.PipelineFile != "" {
-				p, err := loadPipeline(o.PipelineFile)
-				if err != nil {
-					return err
-				}
-				d := p.Defaults()
+			if err := withPipelineDefaults(o.PipelineFile, func(d pipeline.Pipeline) {
 				o.ApplyPipeline(cmd.Flags(), d.Tokens.Randomness, d.Tokens.Report, d.Epoch.Length, d.Epoch.Grace)
+			}); err != nil {
+				return err
 			}
 			cfg, err := o.Config()
 			if err != nil {
 				return err
 			}
-			log.Info("issuer: kinds held in the keys directory (others are refused)", "kinds", cfg.Kinds)
-			if err := cfg.OpenEpochs(); err != nil {
-				return err
-			}
-			nc, err := o.NATS.Connect("crowdlog-issuer", cfg.NATSRole)
+			s, nc, stop, err := o.Start(cfg, log)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			s, err := issuer.New(nc, cfg.Keys, cfg.Limits, log)
-			if err != nil {
-				return err
-			}
+			defer stop()
 			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { s.Register(reg) }, cfg.Runner(s, log), issuerChecks(nc, cfg.Keys)...)
 		},
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"os"
 	"strings"
 
@@ -86,12 +85,7 @@ func keysEnrollCmd() *cobra.Command {
 	var generate bool
 	c := keysSub(&cobra.Command{Use: "enroll --keys DIR (PUBKEY-FILE... | --generate [--out FILE])", Long: keydir.EnrollHelp,
 		Short: "Enroll a client identity key at the issuer (its enrollment list)",
-		Args: func(_ *cobra.Command, args []string) error {
-			if generate == (len(args) > 0) {
-				return errors.New("give PUBKEY-FILE (one or more) or --generate, not both")
-			}
-			return nil
-		}}, &dir, "keys directory of the issuer (--dir: the former spelling)", func(args []string) error { return keydir.Enroll(os.Stdout, dir, args, out, generate) })
+		Args:  func(_ *cobra.Command, args []string) error { return keydir.EnrollArgs(generate, len(args)) }}, &dir, "keys directory of the issuer (--dir: the former spelling)", func(args []string) error { return keydir.Enroll(os.Stdout, dir, args, out, generate) })
 	c.Flags().BoolVar(&generate, "generate", false, "generate a new identity key (written to --out) and enroll it")
 	c.Flags().StringVar(&out, "out", "", "with --generate: the new identity key file")
 	return c

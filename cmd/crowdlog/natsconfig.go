@@ -10,19 +10,12 @@ import (
 func natsConfigCmd() *cobra.Command {
 	var o natsauth.ConfigOptions
 	c := &cobra.Command{
-		Use:   "nats-config --nkeys DIR [--tls-cert FILE --tls-key FILE --tls-ca FILE] [--listen HOST:PORT] [--store-dir DIR]",
-		Short: "Print the NATS server configuration: one NKey user per role with its subject permissions",
-		Long:  natsauth.ConfigHelp,
-		Example: `  crowdlog nats-config nkey --role relay-a --dir keys
-  crowdlog nats-config --nkeys nats-pub --tls-cert server.pem --tls-key server-key.pem --tls-ca ca.pem > nats.conf
-  nats-server -c nats.conf`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
-				return usageError(err)
-			}
-			return o.Write(cmd.OutOrStdout())
-		},
+		Use:     "nats-config --nkeys DIR [--tls-cert FILE --tls-key FILE --tls-ca FILE] [--listen HOST:PORT] [--store-dir DIR]",
+		Short:   "Print the NATS server configuration: one NKey user per role with its subject permissions",
+		Long:    natsauth.ConfigHelp,
+		Example: natsauth.ConfigExample,
+		Args:    cobra.NoArgs,
+		RunE:    usageChecked(o.Validate, func(cmd *cobra.Command) error { return o.Write(cmd.OutOrStdout()) }),
 	}
 	o.AddFlags(c.Flags())
 	c.AddCommand(natsNKeyCmd(), natsInitCmd(), natsRouteSecretCmd())
@@ -58,22 +51,26 @@ func natsRouteSecretCmd() *cobra.Command {
 }
 
 func natsNKeyCmd() *cobra.Command {
-	var role, dir string
+	var o natsauth.NKeyOptions
 	c := &cobra.Command{
 		Use:   "nkey --role ROLE --dir DIR",
 		Short: "Create a role's NATS credential: an NKey seed (secret) and its public key",
 		Long:  natsauth.NKeyHelp,
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, err := natsauth.ParseRole(role)
-			if err != nil {
-				return usageError(err)
-			}
-			return natsauth.WriteNKey(cmd.OutOrStdout(), dir, r)
-		},
+		RunE:  usageChecked(o.Validate, func(cmd *cobra.Command) error { return o.Write(cmd.OutOrStdout()) }),
 	}
-	c.Flags().StringVar(&role, "role", "", "the role: one of client, relay-a, relay-b, randomness, issuer, coordinator, aggregator, operator")
-	c.Flags().StringVar(&dir, "dir", "keys", "directory to write the seed and public key to")
+	o.AddFlags(c.Flags())
 	_ = c.MarkFlagRequired("role")
 	return c
+}
+
+// usageChecked is a RunE that runs validate, whose error is a usage error
+// (exit status 2), then run.
+func usageChecked(validate func() error, run func(*cobra.Command) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		if err := validate(); err != nil {
+			return usageError(err)
+		}
+		return run(cmd)
+	}
 }

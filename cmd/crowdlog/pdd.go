@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -53,25 +52,15 @@ func coordinatorCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			nc, err := o.Connect()
+			co, nc, stop, err := o.Start(cmd.Context(), cfg, log)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			co := coordinator.New(nc, cfg, log)
-			if err := co.Start(cmd.Context()); err != nil {
-				return err
-			}
-			defer co.Close()
+			defer stop()
 			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterCoordinator(reg, co) }, coordinatorChecks(cmd.Context(), nc, cfg.Brokers)...); err != nil {
 				return err
 			}
-			log.Info("coordinator: serving", "campaign", cfg.Campaign.Name)
-			if !o.WallClock {
-				<-cmd.Context().Done()
-				return nil
-			}
-			return co.FollowWallClock(cmd.Context(), time.Minute)
+			return co.Serve(cmd.Context(), o.WallClock)
 		},
 	}
 	o.AddFlags(c.Flags())
@@ -88,13 +77,7 @@ func coordinatorAdvanceCmd() *cobra.Command {
 		Long:    coordinator.AdvanceHelp,
 		Example: "  crowdlog coordinator advance --day 2006-03-02 --key keys/operator-sign.key",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			line, err := o.Advance(cmd.Context())
-			if err == nil {
-				fmt.Fprintln(cmd.OutOrStdout(), line)
-			}
-			return err
-		},
+		RunE:    func(cmd *cobra.Command, _ []string) error { return printLine(o.Advance(cmd.Context())) },
 	}
 	o.AddFlags(c.Flags())
 	_ = c.MarkFlagRequired("day")

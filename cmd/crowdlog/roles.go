@@ -4,7 +4,6 @@ import (
 	"os"
 	"runtime/debug"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
@@ -30,26 +29,18 @@ func randomnessCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
-			if o.PipelineFile != "" {
-				p, err := loadPipeline(o.PipelineFile)
-				if err != nil {
-					return err
-				}
-				o.ApplyPipelineEpoch(cmd.Flags(), p.Defaults().Epoch.Length, p.Defaults().Epoch.Grace)
+			if err := withPipelineDefaults(o.PipelineFile, func(d pipeline.Pipeline) { o.ApplyPipelineEpoch(cmd.Flags(), d.Epoch.Length, d.Epoch.Grace) }); err != nil {
+				return err
 			}
 			cfg, err := o.Config()
 			if err != nil {
 				return err
 			}
-			nc, err := o.Connect()
+			s, nc, stop, err := o.Start(cmd.Context(), cfg, log)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			s, err := rndoptions.New(cmd.Context(), nc, cfg, log)
-			if err != nil {
-				return err
-			}
+			defer stop()
 			if !cfg.RequireTokens {
 				log.Warn("randomness: tokens not required (--require-tokens off): any client may probe unlimited candidates")
 			}
@@ -77,20 +68,11 @@ func relayCmd() *cobra.Command {
 				return err
 			}
 			setGCPercent(o.GCPercent)
-			nc, err := o.Connect()
+			r, nc, stop, err := o.Start(cmd.Context(), cfg, log)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return err
-			}
-			r, closeW, err := relays.New(cmd.Context(), js, cfg, log)
-			if err != nil {
-				return err
-			}
-			defer closeW()
+			defer stop()
 			if r.Registerer, err = serveMetrics(cmd.Context(), metricsAddr, nil, relayChecks(cmd.Context(), nc, cfg)...); err != nil {
 				return err
 			}

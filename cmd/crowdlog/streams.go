@@ -13,12 +13,7 @@ func streamsCmd() *cobra.Command {
 		Short: "Create the NATS JetStream streams and key-value buckets of a deployment (the admin step, before the roles start)",
 		Long:  streams.Help,
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.Validate(); err != nil {
-				return usageError(err)
-			}
-			return o.Run(cmd.Context(), cmd.OutOrStdout())
-		},
+		RunE:  usageChecked(o.Validate, func(cmd *cobra.Command) error { return o.Run(cmd.Context(), cmd.OutOrStdout()) }),
 	}
 	o.AddFlags(c.Flags())
 	return c

@@ -4,6 +4,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/pipelines/pipeline"
 )
 
 func topicsCmd() *cobra.Command {
@@ -14,12 +15,8 @@ func topicsCmd() *cobra.Command {
 		Long:  kafka.TopicsHelp,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.PipelineFile != "" {
-				p, err := loadPipeline(o.PipelineFile)
-				if err != nil {
-					return err
-				}
-				o.ApplyPipeline(cmd.Flags(), p.Defaults().Topics.Partitions, p.Defaults().Topics.Retention)
+			if err := withPipelineDefaults(o.PipelineFile, func(d pipeline.Pipeline) { o.ApplyPipeline(cmd.Flags(), d.Topics.Partitions, d.Topics.Retention) }); err != nil {
+				return err
 			}
 			cfg, err := o.Config()
 			if err != nil {

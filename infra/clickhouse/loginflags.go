@@ -65,3 +65,18 @@ func CheckLocal(ctx context.Context, addr string) error {
 	}
 	return nil
 }
+
+// WithLoginFlags returns ctx with the login of the flags AddLoginFlags
+// added to f (LoginConfigFromFlags, LoginConfig.Load, WithLogin); ctx as
+// it is when f has none. Errors name the flag to fix.
+func WithLoginFlags(ctx context.Context, f *pflag.FlagSet) (context.Context, error) {
+	c, ok := LoginConfigFromFlags(f)
+	if !ok {
+		return ctx, nil
+	}
+	l, err := c.Load()
+	if err != nil {
+		return ctx, err
+	}
+	return WithLogin(ctx, l), nil
+}

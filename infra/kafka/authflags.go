@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"log/slog"
 
 	"github.com/spf13/pflag"
 )
@@ -50,4 +51,23 @@ func CheckLocal(ctx context.Context, addr string) error {
 		return errors.New("--kafka-tls…/--kafka-sasl-… are for a remote cluster: give its --kafka (an empty --kafka starts a local broker without TLS or SASL)")
 	}
 	return nil
+}
+
+// WithAuthFlags returns ctx with the credential of the flags AddAuthFlags
+// added to f (AuthConfigFromFlags, AuthConfig.Load, WithAuth), logged at
+// debug level under name; ctx as it is when f has none. Errors name the
+// flag to fix.
+func WithAuthFlags(ctx context.Context, f *pflag.FlagSet, name string) (context.Context, error) {
+	c, ok := AuthConfigFromFlags(f)
+	if !ok {
+		return ctx, nil
+	}
+	a, err := c.Load()
+	if err != nil {
+		return ctx, err
+	}
+	if a != nil {
+		slog.Debug("kafka credential", "command", name, "auth", a.String())
+	}
+	return WithAuth(ctx, a), nil
 }

@@ -183,6 +183,15 @@ func ImportAndReport(w io.Writer, dir string, bundles []string) error {
 	return nil
 }
 
+// EnrollArgs errors unless enroll got either PUBKEY-FILE arguments (n > 0)
+// or generate, not both.
+func EnrollArgs(generate bool, n int) error {
+	if generate == (n > 0) {
+		return errors.New("give PUBKEY-FILE (one or more) or --generate, not both")
+	}
+	return nil
+}
+
 // Enroll adds identity public keys to dir's enrollment list
 // (EnrollIdentities): those of files (PEM public keys, or private keys
 // whose public half is taken) and, with generateOut set, of a new identity

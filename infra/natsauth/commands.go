@@ -38,6 +38,11 @@ sends the public key (nats-ROLE.pub) to whoever runs NATS, who collects them
 in one directory and runs this command. --table prints the permission table
 (Markdown) instead. Roles: ` + fmt.Sprint(Roles) + `.`
 
+// ConfigExample is the example of `crowdlog nats-config`.
+const ConfigExample = `  crowdlog nats-config nkey --role relay-a --dir keys
+  crowdlog nats-config --nkeys nats-pub --tls-cert server.pem --tls-key server-key.pem --tls-ca ca.pem > nats.conf
+  nats-server -c nats.conf`
+
 // ConfigOptions are the flags of `crowdlog nats-config`.
 type ConfigOptions struct {
 	NKeys, Listen, StoreDir string
@@ -202,6 +207,32 @@ nats-ROLE.nk (mode 0600: the role's credential, given to it with
 --nats-nkey or CROWDLOG_NATS_NKEY; it never leaves its operator) and the
 public key nats-ROLE.pub (for 'crowdlog nats-config --nkeys'). It refuses
 to overwrite an existing seed. Roles: ` + fmt.Sprint(Roles) + `.`
+
+// NKeyOptions are the flags of `crowdlog nats-config nkey`.
+type NKeyOptions struct {
+	Role, Dir string
+}
+
+// AddFlags adds --role and --dir (default "keys") to f.
+func (o *NKeyOptions) AddFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.Role, "role", "", "the role: one of client, relay-a, relay-b, randomness, issuer, coordinator, aggregator, operator")
+	f.StringVar(&o.Dir, "dir", "keys", "directory to write the seed and public key to")
+}
+
+// Validate errors when the role is not one of Roles.
+func (o *NKeyOptions) Validate() error {
+	_, err := ParseRole(o.Role)
+	return err
+}
+
+// Write creates the role's NKey (WriteNKey).
+func (o *NKeyOptions) Write(w io.Writer) error {
+	r, err := ParseRole(o.Role)
+	if err != nil {
+		return err
+	}
+	return WriteNKey(w, o.Dir, r)
+}
 
 // WriteNKey creates role's NKey in dir (GenerateNKey) and reports the
 // seed and public key files and the public key to w.

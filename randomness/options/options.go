@@ -154,6 +154,19 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) (*ran
 	return s, nil
 }
 
+// Start connects to NATS with the service's credential (Connect) and
+// builds the service of cfg (New). stop closes the connection.
+func (o *Options) Start(ctx context.Context, cfg Config, log *slog.Logger) (s *randomness.Service, nc *nats.Conn, stop func(), err error) {
+	if nc, err = o.Connect(); err != nil {
+		return nil, nil, nil, err
+	}
+	if s, err = New(ctx, nc, cfg, log); err != nil {
+		nc.Close()
+		return nil, nil, nil, err
+	}
+	return s, nc, nc.Close, nil
+}
+
 // RequireTokens makes rs require one randomness token per element,
 // verified under keysDir's per-epoch randomness token keys
 // (keydir.LoadTokenKey).
