@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -44,35 +43,13 @@ func pipelineCmd() *cobra.Command {
 		Short: "Check a pipeline file; exit 2 naming the field when it is invalid",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := loadPipeline(args[0])
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: pipeline %s is valid (app %s, policy %s)\n", args[0], p.Name, p.App.Name, p.Policy.Kind)
-			return nil
+			return runner.ValidatePipeline(cmd.OutOrStdout(), args[0])
 		},
-	})
-	c.AddCommand(&cobra.Command{
+	}, &cobra.Command{
 		Use:   "show FILE",
 		Short: "Print a pipeline file with every default filled in",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := loadPipeline(args[0])
-			if err != nil {
-				return err
-			}
-			b, err := p.Show()
-			if err != nil {
-				return err
-			}
-			if d, err := p.Digest(); err == nil {
-				b = append([]byte("# pipeline digest: "+pipeline.DigestString(d)+"\n"), b...)
-			} else {
-				b = append([]byte("# pipeline digest: not computable: "+err.Error()+"\n"), b...)
-			}
-			_, err = cmd.OutOrStdout().Write(b)
-			return err
-		},
+		RunE:  func(cmd *cobra.Command, args []string) error { return runner.ShowPipeline(cmd.OutOrStdout(), args[0]) },
 	})
 	return c
 }

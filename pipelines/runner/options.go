@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -287,4 +288,35 @@ func (o *ReleaseOptions) Complete(f *pflag.FlagSet) error {
 		return config.UsageError{Err: err}
 	}
 	return nil
+}
+
+// ValidatePipeline loads the pipeline file path (LoadPipeline) and writes
+// a line saying it is valid to w.
+func ValidatePipeline(w io.Writer, path string) error {
+	p, err := LoadPipeline(path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%s: pipeline %s is valid (app %s, policy %s)\n", path, p.Name, p.App.Name, p.Policy.Kind)
+	return nil
+}
+
+// ShowPipeline loads the pipeline file path (LoadPipeline) and writes it
+// to w with every default filled in, after a comment with its digest.
+func ShowPipeline(w io.Writer, path string) error {
+	p, err := LoadPipeline(path)
+	if err != nil {
+		return err
+	}
+	b, err := p.Show()
+	if err != nil {
+		return err
+	}
+	if d, err := p.Digest(); err == nil {
+		b = append([]byte("# pipeline digest: "+pipeline.DigestString(d)+"\n"), b...)
+	} else {
+		b = append([]byte("# pipeline digest: not computable: "+err.Error()+"\n"), b...)
+	}
+	_, err = w.Write(b)
+	return err
 }
