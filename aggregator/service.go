@@ -447,34 +447,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 	if committed < 0 {
 		committed = 0
 	}
-	st := s.take(id, committed)
-	from := int64(kafka.FirstOffset)
-	if st != nil {
-		from = committed // state kept from our own last commit: no replay
-	} else if s.snap != nil && restore && committed > 0 {
-		start := time.Now()
-		var at int64
-		st, at = s.snap.restore(id, count, committed, func() *Partition { return s.newPartition(id, count) },
-			func(offset int64, err error) {
-				log.Warn("aggregator: snapshot skipped; trying an older one, else replaying", "partition", id, "offset", offset, "err", err)
-			})
-		if st != nil {
-			from = at
-			s.Restores.Add(1)
-			log.Info("aggregator: partition state restored from snapshot", "partition", id, "offset", at, "until", committed,
-				"pending_tags", st.PendingTags(), "took", time.Since(start).Round(time.Millisecond))
-			if at == committed {
-				log.Info("aggregator: partition state rebuilt", "partition", id, "pending_tags", st.PendingTags())
-			}
-		}
-		// what a member that died left unlisted (its last segment, a
-		// half-written snapshot) goes now, not at the next snapshot,
-		// which a quiet partition may not write before its epoch closes
-		s.snap.collect(id, false)
-	}
-	if st == nil {
-		st = s.newPartition(id, count)
-	}
+	st, from := s.startState(id, count, committed, restore, log)
 	defer func() {
 		if !s.isKept(id, st) {
 			st.Close() // nobody holds it: free its spill files now, not at the next collection
@@ -483,165 +456,247 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 	if err := r.SetOffset(from); err != nil {
 		return err
 	}
-	prev := st.Stats.totals() // counted so far (a kept state was counted before); replayed messages are added here uncounted
-	pheader := []byte(strconv.Itoa(id))
+	b := &partitionBatch{s: s, st: st, id: id, log: log, pheader: []byte(strconv.Itoa(id)), waits: decryptWaits{},
+		prev: st.Stats.totals()} // counted so far (a kept state was counted before); replayed messages are added here uncounted
 	replaying := committed > 0 && from != committed
 	if replaying {
 		log.Info("aggregator: rebuilding partition state by replay", "partition", id, "from", from, "until", committed)
 	}
-	var fetched []kafka.Message
-	var msgs []Message
 	applied := 0 // messages applied since the last snapshot
-	waits := decryptWaits{}
 	for {
-		var out []kafka.Message
-		last := int64(-1)
-		closedEpoch := false // the batch closed an epoch
-		// Fetch the batch first (up to MaxBatch messages within MaxWait;
-		// a control message ends it, so an epoch close is flushed
-		// promptly), prepare it on the process's pool (Prepare: HPKE,
-		// token and presentation verification), then apply it in offset
-		// order.
-		fetched, msgs = fetched[:0], msgs[:0]
-		fctx, cancel := context.WithTimeout(ctx, s.MaxWait) // the batch's deadline, one context per batch
-		for len(fetched) < s.MaxBatch {
-			m, err := r.FetchMessage(fctx)
-			if err != nil {
-				cancel()
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				if errors.Is(err, context.DeadlineExceeded) {
-					break
-				}
-				return fmt.Errorf("fetch partition %d: %w", id, err)
-			}
-			msg := Message{Value: m.Value, Time: m.Time}
-			for _, h := range m.Headers {
-				if h.Key == protocol.ControlHeader {
-					msg.Control = true
-				}
-			}
-			fetched, msgs = append(fetched, m), append(msgs, msg)
-			if msg.Control {
-				break
-			}
+		if err := b.fetch(ctx, r); err != nil {
+			return err
 		}
-		cancel()
-		if len(fetched) > 0 {
-			s.setLag(id, &fetched[len(fetched)-1])
+		if len(b.fetched) > 0 {
+			s.setLag(id, &b.fetched[len(b.fetched)-1])
 		}
 		start := time.Now()
-		if len(fetched) > 0 {
+		if len(b.fetched) > 0 {
 			// st moves past the last commit. Not before: a generation
 			// that ends while the batch is fetched leaves st exactly at
 			// committed, so it stays kept.
 			s.keep(id, nil, 0)
 		}
-		prepared := st.PrepareBatch(msgs)
-		applied += len(fetched)
-		for i := range fetched {
-			m, pm := &fetched[i], &prepared[i]
-			last = m.Offset
-			if m.Offset < committed {
-				// replay: already emitted (and counted) before the last commit
-				before := st.Stats.totals()
-				st.ApplyPrepared(pm)
-				prev.add(st.Stats.totals().minus(before))
-				continue
-			}
-			late, unknown, full := st.Stats.Dropped["late"], st.Stats.Dropped["unknown-epoch"], st.Stats.Dropped["epoch-full"]
-			refused, reopen := st.Stats.Dropped["open-refused"], st.Stats.Dropped["open-after-close"]
-			badControl := st.Stats.Dropped[DropUnsignedControl] + st.Stats.Dropped[DropBadControlSignature] + st.Stats.Dropped[DropUnboundControl] + st.Stats.Dropped[DropReplayedControl]
-			tokenKey, arcKey := st.Stats.Dropped["token-key"], st.Stats.Dropped["arc-key"]
-			accepted := st.Stats.Reports
-			emits := st.ApplyPrepared(pm)
-			waits.observe(s.waitSeconds, m, pm, st.Stats.Reports > accepted, emits)
-			if st.Stats.Dropped["late"] > late {
-				// a report of a closed epoch: the relays were reported
-				// drained before it reached Kafka, so it is not counted
-				log.Warn("aggregator: report after its epoch's close dropped (late)", "partition", id, "offset", m.Offset)
-			}
-			// clients choose these: logged at 1, 2, 4, … per partition, never per report
-			if n := st.Stats.Dropped["unknown-epoch"]; n > unknown && n&(n-1) == 0 {
-				log.Warn("aggregator: reports of epochs that are not open dropped (unknown-epoch); open an epoch with 'crowdlog aggregate open-epoch' before clients send",
-					"partition", id, "offset", m.Offset, "unknown_epoch_total", n)
-			}
-			if n := st.Stats.Dropped["epoch-full"]; n > full && n&(n-1) == 0 {
-				log.Warn("aggregator: an epoch's pending reports reached --max-pending-reports or --max-pending-bytes; reports of groups below threshold dropped (epoch-full)",
-					"partition", id, "offset", m.Offset, "epoch_full_total", n)
-			}
-			if st.Stats.Dropped["open-refused"] > refused {
-				log.Error("aggregator: epoch open refused: its app already has --max-open-epochs open epochs; close one ('crowdlog aggregate close-epoch') and open it again",
-					"partition", id, "offset", m.Offset, "max_open_epochs", st.maxOpenEpochs())
-			}
-			if n := st.Stats.Dropped["token-key"]; n > tokenKey && n&(n-1) == 0 {
-				log.Error("aggregator: reports dropped because their epoch has no report-token key (token-key); the issuer and the aggregator must share the keys directory, and the key must exist before reports arrive",
-					"partition", id, "offset", m.Offset, "token_key_total", n)
-			}
-			if n := st.Stats.Dropped["arc-key"]; n > arcKey && n&(n-1) == 0 {
-				log.Error("aggregator: FT_u reports dropped because their epoch has no ARC key (arc-key); the issuer and the aggregator must share the keys directory",
-					"partition", id, "offset", m.Offset, "arc_key_total", n)
-			}
-			if n := st.Stats.Dropped[DropUnsignedControl] + st.Stats.Dropped[DropBadControlSignature] + st.Stats.Dropped[DropUnboundControl] + st.Stats.Dropped[DropReplayedControl]; n > badControl && n&(n-1) == 0 {
-				// anyone who may write to the topic chooses these: logged at 1, 2, 4, … per partition
-				log.Error("aggregator: epoch control records refused: unsigned, not signed by the control key (--control-pub), or replayed",
-					"partition", id, "offset", m.Offset, "unsigned_control", st.Stats.Dropped[DropUnsignedControl],
-					"bad_control_signature", st.Stats.Dropped[DropBadControlSignature], "unbound_control", st.Stats.Dropped[DropUnboundControl],
-					"replayed_control", st.Stats.Dropped[DropReplayedControl])
-			}
-			if st.Stats.Dropped["open-after-close"] > reopen {
-				log.Error("aggregator: epoch open refused: the epoch was closed before; use a new epoch name", "partition", id, "offset", m.Offset)
-			}
-			for i := range emits {
-				b, _ := json.Marshal(&emits[i])
-				out = append(out, kafka.Message{Value: b, Headers: []kafka.Header{{Key: protocol.PartitionHeader, Value: pheader}}})
-			}
-			if emits != nil && emits[len(emits)-1].Kind == protocol.KindClosed {
-				closedEpoch = true
-				c := emits[len(emits)-1]
-				log.Info("aggregator: epoch closed", "partition", id, "app", c.App, "epoch", c.Epoch, "offset", m.Offset,
-					"reports", st.Stats.Reports, "decrypted", st.Stats.Decrypted, "dropped", st.Stats.Dropped)
-			}
-		}
-		if len(fetched) > 0 {
+		applied += len(b.fetched)
+		b.apply(committed)
+		if len(b.fetched) > 0 {
 			s.applySeconds.Observe(time.Since(start).Seconds())
 		}
 		if err := st.Err(); err != nil {
 			s.keep(id, nil, 0)
 			return &spillError{err: err, committed: committed}
 		}
-		if replaying && last+1 >= committed {
+		if replaying && b.last+1 >= committed {
 			replaying = false
 			log.Info("aggregator: partition state rebuilt", "partition", id, "pending_tags", st.PendingTags())
 		}
-		if last < committed {
-			if last >= 0 && last+1 == committed {
+		if b.last < committed {
+			if b.last >= 0 && b.last+1 == committed {
 				// the replay ended exactly at the commit (nothing new
 				// came yet): st is the state as of committed, so it is
 				// kept for the next generation like a committed one
 				s.keep(id, st, committed)
-				s.account(id, st, &prev)
+				s.account(id, st, &b.prev)
 			}
 			continue
 		}
-		if len(out) > 0 {
-			if err := writeRetry(ctx, w, out); err != nil {
+		if len(b.out) > 0 {
+			if err := writeRetry(ctx, w, b.out); err != nil {
 				return err
 			}
 		}
-		if err := infrakafka.CommitOffset(gen, protocol.ReportsTopic, id, last+1); err != nil {
+		if err := infrakafka.CommitOffset(gen, protocol.ReportsTopic, id, b.last+1); err != nil {
 			return fmt.Errorf("commit partition %d: %w", id, err)
 		}
-		committed = last + 1
+		committed = b.last + 1
 		s.keep(id, st, committed)
-		s.account(id, st, &prev)
+		s.account(id, st, &b.prev)
 		// after an epoch close, a snapshot that replaces every older one
 		// (they hold the closed epoch's pending state; its spill segments
 		// were deleted at the close)
-		if s.snap != nil && (snapshotDue(applied, s.SnapshotEvery, st.pendingReports()) || closedEpoch) && s.snapshot(ctx, id, count, st, committed, closedEpoch, log) {
+		if s.snap != nil && (snapshotDue(applied, s.SnapshotEvery, st.pendingReports()) || b.closedEpoch) && s.snapshot(ctx, id, count, st, committed, b.closedEpoch, log) {
 			applied = 0
 		}
+	}
+}
+
+// startState returns partition id's state as of committed and the offset
+// to read from: the state this process kept from its own last commit (no
+// replay), else with restore the newest usable snapshot (the messages
+// after it replayed), else an empty state replayed from the first offset.
+func (s *Service) startState(id, count int, committed int64, restore bool, log *slog.Logger) (*Partition, int64) {
+	if st := s.take(id, committed); st != nil {
+		return st, committed
+	}
+	if s.snap == nil || !restore || committed <= 0 {
+		return s.newPartition(id, count), int64(kafka.FirstOffset)
+	}
+	start := time.Now()
+	st, at := s.snap.restore(id, count, committed, func() *Partition { return s.newPartition(id, count) },
+		func(offset int64, err error) {
+			log.Warn("aggregator: snapshot skipped; trying an older one, else replaying", "partition", id, "offset", offset, "err", err)
+		})
+	if st != nil {
+		s.Restores.Add(1)
+		log.Info("aggregator: partition state restored from snapshot", "partition", id, "offset", at, "until", committed,
+			"pending_tags", st.PendingTags(), "took", time.Since(start).Round(time.Millisecond))
+		if at == committed {
+			log.Info("aggregator: partition state rebuilt", "partition", id, "pending_tags", st.PendingTags())
+		}
+	}
+	// what a member that died left unlisted (its last segment, a
+	// half-written snapshot) goes now, not at the next snapshot,
+	// which a quiet partition may not write before its epoch closes
+	s.snap.collect(id, false)
+	if st == nil {
+		return s.newPartition(id, count), int64(kafka.FirstOffset)
+	}
+	return st, at
+}
+
+// partitionBatch is one partition's batch of runPartition: the messages
+// fetched, what applying them emits, and the counters carried from batch
+// to batch.
+type partitionBatch struct {
+	s       *Service
+	st      *Partition
+	id      int
+	log     *slog.Logger
+	pheader []byte // the partition header of the emitted messages
+	waits   decryptWaits
+	prev    totals // what was counted (account) so far
+
+	fetched     []kafka.Message
+	msgs        []Message
+	out         []kafka.Message // the emitted messages of the batch
+	last        int64           // the batch's last offset; -1 when empty
+	closedEpoch bool            // the batch closed an epoch
+}
+
+// fetch reads the next batch from r: up to MaxBatch messages within
+// MaxWait; a control message ends it, so an epoch close is flushed
+// promptly. It errors when ctx ends or a fetch fails.
+func (b *partitionBatch) fetch(ctx context.Context, r *kafka.Reader) error {
+	b.fetched, b.msgs = b.fetched[:0], b.msgs[:0]
+	fctx, cancel := context.WithTimeout(ctx, b.s.MaxWait) // the batch's deadline, one context per batch
+	defer cancel()
+	for len(b.fetched) < b.s.MaxBatch {
+		m, err := r.FetchMessage(fctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				return nil
+			}
+			return fmt.Errorf("fetch partition %d: %w", b.id, err)
+		}
+		msg := Message{Value: m.Value, Time: m.Time}
+		for _, h := range m.Headers {
+			if h.Key == protocol.ControlHeader {
+				msg.Control = true
+			}
+		}
+		b.fetched, b.msgs = append(b.fetched, m), append(b.msgs, msg)
+		if msg.Control {
+			return nil
+		}
+	}
+	return nil
+}
+
+// apply prepares the fetched batch on the process's pool (Prepare: HPKE,
+// token and presentation verification), then applies it in offset order:
+// messages before committed are replayed (already emitted and counted),
+// the others collect their emitted messages in out and log what they
+// dropped.
+func (b *partitionBatch) apply(committed int64) {
+	st := b.st
+	b.out, b.last, b.closedEpoch = nil, -1, false
+	prepared := st.PrepareBatch(b.msgs)
+	for i := range b.fetched {
+		m, pm := &b.fetched[i], &prepared[i]
+		b.last = m.Offset
+		if m.Offset < committed {
+			// replay: already emitted (and counted) before the last commit
+			before := st.Stats.totals()
+			st.ApplyPrepared(pm)
+			b.prev.add(st.Stats.totals().minus(before))
+			continue
+		}
+		was := countDrops(st.Stats.Dropped)
+		accepted := st.Stats.Reports
+		emits := st.ApplyPrepared(pm)
+		b.waits.observe(b.s.waitSeconds, m, pm, st.Stats.Reports > accepted, emits)
+		logDrops(b.log, b.id, m.Offset, was, st)
+		for i := range emits {
+			v, _ := json.Marshal(&emits[i])
+			b.out = append(b.out, kafka.Message{Value: v, Headers: []kafka.Header{{Key: protocol.PartitionHeader, Value: b.pheader}}})
+		}
+		if emits != nil && emits[len(emits)-1].Kind == protocol.KindClosed {
+			b.closedEpoch = true
+			c := emits[len(emits)-1]
+			b.log.Info("aggregator: epoch closed", "partition", b.id, "app", c.App, "epoch", c.Epoch, "offset", m.Offset,
+				"reports", st.Stats.Reports, "decrypted", st.Stats.Decrypted, "dropped", st.Stats.Dropped)
+		}
+	}
+}
+
+// dropCounts are the drop counters whose growth runPartition logs.
+type dropCounts struct {
+	late, unknown, full, refused, reopen, badControl, tokenKey, arcKey int64
+}
+
+// countDrops reads the logged drop counters of a partition's
+// Stats.Dropped.
+func countDrops(d map[string]int64) dropCounts {
+	return dropCounts{late: d["late"], unknown: d["unknown-epoch"], full: d["epoch-full"],
+		refused: d["open-refused"], reopen: d["open-after-close"],
+		badControl: d[DropUnsignedControl] + d[DropBadControlSignature] + d[DropUnboundControl] + d[DropReplayedControl],
+		tokenKey:   d["token-key"], arcKey: d["arc-key"]}
+}
+
+// logDrops logs what the message at offset dropped, from the counters
+// was before it and st's after: a late report and a refused open each
+// time; what clients or writers to the topic choose at 1, 2, 4, … per
+// partition, never per report.
+func logDrops(log *slog.Logger, id int, offset int64, was dropCounts, st *Partition) {
+	now := countDrops(st.Stats.Dropped)
+	pow2 := func(n, before int64) bool { return n > before && n&(n-1) == 0 }
+	if now.late > was.late {
+		// a report of a closed epoch: the relays were reported
+		// drained before it reached Kafka, so it is not counted
+		log.Warn("aggregator: report after its epoch's close dropped (late)", "partition", id, "offset", offset)
+	}
+	if pow2(now.unknown, was.unknown) {
+		log.Warn("aggregator: reports of epochs that are not open dropped (unknown-epoch); open an epoch with 'crowdlog aggregate open-epoch' before clients send",
+			"partition", id, "offset", offset, "unknown_epoch_total", now.unknown)
+	}
+	if pow2(now.full, was.full) {
+		log.Warn("aggregator: an epoch's pending reports reached --max-pending-reports or --max-pending-bytes; reports of groups below threshold dropped (epoch-full)",
+			"partition", id, "offset", offset, "epoch_full_total", now.full)
+	}
+	if now.refused > was.refused {
+		log.Error("aggregator: epoch open refused: its app already has --max-open-epochs open epochs; close one ('crowdlog aggregate close-epoch') and open it again",
+			"partition", id, "offset", offset, "max_open_epochs", st.maxOpenEpochs())
+	}
+	if pow2(now.tokenKey, was.tokenKey) {
+		log.Error("aggregator: reports dropped because their epoch has no report-token key (token-key); the issuer and the aggregator must share the keys directory, and the key must exist before reports arrive",
+			"partition", id, "offset", offset, "token_key_total", now.tokenKey)
+	}
+	if pow2(now.arcKey, was.arcKey) {
+		log.Error("aggregator: FT_u reports dropped because their epoch has no ARC key (arc-key); the issuer and the aggregator must share the keys directory",
+			"partition", id, "offset", offset, "arc_key_total", now.arcKey)
+	}
+	if pow2(now.badControl, was.badControl) {
+		d := st.Stats.Dropped
+		log.Error("aggregator: epoch control records refused: unsigned, not signed by the control key (--control-pub), or replayed",
+			"partition", id, "offset", offset, "unsigned_control", d[DropUnsignedControl],
+			"bad_control_signature", d[DropBadControlSignature], "unbound_control", d[DropUnboundControl],
+			"replayed_control", d[DropReplayedControl])
+	}
+	if now.reopen > was.reopen {
+		log.Error("aggregator: epoch open refused: the epoch was closed before; use a new epoch name", "partition", id, "offset", offset)
 	}
 }
 

@@ -448,7 +448,10 @@ func (s *snapStore) load(p *Partition, partition, count int, offset int64) error
 
 // encodeState returns the partition's state (stateVersion), its spill
 // flushed, and the spill segments it lists. A spill in unlinked files
-// (SpillDir without snapshots) cannot be snapshotted.
+// (SpillDir without snapshots) cannot be snapshotted. The state is, in
+// order: the epochs (encodeEpochs), the counters (encodeCounters), the
+// flat pending state (encodePending) and the recovered groups
+// (encodeTags).
 func (p *Partition) encodeState() ([]byte, []segmentRef, error) {
 	if p.err != nil {
 		return nil, nil, p.err
@@ -456,6 +459,23 @@ func (p *Partition) encodeState() ([]byte, []segmentRef, error) {
 	var e enc
 	e.b = make([]byte, 0, 1<<16+int(p.reps.n)*64+int(p.groups.n)*63)
 	e.u32(stateVersion)
+	segs, err := p.encodeEpochs(&e)
+	if err != nil {
+		return nil, nil, err
+	}
+	p.encodeCounters(&e)
+	p.encodePending(&e)
+	if err := p.encodeTags(&e); err != nil {
+		return nil, nil, err
+	}
+	// room for the AEAD tag, so that write seals it in place
+	return slices.Grow(e.b, chacha20poly1305.Overhead), segs, nil
+}
+
+// encodeEpochs appends the epoch table (a nil entry as 0; else 1, app,
+// epoch, open, held reports and bytes, spent tokens, pipeline digests,
+// the spill) and returns the spill segments it lists.
+func (p *Partition) encodeEpochs(e *enc) ([]segmentRef, error) {
 	var segs []segmentRef
 	e.u32(uint32(len(p.eps)))
 	for _, ep := range p.eps {
@@ -477,33 +497,50 @@ func (p *Partition) encodeState() ([]byte, []segmentRef, error) {
 		for _, d := range ep.pipes {
 			e.b = append(e.b, d[:]...)
 		}
-		switch sp := ep.spill.(type) {
-		case nil:
-			e.u8(0)
-		case *memSpill:
-			e.u8(1)
-			e.u32(uint32(len(sp.chunks)))
-			for _, c := range sp.chunks {
-				e.bytes(c)
-			}
-		case *fileSpill:
-			if sp.store == nil {
-				return nil, nil, errors.New("aggregator: a partition with its spill in unlinked files cannot be snapshotted")
-			}
-			ss, err := sp.segments()
-			if err != nil {
-				p.fail(err)
-				return nil, nil, err
-			}
-			e.u8(2)
-			e.u32(uint32(len(ss)))
-			for _, g := range ss {
-				e.b = append(e.b, g.id[:]...)
-				e.u64(uint64(g.size))
-			}
-			segs = append(segs, ss...)
+		ss, err := p.encodeSpill(e, ep.spill)
+		if err != nil {
+			return nil, err
 		}
+		segs = append(segs, ss...)
 	}
+	return segs, nil
+}
+
+// encodeSpill appends an epoch's spill: 0 none, 1 in memory (its chunks),
+// 2 in snapshot segments (their ids and sizes, returned).
+func (p *Partition) encodeSpill(e *enc, s spill) ([]segmentRef, error) {
+	switch sp := s.(type) {
+	case nil:
+		e.u8(0)
+	case *memSpill:
+		e.u8(1)
+		e.u32(uint32(len(sp.chunks)))
+		for _, c := range sp.chunks {
+			e.bytes(c)
+		}
+	case *fileSpill:
+		if sp.store == nil {
+			return nil, errors.New("aggregator: a partition with its spill in unlinked files cannot be snapshotted")
+		}
+		ss, err := sp.segments()
+		if err != nil {
+			p.fail(err)
+			return nil, err
+		}
+		e.u8(2)
+		e.u32(uint32(len(ss)))
+		for _, g := range ss {
+			e.b = append(e.b, g.id[:]...)
+			e.u64(uint64(g.size))
+		}
+		return ss, nil
+	}
+	return nil, nil
+}
+
+// encodeCounters appends the closed epochs, the control records issued
+// and the Stats.
+func (p *Partition) encodeCounters(e *enc) {
 	e.u32(uint32(len(p.closed)))
 	for k := range p.closed {
 		e.str(k.app)
@@ -519,6 +556,11 @@ func (p *Partition) encodeState() ([]byte, []segmentRef, error) {
 		e.str(k)
 		e.u64(uint64(v))
 	}
+}
+
+// encodePending appends the flat pending state: the groups, the reports
+// and the heads of both free lists.
+func (p *Partition) encodePending(e *enc) {
 	e.u32(uint32(p.groups.n))
 	for i := int32(0); i < p.groups.n; i++ {
 		g := p.group(i)
@@ -545,6 +587,11 @@ func (p *Partition) encodeState() ([]byte, []segmentRef, error) {
 	}
 	e.u32(uint32(p.freeGroup))
 	e.u32(uint32(p.freeRep))
+}
+
+// encodeTags appends the recovered groups (tagState: key, polynomial,
+// the report ids seen, the ARC tags) and the ARC tags of pending groups.
+func (p *Partition) encodeTags(e *enc) error {
 	e.u32(uint32(len(p.tags)))
 	for gid, t := range p.tags {
 		e.b = append(e.b, gid[:]...)
@@ -569,7 +616,7 @@ func (p *Partition) encodeState() ([]byte, []segmentRef, error) {
 		if t.poly != nil {
 			pb, err := t.poly.MarshalBinary()
 			if err != nil {
-				return nil, nil, err
+				return err
 			}
 			e.bytes(pb)
 		}
@@ -592,8 +639,7 @@ func (p *Partition) encodeState() ([]byte, []segmentRef, error) {
 		e.b = append(e.b, gid[:]...)
 		e.arc(m)
 	}
-	// room for the AEAD tag, so that write seals it in place
-	return slices.Grow(e.b, chacha20poly1305.Overhead), segs, nil
+	return nil
 }
 
 // decodeState sets the state of p, a new Partition, from encodeState's
@@ -612,6 +658,25 @@ func (p *Partition) decodeState(b []byte, segments [][16]byte) error {
 	for _, id := range segments {
 		listed[id] = true
 	}
+	if err := p.decodeEpochs(d, listed); err != nil {
+		return err
+	}
+	p.decodeCounters(d)
+	if err := p.decodePending(d); err != nil {
+		return err
+	}
+	if err := p.decodeTags(d); err != nil {
+		return err
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return errors.New("aggregator: partition state does not decode")
+	}
+	return p.checkPending()
+}
+
+// decodeEpochs reads encodeEpochs' table into p.eps, p.epochs and the
+// open epochs per app; a file spill's segments must be listed.
+func (p *Partition) decodeEpochs(d *dec, listed map[[16]byte]bool) error {
 	neps := d.count(1)
 	for i := 0; i < neps && d.err == nil; i++ {
 		if d.u8() == 0 {
@@ -641,43 +706,58 @@ func (p *Partition) decodeState(b []byte, segments [][16]byte) error {
 				return errors.New("aggregator: partition state: a pipeline digest twice in an epoch")
 			}
 		}
-		switch d.u8() {
-		case 0:
-		case 1:
-			m := &memSpill{}
-			nc := d.count(4)
-			for j := 0; j < nc; j++ {
-				c := d.bytesField()
-				m.chunks = append(m.chunks, append(make([]byte, 0, max(spillChunk, len(c))), c...))
-			}
-			ep.spill = m
-		case 2:
-			if p.snap == nil {
-				return errors.New("aggregator: partition state with spill segments, and no snapshot store to open them")
-			}
-			fsp := &fileSpill{store: p.snap, dir: p.snap.dir(p.ID)}
-			ep.spill = fsp
-			ns := d.count(24)
-			for j := 0; j < ns && d.err == nil; j++ {
-				var id [16]byte
-				copy(id[:], d.take(16))
-				size := int64(d.u64())
-				if !listed[id] || size < 0 {
-					return errors.New("aggregator: partition state lists a spill segment its header does not")
-				}
-				g, err := p.snap.openSegment(fsp.dir, id, size)
-				if err != nil {
-					return err
-				}
-				fsp.prev = append(fsp.prev, g)
-			}
-		default:
-			return errors.New("aggregator: partition state: bad spill kind")
+		if err := p.decodeSpill(d, ep, listed); err != nil {
+			return err
 		}
 		if ep.open {
 			p.openPerApp[ep.app]++
 		}
 	}
+	return nil
+}
+
+// decodeSpill reads encodeSpill's spill of ep, opening its segments in
+// the snapshot store.
+func (p *Partition) decodeSpill(d *dec, ep *epochState, listed map[[16]byte]bool) error {
+	switch d.u8() {
+	case 0:
+	case 1:
+		m := &memSpill{}
+		nc := d.count(4)
+		for j := 0; j < nc; j++ {
+			c := d.bytesField()
+			m.chunks = append(m.chunks, append(make([]byte, 0, max(spillChunk, len(c))), c...))
+		}
+		ep.spill = m
+	case 2:
+		if p.snap == nil {
+			return errors.New("aggregator: partition state with spill segments, and no snapshot store to open them")
+		}
+		fsp := &fileSpill{store: p.snap, dir: p.snap.dir(p.ID)}
+		ep.spill = fsp
+		ns := d.count(24)
+		for j := 0; j < ns && d.err == nil; j++ {
+			var id [16]byte
+			copy(id[:], d.take(16))
+			size := int64(d.u64())
+			if !listed[id] || size < 0 {
+				return errors.New("aggregator: partition state lists a spill segment its header does not")
+			}
+			g, err := p.snap.openSegment(fsp.dir, id, size)
+			if err != nil {
+				return err
+			}
+			fsp.prev = append(fsp.prev, g)
+		}
+	default:
+		return errors.New("aggregator: partition state: bad spill kind")
+	}
+	return nil
+}
+
+// decodeCounters reads encodeCounters' closed epochs, control records
+// issued and Stats.
+func (p *Partition) decodeCounters(d *dec) {
 	nc := d.count(8)
 	for i := 0; i < nc && d.err == nil; i++ {
 		p.closed[epochKey{d.str(), d.str()}] = true
@@ -689,6 +769,12 @@ func (p *Partition) decodeState(b []byte, segments [][16]byte) error {
 	for i := 0; i < nd && d.err == nil; i++ {
 		st.Dropped[d.str()] = int64(d.u64())
 	}
+}
+
+// decodePending reads encodePending's flat pending state; checkPending
+// validates its indexes and chains later. A used group must name a
+// decoded epoch and one of its pipeline digests.
+func (p *Partition) decodePending(d *dec) error {
 	ng := d.count(63)
 	for i := 0; i < ng && d.err == nil; i++ {
 		var g pendingGroup
@@ -715,6 +801,13 @@ func (p *Partition) decodeState(b []byte, segments [][16]byte) error {
 		p.reps.add(r)
 	}
 	p.freeGroup, p.freeRep = int32(d.u32()), int32(d.u32())
+	return nil
+}
+
+// decodeTags reads encodeTags' recovered groups and the ARC tags of
+// pending groups. A recovered group needs its key and (unless p verifies
+// nothing) its polynomial, or is dead; none twice.
+func (p *Partition) decodeTags(d *dec) error {
 	epOf := func(idx uint32) *epochState {
 		if int(idx) >= len(p.eps) || p.eps[idx] == nil {
 			d.fail()
@@ -764,10 +857,7 @@ func (p *Partition) decodeState(b []byte, segments [][16]byte) error {
 		copy(gid[:], d.take(32))
 		p.pendARC[gid] = d.arc()
 	}
-	if d.err != nil || len(d.b) != 0 {
-		return errors.New("aggregator: partition state does not decode")
-	}
-	return p.checkPending()
+	return nil
 }
 
 // checkPending validates the decoded flat pending state (every index in

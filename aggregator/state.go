@@ -457,42 +457,9 @@ func (p *Partition) ApplyReport(r *star.Report) []protocol.Decrypted {
 // computed (check) under this partition's keys or, when c was computed with
 // other ReportKeys/ARCKeys settings, are computed again.
 func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decrypted {
-	if p.Pipelines != nil && !p.Pipelines[r.Pipeline] {
-		p.drop("pipeline-mismatch")
-		if p.OnPipelineMismatch != nil {
-			p.OnPipelineMismatch(r.Pipeline)
-		}
+	e, c, ok := p.admit(r, c)
+	if !ok {
 		return nil
-	}
-	ek := epochKey{r.App, r.Epoch}
-	e := p.epochs[ek]
-	if e == nil {
-		switch {
-		case p.closed[ek]:
-			p.drop("late")
-			return nil
-		case p.RequireOpen:
-			p.drop("unknown-epoch")
-			return nil
-		}
-		e = p.newEpoch(r.App, r.Epoch)
-	}
-	if c.later || c.tokenOn != (p.ReportKeys != nil) || c.arcOn != (p.ARCKeys != nil) || c.deferred != p.deferred() {
-		// the epoch is open (or, without RequireOpen, seen): its keys
-		// may be loaded now
-		cc := p.check(r, true)
-		c = &cc
-	}
-	if c.deferred {
-		if reason := p.arrivalToken(e, c); reason != "" {
-			p.drop(reason)
-			return nil
-		}
-	} else if p.ReportKeys != nil {
-		if reason := p.checkToken(e, c); reason != "" {
-			p.drop(reason)
-			return nil
-		}
 	}
 	gid := groupIDOf(r)
 	gi, pending := p.pend.find(p, &gid)
@@ -515,6 +482,60 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 	if t != nil {
 		return p.applyOpened(t, r, c, size)
 	}
+	return p.applyPending(e, gi, gid, pending, r, c, size)
+}
+
+// admit is the first part of applyReport: r's pipeline must be served,
+// its epoch open (or, without RequireOpen, it is opened), and its token
+// valid (checked at arrival when verification is deferred); c is computed
+// again when the epoch's keys may be loaded now. It returns r's epoch and
+// checks, ok false when r was dropped (counted).
+func (p *Partition) admit(r *star.Report, c *reportChecks) (*epochState, *reportChecks, bool) {
+	if p.Pipelines != nil && !p.Pipelines[r.Pipeline] {
+		p.drop("pipeline-mismatch")
+		if p.OnPipelineMismatch != nil {
+			p.OnPipelineMismatch(r.Pipeline)
+		}
+		return nil, c, false
+	}
+	ek := epochKey{r.App, r.Epoch}
+	e := p.epochs[ek]
+	if e == nil {
+		switch {
+		case p.closed[ek]:
+			p.drop("late")
+			return nil, c, false
+		case p.RequireOpen:
+			p.drop("unknown-epoch")
+			return nil, c, false
+		}
+		e = p.newEpoch(r.App, r.Epoch)
+	}
+	if c.later || c.tokenOn != (p.ReportKeys != nil) || c.arcOn != (p.ARCKeys != nil) || c.deferred != p.deferred() {
+		// the epoch is open (or, without RequireOpen, seen): its keys
+		// may be loaded now
+		cc := p.check(r, true)
+		c = &cc
+	}
+	reason := ""
+	if c.deferred {
+		reason = p.arrivalToken(e, c)
+	} else if p.ReportKeys != nil {
+		reason = p.checkToken(e, c)
+	}
+	if reason != "" {
+		p.drop(reason)
+		return nil, c, false
+	}
+	return e, c, true
+}
+
+// applyPending is the state step of a report r of epoch e whose group gid
+// (index gi when pending) has not recovered, size what r is charged: it
+// joins the group (a new one when not pending) as a share, an impression
+// (its x repeats) or a dropped report (its presentation or share fails),
+// and the group recovers when it holds k (verified) shares.
+func (p *Partition) applyPending(e *epochState, gi int32, gid groupID, pending bool, r *star.Report, c *reportChecks, size int64) []protocol.Decrypted {
 	if !pending {
 		if _, err := vss.NewCommitment(r.Commitment, int(r.K)); err != nil { // ParseReport checked the size; kept for safety
 			p.drop("malformed")
@@ -552,23 +573,8 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 		p.appendRep(gi, gid, r, &x, size, unverified)
 		return nil
 	}
-	if p.group(gi).suspect && !p.noVerify {
-		// the group's commitment is r's (groupID covers it)
-		com, err := vss.NewCommitment(r.Commitment, int(r.K))
-		var ok bool
-		if err == nil {
-			ok, err = com.VerifyShare(r.Share)
-		}
-		if err != nil {
-			p.appendRep(gi, gid, r, &x, size, repDropped)
-			p.kill(gi, gid, r.Tag)
-			p.drop("bad-commitment")
-			return nil
-		} else if !ok {
-			p.appendRep(gi, gid, r, &x, size, repDropped)
-			p.drop("bad-share")
-			return nil
-		}
+	if p.group(gi).suspect && !p.noVerify && !p.verifySuspect(gi, gid, r, &x, size) {
+		return nil
 	}
 	p.Stats.Reports++
 	if !p.appendRep(gi, gid, r, &x, size, repShare|unverified) {
@@ -581,6 +587,29 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 		return nil // fewer than k verified shares: the group waits for more
 	}
 	return p.recoverGroup(gi, gid, r)
+}
+
+// verifySuspect checks r's share against its commitment (the group's:
+// groupID covers it) in a suspect group; a share that fails is kept as
+// dropped and counted (bad-share), a commitment that does not decode
+// kills the group (bad-commitment). It reports whether the share passed.
+func (p *Partition) verifySuspect(gi int32, gid groupID, r *star.Report, x *[32]byte, size int64) bool {
+	com, err := vss.NewCommitment(r.Commitment, int(r.K))
+	var ok bool
+	if err == nil {
+		ok, err = com.VerifyShare(r.Share)
+	}
+	if err != nil {
+		p.appendRep(gi, gid, r, x, size, repDropped)
+		p.kill(gi, gid, r.Tag)
+		p.drop("bad-commitment")
+		return false
+	} else if !ok {
+		p.appendRep(gi, gid, r, x, size, repDropped)
+		p.drop("bad-share")
+		return false
+	}
+	return true
 }
 
 // applyOpened is the state step of a report of a group that recovered (or
@@ -659,61 +688,13 @@ func (p *Partition) boundUnit(arcOK map[[32]byte][32]byte, pol star.Policy, x [3
 func (p *Partition) recoverGroup(gi int32, gid groupID, r *star.Report) []protocol.Decrypted {
 	g := p.group(gi)
 	e := p.eps[g.ep]
-	var shares []vss.Share
-	var at []int32    // rep of each share
-	var atCt [][]byte // ciphertext of each share's report (its spill record, read once)
-	for i := g.head; i >= 0; i = p.rep(i).next {
-		if !p.rep(i).share() {
-			continue
-		}
-		sp, err := p.load(e, i)
-		var s vss.Share
-		if err == nil {
-			s, err = p.shareOf(i, sp)
-		}
-		if err != nil {
-			p.fail(err)
-			return nil
-		}
-		shares, at, atCt = append(shares, s), append(at, i), append(atCt, sp.ct)
+	shares, at, atCt, ok := p.groupShares(gi)
+	if !ok {
+		return nil
 	}
-	var key [32]byte
-	var poly *vss.Polynomial
-	if p.noVerify {
-		var ok bool
-		if key, ok = p.searchKey(gi, r, shares); !ok {
-			return nil
-		}
-	} else {
-		com, err := vss.NewCommitment(r.Commitment, int(r.K))
-		var rec vss.Recovery
-		if err == nil {
-			rec, err = com.RecoverVerified(shares, g.suspect)
-		}
-		p.Stats.FailedRecover += int64(rec.Failed)
-		if rec.BatchFailed {
-			g.suspect = true
-		}
-		if errors.Is(err, protocol.ErrMalformed) { // the commitment does not decode
-			p.kill(gi, gid, r.Tag)
-			return nil
-		}
-		if len(rec.Bad) > 0 {
-			bad := map[[32]byte]bool{}
-			for _, b := range rec.Bad {
-				bad[p.rep(at[b]).x] = true
-			}
-			for i := g.head; i >= 0; i = p.rep(i).next {
-				if p.rep(i).live() && bad[p.rep(i).x] {
-					p.dropRep(gi, gid, i, "bad-share")
-				}
-			}
-		}
-		if err != nil { // fewer than k verified shares (or, kept for safety, duplicate x)
-			return nil
-		}
-		f := rec.Poly
-		key, poly = star.KeyFromSecret(r.Tag, f.Secret()), &f
+	key, poly, ok := p.recoverKey(gi, gid, r, shares, at)
+	if !ok {
+		return nil
 	}
 	p.Stats.Recoveries++
 	t := &tagState{ep: e, policy: g.policy, k: int(g.k), pipeline: e.pipes[g.pipe], key: &key, poly: poly, tag: r.Tag, arcOK: p.pendARC[gid]}
@@ -763,6 +744,72 @@ func (p *Partition) recoverGroup(gi int32, gid groupID, r *star.Report) []protoc
 	p.releaseGroup(gi, gid)
 	p.tags[gid] = t
 	return out
+}
+
+// groupShares reads the shares of pending group gi from its spill, in
+// chain order: each share, its rep and its report's ciphertext (the spill
+// record is read once); ok false after a spill failure (Err).
+func (p *Partition) groupShares(gi int32) (shares []vss.Share, at []int32, atCt [][]byte, ok bool) {
+	g := p.group(gi)
+	e := p.eps[g.ep]
+	for i := g.head; i >= 0; i = p.rep(i).next {
+		if !p.rep(i).share() {
+			continue
+		}
+		sp, err := p.load(e, i)
+		var s vss.Share
+		if err == nil {
+			s, err = p.shareOf(i, sp)
+		}
+		if err != nil {
+			p.fail(err)
+			return nil, nil, nil, false
+		}
+		shares, at, atCt = append(shares, s), append(at, i), append(atCt, sp.ct)
+	}
+	return shares, at, atCt, true
+}
+
+// recoverKey recovers group gi's artifact key from shares (at: their
+// reps) for r's tag: verified against r's commitment (RecoverVerified;
+// bad shares are dropped, bad-share; a commitment that does not decode
+// kills the group), or without verification by a key search. ok false
+// when no key was recovered: the group waits for more shares or died.
+func (p *Partition) recoverKey(gi int32, gid groupID, r *star.Report, shares []vss.Share, at []int32) (key [32]byte, poly *vss.Polynomial, ok bool) {
+	g := p.group(gi)
+	if p.noVerify {
+		key, ok = p.searchKey(gi, r, shares)
+		return key, nil, ok
+	}
+	com, err := vss.NewCommitment(r.Commitment, int(r.K))
+	var rec vss.Recovery
+	if err == nil {
+		rec, err = com.RecoverVerified(shares, g.suspect)
+	}
+	p.Stats.FailedRecover += int64(rec.Failed)
+	if rec.BatchFailed {
+		g.suspect = true
+	}
+	if errors.Is(err, protocol.ErrMalformed) { // the commitment does not decode
+		p.kill(gi, gid, r.Tag)
+		return key, nil, false
+	}
+	if len(rec.Bad) > 0 {
+		bad := map[[32]byte]bool{}
+		for _, b := range rec.Bad {
+			bad[p.rep(at[b]).x] = true
+		}
+		for i := g.head; i >= 0; i = p.rep(i).next {
+			if p.rep(i).live() && bad[p.rep(i).x] {
+				p.dropRep(gi, gid, i, "bad-share")
+			}
+		}
+	}
+	if err != nil { // fewer than k verified shares (or, kept for safety, duplicate x)
+		return key, nil, false
+	}
+	f := rec.Poly
+	return star.KeyFromSecret(r.Tag, f.Secret()), &f, true
 }
 
 func scalarBytes(s group.Scalar) []byte {

@@ -240,67 +240,137 @@ func ActiveOn(ctx context.Context, js jetstream.JetStream, campaign string, day 
 		return nil, fmt.Errorf("coordinator: active index: consumer on %s: %w", subj, err)
 	}
 
-	// The handler (one call at a time, but guarded: an ordered consumer's
-	// reset may overlap two subscriptions) batches raw messages for the
-	// decoders; it stops at the last sequence.
 	work := make(chan rawBatch, 2*runtime.GOMAXPROCS(0))
 	quit := make(chan struct{})
-	done := make(chan struct{})
-	newBatch := func(n int) rawBatch {
-		return rawBatch{n: n, seqs: make([]uint64, 0, activeBatch), data: make([][]byte, 0, activeBatch)}
+	b := &activeBatcher{last: last, work: work, quit: quit, done: make(chan struct{}), cur: newRawBatch(0)}
+	dec := startActiveDecoders(work, quit, subj)
+	cc, err := cons.Consume(b.handle, jetstream.PullMaxMessages(activeBatch))
+	if err != nil {
+		close(quit)
+		dec.wg.Wait()
+		return nil, fmt.Errorf("coordinator: active index: read %s: %w", subj, err)
 	}
-	var (
-		mu       sync.Mutex
-		cur      = newBatch(0)
-		prevSeq  uint64
-		finished bool
-		received atomic.Int64
-		metaErr  error
-	)
-	handler := func(m jetstream.Msg) {
-		mu.Lock()
-		defer mu.Unlock()
-		if finished {
-			return
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			metaErr, finished = err, true
-			close(done)
-			return
-		}
-		seq := md.Sequence.Stream
-		if seq <= prevSeq {
-			return
-		}
-		prevSeq = seq
-		received.Add(1)
-		cur.seqs, cur.data = append(cur.seqs, seq), append(cur.data, m.Data())
-		if len(cur.data) == activeBatch || seq >= last {
-			select {
-			case work <- cur:
-			case <-quit:
-				finished = true
-				return
-			}
-			cur = newBatch(cur.n + 1)
-		}
-		if seq >= last {
-			finished = true
-			close(done)
-		}
+	fail := func(err error) ([]ActiveEntry, error) {
+		close(quit)
+		cc.Stop()
+		dec.wg.Wait()
+		return nil, err
 	}
+	if err := b.wait(ctx, subj); err != nil {
+		return fail(err)
+	}
+	cc.Stop()
+	if b.metaErr != nil {
+		return fail(fmt.Errorf("coordinator: active index: read %s: %w", subj, b.metaErr))
+	}
+	close(work) // the handler is finished: nothing sends any more
+	dec.wg.Wait()
+	close(quit)
+	if dec.err != nil {
+		return nil, dec.err
+	}
+	return sortActive(dec.decoded), nil
+}
 
-	var (
-		resMu   sync.Mutex
-		decoded [][]ActiveEntry // by batch number
-		decErr  error
-		wg      sync.WaitGroup
-	)
+// activeBatcher is ActiveOn's Consume handler: it batches raw messages
+// (activeBatch each) for the decoders on work and stops at sequence last,
+// closing done. It handles one message at a time, but guarded: an ordered
+// consumer's reset may overlap two subscriptions.
+type activeBatcher struct {
+	last     uint64
+	work     chan<- rawBatch
+	quit     <-chan struct{}
+	done     chan struct{}
+	mu       sync.Mutex
+	cur      rawBatch
+	prevSeq  uint64
+	finished bool
+	received atomic.Int64
+	metaErr  error // set before done closes
+}
+
+func newRawBatch(n int) rawBatch {
+	return rawBatch{n: n, seqs: make([]uint64, 0, activeBatch), data: make([][]byte, 0, activeBatch)}
+}
+
+// handle adds m to the current batch (messages at or before the last
+// sequence seen are redeliveries and skipped), sends the batch when it is
+// full or m is the last, and ends the read at the last sequence or at a
+// message without metadata.
+func (a *activeBatcher) handle(m jetstream.Msg) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.finished {
+		return
+	}
+	md, err := m.Metadata()
+	if err != nil {
+		a.metaErr, a.finished = err, true
+		close(a.done)
+		return
+	}
+	seq := md.Sequence.Stream
+	if seq <= a.prevSeq {
+		return
+	}
+	a.prevSeq = seq
+	a.received.Add(1)
+	a.cur.seqs, a.cur.data = append(a.cur.seqs, seq), append(a.cur.data, m.Data())
+	if len(a.cur.data) == activeBatch || seq >= a.last {
+		select {
+		case a.work <- a.cur:
+		case <-a.quit:
+			a.finished = true
+			return
+		}
+		a.cur = newRawBatch(a.cur.n + 1)
+	}
+	if seq >= a.last {
+		a.finished = true
+		close(a.done)
+	}
+}
+
+// wait returns once the handler reached the last sequence, or an error
+// naming subj when ctx ends or no entry arrived for activeReadIdle.
+func (a *activeBatcher) wait(ctx context.Context, subj string) error {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	seen, since := a.received.Load(), time.Now()
+	for {
+		select {
+		case <-a.done:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("coordinator: active index: read %s up to sequence %d (%d entries so far): %w", subj, a.last, a.received.Load(), ctx.Err())
+		case <-tick.C:
+			if n := a.received.Load(); n != seen {
+				seen, since = n, time.Now()
+			} else if time.Since(since) > activeReadIdle {
+				return fmt.Errorf("coordinator: active index: read %s: no entry for %v while waiting for sequence %d (%d entries so far; server stalled, or the day expired?)", subj, activeReadIdle, a.last, n)
+			}
+		}
+	}
+}
+
+// activeDecoders decode ActiveOn's raw batches on all CPUs into decoded
+// (indexed by batch number); err is the first decoding error. Read them
+// after wg.Wait.
+type activeDecoders struct {
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	decoded [][]ActiveEntry
+	err     error
+}
+
+// startActiveDecoders starts GOMAXPROCS decoders reading work until it is
+// closed or quit closes.
+func startActiveDecoders(work <-chan rawBatch, quit <-chan struct{}, subj string) *activeDecoders {
+	d := &activeDecoders{}
 	for range max(1, runtime.GOMAXPROCS(0)) {
-		wg.Add(1)
+		d.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer d.wg.Done()
 			for {
 				var b rawBatch
 				var ok bool
@@ -313,60 +383,19 @@ func ActiveOn(ctx context.Context, js jetstream.JetStream, campaign string, day 
 					return
 				}
 				es, err := decodeBatch(b, subj)
-				resMu.Lock()
-				for len(decoded) <= b.n {
-					decoded = append(decoded, nil)
+				d.mu.Lock()
+				for len(d.decoded) <= b.n {
+					d.decoded = append(d.decoded, nil)
 				}
-				decoded[b.n] = es
-				if decErr == nil {
-					decErr = err
+				d.decoded[b.n] = es
+				if d.err == nil {
+					d.err = err
 				}
-				resMu.Unlock()
+				d.mu.Unlock()
 			}
 		}()
 	}
-
-	cc, err := cons.Consume(handler, jetstream.PullMaxMessages(activeBatch))
-	if err != nil {
-		close(quit)
-		wg.Wait()
-		return nil, fmt.Errorf("coordinator: active index: read %s: %w", subj, err)
-	}
-	fail := func(err error) ([]ActiveEntry, error) {
-		close(quit)
-		cc.Stop()
-		wg.Wait()
-		return nil, err
-	}
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	seen, since := received.Load(), time.Now()
-wait:
-	for {
-		select {
-		case <-done:
-			break wait
-		case <-ctx.Done():
-			return fail(fmt.Errorf("coordinator: active index: read %s up to sequence %d (%d entries so far): %w", subj, last, received.Load(), ctx.Err()))
-		case <-tick.C:
-			if n := received.Load(); n != seen {
-				seen, since = n, time.Now()
-			} else if time.Since(since) > activeReadIdle {
-				return fail(fmt.Errorf("coordinator: active index: read %s: no entry for %v while waiting for sequence %d (%d entries so far; server stalled, or the day expired?)", subj, activeReadIdle, last, n))
-			}
-		}
-	}
-	cc.Stop()
-	if metaErr != nil {
-		return fail(fmt.Errorf("coordinator: active index: read %s: %w", subj, metaErr))
-	}
-	close(work) // the handler is finished: nothing sends any more
-	wg.Wait()
-	close(quit)
-	if decErr != nil {
-		return nil, decErr
-	}
-	return sortActive(decoded), nil
+	return d
 }
 
 // sortActive returns the entries of batches (in stream order) sorted by ID,

@@ -200,7 +200,7 @@ func TestBoundRelayChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, closeWriters, err := relays.New(ctx, js, relays.Options{Name: "b", KeyPaths: []string{f[2]}, Kafka: []string{f[1]}},
+	r, closeWriters, err := relays.New(ctx, js, relays.Config{Name: "b", KeyPaths: []string{f[2]}, Kafka: []string{f[1]}},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -16,8 +16,8 @@ import (
 	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
-// Options configure one relay process.
-type Options struct {
+// Config configures one relay process (Options.Config builds it from flags).
+type Config struct {
 	Name         string        // "a" or "b": the relay's subject is protocol.RelaySubject(Name)
 	KeyPaths     []string      // HPKE key files; two during a rotation
 	Kafka        []string      // brokers, for the last hop
@@ -50,7 +50,7 @@ const produceBatchSize = 1024
 const maxBatchBytes = 1_000_000
 
 // New builds a relay service connected to js and Kafka.
-func New(ctx context.Context, js jetstream.JetStream, o Options, log *slog.Logger) (*Relay, func(), error) {
+func New(ctx context.Context, js jetstream.JetStream, o Config, log *slog.Logger) (*Relay, func(), error) {
 	var keys []*onion.KeyPair
 	for _, p := range o.KeyPaths {
 		k, err := onion.LoadKeyPair(p)

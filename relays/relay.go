@@ -222,21 +222,8 @@ type item struct {
 // Relay value; for more capacity run several Relay values (goroutines or
 // processes) with the same Name.
 func (r *Relay) Run(ctx context.Context) error {
-	if !ValidName(r.Name) {
-		return fmt.Errorf("relays: invalid relay name %q (use 1-64 characters from A-Za-z0-9_-)", r.Name)
-	}
-	if len(r.Keys) == 0 {
-		return fmt.Errorf("relays: relay %s has no keys (load them with protocol.LoadKeyPair)", r.Name)
-	}
-	// checks every key, and readies it before the peel workers share it
-	if err := onion.PrepareKeys(r.Keys); err != nil {
-		return fmt.Errorf("relays: relay %s: %w", r.Name, err)
-	}
-	if r.JS == nil {
-		return fmt.Errorf("relays: relay %s has no JetStream context", r.Name)
-	}
-	if next := r.next(); next != "" && (!ValidName(next) || next == r.Name) {
-		return fmt.Errorf("relays: relay %s: invalid next relay %q (a relay name other than its own, or %q for the last relay)", r.Name, r.Next, LastHop)
+	if err := r.check(); err != nil {
+		return err
 	}
 	if r.Stats == nil {
 		r.Stats = &Stats{}
@@ -252,9 +239,6 @@ func (r *Relay) Run(ctx context.Context) error {
 	batchTimeout := def(r.BatchTimeout, DefaultBatchTimeout)
 	poolSize := def(r.PoolSize, DefaultPoolSize)
 	poolTimeout := def(r.PoolTimeout, DefaultPoolTimeout)
-	if ackWait := def(r.AckWait, DefaultAckWait); ackWait < 2*poolTimeout {
-		return fmt.Errorf("relays: relay %s: ack wait %v is shorter than twice the pool timeout %v: held messages would be redelivered while held (raise the ack wait or lower the pool timeout)", r.Name, ackWait, poolTimeout)
-	}
 
 	cons, err := r.consumer(ctx)
 	if err != nil {
@@ -277,18 +261,8 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	// Two stages: this goroutine fetches and peels batch k+1 while the
 	// forwarder shuffles, forwards and acks batch k.
-	ready := make(chan []*item, 1)
-	fwdDone := make(chan struct{})
-	go func() {
-		defer close(fwdDone)
-		for good := range ready {
-			r.forward(ctx, good, rng, mx, log)
-		}
-	}()
-	defer func() {
-		close(ready)
-		<-fwdDone
-	}()
+	ready, stop := r.startForwarder(ctx, rng, mx, log)
+	defer stop()
 
 	// The pool: peeled messages held until poolSize are held or poolTimeout
 	// passed since the oldest arrived (held are unacknowledged; see PoolSize).
@@ -317,47 +291,16 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 			wait = max(min(wait, left), time.Millisecond)
 		}
-		batch, err := cons.Fetch(batchSize, jetstream.FetchMaxWait(wait))
-		if errors.Is(err, nats.ErrConnectionClosed) {
-			return fmt.Errorf("relays: relay %s: NATS connection closed: %w", r.Name, err)
-		}
+		items, failed, err := r.fetch(ctx, &cons, batchSize, wait, backoff, log)
 		if err != nil {
-			log.Warn("fetch failed; retrying", "err", err, "retry_in", backoff)
+			return err
+		}
+		if failed {
 			if !sleep(ctx, backoff) {
 				break
 			}
 			backoff = min(backoff*2, 5*time.Second)
-			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
-				if c, err := r.consumer(ctx); err == nil {
-					cons = c
-				}
-			}
 			continue
-		}
-		var items []*item
-		for m := range batch.Messages() {
-			items = append(items, &item{m: m, got: time.Now()})
-		}
-		ferr := batch.Error()
-		if errors.Is(ferr, nats.ErrConnectionClosed) && len(items) == 0 {
-			return fmt.Errorf("relays: relay %s: NATS connection closed: %w", r.Name, ferr)
-		}
-		if err := ferr; err != nil && ctx.Err() == nil {
-			// Messages already received are still processed; a
-			// missing consumer is recreated on the next round.
-			log.Warn("fetch ended with an error", "err", err, "received", len(items))
-			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
-				if c, err := r.consumer(ctx); err == nil {
-					cons = c
-				}
-			}
-			if len(items) == 0 {
-				if !sleep(ctx, backoff) {
-					break
-				}
-				backoff = min(backoff*2, 5*time.Second)
-				continue
-			}
 		}
 		backoff = 50 * time.Millisecond
 		if len(items) == 0 {
@@ -374,6 +317,93 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// check refuses a relay that cannot run: an invalid name or next relay, no
+// keys (or a key onion.PrepareKeys rejects), no JetStream context, or an
+// ack wait shorter than twice the pool timeout.
+func (r *Relay) check() error {
+	if !ValidName(r.Name) {
+		return fmt.Errorf("relays: invalid relay name %q (use 1-64 characters from A-Za-z0-9_-)", r.Name)
+	}
+	if len(r.Keys) == 0 {
+		return fmt.Errorf("relays: relay %s has no keys (load them with protocol.LoadKeyPair)", r.Name)
+	}
+	// checks every key, and readies it before the peel workers share it
+	if err := onion.PrepareKeys(r.Keys); err != nil {
+		return fmt.Errorf("relays: relay %s: %w", r.Name, err)
+	}
+	if r.JS == nil {
+		return fmt.Errorf("relays: relay %s has no JetStream context", r.Name)
+	}
+	if next := r.next(); next != "" && (!ValidName(next) || next == r.Name) {
+		return fmt.Errorf("relays: relay %s: invalid next relay %q (a relay name other than its own, or %q for the last relay)", r.Name, r.Next, LastHop)
+	}
+	poolTimeout := def(r.PoolTimeout, DefaultPoolTimeout)
+	if ackWait := def(r.AckWait, DefaultAckWait); ackWait < 2*poolTimeout {
+		return fmt.Errorf("relays: relay %s: ack wait %v is shorter than twice the pool timeout %v: held messages would be redelivered while held (raise the ack wait or lower the pool timeout)", r.Name, ackWait, poolTimeout)
+	}
+	return nil
+}
+
+// fetch takes up to batchSize messages from the inbox, waiting at most
+// wait. failed reports a fetch that got nothing because of an error (the
+// caller backs off for backoff, which the log names); messages received before an error are returned and
+// processed. A missing consumer is recreated in *cons for the next fetch.
+// err is set only when the NATS connection is closed.
+func (r *Relay) fetch(ctx context.Context, cons *jetstream.Consumer, batchSize int, wait, backoff time.Duration, log *slog.Logger) (items []*item, failed bool, err error) {
+	batch, err := (*cons).Fetch(batchSize, jetstream.FetchMaxWait(wait))
+	if errors.Is(err, nats.ErrConnectionClosed) {
+		return nil, false, fmt.Errorf("relays: relay %s: NATS connection closed: %w", r.Name, err)
+	}
+	if err != nil {
+		log.Warn("fetch failed; retrying", "err", err, "retry_in", backoff)
+		r.recreateConsumer(ctx, cons, err)
+		return nil, true, nil
+	}
+	for m := range batch.Messages() {
+		items = append(items, &item{m: m, got: time.Now()})
+	}
+	ferr := batch.Error()
+	if errors.Is(ferr, nats.ErrConnectionClosed) && len(items) == 0 {
+		return nil, false, fmt.Errorf("relays: relay %s: NATS connection closed: %w", r.Name, ferr)
+	}
+	if ferr != nil && ctx.Err() == nil {
+		// Messages already received are still processed; a
+		// missing consumer is recreated on the next round.
+		log.Warn("fetch ended with an error", "err", ferr, "received", len(items))
+		r.recreateConsumer(ctx, cons, ferr)
+		return items, len(items) == 0, nil
+	}
+	return items, false, nil
+}
+
+// recreateConsumer replaces *cons when err says the inbox consumer is gone
+// (it keeps the old one when recreating fails: the next fetch retries).
+func (r *Relay) recreateConsumer(ctx context.Context, cons *jetstream.Consumer, err error) {
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+		if c, err := r.consumer(ctx); err == nil {
+			*cons = c
+		}
+	}
+}
+
+// startForwarder starts the forwarding stage: each pool sent on ready is
+// shuffled with rng, forwarded and acknowledged in order. stop closes
+// ready and waits until the last pool is forwarded.
+func (r *Relay) startForwarder(ctx context.Context, rng *rand.Rand, mx *metrics, log *slog.Logger) (ready chan<- []*item, stop func()) {
+	pools := make(chan []*item, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for good := range pools {
+			r.forward(ctx, good, rng, mx, log)
+		}
+	}()
+	return pools, func() {
+		close(pools)
+		<-done
+	}
 }
 
 // release gives held messages back unforwarded (shutdown): Nak for

@@ -95,7 +95,7 @@ func startDeployment(t *testing.T, ctx context.Context, epoch string) *deploymen
 	}
 	svc.Go(func() error { return rs.Run(svcCtx) })
 	for _, name := range []string{"a", "b"} {
-		r, closeW, err := relays.New(svcCtx, d.js, relays.Options{Name: name, Kafka: brokers,
+		r, closeW, err := relays.New(svcCtx, d.js, relays.Config{Name: name, Kafka: brokers,
 			KeyPaths: []string{filepath.Join(d.keys, "relay-"+name+".key")}, PoolTimeout: 100 * time.Millisecond}, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -13,6 +13,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/crowdlog/crowdlog/infra/config"
 )
 
 // configured builds a fresh root command, finds the subcommand at path,
@@ -66,7 +68,7 @@ func testFlag(c *cobra.Command) *pflag.Flag {
 	var best *pflag.Flag
 	c.LocalFlags().VisitAll(func(f *pflag.Flag) {
 		r := slices.Index(types, f.Value.Type())
-		if notConfigurable[f.Name] || f.Hidden || f.Deprecated != "" || r < 0 {
+		if config.NotConfigurable[f.Name] || f.Hidden || f.Deprecated != "" || r < 0 {
 			return
 		}
 		if best == nil || r < slices.Index(types, best.Value.Type()) {
@@ -156,7 +158,7 @@ func checkPrecedence(t *testing.T, path []string, name string, slice bool, vals 
 		t.Fatal(err)
 	}
 	file := writeConfig(t, string(b))
-	env := envName(name) + "=" + vals[1]
+	env := config.EnvName(name) + "=" + vals[1]
 	argv := "--" + name + "=" + vals[2]
 	for _, c := range []struct {
 		what    string
@@ -167,7 +169,7 @@ func checkPrecedence(t *testing.T, path []string, name string, slice bool, vals 
 		{"file section over top level", []string{"--config", file}, nil, show(vals[0], true)},
 		{"env over file", []string{"--config", file}, []string{env, "OTHER=1"}, show(vals[1], false)},
 		{"argv over env and file", []string{"--config", file, argv}, []string{env}, show(vals[2], false)},
-		{"file from CROWDLOG_CONFIG", nil, []string{configEnv + "=" + file}, show(vals[0], true)},
+		{"file from CROWDLOG_CONFIG", nil, []string{config.Env + "=" + file}, show(vals[0], true)},
 	} {
 		cmd, err := configured(t, path, c.args, c.environ)
 		if err != nil {

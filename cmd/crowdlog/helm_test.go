@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/crowdlog/crowdlog/infra/config"
 	"github.com/crowdlog/crowdlog/infra/deploy/helm"
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/natsauth"
@@ -76,10 +77,10 @@ func TestHelmChartArgs(t *testing.T) {
 			}
 			var environ []string
 			for _, e := range c.Env {
-				if e.ValueFrom != nil || !strings.HasPrefix(e.Name, envPrefix) {
+				if e.ValueFrom != nil || !strings.HasPrefix(e.Name, config.EnvPrefix) {
 					continue
 				}
-				name := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(e.Name, envPrefix), "_", "-"))
+				name := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(e.Name, config.EnvPrefix), "_", "-"))
 				value := e.Value
 				if base, ok := strings.CutSuffix(name, "-file"); ok && cmd.Flags().Lookup(base) != nil {
 					value = filepath.Join(dir, "files", e.Value)
@@ -138,7 +139,7 @@ func TestHelmChartArgs(t *testing.T) {
 				}
 				n, _ := cmd.Flags().GetInt("randomness-tokens")
 				d, _ := cmd.Flags().GetInt("report-tokens")
-				if err := checkBudgets(rk.IssuerKinds, issuer.Limits{RandomnessTokens: n, ReportTokens: d}); err != nil {
+				if err := issuer.CheckBudgets(rk.IssuerKinds, issuer.Limits{RandomnessTokens: n, ReportTokens: d}); err != nil {
 					t.Errorf("%s: %v", where, err)
 				}
 				issuers = append(issuers, op+":"+role)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/crowdlog/crowdlog/infra/config"
 	"github.com/crowdlog/crowdlog/infra/metrics"
 )
 
@@ -27,6 +28,9 @@ func main() {
 		var ec exitCode
 		if errors.As(err, &ec) {
 			os.Exit(ec.code)
+		}
+		if errors.As(err, new(config.UsageError)) {
+			os.Exit(2)
 		}
 		os.Exit(1)
 	}
@@ -81,7 +85,7 @@ Exit status: 0 success; 2 invalid usage or configuration (a flag value, a
 pipeline file); 3 'crowdlog aggregate audit' found late, missing or orphan
 reports; 1 any other failure.
 
-` + configLong,
+` + config.Long,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version(),
@@ -106,8 +110,8 @@ reports; 1 any other failure.
 		},
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	root.PersistentFlags().String(configFlag, "", "YAML file of flag values (keys are flag names; else $"+configEnv+"); the environment and flags win over it")
-	root.SetUsageTemplate(strings.TrimSuffix(root.UsageTemplate(), "\n") + "\n\n" + configHelp + "\n")
+	root.PersistentFlags().String(config.Flag, "", "YAML file of flag values (keys are flag names; else $"+config.Env+"); the environment and flags win over it")
+	root.SetUsageTemplate(strings.TrimSuffix(root.UsageTemplate(), "\n") + "\n\n" + config.Help + "\n")
 	root.PersistentFlags().StringVar(&logFormat, "log-format", "text", "log format on stderr: text (key=value) or json (one object per line, for log collectors)")
 	root.AddCommand(runCmd(), simulateCmd(), ingestCmd(), randomnessCmd(), relayCmd(), aggregateCmd(), releaseCmd(), keysCmd(), clickhouseCmd())
 	root.AddCommand(attackCmd())

@@ -3,19 +3,12 @@ package main
 import (
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
-	"github.com/crowdlog/crowdlog/aggregator/vectors"
 	"github.com/crowdlog/crowdlog/coordinator"
-	"github.com/crowdlog/crowdlog/infra/keydir"
-	"github.com/crowdlog/crowdlog/infra/natsauth"
-	"github.com/crowdlog/crowdlog/infra/natsconn"
-	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
-	"github.com/crowdlog/crowdlog/release"
 	pddrelease "github.com/crowdlog/crowdlog/release/pdd"
 )
 
@@ -24,25 +17,8 @@ func pddCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "pdd --input LOG [--group-size 100] [--delay 2] [--export OUT.tsv]",
 		Short: "Run Private Data Donor mode: daily keyword counts summed over blinded groups",
-		Long: `pdd replays an AOL log day by day as Private Data Donor clients (Primault et
-al., WWW 2019), one per AnonID: each registers an X25519 key with the
-coordinator, pings it on the days it is active (--online active) or every day
-(--online all), and for each round it owes sends its keyword counts of that
-day, blinded for its group, through relays a and b to Kafka topic "vectors".
-The aggregator sums each group once every member submitted; after --delay
-days a group with missing members is recovered from the survivors' shares
-(t = n/2+1 of them), so the sum of the members who did submit is still
-released — never one member's vector alone. The release stage writes
-per-day counts and PDD's confidence (clients decrypted / clients active) to
-ClickHouse (view keyword_daily).
-
-Monitored keywords: the google-10000-english list (--keywords FILE for
-another); --blacklist words are never counted by any client (PDD §6.1).
---dropout skips each ping with that probability, to see recovery at work.
-
-Example:
-  crowdlog pdd --input testdata/aol-top1000.tsv.gz --group-size 50 --delay 2 --max-days 14 --export pdd.tsv`,
-		Args: cobra.NoArgs,
+		Long:  runner.PDDHelp,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkLocalServices(cmd, cfg.Kafka, cfg.ClickHouse); err != nil {
 				return err
@@ -58,248 +34,77 @@ Example:
 			return err
 		},
 	}
-	f := c.Flags()
-	f.StringVar(&cfg.Input, "input", "", "AOL TSV log (plain or .gz)")
-	f.StringVar(&cfg.Campaign, "campaign", "pdd", "campaign name")
-	f.StringVar(&cfg.Keywords, "keywords", "", "monitored keyword list, one per line (default: embedded "+keywords.DefaultName+")")
-	f.StringSliceVar(&cfg.Blacklist, "blacklist", nil, "keywords no client ever shares (comma-separated)")
-	f.IntVar(&cfg.MaxUsers, "max-users", 0, "only the first N users of the log (0 = all)")
-	f.IntVar(&cfg.MaxDays, "max-days", 0, "only the first N days of the log (0 = all)")
-	f.IntVar(&cfg.GroupSize, "group-size", 100, "clients per group (PDD §4.2)")
-	f.IntVar(&cfg.Delay, "delay", 2, "days the aggregator waits for late members (PDD §4.3)")
-	f.IntVar(&cfg.RecoveryDays, "recovery-days", 1, "days after the delay for survivors' recovery answers")
-	f.BoolVar(&cfg.Heuristic, "heuristic", false, "group only clients active on ≥ 1/δ of past days (PDD eq. 5)")
-	f.StringVar(&cfg.Online, "online", "active", "when clients ping: active (days with log records) or all (every day)")
-	f.Float64Var(&cfg.Dropout, "dropout", 0, "probability that a client skips a ping")
-	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of --dropout")
-	f.Float64Var(&cfg.Epsilon, "epsilon", 0, "Laplace noise on each released daily count (0 = exact)")
-	f.IntVar(&cfg.MaxCount, "max-count", 0, "per-client per-keyword per-day clip used as the noise sensitivity")
-	f.StringVar(&cfg.NATS, "nats", "", "NATS URL; empty starts an embedded server")
-	f.Var(newListFlag(&cfg.Kafka), "kafka", "Kafka bootstrap brokers, comma-separated host:port list (or repeated); empty starts kfake")
-	f.StringVar(&cfg.ClickHouse, "clickhouse", "", "ClickHouse native address; empty starts a local server")
-	f.StringVar(&cfg.Database, "database", "crowdlog", "ClickHouse database")
-	f.StringVar(&cfg.StateDir, "state", "", "state directory (default: a temporary one)")
-	f.StringVar(&cfg.Export, "export", "", "write the released daily counts as TSV (campaign day keyword count confidence)")
-	f.IntVar(&cfg.Workers, "workers", 8, "clients pinging concurrently")
+	cfg.AddFlags(c.Flags())
 	return c
 }
 
 func coordinatorCmd() *cobra.Command {
-	var natsURL, list, metricsAddr, aggKey, opKey string
-	var natsSec natsconn.Security
-	var kafkaAddr []string
-	var cp coordinator.Campaign
-	var wall bool
+	o := coordinator.NewOptions()
+	var metricsAddr string
 	c := &cobra.Command{
 		Use:   "coordinator --campaign NAME [--group-size 100] [--delay 2]",
 		Short: "Run the PDD coordinator: registration, daily groups, instructions",
-		Long: `coordinator serves PDD clients over NATS request/reply (queue group
-crowdlog-coordinator: run several for capacity): registration of X25519 public
-keys, daily pings with the rounds a client owes, its group's public keys and
-recovery tasks, deposits of recovery bundles, and recovery requests from the
-aggregator. Each new day it forms the groups of the previous day's active
-clients (--heuristic: PDD eq. 5) and writes their rosters and a day tick to
-Kafka topic "vectors". State lives in JetStream key-value buckets and
-survives restarts.
-
-The day advances with --wall-clock (UTC days) or by requests on
-crowdlog.pdd.advance (log replays) signed with the operator's Ed25519 key
-(--operator-key, its public half). Recovery requests are accepted only when
-signed with the aggregator's key (--aggregator-key); client requests only
-under each client's registered key, with growing sequence numbers. Refused
-requests are counted per reason.`,
-		Args: cobra.NoArgs,
+		Long:  coordinator.Help,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := logger()
-			l, err := keywords.Load(list)
+			cfg, err := o.Config()
 			if err != nil {
 				return err
 			}
-			cp.List, cp.ListName = l, list
-			if list == "" {
-				cp.ListName = keywords.DefaultName
-			}
-			nc, err := natsconn.ConnectAs(natsURL, "crowdlog-coordinator", as(natsSec, natsauth.Coordinator))
+			co, nc, stop, err := o.Start(cmd.Context(), cfg, log)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			co := &coordinator.Coordinator{NC: nc, Brokers: kafkaAddr, Campaign: cp, Logger: log}
-			if co.AggregatorKey, err = keydir.LoadSigningPublic(aggKey); err != nil {
-				return fmt.Errorf("--aggregator-key: %w (create it with the aggregator's keys dir, file %s)", err, keydir.AggregatorSignKey)
-			}
-			if opKey != "" {
-				if co.OperatorKey, err = keydir.LoadSigningPublic(opKey); err != nil {
-					return fmt.Errorf("--operator-key: %w", err)
-				}
-			}
-			if err := co.Start(cmd.Context()); err != nil {
+			defer stop()
+			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterCoordinator(reg, co) }, coordinatorChecks(cmd.Context(), nc, cfg.Brokers)...); err != nil {
 				return err
 			}
-			defer co.Close()
-			if _, err := serveMetrics(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterCoordinator(reg, co) }, coordinatorChecks(cmd.Context(), nc, kafkaAddr)...); err != nil {
-				return err
-			}
-			log.Info("coordinator: serving", "campaign", cp.Name)
-			if !wall {
-				<-cmd.Context().Done()
-				return nil
-			}
-			return co.FollowWallClock(cmd.Context(), time.Minute)
+			return co.Serve(cmd.Context(), o.WallClock)
 		},
 	}
-	f := c.Flags()
-	f.StringVar(&cp.Name, "campaign", "pdd", "campaign name")
-	f.StringVar(&list, "keywords", "", "monitored keyword list (default: embedded "+keywords.DefaultName+")")
-	f.IntVar(&cp.GroupSize, "group-size", 100, "clients per group")
-	f.IntVar(&cp.Delay, "delay", 2, "days to wait for late members")
-	f.IntVar(&cp.RecoveryDays, "recovery-days", 1, "days for recovery answers after the delay")
-	f.BoolVar(&cp.Heuristic, "heuristic", false, "PDD eq. 5 activity heuristic")
-	f.BoolVar(&wall, "wall-clock", false, "advance the day from the UTC wall clock")
-	f.StringVar(&aggKey, "aggregator-key", "keys/"+keydir.AggregatorSignKey+".pub", "the aggregator's Ed25519 public key (PEM): recovery requests must be signed with it")
-	f.StringVar(&opKey, "operator-key", "", "the operator's Ed25519 public key (PEM): clock advances over NATS must be signed with it (none accepted when unset)")
-	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL; a comma-separated list for a cluster")
-	addNATSSecurityFlags(f, &natsSec)
-	f.StringSliceVar(&kafkaAddr, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated")
+	o.AddFlags(c.Flags())
 	addMetricsFlag(c, &metricsAddr)
 	c.AddCommand(coordinatorAdvanceCmd())
 	return c
 }
 
 func coordinatorAdvanceCmd() *cobra.Command {
-	var natsURL, key, day string
-	var natsSec natsconn.Security
+	o := coordinator.NewAdvanceOptions()
 	c := &cobra.Command{
-		Use:   "advance --day YYYY-MM-DD --key operator-sign.key",
-		Short: "Start a PDD campaign day (signed with the operator's credential)",
-		Long: `advance asks the running coordinators to start a day: they form the groups
-of the day before from its active clients and write rosters and a tick to
-Kafka "vectors". The request is signed with the operator's Ed25519 key
-(--key; keys/operator-sign.key, created by the first crowdlog pdd run or by
-this command when missing); the coordinator accepts it only when started
-with --operator-key set to its public half. Days move one at a time up to
---day; a day not after the current one changes nothing.`,
+		Use:     "advance --day YYYY-MM-DD --key operator-sign.key",
+		Short:   "Start a PDD campaign day (signed with the operator's credential)",
+		Long:    coordinator.AdvanceHelp,
 		Example: "  crowdlog coordinator advance --day 2006-03-02 --key keys/operator-sign.key",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			t, err := time.Parse("2006-01-02", day)
-			if err != nil {
-				return fmt.Errorf("--day %q: want YYYY-MM-DD", day)
-			}
-			k, err := keydir.EnsureSigningKey(key)
-			if err != nil {
-				return fmt.Errorf("--key: %w", err)
-			}
-			nc, err := natsconn.ConnectAs(natsURL, "crowdlog-coordinator-advance", as(natsSec, natsauth.Operator))
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			rep, err := coordinator.NATSAdvance(cmd.Context(), nc, k, int32(keywords.DayOf(t)))
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "day %s: %d groups from %d active clients (%d grouped)\n",
-				keywords.Day(rep.Day), rep.Groups, rep.Active, rep.Grouped)
-			return nil
-		},
+		RunE:    func(cmd *cobra.Command, _ []string) error { return printLine(o.Advance(cmd.Context())) },
 	}
-	f := c.Flags()
-	f.StringVar(&day, "day", "", "the day to start (UTC), YYYY-MM-DD")
-	f.StringVar(&key, "key", "keys/"+keydir.OperatorSignKey, "the operator's Ed25519 credential (PEM)")
-	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL(s) of the coordinators, comma-separated")
-	addNATSSecurityFlags(f, &natsSec)
+	o.AddFlags(c.Flags())
 	_ = c.MarkFlagRequired("day")
 	return c
 }
 
-func aggregateVectorsCmd() *cobra.Command {
-	var natsURL, metricsAddr, signKey string
-	var natsSec natsconn.Security
-	var kafkaAddr []string
-	var keyPaths []string
-	c := &cobra.Command{
-		Use:   "aggregate-vectors --key FILE [--kafka ADDR] [--nats URL]",
-		Short: "Run the PDD aggregator: blinded group sums and dropout recovery",
-		Long: `aggregate-vectors joins Kafka consumer group crowdlog-vectors on topic
-"vectors" (more processes = more partitions served), sums each group's
-blinded vectors, asks the coordinator (NATS, signed with --sign-key) to
-unmask each group once every member submitted or the delay passed (double
-masking: survivors' self masks, dropped members' pair masks), verifies every
-revealed share against its dealer's commitments, and writes each group's
-outcome to "group-sums".
-State is rebuilt by replaying a partition on assignment (restart-safe).`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			keys, err := keydir.LoadKeyPairs(keyPaths)
-			if err != nil {
-				return err
-			}
-			sign, err := keydir.EnsureSigningKey(signKey)
-			if err != nil {
-				return fmt.Errorf("--sign-key: %w", err)
-			}
-			nc, err := natsconn.ConnectAs(natsURL, "crowdlog-aggregate-vectors", as(natsSec, natsauth.Aggregator))
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			s := &vectors.Service{Brokers: kafkaAddr, Keys: keys, Recoverer: coordinator.NATSRecoverer{NC: nc, Key: sign}, Logger: logger()}
-			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterVectors(reg, s) }, s.Run, vectorsChecks(cmd.Context(), nc, kafkaAddr)...)
-		},
-	}
-	f := c.Flags()
-	f.StringSliceVar(&keyPaths, "key", nil, "aggregator HPKE key file (repeat during a rotation)")
-	f.StringVar(&signKey, "sign-key", "keys/"+keydir.AggregatorSignKey, "the aggregator's Ed25519 credential (PEM; created when missing): signs recovery requests")
-	f.StringVar(&natsURL, "nats", defaultNATS, "NATS URL(s) of the coordinator, comma-separated")
-	addNATSSecurityFlags(f, &natsSec)
-	f.StringSliceVar(&kafkaAddr, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated")
-	addMetricsFlag(c, &metricsAddr)
-	return c
-}
-
 func releasePDDCmd() *cobra.Command {
-	var ch, db, list, metricsAddr, dataset string
-	var budget release.Budget
-	var kafkaAddr []string
-	var eps float64
-	var maxCount int
+	o := pddrelease.DefaultOptions()
+	var metricsAddr string
 	c := &cobra.Command{
 		Use:   "release-pdd [--kafka ADDR] [--clickhouse ADDR]",
 		Short: "Run the PDD release stage: daily keyword counts and confidence into ClickHouse",
-		Long: `release-pdd reads Kafka topic "group-sums", and once every group of a round
-has an outcome writes that day's counts (optionally with Laplace noise,
---epsilon) and confidence to ClickHouse (tables pdd_keyword_counts,
-pdd_rounds; view keyword_daily). Idempotent on restart. A noisy day spends
-L·ε (δ = 0) from the privacy ledger of --dataset for that day, once; a day
-over --budget-epsilon is refused and nothing of it is released.`,
-		Args: cobra.NoArgs,
+		Long:  pddrelease.Help,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			l, err := keywords.Load(list)
-			if err != nil {
-				return err
-			}
 			if err := requireWriterLogin(cmd, "crowdlog release-pdd"); err != nil {
 				return err
 			}
-			w, err := release.Open(cmd.Context(), ch, db)
+			st, w, err := o.New(cmd.Context(), logger())
 			if err != nil {
 				return err
 			}
 			defer w.Close()
-			st := &pddrelease.Stage{Brokers: kafkaAddr, Writer: w, List: l, Epsilon: eps, MaxCount: int64(maxCount), Logger: logger(),
-				Dataset: dataset, Budget: budget}
-			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterPDDRelease(reg, st) }, st.Run, kafkaCheck(cmd.Context(), kafkaAddr), clickhouseCheck(w.Ping))
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterPDDRelease(reg, st) }, st.Run, kafkaCheck(cmd.Context(), o.Kafka), clickhouseCheck(w.Ping))
 		},
 	}
-	f := c.Flags()
-	f.StringSliceVar(&kafkaAddr, "kafka", []string{defaultKafka}, "Kafka bootstrap brokers, comma-separated")
-	f.StringVar(&ch, "clickhouse", "127.0.0.1:9000", "ClickHouse native address")
-	f.StringVar(&db, "database", "crowdlog", "ClickHouse database")
-	f.StringVar(&list, "keywords", "", "monitored keyword list (the campaign's)")
-	f.Float64Var(&eps, "epsilon", 0, "Laplace noise per daily count (0 = exact)")
-	f.IntVar(&maxCount, "max-count", 0, "noise sensitivity: per-client per-keyword per-day clip")
-	budgetFlags(c.Flags(), &dataset, &budget)
+	o.AddFlags(c.Flags())
 	addMetricsFlag(c, &metricsAddr)
 	return c
 }

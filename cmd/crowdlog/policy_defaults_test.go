@@ -61,7 +61,7 @@ func TestPolicyDefaultsFlagsMatchFile(t *testing.T) {
 		// the roles' flag set (crowdlog ingest, crowdlog release)
 		var dp policy.Params
 		f := pflag.NewFlagSet("role", pflag.ContinueOnError)
-		policyFlags(f, &dp)
+		dp.AddFlags(f)
 		if err := f.Parse([]string{"--epsilon", eps, "--users", "1000"}); err != nil {
 			t.Fatal(err)
 		}

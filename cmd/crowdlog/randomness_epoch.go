@@ -2,60 +2,55 @@ package main
 
 import (
 	"fmt"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
-	"github.com/crowdlog/crowdlog/infra/keydir"
-	"github.com/crowdlog/crowdlog/randomness"
+	"github.com/crowdlog/crowdlog/pipelines/pipeline"
+	rndoptions "github.com/crowdlog/crowdlog/randomness/options"
 )
 
 // randomnessOpenCmd is `crowdlog randomness open-epoch`: the operator's
-// action that opens a named epoch (randomness.Keys.OpenEpoch). Register it
-// beside randomnessCloseCmd in randomnessCmd.
+// action that opens a named epoch (randomness.Keys.OpenEpoch).
 func randomnessOpenCmd() *cobra.Command {
-	var keys, epoch string
-	c := &cobra.Command{
-		Use:   "open-epoch --keys DIR --epoch NAME",
-		Short: "Open a named epoch at the randomness service: create its OPRF key so clients are served",
-		Long: `open-epoch creates the epoch's OPRF key (RFC 9497, ristretto255) in
-DIR/` + keydir.RandomnessKeys + `/NAME.key (mode 0600) and prints its public key, which
-clients pin (publish it out of band, e.g. in their pin files, to detect a
-service that shows clients different keys).
+	return randomnessEpochCmd("open-epoch --keys DIR --epoch NAME", "Open a named epoch at the randomness service: create its OPRF key so clients are served",
+		rndoptions.OpenHelp, "epoch to open (1-64 letters, digits, '.', '_', '-')", func(o *rndoptions.EpochOptions) (string, error) { return o.Open(logger()) })
+}
 
-With named epochs (randomness --epoch-length 0, the default) the service
-never creates a key for a request: a client asking for an epoch that was not
-opened is refused ("epoch not opened"), so no client can make the service
-create key files. Open each epoch before its clients start; running
-randomness processes sharing the directory serve it from their next request
-on. Opening an open epoch again changes nothing; a closed epoch is never
-reopened (open a new name). With --epoch-length the schedule opens its
-epochs and this command is not needed. 'crowdlog run' without --external
-opens its own epoch.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := logger()
-			if err := keydir.RequireRole(keys, "randomness open-epoch", keydir.RoleRandomness); err != nil {
-				return err
-			}
-			k, err := randomness.Open(filepath.Join(keys, keydir.RandomnessKeys), randomness.Options{Logger: log})
-			if err != nil {
-				return err
-			}
-			pub, created, err := k.OpenEpoch(epoch)
-			if err != nil {
-				return fmt.Errorf("open epoch %s in %s: %w", epoch, k.Dir(), err)
-			}
-			state := "opened"
-			if !created {
-				state = "was already open"
-			}
-			fmt.Printf("epoch %s %s in %s; OPRF public key %x\n", epoch, state, k.Dir(), pub)
-			return nil
-		},
-	}
-	c.Flags().StringVar(&keys, "keys", "keys", "keys directory of the randomness service")
-	c.Flags().StringVar(&epoch, "epoch", "", "epoch to open (1-64 letters, digits, '.', '_', '-')")
-	c.MarkFlagRequired("epoch")
+// randomnessCloseCmd is `crowdlog randomness close-epoch`.
+func randomnessCloseCmd() *cobra.Command {
+	return randomnessEpochCmd("close-epoch --keys DIR --epoch NAME", "Close an epoch at the randomness service: refused from now on, its key destroyed after --key-grace",
+		rndoptions.CloseHelp, "epoch to close", func(o *rndoptions.EpochOptions) (string, error) { logger(); return o.Close() })
+}
+
+// randomnessEpochCmd is an operator's command on one epoch of the
+// randomness service's keys directory: run's line is printed.
+func randomnessEpochCmd(use, short, long, epochUsage string, run func(*rndoptions.EpochOptions) (string, error)) *cobra.Command {
+	var o rndoptions.EpochOptions
+	c := &cobra.Command{Use: use, Short: short, Long: long, Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error { return printLine(run(&o)) }}
+	o.AddFlags(c.Flags(), epochUsage)
+	_ = c.MarkFlagRequired("epoch")
 	return c
+}
+
+// withPipelineDefaults calls apply with the defaults of the pipeline file
+// path (pipeline.Pipeline.Defaults), unless path is empty.
+func withPipelineDefaults(path string, apply func(d pipeline.Pipeline)) error {
+	if path == "" {
+		return nil
+	}
+	p, err := loadPipeline(path)
+	if err != nil {
+		return err
+	}
+	apply(p.Defaults())
+	return nil
+}
+
+// printLine prints line on stdout unless err is set, and returns err.
+func printLine(line string, err error) error {
+	if err == nil {
+		fmt.Println(line)
+	}
+	return err
 }

@@ -38,7 +38,7 @@ func randomnessChecks(nc *nats.Conn, keys string, requireTokens bool) []ready.Ch
 
 // relayChecks: NATS and JetStream (its inbox is a work queue), and Kafka
 // for the last relay of the route.
-func relayChecks(ctx context.Context, nc *nats.Conn, o relays.Options) []ready.Check {
+func relayChecks(ctx context.Context, nc *nats.Conn, o relays.Config) []ready.Check {
 	checks := natsChecks(nc, true)
 	if relayToKafka(o) {
 		checks = append(checks, kafkaCheck(ctx, o.Kafka))
@@ -46,17 +46,9 @@ func relayChecks(ctx context.Context, nc *nats.Conn, o relays.Options) []ready.C
 	return checks
 }
 
-// relayToKafka reports whether a relay with o forwards to Kafka (as
-// Relay.Next resolves: "." or, when empty, no next relay after its name).
-func relayToKafka(o relays.Options) bool {
-	switch o.Next {
-	case relays.LastHop:
-		return true
-	case "":
-		return relays.RouteNext(o.Name) == ""
-	}
-	return false
-}
+// relayToKafka reports whether a relay with o forwards to Kafka
+// (relays.Config.ToKafka).
+func relayToKafka(o relays.Config) bool { return o.ToKafka() }
 
 // issuerChecks: NATS, JetStream (counters are a key-value bucket) and the
 // keys directory (enrollment list, epoch keys; its epoch subdirectory

@@ -93,13 +93,13 @@ func TestIssuerReadyz(t *testing.T) {
 
 func TestRelayChecks(t *testing.T) {
 	for _, tc := range []struct {
-		o    relays.Options
+		o    relays.Config
 		want []string
 	}{
-		{relays.Options{Name: "a"}, []string{"nats", "jetstream"}},
-		{relays.Options{Name: "b"}, []string{"nats", "jetstream", "kafka"}},
-		{relays.Options{Name: "a", Next: relays.LastHop}, []string{"nats", "jetstream", "kafka"}},
-		{relays.Options{Name: "c", Next: "d"}, []string{"nats", "jetstream"}},
+		{relays.Config{Name: "a"}, []string{"nats", "jetstream"}},
+		{relays.Config{Name: "b"}, []string{"nats", "jetstream", "kafka"}},
+		{relays.Config{Name: "a", Next: relays.LastHop}, []string{"nats", "jetstream", "kafka"}},
+		{relays.Config{Name: "c", Next: "d"}, []string{"nats", "jetstream"}},
 	} {
 		var got []string
 		for _, c := range relayChecks(context.Background(), nil, tc.o) {

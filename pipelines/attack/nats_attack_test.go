@@ -51,7 +51,7 @@ func newNATSWorld(t *testing.T, ctx context.Context, auth bool) *natsWorld {
 	w.url = ns.URL
 	// the admin step (`crowdlog streams`): every stream and bucket exists
 	// before a role starts; no role's own credential may create one
-	if err := streams.Ensure(ctx, w.js(w.conn(natsauth.Admin)), streams.Options{}); err != nil {
+	if err := streams.Ensure(ctx, w.js(w.conn(natsauth.Admin)), streams.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	return w

@@ -123,7 +123,7 @@ func newReflectWorld(t *testing.T, ctx context.Context, l reflectLayout) *reflec
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := streams.Ensure(ctx, admin, streams.Options{}); err != nil {
+	if err := streams.Ensure(ctx, admin, streams.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	return w

@@ -123,7 +123,7 @@ func rewireAttack(t *testing.T, r natsauth.Role, old bool) rewireResult {
 		w = newNATSWorld(t, ctx, true)
 	}
 	adminNC := w.conn(natsauth.Admin)
-	if err := streams.Ensure(ctx, w.js(adminNC), streams.Options{}); err != nil { // newNATSWorld ran it too: idempotent
+	if err := streams.Ensure(ctx, w.js(adminNC), streams.Config{}); err != nil { // newNATSWorld ran it too: idempotent
 		t.Fatal(err)
 	}
 	counters, err := issuer.OpenCounters(ctx, w.conn(natsauth.Issuer))

@@ -33,7 +33,6 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/pdd"
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/protocol"
-	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release"
 	pddrelease "github.com/crowdlog/crowdlog/release/pdd"
@@ -351,8 +350,13 @@ func (p *pddRun) startRoles(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r, closeW, err := relays.New(svcCtx, js, relays.Options{Name: name, Kafka: p.brokers,
-			KeyPaths: []string{filepath.Join(p.keysDir, "relay-"+name+".key")}}, p.log)
+		ro := relays.NewOptions()
+		ro.Relay.Name, ro.Relay.Kafka, ro.Relay.KeyPaths = name, p.brokers, []string{filepath.Join(p.keysDir, "relay-"+name+".key")}
+		rcfg, err := ro.Config()
+		if err != nil {
+			return err
+		}
+		r, closeW, err := relays.New(svcCtx, js, rcfg, p.log)
 		if err != nil {
 			return err
 		}
@@ -372,30 +376,34 @@ func (p *pddRun) startRoles(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.coord = &coordinator.Coordinator{NC: cnc, Brokers: p.brokers, Logger: p.log,
+	p.coord = coordinator.New(cnc, coordinator.Config{Brokers: p.brokers,
 		AggregatorKey: aggSign.Public().(ed25519.PublicKey), OperatorKey: opSign.Public().(ed25519.PublicKey), Campaign: coordinator.Campaign{
 			Name: cfg.Campaign, List: p.list, ListName: p.listName, GroupSize: cfg.GroupSize, Delay: cfg.Delay,
-			RecoveryDays: cfg.RecoveryDays, Heuristic: cfg.Heuristic, End: int32(p.last)}}
+			RecoveryDays: cfg.RecoveryDays, Heuristic: cfg.Heuristic, End: int32(p.last)}}, p.log)
 	if err := p.coord.Start(svcCtx); err != nil {
 		return err
 	}
 	p.cleanup = append(p.cleanup, p.coord.Close)
-	return p.startServers(svcCtx, svc, aggSign)
+	return p.startServers(svcCtx, svc)
 }
 
-// startServers starts the vectors aggregator (recovering through the
-// coordinator with aggSign) and the PDD release stage of startRoles.
-func (p *pddRun) startServers(svcCtx context.Context, svc *errgroup.Group, aggSign ed25519.PrivateKey) error {
+// startServers starts the vectors aggregator (the options of `crowdlog
+// aggregate-vectors` on the run's keys directory, brokers and NATS
+// connection; recovering through the coordinator with the key of
+// aggregator-sign.key) and the PDD release stage of startRoles.
+func (p *pddRun) startServers(svcCtx context.Context, svc *errgroup.Group) error {
 	cfg := &p.cfg
-	aggKey, err := onion.LoadKeyPair(filepath.Join(p.keysDir, keydir.AggregatorKey))
+	o := vectors.DefaultOptions()
+	o.Kafka, o.KeyPaths = p.brokers, []string{filepath.Join(p.keysDir, keydir.AggregatorKey)}
+	o.SignKey = filepath.Join(p.keysDir, keydir.AggregatorSignKey)
+	var err error
+	p.agg, _, err = o.Service(func() (*nats.Conn, error) {
+		nc, _, err := p.connect(natsauth.Aggregator, "crowdlog-aggregate-vectors")
+		return nc, err
+	}, VectorsRecoverer, p.log)
 	if err != nil {
 		return err
 	}
-	anc, _, err := p.connect(natsauth.Aggregator, "crowdlog-aggregate-vectors")
-	if err != nil {
-		return err
-	}
-	p.agg = &vectors.Service{Brokers: p.brokers, Keys: []*onion.KeyPair{aggKey}, Recoverer: coordinator.NATSRecoverer{NC: anc, Key: aggSign}, Logger: p.log}
 	svc.Go(func() error { return p.agg.Run(svcCtx) })
 	rel := &pddrelease.Stage{Brokers: p.brokers, Writer: p.writer, List: p.list, Epsilon: cfg.Epsilon, MaxCount: int64(cfg.MaxCount),
 		Dataset: cfg.Dataset, Budget: cfg.Budget, OnRefused: func(_ string, _ time.Time, err error) {

@@ -39,6 +39,7 @@ import (
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/vss"
 	"github.com/crowdlog/crowdlog/randomness"
+	rndoptions "github.com/crowdlog/crowdlog/randomness/options"
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release"
 	"github.com/crowdlog/crowdlog/release/policy"
@@ -772,7 +773,13 @@ func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, connect
 	if err != nil {
 		return err
 	}
-	rs, err := randomness.New(svcCtx, nc, cfg.KeysDir, randomness.Options{}, log)
+	ro := rndoptions.NewOptions()
+	ro.Keys, ro.RequireTokens = cfg.KeysDir, tok.on
+	rcfg, err := ro.Config()
+	if err != nil {
+		return err
+	}
+	rs, err := rndoptions.New(svcCtx, nc, rcfg, log)
 	if err != nil {
 		return err
 	}
@@ -784,9 +791,6 @@ func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, connect
 		if roles.iss, err = startIssuer(svcCtx, svc, inc, cfg.KeysDir, tok, reg, log); err != nil {
 			return err
 		}
-		if err := RequireTokens(rs, cfg.KeysDir); err != nil {
-			return err
-		}
 	}
 	roles.rs = rs
 	RegisterRandomness(reg, rs)
@@ -796,8 +800,13 @@ func startRoles(svcCtx context.Context, svc *errgroup.Group, cfg Config, connect
 		if err != nil {
 			return err
 		}
-		r, closeW, err := relays.New(svcCtx, js, relays.Options{Name: name, Kafka: brokers,
-			KeyPaths: []string{filepath.Join(cfg.KeysDir, "relay-"+name+".key")}}, log)
+		ro := relays.NewOptions()
+		ro.Relay.Name, ro.Relay.Kafka, ro.Relay.KeyPaths = name, brokers, []string{filepath.Join(cfg.KeysDir, "relay-"+name+".key")}
+		rcfg, err := ro.Config()
+		if err != nil {
+			return err
+		}
+		r, closeW, err := relays.New(svcCtx, js, rcfg, log)
 		if err != nil {
 			return err
 		}
@@ -858,31 +867,51 @@ func connectRole(url, name string, sec natsconn.Security, conns *[]func()) (*nat
 // both serve only the pipeline of digest.
 func startServers(svcCtx context.Context, svc *errgroup.Group, cfg Config, brokers []string, pol *policy.Policy, digest [32]byte,
 	reg prometheus.Registerer, log *slog.Logger, roles *inProcess, tok tokenLimits, onRefused func(error)) error {
-	a, err := aggregator.New(brokers, []string{filepath.Join(cfg.KeysDir, keydir.AggregatorKey)}, log)
+	a, err := aggregatorOptions(cfg, brokers, digest, tok.on).Service(log)
 	if err != nil {
 		return err
 	}
-	if tok.on {
-		AggregatorTokens(a, cfg.KeysDir)
-	}
-	a.Pipelines = map[[32]byte]bool{digest: true} // reports of another definition are refused
-	a.ControlKey = cfg.controlPub                 // epoch control records must be signed by the run's control key
 	roles.agg = a
 	RegisterAggregator(reg, a)
 	svc.Go(func() error { return a.Run(svcCtx) })
-	st, w, err := stage.New(svcCtx, brokers, cfg.ClickHouse, cfg.Database, log)
+	so := releaseOptions(cfg, brokers, pol, digest)
+	st, w, err := so.New(svcCtx, log)
 	if err != nil {
 		return err
 	}
-	st.Summary = cfg.Summary
-	st.Policy, st.Pipeline = pol, digest // only this pipeline's items are released
 	if pol.Kind.IsDP() {
-		st.Dataset, st.Budget = cfg.Dataset, cfg.Budget
 		st.OnRefused = func(app, epoch string, err error) { onRefused(err) }
 	}
 	RegisterRelease(reg, st)
 	svc.Go(func() error { defer w.Close(); return st.Run(svcCtx) })
 	return nil
+}
+
+// releaseOptions are the options of the run's release stage: the
+// defaults of `crowdlog release` with the run's brokers, ClickHouse,
+// summary and budget, serving only the pipeline of pol and digest.
+func releaseOptions(cfg Config, brokers []string, pol *policy.Policy, digest [32]byte) stage.Options {
+	o := stage.DefaultOptions()
+	o.Kafka, o.ClickHouse, o.Database = brokers, cfg.ClickHouse, cfg.Database
+	o.Summary, o.Dataset, o.Budget = string(cfg.Summary), cfg.Dataset, cfg.Budget
+	o.Policy, o.Pipeline = pol, digest
+	return o
+}
+
+// aggregatorOptions are the options of the run's aggregator: the
+// defaults of `crowdlog aggregate` with the run's brokers, key and token
+// keys (tokens: the run issues tokens), serving only the pipeline of
+// digest (the run opens and closes its epochs: no schedule), with control
+// records signed by the run's control key.
+func aggregatorOptions(cfg Config, brokers []string, digest [32]byte, tokens bool) *aggregator.Options {
+	o := aggregator.DefaultOptions()
+	o.Kafka, o.KeyPaths = brokers, []string{filepath.Join(cfg.KeysDir, keydir.AggregatorKey)}
+	if tokens {
+		o.KeysDir = cfg.KeysDir
+	}
+	o.Pipelines = []aggregator.Served{{Digest: digest}}
+	o.ControlPublic = cfg.controlPub
+	return &o
 }
 
 // RolesStopTimeout bounds the wait for the in-process roles to return

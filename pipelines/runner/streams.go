@@ -31,5 +31,5 @@ func ensureStreams(ctx context.Context, connect roleConnector, lookupOnly bool, 
 	if err != nil {
 		return err
 	}
-	return streams.Ensure(ctx, js, streams.Options{})
+	return streams.Ensure(ctx, js, streams.Config{})
 }

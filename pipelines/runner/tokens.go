@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/aol"
@@ -21,9 +20,6 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/ingest/tokenclient"
 	"github.com/crowdlog/crowdlog/issuer"
-	"github.com/crowdlog/crowdlog/protocol/arc"
-	"github.com/crowdlog/crowdlog/protocol/token"
-	"github.com/crowdlog/crowdlog/randomness"
 	"github.com/crowdlog/crowdlog/release/policy"
 )
 
@@ -164,27 +160,6 @@ func startIssuer(ctx context.Context, svc *errgroup.Group, nc *nats.Conn, keysDi
 	is.Register(reg)
 	svc.Go(func() error { return is.Run(ctx) })
 	return is, nil
-}
-
-// RequireTokens makes the randomness service spend one randomness token
-// per OPRF element, verified under the epoch's randomness-token key of
-// keysDir.
-func RequireTokens(rs *randomness.Service, keysDir string) error {
-	rs.RequireTokens = true
-	rs.TokenKeys = func(epoch string) (*token.PrivateKey, error) {
-		return keydir.LoadTokenKey(keysDir, token.KindRandomness, epoch)
-	}
-	return nil
-}
-
-// AggregatorTokens makes the aggregator accept a report only with an
-// unspent report token bound to it, and under FT_u with a valid ARC
-// presentation, under the epoch's keys of keysDir.
-func AggregatorTokens(a *aggregator.Service, keysDir string) {
-	a.ReportKeys = func(epoch string) (*token.PrivateKey, error) {
-		return keydir.LoadTokenKey(keysDir, token.KindReport, epoch)
-	}
-	a.ARCKeys = func(epoch string) (*arc.PrivateKey, error) { return keydir.LoadARCKey(keysDir, epoch) }
 }
 
 // issuerReady waits, within bound, until an issuer answers the public-key

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // Output is what both simulations write: a CSV and plots (*Result and
@@ -52,6 +53,63 @@ func (r *Result) WriteSummary(w io.Writer) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// Report writes r's files under files (APP.csv and APP-dp.csv with their
+// plots, WriteFiles), then to w its summary, the DP summary and the files
+// written.
+func (r *Result) Report(w io.Writer, files Files) error {
+	csvPath, plots, err := WriteFiles(files.Dir, r.App+".csv", files.Format, r)
+	if err != nil {
+		return err
+	}
+	dpCSV, dpPlots, err := WriteFiles(files.Dir, r.App+"-dp.csv", files.Format, r.DP)
+	if err != nil {
+		return err
+	}
+	if err := r.WriteSummary(w); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	if err := r.DP.WriteSummary(w); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "wrote", csvPath, plots, dpCSV, dpPlots)
+	return nil
+}
+
+// Report writes pdd.csv and its plots under files, then to w the table,
+// the search content of input with the times taken, and the files
+// written.
+func (r *PDDResult) Report(w io.Writer, files Files, input string) error {
+	csvPath, plots, err := WriteFiles(files.Dir, "pdd.csv", files.Format, r)
+	if err != nil {
+		return err
+	}
+	if err := r.WriteTable(w); err != nil {
+		return err
+	}
+	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	fmt.Fprintf(w, "\nsearch content: %d query instances (%d distinct) of %s; took %s (load %s, draw %s, evaluate %s)\n",
+		r.Instances, r.Queries, input, ms(r.LoadTime+r.GenerateTime+r.EvaluateTime), ms(r.LoadTime), ms(r.GenerateTime), ms(r.EvaluateTime))
+	fmt.Fprintln(w, "wrote", csvPath, plots)
+	return nil
+}
+
+// WriteZipfLogFile writes the log of o (WriteZipfLog) to the file path.
+func WriteZipfLogFile(path string, o ZipfLogOptions) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("zipf-log: %w", err)
+	}
+	if err := WriteZipfLog(f, o); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("zipf-log: %w", err)
 	}
 	return nil
 }

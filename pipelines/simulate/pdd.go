@@ -459,27 +459,74 @@ func (p *Population) evaluate(ctx context.Context, g PDDGrid, seed uint64, order
 	if err := g.validate(); err != nil {
 		return nil, err
 	}
+	last, err := p.lastRound(g)
+	if err != nil {
+		return nil, err
+	}
+	e := p.newEvaluation(g, seed, last)
+	start := time.Now()
+	logged := start
+	for s := 0; s <= last; s++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		e.cand = append(e.cand[:0], p.activeOn[s]...)
+		order(s, e.cand)
+		e.round(s)
+		if time.Since(logged) >= 2*time.Second {
+			logged = time.Now()
+			slog.Info("simulate pdd: evaluating", "round", s, "last", last, "elapsed", time.Since(start).Round(time.Millisecond))
+		}
+	}
+	return e.finish(), nil
+}
+
+// lastRound is the last round scored: every delay of g and the recovery
+// window must end before the population's last day (s+1+δmax+R ≤ D−1).
+func (p *Population) lastRound(g PDDGrid) (int, error) {
 	D, R := p.Days, g.RecoveryDays
 	dmax := 0
 	for _, d := range g.Delays {
 		dmax = max(dmax, d)
 	}
-	last := D - 2 - dmax - R // s+1+δmax+R ≤ D−1
+	last := D - 2 - dmax - R
 	if last < 0 {
-		return nil, fmt.Errorf("simulate pdd: %d days leave no round to score with delay %d and a %d-day recovery window: simulate at least %d days",
+		return 0, fmt.Errorf("simulate pdd: %d days leave no round to score with delay %d and a %d-day recovery window: simulate at least %d days",
 			D, dmax, R, dmax+R+2)
 	}
-	res := &PDDResult{Users: p.Users, Days: D, Seed: seed, RecoveryDays: R, FirstRound: 0, LastRound: last}
+	return last, nil
+}
+
+// evaluation is the state of one evaluate: the result's points with their
+// confidence sums, and buffers sized for the busiest day.
+type evaluation struct {
+	p       *Population
+	g       PDDGrid
+	res     *PDDResult
+	confSum []float64
+	confN   []int
+	// per round: the ordered candidates, the members of one (delay,
+	// heuristic) configuration and, per member, its non-zero entries,
+	// whether it submitted and whether it answers recovery
+	cand, list []int32
+	nz         []int32
+	sub, rec   []bool
+	tally      []groupTally
+}
+
+// newEvaluation lays out one point per (mode, group size, delay) and the
+// buffers.
+func (p *Population) newEvaluation(g PDDGrid, seed uint64, last int) *evaluation {
+	res := &PDDResult{Users: p.Users, Days: p.Days, Seed: seed, RecoveryDays: g.RecoveryDays, FirstRound: 0, LastRound: last}
+	e := &evaluation{p: p, g: g, res: res}
 	modes := PDDModes()
-	nG, nD := len(g.GroupSizes), len(g.Delays)
-	at := func(mi, gi, di int) int { return (mi*nG+gi)*nD + di }
-	res.Points = make([]PDDPoint, len(modes)*nG*nD)
-	confSum := make([]float64, len(res.Points))
-	confN := make([]int, len(res.Points))
+	res.Points = make([]PDDPoint, len(modes)*len(g.GroupSizes)*len(g.Delays))
+	e.confSum = make([]float64, len(res.Points))
+	e.confN = make([]int, len(res.Points))
 	for mi, m := range modes {
 		for gi, gs := range g.GroupSizes {
 			for di, d := range g.Delays {
-				res.Points[at(mi, gi, di)] = PDDPoint{Mode: m, GroupSize: gs, Delay: d, Rounds: last + 1}
+				res.Points[e.at(mi, gi, di)] = PDDPoint{Mode: m, GroupSize: gs, Delay: d, Rounds: last + 1}
 			}
 		}
 	}
@@ -487,124 +534,150 @@ func (p *Population) evaluate(ctx context.Context, g PDDGrid, seed uint64, order
 	for _, a := range p.activeOn {
 		maxActive = max(maxActive, len(a))
 	}
-	cand := make([]int32, 0, maxActive)
-	list := make([]int32, 0, maxActive)
-	nz := make([]int32, maxActive)
-	sub := make([]bool, maxActive)
-	rec := make([]bool, maxActive)
-	tally := make([]groupTally, maxActive)
-	start := time.Now()
-	logged := start
-	for s := 0; s <= last; s++ {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		d := s + 1
-		cand = append(cand[:0], p.activeOn[s]...)
-		order(s, cand)
-		nActive := len(p.activeOn[s])
-		total := p.dayNNZ[s]
-		res.ActiveUserDays += int64(nActive)
-		for di, delay := range g.Delays {
-			for _, heur := range []bool{false, true} {
-				list = list[:0]
-				if heur && delay > 0 && d > delay {
-					// eq. 5: active on ≥ (d−1)/δ of days 0..d−2
-					for _, u := range cand {
-						if int(p.cum[int(u)*(D+1)+d-1])*delay >= d-1 {
-							list = append(list, u)
-						}
-					}
-				} else {
-					list = append(list, cand...)
+	e.cand = make([]int32, 0, maxActive)
+	e.list = make([]int32, 0, maxActive)
+	e.nz = make([]int32, maxActive)
+	e.sub = make([]bool, maxActive)
+	e.rec = make([]bool, maxActive)
+	e.tally = make([]groupTally, maxActive)
+	return e
+}
+
+// at is the index of the point of mode mi, group size gi and delay di.
+func (e *evaluation) at(mi, gi, di int) int {
+	return (mi*len(e.g.GroupSizes)+gi)*len(e.g.Delays) + di
+}
+
+// round scores round s (its candidates in e.cand, ordered) under every
+// delay, with and without the heuristic, every group size and both
+// recovery settings.
+func (e *evaluation) round(s int) {
+	nActive := len(e.p.activeOn[s])
+	e.res.ActiveUserDays += int64(nActive)
+	for di, delay := range e.g.Delays {
+		for _, heur := range []bool{false, true} {
+			N := e.members(s, delay, heur)
+			for gi, gs := range e.g.GroupSizes {
+				G := 0
+				if N > 0 {
+					G = max(1, N/gs)
 				}
-				N := len(list)
-				for j, u := range list {
-					row := int(u) * (D + 1)
-					nz[j] = p.nnz[int(u)*D+s]
-					sub[j] = int(p.next[row+d]) <= d+delay
-					rec[j] = R > 0 && int(p.next[row+d+delay+1]) <= d+delay+R
-				}
-				for gi, gs := range g.GroupSizes {
-					G := 0
-					if N > 0 {
-						G = max(1, N/gs)
+				tl := e.deal(N, G)
+				for _, recovery := range []bool{false, true} {
+					mi := 0
+					switch {
+					case heur && recovery:
+						mi = 3
+					case recovery:
+						mi = 2
+					case heur:
+						mi = 1
 					}
-					tl := tally[:G]
-					clear(tl)
-					k := 0
-					for j := range N {
-						t := &tl[k]
-						t.n++
-						t.nnzAll += int64(nz[j])
-						if sub[j] {
-							t.sub++
-							t.nnzSub += int64(nz[j])
-							if rec[j] {
-								t.subRec++
-							}
-						}
-						if k++; k == G {
-							k = 0
-						}
-					}
-					for _, recovery := range []bool{false, true} {
-						mi := 0
-						switch {
-						case heur && recovery:
-							mi = 3
-						case recovery:
-							mi = 2
-						case heur:
-							mi = 1
-						}
-						pt := &res.Points[at(mi, gi, di)]
-						var decNNZ int64
-						decClients := 0
-						for i := range tl {
-							t := &tl[i]
-							if t.n < 2 {
-								continue // never formed: a lone member's data would be revealed
-							}
-							pt.Groups++
-							th := t.n/2 + 1
-							switch {
-							case t.sub == t.n:
-								decNNZ += t.nnzAll
-								decClients += int(t.n)
-							case recovery && t.sub >= th && t.subRec >= th:
-								decNNZ += t.nnzSub
-								decClients += int(t.sub)
-								pt.GroupsRecovered++
-							default:
-								pt.GroupsLost++
-							}
-						}
-						pt.TotalNNZ += total
-						pt.LostNNZ += total - decNNZ
-						if nActive > 0 {
-							confSum[at(mi, gi, di)] += float64(decClients) / float64(nActive)
-							confN[at(mi, gi, di)]++
-						}
-					}
+					e.score(e.at(mi, gi, di), tl, recovery, e.p.dayNNZ[s], nActive)
 				}
 			}
 		}
-		if time.Since(logged) >= 2*time.Second {
-			logged = time.Now()
-			slog.Info("simulate pdd: evaluating", "round", s, "last", last, "elapsed", time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// members fills e.list with round s's grouped members under delay (with
+// heur, PDD eq. 5: only those active on ≥ (d−1)/δ of days 0..d−2) and, per
+// member, its non-zero entries, whether it submitted within the delay and
+// whether it is active in the recovery window after it. It returns their
+// number.
+func (e *evaluation) members(s, delay int, heur bool) int {
+	p, D, R, d := e.p, e.p.Days, e.g.RecoveryDays, s+1
+	e.list = e.list[:0]
+	if heur && delay > 0 && d > delay {
+		for _, u := range e.cand {
+			if int(p.cum[int(u)*(D+1)+d-1])*delay >= d-1 {
+				e.list = append(e.list, u)
+			}
+		}
+	} else {
+		e.list = append(e.list, e.cand...)
+	}
+	for j, u := range e.list {
+		row := int(u) * (D + 1)
+		e.nz[j] = p.nnz[int(u)*D+s]
+		e.sub[j] = int(p.next[row+d]) <= d+delay
+		e.rec[j] = R > 0 && int(p.next[row+d+delay+1]) <= d+delay+R
+	}
+	return len(e.list)
+}
+
+// deal deals the N members round-robin into G groups and returns the
+// groups' tallies.
+func (e *evaluation) deal(N, G int) []groupTally {
+	tl := e.tally[:G]
+	clear(tl)
+	k := 0
+	for j := range N {
+		t := &tl[k]
+		t.n++
+		t.nnzAll += int64(e.nz[j])
+		if e.sub[j] {
+			t.sub++
+			t.nnzSub += int64(e.nz[j])
+			if e.rec[j] {
+				t.subRec++
+			}
+		}
+		if k++; k == G {
+			k = 0
 		}
 	}
-	for i := range res.Points {
-		pt := &res.Points[i]
+	return tl
+}
+
+// score adds one round's groups tl to point i: a group of all submitted
+// members is decrypted whole; with recovery, one with a majority
+// (n/2+1) that submitted and answers recovery yields its submitters' sum;
+// any other is lost. total is the round's non-zero entries, nActive its
+// active users (the confidence's denominator).
+func (e *evaluation) score(i int, tl []groupTally, recovery bool, total int64, nActive int) {
+	pt := &e.res.Points[i]
+	var decNNZ int64
+	decClients := 0
+	for j := range tl {
+		t := &tl[j]
+		if t.n < 2 {
+			continue // never formed: a lone member's data would be revealed
+		}
+		pt.Groups++
+		th := t.n/2 + 1
+		switch {
+		case t.sub == t.n:
+			decNNZ += t.nnzAll
+			decClients += int(t.n)
+		case recovery && t.sub >= th && t.subRec >= th:
+			decNNZ += t.nnzSub
+			decClients += int(t.sub)
+			pt.GroupsRecovered++
+		default:
+			pt.GroupsLost++
+		}
+	}
+	pt.TotalNNZ += total
+	pt.LostNNZ += total - decNNZ
+	if nActive > 0 {
+		e.confSum[i] += float64(decClients) / float64(nActive)
+		e.confN[i]++
+	}
+}
+
+// finish computes each point's MRE (PDD eq. 4) and mean confidence.
+func (e *evaluation) finish() *PDDResult {
+	for i := range e.res.Points {
+		pt := &e.res.Points[i]
 		if pt.TotalNNZ > 0 {
 			pt.MRE = float64(pt.LostNNZ) / float64(pt.TotalNNZ)
 		}
-		if confN[i] > 0 {
-			pt.Confidence = confSum[i] / float64(confN[i])
+		if e.confN[i] > 0 {
+			pt.Confidence = e.confSum[i] / float64(e.confN[i])
 		}
 	}
-	return res, nil
+	return e.res
 }
 
 // PDDCSVHeader is the header line of PDDResult.WriteCSV.

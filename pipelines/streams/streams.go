@@ -31,8 +31,9 @@ import (
 	"github.com/crowdlog/crowdlog/relays"
 )
 
-// Options are the deployment's choices the configurations depend on.
-type Options struct {
+// Config holds the deployment's choices the configurations depend on
+// (Options.Config builds it from flags).
+type Config struct {
 	// RelayMaxMsgs is each relay inbox's message limit (<= 0:
 	// relays.DefaultMaxMsgs).
 	RelayMaxMsgs int64
@@ -59,7 +60,7 @@ func Names() []string { return natsauth.AdminStreams }
 // deadline on ctx each stream and bucket is retried until it (a NATS node
 // starting, a cluster electing its JetStream leader). Errors wrap the
 // JetStream error of the first stream that failed.
-func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
+func Ensure(ctx context.Context, js jetstream.JetStream, o Config) error {
 	if js == nil {
 		return errors.New("streams: nil JetStream")
 	}

@@ -1,4 +1,7 @@
-package main
+// Package config gives the flags of a cobra command their values from the
+// environment, secret files and a YAML file (koanf), under the same names as
+// the flags (docs/operations.md, Configuration).
+package config
 
 import (
 	"errors"
@@ -37,18 +40,31 @@ import (
 // in the environment or the file as it does on the command line).
 
 const (
-	envPrefix  = "CROWDLOG_"
-	configFlag = "config"
-	configEnv  = envPrefix + "CONFIG"
+	// EnvPrefix begins the name of every environment variable of a flag.
+	EnvPrefix = "CROWDLOG_"
+	// Flag is the name of the flag that gives the YAML file.
+	Flag = "config"
+	// Env is the environment variable that gives the YAML file when --config
+	// is not given.
+	Env = EnvPrefix + "CONFIG"
 )
 
-// configHelp is the line every command's usage ends with.
-const configHelp = `Every flag can also be set as CROWDLOG_<FLAG> (environment, CROWDLOG_<FLAG>_FILE
+// UsageError is an error of a key or value of the environment or the file:
+// invalid configuration (exit status 2).
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+func (e UsageError) Unwrap() error { return e.Err }
+
+func usageError(err error) error { return UsageError{err} }
+
+// Help is the line every command's usage ends with.
+const Help = `Every flag can also be set as CROWDLOG_<FLAG> (environment, CROWDLOG_<FLAG>_FILE
 for secrets) or in --config FILE; flags win over the environment, which wins
 over the file.`
 
-// configLong is the Configuration paragraph of the root command's help.
-const configLong = `Configuration: every flag can also be set as CROWDLOG_<FLAG> (environment)
+// Long is the Configuration paragraph of the root command's help.
+const Long = `Configuration: every flag can also be set as CROWDLOG_<FLAG> (environment)
 or in --config FILE (YAML); flags win over the environment, which wins over
 the file. <FLAG> is the flag's name in upper case with '-' as '_'
 (--budget-epsilon: CROWDLOG_BUDGET_EPSILON). CROWDLOG_<FLAG>_FILE=PATH reads
@@ -59,121 +75,160 @@ $CROWDLOG_CONFIG) has flag names as keys (clickhouse: ch:9000, kafka:
 prod}) that win over the top-level keys for that command. An unknown key or
 a value the flag refuses exits 2.`
 
-// notConfigurable are flags that neither the environment nor the file set.
-var notConfigurable = map[string]bool{"help": true, "version": true, configFlag: true}
+// NotConfigurable are flags that neither the environment nor the file set.
+var NotConfigurable = map[string]bool{"help": true, "version": true, Flag: true}
 
-// envName is the environment variable of flag name.
-func envName(name string) string {
-	return envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+// EnvName is the environment variable of flag name (CROWDLOG_NAME, '-' as '_').
+func EnvName(name string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
-// applyConfig gives every flag of cmd (parsed already) that was not on the
+// Apply gives every flag of cmd (parsed already) that was not on the
 // command line its value from environ (os.Environ form) or the --config
-// file. Errors about a key or value are usage errors (exit status 2); a
-// config file that cannot be read is not.
-func applyConfig(cmd *cobra.Command, environ []string) error {
+// file. Errors about a key or value are UsageError; a config file that
+// cannot be read is not.
+func Apply(cmd *cobra.Command, environ []string) error {
 	flags := cmd.Flags()
 	k := koanf.New(".")
-	source := map[string]string{} // flag name -> where its value comes from
-
-	// The file (lowest), as this command sees it: the top-level keys, then
-	// those of its section and of its subcommand's section, ... .
-	path := ""
-	if f := flags.Lookup(configFlag); f != nil && f.Changed {
-		path = f.Value.String()
-	} else {
-		path = lookupEnv(environ, configEnv)
-	}
-	if path != "" {
-		fk := koanf.New(".")
-		if err := fk.Load(file.Provider(path), yamlText{}); err != nil {
-			var pe *fs.PathError
-			if errors.As(err, &pe) {
-				return fmt.Errorf("config file: %w", err)
-			}
-			return usageError(fmt.Errorf("config file %s: %w", path, err))
-		}
-		raw := fk.Raw()
-		if err := checkSection(raw, cmd.Root(), "", path); err != nil {
-			return err
-		}
-		sec, prefix := raw, ""
-		for _, name := range commandPath(cmd) {
-			for key, v := range sec {
-				if _, isMap := v.(map[string]any); !isMap && flags.Lookup(key) != nil && !notConfigurable[key] {
-					if err := k.Set(key, v); err != nil {
-						return err
-					}
-					source[key] = fmt.Sprintf("config file %s: key %s%s", path, prefix, key)
-				}
-			}
-			if name == "" {
-				break
-			}
-			next, _ := sec[name].(map[string]any)
-			sec, prefix = next, prefix+name+"."
-		}
-	}
-
-	// The environment, over the file.
-	var envErr error
-	fromFile := map[string]string{} // flag name -> its _FILE variable
-	err := k.Load(env.Provider(".", env.Opt{
-		Prefix:      envPrefix,
-		EnvironFunc: func() []string { return environ },
-		TransformFunc: func(key, value string) (string, any) {
-			name := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(key, envPrefix), "_", "-"))
-			if key == envName(name) && flags.Lookup(name) != nil && !notConfigurable[name] {
-				if _, both := fromFile[name]; both && envErr == nil {
-					envErr = usageError(fmt.Errorf("%s and %s are both set: give --%s one way", key, key+"_FILE", name))
-				}
-				source[name] = key
-				return name, value
-			}
-			base, ok := strings.CutSuffix(name, "-file")
-			if !ok || key != envName(base)+"_FILE" || flags.Lookup(base) == nil || notConfigurable[base] {
-				return "", nil // another tool's variable, or another command's flag
-			}
-			if flags.Lookup(base).Changed {
-				return "", nil // the command line wins: the file is not read
-			}
-			if source[base] == envName(base) && envErr == nil {
-				envErr = usageError(fmt.Errorf("%s and %s are both set: give --%s one way", envName(base), key, base))
-			}
-			b, err := os.ReadFile(value)
-			if err != nil && envErr == nil {
-				envErr = fmt.Errorf("%s: %w", key, err)
-			}
-			fromFile[base] = key
-			source[base] = key + "=" + value
-			v, _ := strings.CutSuffix(string(b), "\n")
-			v, _ = strings.CutSuffix(v, "\r")
-			return base, v
-		},
-	}), nil)
-	if err == nil {
-		err = envErr
-	}
-	if err != nil {
+	l := layers{flags: flags, source: map[string]string{}, fromFile: map[string]string{}}
+	if err := l.loadFile(k, cmd, environ); err != nil {
 		return err
 	}
-
+	if err := l.loadEnv(k, environ); err != nil {
+		return err
+	}
 	// The command line, over both. posflag loads what was given there and,
 	// for the other flags, the default where no other layer set a value:
 	// k is the command's whole configuration.
 	if err := k.Load(posflag.Provider(flags, ".", k), nil); err != nil {
 		return err
 	}
+	return l.setFlags(k)
+}
 
+// layers records, while the file and the environment load, where each
+// flag's value comes from.
+type layers struct {
+	flags    *pflag.FlagSet
+	source   map[string]string // flag name -> where its value comes from
+	fromFile map[string]string // flag name -> its _FILE variable
+}
+
+// configurable reports whether the environment or the file may set name.
+func (l *layers) configurable(name string) bool {
+	return l.flags.Lookup(name) != nil && !NotConfigurable[name]
+}
+
+// loadFile loads the file (lowest layer) into k as cmd sees it: the
+// top-level keys, then those of its section and of its subcommand's
+// section, ... .
+func (l *layers) loadFile(k *koanf.Koanf, cmd *cobra.Command, environ []string) error {
+	path := ""
+	if f := l.flags.Lookup(Flag); f != nil && f.Changed {
+		path = f.Value.String()
+	} else {
+		path = lookupEnv(environ, Env)
+	}
+	if path == "" {
+		return nil
+	}
+	fk := koanf.New(".")
+	if err := fk.Load(file.Provider(path), yamlText{}); err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("config file: %w", err)
+		}
+		return usageError(fmt.Errorf("config file %s: %w", path, err))
+	}
+	raw := fk.Raw()
+	if err := checkSection(raw, cmd.Root(), "", path); err != nil {
+		return err
+	}
+	sec, prefix := raw, ""
+	for _, name := range commandPath(cmd) {
+		for key, v := range sec {
+			if _, isMap := v.(map[string]any); !isMap && l.configurable(key) {
+				if err := k.Set(key, v); err != nil {
+					return err
+				}
+				l.source[key] = fmt.Sprintf("config file %s: key %s%s", path, prefix, key)
+			}
+		}
+		if name == "" {
+			break
+		}
+		next, _ := sec[name].(map[string]any)
+		sec, prefix = next, prefix+name+"."
+	}
+	return nil
+}
+
+// loadEnv loads the environment into k, over the file: CROWDLOG_<NAME>,
+// or the contents of the file CROWDLOG_<NAME>_FILE names.
+func (l *layers) loadEnv(k *koanf.Koanf, environ []string) error {
+	var envErr error
+	keep := func(err error) {
+		if envErr == nil {
+			envErr = err
+		}
+	}
+	err := k.Load(env.Provider(".", env.Opt{
+		Prefix:      EnvPrefix,
+		EnvironFunc: func() []string { return environ },
+		TransformFunc: func(key, value string) (string, any) {
+			name := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(key, EnvPrefix), "_", "-"))
+			if key == EnvName(name) && l.configurable(name) {
+				if _, both := l.fromFile[name]; both {
+					keep(usageError(fmt.Errorf("%s and %s are both set: give --%s one way", key, key+"_FILE", name)))
+				}
+				l.source[name] = key
+				return name, value
+			}
+			base, ok := strings.CutSuffix(name, "-file")
+			if !ok || key != EnvName(base)+"_FILE" || !l.configurable(base) {
+				return "", nil // another tool's variable, or another command's flag
+			}
+			if l.flags.Lookup(base).Changed {
+				return "", nil // the command line wins: the file is not read
+			}
+			if l.source[base] == EnvName(base) {
+				keep(usageError(fmt.Errorf("%s and %s are both set: give --%s one way", EnvName(base), key, base)))
+			}
+			v, err := readSecret(value)
+			if err != nil {
+				keep(fmt.Errorf("%s: %w", key, err))
+			}
+			l.fromFile[base] = key
+			l.source[base] = key + "=" + value
+			return base, v
+		},
+	}), nil)
+	if err == nil {
+		err = envErr
+	}
+	return err
+}
+
+// readSecret is the contents of the file path less one trailing newline.
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	v, _ := strings.CutSuffix(string(b), "\n")
+	v, _ = strings.CutSuffix(v, "\r")
+	return v, err
+}
+
+// setFlags gives each flag not on the command line that the environment
+// or the file set its value from k.
+func (l *layers) setFlags(k *koanf.Koanf) error {
 	var names []string
-	flags.VisitAll(func(f *pflag.Flag) {
-		if !f.Changed && source[f.Name] != "" {
+	l.flags.VisitAll(func(f *pflag.Flag) {
+		if !f.Changed && l.source[f.Name] != "" {
 			names = append(names, f.Name)
 		}
 	})
 	for _, name := range names {
-		if err := setFlag(flags, name, k.Get(name), fromFile[name] != ""); err != nil {
-			return usageError(fmt.Errorf("%s: %w", source[name], err))
+		if err := setFlag(l.flags, name, k.Get(name), l.fromFile[name] != ""); err != nil {
+			return usageError(fmt.Errorf("%s: %w", l.source[name], err))
 		}
 	}
 	return nil
@@ -313,8 +368,8 @@ func checkSection(sec map[string]any, c *cobra.Command, prefix, path string) err
 	}
 	sort.Strings(keys)
 	for _, key := range keys {
-		if key == configFlag {
-			return usageError(fmt.Errorf("config file %s: key %s%s: give the file with --config or %s, not in a file", path, prefix, key, configEnv))
+		if key == Flag {
+			return usageError(fmt.Errorf("config file %s: key %s%s: give the file with --config or %s, not in a file", path, prefix, key, Env))
 		}
 		if m, ok := sec[key].(map[string]any); ok {
 			sub := subcommand(c, key)
@@ -345,7 +400,7 @@ func subcommand(c *cobra.Command, name string) *cobra.Command {
 // hasFlag reports whether c or a command below it has flag name (its own
 // or inherited).
 func hasFlag(c *cobra.Command, name string) bool {
-	if notConfigurable[name] {
+	if NotConfigurable[name] {
 		return false
 	}
 	if c.Flags().Lookup(name) != nil {
