@@ -36,7 +36,7 @@ error naming this command when one is missing.`
 
 // Options are the flags of `crowdlog streams`, the admin step.
 type Options struct {
-	NATS   natsconn.Options
+	NATS    natsconn.Options
 	Streams Config
 	// EpochLength > 0 is the randomness service's schedule: the spent
 	// tokens' TTL becomes 2 × (EpochLength + KeyGrace + randomness.DefaultSkew).
