@@ -66,7 +66,7 @@ func TestAttackPrio3OutOfRange(t *testing.T) {
 	day := p3.Day(20000)
 	counts := smallCounts(n, length)
 	want := wantTotals(counts, length, 15)
-	run := func(skip bool) (changed int, res *Result, w *world) {
+	run := func(skip bool) (changed int, res *p3.Result, w *world) {
 		w = newWorld(t, m, 5)
 		w.h.skipProofCheck = skip
 		ups := w.shardAll(t, day, counts)
@@ -81,7 +81,7 @@ func TestAttackPrio3OutOfRange(t *testing.T) {
 		if err != nil || len(got) != 2 {
 			t.Fatal(err, len(got))
 		}
-		sum, l, err := w.c.unshardVec(got[0], got[1])
+		sum, l, err := w.c.UnshardFields(got[0], got[1])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func TestAttackPrio3OutOfRange(t *testing.T) {
 				changed++
 			}
 		}
-		return changed, &Result{Count: l.Count}, w
+		return changed, &p3.Result{Count: l.Count}, w
 	}
 	changed, res, w := run(false)
 	ctlChanged, ctlRes, _ := run(true)
@@ -113,7 +113,7 @@ func TestAttackPrio3Replay(t *testing.T) {
 	m := p3.Config{Kind: p3.KindSumVec, Length: length, Bits: 4}
 	day := p3.Day(20000)
 	counts := smallCounts(n, length)
-	run := func(skip bool) (*Result, *world) {
+	run := func(skip bool) (*p3.Result, *world) {
 		w := newWorld(t, m, 5)
 		w.l.skipReplayCheck, w.h.skipReplayCheck = skip, skip
 		ups := w.shardAll(t, day, counts)
@@ -140,7 +140,7 @@ func TestAttackPrio3Replay(t *testing.T) {
 		res, err := w.collect(day)
 		if err != nil {
 			t.Logf("collection failed: %v", err)
-			res = &Result{Totals: make([]int64, length)}
+			res = &p3.Result{Totals: make([]int64, length)}
 		}
 		return res, w
 	}

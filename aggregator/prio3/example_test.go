@@ -24,7 +24,7 @@ func Example() {
 	lcfg.Keys, hcfg.Keys = []*onion.KeyPair{lk}, []*onion.KeyPair{hk}
 	leader, _ := prio3.NewLeader(lcfg)
 	helper, _ := prio3.NewHelper(hcfg)
-	collector := &prio3.Collector{Campaign: "flu", Measurement: m, Key: ck, MinBatchSize: 3}
+	collector := &p3.Collector{Campaign: "flu", Measurement: m, Key: ck, MinBatchSize: 3}
 
 	day := p3.Day(20000)
 	v, _ := p3.New("flu", m)

@@ -97,7 +97,7 @@ var (
 	ErrWrongRole  = errors.New("prio3: event not for this role")
 	ErrBatchOpen  = errors.New("prio3: batch still open (wait for the day's end + grace)")
 	ErrInFlight   = errors.New("prio3: batch has reports in preparation (tick and wait for the helper)")
-	ErrSmallBatch = errors.New("prio3: batch under the minimum batch size")
+	ErrSmallBatch = p3.ErrSmallBatch
 	ErrRefused    = errors.New("prio3: the helper refused the aggregate share")
 	ErrConfig     = errors.New("prio3: invalid aggregator configuration")
 )

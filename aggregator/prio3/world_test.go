@@ -28,7 +28,7 @@ const (
 type world struct {
 	l          *Leader
 	h          *Helper
-	c          *Collector
+	c          *p3.Collector
 	v          *p3.VDAF
 	lk, hk, ck *onion.KeyPair
 	cfgL, cfgH Config
@@ -59,7 +59,7 @@ func newWorld(t testing.TB, m p3.Config, minBatch uint64) *world {
 	if w.v, err = p3.New(campaign, m); err != nil {
 		t.Fatal(err)
 	}
-	w.c = &Collector{Campaign: campaign, Measurement: m, Key: w.ck, MinBatchSize: minBatch}
+	w.c = &p3.Collector{Campaign: campaign, Measurement: m, Key: w.ck, MinBatchSize: minBatch}
 	return w
 }
 
@@ -111,7 +111,7 @@ func (w *world) upload(t testing.TB, now time.Time, uploads [][]byte) {
 }
 
 // collect runs collection of day after its close and unshards.
-func (w *world) collect(day p3.Day) (*Result, error) {
+func (w *world) collect(day p3.Day) (*p3.Result, error) {
 	now := day.Start().Add(24*time.Hour + 2*time.Hour)
 	outs, err := w.l.Apply(Event{Now: now, Kind: EventCollect, Day: day})
 	if err != nil {

@@ -1,19 +1,23 @@
 package prio3
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/cloudflare/circl/vdaf/prio3/arith/fp128"
 
 	"github.com/crowdlog/crowdlog/protocol/onion"
-	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 )
+
+// ErrSmallBatch: a batch under the campaign's minimum batch size (the
+// collector refuses to unshard it, as the helper refuses to share it).
+var ErrSmallBatch = errors.New("prio3: batch under the minimum batch size")
 
 // Collector is the release stage's side: it opens both aggregate shares of
 // a batch and decodes the totals.
 type Collector struct {
 	Campaign     string
-	Measurement  p3.Config
+	Measurement  Config
 	Key          *onion.KeyPair
 	MinBatchSize uint64
 }
@@ -21,9 +25,9 @@ type Collector struct {
 // Result is a collected batch: Totals[i] is keyword i's sum over Count
 // reports (clipped counts or presence), negative only when noise was added.
 type Result struct {
-	Day      p3.Day
+	Day      Day
 	Count    uint64
-	Checksum p3.Checksum
+	Checksum Checksum
 	Totals   []int64
 }
 
@@ -33,25 +37,27 @@ type Result struct {
 // that the count reaches MinBatchSize. It decodes totals itself (signed:
 // circl's Unshard refuses values ≥ 2^64, i.e. negative noisy totals).
 func (c *Collector) Unshard(leader, helper []byte) (*Result, error) {
-	sum, l, err := c.unshardVec(leader, helper)
+	sum, l, err := c.UnshardFields(leader, helper)
 	if err != nil {
 		return nil, err
 	}
-	totals, err := p3.Signed(sum)
+	totals, err := Signed(sum)
 	if err != nil {
 		return nil, err
 	}
 	return &Result{Day: l.Day, Count: l.Count, Checksum: l.Checksum, Totals: totals}, nil
 }
 
-// unshardVec checks and opens both shares and returns their sum (field
-// elements) and the leader's message.
-func (c *Collector) unshardVec(leader, helper []byte) (fp128.Vec, *p3.AggShare, error) {
-	l, err := p3.ParseAggShare(leader)
+// UnshardFields checks and opens both shares (the checks of Unshard) and
+// returns their sum as L Field128 elements
+// and the leader's parsed AggShare; for noise and audits that work in the
+// field (VDAF-14 §7.2.5).
+func (c *Collector) UnshardFields(leader, helper []byte) (fp128.Vec, *AggShare, error) {
+	l, err := ParseAggShare(leader)
 	if err != nil {
 		return nil, nil, err
 	}
-	h, err := p3.ParseAggShare(helper)
+	h, err := ParseAggShare(helper)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -72,11 +78,11 @@ func (c *Collector) unshardVec(leader, helper []byte) (fp128.Vec, *p3.AggShare, 
 	if err != nil {
 		return nil, nil, err
 	}
-	lv, err := p3.DecodeVec(lb, c.Measurement.Length)
+	lv, err := DecodeVec(lb, c.Measurement.Length)
 	if err != nil {
 		return nil, nil, err
 	}
-	hv, err := p3.DecodeVec(hb, c.Measurement.Length)
+	hv, err := DecodeVec(hb, c.Measurement.Length)
 	if err != nil {
 		return nil, nil, err
 	}
