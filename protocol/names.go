@@ -18,6 +18,18 @@ const (
 	VectorsTopic = "vectors"
 	// GroupSumsTopic carries each PDD group's outcome to the release stage.
 	GroupSumsTopic = "group-sums"
+	// Prio3UploadsTopic carries Prio3-mode client uploads from relay b to
+	// the leader aggregator: the value is the protocol/prio3 upload exactly
+	// as VDAF.Shard returned it (already HPKE-sealed to the leader, the
+	// helper's input share sealed to the helper inside), the key the
+	// campaign name (onion.HopKafkaPrio3 layer's Key). Values reach about
+	// 655 KB at L = 10,000, b = 4; the topic's max.message.bytes is 2 MiB.
+	Prio3UploadsTopic = "prio3-uploads"
+	// Prio3SharesTopic carries both aggregate shares of a collected Prio3
+	// batch from the leader to the release stage (the collector): the value
+	// is an encoded protocol/prio3 AggShare (role 0 leader, 1 helper),
+	// sealed to the collector; the key is campaign + "/" + day.String().
+	Prio3SharesTopic = "prio3-shares"
 )
 
 // Kafka headers.
@@ -76,6 +88,13 @@ const (
 	// spend, refused by every randomness replica alike.
 	SpentTokensBucket = "crowdlog-spent-tokens"
 )
+
+// Prio3HelperSubject is the NATS request/reply subject on which the Prio3
+// leader asks the helper aggregator: the request body is an encoded
+// protocol/prio3 AggregateReq or CollectReq (its first bytes tell which),
+// the reply the AggregateResp or AggShare. The helper answers through
+// natsconn.Respond, which checks the reply subject.
+const Prio3HelperSubject = "crowdlog.prio3.helper"
 
 // RelaySubjectPrefix is the subject prefix of relay inboxes; RelaySubject
 // appends the relay name. A HopRelay layer must name a subject under this
