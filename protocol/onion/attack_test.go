@@ -14,14 +14,22 @@ import (
 
 // wantClasses is the size-class table written out by hand (not computed by
 // the code under test): each base class 512, 1024, 4096, 16384, 65536,
-// 131072 and up to three 512-byte steps above it.
+// 131072, 262144, 524288, 786432, 1048576 and up to three 512-byte steps
+// above it.
 var wantClasses = []int{
 	512, 1024, 1536, 2048, 2560,
 	4096, 4608, 5120, 5632,
 	16384, 16896, 17408, 17920,
 	65536, 66048, 66560, 67072,
 	131072, 131584, 132096, 132608,
+	262144, 262656, 263168, 263680,
+	524288, 524800, 525312, 525824,
+	786432, 786944, 787456, 787968,
+	1048576, 1049088, 1049600, 1050112,
 }
+
+// wantPrio3Classes are the base classes that carry Prio3 uploads.
+var wantPrio3Classes = []int{262144, 524288, 786432, 1048576}
 
 // TestAttackLayerSize: an observer of any hop (relay a's input, relay b's
 // input, topic reports) measures layer lengths to tell reports apart: by
@@ -132,4 +140,76 @@ func TestSizeClassesTable(t *testing.T) {
 	if _, _, err := Peel([]*KeyPair{k}, append(l, 0)); !errors.Is(err, protocol.ErrMalformed) {
 		t.Fatalf("layer one byte longer than its class: %v", err)
 	}
+}
+
+// TestAttackLayerSizePrio3: the Prio3 route [relay a, relay b] carries an
+// upload already sealed to the leader in a HopKafkaPrio3 layer (key: the
+// campaign name) inside a HopRelay layer. An observer of relay a's input or
+// of relay b's input measures layer lengths to tell uploads (and so
+// campaigns or measurements) apart within a class, or by the campaign
+// name's length. For upload lengths around each large base class, the
+// L = 10,000, b = 4 upload length (654,876 bytes) and the largest upload
+// that fits, with keys of 0–255 bytes, the relay b layer must be exactly
+// the smallest of the base classes that holds the upload and the relay a
+// layer one 512-byte step more, both no longer than MaxLayer; every layer
+// peels back to its exact inner bytes and hop.
+func TestAttackLayerSizePrio3(t *testing.T) {
+	ra, _ := GenerateKeyPair(1)
+	rb, _ := GenerateKeyPair(2)
+	rng := rand.New(rand.NewPCG(3, 4))
+	// the innermost frame: version, key id, enc, tag, plaintext version,
+	// kind, key length byte, u32 inner length (written out, not
+	// layerOverhead)
+	const frame = 2 + 32 + 16 + 1 + 1 + 1 + 4
+	sizes := []int{654876, 1048576 - frame - 255}
+	for _, c := range []int{131072, 262144, 524288, 786432} {
+		for _, d := range []int{-frame - 255, -frame, -frame + 1, 0, 1000} {
+			sizes = append(sizes, c+d)
+		}
+	}
+	wrong := 0
+	for i, n := range sizes {
+		upload := make([]byte, n)
+		for j := range upload {
+			upload[j] = byte(rng.Uint32())
+		}
+		key := []byte(strings.Repeat("c", []int{0, 1, 12, 255}[i%4]))
+		// the smallest Prio3 base class (or below) that holds it, by hand
+		want := 0
+		for _, c := range []int{512, 1024, 4096, 16384, 65536, 131072, 262144, 524288, 786432, 1048576} {
+			if n+frame+len(key) <= c {
+				want = c
+				break
+			}
+		}
+		l2, err := SealLayer(rb.PublicKey(), Hop{Kind: HopKafkaPrio3, Key: key}, upload)
+		if err != nil {
+			t.Fatalf("upload of %d bytes: %v", n, err)
+		}
+		l1, err := SealLayer(ra.PublicKey(), Hop{Kind: HopRelay, Subject: "crowdlog.relay.b"}, l2)
+		if err != nil {
+			t.Fatalf("upload of %d bytes, relay a layer: %v", n, err)
+		}
+		if len(l2) != want || len(l1) != want+512 || len(l1) > MaxLayer {
+			wrong++
+			t.Errorf("upload of %d bytes, key %d bytes: layers %d and %d, want %d and %d (MaxLayer %d)", n, len(key), len(l1), len(l2), want+512, want, MaxLayer)
+		}
+		if n > 131072 && !slices.Contains(wantPrio3Classes, len(l2)) {
+			wrong++
+			t.Errorf("upload of %d bytes: relay b layer %d bytes is no Prio3 class", n, len(l2))
+		}
+		hop, in, err := Peel([]*KeyPair{ra}, l1)
+		if err != nil || hop.Kind != HopRelay || !bytes.Equal(in, l2) {
+			t.Fatalf("relay a layer does not peel back: %v", err)
+		}
+		hop, in, err = Peel([]*KeyPair{rb}, l2)
+		if err != nil || hop.Kind != HopKafkaPrio3 || !bytes.Equal(hop.Key, key) || !bytes.Equal(in, upload) {
+			t.Fatalf("relay b layer of %d bytes does not peel back: %v", n, err)
+		}
+	}
+	// one byte more than the largest class holds is refused, not truncated
+	if _, err := SealLayer(rb.PublicKey(), Hop{Kind: HopKafkaPrio3}, make([]byte, 1048576-frame+1)); err == nil {
+		t.Errorf("an upload one byte over the largest class was sealed")
+	}
+	fmt.Printf("ATTACK layer-size-prio3: %d upload sizes (keys 0-255 bytes): %d layer lengths off the class table\n", len(sizes), wrong)
 }

@@ -12,6 +12,8 @@ func FuzzPeel(f *testing.F) {
 	kp, _ := GenerateKeyPair(1)
 	l, _ := SealLayer(kp.PublicKey(), Hop{Kind: HopKafka, Key: []byte{9, 9}}, []byte("inner"))
 	f.Add(l)
+	l, _ = SealLayer(kp.PublicKey(), Hop{Kind: HopKafkaPrio3, Key: []byte("campaign")}, []byte("upload"))
+	f.Add(l)
 	f.Add([]byte{1, 1})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		Peel([]*KeyPair{kp}, b) // must not panic

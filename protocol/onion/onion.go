@@ -26,8 +26,9 @@ var onionInfo = []byte("crowdlog-v1 onion")
 // encSize is the size of an X25519 encapsulated key.
 const encSize = 32
 
-// MaxLayer is the largest onion layer a relay accepts, in bytes.
-const MaxLayer = 256 << 10
+// MaxLayer is the largest onion layer a relay accepts, in bytes: the
+// largest size class, 1 MiB plus three LayerSteps (1,050,112 bytes).
+const MaxLayer = 1<<20 + maxSteps*LayerStep
 
 // ErrUnknownKey is returned by Peel when the layer names a key id the
 // receiver does not hold (rotated out, or a message for another hop).
@@ -248,13 +249,21 @@ const (
 	// key Key (the group, in the clear: PDD's server learns group membership
 	// anyway; the relays hide the client's address and timing).
 	HopKafkaVectors HopKind = 4
+	// HopKafkaPrio3 produces the inner bytes as they are (a Prio3 upload,
+	// protocol/prio3, already HPKE-sealed to the leader aggregator, so no
+	// further onion layer) to Kafka topic "prio3-uploads"
+	// (protocol.Prio3UploadsTopic) with message key Key (the campaign
+	// name, in the clear: the leader learns the campaign of every upload
+	// anyway). Like HopDeliver it is the innermost onion layer of its
+	// route and is padded to a base class (see baseClasses).
+	HopKafkaPrio3 HopKind = 5
 )
 
 // Hop is the routing instruction inside one onion layer.
 type Hop struct {
 	Kind    HopKind
 	Subject string // HopRelay: NATS subject of the next relay
-	Key     []byte // HopKafka, HopKafkaVectors: Kafka message key
+	Key     []byte // HopKafka, HopKafkaVectors, HopKafkaPrio3: Kafka message key
 }
 
 // Size classes. Every onion layer, as sent (version ‖ key id ‖ enc ‖ HPKE
@@ -265,15 +274,27 @@ type Hop struct {
 // subject or Kafka key, or of anything else inside it.
 //
 // The classes are baseClasses plus 0–3 steps of LayerStep. The innermost
-// layer (HopDeliver) is padded to the smallest base class that holds it, so
-// its length reveals one of six report-length classes, as before every
+// layer (HopDeliver, and HopKafkaPrio3, whose inner bytes are sealed to
+// the leader already) is padded to the smallest base class that holds it,
+// so its length reveals one of ten payload-length classes, as before every
 // layer was padded; any other layer is padded to the smallest class that
 // holds it: it adds at most layerOverhead+255 < LayerStep bytes to the
 // layer it wraps and so lands exactly one step above it, whatever its hop
 // fields. Every report of one base class and route therefore has one length
 // at each hop (512, 1024, 1536 bytes for a report of up to 456 bytes on the
 // route [relay a, relay b, aggregator]).
-var baseClasses = []int{512, 1024, 4096, 16384, 65536, 131072}
+//
+// The four base classes from 262144 bytes up carry Prio3 uploads (a leader
+// share is about 16·L·b bytes: 654,876 bytes for L = 10,000 keywords of
+// b = 4 bits lands in 786432, the relay a layer around it in 786944).
+// Threshold reports and PDD vectors are far smaller, so a layer of these
+// classes tells whoever sees its length (relay a, the relay stream, the
+// network between them) that it is a Prio3 upload of that length class,
+// no more: relay b learns the hop kind when it peels the layer anyway, all
+// uploads of one campaign (one measurement: L, b, chunk length) have one
+// length and so one class, and the class says nothing about the
+// measurement's values.
+var baseClasses = []int{512, 1024, 4096, 16384, 65536, 131072, 262144, 524288, 786432, 1048576}
 
 // LayerStep is the growth of a layer's size class per onion layer around
 // it. It exceeds the largest overhead of one layer (layerOverhead plus a
@@ -344,7 +365,7 @@ func sealLayer(rnd io.Reader, pk PublicKey, hop Hop, inner []byte) ([]byte, erro
 			return nil, errors.New("protocol: relay subject longer than 255 bytes")
 		}
 		w.Bytes8([]byte(hop.Subject))
-	case HopKafka, HopKafkaVectors:
+	case HopKafka, HopKafkaVectors, HopKafkaPrio3:
 		if len(hop.Key) > 255 {
 			return nil, errors.New("protocol: kafka key longer than 255 bytes")
 		}
@@ -358,7 +379,7 @@ func sealLayer(rnd io.Reader, pk PublicKey, hop Hop, inner []byte) ([]byte, erro
 	// so that the layer is a size class
 	const frame = 2 + encSize + 16
 	classes := sizeClasses
-	if hop.Kind == HopDeliver {
+	if hop.Kind == HopDeliver || hop.Kind == HopKafkaPrio3 {
 		classes = baseClasses
 	}
 	n, err := padTo(classes, frame+len(w.B))
@@ -429,7 +450,7 @@ func Peel(keys []*KeyPair, layer []byte) (Hop, []byte, error) {
 	switch hop.Kind {
 	case HopRelay:
 		hop.Subject = string(r.Bytes8("subject"))
-	case HopKafka, HopKafkaVectors:
+	case HopKafka, HopKafkaVectors, HopKafkaPrio3:
 		hop.Key = r.Bytes8("kafka key")
 	case HopDeliver:
 	default:
