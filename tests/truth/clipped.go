@@ -1,0 +1,102 @@
+package truth
+
+import (
+	"bufio"
+	"os"
+	"strings"
+)
+
+// DailyClients is the raw log read per client and day, for PDD's Prio3
+// mode, where each client's count of a keyword on a day is clipped before
+// it is summed. Counts: day (YYYY-MM-DD) → AnonID → keyword → the number of
+// the user's query instances that day containing the keyword as a
+// space-separated token (a token counted once per instance, as
+// KeywordDaily counts). Active: day → the AnonIDs with any row that day
+// (empty queries included): the clients that upload a report that day.
+type DailyClients struct {
+	Counts map[string]map[string]map[string]int
+	Active map[string]map[string]bool
+}
+
+// KeywordClients reads the first maxUsers users (0 = all) of the log at
+// path per client and day, for the keywords of the list file listPath (one
+// per line) less blacklist; days after lastDay (YYYY-MM-DD, "" = none) are
+// left out. Computed from the raw rows with this package's own reader, not
+// the pipeline's code.
+func KeywordClients(path string, maxUsers int, listPath, lastDay string, blacklist []string) (*DailyClients, error) {
+	f, err := os.Open(listPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	monitored := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if w := strings.TrimSpace(sc.Text()); w != "" {
+			monitored[strings.ToLower(w)] = true
+		}
+	}
+	for _, b := range blacklist {
+		delete(monitored, b)
+	}
+	users, _, err := readLog(path, maxUsers)
+	if err != nil {
+		return nil, err
+	}
+	out := &DailyClients{Counts: map[string]map[string]map[string]int{}, Active: map[string]map[string]bool{}}
+	for user, rows := range users {
+		for _, r := range rows {
+			day := r.t.Format("2006-01-02")
+			if lastDay != "" && day > lastDay {
+				continue
+			}
+			if out.Active[day] == nil {
+				out.Active[day] = map[string]bool{}
+			}
+			out.Active[day][user] = true
+		}
+		for _, run := range runs(rows) {
+			day := run[0].t.Format("2006-01-02")
+			if lastDay != "" && day > lastDay {
+				continue
+			}
+			seen := map[string]bool{}
+			for _, tok := range strings.Split(run[0].q, " ") {
+				if !monitored[tok] || seen[tok] {
+					continue
+				}
+				seen[tok] = true
+				if out.Counts[day] == nil {
+					out.Counts[day] = map[string]map[string]int{}
+				}
+				if out.Counts[day][user] == nil {
+					out.Counts[day][user] = map[string]int{}
+				}
+				out.Counts[day][user][tok]++
+			}
+		}
+	}
+	return out, nil
+}
+
+// Clipped returns day → keyword → the sum over clients of min(count, max)
+// (max = 2^b − 1 for a SumVec measurement of b bits), leaving out the
+// clients for which skip(day, user) is true (skip may be nil). Keywords no
+// kept client searched that day are absent (their total is 0).
+func (d *DailyClients) Clipped(max int, skip func(day, user string) bool) map[string]map[string]int {
+	out := map[string]map[string]int{}
+	for day, users := range d.Counts {
+		for user, kw := range users {
+			if skip != nil && skip(day, user) {
+				continue
+			}
+			for w, n := range kw {
+				if out[day] == nil {
+					out[day] = map[string]int{}
+				}
+				out[day][w] += min(n, max)
+			}
+		}
+	}
+	return out
+}
