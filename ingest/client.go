@@ -80,6 +80,22 @@ func (rt *Route) WrapVector(key, msg []byte) ([]byte, error) {
 	return onion.SealLayer(rt.RelayA, onion.Hop{Kind: onion.HopRelay, Subject: rt.SubjectB}, l2)
 }
 
+// WrapPrio3 builds the two onion layers around a Prio3 upload (the bytes
+// protocol/prio3's VDAF.Shard returns, already HPKE-sealed to the leader,
+// so rt.Aggregator is not used): relay B's producing it as it is to Kafka
+// topic "prio3-uploads" (protocol.Prio3UploadsTopic) with message key
+// campaign, relay A's naming relay B's subject. An upload of L = 10,000
+// keywords at b = 4 (654,876 B) lands in the 786,432 B size class.
+// Errors: a campaign name over 255 bytes, an upload over the largest size
+// class, or a key that does not seal.
+func (rt *Route) WrapPrio3(campaign string, upload []byte) ([]byte, error) {
+	l2, err := onion.SealLayer(rt.RelayB, onion.Hop{Kind: onion.HopKafkaPrio3, Key: []byte(campaign)}, upload)
+	if err != nil {
+		return nil, fmt.Errorf("prio3 upload for relay b: %w", err)
+	}
+	return onion.SealLayer(rt.RelayA, onion.Hop{Kind: onion.HopRelay, Subject: rt.SubjectB}, l2)
+}
+
 // Randomness evaluates OPRF inputs of an epoch into ω values, in order
 // (satisfied by *oprfclient.Client). Implementations verify the service's
 // VOPRF proof against the epoch's pinned public key (RFC 9497 §3.3.2) and

@@ -1,0 +1,138 @@
+// Package prio3 is the client side of PDD's Prio3 mode (the two-aggregator
+// Prio3 VDAF, draft-irtf-cfrg-vdaf-14 §7, in DAP's report layout,
+// draft-ietf-ppm-dap §4.5): once per active day a client turns that day's
+// keyword counts into the campaign's dense measurement (one entry per
+// monitored keyword, keywords.List order), clips it, splits it into a
+// leader's and a helper's share with a proof that it is in range
+// (protocol/prio3 VDAF.Shard), and sends the upload — sealed to the leader,
+// the helper's share sealed to the helper inside — through the onion relays
+// to Kafka topic "prio3-uploads". There are no groups, no coordinator and
+// no recovery round: a client that does not upload on a day costs that day
+// only its own counts.
+//
+// A client-side blacklist (PDD §6.1) removes keywords the user never shares
+// before anything is counted (keywords.List.Counts).
+package prio3
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/crowdlog/crowdlog/ingest"
+	"github.com/crowdlog/crowdlog/ingest/keywords"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+)
+
+// ErrAlreadySent is returned by Upload for a day the client uploaded on
+// already: a second upload would carry a fresh report id and count the
+// client twice, so the client refuses it.
+var ErrAlreadySent = errors.New("prio3: this client uploaded for that day already")
+
+// Transport is what a client sends through: the relays' route (RelayA,
+// RelayB and SubjectB; the aggregator key is unused, the upload is sealed
+// to the leader), the leader's report key and the helper's input-share key
+// (onion key files of the campaign's operators), and the publisher to relay
+// A (ingest/publish.Publisher.Publish, which bounds its waits by ctx).
+type Transport struct {
+	Route          ingest.Route
+	Leader, Helper onion.PublicKey
+	Publish        func(ctx context.Context, onion []byte) error
+}
+
+// Client is one Prio3-mode client of a campaign. Counts holds its keyword
+// counts per day (keywords.List.Counts, blacklist applied); Config is the
+// campaign's measurement (Length = List.Len()). It remembers the days it
+// uploaded for (in memory) and refuses a second upload for one day. It is
+// safe for concurrent use, but Upload serializes per client.
+type Client struct {
+	Campaign string
+	List     *keywords.List
+	Counts   map[keywords.Day]keywords.Sparse
+	Config   p3.Config
+
+	mu   sync.Mutex
+	sent map[keywords.Day]bool
+}
+
+// Sent says what one Upload did: the report id (the VDAF nonce), how many
+// of the day's keyword counts were reduced to the measurement's maximum
+// (2^b − 1 for clipped counts; for presence, 1 per count above 1 plus the
+// keywords left out over the campaign's max weight), and the length of the
+// onion published to relay A, in bytes.
+type Sent struct {
+	ID      p3.ReportID
+	Clipped int
+	Bytes   int
+}
+
+// Measurement returns the client's dense measurement of day d: one count per
+// keyword of List (zeros where it did not search the keyword). For a
+// presence campaign with more than Config.MaxWeight keywords searched, only
+// the MaxWeight keywords with the highest counts are kept (ties: the
+// earlier keyword in the list); dropped is how many were left out.
+func (c *Client) Measurement(d keywords.Day) (m []uint64, dropped int) {
+	m = c.Counts[d].Dense(c.List.Len())
+	if c.Config.Kind != p3.KindPresence {
+		return m, 0
+	}
+	var set []int
+	for i, x := range m {
+		if x > 0 {
+			set = append(set, i)
+		}
+	}
+	if len(set) <= c.Config.MaxWeight {
+		return m, 0
+	}
+	slices.SortStableFunc(set, func(a, b int) int { return cmp.Compare(m[b], m[a]) })
+	for _, i := range set[c.Config.MaxWeight:] {
+		m[i] = 0
+	}
+	return m, len(set) - c.Config.MaxWeight
+}
+
+// Upload sends the client's report for day d: the measurement of d
+// (Measurement), clipped and sharded by v (which must be the campaign's
+// VDAF, protocol/prio3.New(Campaign, Config); a VDAF is not safe for
+// concurrent use, so give each goroutine its own), wrapped for the relays
+// (ingest.Route.WrapPrio3) and published to relay A. A day without counts
+// is uploaded as zeros: the report still says the client was active.
+// Errors: ErrAlreadySent, a measurement the VDAF refuses, an onion that
+// does not seal, or the publisher's error (ctx ended: the day is not
+// marked sent and may be retried).
+func (c *Client) Upload(ctx context.Context, tr *Transport, v *p3.VDAF, d keywords.Day) (Sent, error) {
+	var s Sent
+	if d < 0 {
+		return s, fmt.Errorf("prio3: day %d before 1970-01-01", d)
+	}
+	if v.Config.Length != c.List.Len() {
+		return s, fmt.Errorf("prio3: the campaign measures %d keywords, the client's list has %d: load the campaign's list", v.Config.Length, c.List.Len())
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sent[d] {
+		return s, fmt.Errorf("%w: %s", ErrAlreadySent, d)
+	}
+	m, dropped := c.Measurement(d)
+	upload, id, clipped, err := v.Shard(c.Campaign, p3.Day(d), m, tr.Leader, tr.Helper)
+	if err != nil {
+		return s, fmt.Errorf("prio3: shard the report of %s: %w", d, err)
+	}
+	o, err := tr.Route.WrapPrio3(c.Campaign, upload)
+	if err != nil {
+		return s, fmt.Errorf("prio3: wrap the report of %s: %w", d, err)
+	}
+	if err := tr.Publish(ctx, o); err != nil {
+		return s, fmt.Errorf("prio3: publish the report of %s to relay a: %w", d, err)
+	}
+	if c.sent == nil {
+		c.sent = map[keywords.Day]bool{}
+	}
+	c.sent[d] = true
+	return Sent{ID: id, Clipped: clipped + dropped, Bytes: len(o)}, nil
+}
