@@ -59,12 +59,22 @@ type ServerConfig struct {
 	// StoreDir is the JetStream store directory; "" leaves it out
 	// (nats-server's default, or the embedded server's Dir).
 	StoreDir string
-	// MaxPayload in bytes; 0 leaves the default (1 MiB).
+	// MaxPayload in bytes; 0 means DefaultMaxPayload (2 MiB).
 	MaxPayload int32
 	// Cluster, when set, makes the server a member of a NATS cluster
 	// whose routes authenticate (Cluster.Password); nil: a single server.
 	Cluster *Cluster
 }
+
+// DefaultMaxPayload is the max_payload, in bytes, of every NATS server
+// configuration crowdlog generates (ServerConfig.Text) and of its embedded
+// servers (infra/natsserver): 2 MiB, twice nats-server's default of
+// 1 MiB. The largest onion layer (onion.MaxLayer, 1,050,112 bytes: a Prio3
+// upload of the 1 MiB size class inside relay a's layer) plus its
+// Nats-Msg-Id header exceeds 1 MiB, and the Prio3 leader's requests to the
+// helper are batched up to half of this (aggregator/prio3). nats-server
+// warns above 8 MiB; 2 MiB keeps a slow consumer's buffered messages small.
+const DefaultMaxPayload int32 = 2 << 20
 
 // RouteUser is the user name every route of a generated cluster
 // authenticates with.
@@ -105,7 +115,7 @@ func list(subjects []string) string {
 }
 
 // Text renders the configuration: server-wide JetStream (and listen,
-// store_dir, max_payload, cluster, tls where set), the account Account with
+// store_dir, cluster, tls where set; max_payload always), the account Account with
 // JetStream enabled whose users are the roles of c.Users but the client,
 // exporting ClientServices to ClientAccount only, and the account
 // ClientAccount (no JetStream) importing them, whose user is the client;
@@ -125,9 +135,11 @@ func (c ServerConfig) Text() (string, error) {
 	if c.Listen != "" {
 		fmt.Fprintf(&b, "listen: %s\n", quote(c.Listen))
 	}
-	if c.MaxPayload > 0 {
-		fmt.Fprintf(&b, "max_payload: %d\n", c.MaxPayload)
+	maxPayload := c.MaxPayload
+	if maxPayload <= 0 {
+		maxPayload = DefaultMaxPayload
 	}
+	fmt.Fprintf(&b, "max_payload: %d\n", maxPayload)
 	if c.StoreDir != "" {
 		fmt.Fprintf(&b, "jetstream: {store_dir: %s}\n", quote(c.StoreDir))
 	} else {

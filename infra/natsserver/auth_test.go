@@ -123,6 +123,11 @@ func TestStartAuthTLS(t *testing.T) {
 	if _, err := cjs.Publish(ctx, protocol.RelaySubject("a"), []byte("layer")); err != nil {
 		t.Fatalf("client publishes to relay a: %v", err)
 	}
+	// the generated config's max_payload holds the largest onion layer
+	// (1,050,112 bytes) with its headers: 2 MiB, not nats-server's 1 MiB
+	if !strings.Contains(string(conf), "max_payload: 2097152\n") || cl.MaxPayload() != 2097152 {
+		t.Fatalf("server config max_payload: client sees %d, want 2097152 in the config:\n%s", cl.MaxPayload(), conf)
+	}
 	for name, s := range map[string]natsconn.Security{
 		"no client certificate": {Role: natsauth.Client, NKeyFile: full(natsauth.Client).NKeyFile, CAFile: ca},
 		"no CA":                 {Role: natsauth.Client, NKeyFile: full(natsauth.Client).NKeyFile, CertFile: cli.Cert, KeyFile: cli.Key},

@@ -43,7 +43,9 @@ type Options struct {
 	// 0 means 10 s.
 	ReadyTimeout time.Duration
 	// MaxPayload is the largest message the server accepts, in bytes;
-	// 0 keeps the NATS default (1 MiB).
+	// 0 means the ConfigFile's max_payload, or natsauth.DefaultMaxPayload
+	// (2 MiB) without one: the largest onion layer exceeds nats-server's
+	// default of 1 MiB.
 	MaxPayload int32
 
 	// ServerName names the server; "" means "crowdlog-embedded". The
@@ -122,6 +124,8 @@ func (o Options) Start(ctx context.Context) (*Server, error) {
 	opts.JetStream, opts.StoreDir, opts.NoSigs, opts.NoLog = true, o.Dir, true, o.Logger == nil
 	if o.MaxPayload != 0 {
 		opts.MaxPayload = o.MaxPayload
+	} else if opts.MaxPayload == 0 {
+		opts.MaxPayload = natsauth.DefaultMaxPayload
 	}
 	if o.ClusterName != "" {
 		opts.Cluster.Name = o.ClusterName

@@ -161,3 +161,45 @@ func TestStartClusterNeedsThree(t *testing.T) {
 		t.Fatal("2-node cluster accepted")
 	}
 }
+
+// TestStartMaxPayload: an embedded server takes a message of 1.5 MiB (over
+// nats-server's default max_payload of 1 MiB, under crowdlog's 2 MiB) and
+// delivers it byte for byte, and refuses one over 2 MiB.
+func TestStartMaxPayload(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := Start(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	nc, err := nats.Connect(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if nc.MaxPayload() != 2<<20 {
+		t.Fatalf("max payload %d, want %d", nc.MaxPayload(), 2<<20)
+	}
+	sub, err := nc.SubscribeSync("big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := make([]byte, 3<<19)
+	for i := range msg {
+		msg[i] = byte(i * 7)
+	}
+	if err := nc.Publish("big", msg); err != nil {
+		t.Fatalf("publish 1.5 MiB: %v", err)
+	}
+	got, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("waiting 10 s for the 1.5 MiB message: %v", err)
+	}
+	if string(got.Data) != string(msg) {
+		t.Fatalf("got %d bytes, not the %d published", len(got.Data), len(msg))
+	}
+	if err := nc.Publish("big", make([]byte, 2<<20+1)); err == nil {
+		t.Fatal("a message over 2 MiB was accepted")
+	}
+}
