@@ -84,7 +84,17 @@ var Custody = []RoleKeys{
 	{Role: RoleOperator, Private: []string{ControlSignKey, OperatorSignKey},
 		Public: []string{ControlSignKey + ".pub", OperatorSignKey + ".pub"}},
 	{Role: RoleCoord, Imports: []string{AggregatorSignKey + ".pub", OperatorSignKey + ".pub"}},
-	{Role: RoleClient, Imports: []string{RelayAKey + ".pub", RelayBKey + ".pub", AggregatorKey + ".pub"}},
+	{Role: RoleClient, Imports: []string{RelayAKey + ".pub", RelayBKey + ".pub", AggregatorKey + ".pub",
+		Prio3LeaderKey + ".pub", Prio3HelperKey + ".pub"}},
+	// Prio3 mode: the leader and the helper each keep their own HPKE key
+	// and import the collector's public key (aggregate shares are sealed
+	// to it); the shared verify key is not a custody file (it lives where
+	// --verify-key says, in both operators' hands: keys prio3-verify)
+	{Role: RolePrio3Leader, Private: []string{Prio3LeaderKey}, Public: []string{Prio3LeaderKey + ".pub"},
+		Imports: []string{Prio3CollectorKey + ".pub"}},
+	{Role: RolePrio3Helper, Private: []string{Prio3HelperKey}, Public: []string{Prio3HelperKey + ".pub"},
+		Imports: []string{Prio3CollectorKey + ".pub"}},
+	{Role: RolePrio3Collector, Private: []string{Prio3CollectorKey}, Public: []string{Prio3CollectorKey + ".pub"}},
 }
 
 // CustodyRoles lists the role names of Custody in order.
@@ -153,7 +163,7 @@ func GenerateRole(dir, role string) error {
 	for _, f := range rk.Private {
 		path := filepath.Join(dir, f)
 		switch f {
-		case RelayAKey, RelayBKey, AggregatorKey:
+		case RelayAKey, RelayBKey, AggregatorKey, Prio3LeaderKey, Prio3HelperKey, Prio3CollectorKey:
 			if _, err := os.Stat(path); err == nil {
 				continue
 			}

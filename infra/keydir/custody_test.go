@@ -24,6 +24,10 @@ var wantPrivate = map[string][]string{
 	RoleOperator:   {"control-sign.key", "operator-sign.key"},
 	RoleCoord:      nil,
 	RoleClient:     nil,
+	// Prio3 mode
+	RolePrio3Leader:    {"prio3-leader.key"},
+	RolePrio3Helper:    {"prio3-helper.key"},
+	RolePrio3Collector: {"prio3-collector.key"},
 }
 
 var wantPublic = map[string][]string{
@@ -35,6 +39,10 @@ var wantPublic = map[string][]string{
 	RoleOperator:   {"control-sign.key.pub", "operator-sign.key.pub"},
 	RoleCoord:      nil,
 	RoleClient:     nil,
+	// Prio3 mode
+	RolePrio3Leader:    {"prio3-leader.key.pub"},
+	RolePrio3Helper:    {"prio3-helper.key.pub"},
+	RolePrio3Collector: {"prio3-collector.key.pub"},
 }
 
 // TestGenerateRole: each role's directory holds exactly that role's

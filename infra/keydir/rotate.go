@@ -128,9 +128,10 @@ func Rotate(dir, role string) (oldID, newID int, err error) {
 // current HPKE key pair (mode 0600) and ROLE.key.pub its public half for
 // clients; `keys rotate` keeps the previous pair as ROLE.ID.key (+ .pub) so
 // relays and the aggregator can accept both (--key twice) until `keys
-// retire` removes it. Roles: relay-a, relay-b, aggregator.
-var Roles = []string{"relay-a", "relay-b", "aggregator"}
-var oldKeyName = regexp.MustCompile(`^(relay-a|relay-b|aggregator)\.([0-9]+)\.key$`)
+// retire` removes it. Roles: relay-a, relay-b, aggregator, and Prio3
+// mode's prio3-leader, prio3-helper and prio3-collector.
+var Roles = []string{"relay-a", "relay-b", "aggregator", RolePrio3Leader, RolePrio3Helper, RolePrio3Collector}
+var oldKeyName = regexp.MustCompile(`^(relay-a|relay-b|aggregator|prio3-leader|prio3-helper|prio3-collector)\.([0-9]+)\.key$`)
 
 // Retire deletes the rotated-out key pair ROLE.ID.key of dir and its .pub
 // and returns the private key's path. The current key (ROLE.key) cannot be
