@@ -18,7 +18,8 @@ import (
 const DefaultBroker = "127.0.0.1:9092"
 
 // TopicsHelp is the long help of `crowdlog topics`.
-const TopicsHelp = `topics creates the topics "reports" and "decrypted" on a Kafka cluster with
+const TopicsHelp = `topics creates the topics "reports", "decrypted", "prio3-uploads" and
+"prio3-shares" on a Kafka cluster with
 --partitions partitions (replication min(3, brokers)) and makes them keep
 their records at least --retention (retention.ms; a shorter one is raised,
 a longer one kept). With --pipeline FILE both come from the file
@@ -27,8 +28,10 @@ at least epoch.length + epoch.grace, by default twice that), so a rebuilt
 aggregator can replay an epoch's reports until its keys are gone.
 Existing topics keep their partition count. "reports" gets
 message.timestamp.type=LogAppendTime: the broker stamps every record, so a
-replayed epoch control record cannot choose its timestamp. Run it once per
-cluster before the roles start; it is idempotent.
+replayed epoch control record cannot choose its timestamp. "prio3-uploads"
+and "prio3-shares" get max.message.bytes=2097152 (2 MiB; a higher one is
+kept): a Prio3 upload is up to about 1 MiB, over Kafka's default limit.
+Run it once per cluster before the roles start; it is idempotent.
 
 With --acl ROLE=USER (repeated or comma-separated; roles relay, aggregator,
 scheduler, operator, coordinator, release, auditor) it also creates the
@@ -40,7 +43,8 @@ aggregator's user, only then). Give this command the admin credential
 (--kafka-sasl-…, a super user).`
 
 // TopicsOptions are the flags of `crowdlog topics`, the admin step that
-// creates the topics "reports" and "decrypted" and the role ACLs.
+// creates the topics "reports", "decrypted", "prio3-uploads" and
+// "prio3-shares" and the role ACLs.
 type TopicsOptions struct {
 	Brokers    []string
 	Partitions int           // of each topic when created, 1..1024
@@ -109,12 +113,14 @@ func (o *TopicsOptions) Config() (TopicsConfig, error) {
 	return c, nil
 }
 
-// EnsureSetup creates the topics with their partitions, retention and the
-// LogAppendTime of "reports" (EnsureTopics, EnsureRetention,
-// EnsureLogAppendTime), then the ACLs of c.Principals (ApplyACLs), and
-// writes each topic's partitions and retention and each ACL entry to w.
+// EnsureSetup creates the topics with their partitions, retention, the
+// LogAppendTime of "reports" and the TopicMaxMessageBytes of the Prio3
+// topics (EnsureTopics, EnsureRetention, EnsureLogAppendTime,
+// EnsureMaxMessageBytes), then the ACLs of c.Principals (ApplyACLs), and
+// writes each topic's partitions and retention (and the Prio3 topics'
+// max.message.bytes) and each ACL entry to w.
 func (c TopicsConfig) EnsureSetup(ctx context.Context, w io.Writer) error {
-	topics := []string{protocol.ReportsTopic, protocol.DecryptedTopic}
+	topics := []string{protocol.ReportsTopic, protocol.DecryptedTopic, protocol.Prio3UploadsTopic, protocol.Prio3SharesTopic}
 	if err := EnsureTopics(ctx, c.Broker, c.Partitions, topics...); err != nil {
 		return err
 	}
@@ -122,6 +128,9 @@ func (c TopicsConfig) EnsureSetup(ctx context.Context, w io.Writer) error {
 		return err
 	}
 	if err := EnsureLogAppendTime(ctx, c.Broker, protocol.ReportsTopic); err != nil {
+		return err
+	}
+	if err := EnsureMaxMessageBytes(ctx, c.Broker, TopicMaxMessageBytes, protocol.Prio3UploadsTopic, protocol.Prio3SharesTopic); err != nil {
 		return err
 	}
 	for _, t := range topics {
@@ -158,6 +167,14 @@ func (c TopicsConfig) reportTopic(ctx context.Context, w io.Writer, t string) er
 	case r > 0:
 		ret = r.String()
 	}
-	fmt.Fprintf(w, "topic %s: %d partitions, retention %s\n", t, n, ret)
+	if t != protocol.Prio3UploadsTopic && t != protocol.Prio3SharesTopic {
+		fmt.Fprintf(w, "topic %s: %d partitions, retention %s\n", t, n, ret)
+		return nil
+	}
+	mb, err := MaxMessageBytes(ctx, c.Broker, t)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "topic %s: %d partitions, retention %s, max.message.bytes %d\n", t, n, ret, mb)
 	return nil
 }
