@@ -1,0 +1,137 @@
+package prio3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/spf13/pflag"
+
+	"github.com/crowdlog/crowdlog/infra/keydir"
+	"github.com/crowdlog/crowdlog/ingest/keywords"
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+	"github.com/crowdlog/crowdlog/release"
+	"github.com/crowdlog/crowdlog/release/pdd"
+)
+
+// Modes of `crowdlog release-pdd --mode`.
+const (
+	ModeGroups = "groups" // blinded groups (release/pdd): topic group-sums
+	ModePrio3  = "prio3"  // two aggregators (this package): topic prio3-shares
+)
+
+// Measurement kinds of --kind.
+const (
+	KindSumVec   = "sumvec"
+	KindPresence = "presence"
+)
+
+// Options are the Prio3-mode settings of `crowdlog release-pdd`: the mode,
+// and for --mode prio3 the campaign, the collector key and the campaign's
+// measurement (the aggregators' values). The brokers, ClickHouse and the
+// keyword list are release/pdd.Options'.
+type Options struct {
+	Mode         string   // ModeGroups (default) or ModePrio3
+	Campaign     string   // the campaign name (1–64 bytes), as the aggregators'
+	CollectorKey string   // onion.KeyPair file of the collector (keydir role prio3-collector)
+	Kind         string   // KindSumVec or KindPresence
+	Bits         int      // SumVec: counts clipped to 2^Bits − 1 (1..16)
+	MaxWeight    int      // presence: most keywords per report
+	MinBatchSize uint64   // fewest reports a released day may have (the aggregators' value)
+	Blacklist    []string // keywords never released
+}
+
+// DefaultOptions returns the options without flags: groups mode; for
+// prio3, SumVec with DefaultBits.
+func DefaultOptions() Options {
+	return Options{Mode: ModeGroups, Kind: KindSumVec, Bits: p3.DefaultBits}
+}
+
+// AddFlags adds --mode and the Prio3-mode flags to f, filling o.
+func (o *Options) AddFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.Mode, "mode", o.Mode, "PDD mode: groups (blinded groups, topic group-sums) or prio3 (two aggregators, topic prio3-shares)")
+	f.StringVar(&o.Campaign, "campaign", o.Campaign, "prio3: the campaign whose batches are released (as the aggregators')")
+	f.StringVar(&o.CollectorKey, "collector-key", o.CollectorKey, "prio3: the collector's HPKE key file (keys dir role prio3-collector)")
+	f.StringVar(&o.Kind, "kind", o.Kind, "prio3: measurement, sumvec (clipped counts) or presence")
+	f.IntVar(&o.Bits, "bits", o.Bits, "prio3 sumvec: counts clipped to 2^bits − 1")
+	f.IntVar(&o.MaxWeight, "max-weight", o.MaxWeight, "prio3 presence: most keywords one report may set")
+	f.Uint64Var(&o.MinBatchSize, "min-batch-size", o.MinBatchSize, "prio3: fewest reports a released day may have (the aggregators' value)")
+	f.StringSliceVar(&o.Blacklist, "blacklist", o.Blacklist, "prio3: keywords never released (comma-separated)")
+}
+
+// Measurement returns the campaign's measurement over a list of length
+// keywords. Errors wrap p3.ErrConfig.
+func (o *Options) Measurement(length int) (p3.Config, error) {
+	c := p3.Config{Length: length}
+	switch o.Kind {
+	case KindSumVec:
+		c.Kind, c.Bits = p3.KindSumVec, o.Bits
+	case KindPresence:
+		c.Kind, c.MaxWeight = p3.KindPresence, o.MaxWeight
+	default:
+		return c, fmt.Errorf("%w: --kind %q: give sumvec or presence", p3.ErrConfig, o.Kind)
+	}
+	if err := c.Check(); err != nil {
+		return c, fmt.Errorf("--kind %s --bits %d --max-weight %d: %w", o.Kind, o.Bits, o.MaxWeight, err)
+	}
+	return c, nil
+}
+
+// Validate checks what needs no file: the mode, and in prio3 mode the
+// campaign, the key path, the kind and the minimum batch size.
+func (o *Options) Validate() error {
+	switch o.Mode {
+	case ModeGroups:
+		return nil
+	case ModePrio3:
+	default:
+		return fmt.Errorf("--mode %q: give groups or prio3", o.Mode)
+	}
+	switch {
+	case o.Campaign == "" || len(o.Campaign) > 64:
+		return fmt.Errorf("--campaign %q: prio3 mode needs the campaign name (1–64 bytes)", o.Campaign)
+	case o.CollectorKey == "":
+		return errors.New("prio3 mode needs --collector-key FILE (the collector's key; see `crowdlog keys`)")
+	case o.MinBatchSize == 0:
+		return errors.New("prio3 mode needs --min-batch-size ≥ 1 (the aggregators' value)")
+	case o.Kind != KindSumVec && o.Kind != KindPresence:
+		return fmt.Errorf("--kind %q: give sumvec or presence", o.Kind)
+	}
+	return nil
+}
+
+// New builds the Prio3 stage: it validates o, refuses base's noise (not
+// available in prio3 mode), reads base's keyword list and the collector
+// key, and opens ClickHouse (base's address and database, creating the
+// schema). The caller closes the Writer after the stage's Run.
+func (o *Options) New(ctx context.Context, base pdd.Options, log *slog.Logger) (*Stage, *release.Writer, error) {
+	if err := o.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if o.Mode != ModePrio3 {
+		return nil, nil, fmt.Errorf("--mode %s: the Prio3 stage needs --mode prio3", o.Mode)
+	}
+	if base.Epsilon != 0 {
+		return nil, nil, errors.New("--epsilon: noise is not available in prio3 mode; release exact counts (--epsilon 0)")
+	}
+	list, err := keywords.Load(base.Keywords)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := o.Measurement(list.Len())
+	if err != nil {
+		return nil, nil, err
+	}
+	keys, err := keydir.LoadKeyPairs([]string{o.CollectorKey})
+	if err != nil {
+		return nil, nil, fmt.Errorf("--collector-key: %w", err)
+	}
+	w, err := release.Open(ctx, base.ClickHouse, base.Database)
+	if err != nil {
+		return nil, nil, err
+	}
+	st := &Stage{Brokers: base.Kafka, Writer: w, List: list, Blacklist: o.Blacklist, Logger: log,
+		Collector: p3.Collector{Campaign: o.Campaign, Measurement: m, Key: keys[0], MinBatchSize: o.MinBatchSize}}
+	return st, w, nil
+}

@@ -1,0 +1,257 @@
+package prio3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/metrics"
+	"github.com/crowdlog/crowdlog/infra/retry"
+	"github.com/crowdlog/crowdlog/ingest/keywords"
+	"github.com/crowdlog/crowdlog/protocol"
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+	"github.com/crowdlog/crowdlog/release"
+	"github.com/crowdlog/crowdlog/release/pdd"
+)
+
+// Released is what Stage.OnDay receives for each paired batch.
+type Released struct {
+	// Batch is the batch as State unsharded it.
+	Batch Batch
+	// Row is the day this stage wrote; when Written is false an earlier run
+	// had written the day and Row.Counts is nil (the released counts are
+	// those in ClickHouse).
+	Row     release.PDDRound
+	Written bool
+}
+
+// Stage reads topic "prio3-shares" (protocol.Prio3SharesTopic) from the
+// first offset of every partition (infra/kafka.ReadTopic), feeds State and
+// writes every day it pairs to Writer (WritePDDRound). Exactly once through
+// restarts: a restarted stage re-reads the topic from its start and skips
+// every day whose pdd_rounds row exists (Writer.IsPDDReleased) before
+// building it, and WritePDDRound itself never rewrites a complete day and
+// redoes a half-written one from scratch.
+//
+// The day's pdd_rounds row in this mode: active = grouped = decrypted = the
+// batch's report count (saturating at 2^32−1), one group, complete,
+// confidence 1, epsilon 0, max_count = the measurement's per-client maximum
+// per keyword (2^bits − 1, or 1 for presence) that the FLP proof enforced.
+type Stage struct {
+	Brokers []string
+	// Topic defaults to protocol.Prio3SharesTopic.
+	Topic string
+	// Writer receives the days (a *release.Writer in production).
+	Writer pdd.Sink
+	// Collector is the campaign, its measurement (Length = List.Len()), the
+	// collector's key and the minimum batch size (the aggregators' value).
+	Collector p3.Collector
+	// List is the campaign's keyword list: total i is keyword List.Words[i].
+	List *keywords.List
+	// Blacklist: keywords never released, whatever their totals (clients
+	// already leave them out, PDD §6.1; the release does not trust that).
+	Blacklist []string
+	Logger    *slog.Logger
+	// OnDay, when set, is called after each paired day is in ClickHouse
+	// (written now or by an earlier run), from Run's goroutine.
+	OnDay func(Released)
+
+	// Days counts days written by this run, Skipped those found already
+	// written, Dropped the messages State dropped (by reason: DroppedBy).
+	Days, Skipped, Dropped atomic.Int64
+
+	mu      sync.Mutex
+	dropped map[string]int64
+
+	tail atomic.Pointer[infrakafka.Tail]
+}
+
+// ConsumerLag returns, per partition of the topic, the messages behind the
+// partition's end at its last read (empty before Run has read).
+func (st *Stage) ConsumerLag() map[int]int64 { return st.tail.Load().Lag() }
+
+// DroppedBy returns a copy of the dropped messages by reason (the Drop
+// constants).
+func (st *Stage) DroppedBy() map[string]int64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := make(map[string]int64, len(st.dropped))
+	for k, v := range st.dropped {
+		out[k] = v
+	}
+	return out
+}
+
+// Register exposes the stage's counters: crowdlog_prio3_release_days_total,
+// crowdlog_prio3_release_skipped_total,
+// crowdlog_prio3_release_dropped_total{reason} and
+// crowdlog_prio3_release_consumer_lag{partition}.
+func (st *Stage) Register(reg prometheus.Registerer) {
+	metrics.CounterFunc(reg, "crowdlog_prio3_release_days_total", "Prio3 days written to ClickHouse.", nil,
+		func() float64 { return float64(st.Days.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_prio3_release_skipped_total", "Prio3 days found already written.", nil,
+		func() float64 { return float64(st.Skipped.Load()) })
+	metrics.CounterMapFunc(reg, "crowdlog_prio3_release_dropped_total", "Aggregate shares dropped by the Prio3 release, by reason.",
+		"reason", DropReasons, func() map[string]float64 {
+			out := map[string]float64{}
+			for k, v := range st.DroppedBy() {
+				out[k] = float64(v)
+			}
+			return out
+		})
+	metrics.GaugeMapFunc(reg, "crowdlog_prio3_release_consumer_lag", "Messages of the prio3-shares topic behind the partition's end at the last read, per partition.",
+		"partition", func() map[string]float64 {
+			out := map[string]float64{}
+			for p, n := range st.ConsumerLag() {
+				out[strconv.Itoa(p)] = float64(n)
+			}
+			return out
+		})
+}
+
+func (st *Stage) config() (topic string, log *slog.Logger, skip map[int]bool, err error) {
+	topic, log = st.Topic, st.Logger
+	if topic == "" {
+		topic = protocol.Prio3SharesTopic
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	switch {
+	case len(st.Brokers) == 0:
+		return "", nil, nil, errors.New("prio3 release: no Kafka brokers given")
+	case st.Writer == nil:
+		return "", nil, nil, errors.New("prio3 release: no Writer (a *release.Writer) given")
+	case st.List == nil:
+		return "", nil, nil, errors.New("prio3 release: no keyword list given (--keywords, the campaign's list)")
+	case st.List.Len() != st.Collector.Measurement.Length:
+		return "", nil, nil, fmt.Errorf("prio3 release: measurement length %d ≠ the keyword list's %d keywords", st.Collector.Measurement.Length, st.List.Len())
+	case st.Collector.Campaign == "" || len(st.Collector.Campaign) > 64:
+		return "", nil, nil, fmt.Errorf("prio3 release: campaign name %q must be 1–64 bytes (--campaign)", st.Collector.Campaign)
+	}
+	skip = map[int]bool{}
+	for _, w := range st.Blacklist {
+		if i := st.List.Index(w); i >= 0 {
+			skip[i] = true
+		}
+	}
+	return topic, log, skip, nil
+}
+
+// Run serves until ctx ends (then it returns nil). It returns an error when
+// the configuration is invalid, the topic cannot be read, or ctx ends while
+// a write is being retried; ClickHouse errors are retried with backoff
+// (200 ms doubling to 10 s), so an outage delays a day, it does not lose it.
+func (st *Stage) Run(ctx context.Context) error {
+	topic, log, skip, err := st.config()
+	if err != nil {
+		return err
+	}
+	state, err := NewState(st.Collector)
+	if err != nil {
+		return err
+	}
+	tail := infrakafka.ReadTopic(ctx, st.Brokers, topic, "prio3 release", log)
+	defer tail.Stop()
+	st.tail.Store(tail)
+	for {
+		select {
+		case <-ctx.Done():
+			if err := tail.Stop(); err != nil {
+				return fmt.Errorf("%w (is the prio3 leader running?)", err)
+			}
+			return nil
+		case <-tail.Done:
+			return fmt.Errorf("%w (is the prio3 leader running?)", tail.Err())
+		case m := <-tail.Msgs:
+			before := total(state.Dropped)
+			b, done := state.Apply(m)
+			if n := total(state.Dropped) - before; n > 0 {
+				st.Dropped.Add(n)
+				st.mu.Lock()
+				st.dropped = copyMap(state.Dropped)
+				st.mu.Unlock()
+				log.Info("prio3 release: aggregate shares dropped so far", "by_reason", state.Dropped)
+			}
+			if !done {
+				continue
+			}
+			if err := st.release(ctx, b, skip, log); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func total(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func copyMap(m map[string]int64) map[string]int64 {
+	out := make(map[string]int64, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// Row is the day to write for batch b: keyword i's count is Totals[i]
+// (zero counts and the keywords of skip left out), the pdd_rounds fields
+// as Stage's doc says.
+func Row(b Batch, list *keywords.List, m p3.Config, skip map[int]bool) release.PDDRound {
+	n := uint32(min(b.Count, math.MaxUint32))
+	r := release.PDDRound{Campaign: b.Campaign, Day: b.Day.Start(), Active: n, Grouped: n, Decrypted: n,
+		Groups: 1, Complete: 1, Confidence: 1, MaxCount: uint32(min(m.Max(), math.MaxUint32))}
+	for i, t := range b.Totals {
+		if t != 0 && i < list.Len() && !skip[i] {
+			r.Counts = append(r.Counts, release.KeywordCount{Keyword: list.Words[i], Count: t})
+		}
+	}
+	return r
+}
+
+// release writes one paired day unless it was written before.
+func (st *Stage) release(ctx context.Context, b Batch, skip map[int]bool, log *slog.Logger) error {
+	day := b.Day.Start()
+	var written bool
+	if err := retry.Forever(ctx, log, "prio3 release: ClickHouse call", 200*time.Millisecond, 10*time.Second, func() (err error) {
+		written, err = st.Writer.IsPDDReleased(ctx, b.Campaign, day)
+		return err
+	}); err != nil {
+		return err
+	}
+	row := Row(b, st.List, st.Collector.Measurement, skip)
+	if written {
+		st.Skipped.Add(1)
+		log.Info("prio3 release: day already released; skipping", "campaign", b.Campaign, "day", b.Day.String())
+		if st.OnDay != nil {
+			row.Counts = nil
+			st.OnDay(Released{Batch: b, Row: row})
+		}
+		return nil
+	}
+	if err := retry.Forever(ctx, log, "prio3 release: write to ClickHouse", 200*time.Millisecond, 10*time.Second, func() error {
+		return st.Writer.WritePDDRound(ctx, row, time.Now())
+	}); err != nil {
+		return err
+	}
+	st.Days.Add(1)
+	log.Info("prio3 release: day released", "campaign", b.Campaign, "day", b.Day.String(), "keywords", len(row.Counts))
+	if st.OnDay != nil {
+		st.OnDay(Released{Batch: b, Row: row, Written: true})
+	}
+	return nil
+}
