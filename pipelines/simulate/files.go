@@ -80,21 +80,36 @@ func (r *Result) Report(w io.Writer, files Files) error {
 	return nil
 }
 
-// Report writes pdd.csv and its plots under files, then to w the table,
-// the search content of input with the times taken, and the files
+// Report writes pdd.csv, pdd-modes.csv (WriteModesCSV) and the plots
+// under files, then to w the table, the campaign modes, the search content of input with the times taken, and the files
 // written.
 func (r *PDDResult) Report(w io.Writer, files Files, input string) error {
 	csvPath, plots, err := WriteFiles(files.Dir, "pdd.csv", files.Format, r)
 	if err != nil {
 		return err
 	}
+	modes := filepath.Join(files.Dir, "pdd-modes.csv")
+	f, err := os.Create(modes)
+	if err != nil {
+		return err
+	}
+	if err := r.WriteModesCSV(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
 	if err := r.WriteTable(w); err != nil {
+		return err
+	}
+	if err := r.WriteModesTable(w); err != nil {
 		return err
 	}
 	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 	fmt.Fprintf(w, "\nsearch content: %d query instances (%d distinct) of %s; took %s (load %s, draw %s, evaluate %s)\n",
 		r.Instances, r.Queries, input, ms(r.LoadTime+r.GenerateTime+r.EvaluateTime), ms(r.LoadTime), ms(r.GenerateTime), ms(r.EvaluateTime))
-	fmt.Fprintln(w, "wrote", csvPath, plots)
+	fmt.Fprintln(w, "wrote", csvPath, modes, plots)
 	return nil
 }
 

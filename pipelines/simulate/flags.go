@@ -8,6 +8,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 	"github.com/crowdlog/crowdlog/release/policy"
 )
 
@@ -30,7 +31,8 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 // DefaultPDDOptions are the options of `crowdlog simulate pdd` without
 // flags (the paper's U and D, DefaultPDDGrid).
 func DefaultPDDOptions() PDDOptions {
-	return PDDOptions{Input: "testdata/aol-top1000.tsv.gz", Users: 100000, Days: 100, Seed: 1, Grid: DefaultPDDGrid()}
+	return PDDOptions{Input: "testdata/aol-top1000.tsv.gz", Users: 100000, Days: 100, Seed: 1, Grid: DefaultPDDGrid(),
+		Prio3Bits: []int{p3.DefaultBits, 1}, Prio3MaxWeights: []int{10}}
 }
 
 // AddFlags adds the flags of `crowdlog simulate pdd` to f, filling o and
@@ -46,6 +48,8 @@ func (o *PDDOptions) AddFlags(f *pflag.FlagSet, list *string) {
 	f.IntSliceVar(&o.Grid.GroupSizes, "group-sizes", o.Grid.GroupSizes, "group sizes gs")
 	f.IntSliceVar(&o.Grid.Delays, "delays", o.Grid.Delays, "delays δ in days")
 	f.IntVar(&o.Grid.RecoveryDays, "recovery-days", o.Grid.RecoveryDays, "recovery window R in days after the delay (recovery modes)")
+	f.IntSliceVar(&o.Prio3Bits, "prio3-bits", o.Prio3Bits, "Prio3 rows: SumVec bit widths b (counts clipped to 2^b − 1; empty: none)")
+	f.IntSliceVar(&o.Prio3MaxWeights, "prio3-max-weights", o.Prio3MaxWeights, "Prio3 rows: presence max weights w (at most w keywords per client and day; empty: none)")
 }
 
 // AddFlags adds the flags of `crowdlog simulate zipf-log` (but --out) to

@@ -83,6 +83,11 @@ type PDDOptions struct {
 	Days     int            // D, 2..65535
 	Seed     uint64         // all random draws derive from it
 	Grid     PDDGrid
+	// Prio3Bits and Prio3MaxWeights are the Prio3-mode measurements scored
+	// beside the groups modes on the same population: SumVec at each bit
+	// width b (1..16), presence at each max weight w ≥ 1 (both empty: no
+	// Prio3 rows).
+	Prio3Bits, Prio3MaxWeights []int
 }
 
 // PDDPoint is one configuration's score over the evaluated rounds.
@@ -117,6 +122,14 @@ type PDDResult struct {
 	Instances, Queries int
 	// Wall-clock time of each phase.
 	LoadTime, GenerateTime, EvaluateTime time.Duration
+	// Prio3 are the Prio3 points: each measurement at grace δ + 1 for each
+	// delay δ of the grid, on the same rounds.
+	Prio3 []Prio3Point
+	// Length is the keyword list's length L (0: unknown, no bytes).
+	Length int
+	// Prio3Bytes is each measurement's upload per client and day
+	// (Prio3UploadBytes at Length).
+	Prio3Bytes map[Prio3Measurement]int
 }
 
 // At returns the point of (mode, gs, δ) (false when absent).
@@ -150,7 +163,8 @@ func RunPDD(ctx context.Context, o PDDOptions) (*PDDResult, error) {
 	t1 := time.Now()
 	slog.Info("simulate pdd: query pool loaded", "instances", len(pool.inst), "distinct_queries", len(pool.kw),
 		"keywords", o.Keywords.Len(), "took", t1.Sub(t0).Round(time.Millisecond))
-	pop, err := GeneratePopulation(ctx, o.Users, o.Days, o.Seed, pool)
+	ms := Prio3Measurements(o.Prio3Bits, o.Prio3MaxWeights)
+	pop, err := GeneratePopulation(ctx, o.Users, o.Days, o.Seed, pool, ms...)
 	if err != nil {
 		return nil, err
 	}
@@ -162,6 +176,13 @@ func RunPDD(ctx context.Context, o PDDOptions) (*PDDResult, error) {
 		return nil, err
 	}
 	r.Instances, r.Queries = len(pool.inst), len(pool.kw)
+	r.Length = o.Keywords.Len()
+	r.Prio3Bytes = map[Prio3Measurement]int{}
+	for _, m := range ms {
+		if r.Prio3Bytes[m], err = Prio3UploadBytes(m, r.Length); err != nil {
+			return nil, err
+		}
+	}
 	r.LoadTime, r.GenerateTime, r.EvaluateTime = t1.Sub(t0), t2.Sub(t1), time.Since(t2)
 	slog.Info("simulate pdd: grid evaluated", "configurations", len(r.Points), "rounds", fmt.Sprintf("%d..%d", r.FirstRound, r.LastRound),
 		"took", r.EvaluateTime.Round(time.Millisecond))
@@ -250,6 +271,9 @@ type Population struct {
 	cum         []uint16  // u*(Days+1) + d: active days in [0, d)
 	activeOn    [][]int32 // per day, active users ascending
 	dayNNZ      []int64   // per day, Σ_u nnz(u, d)
+	searches    []uint8   // u*Days + d: searches drawn (GeneratePopulation only), at most 255
+	prio3       []Prio3Measurement
+	prio3Err    prio3Acc // per measurement, day and arrival bucket: summed relative error
 }
 
 // NewPopulation builds a population from an activity matrix active[u][d]
@@ -339,6 +363,15 @@ func (p *Population) Active(u, d int) bool { return p.active(u, d) }
 // NNZ returns nnz(u, d).
 func (p *Population) NNZ(u, d int) int { return int(p.nnz[u*p.Days+d]) }
 
+// Searches returns the number of searches user u drew on day d (0 for a
+// population not drawn by GeneratePopulation).
+func (p *Population) Searches(u, d int) int {
+	if p.searches == nil {
+		return 0
+	}
+	return int(p.searches[u*p.Days+d])
+}
+
 // expSource adapts a math/rand/v2 PCG to the golang.org/x/exp/rand.Source
 // that gonum's distuv samplers take, so one seeded stream feeds everything.
 type expSource struct{ pcg *rand.PCG }
@@ -347,11 +380,13 @@ func (s expSource) Uint64() uint64   { return s.pcg.Uint64() }
 func (s expSource) Seed(seed uint64) { s.pcg.Seed(seed, 0) }
 
 // GeneratePopulation draws users × days of activity and keyword counts from
-// the PDD §4.1 model (package comment) with queries from pool. User u's
-// draws come from its own stream PCG(seed, u), so the result does not
-// depend on the number of workers. Errors: days out of 2..65535, users < 1,
+// the PDD §4.1 model (package comment) with queries from pool, and scores
+// each client-day's counts under the Prio3 measurements ms (clipping,
+// presence; no draw depends on ms). User u's draws come from its own
+// stream PCG(seed, u), so the result does not depend on the number of
+// workers. Errors: days out of 2..65535, users < 1, an invalid measurement,
 // cancelled ctx.
-func GeneratePopulation(ctx context.Context, users, days int, seed uint64, pool *QueryPool) (*Population, error) {
+func GeneratePopulation(ctx context.Context, users, days int, seed uint64, pool *QueryPool, ms ...Prio3Measurement) (*Population, error) {
 	p, err := newPopulation(users, days)
 	if err != nil {
 		return nil, err
@@ -359,6 +394,15 @@ func GeneratePopulation(ctx context.Context, users, days int, seed uint64, pool 
 	if pool == nil || len(pool.inst) == 0 {
 		return nil, fmt.Errorf("simulate pdd: empty query pool")
 	}
+	for _, m := range ms {
+		if err := m.validate(); err != nil {
+			return nil, err
+		}
+	}
+	p.searches = make([]uint8, users*days)
+	p.prio3 = ms
+	p.prio3Err = newPrio3Acc(len(ms), days)
+	var accMu sync.Mutex
 	maxKW := int32(0)
 	for _, kws := range pool.kw {
 		for _, k := range kws {
@@ -375,6 +419,15 @@ func GeneratePopulation(ctx context.Context, users, days int, seed uint64, pool 
 			nnz := make([]int32, days)
 			perm := make([]int, days)
 			mark := make([]uint32, maxKW)
+			count := make([]int32, maxKW)
+			var entries []kwCount
+			nextAfter := make([]int, days+1)
+			acc := newPrio3Acc(len(ms), days)
+			defer func() {
+				accMu.Lock()
+				p.prio3Err.add(acc)
+				accMu.Unlock()
+			}()
 			stamp := uint32(0)
 			for {
 				if ctx.Err() != nil {
@@ -403,6 +456,13 @@ func GeneratePopulation(ctx context.Context, users, days int, seed uint64, pool 
 						perm[i], perm[j] = perm[j], perm[i]
 						active[perm[i]] = true
 					}
+					nextAfter[days] = days
+					for d := days - 1; d >= 0; d-- {
+						nextAfter[d] = nextAfter[d+1]
+						if active[d] {
+							nextAfter[d] = d
+						}
+					}
 					for d := range days {
 						if !active[d] {
 							continue
@@ -413,13 +473,24 @@ func GeneratePopulation(ctx context.Context, users, days int, seed uint64, pool 
 							clear(mark)
 							stamp = 1
 						}
+						p.searches[u*days+d] = uint8(min(n, 255))
+						entries = entries[:0]
 						for range n {
 							for _, k := range pool.kw[pool.inst[rng.IntN(len(pool.inst))]] {
 								if mark[k] != stamp {
 									mark[k] = stamp
+									count[k] = 0
 									nnz[d]++
+									entries = append(entries, kwCount{k: k})
 								}
+								count[k]++
 							}
+						}
+						if len(ms) > 0 && len(entries) > 0 {
+							for i := range entries {
+								entries[i].c = count[entries[i].k]
+							}
+							acc.addDay(ms, d, gapBucket(d, nextAfter[d+1], days), entries)
 						}
 					}
 					p.setUser(u, active, nnz)
@@ -463,6 +534,13 @@ func (p *Population) evaluate(ctx context.Context, g PDDGrid, seed uint64, order
 	if err != nil {
 		return nil, err
 	}
+	if len(p.prio3) > 0 {
+		for _, d := range g.Delays {
+			if d+1 > MaxPrio3Grace {
+				return nil, fmt.Errorf("simulate pdd: delay %d: the Prio3 rows score graces up to %d days; use delays ≤ %d", d, MaxPrio3Grace, MaxPrio3Grace-1)
+			}
+		}
+	}
 	e := p.newEvaluation(g, seed, last)
 	start := time.Now()
 	logged := start
@@ -478,7 +556,9 @@ func (p *Population) evaluate(ctx context.Context, g PDDGrid, seed uint64, order
 			slog.Info("simulate pdd: evaluating", "round", s, "last", last, "elapsed", time.Since(start).Round(time.Millisecond))
 		}
 	}
-	return e.finish(), nil
+	r := e.finish()
+	r.Prio3 = p.prio3Points(g, last)
+	return r, nil
 }
 
 // lastRound is the last round scored: every delay of g and the recovery
