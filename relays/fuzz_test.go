@@ -39,13 +39,14 @@ func FuzzClassify(f *testing.F) {
 	f.Add(seal(onion.Hop{Kind: onion.HopRelay, Subject: protocol.RelaySubject("a")}, []byte("inner")))
 	f.Add(seal(onion.Hop{Kind: onion.HopKafka, Key: []byte{1, 2}}, []byte("inner")))
 	f.Add(seal(onion.Hop{Kind: onion.HopKafkaVectors, Key: []byte("c/1/2")}, []byte("inner")))
+	f.Add(seal(onion.Hop{Kind: onion.HopKafkaPrio3, Key: []byte("campaign")}, []byte("upload")))
 	f.Add(seal(onion.Hop{Kind: onion.HopDeliver}, []byte("report")))
 	f.Add(seal(onion.Hop{Kind: onion.HopRelay, Subject: "crowdlog.relay.>"}, nil))
 	f.Add([]byte{})
 	f.Add([]byte{protocol.Version, 1})
 	f.Add(make([]byte, 100))
-	ra := &Relay{Name: "a", Keys: []*onion.KeyPair{k}, Kafka: nilWriter{}, Vectors: nilWriter{}}
-	rb := &Relay{Name: "b", Keys: []*onion.KeyPair{k}, Kafka: nilWriter{}, Vectors: nilWriter{}}
+	ra := &Relay{Name: "a", Keys: []*onion.KeyPair{k}, Kafka: nilWriter{}, Vectors: nilWriter{}, Prio3: nilWriter{}}
+	rb := &Relay{Name: "b", Keys: []*onion.KeyPair{k}, Kafka: nilWriter{}, Vectors: nilWriter{}, Prio3: nilWriter{}}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _, _ = onion.Peel(ra.Keys, data) // must not panic
 		it := &item{m: fakeMsg{data: data}}
@@ -55,7 +56,7 @@ func FuzzClassify(f *testing.F) {
 		}
 		it = &item{m: fakeMsg{data: data}}
 		rb.peel(it)
-		if it.reason == keep && it.hop.Kind != onion.HopKafka && it.hop.Kind != onion.HopKafkaVectors {
+		if it.reason == keep && it.hop.Kind != onion.HopKafka && it.hop.Kind != onion.HopKafkaVectors && it.hop.Kind != onion.HopKafkaPrio3 {
 			t.Fatalf("relay b kept hop kind %d (%q); only Kafka is allowed", it.hop.Kind, it.hop.Subject)
 		}
 	})

@@ -49,6 +49,12 @@ const produceBatchSize = 1024
 // Kafka's default max.message.bytes of 1,048,588.
 const maxBatchBytes = 1_000_000
 
+// prio3BatchBytes bounds one produce batch of the Prio3 uploads writer: it
+// holds one upload of the largest size class (onion.MaxLayer bytes plus the
+// key and record framing) and stays under the 2 MiB max.message.bytes that
+// `crowdlog topics` gives topic prio3-uploads (infra/kafka.TopicMaxMessageBytes).
+const prio3BatchBytes = 2_000_000
+
 // New builds a relay service connected to js and Kafka.
 func New(ctx context.Context, js jetstream.JetStream, o Config, log *slog.Logger) (*Relay, func(), error) {
 	var keys []*onion.KeyPair
@@ -78,8 +84,12 @@ func New(ctx context.Context, js jetstream.JetStream, o Config, log *slog.Logger
 	vw := &kafka.Writer{Addr: kafka.TCP(o.Kafka...), Topic: protocol.VectorsTopic, Transport: infrakafka.Transport(ctx),
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
 		BatchSize: produceBatchSize, BatchBytes: maxBatchBytes}
-	r := &Relay{Name: o.Name, Keys: keys, JS: js, Kafka: w, Vectors: vw, BatchSize: o.BatchSize,
+	// Prio3 uploads (HopKafkaPrio3), keyed by campaign
+	pw := &kafka.Writer{Addr: kafka.TCP(o.Kafka...), Topic: protocol.Prio3UploadsTopic, Transport: infrakafka.Transport(ctx),
+		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
+		BatchSize: produceBatchSize, BatchBytes: prio3BatchBytes}
+	r := &Relay{Name: o.Name, Keys: keys, JS: js, Kafka: w, Vectors: vw, Prio3: pw, BatchSize: o.BatchSize,
 		BatchTimeout: o.BatchTimeout, AckWait: o.AckWait, PoolSize: o.PoolSize, PoolTimeout: o.PoolTimeout,
 		Next: o.Next, Logger: log, Stats: &Stats{}}
-	return r, func() { w.Close(); vw.Close() }, nil
+	return r, func() { w.Close(); vw.Close(); pw.Close() }, nil
 }

@@ -140,13 +140,21 @@ type Relay struct {
 	// blinded vectors, Kafka topic "vectors"); nil drops them as wrong_hop.
 	Vectors KafkaWriter
 
+	// Prio3 is where the relay produces HopKafkaPrio3 layers (Prio3
+	// uploads, already sealed to the leader, Kafka topic
+	// protocol.Prio3UploadsTopic, key = the hop key, the campaign); nil
+	// drops them as wrong_hop. Its writer's BatchBytes must hold one
+	// upload (up to onion.MaxLayer bytes).
+	Prio3 KafkaWriter
+
 	// Next is this relay's place on the route client → a → b → Kafka: the
 	// name of the relay it forwards to, or LastHop for the route's last
 	// relay, which produces to Kafka only. A relay refuses (drops as
 	// "wrong_hop") every layer whose next hop is not the route's next
 	// role: a relay with a Next forwards HopRelay layers to
 	// RelaySubject(Next) only, never to Kafka; the last relay forwards
-	// HopKafka and HopKafkaVectors layers only, never to a relay. Without
+	// HopKafka, HopKafkaVectors and HopKafkaPrio3 layers only, never to a
+	// relay. Without
 	// this rule an onion of alternating relay-a/relay-b layers made the
 	// relays peel one layer per hop, as many as fit into
 	// onion.MaxLayer, for one published message (amplification). ""
@@ -208,7 +216,8 @@ type item struct {
 // Nats-Msg-Id of MsgID(inner) for deduplication; HopKafka: one
 // WriteMessages call per batch, Key = the hop key's first
 // onion.ReportKeyLen bytes (see reportKey), Value = inner layer, no
-// headers), and acknowledge each message only after its forward succeeded.
+// headers; HopKafkaVectors and HopKafkaPrio3 likewise to Vectors and Prio3
+// with the whole hop key), and acknowledge each message only after its forward succeeded.
 // Failed forwards are Nak'ed with NakDelay and logged without contents.
 // While it runs, the relay also announces its key ids and public keys on
 // KeysSubject(Name) (clients ask with ingest.FetchRelayKeys).
@@ -549,10 +558,14 @@ func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *m
 	}
 	var pubs []pending
 	var pubErr error
-	var kafkaItems, vectorItems []*item
+	var kafkaItems, vectorItems, prio3Items []*item
 	for _, it := range good {
 		if it.hop.Kind == onion.HopKafkaVectors {
 			vectorItems = append(vectorItems, it)
+			continue
+		}
+		if it.hop.Kind == onion.HopKafkaPrio3 {
+			prio3Items = append(prio3Items, it)
 			continue
 		}
 		if it.hop.Kind == onion.HopKafka {
@@ -590,6 +603,19 @@ func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *m
 		}
 		if err := r.Vectors.WriteMessages(fctx, msgs...); err == nil {
 			for _, it := range vectorItems {
+				it.ok = true
+			}
+		} else {
+			kafkaErr = err
+		}
+	}
+	if len(prio3Items) > 0 {
+		msgs := make([]kafka.Message, len(prio3Items))
+		for i, it := range prio3Items {
+			msgs[i] = kafka.Message{Key: it.hop.Key, Value: it.inner}
+		}
+		if err := r.Prio3.WriteMessages(fctx, msgs...); err == nil {
+			for _, it := range prio3Items {
 				it.ok = true
 			}
 		} else {
@@ -709,6 +735,10 @@ func (r *Relay) peel(it *item) {
 			}
 		case onion.HopKafkaVectors: // only from the last relay
 			if next != "" || r.Vectors == nil {
+				it.reason = dropWrongHop
+			}
+		case onion.HopKafkaPrio3: // only from the last relay
+			if next != "" || r.Prio3 == nil {
 				it.reason = dropWrongHop
 			}
 		case onion.HopKafka: // only from the last relay

@@ -28,7 +28,8 @@ type Stats struct {
 	// WrongHop counts dropped layers whose instruction a relay must not
 	// follow: HopDeliver, a HopRelay layer at the last relay or naming any
 	// subject but the route's next relay (Relay.Next), or HopKafka /
-	// HopKafkaVectors at a relay that is not the last or has no writer.
+	// HopKafkaVectors / HopKafkaPrio3 at a relay that is not the last or
+	// has no writer.
 	WrongHop atomic.Uint64
 	// Replay counts dropped layers this process had already forwarded (or
 	// was forwarding) within the replay window: same HPKE encapsulated key.
