@@ -10,6 +10,7 @@ import (
 	"github.com/crowdlog/crowdlog/coordinator"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 	pddrelease "github.com/crowdlog/crowdlog/release/pdd"
+	prio3release "github.com/crowdlog/crowdlog/release/prio3"
 )
 
 func pddCmd() *cobra.Command {
@@ -86,15 +87,27 @@ func coordinatorAdvanceCmd() *cobra.Command {
 
 func releasePDDCmd() *cobra.Command {
 	o := pddrelease.DefaultOptions()
+	p := prio3release.DefaultOptions()
 	var metricsAddr string
 	c := &cobra.Command{
-		Use:   "release-pdd [--kafka ADDR] [--clickhouse ADDR]",
+		Use:   "release-pdd [--mode groups|prio3] [--kafka ADDR] [--clickhouse ADDR]",
 		Short: "Run the PDD release stage: daily keyword counts and confidence into ClickHouse",
-		Long:  pddrelease.Help,
+		Long:  pddrelease.Help + "\n\n" + prio3release.Help,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := p.Validate(); err != nil {
+				return err
+			}
 			if err := requireWriterLogin(cmd, "crowdlog release-pdd"); err != nil {
 				return err
+			}
+			if p.Mode == prio3release.ModePrio3 {
+				st, w, err := p.New(cmd.Context(), o, logger())
+				if err != nil {
+					return err
+				}
+				defer w.Close()
+				return serveRole(cmd.Context(), metricsAddr, st.Register, st.Run, kafkaCheck(cmd.Context(), o.Kafka), clickhouseCheck(w.Ping))
 			}
 			st, w, err := o.New(cmd.Context(), logger())
 			if err != nil {
@@ -105,6 +118,7 @@ func releasePDDCmd() *cobra.Command {
 		},
 	}
 	o.AddFlags(c.Flags())
+	p.AddFlags(c.Flags())
 	addMetricsFlag(c, &metricsAddr)
 	return c
 }

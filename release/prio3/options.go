@@ -43,9 +43,10 @@ type Options struct {
 }
 
 // DefaultOptions returns the options without flags: groups mode; for
-// prio3, SumVec with DefaultBits.
+// prio3, SumVec with DefaultBits and the collector key of the keys
+// directory "keys" (keydir role prio3-collector).
 func DefaultOptions() Options {
-	return Options{Mode: ModeGroups, Kind: KindSumVec, Bits: p3.DefaultBits}
+	return Options{Mode: ModeGroups, Kind: KindSumVec, Bits: p3.DefaultBits, CollectorKey: "keys/" + keydir.Prio3CollectorKey}
 }
 
 // AddFlags adds --mode and the Prio3-mode flags to f, filling o.
