@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/pflag"
 )
@@ -215,7 +216,7 @@ type NKeyOptions struct {
 
 // AddFlags adds --role and --dir (default "keys") to f.
 func (o *NKeyOptions) AddFlags(f *pflag.FlagSet) {
-	f.StringVar(&o.Role, "role", "", "the role: one of client, relay-a, relay-b, randomness, issuer, coordinator, aggregator, operator")
+	f.StringVar(&o.Role, "role", "", "the role: one of "+roleList())
 	f.StringVar(&o.Dir, "dir", "keys", "directory to write the seed and public key to")
 }
 
@@ -243,4 +244,13 @@ func WriteNKey(w io.Writer, dir string, r Role) error {
 	}
 	fmt.Fprintf(w, "%s: seed %s (secret), public key %s: %s\n", r, filepath.Join(dir, SeedFile(r)), filepath.Join(dir, PublicFile(r)), pub)
 	return nil
+}
+
+// roleList is Roles as "client, relay-a, …".
+func roleList() string {
+	names := make([]string, len(Roles))
+	for i, r := range Roles {
+		names[i] = string(r)
+	}
+	return strings.Join(names, ", ")
 }

@@ -173,6 +173,10 @@ func (c ServerConfig) Text() (string, error) {
 				return fmt.Errorf("natsauth: role %s: %q is not a public user NKey (want U… from crowdlog nats-config nkey)", r, key)
 			}
 			p, _ := Table(r)
+			if len(p.Publish) == 0 || len(p.Subscribe) == 0 {
+				// nats-server reads "allow: []" as no allow list: everything
+				return fmt.Errorf("natsauth: role %s has an empty publish or subscribe list, which nats-server would read as no restriction (give it at least its own inbox)", r)
+			}
 			fmt.Fprintf(&b, "      # %s\n      {nkey: %s, permissions: {\n        publish: {allow: %s}\n        subscribe: {allow: %s}\n",
 				r, quote(key), list(p.Publish), list(p.Subscribe))
 			if p.Responses {

@@ -79,11 +79,17 @@ const (
 	// stream-admin right: an update can add Sources or RePublish to a
 	// stream and so copy any other stream of the account into it.
 	Admin Role = "admin"
+	// Prio3Leader and Prio3Helper: the two aggregators of PDD's Prio3
+	// mode, each its own operator (aggregate-prio3 --role leader|helper).
+	// The leader asks the helper over NATS (protocol.Prio3HelperSubject);
+	// everything else they do is on Kafka.
+	Prio3Leader Role = "prio3-leader"
+	Prio3Helper Role = "prio3-helper"
 )
 
 // Roles lists every role of Table in a fixed order (the order of the
 // generated configuration).
-var Roles = []Role{Client, RelayA, RelayB, Randomness, Issuer, Coordinator, Aggregator, Operator, Admin}
+var Roles = []Role{Client, RelayA, RelayB, Randomness, Issuer, Coordinator, Aggregator, Operator, Admin, Prio3Leader, Prio3Helper}
 
 // RelayRole returns the role of relay name ("a" → RelayA).
 func RelayRole(name string) Role { return Role("relay-" + name) }
@@ -197,7 +203,15 @@ var clientRequests = []string{
 //   - operator: look the relay stream up, read its consumers, request
 //     crowdlog.pdd.advance and the public-key and relay-key subjects;
 //   - admin: create, update and look up the streams of AdminStreams
-//     (and the JetStream account info), nothing else.
+//     (and the JetStream account info), nothing else;
+//   - prio3-leader: request crowdlog.prio3.helper (replies to its own
+//     inbox), nothing else;
+//   - prio3-helper: answer crowdlog.prio3.helper; it publishes nothing of
+//     its own, and its publish list names only its own inbox because
+//     nats-server reads an empty allow list as no restriction at all.
+//
+// Every row's publish and subscribe lists are non-empty (Text refuses an
+// empty one for that reason).
 //
 // No runtime role may create, update, delete or purge a stream: only
 // Admin, which runs before the roles start.
@@ -250,6 +264,10 @@ func Table(r Role) (p Permissions, ok bool) {
 			pub = append(pub, streamAdmin(s)...)
 		}
 		return Permissions{Publish: append(pub, jsInfo), Subscribe: []string{inbox}}, true
+	case Prio3Leader:
+		return Permissions{Publish: []string{protocol.Prio3HelperSubject}, Subscribe: []string{inbox}}, true
+	case Prio3Helper:
+		return Permissions{Publish: []string{inbox}, Subscribe: []string{protocol.Prio3HelperSubject, inbox}, Responses: true}, true
 	}
 	return Permissions{}, false
 }

@@ -85,6 +85,10 @@ func TestTableEverySubject(t *testing.T) {
 		{"$JS.API.CONSUMER.CREATE." + protocol.RelayStream + ".relay-a." + protocol.RelaySubject("b"), nil, nil},
 		{"$JS.API.CONSUMER.MSG.NEXT." + protocol.RelayStream + ".relay-b", []Role{RelayB}, nil},
 		{"_INBOX.issuer.x", nil, []Role{Issuer}},
+		{protocol.Prio3HelperSubject, []Role{Prio3Leader}, []Role{Prio3Helper}},
+		{"_INBOX.prio3-leader.x", nil, []Role{Prio3Leader}},
+		{"_INBOX.prio3-helper.x", []Role{Prio3Helper}, []Role{Prio3Helper}},
+		{"crowdlog.prio3.>", nil, nil},
 		{"_INBOX.abc", nil, nil},
 	}
 	for _, c := range cases {
@@ -100,8 +104,12 @@ func TestTableEverySubject(t *testing.T) {
 		if r == Client {
 			inbox = InboxPrefix(r) + ".*.>"
 		}
-		if p, _ := Table(r); len(p.Subscribe) == 0 || !slices.Contains(p.Subscribe, inbox) {
+		p, _ := Table(r)
+		if len(p.Subscribe) == 0 || !slices.Contains(p.Subscribe, inbox) {
 			t.Errorf("%s: no subscription to its own inbox", r)
+		}
+		if len(p.Publish) == 0 { // nats-server: an empty allow list allows everything
+			t.Errorf("%s: empty publish list", r)
 		}
 	}
 	if _, ok := Table("mallory"); ok {
