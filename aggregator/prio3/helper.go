@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"time"
 
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 )
@@ -78,7 +79,7 @@ func (h *Helper) aggregate(ev Event) ([]byte, error) {
 	isClosed := closed(&h.cfg, q.Day, ev.Now)
 	for i := range q.Items {
 		it := &q.Items[i]
-		msg, reason := h.prepare(q.Day, vk, keyOK, isClosed, it)
+		msg, reason := h.prepare(ev.Now, q.Day, vk, keyOK, isClosed, it)
 		if reason != "" {
 			h.Stats.reject(reason)
 		}
@@ -89,25 +90,30 @@ func (h *Helper) aggregate(ev Event) ([]byte, error) {
 
 // prepare runs the helper's side of one report and commits it; it returns
 // the prep message or a rejection reason.
-func (h *Helper) prepare(day p3.Day, vk [p3.VerifyKeySize]byte, keyOK, isClosed bool, it *p3.PrepItem) ([]byte, string) {
+func (h *Helper) prepare(now time.Time, day p3.Day, vk [p3.VerifyKeySize]byte, keyOK, isClosed bool, it *p3.PrepItem) ([]byte, string) {
 	h.Stats.Uploads++
+	b := h.batches[day]
+	digest := itemDigest(it)
+	if b != nil && !h.skipReplayCheck {
+		if c, ok := b.ids[it.ID]; ok {
+			if c.digest == digest {
+				// the leader's retry of the same request (a lost answer,
+				// the leader's restart): the same answer, counted once,
+				// also once the batch closed (the report was committed
+				// while it was open)
+				return c.msg, ""
+			}
+			return nil, "replay"
+		}
+	}
 	if !keyOK {
 		return nil, "key_epoch"
 	}
 	if isClosed {
 		return nil, "late"
 	}
-	b := h.batches[day]
-	digest := itemDigest(it)
-	if b != nil && !h.skipReplayCheck {
-		if c, ok := b.ids[it.ID]; ok {
-			if c.digest == digest {
-				// the leader's retry of the same request (after its
-				// restart): the same answer, counted once
-				return c.msg, ""
-			}
-			return nil, "replay"
-		}
+	if future(day, now) {
+		return nil, "future"
 	}
 	share, err := p3.OpenHelperShare(h.cfg.Keys[0], h.cfg.Campaign, day, it.ID, it.PublicShare, it.SealedHelper)
 	for _, k := range h.cfg.Keys[1:] {

@@ -99,6 +99,10 @@ func (l *Leader) upload(ev Event) {
 		l.Stats.reject("late")
 		return
 	}
+	if future(r.Day, ev.Now) {
+		l.Stats.reject("future")
+		return
+	}
 	if !l.skipReplayCheck && (len(l.pending[r.ID]) > 0 || l.committed(r.Day, r.ID)) {
 		l.Stats.reject("replay")
 		return
@@ -113,8 +117,30 @@ func (l *Leader) upload(ev Event) {
 	l.pending[r.ID] = append(l.pending[r.ID], &pending{day: r.Day, public: bytes.Clone(r.PublicShare), sealed: bytes.Clone(r.SealedHelper), state: prep.State, share: prep.Share})
 }
 
-// tick sends every queued report, one AggregateReq per day of at most
-// p3.MaxItems reports (days in order, ids in order).
+// Days returns the days the leader holds reports of, committed or in
+// preparation, in ascending order: the batches a service may collect once
+// closed.
+func (l *Leader) Days() []p3.Day {
+	seen := map[p3.Day]bool{}
+	for d := range l.batches {
+		seen[d] = true
+	}
+	for _, ps := range l.pending {
+		for _, p := range ps {
+			seen[p.day] = true
+		}
+	}
+	return sortedDays(seen)
+}
+
+// itemSize is the encoded size of one PrepItem in an AggregateReq.
+func itemSize(p *pending) int {
+	return p3.NonceSize + 12 + len(p.public) + len(p.sealed) + len(p.share)
+}
+
+// tick sends every queued report: per day (in order, ids in order),
+// AggregateReqs of at most p3.MaxItems reports and Config.MaxRequestBytes
+// encoded bytes each.
 func (l *Leader) tick() ([]Output, error) {
 	type slot struct {
 		id p3.ReportID
@@ -133,12 +159,22 @@ func (l *Leader) tick() ([]Output, error) {
 		days = append(days, d)
 	}
 	sort.Slice(days, func(i, j int) bool { return days[i] < days[j] })
+	limit := l.cfg.MaxRequestBytes
+	if limit <= 0 {
+		limit = DefaultMaxRequestBytes
+	}
+	// version, type, campaign, day, key epoch, item count
+	head := 2 + 1 + len(l.cfg.Campaign) + 12
 	var out []Output
 	for _, d := range days {
 		s := byDay[d]
 		sort.SliceStable(s, func(i, j int) bool { return string(s[i].id[:]) < string(s[j].id[:]) })
 		for len(s) > 0 {
-			n := min(len(s), p3.MaxItems)
+			n, size := 0, head
+			for n < len(s) && n < p3.MaxItems && (n == 0 || size+itemSize(s[n].p) <= limit) {
+				size += itemSize(s[n].p)
+				n++
+			}
 			q := &p3.AggregateReq{Campaign: l.cfg.Campaign, Day: d, KeyEpoch: l.cfg.KeyEpoch}
 			for _, x := range s[:n] {
 				q.Items = append(q.Items, p3.PrepItem{ID: x.id, PublicShare: x.p.public, SealedHelper: x.p.sealed, LeaderPrep: x.p.share})

@@ -53,7 +53,19 @@ type Config struct {
 	// Collector is the release stage's public key the aggregate shares are
 	// sealed to.
 	Collector onion.PublicKey
+	// MaxRequestBytes bounds one encoded AggregateReq (leader): a tick
+	// splits a day's queued reports into requests of at most this many
+	// bytes, so each fits the transport's message limit (NATS
+	// max_payload). 0 means DefaultMaxRequestBytes. A single report larger
+	// than the bound still goes alone.
+	MaxRequestBytes int
 }
+
+// DefaultMaxRequestBytes is the default Config.MaxRequestBytes: 1 MiB,
+// half the 2 MiB NATS max_payload of crowdlog's deployments (about 190
+// reports of a SumVec L = 10,000, b = 4 campaign, whose leader prep share
+// is about 5 KB).
+const DefaultMaxRequestBytes = 1 << 20
 
 // Dest is where an output message goes.
 type Dest byte
@@ -153,6 +165,11 @@ func (b *batch) add(v *p3.VDAF, id p3.ReportID, out *p3.OutShare, c commit) {
 	b.count++
 	b.ids[id] = c
 }
+
+// future reports whether day is after now's next day (UTC): no honest
+// client's clock is that far ahead, and accepting it would open batches
+// nobody collects for days.
+func future(day p3.Day, now time.Time) bool { return day > p3.DayOf(now)+1 }
 
 // closed reports whether day's batch is closed at now.
 func closed(cfg *Config, day p3.Day, now time.Time) bool {

@@ -1,0 +1,41 @@
+package prio3
+
+// Help is the long help of `crowdlog aggregate-prio3`.
+const Help = `aggregate-prio3 runs one of the two aggregators of PDD's Prio3 mode
+(draft-ietf-ppm-dap with a one-round Prio3, draft-irtf-cfrg-vdaf-14): the
+leader or the helper, run by two operators that must not collude. Each
+client uploads once per day per campaign through the onion relays; only
+the sum of both aggregators' shares of a batch (campaign, day) is ever
+revealed, and only to the collector (crowdlog release-pdd --mode prio3).
+
+--role leader reads the uploads from Kafka topic "prio3-uploads" (every
+partition; offsets kept in its snapshot), opens each with its HPKE key
+(KEYS/prio3-leader.key), runs its half of the proof check and sends the
+reports, in requests of at most --max-request-bytes, to the helper over
+NATS request/reply on "crowdlog.prio3.helper" (retried; the helper answers
+a retry idempotently). It refuses uploads of another campaign, of a closed
+day (late), of a day after tomorrow by its clock (future) and report ids it
+has seen (replay). Once its clock passes a day's end + --grace it asks the
+helper for the batch's aggregate share with its report count and checksum
+and writes both shares, sealed to the collector, to Kafka topic
+"prio3-shares" (key CAMPAIGN/DAY).
+
+--role helper answers on "crowdlog.prio3.helper": it opens its input share
+(KEYS/prio3-helper.key), completes the proof check, commits the report
+and answers with the prep message or the reason it rejected the report
+(the leader counts it as helper_REASON). It hands a batch's share only when
+the batch is closed by its own clock, the leader's count and checksum equal
+its own and the batch holds at least --min-batch-size reports.
+
+Both read the verify key file (--verify-key, written by 'crowdlog keys
+prio3-verify'; the same file at both operators only) and snapshot their
+state to --state-dir (the helper before every answer, the leader before
+every request and after every step): a restarted aggregator resumes
+without losing or double-counting a report. Run one process per role and
+campaign. --clock-file replaces the wall clock for log replays and tests:
+the file holds the current time as RFC 3339 and is re-read every step.
+
+Metrics (--metrics): crowdlog_prio3_uploads_total (leader),
+crowdlog_prio3_prepared_total, crowdlog_prio3_rejected_total{reason},
+crowdlog_prio3_collect_refused_total{reason},
+crowdlog_prio3_collected_total, each with role="leader" or "helper".`

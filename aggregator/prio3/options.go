@@ -1,0 +1,304 @@
+package prio3
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/pflag"
+
+	"github.com/crowdlog/crowdlog/infra/config"
+	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/keydir"
+	"github.com/crowdlog/crowdlog/infra/natsauth"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
+	"github.com/crowdlog/crowdlog/ingest/keywords"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+)
+
+// Roles of `crowdlog aggregate-prio3 --role`.
+const (
+	RoleLeader = "leader"
+	RoleHelper = "helper"
+)
+
+// Options are the settings of one Prio3 aggregator process (`crowdlog
+// aggregate-prio3 --role leader|helper`). DefaultOptions gives the
+// defaults; Validate checks what needs no file; Config reads the files;
+// Leader and Helper build the services.
+type Options struct {
+	Role     string // RoleLeader or RoleHelper
+	Campaign string
+	// Measurement: Kind "sumvec" (counts clipped to 2^Bits − 1) or
+	// "presence" (at most MaxWeight keywords per report); the vector
+	// length is the keyword list's (Keywords: a file, "" the embedded
+	// list); Chunk 0 = p3.DefaultChunk.
+	Kind      string
+	Bits      int
+	MaxWeight int
+	Keywords  string
+	Chunk     int
+	// MinBatchSize: the fewest reports a batch is revealed with.
+	MinBatchSize uint64
+	Grace        time.Duration // after a day's end (UTC), its batch still takes reports
+	VerifyKey    string        // the verify key file (keydir.ParseVerifyKeys)
+	KeyEpoch     uint32        // leader: the verify-key epoch to prepare under; 0 = the file's newest
+	// KeysDir is the role's keys directory: the leader's prio3-leader.key
+	// or the helper's prio3-helper.key (with rotated-out ROLE.N.key files,
+	// accepted too) and the collector's public key.
+	KeysDir      string
+	CollectorPub string // the collector's public key file; "" = KeysDir/prio3-collector.key.pub
+	StateDir     string // the snapshot's directory
+	// ClockFile, set, replaces the wall clock: the file holds the current
+	// time as RFC 3339, re-read at every step (log replays and tests).
+	ClockFile       string
+	MaxRequestBytes int           // leader: bound of one AggregateReq
+	RequestTimeout  time.Duration // leader: bound of one helper request
+	NATS            natsconn.Options
+	Kafka           []string // leader: bootstrap brokers
+}
+
+// DefaultOptions returns the options of `crowdlog aggregate-prio3` without
+// flags.
+func DefaultOptions() Options {
+	return Options{Campaign: "pdd", Kind: "sumvec", Bits: p3.DefaultBits, MaxWeight: 100, MinBatchSize: 100,
+		Grace: 2 * time.Hour, KeysDir: "keys", MaxRequestBytes: DefaultMaxRequestBytes, RequestTimeout: DefaultRequestTimeout,
+		Kafka: []string{infrakafka.DefaultBroker}}
+}
+
+// AddFlags adds the flags of `crowdlog aggregate-prio3` (but --metrics) to
+// f, filling o; the values in o are the defaults shown.
+func (o *Options) AddFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.Role, "role", o.Role, "which aggregator this process is: leader or helper (required)")
+	f.StringVar(&o.Campaign, "campaign", o.Campaign, "campaign name (the same at the leader, the helper, the clients and the release stage)")
+	f.StringVar(&o.Kind, "kind", o.Kind, "measurement: sumvec (per keyword the day's count clipped to 2^bits − 1) or presence (per keyword 0/1, at most --max-weight ones)")
+	f.IntVar(&o.Bits, "bits", o.Bits, "sumvec: bits per count (1..16): counts are clipped to 2^bits − 1")
+	f.IntVar(&o.MaxWeight, "max-weight", o.MaxWeight, "presence: the most keywords one report may set")
+	f.StringVar(&o.Keywords, "keywords", o.Keywords, "monitored keyword list, one per line (default: embedded "+keywords.DefaultName+"); its length is the vector length")
+	f.IntVar(&o.Chunk, "chunk", o.Chunk, "FLP chunk length (0: about √(length·bits), the fastest)")
+	f.Uint64Var(&o.MinBatchSize, "min-batch-size", o.MinBatchSize, "fewest reports a day's batch is revealed with (both aggregators refuse smaller batches)")
+	f.DurationVar(&o.Grace, "grace", o.Grace, "after a day's end (UTC) its batch takes reports this long, then closes and is collected")
+	f.StringVar(&o.VerifyKey, "verify-key", o.VerifyKey, "verify key file shared by the leader and the helper only (crowdlog keys prio3-verify)")
+	f.Uint32Var(&o.KeyEpoch, "key-epoch", o.KeyEpoch, "leader: verify-key epoch to prepare under (0: the newest of --verify-key)")
+	f.StringVar(&o.KeysDir, "keys", o.KeysDir, "this role's keys directory (crowdlog keys generate --role prio3-leader or prio3-helper): its HPKE key and the collector's public key")
+	f.StringVar(&o.CollectorPub, "collector-pub", o.CollectorPub, "the collector's public key file (default: KEYS/"+keydir.Prio3CollectorKey+".pub)")
+	f.StringVar(&o.StateDir, "state-dir", o.StateDir, "directory of this aggregator's snapshot (required; one per role and campaign)")
+	f.StringVar(&o.ClockFile, "clock-file", o.ClockFile, "replay clock: a file holding the current time as RFC 3339, re-read at every step, instead of the wall clock (log replays and tests)")
+	f.IntVar(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "leader: bound of one aggregate request to the helper in bytes (below the NATS max_payload)")
+	f.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "leader: bound of one request to the helper (retried)")
+	o.NATS.AddFlags(f, "NATS URL(s), comma-separated: the leader requests, the helper answers on "+"crowdlog.prio3.helper")
+	f.StringSliceVar(&o.Kafka, "kafka", o.Kafka, "leader: Kafka bootstrap brokers, comma-separated")
+}
+
+// Validate checks what needs no file. Errors are config.UsageError.
+func (o *Options) Validate() error {
+	bad := func(format string, args ...any) error { return config.UsageError{Err: fmt.Errorf(format, args...)} }
+	switch {
+	case o.Role != RoleLeader && o.Role != RoleHelper:
+		return bad("--role %q: want leader or helper", o.Role)
+	case o.Campaign == "" || len(o.Campaign) > 64 || strings.ContainsAny(o.Campaign, "/ \t\n"):
+		return bad("--campaign %q: 1-64 characters without '/' or spaces", o.Campaign)
+	case o.Kind != "sumvec" && o.Kind != "presence":
+		return bad("--kind %q: want sumvec or presence", o.Kind)
+	case o.MinBatchSize == 0:
+		return bad("--min-batch-size 0 would reveal single clients' vectors")
+	case o.Grace < 0:
+		return bad("--grace %s: must not be negative", o.Grace)
+	case o.VerifyKey == "":
+		return bad("--verify-key is required (crowdlog keys prio3-verify --out FILE; the same file at the leader and the helper)")
+	case o.StateDir == "":
+		return bad("--state-dir is required (the aggregator's snapshot; without it a restart would count reports twice)")
+	case o.Role == RoleLeader && len(o.Kafka) == 0:
+		return bad("--kafka is required for the leader")
+	case o.MaxRequestBytes < 64<<10:
+		return bad("--max-request-bytes %d: at least 65536", o.MaxRequestBytes)
+	case o.RequestTimeout <= 0:
+		return bad("--request-timeout must be positive")
+	}
+	m := o.measurement(1)
+	if m.Kind == p3.KindSumVec && (m.Bits < 1 || m.Bits > 16) {
+		return bad("--bits %d: want 1..16", m.Bits)
+	}
+	if m.Kind == p3.KindPresence && m.MaxWeight < 1 {
+		return bad("--max-weight %d: want at least 1", m.MaxWeight)
+	}
+	return nil
+}
+
+func (o *Options) measurement(length int) p3.Config {
+	m := p3.Config{Kind: p3.KindSumVec, Length: length, Bits: o.Bits, Chunk: o.Chunk}
+	if o.Kind == "presence" {
+		m = p3.Config{Kind: p3.KindPresence, Length: length, MaxWeight: o.MaxWeight, Chunk: o.Chunk}
+	}
+	return m
+}
+
+// keyFile is the role's HPKE key file name.
+func (o *Options) keyFile() (name, custody string) {
+	if o.Role == RoleLeader {
+		return keydir.Prio3LeaderKey, keydir.RolePrio3Leader
+	}
+	return keydir.Prio3HelperKey, keydir.RolePrio3Helper
+}
+
+// Config validates o and reads the keyword list (its length), the role's
+// HPKE keys (the current one and rotated-out ROLE.N.key files; another
+// role's directory or key is refused, keydir.ErrNotCustodian), the
+// collector's public key and the verify keys. Errors name the flag whose
+// file failed.
+func (o *Options) Config() (Config, error) {
+	if err := o.Validate(); err != nil {
+		return Config{}, err
+	}
+	list, err := keywords.Load(o.Keywords)
+	if err != nil {
+		return Config{}, fmt.Errorf("--keywords: %w", err)
+	}
+	m := o.measurement(list.Len())
+	if err := m.Check(); err != nil {
+		return Config{}, config.UsageError{Err: fmt.Errorf("measurement (--kind, --bits, --max-weight, --chunk, --keywords): %w", err)}
+	}
+	name, custody := o.keyFile()
+	if err := keydir.RequireRole(o.KeysDir, "aggregate-prio3 --role "+o.Role, custody); err != nil {
+		return Config{}, err
+	}
+	paths := []string{filepath.Join(o.KeysDir, name)}
+	old, _ := filepath.Glob(filepath.Join(o.KeysDir, strings.TrimSuffix(name, ".key")+".*.key"))
+	sort.Strings(old)
+	keys, err := keydir.LoadKeyPairs(append(paths, old...))
+	if err != nil {
+		return Config{}, fmt.Errorf("--keys %s: %w (crowdlog keys generate --role %s --keys DIR)", o.KeysDir, err, custody)
+	}
+	cp := o.CollectorPub
+	if cp == "" {
+		cp = filepath.Join(o.KeysDir, keydir.Prio3CollectorKey+".pub")
+	}
+	collector, err := onion.LoadPublicKey(cp)
+	if err != nil {
+		return Config{}, fmt.Errorf("--collector-pub %s: %w (import the collector's public bundle: crowdlog keys import-public)", cp, err)
+	}
+	vks, err := keydir.LoadVerifyKeys(o.VerifyKey)
+	if err != nil {
+		return Config{}, err
+	}
+	epoch := o.KeyEpoch
+	if epoch == 0 {
+		epoch, _ = vks.Newest()
+	}
+	if _, ok := vks[epoch]; !ok && o.Role == RoleLeader {
+		return Config{}, config.UsageError{Err: fmt.Errorf("--key-epoch %d: not in --verify-key %s", epoch, o.VerifyKey)}
+	}
+	return Config{Campaign: o.Campaign, Measurement: m, KeyEpoch: epoch, VerifyKeys: vks, Grace: o.Grace,
+		MinBatchSize: o.MinBatchSize, Keys: keys, Collector: collector, MaxRequestBytes: o.MaxRequestBytes}, nil
+}
+
+// Clock returns the service clock: nil (time.Now) without ClockFile;
+// otherwise a function that reads the file at every call and returns the
+// last time it could read (the file is checked once here: an error when
+// it does not hold an RFC 3339 time).
+func (o *Options) Clock(log *slog.Logger) (func() time.Time, error) {
+	if o.ClockFile == "" {
+		return nil, nil
+	}
+	return ClockFile(o.ClockFile, log)
+}
+
+// ClockFile returns a clock read from path (RFC 3339, surrounding white
+// space ignored) at every call; when a read fails the last good time is
+// returned and the failure logged. It errors when the first read fails.
+func ClockFile(path string, log *slog.Logger) (func() time.Time, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	read := func() (time.Time, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return time.Time{}, err
+		}
+		return time.Parse(time.RFC3339, strings.TrimSpace(string(b)))
+	}
+	last, err := read()
+	if err != nil {
+		return nil, fmt.Errorf("--clock-file %s: %w (write the current time as RFC 3339, e.g. 2006-03-07T12:00:00Z)", path, err)
+	}
+	var mu sync.Mutex
+	return func() time.Time {
+		t, err := read()
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			log.Warn("prio3: clock file unreadable; keeping the last time", "file", path, "err", err)
+			return last
+		}
+		last = t
+		return t
+	}, nil
+}
+
+// natsRole is the NATS credential of the role (natsauth's permission
+// table rows "prio3-leader" and "prio3-helper").
+func (o *Options) natsRole() natsauth.Role { return natsauth.Role("prio3-" + o.Role) }
+
+func (o *Options) connect(connect func() (*nats.Conn, error)) (*nats.Conn, error) {
+	if connect == nil {
+		connect = func() (*nats.Conn, error) {
+			return o.NATS.Connect("crowdlog-aggregate-prio3-"+o.Role, o.natsRole())
+		}
+	}
+	return connect()
+}
+
+// Leader reads the configuration (Config, Clock), connects to NATS
+// (connect; nil: o.NATS as prio3-leader) and builds the leader service.
+// The caller closes the connection after the service ends.
+func (o *Options) Leader(connect func() (*nats.Conn, error), log *slog.Logger) (*LeaderService, *nats.Conn, error) {
+	if o.Role != RoleLeader {
+		return nil, nil, errors.New("aggregate-prio3: Leader needs --role leader")
+	}
+	cfg, now, err := o.configAndClock(log)
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := o.connect(connect)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &LeaderService{Config: cfg, Brokers: o.Kafka, NATS: nc, StateDir: o.StateDir, Now: now, Logger: log,
+		RequestTimeout: o.RequestTimeout}, nc, nil
+}
+
+// Helper is Leader for the helper (NATS credential prio3-helper).
+func (o *Options) Helper(connect func() (*nats.Conn, error), log *slog.Logger) (*HelperService, *nats.Conn, error) {
+	if o.Role != RoleHelper {
+		return nil, nil, errors.New("aggregate-prio3: Helper needs --role helper")
+	}
+	cfg, now, err := o.configAndClock(log)
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := o.connect(connect)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &HelperService{Config: cfg, NATS: nc, StateDir: o.StateDir, Now: now, Logger: log}, nc, nil
+}
+
+func (o *Options) configAndClock(log *slog.Logger) (Config, func() time.Time, error) {
+	cfg, err := o.Config()
+	if err != nil {
+		return Config{}, nil, err
+	}
+	now, err := o.Clock(log)
+	if err != nil {
+		return Config{}, nil, config.UsageError{Err: err}
+	}
+	return cfg, now, nil
+}

@@ -1,0 +1,616 @@
+package prio3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/segmentio/kafka-go"
+
+	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
+	"github.com/crowdlog/crowdlog/infra/retry"
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+)
+
+// The services of Prio3 mode: a LeaderService and a HelperService, each a
+// loop around its pure state machine (read → Apply → write), each
+// restart-safe through a snapshot file in its state directory.
+//
+// Preparation is one synchronous NATS request/reply round per
+// AggregateReq (protocol.Prio3HelperSubject): the helper commits and
+// snapshots before it answers, and answers a retried identical request
+// item with the same prep message (Helper.Apply), so the leader may retry
+// a request whose answer it did not get without counting a report twice
+// (draft-ietf-ppm-dap §4.6: aggregation jobs are idempotent at the helper).
+
+// Defaults of the services' tunables.
+const (
+	DefaultMaxBatch       = 64
+	DefaultMaxWait        = 200 * time.Millisecond
+	DefaultRequestTimeout = time.Minute
+	DefaultAttempts       = 3
+)
+
+// Snapshot file names in a service's state directory.
+const (
+	LeaderStateFile = "prio3-leader.state"
+	HelperStateFile = "prio3-helper.state"
+)
+
+// Metric reasons of the services themselves (beside the state machines'
+// per-report reasons): a message that does not parse or is for another
+// campaign.
+const (
+	ReasonMalformedRequest  = "malformed_request"  // helper: a request it could not handle
+	ReasonMalformedResponse = "malformed_response" // leader: a helper answer it could not apply
+)
+
+// counters is the copy of a role's Stats that metrics read (the state
+// machine's own Stats change only in the service loop).
+type counters struct {
+	mu      sync.Mutex
+	stats   Stats
+	service map[string]uint64 // service-level rejections
+}
+
+func (c *counters) set(s *Stats) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stats = Stats{Uploads: s.Uploads, Prepared: s.Prepared, Collected: s.Collected,
+		Rejected: maps.Clone(s.Rejected), CollectRefused: maps.Clone(s.CollectRefused)}
+}
+
+func (c *counters) count(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.service == nil {
+		c.service = map[string]uint64{}
+	}
+	c.service[reason]++
+}
+
+// Stats returns a copy of the role's counters as of its last step, the
+// service's own rejections (malformed requests or responses) merged into
+// Rejected.
+func (c *counters) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.stats
+	s.Rejected = maps.Clone(s.Rejected)
+	s.CollectRefused = maps.Clone(s.CollectRefused)
+	if s.Rejected == nil {
+		s.Rejected = map[string]uint64{}
+	}
+	if s.CollectRefused == nil {
+		s.CollectRefused = map[string]uint64{}
+	}
+	for k, v := range c.service {
+		s.Rejected[k] += v
+	}
+	return s
+}
+
+func nowFunc(f func() time.Time) func() time.Time {
+	if f == nil {
+		return time.Now
+	}
+	return f
+}
+
+// LeaderService is the leader aggregator process: it reads client uploads
+// from every partition of protocol.Prio3UploadsTopic, prepares them with
+// the helper over NATS (protocol.Prio3HelperSubject), collects each batch
+// once the leader's clock passes the day's end + Config.Grace and writes
+// both aggregate shares to protocol.Prio3SharesTopic (key campaign + "/" +
+// day). One process per campaign: its state is one Leader.
+//
+// Restart safety: the snapshot (StateDir/LeaderStateFile, replaced
+// atomically) holds the Leader's state, the next offset of every partition
+// and the days collected. It is written after a step's uploads are applied
+// and before any request reaches the helper, and again after the answers
+// are applied, so after a crash the leader resumes from the snapshot's
+// offsets: an upload applied before it is not read again, one after it is
+// read again and prepared anew (the same prep share: Prio3's preparation is
+// deterministic), and reports the helper committed but the leader did not
+// are re-sent from its pending state and answered idempotently. A batch
+// collected but not yet recorded is collected again: the shares may be
+// written twice (the same aggregate in another ciphertext); the release
+// stage keeps one pair per (campaign, day).
+type LeaderService struct {
+	Config   Config
+	Brokers  []string
+	NATS     *nats.Conn // requests to the helper
+	StateDir string     // required: the snapshot's directory
+	// Now is the leader's clock (nil: time.Now); read once per step.
+	Now    func() time.Time
+	Logger *slog.Logger
+	// MaxBatch uploads are applied per step (0: DefaultMaxBatch); a step
+	// waits at most MaxWait for them (0: DefaultMaxWait).
+	MaxBatch int
+	MaxWait  time.Duration
+	// RequestTimeout bounds one helper request (0: DefaultRequestTimeout);
+	// Attempts is the tries per request in a step (0: DefaultAttempts)
+	// before the step gives up and the next one retries it.
+	RequestTimeout time.Duration
+	Attempts       int
+
+	counters
+	// Steps counts the loop's completed steps (tests wait on it).
+	Steps atomic.Int64
+	// Shares counts aggregate-share pairs written to the shares topic.
+	Shares atomic.Int64
+}
+
+// upload is one message of the uploads topic.
+type upload struct {
+	partition int
+	offset    int64
+	value     []byte
+}
+
+// leaderRun is one LeaderService.Run's working state.
+type leaderRun struct {
+	s           *LeaderService
+	l           *Leader
+	next        map[int]int64 // partition → next offset to apply
+	done        map[p3.Day]string
+	outstanding [][]byte // AggregateReqs sent but not answered
+	w           *kafka.Writer
+	log         *slog.Logger
+}
+
+// Run serves until ctx ends (nil then) or the state or topic cannot be
+// read (an error saying what to do).
+func (s *LeaderService) Run(ctx context.Context) error {
+	if s.StateDir == "" {
+		return errors.New("prio3 leader: no state directory (--state-dir)")
+	}
+	if s.NATS == nil {
+		return errors.New("prio3 leader: no NATS connection to the helper")
+	}
+	log := s.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("role", "prio3-leader", "campaign", s.Config.Campaign)
+	if err := onion.PrepareKeys(s.Config.Keys); err != nil {
+		return fmt.Errorf("prio3 leader: %w", err)
+	}
+	l, next, done, err := loadLeader(s.StateDir, s.Config)
+	if err != nil {
+		return err
+	}
+	run := &leaderRun{s: s, l: l, next: next, done: done, log: log}
+	s.set(&l.Stats)
+	parts, err := uploadPartitions(ctx, s.Brokers)
+	if err != nil {
+		return err
+	}
+	maxBatch := s.MaxBatch
+	if maxBatch <= 0 {
+		maxBatch = DefaultMaxBatch
+	}
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	in := make(chan upload, maxBatch)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop()
+	for _, p := range parts {
+		from, ok := next[p]
+		if !ok {
+			from = kafka.FirstOffset
+		}
+		wg.Go(func() { s.read(rctx, p, from, in, log) })
+	}
+	run.w = &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: protocol.Prio3SharesTopic, Transport: infrakafka.Transport(ctx),
+		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
+		BatchBytes: 64 << 20, WriteTimeout: 30 * time.Second}
+	defer run.w.Close()
+	log.Info("prio3 leader: serving", "partitions", len(parts), "restored", len(next) > 0)
+	for ctx.Err() == nil {
+		if err := run.step(ctx, in, maxBatch); err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return err
+		}
+		s.Steps.Add(1)
+	}
+	return nil
+}
+
+// uploadPartitions lists the partitions of the uploads topic.
+func uploadPartitions(ctx context.Context, brokers []string) ([]int, error) {
+	if len(brokers) == 0 {
+		return nil, errors.New("prio3 leader: no Kafka brokers (--kafka)")
+	}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := infrakafka.Dialer(ctx).DialContext(dctx, "tcp", brokers[0])
+	if err != nil {
+		return nil, fmt.Errorf("prio3 leader: dial Kafka %s: %w", brokers[0], err)
+	}
+	defer conn.Close()
+	ps, err := conn.ReadPartitions(protocol.Prio3UploadsTopic)
+	if err != nil {
+		return nil, fmt.Errorf("prio3 leader: topic %s: %w (create it with `crowdlog topics`)", protocol.Prio3UploadsTopic, err)
+	}
+	out := make([]int, len(ps))
+	for i, p := range ps {
+		out[i] = p.ID
+	}
+	return out, nil
+}
+
+// read feeds partition's uploads from offset from into in until ctx ends.
+func (s *LeaderService) read(ctx context.Context, partition int, from int64, in chan<- upload, log *slog.Logger) {
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: s.Brokers, Topic: protocol.Prio3UploadsTopic, Partition: partition,
+		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 250 * time.Millisecond, Dialer: infrakafka.Dialer(ctx)})
+	defer r.Close()
+	if err := r.SetOffset(from); err != nil {
+		log.Error("prio3 leader: set offset", "partition", partition, "offset", from, "err", err)
+		return
+	}
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Error("prio3 leader: partition stopped (restart the leader)", "partition", partition, "err", err)
+			}
+			return
+		}
+		select {
+		case in <- upload{partition: m.Partition, offset: m.Offset, value: m.Value}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// fetch returns up to max uploads: it waits up to wait for the first.
+func fetch(ctx context.Context, in <-chan upload, max int, wait time.Duration) []upload {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	var out []upload
+	select {
+	case u := <-in:
+		out = append(out, u)
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return nil
+	}
+	for len(out) < max {
+		select {
+		case u := <-in:
+			out = append(out, u)
+		default:
+			return out
+		}
+	}
+	return out
+}
+
+// step is one pass of the leader's loop.
+func (r *leaderRun) step(ctx context.Context, in <-chan upload, maxBatch int) error {
+	s := r.s
+	wait := s.MaxWait
+	if wait <= 0 {
+		wait = DefaultMaxWait
+	}
+	var batch []upload
+	if len(r.outstanding) == 0 {
+		batch = fetch(ctx, in, maxBatch, wait)
+	} else if err := sleep(ctx, wait); err != nil {
+		return nil
+	}
+	now := nowFunc(s.Now)()
+	for _, u := range batch {
+		// never an error: a dropped upload is counted in Stats.Rejected
+		if _, err := r.l.Apply(Event{Now: now, Kind: EventUpload, Msg: u.value}); err != nil {
+			return fmt.Errorf("prio3 leader: apply upload: %w", err)
+		}
+		r.next[u.partition] = u.offset + 1
+	}
+	outs, err := r.l.Apply(Event{Now: now, Kind: EventTick})
+	if err != nil {
+		return fmt.Errorf("prio3 leader: tick: %w", err)
+	}
+	for _, o := range outs {
+		r.outstanding = append(r.outstanding, o.Msg)
+	}
+	changed := len(batch) > 0 || len(outs) > 0
+	if changed {
+		// before the helper sees a report: what it may commit is in the
+		// leader's pending state on disk
+		if err := r.save(); err != nil {
+			return err
+		}
+	}
+	if len(r.outstanding) > 0 {
+		r.prepare(ctx, now)
+		changed = true
+	}
+	if r.collect(ctx, now) {
+		changed = true
+	}
+	if changed {
+		if err := r.save(); err != nil {
+			return err
+		}
+	}
+	s.set(&r.l.Stats)
+	return nil
+}
+
+// prepare sends the outstanding AggregateReqs and applies the answers; a
+// request without a usable answer stays outstanding for the next step.
+func (r *leaderRun) prepare(ctx context.Context, now time.Time) {
+	var left [][]byte
+	for _, req := range r.outstanding {
+		resp, err := r.s.ask(ctx, req, r.log)
+		if err != nil {
+			r.log.Warn("prio3 leader: the helper did not answer an aggregate request; retrying in the next step", "err", err)
+			left = append(left, req)
+			continue
+		}
+		if _, err := r.l.Apply(Event{Now: now, Kind: EventAggregateResp, Msg: resp}); err != nil {
+			r.s.count(ReasonMalformedResponse)
+			r.log.Error("prio3 leader: unusable aggregate response from the helper; retrying the request in the next step", "err", err)
+			left = append(left, req)
+		}
+	}
+	r.outstanding = left
+}
+
+// collect collects every closed batch not yet done; it reports whether the
+// state changed.
+func (r *leaderRun) collect(ctx context.Context, now time.Time) bool {
+	changed := false
+	for _, day := range r.l.Days() {
+		if _, ok := r.done[day]; ok || !closed(&r.l.cfg, day, now) {
+			continue
+		}
+		outs, err := r.l.Apply(Event{Now: now, Kind: EventCollect, Day: day})
+		switch {
+		case errors.Is(err, ErrInFlight), errors.Is(err, ErrBatchOpen):
+			continue
+		case errors.Is(err, ErrSmallBatch):
+			r.done[day] = "small_batch"
+			r.log.Warn("prio3 leader: batch under the minimum batch size, never revealed", "day", day.String())
+			changed = true
+			continue
+		case err != nil:
+			r.log.Error("prio3 leader: collect", "day", day.String(), "err", err)
+			continue
+		}
+		changed = true
+		resp, err := r.s.ask(ctx, outs[0].Msg, r.log)
+		if err != nil {
+			r.log.Warn("prio3 leader: the helper did not answer a collect request; retrying in the next step", "day", day.String(), "err", err)
+			continue
+		}
+		shares, err := r.l.Apply(Event{Now: now, Kind: EventAggShare, Msg: resp})
+		if errors.Is(err, ErrRefused) {
+			a, _ := p3.ParseAggShare(resp)
+			if a != nil && a.Reason == "batch_open" {
+				r.log.Warn("prio3 leader: the helper's clock still has the batch open; retrying", "day", day.String())
+				continue
+			}
+			r.done[day] = "helper_refused"
+			r.log.Error("prio3 leader: the helper refused the batch's aggregate share; the batch is not released (compare both aggregators' crowdlog_prio3_collect_refused_total)",
+				"day", day.String(), "err", err)
+			continue
+		}
+		if err != nil {
+			r.s.count(ReasonMalformedResponse)
+			r.log.Error("prio3 leader: unusable aggregate share from the helper; retrying in the next step", "day", day.String(), "err", err)
+			continue
+		}
+		key := []byte(r.l.cfg.Campaign + "/" + day.String())
+		msgs := make([]kafka.Message, len(shares))
+		for i, o := range shares {
+			msgs[i] = kafka.Message{Key: key, Value: o.Msg}
+		}
+		if err := retry.Forever(ctx, r.log, "prio3 leader: write "+protocol.Prio3SharesTopic, 100*time.Millisecond, 5*time.Second,
+			func() error { return r.w.WriteMessages(ctx, msgs...) }); err != nil {
+			return changed
+		}
+		r.done[day] = "collected"
+		r.s.Shares.Add(1)
+		count := uint64(0)
+		if a, err := p3.ParseAggShare(shares[0].Msg); err == nil {
+			count = a.Count
+		}
+		r.log.Info("prio3 leader: batch collected", "day", day.String(), "reports", count)
+	}
+	return changed
+}
+
+func (r *leaderRun) save() error {
+	b, err := encodeLeaderFile(r.l, r.next, r.done)
+	if err != nil {
+		return err
+	}
+	return writeState(r.s.StateDir, LeaderStateFile, b)
+}
+
+// ask sends req to the helper and returns its answer: Attempts tries of at
+// most RequestTimeout each, with a growing pause between them.
+func (s *LeaderService) ask(ctx context.Context, req []byte, log *slog.Logger) ([]byte, error) {
+	attempts := s.Attempts
+	if attempts <= 0 {
+		attempts = DefaultAttempts
+	}
+	timeout := s.RequestTimeout
+	if timeout <= 0 {
+		timeout = DefaultRequestTimeout
+	}
+	pause := 100 * time.Millisecond
+	var err error
+	for i := 0; i < attempts; i++ {
+		if i > 0 {
+			log.Debug("prio3 leader: retrying a helper request", "attempt", i+1, "err", err)
+			if sleep(ctx, pause) != nil {
+				return nil, ctx.Err()
+			}
+			pause = min(2*pause, 5*time.Second)
+		}
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		var m *nats.Msg
+		m, err = s.NATS.RequestWithContext(rctx, protocol.Prio3HelperSubject, req)
+		cancel()
+		if err == nil {
+			return m.Data, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+	return nil, fmt.Errorf("no answer on %s after %d attempts of %s: %w (is `crowdlog aggregate-prio3 --role helper` running on this NATS, and may this credential publish there?)",
+		protocol.Prio3HelperSubject, attempts, timeout, err)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// HelperService is the helper aggregator process: it answers the leader's
+// AggregateReq and CollectReq on protocol.Prio3HelperSubject (through
+// natsconn.Respond: replies only to a requester inbox). It snapshots its
+// state (StateDir/HelperStateFile, replaced atomically) before every
+// answer, so whatever the leader learns the helper committed survives the
+// helper's crash. A request that cannot be handled (malformed, another
+// campaign) is counted (ReasonMalformedRequest) and not answered. One
+// process per campaign.
+type HelperService struct {
+	Config   Config
+	NATS     *nats.Conn
+	StateDir string
+	// Now is the helper's clock (nil: time.Now); read once per request.
+	Now    func() time.Time
+	Logger *slog.Logger
+
+	counters
+	// Requests counts requests handled (answered or counted as malformed).
+	Requests atomic.Int64
+	// Ready is closed once the subscription is active (tests wait on it);
+	// nil is fine.
+	Ready chan struct{}
+}
+
+// Run serves until ctx ends (nil then) or the state cannot be read or
+// written (an error).
+func (s *HelperService) Run(ctx context.Context) error {
+	if s.StateDir == "" {
+		return errors.New("prio3 helper: no state directory (--state-dir)")
+	}
+	if s.NATS == nil {
+		return errors.New("prio3 helper: no NATS connection")
+	}
+	log := s.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("role", "prio3-helper", "campaign", s.Config.Campaign)
+	if err := onion.PrepareKeys(s.Config.Keys); err != nil {
+		return fmt.Errorf("prio3 helper: %w", err)
+	}
+	h, err := loadHelper(s.StateDir, s.Config)
+	if err != nil {
+		return err
+	}
+	s.set(&h.Stats)
+	sub, err := s.NATS.SubscribeSync(protocol.Prio3HelperSubject)
+	if err != nil {
+		return fmt.Errorf("prio3 helper: subscribe %s: %w (may this credential subscribe there?)", protocol.Prio3HelperSubject, err)
+	}
+	defer sub.Unsubscribe()
+	// requests reach 1 MiB each (Config.MaxRequestBytes at the leader)
+	if err := sub.SetPendingLimits(1024, 512<<20); err != nil {
+		return err
+	}
+	if err := s.NATS.FlushTimeout(10 * time.Second); err != nil {
+		return fmt.Errorf("prio3 helper: NATS flush: %w", err)
+	}
+	if s.Ready != nil {
+		close(s.Ready)
+	}
+	log.Info("prio3 helper: serving", "subject", protocol.Prio3HelperSubject)
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("prio3 helper: NATS subscription: %w", err)
+		}
+		if err := s.handle(h, m, log); err != nil {
+			return err
+		}
+		s.Requests.Add(1)
+		s.set(&h.Stats)
+	}
+}
+
+// handle applies one request, snapshots and answers; only a failed
+// snapshot is an error.
+func (s *HelperService) handle(h *Helper, m *nats.Msg, log *slog.Logger) error {
+	var kind EventKind
+	if len(m.Data) >= 2 && m.Data[0] == p3.WireVersion {
+		switch m.Data[1] {
+		case 1: // AggregateReq
+			kind = EventAggregateReq
+		case 3: // CollectReq
+			kind = EventCollectReq
+		}
+	}
+	if kind == 0 {
+		s.count(ReasonMalformedRequest)
+		log.Warn("prio3 helper: dropped a request of unknown type", "bytes", len(m.Data))
+		return nil
+	}
+	outs, err := h.Apply(Event{Now: nowFunc(s.Now)(), Kind: kind, Msg: m.Data})
+	if err != nil {
+		s.count(ReasonMalformedRequest)
+		log.Warn("prio3 helper: dropped a request", "err", err)
+		return nil
+	}
+	b, err := h.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	if err := writeState(s.StateDir, HelperStateFile, b); err != nil {
+		return err
+	}
+	if kind == EventCollectReq {
+		if a, err := p3.ParseAggShare(outs[0].Msg); err == nil {
+			if a.Reason != "" {
+				log.Warn("prio3 helper: refused a batch's aggregate share", "day", a.Day.String(), "reason", a.Reason)
+			} else {
+				log.Info("prio3 helper: batch collected", "day", a.Day.String(), "reports", a.Count)
+			}
+		}
+	}
+	if err := natsconn.Respond(m, outs[0].Msg); err != nil {
+		log.Warn("prio3 helper: answer not sent", "err", err)
+	}
+	return nil
+}

@@ -1,0 +1,150 @@
+package prio3
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+)
+
+// TestRequestCap: with Config.MaxRequestBytes set to three reports' worth,
+// a tick over 31 queued reports of one day sends 11 AggregateReqs, each
+// within the bound, together holding every report once; the helper
+// prepares all 31 and the batch totals are the clients' sums.
+func TestRequestCap(t *testing.T) {
+	m := p3.Config{Kind: p3.KindSumVec, Length: 100, Bits: 4}
+	w := newWorld(t, m, 1)
+	day := p3.DayOf(time.Date(2006, 3, 1, 0, 0, 0, 0, time.UTC))
+	now := day.Start().Add(time.Hour)
+	const n = 31
+	cs := make([][]uint64, n)
+	want := make([]int64, m.Length)
+	for i := range cs {
+		cs[i] = make([]uint64, m.Length)
+		cs[i][i%m.Length] = uint64(i % 16)
+		want[i%m.Length] += int64(i % 16)
+	}
+	ups := w.shardAll(t, day, cs)
+	probe, err := NewLeader(w.cfgL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe.Apply(Event{Now: now, Kind: EventUpload, Msg: ups[0]})
+	var one int
+	for _, ps := range probe.pending {
+		one = itemSize(ps[0])
+	}
+	head := 2 + 1 + len(campaign) + 12
+	cfg := w.cfgL
+	cfg.MaxRequestBytes = head + 3*one
+	if w.l, err = NewLeader(cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range ups {
+		w.l.Apply(Event{Now: now, Kind: EventUpload, Msg: u})
+	}
+	outs, err := w.l.Apply(Event{Now: now, Kind: EventTick})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outs) != (n+2)/3 {
+		t.Errorf("%d requests, want %d", len(outs), (n+2)/3)
+	}
+	seen := map[p3.ReportID]int{}
+	for _, o := range outs {
+		if len(o.Msg) > cfg.MaxRequestBytes {
+			t.Errorf("request of %d bytes over the bound %d", len(o.Msg), cfg.MaxRequestBytes)
+		}
+		q, err := p3.ParseAggregateReq(o.Msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range q.Items {
+			seen[it.ID]++
+		}
+	}
+	if len(seen) != n {
+		t.Errorf("%d distinct reports in the requests, want %d", len(seen), n)
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Errorf("report %x in %d requests", id[:4], k)
+		}
+	}
+	if _, err := w.route(now, outs); err != nil {
+		t.Fatal(err)
+	}
+	if w.l.Stats.Prepared != n || w.h.Stats.Prepared != n {
+		t.Fatalf("prepared: leader %d, helper %d, want %d", w.l.Stats.Prepared, w.h.Stats.Prepared, n)
+	}
+	res, err := w.collect(day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if res.Totals[i] != want[i] {
+			t.Fatalf("keyword %d: %d, want %d", i, res.Totals[i], want[i])
+		}
+	}
+}
+
+// TestFutureAndClosedRetry: the leader refuses ("future") an upload for
+// the day after its tomorrow and takes one for tomorrow; the helper refuses
+// an item of a day after its tomorrow; the helper answers a retried
+// request item it committed while the batch was open with the same prep
+// message after the batch closed (counted once), but refuses ("late") a new
+// report of the closed batch.
+func TestFutureAndClosedRetry(t *testing.T) {
+	m := p3.Config{Kind: p3.KindSumVec, Length: 20, Bits: 4}
+	w := newWorld(t, m, 1)
+	today := p3.DayOf(time.Date(2006, 3, 1, 0, 0, 0, 0, time.UTC))
+	now := today.Start().Add(12 * time.Hour)
+	cs := [][]uint64{make([]uint64, m.Length)}
+	for _, d := range []p3.Day{today + 2, today + 1} {
+		w.l.Apply(Event{Now: now, Kind: EventUpload, Msg: w.shardAll(t, d, cs)[0]})
+	}
+	if w.l.Stats.Rejected["future"] != 1 || len(w.l.pending) != 1 {
+		t.Fatalf("leader: rejected %v, %d pending; want 1 future and tomorrow's report pending", w.l.Stats.Rejected, len(w.l.pending))
+	}
+	outs, _ := w.l.Apply(Event{Now: now, Kind: EventTick})
+	if len(outs) != 1 {
+		t.Fatalf("%d requests", len(outs))
+	}
+	// the same request, claimed for the day after tomorrow: refused at the helper
+	q, _ := p3.ParseAggregateReq(outs[0].Msg)
+	q.Day = today + 2
+	fb, _ := q.MarshalBinary()
+	resp, err := w.h.Apply(Event{Now: now, Kind: EventAggregateReq, Msg: fb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := p3.ParseAggregateResp(resp[0].Msg)
+	if r.Results[0].Reason != "future" {
+		t.Fatalf("helper: %q for a report of the day after tomorrow, want future", r.Results[0].Reason)
+	}
+	// committed while open, retried after the close: the same answer
+	first, err := w.h.Apply(Event{Now: now, Kind: EventAggregateReq, Msg: outs[0].Msg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := (today + 1).Start().Add(24*time.Hour + w.cfgH.Grace + time.Minute)
+	again, err := w.h.Apply(Event{Now: after, Kind: EventAggregateReq, Msg: outs[0].Msg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(first[0].Msg, again[0].Msg) || w.h.Stats.Prepared != 1 {
+		t.Fatalf("retry after the close: same answer %v, helper prepared %d (want true, 1)", bytes.Equal(first[0].Msg, again[0].Msg), w.h.Stats.Prepared)
+	}
+	// a new report of the closed batch is late
+	u := w.shardAll(t, today+1, cs)[0]
+	w.l.Apply(Event{Now: now, Kind: EventUpload, Msg: u})
+	late, _ := w.l.Apply(Event{Now: now, Kind: EventTick})
+	resp, err = w.h.Apply(Event{Now: after, Kind: EventAggregateReq, Msg: late[0].Msg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := p3.ParseAggregateResp(resp[0].Msg); r.Results[0].Reason != "late" {
+		t.Fatalf("helper: %q for a new report of a closed batch, want late", r.Results[0].Reason)
+	}
+}
