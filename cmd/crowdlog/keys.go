@@ -13,7 +13,7 @@ const keysDirUsage = "keys directory (--dir: the former spelling)"
 
 func keysCmd() *cobra.Command {
 	c := &cobra.Command{Use: "keys", Short: "Generate, list, rotate and retire relay and aggregator HPKE keys", Long: keydir.KeysHelp}
-	c.AddCommand(keysGenerateCmd(), keysListCmd(), keysRotateCmd(), keysRetireCmd(), keysExportCmd(), keysImportCmd(), keysEnrollCmd())
+	c.AddCommand(keysGenerateCmd(), keysListCmd(), keysRotateCmd(), keysRetireCmd(), keysExportCmd(), keysImportCmd(), keysEnrollCmd(), keysPrio3VerifyCmd())
 	return c
 }
 

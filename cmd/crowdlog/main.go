@@ -117,6 +117,7 @@ reports; 1 any other failure.
 	root.AddCommand(attackCmd())
 	root.AddCommand(reportCmd())
 	root.AddCommand(pddCmd(), coordinatorCmd(), aggregateVectorsCmd(), releasePDDCmd())
+	root.AddCommand(aggregatePrio3Cmd())
 	root.AddCommand(issuerCmd())
 	root.AddCommand(pipelineCmd())
 	root.AddCommand(topicsCmd(), streamsCmd())
