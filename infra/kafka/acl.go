@@ -21,7 +21,8 @@ type Role string
 // clients have no Kafka credential at all.
 const (
 	// RoleRelay is relay b, the last hop: it produces sealed reports to
-	// reports and PDD blinded vectors to vectors.
+	// reports, PDD blinded vectors to vectors and Prio3 uploads to
+	// prio3-uploads.
 	RoleRelay Role = "relay"
 	// RoleAggregator is `crowdlog aggregate` and `crowdlog aggregate
 	// vectors`: reads reports (group crowdlog-aggregator…), writes
@@ -45,15 +46,22 @@ const (
 	// to vectors.
 	RoleCoordinator Role = "coordinator"
 	// RoleRelease is `crowdlog release` and `crowdlog release pdd`: reads
-	// decrypted and group-sums, without a consumer group.
+	// decrypted, group-sums and prio3-shares, without a consumer group.
 	RoleRelease Role = "release"
 	// RoleAuditor is `crowdlog aggregate audit`: reads reports and
 	// decrypted, without a consumer group.
 	RoleAuditor Role = "auditor"
+	// RolePrio3Leader is the leader aggregator of PDD's Prio3 mode
+	// (`crowdlog aggregate-prio3 --role leader`): reads prio3-uploads
+	// partition by partition with the offsets in its own snapshot (no
+	// consumer group) and writes both aggregate shares of a collected
+	// batch to prio3-shares. The helper aggregator has no Kafka credential
+	// (it talks to the leader over NATS only).
+	RolePrio3Leader Role = "prio3-leader"
 )
 
 // Roles lists every Role, in the order of the ACL table.
-var Roles = []Role{RoleRelay, RoleAggregator, RoleScheduler, RoleOperator, RoleCoordinator, RoleRelease, RoleAuditor}
+var Roles = []Role{RoleRelay, RoleAggregator, RoleScheduler, RoleOperator, RoleCoordinator, RoleRelease, RoleAuditor, RolePrio3Leader}
 
 // Grant is one row of the ACL table: Role may do Op on the resource
 // (a topic or a consumer group; Prefixed: every name starting with Name).
@@ -80,6 +88,7 @@ type Grant struct {
 var ACLTable = []Grant{
 	{RoleRelay, kafkago.ResourceTypeTopic, protocol.ReportsTopic, false, kafkago.ACLOperationTypeWrite, "sealed reports of the last hop"},
 	{RoleRelay, kafkago.ResourceTypeTopic, protocol.VectorsTopic, false, kafkago.ACLOperationTypeWrite, "PDD blinded vectors of the last hop"},
+	{RoleRelay, kafkago.ResourceTypeTopic, protocol.Prio3UploadsTopic, false, kafkago.ACLOperationTypeWrite, "Prio3 uploads of the last hop"},
 
 	{RoleAggregator, kafkago.ResourceTypeTopic, protocol.ReportsTopic, false, kafkago.ACLOperationTypeRead, "aggregator: sealed reports"},
 	{RoleAggregator, kafkago.ResourceTypeGroup, "crowdlog-aggregator", true, kafkago.ACLOperationTypeRead, "aggregator: consumer group (--group)"},
@@ -96,9 +105,13 @@ var ACLTable = []Grant{
 
 	{RoleRelease, kafkago.ResourceTypeTopic, protocol.DecryptedTopic, false, kafkago.ACLOperationTypeRead, "release: decrypted reports"},
 	{RoleRelease, kafkago.ResourceTypeTopic, protocol.GroupSumsTopic, false, kafkago.ACLOperationTypeRead, "release pdd: group outcomes"},
+	{RoleRelease, kafkago.ResourceTypeTopic, protocol.Prio3SharesTopic, false, kafkago.ACLOperationTypeRead, "release pdd (prio3): aggregate shares"},
 
 	{RoleAuditor, kafkago.ResourceTypeTopic, protocol.ReportsTopic, false, kafkago.ACLOperationTypeRead, "audit: reports"},
 	{RoleAuditor, kafkago.ResourceTypeTopic, protocol.DecryptedTopic, false, kafkago.ACLOperationTypeRead, "audit: decrypted"},
+
+	{RolePrio3Leader, kafkago.ResourceTypeTopic, protocol.Prio3UploadsTopic, false, kafkago.ACLOperationTypeRead, "prio3 leader: uploads (partitions read directly, offsets in its snapshot; no group)"},
+	{RolePrio3Leader, kafkago.ResourceTypeTopic, protocol.Prio3SharesTopic, false, kafkago.ACLOperationTypeWrite, "prio3 leader: both aggregate shares of a collected batch"},
 }
 
 // GrantsOf returns the rows of ACLTable for role, in table order.

@@ -19,8 +19,8 @@ const DefaultBroker = "127.0.0.1:9092"
 
 // TopicsHelp is the long help of `crowdlog topics`.
 const TopicsHelp = `topics creates the topics "reports", "decrypted", "prio3-uploads" and
-"prio3-shares" on a Kafka cluster with
---partitions partitions (replication min(3, brokers)) and makes them keep
+"prio3-shares" on a Kafka cluster with --partitions partitions
+(replication min(3, brokers)) and makes them keep
 their records at least --retention (retention.ms; a shorter one is raised,
 a longer one kept). With --pipeline FILE both come from the file
 (topics.partitions, topics.retention; a scheduled pipeline's retention is
@@ -34,9 +34,9 @@ kept): a Prio3 upload is up to about 1 MiB, over Kafka's default limit.
 Run it once per cluster before the roles start; it is idempotent.
 
 With --acl ROLE=USER (repeated or comma-separated; roles relay, aggregator,
-scheduler, operator, coordinator, release, auditor) it also creates the
-Kafka ACLs of the role table (docs/operations.md, Kafka ACLs) for each
-role's SASL user: operator is the credential of the epoch jobs
+scheduler, operator, coordinator, release, auditor, prio3-leader) it also
+creates the Kafka ACLs of the role table (docs/operations.md, Kafka ACLs)
+for each role's SASL user: operator is the credential of the epoch jobs
 (open-epoch, close-epoch: Write on "reports" only); scheduler adds that
 Write to an aggregator that runs an epoch schedule (give it the
 aggregator's user, only then). Give this command the admin credential
@@ -75,7 +75,7 @@ func (o *TopicsOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringSliceVar(&o.Brokers, "kafka", o.Brokers, "Kafka bootstrap brokers, comma-separated host:port list")
 	f.IntVar(&o.Partitions, "partitions", o.Partitions, "partitions of each topic when created")
 	f.DurationVar(&o.Retention, "retention", o.Retention, "least time the topics keep their records (0 = leave the broker's default)")
-	f.StringSliceVar(&o.ACLs, "acl", o.ACLs, "ROLE=USER: create the Kafka ACLs of ROLE (relay, aggregator, scheduler, operator, coordinator, release, auditor) for SASL user USER; repeatable")
+	f.StringSliceVar(&o.ACLs, "acl", o.ACLs, "ROLE=USER: create the Kafka ACLs of ROLE (relay, aggregator, scheduler, operator, coordinator, release, auditor, prio3-leader) for SASL user USER; repeatable")
 	f.StringVarP(&o.PipelineFile, "pipeline", "f", "", "pipeline file: topics.partitions and topics.retention from it unless given as flags")
 }
 

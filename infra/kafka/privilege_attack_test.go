@@ -24,10 +24,14 @@ type privilegeOp struct {
 
 func (o privilegeOp) String() string { return o.kind + " " + o.name }
 
+// privilegeTopics are the topics the attack reads and writes.
+var privilegeTopics = []string{protocol.ReportsTopic, protocol.DecryptedTopic, protocol.VectorsTopic, protocol.GroupSumsTopic,
+	protocol.Prio3UploadsTopic, protocol.Prio3SharesTopic}
+
 // privilegeOps are every operation the attack tries.
 func privilegeOps() []privilegeOp {
 	var ops []privilegeOp
-	for _, t := range []string{protocol.ReportsTopic, protocol.DecryptedTopic, protocol.VectorsTopic, protocol.GroupSumsTopic} {
+	for _, t := range privilegeTopics {
 		ops = append(ops, privilegeOp{"read", t}, privilegeOp{"write", t})
 	}
 	for _, g := range []string{"crowdlog-aggregator", "crowdlog-vectors", "crowdlog-release"} {
@@ -41,16 +45,17 @@ func privilegeOps() []privilegeOp {
 // operations ("read T", "write T", "group G") its code paths use. A row
 // of ACLTable beyond it is what the attack finds.
 var leastPrivilege = map[string][]string{
-	"relay": {"write reports", "write vectors"},
+	"relay": {"write reports", "write vectors", "write prio3-uploads"},
 	"aggregator": {"read reports", "group crowdlog-aggregator", "write decrypted",
 		"read vectors", "group crowdlog-vectors", "write group-sums"},
 	"aggregator+schedule": {"read reports", "group crowdlog-aggregator", "write decrypted",
 		"read vectors", "group crowdlog-vectors", "write group-sums", "write reports"},
-	"operator":    {"write reports"},
-	"coordinator": {"write vectors"},
-	"release":     {"read decrypted", "read group-sums"},
-	"auditor":     {"read reports", "read decrypted"},
-	"client":      nil,
+	"operator":     {"write reports"},
+	"coordinator":  {"write vectors"},
+	"release":      {"read decrypted", "read group-sums", "read prio3-shares"},
+	"auditor":      {"read reports", "read decrypted"},
+	"prio3-leader": {"read prio3-uploads", "write prio3-shares"},
+	"client":       nil,
 }
 
 // tryOp runs op as the Auth of ctx at addr: nil when the broker let it
@@ -121,7 +126,7 @@ func runPrivilege(t *testing.T, ctx context.Context, table []Grant, principals [
 		}
 		return WithAuth(ctx, a)
 	}
-	if err := EnsureTopics(as(admin), b.Addr, 2, protocol.ReportsTopic, protocol.DecryptedTopic, protocol.VectorsTopic, protocol.GroupSumsTopic); err != nil {
+	if err := EnsureTopics(as(admin), b.Addr, 2, privilegeTopics...); err != nil {
 		t.Fatal(err)
 	}
 	forbidden, denied = map[string][]string{}, map[string][]string{}
@@ -144,8 +149,9 @@ func runPrivilege(t *testing.T, ctx context.Context, table []Grant, principals [
 // kfake broker with TLS, SASL/SCRAM and the ACL table, every principal —
 // relay b, the aggregator without and with an epoch schedule, the
 // pipeline operator's epoch jobs, the coordinator, the release, the
-// auditor and a client — tries every operation: Read and Write on
-// reports, decrypted, vectors and group-sums, the coordinator of the
+// auditor, the Prio3 leader and a client — tries every operation: Read
+// and Write on reports, decrypted, vectors, group-sums, prio3-uploads and
+// prio3-shares, the coordinator of the
 // groups crowdlog-aggregator, crowdlog-vectors and crowdlog-release, and
 // creating an ACL. No operation beyond what it needs (leastPrivilege,
 // written out apart from the table) succeeds — the operator writes
@@ -169,6 +175,7 @@ func TestAttackKafkaLeastPrivilege(t *testing.T) {
 		{"coordinator", cred("coordinator"), []Role{RoleCoordinator}},
 		{"release", cred("release"), []Role{RoleRelease}},
 		{"auditor", cred("auditor"), []Role{RoleAuditor}},
+		{"prio3-leader", cred("prio3-leader"), []Role{RolePrio3Leader}},
 		{"client", cred("client-7"), nil},
 	}
 	seed := map[string][]Role{}
@@ -206,8 +213,8 @@ func TestAttackKafkaLeastPrivilege(t *testing.T) {
 		}
 		return n
 	}
-	fmt.Printf("ATTACK kafka-least-privilege: %d of %d operations beyond what a principal needs succeeded (8 principals × %d operations: Read/Write on 4 topics, 3 group coordinators, CreateACLs), %d it needs refused; the aggregator without a schedule wrote reports %d times, the epoch jobs' credential did %d operations beyond Write on reports; control with the table before the operator role (aggregator with Write on reports, epoch jobs as admin): %d forbidden operations succeeded (aggregator wrote reports: %v; epoch jobs as admin: %d of %d)\n",
-		count(forbidden), 8*ops, ops, count(denied), len(forbidden["aggregator"]), len(forbidden["operator"]),
+	fmt.Printf("ATTACK kafka-least-privilege: %d of %d operations beyond what a principal needs succeeded (%d principals × %d operations: Read/Write on %d topics, 3 group coordinators, CreateACLs), %d it needs refused; the aggregator without a schedule wrote reports %d times, the epoch jobs' credential did %d operations beyond Write on reports; control with the table before the operator role (aggregator with Write on reports, epoch jobs as admin): %d forbidden operations succeeded (aggregator wrote reports: %v; epoch jobs as admin: %d of %d)\n",
+		count(forbidden), len(fixed)*ops, len(fixed), ops, len(privilegeTopics), count(denied), len(forbidden["aggregator"]), len(forbidden["operator"]),
 		count(cforbidden), slices.Contains(cforbidden["aggregator"], "write "+protocol.ReportsTopic), len(cforbidden["operator"]), ops-1)
 	if count(forbidden) != 0 {
 		t.Errorf("operations outside a principal's row succeeded: %v", forbidden)
