@@ -16,11 +16,14 @@ import (
 func pddCmd() *cobra.Command {
 	var cfg runner.PDDConfig
 	c := &cobra.Command{
-		Use:   "pdd --input LOG [--group-size 100] [--delay 2] [--export OUT.tsv]",
-		Short: "Run Private Data Donor mode: daily keyword counts summed over blinded groups",
+		Use:   "pdd --input LOG [--mode groups|prio3] [--group-size 100] [--delay 2] [--export OUT.tsv]",
+		Short: "Run Private Data Donor mode: daily keyword counts over blinded groups, or over two Prio3 aggregators",
 		Long:  runner.PDDHelp,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cfg.Complete(cmd.Flags()); err != nil {
+				return err
+			}
 			if err := checkLocalServices(cmd, cfg.Kafka, cfg.ClickHouse); err != nil {
 				return err
 			}

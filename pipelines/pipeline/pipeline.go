@@ -51,6 +51,32 @@ type Pipeline struct {
 	Tokens Tokens `yaml:"tokens,omitempty"`
 	// Topics shape the Kafka topics the pipeline creates.
 	Topics Topics `yaml:"topics,omitempty"`
+	// PDD is the keyword-count campaign of `crowdlog pdd --pipeline FILE`.
+	PDD PDD `yaml:"pdd,omitempty"`
+}
+
+// PDD is how a keyword campaign (`crowdlog pdd`, docs/pdd.md) is counted.
+type PDD struct {
+	// Mode is groups (default: blinded groups with dropout recovery, one
+	// aggregator) or prio3 (a leader and a helper aggregator, the Prio3
+	// VDAF; no groups).
+	Mode string `yaml:"mode,omitempty"`
+	// GroupSize (groups): clients per group (default 100).
+	GroupSize int `yaml:"group_size,omitempty"`
+	// Measurement (prio3): counts (default: per keyword the day's count
+	// clipped to 2^bits − 1) or presence (per keyword 0/1, at most
+	// max_weight keywords per client and day).
+	Measurement string `yaml:"measurement,omitempty"`
+	// Bits (prio3 counts): 1..16 (default 4: counts clipped to 15).
+	Bits int `yaml:"bits,omitempty"`
+	// MaxWeight (prio3 presence): the most keywords a client reports per
+	// day; required for presence.
+	MaxWeight int `yaml:"max_weight,omitempty"`
+	// Chunk (prio3): the proof's chunk length (0 = about √(L·bits)).
+	Chunk int `yaml:"chunk,omitempty"`
+	// MinBatchSize (prio3): the fewest reports a day is released with
+	// (default 10).
+	MinBatchSize int `yaml:"min_batch_size,omitempty"`
 }
 
 // App is the mining application (docs/applications.md) and the options
@@ -156,6 +182,15 @@ type Topics struct {
 	// default twice that; without one, 0 = the broker's default.
 	Retention time.Duration `yaml:"retention,omitempty"`
 }
+
+// Defaults of the pdd fields.
+const (
+	DefaultPDDMode      = "groups"
+	DefaultGroupSize    = 100
+	DefaultMeasurement  = "counts"
+	DefaultBits         = 4
+	DefaultMinBatchSize = 10
+)
 
 // Defaults of the optional fields.
 const (
@@ -315,7 +350,72 @@ func (p *Pipeline) Validate() error {
 	if n := p.Topics.Partitions; n < 0 || n > 1024 {
 		return invalid("topics.partitions", "%d: want 1..1024 (0 = %d)", n, DefaultPartitions)
 	}
+	return p.PDD.validate()
+}
+
+// validate checks the pdd section.
+func (q PDD) validate() error {
+	switch q.Mode {
+	case "", "groups":
+		if q.Measurement != "" || q.Bits != 0 || q.MaxWeight != 0 || q.Chunk != 0 || q.MinBatchSize != 0 {
+			return invalid("pdd", "measurement, bits, max_weight, chunk and min_batch_size belong to mode prio3")
+		}
+		if q.GroupSize < 0 {
+			return invalid("pdd.group_size", "%d: want ≥ 2 (0 = %d)", q.GroupSize, DefaultGroupSize)
+		}
+		return nil
+	case "prio3":
+	default:
+		return invalid("pdd.mode", "%q: want groups (default) or prio3", q.Mode)
+	}
+	if q.GroupSize != 0 {
+		return invalid("pdd.group_size", "mode prio3 has no groups; leave it out")
+	}
+	switch q.Measurement {
+	case "", "counts":
+		if q.MaxWeight != 0 {
+			return invalid("pdd.max_weight", "belongs to measurement presence")
+		}
+		if q.Bits < 0 || q.Bits > 16 {
+			return invalid("pdd.bits", "%d: want 1..16 (0 = %d)", q.Bits, DefaultBits)
+		}
+	case "presence":
+		if q.Bits != 0 {
+			return invalid("pdd.bits", "belongs to measurement counts")
+		}
+		if q.MaxWeight < 1 {
+			return invalid("pdd.max_weight", "%d: measurement presence needs the most keywords a client reports per day (≥ 1)", q.MaxWeight)
+		}
+	default:
+		return invalid("pdd.measurement", "%q: want counts (default) or presence", q.Measurement)
+	}
+	if q.Chunk < 0 || q.MinBatchSize < 0 {
+		return invalid("pdd", "chunk %d, min_batch_size %d: want ≥ 0 (0 = the default)", q.Chunk, q.MinBatchSize)
+	}
 	return nil
+}
+
+// Defaults returns q with the defaults of its mode filled in.
+func (q PDD) Defaults() PDD {
+	if q.Mode == "" {
+		q.Mode = DefaultPDDMode
+	}
+	if q.Mode != "prio3" {
+		if q.GroupSize == 0 {
+			q.GroupSize = DefaultGroupSize
+		}
+		return q
+	}
+	if q.Measurement == "" {
+		q.Measurement = DefaultMeasurement
+	}
+	if q.Measurement == "counts" && q.Bits == 0 {
+		q.Bits = DefaultBits
+	}
+	if q.MinBatchSize == 0 {
+		q.MinBatchSize = DefaultMinBatchSize
+	}
+	return q
 }
 
 // AppOptions returns the application's options as apps.Options, validated
@@ -382,6 +482,7 @@ func (p Pipeline) Defaults() Pipeline {
 	if p.Topics.Partitions == 0 {
 		p.Topics.Partitions = DefaultPartitions
 	}
+	p.PDD = p.PDD.Defaults()
 	switch kind, _ := policy.Parse(p.Policy.Kind); kind {
 	case policy.DPa, policy.DPu:
 		if p.Policy.CountShare == 0 {

@@ -113,8 +113,22 @@ Monitored keywords: the google-10000-english list (--keywords FILE for
 another); --blacklist words are never counted by any client (PDD §6.1).
 --dropout skips each ping with that probability, to see recovery at work.
 
-Example:
-  crowdlog pdd --input testdata/aol-top1000.tsv.gz --group-size 50 --delay 2 --max-days 14 --export pdd.tsv`
+--mode prio3 counts the same campaign with two aggregators instead of groups
+(draft-irtf-cfrg-vdaf-14 Prio3, in DAP's layout): each active client uploads
+once per day, through relays a and b to Kafka topic "prio3-uploads", its
+counts clipped to 2^--bits − 1 (or, with --measurement presence, at most
+--max-weight keywords set), split between a leader and a helper with a
+proof that they are in range. The two prepare each report together, sum a
+day's shares and hand both sums to the release stage, which writes the day
+with confidence 1 once it holds at least --min-batch-size reports. A client
+that does not upload costs only its own counts; no recovery round exists.
+The replay runs both aggregators on one clock: every day's batch stays
+open while the clients upload, then closes at once. --pipeline FILE gives
+the mode and measurement from a pipeline file's pdd section.
+
+Examples:
+  crowdlog pdd --input testdata/aol-top1000.tsv.gz --group-size 50 --delay 2 --max-days 14 --export pdd.tsv
+  crowdlog pdd --mode prio3 --input testdata/aol-top1000.tsv.gz --max-days 7 --export pdd.tsv`
 
 // ReleaseHelp is the help of `crowdlog release`.
 const ReleaseHelp = `release reads topic "decrypted", drops duplicate reports (at-least-once

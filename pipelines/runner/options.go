@@ -146,13 +146,20 @@ func (o *IngestOptions) Complete(f *pflag.FlagSet) error {
 
 // AddFlags adds the flags of `crowdlog pdd` to f, filling c.
 func (c *PDDConfig) AddFlags(f *pflag.FlagSet) {
+	f.StringVar(&c.Mode, "mode", pipeline.DefaultPDDMode, "groups (blinded groups, one aggregator) or prio3 (leader and helper aggregators, the Prio3 VDAF)")
+	f.StringVar(&c.PipelineFile, "pipeline", "", "pipeline file whose pdd section gives --mode and the measurement (crowdlog pipeline show prints one)")
 	f.StringVar(&c.Input, "input", "", "AOL TSV log (plain or .gz)")
 	f.StringVar(&c.Campaign, "campaign", "pdd", "campaign name")
 	f.StringVar(&c.Keywords, "keywords", "", "monitored keyword list, one per line (default: embedded "+keywords.DefaultName+")")
 	f.StringSliceVar(&c.Blacklist, "blacklist", nil, "keywords no client ever shares (comma-separated)")
 	f.IntVar(&c.MaxUsers, "max-users", 0, "only the first N users of the log (0 = all)")
 	f.IntVar(&c.MaxDays, "max-days", 0, "only the first N days of the log (0 = all)")
-	f.IntVar(&c.GroupSize, "group-size", 100, "clients per group (PDD §4.2)")
+	f.StringVar(&c.Measurement, "measurement", pipeline.DefaultMeasurement, "prio3: counts (per keyword the day's count clipped to 2^bits − 1) or presence (0/1, at most --max-weight keywords)")
+	f.IntVar(&c.Bits, "bits", pipeline.DefaultBits, "prio3 counts: bits per keyword count (clipped to 2^bits − 1)")
+	f.IntVar(&c.MaxWeight, "max-weight", 0, "prio3 presence: the most keywords one client reports per day")
+	f.IntVar(&c.Chunk, "chunk", 0, "prio3: the proof's chunk length (0 = √(L·bits))")
+	f.IntVar(&c.MinBatchSize, "min-batch-size", pipeline.DefaultMinBatchSize, "prio3: the fewest reports a day is released with")
+	f.IntVar(&c.GroupSize, "group-size", pipeline.DefaultGroupSize, "clients per group (PDD §4.2)")
 	f.IntVar(&c.Delay, "delay", 2, "days the aggregator waits for late members (PDD §4.3)")
 	f.IntVar(&c.RecoveryDays, "recovery-days", 1, "days after the delay for survivors' recovery answers")
 	f.BoolVar(&c.Heuristic, "heuristic", false, "group only clients active on ≥ 1/δ of past days (PDD eq. 5)")

@@ -42,12 +42,28 @@ import (
 // clients (one per AnonID) through the coordinator, the relays, the vectors
 // aggregator and the PDD release stage into ClickHouse.
 type PDDConfig struct {
-	Input     string   // AOL TSV log, plain or gzip
-	Campaign  string   // default "pdd"
-	Keywords  string   // keyword list file; "" = the embedded google-10000-english
-	Blacklist []string // keywords every client keeps to itself (PDD §6.1)
-	MaxUsers  int      // only the first MaxUsers AnonIDs (0 = all)
-	MaxDays   int      // only rounds of the first MaxDays days of the log (0 = all)
+	// Mode is ModeGroups (default: blinded groups, one aggregator) or
+	// ModePrio3 (two aggregators, the Prio3 VDAF; no groups).
+	Mode string
+	// PipelineFile, when set, gives Mode and the measurement from a
+	// pipeline file's pdd section (Complete applies it).
+	PipelineFile string
+	Input        string   // AOL TSV log, plain or gzip
+	Campaign     string   // default "pdd"
+	Keywords     string   // keyword list file; "" = the embedded google-10000-english
+	Blacklist    []string // keywords every client keeps to itself (PDD §6.1)
+	MaxUsers     int      // only the first MaxUsers AnonIDs (0 = all)
+	MaxDays      int      // only rounds of the first MaxDays days of the log (0 = all)
+
+	// Prio3 mode's measurement: Measurement MeasureCounts (default; per
+	// keyword the day's count clipped to 2^Bits − 1, Bits default 4) or
+	// MeasurePresence (0/1, at most MaxWeight keywords per client and day);
+	// Chunk the proof's chunk length (0 = protocol/prio3.DefaultChunk);
+	// MinBatchSize the fewest reports a day is released with (default
+	// DefaultMinBatchSize).
+	Measurement            string
+	Bits, MaxWeight, Chunk int
+	MinBatchSize           int
 
 	GroupSize    int  // default 100
 	Delay        int  // δ, days; default 2
@@ -93,10 +109,16 @@ type PDDSummary struct {
 	Released                      []pddrelease.Round
 	AggregatorDropped, RelayDrops int64
 	Elapsed                       time.Duration
+	// Prio3 is set by a Prio3-mode run (the group fields are then zero).
+	Prio3 *Prio3Summary
 }
 
 // Print writes the summary for humans (counts only, never a user's data).
 func (s *PDDSummary) Print(w io.Writer) {
+	if s.Prio3 != nil {
+		s.printPrio3(w)
+		return
+	}
 	fmt.Fprintf(w, "crowdlog pdd: %d clients over %d days (%d rounds released)\n", s.Users, s.Days, s.RoundsReleased)
 	fmt.Fprintf(w, "  pings %d, vectors submitted %d, recovery answers %d\n", s.Pings, s.Submitted, s.Answered)
 	fmt.Fprintf(w, "  groups %d: complete %d, recovered %d, lost %d\n", s.Groups, s.Complete, s.Recovered, s.Lost)
@@ -123,6 +145,9 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 			p.cleanup[i]()
 		}
 	}()
+	if cfg.Mode == ModePrio3 {
+		return runPrio3(ctx, p)
+	}
 	if err := p.prepare(); err != nil {
 		return nil, err
 	}
@@ -192,6 +217,18 @@ func (cfg *PDDConfig) defaults() error {
 	}
 	if cfg.Campaign == "" {
 		cfg.Campaign = "pdd"
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = ModeGroups
+	}
+	switch cfg.Mode {
+	case ModeGroups:
+	case ModePrio3:
+		if err := cfg.prio3Defaults(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("--mode %q: use groups or prio3", cfg.Mode)
 	}
 	if cfg.Online == "" {
 		cfg.Online = "active"
