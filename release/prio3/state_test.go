@@ -268,12 +268,15 @@ func TestNewStateConfig(t *testing.T) {
 }
 
 // FuzzApply: arbitrary topic messages never panic, never release anything
-// without a pair, and are each either dropped or held.
+// without a pair, and are each either dropped or held; after a leader
+// share, one arbitrary message may complete the pair only with a sum of
+// the list's length.
 func FuzzApply(f *testing.F) {
 	ck := genKey(f, 9)
 	rng := rand.New(rand.NewPCG(13, 14))
 	lv, hv := split(rng, []int64{1, 2, 3, 4, 5, 6})
-	f.Add(craft(f, ck.PublicKey(), 0, tCampaign, tDay, 5, 1, lv))
+	leader := craft(f, ck.PublicKey(), 0, tCampaign, tDay, 5, 1, lv)
+	f.Add(leader)
 	f.Add(craft(f, ck.PublicKey(), 1, tCampaign, tDay, 5, 1, hv))
 	f.Add([]byte{p3.WireVersion, 4})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -287,6 +290,12 @@ func FuzzApply(f *testing.F) {
 		}
 		if total(s.Dropped)+s.Accepted != 1 {
 			t.Fatalf("dropped %v accepted %d for one message", s.Dropped, s.Accepted)
+		}
+		// after a valid leader share is held: pairing never panics, and
+		// anything released is a plausible sum of the list's length
+		s.Apply(leader)
+		if b, ok := s.Apply(b); ok && len(b.Totals) != tLen {
+			t.Fatalf("released %d totals for %d keywords", len(b.Totals), tLen)
 		}
 	})
 }
