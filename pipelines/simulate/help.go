@@ -30,7 +30,13 @@ search content drawn from the query instances of --input, counted over the
 monitored keywords. For every group size, delay and mode (pdd, pdd+heuristic,
 recovery, recovery+heuristic) it reports the mean relative error (PDD eq. 4)
 and the confidence (§4.5). One population serves every configuration.
-Writes DIR/pdd.csv and DIR/pdd-*.svg (see docs/pdd-simulation.md).
+On the same population it scores Prio3 mode (no groups: a client's report
+counts iff it is active within grace = δ+1 days after the day; counts
+clipped to 2^b − 1 per --prio3-bits, or presence with at most w keywords
+per --prio3-max-weights): delay, confidence (1), coverage, MRE against the
+raw counts and bytes per client and day beside the groups modes'.
+Writes DIR/pdd.csv, DIR/pdd-modes.csv and DIR/pdd-*.svg (see
+docs/pdd-simulation.md).
 
 Example:
   crowdlog simulate pdd --input testdata/aol-top1000.tsv.gz --out sim`

@@ -89,12 +89,14 @@ func (m Prio3Measurement) relErr(entries []kwCount) int64 {
 		}
 		return e
 	}
-	slices.SortFunc(entries, func(a, b kwCount) int {
-		if a.c != b.c {
-			return cmp.Compare(b.c, a.c)
-		}
-		return cmp.Compare(a.k, b.k)
-	})
+	if len(entries) > m.MaxWeight { // which w the client keeps
+		slices.SortFunc(entries, func(a, b kwCount) int {
+			if a.c != b.c {
+				return cmp.Compare(b.c, a.c)
+			}
+			return cmp.Compare(a.k, b.k)
+		})
+	}
 	for i, x := range entries {
 		if i >= m.MaxWeight {
 			e += errOne

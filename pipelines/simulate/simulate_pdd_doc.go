@@ -43,4 +43,14 @@
 //
 // The population (activity and nnz per user and day) is drawn once and every
 // configuration of the grid is evaluated on it (common random numbers).
+//
+// Prio3 mode (pddprio3.go) is scored on the same population and rounds: a
+// client active on day s reports on its first active day after s, and the
+// report counts iff that day is at most s + grace (grace = δ+1 for each
+// delay δ of the grid, so the same clients drop out as in the groups modes
+// at δ). The client clips its counts (SumVec: 2^b − 1; presence: 0/1 for at
+// most w keywords, the highest counts first). MRE generalizes PDD eq. 4 to
+// the mean over non-zero entries of |c − ĉ|/c; coverage is reports counted /
+// clients active on day s (the groups modes' confidence); the released
+// confidence of a Prio3 batch is 1.
 package simulate
