@@ -215,3 +215,52 @@ func TestRelayCarriesPrio3Upload(t *testing.T) {
 			a.Forwarded, a.Dropped(), a.WrongHop, b.Forwarded, b.Dropped())
 	}
 }
+
+// TestRelayFetchMaxBytes: a relay's fetch stops at FetchMaxBytes whatever
+// BatchSize, so a backlog of Prio3 uploads is not held in memory all at
+// once. Ten layers of the 786,944-byte class wait in relay a's inbox;
+// relay a with FetchMaxBytes 2 MiB (room for two) and PoolSize 1 (every
+// fetch forwarded as its own batch) forwards all ten to relay b's inbox in
+// at least five batches (without the bound it took two).
+// A FetchMaxBytes below MinFetchMaxBytes, which would leave the largest
+// layer unfetchable, is refused.
+func TestRelayFetchMaxBytes(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	inner := make([]byte, 786432)
+	var layers [][]byte
+	for i := 0; i < 10; i++ {
+		inner[0] = byte(i) // distinct layers (the stream deduplicates by content)
+		l, err := onion.SealLayer(e.a.PublicKey(), onion.Hop{Kind: onion.HopRelay, Subject: protocol.RelaySubject("b")}, inner)
+		if err != nil || len(l) != 786944 {
+			t.Fatalf("layer of %d bytes: %v", len(l), err)
+		}
+		layers = append(layers, l)
+	}
+	publishAll(t, &publish.Publisher{JS: e.connect(t), Subject: protocol.RelaySubject("a"), Logger: quiet}, layers, 1)
+
+	bad := e.relayA(t, &relays.Stats{})
+	bad.FetchMaxBytes = relays.MinFetchMaxBytes - 1
+	if err := bad.Run(ctx); err == nil {
+		t.Fatalf("Run with FetchMaxBytes %d: no error", bad.FetchMaxBytes)
+	}
+
+	var st relays.Stats
+	ra := e.relayA(t, &st)
+	ra.FetchMaxBytes, ra.PoolSize = relays.MinFetchMaxBytes, 1
+	run := start(ra)
+	defer run.stop(t)
+	for st.Forwarded.Load() < 10 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("relay a forwarded %d of 10 layers in 1 min (%+v)", st.Forwarded.Load(), st.Snapshot())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	s := st.Snapshot()
+	t.Logf("relay a with FetchMaxBytes 2 MiB: %+v", s)
+	if s.Batches < 5 || s.Dropped() != 0 {
+		t.Fatalf("ten 786,944-byte layers forwarded in %d batches (%d dropped); want at least 5, none dropped", s.Batches, s.Dropped())
+	}
+}

@@ -36,7 +36,18 @@ const (
 	// fetch, a Kafka produce call and its 2 ms batch timeout are paid per
 	// batch. Latency is the same (a fetch returns after BatchTimeout at
 	// most), and a larger fetch forwards larger pools.
-	DefaultBatchSize      = 1024
+	DefaultBatchSize = 1024
+	// DefaultFetchMaxBytes bounds the bytes of one fetch (JetStream's pull
+	// max_bytes): 16 MiB. 1,024 STAR reports (layers of ≤ 1,536 bytes)
+	// are 1.5 MiB and never meet it; 1,024 Prio3 uploads of the
+	// 786,944-byte class would be 806 MB held at once, and twice that once
+	// peeled, so a fetch of those stops at about 21.
+	DefaultFetchMaxBytes = 16 << 20
+	// MinFetchMaxBytes is the least Relay.FetchMaxBytes: 2 MiB, the NATS
+	// max_payload of crowdlog's servers, so that any message the stream
+	// holds (onion.MaxLayer plus headers) fits one fetch; a smaller bound
+	// would leave a large layer unfetchable for ever.
+	MinFetchMaxBytes      = 2 << 20
 	DefaultBatchTimeout   = 50 * time.Millisecond
 	DefaultAckWait        = 30 * time.Second
 	DefaultNakDelay       = 500 * time.Millisecond
@@ -107,6 +118,11 @@ type Relay struct {
 	// (a forwarded batch is a pool of one or more fetches); 0 means
 	// DefaultBatchSize (1,024).
 	BatchSize int
+	// FetchMaxBytes bounds the bytes one fetch returns (the layers and
+	// their subjects and headers), whatever BatchSize: a fetch ends at
+	// BatchSize messages or FetchMaxBytes bytes. 0 means
+	// DefaultFetchMaxBytes (16 MiB); at least MinFetchMaxBytes.
+	FetchMaxBytes int
 	// BatchTimeout is the longest one fetch waits for BatchSize messages
 	// (a poll interval; the pool's T decides when to forward); 0 means
 	// 50 ms.
@@ -348,6 +364,9 @@ func (r *Relay) check() error {
 	if next := r.next(); next != "" && (!ValidName(next) || next == r.Name) {
 		return fmt.Errorf("relays: relay %s: invalid next relay %q (a relay name other than its own, or %q for the last relay)", r.Name, r.Next, LastHop)
 	}
+	if r.FetchMaxBytes != 0 && r.FetchMaxBytes < MinFetchMaxBytes {
+		return fmt.Errorf("relays: relay %s: fetch max bytes %d is below %d: the largest layer would never be fetched (raise it or leave it 0)", r.Name, r.FetchMaxBytes, MinFetchMaxBytes)
+	}
 	poolTimeout := def(r.PoolTimeout, DefaultPoolTimeout)
 	if ackWait := def(r.AckWait, DefaultAckWait); ackWait < 2*poolTimeout {
 		return fmt.Errorf("relays: relay %s: ack wait %v is shorter than twice the pool timeout %v: held messages would be redelivered while held (raise the ack wait or lower the pool timeout)", r.Name, ackWait, poolTimeout)
@@ -361,7 +380,7 @@ func (r *Relay) check() error {
 // processed. A missing consumer is recreated in *cons for the next fetch.
 // err is set only when the NATS connection is closed.
 func (r *Relay) fetch(ctx context.Context, cons *jetstream.Consumer, batchSize int, wait, backoff time.Duration, log *slog.Logger) (items []*item, failed bool, err error) {
-	batch, err := (*cons).Fetch(batchSize, jetstream.FetchMaxWait(wait))
+	batch, err := (*cons).Fetch(batchSize, jetstream.FetchMaxWait(wait), jetstream.FetchMaxBytes(def(r.FetchMaxBytes, DefaultFetchMaxBytes)))
 	if errors.Is(err, nats.ErrConnectionClosed) {
 		return nil, false, fmt.Errorf("relays: relay %s: NATS connection closed: %w", r.Name, err)
 	}
