@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/bits"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -176,11 +177,14 @@ func (st *Stage) Run(ctx context.Context) error {
 			before := total(state.Dropped)
 			b, done := state.Apply(m)
 			if n := total(state.Dropped) - before; n > 0 {
-				st.Dropped.Add(n)
+				all := st.Dropped.Add(n)
 				st.mu.Lock()
 				st.dropped = copyMap(state.Dropped)
 				st.mu.Unlock()
-				log.Info("prio3 release: aggregate shares dropped so far", "by_reason", state.Dropped)
+				if bits.Len64(uint64(all)) != bits.Len64(uint64(all-n)) {
+					// when the total passes 1, 2, 4, 8, …: a flood does not flood the log
+					log.Info("prio3 release: aggregate shares dropped so far", "by_reason", state.Dropped)
+				}
 			}
 			if !done {
 				continue
