@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/crowdlog/crowdlog/infra/clickhouse/chtest"
@@ -194,6 +195,9 @@ func testStage(t *testing.T, w *release.Writer) {
 		by[DropSmallBatch] != 2 || by[DropCampaign] != 1 || by[DropMalformed] != 1 || by[DropDuplicate]+by[DropLate] != 2 {
 		t.Fatalf("writes %d (want %d, one failed), days %d, dropped %v (want %d)", sink.writes.Load(), len(days)+1, st.Days.Load(), by, dropped)
 	}
+	checkMetrics(t, st, map[string]float64{"crowdlog_prio3_release_days_total": float64(len(days)),
+		`crowdlog_prio3_release_dropped_total{reason="small_batch"}`: 2, `crowdlog_prio3_release_dropped_total{reason="malformed"}`: 1,
+		`crowdlog_prio3_release_dropped_total{reason="mismatch"}`: 0, "crowdlog_prio3_release_skipped_total": 0})
 	daily, err := w.ReadKeywordDaily(ctx, campaign)
 	if err != nil {
 		t.Fatal(err)
@@ -233,6 +237,33 @@ func testStage(t *testing.T, w *release.Writer) {
 	}
 	if rounds, err := w.ReadPDDRounds(ctx, campaign); err != nil || len(rounds) != len(days) {
 		t.Fatalf("pdd_rounds has %d rows after the restart (%v)", len(rounds), err)
+	}
+}
+
+// checkMetrics registers st's metrics on a fresh registry and compares the
+// scraped values of want (name{label="value"} → value).
+func checkMetrics(t *testing.T, st *Stage, want map[string]float64) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	st.Register(reg)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += fmt.Sprintf("{%s=%q}", l.GetName(), l.GetValue())
+			}
+			got[name] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("metric %s = %v (present %v), want %v", k, g, ok, v)
+		}
 	}
 }
 
