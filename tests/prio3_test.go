@@ -3,6 +3,7 @@ package tests
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,7 +54,9 @@ type prio3Client struct {
 // (`crowdlog aggregate-prio3`, each with its own key directory, NATS NKey
 // and copy of the verify key, both on a --clock-file the test moves), and
 // `crowdlog release-pdd --mode prio3` writing to ClickHouse — with kfake
-// and an embedded NATS server whose permission table is on. The test plays
+// (SASL SCRAM-SHA-512 and ACLs on: relays, leader and release stage each
+// their own Kafka user) and an embedded NATS server whose permission table
+// is on (each role its own NKey). The test plays
 // the clients (ingest/prio3, L = the embedded list's first 1,000
 // keywords, counts clipped to 15): every client active on a day uploads
 // once, except that on the last day every tenth is left out.
@@ -97,10 +101,32 @@ func TestPrio3EndToEnd(t *testing.T) {
 	must(t, err)
 	t.Cleanup(ns.Shutdown)
 	nkey := func(r natsauth.Role) string { return natsconn.RoleSecurity(natsKeys, r).NKeyFile }
-	kb, err := kafka.Config{Dir: filepath.Join(dir, "kafka"), Partitions: partitions, SyncWrites: true}.Start(ctx)
+	// kfake with SASL and ACLs on: each Kafka role its own user
+	secrets := filepath.Join(dir, "secrets")
+	must(t, os.MkdirAll(secrets, 0o700))
+	kcred := map[string]kafka.Credential{}
+	kafkaEnv := map[string][]string{}
+	var kusers []kafka.User
+	for user, role := range map[string]kafka.Role{"admin": "", "relay-a": kafka.RoleRelay, "relay-b": kafka.RoleRelay,
+		"prio3-leader": kafka.RolePrio3Leader, "release": kafka.RoleRelease} {
+		c := kafka.Credential{Mechanism: kafka.MechanismSCRAMSHA512, User: user, Password: "pw-" + rand.Text()}
+		kcred[user] = c
+		pw := filepath.Join(secrets, "kafka-"+user)
+		must(t, os.WriteFile(pw, []byte(c.Password), 0o600))
+		kafkaEnv[user] = []string{"CROWDLOG_KAFKA_SASL_PASSWORD_FILE=" + pw}
+		if user != "admin" {
+			kusers = append(kusers, kafka.User{Role: role, Credential: c})
+		}
+	}
+	admin := kcred["admin"]
+	kb, err := kafka.Config{Dir: filepath.Join(dir, "kafka"), Partitions: partitions, SyncWrites: true,
+		Admin: &admin, Users: kusers, ACLs: true}.Start(ctx)
 	must(t, err)
 	t.Cleanup(kb.Close)
-	run("topics", "--kafka", kb.Bootstrap(), "--partitions", strconv.Itoa(partitions))
+	kafkaArgs := func(user string) []string {
+		return []string{"--kafka", kb.Bootstrap(), "--kafka-sasl-mechanism", kafka.MechanismSCRAMSHA512, "--kafka-sasl-user", user}
+	}
+	runEnv(ctx, t, bin, kafkaEnv["admin"], append([]string{"topics", "--partitions", strconv.Itoa(partitions)}, kafkaArgs("admin")...)...)
 	run("streams", "--nats", ns.URL, "--nats-nkey", nkey(natsauth.Admin))
 	ch, err := clickhouse.Start(ctx, filepath.Join(dir, "clickhouse"))
 	must(t, err)
@@ -153,12 +179,12 @@ func TestPrio3EndToEnd(t *testing.T) {
 	setClock(open)
 
 	// the roles, each its own process
-	start := func(name string, args ...string) *proc {
-		return startProc(t, bin, filepath.Join(logs, name+".log"), args...)
+	start := func(name string, env []string, args ...string) {
+		startEnv(t, bin, filepath.Join(logs, name+".log"), env, args...)
 	}
 	for _, name := range []string{"a", "b"} {
-		start("relay-"+name, "relay", "--name", name, "--nats", ns.URL, "--nats-nkey", nkey(natsauth.RelayRole(name)),
-			"--kafka", kb.Bootstrap(), "--key", filepath.Join(relayKeys, "relay-"+name+".key"))
+		start("relay-"+name, kafkaEnv["relay-"+name], append([]string{"relay", "--name", name, "--nats", ns.URL, "--nats-nkey", nkey(natsauth.RelayRole(name)),
+			"--key", filepath.Join(relayKeys, "relay-"+name+".key")}, kafkaArgs("relay-"+name)...)...)
 	}
 	measurement := []string{"--campaign", campaign, "--keywords", listPath, "--kind", "sumvec", "--bits", strconv.Itoa(bits), "--min-batch-size", "10"}
 	collectorPub := filepath.Join(roleDir[keydir.RolePrio3Collector], keydir.Prio3CollectorKey+".pub")
@@ -168,11 +194,13 @@ func TestPrio3EndToEnd(t *testing.T) {
 			"--keys", roleDir[custody], "--collector-pub", collectorPub, "--verify-key", verify,
 			"--state-dir", filepath.Join(dir, "state-"+role), "--clock-file", clock, "--grace", grace.String()}, measurement...), extra...)
 	}
-	start("helper", aggregator("helper", helperVerify)...)
+	start("helper", nil, aggregator("helper", helperVerify)...)
 	leaderMetrics := freePort(t)
-	start("leader", aggregator("leader", leaderVerify, "--kafka", kb.Bootstrap(), "--metrics", fmt.Sprintf("127.0.0.1:%d", leaderMetrics))...)
-	start("release", append(append([]string{"release-pdd", "--mode", "prio3", "--kafka", kb.Bootstrap(), "--clickhouse", ch.TCPAddr,
-		"--collector-key", filepath.Join(roleDir[keydir.RolePrio3Collector], keydir.Prio3CollectorKey)}, measurement...), writer...)...)
+	start("leader", kafkaEnv["prio3-leader"], aggregator("leader", leaderVerify, append(kafkaArgs("prio3-leader"),
+		"--metrics", fmt.Sprintf("127.0.0.1:%d", leaderMetrics))...)...)
+	start("release", kafkaEnv["release"], append(append(append([]string{"release-pdd", "--mode", "prio3", "--clickhouse", ch.TCPAddr,
+		"--collector-key", filepath.Join(roleDir[keydir.RolePrio3Collector], keydir.Prio3CollectorKey)}, measurement...), writer...),
+		kafkaArgs("release")...)...)
 
 	// the clients' side: the client NKey, relay a's subject, the operators'
 	// public keys as a client pins them
@@ -344,10 +372,34 @@ func TestPrio3EndToEnd(t *testing.T) {
 		uploadedAt.Round(time.Second), time.Since(began).Round(time.Second))
 }
 
-// startProc runs one role as a process logging to logPath (stopped at
-// test cleanup).
-func startProc(t *testing.T, bin, logPath string, args ...string) *proc {
-	return start(t, bin, logPath, args...)
+// startEnv runs one role as a process with env added to the test's
+// environment (a role's secret files), logging to logPath; it is stopped
+// at test cleanup.
+func startEnv(t *testing.T, bin, logPath string, env []string, args ...string) {
+	t.Helper()
+	p := &proc{t: t, bin: bin, args: args}
+	var err error
+	if p.log, err = os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.stop(syscall.SIGTERM); p.log.Close() })
+}
+
+// runEnv runs one crowdlog command to its end with env added, failing the
+// test with its output when it fails.
+func runEnv(ctx context.Context, t *testing.T, bin string, env []string, args ...string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("crowdlog %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
 }
 
 // waitUntil polls cond every 200 ms for at most bound (and ctx); on
