@@ -212,10 +212,10 @@ func copyMap(m map[string]int64) map[string]int64 {
 	return out
 }
 
-// Row is the day to write for batch b: keyword i's count is Totals[i]
+// row is the day to write for batch b: keyword i's count is Totals[i]
 // (zero counts and the keywords of skip left out), the pdd_rounds fields
 // as Stage's doc says.
-func Row(b Batch, list *keywords.List, m p3.Config, skip map[int]bool) release.PDDRound {
+func row(b Batch, list *keywords.List, m p3.Config, skip map[int]bool) release.PDDRound {
 	n := uint32(min(b.Count, math.MaxUint32))
 	r := release.PDDRound{Campaign: b.Campaign, Day: b.Day.Start(), Active: n, Grouped: n, Decrypted: n,
 		Groups: 1, Complete: 1, Confidence: 1, MaxCount: uint32(min(m.Max(), math.MaxUint32))}
@@ -237,25 +237,25 @@ func (st *Stage) release(ctx context.Context, b Batch, skip map[int]bool, log *s
 	}); err != nil {
 		return err
 	}
-	row := Row(b, st.List, st.Collector.Measurement, skip)
+	r := row(b, st.List, st.Collector.Measurement, skip)
 	if written {
 		st.Skipped.Add(1)
 		log.Info("prio3 release: day already released; skipping", "campaign", b.Campaign, "day", b.Day.String())
 		if st.OnDay != nil {
-			row.Counts = nil
-			st.OnDay(Released{Batch: b, Row: row})
+			r.Counts = nil
+			st.OnDay(Released{Batch: b, Row: r})
 		}
 		return nil
 	}
 	if err := retry.Forever(ctx, log, "prio3 release: write to ClickHouse", 200*time.Millisecond, 10*time.Second, func() error {
-		return st.Writer.WritePDDRound(ctx, row, time.Now())
+		return st.Writer.WritePDDRound(ctx, r, time.Now())
 	}); err != nil {
 		return err
 	}
 	st.Days.Add(1)
-	log.Info("prio3 release: day released", "campaign", b.Campaign, "day", b.Day.String(), "keywords", len(row.Counts))
+	log.Info("prio3 release: day released", "campaign", b.Campaign, "day", b.Day.String(), "keywords", len(r.Counts))
 	if st.OnDay != nil {
-		st.OnDay(Released{Batch: b, Row: row, Written: true})
+		st.OnDay(Released{Batch: b, Row: r, Written: true})
 	}
 	return nil
 }

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"math"
 
-	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 )
 
@@ -131,9 +130,6 @@ func NewState(c p3.Collector) (*State, error) {
 func (s *State) Open() int { return len(s.open) }
 
 func (s *State) drop(reason string) { s.Dropped[reason]++ }
-
-// Key returns the collector key the State opens shares with.
-func (s *State) Key() *onion.KeyPair { return s.c.Key }
 
 // Apply takes one message of topic "prio3-shares". It returns the batch
 // and true when this share completed a matching pair (same day, count and
