@@ -2,9 +2,11 @@ package prio3
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/crowdlog/crowdlog/protocol"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 )
 
@@ -147,4 +149,33 @@ func TestFutureAndClosedRetry(t *testing.T) {
 	if r, _ := p3.ParseAggregateResp(resp[0].Msg); r.Results[0].Reason != "late" {
 		t.Fatalf("helper: %q for a new report of a closed batch, want late", r.Results[0].Reason)
 	}
+}
+
+// FuzzLeaderFile: arbitrary bytes never panic the leader service's
+// snapshot decoder; errors wrap ErrMalformed; a decoded snapshot encodes
+// again.
+func FuzzLeaderFile(f *testing.F) {
+	m := p3.Config{Kind: p3.KindSumVec, Length: 4, Bits: 2}
+	w := newWorld(f, m, 1)
+	day := p3.Day(20000)
+	ups := w.shardAll(f, day, smallCounts(3, 4))
+	w.upload(f, day.Start(), ups[:2])
+	w.l.Apply(Event{Now: day.Start(), Kind: EventUpload, Msg: ups[2]})
+	b, err := encodeLeaderFile(w.l, map[int]int64{0: 3, 2: 7}, map[p3.Day]string{day - 1: "collected"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		l, next, done, err := decodeLeaderFile(w.cfgL, b)
+		if err != nil {
+			if !errors.Is(err, protocol.ErrMalformed) {
+				t.Fatalf("error not ErrMalformed: %v", err)
+			}
+			return
+		}
+		if _, err := encodeLeaderFile(l, next, done); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
