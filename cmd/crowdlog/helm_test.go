@@ -7,8 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 
+	aggprio3 "github.com/crowdlog/crowdlog/aggregator/prio3"
 	"github.com/crowdlog/crowdlog/infra/config"
 	"github.com/crowdlog/crowdlog/infra/deploy/helm"
 	"github.com/crowdlog/crowdlog/infra/keydir"
@@ -27,7 +29,9 @@ import (
 // own Secret, not the admin's), and its NATS Secret (not a ConfigMap: a
 // cluster block holds the route password) is `crowdlog nats-config`'s text.
 // The issuers run at the randomness and aggregator operators only, each
-// with --role and a positive budget for the kinds that role issues.
+// with --role and a positive budget for the kinds that role issues. The
+// Prio3 leader (enabled) runs at the aggregator operator as Kafka user
+// prio3-leader and the helper at the prio3-helper operator.
 func TestHelmChartArgs(t *testing.T) {
 	dir := t.TempDir()
 	keys, err := natsauth.EnsureAll(dir)
@@ -42,9 +46,11 @@ func TestHelmChartArgs(t *testing.T) {
 	var acls []string               // --acl values of the topics Job
 	var issuers []string            // operator:--role of every issuer container
 	var streamsJobs []string        // operator of every streams Job
+	var prio3 []string              // operator:--role of every aggregate-prio3 container
+	var prio3Leader string          // the Prio3 leader's --kafka-sasl-user
 	for _, op := range helm.Operators {
 		objs, err := helm.Render(op, map[string]any{"natsConfig": natsConf, "epochs": []any{"2006-03"}, "closeEpochs": []any{"2006-03"},
-			"epochJobs": map[string]any{"pipelineDigest": strings.Repeat("5a", 32)}})
+			"epochJobs": map[string]any{"pipelineDigest": strings.Repeat("5a", 32)}, "prio3": map[string]any{"leader": map[string]any{"enabled": true}}})
 		if err != nil {
 			t.Fatalf("%s: %v", op, err)
 		}
@@ -106,6 +112,24 @@ func TestHelmChartArgs(t *testing.T) {
 			if fl := cmd.Flags().Lookup("kafka-sasl-user"); fl != nil {
 				saslUser[cmd.Name()] = fl.Value.String()
 			}
+			if cmd.Name() == "aggregate-prio3" { // the two Prio3 aggregators, each at its own operator
+				role, _ := cmd.Flags().GetString("role")
+				prio3 = append(prio3, op+":"+role)
+				o := aggprio3.DefaultOptions() // the role's own validation of the chart's values
+				fs := pflag.NewFlagSet("aggregate-prio3", pflag.ContinueOnError)
+				fs.ParseErrorsAllowlist.UnknownFlags = true // the credential and metrics flags cmd adds
+				o.AddFlags(fs)
+				if err := fs.Parse(c.Args[1:]); err != nil {
+					t.Errorf("%s: %v", where, err)
+				} else if err := o.Validate(); err != nil {
+					t.Errorf("%s: aggregate-prio3 refuses the chart's flags: %v", where, err)
+				}
+				if u := cmd.Flags().Lookup("kafka-sasl-user").Value.String(); role == "leader" {
+					prio3Leader = u
+				} else if u != "" {
+					t.Errorf("%s: the Prio3 %s logs in to Kafka as %q: only the leader reads and writes Kafka", where, role, u)
+				}
+			}
 			if n := cmd.Name(); n == "open-epoch" || n == "close-epoch" { // the epoch Jobs: the operator's credential, never the admin's
 				secrets := map[string]bool{}
 				for _, v := range c.Pod.Volumes {
@@ -145,6 +169,12 @@ func TestHelmChartArgs(t *testing.T) {
 				issuers = append(issuers, op+":"+role)
 			}
 		}
+	}
+	if want := []string{"aggregator:leader", "prio3-helper:helper"}; !slices.Equal(prio3, want) {
+		t.Errorf("Prio3 aggregators %v, want %v (leader and helper at two operators)", prio3, want)
+	}
+	if prio3Leader != "prio3-leader" {
+		t.Errorf("the Prio3 leader logs in to Kafka as %q, want prio3-leader (its own user, not the aggregate role's)", prio3Leader)
 	}
 	if !slices.Equal(streamsJobs, []string{"pipeline-operator"}) {
 		t.Errorf("streams Jobs at %v, want one at the pipeline operator (every stream exists before the roles start)", streamsJobs)

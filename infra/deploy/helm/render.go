@@ -29,7 +29,9 @@ import (
 // each issuer runs at the operator that verifies its tokens (the
 // aggregator's: report tokens and ARC; the randomness operator's:
 // randomness tokens), and the attester's enrollment list is a ConfigMap.
-var Operators = []string{"relay-a", "relay-b", "randomness", "aggregator", "release", "pipeline-operator"}
+// Prio3 mode's two aggregators are two operators: the leader runs at the
+// aggregator operator (prio3.leader.enabled), the helper at prio3-helper.
+var Operators = []string{"relay-a", "relay-b", "randomness", "aggregator", "prio3-helper", "release", "pipeline-operator"}
 
 // Dir is the directory of this package: the chart is Dir/crowdlog, the
 // values files Dir/values.

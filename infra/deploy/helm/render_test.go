@@ -30,7 +30,8 @@ import (
 func TestRenderEveryOperator(t *testing.T) {
 	for _, op := range Operators {
 		t.Run(op, func(t *testing.T) {
-			objs, err := Render(op, map[string]any{"natsConfig": "# nats.conf\n", "epochJobs": map[string]any{"pipelineDigest": testDigest}, "epochs": []any{"2006-03", "Week_1.b"}})
+			objs, err := Render(op, map[string]any{"natsConfig": "# nats.conf\n", "epochJobs": map[string]any{"pipelineDigest": testDigest}, "epochs": []any{"2006-03", "Week_1.b"},
+				"prio3": leaderOn})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -309,11 +310,17 @@ func TestKeyCustodyMounts(t *testing.T) {
 			r = role[op]
 		}
 		rk, _ := keydir.RoleOf(r) // none (the release operator): no private keys
-		objs, err := Render(op, map[string]any{"natsConfig": "# nats.conf\n", "epochJobs": map[string]any{"pipelineDigest": testDigest}, "epochs": []any{"2006-03"}})
+		objs, err := Render(op, map[string]any{"natsConfig": "# nats.conf\n", "epochJobs": map[string]any{"pipelineDigest": testDigest}, "epochs": []any{"2006-03"},
+			"prio3": leaderOn})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, c := range Containers(objs) {
+			r, rk := r, rk
+			if c.Name == "prio3-leader" { // the leader's own Secret at the aggregator operator
+				r = keydir.RolePrio3Leader
+				rk, _ = keydir.RoleOf(r)
+			}
 			for _, m := range c.VolumeMounts {
 				if m.MountPath != "/etc/crowdlog/keys" {
 					continue
@@ -338,6 +345,10 @@ func TestKeyCustodyMounts(t *testing.T) {
 		}
 	}
 }
+
+// leaderOn is the prio3 value that enables the Prio3 leader at the
+// aggregator operator.
+var leaderOn = map[string]any{"leader": map[string]any{"enabled": true}}
 
 // testDigest is a pipeline digest for the epoch Jobs' --pipeline-digest.
 const testDigest = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a"
@@ -379,6 +390,131 @@ func TestAggregatorServesPipelines(t *testing.T) {
 		}
 		if !found {
 			t.Fatalf("pipelines %v: no aggregate container", files)
+		}
+	}
+}
+
+// TestPrio3Aggregators: the Prio3 leader is off by default; enabled, it
+// runs at the aggregator operator and the helper at the prio3-helper
+// operator, one replica each, each with its own custody: its own keys
+// Secret (only its role's key and the custody marker, never the aggregate
+// role's Secret), its own NATS credential (the leader's is not the
+// aggregator operator's crowdlog-nats), the leader alone with Kafka (user
+// prio3-leader, its own Secret), neither with ClickHouse; both read their
+// own copy of the verify key from Secret crowdlog-prio3-verify, the
+// collector's public key from the public ConfigMap and keep state on a
+// claim of their own, written by them alone; every campaign flag is the
+// same at both.
+func TestPrio3Aggregators(t *testing.T) {
+	off, err := Render("aggregator", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range Containers(off) {
+		if c.Args[0] == "aggregate-prio3" {
+			t.Errorf("aggregator operator runs %s by default", c.Name)
+		}
+	}
+	type agg struct {
+		op   string
+		c    Container
+		objs []Object
+	}
+	found := map[string]agg{}
+	for _, op := range []string{"aggregator", "prio3-helper"} {
+		objs, err := Render(op, map[string]any{"prio3": leaderOn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range Containers(objs) {
+			switch {
+			case c.Args[0] == "aggregate-prio3":
+				found[flagArg(c.Args, "--role")] = agg{op, c, objs}
+			case c.Name == "aggregate":
+				for _, v := range c.Pod.Volumes {
+					if v.Name == "keys" && v.Secret.SecretName != "crowdlog-aggregator-keys" {
+						t.Errorf("aggregate mounts keys Secret %s", v.Secret.SecretName)
+					}
+				}
+			}
+		}
+	}
+	want := map[string]struct{ op, name, keys, key, nats, kafka string }{
+		"leader": {"aggregator", "prio3-leader", "crowdlog-prio3-leader-keys", keydir.Prio3LeaderKey, "crowdlog-nats-prio3-leader", "crowdlog-kafka-prio3-leader"},
+		"helper": {"prio3-helper", "prio3-helper", "crowdlog-prio3-helper-keys", keydir.Prio3HelperKey, "crowdlog-nats", ""},
+	}
+	for role, w := range want {
+		a, ok := found[role]
+		if !ok || a.op != w.op || a.c.Name != w.name {
+			t.Errorf("--role %s: found %q at %q, want %s at %s", role, a.c.Name, a.op, w.name, w.op)
+			continue
+		}
+		c := a.c
+		secrets := map[string]string{} // volume -> Secret
+		var keyItems []string
+		for _, v := range c.Pod.Volumes {
+			if v.Secret != nil {
+				secrets[v.Name] = v.Secret.SecretName
+				if v.Name == "keys" {
+					for _, it := range v.Secret.Items {
+						keyItems = append(keyItems, it.Path)
+					}
+				}
+			}
+		}
+		if secrets["keys"] != w.keys || !slices.Equal(keyItems, []string{w.key, keydir.CustodyFile}) {
+			t.Errorf("%s: keys Secret %s items %v, want %s with [%s %s]", role, secrets["keys"], keyItems, w.keys, w.key, keydir.CustodyFile)
+		}
+		if secrets["nats"] != w.nats || secrets["kafka"] != w.kafka || secrets["clickhouse"] != "" || secrets["prio3-verify"] != "crowdlog-prio3-verify" {
+			t.Errorf("%s: Secrets %v, want NATS %q, Kafka %q, no ClickHouse, verify key crowdlog-prio3-verify", role, secrets, w.nats, w.kafka)
+		}
+		if u := flagArg(c.Args, "--kafka-sasl-user"); (w.kafka != "") != (u == "prio3-leader") {
+			t.Errorf("%s: Kafka user %q", role, u)
+		}
+		for _, f := range []string{"--verify-key", "--collector-pub"} {
+			if err := c.Readable(flagArg(c.Args, f)); err != nil || flagArg(c.Args, f) == "" {
+				t.Errorf("%s %s: %v", role, f, err)
+			}
+		}
+		if err := c.Readable(filepath.Join(flagArg(c.Args, "--keys"), w.key)); err != nil {
+			t.Errorf("%s: its key in --keys: %v", role, err)
+		}
+		var claim string
+		for _, m := range c.VolumeMounts {
+			for _, v := range c.Pod.Volumes {
+				if m.MountPath == flagArg(c.Args, "--state-dir") && v.Name == m.Name && v.PersistentVolumeClaim != nil && !m.ReadOnly {
+					claim = v.PersistentVolumeClaim.ClaimName
+				}
+			}
+		}
+		pvc := false
+		for _, o := range a.objs {
+			pvc = pvc || (o.Kind == "PersistentVolumeClaim" && o.Name == claim)
+			if d, ok := o.Value.(*appsv1.Deployment); ok && o.Name == w.name && (d.Spec.Replicas == nil || *d.Spec.Replicas != 1) {
+				t.Errorf("%s: replicas %v, want 1 (one writer of its state)", role, d.Spec.Replicas)
+			}
+		}
+		if claim != w.name+"-state" || !pvc {
+			t.Errorf("%s: --state-dir on claim %q (created: %v), want its own %s-state", role, claim, pvc, w.name)
+		}
+	}
+	pres, err := Render("prio3-helper", map[string]any{"prio3": map[string]any{"kind": "presence", "maxWeight": 7}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if args := Containers(pres)[0].Args; flagArg(args, "--max-weight") != "7" || flagArg(args, "--bits") != "" {
+		t.Errorf("presence: %v, want --max-weight 7 and no --bits", args)
+	}
+	if len(found) == 2 {
+		campaign := func(args []string) []string {
+			var out []string
+			for _, f := range []string{"--campaign", "--kind", "--bits", "--max-weight", "--keywords", "--min-batch-size", "--grace", "--verify-key", "--key-epoch", "--collector-pub"} {
+				out = append(out, f+"="+flagArg(args, f))
+			}
+			return out
+		}
+		if l, h := campaign(found["leader"].c.Args), campaign(found["helper"].c.Args); !slices.Equal(l, h) {
+			t.Errorf("campaign flags differ:\nleader %v\nhelper %v", l, h)
 		}
 	}
 }

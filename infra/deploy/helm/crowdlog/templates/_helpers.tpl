@@ -5,7 +5,10 @@ list of {name, args, nats (NATS role or ""), kafka, clickhouse, keys
 the PersistentVolumeClaim NAME-state it creates, mounted at
 /var/lib/crowdlog), stateOf (mount the claim of that component instead,
 read-only with stateReadOnly), enrollment (the attester's list at
-/var/lib/crowdlog/issuer.enrolled), resources}. Each issuer shares the
+/var/lib/crowdlog/issuer.enrolled), resources, replicas, natsSecret,
+kafkaUser, kafkaSecret and keysSecret (this component's own credential
+instead of the operator's), verifyKey (the Prio3 verify key Secret
+prio3.verifyKeySecret at /etc/crowdlog/prio3-verify/prio3-verify.key)}. Each issuer shares the
 volume of the verifier of its tokens: the aggregator reads the report-token
 and ARC keys its operator's issuer writes there, the randomness service the
 randomness-token keys.
@@ -48,6 +51,30 @@ randomness-token keys.
   nats: issuer
   state: {{ $v.issuer.storage | quote }}
   enrollment: true
+{{- if $v.prio3.leader.enabled }}
+- name: prio3-leader
+  args: [aggregate-prio3, --role, leader, {{ include "crowdlog.prio3Args" . }}]
+  nats: prio3-leader
+  natsSecret: {{ $v.prio3.leader.natsSecret | quote }}
+  kafka: true
+  kafkaUser: {{ $v.prio3.leader.kafkaUser | quote }}
+  kafkaSecret: {{ $v.prio3.leader.kafkaSecret | quote }}
+  keys: [prio3-leader.key]
+  keysSecret: {{ required "prio3.leader.keysSecret: the Secret of the leader's key (crowdlog keys generate --role prio3-leader)" $v.prio3.leader.keysSecret | quote }}
+  public: [prio3-collector.key.pub{{ if $v.prio3.keywordsFile }}, {{ $v.prio3.keywordsFile | quote }}{{ end }}]
+  verifyKey: true
+  state: {{ $v.prio3.storage | quote }}
+  replicas: 1
+{{- end }}
+{{- else if eq $v.operator "prio3-helper" }}
+- name: prio3-helper
+  args: [aggregate-prio3, --role, helper, {{ include "crowdlog.prio3Args" . }}]
+  nats: prio3-helper
+  keys: [prio3-helper.key]
+  public: [prio3-collector.key.pub{{ if $v.prio3.keywordsFile }}, {{ $v.prio3.keywordsFile | quote }}{{ end }}]
+  verifyKey: true
+  state: {{ $v.prio3.storage | quote }}
+  replicas: 1
 {{- else if eq $v.operator "release" }}
 - name: release
   args: [release, --policy, {{ $v.release.policy | quote }}, --k, {{ $v.release.k | quote }}]
@@ -56,8 +83,19 @@ randomness-token keys.
   replicas: 1
 {{- else if eq $v.operator "pipeline-operator" }}
 {{- else }}
-{{- fail (printf "operator %q: want relay-a, relay-b, randomness, aggregator, release or pipeline-operator (the issuers run at the aggregator and randomness operators)" $v.operator) }}
+{{- fail (printf "operator %q: want relay-a, relay-b, randomness, aggregator, prio3-helper, release or pipeline-operator (the issuers run at the aggregator and randomness operators; the Prio3 leader at the aggregator operator)" $v.operator) }}
 {{- end }}
+{{- end }}
+
+{{/*
+crowdlog.prio3Args: the campaign flags both Prio3 aggregators take, the
+same at the leader and the helper (flow sequence items, comma-separated):
+the measurement, the batch rule, the verify key, the role's key directory,
+the collector's public key and the state directory.
+*/}}
+{{- define "crowdlog.prio3Args" -}}
+{{- $p := .Values.prio3 -}}
+--campaign, {{ required "prio3.campaign: the Prio3 campaign's name" $p.campaign | quote }}, --kind, {{ $p.kind | quote }}, {{ if eq $p.kind "presence" }}--max-weight, {{ $p.maxWeight | quote }}{{ else }}--bits, {{ $p.bits | quote }}{{ end }}, --keywords, {{ if $p.keywordsFile }}{{ printf "/etc/crowdlog/public/%s" $p.keywordsFile | quote }}{{ else }}{{ $p.keywords | quote }}{{ end }}, --min-batch-size, {{ $p.minBatchSize | quote }}, --grace, {{ $p.grace | quote }}, --verify-key, /etc/crowdlog/prio3-verify/prio3-verify.key{{ if $p.keyEpoch }}, --key-epoch, {{ $p.keyEpoch | quote }}{{ end }}, --keys, /etc/crowdlog/keys, --collector-pub, /etc/crowdlog/public/prio3-collector.key.pub, --state-dir, /var/lib/crowdlog
 {{- end }}
 
 {{- define "crowdlog.labels" -}}
@@ -154,7 +192,7 @@ capabilities: {drop: [ALL]}
 {{- if $c.keys }}
 - name: keys
   secret:
-    secretName: {{ required "keys.secret: the Secret of this operator's private keys" $v.keys.secret | quote }}
+    secretName: {{ $c.keysSecret | default (required "keys.secret: the Secret of this operator's private keys" $v.keys.secret) | quote }}
     defaultMode: 0440
     items:
     {{- range $c.keys }}
@@ -173,6 +211,14 @@ capabilities: {drop: [ALL]}
     {{- range $c.public }}
       - {key: {{ . | quote }}, path: {{ . | quote }}}
     {{- end }}
+{{- end }}
+{{- if $c.verifyKey }}
+- name: prio3-verify
+  secret:
+    secretName: {{ required "prio3.verifyKeySecret: the Secret of the campaign's verify key (crowdlog keys prio3-verify)" $v.prio3.verifyKeySecret | quote }}
+    defaultMode: 0440
+    items:
+      - {key: prio3-verify.key, path: prio3-verify.key}
 {{- end }}
 {{- if $c.enrollment }}
 - name: enrollment
@@ -201,6 +247,9 @@ capabilities: {drop: [ALL]}
 {{- end }}
 {{- if $c.public }}
 - {name: public, mountPath: /etc/crowdlog/public, readOnly: true}
+{{- end }}
+{{- if $c.verifyKey }}
+- {name: prio3-verify, mountPath: /etc/crowdlog/prio3-verify, readOnly: true}
 {{- end }}
 {{- if or $c.state $c.stateOf }}
 - {name: state, mountPath: /var/lib/crowdlog{{ if $c.stateReadOnly }}, readOnly: true{{ end }}}
