@@ -142,6 +142,9 @@ type LeaderService struct {
 	// before the step gives up and the next one retries it.
 	RequestTimeout time.Duration
 	Attempts       int
+	// CollectRetry is the pause (wall clock) before the leader asks again
+	// for a batch the helper's clock still has open (0: 10 s).
+	CollectRetry time.Duration
 
 	counters
 	// Steps counts the loop's completed steps (tests wait on it).
@@ -164,8 +167,11 @@ type leaderRun struct {
 	next        map[int]int64 // partition → next offset to apply
 	done        map[p3.Day]string
 	outstanding [][]byte // AggregateReqs sent but not answered
-	w           *kafka.Writer
-	log         *slog.Logger
+	// retryAt: days whose collection the helper refused as batch_open
+	// (its clock behind the leader's) → when to ask again (wall clock)
+	retryAt map[p3.Day]time.Time
+	w       *kafka.Writer
+	log     *slog.Logger
 }
 
 // Run serves until ctx ends (nil then) or the state or topic cannot be
@@ -189,7 +195,7 @@ func (s *LeaderService) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	run := &leaderRun{s: s, l: l, next: next, done: done, log: log}
+	run := &leaderRun{s: s, l: l, next: next, done: done, log: log, retryAt: map[p3.Day]time.Time{}}
 	s.set(&l.Stats)
 	parts, err := uploadPartitions(ctx, s.Brokers)
 	if err != nil {
@@ -378,7 +384,7 @@ func (r *leaderRun) prepare(ctx context.Context, now time.Time) {
 func (r *leaderRun) collect(ctx context.Context, now time.Time) bool {
 	changed := false
 	for _, day := range r.l.Days() {
-		if _, ok := r.done[day]; ok || !closed(&r.l.cfg, day, now) {
+		if _, ok := r.done[day]; ok || !closed(&r.l.cfg, day, now) || time.Now().Before(r.retryAt[day]) {
 			continue
 		}
 		outs, err := r.l.Apply(Event{Now: now, Kind: EventCollect, Day: day})
@@ -404,7 +410,12 @@ func (r *leaderRun) collect(ctx context.Context, now time.Time) bool {
 		if errors.Is(err, ErrRefused) {
 			a, _ := p3.ParseAggShare(resp)
 			if a != nil && a.Reason == "batch_open" {
-				r.log.Warn("prio3 leader: the helper's clock still has the batch open; retrying", "day", day.String())
+				pause := r.s.CollectRetry
+				if pause <= 0 {
+					pause = 10 * time.Second
+				}
+				r.retryAt[day] = time.Now().Add(pause)
+				r.log.Warn("prio3 leader: the helper's clock still has the batch open; asking again later", "day", day.String(), "in", pause)
 				continue
 			}
 			r.done[day] = "helper_refused"

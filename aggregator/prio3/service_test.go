@@ -30,7 +30,8 @@ type svcEnv struct {
 	ns         *natsserver.Server
 	br         *ikafka.Broker
 	w          *world
-	clock      atomic.Int64 // unix nanoseconds
+	clock      atomic.Int64 // unix nanoseconds: the leader's clock
+	hclock     atomic.Int64 // the helper's
 	lDir, hDir string
 }
 
@@ -56,8 +57,11 @@ func newSvcEnv(t *testing.T, m p3.Config, minBatch uint64, grace time.Duration) 
 	return e
 }
 
-func (e *svcEnv) now() time.Time     { return time.Unix(0, e.clock.Load()).UTC() }
-func (e *svcEnv) setNow(t time.Time) { e.clock.Store(t.UnixNano()) }
+func (e *svcEnv) now() time.Time       { return time.Unix(0, e.clock.Load()).UTC() }
+func (e *svcEnv) helperNow() time.Time { return time.Unix(0, e.hclock.Load()).UTC() }
+
+// setNow sets both aggregators' clocks.
+func (e *svcEnv) setNow(t time.Time) { e.clock.Store(t.UnixNano()); e.hclock.Store(t.UnixNano()) }
 
 // conn is a NATS connection of its own, as a separate process has.
 func (e *svcEnv) conn() *nats.Conn {
@@ -98,7 +102,7 @@ func (e *svcEnv) start(run func(context.Context) error) *running {
 }
 
 func (e *svcEnv) startHelper() (*HelperService, *running) {
-	h := &HelperService{Config: e.w.cfgH, NATS: e.conn(), StateDir: e.hDir, Now: e.now, Ready: make(chan struct{})}
+	h := &HelperService{Config: e.w.cfgH, NATS: e.conn(), StateDir: e.hDir, Now: e.helperNow, Ready: make(chan struct{})}
 	r := e.start(h.Run)
 	select {
 	case <-h.Ready:
@@ -112,7 +116,7 @@ func (e *svcEnv) startHelper() (*HelperService, *running) {
 
 func (e *svcEnv) startLeader(maxBatch int) (*LeaderService, *running) {
 	l := &LeaderService{Config: e.w.cfgL, Brokers: []string{e.br.Addr}, NATS: e.conn(), StateDir: e.lDir, Now: e.now,
-		MaxBatch: maxBatch, MaxWait: 50 * time.Millisecond, RequestTimeout: 5 * time.Second}
+		MaxBatch: maxBatch, MaxWait: 50 * time.Millisecond, RequestTimeout: 5 * time.Second, CollectRetry: 200 * time.Millisecond}
 	return l, e.start(l.Run)
 }
 
@@ -259,7 +263,9 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string, labels map[st
 // vectors computed here, with count 25 each. A malformed upload, an
 // upload for a day after the leader's tomorrow and a replayed upload are
 // counted (malformed, future, replay) and change no total; two malformed
-// helper requests are counted, unanswered; the metrics show the counts.
+// helper requests are counted, unanswered; while the helper's clock is
+// behind the leader's it refuses the closed batches (batch_open) and the
+// leader asks again later; the metrics show the counts.
 func TestServices(t *testing.T) {
 	m := p3.Config{Kind: p3.KindSumVec, Length: 100, Bits: 4}
 	e := newSvcEnv(t, m, 5, 48*time.Hour)
@@ -299,8 +305,16 @@ func TestServices(t *testing.T) {
 	if l.Shares.Load() != 0 {
 		t.Fatal("a batch was collected before its day's end + grace")
 	}
-	// both days close: collected once each
-	e.setNow(day2.Start().Add(24*time.Hour + 48*time.Hour + time.Minute))
+	// both days close by the leader's clock; the helper's is behind: it
+	// refuses (batch_open) until its clock closes them too, then both
+	// batches are collected once each
+	closedAt := day2.Start().Add(24*time.Hour + 48*time.Hour + time.Minute)
+	e.clock.Store(closedAt.UnixNano())
+	waitFor(t, "the helper to refuse an open batch", 30*time.Second, func() bool { return h.Stats().CollectRefused["batch_open"] >= 2 })
+	if l.Shares.Load() != 0 {
+		t.Fatal("shares written while the helper's clock had the batches open")
+	}
+	e.setNow(closedAt)
 	waitFor(t, "both batches collected", 30*time.Second, func() bool { return l.Shares.Load() == 2 })
 	got := e.shares(4)
 	for d, want := range map[p3.Day][]int64{day1: want1, day2: want2} {
