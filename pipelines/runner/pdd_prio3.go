@@ -237,6 +237,10 @@ func (r *prio3Run) startServices(ctx context.Context) error {
 	if err := kafka.EnsureTopics(ctx, r.brokers[0], cfg.Partitions, protocol.Prio3UploadsTopic, protocol.Prio3SharesTopic); err != nil {
 		return err
 	}
+	// uploads of up to ~1 MiB, batched by relay b: over Kafka's default limit
+	if err := kafka.EnsureMaxMessageBytes(ctx, r.brokers[0], kafka.TopicMaxMessageBytes, protocol.Prio3UploadsTopic, protocol.Prio3SharesTopic); err != nil {
+		return err
+	}
 	if err := keydir.EnsureKeys(r.keysDir); err != nil {
 		return err
 	}
