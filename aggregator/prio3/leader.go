@@ -191,6 +191,28 @@ func (l *Leader) tick() ([]Output, error) {
 	return out, nil
 }
 
+// requeue puts the reports of AggregateReq req that are still in flight
+// back in the queue (the next tick sends them again) and returns how many:
+// those a response left out. Committed reports are no longer pending and
+// are not touched; the helper answers a re-sent committed report
+// idempotently.
+func (l *Leader) requeue(req []byte) int {
+	q, err := p3.ParseAggregateReq(req)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, it := range q.Items {
+		for _, p := range l.pending[it.ID] {
+			if p.inFlight && p.day == q.Day {
+				p.inFlight = false
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // aggregateResp commits the reports the helper prepared and counts the
 // ones it rejected under "helper_<reason>".
 func (l *Leader) aggregateResp(ev Event) error {

@@ -374,6 +374,12 @@ func (r *leaderRun) prepare(ctx context.Context, now time.Time) {
 			r.s.count(ReasonMalformedResponse)
 			r.log.Error("prio3 leader: unusable aggregate response from the helper; retrying the request in the next step", "err", err)
 			left = append(left, req)
+			continue
+		}
+		// a response that left reports out: they go back to the queue
+		if n := r.l.requeue(req); n > 0 {
+			r.s.count(ReasonMalformedResponse)
+			r.log.Error("prio3 leader: the helper's response left reports out; sending them again", "reports", n)
 		}
 	}
 	r.outstanding = left

@@ -179,3 +179,49 @@ func FuzzLeaderFile(f *testing.F) {
 		}
 	})
 }
+
+// TestRequeuePartialResponse: a helper response that leaves a report out
+// leaves it in flight; requeue puts exactly that report back, the next
+// tick sends it alone, and all three reports end up committed once at
+// both aggregators.
+func TestRequeuePartialResponse(t *testing.T) {
+	m := p3.Config{Kind: p3.KindSumVec, Length: 8, Bits: 4}
+	w := newWorld(t, m, 1)
+	day := p3.Day(20000)
+	now := day.Start()
+	for _, u := range w.shardAll(t, day, smallCounts(3, 8)) {
+		w.l.Apply(Event{Now: now, Kind: EventUpload, Msg: u})
+	}
+	outs, _ := w.l.Apply(Event{Now: now, Kind: EventTick})
+	if len(outs) != 1 {
+		t.Fatalf("%d requests", len(outs))
+	}
+	ans, err := w.h.Apply(Event{Now: now, Kind: EventAggregateReq, Msg: outs[0].Msg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, _ := p3.ParseAggregateResp(ans[0].Msg)
+	left := resp.Results[1].ID
+	resp.Results = append(resp.Results[:1], resp.Results[2:]...)
+	short, _ := resp.MarshalBinary()
+	if _, err := w.l.Apply(Event{Now: now, Kind: EventAggregateResp, Msg: short}); err != nil {
+		t.Fatal(err)
+	}
+	if n := w.l.requeue(outs[0].Msg); n != 1 {
+		t.Fatalf("requeued %d, want 1", n)
+	}
+	again, _ := w.l.Apply(Event{Now: now, Kind: EventTick})
+	q, _ := p3.ParseAggregateReq(again[0].Msg)
+	if len(again) != 1 || len(q.Items) != 1 || q.Items[0].ID != left {
+		t.Fatalf("after requeue: %d requests, %d items", len(again), len(q.Items))
+	}
+	if _, err := w.route(now, again); err != nil {
+		t.Fatal(err)
+	}
+	if w.l.Stats.Prepared != 3 || w.h.Stats.Prepared != 3 || len(w.l.pending) != 0 {
+		t.Fatalf("prepared: leader %d, helper %d, %d pending", w.l.Stats.Prepared, w.h.Stats.Prepared, len(w.l.pending))
+	}
+	if n := w.l.requeue(outs[0].Msg); n != 0 {
+		t.Fatalf("requeued %d committed reports", n)
+	}
+}
