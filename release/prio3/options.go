@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/spf13/pflag"
 
@@ -34,7 +35,7 @@ const (
 type Options struct {
 	Mode         string   // ModeGroups (default) or ModePrio3
 	Campaign     string   // the campaign name (1–64 bytes), as the aggregators'
-	CollectorKey string   // onion.KeyPair file of the collector (keydir role prio3-collector)
+	CollectorKey []string // onion.KeyPair files of the collector (keydir role prio3-collector): the current, then older ones during a rotation
 	Kind         string   // KindSumVec or KindPresence
 	Bits         int      // SumVec: counts clipped to 2^Bits − 1 (1..16)
 	MaxWeight    int      // presence: most keywords per report
@@ -46,14 +47,14 @@ type Options struct {
 // prio3, SumVec with DefaultBits and the collector key of the keys
 // directory "keys" (keydir role prio3-collector).
 func DefaultOptions() Options {
-	return Options{Mode: ModeGroups, Kind: KindSumVec, Bits: p3.DefaultBits, CollectorKey: "keys/" + keydir.Prio3CollectorKey}
+	return Options{Mode: ModeGroups, Kind: KindSumVec, Bits: p3.DefaultBits, CollectorKey: []string{"keys/" + keydir.Prio3CollectorKey}}
 }
 
 // AddFlags adds --mode and the Prio3-mode flags to f, filling o.
 func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Mode, "mode", o.Mode, "PDD mode: groups (blinded groups, topic group-sums) or prio3 (two aggregators, topic prio3-shares)")
 	f.StringVar(&o.Campaign, "campaign", o.Campaign, "prio3: the campaign whose batches are released (as the aggregators')")
-	f.StringVar(&o.CollectorKey, "collector-key", o.CollectorKey, "prio3: the collector's HPKE key file (keys dir role prio3-collector)")
+	f.StringSliceVar(&o.CollectorKey, "collector-key", o.CollectorKey, "prio3: the collector's HPKE key file (keys dir role prio3-collector); repeat during a rotation, the current key first")
 	f.StringVar(&o.Kind, "kind", o.Kind, "prio3: measurement, sumvec (clipped counts) or presence")
 	f.IntVar(&o.Bits, "bits", o.Bits, "prio3 sumvec: counts clipped to 2^bits − 1")
 	f.IntVar(&o.MaxWeight, "max-weight", o.MaxWeight, "prio3 presence: most keywords one report may set")
@@ -92,7 +93,7 @@ func (o *Options) Validate() error {
 	switch {
 	case o.Campaign == "" || len(o.Campaign) > 64:
 		return fmt.Errorf("--campaign %q: prio3 mode needs the campaign name (1–64 bytes)", o.Campaign)
-	case o.CollectorKey == "":
+	case len(o.CollectorKey) == 0 || slices.Contains(o.CollectorKey, ""):
 		return errors.New("prio3 mode needs --collector-key FILE (the collector's key; see `crowdlog keys`)")
 	case o.MinBatchSize == 0:
 		return errors.New("prio3 mode needs --min-batch-size ≥ 1 (the aggregators' value)")
@@ -124,7 +125,7 @@ func (o *Options) New(ctx context.Context, base pdd.Options, log *slog.Logger) (
 	if err != nil {
 		return nil, nil, err
 	}
-	keys, err := keydir.LoadKeyPairs([]string{o.CollectorKey})
+	keys, err := keydir.LoadKeyPairs(o.CollectorKey)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--collector-key: %w", err)
 	}
@@ -133,6 +134,6 @@ func (o *Options) New(ctx context.Context, base pdd.Options, log *slog.Logger) (
 		return nil, nil, err
 	}
 	st := &Stage{Brokers: base.Kafka, Writer: w, List: list, Blacklist: o.Blacklist, Logger: log,
-		Collector: p3.Collector{Campaign: o.Campaign, Measurement: m, Key: keys[0], MinBatchSize: o.MinBatchSize}}
+		Collector: p3.Collector{Campaign: o.Campaign, Measurement: m, Key: keys[0], MinBatchSize: o.MinBatchSize}, OldKeys: keys[1:]}
 	return st, w, nil
 }

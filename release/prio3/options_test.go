@@ -68,11 +68,16 @@ func TestOptionsNew(t *testing.T) {
 	if err := onion.SaveKeyPair(keyPath, "prio3-collector", ck); err != nil {
 		t.Fatal(err)
 	}
+	old := genKey(t, 4)
+	oldPath := filepath.Join(dir, "collector.1.key")
+	if err := onion.SaveKeyPair(oldPath, "prio3-collector", old); err != nil {
+		t.Fatal(err)
+	}
 	listPath := filepath.Join(dir, "list.txt")
 	if err := os.WriteFile(listPath, []byte("flu\nfever\ncough\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o := Options{Mode: ModePrio3, Campaign: "flu", CollectorKey: keyPath, Kind: KindSumVec, Bits: 2, MinBatchSize: 4, Blacklist: []string{"fever"}}
+	o := Options{Mode: ModePrio3, Campaign: "flu", CollectorKey: []string{keyPath, oldPath}, Kind: KindSumVec, Bits: 2, MinBatchSize: 4, Blacklist: []string{"fever"}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	base := pdd.DefaultOptions()
@@ -89,7 +94,7 @@ func TestOptionsNew(t *testing.T) {
 	defer w.Close()
 	c := st.Collector
 	if c.Campaign != "flu" || c.MinBatchSize != 4 || c.Measurement != (p3.Config{Kind: p3.KindSumVec, Length: 3, Bits: 2}) ||
-		!c.Key.Public.Equal(ck.Public) || st.List.Len() != 3 || len(st.Blacklist) != 1 {
+		!c.Key.Public.Equal(ck.Public) || len(st.OldKeys) != 1 || !st.OldKeys[0].Public.Equal(old.Public) || st.List.Len() != 3 || len(st.Blacklist) != 1 {
 		t.Fatalf("stage %+v", st)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/retry"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 	"github.com/crowdlog/crowdlog/release"
 	"github.com/crowdlog/crowdlog/release/pdd"
@@ -56,6 +57,9 @@ type Stage struct {
 	// Collector is the campaign, its measurement (Length = List.Len()), the
 	// collector's key and the minimum batch size (the aggregators' value).
 	Collector p3.Collector
+	// OldKeys are collector keys before a rotation: shares sealed to them
+	// still open (tried after Collector.Key).
+	OldKeys []*onion.KeyPair
 	// List is the campaign's keyword list: total i is keyword List.Words[i].
 	List *keywords.List
 	// Blacklist: keywords never released, whatever their totals (clients
@@ -157,7 +161,7 @@ func (st *Stage) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	state, err := NewState(st.Collector)
+	state, err := NewState(st.Collector, st.OldKeys...)
 	if err != nil {
 		return err
 	}

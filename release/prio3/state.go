@@ -18,6 +18,9 @@ import (
 	"errors"
 	"math"
 
+	"github.com/cloudflare/circl/vdaf/prio3/arith/fp128"
+
+	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 )
 
@@ -67,7 +70,7 @@ var DropReasons = []string{DropMalformed, DropCampaign, DropRefusal, DropDay, Dr
 
 // MaxCandidates bounds the distinct (count, checksum) shares held per role
 // and day while no matching pair exists: memory per open day is at most
-// 2 × MaxCandidates × 16 B × L.
+// 2 × MaxCandidates × 32 B × L (each share's bytes and its opened vector).
 const MaxCandidates = 4
 
 // maxDay is the last day a ClickHouse Date holds (2149-06-06).
@@ -92,8 +95,16 @@ type candidate struct {
 	checksum p3.Checksum
 }
 
+// held is a share waiting for its partner: the encoded AggShare, the
+// index of the key that opened it and its opened vector.
+type held struct {
+	b   []byte
+	key int
+	vec fp128.Vec
+}
+
 type dayAcc struct {
-	shares [2]map[candidate][]byte // by role: encoded AggShare
+	shares [2]map[candidate]held // by role
 }
 
 // State pairs the leader's and the helper's AggShare of each day of one
@@ -106,14 +117,16 @@ type State struct {
 	Accepted int64
 
 	c        p3.Collector
+	keys     []*onion.KeyPair // c.Key, then the keys before a rotation
 	open     map[p3.Day]*dayAcc
 	released map[p3.Day]bool
 }
 
 // NewState returns an empty State for the campaign, measurement, collector
-// key and minimum batch size of c. Errors: an invalid measurement
+// key and minimum batch size of c; old are collector keys before a rotation
+// (shares sealed to them still open). Errors: an invalid measurement
 // (p3.ErrConfig), no key, a minimum batch size of 0.
-func NewState(c p3.Collector) (*State, error) {
+func NewState(c p3.Collector, old ...*onion.KeyPair) (*State, error) {
 	if err := c.Measurement.Check(); err != nil {
 		return nil, err
 	}
@@ -123,7 +136,14 @@ func NewState(c p3.Collector) (*State, error) {
 	if c.MinBatchSize == 0 {
 		return nil, errors.New("prio3 release: minimum batch size 0 would release single clients; give --min-batch-size ≥ 1, the aggregators' value")
 	}
-	return &State{Dropped: map[string]int64{}, c: c, open: map[p3.Day]*dayAcc{}, released: map[p3.Day]bool{}}, nil
+	keys := []*onion.KeyPair{c.Key}
+	for _, k := range old {
+		if k == nil {
+			return nil, errors.New("prio3 release: a nil old collector key")
+		}
+		keys = append(keys, k)
+	}
+	return &State{Dropped: map[string]int64{}, c: c, keys: keys, open: map[p3.Day]*dayAcc{}, released: map[p3.Day]bool{}}, nil
 }
 
 // Open is the number of days holding some shares but no matching pair.
@@ -159,18 +179,25 @@ func (s *State) Apply(b []byte) (Batch, bool) {
 		s.drop(DropSmallBatch)
 		return Batch{}, false
 	}
-	plain, err := a.Open(s.c.Key.Private)
-	if err != nil {
+	h := held{b: b, key: -1}
+	var plain []byte
+	for i, k := range s.keys {
+		if plain, err = a.Open(k.Private); err == nil {
+			h.key = i
+			break
+		}
+	}
+	if h.key < 0 {
 		s.drop(DropUndecryptable)
 		return Batch{}, false
 	}
-	if _, err := p3.DecodeVec(plain, s.c.Measurement.Length); err != nil {
+	if h.vec, err = p3.DecodeVec(plain, s.c.Measurement.Length); err != nil {
 		s.drop(DropLength)
 		return Batch{}, false
 	}
 	acc := s.open[a.Day]
 	if acc == nil {
-		acc = &dayAcc{shares: [2]map[candidate][]byte{{}, {}}}
+		acc = &dayAcc{shares: [2]map[candidate]held{{}, {}}}
 		s.open[a.Day] = acc
 	}
 	k := candidate{a.Count, a.Checksum}
@@ -183,17 +210,17 @@ func (s *State) Apply(b []byte) (Batch, bool) {
 		s.drop(DropTooMany)
 		return Batch{}, false
 	}
-	mine[k] = b
+	mine[k] = h
 	s.Accepted++
 	other, ok := acc.shares[1-a.Role][k]
 	if !ok {
 		return Batch{}, false
 	}
-	leader, helper := b, other
+	leader, helper := h, other
 	if a.Role == 1 {
-		leader, helper = other, b
+		leader, helper = other, h
 	}
-	res, err := s.c.Unshard(leader, helper)
+	res, err := s.unshard(a, leader, helper)
 	if err != nil || !s.plausible(res) {
 		// both opened alone, so only the sum can be wrong: a tampered share
 		s.Dropped[DropImplausible] += 2
@@ -211,6 +238,25 @@ func (s *State) Apply(b []byte) (Batch, bool) {
 	delete(s.open, a.Day)
 	s.released[a.Day] = true
 	return Batch{Campaign: s.c.Campaign, Day: a.Day, Count: res.Count, Checksum: res.Checksum, Totals: res.Totals}, true
+}
+
+// unshard adds a matching pair: with p3.Collector when one key opened both
+// (its checks and decoding), else — a pair sealed across a collector key
+// rotation — the two vectors opened on arrival, whose metadata the pairing
+// already matched (same role-complement, campaign, day, count, checksum).
+func (s *State) unshard(a *p3.AggShare, leader, helper held) (*p3.Result, error) {
+	if leader.key == helper.key {
+		c := s.c
+		c.Key = s.keys[leader.key]
+		return c.Unshard(leader.b, helper.b)
+	}
+	sum := append(fp128.Vec(nil), leader.vec...)
+	sum.AddAssign(helper.vec)
+	totals, err := p3.Signed(sum)
+	if err != nil {
+		return nil, err
+	}
+	return &p3.Result{Day: a.Day, Count: a.Count, Checksum: a.Checksum, Totals: totals}, nil
 }
 
 // plausible reports whether every total is in 0..Count × Max (no noise is

@@ -253,6 +253,37 @@ func TestRealAggregators(t *testing.T) {
 	}
 }
 
+// TestKeyRotation: across a collector key rotation, shares sealed to the
+// old key still open when it is given; a pair sealed across the rotation
+// (leader to the new key, helper to the old) releases the same sum; without
+// the old key its shares are undecryptable.
+func TestKeyRotation(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	s, ck := newTestState(t)
+	old := genKey(t, 8)
+	rotated, err := NewState(s.c, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d, keys := range [][2]*onion.KeyPair{{old, old}, {ck, old}, {old, ck}, {ck, ck}} {
+		truth := []int64{int64(d), 0, 4, 0, 1, 2}
+		lv, hv := split(rng, truth)
+		day := tDay + p3.Day(d)
+		l := craft(t, keys[0].PublicKey(), 0, tCampaign, day, 5, 1, lv)
+		h := craft(t, keys[1].PublicKey(), 1, tCampaign, day, 5, 1, hv)
+		if got := apply(rotated, l, h); len(got) != 1 || !reflect.DeepEqual(got[0].Totals, truth) || got[0].Count != 5 || got[0].Day != day {
+			t.Fatalf("keys %d: released %+v, want totals %v", d, got, truth)
+		}
+		if got := apply(s, l, h); (len(got) == 1) != (keys == [2]*onion.KeyPair{ck, ck}) {
+			t.Fatalf("keys %d without the old key: released %+v", d, got)
+		}
+	}
+	wantDropped(t, s, map[string]int64{DropUndecryptable: 4})
+	if _, err := NewState(s.c, nil); err == nil {
+		t.Fatal("a nil old key accepted")
+	}
+}
+
 func TestNewStateConfig(t *testing.T) {
 	ck := genKey(t, 1)
 	m := p3.Config{Kind: p3.KindSumVec, Length: 3, Bits: 4}
