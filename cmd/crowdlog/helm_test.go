@@ -173,8 +173,8 @@ func TestHelmChartArgs(t *testing.T) {
 	if want := []string{"aggregator:leader", "prio3-helper:helper"}; !slices.Equal(prio3, want) {
 		t.Errorf("Prio3 aggregators %v, want %v (leader and helper at two operators)", prio3, want)
 	}
-	if prio3Leader != "prio3-leader" {
-		t.Errorf("the Prio3 leader logs in to Kafka as %q, want prio3-leader (its own user, not the aggregate role's)", prio3Leader)
+	if prio3Leader != "prio3-leader" || !slices.Contains(acls, "prio3-leader="+prio3Leader) {
+		t.Errorf("the Prio3 leader logs in to Kafka as %q, topics --acl %v: want prio3-leader (its own user, not the aggregate role's) with the ACL role prio3-leader", prio3Leader, acls)
 	}
 	if !slices.Equal(streamsJobs, []string{"pipeline-operator"}) {
 		t.Errorf("streams Jobs at %v, want one at the pipeline operator (every stream exists before the roles start)", streamsJobs)

@@ -498,6 +498,22 @@ func TestPrio3Aggregators(t *testing.T) {
 			t.Errorf("%s: --state-dir on claim %q (created: %v), want its own %s-state", role, claim, pvc, w.name)
 		}
 	}
+	rot, err := Render("prio3-helper", map[string]any{"prio3": map[string]any{"rotatedKeys": 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range Containers(rot)[0].Pod.Volumes {
+		if v.Name != "keys" {
+			continue
+		}
+		var items []string
+		for _, it := range v.Secret.Items {
+			items = append(items, it.Path)
+		}
+		if want := []string{keydir.Prio3HelperKey, "prio3-helper.1.key", "prio3-helper.2.key", keydir.CustodyFile}; !slices.Equal(items, want) {
+			t.Errorf("rotatedKeys 2: keys items %v, want %v", items, want)
+		}
+	}
 	pres, err := Render("prio3-helper", map[string]any{"prio3": map[string]any{"kind": "presence", "maxWeight": 7}})
 	if err != nil {
 		t.Fatal(err)

@@ -59,7 +59,7 @@ randomness-token keys.
   kafka: true
   kafkaUser: {{ $v.prio3.leader.kafkaUser | quote }}
   kafkaSecret: {{ $v.prio3.leader.kafkaSecret | quote }}
-  keys: [prio3-leader.key]
+  keys: [prio3-leader.key{{ range $i := until (int $v.prio3.rotatedKeys) }}, prio3-leader.{{ add1 $i }}.key{{ end }}]
   keysSecret: {{ required "prio3.leader.keysSecret: the Secret of the leader's key (crowdlog keys generate --role prio3-leader)" $v.prio3.leader.keysSecret | quote }}
   public: [prio3-collector.key.pub{{ if $v.prio3.keywordsFile }}, {{ $v.prio3.keywordsFile | quote }}{{ end }}]
   verifyKey: true
@@ -70,7 +70,7 @@ randomness-token keys.
 - name: prio3-helper
   args: [aggregate-prio3, --role, helper, {{ include "crowdlog.prio3Args" . }}]
   nats: prio3-helper
-  keys: [prio3-helper.key]
+  keys: [prio3-helper.key{{ range $i := until (int $v.prio3.rotatedKeys) }}, prio3-helper.{{ add1 $i }}.key{{ end }}]
   public: [prio3-collector.key.pub{{ if $v.prio3.keywordsFile }}, {{ $v.prio3.keywordsFile | quote }}{{ end }}]
   verifyKey: true
   state: {{ $v.prio3.storage | quote }}
