@@ -259,26 +259,42 @@ func uploadPartitions(ctx context.Context, brokers []string) ([]int, error) {
 }
 
 // read feeds partition's uploads from offset from into in until ctx ends.
+// A reader that fails is opened again at the next offset after a pause
+// (1 s, doubling to 30 s).
 func (s *LeaderService) read(ctx context.Context, partition int, from int64, in chan<- upload, log *slog.Logger) {
+	pause := time.Second
+	for {
+		err := s.readFrom(ctx, partition, &from, in)
+		if ctx.Err() != nil {
+			return
+		}
+		log.Error("prio3 leader: reading a partition failed; opening it again", "partition", partition, "offset", from, "in", pause, "err", err)
+		if sleep(ctx, pause) != nil {
+			return
+		}
+		pause = min(2*pause, 30*time.Second)
+	}
+}
+
+// readFrom reads partition from *from on, advancing *from past each
+// upload handed to in.
+func (s *LeaderService) readFrom(ctx context.Context, partition int, from *int64, in chan<- upload) error {
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: s.Brokers, Topic: protocol.Prio3UploadsTopic, Partition: partition,
 		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 250 * time.Millisecond, Dialer: infrakafka.Dialer(ctx)})
 	defer r.Close()
-	if err := r.SetOffset(from); err != nil {
-		log.Error("prio3 leader: set offset", "partition", partition, "offset", from, "err", err)
-		return
+	if err := r.SetOffset(*from); err != nil {
+		return fmt.Errorf("set offset %d: %w", *from, err)
 	}
 	for {
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
-			if ctx.Err() == nil {
-				log.Error("prio3 leader: partition stopped (restart the leader)", "partition", partition, "err", err)
-			}
-			return
+			return err
 		}
 		select {
 		case in <- upload{partition: m.Partition, offset: m.Offset, value: m.Value}:
+			*from = m.Offset + 1
 		case <-ctx.Done():
-			return
+			return ctx.Err()
 		}
 	}
 }
