@@ -1,0 +1,127 @@
+package prio3
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crowdlog/crowdlog/infra/config"
+	"github.com/crowdlog/crowdlog/infra/keydir"
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+)
+
+// TestClockFile: the clock reads the file at every call, keeps the last
+// good time when the file becomes unreadable, and refuses a file that does
+// not hold an RFC 3339 time at the start.
+func TestClockFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "clock")
+	if _, err := ClockFile(path, nil); err == nil {
+		t.Fatal("a missing clock file was accepted")
+	}
+	os.WriteFile(path, []byte("yesterday\n"), 0o644)
+	if _, err := ClockFile(path, nil); err == nil {
+		t.Fatal("a clock file without an RFC 3339 time was accepted")
+	}
+	t1 := time.Date(2006, 3, 7, 12, 0, 0, 0, time.UTC)
+	os.WriteFile(path, []byte(t1.Format(time.RFC3339)+"\n"), 0o644)
+	now, err := ClockFile(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := now(); !got.Equal(t1) {
+		t.Fatalf("clock %s, want %s", got, t1)
+	}
+	t2 := t1.Add(50 * time.Hour)
+	os.WriteFile(path, []byte(t2.Format(time.RFC3339)), 0o644)
+	if got := now(); !got.Equal(t2) {
+		t.Fatalf("clock after the rewrite %s, want %s", got, t2)
+	}
+	os.WriteFile(path, []byte("garbage"), 0o644)
+	if got := now(); !got.Equal(t2) {
+		t.Fatalf("clock on a bad file %s, want the last good %s", got, t2)
+	}
+}
+
+// TestOptionsConfig: flags without files are validated (usage errors);
+// Config loads the role's key from its custody directory, the collector's
+// public key and the verify keys (newest epoch by default); the leader
+// refuses the helper's directory and an epoch the file lacks.
+func TestOptionsConfig(t *testing.T) {
+	root := t.TempDir()
+	dirs := map[string]string{}
+	for _, r := range []string{keydir.RolePrio3Leader, keydir.RolePrio3Helper, keydir.RolePrio3Collector} {
+		dirs[r] = filepath.Join(root, r)
+		if err := keydir.GenerateRole(dirs[r], r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bundle := filepath.Join(root, "collector.public")
+	if _, err := keydir.ExportPublic(dirs[keydir.RolePrio3Collector], bundle); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{keydir.RolePrio3Leader, keydir.RolePrio3Helper} {
+		if _, _, err := keydir.ImportPublic(dirs[r], bundle); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vk := filepath.Join(root, "verify")
+	for range 2 {
+		if _, err := keydir.AddVerifyKeyEpoch(vk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	words := filepath.Join(root, "words")
+	os.WriteFile(words, []byte("flu\nfever\ncough\n"), 0o644)
+	base := DefaultOptions()
+	base.Role, base.Campaign, base.Keywords, base.VerifyKey, base.StateDir = RoleLeader, "kw", words, vk, filepath.Join(root, "state")
+	base.KeysDir = dirs[keydir.RolePrio3Leader]
+
+	for name, mut := range map[string]func(o *Options){
+		"role":       func(o *Options) { o.Role = "boss" },
+		"kind":       func(o *Options) { o.Kind = "histogram" },
+		"bits":       func(o *Options) { o.Bits = 17 },
+		"min batch":  func(o *Options) { o.MinBatchSize = 0 },
+		"state dir":  func(o *Options) { o.StateDir = "" },
+		"verify key": func(o *Options) { o.VerifyKey = "" },
+		"campaign":   func(o *Options) { o.Campaign = "a/b" },
+	} {
+		o := base
+		mut(&o)
+		if err := o.Validate(); !errors.As(err, new(config.UsageError)) {
+			t.Errorf("%s: %v, want a usage error", name, err)
+		}
+	}
+	o := base
+	cfg, err := o.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Measurement.Length != 3 || cfg.Measurement.Kind != p3.KindSumVec || cfg.Measurement.Bits != p3.DefaultBits {
+		t.Errorf("measurement %+v", cfg.Measurement)
+	}
+	if cfg.KeyEpoch != 2 || len(cfg.VerifyKeys) != 2 || len(cfg.Keys) != 1 {
+		t.Errorf("key epoch %d, %d verify keys, %d HPKE keys; want 2, 2, 1", cfg.KeyEpoch, len(cfg.VerifyKeys), len(cfg.Keys))
+	}
+	if _, err := NewLeader(cfg); err != nil {
+		t.Errorf("leader from Config: %v", err)
+	}
+	o.KeysDir = dirs[keydir.RolePrio3Helper]
+	if _, err := o.Config(); !errors.Is(err, keydir.ErrNotCustodian) {
+		t.Errorf("leader on the helper's directory: %v, want ErrNotCustodian", err)
+	}
+	o = base
+	o.KeyEpoch = 9
+	if _, err := o.Config(); err == nil || !strings.Contains(err.Error(), "--key-epoch 9") {
+		t.Errorf("leader with an unknown epoch: %v", err)
+	}
+	o = base
+	o.Role, o.KeysDir = RoleHelper, dirs[keydir.RolePrio3Helper]
+	if cfg, err := o.Config(); err != nil {
+		t.Errorf("helper: %v", err)
+	} else if _, err := NewHelper(cfg); err != nil {
+		t.Errorf("helper from Config: %v", err)
+	}
+}
