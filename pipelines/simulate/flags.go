@@ -48,8 +48,8 @@ func (o *PDDOptions) AddFlags(f *pflag.FlagSet, list *string) {
 	f.IntSliceVar(&o.Grid.GroupSizes, "group-sizes", o.Grid.GroupSizes, "group sizes gs")
 	f.IntSliceVar(&o.Grid.Delays, "delays", o.Grid.Delays, "delays δ in days")
 	f.IntVar(&o.Grid.RecoveryDays, "recovery-days", o.Grid.RecoveryDays, "recovery window R in days after the delay (recovery modes)")
-	f.IntSliceVar(&o.Prio3Bits, "prio3-bits", o.Prio3Bits, "Prio3 rows: SumVec bit widths b (counts clipped to 2^b − 1; empty: none)")
-	f.IntSliceVar(&o.Prio3MaxWeights, "prio3-max-weights", o.Prio3MaxWeights, "Prio3 rows: presence max weights w (at most w keywords per client and day; empty: none)")
+	f.IntSliceVar(&o.Prio3Bits, "prio3-bits", o.Prio3Bits, "Prio3 rows: SumVec bit widths b (counts clipped to 2^b − 1; 0: none)")
+	f.IntSliceVar(&o.Prio3MaxWeights, "prio3-max-weights", o.Prio3MaxWeights, "Prio3 rows: presence max weights w (at most w keywords per client and day; 0: none)")
 }
 
 // AddFlags adds the flags of `crowdlog simulate zipf-log` (but --out) to

@@ -85,8 +85,8 @@ type PDDOptions struct {
 	Grid     PDDGrid
 	// Prio3Bits and Prio3MaxWeights are the Prio3-mode measurements scored
 	// beside the groups modes on the same population: SumVec at each bit
-	// width b (1..16), presence at each max weight w ≥ 1 (both empty: no
-	// Prio3 rows).
+	// width b (1..16), presence at each max weight w ≥ 1 (0 or empty: none;
+	// Prio3Measurements).
 	Prio3Bits, Prio3MaxWeights []int
 }
 

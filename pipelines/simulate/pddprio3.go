@@ -50,14 +50,19 @@ func (m Prio3Measurement) validate() error {
 }
 
 // Prio3Measurements builds the measurement list of the CLI flags: one
-// SumVec per bit width, one presence per max weight.
+// SumVec per bit width, one presence per max weight; a 0 adds nothing (so
+// `--prio3-bits 0` turns the SumVec rows off).
 func Prio3Measurements(bits, weights []int) []Prio3Measurement {
 	var ms []Prio3Measurement
 	for _, b := range bits {
-		ms = append(ms, Prio3Measurement{Kind: p3.KindSumVec, Bits: b})
+		if b != 0 {
+			ms = append(ms, Prio3Measurement{Kind: p3.KindSumVec, Bits: b})
+		}
 	}
 	for _, w := range weights {
-		ms = append(ms, Prio3Measurement{Kind: p3.KindPresence, MaxWeight: w})
+		if w != 0 {
+			ms = append(ms, Prio3Measurement{Kind: p3.KindPresence, MaxWeight: w})
+		}
 	}
 	return ms
 }

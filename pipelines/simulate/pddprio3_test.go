@@ -95,6 +95,9 @@ func TestPrio3HandBuilt(t *testing.T) {
 	if _, err := NewPopulationCounts(act, counts, []Prio3Measurement{{Kind: p3.KindSumVec, Bits: 0}}); err == nil {
 		t.Error("0 bits accepted")
 	}
+	if ms := Prio3Measurements([]int{0}, []int{0, 3}); len(ms) != 1 || ms[0].Name() != "prio3-presence-w3" {
+		t.Errorf("flags 0 / 0,3: %v, want presence w = 3 alone", ms)
+	}
 }
 
 // TestPrio3FromLog draws a population from a log whose only query is
