@@ -537,7 +537,7 @@ func (p *Population) evaluate(ctx context.Context, g PDDGrid, seed uint64, order
 	if len(p.prio3) > 0 {
 		for _, d := range g.Delays {
 			if d+1 > MaxPrio3Grace {
-				return nil, fmt.Errorf("simulate pdd: delay %d: the Prio3 rows score graces up to %d days; use delays ≤ %d", d, MaxPrio3Grace, MaxPrio3Grace-1)
+				return nil, fmt.Errorf("simulate pdd: delay %d: the Prio3 rows score graces up to %d days; use delays ≤ %d, or turn the rows off with --prio3-bits 0 --prio3-max-weights 0", d, MaxPrio3Grace, MaxPrio3Grace-1)
 			}
 		}
 	}
