@@ -55,6 +55,20 @@ func (h *Helper) Apply(ev Event) ([]Output, error) {
 	return []Output{{To: ToLeader, Msg: msg}}, nil
 }
 
+// forget drops the state of every batch expired at now (Config.Retain
+// after its close) and returns how many it dropped. A later request for
+// such a day is answered late (reports) or unknown_batch (collection).
+func (h *Helper) forget(now time.Time) int {
+	n := 0
+	for d := range h.batches {
+		if expired(&h.cfg, d, now) {
+			delete(h.batches, d)
+			n++
+		}
+	}
+	return n
+}
+
 func itemDigest(it *p3.PrepItem) [32]byte {
 	d := sha256.New()
 	for _, b := range [][]byte{it.ID[:], it.PublicShare, it.SealedHelper, it.LeaderPrep} {

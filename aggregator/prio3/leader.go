@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
@@ -189,6 +190,31 @@ func (l *Leader) tick() ([]Output, error) {
 		}
 	}
 	return out, nil
+}
+
+// forget drops the state of day's batch (its aggregate, report ids and
+// pending reports) once expired at now; it reports whether it did. The
+// service calls it only for batches collected or refused.
+func (l *Leader) forget(day p3.Day, now time.Time) bool {
+	if !expired(&l.cfg, day, now) {
+		return false
+	}
+	delete(l.batches, day)
+	delete(l.collecting, day)
+	for id, ps := range l.pending {
+		kept := ps[:0]
+		for _, p := range ps {
+			if p.day != day {
+				kept = append(kept, p)
+			}
+		}
+		if len(kept) == 0 {
+			delete(l.pending, id)
+		} else {
+			l.pending[id] = kept
+		}
+	}
+	return true
 }
 
 // requeue puts the reports of AggregateReq req that are still in flight

@@ -49,6 +49,7 @@ type Options struct {
 	// MinBatchSize: the fewest reports a batch is revealed with.
 	MinBatchSize uint64
 	Grace        time.Duration // after a day's end (UTC), its batch still takes reports
+	Retain       time.Duration // after a batch closes, its state is kept this long (0: forever)
 	VerifyKey    string        // the verify key file (keydir.ParseVerifyKeys)
 	KeyEpoch     uint32        // leader: the verify-key epoch to prepare under; 0 = the file's newest
 	// KeysDir is the role's keys directory: the leader's prio3-leader.key
@@ -86,6 +87,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.Chunk, "chunk", o.Chunk, "FLP chunk length (0: about √(length·bits), the fastest)")
 	f.Uint64Var(&o.MinBatchSize, "min-batch-size", o.MinBatchSize, "fewest reports a day's batch is revealed with (both aggregators refuse smaller batches)")
 	f.DurationVar(&o.Grace, "grace", o.Grace, "after a day's end (UTC) its batch takes reports this long, then closes and is collected")
+	f.DurationVar(&o.Retain, "retain", o.Retain, "after a batch closes its state (report ids for replay checks and retries, the aggregate) is kept this long, then dropped: the leader's once collected or refused, the helper's whether or not collected (a later collection is refused unknown_batch), so make it longer than any outage or replay span; 0 keeps every batch")
 	f.StringVar(&o.VerifyKey, "verify-key", o.VerifyKey, "verify key file shared by the leader and the helper only (crowdlog keys prio3-verify)")
 	f.Uint32Var(&o.KeyEpoch, "key-epoch", o.KeyEpoch, "leader: verify-key epoch to prepare under (0: the newest of --verify-key)")
 	f.StringVar(&o.KeysDir, "keys", o.KeysDir, "this role's keys directory (crowdlog keys generate --role prio3-leader or prio3-helper): its HPKE key and the collector's public key")
@@ -112,6 +114,8 @@ func (o *Options) Validate() error {
 		return bad("--min-batch-size 0 would reveal single clients' vectors")
 	case o.Grace < 0:
 		return bad("--grace %s: must not be negative", o.Grace)
+	case o.Retain < 0:
+		return bad("--retain %s: must not be negative", o.Retain)
 	case o.VerifyKey == "":
 		return bad("--verify-key is required (crowdlog keys prio3-verify --out FILE; the same file at the leader and the helper)")
 	case o.StateDir == "":
@@ -197,7 +201,7 @@ func (o *Options) Config() (Config, error) {
 		return Config{}, config.UsageError{Err: fmt.Errorf("--key-epoch %d: not in --verify-key %s", epoch, o.VerifyKey)}
 	}
 	return Config{Campaign: o.Campaign, Measurement: m, KeyEpoch: epoch, VerifyKeys: vks, Grace: o.Grace,
-		MinBatchSize: o.MinBatchSize, Keys: keys, Collector: collector, MaxRequestBytes: o.MaxRequestBytes}, nil
+		MinBatchSize: o.MinBatchSize, Keys: keys, Collector: collector, MaxRequestBytes: o.MaxRequestBytes, Retain: o.Retain}, nil
 }
 
 // Clock returns the service clock: nil (time.Now) without ClockFile;

@@ -59,6 +59,15 @@ type Config struct {
 	// max_payload). 0 means DefaultMaxRequestBytes. A single report larger
 	// than the bound still goes alone.
 	MaxRequestBytes int
+	// Retain is how long after a batch closes (day end + Grace) its state
+	// is kept: the report ids of the replay check and of idempotent
+	// retries, the aggregate. Past it the services drop the batch: the
+	// leader only once collected or refused, the helper whether or not it
+	// was collected (a later CollectReq is refused unknown_batch: the
+	// batch is never revealed), so Retain must exceed any outage or log
+	// replay span. The batch is closed by then: a later report of it is
+	// late either way. 0 keeps every batch.
+	Retain time.Duration
 }
 
 // DefaultMaxRequestBytes is the default Config.MaxRequestBytes: 1 MiB,
@@ -170,6 +179,12 @@ func (b *batch) add(v *p3.VDAF, id p3.ReportID, out *p3.OutShare, c commit) {
 // client's clock is that far ahead, and accepting it would open batches
 // nobody collects for days.
 func future(day p3.Day, now time.Time) bool { return day > p3.DayOf(now)+1 }
+
+// expired reports whether day's batch state may be dropped at now
+// (Config.Retain after its close; never with Retain 0).
+func expired(cfg *Config, day p3.Day, now time.Time) bool {
+	return cfg.Retain > 0 && !now.Before(day.Start().Add(24*time.Hour+cfg.Grace+cfg.Retain))
+}
 
 // closed reports whether day's batch is closed at now.
 func closed(cfg *Config, day p3.Day, now time.Time) bool {

@@ -366,6 +366,12 @@ func (r *leaderRun) step(ctx context.Context, in <-chan upload, maxBatch int) er
 	if r.collect(ctx, now) {
 		changed = true
 	}
+	for day := range r.done {
+		if r.l.forget(day, now) {
+			delete(r.done, day)
+			changed = true
+		}
+	}
 	if changed {
 		if err := r.save(); err != nil {
 			return err
@@ -620,7 +626,11 @@ func (s *HelperService) handle(h *Helper, m *nats.Msg, log *slog.Logger) error {
 		log.Warn("prio3 helper: dropped a request of unknown type", "bytes", len(m.Data))
 		return nil
 	}
-	outs, err := h.Apply(Event{Now: nowFunc(s.Now)(), Kind: kind, Msg: m.Data})
+	now := nowFunc(s.Now)()
+	if n := h.forget(now); n > 0 {
+		log.Info("prio3 helper: dropped the state of expired batches (--retain)", "batches", n)
+	}
+	outs, err := h.Apply(Event{Now: now, Kind: kind, Msg: m.Data})
 	if err != nil {
 		s.count(ReasonMalformedRequest)
 		log.Warn("prio3 helper: dropped a request", "err", err)

@@ -225,3 +225,62 @@ func TestRequeuePartialResponse(t *testing.T) {
 		t.Fatalf("requeued %d committed reports", n)
 	}
 }
+
+// TestForget: with Config.Retain, a collected batch's state stays until
+// Retain after its close and is then dropped at both aggregators (the
+// leader's Days no longer lists it; the states encode and restore); a
+// retried request for the dropped day is refused as late instead of being
+// answered from the dropped commit.
+func TestForget(t *testing.T) {
+	m := p3.Config{Kind: p3.KindSumVec, Length: 8, Bits: 4}
+	w := newWorld(t, m, 1)
+	w.cfgL.Retain, w.cfgH.Retain = time.Hour, time.Hour
+	var err error
+	if w.l, err = NewLeader(w.cfgL); err != nil {
+		t.Fatal(err)
+	}
+	if w.h, err = NewHelper(w.cfgH); err != nil {
+		t.Fatal(err)
+	}
+	day := p3.Day(20000)
+	now := day.Start()
+	for _, u := range w.shardAll(t, day, smallCounts(3, 8)) {
+		w.l.Apply(Event{Now: now, Kind: EventUpload, Msg: u})
+	}
+	outs, _ := w.l.Apply(Event{Now: now, Kind: EventTick})
+	if _, err := w.route(now, outs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.collect(day); err != nil {
+		t.Fatal(err)
+	}
+	closeAt := day.Start().Add(24*time.Hour + w.cfgL.Grace)
+	if w.l.forget(day, closeAt.Add(59*time.Minute)) || w.h.forget(closeAt.Add(59*time.Minute)) != 0 {
+		t.Fatal("state dropped before Retain passed")
+	}
+	if !w.l.forget(day, closeAt.Add(time.Hour)) || w.h.forget(closeAt.Add(time.Hour)) != 1 {
+		t.Fatal("state kept after Retain passed")
+	}
+	if d := w.l.Days(); len(d) != 0 {
+		t.Errorf("leader still lists days %v", d)
+	}
+	lb, _ := w.l.MarshalBinary()
+	hb, _ := w.h.MarshalBinary()
+	if _, err := RestoreLeader(w.cfgL, lb); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RestoreHelper(w.cfgH, hb); err != nil {
+		t.Fatal(err)
+	}
+	ans, err := w.h.Apply(Event{Now: closeAt.Add(time.Hour), Kind: EventAggregateReq, Msg: outs[0].Msg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := p3.ParseAggregateResp(ans[0].Msg)
+	if r.Results[0].Reason != "late" {
+		t.Errorf("retry for a dropped batch: %q, want late", r.Results[0].Reason)
+	}
+	if w.h.Stats.Prepared != 3 {
+		t.Errorf("helper prepared %d, want 3", w.h.Stats.Prepared)
+	}
+}

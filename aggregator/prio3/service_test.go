@@ -265,10 +265,12 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string, labels map[st
 // counted (malformed, future, replay) and change no total; two malformed
 // helper requests are counted, unanswered; while the helper's clock is
 // behind the leader's it refuses the closed batches (batch_open) and the
-// leader asks again later; the metrics show the counts.
+// leader asks again later; the metrics show the counts; Config.Retain
+// after the close the leader's snapshot holds neither batch.
 func TestServices(t *testing.T) {
 	m := p3.Config{Kind: p3.KindSumVec, Length: 100, Bits: 4}
 	e := newSvcEnv(t, m, 5, 48*time.Hour)
+	e.w.cfgL.Retain, e.w.cfgH.Retain = 48*time.Hour, 48*time.Hour
 	day2 := p3.DayOf(time.Date(2006, 3, 2, 0, 0, 0, 0, time.UTC))
 	day1 := day2 - 1
 	e.setNow(day2.Start().Add(12 * time.Hour))
@@ -343,8 +345,23 @@ func TestServices(t *testing.T) {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, v, c.want)
 		}
 	}
+	// Retain after the close, the leader drops both collected batches
+	e.setNow(closedAt.Add(48 * time.Hour))
+	steps := l.Steps.Load()
+	waitFor(t, "three more leader steps", 10*time.Second, func() bool { return l.Steps.Load() >= steps+3 })
 	lr.stop(t, "leader")
 	hr.stop(t, "helper")
+	b, err := os.ReadFile(filepath.Join(e.lDir, LeaderStateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, _, done, err := decodeLeaderFile(e.w.cfgL, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept.Days()) != 0 || len(done) != 0 || kept.Stats.Prepared != 2*n {
+		t.Errorf("after Retain: days %v, done %v, prepared %d; want none, none, %d", kept.Days(), done, kept.Stats.Prepared, 2*n)
+	}
 }
 
 // TestServicesRestart: 40 clients' uploads of one day; the leader (4
