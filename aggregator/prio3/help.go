@@ -31,8 +31,10 @@ Both read the verify key file (--verify-key, written by 'crowdlog keys
 prio3-verify'; the same file at both operators only) and snapshot their
 state to --state-dir (the helper before every answer, the leader before
 every request and after every step): a restarted aggregator resumes
-without losing or double-counting a report. Run one process per role and
-campaign. --clock-file replaces the wall clock for log replays and tests:
+without losing or double-counting a report. --retain drops a batch's
+state that long after it closes (default: never; the helper drops it
+collected or not, so keep it longer than any outage). Run one process per
+role and campaign. --clock-file replaces the wall clock for log replays and tests:
 the file holds the current time as RFC 3339 and is re-read every step.
 
 Metrics (--metrics): crowdlog_prio3_uploads_total (leader),
