@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -185,6 +186,128 @@ func TestHelmChartArgs(t *testing.T) {
 	for role, sub := range map[string]string{"relay": "relay", "aggregator": "aggregate", "release": "release", "operator": "open-epoch"} {
 		if want := role + "=" + saslUser[sub]; saslUser[sub] == "" || !slices.Contains(acls, want) {
 			t.Errorf("topics --acl %v: want %s (the user %s logs in as)", acls, want, sub)
+		}
+	}
+}
+
+// TestHelmPrio3Files: the Prio3 aggregators find every file they read in
+// what the chart mounts, and nothing more. For the leader (aggregator
+// operator, prio3.leader.enabled) and the helper (prio3-helper operator)
+// the test generates the role's keys (keydir.GenerateRole), a verify key
+// (keydir.AddVerifyKeyEpoch) and the collector's key pair, lays out a tree
+// holding exactly the items each keys, verify-key and public volume
+// projects at its mount path, moves the container's absolute paths into
+// that tree and runs the role's own Options.Config: the custody marker
+// admits the role, its key, the collector's public key and the verify key
+// load. The other role's keys Secret does not: a leader given the helper's
+// Secret is refused (keydir.ErrNotCustodian).
+func TestHelmPrio3Files(t *testing.T) {
+	gen := t.TempDir()
+	src := map[string]string{} // Secret or ConfigMap name + "/" + item key -> file
+	for _, c := range []struct{ role, secret string }{
+		{keydir.RolePrio3Leader, "crowdlog-prio3-leader-keys"},
+		{keydir.RolePrio3Helper, "crowdlog-prio3-helper-keys"},
+		{keydir.RolePrio3Collector, ""},
+	} {
+		dir := filepath.Join(gen, c.role)
+		if err := keydir.GenerateRole(dir, c.role); err != nil {
+			t.Fatal(err)
+		}
+		if c.secret != "" {
+			src[c.secret+"/"+c.role+".key"] = filepath.Join(dir, c.role+".key")
+			src[c.secret+"/"+keydir.CustodyFile] = filepath.Join(dir, keydir.CustodyFile)
+		}
+	}
+	src["crowdlog-public/"+keydir.Prio3CollectorKey+".pub"] = filepath.Join(gen, keydir.RolePrio3Collector, keydir.Prio3CollectorKey+".pub")
+	vk := filepath.Join(gen, "prio3-verify.key")
+	if _, err := keydir.AddVerifyKeyEpoch(vk); err != nil {
+		t.Fatal(err)
+	}
+	src["crowdlog-prio3-verify/prio3-verify.key"] = vk
+	for _, c := range []struct {
+		op, role, keysSecret string
+		refused              bool
+	}{
+		{"aggregator", "leader", "", false},
+		{"prio3-helper", "helper", "", false},
+		{"aggregator", "leader", "crowdlog-prio3-helper-keys", true},
+	} {
+		set := map[string]any{"prio3": map[string]any{"leader": map[string]any{"enabled": true}}}
+		if c.keysSecret != "" {
+			set["prio3"] = map[string]any{"leader": map[string]any{"enabled": true, "keysSecret": c.keysSecret}}
+		}
+		objs, err := helm.Render(c.op, set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ctr *helm.Container
+		for _, x := range helm.Containers(objs) {
+			if x.Name == "prio3-"+c.role {
+				ctr = &x
+			}
+		}
+		if ctr == nil {
+			t.Fatalf("%s: no prio3-%s container", c.op, c.role)
+		}
+		root := t.TempDir()
+		for _, m := range ctr.VolumeMounts {
+			for _, v := range ctr.Pod.Volumes {
+				if v.Name != m.Name {
+					continue
+				}
+				var name string
+				var items []corev1.KeyToPath
+				switch {
+				case v.Secret != nil:
+					name, items = v.Secret.SecretName, v.Secret.Items
+				case v.ConfigMap != nil:
+					name, items = v.ConfigMap.Name, v.ConfigMap.Items
+				}
+				for _, it := range items {
+					from, ok := src[name+"/"+it.Key]
+					if !ok {
+						continue // credentials Config does not read (NATS, Kafka)
+					}
+					b, err := os.ReadFile(from)
+					if err != nil {
+						t.Fatal(err)
+					}
+					to := filepath.Join(root, m.MountPath, it.Path)
+					if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(to, b, 0o440); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		args := slices.Clone(ctr.Args[1:])
+		for i, a := range args {
+			if strings.HasPrefix(a, "/etc/crowdlog/") || strings.HasPrefix(a, "/var/lib/crowdlog") {
+				args[i] = filepath.Join(root, a)
+			}
+		}
+		o := aggprio3.DefaultOptions()
+		fs := pflag.NewFlagSet("aggregate-prio3", pflag.ContinueOnError)
+		fs.ParseErrorsAllowlist.UnknownFlags = true
+		o.AddFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := o.Config()
+		switch {
+		case c.refused:
+			if !errors.Is(err, keydir.ErrNotCustodian) {
+				t.Errorf("%s %s with Secret %s: %v, want keydir.ErrNotCustodian", c.op, c.role, c.keysSecret, err)
+			}
+		case err != nil:
+			t.Errorf("%s %s: the chart's files do not load: %v", c.op, c.role, err)
+		case len(cfg.Keys) != 1 || len(cfg.VerifyKeys) != 1 || cfg.Collector.Key == nil:
+			t.Errorf("%s %s: %d keys, %d verify keys, collector %v", c.op, c.role, len(cfg.Keys), len(cfg.VerifyKeys), cfg.Collector.Key)
 		}
 	}
 }
