@@ -514,6 +514,22 @@ func TestPrio3Aggregators(t *testing.T) {
 			t.Errorf("rotatedKeys 2: keys items %v, want %v", items, want)
 		}
 	}
+	for _, op := range []string{"aggregator", "prio3-helper"} { // a keyword list file from the public ConfigMap
+		kw, err := Render(op, map[string]any{"prio3": map[string]any{"keywordsFile": "campaign.keywords", "leader": map[string]any{"enabled": true}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range Containers(kw) {
+			if c.Args[0] != "aggregate-prio3" {
+				continue
+			}
+			if p := flagArg(c.Args, "--keywords"); p != "/etc/crowdlog/public/campaign.keywords" {
+				t.Errorf("%s: --keywords %q with keywordsFile", op, p)
+			} else if err := c.Readable(p); err != nil {
+				t.Errorf("%s: %v", op, err)
+			}
+		}
+	}
 	pres, err := Render("prio3-helper", map[string]any{"prio3": map[string]any{"kind": "presence", "maxWeight": 7}})
 	if err != nil {
 		t.Fatal(err)
