@@ -1,9 +1,11 @@
 // Package prio3 holds the two aggregators of PDD's Prio3 mode as pure state
 // machines — Leader and Helper, each with an Apply method that takes one
 // event (an encoded message from protocol/prio3, or a clock tick) and
-// returns the encoded messages to send — and the Collector's unsharding.
-// No transport: the service wiring (Kafka/NATS, keys, metrics registration)
-// sits at the edge and only routes Output.Msg to Output.To.
+// returns the encoded messages to send. The state machines have no
+// transport: LeaderService and HelperService (service.go) are the loops
+// around them (Kafka uploads and shares, NATS request/reply between the
+// aggregators, snapshots, metrics), built from Options (`crowdlog
+// aggregate-prio3`), and only route Output.Msg to Output.To.
 //
 // Flow (draft-ietf-ppm-dap §4 with a one-round Prio3, draft-irtf-cfrg-vdaf-14
 // §7.2.2): a client's upload reaches the leader (EventUpload), which opens
