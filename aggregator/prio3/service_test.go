@@ -440,3 +440,46 @@ func TestServicesRestart(t *testing.T) {
 		t.Error("the leader's snapshot did not change after the restart")
 	}
 }
+
+// TestServicesHelperOutage: the helper stops while the leader keeps
+// running and uploads keep coming; the leader's requests fail and are
+// retried, and it reads no further uploads meanwhile (at most one step's
+// batch); once the helper is back every
+// report is prepared exactly once at both and the totals equal the
+// clients' clipped sums.
+func TestServicesHelperOutage(t *testing.T) {
+	m := p3.Config{Kind: p3.KindSumVec, Length: 50, Bits: 4}
+	e := newSvcEnv(t, m, 5, 48*time.Hour)
+	day := p3.DayOf(time.Date(2006, 3, 1, 0, 0, 0, 0, time.UTC))
+	e.setNow(day.Start().Add(12 * time.Hour))
+	rng := rand.New(rand.NewPCG(5, 6))
+	const n = 20
+	cs, want := clients(rng, n, m.Length, 15)
+	ups := e.w.shardAll(t, day, cs)
+	_, hr := e.startHelper()
+	l, lr := e.startLeader(4)
+	e.write(ups[:n/2]...)
+	waitFor(t, "the first half prepared", 30*time.Second, func() bool { return l.Stats().Prepared == n/2 })
+	hr.stop(t, "helper")
+	e.write(ups[n/2:]...)
+	waitFor(t, "the leader to read an upload while the helper is down", 30*time.Second, func() bool { return l.Stats().Uploads > n/2 })
+	steps := l.Steps.Load()
+	waitFor(t, "leader steps without the helper", 30*time.Second, func() bool { return l.Steps.Load() >= steps+3 })
+	if p := l.Stats().Prepared; p != n/2 {
+		t.Fatalf("prepared %d without a helper, want %d", p, n/2)
+	}
+	// an unanswered request stops the reading: one step's uploads at most
+	if u := l.Stats().Uploads; u > n/2+4 {
+		t.Errorf("the leader read %d uploads while its request was unanswered, want at most %d", u, n/2+4)
+	}
+	h2, hr2 := e.startHelper()
+	waitFor(t, "every report prepared", 30*time.Second, func() bool { return l.Stats().Prepared == n && l.Stats().Uploads == n })
+	if hs := h2.Stats(); hs.Prepared != n {
+		t.Errorf("helper prepared %d, want %d", hs.Prepared, n)
+	}
+	e.setNow(day.Start().Add(24*time.Hour + 48*time.Hour + time.Minute))
+	waitFor(t, "the batch collected", 30*time.Second, func() bool { return l.Shares.Load() == 1 })
+	checkTotals(t, day.String(), e.unshardDay(e.shares(2)[campaign+"/"+day.String()]), want, n)
+	lr.stop(t, "leader")
+	hr2.stop(t, "helper")
+}
