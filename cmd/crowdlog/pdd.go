@@ -28,6 +28,9 @@ func pddCmd() *cobra.Command {
 				return err
 			}
 			cfg.Logger = logger()
+			if !cfg.NoProgress {
+				cfg.Progress = os.Stderr
+			}
 			sum, err := runner.RunPDD(cmd.Context(), cfg)
 			if sum != nil {
 				sum.Print(os.Stdout)

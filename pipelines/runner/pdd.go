@@ -91,11 +91,13 @@ type PDDConfig struct {
 	StateDir                string // "" = temp dir removed at the end
 	Partitions              int    // default 8
 
-	Export   string // TSV of the released daily counts
-	Workers  int    // concurrent clients per day; default 8
-	Progress io.Writer
-	Timeout  time.Duration // wait for the release after the last day; default 10 min
-	Logger   *slog.Logger
+	Export   string    // TSV of the released daily counts
+	Workers  int       // concurrent clients per day; default 8
+	Progress io.Writer // a line per day and phase (prio3 mode); nil = none
+	// NoProgress (--no-progress): the command leaves Progress nil.
+	NoProgress bool
+	Timeout    time.Duration // wait for the release after the last day; default 10 min
+	Logger     *slog.Logger
 }
 
 // PDDSummary is what a PDD run did.
