@@ -22,7 +22,8 @@ const PDDPlotGroupSize = 100
 //   - pdd-confidence-MODE.EXT: confidence against the delay (Fig. 6 is
 //     pdd+heuristic);
 //   - pdd-mre-modes.EXT: MRE against the delay at one group size
-//     (PDDPlotGroupSize), one line per mode.
+//     (PDDPlotGroupSize), one line per mode, and one per Prio3
+//     measurement at grace δ + 1.
 //
 // MODE is the mode name with "+" written "-".
 func (r *PDDResult) Plot(dir, ext string) ([]string, error) {
@@ -100,6 +101,18 @@ func (r *PDDResult) Plot(dir, ext string) ([]string, error) {
 	var lines []any
 	for _, m := range PDDModes() {
 		lines = append(lines, string(m), series(func(p PDDPoint) bool { return p.Mode == m && p.GroupSize == gs }, mre))
+	}
+	var names []string // the Prio3 measurements, each at grace δ + 1
+	xy := map[string]plotter.XYs{}
+	for _, pt := range r.Prio3 {
+		n := pt.Measurement.Name()
+		if xy[n] == nil {
+			names = append(names, n)
+		}
+		xy[n] = append(xy[n], plotter.XY{X: float64(pt.Grace - 1), Y: pt.MRE})
+	}
+	for _, n := range names {
+		lines = append(lines, n+" (grace δ+1)", xy[n])
 	}
 	if err := plotutil.AddLinePoints(p, lines...); err != nil {
 		return out, fmt.Errorf("simulate pdd: plot: %w", err)
