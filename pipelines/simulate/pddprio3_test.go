@@ -79,6 +79,28 @@ func TestPrio3HandBuilt(t *testing.T) {
 				name, pt.Grace, pt.MRE, pt.Coverage, pt.TotalNNZ, pt.Rounds, want, coverage[pt.Grace])
 		}
 	}
+	// the comparison CSV: delay = grace for Prio3, δ+1 (pdd), δ+1+R
+	// (recovery); confidence 1 and the coverage for Prio3
+	var b strings.Builder
+	if err := r.WriteModesCSV(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		ModesCSVHeader,
+		fmt.Sprintf("prio3-sumvec-b1,0,1,1.0000,%.4f,%.4f,0", (1+1.0/3)/2, (4+4.0/5+2.0/3+1.0/2)/8),
+		fmt.Sprintf("prio3-presence-w1,0,2,1.0000,%.4f,%.4f,0", (1+2.0/3)/2, (3+4.0/5+1+2.0/3+1.0/2+3.0/4)/8),
+	} {
+		if !strings.Contains(b.String(), line+"\n") {
+			t.Errorf("modes CSV lacks %q:\n%s", line, b.String())
+		}
+	}
+	for _, p := range r.Points {
+		want := p.Delay + 1 // R = 0 here
+		prefix := fmt.Sprintf("%s,%d,%d,", p.Mode, p.GroupSize, want)
+		if !strings.Contains(b.String(), prefix) {
+			t.Errorf("modes CSV lacks a line starting %q", prefix)
+		}
+	}
 	// the groups points are those of the same activity and nnz
 	nnz := [][]int32{{2, 1, 1, 0}, {1, 1, 0, 1}, {0, 3, 0, 0}}
 	q, err := NewPopulation(act, nnz)
@@ -144,6 +166,15 @@ func TestPrio3FromLog(t *testing.T) {
 	}
 	if !reflect.DeepEqual(r.Points, rp.Points) {
 		t.Error("the Prio3 measurements changed the groups points")
+	}
+	var csvText strings.Builder
+	if err := r.WriteModesCSV(&csvText); err != nil {
+		t.Fatal(err)
+	}
+	for _, prefix := range []string{"pdd,10,1,", "pdd,10,3,", "recovery,10,2,", "recovery,10,4,", "prio3-sumvec-b4,0,1,1.0000,", "prio3-sumvec-b4,0,3,1.0000,"} {
+		if !strings.Contains(csvText.String(), "\n"+prefix) { // δ = 0, 2 at R = 1
+			t.Errorf("modes CSV lacks a line starting %q:\n%s", prefix, csvText.String())
+		}
 	}
 	clipped := 0
 	for _, pt := range r.Prio3 {
