@@ -220,7 +220,11 @@ func (s *LeaderService) Run(ctx context.Context) error {
 	}
 	run.w = &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: protocol.Prio3SharesTopic, Transport: infrakafka.Transport(ctx),
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
-		BatchBytes: 64 << 20, WriteTimeout: 30 * time.Second}
+		// a request (batch) must stay under the topic's max.message.bytes
+		// (infra/kafka: 2 MiB), or the broker refuses it and the write is
+		// retried forever; one share is 16 B·L + 200 B (≤ 1 MiB at any L
+		// an upload can carry)
+		BatchBytes: 2_000_000, WriteTimeout: 30 * time.Second}
 	defer run.w.Close()
 	log.Info("prio3 leader: serving", "partitions", len(parts), "restored", len(next) > 0)
 	for ctx.Err() == nil {
