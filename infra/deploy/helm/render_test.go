@@ -498,6 +498,22 @@ func TestPrio3Aggregators(t *testing.T) {
 			t.Errorf("%s: --state-dir on claim %q (created: %v), want its own %s-state", role, claim, pvc, w.name)
 		}
 	}
+	// the helper's namespace reaches DNS and NATS only: no Kafka, no ClickHouse
+	var egress []string
+	for _, o := range found["helper"].objs {
+		if np, ok := o.Value.(*networkingv1.NetworkPolicy); ok {
+			for _, e := range np.Spec.Egress {
+				for _, to := range e.To {
+					if to.NamespaceSelector != nil {
+						egress = append(egress, to.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"])
+					}
+				}
+			}
+		}
+	}
+	if want := []string{"kube-system", "crowdlog-nats"}; !slices.Equal(egress, want) {
+		t.Errorf("prio3-helper egress to %v, want %v", egress, want)
+	}
 	rot, err := Render("prio3-helper", map[string]any{"prio3": map[string]any{"rotatedKeys": 2}})
 	if err != nil {
 		t.Fatal(err)
