@@ -14,9 +14,15 @@ Unknown or misspelled fields are errors. Examples: testdata/pipelines/.
     k: 5                    # ft-u/ft-a; DP: epsilon and users (required), delta, d, shamir_k, ...
   epoch:
     length: 168h            # optional: weekly epochs named START-168h (or name: 2006-03)
+  pdd:                      # optional: how 'crowdlog pdd --pipeline FILE' counts keywords
+    mode: prio3             # groups (default; group_size: 100) or prio3
+    bits: 4                 # prio3: counts clipped to 2^bits − 1 (or measurement: presence, max_weight: W)
+    min_batch_size: 10      # prio3: fewest reports a day is released with
 
 'crowdlog run --pipeline FILE' runs it; its pipeline flags (--app, --policy,
---k, --epsilon, ...) then must not be given.
+--k, --epsilon, ...) then must not be given. 'crowdlog pdd --pipeline FILE'
+reads the pdd section; --mode, --group-size, --measurement, --bits,
+--max-weight, --chunk and --min-batch-size then must not be given.
 
 The pipeline's digest — SHA-256 of the canonical text of the fields that
 change what a report means (app and options, policy and its resolved
