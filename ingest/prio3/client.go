@@ -8,7 +8,8 @@
 // the helper's share sealed to the helper inside — through the onion relays
 // to Kafka topic "prio3-uploads". There are no groups, no coordinator and
 // no recovery round: a client that does not upload on a day costs that day
-// only its own counts.
+// only its own counts. A client uploads at most one report per day, also
+// across restarts (Client.StatePath).
 //
 // A client-side blacklist (PDD §6.1) removes keywords the user never shares
 // before anything is counted (keywords.List.Counts).
@@ -17,10 +18,15 @@ package prio3
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"os"
 	"slices"
 	"sync"
+
+	"github.com/google/renameio/v2"
 
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
@@ -46,17 +52,34 @@ type Transport struct {
 
 // Client is one Prio3-mode client of a campaign. Counts holds its keyword
 // counts per day (keywords.List.Counts, blacklist applied); Config is the
-// campaign's measurement (Length = List.Len()). It remembers the days it
-// uploaded for (in memory) and refuses a second upload for one day. It is
-// safe for concurrent use, but Upload serializes per client.
+// campaign's measurement (Length = List.Len()). It is safe for concurrent
+// use, but Upload serializes per client.
+//
+// Its state — the days it uploaded for, and the onion of a day whose
+// publish has not succeeded yet — is kept in memory, and in the file
+// StatePath when set (written atomically before every publish and after
+// it, mode 0600; Open reads it back). A day is uploaded at most once: a
+// retry, also after a restart, publishes the same onion again (the same
+// report id, which the aggregators count once per batch), never a second
+// report.
 type Client struct {
 	Campaign string
 	List     *keywords.List
 	Counts   map[keywords.Day]keywords.Sparse
 	Config   p3.Config
+	// StatePath, when set, is the file the client's state is kept in.
+	StatePath string
 
-	mu   sync.Mutex
-	sent map[keywords.Day]bool
+	mu      sync.Mutex
+	sent    map[keywords.Day]bool
+	pending map[keywords.Day]pendingUpload
+}
+
+// pendingUpload is a day's onion built but not yet published.
+type pendingUpload struct {
+	onion   []byte
+	id      p3.ReportID
+	clipped int
 }
 
 // Sent says what one Upload did: the report id (the VDAF nonce), how many
@@ -101,10 +124,12 @@ func (c *Client) Measurement(d keywords.Day) (m []uint64, dropped int) {
 // VDAF, protocol/prio3.New(Campaign, Config); a VDAF is not safe for
 // concurrent use, so give each goroutine its own), wrapped for the relays
 // (ingest.Route.WrapPrio3) and published to relay A. A day without counts
-// is uploaded as zeros: the report still says the client was active.
+// is uploaded as zeros: the report still says the client was active. When
+// an earlier Upload of d built its onion but did not publish it (an error,
+// a crash), that same onion is published again.
 // Errors: ErrAlreadySent, a measurement the VDAF refuses, an onion that
-// does not seal, or the publisher's error (ctx ended: the day is not
-// marked sent and may be retried).
+// does not seal, the state file's write error, or the publisher's (the day
+// then stays pending and a later Upload retries it).
 func (c *Client) Upload(ctx context.Context, tr *Transport, v *p3.VDAF, d keywords.Day) (Sent, error) {
 	var s Sent
 	if d < 0 {
@@ -118,21 +143,97 @@ func (c *Client) Upload(ctx context.Context, tr *Transport, v *p3.VDAF, d keywor
 	if c.sent[d] {
 		return s, fmt.Errorf("%w: %s", ErrAlreadySent, d)
 	}
-	m, dropped := c.Measurement(d)
-	upload, id, clipped, err := v.Shard(c.Campaign, p3.Day(d), m, tr.Leader, tr.Helper)
-	if err != nil {
-		return s, fmt.Errorf("prio3: shard the report of %s: %w", d, err)
+	p, ok := c.pending[d]
+	if !ok {
+		m, dropped := c.Measurement(d)
+		upload, id, clipped, err := v.Shard(c.Campaign, p3.Day(d), m, tr.Leader, tr.Helper)
+		if err != nil {
+			return s, fmt.Errorf("prio3: shard the report of %s: %w", d, err)
+		}
+		o, err := tr.Route.WrapPrio3(c.Campaign, upload)
+		if err != nil {
+			return s, fmt.Errorf("prio3: wrap the report of %s: %w", d, err)
+		}
+		p = pendingUpload{onion: o, id: id, clipped: clipped + dropped}
+		if c.pending == nil {
+			c.pending = map[keywords.Day]pendingUpload{}
+		}
+		c.pending[d] = p
+		if err := c.save(); err != nil {
+			return s, err
+		}
 	}
-	o, err := tr.Route.WrapPrio3(c.Campaign, upload)
-	if err != nil {
-		return s, fmt.Errorf("prio3: wrap the report of %s: %w", d, err)
-	}
-	if err := tr.Publish(ctx, o); err != nil {
-		return s, fmt.Errorf("prio3: publish the report of %s to relay a: %w", d, err)
+	if err := tr.Publish(ctx, p.onion); err != nil {
+		return s, fmt.Errorf("prio3: publish the report of %s to relay a (kept; the next upload of the day sends it again): %w", d, err)
 	}
 	if c.sent == nil {
 		c.sent = map[keywords.Day]bool{}
 	}
 	c.sent[d] = true
-	return Sent{ID: id, Clipped: clipped + dropped, Bytes: len(o)}, nil
+	delete(c.pending, d)
+	if err := c.save(); err != nil {
+		return s, err
+	}
+	return Sent{ID: p.id, Clipped: p.clipped, Bytes: len(p.onion)}, nil
+}
+
+// state is the client's file format (JSON).
+type state struct {
+	Campaign string         `json:"campaign"`
+	Sent     []keywords.Day `json:"sent"`
+	Pending  []pendingState `json:"pending,omitempty"`
+}
+
+type pendingState struct {
+	Day     keywords.Day `json:"day"`
+	Onion   []byte       `json:"onion"`
+	ID      []byte       `json:"id"`
+	Clipped int          `json:"clipped"`
+}
+
+func (c *Client) save() error {
+	if c.StatePath == "" {
+		return nil
+	}
+	st := state{Campaign: c.Campaign, Sent: slices.Sorted(maps.Keys(c.sent))}
+	for _, d := range slices.Sorted(maps.Keys(c.pending)) {
+		p := c.pending[d]
+		st.Pending = append(st.Pending, pendingState{Day: d, Onion: p.onion, ID: p.id[:], Clipped: p.clipped})
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	if err := renameio.WriteFile(c.StatePath, b, 0o600); err != nil {
+		return fmt.Errorf("prio3: client state %s: %w", c.StatePath, err)
+	}
+	return nil
+}
+
+// Open reads the state of a client written with StatePath set into a
+// client of campaign (List, Counts and Config are the caller's to set).
+// Errors name the file and what is wrong in it (never its onions).
+func Open(path, campaign string) (*Client, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("prio3: client state: %w", err)
+	}
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("prio3: client state %s: %w", path, err)
+	}
+	if st.Campaign != campaign {
+		return nil, fmt.Errorf("prio3: client state %s is of campaign %q, not %q", path, st.Campaign, campaign)
+	}
+	c := &Client{Campaign: campaign, StatePath: path, sent: map[keywords.Day]bool{}, pending: map[keywords.Day]pendingUpload{}}
+	for _, d := range st.Sent {
+		c.sent[d] = true
+	}
+	for _, p := range st.Pending {
+		if len(p.ID) != p3.NonceSize || len(p.Onion) == 0 || c.sent[p.Day] {
+			return nil, fmt.Errorf("prio3: client state %s: bad pending upload of %s", path, p.Day)
+		}
+		c.pending[p.Day] = pendingUpload{onion: p.Onion, id: p3.ReportID(p.ID), clipped: p.Clipped}
+	}
+	return c, nil
 }

@@ -1,8 +1,11 @@
 package prio3
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -112,8 +115,8 @@ func list(t *testing.T, n int) *keywords.List {
 // "prio3-uploads" keyed by the campaign, the upload opens at the leader's
 // key only, and the two prepared output shares sum to the day's counts
 // clipped to 15 (b = 4), computed here; the clipped entries are counted; a
-// second upload for the day is refused; a failed publish leaves the day
-// unsent.
+// second upload for the day is refused; a failed publish is retried by the
+// next upload of the day.
 func TestUploadClippedCounts(t *testing.T) {
 	w := newWorld(t)
 	l := list(t, 40)
@@ -191,5 +194,68 @@ func TestUploadPresence(t *testing.T) {
 	want[1], want[2], want[7] = 1, 1, 1
 	if !slices.Equal(got, want) {
 		t.Fatalf("presence %v, want %v", got, want)
+	}
+}
+
+// TestUploadRestart: with StatePath set, a day whose publish failed is
+// published again after a restart (Open) as the byte-identical onion — the
+// same report id, which the aggregators count once — never as a second
+// report; a day sent before the restart is refused after it. The state
+// file is mode 0600 and belongs to one campaign.
+func TestUploadRestart(t *testing.T) {
+	w := newWorld(t)
+	l := list(t, 30)
+	cfg := p3.Config{Kind: p3.KindSumVec, Length: l.Len(), Bits: 4}
+	v, err := p3.New("camp", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := keywords.Day(13212)
+	counts := map[keywords.Day]keywords.Sparse{d: {3: 2}, d + 1: {4: 1}}
+	path := filepath.Join(t.TempDir(), "client.json")
+	c := &Client{Campaign: "camp", List: l, Config: cfg, Counts: counts, StatePath: path}
+	var failed []byte
+	ok := w.tr.Publish
+	w.tr.Publish = func(_ context.Context, o []byte) error { failed = o; return errors.New("connection lost") }
+	if _, err := c.Upload(context.Background(), w.tr, v, d); err == nil {
+		t.Fatal("upload with a failing publisher succeeded")
+	}
+	w.tr.Publish = ok
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("state file: %v %v", fi, err)
+	}
+	c2, err := Open(path, "camp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2.List, c2.Config, c2.Counts = l, cfg, counts
+	s, err := c2.Upload(context.Background(), w.tr, v, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.sent) != 1 || !bytes.Equal(w.sent[0], failed) || s.Bytes != len(failed) {
+		t.Fatalf("after the restart %d onions sent, identical to the failed one: %v", len(w.sent), len(w.sent) == 1 && bytes.Equal(w.sent[0], failed))
+	}
+	if got := w.open(t, v, w.sent[0], "camp", d); got[3] != 2 {
+		t.Fatalf("keyword 3: %d", got[3])
+	}
+	if _, err := c2.Upload(context.Background(), w.tr, v, d+1); err != nil {
+		t.Fatal(err)
+	}
+	c3, err := Open(path, "camp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c3.List, c3.Config, c3.Counts = l, cfg, counts
+	for _, day := range []keywords.Day{d, d + 1} {
+		if _, err := c3.Upload(context.Background(), w.tr, v, day); !errors.Is(err, ErrAlreadySent) {
+			t.Fatalf("%s after a restart: %v", day, err)
+		}
+	}
+	if len(w.sent) != 2 {
+		t.Fatalf("%d onions sent, want 2", len(w.sent))
+	}
+	if _, err := Open(path, "other"); err == nil {
+		t.Fatal("state of another campaign opened")
 	}
 }
