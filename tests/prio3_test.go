@@ -277,6 +277,7 @@ func TestPrio3EndToEnd(t *testing.T) {
 		must(t, pub.Flush(ctx))
 		sent[d.String()] = len(online)
 	}
+	sentAt := time.Since(began)
 	waitUntil(t, ctx, logs, "the relays to drain", 2*time.Minute, func() bool {
 		ok, err := relays.Drained(ctx, ojs, "a", "b")
 		return err == nil && ok
@@ -367,9 +368,9 @@ func TestPrio3EndToEnd(t *testing.T) {
 			t.Fatalf("%s: round confidence %v", day, r.Confidence)
 		}
 	}
-	t.Logf("%d users, %d days, L = %d, b = %d: %d reports (per day %v; %d left out on the last day), %d non-zero (day, keyword) counts equal the raw log's clipped counts, %d clipped cells; uploads prepared after %s, released after %s",
+	t.Logf("%d users, %d days, L = %d, b = %d: %d reports (per day %v; %d left out on the last day), %d non-zero (day, keyword) counts equal the raw log's clipped counts, %d clipped cells; uploads sent after %s, prepared after %s, released after %s",
 		users, days, length, bits, want, perDay, len(dropped[last.String()]), nonzero, clippedCells,
-		uploadedAt.Round(time.Second), time.Since(began).Round(time.Second))
+		sentAt.Round(time.Second), uploadedAt.Round(time.Second), time.Since(began).Round(time.Second))
 }
 
 // startEnv runs one role as a process with env added to the test's
