@@ -415,7 +415,8 @@ func (r *prio3Run) runDay(ctx context.Context, d keywords.Day, rng *rand.Rand) e
 	if err := r.pub.Flush(ctx); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, "relays to drain", func() (bool, error) { return relays.Drained(ctx, r.opjs, "a", "b") }); err != nil {
+	if err := waitBounded(ctx, "relays to drain", r.cfg.Timeout, func(ctx context.Context) (bool, error) { return relays.Drained(ctx, r.opjs, "a", "b") },
+		r.relayProgress); err != nil {
 		return err
 	}
 	r.sentMu.Lock()
@@ -424,6 +425,19 @@ func (r *prio3Run) runDay(ctx context.Context, d keywords.Day, rng *rand.Rand) e
 	r.progress("%s: %d reports sent (%d in all)", d, len(online), r.uploads.Load())
 	r.log.Info("pdd prio3: day sent", "day", d.String(), "reports", len(online))
 	return nil
+}
+
+// relayProgress says what the relays did (a wait's progress): messages
+// fetched, forwarded and dropped, and forwards that failed (a Kafka
+// refusal is retried for ever; the relay's log has the broker's error).
+func (r *prio3Run) relayProgress(context.Context) string {
+	var parts []string
+	for i, st := range r.relayStats {
+		s := st.Snapshot()
+		parts = append(parts, fmt.Sprintf("relay %c: %d in, %d forwarded, %d dropped, %d failed forwards (retried; see its log)",
+			'a'+i, s.In, s.Forwarded, s.Dropped(), s.ForwardFailures))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // waitPrepared waits, at most Timeout, until the leader has handled every
