@@ -48,3 +48,26 @@ func TestClippedMadeUp(t *testing.T) {
 		t.Fatalf("clipped at 1: %v", got)
 	}
 }
+
+// Without clipping, the per-client counts of the bundled log's first 100
+// users sum to KeywordDaily's totals, day by day and keyword by keyword.
+func TestClippedAgreesWithKeywordDaily(t *testing.T) {
+	const log, list = "../../testdata/aol-top1000.tsv.gz", "../../ingest/keywords/google-10000-english.txt"
+	want, err := KeywordDaily(log, 100, list, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := KeywordClients(log, 100, list, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := d.Clipped(1<<30, nil)
+	if len(got) != len(want) || len(want) == 0 {
+		t.Fatalf("%d days, KeywordDaily %d", len(got), len(want))
+	}
+	for day, kw := range want {
+		if !maps.Equal(got[day], kw) {
+			t.Fatalf("%s: per-client sums differ from KeywordDaily", day)
+		}
+	}
+}
