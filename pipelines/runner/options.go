@@ -176,6 +176,7 @@ func (c *PDDConfig) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&c.Export, "export", "", "write the released daily counts as TSV (campaign day keyword count confidence)")
 	f.IntVar(&c.Workers, "workers", 8, "clients pinging concurrently")
 	f.BoolVar(&c.NoProgress, "no-progress", false, "no progress lines on stderr (prio3 mode: one per day and phase)")
+	f.DurationVar(&c.Timeout, "timeout", 10*time.Minute, "bound of each wait: relays draining, the aggregators preparing, the release appearing in ClickHouse")
 }
 
 // AddTokensFlag adds --tokens on|off (run and ingest) to f; off sets *off.
