@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -50,8 +51,11 @@ type Options struct {
 	MinBatchSize uint64
 	Grace        time.Duration // after a day's end (UTC), its batch still takes reports
 	Retain       time.Duration // after a batch closes, its state is kept this long (0: forever)
-	VerifyKey    string        // the verify key file (keydir.ParseVerifyKeys)
-	KeyEpoch     uint32        // leader: the verify-key epoch to prepare under; 0 = the file's newest
+	// Epsilon > 0: Laplace noise of scale Δ/ε on each entry of this
+	// aggregator's aggregate share (Config.Epsilon); 0 = exact shares.
+	Epsilon   float64
+	VerifyKey string // the verify key file (keydir.ParseVerifyKeys)
+	KeyEpoch  uint32 // leader: the verify-key epoch to prepare under; 0 = the file's newest
 	// KeysDir is the role's keys directory: the leader's prio3-leader.key
 	// or the helper's prio3-helper.key (with rotated-out ROLE.N.key files,
 	// accepted too) and the collector's public key.
@@ -88,6 +92,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.Uint64Var(&o.MinBatchSize, "min-batch-size", o.MinBatchSize, "fewest reports a day's batch is revealed with (both aggregators refuse smaller batches)")
 	f.DurationVar(&o.Grace, "grace", o.Grace, "after a day's end (UTC) its batch takes reports this long, then closes and is collected")
 	f.DurationVar(&o.Retain, "retain", o.Retain, "after a batch closes its state (report ids for replay checks and retries, the aggregate) is kept this long, then dropped: the leader's once collected or refused, the helper's whether or not collected (a later collection is refused unknown_batch), so make it longer than any outage or replay span; 0 keeps every batch")
+	f.Float64Var(&o.Epsilon, "epsilon", o.Epsilon, "Laplace noise per keyword on this aggregator's aggregate share of each day (scale (2^bits − 1)/ε for sumvec, 1/ε for presence), drawn once per batch; 0 = exact. Each aggregator's noise alone makes each (day, keyword) total ε-DP; give both aggregators and release-pdd --mode prio3 the same ε (the collector refuses shares with another ε)")
 	f.StringVar(&o.VerifyKey, "verify-key", o.VerifyKey, "verify key file shared by the leader and the helper only (crowdlog keys prio3-verify)")
 	f.Uint32Var(&o.KeyEpoch, "key-epoch", o.KeyEpoch, "leader: verify-key epoch to prepare under (0: the newest of --verify-key)")
 	f.StringVar(&o.KeysDir, "keys", o.KeysDir, "this role's keys directory (crowdlog keys generate --role prio3-leader or prio3-helper): its HPKE key and the collector's public key")
@@ -116,6 +121,8 @@ func (o *Options) Validate() error {
 		return bad("--grace %s: must not be negative", o.Grace)
 	case o.Retain < 0:
 		return bad("--retain %s: must not be negative", o.Retain)
+	case math.IsNaN(o.Epsilon) || math.IsInf(o.Epsilon, 0) || o.Epsilon < 0:
+		return bad("--epsilon %v: must be finite and ≥ 0 (0 = exact shares)", o.Epsilon)
 	case o.VerifyKey == "":
 		return bad("--verify-key is required (crowdlog keys prio3-verify --out FILE; the same file at the leader and the helper)")
 	case o.StateDir == "":
@@ -201,7 +208,8 @@ func (o *Options) Config() (Config, error) {
 		return Config{}, config.UsageError{Err: fmt.Errorf("--key-epoch %d: not in --verify-key %s", epoch, o.VerifyKey)}
 	}
 	return Config{Campaign: o.Campaign, Measurement: m, KeyEpoch: epoch, VerifyKeys: vks, Grace: o.Grace,
-		MinBatchSize: o.MinBatchSize, Keys: keys, Collector: collector, MaxRequestBytes: o.MaxRequestBytes, Retain: o.Retain}, nil
+		MinBatchSize: o.MinBatchSize, Keys: keys, Collector: collector, MaxRequestBytes: o.MaxRequestBytes, Retain: o.Retain,
+		Epsilon: o.Epsilon}, nil
 }
 
 // Clock returns the service clock: nil (time.Now) without ClockFile;

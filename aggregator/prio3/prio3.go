@@ -70,6 +70,12 @@ type Config struct {
 	// replay span. The batch is closed by then: a later report of it is
 	// late either way. 0 keeps every batch.
 	Retain time.Duration
+	// Epsilon > 0 adds integer Laplace noise of scale Δ/ε (Δ =
+	// Measurement.Max()) to each entry of this aggregator's aggregate
+	// share, drawn once per batch (noise.go); 0 = exact shares. The
+	// collector must be told the same ε (release-pdd --epsilon), which each
+	// share carries authenticated (AggShare.Epsilon).
+	Epsilon float64
 }
 
 // DefaultMaxRequestBytes is the default Config.MaxRequestBytes: 1 MiB,
@@ -159,6 +165,10 @@ type batch struct {
 	// ids: committed report ids → the helper's record of what it prepared
 	// (digest of the request item and the prep message; empty at the leader).
 	ids map[p3.ReportID]commit
+	// noise: the batch's noise vector (L entries), drawn at its first seal
+	// under ε noiseEps; nil when none was drawn (noise.go).
+	noise    []int64
+	noiseEps float64
 }
 
 type commit struct {
@@ -203,6 +213,9 @@ func checkConfig(cfg *Config) (*p3.VDAF, error) {
 	if cfg.MinBatchSize == 0 {
 		return nil, fmt.Errorf("%w: min batch size 0 would reveal single clients", ErrConfig)
 	}
+	if err := checkEpsilon(cfg.Epsilon); err != nil {
+		return nil, err
+	}
 	v, err := p3.New(cfg.Campaign, cfg.Measurement)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
@@ -210,10 +223,18 @@ func checkConfig(cfg *Config) (*p3.VDAF, error) {
 	return v, nil
 }
 
-// sealShare builds role's AggShare of b for the collector.
+// sealShare builds role's AggShare of b for the collector, with the
+// batch's noise when it has a draw or cfg.Epsilon > 0 (noisyAggregate).
 func sealShare(cfg *Config, role byte, day p3.Day, b *batch) ([]byte, error) {
-	a := &p3.AggShare{Role: role, Campaign: cfg.Campaign, Day: day, Count: b.count, Checksum: b.checksum}
-	if err := p3.SealAggShare(cfg.Collector, a, p3.EncodeAggregate(&b.agg)); err != nil {
+	if b == nil {
+		return nil, fmt.Errorf("prio3: no state for batch %s (forgotten after --retain?)", day)
+	}
+	share, eps, err := noisyAggregate(cfg, b)
+	if err != nil {
+		return nil, err
+	}
+	a := &p3.AggShare{Role: role, Campaign: cfg.Campaign, Day: day, Count: b.count, Checksum: b.checksum, Epsilon: eps}
+	if err := p3.SealAggShare(cfg.Collector, a, share); err != nil {
 		return nil, err
 	}
 	return a.MarshalBinary()

@@ -460,6 +460,15 @@ func (r *leaderRun) collect(ctx context.Context, now time.Time) bool {
 			r.log.Error("prio3 leader: unusable aggregate share from the helper; retrying in the next step", "day", day.String(), "err", err)
 			continue
 		}
+		if b := r.l.batches[day]; r.l.cfg.Epsilon > 0 || (b != nil && b.noise != nil) {
+			// the batch's noise draw is on disk before its noisy share
+			// leaves: a crash and re-collection resends the same draw
+			// (noise.go), never a fresh one the collector could average
+			if err := r.save(); err != nil {
+				r.log.Error("prio3 leader: snapshot before writing a noisy share failed; retrying in the next step", "day", day.String(), "err", err)
+				continue
+			}
+		}
 		key := []byte(r.l.cfg.Campaign + "/" + day.String())
 		msgs := make([]kafka.Message, len(shares))
 		for i, o := range shares {

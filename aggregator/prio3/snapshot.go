@@ -2,6 +2,7 @@ package prio3
 
 import (
 	"encoding/binary"
+	"math"
 	"sort"
 
 	"github.com/crowdlog/crowdlog/protocol"
@@ -16,13 +17,20 @@ import (
 //	stats = uploads, prepared, collected (u64 each) ‖ rejected map ‖ refused map
 //	map   = n(u16) ‖ n × (label(len8) ‖ value(u64))
 //	batch = day(u32) ‖ count(u64) ‖ checksum(32) ‖ aggregate(len32: L × 16 B) ‖
-//	        n ids(u32) ‖ n × (id(16) [helper: ‖ digest(32) ‖ prep message(len8)])
+//	        n ids(u32) ‖ n × (id(16) [helper: ‖ digest(32) ‖ prep message(len8)]) ‖
+//	        noise
+//	noise = 0(1) | 1(1) ‖ epsilon(u64: IEEE 754 bits) ‖ L × draw(i64)
+//	        (version 2 only; version 1 states, which have no noise field,
+//	        are still read: their batches have no draw)
 //	pending = id(16) ‖ day(u32) ‖ public(len32) ‖ sealed(len32) ‖ state(len32) ‖ share(len32)
 //
 // A restored leader re-sends every pending report on its next tick; the
 // helper answers a retry of a committed report (same request item) with the
 // same prep message and counts it once.
-const stateVersion byte = 1
+const stateVersion byte = 2
+
+// stateVersionNoNoise is the version before the noise field.
+const stateVersionNoNoise byte = 1
 
 func putU64(w *protocol.Writer, x uint64) { w.B = binary.BigEndian.AppendUint64(w.B, x) }
 
@@ -101,10 +109,19 @@ func putBatches(w *protocol.Writer, bs map[p3.Day]*batch, helper bool) {
 				w.Bytes8(c.msg)
 			}
 		}
+		if b.noise == nil {
+			w.U8(0)
+			continue
+		}
+		w.U8(1)
+		putU64(w, math.Float64bits(b.noiseEps))
+		for _, x := range b.noise {
+			putU64(w, uint64(x))
+		}
 	}
 }
 
-func getBatches(r *protocol.Reader, v *p3.VDAF, helper bool) map[p3.Day]*batch {
+func getBatches(r *protocol.Reader, v *p3.VDAF, helper bool, version byte) map[p3.Day]*batch {
 	bs := map[p3.Day]*batch{}
 	n := r.U32("batches")
 	if r.Err == nil && int(n) > len(r.B)/48 {
@@ -146,6 +163,9 @@ func getBatches(r *protocol.Reader, v *p3.VDAF, helper bool) map[p3.Day]*batch {
 		if r.Err == nil && (sum != b.checksum || uint64(len(b.ids)) != b.count) {
 			r.Err = protocol.Malformed("prio3 state: batch %s count or checksum does not match its ids", d)
 		}
+		if version >= stateVersion {
+			getNoise(r, b, v.Config.Length)
+		}
 		if _, dup := bs[d]; dup && r.Err == nil {
 			r.Err = protocol.Malformed("prio3 state: batch %s twice", d)
 		}
@@ -154,9 +174,37 @@ func getBatches(r *protocol.Reader, v *p3.VDAF, helper bool) map[p3.Day]*batch {
 	return bs
 }
 
-func readStateHeader(r *protocol.Reader, role byte, cfg *Config) {
-	if v := r.U8("state version"); r.Err == nil && v != stateVersion {
-		r.Err = protocol.Malformed("prio3 state version %d, want %d", v, stateVersion)
+// getNoise reads a batch's noise field (version 2).
+func getNoise(r *protocol.Reader, b *batch, length int) {
+	switch f := r.U8("noise flag"); {
+	case r.Err != nil || f == 0:
+		return
+	case f != 1:
+		r.Err = protocol.Malformed("prio3 state: noise flag %d", f)
+		return
+	}
+	eps := math.Float64frombits(getU64(r, "noise epsilon"))
+	if r.Err == nil && (!(eps > 0) || math.IsInf(eps, 1)) {
+		r.Err = protocol.Malformed("prio3 state: noise epsilon %v", eps)
+	}
+	if r.Err == nil && length > len(r.B)/8 {
+		r.Err = protocol.Malformed("prio3 state: noise of %d entries in %d bytes", length, len(r.B))
+	}
+	if r.Err != nil {
+		return
+	}
+	b.noise, b.noiseEps = make([]int64, length), eps
+	for i := range b.noise {
+		b.noise[i] = int64(getU64(r, "noise draw"))
+	}
+}
+
+// readStateHeader reads the header and returns the state's version
+// (stateVersion or stateVersionNoNoise).
+func readStateHeader(r *protocol.Reader, role byte, cfg *Config) byte {
+	v := r.U8("state version")
+	if r.Err == nil && v != stateVersion && v != stateVersionNoNoise {
+		r.Err = protocol.Malformed("prio3 state version %d, want %d or %d", v, stateVersion, stateVersionNoNoise)
 	}
 	if x := r.U8("role"); r.Err == nil && x != role {
 		r.Err = protocol.Malformed("prio3 state of role %q, want %q", x, role)
@@ -167,6 +215,7 @@ func readStateHeader(r *protocol.Reader, role byte, cfg *Config) {
 	if n := r.U32("length"); r.Err == nil && int(n) != cfg.Measurement.Length {
 		r.Err = protocol.Malformed("prio3 state of %d keywords, configured %d", n, cfg.Measurement.Length)
 	}
+	return v
 }
 
 // MarshalBinary encodes the leader's state (see the layout above).
@@ -213,9 +262,9 @@ func RestoreLeader(cfg Config, b []byte) (*Leader, error) {
 		return nil, err
 	}
 	r := protocol.Reader{B: b}
-	readStateHeader(&r, 'L', &cfg)
+	version := readStateHeader(&r, 'L', &cfg)
 	l.Stats = getStats(&r)
-	l.batches = getBatches(&r, l.vdaf, false)
+	l.batches = getBatches(&r, l.vdaf, false, version)
 	n := r.U32("pending")
 	if r.Err == nil && int(n) > len(r.B)/36 {
 		r.Err = protocol.Malformed("prio3 state claims %d pending reports", n)
@@ -260,9 +309,9 @@ func RestoreHelper(cfg Config, b []byte) (*Helper, error) {
 		return nil, err
 	}
 	r := protocol.Reader{B: b}
-	readStateHeader(&r, 'H', &cfg)
+	version := readStateHeader(&r, 'H', &cfg)
 	h.Stats = getStats(&r)
-	h.batches = getBatches(&r, h.vdaf, true)
+	h.batches = getBatches(&r, h.vdaf, true, version)
 	if err := r.Done("prio3 helper state"); err != nil {
 		return nil, err
 	}

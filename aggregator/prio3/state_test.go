@@ -154,6 +154,17 @@ func fuzzState(f *testing.F, helper bool) {
 	} else {
 		f.Add(lb)
 	}
+	// a batch with a noise draw (the state's noise field)
+	for _, b := range []*batch{w.l.batches[day], w.h.batches[day]} {
+		b.noise, b.noiseEps = []int64{1, -2, 3, -4}, 0.5
+	}
+	lb, _ = w.l.MarshalBinary()
+	hb, _ = w.h.MarshalBinary()
+	if helper {
+		f.Add(hb)
+	} else {
+		f.Add(lb)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var err error
 		var again []byte

@@ -1,6 +1,8 @@
 package prio3
 
 import (
+	"math"
+
 	"github.com/cloudflare/circl/kem"
 
 	"github.com/crowdlog/crowdlog/protocol"
@@ -204,7 +206,13 @@ type AggShare struct {
 	Count    uint64
 	Checksum Checksum
 	Reason   string
-	Sealed   []byte // enc(32) ‖ HPKE ciphertext of L × 16 B Field128 elements
+	// Epsilon is the ε of the integer Laplace noise the aggregator added to
+	// each entry of its share (scale Δ/ε, Δ the measurement's per-client
+	// maximum; 0 = none). It is in the HPKE AAD, so neither the leader nor
+	// the topic can change the helper's claim; the collector releases a
+	// pair only when both claim its configured ε.
+	Epsilon float64
+	Sealed  []byte // enc(32) ‖ HPKE ciphertext of L × 16 B Field128 elements
 }
 
 func (a *AggShare) aad() []byte {
@@ -213,11 +221,12 @@ func (a *AggShare) aad() []byte {
 	w.U8(a.Role)
 	u64(&w, a.Count)
 	w.Raw(a.Checksum[:])
+	u64(&w, math.Float64bits(a.Epsilon))
 	return w.B
 }
 
 // SealAggShare seals an aggregate share v to the collector's key; the AAD
-// binds role, campaign, day, count and checksum.
+// binds role, campaign, day, count, checksum and epsilon.
 func SealAggShare(collector onion.PublicKey, a *AggShare, v []byte) error {
 	s, err := seal(collector.Key, infoAggShare, a.aad(), v)
 	a.Sealed = s
@@ -231,7 +240,8 @@ func (a *AggShare) Open(collector kem.PrivateKey) ([]byte, error) {
 }
 
 // MarshalBinary: version ‖ type 4 ‖ campaign(len8) ‖ day(u32) ‖ role(1) ‖
-// count(u64) ‖ checksum(32) ‖ reason(len8) ‖ sealed share(len32).
+// count(u64) ‖ checksum(32) ‖ reason(len8) ‖ epsilon(u64: IEEE 754 bits) ‖
+// sealed share(len32).
 func (a *AggShare) MarshalBinary() ([]byte, error) {
 	w := protocol.Writer{}
 	header(&w, msgAggShare, a.Campaign, a.Day)
@@ -239,6 +249,7 @@ func (a *AggShare) MarshalBinary() ([]byte, error) {
 	u64(&w, a.Count)
 	w.Raw(a.Checksum[:])
 	w.Bytes8([]byte(a.Reason))
+	u64(&w, math.Float64bits(a.Epsilon))
 	w.Bytes32(a.Sealed)
 	return w.B, nil
 }
@@ -255,9 +266,13 @@ func ParseAggShare(b []byte) (*AggShare, error) {
 	a.Count = readU64(&r, "count")
 	copy(a.Checksum[:], r.Take(32, "checksum"))
 	a.Reason = string(r.Bytes8("reason"))
+	a.Epsilon = math.Float64frombits(readU64(&r, "epsilon"))
 	a.Sealed = r.Bytes32("sealed share")
 	if r.Err == nil && (a.Role > 1 || (a.Reason == "") == (len(a.Sealed) == 0)) {
 		r.Err = protocol.Malformed("prio3: aggregate share: role %d, needs exactly one of a reason and a share", a.Role)
+	}
+	if r.Err == nil && !(a.Epsilon >= 0 && !math.IsInf(a.Epsilon, 1)) {
+		r.Err = protocol.Malformed("prio3: aggregate share: epsilon %v (want finite and ≥ 0)", a.Epsilon)
 	}
 	if err := r.Done("prio3 aggregate share"); err != nil {
 		return nil, err

@@ -159,7 +159,7 @@ func TestMessagesRoundTrip(t *testing.T) {
 	q := &AggregateReq{Campaign: "c", Day: 3, KeyEpoch: 2, Items: []PrepItem{{ID: id, PublicShare: []byte{1}, SealedHelper: []byte{2, 3}, LeaderPrep: []byte{4}}}}
 	p := &AggregateResp{Campaign: "c", Day: 3, Results: []PrepResult{{ID: id, Message: []byte{5}}, {ID: id, Reason: "proof"}}}
 	c := &CollectReq{Campaign: "c", Day: 3, Count: 12, Checksum: Checksum{1}}
-	a := &AggShare{Role: 1, Campaign: "c", Day: 3, Count: 12, Checksum: Checksum{1}, Sealed: []byte{1, 2}}
+	a := &AggShare{Role: 1, Campaign: "c", Day: 3, Count: 12, Checksum: Checksum{1}, Epsilon: 0.5, Sealed: []byte{1, 2}}
 	r := &Report{Campaign: "c", Day: 3, ID: id, PublicShare: []byte{1}, LeaderShare: []byte{2}, SealedHelper: []byte{3}}
 	type codec struct {
 		m     interface{ MarshalBinary() ([]byte, error) }

@@ -1,0 +1,227 @@
+package prio3
+
+import (
+	"bytes"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+)
+
+// noiseSetup prepares days batches of 3 clients each (L = length, SumVec
+// b = 4: Δ = 15) at a leader and a helper without noise and returns the
+// world, the days, and per day the exact totals computed here from the
+// clients' counts (min(count, 15) summed).
+func noiseSetup(t *testing.T, length, days int) (*world, []p3.Day, [][]int64) {
+	t.Helper()
+	m := p3.Config{Kind: p3.KindSumVec, Length: length, Bits: 4}
+	w := newWorld(t, m, 1)
+	rng := rand.New(rand.NewPCG(7, 40))
+	var ds []p3.Day
+	var exact [][]int64
+	for d := range days {
+		day := p3.Day(20000 + d)
+		cs, sum := clients(rng, 3, length, 15)
+		w.upload(t, day.Start(), w.shardAll(t, day, cs))
+		ds = append(ds, day)
+		exact = append(exact, sum)
+	}
+	return w, ds, exact
+}
+
+// restored returns a copy of w whose leader and helper are restored from
+// the encoded states lb and hb with ε epsL and epsH.
+func restored(t *testing.T, w *world, lb, hb []byte, epsL, epsH float64) *world {
+	t.Helper()
+	c := *w
+	c.cfgL.Epsilon, c.cfgH.Epsilon = epsL, epsH
+	var err error
+	if c.l, err = RestoreLeader(c.cfgL, lb); err != nil {
+		t.Fatal(err)
+	}
+	if c.h, err = RestoreHelper(c.cfgH, hb); err != nil {
+		t.Fatal(err)
+	}
+	return &c
+}
+
+// shares collects day and returns the leader's and the helper's AggShare.
+func (w *world) shares(t *testing.T, day p3.Day) (leader, helper []byte) {
+	t.Helper()
+	now := day.Start().Add(26 * time.Hour)
+	outs, err := w.l.Apply(Event{Now: now, Kind: EventCollect, Day: day})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := w.route(now, outs)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("collect %s: %d shares, %v", day, len(got), err)
+	}
+	return got[0], got[1]
+}
+
+// opened is an AggShare's opened plaintext and its claimed ε.
+func (w *world) opened(t *testing.T, b []byte) ([]byte, float64) {
+	t.Helper()
+	a, err := p3.ParseAggShare(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := a.Open(w.ck.Private)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, a.Epsilon
+}
+
+// diff returns the unsharded totals of (leader, helper) minus exact.
+func (w *world) diff(t *testing.T, leader, helper []byte, exact []int64) []int64 {
+	t.Helper()
+	sum, _, err := w.c.UnshardFields(leader, helper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tot, err := p3.Signed(sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]int64, len(tot))
+	for i := range tot {
+		out[i] = tot[i] - exact[i]
+	}
+	return out
+}
+
+// checkLaplace checks that xs look like sums of draws independent
+// integer Laplace draws of scale b: mean within 6 standard errors of 0
+// (σ/√N; P(false failure) < 2·10⁻⁹ by the CLT), sample variance within 30 %
+// of draws·(2b² + 1/12) (the integer mechanism rounds a continuous draw:
+// + 1/12). With N = 6,000 the variance's standard error is
+// √((μ₄ − σ⁴)/N) = √(5/N)·σ² = 2.9 % for one draw (Laplace: μ₄ = 6σ⁴) and
+// √(3.5/N)·σ² = 2.4 % for two, so 30 % is over 10 standard errors
+// (P(false failure) < 10⁻⁶ with a wide margin even for the variance's
+// right skew), while one draw where two are wanted (or the reverse) is
+// 50 % (100 %) off.
+func checkLaplace(t *testing.T, what string, xs []int64, draws int, b float64) {
+	t.Helper()
+	n := float64(len(xs))
+	var s, s2 float64
+	for _, x := range xs {
+		s += float64(x)
+	}
+	mean := s / n
+	for _, x := range xs {
+		s2 += (float64(x) - mean) * (float64(x) - mean)
+	}
+	v := s2 / (n - 1)
+	want := float64(draws) * (2*b*b + 1.0/12)
+	t.Logf("%s: N %d, mean %.3f, variance %.1f, want %.1f (%d draws of scale %g)", what, len(xs), mean, v, want, draws, b)
+	if math.Abs(mean) > 6*math.Sqrt(want/n) {
+		t.Errorf("%s: mean %.3f, want 0 ± %.3f", what, mean, 6*math.Sqrt(want/n))
+	}
+	if math.Abs(v-want) > 0.3*want {
+		t.Errorf("%s: variance %.1f, want %.1f ± 30 %%", what, v, want)
+	}
+}
+
+// TestNoise: with ε = 1 at both aggregators (Δ = 15: scale 15), over 3
+// days × L = 2,000 entries, the released totals minus the exact clipped
+// sums (computed here from the clients' counts) have mean ≈ 0 and the
+// variance of two draws, 2·2·15²; each aggregator's noise is present on
+// its own: the leader's noisy share unsharded with the helper's exact
+// share (the helper's noise turned off: the same state restored with
+// ε = 0) is off the exact sums by one draw's variance, and the same for
+// the helper's; the two differences add up to the total's exactly. Each
+// share says its ε (AggShare.Epsilon), and without noise the totals are
+// exact.
+func TestNoise(t *testing.T) {
+	const length, days, eps = 2000, 3, 1.0
+	w, ds, exact := noiseSetup(t, length, days)
+	lb, _ := w.l.MarshalBinary()
+	hb, _ := w.h.MarshalBinary()
+	noisy := restored(t, w, lb, hb, eps, eps)
+	plain := restored(t, w, lb, hb, 0, 0)
+	var both, lonly, honly []int64
+	for i, day := range ds {
+		nl, nh := noisy.shares(t, day)
+		el, eh := plain.shares(t, day)
+		if _, e := w.opened(t, nl); e != eps {
+			t.Fatalf("leader share says epsilon %v", e)
+		}
+		if _, e := w.opened(t, nh); e != eps {
+			t.Fatalf("helper share says epsilon %v", e)
+		}
+		if _, e := w.opened(t, el); e != 0 {
+			t.Fatalf("exact share says epsilon %v", e)
+		}
+		for _, x := range w.diff(t, el, eh, exact[i]) {
+			if x != 0 {
+				t.Fatal("exact shares do not unshard to the exact sums")
+			}
+		}
+		dl, dh, d := w.diff(t, nl, eh, exact[i]), w.diff(t, el, nh, exact[i]), w.diff(t, nl, nh, exact[i])
+		for j := range d {
+			if d[j] != dl[j]+dh[j] {
+				t.Fatalf("day %s keyword %d: total noise %d ≠ leader's %d + helper's %d", day, j, d[j], dl[j], dh[j])
+			}
+		}
+		both, lonly, honly = append(both, d...), append(lonly, dl...), append(honly, dh...)
+	}
+	checkLaplace(t, "both aggregators", both, 2, 15/eps)
+	checkLaplace(t, "leader alone", lonly, 1, 15/eps)
+	checkLaplace(t, "helper alone", honly, 1, 15/eps)
+}
+
+// TestNoiseDrawnOnce: a batch's noise is drawn once per aggregator: a
+// second collection, a restart from the snapshot (the current state
+// version) and a restart with --epsilon turned off all hand the same
+// opened shares, noisy (not the exact ones); a version-1 state (the layout
+// before the noise field) is still read.
+func TestNoiseDrawnOnce(t *testing.T) {
+	const length = 50
+	w, ds, exact := noiseSetup(t, length, 1)
+	day := ds[0]
+	lb0, _ := w.l.MarshalBinary()
+	hb0, _ := w.h.MarshalBinary()
+	n := restored(t, w, lb0, hb0, 0.5, 0.5)
+	l1, h1 := n.shares(t, day)
+	ol, _ := w.opened(t, l1)
+	oh, _ := w.opened(t, h1)
+	el, eh := restored(t, w, lb0, hb0, 0, 0).shares(t, day)
+	if pl, _ := w.opened(t, el); bytes.Equal(pl, ol) {
+		t.Fatal("the leader's share has no noise")
+	}
+	if ph, _ := w.opened(t, eh); bytes.Equal(ph, oh) {
+		t.Fatal("the helper's share has no noise")
+	}
+	same := func(what string, w2 *world) {
+		t.Helper()
+		l, h := w2.shares(t, day)
+		gl, el := w.opened(t, l)
+		gh, eh := w.opened(t, h)
+		if !bytes.Equal(gl, ol) || !bytes.Equal(gh, oh) || el != 0.5 || eh != 0.5 {
+			t.Fatalf("%s: a share changed (leader same %v, helper same %v, epsilon %v %v)", what, bytes.Equal(gl, ol), bytes.Equal(gh, oh), el, eh)
+		}
+	}
+	same("second collection", n)
+	lb, _ := n.l.MarshalBinary()
+	hb, _ := n.h.MarshalBinary()
+	same("restart", restored(t, w, lb, hb, 0.5, 0.5))
+	same("restart without noise", restored(t, w, lb, hb, 0, 0))
+	same("restart with another epsilon", restored(t, w, lb, hb, 2, 2))
+
+	// version 1: no noise flag after each batch (one batch here; the
+	// leader's state ends with 0 pending and 0 collecting days)
+	v1 := func(b []byte, tail int) []byte {
+		out := append([]byte{1}, b[1:len(b)-tail-1]...)
+		return append(out, b[len(b)-tail:]...)
+	}
+	old := restored(t, w, v1(lb0, 8), v1(hb0, 0), 0, 0)
+	got, err := old.collect(day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalTotals(t, got.Totals, exact[0])
+}
