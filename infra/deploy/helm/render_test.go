@@ -556,7 +556,7 @@ func TestPrio3Aggregators(t *testing.T) {
 	if len(found) == 2 {
 		campaign := func(args []string) []string {
 			var out []string
-			for _, f := range []string{"--campaign", "--kind", "--bits", "--max-weight", "--keywords", "--min-batch-size", "--grace", "--verify-key", "--key-epoch", "--collector-pub"} {
+			for _, f := range []string{"--campaign", "--kind", "--bits", "--max-weight", "--keywords", "--min-batch-size", "--grace", "--retain", "--epsilon", "--verify-key", "--key-epoch", "--collector-pub"} {
 				out = append(out, f+"="+flagArg(args, f))
 			}
 			return out

@@ -90,12 +90,13 @@ randomness-token keys.
 {{/*
 crowdlog.prio3Args: the campaign flags both Prio3 aggregators take, the
 same at the leader and the helper (flow sequence items, comma-separated):
-the measurement, the batch rule, the verify key, the role's key directory,
-the collector's public key and the state directory.
+the measurement, the batch rule (min batch size, grace, retention), the
+per-aggregator noise, the verify key, the role's key directory, the
+collector's public key and the state directory.
 */}}
 {{- define "crowdlog.prio3Args" -}}
 {{- $p := .Values.prio3 -}}
---campaign, {{ required "prio3.campaign: the Prio3 campaign's name" $p.campaign | quote }}, --kind, {{ $p.kind | quote }}, {{ if eq $p.kind "presence" }}--max-weight, {{ $p.maxWeight | quote }}{{ else }}--bits, {{ $p.bits | quote }}{{ end }}, --keywords, {{ if $p.keywordsFile }}{{ printf "/etc/crowdlog/public/%s" $p.keywordsFile | quote }}{{ else }}{{ $p.keywords | quote }}{{ end }}, --min-batch-size, {{ $p.minBatchSize | quote }}, --grace, {{ $p.grace | quote }}, --verify-key, /etc/crowdlog/prio3-verify/prio3-verify.key{{ if $p.keyEpoch }}, --key-epoch, {{ $p.keyEpoch | quote }}{{ end }}, --keys, /etc/crowdlog/keys, --collector-pub, /etc/crowdlog/public/prio3-collector.key.pub, --state-dir, /var/lib/crowdlog
+--campaign, {{ required "prio3.campaign: the Prio3 campaign's name" $p.campaign | quote }}, --kind, {{ $p.kind | quote }}, {{ if eq $p.kind "presence" }}--max-weight, {{ $p.maxWeight | quote }}{{ else }}--bits, {{ $p.bits | quote }}{{ end }}, --keywords, {{ if $p.keywordsFile }}{{ printf "/etc/crowdlog/public/%s" $p.keywordsFile | quote }}{{ else }}{{ $p.keywords | quote }}{{ end }}, --min-batch-size, {{ $p.minBatchSize | quote }}, --grace, {{ $p.grace | quote }}, --retain, {{ $p.retain | quote }}, --epsilon, {{ $p.epsilon | quote }}, --verify-key, /etc/crowdlog/prio3-verify/prio3-verify.key{{ if $p.keyEpoch }}, --key-epoch, {{ $p.keyEpoch | quote }}{{ end }}, --keys, /etc/crowdlog/keys, --collector-pub, /etc/crowdlog/public/prio3-collector.key.pub, --state-dir, /var/lib/crowdlog
 {{- end }}
 
 {{- define "crowdlog.labels" -}}
