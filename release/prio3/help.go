@@ -9,5 +9,15 @@ day's per-keyword sums of --keywords (the campaign's list, --blacklist words
 left out) to the same tables and view, with confidence 1: every prepared
 report is counted. --kind, --bits, --max-weight and --min-batch-size must be
 the aggregators' values; a batch under --min-batch-size is never released.
-Exact counts only (no --epsilon). Idempotent on restart: a day already in
-pdd_rounds is never written again.`
+Idempotent on restart: a day already in pdd_rounds is never written again.
+
+Noise in prio3 mode is the aggregators' (aggregate-prio3 --epsilon ε: each
+adds integer Laplace noise of scale Δ/ε per keyword to its share, Δ =
+2^bits − 1 or 1 for presence). Give release-pdd the same --epsilon: each
+share carries its ε authenticated and a share with another ε is dropped
+(epsilon_mismatch), so a mismatch releases nothing. A noisy day is written
+as released (negative counts possible, zero ones left out) with epsilon
+and max_count = Δ in pdd_rounds, and spends k·ε (δ = 0) from the privacy
+ledger of --dataset for that day, once: k = L keywords for sumvec (no
+per-client bound on a dense vector's sum), k = --max-weight for presence.
+A day over --budget-epsilon is refused. --max-count does not apply.`

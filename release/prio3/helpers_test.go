@@ -101,6 +101,13 @@ func randomClients(rng *rand.Rand, n, length int) [][]uint64 {
 // helper's).
 func aggregate(t testing.TB, campaign string, m p3.Config, collector onion.PublicKey, minBatch uint64, day p3.Day, clients [][]uint64) [2][]byte {
 	t.Helper()
+	return aggregateNoisy(t, campaign, m, collector, minBatch, day, clients, 0, 0)
+}
+
+// aggregateNoisy is aggregate with the leader's and the helper's noise ε
+// (agg.Config.Epsilon; 0 = none).
+func aggregateNoisy(t testing.TB, campaign string, m p3.Config, collector onion.PublicKey, minBatch uint64, day p3.Day, clients [][]uint64, epsL, epsH float64) [2][]byte {
+	t.Helper()
 	lk, hk := genKey(t, 1), genKey(t, 2)
 	var vk [p3.VerifyKeySize]byte
 	copy(vk[:], "a test verify key of 32 bytes...")
@@ -108,6 +115,7 @@ func aggregate(t testing.TB, campaign string, m p3.Config, collector onion.Publi
 		Grace: time.Hour, MinBatchSize: minBatch, Collector: collector}
 	lc, hc := cfg, cfg
 	lc.Keys, hc.Keys = []*onion.KeyPair{lk}, []*onion.KeyPair{hk}
+	lc.Epsilon, hc.Epsilon = epsL, epsH
 	leader, err := agg.NewLeader(lc)
 	if err != nil {
 		t.Fatal(err)

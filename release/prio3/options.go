@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 
 	"github.com/spf13/pflag"
@@ -103,10 +104,11 @@ func (o *Options) Validate() error {
 	return nil
 }
 
-// New builds the Prio3 stage: it validates o, refuses base's noise (not
-// available in prio3 mode), reads base's keyword list and the collector
-// key, and opens ClickHouse (base's address and database, creating the
-// schema). The caller closes the Writer after the stage's Run.
+// New builds the Prio3 stage: it validates o, takes base's --epsilon (the
+// aggregators' noise ε, which the shares must carry), --dataset and
+// --budget-*, refuses a --max-count other than the measurement's bound,
+// reads base's keyword list and the collector key, and opens ClickHouse
+// (base's address and database, creating the schema). The caller closes the Writer after the stage's Run.
 func (o *Options) New(ctx context.Context, base pdd.Options, log *slog.Logger) (*Stage, *release.Writer, error) {
 	if err := o.Validate(); err != nil {
 		return nil, nil, err
@@ -114,8 +116,8 @@ func (o *Options) New(ctx context.Context, base pdd.Options, log *slog.Logger) (
 	if o.Mode != ModePrio3 {
 		return nil, nil, fmt.Errorf("--mode %s: the Prio3 stage needs --mode prio3", o.Mode)
 	}
-	if base.Epsilon != 0 {
-		return nil, nil, errors.New("--epsilon: noise is not available in prio3 mode; release exact counts (--epsilon 0)")
+	if math.IsNaN(base.Epsilon) || math.IsInf(base.Epsilon, 0) || base.Epsilon < 0 {
+		return nil, nil, fmt.Errorf("--epsilon %v: must be finite and ≥ 0 (the aggregators' --epsilon; 0 = exact shares)", base.Epsilon)
 	}
 	list, err := keywords.Load(base.Keywords)
 	if err != nil {
@@ -124,6 +126,9 @@ func (o *Options) New(ctx context.Context, base pdd.Options, log *slog.Logger) (
 	m, err := o.Measurement(list.Len())
 	if err != nil {
 		return nil, nil, err
+	}
+	if base.MaxCount != 0 && uint64(base.MaxCount) != m.Max() {
+		return nil, nil, fmt.Errorf("--max-count %d: in prio3 mode the noise's sensitivity is the measurement's per-client bound, %d (2^bits − 1, or 1 for presence); leave --max-count unset", base.MaxCount, m.Max())
 	}
 	keys, err := keydir.LoadKeyPairs(o.CollectorKey)
 	if err != nil {
@@ -134,6 +139,7 @@ func (o *Options) New(ctx context.Context, base pdd.Options, log *slog.Logger) (
 		return nil, nil, err
 	}
 	st := &Stage{Brokers: base.Kafka, Writer: w, List: list, Blacklist: o.Blacklist, Logger: log,
+		Epsilon: base.Epsilon, Dataset: base.Dataset, Budget: base.Budget,
 		Collector: p3.Collector{Campaign: o.Campaign, Measurement: m, Key: keys[0], MinBatchSize: o.MinBatchSize}, OldKeys: keys[1:]}
 	return st, w, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/clickhouse/chtest"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+	"github.com/crowdlog/crowdlog/release"
 	"github.com/crowdlog/crowdlog/release/pdd"
 )
 
@@ -60,7 +61,9 @@ func TestOptionsValidate(t *testing.T) {
 }
 
 // TestOptionsNew: New reads the list and the collector key and opens
-// ClickHouse; it refuses noise.
+// ClickHouse; it takes --epsilon, --dataset and --budget-epsilon and
+// refuses a negative ε and a --max-count other than the measurement's
+// bound.
 func TestOptionsNew(t *testing.T) {
 	dir := t.TempDir()
 	ck := genKey(t, 5)
@@ -81,12 +84,17 @@ func TestOptionsNew(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	base := pdd.DefaultOptions()
-	base.Keywords, base.Epsilon = listPath, 1
+	base.Keywords, base.Epsilon = listPath, -1
 	if _, _, err := o.New(ctx, base, nil); err == nil || !strings.Contains(err.Error(), "epsilon") {
-		t.Fatalf("noise accepted: %v", err)
+		t.Fatalf("negative epsilon accepted: %v", err)
+	}
+	base.Epsilon, base.MaxCount = 1, 10
+	if _, _, err := o.New(ctx, base, nil); err == nil || !strings.Contains(err.Error(), "--max-count 10") {
+		t.Fatalf("--max-count 10 accepted for a bound of 3: %v", err)
 	}
 	srv := chtest.Server(t)
-	base.Epsilon, base.ClickHouse, base.Database = 0, srv.TCPAddr, fmt.Sprintf("t_%d", time.Now().UnixNano())
+	base.MaxCount, base.ClickHouse, base.Database = 3, srv.TCPAddr, fmt.Sprintf("t_%d", time.Now().UnixNano())
+	base.Dataset, base.Budget = "ds", release.Budget{Epsilon: 7}
 	st, w, err := o.New(ctx, base, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +102,8 @@ func TestOptionsNew(t *testing.T) {
 	defer w.Close()
 	c := st.Collector
 	if c.Campaign != "flu" || c.MinBatchSize != 4 || c.Measurement != (p3.Config{Kind: p3.KindSumVec, Length: 3, Bits: 2}) ||
-		!c.Key.Public.Equal(ck.Public) || len(st.OldKeys) != 1 || !st.OldKeys[0].Public.Equal(old.Public) || st.List.Len() != 3 || len(st.Blacklist) != 1 {
+		!c.Key.Public.Equal(ck.Public) || len(st.OldKeys) != 1 || !st.OldKeys[0].Public.Equal(old.Public) || st.List.Len() != 3 || len(st.Blacklist) != 1 ||
+		st.Epsilon != 1 || st.Dataset != "ds" || st.Budget.Epsilon != 7 {
 		t.Fatalf("stage %+v", st)
 	}
 }

@@ -46,8 +46,20 @@ type Released struct {
 //
 // The day's pdd_rounds row in this mode: active = grouped = decrypted = the
 // batch's report count (saturating at 2^32−1), one group, complete,
-// confidence 1, epsilon 0, max_count = the measurement's per-client maximum
-// per keyword (2^bits − 1, or 1 for presence) that the FLP proof enforced.
+// confidence 1, epsilon = Epsilon (0: exact), max_count = the
+// measurement's per-client maximum per keyword (2^bits − 1, or 1 for
+// presence) that the FLP proof enforced — the noise's sensitivity Δ.
+//
+// Noise (Epsilon > 0): the aggregators add it, not this stage (each its
+// own integer Laplace draw of scale Δ/ε per keyword, drawn once per batch:
+// aggregator/prio3's noise.go). The stage releases a day only from two
+// shares that both claim Epsilon (AggShare.Epsilon, in the HPKE AAD;
+// others are dropped epsilon_mismatch), writes the noisy totals (negative
+// allowed; zero ones left out, as groups mode), and spends DaySpend on the
+// privacy ledger of (Dataset, day) once, written with the day through
+// release.Writer.WriteDrawnPDDRound: the day's counts are stored as its
+// draw before anything else and a redo writes the stored day. A day over
+// Budget is refused (Refused), logged, and not written.
 type Stage struct {
 	Brokers []string
 	// Topic defaults to protocol.Prio3SharesTopic.
@@ -65,14 +77,24 @@ type Stage struct {
 	// Blacklist: keywords never released, whatever their totals (clients
 	// already leave them out, PDD §6.1; the release does not trust that).
 	Blacklist []string
-	Logger    *slog.Logger
+	// Epsilon is the ε both aggregators add noise with (aggregate-prio3
+	// --epsilon); 0 = exact shares. With Epsilon > 0 Writer must be a
+	// pdd.SpendingSink (a *release.Writer).
+	Epsilon float64
+	// Dataset names the privacy budget noisy days spend from (with the
+	// day); "" means pdd.DefaultDataset.
+	Dataset string
+	// Budget is the per-(Dataset, day) budget; zero fields = no limit.
+	Budget release.Budget
+	Logger *slog.Logger
 	// OnDay, when set, is called after each paired day is in ClickHouse
 	// (written now or by an earlier run), from Run's goroutine.
 	OnDay func(Released)
 
 	// Days counts days written by this run, Skipped those found already
-	// written, Dropped the messages State dropped (by reason: DroppedBy).
-	Days, Skipped, Dropped atomic.Int64
+	// written, Refused noisy days refused over the privacy budget, Dropped
+	// the messages State dropped (by reason: DroppedBy).
+	Days, Skipped, Refused, Dropped atomic.Int64
 
 	mu      sync.Mutex
 	dropped map[string]int64
@@ -98,6 +120,7 @@ func (st *Stage) DroppedBy() map[string]int64 {
 
 // Register exposes the stage's counters: crowdlog_prio3_release_days_total,
 // crowdlog_prio3_release_skipped_total,
+// crowdlog_prio3_release_refused_total,
 // crowdlog_prio3_release_dropped_total{reason} and
 // crowdlog_prio3_release_consumer_lag{partition}.
 func (st *Stage) Register(reg prometheus.Registerer) {
@@ -105,6 +128,8 @@ func (st *Stage) Register(reg prometheus.Registerer) {
 		func() float64 { return float64(st.Days.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_prio3_release_skipped_total", "Prio3 days found already written.", nil,
 		func() float64 { return float64(st.Skipped.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_prio3_release_refused_total", "Noisy Prio3 days refused over the privacy budget.", nil,
+		func() float64 { return float64(st.Refused.Load()) })
 	metrics.CounterMapFunc(reg, "crowdlog_prio3_release_dropped_total", "Aggregate shares dropped by the Prio3 release, by reason.",
 		"reason", DropReasons, func() map[string]float64 {
 			out := map[string]float64{}
@@ -142,6 +167,10 @@ func (st *Stage) config() (topic string, log *slog.Logger, skip map[int]bool, er
 		return "", nil, nil, fmt.Errorf("prio3 release: measurement length %d ≠ the keyword list's %d keywords", st.Collector.Measurement.Length, st.List.Len())
 	case st.Collector.Campaign == "" || len(st.Collector.Campaign) > 64:
 		return "", nil, nil, fmt.Errorf("prio3 release: campaign name %q must be 1–64 bytes (--campaign)", st.Collector.Campaign)
+	case math.IsNaN(st.Epsilon) || math.IsInf(st.Epsilon, 0) || st.Epsilon < 0:
+		return "", nil, nil, fmt.Errorf("prio3 release: epsilon %v must be finite and ≥ 0 (0 = exact shares; the aggregators' --epsilon)", st.Epsilon)
+	case st.Epsilon > 0 && !isSpending(st.Writer):
+		return "", nil, nil, errors.New("prio3 release: epsilon > 0 needs a Writer with a privacy ledger (a *release.Writer: pdd.SpendingSink)")
 	}
 	skip = map[int]bool{}
 	for _, w := range st.Blacklist {
@@ -165,6 +194,7 @@ func (st *Stage) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	state.Epsilon = st.Epsilon
 	tail := infrakafka.ReadTopic(ctx, st.Brokers, topic, "prio3 release", log)
 	defer tail.Stop()
 	st.tail.Store(tail)
@@ -200,6 +230,43 @@ func (st *Stage) Run(ctx context.Context) error {
 	}
 }
 
+func isSpending(s pdd.Sink) bool {
+	_, ok := s.(pdd.SpendingSink)
+	return ok
+}
+
+// DaySpend is the privacy-ledger row of the noisy day row (row.Epsilon =
+// the aggregators' ε > 0) of a campaign measured by m, on the budget of
+// (dataset, row.Day): key release.PDDLedgerKey(row.Campaign, row.Day),
+// ε = k × row.Epsilon, δ = 0 (pure Laplace), with
+//
+//   - k = L (m.Length) for SumVec: the proof bounds each of a client's L
+//     entries by Δ = 2^b − 1 but not their sum (a dense vector has no
+//     per-client L1 bound: a client may move every keyword's total by up
+//     to Δ), so the day is (L·ε)-DP by basic composition over the L
+//     per-keyword ε-DP totals;
+//   - k = w (m.MaxWeight) for presence: the proof bounds a client's
+//     vector to at most w ones (Prio3MultihotCountVec,
+//     draft-irtf-cfrg-vdaf-14 §7.4.5), so a client changes at most w
+//     totals by 1 and the day is (w·ε)-DP.
+//
+// ε is one aggregator's: either aggregator's noise alone gives it (the
+// other's draw is post-processing), so the ledger holds against one
+// aggregator colluding with the collector; the two draws together protect
+// better than the ledger says, never worse. Params names the mechanism
+// (laplace-two-aggregators), both aggregators' per-keyword ε, k and Δ.
+func DaySpend(dataset string, row release.PDDRound, m p3.Config) release.Spend {
+	key := release.PDDLedgerKey(row.Campaign, row.Day)
+	k, what := m.Length, fmt.Sprintf("kind=sumvec bits=%d keywords=%d", m.Bits, m.Length)
+	if m.Kind == p3.KindPresence {
+		k, what = m.MaxWeight, fmt.Sprintf("kind=presence max_weight=%d keywords=%d", m.MaxWeight, m.Length)
+	}
+	return release.Spend{Dataset: dataset, Epoch: key.Epoch, App: key.App, Policy: key.Policy, K: key.K,
+		Epsilon: float64(k) * row.Epsilon,
+		Params: fmt.Sprintf("mechanism=laplace-two-aggregators leader_epsilon_per_keyword=%g helper_epsilon_per_keyword=%g k=%d max_count=%d %s",
+			row.Epsilon, row.Epsilon, k, row.MaxCount, what)}
+}
+
 func total(m map[string]int64) int64 {
 	var n int64
 	for _, v := range m {
@@ -218,11 +285,11 @@ func copyMap(m map[string]int64) map[string]int64 {
 
 // row is the day to write for batch b: keyword i's count is Totals[i]
 // (zero counts and the keywords of skip left out), the pdd_rounds fields
-// as Stage's doc says.
-func row(b Batch, list *keywords.List, m p3.Config, skip map[int]bool) release.PDDRound {
+// as Stage's doc says (epsilon the aggregators' noise ε, 0 = exact).
+func row(b Batch, list *keywords.List, m p3.Config, skip map[int]bool, epsilon float64) release.PDDRound {
 	n := uint32(min(b.Count, math.MaxUint32))
 	r := release.PDDRound{Campaign: b.Campaign, Day: b.Day.Start(), Active: n, Grouped: n, Decrypted: n,
-		Groups: 1, Complete: 1, Confidence: 1, MaxCount: uint32(min(m.Max(), math.MaxUint32))}
+		Groups: 1, Complete: 1, Confidence: 1, MaxCount: uint32(min(m.Max(), math.MaxUint32)), Epsilon: epsilon}
 	for i, t := range b.Totals {
 		if t != 0 && i < list.Len() && !skip[i] {
 			r.Counts = append(r.Counts, release.KeywordCount{Keyword: list.Words[i], Count: t})
@@ -241,7 +308,7 @@ func (st *Stage) release(ctx context.Context, b Batch, skip map[int]bool, log *s
 	}); err != nil {
 		return err
 	}
-	r := row(b, st.List, st.Collector.Measurement, skip)
+	r := row(b, st.List, st.Collector.Measurement, skip, st.Epsilon)
 	if written {
 		st.Skipped.Add(1)
 		log.Info("prio3 release: day already released; skipping", "campaign", b.Campaign, "day", b.Day.String())
@@ -251,13 +318,37 @@ func (st *Stage) release(ctx context.Context, b Batch, skip map[int]bool, log *s
 		}
 		return nil
 	}
-	if err := retry.Forever(ctx, log, "prio3 release: write to ClickHouse", 200*time.Millisecond, 10*time.Second, func() error {
-		return st.Writer.WritePDDRound(ctx, r, time.Now())
-	}); err != nil {
+	write := func() error { return st.Writer.WritePDDRound(ctx, r, time.Now()) }
+	if st.Epsilon > 0 {
+		dataset := st.Dataset
+		if dataset == "" {
+			dataset = pdd.DefaultDataset
+		}
+		spend := DaySpend(dataset, r, st.Collector.Measurement)
+		ss := st.Writer.(pdd.SpendingSink) // checked by config
+		write = func() error {
+			drawn, err := ss.WriteDrawnPDDRound(ctx, r, time.Now(), spend, st.Budget)
+			if err == nil {
+				r = drawn // a redo writes the day's stored draw
+			}
+			if errors.Is(err, release.ErrOverBudget) {
+				return retry.Permanent(err) // refused, not failed: never retried
+			}
+			return err
+		}
+	}
+	err := retry.Forever(ctx, log, "prio3 release: write to ClickHouse", 200*time.Millisecond, 10*time.Second, write)
+	if errors.Is(err, release.ErrOverBudget) {
+		st.Refused.Add(1)
+		log.Error("prio3 release: day refused, over the privacy budget; nothing released", "campaign", b.Campaign,
+			"day", b.Day.String(), "err", err)
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	st.Days.Add(1)
-	log.Info("prio3 release: day released", "campaign", b.Campaign, "day", b.Day.String(), "keywords", len(r.Counts))
+	log.Info("prio3 release: day released", "campaign", b.Campaign, "day", b.Day.String(), "keywords", len(r.Counts), "epsilon", st.Epsilon)
 	if st.OnDay != nil {
 		st.OnDay(Released{Batch: b, Row: r, Written: true})
 	}

@@ -58,15 +58,20 @@ const (
 	// when the day is released.
 	DropMismatch = "mismatch"
 	// DropImplausible: a pair whose unsharded totals are not all in
-	// 0..Count × the measurement's per-client maximum (or do not decode):
-	// a corrupted or tampered aggregate share. Both shares are dropped; the
-	// day stays open for another pair.
+	// 0..Count × the measurement's per-client maximum (widened by
+	// NoiseSlack under noise), or do not decode: a corrupted or tampered
+	// aggregate share. Both shares are dropped; the day stays open for
+	// another pair.
 	DropImplausible = "implausible_sum"
+	// DropEpsilon: a share whose noise ε (AggShare.Epsilon, authenticated)
+	// is not the configured State.Epsilon: an aggregator run with another
+	// --epsilon than the release. Never opened; the day stays open.
+	DropEpsilon = "epsilon_mismatch"
 )
 
 // DropReasons lists every drop reason, for metrics.
 var DropReasons = []string{DropMalformed, DropCampaign, DropRefusal, DropDay, DropLate, DropSmallBatch,
-	DropUndecryptable, DropLength, DropDuplicate, DropTooMany, DropMismatch, DropImplausible}
+	DropUndecryptable, DropLength, DropDuplicate, DropTooMany, DropMismatch, DropImplausible, DropEpsilon}
 
 // MaxCandidates bounds the distinct (count, checksum) shares held per role
 // and day while no matching pair exists: memory per open day is at most
@@ -86,7 +91,9 @@ type Batch struct {
 	Checksum p3.Checksum
 	// Totals[i] is the sum over the batch's reports of keyword i's clipped
 	// count (SumVec) or presence (0/1), i = the keyword's position in the
-	// campaign's list; 0 ≤ Totals[i] ≤ Count × the per-client maximum.
+	// campaign's list; 0 ≤ Totals[i] ≤ Count × the per-client maximum
+	// without noise; with noise (State.Epsilon > 0) the sum plus both
+	// aggregators' draws, possibly negative.
 	Totals []int64
 }
 
@@ -115,6 +122,12 @@ type State struct {
 	Dropped map[string]int64
 	// Accepted counts shares held for pairing.
 	Accepted int64
+	// Epsilon is the ε of the aggregators' noise (both ran with
+	// aggregate-prio3 --epsilon ε; 0 = exact shares): a share claiming
+	// another ε is dropped (DropEpsilon), and with ε > 0 the plausibility
+	// check allows NoiseSlack around the exact range. Set before the
+	// first Apply.
+	Epsilon float64
 
 	c        p3.Collector
 	keys     []*onion.KeyPair // c.Key, then the keys before a rotation
@@ -177,6 +190,9 @@ func (s *State) Apply(b []byte) (Batch, bool) {
 		return Batch{}, false
 	case a.Count < s.c.MinBatchSize:
 		s.drop(DropSmallBatch)
+		return Batch{}, false
+	case a.Epsilon != s.Epsilon:
+		s.drop(DropEpsilon)
 		return Batch{}, false
 	}
 	h := held{b: b, key: -1}
@@ -259,9 +275,31 @@ func (s *State) unshard(a *p3.AggShare, leader, helper held) (*p3.Result, error)
 	return &p3.Result{Day: a.Day, Count: a.Count, Checksum: a.Checksum, Totals: totals}, nil
 }
 
-// plausible reports whether every total is in 0..Count × Max (no noise is
-// added in this mode: each prepared report adds 0..Max per keyword, which
-// the FLP proof enforces).
+// NoiseSlack is how far (in counts) a noisy total may lie outside the
+// exact range 0..Count × Δ before the pair is called implausible: with
+// both aggregators' integer Laplace draws X₁, X₂ of scale b = Δ/ε (Δ =
+// the measurement's per-client maximum), |X₁ + X₂| > t needs |X₁| > t/2
+// or |X₂| > t/2, each of probability ≤ e^(−t/(2b)) (a two-sided geometric
+// or a rounded Laplace: P(|X| ≥ x) ≤ e^(−x/b)), so over a day's L entries
+// P(some |X₁ + X₂| > t) ≤ 2L·e^(−t/(2b)). Solving 2L·e^(−t/(2b)) = 10⁻⁹
+// gives t = 2b·ln(2L·10⁹); NoiseSlack returns ⌈t⌉ + 2 (rounding), so an
+// honest noisy day is dropped as implausible with probability < 10⁻⁹.
+// Example: L = 10,000, Δ = 15, ε = 1: 921. 0 when epsilon is 0.
+func NoiseSlack(m p3.Config, epsilon float64) int64 {
+	if !(epsilon > 0) {
+		return 0
+	}
+	b := float64(m.Max()) / epsilon
+	t := 2 * b * math.Log(2*float64(m.Length)*1e9)
+	if t > math.MaxInt64/4 {
+		return math.MaxInt64 / 4
+	}
+	return int64(math.Ceil(t)) + 2
+}
+
+// plausible reports whether every total is in 0..Count × Max, widened by
+// NoiseSlack on both sides under noise (each prepared report adds 0..Max
+// per keyword, which the FLP proof enforces).
 func (s *State) plausible(r *p3.Result) bool {
 	per := s.c.Measurement.Max()
 	limit := r.Count * per
@@ -271,8 +309,9 @@ func (s *State) plausible(r *p3.Result) bool {
 	if len(r.Totals) != s.c.Measurement.Length {
 		return false
 	}
+	slack := NoiseSlack(s.c.Measurement, s.Epsilon)
 	for _, t := range r.Totals {
-		if t < 0 || uint64(t) > limit {
+		if t < -slack || (t > 0 && uint64(t) > limit && uint64(t)-limit > uint64(slack)) {
 			return false
 		}
 	}
