@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -224,4 +226,72 @@ func TestNoiseDrawnOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	equalTotals(t, got.Totals, exact[0])
+}
+
+// TestServicesNoise: the leader and the helper services with ε = 1 write
+// a noisy pair to prio3-shares (the totals are not the clients' clipped
+// sums computed here, and each share says ε 1); after both stop, each
+// one's snapshot holds the batch's draw, and re-sealing from the snapshot
+// opens to exactly the share that went out: a restart resends the same
+// noisy values.
+func TestServicesNoise(t *testing.T) {
+	m := p3.Config{Kind: p3.KindSumVec, Length: 100, Bits: 4}
+	e := newSvcEnv(t, m, 2, time.Hour)
+	e.w.cfgL.Epsilon, e.w.cfgH.Epsilon = 1, 1
+	day := p3.DayOf(time.Date(2006, 3, 1, 0, 0, 0, 0, time.UTC))
+	e.setNow(day.Start().Add(12 * time.Hour))
+	const n = 10
+	cs, want := clients(rand.New(rand.NewPCG(9, 9)), n, m.Length, 15)
+	_, hr := e.startHelper()
+	l, lr := e.startLeader(16)
+	e.write(e.w.shardAll(t, day, cs)...)
+	waitFor(t, "every report prepared", 60*time.Second, func() bool { return l.Stats().Prepared == n })
+	e.setNow(day.Start().Add(26 * time.Hour))
+	waitFor(t, "the batch collected", 30*time.Second, func() bool { return l.Shares.Load() == 1 })
+	got := e.shares(2)[campaign+"/"+day.String()]
+	lr.stop(t, "leader")
+	hr.stop(t, "helper")
+	res := e.unshardDay(got)
+	differ := 0
+	for i := range want {
+		if res.Totals[i] != want[i] {
+			differ++
+		}
+	}
+	if differ < m.Length/2 {
+		t.Fatalf("only %d of %d totals differ from the exact sums: no noise?", differ, m.Length)
+	}
+	b, err := os.ReadFile(filepath.Join(e.lDir, LeaderStateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, _, _, err := decodeLeaderFile(e.w.cfgL, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err := loadHelper(e.hDir, e.w.cfgH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range got {
+		a, err := p3.ParseAggShare(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent, eps := e.w.opened(t, m)
+		cfg, bt := &e.w.cfgL, ls.batches[day]
+		if a.Role == 1 {
+			cfg, bt = &e.w.cfgH, hs.batches[day]
+		}
+		if bt == nil || bt.noise == nil || eps != 1 {
+			t.Fatalf("role %d: snapshot batch %v, draw kept %v, share epsilon %v", a.Role, bt != nil, bt != nil && bt.noise != nil, eps)
+		}
+		again, err := sealShare(cfg, a.Role, day, bt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reopened, _ := e.w.opened(t, again); !bytes.Equal(reopened, sent) {
+			t.Fatalf("role %d: the snapshot's share differs from the one sent", a.Role)
+		}
+	}
 }
