@@ -2,6 +2,7 @@ package prio3
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -80,13 +81,15 @@ func TestOptionsConfig(t *testing.T) {
 	base.KeysDir = dirs[keydir.RolePrio3Leader]
 
 	for name, mut := range map[string]func(o *Options){
-		"role":       func(o *Options) { o.Role = "boss" },
-		"kind":       func(o *Options) { o.Kind = "histogram" },
-		"bits":       func(o *Options) { o.Bits = 17 },
-		"min batch":  func(o *Options) { o.MinBatchSize = 0 },
-		"state dir":  func(o *Options) { o.StateDir = "" },
-		"verify key": func(o *Options) { o.VerifyKey = "" },
-		"campaign":   func(o *Options) { o.Campaign = "a/b" },
+		"role":        func(o *Options) { o.Role = "boss" },
+		"kind":        func(o *Options) { o.Kind = "histogram" },
+		"bits":        func(o *Options) { o.Bits = 17 },
+		"min batch":   func(o *Options) { o.MinBatchSize = 0 },
+		"state dir":   func(o *Options) { o.StateDir = "" },
+		"verify key":  func(o *Options) { o.VerifyKey = "" },
+		"campaign":    func(o *Options) { o.Campaign = "a/b" },
+		"epsilon":     func(o *Options) { o.Epsilon = -1 },
+		"epsilon inf": func(o *Options) { o.Epsilon = math.Inf(1) },
 	} {
 		o := base
 		mut(&o)
@@ -95,9 +98,13 @@ func TestOptionsConfig(t *testing.T) {
 		}
 	}
 	o := base
+	o.Epsilon = 0.5
 	cfg, err := o.Config()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg.Epsilon != 0.5 {
+		t.Errorf("epsilon %v, want 0.5", cfg.Epsilon)
 	}
 	if cfg.Measurement.Length != 3 || cfg.Measurement.Kind != p3.KindSumVec || cfg.Measurement.Bits != p3.DefaultBits {
 		t.Errorf("measurement %+v", cfg.Measurement)
