@@ -65,7 +65,8 @@ func TestNoiseSlack(t *testing.T) {
 // pair 687 outside 0..Count·15 on either side is released, 688 outside is
 // dropped implausible; a share whose ε is not the State's is dropped
 // epsilon_mismatch unopened (another ε at both, an aggregator that skipped
-// its noise, noisy shares at an exact State).
+// its noise, noisy shares at an exact State), and one whose ε was
+// rewritten after sealing does not open (the ε is in the AAD).
 func TestStateNoise(t *testing.T) {
 	ck := genKey(t, 3)
 	m := p3.Config{Kind: p3.KindSumVec, Length: 4, Bits: 4}
@@ -102,6 +103,17 @@ func TestStateNoise(t *testing.T) {
 	}
 	if s.Dropped[DropEpsilon] != 3 {
 		t.Fatalf("dropped %v, want 3 epsilon_mismatch", s.Dropped)
+	}
+	// a leader rewriting the exact helper share's ε to the release's: the
+	// AAD no longer matches
+	a, err := p3.ParseAggShare(craftNoisy(t, ck.PublicKey(), 1, 20012, count, []int64{1, 2, 3, 4}, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Epsilon = 1
+	forged, _ := a.MarshalBinary()
+	if s.Apply(forged); s.Dropped[DropUndecryptable] != 1 {
+		t.Fatalf("a share with a rewritten epsilon: dropped %v, want 1 undecryptable", s.Dropped)
 	}
 	exact, _ := NewState(c)
 	if _, ok := pair(exact, 20000, []int64{1, 2, 3, 4}, 1, 1); ok || exact.Dropped[DropEpsilon] != 2 {
