@@ -2,6 +2,7 @@ package prio3
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -292,6 +293,22 @@ func TestServicesNoise(t *testing.T) {
 		}
 		if reopened, _ := e.w.opened(t, again); !bytes.Equal(reopened, sent) {
 			t.Fatalf("role %d: the snapshot's share differs from the one sent", a.Role)
+		}
+	}
+}
+
+// TestNoiseConfig: an ε that is negative, NaN or infinite is a
+// configuration error at both roles.
+func TestNoiseConfig(t *testing.T) {
+	w := newWorld(t, p3.Config{Kind: p3.KindSumVec, Length: 4, Bits: 2}, 1)
+	for _, eps := range []float64{-1, math.NaN(), math.Inf(1)} {
+		l, h := w.cfgL, w.cfgH
+		l.Epsilon, h.Epsilon = eps, eps
+		if _, err := NewLeader(l); !errors.Is(err, ErrConfig) {
+			t.Errorf("leader with epsilon %v: %v", eps, err)
+		}
+		if _, err := NewHelper(h); !errors.Is(err, ErrConfig) {
+			t.Errorf("helper with epsilon %v: %v", eps, err)
 		}
 	}
 }
