@@ -238,6 +238,10 @@ for role in leader helper; do
   lines+=("$(line "prio3-prep-$role" "$(awk -v x="$(prio3get "${role}_ms")" 'BEGIN { print 1000 / x }')" \
     "$(awk -v x="$(prio3get "bare_${role}_ms")" 'BEGIN { print 1000 / x }')" 'reports/s/core')")
 done
+# bytes a Prio3 client publishes per day (the onion to relay a, padded to
+# its size class) against the upload itself (public share, leader share,
+# sealed helper share: what any transport must carry)
+lines+=("$(line prio3-client-bytes "$(prio3get wire_bytes)" "$(prio3get upload_bytes)" 'B/client/day(lower-is-better)')")
 lines+=("$(line pending-bytes "$pending" 200 'B/report(lower-is-better)')")
 # a partition of MOVE pending reports moved with snapshots: restore plus
 # the tail after the snapshot (SnapshotEvery messages), seconds

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 )
 
@@ -142,7 +143,32 @@ func benchPrep(b *testing.B, m p3.Config, name string) {
 	if chunk == 0 {
 		chunk = p3.DefaultChunk(m)
 	}
-	fmt.Printf("PRIO3 %s L=%d chunk=%d n=%d shard_ms=%.2f leader_ms=%.2f helper_ms=%.2f bare_leader_ms=%.2f bare_helper_ms=%.2f ratio_leader=%.3f ratio_helper=%.3f ratio=%.3f upload_bytes=%d leader_share_bytes=%d prep_share_bytes=%d\n",
+	// wire_bytes: what the client publishes to relay a for this upload (the
+	// relay b layer and relay a's around it, padded to their size classes)
+	wire, err := wireBytes(campaign, uploads[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	fmt.Printf("PRIO3 %s L=%d chunk=%d n=%d shard_ms=%.2f leader_ms=%.2f helper_ms=%.2f bare_leader_ms=%.2f bare_helper_ms=%.2f ratio_leader=%.3f ratio_helper=%.3f ratio=%.3f upload_bytes=%d leader_share_bytes=%d prep_share_bytes=%d wire_bytes=%d\n",
 		name, m.Length, chunk, n, ms(shard), ms(leader), ms(helper), ms(bareL), ms(bareH), float64(bareL)/float64(leader), float64(bareH)/float64(helper),
-		float64(bareL+bareH)/float64(leader+helper), len(uploads[0]), len(r.LeaderShare), prepShare)
+		float64(bareL+bareH)/float64(leader+helper), len(uploads[0]), len(r.LeaderShare), prepShare, wire)
+}
+
+// wireBytes is the length of the onion a client publishes for upload: relay
+// b's layer (HopKafkaPrio3, key = campaign) inside relay a's.
+func wireBytes(campaign string, upload []byte) (int, error) {
+	ka, err := onion.GenerateKeyPair(1)
+	if err != nil {
+		return 0, err
+	}
+	kb, err := onion.GenerateKeyPair(2)
+	if err != nil {
+		return 0, err
+	}
+	l2, err := onion.SealLayer(kb.PublicKey(), onion.Hop{Kind: onion.HopKafkaPrio3, Key: []byte(campaign)}, upload)
+	if err != nil {
+		return 0, err
+	}
+	l1, err := onion.SealLayer(ka.PublicKey(), onion.Hop{Kind: onion.HopRelay, Subject: "crowdlog.relay.b"}, l2)
+	return len(l1), err
 }
