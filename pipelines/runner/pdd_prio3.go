@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -71,8 +72,8 @@ type Prio3Summary struct {
 
 // prio3Defaults checks the Prio3 fields of cfg and fills in their defaults.
 func (cfg *PDDConfig) prio3Defaults() error {
-	if cfg.Epsilon != 0 {
-		return errors.New("--epsilon: noise is not available in --mode prio3; release exact counts (--epsilon 0) or use --mode groups")
+	if math.IsNaN(cfg.Epsilon) || math.IsInf(cfg.Epsilon, 0) || cfg.Epsilon < 0 {
+		return fmt.Errorf("--epsilon %v: must be finite and ≥ 0 (0 = exact counts; in --mode prio3 both aggregators add Laplace noise of this ε)", cfg.Epsilon)
 	}
 	if cfg.Measurement == "" {
 		cfg.Measurement = MeasureCounts
@@ -338,6 +339,7 @@ func (r *prio3Run) startRelease(svcCtx context.Context, svc *errgroup.Group) err
 		return err
 	}
 	st := &prio3release.Stage{Brokers: r.brokers, Writer: r.writer, List: r.list, Blacklist: r.cfg.Blacklist, Logger: r.log,
+		Epsilon: r.cfg.Epsilon, Dataset: r.cfg.Dataset, Budget: r.cfg.Budget,
 		Collector: p3.Collector{Campaign: r.cfg.Campaign, Measurement: r.m, Key: ck, MinBatchSize: uint64(r.cfg.MinBatchSize)},
 		OnDay: func(d prio3release.Released) {
 			r.relMu.Lock()
@@ -544,6 +546,7 @@ func (r *prio3Run) startAggregator(svcCtx context.Context, svc *errgroup.Group, 
 		o.Kind = "presence"
 	}
 	o.MinBatchSize, o.Grace, o.VerifyKey = uint64(r.cfg.MinBatchSize), grace, r.verify
+	o.Epsilon = r.cfg.Epsilon // each aggregator's own draw (docs/pdd.md, "Noise")
 	custody := "prio3-" + role
 	o.KeysDir, o.StateDir = r.keyDirs[custody], filepath.Join(filepath.Dir(r.keysDir), "state-"+custody)
 	o.CollectorPub = r.keyPath(keydir.RolePrio3Collector, keydir.Prio3CollectorKey) + ".pub"

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,4 +80,60 @@ func TestPDDPrio3Exact(t *testing.T) {
 	sum.Print(&b)
 	t.Logf("%d days × %d keywords equal the raw log's clipped counts (%d non-zero), %d clipped by clients\n%s%s",
 		days, length, nonzero, sum.Prio3.Clipped, progress.String(), b.String())
+}
+
+// TestPDDPrio3Noise: the same replay with --epsilon 1 (b = 2, Δ = 3): both
+// aggregators add their own Laplace draw, the release stage writes the
+// noisy totals. Released minus the raw log's clipped counts over every
+// (day, keyword), zeros included (a noisy 0 is left out of the export),
+// has mean ≈ 0 and variance ≈ 4(Δ/ε)² = 36 (two draws of variance
+// 2(Δ/ε)² each); one draw (18) or none (0) fails it. Tolerances: mean
+// within 6 standard errors, variance within ±40 % (over 5 standard errors
+// of a Laplace sample variance at n = 900).
+func TestPDDPrio3Noise(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a whole Prio3 replay: make test runs it, -short does not")
+	}
+	needClickHouse(t)
+	const users, days, length, bits, eps = 60, 3, 300, 2, 1.0
+	dir := t.TempDir()
+	listPath := filepath.Join(dir, "keywords.txt")
+	words := keywords.Default().Words[:length]
+	if err := os.WriteFile(listPath, []byte(strings.Join(words, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum, out := runPDD(t, PDDConfig{Mode: ModePrio3, MaxUsers: users, MaxDays: days, Keywords: listPath, Bits: bits, Epsilon: eps})
+	got, conf := readPDDExport(t, out)
+	dc, err := truth.KeywordClients(bundled, users, listPath, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := dc.Clipped(1<<bits-1, nil)
+	var n, s, s2 float64
+	if len(sum.Prio3.Sent) != days {
+		t.Fatalf("%d days sent, want %d", len(sum.Prio3.Sent), days)
+	}
+	for day := range sum.Prio3.Sent {
+		if int(sum.Prio3.Released[day]) != len(dc.Active[day]) {
+			t.Fatalf("%s: %d reports released, %d clients active in the raw log", day, sum.Prio3.Released[day], len(dc.Active[day]))
+		}
+		if conf[day] != 1 {
+			t.Fatalf("%s: confidence %v", day, conf[day])
+		}
+		for _, w := range words {
+			d := float64(got[day][w] - want[day][w])
+			n, s, s2 = n+1, s+d, s2+d*d
+		}
+	}
+	if n != days*length {
+		t.Fatalf("%v (day, keyword) entries, want %d", n, days*length)
+	}
+	delta := float64(int(1)<<bits - 1)
+	wantVar := 4 * (delta / eps) * (delta / eps)
+	mean := s / n
+	v := s2/n - mean*mean
+	if mean < -6*math.Sqrt(wantVar/n) || mean > 6*math.Sqrt(wantVar/n) || v < 0.6*wantVar || v > 1.4*wantVar {
+		t.Fatalf("released − clipped truth over %v entries: mean %.3f, variance %.1f; want mean 0 and variance %.0f (two Laplace draws of scale Δ/ε = %v)", n, mean, v, wantVar, delta/eps)
+	}
+	t.Logf("released − clipped truth over %v entries: mean %.3f, variance %.1f (expected %.0f)", n, mean, v, wantVar)
 }
