@@ -166,7 +166,7 @@ func (c *PDDConfig) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&c.Online, "online", "active", "when clients ping: active (days with log records) or all (every day)")
 	f.Float64Var(&c.Dropout, "dropout", 0, "probability that a client skips a ping")
 	f.Uint64Var(&c.Seed, "seed", 1, "seed of --dropout")
-	f.Float64Var(&c.Epsilon, "epsilon", 0, "Laplace noise on each released daily count (0 = exact)")
+	f.Float64Var(&c.Epsilon, "epsilon", 0, "Laplace noise on each released daily count (0 = exact); groups: at the release stage, sensitivity --max-count; prio3: a draw at each aggregator, sensitivity 2^bits − 1 (1 for presence)")
 	f.IntVar(&c.MaxCount, "max-count", 0, "per-client per-keyword per-day clip used as the noise sensitivity")
 	f.StringVar(&c.NATS, "nats", "", "NATS URL; empty starts an embedded server")
 	f.Var(config.NewList(&c.Kafka), "kafka", "Kafka bootstrap brokers, comma-separated host:port list (or repeated); empty starts kfake")
