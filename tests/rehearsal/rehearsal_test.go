@@ -268,9 +268,13 @@ func TestRehearsal(t *testing.T) {
 	r.runJobs(ctx, "pipeline-operator", poObjs)
 
 	// Every other operator's Deployments, each replica its own process.
+	// The Prio3 helper operator serves only Prio3 campaigns (PDD): this
+	// rehearsal is threshold mode, and its chart is checked by the Helm
+	// tests (TestPrio3Aggregators, TestHelmPrio3Files) while
+	// tests/TestPrio3EndToEnd runs the helper and the leader as processes.
 	var procs []*proc
 	for _, op := range helm.Operators {
-		if op == "pipeline-operator" {
+		if op == "pipeline-operator" || op == "prio3-helper" {
 			continue
 		}
 		r.populate(op, rendered[op])
