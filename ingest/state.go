@@ -15,10 +15,10 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/crowdlog/crowdlog/infra/atomicfile"
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/protocol/star"
 	"github.com/gofrs/flock"
-	"github.com/google/renameio/v2"
 )
 
 // A device's state directory (Config.StateDir) holds, all mode 0600 in a
@@ -382,11 +382,11 @@ func (d *diskStore) setCredential(epoch string, b []byte) error {
 	return nil
 }
 
-// writeFileSync writes path with data atomically (renameio: a synced
+// writeFileSync writes path with data atomically (infra/atomicfile: a synced
 // temporary file renamed over it) and syncs its directory, so the content
 // survives a crash once it returns.
 func writeFileSync(path string, data []byte) error {
-	if err := renameio.WriteFile(path, data, 0o600); err != nil {
+	if err := atomicfile.WriteFile(path, data, 0o600); err != nil {
 		return err
 	}
 	return syncDir(filepath.Dir(path))

@@ -8,8 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/google/renameio/v2"
-
+	"github.com/crowdlog/crowdlog/infra/atomicfile"
 	"github.com/crowdlog/crowdlog/protocol"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 )
@@ -143,7 +142,7 @@ func writeState(dir, name string, b []byte) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("prio3: state directory: %w", err)
 	}
-	if err := renameio.WriteFile(filepath.Join(dir, name), b, 0o600, renameio.WithTempDir(dir)); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 		return fmt.Errorf("prio3: write snapshot (is the disk of --state-dir full?): %w", err)
 	}
 	if d, err := os.Open(dir); err == nil {

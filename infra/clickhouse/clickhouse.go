@@ -28,6 +28,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/crowdlog/crowdlog/infra/atomicfile"
 )
 
 // InstallCommand is the command that installs the ClickHouse binaries on
@@ -221,10 +223,10 @@ func port(addr string) (int, error) {
 
 func startOnce(ctx context.Context, argv []string, dir string, tcpPort, httpPort int) (*Server, error) {
 	cfgPath := filepath.Join(dir, "config.xml")
-	if err := os.WriteFile(cfgPath, []byte(configXML(dir, tcpPort, httpPort)), 0o644); err != nil {
+	if err := atomicfile.WriteFile(cfgPath, []byte(configXML(dir, tcpPort, httpPort)), 0o644); err != nil {
 		return nil, fmt.Errorf("clickhouse: write %s: %w", cfgPath, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "users.xml"), []byte(usersXML), 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, "users.xml"), []byte(usersXML), 0o644); err != nil {
 		return nil, fmt.Errorf("clickhouse: write users.xml in %s: %w", dir, err)
 	}
 	logPath := filepath.Join(dir, "logs", "stdout.log")
@@ -484,7 +486,7 @@ func (s *Server) WriteAddrEnv(dir string) (string, error) {
 		return "", fmt.Errorf("clickhouse: TCP address %q: %w", s.TCPAddr, err)
 	}
 	env := fmt.Sprintf("CH_TCP=%s\nCH_TCP_PORT=%s\nCH_HTTP=%s\n", s.TCPAddr, p, s.HTTPAddr)
-	return env, os.WriteFile(filepath.Join(dir, "addr.env"), []byte(env), 0o644)
+	return env, atomicfile.WriteFile(filepath.Join(dir, "addr.env"), []byte(env), 0o644)
 }
 
 // ReadAddrEnv reads dir/addr.env as written by WriteAddrEnv (a running

@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/google/renameio/v2"
+	"github.com/crowdlog/crowdlog/infra/atomicfile"
 )
 
 // DefaultUser is the ClickHouse user of a Login without one: the server's
@@ -149,7 +149,7 @@ func WriteTLSConfig(dir, certFile, keyFile string, port int) error {
 </yandex>
 `, port, xmlEscape(certFile), xmlEscape(keyFile))
 	path := filepath.Join(cd, TLSConfigFile)
-	if err := renameio.WriteFile(path, []byte(text), 0o644); err != nil {
+	if err := atomicfile.WriteFile(path, []byte(text), 0o644); err != nil {
 		return fmt.Errorf("clickhouse: install %s: %w", path, err)
 	}
 	return nil

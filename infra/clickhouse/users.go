@@ -10,7 +10,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/google/renameio/v2"
+	"github.com/crowdlog/crowdlog/infra/atomicfile"
 )
 
 // AnalystFile is the name of the file WriteAnalystUser writes in a users.d
@@ -97,7 +97,7 @@ func WriteAnalystUser(usersDir string, u AnalystUser) (string, error) {
 		return "", fmt.Errorf("clickhouse: create %s (is it writable?): %w", usersDir, err)
 	}
 	path := filepath.Join(usersDir, AnalystFile)
-	if err := renameio.WriteFile(path, []byte(text), 0o644); err != nil {
+	if err := atomicfile.WriteFile(path, []byte(text), 0o644); err != nil {
 		return "", fmt.Errorf("clickhouse: install %s: %w", path, err)
 	}
 	return path, nil
@@ -228,7 +228,7 @@ func WriteWriterUser(usersDir string, u WriterUser) (string, error) {
 		return "", fmt.Errorf("clickhouse: create %s (is it writable?): %w", usersDir, err)
 	}
 	path := filepath.Join(usersDir, WriterFile)
-	if err := renameio.WriteFile(path, []byte(text), 0o644); err != nil {
+	if err := atomicfile.WriteFile(path, []byte(text), 0o644); err != nil {
 		return "", fmt.Errorf("clickhouse: install %s: %w", path, err)
 	}
 	return path, nil

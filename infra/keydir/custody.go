@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/crowdlog/crowdlog/infra/atomicfile"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/token"
 )
@@ -171,7 +172,7 @@ func GenerateRole(dir, role string) error {
 			if err != nil {
 				return err
 			}
-			if err := onion.SaveKeyPair(path, strings.TrimSuffix(f, ".key"), k); err != nil {
+			if err := SaveKeyPair(path, strings.TrimSuffix(f, ".key"), k); err != nil {
 				return err
 			}
 		default:
@@ -197,7 +198,18 @@ func GenerateRole(dir, role string) error {
 		}
 		f.Close()
 	}
-	return os.WriteFile(filepath.Join(dir, CustodyFile), []byte(role+"\n"), 0o644)
+	return writeMarker(dir, role)
+}
+
+// writeMarker writes dir's custody marker naming role (0644), atomically
+// and only when it does not already name role: a verifier sharing the
+// volume reads it at any time (DirRole), and must see the whole marker or
+// none (infra/atomicfile).
+func writeMarker(dir, role string) error {
+	if err := atomicfile.WriteFile(filepath.Join(dir, CustodyFile), []byte(role+"\n"), 0o644); err != nil {
+		return fmt.Errorf("custody marker: %w", err)
+	}
+	return nil
 }
 
 // DirRole returns the role named by dir's custody marker, or "" when dir
@@ -336,13 +348,13 @@ func ExportPublic(dir, out string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("public part %s of %s: %w (run `crowdlog keys generate --role %s --keys %s`)", f, role, err, role, dir)
 		}
-		if err := os.WriteFile(filepath.Join(out, f), b, 0o644); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(out, f), b, 0o644); err != nil {
 			return nil, fmt.Errorf("public bundle: %w", err)
 		}
 		written = append(written, f)
 	}
 	manifest := "role " + role + "\n" + strings.Join(written, "\n") + "\n"
-	if err := os.WriteFile(filepath.Join(out, BundleFile), []byte(manifest), 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(out, BundleFile), []byte(manifest), 0o644); err != nil {
 		return nil, fmt.Errorf("public bundle: %w", err)
 	}
 	return written, nil
@@ -408,7 +420,7 @@ func ImportPublic(dir, bundle string) (string, []string, error) {
 		return "", nil, fmt.Errorf("keys dir: %w", err)
 	}
 	for _, f := range files {
-		if err := os.WriteFile(filepath.Join(dir, f), data[f], 0o644); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, f), data[f], 0o644); err != nil {
 			return "", nil, fmt.Errorf("import %s: %w", f, err)
 		}
 	}
@@ -482,5 +494,5 @@ func MarkIssuerRole(dir, role string) error {
 	if err := os.MkdirAll(filepath.Join(dir, IssuerKeys), 0o700); err != nil {
 		return fmt.Errorf("issuer keys dir: %w", err)
 	}
-	return os.WriteFile(filepath.Join(dir, CustodyFile), []byte(role+"\n"), 0o644)
+	return writeMarker(dir, role)
 }

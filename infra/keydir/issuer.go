@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 
+	"github.com/crowdlog/crowdlog/infra/atomicfile"
 	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/token"
 )
@@ -92,18 +93,12 @@ func EnsureIssuerKeys(dir, epoch string) error {
 	return ensureARCKey(dir, epoch)
 }
 
-// createOnce writes b to path unless path exists: a temporary file linked
-// into place (link fails when another writer won).
+// createOnce writes b to path (mode 0600) unless path exists: a synced
+// temporary file linked into place (atomicfile.CreateOnce: link fails
+// when another writer won, and a reader never sees a partial key).
 func createOnce(path string, b []byte) error {
-	var suffix [8]byte
-	rand.Read(suffix[:])
-	tmp := fmt.Sprintf("%s.tmp-%x", path, suffix)
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("issuer key %s: %w", path, err)
-	}
-	defer os.Remove(tmp)
-	if err := os.Link(tmp, path); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("issuer key %s: %w", path, err)
+	if err := atomicfile.CreateOnce(path, b, 0o600); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("issuer key: %w", err)
 	}
 	return nil
 }

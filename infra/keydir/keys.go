@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/crowdlog/crowdlog/infra/atomicfile"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
@@ -65,7 +66,7 @@ func EnsureKeys(dir string) error {
 		if err != nil {
 			return err
 		}
-		if err := onion.SaveKeyPair(path, name[:len(name)-4], k); err != nil {
+		if err := SaveKeyPair(path, name[:len(name)-4], k); err != nil {
 			return err
 		}
 	}
@@ -107,4 +108,22 @@ func LoadKeyPairs(paths []string) ([]*onion.KeyPair, error) {
 		keys = append(keys, k)
 	}
 	return keys, nil
+}
+
+// SaveKeyPair writes the HPKE key pair k named name to path (mode 0600)
+// and its public half to path+".pub" (0644), each atomically
+// (infra/atomicfile: a reader sees the whole file or the previous one,
+// never a partial key). Errors name the file.
+func SaveKeyPair(path, name string, k *onion.KeyPair) error {
+	priv, pub, err := onion.MarshalKeyPair(name, k)
+	if err != nil {
+		return fmt.Errorf("key %s: %w", path, err)
+	}
+	if err := atomicfile.WriteFile(path, priv, 0o600); err != nil {
+		return fmt.Errorf("key: %w", err)
+	}
+	if err := atomicfile.WriteFile(path+".pub", pub, 0o644); err != nil {
+		return fmt.Errorf("public key: %w", err)
+	}
+	return nil
 }

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/google/renameio/v2"
+	"github.com/crowdlog/crowdlog/infra/atomicfile"
 )
 
 // Key files of PDD's Prio3 mode (one custody role each, Custody): the
@@ -186,7 +186,7 @@ func AddVerifyKeyEpoch(path string) (uint32, error) {
 		return 0, err
 	}
 	keys[e+1] = k
-	if err := renameio.WriteFile(path, MarshalVerifyKeys(keys), 0o600); err != nil {
+	if err := atomicfile.WriteFile(path, MarshalVerifyKeys(keys), 0o600); err != nil {
 		return 0, fmt.Errorf("verify key file: %w", err)
 	}
 	return e + 1, nil

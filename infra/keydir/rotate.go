@@ -109,7 +109,7 @@ func Rotate(dir, role string) (oldID, newID int, err error) {
 		return 0, 0, err
 	}
 	tmp := filepath.Join(dir, "."+role+".new.key")
-	if err := onion.SaveKeyPair(tmp, role, nk); err != nil {
+	if err := SaveKeyPair(tmp, role, nk); err != nil {
 		return 0, 0, err
 	}
 	if err := os.Rename(cur, old); err != nil {

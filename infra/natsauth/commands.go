@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/crowdlog/crowdlog/infra/atomicfile"
 )
 
 // The commands that make a deployment's NATS credentials and server
@@ -179,7 +180,7 @@ func (o *InitOptions) Init(w io.Writer, configFile string) error {
 		return err
 	}
 	path := filepath.Join(o.Dir, configFile)
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+	if err := atomicfile.WriteFile(path, []byte(text), 0o644); err != nil {
 		return fmt.Errorf("write the NATS server config: %w", err)
 	}
 	fmt.Fprintf(w, "%d role credentials in %s; server config %s\n", len(keys), o.Dir, path)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/crowdlog/crowdlog/infra/atomicfile"
 	"github.com/crowdlog/crowdlog/protocol"
 )
 
@@ -238,16 +239,8 @@ func GenerateRouteSecret(path string) (string, error) {
 		return "", fmt.Errorf("natsauth: route secret: %w", err)
 	}
 	secret := hex.EncodeToString(k[:])
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
+	if err := atomicfile.CreateOnce(path, []byte(secret+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("natsauth: write route secret (remove %s first to replace it, then regenerate every server's config): %w", path, err)
-	}
-	if _, err := f.WriteString(secret + "\n"); err != nil {
-		f.Close()
-		return "", fmt.Errorf("natsauth: write route secret %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("natsauth: write route secret %s: %w", path, err)
 	}
 	return secret, nil
 }
@@ -289,18 +282,10 @@ func GenerateNKey(dir string, r Role) (string, error) {
 	}
 	seed, _ := kp.Seed()
 	pub, _ := kp.PublicKey()
-	f, err := os.OpenFile(seedPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
+	if err := atomicfile.CreateOnce(seedPath, append(seed, '\n'), 0o600); err != nil {
 		return "", fmt.Errorf("natsauth: write seed (remove %s first to replace it, then update the server config): %w", seedPath, err)
 	}
-	if _, err := f.Write(append(seed, '\n')); err != nil {
-		f.Close()
-		return "", fmt.Errorf("natsauth: write seed %s: %w", seedPath, err)
-	}
-	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("natsauth: write seed %s: %w", seedPath, err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, PublicFile(r)), []byte(pub+"\n"), 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, PublicFile(r)), []byte(pub+"\n"), 0o644); err != nil {
 		return "", fmt.Errorf("natsauth: write public key: %w", err)
 	}
 	return pub, nil

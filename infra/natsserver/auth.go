@@ -3,9 +3,9 @@ package natsserver
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 
+	"github.com/crowdlog/crowdlog/infra/atomicfile"
 	"github.com/crowdlog/crowdlog/infra/natsauth"
 )
 
@@ -31,7 +31,7 @@ func (o Options) StartAuth(ctx context.Context, keyDir string, tls *natsauth.TLS
 		return nil, fmt.Errorf("natsserver: %w", err)
 	}
 	path := filepath.Join(keyDir, ConfigFileName)
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+	if err := atomicfile.WriteFile(path, []byte(text), 0o600); err != nil {
 		return nil, fmt.Errorf("natsserver: write %s: %w", path, err)
 	}
 	o.ConfigFile = path

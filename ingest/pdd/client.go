@@ -30,7 +30,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/google/renameio/v2"
+	"github.com/crowdlog/crowdlog/infra/atomicfile"
 	"github.com/nats-io/nats.go"
 
 	"github.com/crowdlog/crowdlog/infra/natsconn"
@@ -432,7 +432,7 @@ func (c *Client) save() error {
 	if err != nil {
 		return err
 	}
-	if err := renameio.WriteFile(c.StatePath, b, 0o600); err != nil {
+	if err := atomicfile.WriteFile(c.StatePath, b, 0o600); err != nil {
 		return fmt.Errorf("pdd: client state %s: %w", c.StatePath, err)
 	}
 	return nil

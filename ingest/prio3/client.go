@@ -26,7 +26,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/google/renameio/v2"
+	"github.com/crowdlog/crowdlog/infra/atomicfile"
 
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
@@ -204,7 +204,7 @@ func (c *Client) save() error {
 	if err != nil {
 		return err
 	}
-	if err := renameio.WriteFile(c.StatePath, b, 0o600); err != nil {
+	if err := atomicfile.WriteFile(c.StatePath, b, 0o600); err != nil {
 		return fmt.Errorf("prio3: client state %s: %w", c.StatePath, err)
 	}
 	return nil

@@ -83,23 +83,37 @@ type keyFile struct {
 	Private string `json:"private,omitempty"`
 }
 
-// SaveKeyPair writes the key pair to path as JSON with mode 0600 (private) and
-// its public half to path+".pub" with mode 0644.
-func SaveKeyPair(path, name string, k *KeyPair) error {
+// MarshalKeyPair returns the key files of k named name: private, the JSON
+// object {"name", "id", "public", "private"} (hex keys, newline-ended)
+// for path, and public, the same without "private", for path+".pub"
+// (LoadKeyPair and LoadPublicKey read them).
+func MarshalKeyPair(name string, k *KeyPair) (private, public []byte, err error) {
 	pub, err := k.Public.MarshalBinary()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	priv, err := k.Private.MarshalBinary()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	b, _ := json.MarshalIndent(keyFile{Name: name, ID: k.ID, Public: hex.EncodeToString(pub), Private: hex.EncodeToString(priv)}, "", "  ")
-	if err := os.WriteFile(path, append(b, '\n'), 0o600); err != nil {
+	p, _ := json.MarshalIndent(keyFile{Name: name, ID: k.ID, Public: hex.EncodeToString(pub)}, "", "  ")
+	return append(b, '\n'), append(p, '\n'), nil
+}
+
+// SaveKeyPair writes the key pair to path as JSON with mode 0600 (private) and
+// its public half to path+".pub" with mode 0644 (MarshalKeyPair), with
+// os.WriteFile: for tests and tools. Roles write their keys through
+// infra/keydir.SaveKeyPair (atomic: no reader sees a partial key).
+func SaveKeyPair(path, name string, k *KeyPair) error {
+	b, p, err := MarshalKeyPair(name, k)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return fmt.Errorf("write key %s: %w", path, err)
 	}
-	b, _ = json.MarshalIndent(keyFile{Name: name, ID: k.ID, Public: hex.EncodeToString(pub)}, "", "  ")
-	return os.WriteFile(path+".pub", append(b, '\n'), 0o644)
+	return os.WriteFile(path+".pub", p, 0o644)
 }
 
 // LoadKeyPair reads a key written by SaveKeyPair. Errors say which file is

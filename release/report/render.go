@@ -7,8 +7,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/crowdlog/crowdlog/infra/atomicfile"
 	"github.com/crowdlog/crowdlog/release"
-	"github.com/google/renameio/v2"
 )
 
 // figure is one inline SVG plot; Name is its data-plot attribute.
@@ -181,14 +181,14 @@ func Render(w io.Writer, d *Data) error {
 	return err
 }
 
-// WriteFile renders d into path, atomically (renameio: a temporary file in
+// WriteFile renders d into path, atomically (infra/atomicfile: a temporary file in
 // the same folder, synced, renamed), mode 0644.
 func WriteFile(path string, d *Data) error {
 	var buf bytes.Buffer
 	if err := Render(&buf, d); err != nil {
 		return err
 	}
-	if err := renameio.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+	if err := atomicfile.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("report: write %s: %w", path, err)
 	}
 	return nil
