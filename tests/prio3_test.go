@@ -143,6 +143,11 @@ func TestPrio3EndToEnd(t *testing.T) {
 		roleDir[role] = filepath.Join(dir, "keys-"+role)
 		run("keys", "generate", "--role", role, "--keys", roleDir[role])
 	}
+	// the helper verifies every request with the leader's public signing
+	// key, from the leader operator's public bundle
+	leaderBundle := filepath.Join(dir, "prio3-leader.public")
+	run("keys", "export-public", "--keys", roleDir[keydir.RolePrio3Leader], "--out", leaderBundle)
+	run("keys", "import-public", "--keys", roleDir[keydir.RolePrio3Helper], leaderBundle)
 	leaderVerify := filepath.Join(roleDir[keydir.RolePrio3Leader], "prio3-verify.keys")
 	run("keys", "prio3-verify", "--out", leaderVerify)
 	helperVerify := filepath.Join(roleDir[keydir.RolePrio3Helper], "prio3-verify.keys")

@@ -164,8 +164,9 @@ func (l *Leader) tick() ([]Output, error) {
 	if limit <= 0 {
 		limit = DefaultMaxRequestBytes
 	}
-	// version, type, campaign, day, key epoch, item count
-	head := 2 + 1 + len(l.cfg.Campaign) + 12
+	// version, type, campaign, day, key epoch, item count, and the
+	// signature envelope the service wraps it in (p3.SignedReq)
+	head := 2 + 1 + len(l.cfg.Campaign) + 12 + p3.SignedReqOverhead
 	var out []Output
 	for _, d := range days {
 		s := byDay[d]

@@ -65,6 +65,15 @@ func (s *LeaderService) Register(reg prometheus.Registerer) {
 
 // Register exposes the helper's counters on reg (as the leader's, with
 // role="helper"; no uploads counter: the helper never sees an upload).
+//
+// It also exposes crowdlog_prio3_requests_refused_total{reason}: requests
+// refused before any state change (RefusedReplySubject, RefusedUnsigned,
+// RefusedSignature, RefusedStale, RefusedReplay).
 func (s *HelperService) Register(reg prometheus.Registerer) {
 	register(reg, "helper", &s.counters, helperRejected)
+	reg.MustRegister(&reasonCollector{
+		desc: prometheus.NewDesc("crowdlog_prio3_requests_refused_total",
+			"Requests the helper refused before changing any state, by reason: reply_subject (not a requester inbox), unsigned, bad_signature (not the leader's key), stale (issue time outside the helper's clock window), request_replay.",
+			[]string{"reason"}, prometheus.Labels{"role": "helper"}),
+		known: refusedReasons, fn: s.Refused})
 }

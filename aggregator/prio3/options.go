@@ -61,6 +61,12 @@ type Options struct {
 	// accepted too) and the collector's public key.
 	KeysDir      string
 	CollectorPub string // the collector's public key file; "" = KeysDir/prio3-collector.key.pub
+	// SignKey (leader) is the leader's Ed25519 key that signs every
+	// request to the helper; "" = KeysDir/prio3-leader-sign.key. LeaderPub
+	// (helper) is its public half; "" = KeysDir/prio3-leader-sign.key.pub
+	// (imported from the leader's public bundle).
+	SignKey   string
+	LeaderPub string
 	StateDir     string // the snapshot's directory
 	// ClockFile, set, replaces the wall clock: the file holds the current
 	// time as RFC 3339, re-read at every step (log replays and tests).
@@ -97,6 +103,8 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.Uint32Var(&o.KeyEpoch, "key-epoch", o.KeyEpoch, "leader: verify-key epoch to prepare under (0: the newest of --verify-key)")
 	f.StringVar(&o.KeysDir, "keys", o.KeysDir, "this role's keys directory (crowdlog keys generate --role prio3-leader or prio3-helper): its HPKE key and the collector's public key")
 	f.StringVar(&o.CollectorPub, "collector-pub", o.CollectorPub, "the collector's public key file (default: KEYS/"+keydir.Prio3CollectorKey+".pub)")
+	f.StringVar(&o.SignKey, "sign-key", o.SignKey, "leader: the Ed25519 key signing every request to the helper (default: KEYS/"+keydir.Prio3LeaderSignKey+", from crowdlog keys generate --role prio3-leader)")
+	f.StringVar(&o.LeaderPub, "leader-pub", o.LeaderPub, "helper: the leader's public signing key; requests not signed by it are refused (default: KEYS/"+keydir.Prio3LeaderSignKey+".pub, from the leader's public bundle)")
 	f.StringVar(&o.StateDir, "state-dir", o.StateDir, "directory of this aggregator's snapshot (required; one per role and campaign)")
 	f.StringVar(&o.ClockFile, "clock-file", o.ClockFile, "replay clock: a file holding the current time as RFC 3339, re-read at every step, instead of the wall clock (log replays and tests)")
 	f.IntVar(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "leader: bound of one aggregate request to the helper in bytes (below the NATS max_payload)")
@@ -279,12 +287,20 @@ func (o *Options) Leader(connect func() (*nats.Conn, error), log *slog.Logger) (
 	if err != nil {
 		return nil, nil, err
 	}
+	path := o.SignKey
+	if path == "" {
+		path = filepath.Join(o.KeysDir, keydir.Prio3LeaderSignKey)
+	}
+	key, err := keydir.LoadSigningKey(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--sign-key %s: %w (crowdlog keys generate --role prio3-leader --keys DIR creates it; give the helper its .pub)", path, err)
+	}
 	nc, err := o.connect(connect)
 	if err != nil {
 		return nil, nil, err
 	}
 	return &LeaderService{Config: cfg, Brokers: o.Kafka, NATS: nc, StateDir: o.StateDir, Now: now, Logger: log,
-		RequestTimeout: o.RequestTimeout}, nc, nil
+		RequestTimeout: o.RequestTimeout, SignKey: key}, nc, nil
 }
 
 // Helper is Leader for the helper (NATS credential prio3-helper).
@@ -296,11 +312,19 @@ func (o *Options) Helper(connect func() (*nats.Conn, error), log *slog.Logger) (
 	if err != nil {
 		return nil, nil, err
 	}
+	path := o.LeaderPub
+	if path == "" {
+		path = filepath.Join(o.KeysDir, keydir.Prio3LeaderSignKey+".pub")
+	}
+	pub, err := keydir.LoadSigningPublic(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--leader-pub %s: %w (import the leader's public bundle: crowdlog keys import-public, or give the file)", path, err)
+	}
 	nc, err := o.connect(connect)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &HelperService{Config: cfg, NATS: nc, StateDir: o.StateDir, Now: now, Logger: log}, nc, nil
+	return &HelperService{Config: cfg, NATS: nc, StateDir: o.StateDir, Now: now, Logger: log, LeaderKey: pub}, nc, nil
 }
 
 func (o *Options) configAndClock(log *slog.Logger) (Config, func() time.Time, error) {

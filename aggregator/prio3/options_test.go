@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/crowdlog/crowdlog/infra/config"
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
@@ -130,5 +132,29 @@ func TestOptionsConfig(t *testing.T) {
 		t.Errorf("helper: %v", err)
 	} else if _, err := NewHelper(cfg); err != nil {
 		t.Errorf("helper from Config: %v", err)
+	}
+	// the helper needs the leader's public signing key (its bundle), the
+	// leader its private one; both are read before NATS is dialled
+	noNATS := func() (*nats.Conn, error) { return nil, errors.New("no NATS in this test") }
+	if _, _, err := o.Helper(noNATS, nil); err == nil || !strings.Contains(err.Error(), "--leader-pub") {
+		t.Errorf("helper without the leader's public key: %v, want a --leader-pub error", err)
+	}
+	lb := filepath.Join(root, "leader.public")
+	if _, err := keydir.ExportPublic(dirs[keydir.RolePrio3Leader], lb); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := keydir.ImportPublic(dirs[keydir.RolePrio3Helper], lb); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := o.Helper(noNATS, nil); err == nil || !strings.Contains(err.Error(), "no NATS in this test") {
+		t.Errorf("helper with the leader's public key: %v, want the NATS error", err)
+	}
+	o = base
+	if _, _, err := o.Leader(noNATS, nil); err == nil || !strings.Contains(err.Error(), "no NATS in this test") {
+		t.Errorf("leader with its signing key: %v, want the NATS error", err)
+	}
+	o.SignKey = filepath.Join(root, "missing.key")
+	if _, _, err := o.Leader(noNATS, nil); err == nil || !strings.Contains(err.Error(), "--sign-key") {
+		t.Errorf("leader without its signing key: %v, want a --sign-key error", err)
 	}
 }

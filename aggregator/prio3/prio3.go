@@ -55,7 +55,8 @@ type Config struct {
 	// Collector is the release stage's public key the aggregate shares are
 	// sealed to.
 	Collector onion.PublicKey
-	// MaxRequestBytes bounds one encoded AggregateReq (leader): a tick
+	// MaxRequestBytes bounds one encoded AggregateReq in its signature
+	// envelope (p3.SignedReqOverhead more; leader): a tick
 	// splits a day's queued reports into requests of at most this many
 	// bytes, so each fits the transport's message limit (NATS
 	// max_payload). 0 means DefaultMaxRequestBytes. A single report larger

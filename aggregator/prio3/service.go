@@ -2,6 +2,7 @@ package prio3
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/infra/retry"
 	"github.com/crowdlog/crowdlog/protocol"
@@ -54,12 +56,57 @@ const (
 	ReasonMalformedResponse = "malformed_response" // leader: a helper answer it could not apply
 )
 
+// Reasons the helper refuses a request before it changes any state
+// (crowdlog_prio3_requests_refused_total{reason}; HelperService.Refused).
+const (
+	// RefusedReplySubject: the reply subject is not a requester inbox
+	// (natsconn.ReplyAllowed): a message delivered by a push consumer, a
+	// stream's republish or a publish naming another subject.
+	RefusedReplySubject = "reply_subject"
+	// RefusedUnsigned: not a p3.SignedReq (a bare AggregateReq or
+	// CollectReq, or anything else).
+	RefusedUnsigned = "unsigned"
+	// RefusedSignature: a SignedReq whose signature does not verify under
+	// the leader's key (HelperService.LeaderKey).
+	RefusedSignature = "bad_signature"
+	// RefusedStale: issued more than MaxSkew before or after the helper's
+	// wall clock.
+	RefusedStale = "stale"
+	// RefusedReplay: a request id the helper has already accepted.
+	RefusedReplay = "request_replay"
+)
+
+// refusedReasons are the series of crowdlog_prio3_requests_refused_total
+// that exist at 0 from the start.
+var refusedReasons = []string{RefusedReplySubject, RefusedUnsigned, RefusedSignature, RefusedStale, RefusedReplay}
+
+// DefaultMaxSkew is the default HelperService.MaxSkew.
+const DefaultMaxSkew = 5 * time.Minute
+
 // counters is the copy of a role's Stats that metrics read (the state
 // machine's own Stats change only in the service loop).
 type counters struct {
 	mu      sync.Mutex
 	stats   Stats
 	service map[string]uint64 // service-level rejections
+	refused map[string]uint64 // requests refused before any state change
+}
+
+func (c *counters) refuse(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refused == nil {
+		c.refused = map[string]uint64{}
+	}
+	c.refused[reason]++
+}
+
+// Refused returns the requests refused before any state change, by reason
+// (RefusedReplySubject, RefusedUnsigned, …; not kept across restarts).
+func (c *counters) Refused() map[string]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.refused)
 }
 
 func (c *counters) set(s *Stats) {
@@ -130,6 +177,11 @@ type LeaderService struct {
 	Brokers  []string
 	NATS     *nats.Conn // requests to the helper
 	StateDir string     // required: the snapshot's directory
+	// SignKey is the leader operator's Ed25519 key (RFC 8032;
+	// keydir.Prio3LeaderSignKey): every request to the helper is sent as a
+	// p3.SignedReq under it, with a fresh id and the wall-clock time per
+	// attempt. Required.
+	SignKey ed25519.PrivateKey
 	// Now is the leader's clock (nil: time.Now); read once per step.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -182,6 +234,9 @@ func (s *LeaderService) Run(ctx context.Context) error {
 	}
 	if s.NATS == nil {
 		return errors.New("prio3 leader: no NATS connection to the helper")
+	}
+	if len(s.SignKey) != ed25519.PrivateKeySize {
+		return errors.New("prio3 leader: no signing key (--sign-key; crowdlog keys generate --role prio3-leader creates " + keydir.Prio3LeaderSignKey + ")")
 	}
 	log := s.Logger
 	if log == nil {
@@ -518,9 +573,13 @@ func (s *LeaderService) ask(ctx context.Context, req []byte, log *slog.Logger) (
 			}
 			pause = min(2*pause, 5*time.Second)
 		}
+		var signed []byte
+		if signed, err = p3.SignReq(s.SignKey, req, time.Now()); err != nil {
+			return nil, fmt.Errorf("sign a helper request: %w", err)
+		}
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		var m *nats.Msg
-		m, err = s.NATS.RequestWithContext(rctx, protocol.Prio3HelperSubject, req)
+		m, err = s.NATS.RequestWithContext(rctx, protocol.Prio3HelperSubject, signed)
 		cancel()
 		if err == nil {
 			return m.Data, nil
@@ -546,16 +605,36 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // HelperService is the helper aggregator process: it answers the leader's
 // AggregateReq and CollectReq on protocol.Prio3HelperSubject (through
-// natsconn.Respond: replies only to a requester inbox). It snapshots its
+// natsconn.Respond: replies only to a requester inbox). Before it changes
+// any state it checks the request (check): the reply subject is a
+// requester inbox, the request is a p3.SignedReq under LeaderKey, issued
+// within MaxSkew of the helper's wall clock, with an id not seen before;
+// anything else is refused, counted by reason (Refused,
+// crowdlog_prio3_requests_refused_total) and not answered. NATS
+// permissions say who may publish to the subject, but a push consumer's
+// deliver subject or another account's republish reaches it unchecked;
+// the signature is the check the helper makes itself. It snapshots its
 // state (StateDir/HelperStateFile, replaced atomically) before every
 // answer, so whatever the leader learns the helper committed survives the
 // helper's crash. A request that cannot be handled (malformed, another
 // campaign) is counted (ReasonMalformedRequest) and not answered. One
 // process per campaign.
+//
+// Replays: ids are remembered in memory for MaxSkew past their issue
+// time; after a restart a replay within that window reaches Apply, which
+// answers a report or a collection it already committed with the same
+// answer (idempotent), so it changes no count.
 type HelperService struct {
 	Config   Config
 	NATS     *nats.Conn
 	StateDir string
+	// LeaderKey is the leader operator's Ed25519 public key (RFC 8032;
+	// keydir.Prio3LeaderSignKey+".pub", --leader-pub). Required.
+	LeaderKey ed25519.PublicKey
+	// MaxSkew bounds the difference between a request's issue time and
+	// the helper's wall clock (time.Now, not Now: a replay clock moves
+	// days at once); 0: DefaultMaxSkew.
+	MaxSkew time.Duration
 	// Now is the helper's clock (nil: time.Now); read once per request.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -566,6 +645,8 @@ type HelperService struct {
 	// Ready is closed once the subscription is active (tests wait on it);
 	// nil is fine.
 	Ready chan struct{}
+
+	seen map[[16]byte]time.Time // accepted request ids → issue time
 }
 
 // Run serves until ctx ends (nil then) or the state cannot be read or
@@ -576,6 +657,9 @@ func (s *HelperService) Run(ctx context.Context) error {
 	}
 	if s.NATS == nil {
 		return errors.New("prio3 helper: no NATS connection")
+	}
+	if len(s.LeaderKey) != ed25519.PublicKeySize {
+		return errors.New("prio3 helper: no leader public key (--leader-pub: the leader operator's " + keydir.Prio3LeaderSignKey + ".pub)")
 	}
 	log := s.Logger
 	if log == nil {
@@ -622,12 +706,69 @@ func (s *HelperService) Run(ctx context.Context) error {
 	}
 }
 
-// handle applies one request, snapshots and answers; only a failed
-// snapshot is an error.
+// acceptUnauthenticated, set only by the attack tests' control arm, makes
+// the helper handle bare, unsigned requests whatever their reply subject:
+// the behaviour before check existed.
+var acceptUnauthenticated atomic.Bool
+
+// check decides, before any state changes, whether m is the leader's
+// request: it returns the request's body, or the reason it is refused
+// (Refused*).
+func (s *HelperService) check(m *nats.Msg) ([]byte, string) {
+	if acceptUnauthenticated.Load() {
+		return m.Data, ""
+	}
+	if !natsconn.ReplyAllowed(m.Reply) {
+		return nil, RefusedReplySubject
+	}
+	if !p3.IsSignedReq(m.Data) {
+		return nil, RefusedUnsigned
+	}
+	q, err := p3.ParseSignedReq(m.Data)
+	if err != nil {
+		return nil, RefusedUnsigned
+	}
+	if q.Verify(s.LeaderKey) != nil {
+		return nil, RefusedSignature
+	}
+	skew := s.MaxSkew
+	if skew <= 0 {
+		skew = DefaultMaxSkew
+	}
+	now := time.Now()
+	if d := now.Sub(q.Issued); d > skew || d < -skew {
+		return nil, RefusedStale
+	}
+	if s.seen == nil {
+		s.seen = map[[16]byte]time.Time{}
+	}
+	if _, dup := s.seen[q.ID]; dup {
+		return nil, RefusedReplay
+	}
+	for id, at := range s.seen {
+		if now.Sub(at) > skew {
+			delete(s.seen, id)
+		}
+	}
+	s.seen[q.ID] = q.Issued
+	return q.Body, ""
+}
+
+// handle checks one request (check), applies it, snapshots and answers;
+// only a failed snapshot is an error.
 func (s *HelperService) handle(h *Helper, m *nats.Msg, log *slog.Logger) error {
+	body, reason := s.check(m)
+	if reason != "" {
+		s.refuse(reason)
+		if reason == RefusedReplySubject {
+			natsconn.CountRefusedReply()
+		}
+		log.Warn("prio3 helper: refused a request before handling it", "reason", reason, "bytes", len(m.Data))
+		return nil
+	}
 	var kind EventKind
-	if len(m.Data) >= 2 && m.Data[0] == p3.WireVersion {
-		switch m.Data[1] {
+	if len(body) >= 2 && body[0] == p3.WireVersion {
+		switch body[1] {
 		case 1: // AggregateReq
 			kind = EventAggregateReq
 		case 3: // CollectReq
@@ -636,14 +777,14 @@ func (s *HelperService) handle(h *Helper, m *nats.Msg, log *slog.Logger) error {
 	}
 	if kind == 0 {
 		s.count(ReasonMalformedRequest)
-		log.Warn("prio3 helper: dropped a request of unknown type", "bytes", len(m.Data))
+		log.Warn("prio3 helper: dropped a request of unknown type", "bytes", len(body))
 		return nil
 	}
 	now := nowFunc(s.Now)()
 	if n := h.forget(now); n > 0 {
 		log.Info("prio3 helper: dropped the state of expired batches (--retain)", "batches", n)
 	}
-	outs, err := h.Apply(Event{Now: now, Kind: kind, Msg: m.Data})
+	outs, err := h.Apply(Event{Now: now, Kind: kind, Msg: body})
 	if err != nil {
 		s.count(ReasonMalformedRequest)
 		log.Warn("prio3 helper: dropped a request", "err", err)

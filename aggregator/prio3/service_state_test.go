@@ -37,7 +37,7 @@ func TestRequestCap(t *testing.T) {
 	for _, ps := range probe.pending {
 		one = itemSize(ps[0])
 	}
-	head := 2 + 1 + len(campaign) + 12
+	head := 2 + 1 + len(campaign) + 12 + p3.SignedReqOverhead // the service signs each request
 	cfg := w.cfgL
 	cfg.MaxRequestBytes = head + 3*one
 	if w.l, err = NewLeader(cfg); err != nil {
@@ -55,8 +55,8 @@ func TestRequestCap(t *testing.T) {
 	}
 	seen := map[p3.ReportID]int{}
 	for _, o := range outs {
-		if len(o.Msg) > cfg.MaxRequestBytes {
-			t.Errorf("request of %d bytes over the bound %d", len(o.Msg), cfg.MaxRequestBytes)
+		if len(o.Msg)+p3.SignedReqOverhead > cfg.MaxRequestBytes {
+			t.Errorf("signed request of %d bytes over the bound %d", len(o.Msg)+p3.SignedReqOverhead, cfg.MaxRequestBytes)
 		}
 		q, err := p3.ParseAggregateReq(o.Msg)
 		if err != nil {

@@ -3,6 +3,7 @@ package prio3
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"math/rand/v2"
 	"os"
@@ -33,6 +34,9 @@ type svcEnv struct {
 	clock      atomic.Int64 // unix nanoseconds: the leader's clock
 	hclock     atomic.Int64 // the helper's
 	lDir, hDir string
+	// the leader operator's signing key and its public half
+	signKey ed25519.PrivateKey
+	signPub ed25519.PublicKey
 }
 
 func newSvcEnv(t *testing.T, m p3.Config, minBatch uint64, grace time.Duration) *svcEnv {
@@ -41,6 +45,9 @@ func newSvcEnv(t *testing.T, m p3.Config, minBatch uint64, grace time.Duration) 
 	t.Cleanup(cancel)
 	e := &svcEnv{t: t, ctx: ctx, lDir: t.TempDir(), hDir: t.TempDir()}
 	var err error
+	if e.signPub, e.signKey, err = ed25519.GenerateKey(nil); err != nil {
+		t.Fatal(err)
+	}
 	if e.ns, err = natsserver.Start(ctx, t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +109,8 @@ func (e *svcEnv) start(run func(context.Context) error) *running {
 }
 
 func (e *svcEnv) startHelper() (*HelperService, *running) {
-	h := &HelperService{Config: e.w.cfgH, NATS: e.conn(), StateDir: e.hDir, Now: e.helperNow, Ready: make(chan struct{})}
+	h := &HelperService{Config: e.w.cfgH, NATS: e.conn(), StateDir: e.hDir, Now: e.helperNow, Ready: make(chan struct{}),
+		LeaderKey: e.signPub}
 	r := e.start(h.Run)
 	select {
 	case <-h.Ready:
@@ -115,7 +123,7 @@ func (e *svcEnv) startHelper() (*HelperService, *running) {
 }
 
 func (e *svcEnv) startLeader(maxBatch int) (*LeaderService, *running) {
-	l := &LeaderService{Config: e.w.cfgL, Brokers: []string{e.br.Addr}, NATS: e.conn(), StateDir: e.lDir, Now: e.now,
+	l := &LeaderService{Config: e.w.cfgL, Brokers: []string{e.br.Addr}, NATS: e.conn(), StateDir: e.lDir, Now: e.now, SignKey: e.signKey,
 		MaxBatch: maxBatch, MaxWait: 50 * time.Millisecond, RequestTimeout: 5 * time.Second, CollectRetry: 200 * time.Millisecond}
 	return l, e.start(l.Run)
 }
@@ -286,10 +294,15 @@ func TestServices(t *testing.T) {
 	e.write(up1...)
 	e.write([]byte("not an upload"), fut[0], up1[3])
 	e.write(up2...)
-	// requests the helper cannot handle: no answer, counted
+	// requests the helper cannot handle (signed by the leader's key, so
+	// they pass the helper's check): no answer, counted
 	nc := e.conn()
 	for _, bad := range [][]byte{{p3.WireVersion, 1, 0}, {9, 9, 9}} {
-		if _, err := nc.Request(protocol.Prio3HelperSubject, bad, 300*time.Millisecond); !errors.Is(err, nats.ErrTimeout) {
+		signed, err := p3.SignReq(e.signKey, bad, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nc.Request(protocol.Prio3HelperSubject, signed, 300*time.Millisecond); !errors.Is(err, nats.ErrTimeout) {
 			t.Errorf("malformed request %x: %v, want a timeout (no answer)", bad, err)
 		}
 	}

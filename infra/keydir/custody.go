@@ -90,11 +90,14 @@ var Custody = []RoleKeys{
 	// Prio3 mode: the leader and the helper each keep their own HPKE key
 	// and import the collector's public key (aggregate shares are sealed
 	// to it); the shared verify key is not a custody file (it lives where
-	// --verify-key says, in both operators' hands: keys prio3-verify)
-	{Role: RolePrio3Leader, Private: []string{Prio3LeaderKey}, Public: []string{Prio3LeaderKey + ".pub"},
+	// --verify-key says, in both operators' hands: keys prio3-verify);
+	// the leader signs its requests to the helper with its own Ed25519
+	// key, whose public half the helper imports
+	{Role: RolePrio3Leader, Private: []string{Prio3LeaderKey, Prio3LeaderSignKey},
+		Public:  []string{Prio3LeaderKey + ".pub", Prio3LeaderSignKey + ".pub"},
 		Imports: []string{Prio3CollectorKey + ".pub"}},
 	{Role: RolePrio3Helper, Private: []string{Prio3HelperKey}, Public: []string{Prio3HelperKey + ".pub"},
-		Imports: []string{Prio3CollectorKey + ".pub"}},
+		Imports: []string{Prio3CollectorKey + ".pub", Prio3LeaderSignKey + ".pub"}},
 	{Role: RolePrio3Collector, Private: []string{Prio3CollectorKey}, Public: []string{Prio3CollectorKey + ".pub"}},
 }
 

@@ -26,6 +26,13 @@ const (
 	Prio3CollectorKey = "prio3-collector.key"
 )
 
+// Prio3LeaderSignKey is the leader operator's Ed25519 signing key (RFC
+// 8032; PKCS #8 PEM, EnsureSigningKey): it signs every request the leader
+// sends the helper (prio3.SignedReq). The helper verifies with its public
+// half, Prio3LeaderSignKey+".pub", imported from the leader's public
+// bundle (aggregate-prio3 --role helper --leader-pub).
+const Prio3LeaderSignKey = "prio3-leader-sign.key"
+
 // Custody roles of Prio3 mode: the leader and the helper aggregator (two
 // operators that must not collude) and the collector (the release stage).
 const (

@@ -76,6 +76,30 @@ func Respond(m *nats.Msg, data []byte) error {
 	return m.Respond(data)
 }
 
+// Accept reports, before a responder handles request m, whether it may:
+// m.Reply is a requester inbox (ReplyAllowed). Every crowdlog responder
+// calls it before it changes any state (spends a token, counts an
+// identity's issuance, registers a client, commits a report), so a
+// request whose answer could not be sent anyway — delivered by a push
+// consumer, a stream's republish, or published naming another subject as
+// its reply — has no effect at all. A refusal is counted (RefusedReplies,
+// crowdlog_nats_refused_replies_total), logged at warn level (the subject
+// kind only) and returned as an error wrapping ErrReplySubject.
+// AnswerAnyReplyForTesting turns the check off as it does Respond's.
+func Accept(m *nats.Msg) error {
+	if ReplyAllowed(m.Reply) || respondUnchecked.Load() {
+		return nil
+	}
+	CountRefusedReply()
+	slog.Warn("NATS: refused a request whose reply subject is not a requester inbox, before handling it",
+		"subject", m.Subject, "reply_prefix", replyKind(m.Reply))
+	return fmt.Errorf("request on %s: %w (replies go only to %v)", m.Subject, ErrReplySubject, ReplyPrefixes)
+}
+
+// CountRefusedReply counts one request refused for its reply subject by a
+// responder's own check (as Accept and Respond count theirs).
+func CountRefusedReply() { refusedReplies.Add(1) }
+
 // replyKind is the first token of reply (e.g. "$JS", "$KV", "crowdlog"),
 // enough to see what was tried without logging the whole subject.
 func replyKind(reply string) string {

@@ -550,6 +550,9 @@ func (r *prio3Run) startAggregator(svcCtx context.Context, svc *errgroup.Group, 
 	custody := "prio3-" + role
 	o.KeysDir, o.StateDir = r.keyDirs[custody], filepath.Join(filepath.Dir(r.keysDir), "state-"+custody)
 	o.CollectorPub = r.keyPath(keydir.RolePrio3Collector, keydir.Prio3CollectorKey) + ".pub"
+	// the helper verifies the leader's requests with the leader operator's
+	// public signing key (its bundle, in a deployment)
+	o.LeaderPub = r.keyPath(keydir.RolePrio3Leader, keydir.Prio3LeaderSignKey) + ".pub"
 	o.Kafka = r.brokers
 	connect := func() (*nats.Conn, error) {
 		nc, _, err := r.connect(natsauth.Role(custody), "crowdlog-aggregate-prio3-"+role)

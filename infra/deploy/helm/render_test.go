@@ -439,9 +439,16 @@ func TestPrio3Aggregators(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]struct{ op, name, keys, key, nats, kafka string }{
-		"leader": {"aggregator", "prio3-leader", "crowdlog-prio3-leader-keys", keydir.Prio3LeaderKey, "crowdlog-nats-prio3-leader", "crowdlog-kafka-prio3-leader"},
-		"helper": {"prio3-helper", "prio3-helper", "crowdlog-prio3-helper-keys", keydir.Prio3HelperKey, "crowdlog-nats", ""},
+	want := map[string]struct {
+		op, name, keys string
+		key            []string // private files in the keys Secret
+		nats, kafka    string
+		flags          []string // file flags the role reads
+	}{
+		"leader": {"aggregator", "prio3-leader", "crowdlog-prio3-leader-keys", []string{keydir.Prio3LeaderKey, keydir.Prio3LeaderSignKey},
+			"crowdlog-nats-prio3-leader", "crowdlog-kafka-prio3-leader", []string{"--sign-key"}},
+		"helper": {"prio3-helper", "prio3-helper", "crowdlog-prio3-helper-keys", []string{keydir.Prio3HelperKey}, "crowdlog-nats", "",
+			[]string{"--leader-pub"}},
 	}
 	for role, w := range want {
 		a, ok := found[role]
@@ -462,8 +469,8 @@ func TestPrio3Aggregators(t *testing.T) {
 				}
 			}
 		}
-		if secrets["keys"] != w.keys || !slices.Equal(keyItems, []string{w.key, keydir.CustodyFile}) {
-			t.Errorf("%s: keys Secret %s items %v, want %s with [%s %s]", role, secrets["keys"], keyItems, w.keys, w.key, keydir.CustodyFile)
+		if wantItems := append(slices.Clone(w.key), keydir.CustodyFile); secrets["keys"] != w.keys || !slices.Equal(keyItems, wantItems) {
+			t.Errorf("%s: keys Secret %s items %v, want %s with %v", role, secrets["keys"], keyItems, w.keys, wantItems)
 		}
 		if secrets["nats"] != w.nats || secrets["kafka"] != w.kafka || secrets["clickhouse"] != "" || secrets["prio3-verify"] != "crowdlog-prio3-verify" {
 			t.Errorf("%s: Secrets %v, want NATS %q, Kafka %q, no ClickHouse, verify key crowdlog-prio3-verify", role, secrets, w.nats, w.kafka)
@@ -471,12 +478,12 @@ func TestPrio3Aggregators(t *testing.T) {
 		if u := flagArg(c.Args, "--kafka-sasl-user"); (w.kafka != "") != (u == "prio3-leader") {
 			t.Errorf("%s: Kafka user %q", role, u)
 		}
-		for _, f := range []string{"--verify-key", "--collector-pub"} {
+		for _, f := range append([]string{"--verify-key", "--collector-pub"}, w.flags...) {
 			if err := c.Readable(flagArg(c.Args, f)); err != nil || flagArg(c.Args, f) == "" {
 				t.Errorf("%s %s: %v", role, f, err)
 			}
 		}
-		if err := c.Readable(filepath.Join(flagArg(c.Args, "--keys"), w.key)); err != nil {
+		if err := c.Readable(filepath.Join(flagArg(c.Args, "--keys"), w.key[0])); err != nil {
 			t.Errorf("%s: its key in --keys: %v", role, err)
 		}
 		var claim string

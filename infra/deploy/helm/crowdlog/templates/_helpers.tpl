@@ -53,13 +53,13 @@ randomness-token keys.
   enrollment: true
 {{- if $v.prio3.leader.enabled }}
 - name: prio3-leader
-  args: [aggregate-prio3, --role, leader, {{ include "crowdlog.prio3Args" . }}]
+  args: [aggregate-prio3, --role, leader, {{ include "crowdlog.prio3Args" . }}, --sign-key, /etc/crowdlog/keys/prio3-leader-sign.key]
   nats: prio3-leader
   natsSecret: {{ $v.prio3.leader.natsSecret | quote }}
   kafka: true
   kafkaUser: {{ $v.prio3.leader.kafkaUser | quote }}
   kafkaSecret: {{ $v.prio3.leader.kafkaSecret | quote }}
-  keys: [prio3-leader.key{{ range $i := until (int $v.prio3.rotatedKeys) }}, prio3-leader.{{ add1 $i }}.key{{ end }}]
+  keys: [prio3-leader.key, prio3-leader-sign.key{{ range $i := until (int $v.prio3.rotatedKeys) }}, prio3-leader.{{ add1 $i }}.key{{ end }}]
   keysSecret: {{ required "prio3.leader.keysSecret: the Secret of the leader's key (crowdlog keys generate --role prio3-leader)" $v.prio3.leader.keysSecret | quote }}
   public: [prio3-collector.key.pub{{ if $v.prio3.keywordsFile }}, {{ $v.prio3.keywordsFile | quote }}{{ end }}]
   verifyKey: true
@@ -68,10 +68,10 @@ randomness-token keys.
 {{- end }}
 {{- else if eq $v.operator "prio3-helper" }}
 - name: prio3-helper
-  args: [aggregate-prio3, --role, helper, {{ include "crowdlog.prio3Args" . }}]
+  args: [aggregate-prio3, --role, helper, {{ include "crowdlog.prio3Args" . }}, --leader-pub, /etc/crowdlog/public/prio3-leader-sign.key.pub]
   nats: prio3-helper
   keys: [prio3-helper.key{{ range $i := until (int $v.prio3.rotatedKeys) }}, prio3-helper.{{ add1 $i }}.key{{ end }}]
-  public: [prio3-collector.key.pub{{ if $v.prio3.keywordsFile }}, {{ $v.prio3.keywordsFile | quote }}{{ end }}]
+  public: [prio3-collector.key.pub, prio3-leader-sign.key.pub{{ if $v.prio3.keywordsFile }}, {{ $v.prio3.keywordsFile | quote }}{{ end }}]
   verifyKey: true
   state: {{ $v.prio3.storage | quote }}
   replicas: 1
