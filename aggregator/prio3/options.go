@@ -67,7 +67,7 @@ type Options struct {
 	// (imported from the leader's public bundle).
 	SignKey   string
 	LeaderPub string
-	StateDir     string // the snapshot's directory
+	StateDir  string // the snapshot's directory
 	// ClockFile, set, replaces the wall clock: the file holds the current
 	// time as RFC 3339, re-read at every step (log replays and tests).
 	ClockFile       string
