@@ -134,6 +134,7 @@ const (
 	RefusedNotMember    = "not_member"    // a deposit for a member index that is not the caller
 	RefusedConflict     = "conflict"      // a second, different recovery request for a group
 	RefusedUnconfigured = "no_credential" // recovery or advance with no credential configured
+	RefusedReplySubject = "reply_subject" // the reply subject is not a requester inbox (natsconn.Accept): refused before handling
 )
 
 // Refused returns how many requests were refused for each reason.
@@ -247,6 +248,12 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	sem := make(chan struct{}, 64)
 	for subj, h := range handlers {
 		sub, err := c.NC.QueueSubscribe(subj, protocol.CoordinatorQueueGroup, func(m *nats.Msg) {
+			// before any registration, deposit or clock change: a request
+			// whose answer could not go to a requester inbox is refused
+			if natsconn.Accept(m) != nil {
+				c.refuse(RefusedReplySubject, "%s: reply subject is not a requester inbox", subj)
+				return
+			}
 			sem <- struct{}{}
 			go func() {
 				defer func() { <-sem }()

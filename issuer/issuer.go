@@ -98,13 +98,17 @@ const (
 	// is not a decimal count (ErrCorruptCounter); the budget is treated
 	// as exhausted.
 	ReasonCorruptCounter = "corrupt-counter"
+	// ReasonReplySubject: the reply subject is not a requester inbox
+	// (natsconn.Accept); refused before the identity's counter or a
+	// replay marker is touched.
+	ReasonReplySubject = "reply-subject"
 	replayTTLMargin      = time.Minute
 	maxCASAttempts       = 32
 	defaultReplyBudget   = 10 * time.Second
 )
 
 var reasons = []string{ReasonMalformed, ReasonSignature, ReasonStale, ReasonReplay, ReasonNotEnrolled,
-	ReasonBudget, ReasonEpoch, ReasonInternal, ReasonBadElements, ReasonKind, ReasonCorruptCounter}
+	ReasonBudget, ReasonEpoch, ReasonInternal, ReasonBadElements, ReasonKind, ReasonCorruptCounter, ReasonReplySubject}
 
 // Service is the issuer. Set NC, KeysDir, Attester and Limits (or use
 // New), then Run.
@@ -223,7 +227,20 @@ func (s *Service) Run(ctx context.Context) error {
 			log.Warn("issuer: respond", "err", err)
 		}
 	}
+	// accept refuses, before any counter or replay marker changes, a
+	// request whose answer could not go to a requester inbox
+	// (natsconn.Accept)
+	accept := func(m *nats.Msg) bool {
+		if err := natsconn.Accept(m); err != nil {
+			s.refuse(ReasonReplySubject, err)
+			return false
+		}
+		return true
+	}
 	sub, err := s.NC.QueueSubscribe(subj, Queue, func(m *nats.Msg) {
+		if !accept(m) {
+			return
+		}
 		rctx, cancel := context.WithTimeout(ctx, defaultReplyBudget)
 		defer cancel()
 		b, err := s.Handle(rctx, m.Data).MarshalBinary()
@@ -234,6 +251,9 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer sub.Unsubscribe()
 	psub, err := s.NC.QueueSubscribe(keysSubj, Queue, func(m *nats.Msg) {
+		if !accept(m) {
+			return
+		}
 		b, err := s.HandleKeys(m.Data).MarshalBinary()
 		respond(m, b, err)
 	})

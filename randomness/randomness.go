@@ -110,7 +110,20 @@ func (s *Service) Run(ctx context.Context) error {
 			log.Warn("randomness: respond", "err", err)
 		}
 	}
+	// accept refuses, before any token is spent, a request whose answer
+	// could not go to a requester inbox (natsconn.Accept)
+	accept := func(m *nats.Msg) bool {
+		if natsconn.Accept(m) != nil {
+			s.Rejected.Add(1)
+			s.refuse(ReasonReplySubject)
+			return false
+		}
+		return true
+	}
 	sub, err := s.NC.QueueSubscribe(protocol.RandomnessSubject, queue, func(m *nats.Msg) {
+		if !accept(m) {
+			return
+		}
 		b, err := s.handle(ctx, m.Data).MarshalBinary()
 		respond(m, b, err)
 	})
@@ -119,6 +132,9 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer sub.Unsubscribe()
 	psub, err := s.NC.QueueSubscribe(protocol.RandomnessPublicKeySubject, queue, func(m *nats.Msg) {
+		if !accept(m) {
+			return
+		}
 		b, err := s.handlePublicKey(m.Data).MarshalBinary()
 		respond(m, b, err)
 	})

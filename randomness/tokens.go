@@ -31,6 +31,10 @@ const (
 	ReasonTokenInvalid      = "token-invalid"      // does not parse or verify, or twice in one request
 	ReasonTokenSpent        = "token-spent"        // spent before by another request
 	ReasonTokensUnavailable = "tokens-unavailable" // no token key for the epoch, or the spent store failed
+	// ReasonReplySubject: the reply subject is not a requester inbox
+	// (natsconn.Accept): refused before any token is spent, whether or
+	// not tokens are required.
+	ReasonReplySubject = "reply-subject"
 )
 
 // Refusals returns how many requests were refused, by reason (the Reason*

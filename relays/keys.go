@@ -30,6 +30,11 @@ func (r *Relay) serveKeys(log *slog.Logger) func() {
 		return func() {}
 	}
 	sub, err := nc.QueueSubscribe(protocol.RelayKeysSubject(r.Name), ConsumerName(r.Name), func(m *nats.Msg) {
+		// read-only, but checked first like every responder (counted in
+		// crowdlog_nats_refused_replies_total)
+		if natsconn.Accept(m) != nil {
+			return
+		}
 		out := reply
 		q, err := onion.ParseRelayKeysRequest(m.Data)
 		if err == nil && q.Relay != r.Name {

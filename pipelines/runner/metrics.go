@@ -46,7 +46,8 @@ func RegisterRandomness(reg prometheus.Registerer, s *randomness.Service) {
 	metrics.CounterFunc(reg, "crowdlog_randomness_evaluated_total", "OPRF elements evaluated.", nil, func() float64 { return float64(s.Evaluated.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_randomness_rejected_total", "Randomness requests refused (malformed, closed epoch).", nil, func() float64 { return float64(s.Rejected.Load()) })
 	// with --require-tokens: requests refused for their tokens, by reason
-	for _, reason := range []string{randomness.ReasonTokensMissing, randomness.ReasonTokenInvalid, randomness.ReasonTokenSpent, randomness.ReasonTokensUnavailable} {
+	for _, reason := range []string{randomness.ReasonTokensMissing, randomness.ReasonTokenInvalid, randomness.ReasonTokenSpent, randomness.ReasonTokensUnavailable,
+		randomness.ReasonReplySubject} {
 		metrics.CounterFunc(reg, "crowdlog_randomness_token_refused_total", "Randomness requests refused for their Privacy Pass tokens, by reason.",
 			prometheus.Labels{"reason": reason}, func() float64 { return float64(s.Refusals()[reason]) })
 	}
@@ -115,7 +116,7 @@ func RegisterCoordinator(reg prometheus.Registerer, co *coordinator.Coordinator)
 	metrics.CounterFunc(reg, "crowdlog_coordinator_pings_total", "Client pings answered.", nil, func() float64 { return float64(co.Pings.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_coordinator_errors_total", "Requests answered with an error.", nil, func() float64 { return float64(co.Errors.Load()) })
 	for _, reason := range []string{coordinator.RefusedMalformed, coordinator.RefusedSignature, coordinator.RefusedReplay, coordinator.RefusedUnknown,
-		coordinator.RefusedNotMember, coordinator.RefusedConflict, coordinator.RefusedUnconfigured} {
+		coordinator.RefusedNotMember, coordinator.RefusedConflict, coordinator.RefusedUnconfigured, coordinator.RefusedReplySubject} {
 		metrics.CounterFunc(reg, "crowdlog_coordinator_refused_total", "Requests refused (forged, replayed, malformed), by reason.",
 			prometheus.Labels{"reason": reason}, func() float64 { return float64(co.Refused()[reason]) })
 	}
