@@ -102,9 +102,10 @@ const (
 	// (natsconn.Accept); refused before the identity's counter or a
 	// replay marker is touched.
 	ReasonReplySubject = "reply-subject"
-	replayTTLMargin      = time.Minute
-	maxCASAttempts       = 32
-	defaultReplyBudget   = 10 * time.Second
+
+	replayTTLMargin    = time.Minute
+	maxCASAttempts     = 32
+	defaultReplyBudget = 10 * time.Second
 )
 
 var reasons = []string{ReasonMalformed, ReasonSignature, ReasonStale, ReasonReplay, ReasonNotEnrolled,
