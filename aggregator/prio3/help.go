@@ -27,6 +27,17 @@ and answers with the prep message or the reason it rejected the report
 the batch is closed by its own clock, the leader's count and checksum equal
 its own and the batch holds at least --min-batch-size reports.
 
+Every request to the helper is signed by the leader operator's Ed25519 key
+(--sign-key, default KEYS/prio3-leader-sign.key, made by 'crowdlog keys
+generate --role prio3-leader') over a fresh request id, its issue time and
+the whole request (campaign, day, reports or count and checksum). Before
+it changes any state the helper checks the reply subject (a requester
+inbox only), the signature under --leader-pub (default
+KEYS/prio3-leader-sign.key.pub, from the leader's public bundle), the
+issue time (within 5 minutes of its wall clock) and the id (not seen
+before); anything else is refused without an answer and counted in
+crowdlog_prio3_requests_refused_total{reason}.
+
 Both read the verify key file (--verify-key, written by 'crowdlog keys
 prio3-verify'; the same file at both operators only) and snapshot their
 state to --state-dir (the helper before every answer, the leader before
@@ -51,4 +62,6 @@ the file holds the current time as RFC 3339 and is re-read every step.
 Metrics (--metrics): crowdlog_prio3_uploads_total (leader),
 crowdlog_prio3_prepared_total, crowdlog_prio3_rejected_total{reason},
 crowdlog_prio3_collect_refused_total{reason},
-crowdlog_prio3_collected_total, each with role="leader" or "helper".`
+crowdlog_prio3_collected_total, each with role="leader" or "helper";
+crowdlog_prio3_requests_refused_total{reason} (helper: reply_subject,
+unsigned, bad_signature, stale, request_replay).`
