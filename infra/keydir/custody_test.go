@@ -25,7 +25,7 @@ var wantPrivate = map[string][]string{
 	RoleCoord:      nil,
 	RoleClient:     nil,
 	// Prio3 mode
-	RolePrio3Leader:    {"prio3-leader.key"},
+	RolePrio3Leader:    {"prio3-leader-sign.key", "prio3-leader.key"},
 	RolePrio3Helper:    {"prio3-helper.key"},
 	RolePrio3Collector: {"prio3-collector.key"},
 }
@@ -40,7 +40,7 @@ var wantPublic = map[string][]string{
 	RoleCoord:      nil,
 	RoleClient:     nil,
 	// Prio3 mode
-	RolePrio3Leader:    {"prio3-leader.key.pub"},
+	RolePrio3Leader:    {"prio3-leader-sign.key.pub", "prio3-leader.key.pub"},
 	RolePrio3Helper:    {"prio3-helper.key.pub"},
 	RolePrio3Collector: {"prio3-collector.key.pub"},
 }
