@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 
@@ -219,6 +220,10 @@ func TestHelmPrio3Files(t *testing.T) {
 		}
 	}
 	src["crowdlog-public/"+keydir.Prio3CollectorKey+".pub"] = filepath.Join(gen, keydir.RolePrio3Collector, keydir.Prio3CollectorKey+".pub")
+	// the leader's signing key in its Secret, its public half (the
+	// leader's bundle) in the public ConfigMap the helper reads
+	src["crowdlog-prio3-leader-keys/"+keydir.Prio3LeaderSignKey] = filepath.Join(gen, keydir.RolePrio3Leader, keydir.Prio3LeaderSignKey)
+	src["crowdlog-public/"+keydir.Prio3LeaderSignKey+".pub"] = filepath.Join(gen, keydir.RolePrio3Leader, keydir.Prio3LeaderSignKey+".pub")
 	vk := filepath.Join(gen, "prio3-verify.key")
 	if _, err := keydir.AddVerifyKeyEpoch(vk); err != nil {
 		t.Fatal(err)
@@ -308,6 +313,20 @@ func TestHelmPrio3Files(t *testing.T) {
 			t.Errorf("%s %s: the chart's files do not load: %v", c.op, c.role, err)
 		case len(cfg.Keys) != 1 || len(cfg.VerifyKeys) != 1 || cfg.Collector.Key == nil:
 			t.Errorf("%s %s: %d keys, %d verify keys, collector %v", c.op, c.role, len(cfg.Keys), len(cfg.VerifyKeys), cfg.Collector.Key)
+		}
+		if c.refused {
+			continue
+		}
+		// the signing key (leader) or its public half (helper) loads from
+		// the chart's files; they are read before NATS is dialled
+		noNATS := func() (*nats.Conn, error) { return nil, errors.New("no NATS here") }
+		if c.role == "leader" {
+			_, _, err = o.Leader(noNATS, nil)
+		} else {
+			_, _, err = o.Helper(noNATS, nil)
+		}
+		if err == nil || !strings.Contains(err.Error(), "no NATS here") {
+			t.Errorf("%s %s: signing key from the chart's files: %v", c.op, c.role, err)
 		}
 	}
 }
