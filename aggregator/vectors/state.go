@@ -14,6 +14,7 @@ package vectors
 
 import (
 	"cmp"
+	"crypto/ed25519"
 	"fmt"
 	"slices"
 
@@ -56,6 +57,17 @@ type Partition struct {
 	final  map[blind.Instance]bool
 	day    int32
 	Stats  Stats
+
+	// ControlKey is the coordinator's Ed25519 public key (RFC 8032):
+	// control records must be signed by it (ApplyControl); nil: they are
+	// not authenticated. ID is the partition's number and Campaigns the
+	// campaigns served (nil: any), both bound into signed records.
+	ControlKey ed25519.PublicKey
+	ID         int
+	Campaigns  map[string]bool
+	// controlIssued is the issue time (Unix seconds) of the newest
+	// control record accepted (replays older than it are refused)
+	controlIssued int64
 }
 
 // NewPartition returns an empty partition state.
@@ -77,7 +89,9 @@ type Result struct {
 func (p *Partition) drop(reason string) { p.Stats.Dropped[reason]++ }
 
 // Apply processes one message of the partition: control messages (written
-// by the coordinator, Kafka header ControlHeader) must be rosters or ticks;
+// by the coordinator, Kafka header ControlHeader; verified by ApplyControl,
+// which calls Apply with the signed body) must be rosters, ticks or
+// commitments;
 // the others (through the relays, onion already peeled) submissions or
 // answers, so no client can forge a roster or a tick. Malformed and
 // unexpected messages are counted and dropped; nothing blocks a group.
