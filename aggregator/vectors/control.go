@@ -41,7 +41,8 @@ var ControlDropReasons = []string{DropUnsignedControl, DropBadControlSignature, 
 // read at a time in [issued − protocol.ControlSkew, not_after], with a
 // not_after not before the issue time of the newest control record
 // accepted in the partition; the body is then applied as Apply(body,
-// true). Anything else is dropped and counted (DropUnsignedControl,
+// true) (and a dealer's commitments signed before its stored ones are
+// refused as replayed). Anything else is dropped and counted (DropUnsignedControl,
 // DropBadControlSignature, DropReplayedControl, DropMalformedControl),
 // never applied. Without ControlKey a signed record's body is applied
 // unverified, and a bare PDD message as before signing existed.
@@ -67,6 +68,7 @@ func (p *Partition) ApplyControl(b []byte, at time.Time) Result {
 		p.drop(reason)
 		return Result{}
 	}
+	p.issued = c.Issued
 	return p.Apply(c.Body, true)
 }
 

@@ -104,3 +104,27 @@ func FuzzApplyControl(f *testing.F) {
 		}
 	})
 }
+
+// TestReplayedCommitments: a dealer's earlier commitments replayed after
+// its redeal (inside their validity) are refused; the redeal stays.
+func TestReplayedCommitments(t *testing.T) {
+	pub, key, _ := ed25519.GenerateKey(nil)
+	g := newTestGroup(t, rand.New(rand.NewPCG(8, 8)), 4, 8, 100)
+	p := NewPartition()
+	p.ControlKey, p.ID = pub, 0
+	now := time.Unix(1767225600, 0)
+	rec := func(body []byte, issued time.Time) []byte {
+		return signedFor(t, key, body, protocol.VectorsTopic, 0, "c", issued)
+	}
+	p.ApplyControl(rec(enc(t, &g.roster), now), now)
+	first := rec(g.deal(t, 0), now.Add(time.Minute))
+	p.ApplyControl(first, now.Add(time.Minute))
+	redeal := g.deal(t, 0)
+	p.ApplyControl(rec(redeal, now.Add(2*time.Minute)), now.Add(2*time.Minute))
+	p.ApplyControl(first, now.Add(3*time.Minute))
+	m, _ := blind.Parse(redeal)
+	stored := p.groups[g.in].commits[0]
+	if p.Stats.Dropped[DropReplayedControl] != 1 || stored == nil || stored.Roots[1] != m.Commit.Roots[1] {
+		t.Fatalf("drops %v; the redeal's commitments must stay", p.Stats.Dropped)
+	}
+}

@@ -48,6 +48,9 @@ type group struct {
 	sum       []uint64
 	submitted map[uint16]bool
 	commits   map[uint16]*blind.Commitments
+	// committed: the issue time (Unix seconds) of the signed record
+	// that carried each dealer's stored commitments
+	committed map[uint16]int64
 	rec       *blind.Recovery
 }
 
@@ -66,8 +69,9 @@ type Partition struct {
 	ID         int
 	Campaigns  map[string]bool
 	// controlIssued is the issue time (Unix seconds) of the newest
-	// control record accepted (replays older than it are refused)
-	controlIssued int64
+	// control record accepted (replays older than it are refused);
+	// issued that of the record being applied
+	controlIssued, issued int64
 }
 
 // NewPartition returns an empty partition state.
@@ -122,18 +126,25 @@ func (p *Partition) roster(r *blind.Roster) {
 	if p.final[r.Instance] || p.groups[r.Instance] != nil {
 		return // the coordinator re-wrote it after a restart
 	}
-	p.groups[r.Instance] = &group{roster: *r, submitted: map[uint16]bool{}, commits: map[uint16]*blind.Commitments{}}
+	p.groups[r.Instance] = &group{roster: *r, submitted: map[uint16]bool{}, commits: map[uint16]*blind.Commitments{}, committed: map[uint16]int64{}}
 }
 
 // commit stores a dealer's commitments until its submission; a redeal
-// before the submission replaces them, later ones are ignored.
+// before the submission replaces them, later ones are ignored. Under
+// ControlKey, commitments signed before the stored ones (a replay of the
+// dealer's earlier deal after its redeal) are refused as replayed.
 func (p *Partition) commit(c *blind.Commitments) {
 	g := p.groups[c.Instance]
 	if g == nil || g.rec != nil || c.Member >= g.roster.N || len(c.Roots) != int(g.roster.N) || g.submitted[c.Member] {
 		p.drop(DropLate)
 		return
 	}
+	if p.ControlKey != nil && g.commits[c.Member] != nil && p.issued < g.committed[c.Member] {
+		p.drop(DropReplayedControl)
+		return
+	}
 	g.commits[c.Member] = c
+	g.committed[c.Member] = p.issued
 }
 
 func (p *Partition) submission(s *blind.Submission) Result {
