@@ -90,7 +90,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.WallClock, "wall-clock", o.WallClock, "advance the day from the UTC wall clock")
 	f.StringVar(&o.AggregatorKey, "aggregator-key", o.AggregatorKey, "the aggregator's Ed25519 public key (PEM): recovery requests must be signed with it")
 	f.StringVar(&o.OperatorKey, "operator-key", o.OperatorKey, "the operator's Ed25519 public key (PEM): clock advances over NATS must be signed with it (none accepted when unset)")
-	f.StringVar(&o.SignKey, "sign-key", o.SignKey, "the coordinator's Ed25519 key (PEM, "+keydir.CoordinatorSignKey+"; created when missing, `crowdlog keys generate --role coordinator`): signs rosters, ticks and commitments on Kafka \"vectors\"; aggregate-vectors verifies them with its public half (--coordinator-pub)")
+	f.StringVar(&o.SignKey, "sign-key", o.SignKey, "the coordinator's Ed25519 key (PEM, "+keydir.CoordinatorSignKey+"; created when missing; crowdlog keys generate --role coordinator makes it): signs rosters, ticks and commitments on Kafka \"vectors\"; aggregate-vectors verifies them with its public half (--coordinator-pub)")
 	o.NATS.AddFlags(f, "NATS URL; a comma-separated list for a cluster")
 	f.StringSliceVar(&o.Kafka, "kafka", o.Kafka, "Kafka bootstrap brokers, comma-separated")
 }
