@@ -60,6 +60,7 @@ fuzz:
 	  "./protocol/star FuzzParsePayload" "./protocol FuzzParseDecrypted" "./protocol FuzzParseControl" "./aggregator FuzzApply" \
 	  "./release/stage FuzzApply" "./ingest/aol FuzzReader" "./ingest/normalize FuzzQuery" \
 	  "./protocol/blind FuzzParse" "./protocol/blind FuzzOpenBundle" "./aggregator/vectors FuzzApply" \
+	  "./protocol FuzzParseVectorsControl" "./aggregator/vectors FuzzApplyControl" \
 	  "./coordinator FuzzParse" "./release/pdd FuzzApply" "./relays FuzzClassify" "./relays FuzzValidForward" \
 	  "./ingest/apps FuzzSplit" "./protocol/star FuzzOpenSealedPayload" "./aggregator FuzzApplyInnerReport" \
 	  "./protocol/arc FuzzParsePresentation" "./protocol/arc FuzzParseCredentialRequest" "./protocol/arc FuzzParseCredentialResponse" \

@@ -117,6 +117,13 @@ type Coordinator struct {
 	// over NATS must be signed with it (refused when nil; Advance called in
 	// process needs none).
 	OperatorKey ed25519.PublicKey
+	// SignKey is the coordinator's own Ed25519 key (RFC 8032): every
+	// roster, tick and commit it writes to topic "vectors" is a
+	// protocol.VectorsControl signed with it, bound to the topic, the
+	// partition, the campaign and the issue time, so that aggregate-vectors
+	// (--coordinator-pub) applies only the coordinator's. Nil: written
+	// unsigned (logged), and such an aggregator refuses them.
+	SignKey ed25519.PrivateKey
 
 	// Pings counts answered pings, Errors requests answered with an error.
 	Pings, Errors atomic.Int64
@@ -234,8 +241,14 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		return fmt.Errorf("coordinator: topic vectors (create it with `crowdlog pdd` or your Kafka tooling): %v", err)
 	}
 	c.partitions = len(parts)
-	c.w = &kafka.Writer{Addr: kafka.TCP(c.Brokers...), Topic: protocol.VectorsTopic, Balancer: &kafka.Hash{},
+	// every control record names its partition (it is bound into the
+	// signature): a group's rosters and commitments go where the relays'
+	// kafka.Hash balancer puts its members' vectors (partitionOf)
+	c.w = &kafka.Writer{Addr: kafka.TCP(c.Brokers...), Topic: protocol.VectorsTopic, Balancer: kafka.BalancerFunc(headerPartition),
 		RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond, Transport: infrakafka.Transport(ctx)}
+	if c.SignKey == nil {
+		c.Logger.Warn("coordinator: rosters, ticks and commitments are written unsigned (no --sign-key): aggregate-vectors started with --coordinator-pub refuses them")
+	}
 	c.tickW = &kafka.Writer{Addr: kafka.TCP(c.Brokers...), Topic: protocol.VectorsTopic, Balancer: kafka.BalancerFunc(headerPartition),
 		RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond, Transport: infrakafka.Transport(ctx)}
 	handlers := map[string]func(context.Context, []byte) any{
@@ -286,6 +299,35 @@ func (c *Coordinator) Close() {
 		c.w.Close()
 		c.tickW.Close()
 	}
+}
+
+// partitionOf is the partition of "vectors" the relays' writer (a
+// kafka.Hash balancer over partitions 0…n−1) puts a record with key in.
+func (c *Coordinator) partitionOf(key []byte) int {
+	parts := make([]int, c.partitions)
+	for i := range parts {
+		parts[i] = i
+	}
+	return (&kafka.Hash{}).Balance(kafka.Message{Key: key}, parts...)
+}
+
+// control returns the record of a control message body (kind "roster",
+// "tick" or "commit", the value of protocol.ControlHeader) for partition
+// p: a protocol.VectorsControl signed with SignKey for ("vectors", p, the
+// campaign), issued now and valid protocol.ControlValidity, or the bare
+// body without SignKey. The Kafka timestamp is the issue time.
+func (c *Coordinator) control(kind string, key, body []byte, p int) (kafka.Message, error) {
+	now := time.Now()
+	v := body
+	if c.SignKey != nil {
+		var err error
+		if v, err = protocol.SignVectorsControl(c.SignKey, body, protocol.VectorsTarget{Topic: protocol.VectorsTopic, Partition: p,
+			Campaign: c.Campaign.Name}, now, protocol.ControlValidity); err != nil {
+			return kafka.Message{}, fmt.Errorf("sign %s: %w", kind, err)
+		}
+	}
+	return kafka.Message{Key: key, Value: v, Time: now, Headers: []kafka.Header{{Key: protocol.ControlHeader, Value: []byte(kind)},
+		{Key: protocol.PartitionHeader, Value: []byte(strconv.Itoa(p))}}}, nil
 }
 
 func headerPartition(m kafka.Message, partitions ...int) int {
@@ -435,7 +477,12 @@ func (c *Coordinator) advanceOne(ctx context.Context, d int32) (blind.AdvanceRep
 		ro := blind.Roster{Instance: in, N: uint16(n), T: uint16(rec.T), Deadline: deadline, RecoverBy: rec.RecoverBy,
 			Groups: uint32(G), Active: uint32(nActive), Grouped: uint32(grouped), L: uint32(cp.List.Len()), ListHash: c.hash}
 		b, _ := ro.MarshalBinary()
-		rosters = append(rosters, kafka.Message{Key: []byte(in.String()), Value: b, Headers: []kafka.Header{{Key: protocol.ControlHeader, Value: []byte("roster")}}})
+		key := []byte(in.String())
+		m, err := c.control("roster", key, b, c.partitionOf(key))
+		if err != nil {
+			return blind.AdvanceReply{}, err
+		}
+		rosters = append(rosters, m)
 	}
 	if len(rosters) > 0 {
 		if err := c.w.WriteMessages(ctx, rosters...); err != nil {
@@ -445,8 +492,9 @@ func (c *Coordinator) advanceOne(ctx context.Context, d int32) (blind.AdvanceRep
 	tb, _ := (&blind.Tick{Day: d}).MarshalBinary()
 	ticks := make([]kafka.Message, c.partitions)
 	for p := range ticks {
-		ticks[p] = kafka.Message{Value: tb, Headers: []kafka.Header{{Key: protocol.ControlHeader, Value: []byte("tick")},
-			{Key: protocol.PartitionHeader, Value: []byte(strconv.Itoa(p))}}}
+		if ticks[p], err = c.control("tick", nil, tb, p); err != nil {
+			return blind.AdvanceReply{}, err
+		}
 	}
 	if err := c.tickW.WriteMessages(ctx, ticks...); err != nil {
 		return blind.AdvanceReply{}, fmt.Errorf("write ticks: %w", err)
@@ -792,8 +840,12 @@ func (c *Coordinator) handleDeposit(ctx context.Context, b []byte) any {
 	// vectors) before the member's submission can: it is sent only after
 	// this reply
 	cb, _ := cm.MarshalBinary()
-	if err := c.w.WriteMessages(ctx, kafka.Message{Key: []byte(in.String()), Value: cb,
-		Headers: []kafka.Header{{Key: protocol.ControlHeader, Value: []byte("commit")}}}); err != nil {
+	key := []byte(in.String())
+	msg, err := c.control("commit", key, cb, c.partitionOf(key))
+	if err != nil {
+		return blind.Reply{Error: "coordinator: " + err.Error()}
+	}
+	if err := c.w.WriteMessages(ctx, msg); err != nil {
 		return blind.Reply{Error: "coordinator: write commitments: " + err.Error()}
 	}
 	if _, err := c.rounds.Put(ctx, markKey("deposited", in, int(d.From)), nil); err != nil {

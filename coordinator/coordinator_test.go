@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	kafkago "github.com/segmentio/kafka-go"
 
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
@@ -268,3 +269,102 @@ func FuzzParse(f *testing.F) {
 }
 
 func stringsReader(s string) *strings.Reader { return strings.NewReader(s) }
+
+// vectorsRecords reads every record of partition p of topic vectors.
+func vectorsRecords(t *testing.T, broker string, p int) []kafkago.Message {
+	t.Helper()
+	r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: []string{broker}, Topic: protocol.VectorsTopic, Partition: p, MaxWait: 50 * time.Millisecond})
+	defer r.Close()
+	conn, err := kafkago.DialLeader(context.Background(), "tcp", broker, protocol.VectorsTopic, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := conn.ReadLastOffset()
+	conn.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []kafkago.Message
+	for int64(len(out)) < last {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		m, err := r.ReadMessage(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestSignedControlRecords: with SignKey, every roster, tick and commit
+// the coordinator writes is a protocol.VectorsControl that verifies under
+// its public key, names the topic, the partition it was written to and the
+// campaign, carries its issue time as Kafka timestamp, and a roster or
+// commit lies in the partition of its group's key (where the relays'
+// kafka.Hash balancer puts the members' vectors).
+func TestSignedControlRecords(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	pub, key, _ := ed25519.GenerateKey(nil)
+	list, _ := keywords.Parse(stringsReader("flu\nfever\ncough\n"))
+	c := &Coordinator{NC: e.nc, Brokers: e.brokers, Campaign: Campaign{Name: "flu", List: list, ListName: "test", GroupSize: 3, Delay: 1}, SignKey: key}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const day = 13000
+	if _, err := c.Advance(ctx, day); err != nil {
+		t.Fatal(err)
+	}
+	var ids []*testClient
+	for range 6 {
+		id := register(t, e.nc)
+		ping(t, e.nc, id)
+		ids = append(ids, id)
+	}
+	if rep, err := c.Advance(ctx, day+1); err != nil || rep.Groups != 2 {
+		t.Fatalf("advance: %+v %v", rep, err)
+	}
+	tk := ping(t, e.nc, ids[0]).Tasks[0]
+	var rp blind.Reply
+	if err := natsconn.RequestJSON(ctx, e.nc, protocol.PDDDepositSubject, ids[0].deposit(tk), &rp); err != nil || rp.Error != "" {
+		t.Fatalf("deposit: %v %s", err, rp.Error)
+	}
+	kinds := map[string]int{}
+	for p := range 2 {
+		for _, m := range vectorsRecords(t, e.brokers[0], p) {
+			vc, err := protocol.ParseVectorsControl(m.Value)
+			if err != nil {
+				t.Fatalf("partition %d offset %d: not a signed record: %v", p, m.Offset, err)
+			}
+			if err := vc.Verify(pub); err != nil || vc.Topic != protocol.VectorsTopic || vc.Partition != p || vc.Campaign != "flu" ||
+				m.Time.Unix() < vc.Issued || m.Time.Unix() > vc.NotAfter {
+				t.Fatalf("partition %d offset %d: %+v at %v: %v", p, m.Offset, vc, m.Time, err)
+			}
+			msg, err := blind.Parse(vc.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var in *blind.Instance
+			switch {
+			case msg.Roster != nil:
+				kinds["roster"]++
+				in = &msg.Roster.Instance
+			case msg.Commit != nil:
+				kinds["commit"]++
+				in = &msg.Commit.Instance
+			case msg.Tick != nil:
+				kinds["tick"]++
+			}
+			if in != nil && (&kafkago.Hash{}).Balance(kafkago.Message{Key: []byte(in.String())}, 0, 1) != p {
+				t.Fatalf("record of %v in partition %d, not its key's", in, p)
+			}
+		}
+	}
+	// day 13000: a tick per partition; day 13001: 2 rosters, a tick per
+	// partition; 1 commit
+	if kinds["roster"] != 2 || kinds["tick"] != 4 || kinds["commit"] != 1 {
+		t.Fatalf("records %v", kinds)
+	}
+}

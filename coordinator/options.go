@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -25,8 +26,11 @@ keys, daily pings with the rounds a client owes, its group's public keys and
 recovery tasks, deposits of recovery bundles, and recovery requests from the
 aggregator. Each new day it forms the groups of the previous day's active
 clients (--heuristic: PDD eq. 5) and writes their rosters and a day tick to
-Kafka topic "vectors". State lives in JetStream key-value buckets and
-survives restarts.
+Kafka topic "vectors", each signed with the coordinator's Ed25519 key
+(--sign-key) and bound to the topic, the partition, the campaign and its
+issue time: aggregate-vectors applies only records its public half
+(--coordinator-pub) verifies. State lives in JetStream key-value buckets
+and survives restarts.
 
 The day advances with --wall-clock (UTC days) or by requests on
 crowdlog.pdd.advance (log replays) signed with the operator's Ed25519 key
@@ -48,6 +52,10 @@ type Options struct {
 	// AggregatorKey and OperatorKey are PEM Ed25519 public key files;
 	// OperatorKey "" accepts no clock advance over NATS.
 	AggregatorKey, OperatorKey string
+	// SignKey is the coordinator's own Ed25519 key file (PKCS #8 PEM,
+	// keydir.CoordinatorSignKey; created when missing) that signs its
+	// rosters, ticks and commitments on "vectors".
+	SignKey string
 	// WallClock advances the day from the UTC wall clock.
 	WallClock bool
 }
@@ -57,15 +65,18 @@ type Config struct {
 	Brokers                    []string
 	Campaign                   Campaign
 	AggregatorKey, OperatorKey ed25519.PublicKey
+	// SignKey signs the coordinator's records on "vectors"
+	// (Coordinator.SignKey); nil writes them unsigned.
+	SignKey ed25519.PrivateKey
 }
 
 // NewOptions returns the coordinator's defaults: campaign "pdd", groups
-// of 100, a delay of 2 days, 1 recovery day, the aggregator's key in
-// keys/, the local Kafka broker.
+// of 100, a delay of 2 days, 1 recovery day, the aggregator's public key
+// and the coordinator's signing key in keys/, the local Kafka broker.
 func NewOptions() *Options {
 	return &Options{Kafka: []string{infrakafka.DefaultBroker},
 		Campaign:      Campaign{Name: "pdd", GroupSize: 100, Delay: 2, RecoveryDays: 1},
-		AggregatorKey: "keys/" + keydir.AggregatorSignKey + ".pub"}
+		AggregatorKey: "keys/" + keydir.AggregatorSignKey + ".pub", SignKey: "keys/" + keydir.CoordinatorSignKey}
 }
 
 // AddFlags adds the coordinator's flags to f, with o's values as defaults.
@@ -79,6 +90,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.WallClock, "wall-clock", o.WallClock, "advance the day from the UTC wall clock")
 	f.StringVar(&o.AggregatorKey, "aggregator-key", o.AggregatorKey, "the aggregator's Ed25519 public key (PEM): recovery requests must be signed with it")
 	f.StringVar(&o.OperatorKey, "operator-key", o.OperatorKey, "the operator's Ed25519 public key (PEM): clock advances over NATS must be signed with it (none accepted when unset)")
+	f.StringVar(&o.SignKey, "sign-key", o.SignKey, "the coordinator's Ed25519 key (PEM, "+keydir.CoordinatorSignKey+"; created when missing; crowdlog keys generate --role coordinator makes it): signs rosters, ticks and commitments on Kafka \"vectors\"; aggregate-vectors verifies them with its public half (--coordinator-pub)")
 	o.NATS.AddFlags(f, "NATS URL; a comma-separated list for a cluster")
 	f.StringSliceVar(&o.Kafka, "kafka", o.Kafka, "Kafka bootstrap brokers, comma-separated")
 }
@@ -115,6 +127,12 @@ func (o *Options) Config() (Config, error) {
 			return Config{}, fmt.Errorf("--operator-key: %w", err)
 		}
 	}
+	if o.SignKey == "" {
+		return Config{}, errors.New("--sign-key: required: the coordinator signs its rosters, ticks and commitments (`crowdlog keys generate --role coordinator` makes " + keydir.CoordinatorSignKey + ")")
+	}
+	if c.SignKey, err = keydir.EnsureSigningKey(o.SignKey); err != nil {
+		return Config{}, fmt.Errorf("--sign-key: %w", err)
+	}
 	return c, nil
 }
 
@@ -126,7 +144,7 @@ func (o *Options) Connect() (*nats.Conn, error) {
 // New returns a coordinator of cfg on nc, not started (Start).
 func New(nc *nats.Conn, cfg Config, log *slog.Logger) *Coordinator {
 	return &Coordinator{NC: nc, Brokers: cfg.Brokers, Campaign: cfg.Campaign, Logger: log,
-		AggregatorKey: cfg.AggregatorKey, OperatorKey: cfg.OperatorKey}
+		AggregatorKey: cfg.AggregatorKey, OperatorKey: cfg.OperatorKey, SignKey: cfg.SignKey}
 }
 
 // Start connects to NATS with the coordinator's credential (Connect),

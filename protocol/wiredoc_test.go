@@ -1032,6 +1032,65 @@ func checkPDD(w *wire) {
 	w.eq("pdd-vectors-key", []byte(want.String()), "Instance.String()")
 }
 
+// checkVectorsControl checks the signed control record of topic vectors:
+// the signed bytes cut by hand, the signature made again with
+// crypto/ed25519 over them, the record assembled by hand, then
+// ParseVectorsControl, VectorsControlSignedBytes, VectorsControl.Verify,
+// blind.Parse of the body and protocol.SignVectorsControl.
+func checkVectorsControl(w *wire) {
+	t := w.t
+	key := ed25519.NewKeyFromSeed(w.get("control-sign-seed"))
+	pub := key.Public().(ed25519.PublicKey)
+	const ctx = "crowdlog-v1 pdd vectors control\x00"
+	c := w.cut("vectors-control-signed-bytes")
+	if got := string(c.n(len(ctx))); got != ctx {
+		t.Errorf("vectors-control-signed-bytes: context %q", got)
+	}
+	version := c.u8()
+	topic := c.str8()
+	partition := c.u32()
+	campaign := c.str8()
+	issued, notAfter := binary.BigEndian.Uint64(c.n(8)), binary.BigEndian.Uint64(c.n(8))
+	body := c.n(c.u32())
+	c.done()
+	if version != 0x83 || topic != "vectors" || partition != 1 || campaign != "health-2006" || issued != 1767225600 || notAfter != 1767225600+3600 ||
+		!bytes.Equal(body, []byte{2, 4, 0, 0, 0x33, 0x9a}) {
+		t.Errorf("vectors-control-signed-bytes: %#x %s %d %s %d %d %x", version, topic, partition, campaign, issued, notAfter, body)
+	}
+	signed := w.get("vectors-control-signed-bytes")
+	rec := append(bytes.Clone(signed[len(ctx):]), ed25519.Sign(key, signed)...)
+	w.eq("vectors-control-tick-signed", rec, "the signed tick assembled by hand")
+
+	got, err := protocol.ParseVectorsControl(w.get("vectors-control-tick-signed"))
+	if err != nil || got.Topic != topic || got.Partition != partition || got.Campaign != campaign || got.Issued != int64(issued) ||
+		got.NotAfter != int64(notAfter) || !bytes.Equal(got.Body, body) {
+		t.Fatalf("vectors-control-tick-signed parses to %+v, %v", got, err)
+	}
+	w.eq("vectors-control-signed-bytes", protocol.VectorsControlSignedBytes(got), "protocol.VectorsControlSignedBytes")
+	if err := got.Verify(pub); err != nil {
+		t.Errorf("vectors-control-tick-signed: %v", err)
+	}
+	if m, err := blind.Parse(got.Body); err != nil || m.Tick == nil || m.Tick.Day != 13210 {
+		t.Errorf("vectors-control-tick-signed: body %+v, %v", m, err)
+	}
+	for _, change := range []func(*protocol.VectorsControl){
+		func(c *protocol.VectorsControl) { c.Partition = 0 }, func(c *protocol.VectorsControl) { c.Campaign = "health-2007" },
+		func(c *protocol.VectorsControl) { c.Topic = "reports" }, func(c *protocol.VectorsControl) { c.Issued-- },
+	} {
+		other := *got
+		change(&other)
+		if other.Verify(pub) == nil {
+			t.Errorf("vectors-control-tick-signed verifies changed to %+v", other)
+		}
+	}
+	again, err := protocol.SignVectorsControl(key, body, protocol.VectorsTarget{Topic: topic, Partition: partition, Campaign: campaign},
+		time.Unix(int64(issued), 0), time.Duration(notAfter-issued)*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.eq("vectors-control-tick-signed", again, "protocol.SignVectorsControl")
+}
+
 // checkControl checks the signed epoch control record: the signed bytes
 // cut by hand, the signature made again with crypto/ed25519 over them,
 // the JSON written by hand, then ParseControl, Control.Verify and
@@ -1454,6 +1513,7 @@ func TestWireDocVectors(t *testing.T) {
 	checkARC(w)
 	checkReportTrailer(w)
 	checkControl(w)
+	checkVectorsControl(w)
 	for _, name := range order {
 		if !w.used[name] {
 			t.Errorf("docs/wire.md: vector %s is checked by nothing (add a check to protocol/wiredoc_test.go)", name)

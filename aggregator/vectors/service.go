@@ -2,9 +2,11 @@ package vectors
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +49,14 @@ type Service struct {
 	MaxWait   time.Duration // flush a partial batch after this long; default 100 ms
 	// SessionTimeout: a member silent this long leaves the group; default 20 s.
 	SessionTimeout time.Duration
+	// ControlKey is the coordinator's Ed25519 public key (RFC 8032): a
+	// roster, tick or commit is applied only from a record it signed
+	// for this topic, partition and a served campaign
+	// (Partition.ApplyControl); nil: control records are not
+	// authenticated (logged), and anyone who may write to the topic can
+	// forge them. Campaigns are the campaigns served (empty: any).
+	ControlKey ed25519.PublicKey
+	Campaigns  []string
 
 	Submissions, Answers, Outcomes, Dropped atomic.Int64
 	// RefusedRequests counts unmasking requests the coordinator refused.
@@ -54,6 +64,19 @@ type Service struct {
 	mu              sync.Mutex
 	open            map[int]int
 	day             map[int]int32
+	droppedBy       map[string]int64
+}
+
+// DroppedByReason returns the messages dropped so far, by reason (the
+// Drop* constants, the refused control records' among them).
+func (s *Service) DroppedByReason() map[string]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int64, len(s.droppedBy))
+	for r, n := range s.droppedBy {
+		out[r] = n
+	}
+	return out
 }
 
 // Day returns the latest coordinator day tick that every one of the n
@@ -106,8 +129,11 @@ func (s *Service) Run(ctx context.Context) error {
 	if log == nil {
 		log = slog.Default()
 	}
+	if s.ControlKey == nil {
+		log.Warn("vectors: PDD control records are not authenticated (no coordinator key, --coordinator-pub): anyone who may write to the vectors topic can forge rosters, ticks and commitments")
+	}
 	s.mu.Lock()
-	s.open, s.day = map[int]int{}, map[int]int32{}
+	s.open, s.day, s.droppedBy = map[int]int{}, map[int]int32{}, map[string]int64{}
 	s.mu.Unlock()
 	w := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: protocol.GroupSumsTopic, Transport: infrakafka.Transport(ctx),
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
@@ -130,6 +156,13 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 		return err
 	}
 	st := NewPartition()
+	st.ControlKey, st.ID = s.ControlKey, id
+	if len(s.Campaigns) > 0 {
+		st.Campaigns = map[string]bool{}
+		for _, c := range s.Campaigns {
+			st.Campaigns[c] = true
+		}
+	}
 	var prev Stats
 	for {
 		var outs []blind.Outcome
@@ -150,8 +183,12 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 				return fmt.Errorf("fetch partition %d: %w", id, err)
 			}
 			last = m.Offset
-			b, control := s.open1(m)
-			res := st.Apply(b, control)
+			var res Result
+			if b, control := s.open1(m); control {
+				res = st.ApplyControl(b, m.Time)
+			} else {
+				res = st.Apply(b, false)
+			}
 			if m.Offset < committed {
 				continue // replay: emitted before the last commit
 			}
@@ -205,7 +242,7 @@ func (s *Service) runPartition(ctx context.Context, gen *kafka.Generation, w *ka
 			return fmt.Errorf("commit partition %d: %w", id, err)
 		}
 		committed = last + 1
-		s.account(id, st, &prev)
+		s.account(id, st, &prev, log)
 	}
 }
 
@@ -225,18 +262,32 @@ func (s *Service) open1(m kafka.Message) ([]byte, bool) {
 	return inner, false
 }
 
-func (s *Service) account(id int, st *Partition, prev *Stats) {
+func (s *Service) account(id int, st *Partition, prev *Stats, log *slog.Logger) {
 	now := st.Stats
 	s.Submissions.Add(now.Submissions - prev.Submissions)
 	s.Answers.Add(now.Answers - prev.Answers)
 	s.Outcomes.Add(now.Complete + now.Recovered + now.Lost - prev.Complete - prev.Recovered - prev.Lost)
 	s.Dropped.Add(now.dropped() - prev.dropped())
-	*prev = now
-	prev.Dropped = map[string]int64{"all": now.dropped()}
+	refused := map[string]int64{}
+	for _, r := range ControlDropReasons {
+		if n := now.Dropped[r] - prev.Dropped[r]; n > 0 {
+			refused[r] = n
+		}
+	}
+	if len(refused) > 0 {
+		log.Error("vectors: control records refused (unsigned, not signed by the coordinator's key --coordinator-pub, or replayed): not applied",
+			"partition", id, "unsigned_control", refused[DropUnsignedControl], "bad_control_signature", refused[DropBadControlSignature],
+			"replayed_control", refused[DropReplayedControl], "malformed_control", refused[DropMalformedControl])
+	}
 	s.mu.Lock()
+	for r, n := range now.Dropped {
+		s.droppedBy[r] += n - prev.Dropped[r]
+	}
 	s.open[id] = st.Open()
 	s.day[id] = st.day
 	s.mu.Unlock()
+	*prev = now
+	prev.Dropped = maps.Clone(now.Dropped)
 }
 
 func (st Stats) dropped() int64 {

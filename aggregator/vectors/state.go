@@ -14,6 +14,7 @@ package vectors
 
 import (
 	"cmp"
+	"crypto/ed25519"
 	"fmt"
 	"slices"
 
@@ -47,6 +48,9 @@ type group struct {
 	sum       []uint64
 	submitted map[uint16]bool
 	commits   map[uint16]*blind.Commitments
+	// committed: the issue time (Unix seconds) of the signed record
+	// that carried each dealer's stored commitments
+	committed map[uint16]int64
 	rec       *blind.Recovery
 }
 
@@ -56,6 +60,18 @@ type Partition struct {
 	final  map[blind.Instance]bool
 	day    int32
 	Stats  Stats
+
+	// ControlKey is the coordinator's Ed25519 public key (RFC 8032):
+	// control records must be signed by it (ApplyControl); nil: they are
+	// not authenticated. ID is the partition's number and Campaigns the
+	// campaigns served (nil: any), both bound into signed records.
+	ControlKey ed25519.PublicKey
+	ID         int
+	Campaigns  map[string]bool
+	// controlIssued is the issue time (Unix seconds) of the newest
+	// control record accepted (replays older than it are refused);
+	// issued that of the record being applied
+	controlIssued, issued int64
 }
 
 // NewPartition returns an empty partition state.
@@ -77,7 +93,9 @@ type Result struct {
 func (p *Partition) drop(reason string) { p.Stats.Dropped[reason]++ }
 
 // Apply processes one message of the partition: control messages (written
-// by the coordinator, Kafka header ControlHeader) must be rosters or ticks;
+// by the coordinator, Kafka header ControlHeader; verified by ApplyControl,
+// which calls Apply with the signed body) must be rosters, ticks or
+// commitments;
 // the others (through the relays, onion already peeled) submissions or
 // answers, so no client can forge a roster or a tick. Malformed and
 // unexpected messages are counted and dropped; nothing blocks a group.
@@ -108,18 +126,25 @@ func (p *Partition) roster(r *blind.Roster) {
 	if p.final[r.Instance] || p.groups[r.Instance] != nil {
 		return // the coordinator re-wrote it after a restart
 	}
-	p.groups[r.Instance] = &group{roster: *r, submitted: map[uint16]bool{}, commits: map[uint16]*blind.Commitments{}}
+	p.groups[r.Instance] = &group{roster: *r, submitted: map[uint16]bool{}, commits: map[uint16]*blind.Commitments{}, committed: map[uint16]int64{}}
 }
 
 // commit stores a dealer's commitments until its submission; a redeal
-// before the submission replaces them, later ones are ignored.
+// before the submission replaces them, later ones are ignored. Under
+// ControlKey, commitments signed before the stored ones (a replay of the
+// dealer's earlier deal after its redeal) are refused as replayed.
 func (p *Partition) commit(c *blind.Commitments) {
 	g := p.groups[c.Instance]
 	if g == nil || g.rec != nil || c.Member >= g.roster.N || len(c.Roots) != int(g.roster.N) || g.submitted[c.Member] {
 		p.drop(DropLate)
 		return
 	}
+	if p.ControlKey != nil && g.commits[c.Member] != nil && p.issued < g.committed[c.Member] {
+		p.drop(DropReplayedControl)
+		return
+	}
 	g.commits[c.Member] = c
+	g.committed[c.Member] = p.issued
 }
 
 func (p *Partition) submission(s *blind.Submission) Result {

@@ -45,7 +45,10 @@ and operator-sign.key (crowdlog coordinator advance), with their public
 halves *.pub for the coordinator's --aggregator-key and --operator-key,
 and control-sign.key, the pipeline operator's key that signs epoch open and
 close records (open-epoch/close-epoch --control-key; aggregators verify with
-control-sign.key.pub, --control-pub).
+control-sign.key.pub, --control-pub), and coordinator-sign.key, the PDD
+coordinator's key that signs rosters, ticks and commitments on "vectors"
+(coordinator --sign-key; aggregate-vectors verifies with
+coordinator-sign.key.pub, --coordinator-pub).
 Existing files are never overwritten.`
 }
 
@@ -111,7 +114,7 @@ func Generate(w io.Writer, dir, role string) error {
 	if err := EnsureKeys(dir); err != nil {
 		return err
 	}
-	for _, name := range []string{AggregatorSignKey, OperatorSignKey, ControlSignKey} {
+	for _, name := range []string{AggregatorSignKey, OperatorSignKey, ControlSignKey, CoordinatorSignKey} {
 		if _, err := EnsureSigningKey(filepath.Join(dir, name)); err != nil {
 			return err
 		}

@@ -22,7 +22,7 @@ var wantPrivate = map[string][]string{
 	RoleRandomness: nil,
 	RoleAttester:   nil,
 	RoleOperator:   {"control-sign.key", "operator-sign.key"},
-	RoleCoord:      nil,
+	RoleCoord:      {"coordinator-sign.key"},
 	RoleClient:     nil,
 	// Prio3 mode
 	RolePrio3Leader:    {"prio3-leader-sign.key", "prio3-leader.key"},
@@ -37,7 +37,7 @@ var wantPublic = map[string][]string{
 	RoleRandomness: nil,
 	RoleAttester:   {EnrollmentFile},
 	RoleOperator:   {"control-sign.key.pub", "operator-sign.key.pub"},
-	RoleCoord:      nil,
+	RoleCoord:      {"coordinator-sign.key.pub"},
 	RoleClient:     nil,
 	// Prio3 mode
 	RolePrio3Leader:    {"prio3-leader-sign.key.pub", "prio3-leader.key.pub"},

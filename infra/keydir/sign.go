@@ -22,6 +22,13 @@ const (
 	OperatorSignKey   = "operator-sign.key"
 )
 
+// CoordinatorSignKey is the PDD coordinator's Ed25519 key (RFC 8032) that
+// signs the rosters, day ticks and commitments it writes to topic
+// "vectors" (protocol.VectorsControl): `crowdlog coordinator --sign-key`.
+// aggregate-vectors verifies with its public half,
+// CoordinatorSignKey+".pub" (--coordinator-pub).
+const CoordinatorSignKey = "coordinator-sign.key"
+
 // ControlSignKey is the pipeline operator's Ed25519 key (RFC 8032) that
 // signs the epoch open and close records on the reports topic
 // (protocol.SignedControl): `crowdlog aggregate open-epoch|close-epoch

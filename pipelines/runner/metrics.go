@@ -96,6 +96,10 @@ func RegisterVectors(reg prometheus.Registerer, s *vectors.Service) {
 	metrics.CounterFunc(reg, "crowdlog_vectors_dropped_total", "Messages dropped: malformed, unknown group, late, duplicate, unsolicited.", nil, func() float64 { return float64(s.Dropped.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_vectors_refused_requests_total", "Unmasking requests the coordinator refused (check --sign-key against the coordinator's --aggregator-key).", nil, func() float64 { return float64(s.RefusedRequests.Load()) })
 	metrics.GaugeFunc(reg, "crowdlog_vectors_open_groups", "Groups not yet final in the partitions this process owns.", nil, func() float64 { return float64(s.OpenGroups()) })
+	for _, reason := range vectors.ControlDropReasons {
+		metrics.CounterFunc(reg, "crowdlog_vectors_control_refused_total", "PDD control records (rosters, ticks, commitments) refused, not applied: unsigned, not signed by the coordinator's key (--coordinator-pub), replayed or malformed, by reason.",
+			prometheus.Labels{"reason": reason}, func() float64 { return float64(s.DroppedByReason()[reason]) })
+	}
 }
 
 // RegisterPDDRelease exposes PDD days written and skipped (already written),

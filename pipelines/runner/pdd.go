@@ -410,13 +410,19 @@ func (p *pddRun) startRoles(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// the coordinator signs its rosters, ticks and commitments; the
+	// vectors aggregator verifies them with coordinator-sign.key.pub
+	coordSign, err := keydir.EnsureSigningKey(filepath.Join(p.keysDir, keydir.CoordinatorSignKey))
+	if err != nil {
+		return err
+	}
 	cfg := &p.cfg
 	cnc, _, err := p.connect(natsauth.Coordinator, "crowdlog-coordinator")
 	if err != nil {
 		return err
 	}
 	p.coord = coordinator.New(cnc, coordinator.Config{Brokers: p.brokers,
-		AggregatorKey: aggSign.Public().(ed25519.PublicKey), OperatorKey: opSign.Public().(ed25519.PublicKey), Campaign: coordinator.Campaign{
+		AggregatorKey: aggSign.Public().(ed25519.PublicKey), OperatorKey: opSign.Public().(ed25519.PublicKey), SignKey: coordSign, Campaign: coordinator.Campaign{
 			Name: cfg.Campaign, List: p.list, ListName: p.listName, GroupSize: cfg.GroupSize, Delay: cfg.Delay,
 			RecoveryDays: cfg.RecoveryDays, Heuristic: cfg.Heuristic, End: int32(p.last)}}, p.log)
 	if err := p.coord.Start(svcCtx); err != nil {
@@ -429,12 +435,15 @@ func (p *pddRun) startRoles(ctx context.Context) error {
 // startServers starts the vectors aggregator (the options of `crowdlog
 // aggregate-vectors` on the run's keys directory, brokers and NATS
 // connection; recovering through the coordinator with the key of
-// aggregator-sign.key) and the PDD release stage of startRoles.
+// aggregator-sign.key; applying only control records signed with
+// coordinator-sign.key) and the PDD release stage of startRoles.
 func (p *pddRun) startServers(svcCtx context.Context, svc *errgroup.Group) error {
 	cfg := &p.cfg
 	o := vectors.DefaultOptions()
 	o.Kafka, o.KeyPaths = p.brokers, []string{filepath.Join(p.keysDir, keydir.AggregatorKey)}
 	o.SignKey = filepath.Join(p.keysDir, keydir.AggregatorSignKey)
+	o.CoordinatorPub = filepath.Join(p.keysDir, keydir.CoordinatorSignKey+".pub")
+	o.Campaigns = []string{cfg.Campaign}
 	var err error
 	p.agg, _, err = o.Service(func() (*nats.Conn, error) {
 		nc, _, err := p.connect(natsauth.Aggregator, "crowdlog-aggregate-vectors")
