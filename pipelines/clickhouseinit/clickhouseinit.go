@@ -117,8 +117,9 @@ With --writer NAME it also creates the user the release stages write as
 allowed only the release database and its analyst database (users.d
 crowdlog-writer.xml with allow_databases on 18.16; CREATE USER and GRANT
 SELECT, INSERT, CREATE TABLE, CREATE VIEW, ALTER on both, no DROP, on
-current servers). Its password is --writer-password, best given as
-CROWDLOG_WRITER_PASSWORD_FILE. init itself logs in with --clickhouse-user
+current servers). Its password is --writer-password, given as
+CROWDLOG_WRITER_PASSWORD_FILE=PATH (or CROWDLOG_WRITER_PASSWORD), never on
+the command line (refused there). init itself logs in with --clickhouse-user
 (default: the administrator, user default) and refuses a server whose user
 default logs in without a password: there any user, the writer included,
 reads every database through remote('127.0.0.1', db.table) as default. Give
@@ -146,7 +147,8 @@ func (o *InitOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.UsersDir, "users-d", "", "users.d directory of a server without CREATE USER (18.16); default DIR/users.d with --dir")
 	f.StringSliceVar(&o.Networks, "analyst-network", nil, "addresses or CIDR masks the users.d analyst may connect from (default 127.0.0.1, ::1)")
 	f.StringVar(&o.Writer.Name, "writer", "", `user the release stages write as, limited to the release and analyst databases ("" = none)`)
-	f.StringVar(&o.Writer.Password, "writer-password", "", "password of --writer; give it as CROWDLOG_WRITER_PASSWORD_FILE=PATH (or the environment), not on the command line")
+	f.StringVar(&o.Writer.Password, "writer-password", "", "password of --writer")
+	config.MarkSecret(f, "writer-password")
 	f.StringSliceVar(&o.WriterNetworks, "writer-network", nil, "addresses or CIDR masks the users.d writer may connect from (default 127.0.0.1, ::1)")
 	f.DurationVar(&o.AnalystWait, "wait", release.DefaultAnalystWait, "how long to wait for the analyst's first login")
 	f.BoolVar(&o.AllowPasswordlessDefault, "insecure-passwordless-default", false, "proceed although user default logs in without a password (a development or test server only: every user there can read every database through remote() as default); implied by --dir")
