@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,8 +105,9 @@ overflow modes other than throw: docs/operations.md, "Supported servers"),
 naming the version or the setting; after a later failure, rerun it: every
 step is idempotent and the rerun completes the job.
 
-The password is the first line of --password-file, else $` + PasswordEnv + `,
-else a random one, printed once. Rerunning init keeps the data, completes the
+The password is the first line of --password-file, else $` + PasswordEnv + `.
+A --password-file that does not exist yet is created with a random password
+(mode 0600): init never prints a password. Rerunning init keeps the data, completes the
 analyst database (new views after an upgrade, anything not yet copied),
 replaces every view and materialized view that another crowdlog version
 created (logged at Info; run init after upgrading crowdlog or ClickHouse)
@@ -133,7 +135,8 @@ type InitOptions struct {
 	release.InitOptions
 	Dir          string // a running `crowdlog clickhouse --dir` server
 	PasswordFile string // the analyst's password, first line
-	// generated: the analyst's password was drawn here (printed once).
+	// generated: the analyst's password was drawn here and written to
+	// PasswordFile (never printed).
 	generated bool
 }
 
@@ -143,7 +146,7 @@ func (o *InitOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Dir, "dir", "", "directory of a running `crowdlog clickhouse --dir` server (address and users.d)")
 	f.StringVar(&o.Database, "database", release.DefaultDatabase, "release database (tables); the analyst reads <database>"+release.AnalystDatabaseSuffix)
 	f.StringVar(&o.Analyst.Name, "analyst", "analyst", `read-only user to create ("" = none)`)
-	f.StringVar(&o.PasswordFile, "password-file", "", "file whose first line is the analyst's password (else $"+PasswordEnv+", else a random one)")
+	f.StringVar(&o.PasswordFile, "password-file", "", "file whose first line is the analyst's password (else $"+PasswordEnv+"); a missing file is created with a random one, mode 0600")
 	f.StringVar(&o.UsersDir, "users-d", "", "users.d directory of a server without CREATE USER (18.16); default DIR/users.d with --dir")
 	f.StringSliceVar(&o.Networks, "analyst-network", nil, "addresses or CIDR masks the users.d analyst may connect from (default 127.0.0.1, ::1)")
 	f.StringVar(&o.Writer.Name, "writer", "", `user the release stages write as, limited to the release and analyst databases ("" = none)`)
@@ -155,8 +158,9 @@ func (o *InitOptions) AddFlags(f *pflag.FlagSet) {
 }
 
 // Complete takes the server from Dir (its address and users.d, unless
-// given) and the analyst's password from PasswordFile, else getenv's
-// PasswordEnv, else a random one; then checks that a server is named and
+// given) and the analyst's password from PasswordFile (created with a
+// random one when missing), else getenv's PasswordEnv (neither: a
+// config.UsageError); then checks that a server is named and
 // that a writer has a password (config.UsageError).
 func (o *InitOptions) Complete(getenv func(string) string) error {
 	if err := o.fromDir(); err != nil {
@@ -202,6 +206,9 @@ func (o *InitOptions) analystPassword(getenv func(string) string) error {
 	case o.Analyst.Name == "":
 	case o.PasswordFile != "":
 		data, err := os.ReadFile(o.PasswordFile)
+		if errors.Is(err, fs.ErrNotExist) {
+			return o.newPasswordFile()
+		}
 		if err != nil {
 			return fmt.Errorf("read --password-file: %w", err)
 		}
@@ -209,8 +216,27 @@ func (o *InitOptions) analystPassword(getenv func(string) string) error {
 	case getenv(PasswordEnv) != "":
 		o.Analyst.Password = getenv(PasswordEnv)
 	default:
-		o.Analyst.Password, o.generated = rand.Text(), true // 128 random bits
+		return config.UsageError{Err: fmt.Errorf("give the analyst's password: --password-file FILE (created with a random password, mode 0600, when it does not exist) or $%s; init never prints a password", PasswordEnv)}
 	}
+	return nil
+}
+
+// newPasswordFile draws the analyst's password (128 random bits) and
+// creates PasswordFile with it (mode 0600; never over an existing file).
+func (o *InitOptions) newPasswordFile() error {
+	pw := rand.Text()
+	f, err := os.OpenFile(o.PasswordFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("create --password-file: %w", err)
+	}
+	if _, err := f.WriteString(pw + "\n"); err != nil {
+		f.Close()
+		return fmt.Errorf("write --password-file: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write --password-file: %w", err)
+	}
+	o.Analyst.Password, o.generated = pw, true
 	return nil
 }
 
@@ -225,7 +251,8 @@ func (o *InitOptions) Run(ctx context.Context, w io.Writer) error {
 	return nil
 }
 
-// print writes what Init made, and a generated password once.
+// print writes what Init made, and where a generated password is (never
+// the password).
 func (o *InitOptions) print(w io.Writer, res release.InitResult) {
 	fmt.Fprintf(w, "ClickHouse %s at %s: database %s, tables and views ready (LowCardinality: %v); analyst database %s ready\n",
 		res.Server.Version, o.Addr, o.Database, res.Server.LowCardinality, res.AnalystDatabase)
@@ -244,6 +271,6 @@ func (o *InitOptions) print(w io.Writer, res release.InitResult) {
 		fmt.Fprintf(w, "writer %s created with CREATE USER and GRANT on %s and %s\n", o.Writer.Name, o.Database, res.AnalystDatabase)
 	}
 	if o.generated {
-		fmt.Fprintf(w, "analyst password (shown once): %s\n", o.Analyst.Password)
+		fmt.Fprintf(w, "analyst password: a random one, in %s (mode 0600)\n", o.PasswordFile)
 	}
 }
