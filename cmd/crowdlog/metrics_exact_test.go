@@ -114,6 +114,11 @@ func TestAttackMetricsExactCounts(t *testing.T) {
 
 	exactSeries := []string{"crowdlog_aggregator_decrypted_total", "crowdlog_aggregator_pending_tags", "crowdlog_aggregator_decrypt_wait_seconds_count"}
 	all := shamirK["dp-u"] + shamirK["ft-u"] + shamirK[""]
+	shownDP, checkedDP := 0, 0
+	var arms []string
+	defer func() {
+		fmt.Printf("ATTACK metrics-exact-counts: %d of %d exact-count series in /metrics of an aggregator that may serve a DP pipeline (%s)\n", shownDP, checkedDP, strings.Join(arms, "; "))
+	}()
 	for i, arm := range []struct {
 		name      string
 		args      []string
@@ -138,7 +143,8 @@ func TestAttackMetricsExactCounts(t *testing.T) {
 			}
 		}
 		if !arm.exact {
-			fmt.Printf("ATTACK metrics-exact-counts (%s): %d of %d exact-count series in /metrics %v (the role decrypted %d reports)\n", arm.name, len(shown), len(exactSeries), shown, arm.decrypted)
+			shownDP, checkedDP = shownDP+len(shown), checkedDP+len(exactSeries)
+			arms = append(arms, fmt.Sprintf("%s, %d reports decrypted: %d of %d %v", arm.name, arm.decrypted, len(shown), len(exactSeries), shown))
 			if len(shown) > 0 {
 				t.Errorf("%s: /metrics exports the exact counts a DP release withholds: %v", arm.name, shown)
 			}

@@ -94,12 +94,12 @@ func TestNATSConfigCmd(t *testing.T) {
 	}
 }
 
-// TestNATSConfigNeverPrintsRoutePassword: `crowdlog nats-config` for a
+// TestAttackNATSConfigStdout: `crowdlog nats-config` for a
 // cluster (its configuration holds the route password) refuses stdout
 // (exit 2, nothing printed) and writes the file of --out with mode 0600
 // (replacing a world-readable one), printing only its name; no output of
 // nats-config or route-secret holds the password.
-func TestNATSConfigNeverPrintsRoutePassword(t *testing.T) {
+func TestAttackNATSConfigStdout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dir := t.TempDir()
