@@ -126,7 +126,9 @@ func TestAttackNATSConfigStdout(t *testing.T) {
 		t.Fatal(err)
 	}
 	leaks, outputs := 0, 0
-	defer func() { fmt.Printf("ATTACK nats-config-stdout: %d of %d outputs showed the route password\n", leaks, outputs) }()
+	defer func() {
+		fmt.Printf("ATTACK nats-config-stdout: %d of %d outputs showed the route password\n", leaks, outputs)
+	}()
 	check := func(what, text string) {
 		t.Helper()
 		outputs++
