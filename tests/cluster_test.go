@@ -125,15 +125,27 @@ const testWriter, testWriterPassword = "crowdlog_writer", "test-writer-pw"
 // writerArgs creates the release stages' writer on the ClickHouse server
 // at addr started in dir (`crowdlog clickhouse init --writer`; its default
 // has no password, a test server) and returns the release role's login
-// flags.
+// flags: --clickhouse-user and a --config file (mode 0600) holding
+// clickhouse-password (a secret, refused on the command line).
 func (c *cluster) writerArgs(addr, dir string) []string {
 	c.t.Helper()
-	out, err := exec.Command(c.bin, "clickhouse", "init", "--clickhouse", addr, "--users-d", clickhouse.UsersDir(dir),
-		"--insecure-passwordless-default", "--analyst", "", "--writer", testWriter, "--writer-password", testWriterPassword).CombinedOutput()
+	secrets := c.t.TempDir()
+	pwFile := filepath.Join(secrets, "writer-password")
+	if err := os.WriteFile(pwFile, []byte(testWriterPassword+"\n"), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	cmd := exec.Command(c.bin, "clickhouse", "init", "--clickhouse", addr, "--users-d", clickhouse.UsersDir(dir),
+		"--insecure-passwordless-default", "--analyst", "", "--writer", testWriter)
+	cmd.Env = append(os.Environ(), "CROWDLOG_WRITER_PASSWORD_FILE="+pwFile)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		c.t.Fatalf("clickhouse init --writer: %v %s", err, out)
 	}
-	return []string{"--clickhouse-user", testWriter, "--clickhouse-password", testWriterPassword}
+	login := filepath.Join(secrets, "writer-login.yaml")
+	if err := os.WriteFile(login, []byte("clickhouse-password: "+testWriterPassword+"\n"), 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	return []string{"--clickhouse-user", testWriter, "--config", login}
 }
 
 // start runs one role as a process logging to logs/NAME.log.

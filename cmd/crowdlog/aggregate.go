@@ -18,6 +18,7 @@ import (
 func aggregateCmd() *cobra.Command {
 	o := aggregator.DefaultOptions()
 	var metricsAddr string
+	var exactOptIn bool
 	c := &cobra.Command{
 		Use:   "aggregate --key FILE [--kafka ADDR[,ADDR...]] [--keys DIR] [--pipeline FILE ...]",
 		Short: "Run the threshold aggregator on Kafka topic reports",
@@ -28,12 +29,18 @@ func aggregateCmd() *cobra.Command {
 			if err != nil {
 				return usageErrors(err)
 			}
-			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterAggregator(reg, s) }, s.Run, kafkaCheck(cmd.Context(), o.Kafka))
+			threshold, err := runner.ExactCounts(false, o.PipelineFiles)
+			if err != nil {
+				return usageErrors(err)
+			}
+			exact := exactCounts("aggregate", exactOptIn, threshold)
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterAggregator(reg, s, exact) }, s.Run, kafkaCheck(cmd.Context(), o.Kafka))
 		},
 	}
 	o.AddFlags(c.Flags())
 	respell(c, map[string]string{"token-keys": "keys"})
 	addMetricsFlag(c, &metricsAddr)
+	addExactCountsFlag(c, &exactOptIn)
 	c.AddCommand(epochControlCmd("open-epoch", "open", aggregator.OpenEpoch), epochControlCmd("close-epoch", "close", aggregator.CloseEpoch), auditCmd())
 	return c
 }

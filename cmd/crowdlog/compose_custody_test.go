@@ -7,6 +7,7 @@ import (
 	"flag"
 	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -22,9 +23,10 @@ import (
 // composeServices reads the services of infra/deploy/compose.yaml: image,
 // command and volumes (the YAML merge key << applied by the decoder).
 func composeServices(t *testing.T) map[string]struct {
-	Image   string   `yaml:"image"`
-	Command []string `yaml:"command"`
-	Volumes []string `yaml:"volumes"`
+	Image       string            `yaml:"image"`
+	Command     []string          `yaml:"command"`
+	Volumes     []string          `yaml:"volumes"`
+	Environment map[string]string `yaml:"environment"`
 } {
 	t.Helper()
 	b, err := os.ReadFile("../../infra/deploy/compose.yaml")
@@ -33,9 +35,10 @@ func composeServices(t *testing.T) map[string]struct {
 	}
 	var c struct {
 		Services map[string]struct {
-			Image   string   `yaml:"image"`
-			Command []string `yaml:"command"`
-			Volumes []string `yaml:"volumes"`
+			Image       string            `yaml:"image"`
+			Command     []string          `yaml:"command"`
+			Volumes     []string          `yaml:"volumes"`
+			Environment map[string]string `yaml:"environment"`
 		} `yaml:"services"`
 	}
 	if err := yaml.Unmarshal(b, &c); err != nil {
@@ -81,10 +84,12 @@ func TestComposeMounts(t *testing.T) {
 }
 
 // TestComposeRoutesAuthorized starts a NATS server from the command line
-// of compose's nats-1 (parsed by nats-server's own flag parser, listening
+// and environment of compose's nats-1 (parsed by nats-server's own flag
+// and configuration parsers, with infra/deploy/nats-cluster.conf, listening
 // on loopback) and a rogue server that solicits a route to it: without
 // the route user and password the route must be refused (a route is not
 // subject to the permission table: it reads and writes every subject).
+// The password is in the environment, never on the command line.
 // Controls: the same rogue with the password joins, and the route-open
 // command line compose had before (--cluster nats://0.0.0.0:6222, no
 // user) lets the rogue join without one.
@@ -98,16 +103,37 @@ func TestComposeRoutesAuthorized(t *testing.T) {
 	}
 	const pw = "route-test-pw"
 	envRE := regexp.MustCompile(`\$\{NATS_ROUTE_PASSWORD[^}]*\}`)
+	if cmdline := strings.Join(svc.Command, " "); strings.Contains(cmdline, "NATS_ROUTE_PASSWORD") || strings.Contains(cmdline, "@") {
+		t.Errorf("nats-1 command %v carries the route password: every user of the host reads it (ps)", svc.Command)
+	}
+	if !strings.Contains(svc.Environment["NATS_ROUTE_PASSWORD"], "${NATS_ROUTE_PASSWORD") {
+		t.Errorf("nats-1 environment %v does not take the route password from $NATS_ROUTE_PASSWORD", svc.Environment)
+	}
+	for k, v := range svc.Environment {
+		t.Setenv(k, envRE.ReplaceAllString(v, pw))
+	}
+	// the -c file beside a stand-in for the generated permission config
+	// (not needed for routes), as compose mounts them
+	confDir := t.TempDir()
 	var args []string
 	for i := 0; i < len(svc.Command); i++ {
-		if svc.Command[i] == "-c" { // the generated permission config: not needed for routes
+		if svc.Command[i] == "-c" && i+1 < len(svc.Command) {
 			i++
+			b, err := os.ReadFile(filepath.Join("../../infra/deploy", path.Base(svc.Command[i])))
+			if err != nil {
+				t.Fatalf("nats-1 -c %s: %v", svc.Command[i], err)
+			}
+			conf := filepath.Join(confDir, path.Base(svc.Command[i]))
+			if err := os.WriteFile(conf, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(confDir, "nats-server.conf"), []byte("# the generated permission config\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			args = append(args, "-c", conf)
 			continue
 		}
-		args = append(args, envRE.ReplaceAllString(svc.Command[i], pw))
-	}
-	if !strings.Contains(strings.Join(svc.Command, " "), "${NATS_ROUTE_PASSWORD") {
-		t.Errorf("nats-1 command %v does not take the route password from $NATS_ROUTE_PASSWORD", svc.Command)
+		args = append(args, svc.Command[i])
 	}
 	old := []string{"-js", "--name", "nats-1", "--cluster_name", "crowdlog", "--cluster", "nats://0.0.0.0:6222",
 		"--routes", "nats://nats-1:6222,nats://nats-2:6222,nats://nats-3:6222"}

@@ -68,7 +68,7 @@ func testFlag(c *cobra.Command) *pflag.Flag {
 	var best *pflag.Flag
 	c.LocalFlags().VisitAll(func(f *pflag.Flag) {
 		r := slices.Index(types, f.Value.Type())
-		if config.NotConfigurable[f.Name] || f.Hidden || f.Deprecated != "" || r < 0 {
+		if config.NotConfigurable[f.Name] || config.IsSecret(f) || f.Hidden || f.Deprecated != "" || r < 0 {
 			return
 		}
 		if best == nil || r < slices.Index(types, best.Value.Type()) {

@@ -104,7 +104,7 @@ func TestLocalServicesRefuseCredentials(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"run", "--input", "x.tsv", "--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-user", "u", "--kafka-sasl-password", "pw"}, "give its --kafka"},
+		{[]string{"run", "--input", "x.tsv", "--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-user", "u", "--config", saslPasswordConfig(t)}, "give its --kafka"},
 		{[]string{"pdd", "--kafka-tls"}, "give its --kafka"},
 		{[]string{"run", "--input", "x.tsv", "--kafka", "k:9093", "--clickhouse-user", "writer"}, "give its --clickhouse"},
 	} {
@@ -117,4 +117,10 @@ func TestLocalServicesRefuseCredentials(t *testing.T) {
 			t.Errorf("%v: %v; want a usage error saying %q", c.args, err, c.want)
 		}
 	}
+}
+
+// saslPasswordConfig is a --config file that gives --kafka-sasl-password
+// (a secret: refused on the command line).
+func saslPasswordConfig(t *testing.T) string {
+	return writeConfig(t, "kafka-sasl-password: pw\n")
 }

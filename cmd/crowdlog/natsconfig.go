@@ -10,8 +10,8 @@ import (
 func natsConfigCmd() *cobra.Command {
 	var o natsauth.ConfigOptions
 	c := &cobra.Command{
-		Use:     "nats-config --nkeys DIR [--tls-cert FILE --tls-key FILE --tls-ca FILE] [--listen HOST:PORT] [--store-dir DIR]",
-		Short:   "Print the NATS server configuration: one NKey user per role with its subject permissions",
+		Use:     "nats-config --nkeys DIR [--tls-cert FILE --tls-key FILE --tls-ca FILE] [--listen HOST:PORT] [--store-dir DIR] [--out FILE]",
+		Short:   "Write the NATS server configuration (one NKey user per role with its subject permissions) to --out or stdout; never a route password to stdout",
 		Long:    natsauth.ConfigHelp,
 		Example: natsauth.ConfigExample,
 		Args:    cobra.NoArgs,

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,4 +92,89 @@ func TestNATSConfigCmd(t *testing.T) {
 	} else if !strings.Contains(err.Error(), "Authorization") {
 		t.Fatalf("unlisted key: %v, want an authorization error", err)
 	}
+}
+
+// TestAttackNATSConfigStdout: `crowdlog nats-config` for a
+// cluster (its configuration holds the route password) refuses stdout
+// (exit 2, nothing printed) and writes the file of --out with mode 0600
+// (replacing a world-readable one), printing only its name; no output of
+// nats-config or route-secret holds the password.
+func TestAttackNATSConfigStdout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	run := func(args ...string) (string, error) {
+		t.Helper()
+		var out bytes.Buffer
+		root := rootCmd()
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs(args)
+		err := root.ExecuteContext(ctx)
+		return out.String(), err
+	}
+	if _, err := run("nats-config", "nkey", "--role", "randomness", "--dir", dir); err != nil {
+		t.Fatal(err)
+	}
+	secretFile := filepath.Join(dir, "route.secret")
+	out, err := run("nats-config", "route-secret", "--out", secretFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	password, err := natsauth.ReadRouteSecret(secretFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaks, outputs := 0, 0
+	defer func() {
+		fmt.Printf("ATTACK nats-config-stdout: %d of %d outputs showed the route password\n", leaks, outputs)
+	}()
+	check := func(what, text string) {
+		t.Helper()
+		outputs++
+		if strings.Contains(text, password) {
+			leaks++
+			t.Errorf("%s shows the route password:\n%s", what, text)
+		}
+	}
+	check("route-secret", out)
+	cluster := []string{"nats-config", "--nkeys", dir, "--cluster-name", "crowdlog", "--cluster-listen", "127.0.0.1:6222",
+		"--routes", "127.0.0.1:6222,127.0.0.1:6223", "--route-secret", secretFile}
+	out, err = run(cluster...)
+	check("nats-config without --out", out+errText(err))
+	var ec exitCode
+	if !errors.As(err, &ec) || ec.code != 2 || !strings.Contains(err.Error(), "--out") || out != "" {
+		t.Errorf("nats-config for a cluster without --out: %v, printed %q; want exit 2 asking for --out, nothing printed", err, out)
+	}
+	conf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(conf, []byte("old\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = run(append(cluster, "--out", conf)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("nats-config --out", out)
+	if !strings.Contains(out, conf) {
+		t.Errorf("nats-config --out printed %q, want the file's name", out)
+	}
+	fi, err := os.Stat(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(conf)
+	if fi.Mode().Perm() != 0o600 || !strings.Contains(string(b), password) {
+		t.Errorf("%s: mode %v, holds the password %v; want 0600 and the cluster block", conf, fi.Mode().Perm(), strings.Contains(string(b), password))
+	}
+	// without a cluster there is no secret: stdout stays
+	if out, err := run("nats-config", "--nkeys", dir); err != nil || !strings.Contains(out, "nkey") {
+		t.Errorf("nats-config without a cluster: %v\n%s", err, out)
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

@@ -87,6 +87,7 @@ func relayCmd() *cobra.Command {
 func releaseCmd() *cobra.Command {
 	o := runner.DefaultReleaseOptions()
 	var metricsAddr string
+	var exactOptIn bool
 	c := &cobra.Command{
 		Use:   "release [--kafka ADDR[,ADDR...]] [--clickhouse ADDR] [--pipeline FILE | --policy ft-u --k 5 | --policy dp-u --users U ...]",
 		Short: "Write released histograms from topic decrypted into ClickHouse",
@@ -106,11 +107,13 @@ func releaseCmd() *cobra.Command {
 			}
 			defer w.Close()
 			log.Info("release: pipeline; items sealed for any other are not released", "app", o.App, "policy", o.Policy.String(), "pipeline", pipeline.DigestString(o.Pipeline))
-			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterRelease(reg, st) }, st.Run, kafkaCheck(cmd.Context(), o.Kafka), clickhouseCheck(w.Ping))
+			exact := exactCounts("release", exactOptIn, !o.Policy.Kind.IsDP())
+			return serveRole(cmd.Context(), metricsAddr, func(reg prometheus.Registerer) { runner.RegisterRelease(reg, st, exact) }, st.Run, kafkaCheck(cmd.Context(), o.Kafka), clickhouseCheck(w.Ping))
 		},
 	}
 	o.AddFlags(c.Flags())
 	addMetricsFlag(c, &metricsAddr)
+	addExactCountsFlag(c, &exactOptIn)
 	return c
 }
 

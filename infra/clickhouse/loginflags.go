@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/pflag"
+
+	"github.com/crowdlog/crowdlog/infra/config"
 )
 
 // ClickHouse logins as flags: every command with a --clickhouse flag also
@@ -13,13 +15,15 @@ import (
 // (AddLoginFlags); the command's pre-run reads them
 // (LoginConfigFromFlags) and loads them into its context (WithLogin), from
 // which the release writers, `crowdlog clickhouse init` and the report
-// log in. Give the password as CROWDLOG_CLICKHOUSE_PASSWORD_FILE (or
-// CROWDLOG_CLICKHOUSE_PASSWORD).
+// log in. The password comes from CROWDLOG_CLICKHOUSE_PASSWORD_FILE (or
+// CROWDLOG_CLICKHOUSE_PASSWORD); on the command line it is refused
+// (config.MarkSecret).
 
 // AddLoginFlags adds the ClickHouse login flags to f.
 func AddLoginFlags(f *pflag.FlagSet) {
 	f.String("clickhouse-user", "", `ClickHouse user ("" = default, the administrator); release and release-pdd require the writer of 'crowdlog clickhouse init --writer' (never default)`)
-	f.String("clickhouse-password", "", "password of --clickhouse-user; give it as CROWDLOG_CLICKHOUSE_PASSWORD_FILE=PATH (or the environment), not on the command line")
+	f.String("clickhouse-password", "", "password of --clickhouse-user")
+	config.MarkSecret(f, "clickhouse-password")
 	f.Bool("clickhouse-tls", false, "connect to ClickHouse with TLS (the server's secure native port, tcp_port_secure); the system roots verify it unless --clickhouse-tls-ca")
 	f.String("clickhouse-tls-ca", "", "PEM file of the CA certificates that verify the ClickHouse server")
 	f.String("clickhouse-tls-cert", "", "PEM client certificate for ClickHouse (with --clickhouse-tls-key)")

@@ -85,10 +85,14 @@ func EnvName(name string) string {
 
 // Apply gives every flag of cmd (parsed already) that was not on the
 // command line its value from environ (os.Environ form) or the --config
-// file. Errors about a key or value are UsageError; a config file that
-// cannot be read is not.
+// file. It first refuses a secret flag (MarkSecret) or a URL with a
+// password given on the command line. Errors about a key or value are
+// UsageError; a config file that cannot be read is not.
 func Apply(cmd *cobra.Command, environ []string) error {
 	flags := cmd.Flags()
+	if err := checkCommandLine(flags); err != nil {
+		return err
+	}
 	k := koanf.New(".")
 	l := layers{flags: flags, source: map[string]string{}, fromFile: map[string]string{}}
 	if err := l.loadFile(k, cmd, environ); err != nil {

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 
 	"github.com/spf13/pflag"
+
+	"github.com/crowdlog/crowdlog/infra/config"
 )
 
 // Kafka credentials as flags: every command with a --kafka flag also gets
@@ -13,9 +15,9 @@ import (
 // pre-run reads them (AuthConfigFromFlags) after the configuration layer
 // set them and loads them into its context (WithAuth), from which every
 // reader, writer, consumer group and admin request of the roles takes
-// them. Set the password with CROWDLOG_KAFKA_SASL_PASSWORD_FILE (a
-// mounted secret) or CROWDLOG_KAFKA_SASL_PASSWORD, not on the command
-// line, where ps shows it.
+// them. The password comes from CROWDLOG_KAFKA_SASL_PASSWORD_FILE (a
+// mounted secret) or CROWDLOG_KAFKA_SASL_PASSWORD: on the command line,
+// where ps shows it, it is refused (config.MarkSecret).
 
 // AddAuthFlags adds the Kafka TLS and SASL flags to f.
 func AddAuthFlags(f *pflag.FlagSet) {
@@ -26,7 +28,8 @@ func AddAuthFlags(f *pflag.FlagSet) {
 	f.String("kafka-tls-server-name", "", "name to verify in the brokers' certificates (default: the host dialled)")
 	f.String("kafka-sasl-mechanism", "", "SASL mechanism: SCRAM-SHA-512 (RFC 5802/7677), SCRAM-SHA-256 or PLAIN (only with TLS); empty: no SASL")
 	f.String("kafka-sasl-user", "", "SASL user name: this role's Kafka principal (docs/operations.md, Kafka ACLs)")
-	f.String("kafka-sasl-password", "", "SASL password; give it as CROWDLOG_KAFKA_SASL_PASSWORD_FILE=PATH (or the environment), not on the command line")
+	f.String("kafka-sasl-password", "", "SASL password")
+	config.MarkSecret(f, "kafka-sasl-password")
 }
 
 // AuthConfigFromFlags returns the AuthConfig of the flags AddAuthFlags

@@ -58,15 +58,15 @@ func BuildInfo() (version, revision, goVersion string) {
 	return bi.Main.Version, revision, bi.GoVersion
 }
 
-// Serve listens on addr (e.g. ":9100" or "127.0.0.1:0") and serves until ctx
-// ends. ready decides /readyz (nil = always ready): nil answers 200 "ok",
+// Serve listens on ListenAddr(addr) (":9100" binds 127.0.0.1:9100;
+// "0.0.0.0:9100" every interface) and serves until ctx ends. ready decides /readyz (nil = always ready): nil answers 200 "ok",
 // an error 503 with its message (one line per failing check, e.g.
 // ready.Checker.Ready). It returns the bound address; errors when addr
 // cannot be bound.
 func Serve(ctx context.Context, addr string, reg *prometheus.Registry, ready func(context.Context) error) (net.Addr, error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", ListenAddr(addr))
 	if err != nil {
-		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
+		return nil, fmt.Errorf("metrics: listen on %s: %w (give a free HOST:PORT to --metrics)", ListenAddr(addr), err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))

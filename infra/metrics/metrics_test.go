@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"context"
+	"net"
 	"runtime"
 	"testing"
 
@@ -83,5 +85,23 @@ func TestCollectTwice(t *testing.T) {
 	mfs, err := reg.Gather()
 	if err != nil || len(mfs) != 1 || mfs[0].GetMetric()[0].GetHistogram().GetSampleCount() != 1 {
 		t.Fatalf("scrape: %v %v", mfs, err)
+	}
+}
+
+// TestServeLoopbackByDefault: an address without a host (":0", as
+// --metrics :9100) binds loopback only; an explicit 0.0.0.0 binds every
+// interface (what a scraper on another host needs).
+func TestServeLoopbackByDefault(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for addr, loopback := range map[string]bool{":0": true, "127.0.0.1:0": true, "0.0.0.0:0": false} {
+		a, err := Serve(ctx, addr, NewRegistry(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip := a.(*net.TCPAddr).IP
+		if ip.IsLoopback() != loopback || (!loopback && !ip.IsUnspecified()) {
+			t.Errorf("--metrics %s bound %s; want loopback %v", addr, a, loopback)
+		}
 	}
 }

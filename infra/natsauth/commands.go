@@ -30,9 +30,11 @@ server requires TLS and a client certificate signed by the CA. For a
 cluster give --cluster-name, --cluster-listen, --routes and --route-secret
 (the same file on every server, from 'crowdlog nats-config route-secret'):
 every route must authenticate with it, since a route is not subject to the
-permission table. The printed file then holds the route password: keep it
-as secret as the route secret (mode 0600; on Kubernetes a Secret, not a
-ConfigMap).
+permission table. The configuration then holds the route password, so it is
+never printed: give --out FILE, which is written with mode 0600 (keep it as
+secret as the route secret; on Kubernetes a Secret, not a ConfigMap), and
+stdout only names the file. Without a cluster the configuration holds no
+secret (public keys and permissions) and --out is optional.
 
 Each operator creates its role's key with 'crowdlog nats-config nkey --role
 ROLE --dir DIR', keeps the seed (nats-ROLE.nk; the role's --nats-nkey) and
@@ -42,8 +44,12 @@ in one directory and runs this command. --table prints the permission table
 
 // ConfigExample is the example of `crowdlog nats-config`.
 const ConfigExample = `  crowdlog nats-config nkey --role relay-a --dir keys
-  crowdlog nats-config --nkeys nats-pub --tls-cert server.pem --tls-key server-key.pem --tls-ca ca.pem > nats.conf
-  nats-server -c nats.conf`
+  crowdlog nats-config --nkeys nats-pub --tls-cert server.pem --tls-key server-key.pem --tls-ca ca.pem --out nats.conf
+  nats-server -c nats.conf
+  # a cluster: the file holds the route password (mode 0600)
+  crowdlog nats-config route-secret --out route.secret
+  crowdlog nats-config --nkeys nats-pub --cluster-name crowdlog --cluster-listen 0.0.0.0:6222 \
+    --routes nats-1:6222,nats-2:6222,nats-3:6222 --route-secret route.secret --out nats.conf`
 
 // ConfigOptions are the flags of `crowdlog nats-config`.
 type ConfigOptions struct {
@@ -52,6 +58,9 @@ type ConfigOptions struct {
 	Table                   bool // print the permission table instead
 	Cluster                 Cluster
 	RouteSecret             string // file of the route password
+	// Out is the file the configuration is written to (mode 0600); ""
+	// prints it, refused when it holds the route password.
+	Out string
 }
 
 // AddFlags adds nats-config's flags to f.
@@ -65,6 +74,7 @@ func (o *ConfigOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Cluster.Listen, "cluster-listen", "", "route listen address HOST:PORT (e.g. 0.0.0.0:6222)")
 	f.StringSliceVar(&o.Cluster.Routes, "routes", nil, "HOST:PORT of every server's route port, comma-separated")
 	f.StringVar(&o.RouteSecret, "route-secret", "", "file with the route password every server of the cluster shares (crowdlog nats-config route-secret)")
+	f.StringVar(&o.Out, "out", "", "write the configuration to this file (mode 0600, replaced atomically) and print only its name; required with a cluster, whose configuration holds the route password; empty: print it")
 }
 
 // AddFlags adds the server TLS flags (--tls-cert, --tls-key, --tls-ca).
@@ -90,6 +100,9 @@ func (o *ConfigOptions) Validate() error {
 	}
 	if o.cluster() && o.RouteSecret == "" {
 		return errors.New("--route-secret is required with a cluster: the file of the route password (crowdlog nats-config route-secret --out FILE)")
+	}
+	if o.cluster() && o.Out == "" {
+		return errors.New("--out FILE is required with a cluster: the configuration holds the route password, which is never printed (the file is written with mode 0600)")
 	}
 	return nil
 }
@@ -120,7 +133,8 @@ func (o *ConfigOptions) Config() (ServerConfig, error) {
 }
 
 // Write writes the permission table (with --table) or the server
-// configuration to w.
+// configuration to w, or, with Out, the configuration to the file Out
+// (WriteSecretFile, mode 0600) and a line naming it to w.
 func (o *ConfigOptions) Write(w io.Writer) error {
 	if o.Table {
 		_, err := fmt.Fprint(w, Markdown())
@@ -134,8 +148,49 @@ func (o *ConfigOptions) Write(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprint(w, text)
+	if o.Out == "" {
+		if sc.Cluster != nil { // Validate refuses it; never print the password
+			return errors.New("natsauth: the configuration holds the route password: give --out FILE")
+		}
+		_, err = fmt.Fprint(w, text)
+		return err
+	}
+	if err := WriteSecretFile(o.Out, []byte(text)); err != nil {
+		return fmt.Errorf("natsauth: write the NATS server config: %w", err)
+	}
+	what := "no secret: public keys and permissions"
+	if sc.Cluster != nil {
+		what = "secret: it holds the route password of " + o.RouteSecret
+	}
+	_, err = fmt.Fprintf(w, "NATS server config in %s (mode 0600; %s)\n", o.Out, what)
 	return err
+}
+
+// WriteSecretFile writes data to path with mode 0600: to a temporary file
+// in path's directory, synced, then renamed over path, so no reader sees a
+// partial file and a file of another mode is replaced, not rewritten.
+func WriteSecretFile(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after the rename: nothing left to remove
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 // InitHelp is the long help of `crowdlog nats-config init`, which writes

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -106,11 +108,29 @@ func ConnectAs(url, name string, s Security) (*nats.Conn, error) {
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		if errors.Is(err, nats.ErrAuthorization) {
-			return nil, fmt.Errorf("connect to NATS at %s as %s: %w (check --nats-nkey: the server config must list this role's public key)", url, name, err)
+			return nil, fmt.Errorf("connect to NATS at %s as %s: %w (check --nats-nkey: the server config must list this role's public key)", RedactURLs(url), name, err)
 		}
-		return nil, fmt.Errorf("connect to NATS at %s (is it running? give --nats; with TLS check --nats-ca, --nats-cert, --nats-key): %w", url, err)
+		return nil, fmt.Errorf("connect to NATS at %s (is it running? give --nats; with TLS check --nats-ca, --nats-cert, --nats-key): %w", RedactURLs(url), err)
 	}
 	return nc, nil
+}
+
+// RedactURLs is urls (one URL or a comma-separated list) with the password
+// of each URL's user info replaced by "xxxxx" (url.URL.Redacted), for
+// errors and logs; an item that does not parse is kept as it is unless it
+// has user info, which is then replaced whole.
+func RedactURLs(urls string) string {
+	items := strings.Split(urls, ",")
+	for i, item := range items {
+		u, err := neturl.Parse(strings.TrimSpace(item))
+		switch {
+		case err == nil:
+			items[i] = u.Redacted()
+		case strings.Contains(item, "@"):
+			items[i] = "(a URL with user info, not shown)"
+		}
+	}
+	return strings.Join(items, ",")
 }
 
 // RoleSecurity is the Security of role r whose NKey seed lies in keyDir

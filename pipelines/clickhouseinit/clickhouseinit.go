@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,8 +105,9 @@ overflow modes other than throw: docs/operations.md, "Supported servers"),
 naming the version or the setting; after a later failure, rerun it: every
 step is idempotent and the rerun completes the job.
 
-The password is the first line of --password-file, else $` + PasswordEnv + `,
-else a random one, printed once. Rerunning init keeps the data, completes the
+The password is the first line of --password-file, else $` + PasswordEnv + `.
+A --password-file that does not exist yet is created with a random password
+(mode 0600): init never prints a password. Rerunning init keeps the data, completes the
 analyst database (new views after an upgrade, anything not yet copied),
 replaces every view and materialized view that another crowdlog version
 created (logged at Info; run init after upgrading crowdlog or ClickHouse)
@@ -117,8 +119,9 @@ With --writer NAME it also creates the user the release stages write as
 allowed only the release database and its analyst database (users.d
 crowdlog-writer.xml with allow_databases on 18.16; CREATE USER and GRANT
 SELECT, INSERT, CREATE TABLE, CREATE VIEW, ALTER on both, no DROP, on
-current servers). Its password is --writer-password, best given as
-CROWDLOG_WRITER_PASSWORD_FILE. init itself logs in with --clickhouse-user
+current servers). Its password is --writer-password, given as
+CROWDLOG_WRITER_PASSWORD_FILE=PATH (or CROWDLOG_WRITER_PASSWORD), never on
+the command line (refused there). init itself logs in with --clickhouse-user
 (default: the administrator, user default) and refuses a server whose user
 default logs in without a password: there any user, the writer included,
 reads every database through remote('127.0.0.1', db.table) as default. Give
@@ -132,7 +135,8 @@ type InitOptions struct {
 	release.InitOptions
 	Dir          string // a running `crowdlog clickhouse --dir` server
 	PasswordFile string // the analyst's password, first line
-	// generated: the analyst's password was drawn here (printed once).
+	// generated: the analyst's password was drawn here and written to
+	// PasswordFile (never printed).
 	generated bool
 }
 
@@ -142,19 +146,21 @@ func (o *InitOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Dir, "dir", "", "directory of a running `crowdlog clickhouse --dir` server (address and users.d)")
 	f.StringVar(&o.Database, "database", release.DefaultDatabase, "release database (tables); the analyst reads <database>"+release.AnalystDatabaseSuffix)
 	f.StringVar(&o.Analyst.Name, "analyst", "analyst", `read-only user to create ("" = none)`)
-	f.StringVar(&o.PasswordFile, "password-file", "", "file whose first line is the analyst's password (else $"+PasswordEnv+", else a random one)")
+	f.StringVar(&o.PasswordFile, "password-file", "", "file whose first line is the analyst's password (else $"+PasswordEnv+"); a missing file is created with a random one, mode 0600")
 	f.StringVar(&o.UsersDir, "users-d", "", "users.d directory of a server without CREATE USER (18.16); default DIR/users.d with --dir")
 	f.StringSliceVar(&o.Networks, "analyst-network", nil, "addresses or CIDR masks the users.d analyst may connect from (default 127.0.0.1, ::1)")
 	f.StringVar(&o.Writer.Name, "writer", "", `user the release stages write as, limited to the release and analyst databases ("" = none)`)
-	f.StringVar(&o.Writer.Password, "writer-password", "", "password of --writer; give it as CROWDLOG_WRITER_PASSWORD_FILE=PATH (or the environment), not on the command line")
+	f.StringVar(&o.Writer.Password, "writer-password", "", "password of --writer")
+	config.MarkSecret(f, "writer-password")
 	f.StringSliceVar(&o.WriterNetworks, "writer-network", nil, "addresses or CIDR masks the users.d writer may connect from (default 127.0.0.1, ::1)")
 	f.DurationVar(&o.AnalystWait, "wait", release.DefaultAnalystWait, "how long to wait for the analyst's first login")
 	f.BoolVar(&o.AllowPasswordlessDefault, "insecure-passwordless-default", false, "proceed although user default logs in without a password (a development or test server only: every user there can read every database through remote() as default); implied by --dir")
 }
 
 // Complete takes the server from Dir (its address and users.d, unless
-// given) and the analyst's password from PasswordFile, else getenv's
-// PasswordEnv, else a random one; then checks that a server is named and
+// given) and the analyst's password from PasswordFile (created with a
+// random one when missing), else getenv's PasswordEnv (neither: a
+// config.UsageError); then checks that a server is named and
 // that a writer has a password (config.UsageError).
 func (o *InitOptions) Complete(getenv func(string) string) error {
 	if err := o.fromDir(); err != nil {
@@ -200,6 +206,9 @@ func (o *InitOptions) analystPassword(getenv func(string) string) error {
 	case o.Analyst.Name == "":
 	case o.PasswordFile != "":
 		data, err := os.ReadFile(o.PasswordFile)
+		if errors.Is(err, fs.ErrNotExist) {
+			return o.newPasswordFile()
+		}
 		if err != nil {
 			return fmt.Errorf("read --password-file: %w", err)
 		}
@@ -207,8 +216,27 @@ func (o *InitOptions) analystPassword(getenv func(string) string) error {
 	case getenv(PasswordEnv) != "":
 		o.Analyst.Password = getenv(PasswordEnv)
 	default:
-		o.Analyst.Password, o.generated = rand.Text(), true // 128 random bits
+		return config.UsageError{Err: fmt.Errorf("give the analyst's password: --password-file FILE (created with a random password, mode 0600, when it does not exist) or $%s; init never prints a password", PasswordEnv)}
 	}
+	return nil
+}
+
+// newPasswordFile draws the analyst's password (128 random bits) and
+// creates PasswordFile with it (mode 0600; never over an existing file).
+func (o *InitOptions) newPasswordFile() error {
+	pw := rand.Text()
+	f, err := os.OpenFile(o.PasswordFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("create --password-file: %w", err)
+	}
+	if _, err := f.WriteString(pw + "\n"); err != nil {
+		f.Close()
+		return fmt.Errorf("write --password-file: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write --password-file: %w", err)
+	}
+	o.Analyst.Password, o.generated = pw, true
 	return nil
 }
 
@@ -223,7 +251,8 @@ func (o *InitOptions) Run(ctx context.Context, w io.Writer) error {
 	return nil
 }
 
-// print writes what Init made, and a generated password once.
+// print writes what Init made, and where a generated password is (never
+// the password).
 func (o *InitOptions) print(w io.Writer, res release.InitResult) {
 	fmt.Fprintf(w, "ClickHouse %s at %s: database %s, tables and views ready (LowCardinality: %v); analyst database %s ready\n",
 		res.Server.Version, o.Addr, o.Database, res.Server.LowCardinality, res.AnalystDatabase)
@@ -242,6 +271,6 @@ func (o *InitOptions) print(w io.Writer, res release.InitResult) {
 		fmt.Fprintf(w, "writer %s created with CREATE USER and GRANT on %s and %s\n", o.Writer.Name, o.Database, res.AnalystDatabase)
 	}
 	if o.generated {
-		fmt.Fprintf(w, "analyst password (shown once): %s\n", o.Analyst.Password)
+		fmt.Fprintf(w, "analyst password: a random one, in %s (mode 0600)\n", o.PasswordFile)
 	}
 }

@@ -13,20 +13,66 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/randomness"
 	pddrelease "github.com/crowdlog/crowdlog/release/pdd"
+	"github.com/crowdlog/crowdlog/release/policy"
 	"github.com/crowdlog/crowdlog/release/stage"
 )
 
-// RegisterAggregator exposes an aggregator's counters: reports accepted,
-// decrypted and dropped (all reasons, incl. redelivered duplicates), and
-// undecrypted tags pending in the partitions this process owns; the
-// consumer lag per owned partition of the reports topic; and the batch
-// apply time and sampled decrypt wait histograms (seconds).
-func RegisterAggregator(reg prometheus.Registerer, s *aggregator.Service) {
-	metrics.Collect(reg, s.Histograms()...)
+// ExactCountMetrics are the series that carry the exact counts a DP
+// release withholds (docs/threat-model.md, "Whoever reads /metrics"):
+// they move with the number of reports of each artifact (a group that
+// reaches k adds its k reports at once; pending tags are the artifacts
+// below k; the decrypted topic's offsets count decrypted reports). A role
+// registers them only when exact is set (ExactCounts).
+var ExactCountMetrics = []string{
+	"crowdlog_aggregator_decrypted_total",
+	"crowdlog_aggregator_pending_tags",
+	"crowdlog_aggregator_decrypt_wait_seconds",
+	"crowdlog_release_consumer_lag",
+	"crowdlog_release_foreign_items_total",
+}
+
+// ExactCounts reports whether a role serving the pipelines of
+// pipelineFiles exports ExactCountMetrics: with optIn (the role's
+// --metrics-exact-counts), or when it serves at least one pipeline and
+// every one has a threshold policy (ft-a, ft-u), whose release publishes
+// exact counts anyway. An aggregator without --pipeline serves every
+// definition, DP ones included: it does not. Errors of a file are
+// config.UsageError.
+func ExactCounts(optIn bool, pipelineFiles []string) (bool, error) {
+	if optIn {
+		return true, nil
+	}
+	for _, f := range pipelineFiles {
+		p, err := loadPipelineFile(f)
+		if err != nil {
+			return false, err
+		}
+		if kind, err := policy.Parse(p.Policy.Kind); err != nil || kind.IsDP() {
+			return false, nil
+		}
+	}
+	return len(pipelineFiles) > 0, nil
+}
+
+// RegisterAggregator exposes an aggregator's counters: reports accepted
+// and dropped (all reasons, incl. redelivered duplicates); the consumer
+// lag per owned partition of the reports topic; the batch apply time
+// histogram (seconds); and, with exact (ExactCounts), reports decrypted,
+// undecrypted tags pending in the partitions this process owns and the
+// sampled decrypt wait histogram (seconds).
+func RegisterAggregator(reg prometheus.Registerer, s *aggregator.Service, exact bool) {
+	hs := s.Histograms() // apply, decrypt wait
+	if !exact {
+		hs = hs[:1]
+	}
+	metrics.Collect(reg, hs...)
 	metrics.GaugeMapFunc(reg, "crowdlog_aggregator_consumer_lag", "Messages of the reports topic behind the partition's end (high watermark − next offset) at the last fetch, per partition this process owns.",
 		"partition", func() map[string]float64 { return lagMap(s.ConsumerLag()) })
 	metrics.CounterFunc(reg, "crowdlog_aggregator_reports_total", "Reports accepted by the aggregator.", nil, func() float64 { return float64(s.Reports.Load()) })
-	metrics.CounterFunc(reg, "crowdlog_aggregator_decrypted_total", "Reports decrypted and emitted.", nil, func() float64 { return float64(s.Decrypted.Load()) })
+	if exact {
+		metrics.CounterFunc(reg, "crowdlog_aggregator_decrypted_total", "Reports decrypted and emitted.", nil, func() float64 { return float64(s.Decrypted.Load()) })
+		metrics.GaugeFunc(reg, "crowdlog_aggregator_pending_tags", "Undecrypted tags in the partitions this process owns.", nil, func() float64 { return float64(s.PendingTags()) })
+	}
 	metrics.CounterFunc(reg, "crowdlog_aggregator_tokens_spent_total", "Report tokens verified and recorded as spent (aggregate --keys; stays 0 with token checks off).", nil, func() float64 { return float64(s.TokensSpent.Load()) })
 	metrics.CounterMapFunc(reg, "crowdlog_aggregator_dropped_total", "Reports and messages dropped, by reason (docs/operations.md): malformed, duplicate, late, unknown-epoch, epoch-full, bad-share, bad-ciphertext, bad-commitment, no-token, bad-token, spent-token, token-key, bad-presentation, arc-key, unit-mismatch, ...",
 		"reason", aggregator.DropReasons, func() map[string]float64 {
@@ -36,7 +82,6 @@ func RegisterAggregator(reg prometheus.Registerer, s *aggregator.Service) {
 			}
 			return out
 		})
-	metrics.GaugeFunc(reg, "crowdlog_aggregator_pending_tags", "Undecrypted tags in the partitions this process owns.", nil, func() float64 { return float64(s.PendingTags()) })
 	metrics.CounterFunc(reg, "crowdlog_aggregator_snapshots_total", "Partition snapshots written (--snapshot-dir).", nil, func() float64 { return float64(s.Snapshots.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_aggregator_restores_total", "Partitions restored from a snapshot instead of replayed from the epoch's start.", nil, func() float64 { return float64(s.Restores.Load()) })
 }
@@ -54,15 +99,19 @@ func RegisterRandomness(reg prometheus.Registerer, s *randomness.Service) {
 }
 
 // RegisterRelease exposes epochs released and item rows written, the
-// consumer lag per partition of the decrypted topic, the write time
-// histogram (seconds) and the last release's Unix time per (app, policy, k).
-func RegisterRelease(reg prometheus.Registerer, st *stage.Stage) {
+// write time histogram (seconds) and the last release's Unix time per
+// (app, policy, k); with exact (ExactCounts), also the consumer lag per
+// partition of the decrypted topic and the decrypted items sealed for
+// another pipeline.
+func RegisterRelease(reg prometheus.Registerer, st *stage.Stage, exact bool) {
 	metrics.Collect(reg, st.Collectors()...)
-	metrics.GaugeMapFunc(reg, "crowdlog_release_consumer_lag", "Messages of the decrypted topic behind the partition's end (high watermark − next offset) at the last read, per partition.",
-		"partition", func() map[string]float64 { return lagMap(st.ConsumerLag()) })
+	if exact {
+		metrics.GaugeMapFunc(reg, "crowdlog_release_consumer_lag", "Messages of the decrypted topic behind the partition's end (high watermark − next offset) at the last read, per partition.",
+			"partition", func() map[string]float64 { return lagMap(st.ConsumerLag()) })
+		metrics.CounterFunc(reg, "crowdlog_release_foreign_items_total", "Decrypted items not released: sealed for another pipeline (policy, k) than this stage's.", nil, func() float64 { return float64(st.Foreign.Load()) })
+	}
 	metrics.CounterFunc(reg, "crowdlog_release_epochs_total", "Epoch releases written to ClickHouse.", nil, func() float64 { return float64(st.Released.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_release_rows_total", "Released item rows written to ClickHouse.", nil, func() float64 { return float64(st.Rows.Load()) })
-	metrics.CounterFunc(reg, "crowdlog_release_foreign_items_total", "Decrypted items not released: sealed for another pipeline (policy, k) than this stage's.", nil, func() float64 { return float64(st.Foreign.Load()) })
 }
 
 // lagMap is a consumer lag per partition as GaugeMapFunc takes it.

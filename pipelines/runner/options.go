@@ -68,6 +68,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.DurationVar(&c.IngestTimeout, "ingest-timeout", 0, "bound of the replay of the whole input (0 = 10 min + 10 ms per record + --spread per round of --workers clients)")
 	f.BoolVar(&o.NoProgress, "no-progress", false, "no progress bar on stderr (shown only when stderr is a terminal)")
 	f.StringVar(&c.Metrics, "metrics", "", metrics.FlagHelp)
+	f.BoolVar(&c.MetricsExactCounts, metrics.ExactCountsFlag, false, metrics.ExactCountsHelp)
 }
 
 // Complete applies --pipeline to o.Config, refusing the pipeline flags

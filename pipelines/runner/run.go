@@ -153,6 +153,9 @@ type Config struct {
 	// Metrics, when set (e.g. "127.0.0.1:9100"), serves /metrics, /healthz and
 	// /readyz for every in-process role.
 	Metrics string
+	// MetricsExactCounts exports ExactCountMetrics under a DP policy too
+	// (--metrics-exact-counts); a threshold policy exports them anyway.
+	MetricsExactCounts bool
 	// afterRelease, in tests, is called with the metrics address once the
 	// release is in ClickHouse, while the roles still run.
 	afterRelease func(metricsAddr string)
@@ -872,7 +875,8 @@ func startServers(svcCtx context.Context, svc *errgroup.Group, cfg Config, broke
 		return err
 	}
 	roles.agg = a
-	RegisterAggregator(reg, a)
+	exact := cfg.MetricsExactCounts || !pol.Kind.IsDP()
+	RegisterAggregator(reg, a, exact)
 	svc.Go(func() error { return a.Run(svcCtx) })
 	so := releaseOptions(cfg, brokers, pol, digest)
 	st, w, err := so.New(svcCtx, log)
@@ -882,7 +886,7 @@ func startServers(svcCtx context.Context, svc *errgroup.Group, cfg Config, broke
 	if pol.Kind.IsDP() {
 		st.OnRefused = func(app, epoch string, err error) { onRefused(err) }
 	}
-	RegisterRelease(reg, st)
+	RegisterRelease(reg, st, exact)
 	svc.Go(func() error { defer w.Close(); return st.Run(svcCtx) })
 	return nil
 }

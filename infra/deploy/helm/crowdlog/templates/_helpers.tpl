@@ -281,7 +281,7 @@ args:
 {{- end }}
 {{- if .metrics }}
   - --metrics
-  - ":{{ $v.metrics.port }}"
+  - "0.0.0.0:{{ $v.metrics.port }}"
 {{- end }}
 env:
   - {name: CROWDLOG_LOG_FORMAT, value: {{ $v.logFormat | quote }}}
