@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 
@@ -87,8 +89,10 @@ func (o *Options) Config() (Config, error) {
 }
 
 // Run connects as the admin role, ensures every stream and bucket
-// (Ensure) within o.Timeout and writes each stream's subjects, replicas
-// and max age to w. Errors from Validate are returned as they are.
+// (EnsureAccounts with an NKey credential, whose server runs natsauth's
+// generated configuration of one account per role; Ensure without one)
+// within o.Timeout and writes each stream's subjects, replicas and max
+// age (and account) to w. Errors from Validate are returned as they are.
 func (o *Options) Run(ctx context.Context, w io.Writer) error {
 	c, err := o.Config()
 	if err != nil {
@@ -99,22 +103,55 @@ func (o *Options) Run(ctx context.Context, w io.Writer) error {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("NATS JetStream: %w", err)
-	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	if err := Ensure(ctx, js, c); err != nil {
-		return err
+	return RunOn(ctx, nc, o.NATS.NKeyFile != "", c, w)
+}
+
+// RunOn ensures every stream and bucket through nc, the admin's
+// connection (EnsureAccounts when accounts, else Ensure), and writes each
+// stream's subjects, replicas and max age (and, with accounts, its
+// account) to w.
+func RunOn(ctx context.Context, nc *nats.Conn, accounts bool, c Config, w io.Writer) error {
+	if accounts {
+		if err := EnsureAccounts(ctx, nc, c); err != nil {
+			return err
+		}
+	} else {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return fmt.Errorf("NATS JetStream: %w", err)
+		}
+		if err := Ensure(ctx, js, c); err != nil {
+			return err
+		}
 	}
 	for _, name := range Names() {
-		st, err := js.Stream(ctx, name)
-		if err != nil {
-			return fmt.Errorf("stream %s after creating it: %w", name, err)
+		owners := []natsauth.Role{""}
+		if accounts {
+			owners = nil
+			for _, r := range natsauth.JetStreamRoles {
+				if slices.Contains(natsauth.Streams(r), name) {
+					owners = append(owners, r)
+				}
+			}
 		}
-		cfg := st.CachedInfo().Config
-		fmt.Fprintf(w, "stream %s: subjects %v, replicas %d, max age %v\n", name, cfg.Subjects, cfg.Replicas, cfg.MaxAge)
+		for _, r := range owners {
+			js, err := natsconn.AccountJetStream(nc, r, accounts)
+			if err != nil {
+				return fmt.Errorf("NATS JetStream: %w", err)
+			}
+			st, err := js.Stream(ctx, name)
+			if err != nil {
+				return fmt.Errorf("stream %s after creating it: %w", name, err)
+			}
+			cfg := st.CachedInfo().Config
+			fmt.Fprintf(w, "stream %s: subjects %v, replicas %d, max age %v", name, cfg.Subjects, cfg.Replicas, cfg.MaxAge)
+			if accounts {
+				fmt.Fprintf(w, " (account %s)", natsauth.AccountOf(r))
+			}
+			fmt.Fprintln(w)
+		}
 	}
 	return nil
 }
