@@ -19,8 +19,9 @@ import (
 
 // Help is the long help of `crowdlog streams`.
 const Help = `streams creates every JetStream stream and key-value bucket the roles use,
-or brings an existing one to its configuration: the relay stream (each
-relay inbox holds at most --relay-max-msgs), the counters buckets of both
+or brings an existing one to its configuration: each relay's inbox stream
+(at most --relay-max-msgs messages) and its durable consumer, which the
+relay only binds, the counters buckets of both
 issuers, the spent-token bucket (entries kept --spend-ttl, 0 = forever;
 with --epoch-length, the schedule's 2 × (epoch length + --key-grace +
 skew), what a randomness service with that schedule needs: it refuses to
@@ -30,8 +31,10 @@ Run it once per NATS cluster before the roles start, and again to change
 a setting; it is idempotent. An existing stream keeps its replica count.
 
 Give it the admin NATS credential (--nats-nkey with the NKey seed of
-role "admin", crowdlog nats-config nkey --role admin): with the permission
-table on no other role may create or update a stream, because an update
+role "admin", crowdlog nats-config nkey --role admin): with it, each stream
+is made in its owner's account of the generated configuration (one
+account per role), through the admin account's imports. With the
+permission table on no other role may create or update a stream, because an update
 can add Sources or RePublish and copy another role's bucket into a stream
 its updater reads. The roles only look their streams up and fail with an
 error naming this command when one is missing.`
