@@ -38,6 +38,10 @@ type Config struct {
 	// RelayMaxMsgs is each relay inbox's message limit (<= 0:
 	// relays.DefaultMaxMsgs).
 	RelayMaxMsgs int64
+	// RelayAckWait is the ack wait of the relays' consumers, made here
+	// with one account per role (<= 0: relays.DefaultAckWait); at least
+	// twice the relays' --pool-timeout.
+	RelayAckWait time.Duration
 	// SpendTTL is how long a spent token is remembered: 2 × (epoch length
 	// + grace + skew) of a scheduled randomness service
 	// (randomness.Keys.SpendTTL), 0 (forever) with named epochs.
@@ -116,7 +120,7 @@ func ensure(ctx context.Context, jsOf func(natsauth.Role) jetstream.JetStream, a
 			// own consumer with its options (--ack-wait) as before
 			continue
 		}
-		if err := relays.EnsureConsumer(ctx, js, name); err != nil {
+		if err := relays.EnsureConsumer(ctx, js, name, o.RelayAckWait); err != nil {
 			return fmt.Errorf("streams: %w", err)
 		}
 	}
