@@ -239,10 +239,18 @@ func TestAttackPrio3PerPersonEpsilon(t *testing.T) {
 	wantParams := fmt.Sprintf("sensitivity_l1=%d scale=%d", p3.DefaultL1, p3.DefaultL1)
 	ledgerOK := len(noisyD1.ledger) == 1 && noisyD1.ledger[0].Epsilon == 1 && strings.Contains(noisyD1.ledger[0].Params, wantParams) &&
 		strings.Contains(noisyD1.ledger[0].Params, "unit=person-day") && noisyD1.round.Epsilon == 1
+	scale := "not stated"
+	for _, l := range noisyD1.ledger {
+		for _, f := range strings.Fields(l.Params) {
+			if strings.HasPrefix(f, "scale=") {
+				scale = strings.TrimPrefix(f, "scale=")
+			}
+		}
+	}
 	fmt.Printf("ATTACK prio3-per-person-epsilon: %d of %d published columns reveal one added person exactly (defaults: ε = %g per person-day, "+
-		"Laplace scale S/ε = %d per keyword at each aggregator, S = %d ≥ the person's bounded sum %d (clipped sum %d); ledger ε per person-day %g; "+
+		"Laplace scale per keyword at each aggregator (ledger) %s, S = %d ≥ the person's bounded sum %d (clipped sum %d); ledger ε per person-day %g; "+
 		"report count published %d vs %d; %d of %d keyword differences equal the person's count) %v; control --exact-shares: %d of %d reveal %v, %d of %d keyword differences exact\n",
-		len(reveal), cols, noisyD1.round.Epsilon, p3.DefaultL1, p3.DefaultL1, bounded, clippedL1, ledgerEps(noisyD1.ledger),
+		len(reveal), cols, noisyD1.round.Epsilon, scale, p3.DefaultL1, bounded, clippedL1, ledgerEps(noisyD1.ledger),
 		noisyD.round.Active, noisyD1.round.Active, exactKw, length, reveal, len(ctlReveal), cols, ctlReveal, ctlExactKw, length)
 	if len(reveal) != 0 {
 		t.Errorf("under the defaults %d published columns reveal the added person exactly: %v", len(reveal), reveal)
