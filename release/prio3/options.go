@@ -149,12 +149,18 @@ func (o *Options) New(ctx context.Context, base pdd.Options, log *slog.Logger) (
 	if err != nil {
 		return nil, nil, err
 	}
-	budget := base.Budget
-	if budget.Epsilon == 0 {
-		budget.Epsilon = DefaultBudgetEpsilon
-	}
+	budget := finiteBudget(base.Budget)
 	st := &Stage{Brokers: base.Kafka, Writer: w, List: list, Blacklist: o.Blacklist, Logger: log,
 		Epsilon: base.Epsilon, Dataset: base.Dataset, Budget: budget,
 		Collector: p3.Collector{Campaign: o.Campaign, Measurement: m, Key: keys[0], MinBatchSize: o.MinBatchSize}, OldKeys: keys[1:]}
 	return st, w, nil
+}
+
+// finiteBudget returns b with a zero ε budget ("no limit" elsewhere)
+// replaced by DefaultBudgetEpsilon.
+func finiteBudget(b release.Budget) release.Budget {
+	if b.Epsilon == 0 {
+		b.Epsilon = DefaultBudgetEpsilon
+	}
+	return b
 }
