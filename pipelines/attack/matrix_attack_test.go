@@ -185,13 +185,15 @@ const mxKnownGaps = true
 // existing consumers, forging their acknowledgements); a put into every
 // bucket; steering a responder's answer, a JetStream acknowledgement or a
 // push consumer's deliveries onto every other role's inbox, bucket,
-// stream subject or request subject. Success is an observable effect
-// within 300 ms: a JetStream API answer without an error (a message, for
-// gets and fetches), a message reaching the attacker's subscription
-// after the subject's normal traffic, or, for operations on someone
-// else's state, a spy receiving a message, a stream capturing the target
-// subject growing, or a consumer's acknowledgements moving in the
-// operation's window. A permission error ends a window early.
+// stream subject or request subject (not onto a subject the credential's
+// own specification lets it publish to: steering there gains nothing).
+// Success is an observable effect: a JetStream API answer without an
+// error within 2 s (a message, for gets and fetches), a message reaching
+// the attacker's subscription after the subject's normal traffic, or, for
+// operations on someone else's state, within 400 ms a spy receiving a
+// message, a stream capturing the target subject growing, or a
+// consumer's acknowledgements moving in the operation's own window. A
+// permission error ends a wait early.
 //
 // Kafka: every principal of kafka.Roles and a client's credential try
 // Read, Write, Describe, Create, Alter, Delete on every topic, Read,

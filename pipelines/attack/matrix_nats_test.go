@@ -39,8 +39,14 @@ import (
 // judged by their effect on someone else's state (one at a time, each in
 // its own window) and destructive API requests (last, stream by stream).
 
-// mxWait bounds how long one operation waits for its answer or its effect.
-const mxWait = 300 * time.Millisecond
+// mxWait bounds how long an operation judged by its effect waits for it
+// (after the server took every publish), mxAnswer how long a request waits
+// for its answer (a refused one ends at the permission error, one nobody
+// serves at the no-responders status).
+const (
+	mxWait   = 400 * time.Millisecond
+	mxAnswer = 2 * time.Second
+)
 
 // mxResponders are the request subjects of the responders, the role
 // whose credential serves each and the queue group its code subscribes
@@ -453,7 +459,7 @@ func (a *mxAttacker) publish(m *nats.Msg) (refused bool) {
 }
 
 // request sends body to subject and returns the first answer, or nil when
-// the server refused the publish, nobody answered or mxWait passed.
+// the server refused the publish, nobody answered or mxAnswer passed.
 func (a *mxAttacker) request(subject string, body []byte) *nats.Msg {
 	inbox := a.nc.NewRespInbox()
 	sub, err := a.nc.SubscribeSync(inbox)
@@ -464,7 +470,7 @@ func (a *mxAttacker) request(subject string, body []byte) *nats.Msg {
 	if err := a.nc.PublishRequest(subject, inbox, body); err != nil {
 		return nil
 	}
-	deadline := time.Now().Add(mxWait)
+	deadline := time.Now().Add(mxAnswer)
 	for time.Now().Before(deadline) {
 		if m, err := sub.NextMsg(10 * time.Millisecond); err == nil {
 			if m.Header.Get("Status") == "503" { // no responders
@@ -526,7 +532,8 @@ func natsMatrix(t *testing.T, ctx context.Context, r natsauth.Role, spec map[str
 // subject and inbox; then each is used as in normal operation (requests by
 // their requesters, publishes by their publishers, a request by each
 // role, answered into its inbox). A subscription succeeded when a message
-// reached it within mxWait of the traffic.
+// reached it once the traffic's requests were answered (or mxAnswer
+// passed).
 func (a *mxAttacker) subscriptions(add func(string, bool)) {
 	w := a.w
 	var subjects []string
@@ -551,7 +558,7 @@ func (a *mxAttacker) subscriptions(add func(string, bool)) {
 	_ = a.nc.FlushTimeout(time.Second)
 	var wg sync.WaitGroup
 	for _, r := range mxResponders {
-		wg.Go(func() { _, _ = w.conns[mxRequester(r.subject)].Request(r.subject, []byte("legit"), mxWait) })
+		wg.Go(func() { _, _ = w.conns[mxRequester(r.subject)].Request(r.subject, []byte("legit"), mxAnswer) })
 	}
 	for _, s := range mxStreamSubjects {
 		_ = w.conns[s.owner].Publish(s.subject, []byte("legit"))
@@ -564,10 +571,10 @@ func (a *mxAttacker) subscriptions(add func(string, bool)) {
 		if r == natsauth.Client {
 			subj = protocol.RandomnessPublicKeySubject
 		}
-		wg.Go(func() { _, _ = w.conns[r].Request(subj, nil, mxWait) })
+		wg.Go(func() { _, _ = w.conns[r].Request(subj, nil, mxAnswer) })
 	}
 	wg.Wait()
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
 	for i, s := range subjects {
 		ok := false
 		if subs[i] != nil {
@@ -754,72 +761,63 @@ func (a *mxAttacker) effects(add func(string, bool), spec map[string]bool) {
 	for _, b := range mxBuckets {
 		candidates = append(candidates, "$KV."+b.bucket+".matrix-src")
 	}
-	for _, t := range targets {
-		subj := uniq(t.subject)
-		sinkSubj := subj
-		if t.spy != "" {
-			sinkSubj = "" // responders and inboxes: no stream holds them
+	// steer runs one operation per target, each in its own window: the
+	// spy of the target, or the streams holding its subject
+	steer := func(kind string, act func(t mxTarget, subj string) (allRefused bool)) {
+		for _, t := range targets {
+			subj := uniq(t.subject)
+			sinkSubj := subj
+			if t.spy != "" {
+				sinkSubj = "" // responders and inboxes: no stream holds them
+			}
+			add(kind+" "+t.name, window(t.spy, sinkSubj, func() bool { return act(t, subj) }))
 		}
-		add("reply-to "+t.name, window(t.spy, sinkSubj, func() bool {
-			all := true
-			for _, r := range mxResponders {
-				if r.subject != subj {
-					all = a.publish(&nats.Msg{Subject: r.subject, Reply: subj, Data: []byte("matrix")}) && all
+	}
+	steer("reply-to", func(_ mxTarget, subj string) bool {
+		all := true
+		for _, r := range mxResponders {
+			if r.subject != subj {
+				all = a.publish(&nats.Msg{Subject: r.subject, Reply: subj, Data: []byte("matrix")}) && all
+			}
+		}
+		return all
+	})
+	steer("puback-to", func(_ mxTarget, subj string) bool {
+		all := true
+		for _, src := range candidates {
+			if slices.ContainsFunc(w.streams, func(s mxStream) bool { return holds(s, src) && holds(s, subj) }) {
+				continue
+			}
+			all = a.publish(&nats.Msg{Subject: src, Reply: subj, Data: []byte("matrix")}) && all
+		}
+		return all
+	})
+	steer("deliver-to", func(t mxTarget, subj string) bool {
+		all := true
+		for _, s := range w.streams {
+			if holds(s, subj) {
+				continue
+			}
+			// without a deliver group, and in the spy's queue group (the
+			// names are in the code): a push consumer delivers only where
+			// a plain or its group's subscription listens
+			for _, group := range slices.Compact([]string{"", t.queue}) {
+				name := fmt.Sprintf("mxp%d", n)
+				n++
+				cfg := map[string]any{"name": name, "deliver_subject": subj, "ack_policy": "none", "deliver_policy": "all",
+					"inactive_threshold": int64(10 * time.Minute)}
+				if group != "" {
+					cfg["deliver_group"] = group
+				}
+				body, _ := json.Marshal(map[string]any{"stream_name": s.name, "config": cfg})
+				if apiOK(a.request("$JS.API.CONSUMER.CREATE."+s.name+"."+name, body)) ||
+					apiOK(a.request("$JS.API.CONSUMER.CREATE."+s.name, body)) {
+					all = false
 				}
 			}
-			return all
-		}))
-	}
-	for _, t := range targets {
-		subj := uniq(t.subject)
-		sinkSubj := subj
-		if t.spy != "" {
-			sinkSubj = ""
 		}
-		add("puback-to "+t.name, window(t.spy, sinkSubj, func() bool {
-			all := true
-			for _, src := range candidates {
-				if slices.ContainsFunc(w.streams, func(s mxStream) bool { return holds(s, src) && holds(s, subj) }) {
-					continue
-				}
-				all = a.publish(&nats.Msg{Subject: src, Reply: subj, Data: []byte("matrix")}) && all
-			}
-			return all
-		}))
-	}
-	for _, t := range targets {
-		subj := uniq(t.subject)
-		sinkSubj := subj
-		if t.spy != "" {
-			sinkSubj = ""
-		}
-		add("deliver-to "+t.name, window(t.spy, sinkSubj, func() bool {
-			all := true
-			for _, s := range w.streams {
-				if holds(s, subj) {
-					continue
-				}
-				// without a deliver group, and in the spy's queue group
-				// (the names are in the code): a push consumer delivers
-				// only where a plain or its group's subscription listens
-				for _, group := range slices.Compact([]string{"", t.queue}) {
-					name := fmt.Sprintf("mxp%d", n)
-					n++
-					cfg := map[string]any{"name": name, "deliver_subject": subj, "ack_policy": "none", "deliver_policy": "all",
-						"inactive_threshold": int64(10 * time.Minute)}
-					if group != "" {
-						cfg["deliver_group"] = group
-					}
-					body, _ := json.Marshal(map[string]any{"stream_name": s.name, "config": cfg})
-					if apiOK(a.request("$JS.API.CONSUMER.CREATE."+s.name+"."+name, body)) ||
-						apiOK(a.request("$JS.API.CONSUMER.CREATE."+s.name, body)) {
-						all = false
-					}
-				}
-			}
-			return all
-		}))
-	}
+		return all
+	})
 }
 
 // destructive: per stream, one after the other, deleting its first
