@@ -266,6 +266,8 @@ func TestAttackRoleMatrix(t *testing.T) {
 			}
 		}
 	}
+	sort.Strings(beyond)
+	sort.Strings(refused)
 	var stale []string
 	for k := range spec {
 		if !seen[k] {

@@ -412,9 +412,10 @@ func (w *mxWorld) streamState(subject string) map[string][2]uint64 {
 // mxAttacker is the attacking credential's connection; it remembers the
 // subjects the server refused it to publish to.
 type mxAttacker struct {
-	w    *mxWorld
-	role natsauth.Role
-	nc   *nats.Conn
+	w       *mxWorld
+	role    natsauth.Role
+	nc      *nats.Conn
+	account string // the NATS account the server put the credential in
 
 	mu      sync.Mutex
 	refused map[string]bool
@@ -432,7 +433,54 @@ func (w *mxWorld) attacker(r natsauth.Role) *mxAttacker {
 			a.mu.Unlock()
 		}
 	})
+	cid, err := a.nc.GetClientID()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	cz, err := w.ns.NATS().Connz(&server.ConnzOptions{CID: cid, Username: true})
+	if err != nil || len(cz.Conns) != 1 {
+		w.t.Fatalf("connection of %s: %v", r, err)
+	}
+	a.account = cz.Conns[0].Account
 	return a
+}
+
+// apiPrefixes are the JetStream API prefixes through which the attacker
+// may reach stream s: its own account's "$JS.API." when s lives there, and
+// the import prefix "$JS.<account>.API." of s's account (how the admin and
+// the operator reach other accounts' streams when each operator has an
+// account of its own); every JetStream account's for s == nil.
+func (a *mxAttacker) apiPrefixes(s *mxStream) []string {
+	var out []string
+	if s == nil || s.account == a.account {
+		out = append(out, "$JS.API.")
+	}
+	for _, st := range a.w.streams {
+		if p := "$JS." + st.account + ".API."; (s == nil || st.account == s.account) && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// api sends body to the JetStream API subject rest ("STREAM.INFO.…") of
+// stream s (nil: the account-wide API) through each of apiPrefixes and
+// reports whether one answered without an error.
+func (a *mxAttacker) api(s *mxStream, rest string, body any) bool {
+	var b []byte
+	switch v := body.(type) {
+	case nil:
+	case []byte:
+		b = v
+	default:
+		b, _ = json.Marshal(v)
+	}
+	for _, p := range a.apiPrefixes(s) {
+		if apiOK(a.request(p+rest, b)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *mxAttacker) wasRefused(subject string) bool {
@@ -525,6 +573,17 @@ func natsMatrix(t *testing.T, ctx context.Context, r natsauth.Role, spec map[str
 	a.readAPI(add)
 	a.effects(add, spec)
 	a.destructive(add)
+	// streams of one name in several accounts (each relay's inbox stream
+	// when each operator has an account) are one resource: an operation
+	// on it succeeded when it did on one of them
+	merged := map[string]bool{}
+	for _, r := range out {
+		merged[r.op] = merged[r.op] || r.ok
+	}
+	out = out[:0]
+	for op, ok := range merged {
+		out = append(out, mxResult{op, ok})
+	}
 	return out
 }
 
@@ -595,19 +654,7 @@ func (a *mxAttacker) subscriptions(add func(string, bool)) {
 func (a *mxAttacker) readAPI(add func(string, bool)) {
 	var wg sync.WaitGroup
 	try := func(op string, fn func() bool) { wg.Go(func() { add(op, fn()) }) }
-	req := func(subj string, body any) bool {
-		var b []byte
-		switch v := body.(type) {
-		case nil:
-		case []byte:
-			b = v
-		default:
-			b, _ = json.Marshal(v)
-		}
-		return apiOK(a.request(subj, b))
-	}
-	api := "$JS.API."
-	try("js INFO", func() bool { return req(api+"INFO", nil) })
+	try("js INFO", func() bool { return a.api(nil, "INFO", nil) })
 	newConsumer := func(name string) map[string]any {
 		c := map[string]any{"ack_policy": "none", "deliver_policy": "all", "inactive_threshold": int64(10 * time.Minute)}
 		if name != "" {
@@ -616,41 +663,38 @@ func (a *mxAttacker) readAPI(add func(string, bool)) {
 		return c
 	}
 	for _, s := range a.w.streams {
-		try("js STREAM.INFO "+s.name, func() bool { return req(api+"STREAM.INFO."+s.name, nil) })
-		try("js STREAM.MSG.GET "+s.name, func() bool { return req(api+"STREAM.MSG.GET."+s.name, map[string]any{"seq": s.first}) })
+		try("js STREAM.INFO "+s.name, func() bool { return a.api(&s, "STREAM.INFO."+s.name, nil) })
+		try("js STREAM.MSG.GET "+s.name, func() bool { return a.api(&s, "STREAM.MSG.GET."+s.name, map[string]any{"seq": s.first}) })
 		try("js DIRECT.GET "+s.name, func() bool {
-			return req(api+"DIRECT.GET."+s.name, map[string]any{"seq": s.first}) ||
-				(s.seedSubject != "" && req(api+"DIRECT.GET."+s.name+"."+s.seedSubject, nil))
+			return a.api(&s, "DIRECT.GET."+s.name, map[string]any{"seq": s.first}) ||
+				(s.seedSubject != "" && a.api(&s, "DIRECT.GET."+s.name+"."+s.seedSubject, nil))
 		})
-		try("js STREAM.CREATE "+s.name, func() bool { return req(api+"STREAM.CREATE."+s.name, s.config) })
-		try("js STREAM.UPDATE "+s.name, func() bool { return req(api+"STREAM.UPDATE."+s.name, s.config) })
+		try("js STREAM.CREATE "+s.name, func() bool { return a.api(&s, "STREAM.CREATE."+s.name, s.config) })
+		try("js STREAM.UPDATE "+s.name, func() bool { return a.api(&s, "STREAM.UPDATE."+s.name, s.config) })
 		try("js CONSUMER.CREATE "+s.name, func() bool {
 			name := "mx-" + string(a.role)
-			return req(api+"CONSUMER.CREATE."+s.name, map[string]any{"stream_name": s.name, "config": newConsumer("")}) ||
-				req(api+"CONSUMER.CREATE."+s.name+"."+name, map[string]any{"stream_name": s.name, "config": newConsumer(name)}) ||
-				(s.seedSubject != "" && req(api+"CONSUMER.CREATE."+s.name+"."+name+"f."+s.seedSubject,
-					map[string]any{"stream_name": s.name, "config": func() map[string]any {
-						c := newConsumer(name + "f")
-						c["filter_subject"] = s.seedSubject
-						return c
-					}()}))
+			filtered := newConsumer(name + "f")
+			filtered["filter_subject"] = s.seedSubject
+			return a.api(&s, "CONSUMER.CREATE."+s.name, map[string]any{"stream_name": s.name, "config": newConsumer("")}) ||
+				a.api(&s, "CONSUMER.CREATE."+s.name+"."+name, map[string]any{"stream_name": s.name, "config": newConsumer(name)}) ||
+				(s.seedSubject != "" && a.api(&s, "CONSUMER.CREATE."+s.name+"."+name+"f."+s.seedSubject, map[string]any{"stream_name": s.name, "config": filtered}))
 		})
 		try("js CONSUMER.DURABLE.CREATE "+s.name, func() bool {
 			name := "mxd-" + string(a.role)
 			c := newConsumer("")
 			c["durable_name"] = name
-			return req(api+"CONSUMER.DURABLE.CREATE."+s.name+"."+name, map[string]any{"stream_name": s.name, "config": c})
+			return a.api(&s, "CONSUMER.DURABLE.CREATE."+s.name+"."+name, map[string]any{"stream_name": s.name, "config": c})
 		})
 		for _, c := range s.consumers {
-			subj := api + "CONSUMER.CREATE." + s.name + "." + c.name
+			rest := "CONSUMER.CREATE." + s.name + "." + c.name
 			if c.filter != "" {
-				subj += "." + c.filter
+				rest += "." + c.filter
 			}
 			body := []byte(`{"stream_name":"` + s.name + `","config":` + string(c.config) + `}`)
-			try("js CONSUMER.CREATE "+s.name+" "+c.name, func() bool { return req(subj, body) })
-			try("js CONSUMER.INFO "+s.name+" "+c.name, func() bool { return req(api+"CONSUMER.INFO."+s.name+"."+c.name, nil) })
+			try("js CONSUMER.CREATE "+s.name+" "+c.name, func() bool { return a.api(&s, rest, body) })
+			try("js CONSUMER.INFO "+s.name+" "+c.name, func() bool { return a.api(&s, "CONSUMER.INFO."+s.name+"."+c.name, nil) })
 			try("js CONSUMER.MSG.NEXT "+s.name+" "+c.name, func() bool {
-				return req(api+"CONSUMER.MSG.NEXT."+s.name+"."+c.name, map[string]any{"batch": 1, "no_wait": true})
+				return a.api(&s, "CONSUMER.MSG.NEXT."+s.name+"."+c.name, map[string]any{"batch": 1, "no_wait": true})
 			})
 		}
 	}
@@ -810,8 +854,7 @@ func (a *mxAttacker) effects(add func(string, bool), spec map[string]bool) {
 					cfg["deliver_group"] = group
 				}
 				body, _ := json.Marshal(map[string]any{"stream_name": s.name, "config": cfg})
-				if apiOK(a.request("$JS.API.CONSUMER.CREATE."+s.name+"."+name, body)) ||
-					apiOK(a.request("$JS.API.CONSUMER.CREATE."+s.name, body)) {
+				if a.api(&s, "CONSUMER.CREATE."+s.name+"."+name, body) || a.api(&s, "CONSUMER.CREATE."+s.name, body) {
 					all = false
 				}
 			}
@@ -825,15 +868,14 @@ func (a *mxAttacker) effects(add func(string, bool), spec map[string]bool) {
 // the API's answer (streams side by side).
 func (a *mxAttacker) destructive(add func(string, bool)) {
 	var wg sync.WaitGroup
-	api := "$JS.API."
 	for _, s := range a.w.streams {
 		wg.Go(func() {
-			add("js STREAM.MSG.DELETE "+s.name, apiOK(a.request(api+"STREAM.MSG.DELETE."+s.name, []byte(fmt.Sprintf(`{"seq":%d,"no_erase":true}`, s.first)))))
+			add("js STREAM.MSG.DELETE "+s.name, a.api(&s, "STREAM.MSG.DELETE."+s.name, []byte(fmt.Sprintf(`{"seq":%d,"no_erase":true}`, s.first))))
 			for _, c := range s.consumers {
-				add("js CONSUMER.DELETE "+s.name+" "+c.name, apiOK(a.request(api+"CONSUMER.DELETE."+s.name+"."+c.name, nil)))
+				add("js CONSUMER.DELETE "+s.name+" "+c.name, a.api(&s, "CONSUMER.DELETE."+s.name+"."+c.name, nil))
 			}
-			add("js STREAM.PURGE "+s.name, apiOK(a.request(api+"STREAM.PURGE."+s.name, []byte("{}"))))
-			add("js STREAM.DELETE "+s.name, apiOK(a.request(api+"STREAM.DELETE."+s.name, nil)))
+			add("js STREAM.PURGE "+s.name, a.api(&s, "STREAM.PURGE."+s.name, []byte("{}")))
+			add("js STREAM.DELETE "+s.name, a.api(&s, "STREAM.DELETE."+s.name, nil))
 		})
 	}
 	wg.Wait()
