@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 )
@@ -446,31 +447,62 @@ func (r *Relay) release(items []*item) {
 	}
 }
 
-// consumer creates or updates the relay's shared durable pull consumer.
+// ConsumerWait bounds how long a starting relay waits for its consumer to
+// appear (the admin step creating it meanwhile).
+const ConsumerWait = 30 * time.Second
+
+// consumer binds the relay's shared durable pull consumer, which the
+// admin step (`crowdlog streams`, EnsureConsumer) created. Only where it
+// does not exist, on a server without the permission table (tests,
+// `crowdlog run` without keys), the relay creates it; with the table on
+// the server refuses that, and the error says to run the admin step. An
+// existing consumer is never changed: one whose ack wait or ack-pending
+// limit differs from this relay's options is used as it is, with a
+// warning. A missing consumer is looked for again for ConsumerWait.
 func (r *Relay) consumer(ctx context.Context) (jetstream.Consumer, error) {
-	cfg := jetstream.ConsumerConfig{
-		Durable:       ConsumerName(r.Name),
-		Description:   "crowdlog relay " + r.Name,
-		FilterSubject: protocol.RelaySubject(r.Name),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       def(r.AckWait, DefaultAckWait),
-		MaxDeliver:    -1,
+	cfg := ConsumerConfig(r.Name, def(r.AckWait, DefaultAckWait),
 		// room for a full pool plus a fetch being peeled and a batch being
 		// forwarded, with a margin for several processes
-		MaxAckPending: max(DefaultMaxAckPending, 4*(def(r.PoolSize, DefaultPoolSize)+2*def(r.BatchSize, DefaultBatchSize))),
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	}
+		max(DefaultMaxAckPending, 4*(def(r.PoolSize, DefaultPoolSize)+2*def(r.BatchSize, DefaultBatchSize))))
 	var err error
-	for attempt := 0; attempt < 5; attempt++ {
+	tried := false
+	until := time.Now().Add(ConsumerWait)
+	for attempt := 0; ; attempt++ {
 		var c jetstream.Consumer
-		if c, err = r.JS.CreateOrUpdateConsumer(ctx, Stream, cfg); err == nil {
+		actx, cancel := context.WithTimeout(ctx, natsconn.StreamAttemptTimeout)
+		c, err = r.JS.Consumer(actx, Stream, cfg.Durable)
+		cancel()
+		if err == nil {
+			if have := c.CachedInfo().Config; have.AckWait != cfg.AckWait || have.MaxAckPending < cfg.MaxAckPending {
+				log := r.Logger
+				if log == nil {
+					log = slog.Default()
+				}
+				log.Warn("the relay's consumer differs from this relay's options; using it as it is (the admin step, `crowdlog streams`, sets it)",
+					"consumer", cfg.Durable, "ack_wait", have.AckWait, "want_ack_wait", cfg.AckWait,
+					"max_ack_pending", have.MaxAckPending, "want_max_ack_pending", cfg.MaxAckPending)
+			}
 			return c, nil
 		}
-		if errors.Is(err, jetstream.ErrStreamNotFound) || !sleep(ctx, time.Duration(20*(attempt+1))*time.Millisecond) {
+		if errors.Is(err, jetstream.ErrConsumerNotFound) && !tried {
+			tried = true
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			c, err = r.JS.CreateConsumer(cctx, Stream, cfg)
+			cancel()
+			if err == nil || errors.Is(err, jetstream.ErrConsumerExists) {
+				if err == nil {
+					return c, nil
+				}
+				continue // created by another process meanwhile: bind it
+			}
+			err = fmt.Errorf("not found, and this credential may not create it: %w", err)
+		}
+		if errors.Is(err, jetstream.ErrStreamNotFound) || time.Now().After(until) ||
+			!sleep(ctx, min(time.Duration(20*(attempt+1))*time.Millisecond, time.Second)) {
 			break
 		}
 	}
-	return nil, fmt.Errorf("relays: consumer %s on stream %s: %w (call relays.EnsureStream first)", cfg.Durable, Stream, err)
+	return nil, fmt.Errorf("relays: consumer %s on stream %s: %w (%s)", cfg.Durable, Stream, err, natsconn.StreamsHint)
 }
 
 // prepare peels one fetched batch, terminates and counts the bad messages,

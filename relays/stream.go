@@ -97,6 +97,73 @@ func StreamConfig(maxMsgs int64, replicas int) jetstream.StreamConfig {
 	}
 }
 
+// AccountStreamConfig is StreamConfig for the relay stream of relay name
+// in an account of its own (natsauth: one account per role): it captures
+// only Subject(name). A stream capturing every relay subject in relay a's
+// account would also capture relay a's forwards to relay b, which reach
+// relay b's account through a service import.
+func AccountStreamConfig(name string, maxMsgs int64, replicas int) jetstream.StreamConfig {
+	cfg := StreamConfig(maxMsgs, replicas)
+	cfg.Description = "crowdlog relay " + name + "'s inbox (onion layers)"
+	cfg.Subjects = []string{protocol.RelaySubject(name)}
+	return cfg
+}
+
+// ConsumerConfig returns the durable pull consumer of relay name on its
+// inbox: filtered to Subject(name), explicit acks after each forward,
+// ackWait (<= 0: DefaultAckWait) and maxAckPending (<= 0:
+// DefaultConsumerMaxAckPending) unacknowledged messages at most, every
+// message from the start, redelivered without limit.
+func ConsumerConfig(name string, ackWait time.Duration, maxAckPending int) jetstream.ConsumerConfig {
+	if ackWait <= 0 {
+		ackWait = DefaultAckWait
+	}
+	if maxAckPending <= 0 {
+		maxAckPending = DefaultConsumerMaxAckPending
+	}
+	return jetstream.ConsumerConfig{
+		Durable:       ConsumerName(name),
+		Description:   "crowdlog relay " + name,
+		FilterSubject: protocol.RelaySubject(name),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		MaxDeliver:    -1,
+		MaxAckPending: maxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+}
+
+// DefaultConsumerMaxAckPending is the MaxAckPending of a relay consumer
+// the admin step creates: room for a full pool of DefaultPoolSize plus a
+// fetch being peeled and a batch being forwarded, with a margin for
+// several processes (at least DefaultMaxAckPending).
+var DefaultConsumerMaxAckPending = max(DefaultMaxAckPending, 4*(DefaultPoolSize+2*DefaultBatchSize))
+
+// EnsureConsumer creates relay name's durable consumer on js's relay
+// stream, or brings it to ConsumerConfig(name, 0, 0): the admin step's
+// (`crowdlog streams`); with the permission table on no relay may create
+// or change its consumer. Errors wrap the JetStream error.
+func EnsureConsumer(ctx context.Context, js jetstream.JetStream, name string) error {
+	cfg := ConsumerConfig(name, 0, 0)
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, natsconn.StreamAttemptTimeout)
+		_, err = js.CreateOrUpdateConsumer(actx, Stream, cfg)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(20*(attempt+1)) * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("relays: consumer %s on stream %s: %w", cfg.Durable, Stream, err)
+}
+
 // EnsureStream creates or updates the relay stream (StreamConfig(maxMsgs,
 // replicas)). It is idempotent and safe to call from several processes at
 // once; the last caller's maxMsgs wins. A new stream gets
@@ -120,12 +187,22 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, maxMsgs int64) er
 // Pass names in route order (first hop first) and call it after the
 // publishers flushed: a relay's messages are acknowledged only after they
 // reached the next hop, so a true answer then means everything reached Kafka.
+// js holds every relay's inbox (one account); DrainedEach asks each
+// relay's own account.
 func Drained(ctx context.Context, js jetstream.JetStream, names ...string) (bool, error) {
-	st, err := js.Stream(ctx, Stream)
-	if err != nil {
-		return false, fmt.Errorf("relays: stream %s: %w (call EnsureStream first)", Stream, err)
-	}
+	return DrainedEach(ctx, func(string) jetstream.JetStream { return js }, names...)
+}
+
+// DrainedEach is Drained where relay name's stream and consumer are
+// reached through jsOf(name): with one account per role, the operator's
+// import of that relay's account (natsconn.AccountJetStream).
+func DrainedEach(ctx context.Context, jsOf func(name string) jetstream.JetStream, names ...string) (bool, error) {
 	for _, n := range names {
+		js := jsOf(n)
+		st, err := js.Stream(ctx, Stream)
+		if err != nil {
+			return false, fmt.Errorf("relays: stream %s of relay %s: %w (run `crowdlog streams` first)", Stream, n, err)
+		}
 		c, err := js.Consumer(ctx, Stream, ConsumerName(n))
 		switch {
 		case err == nil:

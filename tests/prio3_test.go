@@ -212,8 +212,13 @@ func TestPrio3EndToEnd(t *testing.T) {
 	onc, err := natsconn.ConnectAs(ns.URL, "prio3-e2e-operator", natsconn.RoleSecurity(natsKeys, natsauth.Operator))
 	must(t, err)
 	t.Cleanup(onc.Close)
-	ojs, err := jetstream.New(onc)
-	must(t, err)
+	// the operator reaches each relay's stream through its account's
+	// imports (one account per role)
+	ojs := func(name string) jetstream.JetStream {
+		js, err := natsconn.AccountJetStream(onc, natsauth.RelayRole(name), true)
+		must(t, err)
+		return js
+	}
 	a, b, _, err := keydir.LoadRoute(relayKeys)
 	must(t, err)
 	lk, err := onion.LoadPublicKey(filepath.Join(roleDir[keydir.RolePrio3Leader], keydir.Prio3LeaderKey+".pub"))
@@ -279,7 +284,7 @@ func TestPrio3EndToEnd(t *testing.T) {
 	}
 	sentAt := time.Since(began)
 	waitUntil(t, ctx, logs, "the relays to drain", 2*time.Minute, func() bool {
-		ok, err := relays.Drained(ctx, ojs, "a", "b")
+		ok, err := relays.DrainedEach(ctx, ojs, "a", "b")
 		return err == nil && ok
 	})
 	// every upload prepared at both before the clock closes the batches

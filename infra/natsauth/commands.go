@@ -18,13 +18,16 @@ import (
 // ConfigHelp is the long help of `crowdlog nats-config`.
 var ConfigHelp = `nats-config prints the nats-server configuration file (nats-server -c FILE)
 generated from crowdlog's permission table (infra/natsauth): JetStream on,
-one account "` + Account + `" with JetStream, and one NKey user per role whose
+one account per role (the client's "` + ClientAccount + `", "CROWDLOG_RELAY_A",
+…; JetStream only in the accounts of the relays, the randomness service,
+the issuer and the coordinator), each with the NKey user of its role whose
 public key is in --nkeys DIR (nats-ROLE.pub), allowed to publish and
 subscribe only to the subjects its role uses; responders may answer the
 requests they receive (allow_responses). A role without a public key in DIR
-is left out and cannot connect. The client credential gets an account of
-its own, "` + ClientAccount + `", which imports only relay a's inbox
-and the client request subjects. With --tls-cert, --tls-key and --tls-ca the
+cannot connect. Accounts reach each other only through service exports
+and imports: the request subjects each role answers, the relays' inboxes
+(relay a's for the clients, relay b's for relay a) and the JetStream API
+subjects the admin step and the pipeline operator need. With --tls-cert, --tls-key and --tls-ca the
 server requires TLS and a client certificate signed by the CA. For a
 cluster give --cluster-name, --cluster-listen, --routes and --route-secret
 (the same file on every server, from 'crowdlog nats-config route-secret'):

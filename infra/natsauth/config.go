@@ -13,30 +13,7 @@ import (
 	"strings"
 
 	"github.com/nats-io/nkeys"
-
-	"github.com/crowdlog/crowdlog/protocol"
 )
-
-// Account is the NATS account of every crowdlog role but the client
-// (JetStream enabled); the relay stream and the key-value buckets live in
-// it.
-const Account = "CROWDLOG"
-
-// ClientAccount is the NATS account of the client credential. It has no
-// JetStream and no subject of Account's: it imports, as services, only
-// ClientServices from Account. A subject a client names (a request's
-// reply subject included) is a subject of ClientAccount, so no reply a
-// responder sends and no JetStream acknowledgement can reach Account's
-// streams, buckets or inboxes.
-const ClientAccount = "CROWDLOG_CLIENTS"
-
-// ClientServices are the subjects Account exports to ClientAccount (as
-// services, one response each) and ClientAccount imports: relay a's
-// inbox (a JetStream publish, acknowledged through the import) and the
-// client request subjects of Table's client row.
-func ClientServices() []string {
-	return slices.Concat([]string{protocol.RelaySubject("a")}, clientRequests)
-}
 
 // TLSFiles are the paths of a TLS certificate (PEM), its private key (PEM)
 // and the CA bundle (PEM) that verifies the other side.
@@ -115,14 +92,16 @@ func list(subjects []string) string {
 }
 
 // Text renders the configuration: server-wide JetStream (and listen,
-// store_dir, cluster, tls where set; max_payload always), the account Account with
-// JetStream enabled whose users are the roles of c.Users but the client,
-// exporting ClientServices to ClientAccount only, and the account
-// ClientAccount (no JetStream) importing them, whose user is the client;
-// each user has its role's Table row as permissions (publish/subscribe
-// allow lists, allow_responses). Requests through a service import reach
-// the responder with a reply subject "_R_.…" of Account that nats-server
-// maps back to the requester's own reply subject in ClientAccount.
+// store_dir, cluster, tls where set; max_payload always) and one account
+// per role of Roles (AccountOf; JetStream enabled for JetStreamRoles),
+// whose user, when c.Users has the role's key, has the role's Table row
+// as permissions (publish/subscribe allow lists, allow_responses); each
+// account exports its Services to their importers' accounts only and its
+// AdminAPI and OperatorAPI subjects to the admin's and the operator's
+// accounts, which import those under JSAPIPrefix of the owner. Requests
+// through a service import reach the responder with a reply subject
+// "_R_.…" of its account that nats-server maps back to the requester's
+// own reply subject in the requester's account.
 // Errors: no users, an unknown role, a key that is not a public user NKey,
 // a cluster without its name, listen address, routes or a route password
 // of MinRoutePassword bytes.
@@ -162,48 +141,49 @@ func (c ServerConfig) Text() (string, error) {
 			return "", fmt.Errorf("natsauth: unknown role %q (one of %v)", r, Roles)
 		}
 	}
-	users := func(client bool) error {
-		b.WriteString("    users: [\n")
-		for _, r := range Roles {
-			key, ok := c.Users[r]
-			if !ok || (r == Client) != client {
-				continue
-			}
+	b.WriteString("# one account per role: a subject one role names (a reply or deliver\n# subject included) reaches another's account only through these exports\naccounts: {\n")
+	for _, r := range Roles {
+		fmt.Fprintf(&b, "  # %s\n  %s: {\n", r, AccountOf(r))
+		if slices.Contains(JetStreamRoles, r) {
+			b.WriteString("    jetstream: enabled\n")
+		}
+		if key, ok := c.Users[r]; ok {
 			if !nkeys.IsValidPublicUserKey(key) {
-				return fmt.Errorf("natsauth: role %s: %q is not a public user NKey (want U… from crowdlog nats-config nkey)", r, key)
+				return "", fmt.Errorf("natsauth: role %s: %q is not a public user NKey (want U… from crowdlog nats-config nkey)", r, key)
 			}
 			p, _ := Table(r)
 			if len(p.Publish) == 0 || len(p.Subscribe) == 0 {
 				// nats-server reads "allow: []" as no allow list: everything
-				return fmt.Errorf("natsauth: role %s has an empty publish or subscribe list, which nats-server would read as no restriction (give it at least its own inbox)", r)
+				return "", fmt.Errorf("natsauth: role %s has an empty publish or subscribe list, which nats-server would read as no restriction (give it at least its own inbox)", r)
 			}
-			fmt.Fprintf(&b, "      # %s\n      {nkey: %s, permissions: {\n        publish: {allow: %s}\n        subscribe: {allow: %s}\n",
-				r, quote(key), list(p.Publish), list(p.Subscribe))
+			fmt.Fprintf(&b, "    users: [\n      {nkey: %s, permissions: {\n        publish: {allow: %s}\n        subscribe: {allow: %s}\n",
+				quote(key), list(p.Publish), list(p.Subscribe))
 			if p.Responses {
 				b.WriteString("        allow_responses: true\n")
 			}
-			b.WriteString("      }}\n")
+			b.WriteString("      }}\n    ]\n")
 		}
-		b.WriteString("    ]\n")
-		return nil
+		if ex := exportsOf(r); len(ex) > 0 {
+			b.WriteString("    exports: [\n")
+			for _, e := range ex {
+				fmt.Fprintf(&b, "      {service: %s, accounts: %s}\n", quote(e.subject), list(e.accounts))
+			}
+			b.WriteString("    ]\n")
+		}
+		if im := importsOf(r); len(im) > 0 {
+			b.WriteString("    imports: [\n")
+			for _, i := range im {
+				if i.to == i.subject {
+					fmt.Fprintf(&b, "      {service: {account: %s, subject: %s}}\n", quote(i.account), quote(i.subject))
+				} else {
+					fmt.Fprintf(&b, "      {service: {account: %s, subject: %s}, to: %s}\n", quote(i.account), quote(i.subject), quote(i.to))
+				}
+			}
+			b.WriteString("    ]\n")
+		}
+		b.WriteString("  }\n")
 	}
-	fmt.Fprintf(&b, "accounts: {\n  %s: {\n    jetstream: enabled\n", Account)
-	if err := users(false); err != nil {
-		return "", err
-	}
-	b.WriteString("    # the only subjects the clients' account reaches (one response per request)\n    exports: [\n")
-	for _, s := range ClientServices() {
-		fmt.Fprintf(&b, "      {service: %s, accounts: [%s]}\n", quote(s), quote(ClientAccount))
-	}
-	fmt.Fprintf(&b, "    ]\n  }\n  %s: {\n", ClientAccount)
-	if err := users(true); err != nil {
-		return "", err
-	}
-	b.WriteString("    imports: [\n")
-	for _, s := range ClientServices() {
-		fmt.Fprintf(&b, "      {service: {account: %s, subject: %s}}\n", quote(Account), quote(s))
-	}
-	b.WriteString("    ]\n  }\n}\n")
+	b.WriteString("}\n")
 	return b.String(), nil
 }
 

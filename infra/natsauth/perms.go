@@ -1,7 +1,8 @@
 // Package natsauth is crowdlog's NATS authorization in one place: the
 // subject-permission table of every role (Table), the NATS server
-// configuration generated from it (ServerConfig.Text: an account with one
-// NKey user per role, their publish/subscribe permissions, TLS), and the
+// configuration generated from it (ServerConfig.Text: an account per role
+// with its NKey user, its publish/subscribe permissions and the service
+// exports and imports between accounts, TLS), and the
 // per-role NKey files (GenerateNKey, PublicKeys).
 //
 // Every role connects with its own NKey (Ed25519, nats-io/nkeys; the seed
@@ -15,11 +16,14 @@
 // checks the reply subject a requester names, and allow_responses lets the
 // answer through whatever the subject (a publish deny list included), so
 // two more rules keep a requester from steering an answer onto a stream
-// or bucket: the client credential lives in an account of its own
-// (ClientAccount, no JetStream), which reaches the roles' account only
-// through service imports of ClientServices; a reply subject a client
-// names is therefore a subject of the clients' account, for a responder's
-// answer and for JetStream's PubAck alike. And every responder answers
+// or bucket: every role's credential lives in an account of its own
+// (AccountOf; the clients' is ClientAccount, without JetStream), and
+// accounts reach each other only through the service imports of Services
+// and the JetStream API imports of the admin and the operator; a reply
+// subject a role names is therefore a subject of its own account, for a
+// responder's answer and for JetStream's PubAck alike, and so is the
+// deliver subject of a consumer it creates (accounts.go). And every
+// responder answers
 // through natsconn.Respond, which answers only requester inboxes
 // ("_INBOX.", and "_R_." of a service import) and counts the rest.
 //
@@ -123,9 +127,10 @@ func streamAdmin(stream string) []string {
 // stream or key-value bucket.
 func streamInfo(stream string) string { return "$JS.API.STREAM.INFO." + stream }
 
-// AdminStreams are the JetStream streams of a deployment, created by the
-// Admin role (`crowdlog streams`) before the roles start: the relay
-// stream, the key-value buckets' streams (KV_<bucket>) of the issuers'
+// AdminStreams are the names of the JetStream streams of a deployment,
+// created by the Admin role (`crowdlog streams`) before the roles start,
+// each in its owner's account (Streams): the relay stream (one per
+// relay's account), the key-value buckets' streams (KV_<bucket>) of the issuers'
 // counters, the spent tokens and the PDD coordinator, and the
 // coordinator's active index.
 var AdminStreams = []string{
@@ -149,22 +154,33 @@ func streamUse(stream string) []string {
 }
 
 // kv is everything the owner of key-value bucket does at run time: look
-// its stream KV_<bucket> up, read it, and its subjects $KV.<bucket>.>
-// (put, create, update, delete, purge of keys). Creating or changing the
-// bucket is the Admin role's.
+// its stream KV_<bucket> up, read it (direct and API gets), and its
+// subjects $KV.<bucket>.> (put, create, update, delete, purge of keys).
+// No consumer: gets and puts need none, and a consumer's creator chooses
+// its deliver subject, which nats-server does not check against the
+// creator's publish permissions. Creating or changing the bucket is the
+// Admin role's.
 func kv(bucket string) []string {
+	s := "KV_" + bucket
+	return []string{"$KV." + bucket + ".>", streamInfo(s),
+		"$JS.API.STREAM.MSG.GET." + s, "$JS.API.DIRECT.GET." + s, "$JS.API.DIRECT.GET." + s + ".>"}
+}
+
+// kvWatch is kv plus streamUse: the coordinator lists and watches its
+// buckets (ordered consumers). Its account imports nothing, so a deliver
+// subject it names stays in its own account.
+func kvWatch(bucket string) []string {
 	s := "KV_" + bucket
 	return slices.Concat([]string{"$KV." + bucket + ".>", streamInfo(s)}, streamUse(s))
 }
 
-// relayConsumer is what relay name does on the relay stream: its own
-// durable consumer, filtered to its own inbox (the filter is part of the
-// create subject, so it cannot open a consumer on another relay's inbox),
-// fetched and acknowledged.
+// relayConsumer is what relay name does on its inbox stream (in its own
+// account): look its durable consumer up, fetch and acknowledge. The
+// admin step creates the consumer (AdminAPI); a relay may not create or
+// change one.
 func relayConsumer(name string) []string {
 	s, c := protocol.RelayStream, protocol.RelayConsumerName(name)
 	return []string{
-		"$JS.API.CONSUMER.CREATE." + s + "." + c + "." + protocol.RelaySubject(name),
 		"$JS.API.CONSUMER.INFO." + s + "." + c,
 		"$JS.API.CONSUMER.MSG.NEXT." + s + "." + c,
 		"$JS.ACK." + s + "." + c + ".>",
@@ -187,9 +203,11 @@ var clientRequests = []string{
 //   - client: publish to relay a's inbox only (JetStream, acknowledged to
 //     its inbox) and request randomness, issuer, relay keys and the PDD
 //     coordinator's client subjects;
-//   - relay-a: consume its own inbox, publish to relay b's inbox, answer
-//     crowdlog.relaykeys.a; relay-b: the same without any publish (it
-//     forwards to Kafka); both may look the relay stream up;
+//   - relay-a: consume its own inbox (look up, fetch from and acknowledge
+//     its durable consumer, which the admin step created), publish to
+//     relay b's inbox, answer crowdlog.relaykeys.a; relay-b: the same
+//     without any publish (it forwards to Kafka); both may look their
+//     relay stream up;
 //   - randomness: answer crowdlog.randomness[.pubkey]; own the spent-token
 //     bucket; as the issuer of randomness tokens at the randomness
 //     operator (key custody split by verifier), answer
@@ -198,12 +216,16 @@ var clientRequests = []string{
 //     (single host: every kind; split: the aggregator's operator's issuer
 //     of report tokens and ARC credentials);
 //   - coordinator: answer every crowdlog.pdd.* subject; own its two
-//     buckets and the active index;
+//     buckets and the active index (the only runtime role that creates
+//     consumers: ordered ones on its own streams, in an account that
+//     imports nothing);
 //   - aggregator: request crowdlog.pdd.recovery;
-//   - operator: look the relay stream up, read its consumers, request
-//     crowdlog.pdd.advance and the public-key and relay-key subjects;
-//   - admin: create, update and look up the streams of AdminStreams
-//     (and the JetStream account info), nothing else;
+//   - operator: look each relay's stream and consumer up (OperatorAPI,
+//     under JSAPIPrefix of the relay), request crowdlog.pdd.advance and
+//     the public-key and relay-key subjects;
+//   - admin: create, update and look up the streams of every account
+//     and create the relays' durable consumers (AdminAPI, under
+//     JSAPIPrefix of each JetStream role), nothing else;
 //   - prio3-leader: request crowdlog.prio3.helper (replies to its own
 //     inbox), nothing else;
 //   - prio3-helper: answer crowdlog.prio3.helper; it publishes nothing of
@@ -213,8 +235,11 @@ var clientRequests = []string{
 // Every row's publish and subscribe lists are non-empty (Text refuses an
 // empty one for that reason).
 //
-// No runtime role may create, update, delete or purge a stream: only
-// Admin, which runs before the roles start.
+// No runtime role may create, update, delete or purge a stream, and none
+// but the coordinator may create a consumer: only Admin, which runs before
+// the roles start. The JetStream subjects of each row are those of the
+// role's own account (AccountOf); the admin's and the operator's reach
+// other accounts through imports.
 //
 // No role but the issuer touches $KV.crowdlog-issuer-counters.> or its
 // stream, no role but the randomness service the spent-token bucket and
@@ -243,7 +268,7 @@ func Table(r Role) (p Permissions, ok bool) {
 		return Permissions{Publish: slices.Concat(kv(protocol.IssuerCountersBucket), []string{jsInfo}),
 			Subscribe: []string{protocol.IssuerSubject, protocol.IssuerPublicKeySubject, inbox}, Responses: true}, true
 	case Coordinator:
-		pub := slices.Concat(kv(protocol.PDDBucket), kv(protocol.PDDRoundsBucket),
+		pub := slices.Concat(kvWatch(protocol.PDDBucket), kvWatch(protocol.PDDRoundsBucket),
 			[]string{streamInfo(protocol.PDDActiveStream)}, streamUse(protocol.PDDActiveStream),
 			[]string{protocol.PDDActiveSubjectPrefix + ">", jsInfo})
 		sub := []string{protocol.PDDRegisterSubject, protocol.PDDPingSubject, protocol.PDDDepositSubject,
@@ -252,18 +277,23 @@ func Table(r Role) (p Permissions, ok bool) {
 	case Aggregator:
 		return Permissions{Publish: []string{protocol.PDDRecoverySubject}, Subscribe: []string{inbox}}, true
 	case Operator:
-		pub := slices.Concat(relayStream, []string{
-			"$JS.API.CONSUMER.INFO." + protocol.RelayStream + ".*", jsInfo,
-			protocol.PDDAdvanceSubject, protocol.RandomnessPublicKeySubject, protocol.IssuerPublicKeySubject,
-			protocol.RelayKeysSubjectPrefix + "*",
-		})
+		var pub []string
+		for _, owner := range JetStreamRoles {
+			for _, subj := range OperatorAPI(owner) {
+				pub = append(pub, imported(owner, subj))
+			}
+		}
+		pub = append(pub, protocol.PDDAdvanceSubject, protocol.RandomnessPublicKeySubject, protocol.IssuerPublicKeySubject,
+			protocol.RelayKeysSubjectPrefix+"*")
 		return Permissions{Publish: pub, Subscribe: []string{inbox}}, true
 	case Admin:
 		var pub []string
-		for _, s := range AdminStreams {
-			pub = append(pub, streamAdmin(s)...)
+		for _, owner := range JetStreamRoles {
+			for _, subj := range AdminAPI(owner) {
+				pub = append(pub, imported(owner, subj))
+			}
 		}
-		return Permissions{Publish: append(pub, jsInfo), Subscribe: []string{inbox}}, true
+		return Permissions{Publish: pub, Subscribe: []string{inbox}}, true
 	case Prio3Leader:
 		return Permissions{Publish: []string{protocol.Prio3HelperSubject}, Subscribe: []string{inbox}}, true
 	case Prio3Helper:

@@ -69,13 +69,26 @@ func TestTableEverySubject(t *testing.T) {
 		{protocol.PDDActiveSubjectPrefix + "pdd.1", []Role{Coordinator}, nil},
 		{"$KV." + protocol.IssuerCountersBucket + ".k", []Role{Issuer}, nil},
 		{"$JS.API.STREAM.PURGE.KV_" + protocol.IssuerCountersBucket, nil, nil},
-		{"$JS.API.STREAM.INFO.KV_" + protocol.IssuerCountersBucket, []Role{Issuer, Admin}, nil},
-		{"$JS.API.STREAM.UPDATE.KV_" + protocol.IssuerCountersBucket, []Role{Admin}, nil},
-		{"$JS.API.STREAM.CREATE." + protocol.RelayStream, []Role{Admin}, nil},
-		{"$JS.API.STREAM.UPDATE." + protocol.RelayStream, []Role{Admin}, nil},
-		{"$JS.API.STREAM.UPDATE.KV_" + protocol.SpentTokensBucket, []Role{Admin}, nil},
-		{"$JS.API.STREAM.UPDATE.KV_" + protocol.PDDBucket, []Role{Admin}, nil},
-		{"$JS.API.STREAM.CREATE." + protocol.PDDActiveStream, []Role{Admin}, nil},
+		{"$JS.API.STREAM.INFO.KV_" + protocol.IssuerCountersBucket, []Role{Issuer}, nil},
+		{"$JS.API.STREAM.UPDATE.KV_" + protocol.IssuerCountersBucket, nil, nil},
+		{"$JS.API.STREAM.CREATE." + protocol.RelayStream, nil, nil},
+		{"$JS.API.CONSUMER.CREATE.KV_" + protocol.IssuerCountersBucket, nil, nil},
+		{"$JS.API.CONSUMER.CREATE.KV_" + protocol.IssuerCountersBucket + ".x", nil, nil},
+		{"$JS.API.CONSUMER.CREATE.KV_" + protocol.SpentTokensBucket + ".x", nil, nil},
+		{"$JS.API.CONSUMER.CREATE.KV_" + protocol.PDDBucket + ".x", []Role{Coordinator}, nil},
+		{"$JS.API.CONSUMER.CREATE." + protocol.RelayStream + ".relay-a." + protocol.RelaySubject("a"), nil, nil},
+		{"$JS.API.CONSUMER.DURABLE.CREATE." + protocol.RelayStream + ".relay-a", nil, nil},
+		{"$JS.CROWDLOG_ISSUER.API.STREAM.INFO.KV_" + protocol.IssuerCountersBucket, []Role{Admin}, nil},
+		{"$JS.CROWDLOG_ISSUER.API.STREAM.UPDATE.KV_" + protocol.IssuerCountersBucket, []Role{Admin}, nil},
+		{"$JS.CROWDLOG_RELAY_A.API.STREAM.CREATE." + protocol.RelayStream, []Role{Admin}, nil},
+		{"$JS.CROWDLOG_RELAY_B.API.STREAM.UPDATE." + protocol.RelayStream, []Role{Admin}, nil},
+		{"$JS.CROWDLOG_RELAY_A.API.STREAM.INFO." + protocol.RelayStream, []Role{Operator, Admin}, nil},
+		{"$JS.CROWDLOG_RELAY_A.API.CONSUMER.CREATE." + protocol.RelayStream + ".relay-a." + protocol.RelaySubject("a"), []Role{Admin}, nil},
+		{"$JS.CROWDLOG_RELAY_A.API.CONSUMER.CREATE." + protocol.RelayStream + ".relay-a." + protocol.RelaySubject("b"), nil, nil},
+		{"$JS.CROWDLOG_RANDOMNESS.API.STREAM.UPDATE.KV_" + protocol.SpentTokensBucket, []Role{Admin}, nil},
+		{"$JS.CROWDLOG_COORDINATOR.API.STREAM.UPDATE.KV_" + protocol.PDDBucket, []Role{Admin}, nil},
+		{"$JS.CROWDLOG_COORDINATOR.API.STREAM.CREATE." + protocol.PDDActiveStream, []Role{Admin}, nil},
+		{"$JS.CROWDLOG_COORDINATOR.API.STREAM.PURGE." + protocol.PDDActiveStream, nil, nil},
 		{"$JS.API.STREAM.CREATE.rewired", nil, nil},
 		{"$KV." + protocol.SpentTokensBucket + ".k", []Role{Randomness}, nil},
 		{"$JS.API.STREAM.DELETE.KV_" + protocol.SpentTokensBucket, nil, nil},
@@ -114,5 +127,51 @@ func TestTableEverySubject(t *testing.T) {
 	}
 	if _, ok := Table("mallory"); ok {
 		t.Error("unknown role has a row")
+	}
+}
+
+// TestServicesMatchTable: every service's owner answers it (subscribes)
+// or, for a relay inbox, owns the stream that captures it; every importer
+// may publish to it; and every subject a role may publish that is not its
+// own account's JetStream or inbox subject, nor an admin or operator
+// import, is imported from exactly one account.
+func TestServicesMatchTable(t *testing.T) {
+	for _, s := range Services() {
+		p, _ := Table(s.Owner)
+		if _, relay := RelayName(s.Owner); !slices.ContainsFunc(p.Subscribe, func(pat string) bool { return matches(pat, s.Subject) }) &&
+			!(relay && s.Subject == protocol.RelaySubject(string(s.Owner[len("relay-"):]))) {
+			t.Errorf("%s: owner %s does not answer it", s.Subject, s.Owner)
+		}
+		for _, i := range s.Importers {
+			if !slices.Contains(who(s.Subject, false), i) {
+				t.Errorf("%s: importer %s may not publish to it", s.Subject, i)
+			}
+		}
+	}
+	for _, r := range Roles {
+		p, _ := Table(r)
+		for _, subj := range p.Publish {
+			if strings.HasPrefix(subj, "$") || strings.HasPrefix(subj, "_INBOX.") || strings.HasSuffix(subj, "*") ||
+				(r == Coordinator && strings.HasPrefix(subj, protocol.PDDActiveSubjectPrefix)) {
+				continue
+			}
+			n := 0
+			for _, im := range importsOf(r) {
+				if im.to == subj {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("%s publishes %s, imported %d times, want once", r, subj, n)
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for _, r := range Roles {
+		if a := AccountOf(r); seen[a] {
+			t.Errorf("account %s twice", a)
+		} else {
+			seen[a] = true
+		}
 	}
 }

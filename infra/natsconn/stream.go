@@ -6,7 +6,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/crowdlog/crowdlog/infra/natsauth"
 )
 
 // StreamAttemptTimeout bounds one JetStream API request of StreamReplicas
@@ -74,4 +77,19 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 		}
 	}
 	return fmt.Errorf("create stream %s: %w (is JetStream enabled on the NATS server?)", cfg.Name, err)
+}
+
+// AccountJetStream returns the JetStream API of the account of owner (one
+// of natsauth.JetStreamRoles) as nc reaches it. With accounts (a server
+// running natsauth's generated configuration, one account per role: the
+// admin's and the operator's connections) requests go through the imports
+// natsauth generates for nc's role, under natsauth.JSAPIPrefix(owner),
+// and only the subjects natsauth.AdminAPI or OperatorAPI name answer;
+// without (a server without the permission table, every role in one
+// account) it is nc's own JetStream. Errors: those of jetstream.New.
+func AccountJetStream(nc *nats.Conn, owner natsauth.Role, accounts bool) (jetstream.JetStream, error) {
+	if !accounts {
+		return jetstream.New(nc)
+	}
+	return jetstream.NewWithAPIPrefix(nc, natsauth.JSAPIPrefix(owner))
 }

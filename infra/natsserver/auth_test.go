@@ -78,9 +78,9 @@ func testPKI(t *testing.T, dir string) (ca string, server, client natsauth.TLSFi
 
 // TestStartAuthTLS: the server generated from the permission table with
 // TLS on takes a role with its NKey, the CA and a client certificate, and
-// lets it do its job (the admin creates the relay stream, the client
-// publishes to relay a through its account's import and gets the
-// acknowledgement); it refuses a connection without the client
+// lets it do its job (the admin creates relay a's stream in relay a's
+// account, the client publishes to relay a through its account's import
+// and gets the acknowledgement); it refuses a connection without the client
 // certificate, without the CA, and without the NKey.
 func TestStartAuthTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -110,9 +110,11 @@ func TestStartAuthTLS(t *testing.T) {
 		t.Fatalf("admin with NKey and TLS: %v", err)
 	}
 	defer admin.Close()
-	js, _ := jetstream.New(admin)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: protocol.RelayStream, Subjects: []string{protocol.RelaySubjectPrefix + ">"}}); err != nil {
-		t.Fatalf("admin creates the relay stream: %v", err)
+	// the admin reaches relay a's account through its import of relay
+	// a's JetStream API (one account per role)
+	js, _ := jetstream.NewWithAPIPrefix(admin, natsauth.JSAPIPrefix(natsauth.RelayA))
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: protocol.RelayStream, Subjects: []string{protocol.RelaySubject("a")}}); err != nil {
+		t.Fatalf("admin creates relay a's stream: %v", err)
 	}
 	cl, err := natsconn.ConnectAs(ns.URL, "client", full(natsauth.Client))
 	if err != nil {

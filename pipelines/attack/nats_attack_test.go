@@ -51,7 +51,12 @@ func newNATSWorld(t *testing.T, ctx context.Context, auth bool) *natsWorld {
 	w.url = ns.URL
 	// the admin step (`crowdlog streams`): every stream and bucket exists
 	// before a role starts; no role's own credential may create one
-	if err := streams.Ensure(ctx, w.js(w.conn(natsauth.Admin)), streams.Config{}); err != nil {
+	// (with auth each in its owner's account, one account per role)
+	ensure := func() error { return streams.Ensure(ctx, w.js(w.conn(natsauth.Admin)), streams.Config{}) }
+	if auth {
+		ensure = func() error { return streams.EnsureAccounts(ctx, w.conn(natsauth.Admin), streams.Config{}) }
+	}
+	if err := ensure(); err != nil {
 		t.Fatal(err)
 	}
 	return w
@@ -81,9 +86,9 @@ func (w *natsWorld) js(nc *nats.Conn) jetstream.JetStream {
 	return js
 }
 
-// relayBypass mounts the attack once: the operator creates the relay
-// stream, relays a and b open their consumers (relays' durable names and
-// filters) with their own credentials, a client publishes n messages to
+// relayBypass mounts the attack once: the admin step created the relay
+// streams and consumers, relays a and b bind their consumers with their
+// own credentials, a client publishes n messages to
 // relay a (legitimate), n to relay b over JetStream and n more as plain
 // NATS publishes, relay a forwards m to relay b. It returns how many
 // messages relay b's consumer then holds from the client and from relay a,
@@ -92,13 +97,10 @@ func relayBypass(t *testing.T, auth bool, n, m int) (fromClient, fromA, toA int)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	w := newNATSWorld(t, ctx, auth)
-	if err := relays.EnsureStream(ctx, w.js(w.conn(natsauth.Operator)), 0); err != nil {
-		t.Fatal(err)
-	}
 	consumer := func(name string) jetstream.Consumer {
+		// the admin step created the relay's consumer; the relay binds it
 		js := w.js(w.conn(natsauth.RelayRole(name)))
-		c, err := js.CreateOrUpdateConsumer(ctx, relays.Stream, jetstream.ConsumerConfig{Durable: relays.ConsumerName(name),
-			FilterSubject: protocol.RelaySubject(name), AckPolicy: jetstream.AckExplicitPolicy})
+		c, err := js.Consumer(ctx, relays.Stream, relays.ConsumerName(name))
 		if err != nil {
 			t.Fatalf("relay %s consumer: %v", name, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -59,8 +60,32 @@ type reflectWorld struct {
 	l      reflectLayout
 }
 
+// preFixAccount is the one account of every role before the clients'
+// account and the account per role.
+const preFixAccount = "CROWDLOG"
+
+// oneAccountRow is role r's Table row for a server whose roles share one
+// account: the admin's and the operator's imported JetStream API subjects
+// ("$JS.<account>.API.…") become the account's own ("$JS.API.…").
+func oneAccountRow(r natsauth.Role) natsauth.Permissions {
+	p, _ := natsauth.Table(r)
+	var pub []string
+	for _, s := range p.Publish {
+		if rest, ok := strings.CutPrefix(s, "$JS.CROWDLOG_"); ok {
+			if _, api, ok := strings.Cut(rest, ".API."); ok {
+				s = "$JS.API." + api
+			}
+		}
+		if !slices.Contains(pub, s) {
+			pub = append(pub, s)
+		}
+	}
+	p.Publish = pub
+	return p
+}
+
 // reflectPreFixConfig is the server configuration as natsauth generated it
-// before the clients' account: one account natsauth.Account with every
+// before the clients' account: one account preFixAccount with every
 // role of keys, the client's inbox "_INBOX.client.>".
 func reflectPreFixConfig(keys map[natsauth.Role]string) string {
 	q := func(s []string) string {
@@ -71,13 +96,13 @@ func reflectPreFixConfig(keys map[natsauth.Role]string) string {
 		return "[" + strings.Join(out, ", ") + "]"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "jetstream: enabled\naccounts: {\n  %s: {\n    jetstream: enabled\n    users: [\n", natsauth.Account)
+	fmt.Fprintf(&b, "jetstream: enabled\naccounts: {\n  %s: {\n    jetstream: enabled\n    users: [\n", preFixAccount)
 	for _, r := range natsauth.Roles {
 		key, ok := keys[r]
 		if !ok {
 			continue
 		}
-		p, _ := natsauth.Table(r)
+		p := oneAccountRow(r)
 		sub := p.Subscribe
 		if r == natsauth.Client {
 			sub = []string{natsauth.InboxPrefix(r) + ".>"}
@@ -119,11 +144,16 @@ func newReflectWorld(t *testing.T, ctx context.Context, l reflectLayout) *reflec
 	}
 	t.Cleanup(ns.Shutdown)
 	w.url = ns.URL
-	admin, err := jetstream.New(w.conn(natsauth.Admin))
-	if err != nil {
-		t.Fatal(err)
+	if l.accounts {
+		err = streams.EnsureAccounts(ctx, w.conn(natsauth.Admin), streams.Config{})
+	} else {
+		admin, jerr := jetstream.New(w.conn(natsauth.Admin))
+		if jerr != nil {
+			t.Fatal(jerr)
+		}
+		err = streams.Ensure(ctx, admin, streams.Config{})
 	}
-	if err := streams.Ensure(ctx, admin, streams.Config{}); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
 	return w
@@ -198,7 +228,8 @@ func (w *reflectWorld) responders() {
 // values, the spent-token bucket's entries, the relay stream's messages.
 type reflectState struct {
 	counters, spentKV jetstream.KeyValue
-	relay             jetstream.Stream
+	// relay a's and relay b's inbox streams (one stream without accounts)
+	relay, relayB jetstream.Stream
 }
 
 func (w *reflectWorld) state() reflectState {
@@ -212,8 +243,13 @@ func (w *reflectWorld) state() reflectState {
 	if s.spentKV, err = rjs.KeyValue(w.ctx, protocol.SpentTokensBucket); err != nil {
 		w.t.Fatal(err)
 	}
-	ojs, _ := jetstream.New(w.conn(natsauth.Operator))
+	op := w.conn(natsauth.Operator)
+	ojs, _ := natsconn.AccountJetStream(op, natsauth.RelayA, w.l.accounts)
 	if s.relay, err = ojs.Stream(w.ctx, protocol.RelayStream); err != nil {
+		w.t.Fatal(err)
+	}
+	ojs, _ = natsconn.AccountJetStream(op, natsauth.RelayB, w.l.accounts)
+	if s.relayB, err = ojs.Stream(w.ctx, protocol.RelayStream); err != nil {
 		w.t.Fatal(err)
 	}
 	return s
@@ -365,7 +401,7 @@ func reflectPubAck(t *testing.T, l reflectLayout) (corrupted, toB int) {
 			corrupted++
 		}
 	}
-	info, err := s.relay.Info(ctx, jetstream.WithSubjectFilter(protocol.RelaySubject("b")))
+	info, err := s.relayB.Info(ctx, jetstream.WithSubjectFilter(protocol.RelaySubject("b")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/crowdlog/crowdlog/infra/natsauth"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/infra/spent"
 	"github.com/crowdlog/crowdlog/issuer"
@@ -49,7 +51,8 @@ func rewireOwned(r natsauth.Role) []string {
 // plus STREAM.CREATE and STREAM.UPDATE of every stream rewireOwned names
 // (exactly what streamAdmin gave the runtime roles then).
 func rewireOldTable(r natsauth.Role) (natsauth.Permissions, bool) {
-	p, ok := natsauth.Table(r)
+	_, ok := natsauth.Table(r)
+	p := oneAccountRow(r)
 	for _, s := range rewireOwned(r) {
 		p.Publish = append(p.Publish, "$JS.API.STREAM.CREATE."+s, "$JS.API.STREAM.UPDATE."+s)
 	}
@@ -123,8 +126,26 @@ func rewireAttack(t *testing.T, r natsauth.Role, old bool) rewireResult {
 		w = newNATSWorld(t, ctx, true)
 	}
 	adminNC := w.conn(natsauth.Admin)
-	if err := streams.Ensure(ctx, w.js(adminNC), streams.Config{}); err != nil { // newNATSWorld ran it too: idempotent
+	ensure := func() error { return streams.Ensure(ctx, w.js(adminNC), streams.Config{}) }
+	if !old {
+		ensure = func() error { return streams.EnsureAccounts(ctx, adminNC, streams.Config{}) }
+	}
+	if err := ensure(); err != nil { // newNATSWorld ran it too: idempotent
 		t.Fatal(err)
+	}
+	// the admin's view of the account that owns stream name
+	adminJS := func(name string) jetstream.JetStream {
+		for _, owner := range natsauth.JetStreamRoles {
+			if slices.Contains(natsauth.Streams(owner), name) {
+				js, err := natsconn.AccountJetStream(adminNC, owner, !old)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return js
+			}
+		}
+		t.Fatalf("no owner of stream %s", name)
+		return nil
 	}
 	counters, err := issuer.OpenCounters(ctx, w.conn(natsauth.Issuer))
 	if err != nil {
@@ -174,7 +195,7 @@ func rewireAttack(t *testing.T, r natsauth.Role, old bool) rewireResult {
 	source := []*jetstream.StreamSource{{Name: "KV_" + target}}
 	republish := &jetstream.RePublish{Source: ">", Destination: inbox + ".>"}
 	for _, name := range rewireOwned(r) {
-		info, err := w.js(adminNC).Stream(ctx, name)
+		info, err := adminJS(name).Stream(ctx, name)
 		if err != nil {
 			t.Fatal(err)
 		}

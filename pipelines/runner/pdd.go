@@ -195,7 +195,7 @@ type pddRun struct {
 	brokers    []string
 	nc         *nats.Conn          // the clients' (natsauth.Client)
 	js         jetstream.JetStream // on nc
-	opjs       jetstream.JetStream // the operator's: relay stream, drain checks
+	opjs       relayJS             // the operator's: relay streams, drain checks
 	natsKeys   string              // the embedded server's role NKeys; "" when NATS was given
 	conns      []func()            // Close of every NATS connection, run after the roles stopped
 	writer     *release.Writer
@@ -350,10 +350,10 @@ func (p *pddRun) startServices(ctx context.Context) error {
 	if p.nc, p.js, err = p.connect(natsauth.Client, "crowdlog-pdd"); err != nil {
 		return err
 	}
-	if _, p.opjs, err = p.connect(natsauth.Operator, "crowdlog-pdd-operator"); err != nil {
+	if p.opjs, err = operatorJS(p.connect, "crowdlog-pdd-operator", p.natsKeys != ""); err != nil {
 		return err
 	}
-	if err := ensureStreams(ctx, p.connect, false, p.opjs); err != nil {
+	if err := ensureStreams(ctx, p.connect, false, p.natsKeys != "", p.opjs); err != nil {
 		return err
 	}
 	if p.writer, err = release.Open(ctx, cfg.ClickHouse, cfg.Database); err != nil {
@@ -535,7 +535,7 @@ func (p *pddRun) runDay(ctx context.Context, d keywords.Day, rng *rand.Rand) err
 	if err := p.pub.Flush(ctx); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, "relays to drain", func() (bool, error) { return relays.Drained(ctx, p.opjs, "a", "b") }); err != nil {
+	if err := waitFor(ctx, "relays to drain", func() (bool, error) { return relays.DrainedEach(ctx, p.opjs, "a", "b") }); err != nil {
 		return err
 	}
 	p.sum.Days++

@@ -257,10 +257,10 @@ func (r *prio3Run) startServices(ctx context.Context) error {
 	if r.nc, r.js, err = r.connect(natsauth.Client, "crowdlog-pdd-prio3"); err != nil {
 		return err
 	}
-	if _, r.opjs, err = r.connect(natsauth.Operator, "crowdlog-pdd-operator"); err != nil {
+	if r.opjs, err = operatorJS(r.connect, "crowdlog-pdd-operator", r.natsKeys != ""); err != nil {
 		return err
 	}
-	if err := ensureStreams(ctx, r.connect, false, r.opjs); err != nil {
+	if err := ensureStreams(ctx, r.connect, false, r.natsKeys != "", r.opjs); err != nil {
 		return err
 	}
 	if r.writer, err = release.Open(ctx, cfg.ClickHouse, cfg.Database); err != nil {
@@ -417,7 +417,7 @@ func (r *prio3Run) runDay(ctx context.Context, d keywords.Day, rng *rand.Rand) e
 	if err := r.pub.Flush(ctx); err != nil {
 		return err
 	}
-	if err := waitBounded(ctx, "relays to drain", r.cfg.Timeout, func(ctx context.Context) (bool, error) { return relays.Drained(ctx, r.opjs, "a", "b") },
+	if err := waitBounded(ctx, "relays to drain", r.cfg.Timeout, func(ctx context.Context) (bool, error) { return relays.DrainedEach(ctx, r.opjs, "a", "b") },
 		r.relayProgress); err != nil {
 		return err
 	}

@@ -296,7 +296,7 @@ type run struct {
 	brokers      []string
 	nc           *nats.Conn          // the replayed clients' (natsauth.Client)
 	js           jetstream.JetStream // on nc
-	opjs         jetstream.JetStream // the operator's: relay stream, drain checks (js unless natsKeys)
+	opjs         relayJS             // the operator's: relay streams, drain checks (js unless natsKeys)
 	natsKeys     string              // the embedded server's role NKeys; "" when NATS was given
 	conns        []func()            // Close of every NATS connection, run after the roles stopped
 	writer       *release.Writer
@@ -458,11 +458,14 @@ func (r *run) startServices(ctx context.Context) error {
 	}
 	// the operator's part (the relay stream, the drain checks) has its
 	// own credential where there is one; the replayed clients only theirs
-	if _, r.opjs, err = r.connect(natsauth.Operator, "crowdlog-run-operator"); err != nil {
+	// with a credential the server runs natsauth's generated
+	// configuration: one account per role
+	credential := cfg.NATSOperatorNKey != "" || cfg.NATSSecurity.NKeyFile != ""
+	if r.opjs, err = operatorJS(r.connect, "crowdlog-run-operator", r.natsKeys != "" || credential); err != nil {
 		return err
 	}
 	if err := bounded(ctx, "the JetStream streams and buckets", cfg.StartTimeout, func(ctx context.Context) error {
-		return ensureStreams(ctx, r.connect, r.natsKeys == "" && (cfg.NATSOperatorNKey != "" || cfg.NATSSecurity.NKeyFile != ""), r.opjs)
+		return ensureStreams(ctx, r.connect, r.natsKeys == "" && credential, r.natsKeys != "" || credential, r.opjs)
 	}); err != nil {
 		return err
 	}
@@ -647,7 +650,7 @@ func (r *run) openEpoch(ctx context.Context, epoch string) error {
 func (r *run) closeEpoch(ctx context.Context, epoch string) ([]release.Item, error) {
 	cfg := &r.cfg
 	if err := waitBounded(ctx, "the relays to drain", cfg.Timeout,
-		func(ctx context.Context) (bool, error) { return relays.Drained(ctx, r.opjs, "a", "b") },
+		func(ctx context.Context) (bool, error) { return relays.DrainedEach(ctx, r.opjs, "a", "b") },
 		func(ctx context.Context) string { return relayBacklog(ctx, r.opjs) }); err != nil {
 		return nil, err
 	}
@@ -932,10 +935,10 @@ func stopRoles(cancel context.CancelCauseFunc, svc *errgroup.Group, log *slog.Lo
 
 // relayBacklog says, for the timeout error of the drain wait, how many
 // messages each relay still has to forward.
-func relayBacklog(ctx context.Context, js jetstream.JetStream) string {
+func relayBacklog(ctx context.Context, opjs relayJS) string {
 	var parts []string
 	for _, n := range []string{"a", "b"} {
-		c, err := js.Consumer(ctx, relays.Stream, relays.ConsumerName(n))
+		c, err := opjs(n).Consumer(ctx, relays.Stream, relays.ConsumerName(n))
 		if err != nil {
 			parts = append(parts, fmt.Sprintf("relay %s: no consumer (%v)", n, err))
 			continue

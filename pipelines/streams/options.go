@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 
@@ -17,8 +19,9 @@ import (
 
 // Help is the long help of `crowdlog streams`.
 const Help = `streams creates every JetStream stream and key-value bucket the roles use,
-or brings an existing one to its configuration: the relay stream (each
-relay inbox holds at most --relay-max-msgs), the counters buckets of both
+or brings an existing one to its configuration: each relay's inbox stream
+(at most --relay-max-msgs messages) and its durable consumer, which the
+relay only binds, the counters buckets of both
 issuers, the spent-token bucket (entries kept --spend-ttl, 0 = forever;
 with --epoch-length, the schedule's 2 × (epoch length + --key-grace +
 skew), what a randomness service with that schedule needs: it refuses to
@@ -28,8 +31,10 @@ Run it once per NATS cluster before the roles start, and again to change
 a setting; it is idempotent. An existing stream keeps its replica count.
 
 Give it the admin NATS credential (--nats-nkey with the NKey seed of
-role "admin", crowdlog nats-config nkey --role admin): with the permission
-table on no other role may create or update a stream, because an update
+role "admin", crowdlog nats-config nkey --role admin): with it, each stream
+is made in its owner's account of the generated configuration (one
+account per role), through the admin account's imports. With the
+permission table on no other role may create or update a stream, because an update
 can add Sources or RePublish and copy another role's bucket into a stream
 its updater reads. The roles only look their streams up and fail with an
 error naming this command when one is missing.`
@@ -87,8 +92,10 @@ func (o *Options) Config() (Config, error) {
 }
 
 // Run connects as the admin role, ensures every stream and bucket
-// (Ensure) within o.Timeout and writes each stream's subjects, replicas
-// and max age to w. Errors from Validate are returned as they are.
+// (EnsureAccounts with an NKey credential, whose server runs natsauth's
+// generated configuration of one account per role; Ensure without one)
+// within o.Timeout and writes each stream's subjects, replicas and max
+// age (and account) to w. Errors from Validate are returned as they are.
 func (o *Options) Run(ctx context.Context, w io.Writer) error {
 	c, err := o.Config()
 	if err != nil {
@@ -99,22 +106,55 @@ func (o *Options) Run(ctx context.Context, w io.Writer) error {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("NATS JetStream: %w", err)
-	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	if err := Ensure(ctx, js, c); err != nil {
-		return err
+	return RunOn(ctx, nc, o.NATS.NKeyFile != "", c, w)
+}
+
+// RunOn ensures every stream and bucket through nc, the admin's
+// connection (EnsureAccounts when accounts, else Ensure), and writes each
+// stream's subjects, replicas and max age (and, with accounts, its
+// account) to w.
+func RunOn(ctx context.Context, nc *nats.Conn, accounts bool, c Config, w io.Writer) error {
+	if accounts {
+		if err := EnsureAccounts(ctx, nc, c); err != nil {
+			return err
+		}
+	} else {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return fmt.Errorf("NATS JetStream: %w", err)
+		}
+		if err := Ensure(ctx, js, c); err != nil {
+			return err
+		}
 	}
 	for _, name := range Names() {
-		st, err := js.Stream(ctx, name)
-		if err != nil {
-			return fmt.Errorf("stream %s after creating it: %w", name, err)
+		owners := []natsauth.Role{""}
+		if accounts {
+			owners = nil
+			for _, r := range natsauth.JetStreamRoles {
+				if slices.Contains(natsauth.Streams(r), name) {
+					owners = append(owners, r)
+				}
+			}
 		}
-		cfg := st.CachedInfo().Config
-		fmt.Fprintf(w, "stream %s: subjects %v, replicas %d, max age %v\n", name, cfg.Subjects, cfg.Replicas, cfg.MaxAge)
+		for _, r := range owners {
+			js, err := natsconn.AccountJetStream(nc, r, accounts)
+			if err != nil {
+				return fmt.Errorf("NATS JetStream: %w", err)
+			}
+			st, err := js.Stream(ctx, name)
+			if err != nil {
+				return fmt.Errorf("stream %s after creating it: %w", name, err)
+			}
+			cfg := st.CachedInfo().Config
+			fmt.Fprintf(w, "stream %s: subjects %v, replicas %d, max age %v", name, cfg.Subjects, cfg.Replicas, cfg.MaxAge)
+			if accounts {
+				fmt.Fprintf(w, " (account %s)", natsauth.AccountOf(r))
+			}
+			fmt.Fprintln(w)
+		}
 	}
 	return nil
 }

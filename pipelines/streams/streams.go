@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/crowdlog/crowdlog/coordinator"
@@ -46,15 +47,19 @@ type Config struct {
 	PDDRetention time.Duration
 }
 
-// Names are the streams Ensure creates, in its order: exactly
-// natsauth.AdminStreams, the streams the Admin role may create.
+// Names are the names of the streams Ensure creates, in its order:
+// exactly natsauth.AdminStreams (with one account per role, the relay
+// stream once in each relay's account: natsauth.Streams).
 func Names() []string { return natsauth.AdminStreams }
 
-// Ensure creates every stream and key-value bucket of a deployment on js
-// (the admin credential; with the permission table on no other role may):
-// the relay stream, the issuers' counters buckets (report/ARC issuer and
-// randomness issuer), the spent-token bucket, the PDD coordinator's two
-// buckets and its active index. Existing streams are brought to the
+// Ensure creates every stream and key-value bucket of a deployment whose
+// roles share one account (a server without the permission table: tests,
+// `crowdlog run` without keys) on js: the relay stream (every relay's
+// inbox) with relay a's and relay b's durable consumers, the issuers'
+// counters buckets (report/ARC issuer and randomness issuer), the
+// spent-token bucket, the PDD coordinator's two buckets and its active
+// index. EnsureAccounts is the same for a server running natsauth's
+// generated configuration. Existing streams are brought to the
 // configuration (their replica count kept); a bucket's configuration is
 // applied through CreateOrUpdateKeyValue. It is idempotent. With a
 // deadline on ctx each stream and bucket is retried until it (a NATS node
@@ -64,19 +69,65 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Config) error {
 	if js == nil {
 		return errors.New("streams: nil JetStream")
 	}
-	if err := relays.EnsureStream(ctx, js, o.RelayMaxMsgs); err != nil {
-		return fmt.Errorf("streams: %w", err)
+	return ensure(ctx, func(natsauth.Role) jetstream.JetStream { return js }, false, o)
+}
+
+// EnsureAccounts is Ensure on a server running natsauth's generated
+// configuration (one account per role), through nc, the admin's
+// connection (natsauth.Admin): each stream and bucket is created in its
+// owner's account (natsauth.Streams) through the admin's imports of
+// natsauth.AdminAPI, and each relay's stream captures only its own inbox
+// (relays.AccountStreamConfig).
+func EnsureAccounts(ctx context.Context, nc *nats.Conn, o Config) error {
+	if nc == nil {
+		return errors.New("streams: nil NATS connection")
 	}
-	nc := js.Conn()
-	for _, b := range []string{protocol.IssuerCountersBucket, protocol.IssuerRandomnessCountersBucket} {
-		if err := ensureKV(ctx, js, issuer.CountersConfig(b, natsconn.Replicas(nc))); err != nil {
+	jss := map[natsauth.Role]jetstream.JetStream{}
+	for _, r := range natsauth.JetStreamRoles {
+		js, err := natsconn.AccountJetStream(nc, r, true)
+		if err != nil {
+			return fmt.Errorf("streams: JetStream of %s's account: %w", r, err)
+		}
+		jss[r] = js
+	}
+	return ensure(ctx, func(r natsauth.Role) jetstream.JetStream { return jss[r] }, true, o)
+}
+
+// ensure creates every stream, bucket and relay consumer, each on
+// jsOf(owner); accounts says whether each relay has its own stream.
+func ensure(ctx context.Context, jsOf func(natsauth.Role) jetstream.JetStream, accounts bool, o Config) error {
+	for _, r := range []natsauth.Role{natsauth.RelayA, natsauth.RelayB} {
+		name, _ := natsauth.RelayName(r)
+		js := jsOf(r)
+		if accounts {
+			cfg := relays.AccountStreamConfig(name, o.RelayMaxMsgs, natsconn.StreamReplicas(ctx, js, relays.Stream))
+			if err := natsconn.EnsureStream(ctx, js, cfg); err != nil {
+				return fmt.Errorf("streams: relay %s: %w", name, err)
+			}
+		} else if r == natsauth.RelayA {
+			if err := relays.EnsureStream(ctx, js, o.RelayMaxMsgs); err != nil {
+				return fmt.Errorf("streams: %w", err)
+			}
+		}
+		if err := relays.EnsureConsumer(ctx, js, name); err != nil {
+			return fmt.Errorf("streams: %w", err)
+		}
+	}
+	for _, b := range []struct {
+		owner  natsauth.Role
+		bucket string
+	}{{natsauth.Issuer, protocol.IssuerCountersBucket}, {natsauth.Randomness, protocol.IssuerRandomnessCountersBucket}} {
+		js := jsOf(b.owner)
+		if err := ensureKV(ctx, js, issuer.CountersConfig(b.bucket, natsconn.Replicas(js.Conn()))); err != nil {
 			return err
 		}
 	}
-	if err := ensureKV(ctx, js, spent.BucketConfig(spent.Options{TTL: o.SpendTTL, Replicas: natsconn.Replicas(nc)})); err != nil {
+	js := jsOf(natsauth.Randomness)
+	if err := ensureKV(ctx, js, spent.BucketConfig(spent.Options{TTL: o.SpendTTL, Replicas: natsconn.Replicas(js.Conn())})); err != nil {
 		return err
 	}
-	for _, cfg := range coordinator.BucketConfigs(o.PDDRetention, natsconn.Replicas(nc)) {
+	js = jsOf(natsauth.Coordinator)
+	for _, cfg := range coordinator.BucketConfigs(o.PDDRetention, natsconn.Replicas(js.Conn())) {
 		if err := ensureKV(ctx, js, cfg); err != nil {
 			return err
 		}

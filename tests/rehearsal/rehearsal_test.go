@@ -928,8 +928,6 @@ func (r *rehearsal) waitDrained(ctx context.Context, url string) {
 		NKeyFile: filepath.Join(nk, natsauth.SeedFile(natsauth.Operator)), CAFile: r.ca, CertFile: r.clientCert, KeyFile: r.clientKey})
 	must(t, err)
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	must(t, err)
 	deadline := time.Now().Add(drainWait)
 	calm, last := 0, ""
 	for {
@@ -937,6 +935,10 @@ func (r *rehearsal) waitDrained(ctx context.Context, url string) {
 		empty := true
 		for _, n := range []string{"a", "b"} {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			// relay n's stream lives in relay n's account; the operator
+			// reaches it through its import (one account per role)
+			js, err := natsconn.AccountJetStream(nc, natsauth.RelayRole(n), true)
+			must(t, err)
 			cons, err := js.Consumer(cctx, relays.Stream, relays.ConsumerName(n))
 			var info *jetstream.ConsumerInfo
 			if err == nil {
