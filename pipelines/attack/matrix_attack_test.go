@@ -158,12 +158,38 @@ func topicBack(ctx context.Context, addr, topic string) bool {
 	return err == nil && n == 2
 }
 
-// mxKnownGaps makes TestAttackRoleMatrix skip, listing them, instead of
-// failing on operations beyond need: the permission layout with every
-// role but the client in one NATS account (PubAcks, responder answers and
-// push-consumer deliveries cross roles there, relays create their own
-// consumers) does not meet the specification yet.
-const mxKnownGaps = true
+// mxKnownGaps are the operations beyond need that the permission table
+// of one account per operator still allows. While any of them (and
+// nothing else) succeeds, TestAttackRoleMatrix skips, naming them; any
+// other operation beyond need fails it. Each stays inside its role's own
+// account or is read-only; remove an entry when its row is narrowed.
+var mxKnownGaps = map[string]string{
+	// the admin's imports include the relays' consumer info (the
+	// operator's backlog check), which `crowdlog streams` never asks
+	"nats/admin js CONSUMER.INFO CROWDLOG_RELAY relay-a": "AdminAPI exports CONSUMER.INFO",
+	"nats/admin js CONSUMER.INFO CROWDLOG_RELAY relay-b": "AdminAPI exports CONSUMER.INFO",
+	// key-value owners hold STREAM.MSG.GET although nats.go reads a
+	// bucket with allow_direct through DIRECT.GET only
+	"nats/coordinator js STREAM.MSG.GET KV_crowdlog_pdd":                       "kv() grants STREAM.MSG.GET",
+	"nats/coordinator js STREAM.MSG.GET KV_crowdlog_pdd_rounds":                "kv() grants STREAM.MSG.GET",
+	"nats/issuer js STREAM.MSG.GET KV_crowdlog-issuer-counters":                "kv() grants STREAM.MSG.GET",
+	"nats/randomness js STREAM.MSG.GET KV_crowdlog-issuer-randomness-counters": "kv() grants STREAM.MSG.GET",
+	"nats/randomness js STREAM.MSG.GET KV_crowdlog-spent-tokens":               "kv() grants STREAM.MSG.GET",
+	// the coordinator lists keys of its rounds bucket only
+	"nats/coordinator js CONSUMER.CREATE KV_crowdlog_pdd": "kvWatch on both buckets",
+	// the operator's account imports the public-key and relay-key
+	// services, which only clients request (crowdlog run asks them with
+	// the client credential); a request it names one of them as reply
+	// subject to lands there too
+	"nats/operator pub crowdlog.issuer.pubkey":                  "Services: Operator imports it",
+	"nats/operator pub crowdlog.randomness.pubkey":              "Services: Operator imports it",
+	"nats/operator pub crowdlog.relaykeys.a":                    "Services: Operator imports it",
+	"nats/operator pub crowdlog.relaykeys.b":                    "Services: Operator imports it",
+	"nats/operator reply-to subject:crowdlog.issuer.pubkey":     "Services: Operator imports it",
+	"nats/operator reply-to subject:crowdlog.randomness.pubkey": "Services: Operator imports it",
+	"nats/operator reply-to subject:crowdlog.relaykeys.a":       "Services: Operator imports it",
+	"nats/operator reply-to subject:crowdlog.relaykeys.b":       "Services: Operator imports it",
+}
 
 // TestAttackRoleMatrix (docs/threat-model.md, "Permission matrix"): every
 // credential of a deployment tries every operation it could attempt, on
@@ -203,7 +229,9 @@ const mxKnownGaps = true
 //
 // Printed: how many operations beyond need succeeded out of how many
 // were tried outside the specification, and how many the specification
-// lists that were refused. It fails on either, listing them.
+// lists that were refused. It fails on either, listing them, except that
+// it skips (naming them) when the only operations beyond need are the
+// known gaps of mxKnownGaps.
 func TestAttackRoleMatrix(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -282,12 +310,19 @@ func TestAttackRoleMatrix(t *testing.T) {
 	if len(stale) > 0 {
 		t.Errorf("%s names operations the matrix does not try (a typo, or an operation gone):\n  %s", leastPrivilegeFile, strings.Join(stale, "\n  "))
 	}
-	report := t.Errorf
-	if mxKnownGaps {
-		report = t.Skipf
+	var unknown []string
+	for _, op := range beyond {
+		if _, ok := mxKnownGaps[op]; !ok {
+			unknown = append(unknown, op)
+		}
 	}
-	if len(beyond) > 0 || len(refused) > 0 {
-		report("%d operations beyond %s succeeded:\n  %s\n%d operations it lists were refused:\n  %s", len(beyond), leastPrivilegeFile,
-			strings.Join(beyond, "\n  "), len(refused), strings.Join(refused, "\n  "))
+	if len(unknown) > 0 {
+		t.Errorf("%d operations beyond %s succeeded:\n  %s", len(unknown), leastPrivilegeFile, strings.Join(unknown, "\n  "))
+	}
+	if len(refused) > 0 {
+		t.Errorf("%d operations %s lists were refused:\n  %s", len(refused), leastPrivilegeFile, strings.Join(refused, "\n  "))
+	}
+	if len(beyond) > 0 && !t.Failed() {
+		t.Skipf("%d known gaps of the permission table (mxKnownGaps) succeeded beyond %s:\n  %s", len(beyond), leastPrivilegeFile, strings.Join(beyond, "\n  "))
 	}
 }

@@ -29,7 +29,7 @@ import (
 // credential attacks a deployment of its own: an embedded nats-server
 // started from the generated configuration (natsserver.StartAuth, every
 // role's NKey), its streams and buckets created by the admin step
-// (streams.Ensure), each relay's durable consumer, one seeded message in
+// (streams.EnsureAccounts), each relay's durable consumer, one seeded message in
 // every stream, and stand-ins for the responders: a subscription with the
 // responder's own credential on each request subject that answers through
 // natsconn.Respond (the reply check every responder uses) and records what
@@ -177,7 +177,7 @@ func newMXWorld(t *testing.T, ctx context.Context) *mxWorld {
 	for _, r := range natsauth.Roles {
 		w.conns[r] = w.dial(r, nil)
 	}
-	if err := streams.Ensure(ctx, w.js(natsauth.Admin), streams.Config{}); err != nil {
+	if err := streams.EnsureAccounts(ctx, w.conns[natsauth.Admin], streams.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	w.relayConsumers()
@@ -624,13 +624,18 @@ func (a *mxAttacker) subscriptions(add func(string, bool)) {
 	}
 	// every role's inbox gets an answer: a client's from the randomness
 	// stand-in, the others' from JetStream's account info (or a
-	// no-responders status)
+	// no-responders status), in their own account or through an import
 	for _, r := range natsauth.Roles {
-		subj := "$JS.API.INFO"
+		subjects := []string{"$JS.API.INFO"}
 		if r == natsauth.Client {
-			subj = protocol.RandomnessPublicKeySubject
+			subjects = []string{protocol.RandomnessPublicKeySubject}
 		}
-		wg.Go(func() { _, _ = w.conns[r].Request(subj, nil, mxAnswer) })
+		for _, s := range w.streams {
+			subjects = append(subjects, "$JS."+s.account+".API.STREAM.INFO."+s.name)
+		}
+		for _, subj := range subjects {
+			wg.Go(func() { _, _ = w.conns[r].Request(subj, nil, mxAnswer) })
+		}
 	}
 	wg.Wait()
 	time.Sleep(100 * time.Millisecond)
