@@ -29,8 +29,8 @@ import (
 // credential attacks a deployment of its own: an embedded nats-server
 // started from the generated configuration (natsserver.StartAuth, every
 // role's NKey), its streams and buckets created by the admin step
-// (streams.EnsureAccounts), each relay's durable consumer, one seeded message in
-// every stream, and stand-ins for the responders: a subscription with the
+// (streams.EnsureAccounts, each relay's durable consumer included), one
+// seeded message in every stream, and stand-ins for the responders: a subscription with the
 // responder's own credential on each request subject that answers through
 // natsconn.Respond (the reply check every responder uses) and records what
 // it received, and a subscription on every role's inbox with that role's
@@ -56,6 +56,7 @@ var mxResponders = []struct {
 	owner   natsauth.Role
 	queue   string
 }{
+	// "randomness": the randomness service's queue group (randomness.go)
 	{protocol.RandomnessSubject, natsauth.Randomness, "randomness"}, {protocol.RandomnessPublicKeySubject, natsauth.Randomness, "randomness"},
 	{protocol.IssuerRandomnessSubject, natsauth.Randomness, issuer.Queue}, {protocol.IssuerRandomnessPublicKeySubject, natsauth.Randomness, issuer.Queue},
 	{protocol.IssuerSubject, natsauth.Issuer, issuer.Queue}, {protocol.IssuerPublicKeySubject, natsauth.Issuer, issuer.Queue},
@@ -217,18 +218,13 @@ func (w *mxWorld) js(r natsauth.Role) jetstream.JetStream {
 	return js
 }
 
-// relayConsumers makes sure each relay's durable consumer exists: left
-// alone when the admin step created it, else created as the relay does
-// with its own credential.
+// relayConsumers checks, with each relay's own credential, that the
+// admin step created the relay's durable consumer (no relay may create
+// one).
 func (w *mxWorld) relayConsumers() {
 	for _, name := range []string{"a", "b"} {
-		js := w.js(natsauth.RelayRole(name))
-		if _, err := js.Consumer(w.ctx, relays.Stream, relays.ConsumerName(name)); err == nil {
-			continue
-		}
-		if _, err := js.CreateOrUpdateConsumer(w.ctx, relays.Stream, jetstream.ConsumerConfig{Durable: relays.ConsumerName(name),
-			FilterSubject: protocol.RelaySubject(name), AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: -1}); err != nil {
-			w.t.Fatalf("relay %s consumer: %v", name, err)
+		if _, err := w.js(natsauth.RelayRole(name)).Consumer(w.ctx, relays.Stream, relays.ConsumerName(name)); err != nil {
+			w.t.Fatalf("relay %s's consumer after the admin step: %v", name, err)
 		}
 	}
 }
