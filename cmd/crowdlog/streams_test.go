@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -48,6 +49,15 @@ func TestStreamsCmd(t *testing.T) {
 		}
 		if !strings.Contains(out, "stream "+natsauth.AdminStreams[len(natsauth.AdminStreams)-1]+": subjects [crowdlog.pdd.active.>], replicas 1, max age 48h0m0s") {
 			t.Errorf("the active index does not keep --pdd-retention:\n%s", out)
+		}
+		// one account per role: each relay's stream captures only its own
+		// inbox, in its own account
+		for _, r := range []natsauth.Role{natsauth.RelayA, natsauth.RelayB} {
+			name, _ := natsauth.RelayName(r)
+			want := fmt.Sprintf("stream %s: subjects [%s], replicas 1, max age 0s (account %s)", protocol.RelayStream, protocol.RelaySubject(name), natsauth.AccountOf(r))
+			if !strings.Contains(out, want) {
+				t.Errorf("want %q in:\n%s", want, out)
+			}
 		}
 	}
 	// --epoch-length gives the spent tokens the TTL a randomness service

@@ -343,3 +343,43 @@ func TestAttackPushConsumerInject(t *testing.T) {
 		t.Error("control: nothing reached the helper; the attack should work with every role in one account")
 	}
 }
+
+// TestRelayConsumerIsTheAdminStep: with one account per role the admin
+// step has created each relay's durable consumer in the relay's account;
+// the relay's own credential binds it but may neither change it nor
+// create another (a consumer's creator chooses its deliver subject).
+func TestRelayConsumerIsTheAdminStep(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w := newAccountWorld(t, ctx, true)
+	for _, r := range []natsauth.Role{natsauth.RelayA, natsauth.RelayB} {
+		name, _ := natsauth.RelayName(r)
+		js, err := jetstream.New(w.conn(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := js.Consumer(ctx, protocol.RelayStream, protocol.RelayConsumerName(name))
+		if err != nil {
+			t.Fatalf("%s binds the admin step's consumer: %v", r, err)
+		}
+		if got := c.CachedInfo().Config.FilterSubject; got != protocol.RelaySubject(name) {
+			t.Errorf("%s's consumer filters %q", r, got)
+		}
+		for what, cfg := range map[string]jetstream.ConsumerConfig{
+			"change its own":   {Durable: protocol.RelayConsumerName(name), FilterSubject: protocol.RelaySubject(name), AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1},
+			"create another":   {Durable: "extra", AckPolicy: jetstream.AckExplicitPolicy},
+			"create push to b": {DeliverSubject: protocol.RelaySubject("b"), AckPolicy: jetstream.AckExplicitPolicy},
+		} {
+			cctx, ccancel := context.WithTimeout(ctx, time.Second)
+			if cfg.DeliverSubject != "" {
+				_, err = js.CreateOrUpdatePushConsumer(cctx, protocol.RelayStream, cfg)
+			} else {
+				_, err = js.CreateOrUpdateConsumer(cctx, protocol.RelayStream, cfg)
+			}
+			ccancel()
+			if err == nil {
+				t.Errorf("%s could %s consumer", r, what)
+			}
+		}
+	}
+}
