@@ -227,9 +227,13 @@ var mxKnownGaps = map[string]string{
 // (kafka.Try) on a kfake broker with TLS, SASL/SCRAM and the ACL table;
 // success is the broker's answer without an authorization error.
 //
+// The control runs the NATS half again on the configuration before the
+// account split (beforeSplitConfig: today's rows with every role but the
+// client in one account) and must find more operations beyond need.
+//
 // Printed: how many operations beyond need succeeded out of how many
-// were tried outside the specification, and how many the specification
-// lists that were refused. It fails on either, listing them, except that
+// were tried outside the specification, how many the specification lists
+// that were refused, and the control's count. It fails on either, listing them, except that
 // it skips (naming them) when the only operations beyond need are the
 // known gaps of mxKnownGaps.
 func TestAttackRoleMatrix(t *testing.T) {
@@ -242,15 +246,22 @@ func TestAttackRoleMatrix(t *testing.T) {
 	defer slog.SetDefault(prev)
 
 	results := map[string][]mxResult{}
+	control := map[string][]mxResult{} // one account for every role but the client
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, r := range natsauth.Roles {
-		wg.Go(func() {
-			res := natsMatrix(t, ctx, r, spec)
-			mu.Lock()
-			results["nats/"+string(r)] = res
-			mu.Unlock()
-		})
+		for _, split := range []bool{true, false} {
+			wg.Go(func() {
+				res := natsMatrix(t, ctx, r, spec, split)
+				mu.Lock()
+				if split {
+					results["nats/"+string(r)] = res
+				} else {
+					control["nats/"+string(r)] = res
+				}
+				mu.Unlock()
+			})
+		}
 	}
 	wg.Go(func() {
 		for name, res := range kafkaMatrix(t, ctx) {
@@ -262,6 +273,17 @@ func TestAttackRoleMatrix(t *testing.T) {
 	wg.Wait()
 	if t.Failed() {
 		return
+	}
+	ctlBeyond, ctlOutside := 0, 0
+	for c, res := range control {
+		for _, r := range res {
+			if !spec[c+" "+r.op] {
+				ctlOutside++
+				if r.ok {
+					ctlBeyond++
+				}
+			}
+		}
 	}
 
 	type tally struct{ beyond, outside, needed, refused int }
@@ -304,9 +326,13 @@ func TestAttackRoleMatrix(t *testing.T) {
 	}
 	sort.Strings(stale)
 	n, m := count["nats"].beyond+count["kafka"].beyond, count["nats"].outside+count["kafka"].outside
-	fmt.Printf("ATTACK role-matrix: %d of %d operations beyond need succeeded (NATS %d of %d, %d credentials; Kafka %d of %d, %d principals); %d of %d needed operations refused; %.0f s\n",
+	fmt.Printf("ATTACK role-matrix: %d of %d operations beyond need succeeded (NATS %d of %d, %d credentials; Kafka %d of %d, %d principals); %d of %d needed operations refused; control with every role but the client in one NATS account: %d of %d NATS operations beyond need succeeded; %.0f s\n",
 		n, m, count["nats"].beyond, count["nats"].outside, len(natsauth.Roles), count["kafka"].beyond, count["kafka"].outside,
-		len(kafka.Roles)+1, count["nats"].refused+count["kafka"].refused, count["nats"].needed+count["kafka"].needed, time.Since(start).Seconds())
+		len(kafka.Roles)+1, count["nats"].refused+count["kafka"].refused, count["nats"].needed+count["kafka"].needed,
+		ctlBeyond, ctlOutside, time.Since(start).Seconds())
+	if ctlBeyond <= count["nats"].beyond {
+		t.Errorf("control (one account): %d operations beyond need succeeded, not more than the %d with an account per operator; the attacks should work there", ctlBeyond, count["nats"].beyond)
+	}
 	if len(stale) > 0 {
 		t.Errorf("%s names operations the matrix does not try (a typo, or an operation gone):\n  %s", leastPrivilegeFile, strings.Join(stale, "\n  "))
 	}

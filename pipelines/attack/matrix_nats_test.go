@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -165,11 +166,31 @@ type mxWorld struct {
 	streams []mxStream
 }
 
-func newMXWorld(t *testing.T, ctx context.Context) *mxWorld {
+// newMXWorld starts a deployment: with split, from the generated
+// configuration (one account per operator); without, the control: the
+// configuration before the split (beforeSplitConfig: every role but the
+// client in one account).
+func newMXWorld(t *testing.T, ctx context.Context, split bool) *mxWorld {
 	t.Helper()
 	dir := t.TempDir()
 	w := &mxWorld{t: t, ctx: ctx, keyDir: filepath.Join(dir, "keys"), conns: map[natsauth.Role]*nats.Conn{}}
-	ns, err := natsserver.Options{Dir: filepath.Join(dir, "js")}.StartAuth(ctx, w.keyDir, nil)
+	var (
+		ns  *natsserver.Server
+		err error
+	)
+	if split {
+		ns, err = natsserver.Options{Dir: filepath.Join(dir, "js")}.StartAuth(ctx, w.keyDir, nil)
+	} else {
+		var keys map[natsauth.Role]string
+		if keys, err = natsauth.GenerateAll(w.keyDir); err != nil {
+			t.Fatal(err)
+		}
+		conf := filepath.Join(w.keyDir, natsserver.ConfigFileName)
+		if err := os.WriteFile(conf, []byte(beforeSplitConfig(keys)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ns, err = natsserver.Options{Dir: filepath.Join(dir, "js"), ConfigFile: conf}.Start(ctx)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,8 +199,13 @@ func newMXWorld(t *testing.T, ctx context.Context) *mxWorld {
 	for _, r := range natsauth.Roles {
 		w.conns[r] = w.dial(r, nil)
 	}
-	if err := streams.EnsureAccounts(ctx, w.conns[natsauth.Admin], streams.Config{}); err != nil {
-		t.Fatal(err)
+	if split {
+		err = streams.EnsureAccounts(ctx, w.conns[natsauth.Admin], streams.Config{})
+	} else {
+		err = streams.Ensure(ctx, w.js(natsauth.Admin), streams.Config{})
+	}
+	if err != nil {
+		t.Fatalf("the admin step: %v", err)
 	}
 	w.relayConsumers()
 	w.seed()
@@ -552,9 +578,10 @@ type mxResult struct {
 	ok bool
 }
 
-// natsMatrix runs every operation of role r against its own deployment.
-func natsMatrix(t *testing.T, ctx context.Context, r natsauth.Role, spec map[string]bool) []mxResult {
-	w := newMXWorld(t, ctx)
+// natsMatrix runs every operation of role r against its own deployment
+// (split: one account per operator; else the control, newMXWorld).
+func natsMatrix(t *testing.T, ctx context.Context, r natsauth.Role, spec map[string]bool, split bool) []mxResult {
+	w := newMXWorld(t, ctx, split)
 	a := w.attacker(r)
 	var (
 		mu  sync.Mutex
