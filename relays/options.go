@@ -57,7 +57,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.Relay.PoolSize, "pool", o.Relay.PoolSize, "forward once this many peeled messages are held (P: the least anonymity set when at least P per --pool-timeout arrive)")
 	f.DurationVar(&o.Relay.PoolTimeout, "pool-timeout", o.Relay.PoolTimeout, "forward what is held this long after the oldest held message arrived, even below --pool (T: bounds each message's wait); --ack-wait must be at least twice this")
 	f.StringVar(&o.Relay.Next, "next", o.Relay.Next, `next hop on the route: empty = relay b for relay a, Kafka for any other; "." = last hop (Kafka only)`)
-	f.DurationVar(&o.Relay.AckWait, "ack-wait", o.Relay.AckWait, "redeliver a message this long after a relay took it without acknowledging (crash)")
+	f.DurationVar(&o.Relay.AckWait, "ack-wait", o.Relay.AckWait, "redeliver a message this long after a relay took it without acknowledging (crash); applies where the relay creates its consumer (no permission table): otherwise the admin step's `crowdlog streams --relay-ack-wait` sets it")
 	f.IntVar(&o.GCPercent, "gogc", o.GCPercent, "Go GC target percent (as GOGC; the GOGC environment variable, when set, wins): higher trades memory for less collector CPU")
 }
 

@@ -473,7 +473,12 @@ func (r *Relay) consumer(ctx context.Context) (jetstream.Consumer, error) {
 		c, err = r.JS.Consumer(actx, Stream, cfg.Durable)
 		cancel()
 		if err == nil {
-			if have := c.CachedInfo().Config; have.AckWait != cfg.AckWait || have.MaxAckPending < cfg.MaxAckPending {
+			have := c.CachedInfo().Config
+			if poolTimeout := def(r.PoolTimeout, DefaultPoolTimeout); have.AckWait < 2*poolTimeout {
+				return nil, fmt.Errorf("relays: consumer %s: ack wait %v is shorter than twice the pool timeout %v: held messages would be redelivered while held (run `crowdlog streams --relay-ack-wait` with at least %v, or lower --pool-timeout)",
+					cfg.Durable, have.AckWait, poolTimeout, 2*poolTimeout)
+			}
+			if have.AckWait != cfg.AckWait || have.MaxAckPending < cfg.MaxAckPending {
 				log := r.Logger
 				if log == nil {
 					log = slog.Default()

@@ -140,11 +140,12 @@ func ConsumerConfig(name string, ackWait time.Duration, maxAckPending int) jetst
 var DefaultConsumerMaxAckPending = max(DefaultMaxAckPending, 4*(DefaultPoolSize+2*DefaultBatchSize))
 
 // EnsureConsumer creates relay name's durable consumer on js's relay
-// stream, or brings it to ConsumerConfig(name, 0, 0): the admin step's
-// (`crowdlog streams`); with the permission table on no relay may create
-// or change its consumer. Errors wrap the JetStream error.
-func EnsureConsumer(ctx context.Context, js jetstream.JetStream, name string) error {
-	cfg := ConsumerConfig(name, 0, 0)
+// stream, or brings it to ConsumerConfig(name, ackWait, 0) (ackWait <= 0:
+// DefaultAckWait; it must be at least twice the relays' --pool-timeout):
+// the admin step's (`crowdlog streams`); with the permission table on no
+// relay may create or change its consumer. Errors wrap the JetStream error.
+func EnsureConsumer(ctx context.Context, js jetstream.JetStream, name string, ackWait time.Duration) error {
+	cfg := ConsumerConfig(name, ackWait, 0)
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, natsconn.StreamAttemptTimeout)

@@ -23,9 +23,9 @@
 // subject a role names is therefore a subject of its own account, for a
 // responder's answer and for JetStream's PubAck alike, and so is the
 // deliver subject of a consumer it creates (accounts.go). And every
-// responder answers
-// through natsconn.Respond, which answers only requester inboxes
-// ("_INBOX.", and "_R_." of a service import) and counts the rest.
+// responder answers through natsconn.Respond, which answers only
+// requester inboxes ("_INBOX.", and "_R_." of a service import) and
+// counts the rest.
 //
 // Clients share one credential, so the server cannot tell one device from
 // another: each client connection uses an inbox prefix of its own
@@ -130,8 +130,8 @@ func streamInfo(stream string) string { return "$JS.API.STREAM.INFO." + stream }
 // AdminStreams are the names of the JetStream streams of a deployment,
 // created by the Admin role (`crowdlog streams`) before the roles start,
 // each in its owner's account (Streams): the relay stream (one per
-// relay's account), the key-value buckets' streams (KV_<bucket>) of the issuers'
-// counters, the spent tokens and the PDD coordinator, and the
+// relay's account), the key-value buckets' streams (KV_<bucket>) of the
+// issuers' counters, the spent tokens and the PDD coordinator, and the
 // coordinator's active index.
 var AdminStreams = []string{
 	protocol.RelayStream,

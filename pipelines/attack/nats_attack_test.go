@@ -98,8 +98,14 @@ func relayBypass(t *testing.T, auth bool, n, m int) (fromClient, fromA, toA int)
 	defer cancel()
 	w := newNATSWorld(t, ctx, auth)
 	consumer := func(name string) jetstream.Consumer {
-		// the admin step created the relay's consumer; the relay binds it
+		// with auth the admin step created the relay's consumer and the
+		// relay binds it; without, the relay makes its own
 		js := w.js(w.conn(natsauth.RelayRole(name)))
+		if !auth {
+			if err := relays.EnsureConsumer(ctx, js, name, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
 		c, err := js.Consumer(ctx, relays.Stream, relays.ConsumerName(name))
 		if err != nil {
 			t.Fatalf("relay %s consumer: %v", name, err)

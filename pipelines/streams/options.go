@@ -62,6 +62,7 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(f *pflag.FlagSet) {
 	o.NATS.AddFlags(f, "NATS server URL (comma-separated for a cluster)")
 	f.Int64Var(&o.Streams.RelayMaxMsgs, "relay-max-msgs", o.Streams.RelayMaxMsgs, "most messages each relay inbox holds (0 = 1,000,000)")
+	f.DurationVar(&o.Streams.RelayAckWait, "relay-ack-wait", o.Streams.RelayAckWait, "with the admin credential: how long the relays' consumers wait for an acknowledgement before redelivering (0 = 30s; at least twice the relays' --pool-timeout); a relay may not change its consumer")
 	f.DurationVar(&o.Streams.SpendTTL, "spend-ttl", o.Streams.SpendTTL, "how long a spent token is remembered: 0 = forever; with a scheduled randomness service at most 2 × (epoch length + grace + skew) is needed (it refuses to start on a bucket that keeps spends for less than it needs)")
 	f.DurationVar(&o.EpochLength, "epoch-length", o.EpochLength, "the randomness service's schedule (its --epoch-length): the spent tokens' TTL becomes 2 × (length + --key-grace + skew)")
 	f.DurationVar(&o.KeyGrace, "key-grace", o.KeyGrace, "with --epoch-length: the randomness service's --key-grace")

@@ -38,6 +38,10 @@ type Config struct {
 	// RelayMaxMsgs is each relay inbox's message limit (<= 0:
 	// relays.DefaultMaxMsgs).
 	RelayMaxMsgs int64
+	// RelayAckWait is the ack wait of the relays' consumers, made here
+	// with one account per role (<= 0: relays.DefaultAckWait); at least
+	// twice the relays' --pool-timeout.
+	RelayAckWait time.Duration
 	// SpendTTL is how long a spent token is remembered: 2 × (epoch length
 	// + grace + skew) of a scheduled randomness service
 	// (randomness.Keys.SpendTTL), 0 (forever) with named epochs.
@@ -55,7 +59,7 @@ func Names() []string { return natsauth.AdminStreams }
 // Ensure creates every stream and key-value bucket of a deployment whose
 // roles share one account (a server without the permission table: tests,
 // `crowdlog run` without keys) on js: the relay stream (every relay's
-// inbox) with relay a's and relay b's durable consumers, the issuers'
+// inbox; each relay creates its own consumer there), the issuers'
 // counters buckets (report/ARC issuer and randomness issuer), the
 // spent-token bucket, the PDD coordinator's two buckets and its active
 // index. EnsureAccounts is the same for a server running natsauth's
@@ -76,8 +80,10 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Config) error {
 // configuration (one account per role), through nc, the admin's
 // connection (natsauth.Admin): each stream and bucket is created in its
 // owner's account (natsauth.Streams) through the admin's imports of
-// natsauth.AdminAPI, and each relay's stream captures only its own inbox
-// (relays.AccountStreamConfig).
+// natsauth.AdminAPI, each relay's stream captures only its own inbox
+// (relays.AccountStreamConfig), and each relay's durable consumer is made
+// here (relays.EnsureConsumer): with the table on a relay may not create
+// one.
 func EnsureAccounts(ctx context.Context, nc *nats.Conn, o Config) error {
 	if nc == nil {
 		return errors.New("streams: nil NATS connection")
@@ -109,7 +115,12 @@ func ensure(ctx context.Context, jsOf func(natsauth.Role) jetstream.JetStream, a
 				return fmt.Errorf("streams: %w", err)
 			}
 		}
-		if err := relays.EnsureConsumer(ctx, js, name); err != nil {
+		if !accounts {
+			// one account, no permission table: each relay creates its
+			// own consumer with its options (--ack-wait) as before
+			continue
+		}
+		if err := relays.EnsureConsumer(ctx, js, name, o.RelayAckWait); err != nil {
 			return fmt.Errorf("streams: %w", err)
 		}
 	}
