@@ -202,7 +202,15 @@ func newMXWorld(t *testing.T, ctx context.Context, split bool) *mxWorld {
 	if split {
 		err = streams.EnsureAccounts(ctx, w.conns[natsauth.Admin], streams.Config{})
 	} else {
+		// without the account split streams.Ensure leaves the relays'
+		// consumers to the relays, which the table no longer lets create
+		// them: the admin makes them, as the admin step does with accounts
 		err = streams.Ensure(ctx, w.js(natsauth.Admin), streams.Config{})
+		for _, name := range []string{"a", "b"} {
+			if err == nil {
+				err = relays.EnsureConsumer(ctx, w.js(natsauth.Admin), name, 0)
+			}
+		}
 	}
 	if err != nil {
 		t.Fatalf("the admin step: %v", err)
