@@ -3,8 +3,6 @@ package kafka
 import (
 	"context"
 	"crypto/tls"
-	"errors"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -66,46 +64,6 @@ func (sc *secureCluster) ctx(t *testing.T, ctx context.Context, c Credential) co
 		t.Fatal(err)
 	}
 	return WithAuth(ctx, a)
-}
-
-// fetchAll reads every record of topic's partitions from offset 0 as the
-// Auth of ctx (kafka-go Client.Fetch, bounded by ctx): the count and the
-// first error.
-func fetchAll(ctx context.Context, addr, topic string, partitions int) (int, error) {
-	cl := clientCtx(ctx, addr)
-	defer closeTransport(cl)
-	n := 0
-	for p := range partitions {
-		resp, err := cl.Fetch(ctx, &kafkago.FetchRequest{Topic: topic, Partition: p, Offset: 0, MaxBytes: 1 << 20, MaxWait: 50 * time.Millisecond})
-		if err == nil {
-			err = resp.Error
-		}
-		if err != nil {
-			return n, err
-		}
-		for {
-			_, err := resp.Records.ReadRecord()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return n, err
-			}
-			n++
-		}
-	}
-	return n, nil
-}
-
-// produce writes msgs to topic as the Auth of ctx (one attempt, bounded by
-// a 10 s deadline).
-func produce(ctx context.Context, addr, topic string, msgs ...kafkago.Message) error {
-	w := NewWriterAuth(AuthFrom(ctx), addr, topic)
-	w.MaxAttempts = 1
-	defer w.Close()
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return w.WriteMessages(wctx, msgs...)
 }
 
 func TestSecureBrokerRoles(t *testing.T) {

@@ -58,28 +58,12 @@ var leastPrivilege = map[string][]string{
 	"client":       nil,
 }
 
-// tryOp runs op as the Auth of ctx at addr: nil when the broker let it
-// through.
+// tryOp runs op as the Auth of ctx at addr (Try): nil when the broker
+// let it through.
 func tryOp(ctx context.Context, addr string, op privilegeOp) error {
-	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	switch op.kind {
-	case "read":
-		_, err := fetchAll(octx, addr, op.name, 2)
-		return err
-	case "write":
-		return produce(octx, addr, op.name, kafkago.Message{Value: []byte(`{"op":"close-epoch","app":"query","epoch":"e1"}`)})
-	case "group":
-		cl := clientCtx(octx, addr)
-		defer closeTransport(cl)
-		resp, err := cl.FindCoordinator(octx, &kafkago.FindCoordinatorRequest{Key: op.name, KeyType: kafkago.CoordinatorKeyTypeConsumer})
-		if err == nil {
-			err = resp.Error
-		}
-		return err
-	default:
-		return ApplyACLs(octx, addr, map[Role]string{RoleRelease: "anyone"})
-	}
+	kind := map[string]Operation{"read": {"Read", "topic", op.name}, "write": {"Write", "topic", op.name},
+		"group": {"Describe", "group", op.name}, "acl": {"Alter", "cluster", ""}}
+	return Try(ctx, addr, kind[op.kind])
 }
 
 // privilegePrincipal is a credential of the attack and the roles of
