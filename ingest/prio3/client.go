@@ -48,6 +48,13 @@ type Transport struct {
 	Route          ingest.Route
 	Leader, Helper onion.PublicKey
 	Publish        func(ctx context.Context, onion []byte) error
+	// HelperToken, when set, fetches the report's helper token (encoded
+	// protocol/token KindPrio3Helper token) for campaign, day and nonce
+	// (Report.HelperNonce) from the helper operator's issuer with the
+	// client's identity (tokenclient.Client.Prio3HelperToken): one per
+	// identity per campaign-day. A helper that requires tokens refuses a
+	// report without one.
+	HelperToken func(ctx context.Context, campaign string, day p3.Day, nonce [32]byte) ([]byte, error)
 }
 
 // Client is one Prio3-mode client of a campaign. Counts holds its keyword
@@ -146,10 +153,20 @@ func (c *Client) Upload(ctx context.Context, tr *Transport, v *p3.VDAF, d keywor
 	p, ok := c.pending[d]
 	if !ok {
 		m, dropped := c.Measurement(d)
-		upload, id, clipped, err := v.Shard(c.Campaign, p3.Day(d), m, tr.Leader, tr.Helper)
+		r, clipped, err := v.ShardReport(c.Campaign, p3.Day(d), m, tr.Helper)
 		if err != nil {
 			return s, fmt.Errorf("prio3: shard the report of %s: %w", d, err)
 		}
+		if tr.HelperToken != nil {
+			if r.HelperToken, err = tr.HelperToken(ctx, c.Campaign, p3.Day(d), r.HelperNonce()); err != nil {
+				return s, fmt.Errorf("prio3: helper token for the report of %s: %w", d, err)
+			}
+		}
+		upload, err := r.Seal(tr.Leader)
+		if err != nil {
+			return s, fmt.Errorf("prio3: seal the report of %s: %w", d, err)
+		}
+		id := r.ID
 		o, err := tr.Route.WrapPrio3(c.Campaign, upload)
 		if err != nil {
 			return s, fmt.Errorf("prio3: wrap the report of %s: %w", d, err)

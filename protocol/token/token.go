@@ -6,6 +6,8 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/cloudflare/circl/group"
 	"github.com/cloudflare/circl/oprf"
@@ -293,6 +295,21 @@ const Prio3NonceLabel = "crowdlog-v1 prio3 helper token"
 // and epoch is one report per person per campaign-day.
 func Prio3Epoch(campaign string, day uint32) string {
 	return fmt.Sprintf("%s/%d", campaign, day)
+}
+
+// ParsePrio3Epoch splits a Prio3Epoch into its campaign and day; ok is
+// false for any other string (no "/", an empty campaign, a day that is not
+// a decimal uint32).
+func ParsePrio3Epoch(epoch string) (campaign string, day uint32, ok bool) {
+	i := strings.LastIndexByte(epoch, '/')
+	if i <= 0 {
+		return "", 0, false
+	}
+	d, err := strconv.ParseUint(epoch[i+1:], 10, 32)
+	if err != nil || Prio3Epoch(epoch[:i], uint32(d)) != epoch {
+		return "", 0, false
+	}
+	return epoch[:i], uint32(d), true
 }
 
 // Prio3Nonce is a Prio3 helper token's nonce: SHA-256(Prio3NonceLabel ‖
