@@ -103,7 +103,7 @@ var Custody = []RoleKeys{
 	{Role: RolePrio3Helper, Private: []string{Prio3HelperKey, Prio3HelperTokenSeed},
 		IssuerKinds: []string{token.KindPrio3Helper.String()},
 		Public:      []string{Prio3HelperKey + ".pub"},
-		Imports: []string{Prio3CollectorKey + ".pub", Prio3LeaderSignKey + ".pub"}},
+		Imports:     []string{Prio3CollectorKey + ".pub", Prio3LeaderSignKey + ".pub"}},
 	{Role: RolePrio3Collector, Private: []string{Prio3CollectorKey}, Public: []string{Prio3CollectorKey + ".pub"}},
 }
 
