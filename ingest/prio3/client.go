@@ -48,13 +48,6 @@ type Transport struct {
 	Route          ingest.Route
 	Leader, Helper onion.PublicKey
 	Publish        func(ctx context.Context, onion []byte) error
-	// HelperToken, when set, fetches the report's helper token (encoded
-	// protocol/token KindPrio3Helper token) for campaign, day and nonce
-	// (Report.HelperNonce) from the helper operator's issuer with the
-	// client's identity (tokenclient.Client.Prio3HelperToken): one per
-	// identity per campaign-day. A helper that requires tokens refuses a
-	// report without one.
-	HelperToken func(ctx context.Context, campaign string, day p3.Day, nonce [32]byte) ([]byte, error)
 }
 
 // Client is one Prio3-mode client of a campaign. Counts holds its keyword
@@ -76,6 +69,13 @@ type Client struct {
 	Config   p3.Config
 	// StatePath, when set, is the file the client's state is kept in.
 	StatePath string
+	// HelperToken, when set, fetches the report's helper token (an encoded
+	// protocol/token KindPrio3Helper token) for campaign, day and nonce
+	// (Report.HelperNonce) from the helper operator's issuer with this
+	// client's identity (tokenclient.Client.Prio3HelperToken): one per
+	// identity per campaign-day, attached to the report before it is
+	// sealed. A helper that requires tokens refuses a report without one.
+	HelperToken func(ctx context.Context, campaign string, day p3.Day, nonce [32]byte) ([]byte, error)
 
 	mu      sync.Mutex
 	sent    map[keywords.Day]bool
@@ -157,8 +157,8 @@ func (c *Client) Upload(ctx context.Context, tr *Transport, v *p3.VDAF, d keywor
 		if err != nil {
 			return s, fmt.Errorf("prio3: shard the report of %s: %w", d, err)
 		}
-		if tr.HelperToken != nil {
-			if r.HelperToken, err = tr.HelperToken(ctx, c.Campaign, p3.Day(d), r.HelperNonce()); err != nil {
+		if c.HelperToken != nil {
+			if r.HelperToken, err = c.HelperToken(ctx, c.Campaign, p3.Day(d), r.HelperNonce()); err != nil {
 				return s, fmt.Errorf("prio3: helper token for the report of %s: %w", d, err)
 			}
 		}
