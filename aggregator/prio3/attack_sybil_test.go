@@ -179,3 +179,64 @@ func TestAttackPrio3LeaderSybil(t *testing.T) {
 		t.Fatalf("control: without helper tokens the padded batch should release the target's vector (count %d, %d recovered)", before.count, before.recovered)
 	}
 }
+
+// TestHelperTokensRestart: a report's helper token survives the leader's
+// restart while the report waits (state version 3), and the helper's
+// restored state still spends it: the same report sent again by a fresh
+// leader is counted once, and the token moved to a new report is refused.
+func TestHelperTokensRestart(t *testing.T) {
+	const length = 20
+	m := p3.Config{Kind: p3.KindSumVec, Length: length, Bits: 4}
+	day := p3.DayOf(time.Date(2006, 3, 2, 0, 0, 0, 0, time.UTC))
+	now := day.Start().Add(12 * time.Hour)
+	w := newWorld(t, m, 1)
+	seed := newSeed(t)
+	w.cfgH.TokenSeed = seed
+	h, err := NewHelper(w.cfgH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.h = h
+	r, up := w.shardWithToken(t, day, smallCounts(1, length)[0], seed)
+	if _, err := w.l.Apply(Event{Now: now, Kind: EventUpload, Msg: up}); err != nil {
+		t.Fatal(err)
+	}
+	// the leader restarts with the report pending
+	st, err := w.l.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.l, err = RestoreLeader(w.cfgL, st); err != nil {
+		t.Fatal(err)
+	}
+	w.upload(t, now, nil)
+	if w.h.Stats.Prepared != 1 || len(w.h.Stats.Rejected) != 0 {
+		t.Fatalf("after the leader's restart: prepared %d, rejected %v", w.h.Stats.Prepared, w.h.Stats.Rejected)
+	}
+	// the helper restarts; a fresh leader sends the same upload again
+	hs, err := w.h.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.h, err = RestoreHelper(w.cfgH, hs); err != nil {
+		t.Fatal(err)
+	}
+	if w.l, err = NewLeader(w.cfgL); err != nil {
+		t.Fatal(err)
+	}
+	w.upload(t, now, [][]byte{up})
+	if b := w.h.batches[day]; b == nil || b.count != 1 {
+		t.Fatalf("the same report again after the helper's restart: batch %+v", b)
+	}
+	// the token moved to another report of the day
+	r2, _, err := w.v.ShardReport(campaign, day, smallCounts(1, length)[0], w.hk.PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.HelperToken = r.HelperToken
+	up2, _ := r2.Seal(w.lk.PublicKey())
+	w.upload(t, now, [][]byte{up2})
+	if w.h.batches[day].count != 1 || w.h.Stats.Rejected[ReasonTokenBinding] != 1 {
+		t.Fatalf("moved token: count %d, rejected %v", w.h.batches[day].count, w.h.Stats.Rejected)
+	}
+}

@@ -72,7 +72,7 @@ type Options struct {
 	// NoHelperTokens (helper) prepares reports without helper tokens.
 	TokenSeed      string
 	NoHelperTokens bool
-	StateDir  string // the snapshot's directory
+	StateDir       string // the snapshot's directory
 	// ClockFile, set, replaces the wall clock: the file holds the current
 	// time as RFC 3339, re-read at every step (log replays and tests).
 	ClockFile       string
