@@ -390,7 +390,8 @@ type KeysResponse struct {
 
 // MarshalBinary encodes: version ‖ status (‖ message) and, when not
 // refused, u8 len epoch ‖ epoch ‖ u8 len ‖ randomness key ‖ u8 len ‖
-// report key ‖ u16 len ‖ ARC key ‖ u8 len ‖ prio3-helper key.
+// report key ‖ u16 len ‖ ARC key [‖ u8 len ‖ prio3-helper key, only when
+// set].
 func (p *KeysResponse) MarshalBinary() ([]byte, error) {
 	w := protocol.Writer{}
 	w.U8(protocol.Version)
@@ -405,7 +406,9 @@ func (p *KeysResponse) MarshalBinary() ([]byte, error) {
 	w.Bytes8(p.Randomness)
 	w.Bytes8(p.Report)
 	w.Bytes16(p.ARC)
-	w.Bytes8(p.Prio3Helper)
+	if len(p.Prio3Helper) > 0 {
+		w.Bytes8(p.Prio3Helper)
+	}
 	return w.B, nil
 }
 
@@ -421,7 +424,12 @@ func ParseKeysResponse(b []byte) (*KeysResponse, error) {
 		p.Randomness = r.Bytes8("randomness key")
 		p.Report = r.Bytes8("report key")
 		p.ARC = r.Bytes16("ARC key")
-		p.Prio3Helper = r.Bytes8("prio3-helper key")
+		if r.Err == nil && len(r.B) > 0 {
+			// the optional trailing prio3-helper key (never empty when present)
+			if p.Prio3Helper = r.Bytes8("prio3-helper key"); r.Err == nil && len(p.Prio3Helper) == 0 {
+				return nil, protocol.Malformed("issuer keys response with an empty prio3-helper key")
+			}
+		}
 		if r.Err == nil && (p.Epoch == "" || len(p.Randomness)+len(p.Report)+len(p.Prio3Helper) == 0) {
 			return nil, protocol.Malformed("issuer keys response with empty fields")
 		}
