@@ -389,8 +389,8 @@ func (s *Service) epochKeys(epoch string) (*epochKeys, error) {
 // prio3Keys returns the KindPrio3Helper key of a Prio3 epoch ("campaign/
 // day", token.Prio3Epoch), derived from the token seed of the keys
 // directory (keydir.Prio3HelperTokenSeed); only an issuer whose directory
-// holds that kind (the prio3-helper operator's) has one. Days are not
-// cached past the process: derivation is one hash-to-scalar.
+// holds that kind (the prio3-helper operator's) has one. Keys are derived
+// per request (one hash-to-scalar), never cached.
 func (s *Service) prio3Keys(epoch string) (*epochKeys, error) {
 	held, err := keydir.IssuerKindsOf(s.KeysDir)
 	if err != nil {
@@ -414,8 +414,9 @@ func (s *Service) prio3Keys(epoch string) (*epochKeys, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, _ := s.keys.LoadOrStore(epoch, &epochKeys{p3h: k})
-	return v.(*epochKeys), nil
+	// not cached: any client may name any day, and a cache would grow
+	// with every name
+	return &epochKeys{p3h: k}, nil
 }
 
 // HandleKeys answers a KeysRequest: the public keys of the epoch that this
