@@ -61,11 +61,14 @@ type prio3Client struct {
 // their own Kafka user) and an embedded NATS server whose permission table
 // is on (each role its own NKey). The test plays
 // the clients (ingest/prio3, L = the embedded list's first 1,000
-// keywords, counts clipped to 15): every client active on a day uploads
-// once, except that on the last day every tenth is left out.
+// keywords, counts clipped to 15, each client's day bounded by the default
+// L1 bound S = 20): every client active on a day uploads once, except
+// that on the last day every tenth is left out. Both aggregators are told
+// --epsilon 0 --exact-shares (exact shares must be asked for by name).
 //
 // It checks every (day, keyword) count in keyword_daily against the raw
-// log's counts clipped per client and day, computed by tests/truth
+// log's counts clipped and L1-bounded per client and day, computed by
+// tests/truth
 // (absent rows and zero counts alike), confidence 1 everywhere, and each
 // day's report count (pdd_rounds) against the clients active that day in
 // the raw log, less the left-out ones: a dropped client costs only its own
@@ -162,7 +165,7 @@ func TestPrio3EndToEnd(t *testing.T) {
 	must(t, os.WriteFile(listPath, []byte(strings.Join(words, "\n")+"\n"), 0o644))
 	list, err := keywords.Load(listPath)
 	must(t, err)
-	m := p3.Config{Kind: p3.KindSumVec, Length: list.Len(), Bits: bits}
+	m := p3.Config{Kind: p3.KindSumVec, Length: list.Len(), Bits: bits, L1: p3.DefaultL1}
 
 	// the clients, from the log
 	input := subset(t, users)
@@ -200,7 +203,8 @@ func TestPrio3EndToEnd(t *testing.T) {
 		custody := "prio3-" + role
 		return append(append([]string{"aggregate-prio3", "--role", role, "--nats", ns.URL, "--nats-nkey", nkey(natsauth.Role(custody)),
 			"--keys", roleDir[custody], "--collector-pub", collectorPub, "--verify-key", verify,
-			"--state-dir", filepath.Join(dir, "state-"+role), "--clock-file", clock, "--grace", grace.String()}, measurement...), extra...)
+			"--state-dir", filepath.Join(dir, "state-"+role), "--clock-file", clock, "--grace", grace.String(),
+			"--epsilon", "0", "--exact-shares"}, measurement...), extra...)
 	}
 	start("helper", nil, aggregator("helper", helperVerify)...)
 	// the helper's operator's issuer of helper tokens, on the helper's keys
@@ -350,7 +354,7 @@ func TestPrio3EndToEnd(t *testing.T) {
 	// ground truth from the raw log
 	dc, err := truth.KeywordClients(input, users, listPath, last.String(), nil)
 	must(t, err)
-	wantCounts := dc.Clipped(1<<bits-1, func(day, user string) bool { return dropped[day][user] })
+	wantCounts := dc.ClippedL1(1<<bits-1, p3.DefaultL1, words, func(day, user string) bool { return dropped[day][user] })
 	got := map[string]map[string]int64{}
 	for _, r := range rows {
 		day := r.Day.Format("2006-01-02")

@@ -47,16 +47,21 @@ state that long after it closes (default: never; the helper drops it
 collected or not, so keep it longer than any outage). Run one process per
 role and campaign.
 
---epsilon ε > 0 adds integer Laplace noise of scale Δ/ε to each keyword's
-entry of this aggregator's aggregate share (Δ = 2^bits − 1 for sumvec, 1
-for presence: the per-client bound the proof enforces), drawn once per
-batch and kept in the snapshot, so a re-collection or a restart resends the
-same noisy share. Either aggregator's noise alone makes each (day,
-keyword) total ε-DP, so the release stays private if the other aggregator
-skips its noise or colludes with the collector; the released totals carry
-both draws (variance 4(Δ/ε)²). Give both aggregators and release-pdd
---mode prio3 the same ε: each share carries its ε authenticated, and the
-collector releases only shares with its own. --clock-file replaces the wall clock for log replays and tests:
+--epsilon ε (default 1) adds integer Laplace noise of scale S/ε to each
+keyword's entry of this aggregator's aggregate share (S = --l1 for sumvec,
+default 20, the bound an honest client keeps its daily sum of counts
+within; --max-weight for presence), drawn once per batch and kept in the
+snapshot, so a re-collection or a restart resends the same noisy share.
+Either aggregator's noise alone makes each person's whole day ε-DP, so the
+release stays private if the other aggregator skips its noise, colludes
+with the collector, or (the leader) pads a batch with reports of its own
+to isolate one client: --min-batch-size does not protect against that,
+the noise does. The released totals carry both draws (variance 4(S/ε)²).
+Give both aggregators and release-pdd --mode prio3 the same ε and --l1:
+each share carries its ε authenticated, and the collector releases only
+shares with its own. Exact shares (--epsilon 0) need --exact-shares,
+which gives that protection up.
+--clock-file replaces the wall clock for log replays and tests:
 the file holds the current time as RFC 3339 and is re-read every step.
 
 Metrics (--metrics): crowdlog_prio3_uploads_total (leader),

@@ -11,24 +11,27 @@ import (
 
 // Per-aggregator noise (Config.Epsilon > 0).
 //
-// Each aggregator adds integer Laplace noise of scale Δ/ε to each of the L
+// Each aggregator adds integer Laplace noise of scale S/ε to each of the L
 // entries of its aggregate share before sealing it to the collector, in
 // the field (p3.FieldOf): entry ℓ of the share becomes share[ℓ] +
-// Lap(Δ/ε), Δ = Config.Measurement.Max(), the per-client per-keyword bound
-// the FLP proof enforces (2^b − 1 for SumVec, 1 for presence). The draw is
-// google/differential-privacy's secure integer Laplace (AddNoiseInt64 with
-// L0 = 1, L∞ = Δ: a two-sided geometric, crypto randomness), as
-// release/pdd's groups mode.
+// Lap(S/ε), S = Config.Measurement.Sensitivity(), the L1 bound of one
+// honest client's whole daily vector (the campaign's L1 for SumVec, which
+// the honest client keeps, p3.Config.Clip; the max weight w for presence,
+// which the FLP proof enforces). The draw is google/differential-privacy's
+// secure integer Laplace (AddNoiseInt64 with L0 = 1, L∞ = S: a two-sided
+// geometric of scale S/ε, crypto randomness), as release/pdd's groups mode.
 //
-// Guarantee: one aggregator's noise alone makes each (day, keyword) total
-// ε-DP with respect to one client (the Laplace mechanism, Dwork & Roth,
-// "The Algorithmic Foundations of Differential Privacy", §3.3): the other
-// aggregator's share, its noise or no noise, is post-processing. So the
-// release stays ε-DP per (day, keyword) if either aggregator skips its
-// noise or colludes with the collector (hands it its exact share or its
-// draw); the collector alone sees only the sum of two draws. The price is
-// the variance: the released total carries two independent draws,
-// 2 × 2(Δ/ε)² = 4(Δ/ε)² (twice one central draw's).
+// Guarantee: one aggregator's noise alone makes the whole day's vector of
+// L totals ε-DP with respect to one person's report (the Laplace
+// mechanism on a vector of L1 sensitivity S, Dwork & Roth, "The
+// Algorithmic Foundations of Differential Privacy", Thm. 3.6): one ε per
+// person-day. The other aggregator's share, its noise or no noise, is
+// post-processing, so the release stays ε-DP if either aggregator skips
+// its noise, colludes with the collector (hands it its exact share or its
+// draw), or — the leader — pads a batch with reports of its own and
+// subtracts its own draw: the helper's draw alone carries the guarantee.
+// The price is the variance: the released total carries two independent
+// draws, 2 × 2(S/ε)² = 4(S/ε)² (twice one central draw's).
 //
 // Draw once: the noise vector of a batch is drawn the first time the
 // aggregator seals the batch's share and is kept in its state (and
@@ -38,7 +41,8 @@ import (
 // changed Config.Epsilon (0 included: an exact share after a noisy one
 // would reveal the noise); AggShare.Epsilon carries the draw's ε.
 
-// drawNoise returns n integer Laplace draws of scale delta/epsilon.
+// drawNoise returns n integer Laplace draws of scale delta/epsilon (delta:
+// the L1 sensitivity of the whole vector).
 func drawNoise(n int, epsilon float64, delta int64) ([]int64, error) {
 	lap := noise.Laplace()
 	out := make([]int64, n)
@@ -67,7 +71,7 @@ func checkEpsilon(eps float64) error {
 func noisyAggregate(cfg *Config, b *batch) ([]byte, float64, error) {
 	enc := p3.EncodeAggregate(&b.agg)
 	if b.noise == nil && cfg.Epsilon > 0 {
-		n, err := drawNoise(cfg.Measurement.Length, cfg.Epsilon, int64(cfg.Measurement.Max()))
+		n, err := drawNoise(cfg.Measurement.Length, cfg.Epsilon, int64(min(cfg.Measurement.Sensitivity(), math.MaxInt64)))
 		if err != nil {
 			return nil, 0, err
 		}

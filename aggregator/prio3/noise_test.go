@@ -14,19 +14,27 @@ import (
 )
 
 // noiseSetup prepares days batches of 3 clients each (L = length, SumVec
-// b = 4: Δ = 15) at a leader and a helper without noise and returns the
-// world, the days, and per day the exact totals computed here from the
-// clients' counts (min(count, 15) summed).
+// b = 4: Δ = 15, L1 bound S = 15: the noise's scale is 15/ε) at a leader
+// and a helper without noise and returns the world, the days, and per day
+// the exact totals computed here from the clients' counts (each client's
+// vector bounded by Config.Clip, summed).
 func noiseSetup(t *testing.T, length, days int) (*world, []p3.Day, [][]int64) {
 	t.Helper()
-	m := p3.Config{Kind: p3.KindSumVec, Length: length, Bits: 4}
+	m := p3.Config{Kind: p3.KindSumVec, Length: length, Bits: 4, L1: 15}
 	w := newWorld(t, m, 1)
 	rng := rand.New(rand.NewPCG(7, 40))
 	var ds []p3.Day
 	var exact [][]int64
 	for d := range days {
 		day := p3.Day(20000 + d)
-		cs, sum := clients(rng, 3, length, 15)
+		cs, _ := clients(rng, 3, length, 15)
+		sum := make([]int64, length)
+		for _, c := range cs {
+			b, _ := m.Clip(c)
+			for j, x := range b {
+				sum[j] += int64(x)
+			}
+		}
 		w.upload(t, day.Start(), w.shardAll(t, day, cs))
 		ds = append(ds, day)
 		exact = append(exact, sum)
@@ -129,7 +137,7 @@ func checkLaplace(t *testing.T, what string, xs []int64, draws int, b float64) {
 	}
 }
 
-// TestNoise: with ε = 1 at both aggregators (Δ = 15: scale 15), over 3
+// TestNoise: with ε = 1 at both aggregators (S = 15: scale 15), over 3
 // days × L = 2,000 entries, the released totals minus the exact clipped
 // sums (computed here from the clients' counts) have mean ≈ 0 and the
 // variance of two draws, 2·2·15²; each aggregator's noise is present on

@@ -45,17 +45,24 @@ type Options struct {
 	Kind      string
 	Bits      int
 	MaxWeight int
-	Keywords  string
-	Chunk     int
+	// L1 is the SumVec campaign's per-client daily L1 bound S
+	// (p3.Config.L1): the noise's sensitivity; 0 = L·(2^Bits − 1).
+	L1       uint64
+	Keywords string
+	Chunk    int
 	// MinBatchSize: the fewest reports a batch is revealed with.
 	MinBatchSize uint64
 	Grace        time.Duration // after a day's end (UTC), its batch still takes reports
 	Retain       time.Duration // after a batch closes, its state is kept this long (0: forever)
-	// Epsilon > 0: Laplace noise of scale Δ/ε on each entry of this
-	// aggregator's aggregate share (Config.Epsilon); 0 = exact shares.
-	Epsilon   float64
-	VerifyKey string // the verify key file (keydir.ParseVerifyKeys)
-	KeyEpoch  uint32 // leader: the verify-key epoch to prepare under; 0 = the file's newest
+	// Epsilon > 0: Laplace noise of scale S/ε on each entry of this
+	// aggregator's aggregate share (Config.Epsilon): ε per person-day.
+	// Epsilon 0 (exact shares) needs ExactShares: with exact shares a
+	// malicious leader that pads a batch with reports of its own reads
+	// one client's vector from the release.
+	Epsilon     float64
+	ExactShares bool
+	VerifyKey   string // the verify key file (keydir.ParseVerifyKeys)
+	KeyEpoch    uint32 // leader: the verify-key epoch to prepare under; 0 = the file's newest
 	// KeysDir is the role's keys directory: the leader's prio3-leader.key
 	// or the helper's prio3-helper.key (with rotated-out ROLE.N.key files,
 	// accepted too) and the collector's public key.
@@ -82,10 +89,18 @@ type Options struct {
 	Kafka           []string // leader: bootstrap brokers
 }
 
+// DefaultEpsilon is the default --epsilon of each aggregator: ε = 1 per
+// person-day (Laplace of scale S/1 on every total).
+const DefaultEpsilon = 1.0
+
+// ExactSharesHelp is the help of --exact-shares: what an exact share gives
+// up.
+const ExactSharesHelp = "release this aggregator's aggregate shares without noise (needs --epsilon 0). Gives up the privacy of every client against the other aggregator: a malicious leader that keeps one client's report and pads the batch to --min-batch-size with reports of its own reads that client's whole daily vector from the release; only the noise of --epsilon > 0 protects against it. For tests and exact comparisons only"
+
 // DefaultOptions returns the options of `crowdlog aggregate-prio3` without
 // flags.
 func DefaultOptions() Options {
-	return Options{Campaign: "pdd", Kind: "sumvec", Bits: p3.DefaultBits, MaxWeight: 100, MinBatchSize: 100,
+	return Options{Campaign: "pdd", Kind: "sumvec", Bits: p3.DefaultBits, MaxWeight: 100, L1: p3.DefaultL1, MinBatchSize: 100, Epsilon: DefaultEpsilon,
 		Grace: 2 * time.Hour, KeysDir: "keys", MaxRequestBytes: DefaultMaxRequestBytes, RequestTimeout: DefaultRequestTimeout,
 		Kafka: []string{infrakafka.DefaultBroker}}
 }
@@ -98,12 +113,14 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Kind, "kind", o.Kind, "measurement: sumvec (per keyword the day's count clipped to 2^bits − 1) or presence (per keyword 0/1, at most --max-weight ones)")
 	f.IntVar(&o.Bits, "bits", o.Bits, "sumvec: bits per count (1..16): counts are clipped to 2^bits − 1")
 	f.IntVar(&o.MaxWeight, "max-weight", o.MaxWeight, "presence: the most keywords one report may set")
+	f.Uint64Var(&o.L1, "l1", o.L1, "sumvec: the campaign's bound S on one client's daily sum of counts (clients keep their most searched keywords within it); the noise's sensitivity; 0 = L·(2^bits − 1). The same at both aggregators, the clients and release-pdd")
 	f.StringVar(&o.Keywords, "keywords", o.Keywords, "monitored keyword list, one per line (default: embedded "+keywords.DefaultName+"); its length is the vector length")
 	f.IntVar(&o.Chunk, "chunk", o.Chunk, "FLP chunk length (0: about √(length·bits), the fastest)")
 	f.Uint64Var(&o.MinBatchSize, "min-batch-size", o.MinBatchSize, "fewest reports a day's batch is revealed with (both aggregators refuse smaller batches)")
 	f.DurationVar(&o.Grace, "grace", o.Grace, "after a day's end (UTC) its batch takes reports this long, then closes and is collected")
 	f.DurationVar(&o.Retain, "retain", o.Retain, "after a batch closes its state (report ids for replay checks and retries, the aggregate) is kept this long, then dropped: the leader's once collected or refused, the helper's whether or not collected (a later collection is refused unknown_batch), so make it longer than any outage or replay span; 0 keeps every batch")
-	f.Float64Var(&o.Epsilon, "epsilon", o.Epsilon, "Laplace noise per keyword on this aggregator's aggregate share of each day (scale (2^bits − 1)/ε for sumvec, 1/ε for presence), drawn once per batch; 0 = exact. Each aggregator's noise alone makes each (day, keyword) total ε-DP; give both aggregators and release-pdd --mode prio3 the same ε (the collector refuses shares with another ε)")
+	f.Float64Var(&o.Epsilon, "epsilon", o.Epsilon, "privacy per person-day: Laplace noise on every keyword of this aggregator's aggregate share of each day, scale S/ε (S = --l1 for sumvec, --max-weight for presence), drawn once per batch. This aggregator's noise alone makes each person's whole day ε-DP, also against a malicious other aggregator; give both aggregators and release-pdd --mode prio3 the same ε (the collector refuses shares with another ε). 0 needs --exact-shares")
+	f.BoolVar(&o.ExactShares, "exact-shares", o.ExactShares, ExactSharesHelp)
 	f.StringVar(&o.VerifyKey, "verify-key", o.VerifyKey, "verify key file shared by the leader and the helper only (crowdlog keys prio3-verify)")
 	f.Uint32Var(&o.KeyEpoch, "key-epoch", o.KeyEpoch, "leader: verify-key epoch to prepare under (0: the newest of --verify-key)")
 	f.StringVar(&o.KeysDir, "keys", o.KeysDir, "this role's keys directory (crowdlog keys generate --role prio3-leader or prio3-helper): its HPKE key and the collector's public key")
@@ -137,7 +154,11 @@ func (o *Options) Validate() error {
 	case o.Retain < 0:
 		return bad("--retain %s: must not be negative", o.Retain)
 	case math.IsNaN(o.Epsilon) || math.IsInf(o.Epsilon, 0) || o.Epsilon < 0:
-		return bad("--epsilon %v: must be finite and ≥ 0 (0 = exact shares)", o.Epsilon)
+		return bad("--epsilon %v: must be finite and ≥ 0 (0 = exact shares, with --exact-shares)", o.Epsilon)
+	case o.Epsilon == 0 && !o.ExactShares:
+		return bad("--epsilon 0 releases exact shares: a malicious leader padding a batch would read one client's vector; give --exact-shares too if that is meant, else an ε > 0 (default %g)", DefaultEpsilon)
+	case o.Epsilon > 0 && o.ExactShares:
+		return bad("--exact-shares with --epsilon %v: give --epsilon 0 for exact shares, or leave --exact-shares out", o.Epsilon)
 	case o.VerifyKey == "":
 		return bad("--verify-key is required (crowdlog keys prio3-verify --out FILE; the same file at the leader and the helper)")
 	case o.StateDir == "":
@@ -160,7 +181,7 @@ func (o *Options) Validate() error {
 }
 
 func (o *Options) measurement(length int) p3.Config {
-	m := p3.Config{Kind: p3.KindSumVec, Length: length, Bits: o.Bits, Chunk: o.Chunk}
+	m := p3.Config{Kind: p3.KindSumVec, Length: length, Bits: o.Bits, Chunk: o.Chunk, L1: o.L1}
 	if o.Kind == "presence" {
 		m = p3.Config{Kind: p3.KindPresence, Length: length, MaxWeight: o.MaxWeight, Chunk: o.Chunk}
 	}

@@ -92,6 +92,9 @@ func TestOptionsConfig(t *testing.T) {
 		"campaign":    func(o *Options) { o.Campaign = "a/b" },
 		"epsilon":     func(o *Options) { o.Epsilon = -1 },
 		"epsilon inf": func(o *Options) { o.Epsilon = math.Inf(1) },
+		// exact shares only when asked for by name
+		"epsilon 0 without --exact-shares": func(o *Options) { o.Epsilon = 0 },
+		"--exact-shares with epsilon 1":    func(o *Options) { o.ExactShares = true },
 	} {
 		o := base
 		mut(&o)
@@ -99,7 +102,15 @@ func TestOptionsConfig(t *testing.T) {
 			t.Errorf("%s: %v, want a usage error", name, err)
 		}
 	}
+	if base.Epsilon != DefaultEpsilon || !(DefaultEpsilon > 0) || base.ExactShares {
+		t.Errorf("default epsilon %v, exact shares %v: want a finite ε > 0 by default", base.Epsilon, base.ExactShares)
+	}
 	o := base
+	o.Epsilon, o.ExactShares = 0, true
+	if cfg, err := o.Config(); err != nil || cfg.Epsilon != 0 {
+		t.Errorf("--epsilon 0 --exact-shares: %v, epsilon %v", err, cfg.Epsilon)
+	}
+	o = base
 	o.Epsilon = 0.5
 	cfg, err := o.Config()
 	if err != nil {
@@ -108,7 +119,7 @@ func TestOptionsConfig(t *testing.T) {
 	if cfg.Epsilon != 0.5 {
 		t.Errorf("epsilon %v, want 0.5", cfg.Epsilon)
 	}
-	if cfg.Measurement.Length != 3 || cfg.Measurement.Kind != p3.KindSumVec || cfg.Measurement.Bits != p3.DefaultBits {
+	if cfg.Measurement.Length != 3 || cfg.Measurement.Kind != p3.KindSumVec || cfg.Measurement.Bits != p3.DefaultBits || cfg.Measurement.L1 != p3.DefaultL1 {
 		t.Errorf("measurement %+v", cfg.Measurement)
 	}
 	if cfg.KeyEpoch != 2 || len(cfg.VerifyKeys) != 2 || len(cfg.Keys) != 1 {

@@ -72,9 +72,10 @@ type Config struct {
 	// replay span. The batch is closed by then: a later report of it is
 	// late either way. 0 keeps every batch.
 	Retain time.Duration
-	// Epsilon > 0 adds integer Laplace noise of scale Δ/ε (Δ =
-	// Measurement.Max()) to each entry of this aggregator's aggregate
-	// share, drawn once per batch (noise.go); 0 = exact shares. The
+	// Epsilon > 0 adds integer Laplace noise of scale S/ε (S =
+	// Measurement.Sensitivity(), one person's daily L1 bound) to each
+	// entry of this aggregator's aggregate share, drawn once per batch
+	// (noise.go): ε per person-day; 0 = exact shares. The
 	// collector must be told the same ε (release-pdd --epsilon), which each
 	// share carries authenticated (AggShare.Epsilon).
 	Epsilon float64

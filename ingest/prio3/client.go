@@ -13,6 +13,13 @@
 //
 // A client-side blacklist (PDD §6.1) removes keywords the user never shares
 // before anything is counted (keywords.List.Counts).
+//
+// Per-person bound: in a SumVec campaign with an L1 bound S (p3.Config.L1,
+// the campaign's --l1) the client keeps its day's sum of clipped counts
+// within S, keeping its most searched keywords (ties: the earlier keyword
+// in the list; protocol/prio3 Config.Clip, applied by VDAF.Shard), as a
+// presence client keeps its MaxWeight most searched keywords. The
+// aggregators' noise of scale S/ε then hides the whole day of one person.
 package prio3
 
 import (
@@ -91,8 +98,9 @@ type pendingUpload struct {
 
 // Sent says what one Upload did: the report id (the VDAF nonce), how many
 // of the day's keyword counts were reduced to the measurement's maximum
-// (2^b − 1 for clipped counts; for presence, 1 per count above 1 plus the
-// keywords left out over the campaign's max weight), and the length of the
+// (2^b − 1 for clipped counts, and those reduced or left out to keep the
+// L1 bound; for presence, 1 per count above 1 plus the keywords left out
+// over the campaign's max weight), and the length of the
 // onion published to relay A, in bytes.
 type Sent struct {
 	ID      p3.ReportID

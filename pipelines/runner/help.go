@@ -123,7 +123,12 @@ day's shares and hand both sums to the release stage, which writes the day
 with confidence 1 once it holds at least --min-batch-size reports. A client
 that does not upload costs only its own counts; no recovery round exists.
 The replay runs both aggregators on one clock: every day's batch stays
-open while the clients upload, then closes at once. --pipeline FILE gives
+open while the clients upload, then closes at once. Each client keeps its
+day's counts within --l1 S (default 20, its most searched keywords) and
+each aggregator adds Laplace noise of scale S/--epsilon (default ε = 1 per
+person-day; exact counts need --epsilon 0 --exact-shares); noisy days do
+not publish their report count, and the ledger (printed at the end)
+charges ε per person-day against --budget-epsilon (0: 1 per day). --pipeline FILE gives
 the mode and measurement from a pipeline file's pdd section.
 
 Examples:

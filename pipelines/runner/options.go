@@ -16,6 +16,7 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/pipelines/pipeline"
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 	"github.com/crowdlog/crowdlog/release"
 	"github.com/crowdlog/crowdlog/release/policy"
 	"github.com/crowdlog/crowdlog/release/stage"
@@ -159,6 +160,8 @@ func (c *PDDConfig) AddFlags(f *pflag.FlagSet) {
 	f.IntVar(&c.Bits, "bits", pipeline.DefaultBits, "prio3 counts: bits per keyword count (clipped to 2^bits − 1)")
 	f.IntVar(&c.MaxWeight, "max-weight", 0, "prio3 presence: the most keywords one client reports per day")
 	f.IntVar(&c.Chunk, "chunk", 0, "prio3: the proof's chunk length (0 = √(L·bits))")
+	f.IntVar(&c.L1, "l1", p3.DefaultL1, "prio3 counts: the bound S on one client's daily sum of counts (clients keep their most searched keywords within it); the noise's sensitivity")
+	f.BoolVar(&c.ExactShares, "exact-shares", false, "prio3: the aggregators release exact shares (with --epsilon 0): exact counts, but a malicious leader padding a batch with its own reports would read one client's vector; without it --epsilon 0 means the default ε = 1 per person-day")
 	f.IntVar(&c.MinBatchSize, "min-batch-size", pipeline.DefaultMinBatchSize, "prio3: the fewest reports a day is released with")
 	f.IntVar(&c.GroupSize, "group-size", pipeline.DefaultGroupSize, "clients per group (PDD §4.2)")
 	f.IntVar(&c.Delay, "delay", 2, "days the aggregator waits for late members (PDD §4.3)")
@@ -167,7 +170,7 @@ func (c *PDDConfig) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&c.Online, "online", "active", "when clients ping: active (days with log records) or all (every day)")
 	f.Float64Var(&c.Dropout, "dropout", 0, "probability that a client skips a ping")
 	f.Uint64Var(&c.Seed, "seed", 1, "seed of --dropout")
-	f.Float64Var(&c.Epsilon, "epsilon", 0, "Laplace noise on each released daily count (0 = exact); groups: at the release stage, sensitivity --max-count; prio3: a draw at each aggregator, sensitivity 2^bits − 1 (1 for presence)")
+	f.Float64Var(&c.Epsilon, "epsilon", 0, "Laplace noise on each released daily count; groups: at the release stage, sensitivity --max-count (0 = exact); prio3: ε per person-day, a draw of scale S/ε at each aggregator, S = --l1 (--max-weight for presence); 0 = 1 unless --exact-shares")
 	f.IntVar(&c.MaxCount, "max-count", 0, "per-client per-keyword per-day clip used as the noise sensitivity")
 	f.StringVar(&c.NATS, "nats", "", "NATS URL; empty starts an embedded server")
 	f.Var(config.NewList(&c.Kafka), "kafka", "Kafka bootstrap brokers, comma-separated host:port list (or repeated); empty starts kfake")

@@ -60,9 +60,12 @@ type PDDConfig struct {
 	// MeasurePresence (0/1, at most MaxWeight keywords per client and day);
 	// Chunk the proof's chunk length (0 = protocol/prio3.DefaultChunk);
 	// MinBatchSize the fewest reports a day is released with (default
-	// DefaultMinBatchSize).
+	// DefaultMinBatchSize). L1 (MeasureCounts) is the bound S each client
+	// keeps its daily sum of clipped counts within, the noise's
+	// sensitivity (0 = protocol/prio3.DefaultL1).
 	Measurement            string
 	Bits, MaxWeight, Chunk int
+	L1                     int
 	MinBatchSize           int
 
 	GroupSize    int  // default 100
@@ -78,11 +81,17 @@ type PDDConfig struct {
 	Dropout float64
 	Seed    uint64
 
-	Epsilon  float64 // Laplace noise on daily counts; 0 = exact counts
+	Epsilon  float64 // Laplace noise on daily counts; 0 = exact counts (prio3: 0 = aggregator/prio3.DefaultEpsilon unless ExactShares)
 	MaxCount int     // per-client per-keyword per-day clip with noise
+	// ExactShares (prio3): the aggregators release exact shares (Epsilon
+	// must be 0), giving up the noise that protects a client against a
+	// malicious leader padding its batch.
+	ExactShares bool
 	// Dataset and Budget: the privacy ledger a noisy day spends from (L·ε
-	// per day, release/pdd.Stage); a day over budget ends the run with an
-	// error wrapping release.ErrOverBudget.
+	// per day in groups mode, release/pdd.Stage; ε per person-day in prio3
+	// mode, whose zero budget means release/prio3.DefaultBudgetEpsilon); a
+	// day over budget ends the run with an error wrapping
+	// release.ErrOverBudget (prio3: the day is refused, not released).
 	Dataset string
 	Budget  release.Budget
 

@@ -39,6 +39,7 @@ import (
 	"github.com/crowdlog/crowdlog/protocol/token"
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release"
+	pddrelease "github.com/crowdlog/crowdlog/release/pdd"
 	prio3release "github.com/crowdlog/crowdlog/release/prio3"
 )
 
@@ -73,12 +74,33 @@ type Prio3Summary struct {
 	// Rejected by reason at the leader and at the helper.
 	LeaderRejected, HelperRejected map[string]uint64
 	Days                           []prio3release.Released
+	// Epsilon is the aggregators' ε per person-day (0: exact shares);
+	// Ledger the ε the privacy ledger charged each released day
+	// (YYYY-MM-DD), and Budget the budget per day it was checked against.
+	Epsilon float64
+	Ledger  map[string]float64
+	Budget  float64
 }
 
 // prio3Defaults checks the Prio3 fields of cfg and fills in their defaults.
 func (cfg *PDDConfig) prio3Defaults() error {
 	if math.IsNaN(cfg.Epsilon) || math.IsInf(cfg.Epsilon, 0) || cfg.Epsilon < 0 {
-		return fmt.Errorf("--epsilon %v: must be finite and ≥ 0 (0 = exact counts; in --mode prio3 both aggregators add Laplace noise of this ε)", cfg.Epsilon)
+		return fmt.Errorf("--epsilon %v: must be finite and ≥ 0 (in --mode prio3 both aggregators add Laplace noise of this ε per person-day)", cfg.Epsilon)
+	}
+	switch {
+	case cfg.ExactShares && cfg.Epsilon > 0:
+		return fmt.Errorf("--exact-shares with --epsilon %v: exact shares carry no noise; give one of the two", cfg.Epsilon)
+	case !cfg.ExactShares && cfg.Epsilon == 0:
+		cfg.Epsilon = aggprio3.DefaultEpsilon
+	}
+	if cfg.L1 < 0 {
+		return fmt.Errorf("--l1 %d: want ≥ 0 (0 = %d)", cfg.L1, p3.DefaultL1)
+	}
+	if cfg.L1 == 0 {
+		cfg.L1 = p3.DefaultL1
+	}
+	if cfg.Budget.Epsilon == 0 {
+		cfg.Budget.Epsilon = prio3release.DefaultBudgetEpsilon
 	}
 	if cfg.Measurement == "" {
 		cfg.Measurement = MeasureCounts
@@ -108,7 +130,7 @@ func (cfg *PDDConfig) prio3Measurement(L int) p3.Config {
 	if cfg.Measurement == MeasurePresence {
 		return p3.Config{Kind: p3.KindPresence, Length: L, MaxWeight: cfg.MaxWeight, Chunk: cfg.Chunk}
 	}
-	return p3.Config{Kind: p3.KindSumVec, Length: L, Bits: cfg.Bits, Chunk: cfg.Chunk}
+	return p3.Config{Kind: p3.KindSumVec, Length: L, Bits: cfg.Bits, Chunk: cfg.Chunk, L1: uint64(cfg.L1)}
 }
 
 // ReplayClock is the shared clock of a log replay's two aggregators: they
@@ -550,6 +572,22 @@ func (r *prio3Run) finish(ctx context.Context) error {
 		ps.Released[d.Batch.Day.String()] = d.Batch.Count
 	}
 	ps.LeaderRejected, ps.HelperRejected = r.leader.Stats().Rejected, r.helper.Stats().Rejected
+	ps.Epsilon, ps.Budget, ps.Ledger = r.cfg.Epsilon, r.cfg.Budget.Epsilon, map[string]float64{}
+	if r.cfg.Epsilon > 0 {
+		dataset := r.cfg.Dataset
+		if dataset == "" {
+			dataset = pddrelease.DefaultDataset
+		}
+		for _, d := range ps.Days {
+			spends, err := r.writer.Ledger(ctx, dataset, d.Batch.Day.String())
+			if err != nil {
+				return fmt.Errorf("read the privacy ledger of %s: %w", d.Batch.Day, err)
+			}
+			for _, sp := range spends {
+				ps.Ledger[d.Batch.Day.String()] += sp.Epsilon
+			}
+		}
+	}
 	sum.Prio3 = ps
 	sum.RoundsReleased = len(ps.Days)
 	if len(ps.Days) > 0 {
@@ -574,9 +612,21 @@ func (s *PDDSummary) printPrio3(w io.Writer) {
 	fmt.Fprintf(w, "crowdlog pdd --mode prio3: %d clients over %d days (%d days released)\n", s.Users, s.Days, s.RoundsReleased)
 	fmt.Fprintf(w, "  measurement: L = %d keywords, %s; upload %d bytes at relay a\n", ps.Measurement.Length, m, ps.UploadBytes)
 	fmt.Fprintf(w, "  reports sent %d, keyword counts clipped by clients %d\n", ps.Uploads, ps.Clipped)
+	if ps.Epsilon > 0 {
+		fmt.Fprintf(w, "  noise: ε = %g per person-day (L1 bound S = %d; each aggregator's Laplace scale S/ε = %g per keyword); budget ε %g per day; report counts not published\n",
+			ps.Epsilon, ps.Measurement.Sensitivity(), float64(ps.Measurement.Sensitivity())/ps.Epsilon, ps.Budget)
+	} else {
+		fmt.Fprintf(w, "  exact shares (--exact-shares): no noise; a malicious leader could read one client's vector\n")
+	}
 	days := slices.Sorted(maps.Keys(ps.Sent))
 	for _, d := range days {
-		fmt.Fprintf(w, "  %s: reports sent %d, released %d\n", d, ps.Sent[d], ps.Released[d])
+		fmt.Fprintf(w, "  %s: reports sent %d, released %d", d, ps.Sent[d], ps.Released[d])
+		if ps.Epsilon > 0 {
+			if e, ok := ps.Ledger[d]; ok {
+				fmt.Fprintf(w, "; ledger ε %g per person", e)
+			}
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "  rejected: leader %d, helper %d; relay drops %d; confidence %.0f; elapsed %s\n",
 		rejectedTotal(ps.LeaderRejected), rejectedTotal(ps.HelperRejected), s.RelayDrops, s.MeanConfidence, s.Elapsed.Round(time.Second))
@@ -599,7 +649,7 @@ func (r *prio3Run) startAggregator(svcCtx context.Context, svc *errgroup.Group, 
 		o.Kind = "presence"
 	}
 	o.MinBatchSize, o.Grace, o.VerifyKey = uint64(r.cfg.MinBatchSize), grace, r.verify
-	o.Epsilon = r.cfg.Epsilon // each aggregator's own draw (docs/pdd.md, "Noise")
+	o.Epsilon, o.ExactShares, o.L1 = r.cfg.Epsilon, r.cfg.ExactShares, r.m.L1 // each aggregator's own draw (docs/pdd.md, "Noise")
 	custody := "prio3-" + role
 	o.KeysDir, o.StateDir = r.keyDirs[custody], filepath.Join(filepath.Dir(r.keysDir), "state-"+custody)
 	o.CollectorPub = r.keyPath(keydir.RolePrio3Collector, keydir.Prio3CollectorKey) + ".pub"

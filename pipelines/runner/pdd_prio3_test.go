@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/crowdlog/crowdlog/ingest/keywords"
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 	"github.com/crowdlog/crowdlog/tests/truth"
 )
 
@@ -16,9 +17,12 @@ import (
 // their own key directories, the release stage, a local ClickHouse) on the
 // bundled log's first 60 users
 // and 3 days, L = the embedded list's first 300 keywords, counts clipped
-// to 3 (b = 2, so clipping happens): every (day, keyword) count of the
-// export equals the raw log's per-client clipped counts summed
-// (tests/truth), zeros included; confidence 1; each day's reports equal the
+// to 3 (b = 2, so clipping happens) and each client's day bounded by the
+// default L1 bound S = 20, with exact shares asked for by name
+// (--exact-shares): every (day, keyword) count of the export equals the
+// raw log's per-client clipped and L1-bounded counts summed
+// (tests/truth.ClippedL1), zeros included; pdd_rounds publishes the
+// report count (exact days only); confidence 1; each day's reports equal the
 // clients active that day in the raw log; the blacklisted keyword is never
 // released.
 func TestPDDPrio3Exact(t *testing.T) {
@@ -35,7 +39,7 @@ func TestPDDPrio3Exact(t *testing.T) {
 	}
 	var progress strings.Builder
 	sum, out := runPDD(t, PDDConfig{Mode: ModePrio3, MaxUsers: users, MaxDays: days, Keywords: listPath, Bits: bits,
-		Blacklist: []string{"free"}, Progress: &progress})
+		Blacklist: []string{"free"}, Progress: &progress, ExactShares: true})
 	if sum.Prio3 == nil {
 		t.Fatal("no Prio3 summary")
 	}
@@ -51,7 +55,10 @@ func TestPDDPrio3Exact(t *testing.T) {
 	if len(dayList) < days {
 		t.Fatalf("%d days in the log", len(dayList))
 	}
-	want := dc.Clipped(1<<bits-1, nil)
+	want := dc.ClippedL1(1<<bits-1, p3.DefaultL1, words, nil)
+	if sum.Prio3.Epsilon != 0 || sum.Prio3.Measurement.L1 != p3.DefaultL1 {
+		t.Fatalf("exact run: epsilon %v, L1 %d", sum.Prio3.Epsilon, sum.Prio3.Measurement.L1)
+	}
 	checked, nonzero := 0, 0
 	for day := range got {
 		if conf[day] != 1 {
@@ -82,14 +89,16 @@ func TestPDDPrio3Exact(t *testing.T) {
 		days, length, nonzero, sum.Prio3.Clipped, progress.String(), b.String())
 }
 
-// TestPDDPrio3Noise: the same replay with --epsilon 1 (b = 2, Δ = 3): both
-// aggregators add their own Laplace draw, the release stage writes the
-// noisy totals. Released minus the raw log's clipped counts over every
-// (day, keyword), zeros included (a noisy 0 is left out of the export),
-// has mean ≈ 0 and variance ≈ 4(Δ/ε)² = 36 (two draws of variance
-// 2(Δ/ε)² each); one draw (18) or none (0) fails it. Tolerances: mean
-// within 6 standard errors, variance within ±40 % (over 5 standard errors
-// of a Laplace sample variance at n = 900).
+// TestPDDPrio3Noise: the same replay with --epsilon 1 per person-day (b =
+// 2, S = the default L1 bound 20): both aggregators add their own Laplace
+// draw of scale S/ε, the release stage writes the noisy totals. Released
+// minus the raw log's clipped, L1-bounded counts over every (day,
+// keyword), zeros included (a noisy 0 is left out of the export), has
+// mean ≈ 0 and variance ≈ 4(S/ε)² = 1,600 (two draws of variance 2(S/ε)²
+// each); one draw (800) or none (0) fails it. Tolerances: mean within 6
+// standard errors, variance within ±40 % (over 5 standard errors of a
+// Laplace sample variance at n = 900). The ledger charged each day ε = 1
+// (per person-day, not L·ε).
 func TestPDDPrio3Noise(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a whole Prio3 replay: make test runs it, -short does not")
@@ -108,7 +117,15 @@ func TestPDDPrio3Noise(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := dc.Clipped(1<<bits-1, nil)
+	want := dc.ClippedL1(1<<bits-1, p3.DefaultL1, words, nil)
+	for day, e := range sum.Prio3.Ledger {
+		if e != eps {
+			t.Fatalf("%s: the ledger charged ε %v, want %v per person-day", day, e, eps)
+		}
+	}
+	if len(sum.Prio3.Ledger) != days {
+		t.Fatalf("ledger rows for %d days, want %d", len(sum.Prio3.Ledger), days)
+	}
 	var n, s, s2 float64
 	if len(sum.Prio3.Sent) != days {
 		t.Fatalf("%d days sent, want %d", len(sum.Prio3.Sent), days)
@@ -128,12 +145,12 @@ func TestPDDPrio3Noise(t *testing.T) {
 	if n != days*length {
 		t.Fatalf("%v (day, keyword) entries, want %d", n, days*length)
 	}
-	delta := float64(int(1)<<bits - 1)
+	delta := float64(p3.DefaultL1)
 	wantVar := 4 * (delta / eps) * (delta / eps)
 	mean := s / n
 	v := s2/n - mean*mean
 	if mean < -6*math.Sqrt(wantVar/n) || mean > 6*math.Sqrt(wantVar/n) || v < 0.6*wantVar || v > 1.4*wantVar {
-		t.Fatalf("released − clipped truth over %v entries: mean %.3f, variance %.1f; want mean 0 and variance %.0f (two Laplace draws of scale Δ/ε = %v)", n, mean, v, wantVar, delta/eps)
+		t.Fatalf("released − clipped truth over %v entries: mean %.3f, variance %.1f; want mean 0 and variance %.0f (two Laplace draws of scale S/ε = %v)", n, mean, v, wantVar, delta/eps)
 	}
 	t.Logf("released − clipped truth over %v entries: mean %.3f, variance %.1f (expected %.0f)", n, mean, v, wantVar)
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -303,5 +304,32 @@ func TestSignedReq(t *testing.T) {
 		if q, err := ParseSignedReq(c); err == nil && q.Verify(pub) == nil {
 			t.Fatalf("byte %d changed, signature still verifies", i)
 		}
+	}
+}
+
+// TestClipL1: a SumVec client over its L1 bound keeps its most searched
+// keywords (ties: the earlier one), the first that does not fit whole
+// keeps the rest of the bound; Sensitivity is L1, or L·Max() without it.
+func TestClipL1(t *testing.T) {
+	c := Config{Kind: KindSumVec, Length: 6, Bits: 2, L1: 7}
+	got, clipped := c.Clip([]uint64{1, 5, 2, 2, 0, 1})
+	// clipped to 3: [1 3 2 2 0 1], sum 9 > 7; order by raw count: #1 (5), #2, #3 (2, tie → earlier first), #0, #5
+	want := []uint64{0, 3, 2, 2, 0, 0}
+	if !slices.Equal(got, want) || clipped != 3 {
+		t.Fatalf("Clip = %v (%d clipped), want %v (3)", got, clipped, want)
+	}
+	c.L1 = 6
+	if got, _ := c.Clip([]uint64{1, 5, 2, 2, 0, 1}); !slices.Equal(got, []uint64{0, 3, 2, 1, 0, 0}) {
+		t.Fatalf("L1 6: %v", got)
+	}
+	if c.Sensitivity() != 6 {
+		t.Fatalf("sensitivity %d", c.Sensitivity())
+	}
+	c.L1 = 0
+	if got, _ := c.Clip([]uint64{1, 5, 2, 2, 0, 1}); !slices.Equal(got, []uint64{1, 3, 2, 2, 0, 1}) || c.Sensitivity() != 18 {
+		t.Fatalf("no L1: %v, sensitivity %d", got, c.Sensitivity())
+	}
+	if p := (Config{Kind: KindPresence, Length: 6, MaxWeight: 2, L1: 1}); p.Sensitivity() != 2 {
+		t.Fatalf("presence sensitivity %d", p.Sensitivity())
 	}
 }

@@ -1,10 +1,12 @@
 package prio3
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cloudflare/circl/kem"
@@ -74,18 +76,45 @@ func (r *Report) HelperNonce() [32]byte {
 }
 
 // Clip returns counts clipped to c.Max() (presence: 1 when > 0) and how
-// many entries were clipped. The client clips: the proof makes a larger
-// value impossible to prepare, not quietly capped.
+// many entries were reduced. The client clips: the proof makes a larger
+// value impossible to prepare, not quietly capped. For SumVec with L1 > 0
+// the clipped vector's sum is then bounded by L1: the keywords with the
+// highest raw counts are kept (ties: the earlier keyword), the first that
+// does not fit whole keeps what is left of L1, the others become 0 — as a
+// presence client keeps its MaxWeight most searched keywords.
 func (c Config) Clip(counts []uint64) ([]uint64, int) {
 	out := make([]uint64, len(counts))
 	clipped := 0
 	m := c.Max()
+	var sum uint64
 	for i, x := range counts {
 		if x > m {
 			clipped++
 			x = m
 		}
 		out[i] = x
+		sum += x
+	}
+	if c.Kind != KindSumVec || c.L1 == 0 || sum <= c.L1 {
+		return out, clipped
+	}
+	var set []int
+	for i, x := range out {
+		if x > 0 {
+			set = append(set, i)
+		}
+	}
+	slices.SortStableFunc(set, func(a, b int) int { return cmp.Compare(counts[b], counts[a]) })
+	left := c.L1
+	for _, i := range set {
+		x := min(out[i], left)
+		if x != out[i] {
+			if counts[i] <= m { // else counted above
+				clipped++
+			}
+			out[i] = x
+		}
+		left -= x
 	}
 	return out, clipped
 }

@@ -11,13 +11,16 @@ report is counted. --kind, --bits, --max-weight and --min-batch-size must be
 the aggregators' values; a batch under --min-batch-size is never released.
 Idempotent on restart: a day already in pdd_rounds is never written again.
 
-Noise in prio3 mode is the aggregators' (aggregate-prio3 --epsilon ε: each
-adds integer Laplace noise of scale Δ/ε per keyword to its share, Δ =
-2^bits − 1 or 1 for presence). Give release-pdd the same --epsilon: each
-share carries its ε authenticated and a share with another ε is dropped
-(epsilon_mismatch), so a mismatch releases nothing. A noisy day is written
-as released (negative counts possible, zero ones left out) with epsilon
-and max_count = Δ in pdd_rounds, and spends k·ε (δ = 0) from the privacy
-ledger of --dataset for that day, once: k = L keywords for sumvec (no
-per-client bound on a dense vector's sum), k = --max-weight for presence.
-A day over --budget-epsilon is refused. --max-count does not apply.`
+Noise in prio3 mode is the aggregators' (aggregate-prio3 --epsilon ε,
+default 1: each adds integer Laplace noise of scale S/ε per keyword to its
+share, S = --l1 for sumvec, the bound on one client's daily sum of counts,
+or --max-weight for presence), so each person's whole day is ε-DP. Give
+release-pdd the same --epsilon and --l1: each share carries its ε
+authenticated and a share with another ε is dropped (epsilon_mismatch),
+so a mismatch releases nothing. A noisy day is written as released
+(negative counts possible, zero ones left out) with epsilon and max_count
+= 2^bits − 1 in pdd_rounds; its report count is not published (active,
+grouped, decrypted = 0), since it would tell whether one person took part.
+It spends ε per person-day (δ = 0) from the privacy ledger of --dataset
+for that day, once. A day over --budget-epsilon is refused; in prio3 mode
+0 means a budget of 1 per day. --max-count does not apply.`

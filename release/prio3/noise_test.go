@@ -40,20 +40,23 @@ func craftNoisy(t testing.TB, key onion.PublicKey, role byte, day p3.Day, count 
 }
 
 // TestNoiseSlack: the implausibility slack under noise is
-// ⌈2·(Δ/ε)·ln(2L·10⁹)⌉ + 2, computed here by hand for three campaigns.
+// ⌈2·(S/ε)·ln(2L·10⁹)⌉ + 2 (S: one person's daily L1 bound), computed
+// here by hand for four campaigns.
 func TestNoiseSlack(t *testing.T) {
 	for _, c := range []struct {
 		m    p3.Config
 		eps  float64
 		want int64
 	}{
+		// 2·20·ln(2·10¹³) = 1225.07 (the defaults: S = 20)
+		{p3.Config{Kind: p3.KindSumVec, Length: 10000, Bits: 4, L1: 20}, 1, 1228},
 		// 2·15·ln(2·10¹³) = 918.80
-		{p3.Config{Kind: p3.KindSumVec, Length: 10000, Bits: 4}, 1, 921},
-		// 2·2·ln(2·10¹¹) = 104.09
-		{p3.Config{Kind: p3.KindPresence, Length: 100, MaxWeight: 5}, 0.5, 107},
-		// 2·15·ln(8·10⁹) = 684.08
-		{p3.Config{Kind: p3.KindSumVec, Length: 4, Bits: 4}, 1, 687},
-		{p3.Config{Kind: p3.KindSumVec, Length: 4, Bits: 4}, 0, 0},
+		{p3.Config{Kind: p3.KindSumVec, Length: 10000, Bits: 4, L1: 15}, 1, 921},
+		// S = w = 5: 2·10·ln(2·10¹¹) = 520.43
+		{p3.Config{Kind: p3.KindPresence, Length: 100, MaxWeight: 5}, 0.5, 523},
+		// no L1: S = L·15 = 60: 2·60·ln(8·10⁹) = 2736.3
+		{p3.Config{Kind: p3.KindSumVec, Length: 4, Bits: 4}, 1, 2739},
+		{p3.Config{Kind: p3.KindSumVec, Length: 4, Bits: 4, L1: 15}, 0, 0},
 	} {
 		if got := NoiseSlack(c.m, c.eps); got != c.want {
 			t.Errorf("%+v ε %v: slack %d, want %d", c.m, c.eps, got, c.want)
@@ -61,7 +64,7 @@ func TestNoiseSlack(t *testing.T) {
 	}
 }
 
-// TestStateNoise: with State.Epsilon = 1 (L = 4, Δ = 15: slack 687) a
+// TestStateNoise: with State.Epsilon = 1 (L = 4, S = 15: slack 687) a
 // pair 687 outside 0..Count·15 on either side is released, 688 outside is
 // dropped implausible; a share whose ε is not the State's is dropped
 // epsilon_mismatch unopened (another ε at both, an aggregator that skipped
@@ -69,7 +72,7 @@ func TestNoiseSlack(t *testing.T) {
 // rewritten after sealing does not open (the ε is in the AAD).
 func TestStateNoise(t *testing.T) {
 	ck := genKey(t, 3)
-	m := p3.Config{Kind: p3.KindSumVec, Length: 4, Bits: 4}
+	m := p3.Config{Kind: p3.KindSumVec, Length: 4, Bits: 4, L1: 15}
 	c := p3.Collector{Campaign: tCampaign, Measurement: m, Key: ck, MinBatchSize: 1}
 	rng := rand.New(rand.NewPCG(5, 6))
 	s, err := NewState(c)
@@ -124,19 +127,21 @@ func TestStateNoise(t *testing.T) {
 	}
 }
 
-// TestDaySpend: a noisy day spends L·ε for SumVec and w·ε for presence,
-// δ = 0, under the day's PDD ledger key, mechanism named.
+// TestDaySpend: a noisy day spends ε per person-day (not L·ε or w·ε),
+// δ = 0, under the day's PDD ledger key, the mechanism, the sensitivity S
+// and the noise scale S/ε named.
 func TestDaySpend(t *testing.T) {
 	day := p3.Day(20000).Start()
 	r := release.PDDRound{Campaign: "flu", Day: day, Epsilon: 0.5, MaxCount: 15}
-	s := DaySpend("ds", r, p3.Config{Kind: p3.KindSumVec, Length: 300, Bits: 4})
-	if s.Epsilon != 150 || s.Delta != 0 || s.Dataset != "ds" || s.Key() != release.PDDLedgerKey("flu", day) ||
-		!strings.Contains(s.Params, "mechanism=laplace-two-aggregators") || !strings.Contains(s.Params, "k=300") {
+	s := DaySpend("ds", r, p3.Config{Kind: p3.KindSumVec, Length: 300, Bits: 4, L1: 20})
+	if s.Epsilon != 0.5 || s.Delta != 0 || s.Dataset != "ds" || s.Key() != release.PDDLedgerKey("flu", day) ||
+		!strings.Contains(s.Params, "mechanism=laplace-two-aggregators") || !strings.Contains(s.Params, "unit=person-day") ||
+		!strings.Contains(s.Params, "sensitivity_l1=20 scale=40") {
 		t.Fatalf("sumvec spend %+v", s)
 	}
 	r.MaxCount = 1
 	s = DaySpend("ds", r, p3.Config{Kind: p3.KindPresence, Length: 300, MaxWeight: 7})
-	if s.Epsilon != 3.5 || !strings.Contains(s.Params, "k=7") || !strings.Contains(s.Params, "kind=presence") {
+	if s.Epsilon != 0.5 || !strings.Contains(s.Params, "sensitivity_l1=7 scale=14") || !strings.Contains(s.Params, "kind=presence") {
 		t.Fatalf("presence spend %+v", s)
 	}
 }
@@ -168,15 +173,16 @@ func laplaceCheck(t *testing.T, xs []int64, draws int, b float64) {
 
 // TestStageNoiseIntoClickHouse: 3 days of L = 2,000 keywords, each
 // aggregated by the real leader and helper state machines with ε = 1
-// (Δ = 15); the stage (--epsilon 1) writes keyword_daily whose counts
-// minus the clients' clipped sums (computed here) have mean ≈ 0 and the
-// variance of two draws (2·2·15²), some negative, no zero rows;
-// pdd_rounds says epsilon 1 and max_count 15; each day's ledger row
-// (ε = L·1, laplace-two-aggregators) is written once, although the first
+// (L1 bound S = 15); the stage (--epsilon 1) writes keyword_daily whose
+// counts minus the clients' bounded sums (computed here) have mean ≈ 0 and
+// the variance of two draws (2·2·15²), some negative, no zero rows;
+// pdd_rounds says epsilon 1 and max_count 15 and leaves the report count
+// out (active = grouped = decrypted = 0); each day's ledger row (ε = 1 per
+// person-day, laplace-two-aggregators) is written once, although the first
 // write of a day failed after the ledger row (the redo writes the stored
 // draw and spends nothing more) and a second run writes nothing; a day
 // whose aggregators ran with another ε is never released. A stage with a
-// budget below L·ε refuses every day and writes nothing.
+// budget below ε refuses every day and writes nothing.
 func TestStageNoiseIntoClickHouse(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -191,7 +197,7 @@ func TestStageNoiseIntoClickHouse(t *testing.T) {
 	const campaign, length, eps = "kw-noisy", 2000, 1.0
 	rng := rand.New(rand.NewPCG(40, 5))
 	list := testList(t, length)
-	m := p3.Config{Kind: p3.KindSumVec, Length: length, Bits: 4}
+	m := p3.Config{Kind: p3.KindSumVec, Length: length, Bits: 4, L1: 15}
 	ck := genKey(t, 7)
 	days := []p3.Day{20000, 20001, 20002}
 	exact := map[p3.Day][]int64{}
@@ -201,7 +207,7 @@ func TestStageNoiseIntoClickHouse(t *testing.T) {
 	}
 	for _, d := range days {
 		cs := randomClients(rng, 3, length)
-		exact[d] = clipped(cs, length, 15)
+		exact[d] = bounded(m, cs)
 		sh := aggregateNoisy(t, campaign, m, ck.PublicKey(), 1, d, cs, eps, eps)
 		msgs = append(msgs, msg(d, sh[0]), msg(d, sh[1]))
 	}
@@ -268,8 +274,8 @@ func TestStageNoiseIntoClickHouse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(l) != 1 || l[0].Epsilon != length*eps || l[0].Delta != 0 || !strings.Contains(l[0].Params, "mechanism=laplace-two-aggregators") {
-				t.Fatalf("day %s ledger %+v, want one row of epsilon %v", d, l, length*eps)
+			if len(l) != 1 || l[0].Epsilon != eps || l[0].Delta != 0 || !strings.Contains(l[0].Params, "mechanism=laplace-two-aggregators") {
+				t.Fatalf("day %s ledger %+v, want one row of epsilon %v (per person-day)", d, l, eps)
 			}
 		}
 	}
@@ -279,7 +285,8 @@ func TestStageNoiseIntoClickHouse(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range rounds {
-		if r.Epsilon != eps || r.MaxCount != 15 || r.Confidence != 1 || r.Active != 3 {
+		// the report count (3) is left out under noise
+		if r.Epsilon != eps || r.MaxCount != 15 || r.Confidence != 1 || r.Active != 0 || r.Grouped != 0 || r.Decrypted != 0 {
 			t.Fatalf("pdd_rounds %+v", r)
 		}
 	}
@@ -301,7 +308,7 @@ func TestStageNoiseIntoClickHouse(t *testing.T) {
 	// over the budget: every day refused, nothing written
 	w2 := openTestWriter(t)
 	poor := newStage(w2)
-	poor.Budget = release.Budget{Epsilon: length * eps / 2}
+	poor.Budget = release.Budget{Epsilon: eps / 2}
 	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
 	defer rcancel()
 	errc := make(chan error, 1)
@@ -316,4 +323,17 @@ func TestStageNoiseIntoClickHouse(t *testing.T) {
 	if n, _ := w2.ReadKeywordDaily(ctx, campaign); poor.Refused.Load() != int64(len(days)) || len(n) != 0 {
 		t.Fatalf("over budget: refused %d of %d days, %d rows written", poor.Refused.Load(), len(days), len(n))
 	}
+}
+
+// bounded is the exact totals of clients cs under m: each vector bounded
+// by m.Clip (per-entry clip, then the L1 bound), summed.
+func bounded(m p3.Config, cs [][]uint64) []int64 {
+	sum := make([]int64, m.Length)
+	for _, c := range cs {
+		b, _ := m.Clip(c)
+		for j, x := range b {
+			sum[j] += int64(x)
+		}
+	}
+	return sum
 }

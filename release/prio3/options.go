@@ -40,6 +40,7 @@ type Options struct {
 	Kind         string   // KindSumVec or KindPresence
 	Bits         int      // SumVec: counts clipped to 2^Bits − 1 (1..16)
 	MaxWeight    int      // presence: most keywords per report
+	L1           uint64   // SumVec: the clients' daily L1 bound S, the noise's sensitivity (0 = L·(2^Bits − 1))
 	MinBatchSize uint64   // fewest reports a released day may have (the aggregators' value)
 	Blacklist    []string // keywords never released
 }
@@ -48,8 +49,15 @@ type Options struct {
 // prio3, SumVec with DefaultBits and the collector key of the keys
 // directory "keys" (keydir role prio3-collector).
 func DefaultOptions() Options {
-	return Options{Mode: ModeGroups, Kind: KindSumVec, Bits: p3.DefaultBits, CollectorKey: []string{"keys/" + keydir.Prio3CollectorKey}}
+	return Options{Mode: ModeGroups, Kind: KindSumVec, Bits: p3.DefaultBits, L1: p3.DefaultL1, CollectorKey: []string{"keys/" + keydir.Prio3CollectorKey}}
 }
+
+// DefaultBudgetEpsilon is the privacy budget per (dataset, day) of a
+// Prio3-mode release when --budget-epsilon is 0: ε = 1 per person-day,
+// the aggregators' default --epsilon. A day whose spend would pass it is
+// refused (a second collection of a day under another ε, a larger
+// --epsilon); raise --budget-epsilon to release more.
+const DefaultBudgetEpsilon = 1.0
 
 // AddFlags adds --mode and the Prio3-mode flags to f, filling o.
 func (o *Options) AddFlags(f *pflag.FlagSet) {
@@ -59,6 +67,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Kind, "kind", o.Kind, "prio3: measurement, sumvec (clipped counts) or presence")
 	f.IntVar(&o.Bits, "bits", o.Bits, "prio3 sumvec: counts clipped to 2^bits − 1")
 	f.IntVar(&o.MaxWeight, "max-weight", o.MaxWeight, "prio3 presence: most keywords one report may set")
+	f.Uint64Var(&o.L1, "l1", o.L1, "prio3 sumvec: the clients' bound S on one client's daily sum of counts, the noise's sensitivity (the aggregators' --l1; 0 = L·(2^bits − 1))")
 	f.Uint64Var(&o.MinBatchSize, "min-batch-size", o.MinBatchSize, "prio3: fewest reports a released day may have (the aggregators' value)")
 	f.StringSliceVar(&o.Blacklist, "blacklist", o.Blacklist, "prio3: keywords never released (comma-separated)")
 }
@@ -69,7 +78,7 @@ func (o *Options) Measurement(length int) (p3.Config, error) {
 	c := p3.Config{Length: length}
 	switch o.Kind {
 	case KindSumVec:
-		c.Kind, c.Bits = p3.KindSumVec, o.Bits
+		c.Kind, c.Bits, c.L1 = p3.KindSumVec, o.Bits, o.L1
 	case KindPresence:
 		c.Kind, c.MaxWeight = p3.KindPresence, o.MaxWeight
 	default:
@@ -108,7 +117,9 @@ func (o *Options) Validate() error {
 // aggregators' noise ε, which the shares must carry), --dataset and
 // --budget-*, refuses a --max-count other than the measurement's bound,
 // reads base's keyword list and the collector key, and opens ClickHouse
-// (base's address and database, creating the schema). The caller closes the Writer after the stage's Run.
+// (base's address and database, creating the schema). A zero
+// --budget-epsilon means DefaultBudgetEpsilon: a Prio3 release never runs
+// without a finite budget. The caller closes the Writer after the stage's Run.
 func (o *Options) New(ctx context.Context, base pdd.Options, log *slog.Logger) (*Stage, *release.Writer, error) {
 	if err := o.Validate(); err != nil {
 		return nil, nil, err
@@ -138,8 +149,18 @@ func (o *Options) New(ctx context.Context, base pdd.Options, log *slog.Logger) (
 	if err != nil {
 		return nil, nil, err
 	}
+	budget := finiteBudget(base.Budget)
 	st := &Stage{Brokers: base.Kafka, Writer: w, List: list, Blacklist: o.Blacklist, Logger: log,
-		Epsilon: base.Epsilon, Dataset: base.Dataset, Budget: base.Budget,
+		Epsilon: base.Epsilon, Dataset: base.Dataset, Budget: budget,
 		Collector: p3.Collector{Campaign: o.Campaign, Measurement: m, Key: keys[0], MinBatchSize: o.MinBatchSize}, OldKeys: keys[1:]}
 	return st, w, nil
+}
+
+// finiteBudget returns b with a zero ε budget ("no limit" elsewhere)
+// replaced by DefaultBudgetEpsilon.
+func finiteBudget(b release.Budget) release.Budget {
+	if b.Epsilon == 0 {
+		b.Epsilon = DefaultBudgetEpsilon
+	}
+	return b
 }

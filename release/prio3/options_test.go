@@ -107,3 +107,22 @@ func TestOptionsNew(t *testing.T) {
 		t.Fatalf("stage %+v", st)
 	}
 }
+
+// TestFiniteBudget: a Prio3 release never runs without an ε budget: 0
+// (no limit elsewhere) becomes DefaultBudgetEpsilon, a given one stays.
+func TestFiniteBudget(t *testing.T) {
+	if b := finiteBudget(release.Budget{}); b.Epsilon != DefaultBudgetEpsilon || !(DefaultBudgetEpsilon > 0) {
+		t.Fatalf("zero budget became %+v", b)
+	}
+	if b := finiteBudget(release.Budget{Epsilon: 3, Delta: 1e-6}); b.Epsilon != 3 || b.Delta != 1e-6 {
+		t.Fatalf("given budget became %+v", b)
+	}
+	o := DefaultOptions()
+	if o.L1 != p3.DefaultL1 {
+		t.Fatalf("default --l1 %d", o.L1)
+	}
+	o.Mode, o.Campaign = ModePrio3, "c"
+	if m, err := o.Measurement(300); err != nil || m.L1 != p3.DefaultL1 || m.Sensitivity() != p3.DefaultL1 {
+		t.Fatalf("measurement %+v, %v", m, err)
+	}
+}

@@ -44,22 +44,28 @@ type Released struct {
 // building it, and WritePDDRound itself never rewrites a complete day and
 // redoes a half-written one from scratch.
 //
-// The day's pdd_rounds row in this mode: active = grouped = decrypted = the
-// batch's report count (saturating at 2^32−1), one group, complete,
-// confidence 1, epsilon = Epsilon (0: exact), max_count = the
-// measurement's per-client maximum per keyword (2^bits − 1, or 1 for
-// presence) that the FLP proof enforced — the noise's sensitivity Δ.
+// The day's pdd_rounds row in this mode: one group, complete, confidence
+// 1 (every prepared report is in the totals: not a property of the data),
+// epsilon = Epsilon (0: exact), max_count = the measurement's per-client
+// maximum per keyword (2^bits − 1, or 1 for presence) that the FLP proof
+// enforced. The participation columns active = grouped = decrypted are the
+// batch's report count only for an exact day (Epsilon 0); a noisy day
+// leaves them out (written 0): an exact count would tell a reader of two
+// neighbouring releases whether one person took part, which the noise on
+// the totals is there to hide. The exact count stays internal (the
+// collector's plausibility check, Released.Batch).
 //
 // Noise (Epsilon > 0): the aggregators add it, not this stage (each its
-// own integer Laplace draw of scale Δ/ε per keyword, drawn once per batch:
+// own integer Laplace draw of scale S/ε per keyword, S = the measurement's
+// Sensitivity, one person's daily L1 bound; drawn once per batch:
 // aggregator/prio3's noise.go). The stage releases a day only from two
 // shares that both claim Epsilon (AggShare.Epsilon, in the HPKE AAD;
 // others are dropped epsilon_mismatch), writes the noisy totals (negative
-// allowed; zero ones left out, as groups mode), and spends DaySpend on the
-// privacy ledger of (Dataset, day) once, written with the day through
-// release.Writer.WriteDrawnPDDRound: the day's counts are stored as its
-// draw before anything else and a redo writes the stored day. A day over
-// Budget is refused (Refused), logged, and not written.
+// allowed; zero ones left out, as groups mode), and spends DaySpend (ε per
+// person-day) on the privacy ledger of (Dataset, day) once, written with
+// the day through release.Writer.WriteDrawnPDDRound: the day's counts are
+// stored as its draw before anything else and a redo writes the stored
+// day. A day over Budget is refused (Refused), logged, and not written.
 type Stage struct {
 	Brokers []string
 	// Topic defaults to protocol.Prio3SharesTopic.
@@ -238,33 +244,32 @@ func isSpending(s pdd.Sink) bool {
 // DaySpend is the privacy-ledger row of the noisy day row (row.Epsilon =
 // the aggregators' ε > 0) of a campaign measured by m, on the budget of
 // (dataset, row.Day): key release.PDDLedgerKey(row.Campaign, row.Day),
-// ε = k × row.Epsilon, δ = 0 (pure Laplace), with
-//
-//   - k = L (m.Length) for SumVec: the proof bounds each of a client's L
-//     entries by Δ = 2^b − 1 but not their sum (a dense vector has no
-//     per-client L1 bound: a client may move every keyword's total by up
-//     to Δ), so the day is (L·ε)-DP by basic composition over the L
-//     per-keyword ε-DP totals;
-//   - k = w (m.MaxWeight) for presence: the proof bounds a client's
-//     vector to at most w ones (Prio3MultihotCountVec,
-//     draft-irtf-cfrg-vdaf-14 §7.4.5), so a client changes at most w
-//     totals by 1 and the day is (w·ε)-DP.
+// ε = row.Epsilon per person-day, δ = 0 (pure Laplace). Each aggregator
+// adds Laplace noise of scale S/ε to every total, S = m.Sensitivity():
+// the L1 bound of one person's whole daily vector (the campaign's L1,
+// which the honest client keeps, for SumVec; the max weight w, which the
+// FLP proof enforces, for presence), so the day's vector of L totals is
+// ε-DP with respect to one person (the Laplace mechanism, Dwork & Roth,
+// "The Algorithmic Foundations of Differential Privacy", Thm. 3.6). The
+// participation columns are not released under noise (Stage), so they
+// spend nothing.
 //
 // ε is one aggregator's: either aggregator's noise alone gives it (the
 // other's draw is post-processing), so the ledger holds against one
-// aggregator colluding with the collector; the two draws together protect
-// better than the ledger says, never worse. Params names the mechanism
-// (laplace-two-aggregators), both aggregators' per-keyword ε, k and Δ.
+// aggregator colluding with the collector or padding a batch; the two
+// draws together protect better than the ledger says, never worse. Params
+// names the mechanism (laplace-two-aggregators), both aggregators' ε per
+// person-day, S and the measurement.
 func DaySpend(dataset string, row release.PDDRound, m p3.Config) release.Spend {
 	key := release.PDDLedgerKey(row.Campaign, row.Day)
-	k, what := m.Length, fmt.Sprintf("kind=sumvec bits=%d keywords=%d", m.Bits, m.Length)
+	what := fmt.Sprintf("kind=sumvec bits=%d l1=%d keywords=%d", m.Bits, m.L1, m.Length)
 	if m.Kind == p3.KindPresence {
-		k, what = m.MaxWeight, fmt.Sprintf("kind=presence max_weight=%d keywords=%d", m.MaxWeight, m.Length)
+		what = fmt.Sprintf("kind=presence max_weight=%d keywords=%d", m.MaxWeight, m.Length)
 	}
 	return release.Spend{Dataset: dataset, Epoch: key.Epoch, App: key.App, Policy: key.Policy, K: key.K,
-		Epsilon: float64(k) * row.Epsilon,
-		Params: fmt.Sprintf("mechanism=laplace-two-aggregators leader_epsilon_per_keyword=%g helper_epsilon_per_keyword=%g k=%d max_count=%d %s",
-			row.Epsilon, row.Epsilon, k, row.MaxCount, what)}
+		Epsilon: row.Epsilon,
+		Params: fmt.Sprintf("mechanism=laplace-two-aggregators unit=person-day leader_epsilon=%g helper_epsilon=%g sensitivity_l1=%d scale=%g max_count=%d %s",
+			row.Epsilon, row.Epsilon, m.Sensitivity(), float64(m.Sensitivity())/row.Epsilon, row.MaxCount, what)}
 }
 
 func total(m map[string]int64) int64 {
@@ -285,9 +290,13 @@ func copyMap(m map[string]int64) map[string]int64 {
 
 // row is the day to write for batch b: keyword i's count is Totals[i]
 // (zero counts and the keywords of skip left out), the pdd_rounds fields
-// as Stage's doc says (epsilon the aggregators' noise ε, 0 = exact).
+// as Stage's doc says (epsilon the aggregators' noise ε, 0 = exact; the
+// report count only when exact).
 func row(b Batch, list *keywords.List, m p3.Config, skip map[int]bool, epsilon float64) release.PDDRound {
 	n := uint32(min(b.Count, math.MaxUint32))
+	if epsilon > 0 {
+		n = 0 // left out under noise: an exact count reveals one person's participation
+	}
 	r := release.PDDRound{Campaign: b.Campaign, Day: b.Day.Start(), Active: n, Grouped: n, Decrypted: n,
 		Groups: 1, Complete: 1, Confidence: 1, MaxCount: uint32(min(m.Max(), math.MaxUint32)), Epsilon: epsilon}
 	for i, t := range b.Totals {

@@ -277,19 +277,20 @@ func (s *State) unshard(a *p3.AggShare, leader, helper held) (*p3.Result, error)
 
 // NoiseSlack is how far (in counts) a noisy total may lie outside the
 // exact range 0..Count × Δ before the pair is called implausible: with
-// both aggregators' integer Laplace draws X₁, X₂ of scale b = Δ/ε (Δ =
-// the measurement's per-client maximum), |X₁ + X₂| > t needs |X₁| > t/2
-// or |X₂| > t/2, each of probability ≤ e^(−t/(2b)) (a two-sided geometric
-// or a rounded Laplace: P(|X| ≥ x) ≤ e^(−x/b)), so over a day's L entries
-// P(some |X₁ + X₂| > t) ≤ 2L·e^(−t/(2b)). Solving 2L·e^(−t/(2b)) = 10⁻⁹
-// gives t = 2b·ln(2L·10⁹); NoiseSlack returns ⌈t⌉ + 2 (rounding), so an
-// honest noisy day is dropped as implausible with probability < 10⁻⁹.
-// Example: L = 10,000, Δ = 15, ε = 1: 921. 0 when epsilon is 0.
+// both aggregators' integer Laplace draws X₁, X₂ of scale b = S/ε (S =
+// the measurement's Sensitivity, one person's daily L1 bound), |X₁ + X₂|
+// > t needs |X₁| > t/2 or |X₂| > t/2, each of probability ≤ e^(−t/(2b)) (a
+// two-sided geometric or a rounded Laplace: P(|X| ≥ x) ≤ e^(−x/b)), so
+// over a day's L entries P(some |X₁ + X₂| > t) ≤ 2L·e^(−t/(2b)). Solving
+// 2L·e^(−t/(2b)) = 10⁻⁹ gives t = 2b·ln(2L·10⁹); NoiseSlack returns ⌈t⌉ +
+// 2 (rounding), so an honest noisy day is dropped as implausible with
+// probability < 10⁻⁹. Example: L = 10,000, S = 20, ε = 1: 1,228. 0 when
+// epsilon is 0.
 func NoiseSlack(m p3.Config, epsilon float64) int64 {
 	if !(epsilon > 0) {
 		return 0
 	}
-	b := float64(m.Max()) / epsilon
+	b := float64(m.Sensitivity()) / epsilon
 	t := 2 * b * math.Log(2*float64(m.Length)*1e9)
 	if t > math.MaxInt64/4 {
 		return math.MaxInt64 / 4

@@ -3,6 +3,7 @@ package truth
 import (
 	"bufio"
 	"os"
+	"sort"
 	"strings"
 )
 
@@ -95,6 +96,52 @@ func (d *DailyClients) Clipped(max int, skip func(day, user string) bool) map[st
 					out[day] = map[string]int{}
 				}
 				out[day][w] += min(n, max)
+			}
+		}
+	}
+	return out
+}
+
+// ClippedL1 is Clipped for a campaign whose clients also bound their daily
+// sum of clipped counts by l1 (> 0; SumVec's L1 bound S): per client and
+// day the keywords are taken by raw count, highest first (ties: the
+// earlier in words, the campaign's list order), each adding min(count,
+// max) while the sum stays within l1; the first that does not fit whole
+// adds what is left of l1, the rest nothing.
+func (d *DailyClients) ClippedL1(max, l1 int, words []string, skip func(day, user string) bool) map[string]map[string]int {
+	pos := map[string]int{}
+	for i, w := range words {
+		if _, ok := pos[w]; !ok {
+			pos[w] = i
+		}
+	}
+	out := map[string]map[string]int{}
+	for day, users := range d.Counts {
+		for user, kw := range users {
+			if skip != nil && skip(day, user) {
+				continue
+			}
+			var ws []string
+			for w := range kw {
+				ws = append(ws, w)
+			}
+			sort.Slice(ws, func(i, j int) bool {
+				if kw[ws[i]] != kw[ws[j]] {
+					return kw[ws[i]] > kw[ws[j]]
+				}
+				return pos[ws[i]] < pos[ws[j]]
+			})
+			left := l1
+			for _, w := range ws {
+				n := min(kw[w], max, left)
+				if n == 0 {
+					continue
+				}
+				left -= n
+				if out[day] == nil {
+					out[day] = map[string]int{}
+				}
+				out[day][w] += n
 			}
 		}
 	}
