@@ -67,6 +67,7 @@ fuzz:
 	  "./protocol/arc FuzzParseCredential" "./protocol/arc FuzzParsePublicKey" "./protocol/arc FuzzParsePrivateKey" \
 	  "./protocol/token FuzzParseToken" "./protocol/token FuzzParsePrivateKey" "./protocol/token FuzzIssue" \
 	  "./protocol/token FuzzParseIssueRequest" "./protocol/token FuzzParseIssueResponse" "./protocol/token FuzzParseKeys" \
+	  "./protocol/token FuzzParsePrio3Epoch" \
 	  "./aggregator FuzzPrepareReport" "./aggregator FuzzDecodeSpill" "./aggregator FuzzDecodeState" "./aggregator FuzzSnapshotHeader" \
 	  "./release FuzzDecodeDraw" \
 	  "./protocol/prio3 FuzzParseReport" "./protocol/prio3 FuzzParseAggregateReq" "./protocol/prio3 FuzzParseAggregateResp" \

@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -75,7 +76,7 @@ func (l Limits) limit(kind token.Kind) int {
 		return l.RandomnessTokens
 	case token.KindReport:
 		return l.ReportTokens
-	case token.KindARC:
+	case token.KindARC, token.KindPrio3Helper:
 		return 1
 	}
 	return 0
@@ -134,10 +135,15 @@ type Service struct {
 
 	refusedBy sync.Map // reason → *atomic.Int64
 	keys      sync.Map // epoch → *epochKeys
+
+	seedOnce sync.Once
+	seed     []byte // the prio3-helper token seed (keydir.Prio3HelperTokenSeed)
+	seedErr  error
 }
 
 type epochKeys struct {
 	rnd, rep *token.PrivateKey
+	p3h      *token.PrivateKey // KindPrio3Helper: derived from the helper operator's seed
 	arc      *arc.PrivateKey
 	arcPub   []byte
 }
@@ -289,6 +295,9 @@ func (s *Service) Subjects() (subject, keysSubject, bucket string, err error) {
 	if slices.Equal(held, []string{token.KindRandomness.String()}) {
 		return protocol.IssuerRandomnessSubject, protocol.IssuerRandomnessPublicKeySubject, protocol.IssuerRandomnessCountersBucket, nil
 	}
+	if slices.Equal(held, []string{token.KindPrio3Helper.String()}) {
+		return protocol.IssuerPrio3HelperSubject, protocol.IssuerPrio3HelperPublicKeySubject, protocol.IssuerPrio3HelperCountersBucket, nil
+	}
 	return protocol.IssuerSubject, protocol.IssuerPublicKeySubject, protocol.IssuerCountersBucket, nil
 }
 
@@ -329,6 +338,9 @@ var ErrKindNotHeld = errors.New("token kind not issued by this operator")
 func (s *Service) epochKeys(epoch string) (*epochKeys, error) {
 	if k, ok := s.keys.Load(epoch); ok {
 		return k.(*epochKeys), nil
+	}
+	if _, _, ok := token.ParsePrio3Epoch(epoch); ok {
+		return s.prio3Keys(epoch)
 	}
 	if !keydir.ValidIssuerEpoch(epoch) {
 		return nil, fmt.Errorf("epoch %q is not 1..64 of [A-Za-z0-9._-]", epoch)
@@ -374,6 +386,39 @@ func (s *Service) epochKeys(epoch string) (*epochKeys, error) {
 	return v.(*epochKeys), nil
 }
 
+// prio3Keys returns the KindPrio3Helper key of a Prio3 epoch ("campaign/
+// day", token.Prio3Epoch), derived from the token seed of the keys
+// directory (keydir.Prio3HelperTokenSeed); only an issuer whose directory
+// holds that kind (the prio3-helper operator's) has one. Keys are derived
+// per request (one hash-to-scalar), never cached.
+func (s *Service) prio3Keys(epoch string) (*epochKeys, error) {
+	held, err := keydir.IssuerKindsOf(s.KeysDir)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(held, token.KindPrio3Helper.String()) {
+		return nil, fmt.Errorf("%w: prio3-helper tokens (the Prio3 helper's operator issues them: crowdlog issuer --role prio3-helper)", ErrKindNotHeld)
+	}
+	if s.EpochCheck != nil {
+		if err := s.EpochCheck(epoch); err != nil {
+			return nil, err
+		}
+	}
+	s.seedOnce.Do(func() {
+		s.seed, s.seedErr = keydir.LoadPrio3TokenSeed(filepath.Join(s.KeysDir, keydir.Prio3HelperTokenSeed))
+	})
+	if s.seedErr != nil {
+		return nil, s.seedErr
+	}
+	k, err := token.DeriveKey(token.KindPrio3Helper, epoch, s.seed)
+	if err != nil {
+		return nil, err
+	}
+	// not cached: any client may name any day, and a cache would grow
+	// with every name
+	return &epochKeys{p3h: k}, nil
+}
+
 // HandleKeys answers a KeysRequest: the public keys of the epoch that this
 // issuer holds (token.KeysResponse: an empty token key is issued by the
 // other operator), or a refusal wrapping ErrEpochNotOpen for an epoch no
@@ -396,6 +441,9 @@ func (s *Service) HandleKeys(data []byte) *token.KeysResponse {
 	}
 	if k.rep != nil {
 		out.Report = k.rep.Public()
+	}
+	if k.p3h != nil {
+		out.Prio3Helper = k.p3h.Public()
 	}
 	return out
 }
@@ -445,8 +493,11 @@ func (s *Service) issueTokens(ctx context.Context, identity [32]byte, q *token.I
 		return s.refuse(ReasonEpoch, err)
 	}
 	key := keys.rnd
-	if q.Kind == token.KindReport {
+	switch q.Kind {
+	case token.KindReport:
 		key = keys.rep
+	case token.KindPrio3Helper:
+		key = keys.p3h
 	}
 	if key == nil {
 		return s.refuse(ReasonKind, fmt.Errorf("%w: %s tokens (ask the operator that verifies them)", ErrKindNotHeld, q.Kind))

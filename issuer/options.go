@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -107,7 +108,7 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(f *pflag.FlagSet) {
 	o.NATS.AddFlags(f, "NATS URL (JetStream enabled); a comma-separated list for a cluster")
 	f.StringVar(&o.Keys, "keys", o.Keys, "keys directory: the enrollment list "+keydir.EnrollmentFile+" and the epoch keys in "+keydir.IssuerKeys+"/")
-	f.StringVar(&o.Role, "role", o.Role, "the operator this issuer runs at, aggregator (report tokens, ARC credentials) or randomness (randomness tokens): marks --keys DIR with that role's custody marker, so only its kinds are issued; empty: DIR's own marker (keys generate --role), or every kind without one (single host)")
+	f.StringVar(&o.Role, "role", o.Role, "the operator this issuer runs at, aggregator (report tokens, ARC credentials), randomness (randomness tokens) or prio3-helper (Prio3 helper tokens, one per identity per campaign-day, keyed by the helper's "+keydir.Prio3HelperTokenSeed+"; run it on the helper aggregator's keys volume): marks --keys DIR with that role's custody marker, so only its kinds are issued; empty: DIR's own marker (keys generate --role), or every kind without one (single host)")
 	f.IntVar(&o.Limits.RandomnessTokens, "randomness-tokens", o.Limits.RandomnessTokens, "N: randomness tokens (OPRF elements) per identity and epoch")
 	f.IntVar(&o.Limits.ReportTokens, "report-tokens", o.Limits.ReportTokens, "d: report tokens (reports) per identity and epoch")
 	f.StringSliceVar(&o.Epochs, "epoch", o.Epochs, "open these epochs: create their keys before serving (requests for epochs not opened are refused); repeatable, idempotent")
@@ -134,7 +135,7 @@ func (o *Options) ApplyPipeline(f *pflag.FlagSet, randomness, report int, length
 // Validate errors when the keys directory is not the issuer's (it belongs
 // to neither the aggregator's nor the randomness operator).
 func (o *Options) Validate() error {
-	return keydir.RequireRole(o.Keys, "the issuer", keydir.RoleAggregator, keydir.RoleRandomness)
+	return keydir.RequireRole(o.Keys, "the issuer", keydir.RoleAggregator, keydir.RoleRandomness, keydir.RolePrio3Helper)
 }
 
 // Config marks the keys directory with o.Role (when set), validates o and
@@ -159,8 +160,16 @@ func (o *Options) Config() (Config, error) {
 		return Config{}, err
 	}
 	c := Config{Keys: o.Keys, Kinds: kinds, Limits: o.Limits, Epochs: o.Epochs, Schedule: o.Schedule, NATSRole: natsauth.Issuer}
-	if role, _ := keydir.DirRole(o.Keys); role == keydir.RoleRandomness {
+	switch role, _ := keydir.DirRole(o.Keys); role {
+	case keydir.RoleRandomness:
 		c.NATSRole = natsauth.Randomness
+	case keydir.RolePrio3Helper:
+		// the helper's own issuer: its seed (shared with the helper
+		// aggregator on the same volume) and the helper's NATS account
+		if _, err := keydir.EnsurePrio3TokenSeed(filepath.Join(o.Keys, keydir.Prio3HelperTokenSeed)); err != nil {
+			return Config{}, err
+		}
+		c.NATSRole = natsauth.Prio3Helper
 	}
 	return c, nil
 }

@@ -83,6 +83,15 @@ const (
 	// randomness operator's issuer, so that neither operator's issuer can
 	// reset the other's budgets.
 	IssuerRandomnessCountersBucket = "crowdlog-issuer-randomness-counters"
+	// IssuerPrio3HelperSubject, IssuerPrio3HelperPublicKeySubject and
+	// IssuerPrio3HelperCountersBucket: the issuer of Prio3 helper tokens
+	// (token.KindPrio3Helper, one per identity per campaign-day), run by
+	// the Prio3 helper's operator, whose account exports the two subjects
+	// to the clients and keeps the bucket: the leader's operator can
+	// neither mint helper tokens nor reset their counts.
+	IssuerPrio3HelperSubject          = "crowdlog.issuer.prio3-helper"
+	IssuerPrio3HelperPublicKeySubject = "crowdlog.issuer.prio3-helper.pubkey"
+	IssuerPrio3HelperCountersBucket   = "crowdlog-issuer-prio3-helper-counters"
 	// SpentTokensBucket: JetStream KV of spent randomness tokens (key: hex
 	// of the token's spend id); a create that finds the key is a double
 	// spend, refused by every randomness replica alike.

@@ -3,6 +3,7 @@ package tests
 import (
 	"bufio"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
 	"io"
@@ -32,10 +33,12 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/keywords"
 	ingestprio3 "github.com/crowdlog/crowdlog/ingest/prio3"
 	"github.com/crowdlog/crowdlog/ingest/publish"
+	"github.com/crowdlog/crowdlog/ingest/tokenclient"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+	"github.com/crowdlog/crowdlog/protocol/token"
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release"
 	"github.com/crowdlog/crowdlog/tests/truth"
@@ -204,6 +207,18 @@ func TestPrio3EndToEnd(t *testing.T) {
 			"--epsilon", "0", "--exact-shares"}, measurement...), extra...)
 	}
 	start("helper", nil, aggregator("helper", helperVerify)...)
+	// the helper's operator's issuer of helper tokens, on the helper's keys
+	// directory (its token seed), with every client's identity enrolled
+	ids := map[*prio3Client]ed25519.PrivateKey{}
+	var pubs []ed25519.PublicKey
+	for _, pc := range clients {
+		pk, sk, err := ed25519.GenerateKey(nil)
+		must(t, err)
+		ids[pc], pubs = sk, append(pubs, pk)
+	}
+	must(t, keydir.EnrollIdentities(roleDir[keydir.RolePrio3Helper], pubs))
+	start("issuer-prio3-helper", nil, "issuer", "--role", keydir.RolePrio3Helper, "--keys", roleDir[keydir.RolePrio3Helper],
+		"--nats", ns.URL, "--nats-nkey", nkey(natsauth.Prio3Helper))
 	leaderMetrics := freePort(t)
 	start("leader", kafkaEnv["prio3-leader"], aggregator("leader", leaderVerify, append(kafkaArgs("prio3-leader"),
 		"--metrics", fmt.Sprintf("127.0.0.1:%d", leaderMetrics))...)...)
@@ -238,6 +253,20 @@ func TestPrio3EndToEnd(t *testing.T) {
 	defer pub.Close(context.Background())
 	tr := &ingestprio3.Transport{Route: ingest.Route{RelayA: a, RelayB: b, SubjectB: protocol.RelaySubject("b")},
 		Leader: lk, Helper: hk, Publish: pub.Publish}
+	// each client fetches its day's helper token with its own identity
+	for _, pc := range clients {
+		tc := &tokenclient.Client{NC: cnc, Identity: ids[pc]}
+		pc.c.HelperToken = func(ctx context.Context, campaign string, day p3.Day, nonce [32]byte) ([]byte, error) {
+			return tc.Prio3HelperToken(ctx, campaign, uint32(day), nonce)
+		}
+	}
+	waitUntil(t, ctx, logs, "the helper operator's issuer to answer", time.Minute, func() bool {
+		b, _ := (&token.KeysRequest{Epoch: token.Prio3Epoch(campaign, uint32(first))}).MarshalBinary()
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := cnc.RequestWithContext(rctx, protocol.IssuerPrio3HelperPublicKeySubject, b)
+		return err == nil
+	})
 
 	// upload day by day; on the last day every tenth active client is
 	// left out

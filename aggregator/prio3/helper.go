@@ -7,6 +7,7 @@ import (
 	"time"
 
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+	"github.com/crowdlog/crowdlog/protocol/token"
 )
 
 // Helper is the helper aggregator's state (aggregator id 1). It never sees
@@ -16,12 +17,53 @@ type Helper struct {
 	vdaf    *p3.VDAF
 	batches map[p3.Day]*batch
 	Stats   Stats
+	// tokenKeys: day → the helper token key of that campaign-day (derived
+	// from Config.TokenSeed on first use)
+	tokenKeys map[p3.Day]*token.PrivateKey
 
 	// Attack tests' controls only: skip the proof check (take the helper's
 	// own joint-randomness seed as the prep message), the report-id
 	// uniqueness check, the count/checksum comparison, the minimum batch
 	// size.
 	skipProofCheck, skipReplayCheck, skipBatchCheck, skipMinBatch bool
+}
+
+// Helper token refusal reasons (labels of crowdlog_prio3_rejected_total):
+// no token, a token that does not decode or verify under the campaign-day's
+// key, a valid token bound to another report.
+const (
+	ReasonTokenMissing = "token_missing"
+	ReasonTokenInvalid = "token_invalid"
+	ReasonTokenBinding = "token_binding"
+)
+
+// checkToken verifies it's helper token for day (Config.TokenSeed) and
+// returns a refusal reason or "".
+func (h *Helper) checkToken(day p3.Day, it *p3.PrepItem) string {
+	if len(it.HelperToken) == 0 {
+		return ReasonTokenMissing
+	}
+	t, err := token.ParseToken(it.HelperToken)
+	if err != nil {
+		return ReasonTokenInvalid
+	}
+	if t.Nonce != token.Prio3Nonce(h.cfg.Campaign, uint32(day), it.ID, it.PublicShare, it.SealedHelper) {
+		return ReasonTokenBinding
+	}
+	k := h.tokenKeys[day]
+	if k == nil {
+		if k, err = token.DeriveKey(token.KindPrio3Helper, token.Prio3Epoch(h.cfg.Campaign, uint32(day)), h.cfg.TokenSeed); err != nil {
+			return ReasonTokenInvalid
+		}
+		if h.tokenKeys == nil {
+			h.tokenKeys = map[p3.Day]*token.PrivateKey{}
+		}
+		h.tokenKeys[day] = k
+	}
+	if k.Verify(t) != nil {
+		return ReasonTokenInvalid
+	}
+	return ""
 }
 
 // NewHelper returns an empty helper state.
@@ -66,12 +108,23 @@ func (h *Helper) forget(now time.Time) int {
 			n++
 		}
 	}
+	for d := range h.tokenKeys {
+		if closed(&h.cfg, d, now) {
+			delete(h.tokenKeys, d)
+		}
+	}
 	return n
 }
 
 func itemDigest(it *p3.PrepItem) [32]byte {
 	d := sha256.New()
-	for _, b := range [][]byte{it.ID[:], it.PublicShare, it.SealedHelper, it.LeaderPrep} {
+	parts := [][]byte{it.ID[:], it.PublicShare, it.SealedHelper, it.LeaderPrep}
+	if len(it.HelperToken) > 0 {
+		// only when present: the digests of states written before helper
+		// tokens stay those of their retries
+		parts = append(parts, it.HelperToken)
+	}
+	for _, b := range parts {
 		var n [4]byte
 		n[0], n[1], n[2], n[3] = byte(len(b)>>24), byte(len(b)>>16), byte(len(b)>>8), byte(len(b))
 		d.Write(n[:])
@@ -128,6 +181,15 @@ func (h *Helper) prepare(now time.Time, day p3.Day, vk [p3.VerifyKeySize]byte, k
 	}
 	if future(day, now) {
 		return nil, "future"
+	}
+	if h.cfg.TokenSeed != nil {
+		// before the share is opened or prepared: a report nobody's
+		// credential stands for costs the helper nothing and counts for
+		// nothing (spent below: the committed id refuses the token's
+		// second use as a replay)
+		if reason := h.checkToken(day, it); reason != "" {
+			return nil, reason
+		}
 	}
 	share, err := p3.OpenHelperShare(h.cfg.Keys[0], h.cfg.Campaign, day, it.ID, it.PublicShare, it.SealedHelper)
 	for _, k := range h.cfg.Keys[1:] {

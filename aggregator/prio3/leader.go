@@ -18,6 +18,7 @@ type pending struct {
 	sealed   []byte
 	state    []byte // the leader's encoded PrepState
 	share    []byte // the leader's encoded prep share
+	token    []byte // the client's helper token (Report.HelperToken), forwarded
 	inFlight bool
 }
 
@@ -115,7 +116,7 @@ func (l *Leader) upload(ev Event) {
 	}
 	// copies: the parsed fields alias the whole opened upload (654 KB at
 	// L = 10,000, b = 4), which must not stay alive while the report waits
-	l.pending[r.ID] = append(l.pending[r.ID], &pending{day: r.Day, public: bytes.Clone(r.PublicShare), sealed: bytes.Clone(r.SealedHelper), state: prep.State, share: prep.Share})
+	l.pending[r.ID] = append(l.pending[r.ID], &pending{day: r.Day, public: bytes.Clone(r.PublicShare), sealed: bytes.Clone(r.SealedHelper), state: prep.State, share: prep.Share, token: bytes.Clone(r.HelperToken)})
 }
 
 // Days returns the days the leader holds reports of, committed or in
@@ -136,7 +137,7 @@ func (l *Leader) Days() []p3.Day {
 
 // itemSize is the encoded size of one PrepItem in an AggregateReq.
 func itemSize(p *pending) int {
-	return p3.NonceSize + 12 + len(p.public) + len(p.sealed) + len(p.share)
+	return p3.NonceSize + 14 + len(p.public) + len(p.sealed) + len(p.share) + len(p.token)
 }
 
 // tick sends every queued report: per day (in order, ids in order),
@@ -179,7 +180,7 @@ func (l *Leader) tick() ([]Output, error) {
 			}
 			q := &p3.AggregateReq{Campaign: l.cfg.Campaign, Day: d, KeyEpoch: l.cfg.KeyEpoch}
 			for _, x := range s[:n] {
-				q.Items = append(q.Items, p3.PrepItem{ID: x.id, PublicShare: x.p.public, SealedHelper: x.p.sealed, LeaderPrep: x.p.share})
+				q.Items = append(q.Items, p3.PrepItem{ID: x.id, PublicShare: x.p.public, SealedHelper: x.p.sealed, LeaderPrep: x.p.share, HelperToken: x.p.token})
 				x.p.inFlight = true
 			}
 			s = s[n:]

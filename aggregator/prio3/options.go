@@ -74,7 +74,12 @@ type Options struct {
 	// (imported from the leader's public bundle).
 	SignKey   string
 	LeaderPub string
-	StateDir  string // the snapshot's directory
+	// TokenSeed (helper) is the helper operator's helper-token seed file
+	// (Config.TokenSeed); "" = KeysDir/prio3-helper-token.key.
+	// NoHelperTokens (helper) prepares reports without helper tokens.
+	TokenSeed      string
+	NoHelperTokens bool
+	StateDir       string // the snapshot's directory
 	// ClockFile, set, replaces the wall clock: the file holds the current
 	// time as RFC 3339, re-read at every step (log replays and tests).
 	ClockFile       string
@@ -122,6 +127,8 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.CollectorPub, "collector-pub", o.CollectorPub, "the collector's public key file (default: KEYS/"+keydir.Prio3CollectorKey+".pub)")
 	f.StringVar(&o.SignKey, "sign-key", o.SignKey, "leader: the Ed25519 key signing every request to the helper (default: KEYS/"+keydir.Prio3LeaderSignKey+", from crowdlog keys generate --role prio3-leader)")
 	f.StringVar(&o.LeaderPub, "leader-pub", o.LeaderPub, "helper: the leader's public signing key; requests not signed by it are refused (default: KEYS/"+keydir.Prio3LeaderSignKey+".pub, from the leader's public bundle)")
+	f.StringVar(&o.TokenSeed, "token-seed", o.TokenSeed, "helper: the seed of this operator's helper tokens, shared with its issuer (crowdlog issuer --role prio3-helper on the same keys volume): a report is prepared only with a valid, unspent helper token, one per enrolled identity per campaign-day (default: KEYS/"+keydir.Prio3HelperTokenSeed+", from crowdlog keys generate --role prio3-helper)")
+	f.BoolVar(&o.NoHelperTokens, "no-helper-tokens", o.NoHelperTokens, "helper: prepare reports without helper tokens. Gives up the defence against a malicious leader: it can then pad a batch with reports of its own (whose values it knows) around one client and read that client's vector from the release, and a client can count itself more than once a day")
 	f.StringVar(&o.StateDir, "state-dir", o.StateDir, "directory of this aggregator's snapshot (required; one per role and campaign)")
 	f.StringVar(&o.ClockFile, "clock-file", o.ClockFile, "replay clock: a file holding the current time as RFC 3339, re-read at every step, instead of the wall clock (log replays and tests)")
 	f.IntVar(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "leader: bound of one aggregate request to the helper in bytes (below the NATS max_payload)")
@@ -340,6 +347,18 @@ func (o *Options) Helper(connect func() (*nats.Conn, error), log *slog.Logger) (
 	pub, err := keydir.LoadSigningPublic(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--leader-pub %s: %w (import the leader's public bundle: crowdlog keys import-public, or give the file)", path, err)
+	}
+	if !o.NoHelperTokens {
+		sp := o.TokenSeed
+		if sp == "" {
+			sp = filepath.Join(o.KeysDir, keydir.Prio3HelperTokenSeed)
+		}
+		if cfg.TokenSeed, err = keydir.LoadPrio3TokenSeed(sp); err != nil {
+			return nil, nil, fmt.Errorf("--token-seed %s: %w (crowdlog keys generate --role prio3-helper --keys DIR creates it; or --no-helper-tokens, which lets the leader pad batches)", sp, err)
+		}
+		if _, err := NewHelper(cfg); err != nil {
+			return nil, nil, err
+		}
 	}
 	nc, err := o.connect(connect)
 	if err != nil {

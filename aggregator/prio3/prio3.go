@@ -32,6 +32,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+	"github.com/crowdlog/crowdlog/protocol/token"
 )
 
 // Config is one aggregator's campaign configuration.
@@ -78,6 +79,18 @@ type Config struct {
 	// collector must be told the same ε (release-pdd --epsilon), which each
 	// share carries authenticated (AggShare.Epsilon).
 	Epsilon float64
+	// TokenSeed (helper only), when set, is the helper's operator's
+	// 32-byte token seed: the helper prepares a report only with a valid
+	// helper token (protocol/token KindPrio3Helper, key
+	// token.DeriveKey(KindPrio3Helper, token.Prio3Epoch(campaign, day),
+	// seed)) whose nonce is the report's (token.Prio3Nonce: campaign, day,
+	// id, public share, sealed helper share). The issuer of the helper's
+	// operator issues one per enrolled identity per campaign-day, so the
+	// leader can add no report of its own and a client not two. A token is
+	// spent with the report id it binds: the batch's committed ids (kept
+	// in the state) refuse its second use as a replay. nil: no token
+	// needed (the leader alone chooses who counts).
+	TokenSeed []byte
 }
 
 // DefaultMaxRequestBytes is the default Config.MaxRequestBytes: 1 MiB,
@@ -217,6 +230,9 @@ func checkConfig(cfg *Config) (*p3.VDAF, error) {
 	}
 	if err := checkEpsilon(cfg.Epsilon); err != nil {
 		return nil, err
+	}
+	if cfg.TokenSeed != nil && len(cfg.TokenSeed) != token.SeedSize {
+		return nil, fmt.Errorf("%w: helper token seed of %d bytes, want %d", ErrConfig, len(cfg.TokenSeed), token.SeedSize)
 	}
 	v, err := p3.New(cfg.Campaign, cfg.Measurement)
 	if err != nil {

@@ -22,12 +22,17 @@ import (
 //	noise = 0(1) | 1(1) ‖ epsilon(u64: IEEE 754 bits) ‖ L × draw(i64)
 //	        (version 2 only; version 1 states, which have no noise field,
 //	        are still read: their batches have no draw)
-//	pending = id(16) ‖ day(u32) ‖ public(len32) ‖ sealed(len32) ‖ state(len32) ‖ share(len32)
+//	pending = id(16) ‖ day(u32) ‖ public(len32) ‖ sealed(len32) ‖ state(len32) ‖ share(len32) ‖
+//	          helper token(len16) (version 3 only)
 //
 // A restored leader re-sends every pending report on its next tick; the
 // helper answers a retry of a committed report (same request item) with the
 // same prep message and counts it once.
-const stateVersion byte = 2
+const stateVersion byte = 3
+
+// stateVersionNoToken is the version before the pending reports' helper
+// token (read: their reports go to the helper without one).
+const stateVersionNoToken byte = 2
 
 // stateVersionNoNoise is the version before the noise field.
 const stateVersionNoNoise byte = 1
@@ -163,7 +168,7 @@ func getBatches(r *protocol.Reader, v *p3.VDAF, helper bool, version byte) map[p
 		if r.Err == nil && (sum != b.checksum || uint64(len(b.ids)) != b.count) {
 			r.Err = protocol.Malformed("prio3 state: batch %s count or checksum does not match its ids", d)
 		}
-		if version >= stateVersion {
+		if version >= stateVersionNoToken {
 			getNoise(r, b, v.Config.Length)
 		}
 		if _, dup := bs[d]; dup && r.Err == nil {
@@ -203,8 +208,8 @@ func getNoise(r *protocol.Reader, b *batch, length int) {
 // (stateVersion or stateVersionNoNoise).
 func readStateHeader(r *protocol.Reader, role byte, cfg *Config) byte {
 	v := r.U8("state version")
-	if r.Err == nil && v != stateVersion && v != stateVersionNoNoise {
-		r.Err = protocol.Malformed("prio3 state version %d, want %d or %d", v, stateVersion, stateVersionNoNoise)
+	if r.Err == nil && v != stateVersion && v != stateVersionNoToken && v != stateVersionNoNoise {
+		r.Err = protocol.Malformed("prio3 state version %d, want %d, %d or %d", v, stateVersion, stateVersionNoToken, stateVersionNoNoise)
 	}
 	if x := r.U8("role"); r.Err == nil && x != role {
 		r.Err = protocol.Malformed("prio3 state of role %q, want %q", x, role)
@@ -243,6 +248,7 @@ func (l *Leader) MarshalBinary() ([]byte, error) {
 			w.Bytes32(p.sealed)
 			w.Bytes32(p.state)
 			w.Bytes32(p.share)
+			w.Bytes16(p.token)
 		}
 	}
 	days := sortedDays(l.collecting)
@@ -274,6 +280,11 @@ func RestoreLeader(cfg Config, b []byte) (*Leader, error) {
 		copy(id[:], r.Take(p3.NonceSize, "report id"))
 		p := &pending{day: p3.Day(r.U32("day")), public: r.Bytes32("public share"), sealed: r.Bytes32("sealed share"),
 			state: r.Bytes32("prep state"), share: r.Bytes32("prep share")}
+		if version >= stateVersion {
+			if p.token = r.Bytes16("helper token"); len(p.token) == 0 {
+				p.token = nil
+			}
+		}
 		l.pending[id] = append(l.pending[id], p)
 	}
 	k := r.U32("collecting")

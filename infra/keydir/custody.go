@@ -97,8 +97,13 @@ var Custody = []RoleKeys{
 	{Role: RolePrio3Leader, Private: []string{Prio3LeaderKey, Prio3LeaderSignKey},
 		Public:  []string{Prio3LeaderKey + ".pub", Prio3LeaderSignKey + ".pub"},
 		Imports: []string{Prio3CollectorKey + ".pub"}},
-	{Role: RolePrio3Helper, Private: []string{Prio3HelperKey}, Public: []string{Prio3HelperKey + ".pub"},
-		Imports: []string{Prio3CollectorKey + ".pub", Prio3LeaderSignKey + ".pub"}},
+	// the helper's operator also keeps the token seed of its helper
+	// tokens and runs their issuer (IssuerKinds "prio3-helper": derived
+	// per campaign-day from the seed, no per-epoch files)
+	{Role: RolePrio3Helper, Private: []string{Prio3HelperKey, Prio3HelperTokenSeed},
+		IssuerKinds: []string{token.KindPrio3Helper.String()},
+		Public:      []string{Prio3HelperKey + ".pub"},
+		Imports:     []string{Prio3CollectorKey + ".pub", Prio3LeaderSignKey + ".pub"}},
 	{Role: RolePrio3Collector, Private: []string{Prio3CollectorKey}, Public: []string{Prio3CollectorKey + ".pub"}},
 }
 
@@ -177,6 +182,10 @@ func GenerateRole(dir, role string) error {
 				return err
 			}
 			if err := SaveKeyPair(path, strings.TrimSuffix(f, ".key"), k); err != nil {
+				return err
+			}
+		case Prio3HelperTokenSeed:
+			if _, err := EnsurePrio3TokenSeed(path); err != nil {
 				return err
 			}
 		default:

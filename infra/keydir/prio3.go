@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 
 	"github.com/crowdlog/crowdlog/infra/atomicfile"
+	"github.com/crowdlog/crowdlog/protocol/token"
 )
 
 // Key files of PDD's Prio3 mode (one custody role each, Custody): the
@@ -214,3 +216,53 @@ Give a copy to both aggregator operators over a channel only they share
 restart it (it accepts every epoch of the file), then at the leader (it
 prepares under the newest epoch unless --key-epoch says otherwise); once
 the old epoch's batches are collected, delete its line at both.`
+
+// Prio3HelperTokenSeed is the helper operator's 32-byte token seed (raw
+// bytes, 0600): the helper derives from it the key of each campaign-day's
+// helper tokens (token.DeriveKey(token.KindPrio3Helper,
+// token.Prio3Epoch(campaign, day), seed)), with which its issuer issues
+// them (`crowdlog issuer --role prio3-helper`) and its aggregator verifies
+// them (aggregate-prio3 --role helper --token-seed). The leader never holds
+// it, so it can mint no report the helper prepares.
+const Prio3HelperTokenSeed = "prio3-helper-token.key"
+
+// EnsurePrio3TokenSeed returns the token seed at path, creating a random
+// one (mode 0600, written once: atomicfile.CreateOnce) when it is missing.
+// Errors: a seed file of the wrong size, ErrNotCustodian in a role
+// directory that is not the prio3-helper's.
+func EnsurePrio3TokenSeed(path string) ([]byte, error) {
+	if err := CheckPrivate(path); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		seed := make([]byte, token.SeedSize)
+		if _, err := rand.Read(seed); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, err
+		}
+		if err := atomicfile.CreateOnce(path, seed, 0o600); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("prio3 token seed %s: %w", path, err)
+		}
+	}
+	return LoadPrio3TokenSeed(path)
+}
+
+// LoadPrio3TokenSeed reads the token seed at path. Errors wrap
+// os.ErrNotExist when it is missing (crowdlog keys generate --role
+// prio3-helper creates it), ErrNotCustodian in another role's directory,
+// and name a seed of the wrong size.
+func LoadPrio3TokenSeed(path string) ([]byte, error) {
+	if err := CheckPrivate(path); err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("prio3 token seed %s: %w", path, err)
+	}
+	if len(b) != token.SeedSize {
+		return nil, fmt.Errorf("prio3 token seed %s: %d bytes, want %d", path, len(b), token.SeedSize)
+	}
+	return b, nil
+}

@@ -40,7 +40,7 @@ func AccountOf(r Role) string {
 
 // JetStreamRoles are the roles whose account has JetStream and holds
 // their streams and key-value buckets (Streams).
-var JetStreamRoles = []Role{RelayA, RelayB, Randomness, Issuer, Coordinator}
+var JetStreamRoles = []Role{RelayA, RelayB, Randomness, Issuer, Coordinator, Prio3Helper}
 
 // Streams returns the JetStream streams in the account of role r, all
 // created by the admin step (`crowdlog streams`): a relay's inbox stream
@@ -58,6 +58,8 @@ func Streams(r Role) []string {
 		return []string{"KV_" + protocol.IssuerCountersBucket}
 	case Coordinator:
 		return []string{"KV_" + protocol.PDDBucket, "KV_" + protocol.PDDRoundsBucket, protocol.PDDActiveStream}
+	case Prio3Helper:
+		return []string{"KV_" + protocol.IssuerPrio3HelperCountersBucket}
 	}
 	return nil
 }
@@ -154,6 +156,8 @@ func Services() []Service {
 		{protocol.PDDAdvanceSubject, Coordinator, []Role{Operator}},
 		{protocol.PDDRecoverySubject, Coordinator, []Role{Aggregator}},
 		{protocol.Prio3HelperSubject, Prio3Helper, []Role{Prio3Leader}},
+		{protocol.IssuerPrio3HelperSubject, Prio3Helper, []Role{Client}},
+		{protocol.IssuerPrio3HelperPublicKeySubject, Prio3Helper, []Role{Client}},
 	}
 }
 

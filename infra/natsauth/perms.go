@@ -193,6 +193,7 @@ var clientRequests = []string{
 	protocol.RandomnessSubject, protocol.RandomnessPublicKeySubject,
 	protocol.IssuerSubject, protocol.IssuerPublicKeySubject,
 	protocol.IssuerRandomnessSubject, protocol.IssuerRandomnessPublicKeySubject,
+	protocol.IssuerPrio3HelperSubject, protocol.IssuerPrio3HelperPublicKeySubject,
 	protocol.RelayKeysSubjectPrefix + "*",
 	protocol.PDDRegisterSubject, protocol.PDDPingSubject, protocol.PDDDepositSubject, protocol.PDDBundlesSubject,
 }
@@ -297,7 +298,11 @@ func Table(r Role) (p Permissions, ok bool) {
 	case Prio3Leader:
 		return Permissions{Publish: []string{protocol.Prio3HelperSubject}, Subscribe: []string{inbox}}, true
 	case Prio3Helper:
-		return Permissions{Publish: []string{inbox}, Subscribe: []string{protocol.Prio3HelperSubject, inbox}, Responses: true}, true
+		// the helper and its operator's issuer of helper tokens (counters
+		// in its own account's bucket)
+		return Permissions{Publish: slices.Concat(kv(protocol.IssuerPrio3HelperCountersBucket), []string{jsInfo, inbox}),
+			Subscribe: []string{protocol.Prio3HelperSubject, protocol.IssuerPrio3HelperSubject, protocol.IssuerPrio3HelperPublicKeySubject, inbox},
+			Responses: true}, true
 	}
 	return Permissions{}, false
 }

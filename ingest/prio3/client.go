@@ -76,6 +76,13 @@ type Client struct {
 	Config   p3.Config
 	// StatePath, when set, is the file the client's state is kept in.
 	StatePath string
+	// HelperToken, when set, fetches the report's helper token (an encoded
+	// protocol/token KindPrio3Helper token) for campaign, day and nonce
+	// (Report.HelperNonce) from the helper operator's issuer with this
+	// client's identity (tokenclient.Client.Prio3HelperToken): one per
+	// identity per campaign-day, attached to the report before it is
+	// sealed. A helper that requires tokens refuses a report without one.
+	HelperToken func(ctx context.Context, campaign string, day p3.Day, nonce [32]byte) ([]byte, error)
 
 	mu      sync.Mutex
 	sent    map[keywords.Day]bool
@@ -154,10 +161,20 @@ func (c *Client) Upload(ctx context.Context, tr *Transport, v *p3.VDAF, d keywor
 	p, ok := c.pending[d]
 	if !ok {
 		m, dropped := c.Measurement(d)
-		upload, id, clipped, err := v.Shard(c.Campaign, p3.Day(d), m, tr.Leader, tr.Helper)
+		r, clipped, err := v.ShardReport(c.Campaign, p3.Day(d), m, tr.Helper)
 		if err != nil {
 			return s, fmt.Errorf("prio3: shard the report of %s: %w", d, err)
 		}
+		if c.HelperToken != nil {
+			if r.HelperToken, err = c.HelperToken(ctx, c.Campaign, p3.Day(d), r.HelperNonce()); err != nil {
+				return s, fmt.Errorf("prio3: helper token for the report of %s: %w", d, err)
+			}
+		}
+		upload, err := r.Seal(tr.Leader)
+		if err != nil {
+			return s, fmt.Errorf("prio3: seal the report of %s: %w", d, err)
+		}
+		id := r.ID
 		o, err := tr.Route.WrapPrio3(c.Campaign, upload)
 		if err != nil {
 			return s, fmt.Errorf("prio3: wrap the report of %s: %w", d, err)

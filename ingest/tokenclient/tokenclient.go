@@ -198,6 +198,9 @@ func (c *Client) issuerSubject(kind token.Kind, epoch string) string {
 	if kind == token.KindRandomness && c.split[epoch] {
 		return protocol.IssuerRandomnessSubject
 	}
+	if kind == token.KindPrio3Helper {
+		return protocol.IssuerPrio3HelperSubject
+	}
 	return protocol.IssuerSubject
 }
 
@@ -316,6 +319,58 @@ func (c *Client) Tokens(ctx context.Context, kind token.Kind, epoch string, nonc
 		c.log().Debug("tokenclient: tokens", "kind", kind.String(), "epoch", epoch, "count", len(toks), "used", resp.Used, "limit", resp.Limit)
 	}
 	return out, nil
+}
+
+// Prio3HelperToken returns the encoded helper token of a Prio3 report of
+// campaign and day whose nonce is nonce (prio3.Report.HelperNonce), issued
+// by the Prio3 helper operator's issuer (protocol.IssuerPrio3HelperSubject)
+// under the key of epoch token.Prio3Epoch(campaign, day), pinned like
+// Keys. The issuer gives one per identity per campaign-day: a second call
+// for the day is refused with ErrBudget. Errors also wrap ErrNotEnrolled,
+// token.ErrProof and ErrKeyChanged.
+func (c *Client) Prio3HelperToken(ctx context.Context, campaign string, day uint32, nonce [32]byte) ([]byte, error) {
+	epoch := token.Prio3Epoch(campaign, day)
+	c.mu.Lock()
+	k := c.keys[epoch]
+	c.mu.Unlock()
+	if k == nil {
+		b, err := (&token.KeysRequest{Epoch: epoch}).MarshalBinary()
+		if err != nil {
+			return nil, err
+		}
+		if k, err = c.fetchKeys(ctx, protocol.IssuerPrio3HelperPublicKeySubject, epoch, b); err != nil {
+			return nil, err
+		}
+		if len(k.Prio3Helper) == 0 {
+			return nil, fmt.Errorf("tokenclient: the issuer on %s sent no prio3-helper key for epoch %s", protocol.IssuerPrio3HelperPublicKeySubject, epoch)
+		}
+		if err := c.checkPin(epoch, k); err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		if c.keys == nil {
+			c.keys, c.split = map[string]*token.KeysResponse{}, map[string]bool{}
+		}
+		if old := c.keys[epoch]; old != nil {
+			k = old
+		} else {
+			c.keys[epoch] = k
+		}
+		c.mu.Unlock()
+	}
+	p, blinded, err := token.NewRequest(k.Prio3Helper, token.KindPrio3Helper, epoch, [][32]byte{nonce})
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.issue(ctx, &token.IssueRequest{Kind: token.KindPrio3Helper, Epoch: epoch, Blinded: blinded})
+	if err != nil {
+		return nil, fmt.Errorf("tokenclient: prio3-helper token of %s: %w", epoch, err)
+	}
+	toks, err := p.Finalize(resp.Evaluated, resp.Proof)
+	if err != nil {
+		return nil, fmt.Errorf("tokenclient: prio3-helper token of %s: %w", epoch, err)
+	}
+	return toks[0].MarshalBinary()
 }
 
 // Credential returns a new ARC credential of epoch

@@ -2,6 +2,8 @@ package runner
 
 import (
 	"context"
+	"crypto/ed25519"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -28,10 +30,13 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/keywords"
 	ingestprio3 "github.com/crowdlog/crowdlog/ingest/prio3"
 	"github.com/crowdlog/crowdlog/ingest/publish"
+	"github.com/crowdlog/crowdlog/ingest/tokenclient"
+	"github.com/crowdlog/crowdlog/issuer"
 	"github.com/crowdlog/crowdlog/pipelines/pipeline"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+	"github.com/crowdlog/crowdlog/protocol/token"
 	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release"
 	pddrelease "github.com/crowdlog/crowdlog/release/pdd"
@@ -153,8 +158,9 @@ func ReplayTimes(first, last keywords.Day) (open, closed time.Time, grace time.D
 
 // prio3User is one client of the replay.
 type prio3User struct {
-	active map[keywords.Day]bool
-	client *ingestprio3.Client
+	active   map[keywords.Day]bool
+	client   *ingestprio3.Client
+	identity ed25519.PrivateKey // enrolled at the helper operator's attester
 }
 
 // prio3Run is the state of one Prio3-mode run.
@@ -231,7 +237,11 @@ func (r *prio3Run) progress(format string, a ...any) {
 // log gives it per day.
 func (r *prio3Run) buildClients() {
 	for _, u := range r.pddRun.users {
-		r.clients = append(r.clients, &prio3User{active: u.active,
+		_, id, err := ed25519.GenerateKey(crand.Reader)
+		if err != nil {
+			panic(err) // crypto/rand does not fail
+		}
+		r.clients = append(r.clients, &prio3User{active: u.active, identity: id,
 			client: &ingestprio3.Client{Campaign: r.cfg.Campaign, List: r.list, Counts: u.counts, Config: r.m}})
 	}
 }
@@ -348,10 +358,53 @@ func (r *prio3Run) startRoles(ctx context.Context, grace time.Duration) error {
 	if r.helper, err = r.startAggregator(svcCtx, svc, aggprio3.RoleHelper, grace); err != nil {
 		return err
 	}
+	if err := r.startHelperIssuer(svcCtx, svc); err != nil {
+		return err
+	}
 	if r.leader, err = r.startAggregator(svcCtx, svc, aggprio3.RoleLeader, grace); err != nil {
 		return err
 	}
 	return r.startRelease(svcCtx, svc)
+}
+
+// startHelperIssuer enrolls every client's identity at the helper's
+// operator and runs that operator's issuer of helper tokens (its keys
+// directory: the token seed the helper verifies with; its NATS
+// credential), one per identity per campaign-day; each client fetches its
+// day's token with its own identity (tokenclient.Prio3HelperToken).
+func (r *prio3Run) startHelperIssuer(svcCtx context.Context, svc *errgroup.Group) error {
+	dir := r.keyDirs[keydir.RolePrio3Helper]
+	pubs := make([]ed25519.PublicKey, 0, len(r.clients))
+	for _, u := range r.clients {
+		pubs = append(pubs, u.identity.Public().(ed25519.PublicKey))
+	}
+	if err := keydir.EnrollIdentities(dir, pubs); err != nil {
+		return fmt.Errorf("pdd prio3: enroll the clients at the helper's operator: %w", err)
+	}
+	nc, _, err := r.connect(natsauth.Prio3Helper, "crowdlog-issuer-prio3-helper")
+	if err != nil {
+		return err
+	}
+	is, err := issuer.New(nc, dir, issuer.Limits{}, r.log)
+	if err != nil {
+		return err
+	}
+	svc.Go(func() error { return is.Run(svcCtx) })
+	for _, u := range r.clients {
+		tc := &tokenclient.Client{NC: r.nc, Identity: u.identity, Logger: r.log}
+		u.client.HelperToken = func(ctx context.Context, campaign string, day p3.Day, nonce [32]byte) ([]byte, error) {
+			return tc.Prio3HelperToken(ctx, campaign, uint32(day), nonce)
+		}
+	}
+	// ready: it answers the first day's public-key request
+	epoch := token.Prio3Epoch(r.cfg.Campaign, uint32(r.first))
+	b, _ := (&token.KeysRequest{Epoch: epoch}).MarshalBinary()
+	return waitBounded(svcCtx, "the helper operator's issuer to answer", time.Minute, func(ctx context.Context) (bool, error) {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := r.nc.RequestWithContext(rctx, protocol.IssuerPrio3HelperPublicKeySubject, b)
+		return err == nil, nil
+	}, func(context.Context) string { return "no answer yet" })
 }
 
 // startRelease starts the Prio3 release stage with the collector's key.

@@ -284,7 +284,8 @@ func (p *Population) prio3Points(g PDDGrid, last int) []Prio3Point {
 
 // Prio3UploadBytes is the size of one client's daily upload for m over a
 // list of length keywords: a real VDAF.Shard of a zero vector (the size
-// does not depend on the counts), before the onion layers.
+// does not depend on the counts) with its helper token, before the onion
+// layers.
 func Prio3UploadBytes(m Prio3Measurement, length int) (int, error) {
 	v, err := p3.New("simulate", m.Config(length))
 	if err != nil {
@@ -298,12 +299,21 @@ func Prio3UploadBytes(m Prio3Measurement, length int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	up, _, _, err := v.Shard("simulate", 0, make([]uint64, length), l.PublicKey(), h.PublicKey())
+	r, _, err := v.ShardReport("simulate", 0, make([]uint64, length), h.PublicKey())
 	if err != nil {
 		return 0, fmt.Errorf("simulate pdd: %s: shard a zero vector: %w", m.Name(), err)
 	}
+	// with its helper token (RFC 9577 §2.2, TypeRistretto: 162 B)
+	r.HelperToken = make([]byte, prio3HelperTokenBytes)
+	up, err := r.Seal(l.PublicKey())
+	if err != nil {
+		return 0, err
+	}
 	return len(up), nil
 }
+
+// prio3HelperTokenBytes is the size of a report's helper token.
+const prio3HelperTokenBytes = 162
 
 // GroupDepositBytes is one member's deal in a group of n (protocol/blind
 // Deal: its self-mask seed and n − 1 pair seeds Shamir-shared among the

@@ -243,7 +243,8 @@ func TestPrio3FromLog(t *testing.T) {
 
 // TestPrio3UploadBytes: the upload size does not depend on the counts (a
 // real Shard of a non-zero vector has the zero vector's size) and, at
-// L = 10,000 and b = 4, is the 654,876 B docs/pdd.md gives.
+// L = 10,000 and b = 4, is the 655,040 B docs/pdd.md gives (with the
+// helper token).
 func TestPrio3UploadBytes(t *testing.T) {
 	for _, m := range Prio3Measurements([]int{1, 4}, []int{3}) {
 		got, err := Prio3UploadBytes(m, 40)
@@ -258,7 +259,12 @@ func TestPrio3UploadBytes(t *testing.T) {
 		h, _ := onion.GenerateKeyPair(2)
 		counts := make([]uint64, 40)
 		counts[0], counts[7], counts[39] = 1, 9, 2
-		up, _, _, err := v.Shard("simulate", 3, counts, l.PublicKey(), h.PublicKey())
+		r, _, err := v.ShardReport("simulate", 3, counts, h.PublicKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.HelperToken = make([]byte, prio3HelperTokenBytes)
+		up, err := r.Seal(l.PublicKey())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -273,8 +279,8 @@ func TestPrio3UploadBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != 654876 {
-		t.Errorf("L = 10,000, b = 4: %d B, docs/pdd.md says 654,876", got)
+	if got != 655040 {
+		t.Errorf("L = 10,000, b = 4: %d B, docs/pdd.md says 655,040", got)
 	}
 }
 

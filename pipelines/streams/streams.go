@@ -127,7 +127,8 @@ func ensure(ctx context.Context, jsOf func(natsauth.Role) jetstream.JetStream, a
 	for _, b := range []struct {
 		owner  natsauth.Role
 		bucket string
-	}{{natsauth.Issuer, protocol.IssuerCountersBucket}, {natsauth.Randomness, protocol.IssuerRandomnessCountersBucket}} {
+	}{{natsauth.Issuer, protocol.IssuerCountersBucket}, {natsauth.Randomness, protocol.IssuerRandomnessCountersBucket},
+		{natsauth.Prio3Helper, protocol.IssuerPrio3HelperCountersBucket}} {
 		js := jsOf(b.owner)
 		if err := ensureKV(ctx, js, issuer.CountersConfig(b.bucket, natsconn.Replicas(js.Conn()))); err != nil {
 			return err

@@ -31,6 +31,7 @@ type PrepItem struct {
 	PublicShare  []byte
 	SealedHelper []byte
 	LeaderPrep   []byte
+	HelperToken  []byte // the client's Report.HelperToken, forwarded as is
 }
 
 // AggregateReq is the leader's preparation request to the helper (DAP's
@@ -60,7 +61,7 @@ func readHeader(r *protocol.Reader, typ byte, what string) (string, Day) {
 
 // MarshalBinary: version ‖ type 1 ‖ campaign(len8) ‖ day(u32) ‖
 // key epoch(u32) ‖ n(u32) ‖ n × (id(16) ‖ public(len32) ‖ sealed
-// helper share(len32) ‖ leader prep share(len32)).
+// helper share(len32) ‖ leader prep share(len32) ‖ helper token(len16)).
 func (q *AggregateReq) MarshalBinary() ([]byte, error) {
 	w := protocol.Writer{}
 	header(&w, msgAggregateReq, q.Campaign, q.Day)
@@ -71,6 +72,7 @@ func (q *AggregateReq) MarshalBinary() ([]byte, error) {
 		w.Bytes32(it.PublicShare)
 		w.Bytes32(it.SealedHelper)
 		w.Bytes32(it.LeaderPrep)
+		w.Bytes16(it.HelperToken)
 	}
 	return w.B, nil
 }
@@ -86,7 +88,7 @@ func ParseAggregateReq(b []byte) (*AggregateReq, error) {
 	q.Campaign, q.Day = readHeader(&r, msgAggregateReq, "prio3 aggregate request")
 	q.KeyEpoch = r.U32("key epoch")
 	n := r.U32("items")
-	if r.Err == nil && (n > MaxItems || int(n) > len(r.B)/(NonceSize+12)) {
+	if r.Err == nil && (n > MaxItems || int(n) > len(r.B)/(NonceSize+14)) {
 		return nil, protocol.Malformed("prio3: aggregate request claims %d items", n)
 	}
 	for i := 0; i < int(n) && r.Err == nil; i++ {
@@ -95,6 +97,7 @@ func ParseAggregateReq(b []byte) (*AggregateReq, error) {
 		it.PublicShare = r.Bytes32("public share")
 		it.SealedHelper = r.Bytes32("sealed helper share")
 		it.LeaderPrep = r.Bytes32("leader prep share")
+		it.HelperToken = readToken(&r)
 		q.Items = append(q.Items, it)
 	}
 	if err := r.Done("prio3 aggregate request"); err != nil {

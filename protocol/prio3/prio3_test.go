@@ -212,12 +212,12 @@ func fuzzParse(f *testing.F, seed interface{ MarshalBinary() ([]byte, error) }, 
 }
 
 func FuzzParseReport(f *testing.F) {
-	fuzzParse(f, &Report{Campaign: "c", Day: 1, PublicShare: []byte{1}, LeaderShare: []byte{2}, SealedHelper: []byte{3}},
+	fuzzParse(f, &Report{Campaign: "c", Day: 1, PublicShare: []byte{1}, LeaderShare: []byte{2}, SealedHelper: []byte{3}, HelperToken: []byte{4, 5}},
 		func(b []byte) (interface{ MarshalBinary() ([]byte, error) }, error) { return ParseReport(b) })
 }
 
 func FuzzParseAggregateReq(f *testing.F) {
-	fuzzParse(f, &AggregateReq{Campaign: "c", Items: []PrepItem{{PublicShare: []byte{1}}}},
+	fuzzParse(f, &AggregateReq{Campaign: "c", Items: []PrepItem{{PublicShare: []byte{1}}, {SealedHelper: []byte{2}, HelperToken: []byte{3}}}},
 		func(b []byte) (interface{ MarshalBinary() ([]byte, error) }, error) { return ParseAggregateReq(b) })
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/blind"
 	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/token"
 )
 
 // HPKE infos (RFC 9180 §5.1) of the three sealed objects; the suite is the
@@ -56,6 +57,22 @@ type Report struct {
 	PublicShare  []byte // VDAF-14 public share: the two joint-randomness parts, 2 × 32 B
 	LeaderShare  []byte // encoded leader input share: measurement and proof shares, 16 B each element, and a 32 B blind
 	SealedHelper []byte // enc (32 B) ‖ HPKE ciphertext of the helper's input share (64 B: two seeds)
+	// HelperToken is the encoded Privacy Pass token (protocol/token,
+	// KindPrio3Helper, 162 B) that the helper verifies and spends before it
+	// prepares the report: issued by the helper's operator, one per enrolled
+	// identity per campaign-day, its nonce HelperNonce. Empty when the
+	// client has none (a helper that requires tokens refuses the report).
+	HelperToken []byte
+}
+
+// MaxHelperToken bounds Report.HelperToken and PrepItem.HelperToken.
+const MaxHelperToken = 512
+
+// HelperNonce is the nonce of the report's helper token
+// (token.Prio3Nonce): campaign, day, id, public share and sealed helper
+// share, so the token cannot be moved to another report.
+func (r *Report) HelperNonce() [32]byte {
+	return token.Prio3Nonce(r.Campaign, uint32(r.Day), r.ID, r.PublicShare, r.SealedHelper)
 }
 
 // Clip returns counts clipped to c.Max() (presence: 1 when > 0) and how
@@ -112,8 +129,21 @@ var ErrTooManyKeywords = fmt.Errorf("prio3: presence report with more keywords t
 // sealed to helper and the whole report sealed to leader. The upload is
 // what the onion's innermost layer carries to the leader.
 func (v *VDAF) Shard(campaign string, day Day, counts []uint64, leader, helper onion.PublicKey) (upload []byte, id ReportID, clipped int, err error) {
+	r, clipped, err := v.ShardReport(campaign, day, counts, helper)
+	if err != nil {
+		return nil, id, clipped, err
+	}
+	upload, err = r.Seal(leader)
+	return upload, r.ID, clipped, err
+}
+
+// ShardReport is Shard without the leader's seal: the report with the
+// helper's share sealed, for the client to attach its helper token
+// (HelperNonce) before Seal.
+func (v *VDAF) ShardReport(campaign string, day Day, counts []uint64, helper onion.PublicKey) (r *Report, clipped int, err error) {
+	var id ReportID
 	if len(counts) != v.Config.Length {
-		return nil, id, 0, fmt.Errorf("prio3: %d counts for a campaign of %d keywords", len(counts), v.Config.Length)
+		return nil, 0, fmt.Errorf("prio3: %d counts for a campaign of %d keywords", len(counts), v.Config.Length)
 	}
 	m, clipped := v.Config.Clip(counts)
 	if v.Config.Kind == KindPresence {
@@ -124,26 +154,25 @@ func (v *VDAF) Shard(campaign string, day Day, counts []uint64, leader, helper o
 			}
 		}
 		if w > v.Config.MaxWeight {
-			return nil, id, clipped, fmt.Errorf("%w: %d > %d", ErrTooManyKeywords, w, v.Config.MaxWeight)
+			return nil, clipped, fmt.Errorf("%w: %d > %d", ErrTooManyKeywords, w, v.Config.MaxWeight)
 		}
 	}
 	if _, err := rand.Read(id[:]); err != nil {
-		return nil, id, 0, err
+		return nil, 0, err
 	}
 	rnd := make([]byte, v.RandSize())
 	if _, err := rand.Read(rnd); err != nil {
-		return nil, id, 0, err
+		return nil, 0, err
 	}
 	pub, ls, hs, err := v.shard(m, id, rnd)
 	if err != nil {
-		return nil, id, clipped, fmt.Errorf("prio3: shard: %w", err)
+		return nil, clipped, fmt.Errorf("prio3: shard: %w", err)
 	}
-	r := &Report{Campaign: campaign, Day: day, ID: id, PublicShare: pub, LeaderShare: ls}
+	r = &Report{Campaign: campaign, Day: day, ID: id, PublicShare: pub, LeaderShare: ls}
 	if err := r.SealHelper(helper, hs); err != nil {
-		return nil, id, clipped, err
+		return nil, clipped, err
 	}
-	upload, err = r.Seal(leader)
-	return upload, id, clipped, err
+	return r, clipped, nil
 }
 
 // SealHelper seals the helper's encoded input share to helper into
@@ -205,10 +234,13 @@ func open(sk kem.PrivateKey, info, aad, b []byte) ([]byte, error) {
 
 // MarshalBinary encodes the report's plaintext:
 // version(1) ‖ campaign(len8) ‖ day(u32) ‖ id(16) ‖ public(len32) ‖
-// leader share(len32) ‖ sealed helper share(len32).
+// leader share(len32) ‖ sealed helper share(len32) ‖ helper token(len16).
 func (r *Report) MarshalBinary() ([]byte, error) {
 	if !blind.ValidCampaign(r.Campaign) {
 		return nil, fmt.Errorf("prio3: invalid campaign name %q", r.Campaign)
+	}
+	if len(r.HelperToken) > MaxHelperToken {
+		return nil, fmt.Errorf("prio3: helper token of %d bytes exceeds %d", len(r.HelperToken), MaxHelperToken)
 	}
 	w := protocol.Writer{B: make([]byte, 0, 64+len(r.PublicShare)+len(r.LeaderShare)+len(r.SealedHelper))}
 	w.U8(WireVersion)
@@ -218,6 +250,7 @@ func (r *Report) MarshalBinary() ([]byte, error) {
 	w.Bytes32(r.PublicShare)
 	w.Bytes32(r.LeaderShare)
 	w.Bytes32(r.SealedHelper)
+	w.Bytes16(r.HelperToken)
 	return w.B, nil
 }
 
@@ -225,6 +258,17 @@ func readVersion(r *protocol.Reader, what string) {
 	if v := r.U8(what + " version"); r.Err == nil && v != WireVersion {
 		r.Err = protocol.Malformed("%s version %d, want %d (upgrade the sender or this service)", what, v, WireVersion)
 	}
+}
+
+func readToken(r *protocol.Reader) []byte {
+	t := r.Bytes16("helper token")
+	if r.Err == nil && len(t) > MaxHelperToken {
+		r.Err = protocol.Malformed("helper token of %d bytes exceeds %d", len(t), MaxHelperToken)
+	}
+	if len(t) == 0 {
+		return nil
+	}
+	return t
 }
 
 func readCampaign(r *protocol.Reader) string {
@@ -248,6 +292,7 @@ func ParseReport(b []byte) (*Report, error) {
 	r.PublicShare = rd.Bytes32("public share")
 	r.LeaderShare = rd.Bytes32("leader share")
 	r.SealedHelper = rd.Bytes32("sealed helper share")
+	r.HelperToken = readToken(&rd)
 	if err := rd.Done("prio3 report"); err != nil {
 		return nil, err
 	}

@@ -383,25 +383,32 @@ type KeysResponse struct {
 	Randomness []byte
 	Report     []byte
 	ARC        []byte
+	// Prio3Helper is the KindPrio3Helper token key of Epoch (a
+	// Prio3Epoch), set by the Prio3 helper operator's issuer only.
+	Prio3Helper []byte
 }
 
 // MarshalBinary encodes: version ‖ status (‖ message) and, when not
 // refused, u8 len epoch ‖ epoch ‖ u8 len ‖ randomness key ‖ u8 len ‖
-// report key ‖ u16 len ‖ ARC key.
+// report key ‖ u16 len ‖ ARC key [‖ u8 len ‖ prio3-helper key, only when
+// set].
 func (p *KeysResponse) MarshalBinary() ([]byte, error) {
 	w := protocol.Writer{}
 	w.U8(protocol.Version)
 	if protocol.WriteStatus(&w, p.Refusal) {
 		return w.B, nil
 	}
-	if len(p.Epoch) == 0 || len(p.Epoch) > 255 || len(p.Randomness)+len(p.Report) == 0 || len(p.Randomness) > maxElement ||
-		len(p.Report) > maxElement || len(p.ARC) > maxARCMessage {
+	if len(p.Epoch) == 0 || len(p.Epoch) > 255 || len(p.Randomness)+len(p.Report)+len(p.Prio3Helper) == 0 || len(p.Randomness) > maxElement ||
+		len(p.Report) > maxElement || len(p.ARC) > maxARCMessage || len(p.Prio3Helper) > maxElement {
 		return nil, errors.New("token: issuer keys response fields out of range")
 	}
 	w.Bytes8([]byte(p.Epoch))
 	w.Bytes8(p.Randomness)
 	w.Bytes8(p.Report)
 	w.Bytes16(p.ARC)
+	if len(p.Prio3Helper) > 0 {
+		w.Bytes8(p.Prio3Helper)
+	}
 	return w.B, nil
 }
 
@@ -417,7 +424,13 @@ func ParseKeysResponse(b []byte) (*KeysResponse, error) {
 		p.Randomness = r.Bytes8("randomness key")
 		p.Report = r.Bytes8("report key")
 		p.ARC = r.Bytes16("ARC key")
-		if r.Err == nil && (p.Epoch == "" || len(p.Randomness)+len(p.Report) == 0) {
+		if r.Err == nil && len(r.B) > 0 {
+			// the optional trailing prio3-helper key (never empty when present)
+			if p.Prio3Helper = r.Bytes8("prio3-helper key"); r.Err == nil && len(p.Prio3Helper) == 0 {
+				return nil, protocol.Malformed("issuer keys response with an empty prio3-helper key")
+			}
+		}
+		if r.Err == nil && (p.Epoch == "" || len(p.Randomness)+len(p.Report)+len(p.Prio3Helper) == 0) {
 			return nil, protocol.Malformed("issuer keys response with empty fields")
 		}
 	}
@@ -427,13 +440,16 @@ func ParseKeysResponse(b []byte) (*KeysResponse, error) {
 	return p, nil
 }
 
-// Key returns the public key of kind (KindRandomness or KindReport).
+// Key returns the public key of kind (KindRandomness, KindReport or
+// KindPrio3Helper).
 func (p *KeysResponse) Key(kind Kind) ([]byte, error) {
 	switch kind {
 	case KindRandomness:
 		return p.Randomness, nil
 	case KindReport:
 		return p.Report, nil
+	case KindPrio3Helper:
+		return p.Prio3Helper, nil
 	}
 	return nil, fmt.Errorf("token: no public key of kind %s", kind)
 }

@@ -6,6 +6,8 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/cloudflare/circl/group"
 	"github.com/cloudflare/circl/oprf"
@@ -25,6 +27,13 @@ const (
 	// KindReport pays for one report at the aggregator; its nonce is
 	// ReportNonce of the report.
 	KindReport Kind = 2
+	// KindPrio3Helper is the Prio3 helper's report credential: one per
+	// enrolled identity per campaign-day, issued by the helper's operator
+	// and verified and spent by the helper, so the leader can mint none
+	// (after draft-cpriebe-ppm-dap-reportauth: one token per aggregator).
+	// Its epoch is Prio3Epoch(campaign, day), its key
+	// DeriveKey(KindPrio3Helper, epoch, seed) and its nonce Prio3Nonce.
+	KindPrio3Helper Kind = 4
 )
 
 // String is the kind's name, also the TokenChallenge's origin_info.
@@ -36,12 +45,14 @@ func (k Kind) String() string {
 		return "report"
 	case KindARC:
 		return "arc"
+	case KindPrio3Helper:
+		return "prio3-helper"
 	}
 	return fmt.Sprintf("kind(%d)", byte(k))
 }
 
 // Valid reports whether k is a known kind.
-func (k Kind) Valid() bool { return k == KindRandomness || k == KindReport }
+func (k Kind) Valid() bool { return k == KindRandomness || k == KindReport || k == KindPrio3Helper }
 
 // Token types (RFC 9578 §8.2 registry; RFC 9577 §2.2 Token.token_type).
 const (
@@ -245,6 +256,79 @@ func generateKey(s *suite, kind Kind, epoch string) (*PrivateKey, error) {
 		return nil, fmt.Errorf("token: derive key: %w", err)
 	}
 	return newKey(s, kind, epoch, sk)
+}
+
+// SeedSize is the size of a DeriveKey seed.
+const SeedSize = 32
+
+// DeriveKey returns the TypeRistretto key of kind and epoch derived from a
+// 32-byte secret seed: DeriveKeyPair(seed, "PrivacyPass" ‖ 0x00 ‖ kind ‖
+// epoch) (RFC 9497 §3.2.1), so the holder of one seed has every epoch's key
+// without storing one file per epoch (the Prio3 helper's per-day keys).
+// Errors: an unknown kind, an epoch of 0 or over 255 bytes, a seed that is
+// not SeedSize bytes.
+func DeriveKey(kind Kind, epoch string, seed []byte) (*PrivateKey, error) {
+	if !kind.Valid() {
+		return nil, fmt.Errorf("token: unknown kind %d", kind)
+	}
+	if len(epoch) == 0 || len(epoch) > 255 {
+		return nil, fmt.Errorf("token: epoch name of %d bytes, want 1..255", len(epoch))
+	}
+	if len(seed) != SeedSize {
+		return nil, fmt.Errorf("token: key seed of %d bytes, want %d", len(seed), SeedSize)
+	}
+	info := append([]byte("PrivacyPass\x00"), byte(kind))
+	info = append(info, epoch...)
+	sk, err := oprf.DeriveKey(suiteRistretto.oprf, oprf.VerifiableMode, seed, info)
+	if err != nil {
+		return nil, fmt.Errorf("token: derive key: %w", err)
+	}
+	return newKey(suiteRistretto, kind, epoch, sk)
+}
+
+// Prio3NonceLabel prefixes the fields hashed into a Prio3 helper token's
+// nonce.
+const Prio3NonceLabel = "crowdlog-v1 prio3 helper token"
+
+// Prio3Epoch is the epoch of the Prio3 helper tokens of campaign and day
+// (days since 1970-01-01, UTC): "campaign/day". One issuance per identity
+// and epoch is one report per person per campaign-day.
+func Prio3Epoch(campaign string, day uint32) string {
+	return fmt.Sprintf("%s/%d", campaign, day)
+}
+
+// ParsePrio3Epoch splits a Prio3Epoch into its campaign and day; ok is
+// false for any other string (no "/", an empty campaign, a day that is not
+// a decimal uint32).
+func ParsePrio3Epoch(epoch string) (campaign string, day uint32, ok bool) {
+	i := strings.LastIndexByte(epoch, '/')
+	if i <= 0 {
+		return "", 0, false
+	}
+	d, err := strconv.ParseUint(epoch[i+1:], 10, 32)
+	if err != nil || Prio3Epoch(epoch[:i], uint32(d)) != epoch {
+		return "", 0, false
+	}
+	return epoch[:i], uint32(d), true
+}
+
+// Prio3Nonce is a Prio3 helper token's nonce: SHA-256(Prio3NonceLabel ‖
+// len8 campaign ‖ day(u32) ‖ report id(16) ‖ SHA-256(public share) ‖
+// SHA-256(sealed helper share)). It binds the token to one report of one
+// campaign-day and to the helper's sealed input share (whose AEAD binds the
+// public share), so whoever sees the token cannot move it to a report of
+// its own.
+func Prio3Nonce(campaign string, day uint32, id [16]byte, publicShare, sealedHelper []byte) [32]byte {
+	w := protocol.Writer{}
+	w.Raw([]byte(Prio3NonceLabel))
+	w.Bytes8([]byte(campaign))
+	w.U32(day)
+	w.Raw(id[:])
+	ps := sha256.Sum256(publicShare)
+	w.Raw(ps[:])
+	hs := sha256.Sum256(sealedHelper)
+	w.Raw(hs[:])
+	return sha256.Sum256(w.B)
 }
 
 func newKey(s *suite, kind Kind, epoch string, sk *oprf.PrivateKey) (*PrivateKey, error) {

@@ -405,3 +405,62 @@ func FuzzIssue(f *testing.F) {
 		key.Issue([][]byte{b})
 	})
 }
+
+// FuzzParsePrio3Epoch: any epoch string an issue request names either
+// parses into a campaign and day that format back to it, or is refused.
+func FuzzParsePrio3Epoch(f *testing.F) {
+	f.Add(Prio3Epoch("kw-prio3", 13210))
+	f.Add("a/b/1")
+	f.Add("/1")
+	f.Add("c/01")
+	f.Fuzz(func(t *testing.T, s string) {
+		c, d, ok := ParsePrio3Epoch(s)
+		if ok && Prio3Epoch(c, d) != s {
+			t.Fatalf("%q parsed as %q, %d", s, c, d)
+		}
+	})
+}
+
+// TestPrio3HelperToken: a helper token issued under the key derived for one
+// campaign-day verifies under that key only, and DeriveKey is a function of
+// (kind, epoch, seed).
+func TestPrio3HelperToken(t *testing.T) {
+	seed := make([]byte, SeedSize)
+	seed[0] = 1
+	epoch := Prio3Epoch("c", 7)
+	k, err := DeriveKey(KindPrio3Helper, epoch, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, _ := DeriveKey(KindPrio3Helper, epoch, seed)
+	other, _ := DeriveKey(KindPrio3Helper, Prio3Epoch("c", 8), seed)
+	if k.KeyID() != k2.KeyID() || k.KeyID() == other.KeyID() {
+		t.Fatal("derived keys: not a function of the epoch")
+	}
+	nonce := Prio3Nonce("c", 7, [16]byte{1}, []byte("public"), []byte("sealed"))
+	if nonce == Prio3Nonce("c", 7, [16]byte{2}, []byte("public"), []byte("sealed")) ||
+		nonce == Prio3Nonce("c", 7, [16]byte{1}, []byte("public"), []byte("sealeD")) {
+		t.Fatal("nonce does not bind the report id and sealed share")
+	}
+	p, blinded, err := NewRequest(k.Public(), KindPrio3Helper, epoch, [][32]byte{nonce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, proof, err := k.Issue(blinded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks, err := p.Finalize(ev, proof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k2.Verify(toks[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Verify(toks[0]); !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("another day's key: %v", err)
+	}
+	if _, err := DeriveKey(KindPrio3Helper, epoch, seed[:16]); err == nil {
+		t.Fatal("short seed accepted")
+	}
+}

@@ -447,7 +447,7 @@ func TestPrio3Aggregators(t *testing.T) {
 	}{
 		"leader": {"aggregator", "prio3-leader", "crowdlog-prio3-leader-keys", []string{keydir.Prio3LeaderKey, keydir.Prio3LeaderSignKey},
 			"crowdlog-nats-prio3-leader", "crowdlog-kafka-prio3-leader", []string{"--sign-key"}},
-		"helper": {"prio3-helper", "prio3-helper", "crowdlog-prio3-helper-keys", []string{keydir.Prio3HelperKey}, "crowdlog-nats", "",
+		"helper": {"prio3-helper", "prio3-helper", "crowdlog-prio3-helper-keys", []string{keydir.Prio3HelperKey, keydir.Prio3HelperTokenSeed}, "crowdlog-nats", "",
 			[]string{"--leader-pub"}},
 	}
 	for role, w := range want {
@@ -533,7 +533,7 @@ func TestPrio3Aggregators(t *testing.T) {
 		for _, it := range v.Secret.Items {
 			items = append(items, it.Path)
 		}
-		if want := []string{keydir.Prio3HelperKey, "prio3-helper.1.key", "prio3-helper.2.key", keydir.CustodyFile}; !slices.Equal(items, want) {
+		if want := []string{keydir.Prio3HelperKey, keydir.Prio3HelperTokenSeed, "prio3-helper.1.key", "prio3-helper.2.key", keydir.CustodyFile}; !slices.Equal(items, want) {
 			t.Errorf("rotatedKeys 2: keys items %v, want %v", items, want)
 		}
 	}

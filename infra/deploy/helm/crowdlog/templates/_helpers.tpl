@@ -70,7 +70,7 @@ randomness-token keys.
 - name: prio3-helper
   args: [aggregate-prio3, --role, helper, {{ include "crowdlog.prio3Args" . }}, --leader-pub, /etc/crowdlog/public/prio3-leader-sign.key.pub]
   nats: prio3-helper
-  keys: [prio3-helper.key{{ range $i := until (int $v.prio3.rotatedKeys) }}, prio3-helper.{{ add1 $i }}.key{{ end }}]
+  keys: [prio3-helper.key, prio3-helper-token.key{{ range $i := until (int $v.prio3.rotatedKeys) }}, prio3-helper.{{ add1 $i }}.key{{ end }}]
   public: [prio3-collector.key.pub, prio3-leader-sign.key.pub{{ if $v.prio3.keywordsFile }}, {{ $v.prio3.keywordsFile | quote }}{{ end }}]
   verifyKey: true
   state: {{ $v.prio3.storage | quote }}
