@@ -89,8 +89,9 @@ func imported(owner Role, subj string) string {
 // AdminAPI returns the JetStream API subjects ("$JS.API.…", as in owner's
 // account) that owner's account exports to the admin's account: look up,
 // create and update each stream of Streams(owner) (never delete or
-// purge), and, for a relay, create and look up its durable consumer
-// (filtered to its own inbox; the filter is part of the create subject);
+// purge), and, for a relay, create its durable consumer (filtered to its
+// own inbox; the filter is part of the create subject; looking it up is
+// the operator's, OperatorAPI);
 // and the account's JetStream info, which nats.go's key-value create
 // asks first (read-only: limits and usage).
 func AdminAPI(owner Role) []string {
@@ -103,7 +104,7 @@ func AdminAPI(owner Role) []string {
 	}
 	if name, ok := RelayName(owner); ok {
 		s, c := protocol.RelayStream, protocol.RelayConsumerName(name)
-		out = append(out, "$JS.API.CONSUMER.CREATE."+s+"."+c+"."+protocol.RelaySubject(name), "$JS.API.CONSUMER.INFO."+s+"."+c)
+		out = append(out, "$JS.API.CONSUMER.CREATE."+s+"."+c+"."+protocol.RelaySubject(name))
 	}
 	return out
 }
@@ -141,14 +142,14 @@ func Services() []Service {
 	return []Service{
 		{protocol.RelaySubject("a"), RelayA, []Role{Client}},
 		{protocol.RelaySubject("b"), RelayB, []Role{RelayA}},
-		{protocol.RelayKeysSubject("a"), RelayA, []Role{Client, Operator}},
-		{protocol.RelayKeysSubject("b"), RelayB, []Role{Client, Operator}},
+		{protocol.RelayKeysSubject("a"), RelayA, []Role{Client}},
+		{protocol.RelayKeysSubject("b"), RelayB, []Role{Client}},
 		{protocol.RandomnessSubject, Randomness, []Role{Client}},
-		{protocol.RandomnessPublicKeySubject, Randomness, []Role{Client, Operator}},
+		{protocol.RandomnessPublicKeySubject, Randomness, []Role{Client}},
 		{protocol.IssuerRandomnessSubject, Randomness, []Role{Client}},
 		{protocol.IssuerRandomnessPublicKeySubject, Randomness, []Role{Client}},
 		{protocol.IssuerSubject, Issuer, []Role{Client}},
-		{protocol.IssuerPublicKeySubject, Issuer, []Role{Client, Operator}},
+		{protocol.IssuerPublicKeySubject, Issuer, []Role{Client}},
 		{protocol.PDDRegisterSubject, Coordinator, []Role{Client}},
 		{protocol.PDDPingSubject, Coordinator, []Role{Client}},
 		{protocol.PDDDepositSubject, Coordinator, []Role{Client}},
@@ -187,13 +188,18 @@ func exportsOf(r Role) []export {
 		}
 		out = append(out, export{s.Subject, accts})
 	}
-	op := OperatorAPI(r)
-	for _, subj := range AdminAPI(r) {
+	admin, op := AdminAPI(r), OperatorAPI(r)
+	for _, subj := range admin {
 		accts := []string{AccountOf(Admin)}
 		if slices.Contains(op, subj) {
 			accts = append(accts, AccountOf(Operator))
 		}
 		out = append(out, export{subj, accts})
+	}
+	for _, subj := range op {
+		if !slices.Contains(admin, subj) {
+			out = append(out, export{subj, []string{AccountOf(Operator)}})
+		}
 	}
 	return out
 }

@@ -154,7 +154,8 @@ func streamUse(stream string) []string {
 }
 
 // kv is everything the owner of key-value bucket does at run time: look
-// its stream KV_<bucket> up, read it (direct and API gets), and its
+// its stream KV_<bucket> up, read it (direct gets: crowdlog's buckets
+// are created with allow_direct, so nats.go never asks STREAM.MSG.GET), and its
 // subjects $KV.<bucket>.> (put, create, update, delete, purge of keys).
 // No consumer: gets and puts need none, and a consumer's creator chooses
 // its deliver subject, which nats-server does not check against the
@@ -162,16 +163,16 @@ func streamUse(stream string) []string {
 // Admin role's.
 func kv(bucket string) []string {
 	s := "KV_" + bucket
-	return []string{"$KV." + bucket + ".>", streamInfo(s),
-		"$JS.API.STREAM.MSG.GET." + s, "$JS.API.DIRECT.GET." + s, "$JS.API.DIRECT.GET." + s + ".>"}
+	return []string{"$KV." + bucket + ".>", streamInfo(s), "$JS.API.DIRECT.GET." + s, "$JS.API.DIRECT.GET." + s + ".>"}
 }
 
-// kvWatch is kv plus streamUse: the coordinator lists and watches its
-// buckets (ordered consumers). Its account imports nothing, so a deliver
+// kvWatch is kv plus streamUse: the coordinator lists the keys of its
+// rounds bucket (ordered consumers). Its account imports nothing, so a deliver
 // subject it names stays in its own account.
 func kvWatch(bucket string) []string {
 	s := "KV_" + bucket
-	return slices.Concat([]string{"$KV." + bucket + ".>", streamInfo(s)}, streamUse(s))
+	use := slices.DeleteFunc(streamUse(s), func(subj string) bool { return subj == "$JS.API.STREAM.MSG.GET."+s })
+	return slices.Concat([]string{"$KV." + bucket + ".>", streamInfo(s)}, use)
 }
 
 // relayConsumer is what relay name does on its inbox stream (in its own
@@ -222,8 +223,9 @@ var clientRequests = []string{
 //     imports nothing);
 //   - aggregator: request crowdlog.pdd.recovery;
 //   - operator: look each relay's stream and consumer up (OperatorAPI,
-//     under JSAPIPrefix of the relay), request crowdlog.pdd.advance and
-//     the public-key and relay-key subjects;
+//     under JSAPIPrefix of the relay) and request crowdlog.pdd.advance
+//     (public keys and relay keys are fetched with the client
+//     credential, so the operator's account imports neither);
 //   - admin: create, update and look up the streams of every account
 //     and create the relays' durable consumers (AdminAPI, under
 //     JSAPIPrefix of each JetStream role), nothing else;
@@ -269,7 +271,7 @@ func Table(r Role) (p Permissions, ok bool) {
 		return Permissions{Publish: slices.Concat(kv(protocol.IssuerCountersBucket), []string{jsInfo}),
 			Subscribe: []string{protocol.IssuerSubject, protocol.IssuerPublicKeySubject, inbox}, Responses: true}, true
 	case Coordinator:
-		pub := slices.Concat(kvWatch(protocol.PDDBucket), kvWatch(protocol.PDDRoundsBucket),
+		pub := slices.Concat(kv(protocol.PDDBucket), kvWatch(protocol.PDDRoundsBucket),
 			[]string{streamInfo(protocol.PDDActiveStream)}, streamUse(protocol.PDDActiveStream),
 			[]string{protocol.PDDActiveSubjectPrefix + ">", jsInfo})
 		sub := []string{protocol.PDDRegisterSubject, protocol.PDDPingSubject, protocol.PDDDepositSubject,
@@ -284,8 +286,7 @@ func Table(r Role) (p Permissions, ok bool) {
 				pub = append(pub, imported(owner, subj))
 			}
 		}
-		pub = append(pub, protocol.PDDAdvanceSubject, protocol.RandomnessPublicKeySubject, protocol.IssuerPublicKeySubject,
-			protocol.RelayKeysSubjectPrefix+"*")
+		pub = append(pub, protocol.PDDAdvanceSubject)
 		return Permissions{Publish: pub, Subscribe: []string{inbox}}, true
 	case Admin:
 		var pub []string

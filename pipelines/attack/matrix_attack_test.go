@@ -163,33 +163,7 @@ func topicBack(ctx context.Context, addr, topic string) bool {
 // nothing else) succeeds, TestAttackRoleMatrix skips, naming them; any
 // other operation beyond need fails it. Each stays inside its role's own
 // account or is read-only; remove an entry when its row is narrowed.
-var mxKnownGaps = map[string]string{
-	// the admin's imports include the relays' consumer info (the
-	// operator's backlog check), which `crowdlog streams` never asks
-	"nats/admin js CONSUMER.INFO CROWDLOG_RELAY relay-a": "AdminAPI exports CONSUMER.INFO",
-	"nats/admin js CONSUMER.INFO CROWDLOG_RELAY relay-b": "AdminAPI exports CONSUMER.INFO",
-	// key-value owners hold STREAM.MSG.GET although nats.go reads a
-	// bucket with allow_direct through DIRECT.GET only
-	"nats/coordinator js STREAM.MSG.GET KV_crowdlog_pdd":                       "kv() grants STREAM.MSG.GET",
-	"nats/coordinator js STREAM.MSG.GET KV_crowdlog_pdd_rounds":                "kv() grants STREAM.MSG.GET",
-	"nats/issuer js STREAM.MSG.GET KV_crowdlog-issuer-counters":                "kv() grants STREAM.MSG.GET",
-	"nats/randomness js STREAM.MSG.GET KV_crowdlog-issuer-randomness-counters": "kv() grants STREAM.MSG.GET",
-	"nats/randomness js STREAM.MSG.GET KV_crowdlog-spent-tokens":               "kv() grants STREAM.MSG.GET",
-	// the coordinator lists keys of its rounds bucket only
-	"nats/coordinator js CONSUMER.CREATE KV_crowdlog_pdd": "kvWatch on both buckets",
-	// the operator's account imports the public-key and relay-key
-	// services, which only clients request (crowdlog run asks them with
-	// the client credential); a request it names one of them as reply
-	// subject to lands there too
-	"nats/operator pub crowdlog.issuer.pubkey":                  "Services: Operator imports it",
-	"nats/operator pub crowdlog.randomness.pubkey":              "Services: Operator imports it",
-	"nats/operator pub crowdlog.relaykeys.a":                    "Services: Operator imports it",
-	"nats/operator pub crowdlog.relaykeys.b":                    "Services: Operator imports it",
-	"nats/operator reply-to subject:crowdlog.issuer.pubkey":     "Services: Operator imports it",
-	"nats/operator reply-to subject:crowdlog.randomness.pubkey": "Services: Operator imports it",
-	"nats/operator reply-to subject:crowdlog.relaykeys.a":       "Services: Operator imports it",
-	"nats/operator reply-to subject:crowdlog.relaykeys.b":       "Services: Operator imports it",
-}
+var mxKnownGaps = map[string]string{}
 
 // TestAttackRoleMatrix (docs/threat-model.md, "Permission matrix"): every
 // credential of a deployment tries every operation it could attempt, on

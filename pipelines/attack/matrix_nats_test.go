@@ -66,6 +66,7 @@ var mxResponders = []struct {
 	{protocol.PDDDepositSubject, natsauth.Coordinator, protocol.CoordinatorQueueGroup}, {protocol.PDDBundlesSubject, natsauth.Coordinator, protocol.CoordinatorQueueGroup},
 	{protocol.PDDAdvanceSubject, natsauth.Coordinator, protocol.CoordinatorQueueGroup}, {protocol.PDDRecoverySubject, natsauth.Coordinator, protocol.CoordinatorQueueGroup},
 	{protocol.Prio3HelperSubject, natsauth.Prio3Helper, ""},
+	{protocol.IssuerPrio3HelperSubject, natsauth.Prio3Helper, issuer.Queue}, {protocol.IssuerPrio3HelperPublicKeySubject, natsauth.Prio3Helper, issuer.Queue},
 }
 
 // mxRequester is the role that sends requests to a responder subject in
@@ -101,6 +102,7 @@ var mxBuckets = []struct {
 	{protocol.IssuerCountersBucket, natsauth.Issuer},
 	{protocol.IssuerRandomnessCountersBucket, natsauth.Randomness},
 	{protocol.SpentTokensBucket, natsauth.Randomness},
+	{protocol.IssuerPrio3HelperCountersBucket, natsauth.Prio3Helper},
 	{protocol.PDDBucket, natsauth.Coordinator},
 	{protocol.PDDRoundsBucket, natsauth.Coordinator},
 }

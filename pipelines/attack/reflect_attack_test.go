@@ -209,11 +209,11 @@ func (w *reflectWorld) responders() {
 		go func() { _ = run(ctx) }()
 	}
 	// both answer their public-key subject once subscribed
-	op := w.conn(natsauth.Operator)
+	cl := w.conn(natsauth.Client) // public keys are the clients' requests
 	for _, subj := range []string{protocol.IssuerPublicKeySubject, protocol.RandomnessPublicKeySubject} {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			if _, err := op.Request(subj, []byte("{}"), time.Second); err == nil {
+			if _, err := cl.Request(subj, []byte("{}"), time.Second); err == nil {
 				break
 			}
 			if time.Now().After(deadline) {
