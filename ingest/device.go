@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/crowdlog/crowdlog/infra/keydir"
-	"github.com/crowdlog/crowdlog/infra/natsauth"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/ingest/oprfclient"
@@ -49,9 +48,9 @@ type Config struct {
 	// instead and left open by Close.
 	NATS string
 	Conn *nats.Conn
-	// NATSSecurity is the client's NATS credential (natsauth.Client's
-	// NKey) and TLS files for NATS; its Role is always natsauth.Client.
-	NATSSecurity natsconn.Security
+	// NATSSecurity is the client's NATS credential (the clients' shared
+	// NKey seed) and TLS files; the zero value: neither.
+	NATSSecurity NATSSecurity
 
 	// Randomness evaluates ω for the epoch's artifacts and verifies the
 	// service's proofs. When nil, NewRandomness is called with the device's
@@ -232,7 +231,7 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 		if cfg.NATS == "" {
 			return fail(errors.New("ingest: no NATS: set Config.NATS to the deployment's NATS URL (or Config.Conn)"))
 		}
-		if nc, err = natsconn.ConnectAs(cfg.NATS, "crowdlog-client", clientSecurity(cfg.NATSSecurity)); err != nil {
+		if nc, err = natsconn.ConnectAs(cfg.NATS, "crowdlog-client", cfg.NATSSecurity.security()); err != nil {
 			return fail(fmt.Errorf("ingest: connect to NATS %s: %w (is the deployment's NATS reachable?)", cfg.NATS, err))
 		}
 		d.nc = nc
@@ -289,12 +288,6 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 		d.id = &identity{issuer: iss, st: st, epoch: cfg.Epoch} // rnd spends its randomness tokens
 	}
 	return d, nil
-}
-
-// clientSecurity is s for the client's row of the permission table.
-func clientSecurity(s natsconn.Security) natsconn.Security {
-	s.Role = natsauth.Client
-	return s
 }
 
 // deviceIssuer is the issuer client of a device with tokens on:

@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os/exec"
 	"strings"
@@ -151,6 +152,108 @@ func TestLayerRuleCatches(t *testing.T) {
 	} {
 		if v := layerViolations(map[string][]string{c.pkg: {c.dep}}); len(v) != 0 {
 			t.Errorf("%s importing %s is allowed, got %v", c.pkg, c.dep, v)
+		}
+	}
+}
+
+// clientForbidden says why dep (an import path) may not be linked into a
+// client program (an ingest/... package or an examples/... program), or ""
+// when it may: a Kafka client or broker (kafka-go, franz-go and its kfake),
+// a ClickHouse driver (clickhouse-go, chDB), the NATS server, deployment
+// tooling (Helm), or one of this module's server packages (the roles, the
+// pipelines, the command, infra/kafka, infra/clickhouse, infra/natsserver,
+// infra/deploy).
+func clientForbidden(dep string) string {
+	for _, p := range []struct{ prefix, why string }{
+		{"github.com/segmentio/kafka-go", "a Kafka client"},
+		{"github.com/twmb/franz-go", "a Kafka client (franz-go, kfake)"},
+		{"github.com/ClickHouse/", "a ClickHouse driver"},
+		{"github.com/chdb-io/", "a ClickHouse driver (chDB)"},
+		{"github.com/nats-io/nats-server", "the NATS server"},
+		{"helm.sh/", "deployment tooling"},
+	} {
+		if root := strings.TrimSuffix(p.prefix, "/"); dep == root || strings.HasPrefix(dep, root+"/") {
+			return p.why
+		}
+	}
+	rel, ok := strings.CutPrefix(dep, module+"/")
+	if !ok {
+		return ""
+	}
+	switch top, _, _ := strings.Cut(rel, "/"); top {
+	case "aggregator", "relays", "coordinator", "randomness", "release", "issuer", "pipelines", "cmd":
+		return "a server package"
+	}
+	for _, p := range []string{"infra/kafka", "infra/clickhouse", "infra/natsserver", "infra/deploy"} {
+		if rel == p || strings.HasPrefix(rel, p+"/") {
+			return "a server package (" + p + ")"
+		}
+	}
+	return ""
+}
+
+// TestClientDeps checks that no client package (ingest/...) and no example
+// program (examples/...) links, directly or through any import, a Kafka
+// client, kfake, a ClickHouse driver or a server package
+// (clientForbidden): an app that embeds the client links only what the
+// client needs.
+func TestClientDeps(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "./ingest/...", "./examples/...")
+	cmd.Dir = ".."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	n := 0
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		n++
+		var bad []string
+		for _, d := range f[1:] {
+			if why := clientForbidden(d); why != "" {
+				bad = append(bad, d+" ("+why+")")
+			}
+		}
+		if len(bad) > 0 {
+			more := ""
+			if len(bad) > 4 {
+				more = fmt.Sprintf(" and %d more", len(bad)-4)
+				bad = bad[:4]
+			}
+			t.Errorf("%s links %s%s", strings.TrimPrefix(f[0], module+"/"), strings.Join(bad, ", "), more)
+		}
+	}
+	if n < 10 {
+		t.Fatalf("go list found %d client packages; run from the repository", n)
+	}
+}
+
+// TestClientForbiddenCatches checks that clientForbidden rejects each kind
+// of dependency a client must not link, and allows what a client needs.
+func TestClientForbiddenCatches(t *testing.T) {
+	for _, d := range []string{
+		"github.com/segmentio/kafka-go", "github.com/segmentio/kafka-go/protocol/fetch",
+		"github.com/twmb/franz-go/pkg/kfake", "github.com/twmb/franz-go/pkg/kmsg",
+		"github.com/ClickHouse/clickhouse-go/v2", "github.com/chdb-io/chdb-go/chdb",
+		"github.com/nats-io/nats-server/v2/server",
+		module + "/infra/kafka", module + "/infra/clickhouse", module + "/infra/natsserver",
+		module + "/aggregator", module + "/relays/pool", module + "/coordinator", module + "/randomness",
+		module + "/release/pdd", module + "/issuer", module + "/pipelines/runner", module + "/cmd/crowdlog",
+	} {
+		if clientForbidden(d) == "" {
+			t.Errorf("a client may link %s", d)
+		}
+	}
+	for _, d := range []string{
+		"github.com/nats-io/nats.go", "github.com/nats-io/nats.go/jetstream", "github.com/cloudflare/circl/vdaf/prio3/count",
+		module + "/protocol/star", module + "/infra/natsconn", module + "/infra/keydir", module + "/ingest/publish",
+		module + "/infra/kafkaish", "github.com/segmentio/other",
+	} {
+		if why := clientForbidden(d); why != "" {
+			t.Errorf("%s is forbidden (%s)", d, why)
 		}
 	}
 }

@@ -66,7 +66,7 @@ func clickhouseCheck(ping func(context.Context) error) ready.Check {
 // kafkaCheck: a broker of brokers answers a metadata request, asked with
 // the credential of ctx (infra/kafka.WithAuth).
 func kafkaCheck(ctx context.Context, brokers []string) ready.Check {
-	return ready.Kafka(brokers, infrakafka.AuthFrom(ctx))
+	return infrakafka.ReadyCheck(brokers, infrakafka.AuthFrom(ctx))
 }
 
 // coordinatorChecks: NATS, JetStream (its state is in key-value buckets)

@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/crowdlog/crowdlog/infra/metrics/hist"
 )
 
 // NewRegistry returns a registry with the Go runtime and process
@@ -146,24 +148,22 @@ func GaugeFunc(reg prometheus.Registerer, name, help string, labels prometheus.L
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, fn))
 }
 
-// Latency buckets (seconds) of the crowdlog_*_seconds histograms.
+// Latency buckets (seconds) of the crowdlog_*_seconds histograms; they
+// are hist's (infra/metrics/hist, the part a client links).
 var (
-	// RequestBuckets: a request or write, 1 ms to ≈ 33 s (round trips,
-	// acknowledgements, a batch's apply, a release's write).
-	RequestBuckets = prometheus.ExponentialBuckets(0.001, 2, 16)
-	// PoolBuckets: a relay's pool (held until P messages or T, 1 s by
-	// default, plus the forward), 5 ms to ≈ 82 s.
-	PoolBuckets = prometheus.ExponentialBuckets(0.005, 2, 15)
-	// WaitBuckets: a report's wait for its group's k-th report, 0.1 s to a
-	// week (epochs last hours to weeks).
-	WaitBuckets = []float64{0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 12 * 3600, 86400, 3 * 86400, 7 * 86400}
+	// RequestBuckets is hist.RequestBuckets: 1 ms to ≈ 33 s.
+	RequestBuckets = hist.RequestBuckets
+	// PoolBuckets is hist.PoolBuckets: 5 ms to ≈ 82 s.
+	PoolBuckets = hist.PoolBuckets
+	// WaitBuckets is hist.WaitBuckets: 0.1 s to a week.
+	WaitBuckets = hist.WaitBuckets
 )
 
-// NewHistogram returns an unregistered histogram (seconds, buckets as
-// above) for a service to observe into; its Register function registers it
-// with Collect.
+// NewHistogram is hist.NewHistogram: an unregistered histogram (seconds,
+// buckets as above) for a service to observe into; its Register function
+// registers it with Collect.
 func NewHistogram(name, help string, labels prometheus.Labels, buckets []float64) prometheus.Histogram {
-	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: labels, Buckets: buckets})
+	return hist.NewHistogram(name, help, labels, buckets)
 }
 
 // Collect registers collectors, tolerating one already registered with

@@ -36,11 +36,43 @@ type Security struct {
 	// CertFile and KeyFile are the role's PEM client certificate and key,
 	// for servers that verify clients (both or neither).
 	CertFile, KeyFile string
+	// Hints name, in the errors of Options and ConnectAs, where the
+	// caller sets each value; zero fields name the crowdlog command's
+	// flags (FlagHints).
+	Hints Hints
+}
+
+// Hints name, in natsconn's errors, the setting that fixes each: the
+// crowdlog command's flags (FlagHints, used for a zero field) or the
+// fields of a library's configuration (ingest.Config's).
+type Hints struct {
+	// URL is the setting of the server URL ("--nats").
+	URL string
+	// NKey is the setting of the NKey seed file ("--nats-nkey").
+	NKey string
+	// CA, Cert and Key are the settings of the TLS files ("--nats-ca",
+	// "--nats-cert", "--nats-key").
+	CA, Cert, Key string
+}
+
+// FlagHints are the crowdlog command's flags, the hints of a zero Hints.
+var FlagHints = Hints{URL: "--nats", NKey: "--nats-nkey", CA: "--nats-ca", Cert: "--nats-cert", Key: "--nats-key"}
+
+// or is h with each empty field taken from d.
+func (h Hints) or(d Hints) Hints {
+	pick := func(a, b string) string {
+		if a != "" {
+			return a
+		}
+		return b
+	}
+	return Hints{URL: pick(h.URL, d.URL), NKey: pick(h.NKey, d.NKey), CA: pick(h.CA, d.CA), Cert: pick(h.Cert, d.Cert), Key: pick(h.Key, d.Key)}
 }
 
 // Options returns the nats.go options s stands for. Errors: a client
 // certificate without its key (or the reverse), an unreadable NKey seed.
 func (s Security) Options() ([]nats.Option, error) {
+	h := s.Hints.or(FlagHints)
 	var opts []nats.Option
 	switch s.Role {
 	case "":
@@ -52,12 +84,12 @@ func (s Security) Options() ([]nats.Option, error) {
 	if s.NKeyFile != "" {
 		o, err := nats.NkeyOptionFromSeed(s.NKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("NATS NKey seed %s (create it with crowdlog nats-config nkey): %w", s.NKeyFile, err)
+			return nil, fmt.Errorf("NATS NKey seed %s (%s; the operator creates it with crowdlog nats-config nkey): %w", s.NKeyFile, h.NKey, err)
 		}
 		opts = append(opts, o)
 	}
 	if (s.CertFile == "") != (s.KeyFile == "") {
-		return nil, errors.New("NATS TLS: give both the client certificate and its key (--nats-cert and --nats-key), or neither")
+		return nil, fmt.Errorf("NATS TLS: give both the client certificate and its key (%s and %s), or neither", h.Cert, h.Key)
 	}
 	if s.CAFile != "" {
 		opts = append(opts, nats.RootCAs(s.CAFile))
@@ -107,10 +139,11 @@ func ConnectAs(url, name string, s Security) (*nats.Conn, error) {
 	}, sec...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
+		h := s.Hints.or(FlagHints)
 		if errors.Is(err, nats.ErrAuthorization) {
-			return nil, fmt.Errorf("connect to NATS at %s as %s: %w (check --nats-nkey: the server config must list this role's public key)", RedactURLs(url), name, err)
+			return nil, fmt.Errorf("connect to NATS at %s as %s: %w (check %s: the server config must list this role's public key)", RedactURLs(url), name, err, h.NKey)
 		}
-		return nil, fmt.Errorf("connect to NATS at %s (is it running? give --nats; with TLS check --nats-ca, --nats-cert, --nats-key): %w", RedactURLs(url), err)
+		return nil, fmt.Errorf("connect to NATS at %s (is it running? give %s; with TLS check %s, %s, %s): %w", RedactURLs(url), h.URL, h.CA, h.Cert, h.Key, err)
 	}
 	return nc, nil
 }

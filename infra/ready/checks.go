@@ -9,9 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	kafkago "github.com/segmentio/kafka-go"
-
-	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
 )
 
 // NATS checks that nc is connected (nats.CONNECTED, not reconnecting or
@@ -46,45 +43,6 @@ func JetStream(js jetstream.JetStream) Check {
 		}
 		return nil
 	}}
-}
-
-// Kafka checks that at least one of brokers (host:port) answers a metadata
-// request listing at least one broker. Each try uses its own connection,
-// closed afterwards, so no cached metadata hides a broker that went away.
-// Name "kafka". a authenticates (TLS and SASL; nil: plaintext), so a
-// secured cluster answers as it answers the role.
-func Kafka(brokers []string, a *infrakafka.Auth) Check {
-	return Check{Name: "kafka", Fn: func(ctx context.Context) error {
-		if len(brokers) == 0 {
-			return errors.New("no brokers configured")
-		}
-		var errs []string
-		for _, b := range brokers {
-			if err := kafkaMetadata(ctx, b, a); err != nil {
-				errs = append(errs, err.Error())
-				if ctx.Err() != nil {
-					break
-				}
-				continue
-			}
-			return nil
-		}
-		return fmt.Errorf("no broker answers metadata: %s", strings.Join(errs, "; "))
-	}}
-}
-
-func kafkaMetadata(ctx context.Context, broker string, a *infrakafka.Auth) error {
-	tr := a.Transport()
-	defer tr.CloseIdleConnections()
-	cl := &kafkago.Client{Addr: kafkago.TCP(broker), Transport: tr}
-	resp, err := cl.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{}})
-	if err != nil {
-		return fmt.Errorf("%s: %w", broker, err)
-	}
-	if len(resp.Brokers) == 0 {
-		return fmt.Errorf("%s: metadata lists no brokers", broker)
-	}
-	return nil
 }
 
 // Dir checks that dir exists and is a directory (e.g. a key directory on

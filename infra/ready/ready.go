@@ -1,6 +1,8 @@
 // Package ready decides a role's readiness (/readyz) from named checks of
-// its dependencies: NATS connected, JetStream answering, a Kafka broker
-// answering a metadata request, a directory present. A Checker runs every
+// its dependencies: NATS connected, JetStream answering, a directory
+// present, and a Kafka broker answering a metadata request
+// (infra/kafka.ReadyCheck, kept there so this package links no Kafka
+// client). A Checker runs every
 // check concurrently, each bounded by its timeout (at most MaxTimeout), in
 // a background loop every Interval; Ready returns the latest result, so a
 // dependency that goes away turns the role unready within Interval +

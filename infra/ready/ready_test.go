@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/metrics"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/infra/ready"
@@ -100,7 +101,7 @@ func TestReadyzFollowsNATSAndKafka(t *testing.T) {
 	kafkaAddr := kc.ListenAddrs()[0]
 	_, kafkaPort, _ := strings.Cut(kafkaAddr, ":")
 
-	c := ready.New(nil, ready.NATS(nc), ready.JetStream(js), ready.Kafka([]string{kafkaAddr}, nil))
+	c := ready.New(nil, ready.NATS(nc), ready.JetStream(js), infrakafka.ReadyCheck([]string{kafkaAddr}, nil))
 	c.Start(ctx, 0)
 	reg := metrics.NewRegistry()
 	c.Register(reg)

@@ -21,7 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/crowdlog/crowdlog/infra/metrics"
+	"github.com/crowdlog/crowdlog/infra/metrics/hist"
 	"github.com/crowdlog/crowdlog/infra/retry"
 	"github.com/crowdlog/crowdlog/ingest/pinfile"
 	"github.com/crowdlog/crowdlog/protocol"
@@ -36,8 +36,8 @@ import (
 // Client of a program counts, however it was made; a role running clients
 // registers it (pipelines/runner.RegisterPublisher). A refused or failed
 // request is not observed.
-var RoundTripSeconds = metrics.NewHistogram("crowdlog_ingest_oprf_round_trip_seconds",
-	"OPRF round trip of one evaluated batch (blinded elements sent to answer, retries included).", nil, metrics.RequestBuckets)
+var RoundTripSeconds = hist.NewHistogram("crowdlog_ingest_oprf_round_trip_seconds",
+	"OPRF round trip of one evaluated batch (blinded elements sent to answer, retries included).", nil, hist.RequestBuckets)
 
 // Collectors returns the package's metrics (RoundTripSeconds).
 func Collectors() []prometheus.Collector { return []prometheus.Collector{RoundTripSeconds} }

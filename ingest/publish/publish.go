@@ -21,7 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/crowdlog/crowdlog/infra/metrics"
+	"github.com/crowdlog/crowdlog/infra/metrics/hist"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 )
@@ -102,8 +102,8 @@ type entry struct {
 // registry (pipelines/runner.RegisterPublisher).
 func (p *Publisher) AckSeconds() prometheus.Histogram {
 	p.mxOnce.Do(func() {
-		p.ack = metrics.NewHistogram("crowdlog_ingest_publish_ack_seconds",
-			"Time from publishing an onion layer to relay a's stream to its PubAck (retries included).", nil, metrics.RequestBuckets)
+		p.ack = hist.NewHistogram("crowdlog_ingest_publish_ack_seconds",
+			"Time from publishing an onion layer to relay a's stream to its PubAck (retries included).", nil, hist.RequestBuckets)
 	})
 	return p.ack
 }

@@ -1,0 +1,33 @@
+package ingest
+
+import (
+	"github.com/crowdlog/crowdlog/infra/natsauth"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
+)
+
+// NATSSecurity is how a device authenticates to the deployment's NATS
+// (Config.NATSSecurity): the clients' shared NKey credential and TLS
+// files, all PEM or NKey seed files on disk. The zero value connects
+// without credential or TLS (a NATS server with auth off). The operator
+// hands out the seed and the CA bundle; docs/operations.md lists what a
+// client may publish and subscribe to with it.
+type NATSSecurity struct {
+	// NKeyFile is the path of the clients' NKey seed (SU…, the
+	// nats-client.nk an operator makes with `crowdlog nats-config nkey
+	// --role client`); "" connects without a credential.
+	NKeyFile string
+	// CAFile is the PEM CA bundle that verifies the NATS server's
+	// certificate; setting it (or CertFile) turns TLS on.
+	CAFile string
+	// CertFile and KeyFile are a PEM client certificate and its key, for
+	// NATS servers that verify clients (both or neither).
+	CertFile, KeyFile string
+}
+
+// security is s as infra/natsconn's Security of the client's row of the
+// permission table (natsauth.Client), its errors naming Config's fields.
+func (s NATSSecurity) security() natsconn.Security {
+	return natsconn.Security{Role: natsauth.Client, NKeyFile: s.NKeyFile, CAFile: s.CAFile, CertFile: s.CertFile, KeyFile: s.KeyFile,
+		Hints: natsconn.Hints{URL: "Config.NATS", NKey: "Config.NATSSecurity.NKeyFile", CA: "Config.NATSSecurity.CAFile",
+			Cert: "Config.NATSSecurity.CertFile", Key: "Config.NATSSecurity.KeyFile"}}
+}
