@@ -122,6 +122,7 @@ reports; 1 any other failure.
 	root.AddCommand(pipelineCmd())
 	root.AddCommand(topicsCmd(), streamsCmd())
 	root.AddCommand(natsConfigCmd())
+	root.AddCommand(versionCmd())
 	addKafkaAuthFlags(root)
 	addClickHouseLoginFlags(root)
 	return root

@@ -35,13 +35,22 @@ func NewRegistry() *prometheus.Registry {
 
 // BuildInfo returns the main module's version, the VCS revision (12 hex
 // digits, "+modified" when the tree was dirty; "" when unknown) and the
-// Go version of this binary (runtime/debug.ReadBuildInfo); "(devel)" and
-// "" when the build carries no information.
+// Go version of this binary (runtime/debug.ReadBuildInfo; BuildInfoFrom);
+// "(devel)" and "" when the build carries no information.
 func BuildInfo() (version, revision, goVersion string) {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "(devel)", "", runtime.Version()
 	}
+	return BuildInfoFrom(bi)
+}
+
+// BuildInfoFrom is BuildInfo of bi: bi.Main.Version ("(devel)" when
+// empty), the settings vcs.revision (cut to 12 hex digits) and
+// vcs.modified ("+modified" appended when "true"), and bi.GoVersion.
+// `go build` in a git checkout records both settings (-buildvcs, on by
+// default); `go run`, `go test` and -buildvcs=false record neither.
+func BuildInfoFrom(bi *debug.BuildInfo) (version, revision, goVersion string) {
 	var modified bool
 	for _, s := range bi.Settings {
 		switch s.Key {
@@ -57,7 +66,11 @@ func BuildInfo() (version, revision, goVersion string) {
 	if modified && revision != "" {
 		revision += "+modified"
 	}
-	return bi.Main.Version, revision, bi.GoVersion
+	version = bi.Main.Version
+	if version == "" {
+		version = "(devel)"
+	}
+	return version, revision, bi.GoVersion
 }
 
 // Serve listens on ListenAddr(addr) (":9100" binds 127.0.0.1:9100;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"runtime"
+	"runtime/debug"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -102,6 +103,27 @@ func TestServeLoopbackByDefault(t *testing.T) {
 		ip := a.(*net.TCPAddr).IP
 		if ip.IsLoopback() != loopback || (!loopback && !ip.IsUnspecified()) {
 			t.Errorf("--metrics %s bound %s; want loopback %v", addr, a, loopback)
+		}
+	}
+}
+
+// TestBuildInfoFrom: the module version, a revision cut to 12 hex digits
+// with "+modified" for a dirty tree, and "(devel)" for a build without a
+// version.
+func TestBuildInfoFrom(t *testing.T) {
+	rev := "0123456789abcdef0123456789abcdef01234567"
+	for _, c := range []struct {
+		bi                *debug.BuildInfo
+		version, revision string
+	}{
+		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v1.2.3"}}, "v1.2.3", ""},
+		{&debug.BuildInfo{GoVersion: "go1.26.8", Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: "false"}}}, "(devel)", "0123456789ab"},
+		{&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: "true"}}}, "(devel)", "0123456789ab+modified"},
+		{&debug.BuildInfo{GoVersion: "go1.26.8", Settings: []debug.BuildSetting{{Key: "vcs.modified", Value: "true"}}}, "(devel)", ""},
+	} {
+		v, r, g := BuildInfoFrom(c.bi)
+		if v != c.version || r != c.revision || g != "go1.26.8" {
+			t.Errorf("BuildInfoFrom(%+v) = %q, %q, %q; want %q, %q", c.bi, v, r, g, c.version, c.revision)
 		}
 	}
 }
