@@ -40,8 +40,12 @@ import (
 // each hop and the NATS subject of relay B (relay A's subject is the
 // publisher's).
 type Route struct {
+	// RelayA, RelayB and Aggregator are the hops' onion public keys (HPKE
+	// X25519 with their key ids, keydir.LoadRoute reads them from
+	// relay-a.key.pub, relay-b.key.pub and aggregator.key.pub).
 	RelayA, RelayB, Aggregator onion.PublicKey
-	SubjectB                   string
+	// SubjectB is relay B's NATS subject, protocol.RelaySubject("b").
+	SubjectB string
 }
 
 // Wrap builds the three onion layers around an encoded report: the innermost
@@ -101,6 +105,8 @@ func (rt *Route) WrapPrio3(campaign string, upload []byte) ([]byte, error) {
 // VOPRF proof against the epoch's pinned public key (RFC 9497 §3.3.2) and
 // fail — never return unverified ω — when it does not hold.
 type Randomness interface {
+	// Evaluate returns one verified 64-byte ω per input, in order, for
+	// epoch; an error when the service refuses or a proof fails.
 	Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([][]byte, error)
 }
 
@@ -109,7 +115,12 @@ type Randomness interface {
 // was sent). It is safe for concurrent use: each call handles one user, whose
 // secret the caller keeps.
 type Client struct {
-	App    apps.App
+	// App mines the artifacts (apps.Lookup; its name enters the sealing
+	// context).
+	App apps.App
+	// Epoch, Policy and K are the sealing context: the epoch opened by the
+	// operator, the threshold policy (star.FTu or star.FTa) and its Shamir
+	// threshold k, as the release uses them.
 	Epoch  string
 	Policy star.Policy
 	K      int
@@ -118,9 +129,11 @@ type Client struct {
 	// enters the sealing derivation and travels in every report, so the
 	// aggregator and the release stage refuse reports of another
 	// definition. Zero: none (library use).
-	Pipeline   [32]byte
+	Pipeline [32]byte
+	// Randomness evaluates ω for each artifact (an *oprfclient.Client).
 	Randomness Randomness
-	Route      Route
+	// Route is the onion route reports are wrapped for.
+	Route Route
 	// Publish sends one onion to relay A; it blocks when relays fall behind
 	// (backpressure) and must not drop.
 	Publish func(ctx context.Context, onion []byte) error

@@ -136,6 +136,8 @@ type Config struct {
 	// 0 = tokenclient's default.
 	IssuerTimeout time.Duration
 
+	// Logger receives the device's logs (no artifacts, secrets or keys);
+	// nil: slog.Default().
 	Logger *slog.Logger
 }
 

@@ -79,8 +79,10 @@ func NATSRelayKeys(nc *nats.Conn) RelayKeysFunc {
 // RelayHop is one relay of the route as the client sees it: the relay's
 // name and the public key (with key id) the client seals its layer for.
 type RelayHop struct {
+	// Name is the relay's name, "a" or "b" (protocol.RelayKeysSubject).
 	Name string
-	Key  onion.PublicKey
+	// Key is the public key, with its key id, the client seals for.
+	Key onion.PublicKey
 }
 
 // CheckRelayKeys asks each relay of the route once, before any report is

@@ -47,6 +47,7 @@ func Collectors() []prometheus.Collector { return []prometheus.Collector{RoundTr
 // issuer). Errors (no budget left, not enrolled) are returned by Evaluate
 // as they are.
 type TokenSource interface {
+	// RandomnessTokens returns n unspent randomness tokens of epoch.
 	RandomnessTokens(ctx context.Context, epoch string, n int) ([]*token.Token, error)
 }
 
@@ -65,6 +66,7 @@ var ErrKeyChanged = errors.New("randomness: the epoch's OPRF public key changed"
 // one fails with ErrKeyChanged; so does a proof against the pinned key
 // failing (oprf.ErrProof). There is no fallback to unverified ω.
 type Client struct {
+	// NC is the connection requests go over (required; left open).
 	NC      *nats.Conn
 	Timeout time.Duration // per request; default 30 s
 	// RetryFor bounds how long a request that timed out or found no

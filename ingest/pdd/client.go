@@ -56,10 +56,12 @@ var ErrListMismatch = errors.New("pdd: the coordinator's keyword list differs fr
 // so a restarted client never answers a second request for one group and
 // never signs a replayable sequence number.
 type Client struct {
-	ID       string
-	Key      *ecdh.PrivateKey   // long-term X25519 key: pair seeds, bundles
-	SignKey  ed25519.PrivateKey // signs every coordination request
-	Secret   [32]byte           // keys self-mask seeds and deal randomness (blind.DealSecret)
+	// ID is the client id the coordinator assigned at registration.
+	ID      string
+	Key     *ecdh.PrivateKey   // long-term X25519 key: pair seeds, bundles
+	SignKey ed25519.PrivateKey // signs every coordination request
+	Secret  [32]byte           // keys self-mask seeds and deal randomness (blind.DealSecret)
+	// Campaign names the PDD campaign the client registered for.
 	Campaign string
 	List     *keywords.List
 	Counts   map[keywords.Day]keywords.Sparse
@@ -77,6 +79,7 @@ type Client struct {
 // Transport is what a client talks through: the coordinator over NATS and
 // the relays (Route + Publish, as ingest.Client uses them).
 type Transport struct {
+	// NC is the connection to the coordinator (requests; left open).
 	NC      *nats.Conn
 	Route   ingest.Route
 	Publish func(ctx context.Context, onion []byte) error
@@ -116,7 +119,9 @@ func Register(ctx context.Context, tr *Transport, campaign string, list *keyword
 	return c, nil
 }
 
-// DayStats says what one Ping did.
+// DayStats says what one Ping did: Submitted counts the blinded vectors
+// sent (one per task of the coordinator's instructions not sent before),
+// Answered the recovery requests answered (one per group instance).
 type DayStats struct {
 	Submitted, Answered int
 }
@@ -150,7 +155,7 @@ func (c *Client) Ping(ctx context.Context, tr *Transport) (DayStats, error) {
 		return st, fmt.Errorf("pdd: ping: %s", ins.Error)
 	}
 	if h := c.List.Hash(); ins.L != c.List.Len() || string(ins.ListHash) != string(h[:]) {
-		return st, fmt.Errorf("%w (coordinator: %s, L=%d; client: L=%d): load the campaign's list with --keywords", ErrListMismatch, ins.Keywords, ins.L, c.List.Len())
+		return st, fmt.Errorf("%w (coordinator: %s, L=%d; client: L=%d): set Client.List to the campaign's keyword list (keywords.Load)", ErrListMismatch, ins.Keywords, ins.L, c.List.Len())
 	}
 	for _, t := range ins.Tasks {
 		in := t.Instance(c.Campaign)

@@ -52,7 +52,10 @@ var ErrAlreadySent = errors.New("prio3: this client uploaded for that day alread
 // (onion key files of the campaign's operators), and the publisher to relay
 // A (ingest/publish.Publisher.Publish, which bounds its waits by ctx).
 type Transport struct {
-	Route          ingest.Route
+	// Route is the onion route to relay B (RelayA, RelayB, SubjectB).
+	Route ingest.Route
+	// Leader and Helper are the two aggregators' keys: the leader's
+	// report key and the helper's input-share key.
 	Leader, Helper onion.PublicKey
 	Publish        func(ctx context.Context, onion []byte) error
 }
@@ -70,6 +73,7 @@ type Transport struct {
 // report id, which the aggregators count once per batch), never a second
 // report.
 type Client struct {
+	// Campaign names the Prio3 campaign (the relays' Kafka key).
 	Campaign string
 	List     *keywords.List
 	Counts   map[keywords.Day]keywords.Sparse
@@ -103,9 +107,12 @@ type pendingUpload struct {
 // over the campaign's max weight), and the length of the
 // onion published to relay A, in bytes.
 type Sent struct {
-	ID      p3.ReportID
+	// ID is the report id (the VDAF nonce, 16 bytes).
+	ID p3.ReportID
+	// Clipped counts the keyword counts reduced or left out.
 	Clipped int
-	Bytes   int
+	// Bytes is the length of the onion published to relay A.
+	Bytes int
 }
 
 // Measurement returns the client's dense measurement of day d: one count per

@@ -60,10 +60,11 @@ const replayRetries = 3
 // Client gets tokens and credentials for one identity. Safe for concurrent
 // use.
 type Client struct {
+	// NC is the connection to the issuer (requests; left open).
 	NC       *nats.Conn
 	Identity ed25519.PrivateKey // the client's identity key (keydir.EnsureIdentityKey)
 	Timeout  time.Duration      // per request; 0 means DefaultTimeout
-	Logger   *slog.Logger
+	Logger   *slog.Logger       // nil: slog.Default()
 	// PinFile, when set, holds "EPOCH hex-fingerprint" lines, the
 	// fingerprint being SHA-256 of the epoch's token.KeysResponse
 	// encoding (all three public keys, merged from both issuers when the
