@@ -135,6 +135,12 @@ type Config struct {
 	// IssuerTimeout bounds each issuer request (tokenclient.Client.Timeout);
 	// 0 = tokenclient's default.
 	IssuerTimeout time.Duration
+	// RandomnessRetryFor bounds how long a randomness request that timed
+	// out or found no responder is re-sent with backoff
+	// (oprfclient.Client.RetryFor): 0 = oprfclient.DefaultRetryFor (5
+	// minutes), negative = never (one try). Used only when the device
+	// builds its own oprfclient.Client (Randomness and NewRandomness nil).
+	RandomnessRetryFor time.Duration
 
 	// Logger receives the device's logs (no artifacts, secrets or keys);
 	// nil: slog.Default().
@@ -249,7 +255,7 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 		rnd = cfg.NewRandomness(nc)
 	}
 	if rnd == nil {
-		oc := &oprfclient.Client{NC: nc}
+		oc := &oprfclient.Client{NC: nc, RetryFor: cfg.RandomnessRetryFor}
 		if iss != nil {
 			oc.Tokens = IssuerTokens{iss}
 		}
@@ -359,9 +365,9 @@ func loadRoute(cfg Config, log *slog.Logger) (Route, error) {
 			return Route{}, fmt.Errorf("ingest: no route keys in the device state %s and Config.KeysDir is empty: give KeysDir (relay-a.key.pub, relay-b.key.pub, aggregator.key.pub) once", dir)
 		}
 	}
-	a, b, ag, err := keydir.LoadRoute(dir)
+	a, b, ag, err := loadRouteKeys(dir)
 	if err != nil {
-		return Route{}, fmt.Errorf("ingest: route keys: %w (give Config.KeysDir the deployment's public keys, `crowdlog keys generate`)", err)
+		return Route{}, fmt.Errorf("ingest: route keys: %w (give Config.KeysDir the deployment's public keys relay-a.key.pub, relay-b.key.pub, aggregator.key.pub, fetched from its operators and checked against their fingerprints)", err)
 	}
 	return Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: protocol.RelaySubject("b")}, nil
 }

@@ -114,10 +114,10 @@ func CheckRelayKeys(ctx context.Context, fetch RelayKeysFunc, hops []RelayHop, l
 		pub, ok := ann.Lookup(h.Key.ID)
 		switch {
 		case !ok:
-			return fmt.Errorf("%w: relay %s does not hold key id %d (it holds %s): fetch its current public key (relay-%s.key.pub; `crowdlog keys list` shows ids and fingerprints) and restart the client",
+			return fmt.Errorf("%w: relay %s does not hold key id %d (it holds %s): fetch its current public key (relay-%s.key.pub) into Config.KeysDir, check its fingerprint against the one its operator publishes (docs/operations.md, \"Relay keys for an app\") and create the Device again",
 				ErrRelayKeyUnknown, h.Name, h.Key.ID, idList(ann.IDs()), h.Name)
 		case !bytes.Equal(pub, mine):
-			return fmt.Errorf("%w: relay %s holds key id %d with another public key (fingerprint %s, the client's is %s): the client's key file is stale or from another deployment; fetch the relay's current public key (relay-%s.key.pub) and restart the client",
+			return fmt.Errorf("%w: relay %s holds key id %d with another public key (fingerprint %s, the client's is %s): the client's key file is stale or from another deployment; fetch the relay's current public key (relay-%s.key.pub) into Config.KeysDir, check its fingerprint against the one its operator publishes, and create the Device again",
 				ErrRelayKeyUnknown, h.Name, h.Key.ID, fingerprint(pub), fingerprint(mine), h.Name)
 		}
 		log.Debug("relay holds the client's key id", "relay", h.Name, "key_id", h.Key.ID)

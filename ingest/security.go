@@ -1,8 +1,13 @@
 package ingest
 
 import (
+	"path/filepath"
+	"strings"
+
+	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/natsauth"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
+	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
 // NATSSecurity is how a device authenticates to the deployment's NATS
@@ -30,4 +35,22 @@ func (s NATSSecurity) security() natsconn.Security {
 	return natsconn.Security{Role: natsauth.Client, NKeyFile: s.NKeyFile, CAFile: s.CAFile, CertFile: s.CertFile, KeyFile: s.KeyFile,
 		Hints: natsconn.Hints{URL: "Config.NATS", NKey: "Config.NATSSecurity.NKeyFile", CA: "Config.NATSSecurity.CAFile",
 			Cert: "Config.NATSSecurity.CertFile", Key: "Config.NATSSecurity.KeyFile"}}
+}
+
+// loadRouteKeys reads the route's public key files from dir
+// (relay-a.key.pub, relay-b.key.pub, aggregator.key.pub), each checked to
+// be its hop's (onion.LoadPublicKeyFor: the file's role and a key id ≥ 1),
+// so a relay-b file given as relay a's fails here rather than at the relay.
+func loadRouteKeys(dir string) (a, b, agg onion.PublicKey, err error) {
+	load := func(file string) (onion.PublicKey, error) {
+		return onion.LoadPublicKeyFor(filepath.Join(dir, file+".pub"), strings.TrimSuffix(file, ".key"))
+	}
+	if a, err = load(keydir.RelayAKey); err != nil {
+		return
+	}
+	if b, err = load(keydir.RelayBKey); err != nil {
+		return
+	}
+	agg, err = load(keydir.AggregatorKey)
+	return
 }

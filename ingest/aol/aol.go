@@ -69,8 +69,8 @@ const (
 	ReasonFieldCount = "wrong field count (want 5 tab-separated fields AnonID Query QueryTime ItemRank ClickURL, " +
 		"or 3: AnonID Query QueryTime, or AnonID QueryTime Query)"
 	ReasonTime = "bad QueryTime (want 2006-01-02 15:04:05, RFC 3339, Unix seconds or yymmddHHMMSS; " +
-		"other layouts with --time-format)"
-	ReasonTimeLayout = "QueryTime does not match the given time format (--time-format)"
+		"other layouts with Options.TimeFormat, the CLI's --time-format)"
+	ReasonTimeLayout = "QueryTime does not match the given time format (Options.TimeFormat, the CLI's --time-format)"
 	ReasonAnonID     = "empty AnonID"
 	ReasonItemRank   = "bad ItemRank (want empty or a positive decimal integer)"
 	ReasonTooLong    = "line longer than 1 MiB"
@@ -229,7 +229,7 @@ func OpenOptions(path string, opts Options) (*Reader, error) {
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("aol: open log: %w (check the --input path)", err)
+		return nil, fmt.Errorf("aol: open log: %w (check the path given to Open, the CLI's --input)", err)
 	}
 	r, err := NewReaderOptions(f, opts)
 	if err != nil {

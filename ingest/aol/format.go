@@ -40,7 +40,7 @@ const ExciteLayout = "060102150405"
 // default Options accepts and how to read others.
 const Accepted = "tab-separated lines AnonID, Query, QueryTime[, ItemRank, ClickURL] (AOL) or AnonID, QueryTime, Query (Excite), " +
 	"plain or gzip; QueryTime as 2006-01-02 15:04:05, RFC 3339, Unix seconds or yymmddHHMMSS; " +
-	"any other time layout with --time-format (a Go layout, e.g. \"02/Jan/2006:15:04:05\")"
+	"any other time layout with Options.TimeFormat, the CLI's --time-format (a Go layout, e.g. \"02/Jan/2006:15:04:05\")"
 
 // timeFormat parses one QueryTime field.
 type timeFormat struct {

@@ -1,4 +1,4 @@
-// Package pipelines holds crowdlog's mining applications: what an artifact
+// Package apps holds crowdlog's mining applications: what an artifact
 // is, and how one user's log turns into artifact instances (CrowdLogging,
 // Feild et al. SIGIR 2011, §3.3 "Applications": an application starts with a
 // user's local search log and produces search artifact instances;

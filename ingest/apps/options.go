@@ -84,17 +84,17 @@ func (o Options) withDefaults() (Options, error) {
 		o.PairOrder = PairTime
 	case PairTime, PairSorted:
 	default:
-		return o, fmt.Errorf("--pair-order %q: use %s or %s", o.PairOrder, PairTime, PairSorted)
+		return o, fmt.Errorf("apps: Options.PairOrder %q (--pair-order): use %s or %s", o.PairOrder, PairTime, PairSorted)
 	}
 	switch o.URLLevel {
 	case "":
 		o.URLLevel = URLDomain
 	case URLFull, URLDomain, URLDir:
 	default:
-		return o, fmt.Errorf("pipelines: --url-level %q: use full, domain or dir", o.URLLevel)
+		return o, fmt.Errorf("apps: Options.URLLevel %q (--url-level): use full, domain or dir", o.URLLevel)
 	}
 	if o.SessionGap < 0 {
-		return o, fmt.Errorf("pipelines: --session-gap %s is negative", o.SessionGap)
+		return o, fmt.Errorf("apps: Options.SessionGap %s (--session-gap) is negative", o.SessionGap)
 	}
 	if o.SessionGap == 0 {
 		o.SessionGap = DefaultSessionGap
@@ -108,15 +108,15 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Buckets.Length == nil {
 		o.Buckets.Length = DefaultLengthBuckets
 	}
-	if err := increasingInts("--rank-buckets", o.Buckets.Rank, 1); err != nil {
+	if err := increasingInts("Options.Buckets.Rank (--rank-buckets)", o.Buckets.Rank, 1); err != nil {
 		return o, err
 	}
-	if err := increasingInts("--length-buckets", o.Buckets.Length, 1); err != nil {
+	if err := increasingInts("Options.Buckets.Length (--length-buckets)", o.Buckets.Length, 1); err != nil {
 		return o, err
 	}
 	for i, d := range o.Buckets.Dwell {
 		if d <= 0 || (i > 0 && d <= o.Buckets.Dwell[i-1]) {
-			return o, fmt.Errorf("pipelines: --dwell-buckets %v: want positive, strictly increasing durations", o.Buckets.Dwell)
+			return o, fmt.Errorf("apps: Options.Buckets.Dwell %v (--dwell-buckets): want positive, strictly increasing durations", o.Buckets.Dwell)
 		}
 	}
 	return o, nil
@@ -125,7 +125,7 @@ func (o Options) withDefaults() (Options, error) {
 func increasingInts(flag string, b []int, min int) error {
 	for i, v := range b {
 		if v < min || (i > 0 && v <= b[i-1]) {
-			return fmt.Errorf("pipelines: %s %v: want integers ≥ %d, strictly increasing", flag, b, min)
+			return fmt.Errorf("apps: %s %v: want integers ≥ %d, strictly increasing", flag, b, min)
 		}
 	}
 	return nil

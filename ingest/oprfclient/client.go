@@ -51,6 +51,11 @@ type TokenSource interface {
 	RandomnessTokens(ctx context.Context, epoch string, n int) ([]*token.Token, error)
 }
 
+// DefaultRetryFor is how long a request is re-sent when Client.RetryFor is
+// 0: long enough for the randomness service to restart or a NATS node to
+// be replaced.
+const DefaultRetryFor = 5 * time.Minute
+
 // ErrKeyChanged is returned by Client when the service's public key for an
 // epoch differs from the one pinned (configured, seen earlier, or in the pin
 // file): the service changed keys mid-epoch or shows clients different keys.
@@ -71,7 +76,8 @@ type Client struct {
 	Timeout time.Duration // per request; default 30 s
 	// RetryFor bounds how long a request that timed out or found no
 	// responder (the service restarting, a NATS node lost, a stalled
-	// machine) is re-sent with backoff; default 5 min, negative = never.
+	// machine) is re-sent with backoff; 0 = DefaultRetryFor, negative =
+	// never.
 	// Re-sending is safe: the same blinded elements get the same
 	// evaluations and reveal nothing new.
 	RetryFor time.Duration
@@ -125,7 +131,7 @@ func (c *Client) fetch(ctx context.Context, epoch string) ([]byte, error) {
 	}
 	m, err := c.request(ctx, protocol.RandomnessPublicKeySubject, b)
 	if err != nil {
-		return nil, fmt.Errorf("randomness public key request (is `crowdlog randomness` running?): %w", err)
+		return nil, fmt.Errorf("randomness public key request (is the deployment's randomness service running and reachable over Client.NC?): %w", err)
 	}
 	resp, err := oprf.ParsePublicKeyResponse(m.Data)
 	if err != nil {
@@ -154,7 +160,7 @@ func (c *Client) request(ctx context.Context, subject string, b []byte) (*nats.M
 		return once()
 	}
 	if budget == 0 {
-		budget = 5 * time.Minute
+		budget = DefaultRetryFor
 	}
 	bctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
@@ -309,7 +315,7 @@ func (c *Client) Evaluate(ctx context.Context, epoch string, inputs [][]byte) ([
 		sent := time.Now()
 		m, err := c.request(ctx, protocol.RandomnessSubject, b)
 		if err != nil {
-			return nil, fmt.Errorf("randomness request (is `crowdlog randomness` running?): %w", err)
+			return nil, fmt.Errorf("randomness request (is the deployment's randomness service running and reachable over Client.NC?): %w", err)
 		}
 		rtt := time.Since(sent)
 		resp, err := oprf.ParseRandomnessResponse(m.Data)

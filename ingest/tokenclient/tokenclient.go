@@ -114,7 +114,7 @@ func (c *Client) request(ctx context.Context, subj string, b []byte) ([]byte, er
 	m, err := c.NC.RequestWithContext(rctx, subj, b)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, fmt.Errorf("tokenclient: no issuer answers on %s: start `crowdlog issuer`: %w", subj, err)
+			return nil, fmt.Errorf("tokenclient: no issuer answers on %s (the deployment runs none: turn tokens off, ingest.Config.Tokens; or its operator has not started it): %w", subj, err)
 		}
 		return nil, fmt.Errorf("tokenclient: request %s (waited at most %s for the issuer): %w", subj, t, err)
 	}

@@ -227,13 +227,13 @@ func LoadPublicKeyFor(path, role string) (PublicKey, error) {
 		err = json.Unmarshal(b, &f)
 	}
 	if err != nil {
-		return PublicKey{}, fmt.Errorf("key file %s: %w (generate keys with `crowdlog keys generate`)", path, err)
+		return PublicKey{}, fmt.Errorf("key file %s: %w (want the hop's public key file, %s.key.pub, as its operator hands it out)", path, err, role)
 	}
 	if f.Name != role {
 		return PublicKey{}, fmt.Errorf("%w: %s holds the key of %q, not %q (use %s.key.pub)", ErrKeyRole, path, f.Name, role, role)
 	}
 	if f.ID == 0 {
-		return PublicKey{}, fmt.Errorf("%w: %s has key id 0 (ids start at 1; regenerate with `crowdlog keys generate`)", ErrKeyRole, path)
+		return PublicKey{}, fmt.Errorf("%w: %s has key id 0 (ids start at 1: not a key file its operator's key directory wrote)", ErrKeyRole, path)
 	}
 	return LoadPublicKey(path)
 }
