@@ -93,6 +93,13 @@ type RelayHop struct {
 // that would be dropped). A relay that gives no usable answer (an older
 // relay without announcements, none running yet, a timeout) is logged as a
 // warning and not checked.
+//
+// It catches stale keys (a rotated-out id, another deployment's files),
+// not substituted ones: the announcements come over the same NATS
+// connection as everything else, so whoever could substitute the key
+// files or answer on the relays' key subjects can announce the
+// substitute too. Verify the keys' fingerprints out of band
+// (docs/client.md, "Operator keys").
 func CheckRelayKeys(ctx context.Context, fetch RelayKeysFunc, hops []RelayHop, log *slog.Logger) error {
 	if log == nil {
 		log = slog.Default()
@@ -114,7 +121,7 @@ func CheckRelayKeys(ctx context.Context, fetch RelayKeysFunc, hops []RelayHop, l
 		pub, ok := ann.Lookup(h.Key.ID)
 		switch {
 		case !ok:
-			return fmt.Errorf("%w: relay %s does not hold key id %d (it holds %s): fetch its current public key (relay-%s.key.pub) into Config.KeysDir, check its fingerprint against the one its operator publishes (docs/operations.md, \"Relay keys for an app\") and create the Device again",
+			return fmt.Errorf("%w: relay %s does not hold key id %d (it holds %s): fetch its current public key (relay-%s.key.pub) into Config.KeysDir, check its fingerprint against the one its operator publishes (docs/client.md, \"Operator keys\") and create the Device again",
 				ErrRelayKeyUnknown, h.Name, h.Key.ID, idList(ann.IDs()), h.Name)
 		case !bytes.Equal(pub, mine):
 			return fmt.Errorf("%w: relay %s holds key id %d with another public key (fingerprint %s, the client's is %s): the client's key file is stale or from another deployment; fetch the relay's current public key (relay-%s.key.pub) into Config.KeysDir, check its fingerprint against the one its operator publishes, and create the Device again",
