@@ -25,7 +25,7 @@ func RequestJSON(ctx context.Context, nc *nats.Conn, subj string, v, out any) er
 	m, err := nc.RequestWithContext(ctx, subj, b)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return fmt.Errorf("no coordinator answers on %s: start `crowdlog coordinator`: %w", subj, err)
+			return fmt.Errorf("no coordinator answers on %s (is the campaign's coordinator running? its operator starts it with `crowdlog coordinator`): %w", subj, err)
 		}
 		return fmt.Errorf("request %s: %w", subj, err)
 	}
