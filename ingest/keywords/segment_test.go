@@ -154,3 +154,16 @@ func TestCountsAcrossMidnight(t *testing.T) {
 		t.Fatalf("threshold instances %d, daily %d", len(q), len(Instances(recs[:4], nil)))
 	}
 }
+
+// BenchmarkMatch: one query against the default list (L = 10,000): a
+// spaced query and a run of ideographs.
+func BenchmarkMatch(b *testing.B) {
+	l := Default()
+	for name, q := range map[string]string{"spaced": "cheap flights to new york city", "ideographs": "北京大学天气预报查询"} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				l.Match(q)
+			}
+		})
+	}
+}
