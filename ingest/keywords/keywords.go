@@ -42,7 +42,8 @@ const DefaultName = "google-10000-english"
 
 // List is an ordered list of monitored keywords: index ℓ of a count vector is
 // keyword Words[ℓ]. Keywords are normalized (normalize.Query) and contain
-// no space; duplicates are removed, keeping the first.
+// no space; duplicates are removed, keeping the first. Build one with Parse,
+// Load or Default (Match needs their index).
 type List struct {
 	Words    []string
 	index    map[string]int
@@ -77,8 +78,9 @@ func Load(path string) (*List, error) {
 }
 
 // Parse reads one keyword per line. Blank lines and lines starting with '#'
-// are skipped; each keyword is normalized; a keyword that normalizes to
-// several tokens is an error (a vector slot counts one token).
+// are skipped; each keyword is normalized; a keyword that still holds a
+// space after normalization is an error (one keyword per line, matched by
+// Match). Keywords may be in any script: "flu", "北京", "mp3下载".
 func Parse(r io.Reader) (*List, error) {
 	l := &List{index: map[string]int{}}
 	sc := bufio.NewScanner(r)
