@@ -167,3 +167,28 @@ func BenchmarkMatch(b *testing.B) {
 		})
 	}
 }
+
+// FuzzMatch: boundaries ascend from 0 to len(q); every keyword Match
+// returns is a substring of q, reported once.
+func FuzzMatch(f *testing.F) {
+	l, err := Parse(strings.NewReader("flu\n北京\n京大\n大学\nmp3下载\n"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{"北京大学", "bird-flu", "免费mp3下载", "", "\xff北京"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		b := Boundaries(q)
+		if b[0] != 0 || b[len(b)-1] != len(q) || !slices.IsSorted(b) {
+			t.Fatalf("boundaries %v of %q", b, q)
+		}
+		seen := map[int]bool{}
+		for _, i := range l.Match(q) {
+			if seen[i] || !strings.Contains(q, l.Words[i]) {
+				t.Fatalf("Match(%q) gave %q", q, l.Words[i])
+			}
+			seen[i] = true
+		}
+	})
+}
