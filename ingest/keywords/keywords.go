@@ -2,12 +2,20 @@
 // mode (Primault et al., WWW 2019, §3.1 "monitored queries", §5.3
 // "keywords"): a campaign monitors a list of L keywords, and one client's
 // round-s vector V_s holds, for each monitored keyword ℓ, the number of its
-// query instances on day s whose normalized query has ℓ as a token.
+// query instances on day s whose normalized query contains ℓ.
 //
-// Tokens come from apps.KeywordApp (normalized query split on " ",
-// consecutive repeated queries collapsed, an instance counts a token once),
-// so the same definition serves the threshold "keyword" application and the
-// blinded vectors. Days are UTC calendar days of QueryTime.
+// A query instance (Instances) is a run of consecutive records of one user
+// with the same normalized query on the same calendar day: the run of the
+// seed's "duplicates in succession" (CrowdLogging §4) ends at the day
+// boundary, so a query repeated once a day counts on every day. Days are
+// calendar days of QueryTime in a time zone (UTC unless the caller names
+// another, CountsIn). A keyword is contained in a query when it occurs at
+// Unicode word boundaries (Match, UAX #29): whole words in scripts written
+// with spaces, dictionary matching inside runs of ideographs; an instance
+// counts a keyword once.
+//
+// The threshold applications (ingest/apps, "query" and "keyword") keep the
+// seed's definitions: runs that continue across days, tokens split on " ".
 package keywords
 
 import (
@@ -21,7 +29,6 @@ import (
 	"time"
 
 	"github.com/crowdlog/crowdlog/ingest/aol"
-	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/ingest/normalize"
 )
 
@@ -35,10 +42,12 @@ const DefaultName = "google-10000-english"
 
 // List is an ordered list of monitored keywords: index ℓ of a count vector is
 // keyword Words[ℓ]. Keywords are normalized (normalize.Query) and contain
-// no space; duplicates are removed, keeping the first.
+// no space; duplicates are removed, keeping the first. Build one with Parse,
+// Load or Default (Match needs their index).
 type List struct {
-	Words []string
-	index map[string]int
+	Words    []string
+	index    map[string]int
+	maxBytes int // the longest keyword, in bytes (Match)
 }
 
 // Default returns the embedded google-10000-english list (L = 10,000).
@@ -69,8 +78,9 @@ func Load(path string) (*List, error) {
 }
 
 // Parse reads one keyword per line. Blank lines and lines starting with '#'
-// are skipped; each keyword is normalized; a keyword that normalizes to
-// several tokens is an error (a vector slot counts one token).
+// are skipped; each keyword is normalized; a keyword that still holds a
+// space after normalization is an error (one keyword per line, matched by
+// Match). Keywords may be in any script: "flu", "北京", "mp3下载".
 func Parse(r io.Reader) (*List, error) {
 	l := &List{index: map[string]int{}}
 	sc := bufio.NewScanner(r)
@@ -93,6 +103,7 @@ func Parse(r io.Reader) (*List, error) {
 		}
 		l.index[w] = len(l.Words)
 		l.Words = append(l.Words, w)
+		l.maxBytes = max(l.maxBytes, len(w))
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
@@ -114,12 +125,25 @@ func (l *List) Index(w string) int {
 	return -1
 }
 
-// Day is a round: the number of UTC days since 1970-01-01 (PDD §3.4: "the
-// round number s becomes the number of days elapsed").
+// Day is a round: the number of days since 1970-01-01 of a calendar date
+// (PDD §3.4: "the round number s becomes the number of days elapsed"). The
+// date is UTC's unless the campaign names a time zone (DayIn).
 type Day int32
 
 // DayOf returns the UTC day of t.
 func DayOf(t time.Time) Day { return Day(t.UTC().Unix() / 86400) }
+
+// DayIn returns the calendar date of t in loc (nil = UTC) as a Day: the
+// days from 1970-01-01 to that date, so DayIn(t, time.UTC) == DayOf(t)
+// and Day.String names the local date. E.g. 2006-03-01 23:30 UTC is day
+// 2006-03-02 in Asia/Shanghai (UTC+8).
+func DayIn(t time.Time, loc *time.Location) Day {
+	if loc == nil {
+		loc = time.UTC
+	}
+	y, m, d := t.In(loc).Date()
+	return Day(time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Unix() / 86400)
+}
 
 // Time returns the start (00:00 UTC) of day d.
 func (d Day) Time() time.Time { return time.Unix(int64(d)*86400, 0).UTC() }
@@ -130,21 +154,58 @@ func (d Day) String() string { return d.Time().Format("2006-01-02") }
 // Sparse is one client's counts of one day: keyword index → count.
 type Sparse map[int]uint64
 
-// Counts returns one user's keyword counts per day from that user's records
-// (all records of one user, in log order, as apps.App.Mine takes them).
-// Keywords in blacklist (PDD §6.1: words the user never shares) are left out.
-func (l *List) Counts(records []aol.Record, blacklist map[string]bool) map[Day]Sparse {
-	out := map[Day]Sparse{}
-	for _, a := range (apps.KeywordApp{}).Mine(records) {
-		i := l.Index(a.Primary)
-		if i < 0 || blacklist[a.Primary] {
+// Instance is one query instance of the daily counts: a normalized query
+// (normalize.Query) and the day of the first record of its run.
+type Instance struct {
+	Query string
+	Day   Day
+}
+
+// Instances returns one user's query instances (records of that user in log
+// order) with days in loc (nil = UTC): records whose query normalize.Query
+// rejects are skipped; a record starts a new instance unless the previous
+// kept record has the same normalized query on the same day. So
+// "weather" at 23:50 and again at 00:10 (nothing in between) are two
+// instances, one a day; the same pair at 10:00 and 10:05 is one.
+func Instances(records []aol.Record, loc *time.Location) []Instance {
+	var out []Instance
+	for _, r := range records {
+		q, ok := normalize.Query(r.Query)
+		if !ok {
 			continue
 		}
-		d := DayOf(a.Time)
-		if out[d] == nil {
-			out[d] = Sparse{}
+		d := DayIn(r.QueryTime, loc)
+		if n := len(out); n > 0 && out[n-1].Query == q && out[n-1].Day == d {
+			continue
 		}
-		out[d][i]++
+		out = append(out, Instance{Query: q, Day: d})
+	}
+	return out
+}
+
+// Counts returns one user's keyword counts per UTC day from that user's
+// records (all records of one user, in log order, as apps.App.Mine takes
+// them): CountsIn with UTC.
+func (l *List) Counts(records []aol.Record, blacklist map[string]bool) map[Day]Sparse {
+	return l.CountsIn(records, blacklist, time.UTC)
+}
+
+// CountsIn returns one user's keyword counts per calendar day in loc (nil =
+// UTC): for each day s and keyword ℓ, the number of the user's instances
+// (Instances) on day s that contain ℓ (Match). Keywords in blacklist (PDD
+// §6.1: words the user never shares; keys are list words) are left out.
+func (l *List) CountsIn(records []aol.Record, blacklist map[string]bool, loc *time.Location) map[Day]Sparse {
+	out := map[Day]Sparse{}
+	for _, in := range Instances(records, loc) {
+		for _, i := range l.Match(in.Query) {
+			if blacklist[l.Words[i]] {
+				continue
+			}
+			if out[in.Day] == nil {
+				out[in.Day] = Sparse{}
+			}
+			out[in.Day][i]++
+		}
 	}
 	return out
 }

@@ -36,15 +36,17 @@ func TestParse(t *testing.T) {
 }
 
 // Counts per day: an instance counts a keyword once; consecutive repeats of
-// a query (AOL's one row per click) are one instance; the blacklist removes
-// a keyword; days are UTC days of the instance's first row.
+// a query on one day (AOL's one row per click) are one instance, and a run
+// that crosses midnight starts a new instance on the new day; the blacklist
+// removes a keyword; days are UTC days.
 func TestCounts(t *testing.T) {
 	l, _ := Parse(strings.NewReader("flu\nfever\nshots\n"))
-	day1 := time.Date(2006, 3, 1, 23, 59, 0, 0, time.UTC)
-	day2 := day1.Add(2 * time.Minute)
+	day1 := time.Date(2006, 3, 1, 23, 58, 0, 0, time.UTC)
+	day2 := day1.Add(3 * time.Minute)
 	recs := []aol.Record{
 		{Query: "flu flu fever", QueryTime: day1},
-		{Query: "Flu  Flu fever", QueryTime: day1.Add(time.Minute)}, // same normalized query: one instance
+		{Query: "Flu  Flu fever", QueryTime: day1.Add(time.Minute)}, // same normalized query, same day: one instance
+		{Query: "flu flu fever", QueryTime: day2},                   // the run crosses midnight: a new instance on day 2
 		{Query: "flu shots", QueryTime: day2},
 		{Query: "weather", QueryTime: day2},
 		{Query: "flu shots", QueryTime: day2.Add(time.Hour)}, // after another query: a new instance
@@ -57,10 +59,10 @@ func TestCounts(t *testing.T) {
 	if got[d1][l.Index("flu")] != 1 || got[d1][l.Index("fever")] != 1 || len(got[d1]) != 2 {
 		t.Fatalf("day 1: %v", got[d1])
 	}
-	if got[d2][l.Index("flu")] != 2 || len(got[d2]) != 1 {
+	if got[d2][l.Index("flu")] != 3 || got[d2][l.Index("fever")] != 1 || len(got[d2]) != 2 {
 		t.Fatalf("day 2: %v (shots is blacklisted)", got[d2])
 	}
-	if v := got[d2].Dense(3); v[0] != 2 || v[1] != 0 || v[2] != 0 {
+	if v := got[d2].Dense(3); v[0] != 3 || v[1] != 1 || v[2] != 0 {
 		t.Fatalf("dense %v", v)
 	}
 }

@@ -111,6 +111,11 @@ ClickHouse (view keyword_daily).
 
 Monitored keywords: the google-10000-english list (--keywords FILE for
 another); --blacklist words are never counted by any client (PDD §6.1).
+A day's count of a keyword is the number of query instances that day
+containing it: an instance is a run of one user's identical queries that
+ends at midnight (UTC, or --timezone ZONE's); a keyword is contained when it
+starts and ends at Unicode word boundaries (UAX #29): a whole word where
+words are spaced, any substring of a run of ideographs (Chinese, Japanese).
 --dropout skips each ping with that probability, to see recovery at work.
 
 --mode prio3 counts the same campaign with two aggregators instead of groups

@@ -156,6 +156,7 @@ func (c *PDDConfig) AddFlags(f *pflag.FlagSet) {
 	f.StringSliceVar(&c.Blacklist, "blacklist", nil, "keywords no client ever shares (comma-separated)")
 	f.IntVar(&c.MaxUsers, "max-users", 0, "only the first N users of the log (0 = all)")
 	f.IntVar(&c.MaxDays, "max-days", 0, "only the first N days of the log (0 = all)")
+	f.StringVar(&c.Timezone, "timezone", "", "IANA time zone whose calendar days are the rounds (e.g. Asia/Shanghai); a query instance ends at its midnight (default UTC)")
 	f.StringVar(&c.Measurement, "measurement", pipeline.DefaultMeasurement, "prio3: counts (per keyword the day's count clipped to 2^bits − 1) or presence (0/1, at most --max-weight keywords)")
 	f.IntVar(&c.Bits, "bits", pipeline.DefaultBits, "prio3 counts: bits per keyword count (clipped to 2^bits − 1)")
 	f.IntVar(&c.MaxWeight, "max-weight", 0, "prio3 presence: the most keywords one client reports per day")

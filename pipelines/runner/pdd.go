@@ -54,6 +54,10 @@ type PDDConfig struct {
 	Blacklist    []string // keywords every client keeps to itself (PDD §6.1)
 	MaxUsers     int      // only the first MaxUsers AnonIDs (0 = all)
 	MaxDays      int      // only rounds of the first MaxDays days of the log (0 = all)
+	// Timezone names the IANA time zone (time.LoadLocation, e.g.
+	// "Asia/Shanghai") whose calendar days are the rounds: a query
+	// instance ends at its midnight (keywords.CountsIn). "" = UTC.
+	Timezone string
 
 	// Prio3 mode's measurement: Measurement MeasureCounts (default; per
 	// keyword the day's count clipped to 2^Bits − 1, Bits default 4) or
@@ -196,6 +200,7 @@ type pddRun struct {
 
 	list        *keywords.List
 	listName    string
+	loc         *time.Location // the days' time zone (PDDConfig.Timezone)
 	black       map[string]bool
 	users       []*pddUser
 	first, last keywords.Day
@@ -276,6 +281,12 @@ func (p *pddRun) prepare() error {
 	if p.list, err = keywords.Load(p.cfg.Keywords); err != nil {
 		return err
 	}
+	p.loc = time.UTC
+	if p.cfg.Timezone != "" {
+		if p.loc, err = time.LoadLocation(p.cfg.Timezone); err != nil {
+			return fmt.Errorf("--timezone %q: %w (give an IANA name such as Asia/Shanghai, or UTC)", p.cfg.Timezone, err)
+		}
+	}
 	p.listName = p.cfg.Keywords
 	if p.listName == "" {
 		p.listName = keywords.DefaultName
@@ -296,9 +307,9 @@ func (p *pddRun) readLog() error {
 		if cfg.MaxUsers > 0 && len(p.users) >= cfg.MaxUsers {
 			return nil
 		}
-		pu := &pddUser{active: map[keywords.Day]bool{}, counts: p.list.Counts(u.Records, p.black)}
+		pu := &pddUser{active: map[keywords.Day]bool{}, counts: p.list.CountsIn(u.Records, p.black, p.loc)}
 		for _, r := range u.Records {
-			d := keywords.DayOf(r.QueryTime)
+			d := keywords.DayIn(r.QueryTime, p.loc)
 			pu.active[d] = true
 			p.first, p.last = min(p.first, d), max(p.last, d)
 		}

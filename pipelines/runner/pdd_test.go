@@ -85,7 +85,7 @@ func TestPDDAllOnlineExact(t *testing.T) {
 	for _, r := range sum.Released {
 		lastDay = max(lastDay, r.Day.String())
 	}
-	want, err := truth.KeywordDaily(bundled, users, keywordList, lastDay, []string{"free"})
+	want, err := truth.PDDKeywordDaily(bundled, users, keywordList, lastDay, []string{"free"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestPDDDropoutRecovered(t *testing.T) {
 	for _, r := range sum.Released {
 		lastDay = max(lastDay, r.Day.String())
 	}
-	want, err := truth.KeywordDaily(bundled, users, keywordList, lastDay, nil)
+	want, err := truth.PDDKeywordDaily(bundled, users, keywordList, lastDay, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

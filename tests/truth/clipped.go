@@ -1,18 +1,15 @@
 package truth
 
 import (
-	"bufio"
-	"os"
 	"sort"
-	"strings"
 )
 
 // DailyClients is the raw log read per client and day, for PDD's Prio3
 // mode, where each client's count of a keyword on a day is clipped before
 // it is summed. Counts: day (YYYY-MM-DD) → AnonID → keyword → the number of
-// the user's query instances that day containing the keyword as a
-// space-separated token (a token counted once per instance, as
-// KeywordDaily counts). Active: day → the AnonIDs with any row that day
+// the user's query instances that day containing the keyword, as PDD mode
+// reads them (pdd.go: runs end at midnight, keywords at word boundaries,
+// each once per instance). Active: day → the AnonIDs with any row that day
 // (empty queries included): the clients that upload a report that day.
 type DailyClients struct {
 	Counts map[string]map[string]map[string]int
@@ -25,20 +22,9 @@ type DailyClients struct {
 // left out. Computed from the raw rows with this package's own reader, not
 // the pipeline's code.
 func KeywordClients(path string, maxUsers int, listPath, lastDay string, blacklist []string) (*DailyClients, error) {
-	f, err := os.Open(listPath)
+	monitored, err := monitoredList(listPath, blacklist)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	monitored := map[string]bool{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if w := strings.TrimSpace(sc.Text()); w != "" {
-			monitored[strings.ToLower(w)] = true
-		}
-	}
-	for _, b := range blacklist {
-		delete(monitored, b)
 	}
 	users, _, err := readLog(path, maxUsers)
 	if err != nil {
@@ -56,24 +42,19 @@ func KeywordClients(path string, maxUsers int, listPath, lastDay string, blackli
 			}
 			out.Active[day][user] = true
 		}
-		for _, run := range runs(rows) {
+		for _, run := range dailyRuns(rows) {
 			day := run[0].t.Format("2006-01-02")
 			if lastDay != "" && day > lastDay {
 				continue
 			}
-			seen := map[string]bool{}
-			for _, tok := range strings.Split(run[0].q, " ") {
-				if !monitored[tok] || seen[tok] {
-					continue
-				}
-				seen[tok] = true
+			for _, w := range containedKeywords(run[0].q, monitored) {
 				if out.Counts[day] == nil {
 					out.Counts[day] = map[string]map[string]int{}
 				}
 				if out.Counts[day][user] == nil {
 					out.Counts[day][user] = map[string]int{}
 				}
-				out.Counts[day][user][tok]++
+				out.Counts[day][user][w]++
 			}
 		}
 	}

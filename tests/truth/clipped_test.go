@@ -50,10 +50,10 @@ func TestClippedMadeUp(t *testing.T) {
 }
 
 // Without clipping, the per-client counts of the bundled log's first 100
-// users sum to KeywordDaily's totals, day by day and keyword by keyword.
+// users sum to PDDKeywordDaily's totals, day by day and keyword by keyword.
 func TestClippedAgreesWithKeywordDaily(t *testing.T) {
 	const log, list = "../../testdata/aol-top1000.tsv.gz", "../../ingest/keywords/google-10000-english.txt"
-	want, err := KeywordDaily(log, 100, list, "", nil)
+	want, err := PDDKeywordDaily(log, 100, list, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

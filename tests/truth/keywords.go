@@ -6,7 +6,10 @@ import (
 	"strings"
 )
 
-// KeywordDaily is the ground truth of PDD mode's release: for the first
+// KeywordDaily is the seed's reading of daily keyword counts (runs of
+// repeated queries continue across days, keywords are space-separated
+// tokens), which PDD mode no longer uses (PDDKeywordDaily is its ground
+// truth); it stays for tests of aggregation alone: for the first
 // maxUsers users (0 = all) of the log at path, the number of query instances
 // per UTC day (YYYY-MM-DD) containing each keyword of the list file
 // listPath (one per line) as a space-separated token, a token counted once
