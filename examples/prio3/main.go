@@ -67,7 +67,7 @@ func main() {
 	if *identity {
 		pub, err := prio3.EnsureIdentity(*state)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "prio3:", err)
+			fmt.Fprintln(os.Stderr, "prio3-example:", err)
 			os.Exit(1)
 		}
 		fmt.Println(pub)
@@ -77,7 +77,7 @@ func main() {
 	if *day != "" {
 		var err error
 		if d, err = time.Parse(time.DateOnly, *day); err != nil {
-			fmt.Fprintln(os.Stderr, "prio3: --day:", err)
+			fmt.Fprintln(os.Stderr, "prio3-example: --day:", err)
 			os.Exit(2)
 		}
 	}
@@ -87,7 +87,7 @@ func main() {
 	}
 	kw, err := keywords.Load(*list)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "prio3:", err)
+		fmt.Fprintln(os.Stderr, "prio3-example:", err)
 		os.Exit(2)
 	}
 	cfg := prio3.Config{StateDir: *state, NATS: *natsURL, KeysDir: *keys, Fingerprints: fps,
@@ -97,7 +97,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, cfg, d, flag.Args()); err != nil {
-		fmt.Fprintln(os.Stderr, "prio3:", err)
+		fmt.Fprintln(os.Stderr, "prio3-example:", err)
 		os.Exit(1)
 	}
 }

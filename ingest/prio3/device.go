@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -217,11 +218,16 @@ type SettingsMismatchError struct {
 	Field  string // the Config field that sets it, e.g. "Config.Measurement.Bits"
 	Leader string // the leader's value
 	Device string // the device's value
+	Hint   string // what to do, when not "set Field to the leader's value"
 }
 
 func (e *SettingsMismatchError) Error() string {
-	return fmt.Sprintf("prio3: the leader's campaign settings disagree on %s: the leader runs with %s, this device with %s (%s): set %s to the leader's value (or ask the operators which is the campaign's)",
-		e.Value, e.Leader, e.Device, e.Field, e.Field)
+	hint := e.Hint
+	if hint == "" {
+		hint = "set " + e.Field + " to the leader's value (or ask the operators which is the campaign's)"
+	}
+	return fmt.Sprintf("prio3: the leader's campaign settings disagree on %s: the leader runs with %s, this device with %s (%s): %s",
+		e.Value, e.Leader, e.Device, e.Field, hint)
 }
 
 // Unwrap makes errors.Is(err, ErrSettingsMismatch) true.
@@ -536,8 +542,13 @@ func (d *Device) compare(s *p3.Settings, lk onion.PublicKey) error {
 			return nil
 		}
 	}
+	ids := make([]string, len(s.LeaderKeys))
+	for i, k := range s.LeaderKeys {
+		ids[i] = fmt.Sprintf("id %d %x…", k.ID, k.Key[:4])
+	}
 	return &SettingsMismatchError{Value: "leader report key", Field: "Config.KeysDir " + keydir.Prio3LeaderKey + ".pub",
-		Leader: fmt.Sprintf("%d keys", len(s.LeaderKeys)), Device: fmt.Sprintf("key id %d, not among them", lk.ID)}
+		Leader: strings.Join(ids, ", "), Device: fmt.Sprintf("id %d %x…", lk.ID, mk[:min(4, len(mk))]),
+		Hint: "get the leader operator's current public bundle, compare its fingerprint out of band (Config.Fingerprints) and give it in Config.KeysDir"}
 }
 
 // Settings returns the leader's campaign settings the device verified.
