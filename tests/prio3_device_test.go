@@ -24,11 +24,7 @@ import (
 
 // TestPrio3Device: examples/prio3 (the Prio3 device, ingest/prio3 Device,
 // through its public API only) built and run as a program against the
-// real roles, each its own process — relays a and b, the leader and the
-// helper (`crowdlog aggregate-prio3`), the helper operator's issuer of
-// helper tokens and `crowdlog release-pdd --mode prio3` — on an embedded
-// NATS server with the permission table on (the device uses the client
-// NKey), kfake and ClickHouse. Four devices upload one day's searches
+// real roles (startPrio3Devices; the device uses the client NKey). Four devices upload one day's searches
 // (one of them twice: the second run sends nothing); the released
 // keyword counts must equal the count of the arguments (per device and
 // keyword, the searches containing the keyword, clipped to 2^bits − 1).
@@ -36,121 +32,11 @@ import (
 // that is not the leader's — must fail at the device, before anything is
 // sent, with an error naming the value and the Config field.
 func TestPrio3Device(t *testing.T) {
-	if _, err := clickhouse.ServerBinary(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("ClickHouse is required in CI: %v", err)
-		}
-		t.Skipf("no ClickHouse: %v", err)
-	}
-	if testing.Short() {
-		t.Skip("multi-process run in -short mode")
-	}
-	const campaign, bits, l1, minBatch = "prio3-device", 2, 20, 3
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	bin := buildBinary(t)
-	example := filepath.Join(dir, "prio3-example")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", example, "../examples/prio3").CombinedOutput(); err != nil {
-		t.Fatalf("go build examples/prio3: %v\n%s", err, out)
-	}
-	logs := filepath.Join(dir, "logs")
-	must(t, os.MkdirAll(logs, 0o755))
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput(); err != nil {
-			t.Fatalf("crowdlog %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	natsKeys := filepath.Join(dir, "nats-keys")
-	ns, err := natsserver.Options{Dir: filepath.Join(dir, "nats")}.StartAuth(ctx, natsKeys, nil)
-	must(t, err)
-	t.Cleanup(ns.Shutdown)
-	nkey := func(r natsauth.Role) string { return natsconn.RoleSecurity(natsKeys, r).NKeyFile }
-	kb, err := kafka.Config{Dir: filepath.Join(dir, "kafka"), Partitions: 1, SyncWrites: true}.Start(ctx)
-	must(t, err)
-	t.Cleanup(kb.Close)
-	run("topics", "--partitions", "1", "--kafka", kb.Bootstrap())
-	run("streams", "--nats", ns.URL, "--nats-nkey", nkey(natsauth.Admin))
-	ch, err := clickhouse.Start(ctx, filepath.Join(dir, "clickhouse"))
-	must(t, err)
-	t.Cleanup(func() { ch.Stop() })
-	writer := (&cluster{t: t, bin: bin}).writerArgs(ch.TCPAddr, ch.Dir)
-
-	// each operator's keys; the public files a device is given
-	relayKeys := filepath.Join(dir, "keys-relays")
-	run("keys", "generate", "--keys", relayKeys)
-	roleDir := map[string]string{}
-	for _, role := range []string{keydir.RolePrio3Leader, keydir.RolePrio3Helper, keydir.RolePrio3Collector} {
-		roleDir[role] = filepath.Join(dir, "keys-"+role)
-		run("keys", "generate", "--role", role, "--keys", roleDir[role])
-	}
-	leaderBundle := filepath.Join(dir, "prio3-leader.public")
-	run("keys", "export-public", "--keys", roleDir[keydir.RolePrio3Leader], "--out", leaderBundle)
-	run("keys", "import-public", "--keys", roleDir[keydir.RolePrio3Helper], leaderBundle)
-	leaderVerify := filepath.Join(roleDir[keydir.RolePrio3Leader], "prio3-verify.keys")
-	run("keys", "prio3-verify", "--out", leaderVerify)
-	helperVerify := filepath.Join(roleDir[keydir.RolePrio3Helper], "prio3-verify.keys")
-	copyFile(t, leaderVerify, helperVerify)
-	public := filepath.Join(dir, "public-keys")
-	must(t, os.MkdirAll(public, 0o755))
-	for _, f := range [][2]string{
-		{relayKeys, keydir.RelayAKey + ".pub"}, {relayKeys, keydir.RelayBKey + ".pub"},
-		{roleDir[keydir.RolePrio3Leader], keydir.Prio3LeaderKey + ".pub"}, {roleDir[keydir.RolePrio3Helper], keydir.Prio3HelperKey + ".pub"},
-		{roleDir[keydir.RolePrio3Leader], keydir.Prio3LeaderSignKey + ".pub"},
-	} {
-		copyFile(t, filepath.Join(f[0], f[1]), filepath.Join(public, f[1]))
-	}
-
-	// the campaign: six made-up keywords
-	words := []string{"weather", "news", "recipe", "football", "movies", "music"}
-	listPath := filepath.Join(dir, "keywords.txt")
-	must(t, os.WriteFile(listPath, []byte(strings.Join(words, "\n")+"\n"), 0o644))
-	day := keywords.DayOf(time.Now().UTC())
-	clock := filepath.Join(dir, "clock")
-	setClock := func(at time.Time) { must(t, os.WriteFile(clock, []byte(at.Format(time.RFC3339)+"\n"), 0o644)) }
-	setClock(day.Time().Add(12 * time.Hour))
-	const grace = time.Hour
-
-	start := func(name string, args ...string) { startEnv(t, bin, filepath.Join(logs, name+".log"), nil, args...) }
-	for _, name := range []string{"a", "b"} {
-		start("relay-"+name, "relay", "--name", name, "--nats", ns.URL, "--nats-nkey", nkey(natsauth.RelayRole(name)),
-			"--key", filepath.Join(relayKeys, "relay-"+name+".key"), "--kafka", kb.Bootstrap())
-	}
-	measurement := []string{"--campaign", campaign, "--keywords", listPath, "--kind", "sumvec", "--bits", strconv.Itoa(bits),
-		"--min-batch-size", strconv.Itoa(minBatch)}
-	collectorPub := filepath.Join(roleDir[keydir.RolePrio3Collector], keydir.Prio3CollectorKey+".pub")
-	leaderMetrics := freePort(t)
-	aggregator := func(role, verify string, extra ...string) []string {
-		custody := "prio3-" + role
-		return append(append([]string{"aggregate-prio3", "--role", role, "--nats", ns.URL, "--nats-nkey", nkey(natsauth.Role(custody)),
-			"--keys", roleDir[custody], "--collector-pub", collectorPub, "--verify-key", verify, "--kafka", kb.Bootstrap(),
-			"--state-dir", filepath.Join(dir, "state-"+role), "--clock-file", clock, "--grace", grace.String(),
-			"--l1", strconv.Itoa(l1), "--epsilon", "0", "--exact-shares"}, measurement...), extra...)
-	}
-	start("helper", aggregator("helper", helperVerify)...)
-	start("issuer-prio3-helper", "issuer", "--role", keydir.RolePrio3Helper, "--keys", roleDir[keydir.RolePrio3Helper],
-		"--nats", ns.URL, "--nats-nkey", nkey(natsauth.Prio3Helper))
-	start("leader", aggregator("leader", leaderVerify, "--metrics", fmt.Sprintf("127.0.0.1:%d", leaderMetrics))...)
-	start("release", append(append([]string{"release-pdd", "--mode", "prio3", "--clickhouse", ch.TCPAddr, "--kafka", kb.Bootstrap(),
-		"--collector-key", filepath.Join(roleDir[keydir.RolePrio3Collector], keydir.Prio3CollectorKey)}, measurement...), writer...)...)
-
-	states := filepath.Join(dir, "devices")
-	device := func(name string, extra []string, queries ...string) (string, error) {
-		args := append([]string{"--nats", ns.URL, "--nats-nkey", nkey(natsauth.Client), "--keys", public,
-			"--state", filepath.Join(states, name), "--campaign", campaign, "--keywords", listPath,
-			"--bits", strconv.Itoa(bits), "--l1", strconv.Itoa(l1), "--day", day.String()}, extra...)
-		out, err := exec.CommandContext(ctx, example, append(args, queries...)...).CombinedOutput()
-		return string(out), err
-	}
-	// each device's identity, enrolled by the helper's operator
-	enroll := func(name string) {
-		out, err := exec.CommandContext(ctx, example, "--state", filepath.Join(states, name), "--identity").Output()
-		must(t, err)
-		pub, err := keydir.LoadSigningPublic(strings.TrimSpace(string(out)))
-		must(t, err)
-		must(t, keydir.EnrollIdentity(roleDir[keydir.RolePrio3Helper], pub))
-	}
+	p := startPrio3Devices(t, ctx)
+	words, day, public, logs, roleDir, device, enroll := p.words, p.day, p.public, p.logs, p.roleDir, p.device, p.enroll
+	dir := p.dir
 	runs := []struct {
 		name    string
 		queries []string
@@ -180,17 +66,13 @@ func TestPrio3Device(t *testing.T) {
 		}
 		var sum int64
 		for w, n := range per {
-			want[w] += min(n, 1<<bits-1)
-			sum += min(n, 1<<bits-1)
+			want[w] += min(n, 1<<p3dBits-1)
+			sum += min(n, 1<<p3dBits-1)
 		}
-		if sum > l1 {
-			t.Fatalf("device %s's day exceeds S = %d: the truth above does not bound it", r.name, l1)
+		if sum > p3dL1 {
+			t.Fatalf("device %s's day exceeds S = %d: the truth above does not bound it", r.name, p3dL1)
 		}
 	}
-	waitUntil(t, ctx, logs, "the leader to announce its settings", time.Minute, func() bool {
-		b, _ := os.ReadFile(filepath.Join(logs, "leader.log"))
-		return strings.Contains(string(b), "announcing the campaign settings")
-	})
 	// device d3 pins the leader's key to the fingerprint its operator
 	// published (sha256sum of the file)
 	realLeader, err := os.ReadFile(filepath.Join(public, keydir.Prio3LeaderKey+".pub"))
@@ -264,7 +146,7 @@ func TestPrio3Device(t *testing.T) {
 		t.Fatalf("a leader key whose fingerprint differs from the published one: %v %q", err, out)
 	}
 
-	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", leaderMetrics)
+	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", p.leaderMetrics)
 	var prepared, rejected float64
 	waitUntil(t, ctx, logs, fmt.Sprintf("the leader to prepare (or reject) all %d uploads", uploads), 2*time.Minute, func() bool {
 		prepared, _ = scrape(metricsURL, "crowdlog_prio3_prepared_total")
@@ -274,19 +156,19 @@ func TestPrio3Device(t *testing.T) {
 	if rejected != 0 || prepared != float64(uploads) {
 		t.Fatalf("the leader prepared %v and rejected %v of %d uploads\n%s", prepared, rejected, uploads, logTails(logs, 15))
 	}
-	setClock((day + 1).Time().Add(grace + time.Minute))
-	w, err := release.Open(ctx, ch.TCPAddr, "crowdlog")
+	p.setClock((day + 1).Time().Add(p3dGrace + time.Minute))
+	w, err := release.Open(ctx, p.clickhouse, "crowdlog")
 	must(t, err)
 	defer w.Close()
 	var rounds []release.PDDRound
 	waitUntil(t, ctx, logs, "the day's release", 2*time.Minute, func() bool {
-		rounds, err = w.ReadPDDRounds(ctx, campaign)
+		rounds, err = w.ReadPDDRounds(ctx, p3dCampaign)
 		return err == nil && len(rounds) >= 1
 	})
 	if rounds[0].Decrypted != uint32(uploads) {
 		t.Fatalf("%d reports released, want %d", rounds[0].Decrypted, uploads)
 	}
-	rows, err := w.ReadKeywordDaily(ctx, campaign)
+	rows, err := w.ReadKeywordDaily(ctx, p3dCampaign)
 	must(t, err)
 	got := map[string]int64{}
 	for _, r := range rows {
@@ -298,4 +180,162 @@ func TestPrio3Device(t *testing.T) {
 		}
 	}
 	t.Logf("%d devices, %d reports released; keyword counts %v equal the arguments' clipped counts", len(seen), rounds[0].Decrypted, got)
+}
+
+// The campaign of TestPrio3Device and TestAttackPrio3KeySubstitution:
+// counts clipped to 2^bits − 1 = 3, L1 bound S, a day is released with at
+// least minBatch reports.
+const (
+	p3dCampaign = "prio3-device"
+	p3dBits     = 2
+	p3dL1       = 20
+	p3dMinBatch = 3
+	p3dGrace    = time.Hour
+)
+
+// prio3Devices is a running Prio3 deployment for examples/prio3
+// (startPrio3Devices).
+type prio3Devices struct {
+	dir, example, logs, public, listPath, kafka, clickhouse string
+	words                                                   []string
+	day                                                     keywords.Day
+	roleDir                                                 map[string]string
+	leaderMetrics                                           int
+	run                                                     func(args ...string)
+	setClock                                                func(time.Time)
+	// device runs examples/prio3 as device name (its own state
+	// directory) with the campaign's flags, extra flags and queries.
+	device func(name string, extra []string, queries ...string) (string, error)
+	// enroll creates device name's identity and enrolls it at the helper's
+	// operator.
+	enroll func(name string)
+}
+
+// startPrio3Devices builds crowdlog and examples/prio3 and starts the
+// roles, each its own process — relays a and b, the leader and the helper
+// (`crowdlog aggregate-prio3`), the helper operator's issuer of helper
+// tokens and `crowdlog release-pdd --mode prio3` — on an embedded NATS
+// server with the permission table on, kfake and ClickHouse. The clock of
+// both aggregators is at noon of today (UTC); the public key files a
+// device is given are in public.
+func startPrio3Devices(t *testing.T, ctx context.Context) *prio3Devices {
+	t.Helper()
+	if _, err := clickhouse.ServerBinary(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("ClickHouse is required in CI: %v", err)
+		}
+		t.Skipf("no ClickHouse: %v", err)
+	}
+	if testing.Short() {
+		t.Skip("multi-process run in -short mode")
+	}
+	dir := t.TempDir()
+	bin := buildBinary(t)
+	example := filepath.Join(dir, "prio3-example")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", example, "../examples/prio3").CombinedOutput(); err != nil {
+		t.Fatalf("go build examples/prio3: %v\n%s", err, out)
+	}
+	logs := filepath.Join(dir, "logs")
+	must(t, os.MkdirAll(logs, 0o755))
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput(); err != nil {
+			t.Fatalf("crowdlog %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	natsKeys := filepath.Join(dir, "nats-keys")
+	ns, err := natsserver.Options{Dir: filepath.Join(dir, "nats")}.StartAuth(ctx, natsKeys, nil)
+	must(t, err)
+	t.Cleanup(ns.Shutdown)
+	nkey := func(r natsauth.Role) string { return natsconn.RoleSecurity(natsKeys, r).NKeyFile }
+	kb, err := kafka.Config{Dir: filepath.Join(dir, "kafka"), Partitions: 1, SyncWrites: true}.Start(ctx)
+	must(t, err)
+	t.Cleanup(kb.Close)
+	run("topics", "--partitions", "1", "--kafka", kb.Bootstrap())
+	run("streams", "--nats", ns.URL, "--nats-nkey", nkey(natsauth.Admin))
+	ch, err := clickhouse.Start(ctx, filepath.Join(dir, "clickhouse"))
+	must(t, err)
+	t.Cleanup(func() { ch.Stop() })
+	writer := (&cluster{t: t, bin: bin}).writerArgs(ch.TCPAddr, ch.Dir)
+
+	// each operator's keys; the public files a device is given
+	relayKeys := filepath.Join(dir, "keys-relays")
+	run("keys", "generate", "--keys", relayKeys)
+	roleDir := map[string]string{}
+	for _, role := range []string{keydir.RolePrio3Leader, keydir.RolePrio3Helper, keydir.RolePrio3Collector} {
+		roleDir[role] = filepath.Join(dir, "keys-"+role)
+		run("keys", "generate", "--role", role, "--keys", roleDir[role])
+	}
+	leaderBundle := filepath.Join(dir, "prio3-leader.public")
+	run("keys", "export-public", "--keys", roleDir[keydir.RolePrio3Leader], "--out", leaderBundle)
+	run("keys", "import-public", "--keys", roleDir[keydir.RolePrio3Helper], leaderBundle)
+	leaderVerify := filepath.Join(roleDir[keydir.RolePrio3Leader], "prio3-verify.keys")
+	run("keys", "prio3-verify", "--out", leaderVerify)
+	helperVerify := filepath.Join(roleDir[keydir.RolePrio3Helper], "prio3-verify.keys")
+	copyFile(t, leaderVerify, helperVerify)
+	public := filepath.Join(dir, "public-keys")
+	must(t, os.MkdirAll(public, 0o755))
+	for _, f := range [][2]string{
+		{relayKeys, keydir.RelayAKey + ".pub"}, {relayKeys, keydir.RelayBKey + ".pub"},
+		{roleDir[keydir.RolePrio3Leader], keydir.Prio3LeaderKey + ".pub"}, {roleDir[keydir.RolePrio3Helper], keydir.Prio3HelperKey + ".pub"},
+		{roleDir[keydir.RolePrio3Leader], keydir.Prio3LeaderSignKey + ".pub"},
+	} {
+		copyFile(t, filepath.Join(f[0], f[1]), filepath.Join(public, f[1]))
+	}
+
+	// the campaign: six made-up keywords
+	words := []string{"weather", "news", "recipe", "football", "movies", "music"}
+	listPath := filepath.Join(dir, "keywords.txt")
+	must(t, os.WriteFile(listPath, []byte(strings.Join(words, "\n")+"\n"), 0o644))
+	day := keywords.DayOf(time.Now().UTC())
+	clock := filepath.Join(dir, "clock")
+	setClock := func(at time.Time) { must(t, os.WriteFile(clock, []byte(at.Format(time.RFC3339)+"\n"), 0o644)) }
+	setClock(day.Time().Add(12 * time.Hour))
+
+	start := func(name string, args ...string) { startEnv(t, bin, filepath.Join(logs, name+".log"), nil, args...) }
+	for _, name := range []string{"a", "b"} {
+		start("relay-"+name, "relay", "--name", name, "--nats", ns.URL, "--nats-nkey", nkey(natsauth.RelayRole(name)),
+			"--key", filepath.Join(relayKeys, "relay-"+name+".key"), "--kafka", kb.Bootstrap())
+	}
+	measurement := []string{"--campaign", p3dCampaign, "--keywords", listPath, "--kind", "sumvec", "--bits", strconv.Itoa(p3dBits),
+		"--min-batch-size", strconv.Itoa(p3dMinBatch)}
+	collectorPub := filepath.Join(roleDir[keydir.RolePrio3Collector], keydir.Prio3CollectorKey+".pub")
+	leaderMetrics := freePort(t)
+	aggregator := func(role, verify string, extra ...string) []string {
+		custody := "prio3-" + role
+		return append(append([]string{"aggregate-prio3", "--role", role, "--nats", ns.URL, "--nats-nkey", nkey(natsauth.Role(custody)),
+			"--keys", roleDir[custody], "--collector-pub", collectorPub, "--verify-key", verify, "--kafka", kb.Bootstrap(),
+			"--state-dir", filepath.Join(dir, "state-"+role), "--clock-file", clock, "--grace", p3dGrace.String(),
+			"--l1", strconv.Itoa(p3dL1), "--epsilon", "0", "--exact-shares"}, measurement...), extra...)
+	}
+	start("helper", aggregator("helper", helperVerify)...)
+	start("issuer-prio3-helper", "issuer", "--role", keydir.RolePrio3Helper, "--keys", roleDir[keydir.RolePrio3Helper],
+		"--nats", ns.URL, "--nats-nkey", nkey(natsauth.Prio3Helper))
+	start("leader", aggregator("leader", leaderVerify, "--metrics", fmt.Sprintf("127.0.0.1:%d", leaderMetrics))...)
+	start("release", append(append([]string{"release-pdd", "--mode", "prio3", "--clickhouse", ch.TCPAddr, "--kafka", kb.Bootstrap(),
+		"--collector-key", filepath.Join(roleDir[keydir.RolePrio3Collector], keydir.Prio3CollectorKey)}, measurement...), writer...)...)
+
+	states := filepath.Join(dir, "devices")
+	device := func(name string, extra []string, queries ...string) (string, error) {
+		args := append([]string{"--nats", ns.URL, "--nats-nkey", nkey(natsauth.Client), "--keys", public,
+			"--state", filepath.Join(states, name), "--campaign", p3dCampaign, "--keywords", listPath,
+			"--bits", strconv.Itoa(p3dBits), "--l1", strconv.Itoa(p3dL1), "--day", day.String()}, extra...)
+		out, err := exec.CommandContext(ctx, example, append(args, queries...)...).CombinedOutput()
+		return string(out), err
+	}
+	// each device's identity, enrolled by the helper's operator
+	enroll := func(name string) {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, example, "--state", filepath.Join(states, name), "--identity").Output()
+		must(t, err)
+		pub, err := keydir.LoadSigningPublic(strings.TrimSpace(string(out)))
+		must(t, err)
+		must(t, keydir.EnrollIdentity(roleDir[keydir.RolePrio3Helper], pub))
+	}
+	waitUntil(t, ctx, logs, "the leader to announce its settings", time.Minute, func() bool {
+		b, _ := os.ReadFile(filepath.Join(logs, "leader.log"))
+		return strings.Contains(string(b), "announcing the campaign settings")
+	})
+	return &prio3Devices{dir: dir, example: example, logs: logs, public: public, listPath: listPath, kafka: kb.Bootstrap(), clickhouse: ch.TCPAddr,
+		words: words, day: day, roleDir: roleDir, leaderMetrics: leaderMetrics, run: run, setClock: setClock, device: device, enroll: enroll}
 }
