@@ -443,35 +443,11 @@ func (d *Device) pinKeys() error {
 	return nil
 }
 
-// checkSettings asks the leader for its signed settings, verifies them
-// with the pinned signing key, compares them with the Config and pins
-// their digest.
+// checkSettings verifies the leader's settings (VerifySettings) and pins
+// their digest in the state directory.
 func (d *Device) checkSettings(ctx context.Context, nc *nats.Conn, signPub ed25519.PublicKey, lk onion.PublicKey) error {
-	var a *p3.SignedSettings
-	timeout := cmpOr(d.cfg.SettingsTimeout, 10*time.Second)
-	err := d.cfg.Retry.run(ctx, d.log, "asking the leader for its campaign settings", func() error {
-		rctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		m, err := nc.RequestWithContext(rctx, protocol.Prio3SettingsSubject, []byte(d.cfg.Campaign))
-		if err != nil {
-			if errors.Is(err, nats.ErrNoResponders) {
-				return fmt.Errorf("prio3: no leader answers on %s (is `crowdlog aggregate-prio3 --role leader` running?): %w", protocol.Prio3SettingsSubject, err)
-			}
-			return fmt.Errorf("prio3: the leader's campaign settings (waited %s): %w", timeout, err)
-		}
-		if a, err = p3.ParseSignedSettings(m.Data); err != nil {
-			return backoff.Permanent(fmt.Errorf("prio3: the leader's campaign settings: %w", err))
-		}
-		return nil
-	})
+	s, err := verifySettings(ctx, nc, signPub, d.cfg, lk, d.log)
 	if err != nil {
-		return err
-	}
-	if err := a.Verify(signPub); err != nil {
-		return fmt.Errorf("%w: the answer on %s is not the pinned leader's (%s in Config.KeysDir / Config.Fingerprints); do not upload", err, protocol.Prio3SettingsSubject, keydir.Prio3LeaderSignKey+".pub")
-	}
-	s := a.Settings
-	if err := d.compare(&s, lk); err != nil {
 		return err
 	}
 	digest := hex.EncodeToString(sumDigest(s))
@@ -487,16 +463,70 @@ func (d *Device) checkSettings(ctx context.Context, nc *nats.Conn, signPub ed255
 		}
 	case old != digest:
 		return fmt.Errorf("%w: campaign %s, pinned digest %s…, the leader now shows %s…: stop and compare with the operators out of band",
-			ErrSettingsChanged, d.cfg.Campaign, old[:8], digest[:8])
+			ErrSettingsChanged, d.cfg.Campaign, old[:min(8, len(old))], digest[:8])
 	}
 	d.settings = s
 	return nil
 }
 
+// VerifySettings asks the leader on nc (protocol.Prio3SettingsSubject)
+// for the campaign settings of cfg.Campaign, verifies their signature
+// with the leader operator's public signing key signPub, and compares
+// them with cfg (Campaign, Keywords, Measurement, Digest) and the leader
+// report key the client seals to (leader). Only cfg's campaign and
+// measurement fields, SettingsTimeout, Retry and Logger are read. Errors:
+// an answer that does not verify (wraps p3.ErrSettings), a
+// *SettingsMismatchError naming the value and the Config field, or the
+// request's error after cfg.Retry. Device.New calls it; a program that
+// drives Clients itself (a log replay) calls it once before uploading.
+func VerifySettings(ctx context.Context, nc *nats.Conn, signPub ed25519.PublicKey, cfg Config, leader onion.PublicKey) (p3.Settings, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.Keywords == nil {
+		return p3.Settings{}, errors.New("prio3: Config.Keywords is nil: load the campaign's keyword list (keywords.Load)")
+	}
+	if cfg.Measurement.Length == 0 {
+		cfg.Measurement.Length = cfg.Keywords.Len()
+	}
+	return verifySettings(ctx, nc, signPub, cfg, leader, log)
+}
+
+func verifySettings(ctx context.Context, nc *nats.Conn, signPub ed25519.PublicKey, cfg Config, lk onion.PublicKey, log *slog.Logger) (p3.Settings, error) {
+	var a *p3.SignedSettings
+	timeout := cmpOr(cfg.SettingsTimeout, 10*time.Second)
+	err := cfg.Retry.run(ctx, log, "asking the leader for its campaign settings", func() error {
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		m, err := nc.RequestWithContext(rctx, protocol.Prio3SettingsSubject, []byte(cfg.Campaign))
+		if err != nil {
+			if errors.Is(err, nats.ErrNoResponders) {
+				return fmt.Errorf("prio3: no leader answers on %s (is `crowdlog aggregate-prio3 --role leader` running?): %w", protocol.Prio3SettingsSubject, err)
+			}
+			return fmt.Errorf("prio3: the leader's campaign settings (waited %s): %w", timeout, err)
+		}
+		if a, err = p3.ParseSignedSettings(m.Data); err != nil {
+			return backoff.Permanent(fmt.Errorf("prio3: the leader's campaign settings: %w", err))
+		}
+		return nil
+	})
+	if err != nil {
+		return p3.Settings{}, err
+	}
+	if err := a.Verify(signPub); err != nil {
+		return p3.Settings{}, fmt.Errorf("%w: the answer on %s is not the pinned leader's (%s in Config.KeysDir / Config.Fingerprints); do not upload", err, protocol.Prio3SettingsSubject, keydir.Prio3LeaderSignKey+".pub")
+	}
+	if err := compareSettings(&a.Settings, cfg, lk); err != nil {
+		return p3.Settings{}, err
+	}
+	return a.Settings, nil
+}
+
 // compare names the first setting on which the leader and the Config
 // disagree.
-func (d *Device) compare(s *p3.Settings, lk onion.PublicKey) error {
-	mine := d.cfg.Measurement.Resolved()
+func compareSettings(s *p3.Settings, cfg Config, lk onion.PublicKey) error {
+	mine := cfg.Measurement.Resolved()
 	theirs := s.Measurement.Resolved()
 	kind := func(k p3.Kind) string {
 		switch k {
@@ -509,12 +539,12 @@ func (d *Device) compare(s *p3.Settings, lk onion.PublicKey) error {
 	}
 	u := func(x uint64) string { return strconv.FormatUint(x, 10) }
 	i := func(x int) string { return strconv.Itoa(x) }
-	listHash := d.cfg.Keywords.Hash()
+	listHash := cfg.Keywords.Hash()
 	checks := []struct {
 		ok                   bool
 		value, field, l, dev string
 	}{
-		{s.Campaign == d.cfg.Campaign, "campaign", "Config.Campaign", strconv.Quote(s.Campaign), strconv.Quote(d.cfg.Campaign)},
+		{s.Campaign == cfg.Campaign, "campaign", "Config.Campaign", strconv.Quote(s.Campaign), strconv.Quote(cfg.Campaign)},
 		{theirs.Kind == mine.Kind, "kind", "Config.Measurement.Kind", kind(theirs.Kind), kind(mine.Kind)},
 		{theirs.Length == mine.Length, "L (keywords in the list)", "Config.Keywords", i(theirs.Length), i(mine.Length)},
 		{s.ListHash == listHash, "keyword list hash", "Config.Keywords", hex.EncodeToString(s.ListHash[:4]) + "…", hex.EncodeToString(listHash[:4]) + "…"},
@@ -528,9 +558,9 @@ func (d *Device) compare(s *p3.Settings, lk onion.PublicKey) error {
 			return &SettingsMismatchError{Value: c.value, Field: c.field, Leader: c.l, Device: c.dev}
 		}
 	}
-	if d.cfg.Digest != "" {
-		if got := hex.EncodeToString(sumDigest(*s)); got != d.cfg.Digest {
-			return &SettingsMismatchError{Value: "campaign digest", Field: "Config.Digest", Leader: got, Device: d.cfg.Digest}
+	if cfg.Digest != "" {
+		if got := hex.EncodeToString(sumDigest(*s)); got != cfg.Digest {
+			return &SettingsMismatchError{Value: "campaign digest", Field: "Config.Digest", Leader: got, Device: cfg.Digest}
 		}
 	}
 	mk, err := lk.Key.MarshalBinary()
