@@ -208,6 +208,8 @@ type Config struct {
 	// JetStream (publish.Publisher.MaxPending); 0 means 4096.
 	MaxPending int
 
+	// Logger gets the device's log lines (never keys, counts or
+	// queries); nil means slog.Default().
 	Logger *slog.Logger
 }
 
