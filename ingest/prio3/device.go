@@ -273,8 +273,10 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 		return nil, fmt.Errorf("prio3: device state %s: %w (give Config.StateDir a writable directory)", cfg.StateDir, err)
 	}
 	lock := flock.New(filepath.Join(cfg.StateDir, stateLock), flock.SetPermissions(0o600))
-	if ok, err := lock.TryLock(); err != nil || !ok {
-		return nil, fmt.Errorf("prio3: device state %s is in use by another process (stop it, or give this device its own Config.StateDir): %v", cfg.StateDir, err)
+	if ok, err := lock.TryLock(); err != nil {
+		return nil, fmt.Errorf("prio3: device state %s: lock: %w (give Config.StateDir a writable directory)", cfg.StateDir, err)
+	} else if !ok {
+		return nil, fmt.Errorf("prio3: %w: %s (stop the other device, or give this one its own Config.StateDir)", ingest.ErrStateInUse, cfg.StateDir)
 	}
 	d := &Device{cfg: cfg, log: log, lock: lock}
 	fail := func(err error) (*Device, error) {

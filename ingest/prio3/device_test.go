@@ -16,6 +16,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
+	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
@@ -146,7 +147,7 @@ func TestDeviceSettings(t *testing.T) {
 		t.Fatalf("digest %s, settings %+v", d.Digest(), d.Settings())
 	}
 	// a second process on the same state directory is refused
-	if _, err := New(ctx, cfg); err == nil || !strings.Contains(err.Error(), "in use") {
+	if _, err := New(ctx, cfg); !errors.Is(err, ingest.ErrStateInUse) {
 		t.Fatalf("second device on one state directory: %v", err)
 	}
 	if err := d.Close(ctx); err != nil {
