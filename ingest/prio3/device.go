@@ -32,6 +32,7 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/ingest/tokenclient"
 	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/blind"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 	"github.com/crowdlog/crowdlog/protocol/token"
@@ -368,8 +369,8 @@ func (cfg *Config) check() error {
 		return errors.New("prio3: Config.StateDir is empty: give the device a directory for its state")
 	case cfg.Conn == nil && cfg.NATS == "":
 		return errors.New("prio3: no NATS: set Config.NATS to the deployment's NATS URL (or Config.Conn)")
-	case cfg.Campaign == "":
-		return errors.New("prio3: Config.Campaign is empty: give the campaign's name")
+	case !blind.ValidCampaign(cfg.Campaign):
+		return fmt.Errorf("prio3: Config.Campaign %q: give the campaign's name (1-64 letters, digits, '.', '_' or '-')", cfg.Campaign)
 	case cfg.Keywords == nil:
 		return errors.New("prio3: Config.Keywords is nil: load the campaign's keyword list (keywords.Load)")
 	case cfg.Identity != nil && len(cfg.Identity) != ed25519.PrivateKeySize:
