@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -40,7 +41,7 @@ func TestAttackPrio3KeySubstitution(t *testing.T) {
 	p.run("keys", "generate", "--role", keydir.RolePrio3Leader, "--keys", attacker)
 	kp, err := keydir.LoadKeyPairs([]string{filepath.Join(attacker, keydir.Prio3LeaderKey)})
 	must(t, err)
-	variant := func(name string, substitute ...string) (uploaded, total int, refusals []string) {
+	variant := func(name string, extra []string, substitute ...string) (uploaded, total int, refusals []string) {
 		keys := filepath.Join(p.dir, "keys-"+name)
 		must(t, os.MkdirAll(keys, 0o755))
 		for _, f := range []string{keydir.RelayAKey + ".pub", keydir.RelayBKey + ".pub", keydir.Prio3LeaderKey + ".pub",
@@ -57,7 +58,7 @@ func TestAttackPrio3KeySubstitution(t *testing.T) {
 		for i := range devices {
 			dev := fmt.Sprintf("%s-%d", name, i)
 			p.enroll(dev)
-			out, err := p.device(dev, []string{"--keys", keys}, "weather today", "football news")
+			out, err := p.device(dev, append([]string{"--keys", keys}, extra...), "weather today", "football news")
 			if err == nil {
 				uploaded++
 			} else {
@@ -66,13 +67,27 @@ func TestAttackPrio3KeySubstitution(t *testing.T) {
 		}
 		return uploaded, devices, refusals
 	}
-	up1, n1, ref1 := variant("report", keydir.Prio3LeaderKey+".pub")
-	up2, n2, ref2 := variant("report-and-sign", keydir.Prio3LeaderKey+".pub", keydir.Prio3LeaderSignKey+".pub")
-	opened, stored := openUploads(t, ctx, p.kafka, up1+up2, kp)
-	fmt.Printf("ATTACK prio3-key-substitution: leader report key substituted: %d of %d devices uploaded; report and signing key substituted: %d of %d uploaded; %d of %d uploads in prio3-uploads opened with the attacker's key\n",
-		up1, n1, up2, n2, opened, stored)
-	if up1+up2 != 0 || opened != 0 {
-		t.Fatalf("substituted keys: %d + %d devices uploaded, %d uploads opened by the attacker", up1, up2, opened)
+	up1, n1, ref1 := variant("report", nil, keydir.Prio3LeaderKey+".pub")
+	up2, n2, ref2 := variant("report-and-sign", nil, keydir.Prio3LeaderKey+".pub", keydir.Prio3LeaderSignKey+".pub")
+	// variant 3: the leader's operator, handing out the files, puts its
+	// own key in place of the helper's (it would then open both shares);
+	// the app pins the helper's key to the fingerprint the helper's
+	// operator published, as docs/pdd.md asks
+	helperPub, err := os.ReadFile(filepath.Join(p.public, keydir.Prio3HelperKey+".pub"))
+	must(t, err)
+	pin := []string{"--fingerprint", fmt.Sprintf("%s=%x", keydir.Prio3HelperKey+".pub", sha256.Sum256(helperPub))}
+	copyFile(t, filepath.Join(attacker, keydir.Prio3LeaderKey+".pub"), filepath.Join(attacker, keydir.Prio3HelperKey+".pub"))
+	up3, n3, ref3 := variant("helper", pin, keydir.Prio3HelperKey+".pub")
+	leaderKP, err := keydir.LoadKeyPairs([]string{filepath.Join(p.roleDir[keydir.RolePrio3Leader], keydir.Prio3LeaderKey)})
+	must(t, err)
+	opened, helperOpened, stored := openUploads(t, ctx, p.kafka, up1+up2+up3, kp, leaderKP)
+	fmt.Printf("ATTACK prio3-key-substitution: leader report key substituted: %d of %d devices uploaded; report and signing key substituted: %d of %d uploaded; helper key substituted (fingerprint pinned): %d of %d uploaded; of %d uploads in prio3-uploads, %d opened with the attacker's key, %d helper shares opened by the leader holding the attacker's key\n",
+		up1, n1, up2, n2, up3, n3, stored, opened, helperOpened)
+	if up1+up2+up3 != 0 || opened+helperOpened != 0 {
+		t.Fatalf("substituted keys: %d + %d + %d devices uploaded, %d uploads and %d helper shares opened by the attacker", up1, up2, up3, opened, helperOpened)
+	}
+	if len(ref3) == 0 || !strings.Contains(ref3[0], "fingerprint") {
+		t.Fatalf("helper key substitution not refused by its fingerprint: %q", ref3)
 	}
 	for _, r := range [][]string{ref1, ref2} {
 		if len(r) == 0 || !strings.Contains(r[0], "leader") {
@@ -84,9 +99,10 @@ func TestAttackPrio3KeySubstitution(t *testing.T) {
 }
 
 // openUploads waits (bounded) until topic prio3-uploads holds want
-// messages and returns how many of all it holds open with keys, and how
-// many it holds.
-func openUploads(t *testing.T, ctx context.Context, brokers string, want int, keys []*onion.KeyPair) (opened, stored int) {
+// messages and returns how many of all it holds open with the attacker's
+// keys, how many helper shares open with them once the real leader
+// (leader) opened the upload, and how many it holds.
+func openUploads(t *testing.T, ctx context.Context, brokers string, want int, keys, leader []*onion.KeyPair) (opened, helperOpened, stored int) {
 	t.Helper()
 	conn, err := kafkago.DialLeader(ctx, "tcp", brokers, protocol.Prio3UploadsTopic, 0)
 	must(t, err)
@@ -103,7 +119,7 @@ func openUploads(t *testing.T, ctx context.Context, brokers string, want int, ke
 		time.Sleep(200 * time.Millisecond)
 	}
 	if last == 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: []string{brokers}, Topic: protocol.Prio3UploadsTopic, Partition: 0, MaxBytes: 8 << 20})
 	defer r.Close()
@@ -121,6 +137,11 @@ func openUploads(t *testing.T, ctx context.Context, brokers string, want int, ke
 		if _, err := p3.OpenReport(keys, m.Value); err == nil {
 			opened++
 		}
+		if r, err := p3.OpenReport(leader, m.Value); err == nil {
+			if _, err := p3.OpenHelperShare(keys[0], r.Campaign, r.Day, r.ID, r.PublicShare, r.SealedHelper); err == nil {
+				helperOpened++
+			}
+		}
 	}
-	return opened, stored
+	return opened, helperOpened, stored
 }
