@@ -105,6 +105,13 @@ const (
 // natsconn.Respond, which checks the reply subject.
 const Prio3HelperSubject = "crowdlog.prio3.helper"
 
+// Prio3SettingsSubject is the NATS request/reply subject on which the
+// Prio3 leader announces its campaign's settings to clients: the request
+// body is the campaign name, the reply an encoded protocol/prio3
+// SignedSettings (signed with the leader operator's signing key), which a
+// client verifies and compares with its own before it uploads.
+const Prio3SettingsSubject = "crowdlog.prio3.settings"
+
 // RelaySubjectPrefix is the subject prefix of relay inboxes; RelaySubject
 // appends the relay name. A HopRelay layer must name a subject under this
 // prefix.

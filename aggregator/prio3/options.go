@@ -327,8 +327,13 @@ func (o *Options) Leader(connect func() (*nats.Conn, error), log *slog.Logger) (
 	if err != nil {
 		return nil, nil, err
 	}
+	list, err := keywords.Load(o.Keywords) // read by Config already
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("--keywords: %w", err)
+	}
 	return &LeaderService{Config: cfg, Brokers: o.Kafka, NATS: nc, StateDir: o.StateDir, Now: now, Logger: log,
-		RequestTimeout: o.RequestTimeout, SignKey: key}, nc, nil
+		RequestTimeout: o.RequestTimeout, SignKey: key, ListHash: list.Hash()}, nc, nil
 }
 
 // Helper is Leader for the helper (NATS credential prio3-helper).

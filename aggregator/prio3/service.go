@@ -182,6 +182,10 @@ type LeaderService struct {
 	// p3.SignedReq under it, with a fresh id and the wall-clock time per
 	// attempt. Required.
 	SignKey ed25519.PrivateKey
+	// ListHash is the campaign's keyword list's hash (keywords.List.Hash):
+	// when set, the leader announces its settings to clients, signed with
+	// SignKey, on protocol.Prio3SettingsSubject (Settings, announce.go).
+	ListHash [32]byte
 	// Now is the leader's clock (nil: time.Now); read once per step.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -249,6 +253,13 @@ func (s *LeaderService) Run(ctx context.Context) error {
 	l, next, done, err := loadLeader(s.StateDir, s.Config)
 	if err != nil {
 		return err
+	}
+	if s.ListHash != ([32]byte{}) {
+		sub, err := s.serveSettings(log)
+		if err != nil {
+			return err
+		}
+		defer sub.Unsubscribe()
 	}
 	run := &leaderRun{s: s, l: l, next: next, done: done, log: log, retryAt: map[p3.Day]time.Time{}}
 	s.set(&l.Stats)

@@ -159,6 +159,7 @@ func Services() []Service {
 		{protocol.Prio3HelperSubject, Prio3Helper, []Role{Prio3Leader}},
 		{protocol.IssuerPrio3HelperSubject, Prio3Helper, []Role{Client}},
 		{protocol.IssuerPrio3HelperPublicKeySubject, Prio3Helper, []Role{Client}},
+		{protocol.Prio3SettingsSubject, Prio3Leader, []Role{Client}},
 	}
 }
 

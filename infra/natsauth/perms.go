@@ -195,6 +195,7 @@ var clientRequests = []string{
 	protocol.IssuerSubject, protocol.IssuerPublicKeySubject,
 	protocol.IssuerRandomnessSubject, protocol.IssuerRandomnessPublicKeySubject,
 	protocol.IssuerPrio3HelperSubject, protocol.IssuerPrio3HelperPublicKeySubject,
+	protocol.Prio3SettingsSubject,
 	protocol.RelayKeysSubjectPrefix + "*",
 	protocol.PDDRegisterSubject, protocol.PDDPingSubject, protocol.PDDDepositSubject, protocol.PDDBundlesSubject,
 }
@@ -230,7 +231,8 @@ var clientRequests = []string{
 //     and create the relays' durable consumers (AdminAPI, under
 //     JSAPIPrefix of each JetStream role), nothing else;
 //   - prio3-leader: request crowdlog.prio3.helper (replies to its own
-//     inbox), nothing else;
+//     inbox) and answer crowdlog.prio3.settings (its signed campaign
+//     settings, to clients), nothing else;
 //   - prio3-helper: answer crowdlog.prio3.helper; it publishes nothing of
 //     its own, and its publish list names only its own inbox because
 //     nats-server reads an empty allow list as no restriction at all.
@@ -297,7 +299,8 @@ func Table(r Role) (p Permissions, ok bool) {
 		}
 		return Permissions{Publish: pub, Subscribe: []string{inbox}}, true
 	case Prio3Leader:
-		return Permissions{Publish: []string{protocol.Prio3HelperSubject}, Subscribe: []string{inbox}}, true
+		// requests to the helper; answers the clients' settings requests
+		return Permissions{Publish: []string{protocol.Prio3HelperSubject}, Subscribe: []string{protocol.Prio3SettingsSubject, inbox}, Responses: true}, true
 	case Prio3Helper:
 		// the helper and its operator's issuer of helper tokens (counters
 		// in its own account's bucket)

@@ -105,6 +105,7 @@ func TestTableEverySubject(t *testing.T) {
 		{protocol.Prio3HelperSubject, []Role{Prio3Leader}, []Role{Prio3Helper}},
 		{"_INBOX.prio3-leader.x", nil, []Role{Prio3Leader}},
 		{"_INBOX.prio3-helper.x", []Role{Prio3Helper}, []Role{Prio3Helper}},
+		{protocol.Prio3SettingsSubject, []Role{Client}, []Role{Prio3Leader}},
 		{"crowdlog.prio3.>", nil, nil},
 		{"_INBOX.abc", nil, nil},
 	}

@@ -65,7 +65,7 @@ var mxResponders = []struct {
 	{protocol.PDDRegisterSubject, natsauth.Coordinator, protocol.CoordinatorQueueGroup}, {protocol.PDDPingSubject, natsauth.Coordinator, protocol.CoordinatorQueueGroup},
 	{protocol.PDDDepositSubject, natsauth.Coordinator, protocol.CoordinatorQueueGroup}, {protocol.PDDBundlesSubject, natsauth.Coordinator, protocol.CoordinatorQueueGroup},
 	{protocol.PDDAdvanceSubject, natsauth.Coordinator, protocol.CoordinatorQueueGroup}, {protocol.PDDRecoverySubject, natsauth.Coordinator, protocol.CoordinatorQueueGroup},
-	{protocol.Prio3HelperSubject, natsauth.Prio3Helper, ""},
+	{protocol.Prio3HelperSubject, natsauth.Prio3Helper, ""}, {protocol.Prio3SettingsSubject, natsauth.Prio3Leader, ""},
 	{protocol.IssuerPrio3HelperSubject, natsauth.Prio3Helper, issuer.Queue}, {protocol.IssuerPrio3HelperPublicKeySubject, natsauth.Prio3Helper, issuer.Queue},
 }
 

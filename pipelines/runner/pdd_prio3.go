@@ -440,6 +440,15 @@ func (r *prio3Run) runDays(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// the leader's signed campaign settings, checked as a device checks
+	// them (ingest/prio3 Device), before any client uploads
+	sign, err := keydir.LoadSigningPublic(r.keyPath(keydir.RolePrio3Leader, keydir.Prio3LeaderSignKey) + ".pub")
+	if err != nil {
+		return err
+	}
+	if _, err := ingestprio3.VerifySettings(ctx, r.nc, sign, ingestprio3.Config{Campaign: r.cfg.Campaign, Keywords: r.list, Measurement: r.m, Logger: r.log}, lk); err != nil {
+		return fmt.Errorf("pdd prio3: %w", err)
+	}
 	r.pub = &publish.Publisher{JS: r.js, Subject: protocol.RelaySubject("a")}
 	r.cleanup = append(r.cleanup, func() { r.pub.Close(context.Background()) })
 	r.ptr = &ingestprio3.Transport{Route: ingest.Route{RelayA: a, RelayB: b, SubjectB: protocol.RelaySubject("b")},

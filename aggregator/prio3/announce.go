@@ -1,0 +1,57 @@
+package prio3
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/crowdlog/crowdlog/infra/natsconn"
+	"github.com/crowdlog/crowdlog/protocol"
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+)
+
+// Settings is what the leader announces to clients on
+// protocol.Prio3SettingsSubject (p3.Settings): its campaign, measurement,
+// the keyword list's hash (listHash, keywords.List.Hash), the batch
+// size, ε and its report public keys.
+func (s *LeaderService) Settings(listHash [32]byte) (*p3.Settings, error) {
+	st := &p3.Settings{Campaign: s.Config.Campaign, Measurement: s.Config.Measurement, ListHash: listHash,
+		MinBatchSize: s.Config.MinBatchSize, Epsilon: s.Config.Epsilon}
+	for _, k := range s.Config.Keys {
+		b, err := k.Public.MarshalBinary()
+		if err != nil || len(b) != 32 {
+			return nil, fmt.Errorf("prio3 leader: report key %d: not an X25519 key", k.ID)
+		}
+		lk := p3.LeaderKey{ID: k.ID}
+		copy(lk.Key[:], b)
+		st.LeaderKeys = append(st.LeaderKeys, lk)
+	}
+	return st, nil
+}
+
+// serveSettings answers every request on protocol.Prio3SettingsSubject
+// with the leader's signed settings (the same bytes for every client: a
+// client compares them with its own and refuses to upload on a mismatch,
+// ingest/prio3 Device). The caller unsubscribes.
+func (s *LeaderService) serveSettings(log *slog.Logger) (*nats.Subscription, error) {
+	st, err := s.Settings(s.ListHash)
+	if err != nil {
+		return nil, err
+	}
+	signed, err := p3.SignSettings(s.SignKey, st)
+	if err != nil {
+		return nil, fmt.Errorf("prio3 leader: sign the campaign settings: %w", err)
+	}
+	d := st.Digest()
+	sub, err := s.NATS.Subscribe(protocol.Prio3SettingsSubject, func(m *nats.Msg) {
+		if err := natsconn.Respond(m, signed); err != nil {
+			log.Warn("prio3 leader: settings request not answered", "err", err)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("prio3 leader: subscribe %s: %w", protocol.Prio3SettingsSubject, err)
+	}
+	log.Info("prio3 leader: announcing the campaign settings", "subject", protocol.Prio3SettingsSubject, "digest", fmt.Sprintf("%x", d))
+	return sub, nil
+}
