@@ -157,8 +157,10 @@ type Sparse map[int]uint64
 // Instance is one query instance of the daily counts: a normalized query
 // (normalize.Query) and the day of the first record of its run.
 type Instance struct {
+	// Query is the normalized query (normalize.Query) of the run.
 	Query string
-	Day   Day
+	// Day is the calendar day of the run's first record.
+	Day Day
 }
 
 // Instances returns one user's query instances (records of that user in log

@@ -224,6 +224,7 @@ type SettingsMismatchError struct {
 	Hint   string // what to do, when not "set Field to the leader's value"
 }
 
+// Error names the disagreeing value, both sides and what to do.
 func (e *SettingsMismatchError) Error() string {
 	hint := e.Hint
 	if hint == "" {
@@ -605,8 +606,10 @@ func (d *Device) IdentityPublic() ed25519.PublicKey {
 
 // Search is one search of the user: the query as typed and when.
 type Search struct {
+	// Query is the query as the user typed it.
 	Query string
-	Time  time.Time
+	// Time is when the user searched (any zone; the day is taken in UTC).
+	Time time.Time
 }
 
 // UploadSearches uploads the report of day (UTC) from the user's
