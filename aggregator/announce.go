@@ -1,0 +1,100 @@
+package aggregator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/crowdlog/crowdlog/infra/natsconn"
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/pipelinespec"
+)
+
+// admitCounts are one report context's counts (pipelinespec.Counts).
+type admitCounts struct {
+	admitted int64
+	refused  map[string]int64
+}
+
+// countAdmit is Partition.OnAdmit when the service announces: it counts
+// the report by context and outcome.
+func (s *Service) countAdmit(c pipelinespec.Context, reason string) {
+	s.annMu.Lock()
+	defer s.annMu.Unlock()
+	if s.admits == nil {
+		s.admits = map[pipelinespec.Context]*admitCounts{}
+	}
+	n := s.admits[c]
+	if n == nil {
+		n = &admitCounts{}
+		s.admits[c] = n
+	}
+	if reason == "" {
+		n.admitted++
+		return
+	}
+	if n.refused == nil {
+		n.refused = map[string]int64{}
+	}
+	n.refused[reason]++
+}
+
+// Announcement is what the service answers on protocol.PipelineSubject:
+// the canonical texts of Announce and the counts of every report context
+// its partitions have read since it started (Partition.OnAdmit).
+func (s *Service) Announcement() pipelinespec.Announcement {
+	a := pipelinespec.Announcement{Process: s.process, Reports: map[string]pipelinespec.Counts{}}
+	for _, sp := range s.Announce {
+		a.Pipelines = append(a.Pipelines, sp.Canonical())
+	}
+	s.annMu.Lock()
+	defer s.annMu.Unlock()
+	for c, n := range s.admits {
+		k := pipelinespec.Counts{Admitted: n.admitted}
+		if len(n.refused) > 0 {
+			k.Refused = make(map[string]int64, len(n.refused))
+			for r, v := range n.refused {
+				k.Refused[r] = v
+			}
+		}
+		a.Reports[c.Key()] = k
+	}
+	return a
+}
+
+// announce answers every request on protocol.PipelineSubject with
+// Announcement until ctx ends (no queue group: each process of the group
+// answers for the partitions it owns).
+func (s *Service) announce(ctx context.Context, log *slog.Logger) error {
+	sub, err := s.NATS.Subscribe(protocol.PipelineSubject, func(m *nats.Msg) {
+		b, err := json.Marshal(s.Announcement())
+		if err == nil {
+			err = natsconn.Respond(m, b)
+		}
+		if err != nil {
+			log.Warn("aggregator: pipeline announcement not sent", "err", err)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("aggregator: subscribe %s (the aggregator's NATS credential must allow it: crowdlog nats-config): %w", protocol.PipelineSubject, err)
+	}
+	if err := s.NATS.Flush(); err != nil {
+		sub.Unsubscribe()
+		return fmt.Errorf("aggregator: subscribe %s: %w", protocol.PipelineSubject, err)
+	}
+	log.Info("aggregator: announcing served pipelines and report counts", "subject", protocol.PipelineSubject, "pipelines", len(s.Announce))
+	go func() {
+		<-ctx.Done()
+		sub.Unsubscribe()
+		if s.closeNATS {
+			s.NATS.Close()
+		}
+	}()
+	return nil
+}
+
+func processID() string { return rand.Text()[:16] }
