@@ -20,6 +20,13 @@ type admitCounts struct {
 	refused  map[string]int64
 }
 
+// MaxAnnouncedContexts bounds the report contexts (pipeline, app, epoch)
+// a process counts for the announcement: the app and epoch of a refused
+// report are the sender's choice, so a sender could otherwise grow the
+// map without bound. Reports of further contexts are not counted there
+// (their drops still are, in Stats).
+const MaxAnnouncedContexts = 1 << 16
+
 // countAdmit is Partition.OnAdmit when the service announces: it counts
 // the report by context and outcome.
 func (s *Service) countAdmit(c pipelinespec.Context, reason string) {
@@ -30,6 +37,9 @@ func (s *Service) countAdmit(c pipelinespec.Context, reason string) {
 	}
 	n := s.admits[c]
 	if n == nil {
+		if len(s.admits) >= MaxAnnouncedContexts {
+			return
+		}
 		n = &admitCounts{}
 		s.admits[c] = n
 	}
@@ -43,17 +53,22 @@ func (s *Service) countAdmit(c pipelinespec.Context, reason string) {
 	n.refused[reason]++
 }
 
-// Announcement is what the service answers on protocol.PipelineSubject:
-// the canonical texts of Announce and the counts of every report context
-// its partitions have read since it started (Partition.OnAdmit).
-func (s *Service) Announcement() pipelinespec.Announcement {
-	a := pipelinespec.Announcement{Process: s.process, Reports: map[string]pipelinespec.Counts{}}
+// Announcement is what the service answers on protocol.PipelineSubject
+// to req: the canonical texts of Announce and the counts of the report
+// context req names (its Context.Key), if its partitions have read any
+// since the process started (Partition.OnAdmit).
+func (s *Service) Announcement(req pipelinespec.Request) pipelinespec.Announcement {
+	a := pipelinespec.Announcement{Process: s.process}
 	for _, sp := range s.Announce {
 		a.Pipelines = append(a.Pipelines, sp.Canonical())
 	}
+	c, ok := pipelinespec.ParseContextKey(req.Context)
+	if !ok {
+		return a
+	}
 	s.annMu.Lock()
 	defer s.annMu.Unlock()
-	for c, n := range s.admits {
+	if n := s.admits[c]; n != nil {
 		k := pipelinespec.Counts{Admitted: n.admitted}
 		if len(n.refused) > 0 {
 			k.Refused = make(map[string]int64, len(n.refused))
@@ -61,7 +76,7 @@ func (s *Service) Announcement() pipelinespec.Announcement {
 				k.Refused[r] = v
 			}
 		}
-		a.Reports[c.Key()] = k
+		a.Reports = map[string]pipelinespec.Counts{req.Context: k}
 	}
 	return a
 }
@@ -71,7 +86,7 @@ func (s *Service) Announcement() pipelinespec.Announcement {
 // answers for the partitions it owns).
 func (s *Service) announce(ctx context.Context, log *slog.Logger) error {
 	sub, err := s.NATS.Subscribe(protocol.PipelineSubject, func(m *nats.Msg) {
-		b, err := json.Marshal(s.Announcement())
+		b, err := json.Marshal(s.Announcement(pipelinespec.ParseRequest(m.Data)))
 		if err == nil {
 			err = natsconn.Respond(m, b)
 		}

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,11 +33,12 @@ var ErrNoAnnouncement = errors.New("no aggregator announced its pipelines")
 const DefaultPipelineWait = 3 * time.Second
 
 // announcements asks every aggregator process on protocol.PipelineSubject
-// and returns the answers heard within wait of the request, at most 250 ms
+// for its pipelines and the counts of report context key (pipelinespec.
+// Context.Key; "": none) and returns the answers heard within wait of the request, at most 250 ms
 // after the first (one per process, pipelinespec.Announcement), with the
 // parsed pipelines of each. Errors: none heard (ErrNoAnnouncement), a
 // malformed answer.
-func announcements(ctx context.Context, nc *nats.Conn, wait time.Duration) ([]pipelinespec.Announcement, [][]pipelinespec.Spec, error) {
+func announcements(ctx context.Context, nc *nats.Conn, wait time.Duration, key string) ([]pipelinespec.Announcement, [][]pipelinespec.Spec, error) {
 	if wait <= 0 {
 		wait = DefaultPipelineWait
 	}
@@ -46,7 +48,8 @@ func announcements(ctx context.Context, nc *nats.Conn, wait time.Duration) ([]pi
 		return nil, nil, fmt.Errorf("ingest: pipeline announcement: %w", err)
 	}
 	defer sub.Unsubscribe()
-	if err := nc.PublishRequest(protocol.PipelineSubject, inbox, nil); err != nil {
+	req, _ := json.Marshal(pipelinespec.Request{Context: key})
+	if err := nc.PublishRequest(protocol.PipelineSubject, inbox, req); err != nil {
 		return nil, nil, fmt.Errorf("ingest: pipeline announcement: %w", err)
 	}
 	deadline := time.Now().Add(wait)
@@ -103,7 +106,7 @@ func verifyPipeline(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Lo
 		return [32]byte{}, fmt.Errorf("ingest: Config.App %q: %w", cfg.App, err)
 	}
 	meaning := apps.Meaning(a)
-	_, specs, err := announcements(ctx, nc, cfg.PipelineWait)
+	_, specs, err := announcements(ctx, nc, cfg.PipelineWait, "")
 	if err != nil {
 		return [32]byte{}, err
 	}
@@ -252,7 +255,7 @@ func (d *Device) Downstream(ctx context.Context, app string) (Downstream, error)
 		return Downstream{}, errors.New("ingest: Downstream: the device has no NATS connection")
 	}
 	c := pipelinespec.Context{Pipeline: d.pipelines[app], App: app, Epoch: d.epoch}
-	anns, _, err := announcements(ctx, d.conn, d.wait)
+	anns, _, err := announcements(ctx, d.conn, d.wait, c.Key())
 	if err != nil {
 		return Downstream{}, err
 	}

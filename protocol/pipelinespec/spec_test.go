@@ -67,3 +67,16 @@ func FuzzParseAnnouncement(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseRequest: the aggregator's decoding of a client's request and
+// of the context key in it never panics, and a parsed key round-trips.
+func FuzzParseRequest(f *testing.F) {
+	f.Add([]byte(`{"context":"none/query/2026-11-24"}`))
+	f.Add([]byte(`{"context":"450f96104df6cf7372a9670b7efdfa3c1260fefdbdf33187ddabb81ca3793de1/query/e"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := ParseRequest(b)
+		if c, ok := ParseContextKey(r.Context); ok && c.Key() != r.Context {
+			t.Fatalf("context key %q parsed as %+v, which prints %q", r.Context, c, c.Key())
+		}
+	})
+}
