@@ -12,7 +12,15 @@ import (
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/pipelinespec"
+	"github.com/crowdlog/crowdlog/protocol/star"
 )
+
+// Sealing is what a pipeline definition says its reports are sealed
+// with: the Shamir threshold k and the protocol policy (FT_a or FT_u).
+type Sealing struct {
+	K      int
+	Policy star.Policy
+}
 
 // admitCounts are one report context's counts (pipelinespec.Counts).
 type admitCounts struct {
@@ -56,7 +64,9 @@ func (s *Service) countAdmit(c pipelinespec.Context, reason string) {
 // Announcement is what the service answers on protocol.PipelineSubject
 // to req: the canonical texts of Announce and the counts of the report
 // context req names (its Context.Key), if its partitions have read any
-// since the process started (Partition.OnAdmit).
+// since the process started (Partition.OnAdmit) and the context's
+// pipeline is one whose counts it discloses (else Withheld: a DP
+// definition, or a digest not served).
 func (s *Service) Announcement(req pipelinespec.Request) pipelinespec.Announcement {
 	a := pipelinespec.Announcement{Process: s.process}
 	for _, sp := range s.Announce {
@@ -64,6 +74,10 @@ func (s *Service) Announcement(req pipelinespec.Request) pipelinespec.Announceme
 	}
 	c, ok := pipelinespec.ParseContextKey(req.Context)
 	if !ok {
+		return a
+	}
+	if !s.discloses(c.Pipeline) {
+		a.Withheld = true
 		return a
 	}
 	s.annMu.Lock()
@@ -79,6 +93,24 @@ func (s *Service) Announcement(req pipelinespec.Request) pipelinespec.Announceme
 		a.Reports = map[string]pipelinespec.Counts{req.Context: k}
 	}
 	return a
+}
+
+// discloses says whether the announcement may carry the counts of reports
+// sealed for digest d: those sealed for no pipeline, and those of a served
+// definition with a threshold policy. Never those of a DP definition (an
+// exact report count is outside the release's (ε, δ), as the DP releases'
+// withheld undecrypted summary), nor of a digest this process does not
+// serve (it may be another aggregator group's DP definition).
+func (s *Service) discloses(d [32]byte) bool {
+	if d == ([32]byte{}) {
+		return true
+	}
+	for _, sp := range s.Announce {
+		if sp.Digest() == d {
+			return sp.DP == nil
+		}
+	}
+	return false
 }
 
 // announce answers every request on protocol.PipelineSubject with

@@ -176,6 +176,10 @@ func (o *Options) serve(s *Service, log *slog.Logger) error {
 		s.Pipelines[p.Digest] = true
 		if p.Spec.App != "" {
 			s.Announce = append(s.Announce, p.Spec)
+			if s.PipelineSealing == nil {
+				s.PipelineSealing = map[[32]byte]Sealing{}
+			}
+			s.PipelineSealing[p.Digest] = Sealing{K: p.Spec.ShamirK, Policy: p.Spec.Sealing()}
 		}
 		log.Info("aggregate: serving pipeline", "file", p.File, "name", p.Name, "pipeline", fmt.Sprintf("%x", p.Digest))
 		if err := addSchedule(&s.Schedule, p); err != nil {

@@ -99,9 +99,13 @@ type Service struct {
 	// and this process's admitted and refused reports per (pipeline, app,
 	// epoch), so that clients verify their configuration before sending
 	// and see what became of their reports. nil: no announcement.
-	NATS      *nats.Conn
-	Announce  []pipelinespec.Spec
-	closeNATS bool // NATS was opened by Options.Service: Run closes it
+	NATS     *nats.Conn
+	Announce []pipelinespec.Spec
+	// PipelineSealing sets Partition.PipelineSealing: the k and sealing
+	// of each served definition (Options.Service fills it from
+	// Served.Spec). Every member of a group must set it alike.
+	PipelineSealing map[[32]byte]Sealing
+	closeNATS       bool // NATS was opened by Options.Service: Run closes it
 	// SpillDir is the directory of the partitions' spill files
 	// (Partition.SpillDir: pending reports' ciphertexts and share y, one
 	// unlinked file per partition and open epoch, sealed under a key held
@@ -901,6 +905,7 @@ func (s *Service) newPartition(id, count int) *Partition {
 		st.Pipelines = s.Pipelines
 		st.OnPipelineMismatch = s.pipelineMismatch
 	}
+	st.PipelineSealing = s.PipelineSealing
 	if s.NATS != nil {
 		st.OnAdmit = s.countAdmit
 	}

@@ -287,6 +287,12 @@ type Partition struct {
 	// nil: every digest is aggregated, each in groups of its own.
 	Pipelines          map[[32]byte]bool
 	OnPipelineMismatch func(got [32]byte)
+	// PipelineSealing, when set, gives for a served digest the k and the
+	// sealing its definition says (pipelinespec.Spec.ShamirK, Sealing): a
+	// report claiming the digest under another k or policy is dropped
+	// ("pipeline-mismatch") instead of waiting in groups that can never
+	// recover. Digests absent from it are not checked.
+	PipelineSealing map[[32]byte]Sealing
 	// OnAdmit, when set, is called with every report's claimed context
 	// and the admission's outcome: reason "" when admitted (its pipeline
 	// served, its epoch open, its token valid at arrival), else the drop
@@ -513,6 +519,10 @@ func (p *Partition) admitReason(r *star.Report, c *reportChecks) (*epochState, *
 		if p.OnPipelineMismatch != nil {
 			p.OnPipelineMismatch(r.Pipeline)
 		}
+		return nil, c, "pipeline-mismatch"
+	}
+	if want, ok := p.PipelineSealing[r.Pipeline]; ok && (int(r.K) != want.K || r.Policy != want.Policy) {
+		p.drop("pipeline-mismatch")
 		return nil, c, "pipeline-mismatch"
 	}
 	ek := epochKey{r.App, r.Epoch}

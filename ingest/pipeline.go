@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -129,7 +130,9 @@ func verifyPipeline(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Lo
 		if s.App == cfg.App {
 			ofApp = append(ofApp, s)
 		}
-		served = append(served, s.App)
+		if !slices.Contains(served, s.App) {
+			served = append(served, s.App)
+		}
 	}
 	if len(ofApp) == 0 {
 		return [32]byte{}, fmt.Errorf("ingest: %w: Config.App %q: the aggregators serve pipelines of %s only: set Config.App to one of them (or start an aggregator with a pipeline of %q)",
@@ -218,6 +221,11 @@ type Downstream struct {
 	Processes  int              // aggregator processes that answered
 	Admitted   int64            // reports admitted (pipeline served, epoch open, token valid)
 	Refused    map[string]int64 // reports refused, by the aggregator's drop reason (pipeline-mismatch, unknown-epoch, late, no-token, …)
+	// Withheld is true when an aggregator did not disclose the counts:
+	// the pipeline is a DP definition (an exact report count is outside
+	// its (ε, δ)) or one it does not serve. The counts above then leave
+	// that aggregator out.
+	Withheld bool
 }
 
 // RefusedTotal is the sum of Refused.
@@ -232,6 +240,9 @@ func (d Downstream) RefusedTotal() int64 {
 // String is d as one line: "admitted A, refused R (reason n, …) by P
 // aggregator processes".
 func (d Downstream) String() string {
+	if d.Withheld {
+		return fmt.Sprintf("counts withheld by the aggregators (a DP pipeline, or one they do not serve; %d processes)", d.Processes)
+	}
 	var rs []string
 	for r, n := range d.Refused {
 		rs = append(rs, fmt.Sprintf("%s %d", r, n))
@@ -246,7 +257,7 @@ func (d Downstream) String() string {
 // Downstream asks the aggregators (protocol.PipelineSubject, waiting up
 // to Config.PipelineWait) how many reports of app in the device's epoch,
 // sealed for the device's pipeline digest of app, they admitted and
-// refused so far. Reports pass the relays' pools first, so counts grow
+// refused so far; Downstream.Withheld for a DP pipeline's reports. Reports pass the relays' pools first, so counts grow
 // for a while after Submit returns. Errors: the device has no NATS
 // connection of its own or given (a replay's device), no aggregator
 // answered (ErrNoAnnouncement: start it with --nats), ctx ended.
@@ -261,6 +272,7 @@ func (d *Device) Downstream(ctx context.Context, app string) (Downstream, error)
 	}
 	out := Downstream{Pipeline: c.Pipeline, App: app, Epoch: d.epoch, Processes: len(anns), Refused: map[string]int64{}}
 	for _, a := range anns {
+		out.Withheld = out.Withheld || a.Withheld
 		n := a.Reports[c.Key()]
 		out.Admitted += n.Admitted
 		for r, v := range n.Refused {

@@ -331,32 +331,42 @@ func TestClientLibrary(t *testing.T) {
 		t.Logf("wrong %s: refused at the client in %s: %s", arm.name, time.Since(start).Round(time.Millisecond), strings.TrimSpace(out))
 	}
 
-	// the control: a device that checks nothing (Config.App empty) with
-	// k = 2 sends; the aggregator refuses its reports (its digest is not
-	// served: it seals for none) and Downstream shows the refusal
-	dev, err := ingest.New(ctx, ingest.Config{StateDir: filepath.Join(states, "unchecked"), NATS: d.nats, KeysDir: d.keys,
-		Epoch: epoch, Policy: star.FTu, K: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := dev.Submit(ctx, "query", apps.Artifact{Primary: "made up weather", Secondary: "made up weather", Time: time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)})
-	if err != nil || n != 1 {
-		t.Fatalf("unchecked device: submitted %d, %v", n, err)
-	}
-	var down ingest.Downstream
-	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
-		if down, err = dev.Downstream(ctx, "query"); err != nil {
+	// the controls: devices that check nothing (Config.App empty) with
+	// k = 2 send, one sealing for no pipeline, one for the README
+	// pipeline's digest (whose k is 5); the aggregator refuses both
+	// (pipeline-mismatch: a digest not served; a k its definition does not
+	// have) and Downstream shows each refusal
+	for i, pipes := range []map[string][32]byte{nil, {"query": digest}} {
+		dev, err := ingest.New(ctx, ingest.Config{StateDir: filepath.Join(states, fmt.Sprint("unchecked", i)), NATS: d.nats, KeysDir: d.keys,
+			Epoch: epoch, Policy: star.FTu, K: 2, Pipelines: pipes})
+		if err != nil {
 			t.Fatal(err)
 		}
-		if down.Refused["pipeline-mismatch"] >= 1 {
-			break
+		n, err := dev.Submit(ctx, "query", apps.Artifact{Primary: "made up weather", Secondary: "made up weather", Time: time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)})
+		if err != nil || n != 1 {
+			t.Fatalf("unchecked device: submitted %d, %v", n, err)
 		}
+		var down ingest.Downstream
+		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+			if down, err = dev.Downstream(ctx, "query"); err != nil {
+				t.Fatal(err)
+			}
+			if down.Refused["pipeline-mismatch"] >= 1 {
+				break
+			}
+		}
+		dev.Close(ctx)
+		admitted := int64(0)
+		if pipes != nil {
+			for _, n := range impressions { // the example devices' reports, admitted under the same digest
+				admitted += int64(n)
+			}
+		}
+		if down.Refused["pipeline-mismatch"] != 1 || down.Admitted != admitted {
+			t.Fatalf("unchecked device %d with k = 2: downstream %s, want its 1 report refused as pipeline-mismatch beside %d admitted", i, down, admitted)
+		}
+		t.Logf("unchecked device (no Config.App, k = 2, pipeline %x): downstream %s", down.Pipeline[:4], down)
 	}
-	dev.Close(ctx)
-	if down.Refused["pipeline-mismatch"] != 1 || down.Admitted != 0 {
-		t.Fatalf("unchecked device with k = 2: downstream %s, want its 1 report refused as pipeline-mismatch", down)
-	}
-	t.Logf("unchecked device (no Config.App, k = 2): downstream %s", down)
 
 	items := d.release(t, ctx, epoch, k)
 	got := map[string]release.Item{}

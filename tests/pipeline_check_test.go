@@ -15,6 +15,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/pipelines/pipeline"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/star"
@@ -63,7 +64,7 @@ func TestDevicePipelineCheck(t *testing.T) {
 	if err := kafka.EnsureTopics(ctx, kb.Addr, 1, protocol.ReportsTopic, protocol.DecryptedTopic); err != nil {
 		t.Fatal(err)
 	}
-	files := []string{"../testdata/pipelines/query-ftu-k5.yaml", "../testdata/pipelines/click-fta-domain.yaml"}
+	files := []string{"../testdata/pipelines/query-ftu-k5.yaml", "../testdata/pipelines/click-fta-domain.yaml", "../testdata/pipelines/query-dpu.yaml"}
 	start := func(pipelines []string, group string) {
 		o := aggregator.DefaultOptions()
 		o.Kafka, o.KeyPaths, o.PipelineFiles, o.Group = []string{kb.Addr}, []string{filepath.Join(keys, keydir.AggregatorKey)}, pipelines, group
@@ -116,6 +117,34 @@ func TestDevicePipelineCheck(t *testing.T) {
 	}
 	if _, err := dev(ingest.Config{App: "click", K: 10, Policy: star.FTa, AppOptions: apps.Options{URLLevel: "domain"}}); err != nil {
 		t.Errorf("the agreeing click device: %v", err)
+	}
+	// a DP pipeline's device: verified, but its counts are withheld (an
+	// exact report count is outside the release's (ε, δ)); a threshold
+	// pipeline's are disclosed
+	dp, err := pipeline.Load(files[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := dp.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		cfg      ingest.Config
+		withheld bool
+	}{{ingest.Config{App: "query", K: spec.ShamirK, Pipelines: map[string][32]byte{"query": spec.Digest()}}, true}, {ingest.Config{App: "query", K: 5}, false}} {
+		cfg := c.cfg
+		cfg.Memory, cfg.NATS, cfg.KeysDir, cfg.SkipRouteCheck, cfg.Epoch, cfg.PipelineWait = true, ns.URL, keys, true, "check", 2*time.Second
+		d, err := ingest.New(ctx, cfg)
+		if err != nil {
+			t.Fatalf("k %d: %v", cfg.K, err)
+		}
+		down, err := d.Downstream(ctx, "query")
+		d.Close(ctx)
+		if err != nil || down.Withheld != c.withheld {
+			t.Fatalf("k %d: downstream %+v, %v; want withheld %v", cfg.K, down, err, c.withheld)
+		}
+		t.Logf("k %d: downstream %s", cfg.K, down)
 	}
 	// a process of another group serving every definition answers too;
 	// the first one's definitions are still checked

@@ -130,11 +130,13 @@ func run(ctx context.Context, natsURL, keys, state, epoch string, k int, pipes m
 			if after, err = dev.Downstream(ctx, apps.QueryAppName); err != nil {
 				break
 			}
-			if after.Admitted+after.RefusedTotal()-before.Admitted-before.RefusedTotal() >= int64(n) {
+			if after.Withheld || after.Admitted+after.RefusedTotal()-before.Admitted-before.RefusedTotal() >= int64(n) {
 				break
 			}
 		}
-		if err == nil {
+		if err == nil && after.Withheld {
+			fmt.Printf("downstream: %s\n", after)
+		} else if err == nil {
 			fmt.Printf("downstream: %d of %d reports admitted, %d refused since this run started (pipeline %x…, epoch %s; counts of all devices; aggregators now: %s)\n",
 				after.Admitted-before.Admitted, n, after.RefusedTotal()-before.RefusedTotal(), after.Pipeline[:6], epoch, after)
 		}

@@ -54,6 +54,10 @@ type Announcement struct {
 	// many refused, by the aggregator's drop reason (pipeline-mismatch,
 	// unknown-epoch, late, no-token, …).
 	Reports map[string]Counts `json:"reports,omitempty"`
+	// Withheld is true when the process does not disclose the requested
+	// context's counts: its pipeline is a DP definition (an exact report
+	// count is outside the release's (ε, δ)) or one it does not serve.
+	Withheld bool `json:"withheld,omitempty"`
 }
 
 // Counts are one report context's counts in an Announcement.
