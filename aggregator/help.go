@@ -52,6 +52,13 @@ are aggregated, each in groups of their own. A pipeline with a schedule
 its end, without any control record from an operator; named epochs still
 need open-epoch and close-epoch.
 
+--nats URL: every process answers clients on ` + "`crowdlog.pipeline`" + ` with the
+--pipeline definitions it serves (their canonical text) and, for the
+(pipeline, app, epoch) a client names, how many reports it admitted and
+refused by reason. A client library device (ingest.Config.App) checks its
+k, policy and digest against it before sending and fails naming the value
+that disagrees. --nats-nkey etc.: the aggregator's NATS credential.
+
 --control-pub FILE: the pipeline operator's Ed25519 public key
 (keys/` + keydir.ControlSignKey + `.pub). Epoch open and close records must be
 signed by its private half (version 3) for the partition they are in, a

@@ -12,7 +12,11 @@ import (
 	"github.com/crowdlog/crowdlog/infra/config"
 	infrakafka "github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/keydir"
+	"github.com/crowdlog/crowdlog/infra/natsauth"
+	"github.com/crowdlog/crowdlog/infra/natsconn"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/arc"
+	"github.com/crowdlog/crowdlog/protocol/pipelinespec"
 	"github.com/crowdlog/crowdlog/protocol/token"
 )
 
@@ -54,15 +58,23 @@ type Options struct {
 	// ControlKey is the file of the operator's Ed25519 private key (PEM)
 	// that signs the records of a scheduled pipeline's epochs.
 	ControlKey string
+	// NATS is where the process announces the pipelines it serves and its
+	// report counts (Service.NATS, protocol.PipelineSubject), connecting
+	// as natsauth.Aggregator; URL "" (the default): no announcement, and
+	// clients cannot verify their configuration against this aggregator.
+	NATS natsconn.Options
 }
 
 // Served is one pipeline definition an aggregator serves, as read from its
 // file: its digest, and for a definition with an epoch schedule its app,
 // epoch length and close delay.
 type Served struct {
-	File, Name  string   // where it was read and its name, for errors and the log
-	Digest      [32]byte // pipeline.Pipeline.Digest
-	App         string   // the application of the scheduled epochs
+	File, Name string   // where it was read and its name, for errors and the log
+	Digest     [32]byte // pipeline.Pipeline.Digest
+	// Spec is the definition's pipelinespec.Spec (Digest is its Digest),
+	// announced to clients (Service.Announce).
+	Spec        pipelinespec.Spec
+	App         string // the application of the scheduled epochs
 	EpochLength time.Duration
 	CloseDelay  time.Duration // with EpochLength > 0: the close, after the epoch's end
 }
@@ -97,6 +109,8 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.SnapshotDir, "snapshot-dir", o.SnapshotDir, "directory for partition snapshots and their spill segments (shared by the group's processes); set: a moved partition is restored, not replayed from the epoch's start")
 	f.IntVar(&o.SnapshotEvery, "snapshot-every", o.SnapshotEvery, "messages applied between two snapshots of a partition (with --snapshot-dir; more when it holds over 25× as many pending reports); a move replays at most this many")
 	f.StringVar(&o.ControlPub, "control-pub", o.ControlPub, "the pipeline operator's Ed25519 public key (PEM, keys/"+keydir.ControlSignKey+".pub): epoch open/close records must be signed by it; empty: not checked (logged)")
+	f.StringVar(&o.NATS.URL, "nats", o.NATS.URL, "NATS URL(s), comma-separated: announce the --pipeline definitions and report counts to clients on "+protocol.PipelineSubject+" (they verify k, policy, app and digest before sending); empty: no announcement")
+	o.NATS.Security.AddFlags(f)
 	f.StringVar(&o.ControlKey, "control-key", o.ControlKey, "the pipeline operator's Ed25519 key (PEM, keys/"+keydir.ControlSignKey+") that signs the records of a --pipeline schedule; empty: unsigned")
 }
 
@@ -133,6 +147,14 @@ func (o *Options) Service(log *slog.Logger) (*Service, error) {
 	if err := o.serve(s, log); err != nil {
 		return nil, err
 	}
+	if o.NATS.URL != "" {
+		if s.NATS, err = o.NATS.Connect("crowdlog-aggregate", natsauth.Aggregator); err != nil {
+			return nil, fmt.Errorf("aggregate: --nats: %w", err)
+		}
+		s.closeNATS = true
+	} else if len(o.Pipelines) > 0 {
+		log.Warn("aggregate: --pipeline without --nats: clients cannot verify their k, policy and pipeline digest against this aggregator, and see no count of refused reports")
+	}
 	if o.KeysDir == "" {
 		log.Warn("aggregate: report tokens and ARC presentations not checked (--keys not set): one client may send unlimited reports and be k users under FT_u")
 		return s, nil
@@ -152,6 +174,13 @@ func (o *Options) serve(s *Service, log *slog.Logger) error {
 	}
 	for _, p := range o.Pipelines {
 		s.Pipelines[p.Digest] = true
+		if p.Spec.App != "" {
+			s.Announce = append(s.Announce, p.Spec)
+			if s.PipelineSealing == nil {
+				s.PipelineSealing = map[[32]byte]Sealing{}
+			}
+			s.PipelineSealing[p.Digest] = Sealing{K: p.Spec.ShamirK, Policy: p.Spec.Sealing()}
+		}
 		log.Info("aggregate: serving pipeline", "file", p.File, "name", p.Name, "pipeline", fmt.Sprintf("%x", p.Digest))
 		if err := addSchedule(&s.Schedule, p); err != nil {
 			return err

@@ -20,8 +20,10 @@ import (
 	"github.com/crowdlog/crowdlog/infra/retry"
 	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/pipelinespec"
 	"github.com/crowdlog/crowdlog/protocol/token"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
@@ -91,6 +93,19 @@ type Service struct {
 	// (nil: any). A report sealed for another definition is dropped
 	// ("pipeline-mismatch") and logged once per digest, naming both.
 	Pipelines map[[32]byte]bool
+	// NATS, when set, is a connection (as natsauth.Aggregator) on which
+	// Run answers protocol.PipelineSubject with Announcement: the
+	// definitions of Announce (pipelinespec.Spec of each served pipeline)
+	// and this process's admitted and refused reports per (pipeline, app,
+	// epoch), so that clients verify their configuration before sending
+	// and see what became of their reports. nil: no announcement.
+	NATS     *nats.Conn
+	Announce []pipelinespec.Spec
+	// PipelineSealing sets Partition.PipelineSealing: the k and sealing
+	// of each served definition (Options.Service fills it from
+	// Served.Spec). Every member of a group must set it alike.
+	PipelineSealing map[[32]byte]Sealing
+	closeNATS       bool // NATS was opened by Options.Service: Run closes it
 	// SpillDir is the directory of the partitions' spill files
 	// (Partition.SpillDir: pending reports' ciphertexts and share y, one
 	// unlinked file per partition and open epoch, sealed under a key held
@@ -133,12 +148,15 @@ type Service struct {
 	pending                     map[int]int      // pending tags per owned partition
 	droppedBy                   map[string]int64 // Dropped by reason (DroppedByReason)
 	kept                        map[int]keptState
-	cache                       *verifyCache       // verified tokens and presentations, shared by the partitions
-	snap                        *snapStore         // SnapshotDir
-	snapBusy                    map[int]bool       // partitions whose snapshot is being written
-	foreignPipes                map[[32]byte]bool  // pipeline digests refused and logged
-	openEpochs                  map[int][]epochKey // open epochs per owned partition, after its last batch (Schedule)
-	Snapshots, Restores         atomic.Int64       // snapshots written, partitions restored from one
+	cache                       *verifyCache      // verified tokens and presentations, shared by the partitions
+	snap                        *snapStore        // SnapshotDir
+	snapBusy                    map[int]bool      // partitions whose snapshot is being written
+	foreignPipes                map[[32]byte]bool // pipeline digests refused and logged
+	annMu                       sync.Mutex
+	admits                      map[pipelinespec.Context]*admitCounts // reports per context (NATS set)
+	process                     string                                // Announcement.Process
+	openEpochs                  map[int][]epochKey                    // open epochs per owned partition, after its last batch (Schedule)
+	Snapshots, Restores         atomic.Int64                          // snapshots written, partitions restored from one
 	// TokensSpent counts the report tokens this process accepted (verified
 	// and recorded as spent; with ReportKeys), over all partitions it
 	// applied, a partition replayed after a move counted again: a
@@ -390,6 +408,12 @@ func (s *Service) Run(ctx context.Context) error {
 	count, err := partitionCount(ctx, s.Brokers[0], protocol.ReportsTopic)
 	if err != nil {
 		return err
+	}
+	if s.NATS != nil {
+		s.process = processID()
+		if err := s.announce(ctx, log); err != nil {
+			return err
+		}
 	}
 	if s.ControlKey == nil {
 		log.Warn("aggregator: epoch control records are not authenticated (no control verifying key, --control-pub): anyone who may write to the reports topic can open and close epochs")
@@ -880,6 +904,10 @@ func (s *Service) newPartition(id, count int) *Partition {
 	if s.Pipelines != nil {
 		st.Pipelines = s.Pipelines
 		st.OnPipelineMismatch = s.pipelineMismatch
+	}
+	st.PipelineSealing = s.PipelineSealing
+	if s.NATS != nil {
+		st.OnAdmit = s.countAdmit
 	}
 	st.SpillDir = s.SpillDir
 	if st.SpillDir == "" {

@@ -50,6 +50,7 @@ import (
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/onion"
+	"github.com/crowdlog/crowdlog/protocol/pipelinespec"
 	"github.com/crowdlog/crowdlog/protocol/star"
 	"github.com/crowdlog/crowdlog/protocol/token"
 	"github.com/crowdlog/crowdlog/protocol/vss"
@@ -286,6 +287,18 @@ type Partition struct {
 	// nil: every digest is aggregated, each in groups of its own.
 	Pipelines          map[[32]byte]bool
 	OnPipelineMismatch func(got [32]byte)
+	// PipelineSealing, when set, gives for a served digest the k and the
+	// sealing its definition says (pipelinespec.Spec.ShamirK, Sealing): a
+	// report claiming the digest under another k or policy is dropped
+	// ("pipeline-mismatch") instead of waiting in groups that can never
+	// recover. Digests absent from it are not checked.
+	PipelineSealing map[[32]byte]Sealing
+	// OnAdmit, when set, is called with every report's claimed context
+	// and the admission's outcome: reason "" when admitted (its pipeline
+	// served, its epoch open, its token valid at arrival), else the drop
+	// reason counted (pipeline-mismatch, late, unknown-epoch, no-token, …).
+	// The service's announcement counts (pipelinespec.Announcement).
+	OnAdmit func(c pipelinespec.Context, reason string)
 	// ARCKeys returns the ARC issuer key of an epoch (keydir.LoadARCKey).
 	// Set, an FT_u report is accepted only with an ARC presentation that
 	// verifies for its artifact and whose tag gives its share's x
@@ -491,12 +504,26 @@ func (p *Partition) applyReport(r *star.Report, c *reportChecks) []protocol.Decr
 // again when the epoch's keys may be loaded now. It returns r's epoch and
 // checks, ok false when r was dropped (counted).
 func (p *Partition) admit(r *star.Report, c *reportChecks) (*epochState, *reportChecks, bool) {
+	e, c, reason := p.admitReason(r, c)
+	if p.OnAdmit != nil {
+		p.OnAdmit(pipelinespec.Context{Pipeline: r.Pipeline, App: r.App, Epoch: r.Epoch}, reason)
+	}
+	return e, c, reason == ""
+}
+
+// admitReason is admit's decision: the epoch and checks, or the drop
+// reason counted.
+func (p *Partition) admitReason(r *star.Report, c *reportChecks) (*epochState, *reportChecks, string) {
 	if p.Pipelines != nil && !p.Pipelines[r.Pipeline] {
 		p.drop("pipeline-mismatch")
 		if p.OnPipelineMismatch != nil {
 			p.OnPipelineMismatch(r.Pipeline)
 		}
-		return nil, c, false
+		return nil, c, "pipeline-mismatch"
+	}
+	if want, ok := p.PipelineSealing[r.Pipeline]; ok && (int(r.K) != want.K || r.Policy != want.Policy) {
+		p.drop("pipeline-mismatch")
+		return nil, c, "pipeline-mismatch"
 	}
 	ek := epochKey{r.App, r.Epoch}
 	e := p.epochs[ek]
@@ -504,10 +531,10 @@ func (p *Partition) admit(r *star.Report, c *reportChecks) (*epochState, *report
 		switch {
 		case p.closed[ek]:
 			p.drop("late")
-			return nil, c, false
+			return nil, c, "late"
 		case p.RequireOpen:
 			p.drop("unknown-epoch")
-			return nil, c, false
+			return nil, c, "unknown-epoch"
 		}
 		e = p.newEpoch(r.App, r.Epoch)
 	}
@@ -525,9 +552,9 @@ func (p *Partition) admit(r *star.Report, c *reportChecks) (*epochState, *report
 	}
 	if reason != "" {
 		p.drop(reason)
-		return nil, c, false
+		return nil, c, reason
 	}
-	return e, c, true
+	return e, c, ""
 }
 
 // applyPending is the state step of a report r of epoch e whose group gid

@@ -356,7 +356,8 @@ func (c *Coordinator) handleRegister(ctx context.Context, b []byte) any {
 	if _, err := c.kv.Create(ctx, "client."+id, v); err != nil {
 		return blind.RegisterReply{Error: "coordinator: store client: " + err.Error()}
 	}
-	return blind.RegisterReply{ClientID: id}
+	cp := c.Campaign
+	return blind.RegisterReply{ClientID: id, Campaign: cp.Name, Keywords: cp.ListName, L: cp.List.Len(), ListHash: c.hash[:]}
 }
 
 // Day returns the coordinator's current day (the clock), or false before

@@ -88,6 +88,20 @@ type Config struct {
 	// refuse reports of any other definition. An application without one
 	// seals without a digest.
 	Pipelines map[string][32]byte
+	// App, when set, is the application the device sends (apps.Apps(),
+	// e.g. apps.QueryAppName): New asks the aggregators which pipelines
+	// they serve (protocol.PipelineSubject; `crowdlog aggregate --nats`)
+	// and fails with ErrPipelineMismatch, naming the value and the field
+	// to set, unless exactly one pipeline of App agrees with K, Policy,
+	// AppOptions and, when given, Pipelines[App]; the device then seals
+	// App's reports for that pipeline's digest, and Downstream counts
+	// them. Aggregators that serve every definition (no --pipeline) are
+	// not checked against (logged). "": nothing is checked, and reports
+	// an aggregator does not serve are dropped there without a word here.
+	App string
+	// PipelineWait bounds how long New and Downstream wait for the
+	// aggregators' answers; 0 = DefaultPipelineWait (3 s).
+	PipelineWait time.Duration
 	// Limit and LimitDistinct cap what the device sends per epoch and
 	// application: at most Limit artifact instances, or with
 	// LimitDistinct at most Limit distinct artifacts, one report each
@@ -179,9 +193,15 @@ type Device struct {
 	pinned  bool
 	id      *identity // tokens on; nil = off
 
-	pub  *publish.Publisher // owned
-	nc   *nats.Conn         // owned
-	lock *flock.Flock       // the state directory's lock, held until Close
+	pub *publish.Publisher // owned
+	nc  *nats.Conn         // owned
+	// conn is the connection Downstream asks on (owned or given; nil for
+	// a replay's device), pipelines the digests sealed for by app, wait
+	// Config.PipelineWait.
+	conn      *nats.Conn
+	pipelines map[string][32]byte
+	wait      time.Duration
+	lock      *flock.Flock // the state directory's lock, held until Close
 }
 
 // keyPinner is the optional part of Randomness that lets a device pin the
@@ -244,6 +264,17 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 		}
 		d.nc = nc
 	}
+	d.conn, d.wait, d.pipelines = nc, cfg.PipelineWait, map[string][32]byte{}
+	for app, dg := range cfg.Pipelines {
+		d.pipelines[app] = dg
+	}
+	if cfg.App != "" {
+		dg, err := verifyPipeline(ctx, nc, cfg, log)
+		if err != nil {
+			return fail(err)
+		}
+		d.pipelines[cfg.App] = dg
+	}
 	var iss Issuer
 	if cfg.Tokens {
 		if iss, err = deviceIssuer(cfg, nc, log); err != nil {
@@ -289,7 +320,7 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ingest: %w", err)
 		}
-		return &Client{App: a, Epoch: cfg.Epoch, Policy: cfg.Policy, K: cfg.K, Pipeline: cfg.Pipelines[name], Randomness: rnd, Route: route,
+		return &Client{App: a, Epoch: cfg.Epoch, Policy: cfg.Policy, K: cfg.K, Pipeline: d.pipelines[name], Randomness: rnd, Route: route,
 			Publish: d.pub.Publish, Limit: cfg.Limit, LimitDistinct: cfg.LimitDistinct, Window: cfg.Window, Pad: cfg.Pad, NoOriginal: cfg.NoOriginal, Spread: cfg.Spread}, nil
 	}
 	if iss != nil {

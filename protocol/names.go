@@ -134,6 +134,13 @@ const RelayKeysSubjectPrefix = "crowdlog.relaykeys."
 // "crowdlog.relaykeys." + name.
 func RelayKeysSubject(name string) string { return RelayKeysSubjectPrefix + name }
 
+// PipelineSubject is the NATS request/reply subject on which every
+// threshold aggregator process started with a NATS connection announces
+// the pipeline definitions it serves and its report counts per (pipeline,
+// app, epoch) (pipelinespec.Announcement). No queue group: each process
+// answers, and a client sums the answers it hears.
+const PipelineSubject = "crowdlog.pipeline"
+
 // NATS subjects of the PDD coordinator (request/reply; several coordinator
 // processes form the queue group CoordinatorQueueGroup). Messages are in
 // package blind (messages.go).

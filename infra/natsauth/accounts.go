@@ -137,7 +137,8 @@ type Service struct {
 // acknowledged through the import), the relays' key announcements, the
 // randomness service's and issuers' request and public-key subjects, the
 // coordinator's client subjects, advance (the operator) and recovery (the
-// aggregator), and the Prio3 helper's subject (the leader only).
+// aggregator), the aggregators' pipeline announcement to the clients, and
+// the Prio3 helper's subject (the leader only).
 func Services() []Service {
 	return []Service{
 		{protocol.RelaySubject("a"), RelayA, []Role{Client}},
@@ -156,6 +157,7 @@ func Services() []Service {
 		{protocol.PDDBundlesSubject, Coordinator, []Role{Client}},
 		{protocol.PDDAdvanceSubject, Coordinator, []Role{Operator}},
 		{protocol.PDDRecoverySubject, Coordinator, []Role{Aggregator}},
+		{protocol.PipelineSubject, Aggregator, []Role{Client}},
 		{protocol.Prio3HelperSubject, Prio3Helper, []Role{Prio3Leader}},
 		{protocol.IssuerPrio3HelperSubject, Prio3Helper, []Role{Client}},
 		{protocol.IssuerPrio3HelperPublicKeySubject, Prio3Helper, []Role{Client}},

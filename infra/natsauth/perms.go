@@ -198,6 +198,7 @@ var clientRequests = []string{
 	protocol.Prio3SettingsSubject,
 	protocol.RelayKeysSubjectPrefix + "*",
 	protocol.PDDRegisterSubject, protocol.PDDPingSubject, protocol.PDDDepositSubject, protocol.PDDBundlesSubject,
+	protocol.PipelineSubject,
 }
 
 // Table returns the permission row of role r; ok is false for a role not
@@ -222,7 +223,9 @@ var clientRequests = []string{
 //     buckets and the active index (the only runtime role that creates
 //     consumers: ordered ones on its own streams, in an account that
 //     imports nothing);
-//   - aggregator: request crowdlog.pdd.recovery;
+//   - aggregator: request crowdlog.pdd.recovery (aggregate-vectors);
+//     answer crowdlog.pipeline (aggregate --nats: the served pipelines
+//     and report counts);
 //   - operator: look each relay's stream and consumer up (OperatorAPI,
 //     under JSAPIPrefix of the relay) and request crowdlog.pdd.advance
 //     (public keys and relay keys are fetched with the client
@@ -280,7 +283,7 @@ func Table(r Role) (p Permissions, ok bool) {
 			protocol.PDDBundlesSubject, protocol.PDDAdvanceSubject, protocol.PDDRecoverySubject, inbox}
 		return Permissions{Publish: pub, Subscribe: sub, Responses: true}, true
 	case Aggregator:
-		return Permissions{Publish: []string{protocol.PDDRecoverySubject}, Subscribe: []string{inbox}}, true
+		return Permissions{Publish: []string{protocol.PDDRecoverySubject}, Subscribe: []string{protocol.PipelineSubject, inbox}, Responses: true}, true
 	case Operator:
 		var pub []string
 		for _, owner := range JetStreamRoles {

@@ -112,11 +112,34 @@ func Register(ctx context.Context, tr *Transport, campaign string, list *keyword
 	if rep.Error != "" {
 		return nil, fmt.Errorf("pdd: register: %s", rep.Error)
 	}
+	if err := checkCampaign(rep, campaign, list); err != nil {
+		return nil, err
+	}
 	c.ID = rep.ClientID
 	if err := c.save(); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// ErrCampaignMismatch is returned by Register when the coordinator runs
+// another campaign than the client's: its pings would be refused.
+var ErrCampaignMismatch = errors.New("pdd: the coordinator runs another campaign")
+
+// checkCampaign refuses a registration whose coordinator announced
+// another campaign (ErrCampaignMismatch) or keyword list (ErrListMismatch)
+// than the client's; an older coordinator that announces neither passes
+// (Ping checks the list then).
+func checkCampaign(rep blind.RegisterReply, campaign string, list *keywords.List) error {
+	if rep.Campaign != "" && rep.Campaign != campaign {
+		return fmt.Errorf("%w: campaign %q, the coordinator runs %q: register with campaign %q (the coordinator's --campaign)", ErrCampaignMismatch, campaign, rep.Campaign, rep.Campaign)
+	}
+	if rep.ListHash != nil {
+		if h := list.Hash(); rep.L != list.Len() || string(rep.ListHash) != string(h[:]) {
+			return fmt.Errorf("%w (coordinator: %s, L=%d; client: L=%d): load the campaign's list (--keywords, the list argument of Register)", ErrListMismatch, rep.Keywords, rep.L, list.Len())
+		}
+	}
+	return nil
 }
 
 // DayStats says what one Ping did: Submitted counts the blinded vectors

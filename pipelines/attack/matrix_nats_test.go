@@ -67,6 +67,8 @@ var mxResponders = []struct {
 	{protocol.PDDAdvanceSubject, natsauth.Coordinator, protocol.CoordinatorQueueGroup}, {protocol.PDDRecoverySubject, natsauth.Coordinator, protocol.CoordinatorQueueGroup},
 	{protocol.Prio3HelperSubject, natsauth.Prio3Helper, ""}, {protocol.Prio3SettingsSubject, natsauth.Prio3Leader, ""},
 	{protocol.IssuerPrio3HelperSubject, natsauth.Prio3Helper, issuer.Queue}, {protocol.IssuerPrio3HelperPublicKeySubject, natsauth.Prio3Helper, issuer.Queue},
+	// aggregator/announce.go: every aggregator process answers (no queue group)
+	{protocol.PipelineSubject, natsauth.Aggregator, ""},
 }
 
 // mxRequester is the role that sends requests to a responder subject in

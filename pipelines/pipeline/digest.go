@@ -1,13 +1,11 @@
 package pipeline
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/protocol/pipelinespec"
 	"github.com/crowdlog/crowdlog/release/policy"
 )
 
@@ -31,29 +29,28 @@ import (
 // the topics are left out: they change what is published or how, not what
 // a report means. Errors when the application or its options are invalid.
 func Canonical(app string, opts apps.Options, pol *policy.Policy) (string, error) {
+	s, err := SpecOf(app, opts, pol)
+	if err != nil {
+		return "", err
+	}
+	return s.Canonical(), nil
+}
+
+// SpecOf is the pipelinespec.Spec of (app, opts, pol): what Canonical
+// encodes and an aggregator announces (pipelinespec.Announcement). Errors
+// when the application or its options are invalid.
+func SpecOf(app string, opts apps.Options, pol *policy.Policy) (pipelinespec.Spec, error) {
 	a, err := apps.LookupWith(app, opts)
 	if err != nil {
-		return "", fmt.Errorf("pipeline digest: %w", err)
+		return pipelinespec.Spec{}, fmt.Errorf("pipeline digest: %w", err)
 	}
-	var b strings.Builder
-	line := func(k, v string) { b.WriteString(k + "=" + v + "\n") }
-	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
-	b.WriteString("crowdlog-v1 pipeline\n")
-	line("app", a.Name())
-	line("options", apps.Meaning(a))
-	line("policy", string(pol.Kind))
-	line("shamir_k", strconv.Itoa(pol.ShamirK))
+	s := pipelinespec.Spec{App: a.Name(), Options: apps.Meaning(a), Policy: string(pol.Kind), ShamirK: pol.ShamirK}
 	if pol.Kind.IsDP() {
 		p := pol.Params
-		line("epsilon", f(p.Epsilon))
-		line("delta", f(p.Delta))
-		line("d", strconv.Itoa(p.D))
-		line("users", strconv.Itoa(p.Users))
-		line("count_share", f(p.CountShare))
-		line("slack", f(p.Slack))
-		line("lambda", f(p.Lambda))
+		s.DP = &pipelinespec.DP{Epsilon: p.Epsilon, Delta: p.Delta, D: p.D, Users: p.Users,
+			CountShare: p.CountShare, Slack: p.Slack, Lambda: p.Lambda}
 	}
-	return b.String(), nil
+	return s, nil
 }
 
 // Digest is SHA-256 of Canonical(app, opts, pol): 32 bytes that enter
@@ -62,11 +59,11 @@ func Canonical(app string, opts apps.Options, pol *policy.Policy) (string, error
 // definitions refuse each other's data instead of releasing it under
 // parameters the clients did not use. Errors as Canonical.
 func Digest(app string, opts apps.Options, pol *policy.Policy) ([32]byte, error) {
-	c, err := Canonical(app, opts, pol)
+	s, err := SpecOf(app, opts, pol)
 	if err != nil {
 		return [32]byte{}, err
 	}
-	return sha256.Sum256([]byte(c)), nil
+	return s.Digest(), nil
 }
 
 // Digest is the pipeline's digest (the package-level Digest of its app,
@@ -84,6 +81,21 @@ func (p *Pipeline) Digest() ([32]byte, error) {
 		return [32]byte{}, fmt.Errorf("%w: policy: %v", ErrInvalid, err)
 	}
 	return Digest(d.App.Name, o, pol)
+}
+
+// Spec is the pipeline's pipelinespec.Spec (its app, options and
+// resolved policy), whose Digest is the pipeline's. Errors as Digest.
+func (p *Pipeline) Spec() (pipelinespec.Spec, error) {
+	d := p.Defaults()
+	o, err := d.AppOptions()
+	if err != nil {
+		return pipelinespec.Spec{}, err
+	}
+	pol, err := policy.New(d.PolicyParams())
+	if err != nil {
+		return pipelinespec.Spec{}, fmt.Errorf("%w: policy: %v", ErrInvalid, err)
+	}
+	return SpecOf(d.App.Name, o, pol)
 }
 
 // DigestString is a digest as logs, errors and `crowdlog pipeline show`

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/crowdlog/crowdlog/ingest/apps"
+	"github.com/crowdlog/crowdlog/protocol/pipelinespec"
 	"github.com/crowdlog/crowdlog/release/policy"
 )
 
@@ -90,5 +91,37 @@ func TestDigestSameDefinition(t *testing.T) {
 	// is part of it, and configuration (never counted from the input)
 	if _, err := Parse([]byte("name: a\napp: {name: query}\npolicy: {kind: dp-u, epsilon: 1}\n")); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "policy.users") {
 		t.Errorf("dp-u without users: %v, want ErrInvalid naming policy.users", err)
+	}
+}
+
+// TestSpecSealing: the client-side sealing of each policy kind
+// (pipelinespec.Sealing, which the device compares with Config.Policy)
+// is the release policy's own (policy.Policy.Sealing), and a pipeline's
+// Spec round-trips through its canonical text.
+func TestSpecSealing(t *testing.T) {
+	for _, y := range []string{
+		"name: a\napp: {name: query}\npolicy: {kind: ft-a, k: 3}\n",
+		"name: b\napp: {name: query}\npolicy: {kind: ft-u, k: 5}\n",
+		"name: c\napp: {name: click, url_level: dir}\npolicy: {kind: dp-u, epsilon: 1, users: 9, shamir_k: 2}\n",
+		"name: d\napp: {name: query}\npolicy: {kind: dp-a, epsilon: 1, users: 9}\n",
+		"name: e\napp: {name: query}\npolicy: {kind: zealous, epsilon: 1, users: 9}\n",
+	} {
+		p, err := Parse([]byte(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := p.Spec()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pol := mustPolicy(t, func() policy.Params { d := p.Defaults(); return d.PolicyParams() }())
+		if s.Sealing() != pol.Sealing() {
+			t.Errorf("%s: pipelinespec sealing %v, release policy %v", s.Policy, s.Sealing(), pol.Sealing())
+		}
+		d, _ := p.Digest()
+		back, err := pipelinespec.Parse(s.Canonical())
+		if err != nil || back.Digest() != d {
+			t.Errorf("%s: canonical text does not round-trip: %v", s.Policy, err)
+		}
 	}
 }

@@ -43,12 +43,12 @@ func NewAggregator(o aggregator.Options, log *slog.Logger) (*aggregator.Service,
 // It errors when the digest cannot be computed (a DP policy without
 // policy.users).
 func ServedPipeline(p *pipeline.Pipeline) (aggregator.Served, error) {
-	d, err := p.Digest()
+	spec, err := p.Spec()
 	if err != nil {
 		return aggregator.Served{}, err
 	}
 	dp := p.Defaults()
-	return aggregator.Served{Name: p.Name, Digest: d, App: dp.App.Name, EpochLength: dp.Epoch.Length, CloseDelay: dp.Epoch.CloseDelay}, nil
+	return aggregator.Served{Name: p.Name, Digest: spec.Digest(), Spec: spec, App: dp.App.Name, EpochLength: dp.Epoch.Length, CloseDelay: dp.Epoch.CloseDelay}, nil
 }
 
 // PipelineDigest is the digest of the pipeline file path, which a control

@@ -91,6 +91,14 @@ type RegisterRequest struct {
 type RegisterReply struct {
 	ClientID string `json:"client_id,omitempty"`
 	Error    string `json:"error,omitempty"`
+	// Campaign, Keywords, L and ListHash are the coordinator's campaign
+	// (as its Instructions give them), so that a client refuses to start
+	// when its campaign or keyword list is not the coordinator's; absent
+	// from older coordinators.
+	Campaign string `json:"campaign,omitempty"`
+	Keywords string `json:"keywords,omitempty"`
+	L        int    `json:"l,omitempty"`
+	ListHash []byte `json:"list_hash,omitempty"`
 }
 
 // PingRequest is a client's daily contact (PDD §3.4): it marks the client

@@ -1,0 +1,147 @@
+package aggregator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/crowdlog/crowdlog/infra/natsconn"
+	"github.com/crowdlog/crowdlog/protocol"
+	"github.com/crowdlog/crowdlog/protocol/pipelinespec"
+	"github.com/crowdlog/crowdlog/protocol/star"
+)
+
+// Sealing is what a pipeline definition says its reports are sealed
+// with: the Shamir threshold k and the protocol policy (FT_a or FT_u).
+type Sealing struct {
+	K      int
+	Policy star.Policy
+}
+
+// admitCounts are one report context's counts (pipelinespec.Counts).
+type admitCounts struct {
+	admitted int64
+	refused  map[string]int64
+}
+
+// MaxAnnouncedContexts bounds the report contexts (pipeline, app, epoch)
+// a process counts for the announcement: the app and epoch of a refused
+// report are the sender's choice, so a sender could otherwise grow the
+// map without bound. Reports of further contexts are not counted there
+// (their drops still are, in Stats).
+const MaxAnnouncedContexts = 1 << 16
+
+// countAdmit is Partition.OnAdmit when the service announces: it counts
+// the report by context and outcome.
+func (s *Service) countAdmit(c pipelinespec.Context, reason string) {
+	s.annMu.Lock()
+	defer s.annMu.Unlock()
+	if s.admits == nil {
+		s.admits = map[pipelinespec.Context]*admitCounts{}
+	}
+	n := s.admits[c]
+	if n == nil {
+		if len(s.admits) >= MaxAnnouncedContexts {
+			return
+		}
+		n = &admitCounts{}
+		s.admits[c] = n
+	}
+	if reason == "" {
+		n.admitted++
+		return
+	}
+	if n.refused == nil {
+		n.refused = map[string]int64{}
+	}
+	n.refused[reason]++
+}
+
+// Announcement is what the service answers on protocol.PipelineSubject
+// to req: the canonical texts of Announce and the counts of the report
+// context req names (its Context.Key), if its partitions have read any
+// since the process started (Partition.OnAdmit) and the context's
+// pipeline is one whose counts it discloses (else Withheld: a DP
+// definition, or a digest not served).
+func (s *Service) Announcement(req pipelinespec.Request) pipelinespec.Announcement {
+	a := pipelinespec.Announcement{Process: s.process}
+	for _, sp := range s.Announce {
+		a.Pipelines = append(a.Pipelines, sp.Canonical())
+	}
+	c, ok := pipelinespec.ParseContextKey(req.Context)
+	if !ok {
+		return a
+	}
+	if !s.discloses(c.Pipeline) {
+		a.Withheld = true
+		return a
+	}
+	s.annMu.Lock()
+	defer s.annMu.Unlock()
+	if n := s.admits[c]; n != nil {
+		k := pipelinespec.Counts{Admitted: n.admitted}
+		if len(n.refused) > 0 {
+			k.Refused = make(map[string]int64, len(n.refused))
+			for r, v := range n.refused {
+				k.Refused[r] = v
+			}
+		}
+		a.Reports = map[string]pipelinespec.Counts{req.Context: k}
+	}
+	return a
+}
+
+// discloses says whether the announcement may carry the counts of reports
+// sealed for digest d: those sealed for no pipeline, and those of a served
+// definition with a threshold policy. Never those of a DP definition (an
+// exact report count is outside the release's (ε, δ), as the DP releases'
+// withheld undecrypted summary), nor of a digest this process does not
+// serve (it may be another aggregator group's DP definition).
+func (s *Service) discloses(d [32]byte) bool {
+	if d == ([32]byte{}) {
+		return true
+	}
+	for _, sp := range s.Announce {
+		if sp.Digest() == d {
+			return sp.DP == nil
+		}
+	}
+	return false
+}
+
+// announce answers every request on protocol.PipelineSubject with
+// Announcement until ctx ends (no queue group: each process of the group
+// answers for the partitions it owns).
+func (s *Service) announce(ctx context.Context, log *slog.Logger) error {
+	sub, err := s.NATS.Subscribe(protocol.PipelineSubject, func(m *nats.Msg) {
+		b, err := json.Marshal(s.Announcement(pipelinespec.ParseRequest(m.Data)))
+		if err == nil {
+			err = natsconn.Respond(m, b)
+		}
+		if err != nil {
+			log.Warn("aggregator: pipeline announcement not sent", "err", err)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("aggregator: subscribe %s (the aggregator's NATS credential must allow it: crowdlog nats-config): %w", protocol.PipelineSubject, err)
+	}
+	if err := s.NATS.Flush(); err != nil {
+		sub.Unsubscribe()
+		return fmt.Errorf("aggregator: subscribe %s: %w", protocol.PipelineSubject, err)
+	}
+	log.Info("aggregator: announcing served pipelines and report counts", "subject", protocol.PipelineSubject, "pipelines", len(s.Announce))
+	go func() {
+		<-ctx.Done()
+		sub.Unsubscribe()
+		if s.closeNATS {
+			s.NATS.Close()
+		}
+	}()
+	return nil
+}
+
+func processID() string { return rand.Text()[:16] }
