@@ -216,11 +216,12 @@ func policyName(p star.Policy) string {
 // that context, not this device's alone (an aggregator cannot tell
 // devices apart, by design).
 type Downstream struct {
-	Pipeline   [32]byte // the digest reports were sealed for (zero: none)
-	App, Epoch string
-	Processes  int              // aggregator processes that answered
-	Admitted   int64            // reports admitted (pipeline served, epoch open, token valid)
-	Refused    map[string]int64 // reports refused, by the aggregator's drop reason (pipeline-mismatch, unknown-epoch, late, no-token, …)
+	Pipeline  [32]byte         // the digest reports were sealed for (zero: none)
+	App       string           // the app ("query", "click", …) the counts are for
+	Epoch     string           // the epoch the counts are for
+	Processes int              // aggregator processes that answered
+	Admitted  int64            // reports admitted (pipeline served, epoch open, token valid)
+	Refused   map[string]int64 // reports refused, by the aggregator's drop reason (pipeline-mismatch, unknown-epoch, late, no-token, …)
 	// Withheld is true when an aggregator did not disclose the counts:
 	// the pipeline is a DP definition (an exact report count is outside
 	// its (ε, δ)) or one it does not serve. The counts above then leave
