@@ -187,10 +187,21 @@ type Relay struct {
 	// Registerer, when set, gets Prometheus metrics labelled relay=Name:
 	// crowdlog_relay_reports_in_total, crowdlog_relay_forwarded_total,
 	// crowdlog_relay_dropped_total{reason}, crowdlog_relay_batch_size,
-	// crowdlog_relay_pool_latency_seconds.
+	// crowdlog_relay_pool_latency_seconds,
+	// crowdlog_relay_kafka_refused_total{reason},
+	// crowdlog_relay_kafka_refusing.
 	Registerer prometheus.Registerer
 
+	// KafkaRefusalsError and KafkaRefusalsAfter say when Kafka refusals
+	// count as persistent (see kafkahealth.go): that many consecutive
+	// refused produce calls, or that long since the first of them; then
+	// the relay logs an ERROR and KafkaErr fails. 0 means
+	// DefaultKafkaRefusalsError (5) and DefaultKafkaRefusalsAfter (1 min).
+	KafkaRefusalsError int
+	KafkaRefusalsAfter time.Duration
+
 	replay *replayFilter // nil when disabled
+	kafka  kafkaHealth
 }
 
 // dropReason says why a layer was dropped.
@@ -641,43 +652,33 @@ func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *m
 	// Kafka hops: one WriteMessages call for the batch, meanwhile the
 	// PubAcks arrive.
 	var kafkaErr error
-	if len(kafkaItems) > 0 {
-		msgs := make([]kafka.Message, len(kafkaItems))
-		for i, it := range kafkaItems {
-			msgs[i] = kafka.Message{Key: reportKey(it.hop.Key), Value: it.inner}
+	delay := def(r.NakDelay, DefaultNakDelay)
+	kafkaDelay := delay // redelivery of refused Kafka layers: bounded backoff
+	write := func(w KafkaWriter, items []*item, key func([]byte) []byte) {
+		if len(items) == 0 {
+			return
 		}
-		if kafkaErr = r.Kafka.WriteMessages(fctx, msgs...); kafkaErr == nil {
-			for _, it := range kafkaItems {
+		msgs := make([]kafka.Message, len(items))
+		for i, it := range items {
+			msgs[i] = kafka.Message{Key: key(it.hop.Key), Value: it.inner}
+		}
+		err := w.WriteMessages(fctx, msgs...)
+		if err == nil {
+			for _, it := range items {
 				it.ok = true
 			}
+			r.kafkaAccepted(mx, log)
+			return
+		}
+		kafkaErr = err
+		if ctx.Err() == nil { // not a shutdown
+			kafkaDelay = max(kafkaDelay, r.kafkaRefused(err, len(items), delay, mx, log))
 		}
 	}
-	if len(vectorItems) > 0 {
-		msgs := make([]kafka.Message, len(vectorItems))
-		for i, it := range vectorItems {
-			msgs[i] = kafka.Message{Key: it.hop.Key, Value: it.inner}
-		}
-		if err := r.Vectors.WriteMessages(fctx, msgs...); err == nil {
-			for _, it := range vectorItems {
-				it.ok = true
-			}
-		} else {
-			kafkaErr = err
-		}
-	}
-	if len(prio3Items) > 0 {
-		msgs := make([]kafka.Message, len(prio3Items))
-		for i, it := range prio3Items {
-			msgs[i] = kafka.Message{Key: it.hop.Key, Value: it.inner}
-		}
-		if err := r.Prio3.WriteMessages(fctx, msgs...); err == nil {
-			for _, it := range prio3Items {
-				it.ok = true
-			}
-		} else {
-			kafkaErr = err
-		}
-	}
+	write(r.Kafka, kafkaItems, reportKey)
+	whole := func(k []byte) []byte { return k }
+	write(r.Vectors, vectorItems, whole)
+	write(r.Prio3, prio3Items, whole)
 	for _, p := range pubs {
 		select {
 		case <-p.fut.Ok():
@@ -690,7 +691,6 @@ func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *m
 	}
 
 	// Acknowledge forwarded messages; Nak the others.
-	delay := def(r.NakDelay, DefaultNakDelay)
 	var fwd, failed int
 	for _, it := range good {
 		if it.claim {
@@ -703,9 +703,12 @@ func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *m
 			continue
 		}
 		failed++
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			_ = it.m.Nak() // shutting down: let another process take it now
-		} else {
+		case it.hop.Kind == onion.HopKafka || it.hop.Kind == onion.HopKafkaVectors || it.hop.Kind == onion.HopKafkaPrio3:
+			_ = it.m.NakWithDelay(kafkaDelay)
+		default:
 			_ = it.m.NakWithDelay(delay)
 		}
 	}
@@ -715,7 +718,7 @@ func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *m
 		st.ForwardFailures.Add(uint64(failed))
 		if ctx.Err() == nil {
 			log.Warn("forward failed; messages will be redelivered",
-				"failed", failed, "forwarded", fwd, "kafka_err", errString(kafkaErr), "nats_err", errString(pubErr), "retry_in", delay)
+				"failed", failed, "forwarded", fwd, "kafka_err", errString(kafkaErr), "nats_err", errString(pubErr), "retry_in", delay, "kafka_retry_in", kafkaDelay)
 		}
 	}
 }

@@ -36,6 +36,10 @@ type Stats struct {
 	Replay atomic.Uint64
 	// ForwardFailures counts messages Nak'ed because their forward failed.
 	ForwardFailures atomic.Uint64
+	// KafkaRefused counts messages whose Kafka produce failed (they stay
+	// in the inbox and are retried; crowdlog_relay_kafka_refused_total by
+	// reason). Each retry that fails again counts again.
+	KafkaRefused atomic.Uint64
 	// Batches counts forwarded batches (pools), each shuffled as one set.
 	Batches atomic.Uint64
 	// TimeoutFlushes counts the batches forwarded because PoolTimeout
@@ -47,6 +51,7 @@ type Stats struct {
 // StatsSnapshot is a point-in-time copy of Stats.
 type StatsSnapshot struct {
 	In, Forwarded, Malformed, Oversized, UnknownKey, WrongHop, Replay, ForwardFailures, Batches, TimeoutFlushes uint64
+	KafkaRefused                                                                                                uint64
 }
 
 // Dropped is the number of dropped messages over all reasons.
@@ -60,6 +65,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 		In: s.In.Load(), Forwarded: s.Forwarded.Load(), Malformed: s.Malformed.Load(),
 		Oversized: s.Oversized.Load(), UnknownKey: s.UnknownKey.Load(), WrongHop: s.WrongHop.Load(), Replay: s.Replay.Load(),
 		ForwardFailures: s.ForwardFailures.Load(), Batches: s.Batches.Load(), TimeoutFlushes: s.TimeoutFlushes.Load(),
+		KafkaRefused: s.KafkaRefused.Load(),
 	}
 }
 
@@ -86,6 +92,9 @@ type metrics struct {
 	dropped   *prometheus.CounterVec
 	batchSize prometheus.Histogram
 	pool      prometheus.Histogram // a forwarded message's time from fetch to ack
+	// Kafka refusals (kafkahealth.go)
+	kafkaRefused  *prometheus.CounterVec
+	kafkaRefusing prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, name string, log *slog.Logger) *metrics {
@@ -104,6 +113,7 @@ func newMetrics(reg prometheus.Registerer, name string, log *slog.Logger) *metri
 			Help: "A forwarded message's time in the relay: from its fetch to its ack after the forward (pool hold, shuffle, forward).", ConstLabels: labels,
 			Buckets: inframetrics.PoolBuckets}),
 	}
+	newKafkaMetrics(m, labels)
 	if reg == nil {
 		return m
 	}
@@ -112,6 +122,11 @@ func newMetrics(reg prometheus.Registerer, name string, log *slog.Logger) *metri
 	m.dropped = register(reg, m.dropped, log)
 	m.batchSize = register(reg, m.batchSize, log)
 	m.pool = register(reg, m.pool, log)
+	m.kafkaRefused = register(reg, m.kafkaRefused, log)
+	m.kafkaRefusing = register(reg, m.kafkaRefusing, log)
+	for _, reason := range kafkaReasons {
+		m.kafkaRefused.WithLabelValues(reason)
+	}
 	for _, reason := range reasonNames {
 		if reason != "" {
 			m.dropped.WithLabelValues(reason) // export every reason from the start, at 0

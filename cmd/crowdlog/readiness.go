@@ -46,6 +46,15 @@ func relayChecks(ctx context.Context, nc *nats.Conn, o relays.Config) []ready.Ch
 	return checks
 }
 
+// relayWriteChecks: for the last relay, "kafka_writes", failing while
+// Kafka keeps refusing the relay's produce calls (relays.Relay.KafkaErr).
+func relayWriteChecks(r *relays.Relay, o relays.Config) []ready.Check {
+	if !relayToKafka(o) {
+		return nil
+	}
+	return []ready.Check{{Name: "kafka_writes", Fn: func(context.Context) error { return r.KafkaErr() }}}
+}
+
 // relayToKafka reports whether a relay with o forwards to Kafka
 // (relays.Config.ToKafka).
 func relayToKafka(o relays.Config) bool { return o.ToKafka() }

@@ -73,7 +73,8 @@ func relayCmd() *cobra.Command {
 				return err
 			}
 			defer stop()
-			if r.Registerer, err = serveMetrics(cmd.Context(), metricsAddr, nil, relayChecks(cmd.Context(), nc, cfg)...); err != nil {
+			checks := append(relayChecks(cmd.Context(), nc, cfg), relayWriteChecks(r, cfg)...)
+			if r.Registerer, err = serveMetrics(cmd.Context(), metricsAddr, nil, checks...); err != nil {
 				return err
 			}
 			return r.Run(cmd.Context())
