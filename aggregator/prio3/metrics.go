@@ -53,13 +53,15 @@ func register(reg prometheus.Registerer, role string, c *counters, rejected []st
 }
 
 // Register exposes the leader's counters on reg:
-// crowdlog_prio3_uploads_total, and crowdlog_prio3_prepared_total,
+// crowdlog_prio3_uploads_total, crowdlog_prio3_uploads_skipped_total, and crowdlog_prio3_prepared_total,
 // crowdlog_prio3_rejected_total{reason}, crowdlog_prio3_collect_refused_total{reason}
 // and crowdlog_prio3_collected_total with role="leader". The counters are
 // kept in the snapshot: they continue across restarts.
 func (s *LeaderService) Register(reg prometheus.Registerer) {
 	metrics.CounterFunc(reg, "crowdlog_prio3_uploads_total", "Client uploads read by the leader (accepted or not).", nil,
 		func() float64 { return float64(s.Stats().Uploads) })
+	metrics.CounterFunc(reg, "crowdlog_prio3_uploads_skipped_total", "Records of the uploads topic keyed for another campaign (or not keyed), skipped without being opened.", nil,
+		func() float64 { return float64(s.OtherCampaign.Load()) })
 	register(reg, "leader", &s.counters, leaderRejected)
 }
 

@@ -201,12 +201,19 @@ type LeaderService struct {
 	// CollectRetry is the pause (wall clock) before the leader asks again
 	// for a batch the helper's clock still has open (0: 10 s).
 	CollectRetry time.Duration
+	// PartitionRefresh is how often the leader lists the uploads topic's
+	// partitions again and starts reading new ones (0:
+	// DefaultPartitionRefresh, 30 s; at least MinPartitionRefresh).
+	PartitionRefresh time.Duration
 
 	counters
 	// Steps counts the loop's completed steps (tests wait on it).
 	Steps atomic.Int64
 	// Shares counts aggregate-share pairs written to the shares topic.
 	Shares atomic.Int64
+	// OtherCampaign counts uploads-topic records keyed for another
+	// campaign (or not keyed), skipped without being opened (uploads.go).
+	OtherCampaign atomic.Int64
 }
 
 // upload is one message of the uploads topic.
@@ -263,10 +270,6 @@ func (s *LeaderService) Run(ctx context.Context) error {
 	}
 	run := &leaderRun{s: s, l: l, next: next, done: done, log: log, retryAt: map[p3.Day]time.Time{}}
 	s.set(&l.Stats)
-	parts, err := uploadPartitions(ctx, s.Brokers)
-	if err != nil {
-		return err
-	}
 	maxBatch := s.MaxBatch
 	if maxBatch <= 0 {
 		maxBatch = DefaultMaxBatch
@@ -274,16 +277,12 @@ func (s *LeaderService) Run(ctx context.Context) error {
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	in := make(chan upload, maxBatch)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer stop()
-	for _, p := range parts {
-		from, ok := next[p]
-		if !ok {
-			from = kafka.FirstOffset
-		}
-		wg.Go(func() { s.read(rctx, p, from, in, log) })
+	parts, wait, err := s.readUploads(rctx, next, in, log)
+	if err != nil {
+		return err
 	}
+	defer wait()
+	defer stop()
 	run.w = &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: protocol.Prio3SharesTopic, Transport: infrakafka.Transport(ctx),
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
 		// a request (batch) must stay under the topic's max.message.bytes
@@ -292,7 +291,7 @@ func (s *LeaderService) Run(ctx context.Context) error {
 		// an upload can carry)
 		BatchBytes: 2_000_000, WriteTimeout: 30 * time.Second}
 	defer run.w.Close()
-	log.Info("prio3 leader: serving", "partitions", len(parts), "restored", len(next) > 0)
+	log.Info("prio3 leader: serving", "partitions", parts, "restored", len(next) > 0)
 	for ctx.Err() == nil {
 		if err := run.step(ctx, in, maxBatch); err != nil {
 			if ctx.Err() != nil {
@@ -359,6 +358,10 @@ func (s *LeaderService) readFrom(ctx context.Context, partition int, from *int64
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
 			return err
+		}
+		if !s.forCampaign(&m) {
+			*from = m.Offset + 1
+			continue
 		}
 		select {
 		case in <- upload{partition: m.Partition, offset: m.Offset, value: m.Value}:
