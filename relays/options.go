@@ -23,7 +23,11 @@ crypto randomness and forwards each to the next hop of the route (relay a:
 only relay b; relay b: only Kafka topic "reports", keyed by a 1-byte tag
 bucket). Messages are acknowledged only after forwarding (at-least-once): a
 relay killed mid-pool loses nothing. Malformed, oversized, wrong-key,
-wrong-hop and replayed messages are counted and dropped. A larger pool or
+wrong-hop and replayed messages are counted and dropped. Messages Kafka
+refuses (ACLs, a missing topic) stay in the inbox and are retried with a
+backoff of at most 30 s, counted in crowdlog_relay_kafka_refused_total;
+once refusals persist (5 in a row or 1 min) the relay logs an ERROR and
+its readiness check kafka_writes fails until Kafka accepts again. A larger pool or
 timeout means larger anonymity sets and more latency (docs/threat-model.md,
 "Mixing").`
 

@@ -9,7 +9,10 @@ the sum of both aggregators' shares of a batch (campaign, day) is ever
 revealed, and only to the collector (crowdlog release-pdd --mode prio3).
 
 --role leader reads the uploads from Kafka topic "prio3-uploads" (every
-partition; offsets kept in its snapshot), opens each with its HPKE key
+partition, also those added while it runs, found within 30 s; offsets kept
+in its snapshot), skips unopened every record keyed for another campaign
+(relay b keys each upload with its campaign; counted in
+crowdlog_prio3_uploads_skipped_total), opens each with its HPKE key
 (KEYS/prio3-leader.key), runs its half of the proof check and sends the
 reports, in requests of at most --max-request-bytes, to the helper over
 NATS request/reply on "crowdlog.prio3.helper" (retried; the helper answers
