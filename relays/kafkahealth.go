@@ -45,7 +45,9 @@ const (
 	// the ACLs (`crowdlog acls`) or the relay's credential.
 	KafkaRefusedAuthorization = "authorization"
 	// KafkaRefusedUnknownTopic: the topic does not exist (code 3
-	// UNKNOWN_TOPIC_OR_PARTITION): run `crowdlog topics`.
+	// UNKNOWN_TOPIC_OR_PARTITION): run `crowdlog topics`. A broker also
+	// answers so for a topic the principal may not describe (kfake does):
+	// check the ACLs too.
 	KafkaRefusedUnknownTopic = "unknown_topic"
 	// KafkaRefusedTooLarge: a record over the topic's max.message.bytes
 	// (code 10 MESSAGE_TOO_LARGE): run `crowdlog topics`, which sets it.

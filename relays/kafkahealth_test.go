@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
 
 	ikafka "github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/ingest/publish"
@@ -37,20 +38,73 @@ func (b *logBuffer) String() string {
 
 // TestRelayCountsPersistentKafkaRefusals: relay b produces to a topic the
 // real (kfake) broker does not have, so every produce call is refused with
-// UNKNOWN_TOPIC_OR_PARTITION. The refusals are counted
-// (Stats.KafkaRefused, crowdlog_relay_kafka_refused_total{reason=
-// "unknown_topic"}), the relay logs an ERROR after KafkaRefusalsError
-// consecutive refusals and Relay.KafkaErr (readiness "kafka_writes")
-// fails; nothing is forwarded, nothing dropped. Once the topic is created
-// every accepted report arrives (none lost, ground truth: the reports
-// published), KafkaErr is nil again and an INFO line says so.
+// UNKNOWN_TOPIC_OR_PARTITION; see checkRefusals. The fix: create the topic.
 func TestRelayCountsPersistentKafkaRefusals(t *testing.T) {
 	e := newEnv(t, 0)
 	const missing = "reports-not-yet"
-	rs := randomReports(200)
-	layers := e.onions(t, rs)
 	w := ikafka.NewWriter(e.broker.Addr, missing)
 	t.Cleanup(func() { w.Close() })
+	checkRefusals(t, e, w, relays.KafkaRefusedUnknownTopic, func(ctx context.Context) error {
+		return ikafka.EnsureTopics(ctx, e.broker.Addr, 4, missing)
+	}, func(ctx context.Context) ([]kafka.Message, error) {
+		return readTopic(ctx, e.broker.Addr, missing)
+	})
+}
+
+// TestRelayCountsKafkaACLRefusals: a kfake broker with SASL (SCRAM-SHA-512)
+// and ACLs on, relay b's Kafka user without any ACL: every produce call is
+// refused; see checkRefusals. The broker hides a topic from a principal
+// that may not describe it, so the writer's metadata lookup reports it as
+// unknown: kfake (as Kafka for a metadata request of all topics) answers
+// UNKNOWN_TOPIC_OR_PARTITION, counted as unknown_topic (a broker that
+// answers TOPIC_AUTHORIZATION_FAILED is counted as authorization). The
+// fix: the operator grants the relay role's ACLs (ikafka.ApplyACLs, as
+// `crowdlog acls` does).
+func TestRelayCountsKafkaACLRefusals(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin := ikafka.Credential{Mechanism: ikafka.MechanismSCRAMSHA512, User: "admin", Password: "admin-pw"}
+	relay := ikafka.Credential{Mechanism: ikafka.MechanismSCRAMSHA512, User: "relay", Password: "relay-pw"}
+	kb, err := ikafka.Config{Dir: t.TempDir(), Partitions: 4, Admin: &admin, ACLs: true,
+		Users: []ikafka.User{{Role: "", Credential: relay}}}.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kb.Close)
+	as := func(c ikafka.Credential) *ikafka.Auth {
+		a, err := c.AuthConfig("").Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	adminCtx := ikafka.WithAuth(ctx, as(admin))
+	if err := ikafka.EnsureTopics(adminCtx, kb.Addr, 4, topic); err != nil {
+		t.Fatal(err)
+	}
+	w := ikafka.NewWriterAuth(as(relay), kb.Addr, topic)
+	t.Cleanup(func() { w.Close() })
+	checkRefusals(t, e, w, relays.KafkaRefusedUnknownTopic, func(context.Context) error {
+		return ikafka.ApplyACLs(adminCtx, kb.Addr, map[ikafka.Role]string{ikafka.RoleRelay: relay.User})
+	}, func(context.Context) ([]kafka.Message, error) {
+		return readTopic(adminCtx, kb.Addr, topic)
+	})
+}
+
+// checkRefusals publishes 200 reports through relays a and b, relay b
+// writing with w, which the broker refuses for reason. The refusals are
+// counted (Stats.KafkaRefused, crowdlog_relay_kafka_refused_total{reason}),
+// the relay logs an ERROR after KafkaRefusalsError (3) consecutive
+// refusals, crowdlog_relay_kafka_refusing is 1 and Relay.KafkaErr
+// (readiness "kafka_writes") fails; nothing is forwarded, nothing dropped.
+// After fix every accepted report arrives (read: none lost, none twice;
+// ground truth: the reports published), KafkaErr is nil again, the gauge 0
+// and an INFO line says so.
+func checkRefusals(t *testing.T, e *env, w relays.KafkaWriter, reason string, fix func(context.Context) error, read func(context.Context) ([]kafka.Message, error)) {
+	t.Helper()
+	rs := randomReports(200)
+	layers := e.onions(t, rs)
 	var logs logBuffer
 	reg := prometheus.NewRegistry()
 	var stB relays.Stats
@@ -79,32 +133,32 @@ func TestRelayCountsPersistentKafkaRefusals(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	refused := stB.Snapshot()
-	metric := seriesValue(t, reg, "crowdlog_relay_kafka_refused_total", "unknown_topic")
-	t.Logf("while refused: KafkaErr = %v; stats %+v; crowdlog_relay_kafka_refused_total{reason=\"unknown_topic\"} = %v", rb.KafkaErr(), refused, metric)
+	metric := seriesValue(t, reg, "crowdlog_relay_kafka_refused_total", reason)
+	t.Logf("while refused: KafkaErr = %v; stats %+v; crowdlog_relay_kafka_refused_total{reason=%q} = %v", rb.KafkaErr(), refused, reason, metric)
 	if refused.KafkaRefused < uint64(len(rs)) || metric < float64(len(rs)) {
 		t.Errorf("refused %d, metric %v; want ≥ %d (every report refused at least once)", refused.KafkaRefused, metric, len(rs))
 	}
 	if refused.Forwarded != 0 || refused.Dropped() != 0 {
-		t.Errorf("while the topic is missing: forwarded %d, dropped %d; want 0, 0", refused.Forwarded, refused.Dropped())
+		t.Errorf("while refused: forwarded %d, dropped %d; want 0, 0", refused.Forwarded, refused.Dropped())
 	}
-	if !strings.Contains(rb.KafkaErr().Error(), "unknown_topic") {
-		t.Errorf("KafkaErr = %v, want the reason unknown_topic", rb.KafkaErr())
+	if !strings.Contains(rb.KafkaErr().Error(), reason) {
+		t.Errorf("KafkaErr = %v, want the reason %s", rb.KafkaErr(), reason)
 	}
-	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "reason=unknown_topic") {
-		t.Errorf("no ERROR line naming unknown_topic in the relay's log:\n%s", l)
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "reason="+reason) {
+		t.Errorf("no ERROR line naming %s in the relay's log:\n%s", reason, l)
 	}
 	if g := seriesValue(t, reg, "crowdlog_relay_kafka_refusing", ""); g != 1 {
 		t.Errorf("crowdlog_relay_kafka_refusing = %v while refused, want 1", g)
 	}
 
-	// the operator creates the topic: everything accepted arrives
+	// the operator fixes it: everything accepted arrives
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if err := ikafka.EnsureTopics(ctx, e.broker.Addr, 4, missing); err != nil {
+	if err := fix(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for {
-		msgs, err := readTopic(ctx, e.broker.Addr, missing)
+		msgs, err := read(ctx)
 		if err == nil && len(msgs) >= len(rs) {
 			if dups := e.checkDelivered(t, rs, msgs); dups != 0 {
 				t.Errorf("%d duplicates", dups)
@@ -112,13 +166,13 @@ func TestRelayCountsPersistentKafkaRefusals(t *testing.T) {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("after the topic was created: %d of %d reports arrived (%v); stats %+v", len(msgs), len(rs), err, stB.Snapshot())
+			t.Fatalf("after the fix: %d of %d reports arrived (%v); stats %+v", len(msgs), len(rs), err, stB.Snapshot())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	e.waitDrained(t)
 	after := stB.Snapshot()
-	t.Logf("after the topic was created: stats %+v", after)
+	t.Logf("after the fix: stats %+v", after)
 	if err := rb.KafkaErr(); err != nil {
 		t.Errorf("KafkaErr after recovery: %v", err)
 	}

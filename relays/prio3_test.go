@@ -27,7 +27,7 @@ func readTopic(ctx context.Context, addr, topic string) ([]kafka.Message, error)
 	}
 	var all []kafka.Message
 	for p := 0; p < n; p++ {
-		conn, err := kafka.DialLeader(ctx, "tcp", addr, topic, p)
+		conn, err := ikafka.Dialer(ctx).DialLeader(ctx, "tcp", addr, topic, p) // authenticated as ikafka.AuthFrom(ctx)
 		if err != nil {
 			return nil, err
 		}
