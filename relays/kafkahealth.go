@@ -19,10 +19,11 @@ import (
 // operator needs is to hear of it: every refused message is counted by
 // reason (Stats.KafkaRefused, crowdlog_relay_kafka_refused_total{reason}),
 // the relay logs an ERROR once refusals persist (KafkaRefusalsError
-// consecutive refused produce calls, or KafkaRefusalsAfter since the first
-// of them, whichever comes first; again every KafkaRefusalsAfter while they
-// last) and Relay.KafkaErr, the readiness check "kafka_writes" of `crowdlog
-// relay`, fails until a produce call succeeds.
+// consecutive refused produce calls to one topic, or KafkaRefusalsAfter
+// since the first of them, whichever comes first; again every
+// KafkaRefusalsAfter while they last) and Relay.KafkaErr, the readiness
+// check "kafka_writes" of `crowdlog relay`, fails until a produce call to
+// that topic succeeds.
 const (
 	// DefaultKafkaRefusalsError is the default Relay.KafkaRefusalsError:
 	// 5 consecutive refused produce calls.
@@ -95,10 +96,26 @@ func kafkaReason(err error) string {
 	return KafkaRefusedOther
 }
 
-// kafkaHealth tracks consecutive refused produce calls (all of a relay's
-// Kafka writers together). The zero value is healthy.
+// The relay's Kafka writers, tracked apart (kafkaHealths): one writer
+// accepting must not hide that another is refused for good.
+const (
+	writerReports = iota // Relay.Kafka, topic "reports"
+	writerVectors        // Relay.Vectors, topic "vectors"
+	writerPrio3          // Relay.Prio3, topic "prio3-uploads"
+	numWriters
+)
+
+var writerNames = [numWriters]string{"reports", "vectors", "prio3-uploads"}
+
+// kafkaHealths tracks each writer's consecutive refused produce calls. The
+// zero value is healthy.
+type kafkaHealths struct {
+	mu sync.Mutex
+	w  [numWriters]kafkaHealth
+}
+
+// kafkaHealth is one writer's run of refusals.
 type kafkaHealth struct {
-	mu          sync.Mutex
 	consecutive int       // refused produce calls since the last success
 	first       time.Time // the first of them
 	lastErr     error
@@ -110,13 +127,13 @@ type kafkaHealth struct {
 // refused records one refused produce call of n messages and returns the
 // redelivery delay for them: base doubled per consecutive refusal, at most
 // MaxKafkaBackoff (never below base).
-func (r *Relay) kafkaRefused(err error, n int, base time.Duration, mx *metrics, log *slog.Logger) time.Duration {
+func (r *Relay) kafkaRefused(writer int, err error, n int, base time.Duration, mx *metrics, log *slog.Logger) time.Duration {
 	reason := kafkaReason(err)
 	r.Stats.KafkaRefused.Add(uint64(n))
 	mx.kafkaRefused.WithLabelValues(reason).Add(float64(n))
-	h := &r.kafka
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	r.kafka.mu.Lock()
+	defer r.kafka.mu.Unlock()
+	h := &r.kafka.w[writer]
 	now := time.Now()
 	if h.consecutive == 0 {
 		h.first = now
@@ -129,7 +146,7 @@ func (r *Relay) kafkaRefused(err error, n int, base time.Duration, mx *metrics, 
 		h.alarm, h.loggedAt = true, now
 		mx.kafkaRefusing.Set(1)
 		log.Error("Kafka keeps refusing the relay's writes; the layers stay in the relay's inbox and are retried, none is lost (check the topic exists and the relay's ACLs: `crowdlog topics`, `crowdlog acls`)",
-			"reason", reason, "consecutive_refusals", h.consecutive, "since", h.first.UTC().Format(time.RFC3339), "err", err)
+			"topic", writerNames[writer], "reason", reason, "consecutive_refusals", h.consecutive, "since", h.first.UTC().Format(time.RFC3339), "err", err)
 	}
 	d := base
 	for i := 1; i < h.consecutive && d < MaxKafkaBackoff; i++ {
@@ -139,35 +156,41 @@ func (r *Relay) kafkaRefused(err error, n int, base time.Duration, mx *metrics, 
 }
 
 // kafkaAccepted records a successful produce call: refusals end.
-func (r *Relay) kafkaAccepted(mx *metrics, log *slog.Logger) {
-	h := &r.kafka
-	h.mu.Lock()
-	defer h.mu.Unlock()
+func (r *Relay) kafkaAccepted(writer int, mx *metrics, log *slog.Logger) {
+	r.kafka.mu.Lock()
+	defer r.kafka.mu.Unlock()
+	h := &r.kafka.w[writer]
 	if h.consecutive == 0 {
 		return
 	}
 	if h.alarm {
-		mx.kafkaRefusing.Set(0)
-		log.Info("Kafka accepts the relay's writes again", "after_refusals", h.consecutive, "since", h.first.UTC().Format(time.RFC3339))
+		log.Info("Kafka accepts the relay's writes again", "topic", writerNames[writer], "after_refusals", h.consecutive, "since", h.first.UTC().Format(time.RFC3339))
 	}
-	h.consecutive, h.alarm, h.lastErr, h.reason = 0, false, nil, ""
+	*h = kafkaHealth{}
+	for _, o := range r.kafka.w {
+		if o.alarm {
+			return
+		}
+	}
+	mx.kafkaRefusing.Set(0)
 }
 
 // KafkaErr is the relay's Kafka write health, safe to call while Run
 // works: nil unless refusals persist (KafkaRefusalsError consecutive
 // refused produce calls or KafkaRefusalsAfter since the first, until the
-// next accepted one); then an error naming the reason, the count and the
+// next accepted one) at any of its writers; then an error naming the topic, naming the reason, the count and the
 // last broker error. `crowdlog relay` serves it as readiness check
 // "kafka_writes" (/readyz).
 func (r *Relay) KafkaErr() error {
-	h := &r.kafka
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.alarm {
-		return nil
+	r.kafka.mu.Lock()
+	defer r.kafka.mu.Unlock()
+	for i, h := range r.kafka.w {
+		if h.alarm {
+			return fmt.Errorf("relays: Kafka refused %d produce calls to topic %s in a row since %s (%s): %w; the layers wait in the inbox (check `crowdlog topics` and `crowdlog acls`)",
+				h.consecutive, writerNames[i], h.first.UTC().Format(time.RFC3339), h.reason, h.lastErr)
+		}
 	}
-	return fmt.Errorf("relays: Kafka refused %d produce calls in a row since %s (%s): %w; the layers wait in the inbox (check `crowdlog topics` and `crowdlog acls`)",
-		h.consecutive, h.first.UTC().Format(time.RFC3339), h.reason, h.lastErr)
+	return nil
 }
 
 func newKafkaMetrics(m *metrics, labels prometheus.Labels) {

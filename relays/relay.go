@@ -201,7 +201,7 @@ type Relay struct {
 	KafkaRefusalsAfter time.Duration
 
 	replay *replayFilter // nil when disabled
-	kafka  kafkaHealth
+	kafka  kafkaHealths
 }
 
 // dropReason says why a layer was dropped.
@@ -654,7 +654,7 @@ func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *m
 	var kafkaErr error
 	delay := def(r.NakDelay, DefaultNakDelay)
 	kafkaDelay := delay // redelivery of refused Kafka layers: bounded backoff
-	write := func(w KafkaWriter, items []*item, key func([]byte) []byte) {
+	write := func(writer int, w KafkaWriter, items []*item, key func([]byte) []byte) {
 		if len(items) == 0 {
 			return
 		}
@@ -667,18 +667,18 @@ func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *m
 			for _, it := range items {
 				it.ok = true
 			}
-			r.kafkaAccepted(mx, log)
+			r.kafkaAccepted(writer, mx, log)
 			return
 		}
 		kafkaErr = err
 		if ctx.Err() == nil { // not a shutdown
-			kafkaDelay = max(kafkaDelay, r.kafkaRefused(err, len(items), delay, mx, log))
+			kafkaDelay = max(kafkaDelay, r.kafkaRefused(writer, err, len(items), delay, mx, log))
 		}
 	}
-	write(r.Kafka, kafkaItems, reportKey)
+	write(writerReports, r.Kafka, kafkaItems, reportKey)
 	whole := func(k []byte) []byte { return k }
-	write(r.Vectors, vectorItems, whole)
-	write(r.Prio3, prio3Items, whole)
+	write(writerVectors, r.Vectors, vectorItems, whole)
+	write(writerPrio3, r.Prio3, prio3Items, whole)
 	for _, p := range pubs {
 		select {
 		case <-p.fut.Ok():
