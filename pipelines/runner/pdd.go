@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/ed25519"
@@ -100,7 +101,10 @@ type PDDConfig struct {
 	StateDir                string // "" = temp dir removed at the end
 	Partitions              int    // default 8
 
-	Export   string    // TSV of the released daily counts
+	Export   string    // TSV of the released daily counts and the withheld days (release.PDDExportHeader)
+	// ExportNonZero (--export-nonzero) leaves the zero counts of released
+	// days out of Export.
+	ExportNonZero bool
 	Workers  int       // concurrent clients per day; default 8
 	Progress io.Writer // a line per day and phase (prio3 mode); nil = none
 	// NoProgress (--no-progress): the command leaves Progress nil.
@@ -617,7 +621,7 @@ func (p *pddRun) finish(ctx context.Context) error {
 	}
 	sum.AggregatorDropped = p.agg.Dropped.Load()
 	if p.cfg.Export != "" {
-		return exportPDD(ctx, p.writer, p.cfg.Campaign, p.cfg.Export)
+		return p.exportPDD(ctx)
 	}
 	return nil
 }
@@ -639,20 +643,23 @@ func forEach[T any](ctx context.Context, n int, items []T, f func(context.Contex
 	return g.Wait()
 }
 
-// exportPDD writes the campaign's keyword_daily rows as TSV
-// (release.KeywordDailyTSVHeader).
-func exportPDD(ctx context.Context, w *release.Writer, campaign, path string) error {
-	rows, err := w.ReadKeywordDaily(ctx, campaign)
-	if err != nil {
+// exportPDD writes the campaign's export to cfg.Export
+// (release.WritePDDExport: every keyword of the list but the blacklisted
+// ones for each released day, zeros unless cfg.ExportNonZero, and one line
+// per withheld day).
+func (p *pddRun) exportPDD(ctx context.Context) error {
+	var words []string
+	for _, w := range p.list.Words {
+		if !p.black[w] {
+			words = append(words, w)
+		}
+	}
+	var buf bytes.Buffer
+	if err := pddrelease.Export(ctx, p.writer, p.cfg.Campaign, words, !p.cfg.ExportNonZero, &buf); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("export: %w", err)
+	if err := os.WriteFile(p.cfg.Export, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("export: write %s (is the folder writable?): %w", p.cfg.Export, err)
 	}
-	if err := release.WriteKeywordDailyTSV(f, rows); err != nil {
-		f.Close()
-		return fmt.Errorf("export: %w", err)
-	}
-	return f.Close()
+	return nil
 }

@@ -596,8 +596,15 @@ func (r *prio3Run) finish(ctx context.Context) error {
 	for _, st := range r.relayStats {
 		sum.RelayDrops += int64(st.Snapshot().Dropped())
 	}
+	// days the leader never collected: fewer reports than the minimum batch
+	for d, n := range r.sentDays {
+		if n > 0 && n < uint64(r.cfg.MinBatchSize) {
+			pddrelease.RecordWithheld(ctx, r.writer, release.PDDWithheld{Campaign: r.cfg.Campaign, Day: d.Time(),
+				Reason: release.WithheldMinBatch, Detail: fmt.Sprintf("fewer reports than the minimum batch size %d: the aggregators never revealed the batch", r.cfg.MinBatchSize)}, r.log)
+		}
+	}
 	if r.cfg.Export != "" {
-		return exportPDD(ctx, r.writer, r.cfg.Campaign, r.cfg.Export)
+		return r.exportPDD(ctx)
 	}
 	return nil
 }
