@@ -101,12 +101,12 @@ type PDDConfig struct {
 	StateDir                string // "" = temp dir removed at the end
 	Partitions              int    // default 8
 
-	Export   string    // TSV of the released daily counts and the withheld days (release.PDDExportHeader)
+	Export string // TSV of the released daily counts and the withheld days (release.PDDExportHeader)
 	// ExportNonZero (--export-nonzero) leaves the zero counts of released
 	// days out of Export.
 	ExportNonZero bool
-	Workers  int       // concurrent clients per day; default 8
-	Progress io.Writer // a line per day and phase (prio3 mode); nil = none
+	Workers       int       // concurrent clients per day; default 8
+	Progress      io.Writer // a line per day and phase (prio3 mode); nil = none
 	// NoProgress (--no-progress): the command leaves Progress nil.
 	NoProgress bool
 	Timeout    time.Duration // wait for the release after the last day; default 10 min
