@@ -91,8 +91,10 @@ type PDDConfig struct {
 	// Dataset and Budget: the privacy ledger a noisy day spends from (L·ε
 	// per day in groups mode, release/pdd.Stage; ε per person-day in prio3
 	// mode, whose zero budget means release/prio3.DefaultBudgetEpsilon); a
-	// day over budget ends the run with an error wrapping
-	// release.ErrOverBudget (prio3: the day is refused, not released).
+	// day over budget is refused, not released, recorded as withheld
+	// (release.WithheldBudget) and listed so in the export, and the run
+	// ends with an error (groups mode: wrapping release.ErrOverBudget)
+	// once every other day is released.
 	Dataset string
 	Budget  release.Budget
 
@@ -188,6 +190,9 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 		return p.sum, err
 	}
 	p.sum.Elapsed = time.Since(t0)
+	if p.refused != nil {
+		return p.sum, fmt.Errorf("pdd: %d days refused over the privacy budget (raise --budget-epsilon or give another --dataset; the export lists them as withheld): %w", p.nRefused, p.refused)
+	}
 	return p.sum, nil
 }
 
@@ -217,7 +222,8 @@ type pddRun struct {
 	agg        *vectors.Service
 	relMu      sync.Mutex
 	released   []pddrelease.Round // guarded by relMu
-	refused    error              // guarded by relMu
+	refused    error              // guarded by relMu: the first refusal
+	nRefused   int                // guarded by relMu: days refused over the budget
 	pub        *publish.Publisher
 	tr         *pdd.Transport
 
@@ -471,6 +477,7 @@ func (p *pddRun) startServers(svcCtx context.Context, svc *errgroup.Group) error
 			p.relMu.Lock()
 			defer p.relMu.Unlock()
 			p.refused = cmp.Or(p.refused, err)
+			p.nRefused++
 		},
 		Logger: p.log, OnRound: func(r pddrelease.Released) {
 			p.relMu.Lock()
@@ -583,17 +590,14 @@ func (p *pddRun) online(d keywords.Day, rng *rand.Rand) []*pddUser {
 }
 
 // waitReleased waits, at most Timeout, for every round with groups to be
-// released; a day refused over the privacy budget ends the wait at once.
+// released or refused over the privacy budget.
 func (p *pddRun) waitReleased(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	return waitFor(wctx, "the PDD release of every round", func() (bool, error) {
 		p.relMu.Lock()
 		defer p.relMu.Unlock()
-		if p.refused != nil {
-			return false, &permanent{fmt.Errorf("pdd: a day was refused over the privacy budget: %w", p.refused)}
-		}
-		return len(p.released) >= p.expect, nil
+		return len(p.released)+p.nRefused >= p.expect, nil
 	})
 }
 

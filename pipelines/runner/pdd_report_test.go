@@ -32,7 +32,11 @@ import (
 //   - the report's top keywords are the raw log's top keywords summed over
 //     the released days, and its daily counts equal the raw log's clipped,
 //     L1-bounded counts; so does every export line, zeros included;
-//   - the HTML holds both campaigns' count and confidence plots, one
+//   - a third run, noisy Prio3 (campaign p3b, 3 days), finds each day's
+//     budget of dataset default spent by the groups campaign: it ends with
+//     an error naming the 3 refused days, its export is 3 withheld lines
+//     (budget), and so are its days in the report;
+//   - the HTML holds the campaigns' count and confidence plots, one
 //     withheld row per withheld day, and the groups campaign's noise band
 //     (one draw of Lap(3/1): ± 3·ln 20 = ± 9.0).
 func TestPDDReportAndExport(t *testing.T) {
@@ -97,13 +101,32 @@ func TestPDDReportAndExport(t *testing.T) {
 	run(PDDConfig{Campaign: "p3", Mode: ModePrio3, MaxUsers: users, MaxDays: days, Bits: bits, ExactShares: true,
 		MinBatchSize: minBatch, Export: export})
 	run(PDDConfig{Campaign: "groups", MaxUsers: users, MaxDays: 3, GroupSize: 10, Delay: 1, Online: "all", Epsilon: 1, MaxCount: 3})
+	// a noisy Prio3 campaign on the same days: the groups campaign spent
+	// 300·ε of dataset default on each, Prio3's budget is ε = 1 per day
+	budgetExport := filepath.Join(dir, "p3b.tsv")
+	cfg := PDDConfig{Campaign: "p3b", Mode: ModePrio3, MaxUsers: users, MaxDays: 3, Bits: bits, Epsilon: 1, MinBatchSize: 1,
+		Export: budgetExport, Input: bundled, Keywords: listPath, ClickHouse: ch.TCPAddr, Partitions: 4, StateDir: filepath.Join(dir, "p3b")}
+	if _, err := RunPDD(ctx, cfg); err == nil || !strings.Contains(err.Error(), "3 days refused over the privacy budget") {
+		t.Fatalf("campaign p3b over the budget: %v", err)
+	}
+	if b, err := os.ReadFile(budgetExport); err != nil || strings.Count(string(b), "\twithheld\tbudget\n") != 3 || strings.Count(string(b), "\n") != 4 {
+		t.Fatalf("export of p3b (%v):\n%s", err, b)
+	}
 
 	data, err := report.Load(ctx, report.Options{Addr: ch.TCPAddr, Keywords: []string{"weather"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(data.PDD) != 2 || data.PDD[0].Name != "groups" || data.PDD[1].Name != "p3" {
-		t.Fatalf("PDD campaigns %+v, want groups and p3", data.PDD)
+	if len(data.PDD) != 3 || data.PDD[0].Name != "groups" || data.PDD[1].Name != "p3" || data.PDD[2].Name != "p3b" {
+		t.Fatalf("PDD campaigns %+v, want groups, p3 and p3b", data.PDD)
+	}
+	for i, d := range data.PDD[2].Days {
+		if d.Released || d.Reason != release.WithheldBudget || d.Day.Format("2006-01-02") != logDays[i] {
+			t.Errorf("p3b day %d: %+v, want %s withheld over the budget", i, d, logDays[i])
+		}
+	}
+	if n := len(data.PDD[2].Days); n != 3 {
+		t.Errorf("p3b: %d days, want 3", n)
 	}
 	c := data.PDD[1]
 	var gotDays []string
@@ -217,8 +240,11 @@ func TestPDDReportAndExport(t *testing.T) {
 			t.Errorf("the report's days table lacks the withheld day %s", day)
 		}
 	}
-	if n := strings.Count(html, `<tr class="withheld">`); n != len(wantWithheld) {
-		t.Errorf("%d withheld rows, want %d", n, len(wantWithheld))
+	if n := strings.Count(html, `<tr class="withheld">`); n != len(wantWithheld)+3 {
+		t.Errorf("%d withheld rows, want %d below the minimum batch and 3 over the budget", n, len(wantWithheld))
+	}
+	if n := strings.Count(html, "budget: the release would have passed the privacy budget"); n != 3 {
+		t.Errorf("%d rows withheld over the budget, want 3", n)
 	}
 	t.Logf("p3: clients per day %v, minimum batch %d: %d days withheld, %d released; %d report cells and %d export lines equal the raw log",
 		active, minBatch, len(wantWithheld), len(released), cells, len(released)*length)
