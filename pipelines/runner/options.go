@@ -178,6 +178,8 @@ func (c *PDDConfig) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&c.Database, "database", "crowdlog", "ClickHouse database")
 	f.StringVar(&c.StateDir, "state", "", "state directory (default: a temporary one)")
 	f.StringVar(&c.Export, "export", "", "write the released daily counts as TSV, one line per (released day, keyword), zeros included, and one per withheld day with its reason (header: campaign day keyword count confidence epsilon status reason; docs/pdd.md, Export)")
+	f.StringVar(&c.Dataset, "dataset", "default", "privacy budget noisy days spend from, per (dataset, day); campaigns that share days and a dataset share its budget")
+	f.Float64Var(&c.Budget.Epsilon, "budget-epsilon", 0, "ε budget per (dataset, day): a noisy day over it is withheld (reason budget) and the run fails at the end (groups: 0 = no limit; prio3: 0 = 1)")
 	f.BoolVar(&c.ExportNonZero, "export-nonzero", false, "leave zero counts out of --export (a released day with none keeps one line)")
 	f.IntVar(&c.Workers, "workers", 8, "clients pinging concurrently")
 	f.BoolVar(&c.NoProgress, "no-progress", false, "no progress lines on stderr (prio3 mode: one per day and phase)")

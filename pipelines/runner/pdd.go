@@ -191,7 +191,7 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 	}
 	p.sum.Elapsed = time.Since(t0)
 	if p.refused != nil {
-		return p.sum, fmt.Errorf("pdd: %d days refused over the privacy budget (raise --budget-epsilon, or release campaigns that share days from separate datasets; the export lists them as withheld): %w", p.nRefused, p.refused)
+		return p.sum, fmt.Errorf("pdd: %d days refused over the privacy budget (raise --budget-epsilon, or give campaigns that share days their own --dataset; the export lists them as withheld): %w", p.nRefused, p.refused)
 	}
 	return p.sum, nil
 }

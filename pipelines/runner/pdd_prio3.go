@@ -226,7 +226,7 @@ func runPrio3(ctx context.Context, p *pddRun) (*PDDSummary, error) {
 	}
 	p.sum.Elapsed = time.Since(t0)
 	if n := r.stage.Refused.Load(); n > 0 {
-		return p.sum, fmt.Errorf("pdd prio3: %d days refused over the privacy budget of dataset %q (ε %g per day; another campaign may have spent it): raise --budget-epsilon, or release campaigns that share days from separate datasets; the export lists them as withheld", n, cmp.Or(r.cfg.Dataset, pddrelease.DefaultDataset), r.cfg.Budget.Epsilon)
+		return p.sum, fmt.Errorf("pdd prio3: %d days refused over the privacy budget of dataset %q (ε %g per day; another campaign may have spent it): raise --budget-epsilon, or give campaigns that share days their own --dataset; the export lists them as withheld", n, cmp.Or(r.cfg.Dataset, pddrelease.DefaultDataset), r.cfg.Budget.Epsilon)
 	}
 	return p.sum, nil
 }
