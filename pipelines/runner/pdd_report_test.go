@@ -230,7 +230,7 @@ func TestPDDReportAndExport(t *testing.T) {
 	}
 	html := string(b)
 	for _, s := range []string{`data-plot="pdd-0"`, `data-plot="pdd-confidence-0"`, `data-plot="pdd-1"`, `data-plot="pdd-confidence-1"`,
-		"<h3>campaign p3</h3>", "<h3>campaign groups</h3>", "± 9.0 (1 × Lap(3), ledger)", "weather (named)"} {
+		"<h3>campaign p3</h3>", "<h3>campaign groups</h3>", "± 9.0<br><span class=\"note\">1 × Lap(3), scale from the ledger</span>", "weather (named)"} {
 		if !strings.Contains(html, s) {
 			t.Errorf("the report lacks %q", s)
 		}

@@ -103,6 +103,7 @@ type pddDayRow struct {
 	Active, Decrypted           string
 	Groups, Recovered, Lost     string
 	Confidence, Epsilon, Band   string
+	BandHow                     string // the draws and scale behind Band
 }
 
 type pddKeywordRow struct {
@@ -144,7 +145,8 @@ func newPDDView(c Campaign, n int) (pddView, error) {
 			}
 		}
 		if nz := c.Noise[i]; nz.Scale > 0 {
-			row.Band = fmt.Sprintf("± %.1f (%d × Lap(%.4g), %s)", nz.HalfWidth, nz.Draws, nz.Scale, nz.Source)
+			row.Band = fmt.Sprintf("± %.1f", nz.HalfWidth)
+			row.BandHow = fmt.Sprintf("%d × Lap(%.4g), scale from the %s", nz.Draws, nz.Scale, nz.Source)
 			v.Noisy = true
 		}
 		if d.Released {
@@ -344,6 +346,7 @@ td.absent { color: #999; }
 div.wide { overflow-x: auto; }
 tr.over td { background: #fdd; }
 tr.withheld td { background: #f4f4f4; color: #666; }
+table.pdd-days td:first-child, table.pdd-counts th { white-space: nowrap; }
 figure.plot { margin: 1em 0; }
 figure.plot svg { max-width: 100%; height: auto; }
 .note { color: #555; font-size: 90%; }
@@ -459,7 +462,7 @@ figure.plot svg { max-width: 100%; height: auto; }
 <section id="pdd">
 <h2>Private Data Donor campaigns: daily keyword counts</h2>
 {{- if .PDD}}
-<p class="note">Per campaign of <code>crowdlog pdd</code> (groups or Prio3 mode): the released count per day (UTC) of its keywords with the largest released count over its days, and of the keywords named with <code>--keyword</code> (thicker lines, "named"). A keyword without a row on a released day was released as 0 (the tables keep only non-zero counts; under noise, a noisy 0). On days released with noise (ε &gt; 0) the shaded band (drawn for the named keywords, else for the top three; the days table gives it for every count) is the {{.BandLevel}} band of the noise of one count: count ± h, where h is the {{.BandLevel}} quantile of the noise's absolute value (the 97.5% quantile of the noise, which is symmetric): for one Laplace draw of scale b (groups mode, b = max_count / ε) h = b·ln 20 ≈ 3.0·b; for the sum of the two aggregators' draws (Prio3 mode, b = S/ε as the privacy ledger records it) h solves (1 + h/2b)·e^(−h/b) = 0.05, h ≈ 4.1·b. The noise is integer (two-sided geometric), the band its continuous approximation. Confidence is clients decrypted / clients active that day (PDD §4.5). Withheld days (× in the plots, — in the tables) released nothing.</p>
+<p class="note">Per campaign of <code>crowdlog pdd</code> (groups or Prio3 mode): the released count per day (UTC) of its keywords with the largest released count over its days, and of the keywords named with <code>--keyword</code> (thicker lines, "named"). A keyword without a row on a released day was released as 0 (the tables keep only non-zero counts; under noise, a noisy 0). On days released with noise (ε &gt; 0) the shaded band (drawn for the named keywords, else for the top three; the days table gives it for every count) is the {{.BandLevel}} band of the noise of one count: count ± h, where h is the {{.BandLevel}} quantile of the noise's absolute value (the 97.5% quantile of the noise, which is symmetric): for one Laplace draw of scale b (groups mode, b = max_count / ε) h = b·ln 20 ≈ 3.0·b; for the sum of the two aggregators' draws (Prio3 mode, b = S/ε as the privacy ledger records it) h solves (1 + h/2b)·e^(−h/b) = 0.05, h ≈ 4.1·b. The noise is integer (two-sided geometric), the band its continuous approximation. Under noise the keywords are ranked by their noisy sums, and among thousands of keywords the largest noisy sums are mostly noise: follow the keywords you mean with <code>--keyword</code>. Confidence is clients decrypted / clients active that day (PDD §4.5). Withheld days (× in the plots, — in the tables) released nothing.</p>
 {{- range .PDD}}
 <article class="pdd">
 <h3>campaign {{.Name}}</h3>
@@ -475,7 +478,7 @@ figure.plot svg { max-width: 100%; height: auto; }
 <thead><tr><th>day</th><th>status</th><th>why withheld</th><th class="n">clients active</th><th class="n">decrypted</th><th class="n">groups</th><th class="n">recovered</th><th class="n">lost</th><th class="n">confidence</th><th class="n">ε</th><th class="n">noise band ({{$.BandLevel}})</th></tr></thead>
 <tbody>
 {{- range .Rows}}
-<tr class="{{.Status}}"><td>{{.Day}}</td><td>{{.Status}}</td><td title="{{.Detail}}">{{.Reason}}</td><td class="n">{{.Active}}</td><td class="n">{{.Decrypted}}</td><td class="n">{{.Groups}}</td><td class="n">{{.Recovered}}</td><td class="n">{{.Lost}}</td><td class="n">{{.Confidence}}</td><td class="n">{{.Epsilon}}</td><td class="n">{{.Band}}</td></tr>
+<tr class="{{.Status}}"><td>{{.Day}}</td><td>{{.Status}}</td><td title="{{.Detail}}">{{.Reason}}</td><td class="n">{{.Active}}</td><td class="n">{{.Decrypted}}</td><td class="n">{{.Groups}}</td><td class="n">{{.Recovered}}</td><td class="n">{{.Lost}}</td><td class="n">{{.Confidence}}</td><td class="n">{{.Epsilon}}</td><td class="n">{{.Band}}{{with .BandHow}}<br><span class="note">{{.}}</span>{{end}}</td></tr>
 {{- end}}
 </tbody>
 </table>
