@@ -4,7 +4,11 @@
 // epoch, the top artifacts of a release series across its epochs (a
 // weekly replay, `crowdlog run --epoch-length 168h`), the counts-only
 // summary of what stayed encrypted (CrowdLogging
-// §3.3) and the privacy-budget ledger (docs/policies.md).
+// §3.3), the privacy-budget ledger (docs/policies.md) and, per Private Data
+// Donor campaign (Primault et al., WWW 2019; groups or Prio3 mode), the
+// daily counts of its top and named keywords with the band of their
+// Laplace noise, each day's confidence, and the days released and
+// withheld (tables pdd_rounds, pdd_keyword_counts, pdd_withheld).
 //
 // It reads the tables release.Writer writes (release/schema.sql), and only
 // the columns that schema.sql defines, so columns or views added later do
