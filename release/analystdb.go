@@ -23,7 +23,7 @@ import (
 //     below), with the raw table's name and structure: rows of completed
 //     releases only (released_items, undecrypted_summary: keys with a
 //     releases row; pdd_keyword_counts: days with a pdd_rounds row), and
-//     every row of releases, pdd_rounds and privacy_ledger;
+//     every row of releases, pdd_rounds, pdd_withheld and privacy_ledger;
 //   - the materialized views publish_<table> that fill the copies as user
 //     default writes the raw tables (triggered by the insert of the
 //     completion row: releases, pdd_rounds; or of the row itself);
@@ -97,6 +97,9 @@ var published = []publishedTable{
 	{name: "pdd_keyword_counts",
 		columns: []string{"campaign", "day", "keyword", "count", "released_at"},
 		key:     []string{"campaign", "day"}, marker: "pdd_rounds"},
+	{name: "pdd_withheld",
+		columns: []string{"campaign", "day", "reason", "detail", "recorded_at"},
+		key:     []string{"campaign", "day", "reason"}},
 }
 
 // PublishedTables returns the names of the raw tables copied into the

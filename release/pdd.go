@@ -297,3 +297,240 @@ func WriteKeywordDailyTSV(out io.Writer, rows []KeywordDaily) error {
 	}
 	return nil
 }
+
+// Reasons a PDD day is withheld: pdd_withheld.reason (WithheldBudget,
+// WithheldMinBatch) and, derived from pdd_rounds, WithheldLost. The
+// export's reason column and the report use the same words.
+const (
+	// WithheldBudget: the day's noisy release would have passed the
+	// privacy budget of its (dataset, day); nothing of it was written.
+	WithheldBudget = "budget"
+	// WithheldMinBatch: Prio3 mode, fewer reports than the campaign's
+	// minimum batch size; the aggregators never revealed the batch.
+	WithheldMinBatch = "below_min_batch"
+	// WithheldLost: groups mode, every group of the day was lost (fewer
+	// than t members submitted or answered its unmasking request), so no
+	// client's counts were decrypted. The day has a pdd_rounds row with
+	// groups_lost = groups.
+	WithheldLost = "lost"
+)
+
+// PDDWithheld is one pdd_withheld row: Campaign's Day was withheld for
+// Reason (WithheldBudget, WithheldMinBatch); Detail says why in words
+// (no counts of people).
+type PDDWithheld struct {
+	Campaign string
+	Day      time.Time // 00:00 UTC
+	Reason   string
+	Detail   string
+}
+
+// WritePDDWithheld records that w.Day of w.Campaign was withheld, at
+// recordedAt truncated to the second (time.Now() when zero). Idempotent
+// per (campaign, day, reason) under FINAL (ReplacingMergeTree: the latest
+// detail wins). Errors name the day; ctx bounds the call (DefaultTimeout
+// when it has no deadline).
+func (w *Writer) WritePDDWithheld(ctx context.Context, r PDDWithheld, recordedAt time.Time) error {
+	day := r.Day.UTC().Truncate(24 * time.Hour)
+	key := pddKey(r.Campaign, day)
+	if r.Campaign == "" || len(r.Campaign) > 64 || r.Reason == "" {
+		return fmt.Errorf("pdd withheld %s: campaign must be 1–64 bytes and the reason non-empty", key)
+	}
+	if d := day.Unix() / 86400; d < 0 || d > maxDateDay {
+		return fmt.Errorf("pdd withheld %s: day outside the ClickHouse Date range 1970-01-01..2149-06-06", key)
+	}
+	if recordedAt.IsZero() {
+		recordedAt = time.Now()
+	}
+	ctx, cancel := withDeadline(ctx)
+	defer cancel()
+	b, err := w.conn.PrepareBatch(ctx, "INSERT INTO pdd_withheld (campaign, day, reason, detail, recorded_at)")
+	if err != nil {
+		return fmt.Errorf("pdd withheld %s: prepare insert: %w", key, err)
+	}
+	if err := b.Append(r.Campaign, day, r.Reason, r.Detail, recordedAt.UTC().Truncate(time.Second)); err != nil {
+		b.Abort()
+		return fmt.Errorf("pdd withheld %s: append row: %w", key, err)
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("pdd withheld %s: insert row (is ClickHouse up? the release stage records it again on its next run): %w", key, err)
+	}
+	return nil
+}
+
+// ReadPDDWithheld reads the pdd_withheld rows of campaign with FINAL,
+// ordered by day, then reason.
+func (w *Writer) ReadPDDWithheld(ctx context.Context, campaign string) ([]PDDWithheld, error) {
+	ctx, cancel := withDeadline(ctx)
+	defer cancel()
+	rows, err := w.conn.Query(ctx, "SELECT day, reason, detail FROM pdd_withheld FINAL WHERE campaign = ? ORDER BY day, reason", campaign)
+	if err != nil {
+		return nil, fmt.Errorf("pdd withheld %s: read pdd_withheld: %w", campaign, err)
+	}
+	defer rows.Close()
+	out := []PDDWithheld{}
+	for rows.Next() {
+		r := PDDWithheld{Campaign: campaign}
+		if err := rows.Scan(&r.Day, &r.Reason, &r.Detail); err != nil {
+			return nil, fmt.Errorf("pdd withheld %s: scan pdd_withheld: %w", campaign, err)
+		}
+		r.Day = dateUTC(r.Day)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pdd withheld %s: read pdd_withheld: %w", campaign, err)
+	}
+	return out, nil
+}
+
+// PDDDay is one day of a campaign as the export and `crowdlog report`
+// show it: released (its pdd_rounds row, Round) or withheld (Reason,
+// Detail).
+type PDDDay struct {
+	Day      time.Time // 00:00 UTC
+	Released bool
+	// Reason is "" for a released day, else the withheld reasons joined
+	// by "," (WithheldLost, WithheldBudget, WithheldMinBatch).
+	Reason, Detail string
+	// Round is the day's pdd_rounds row when it has one (Counts nil).
+	Round *PDDRound
+}
+
+// PDDDays merges a campaign's pdd_rounds rows and pdd_withheld rows into
+// one PDDDay per day, by day: a day with a pdd_rounds row is released
+// unless every one of its groups was lost (Groups > 0, Lost = Groups:
+// WithheldLost); a day with only pdd_withheld rows is withheld for their
+// reasons. A pdd_rounds row supersedes pdd_withheld rows of the same day
+// (a day refused over the budget and released by a later run).
+func PDDDays(rounds []PDDRound, withheld []PDDWithheld) []PDDDay {
+	byDay := map[time.Time]*PDDDay{}
+	var days []time.Time
+	get := func(t time.Time) *PDDDay {
+		t = dateUTC(t)
+		d := byDay[t]
+		if d == nil {
+			d = &PDDDay{Day: t}
+			byDay[t] = d
+			days = append(days, t)
+		}
+		return d
+	}
+	for i := range rounds {
+		r := rounds[i]
+		r.Counts = nil
+		d := get(r.Day)
+		d.Round = &r
+		if r.Groups > 0 && r.Lost == r.Groups {
+			d.Reason = WithheldLost
+			d.Detail = fmt.Sprintf("all %d groups lost: no group had enough members submit and answer its unmasking request", r.Groups)
+		} else {
+			d.Released = true
+		}
+	}
+	for _, w := range withheld {
+		d := get(w.Day)
+		if d.Round != nil {
+			continue
+		}
+		if d.Reason != "" {
+			d.Reason += ","
+			d.Detail += "; "
+		}
+		d.Reason += w.Reason
+		d.Detail += w.Detail
+	}
+	sort.Slice(days, func(i, j int) bool { return days[i].Before(days[j]) })
+	out := make([]PDDDay, len(days))
+	for i, t := range days {
+		out[i] = *byDay[t]
+	}
+	return out
+}
+
+// PDDExportHeader is the header line WritePDDExport writes (without the
+// newline).
+const PDDExportHeader = "campaign\tday\tkeyword\tcount\tconfidence\tepsilon\tstatus\treason"
+
+// WritePDDExport writes the export of `crowdlog pdd --export`: the line
+// PDDExportHeader, then per day of days (in day order) either one line per
+// keyword (status released) or one line for the whole day (status
+// withheld, keyword, count, confidence and epsilon empty, reason one of
+// the Withheld reasons, comma-separated when several). A released day's
+// lines are the keywords of words in list order with their released count
+// from daily (0 when daily has no row: the count was 0, or a noisy 0),
+// confidence and epsilon from its pdd_rounds row; with zeros false the
+// zero counts are left out, and a released day with no non-zero count gets
+// one line with an empty keyword so that it still shows. Keywords in daily
+// that are not in words follow, in byte order. day is YYYY-MM-DD (UTC),
+// count a signed integer, confidence and epsilon the shortest decimal that
+// reads back as the same float64. Text fields are escaped as ClickHouse's
+// TabSeparated format does (WriteTSV): backslash as \\, tab as \t,
+// newline as \n, carriage return as \r. Errors are those of out, wrapped.
+func WritePDDExport(out io.Writer, campaign string, words []string, days []PDDDay, daily []KeywordDaily, zeros bool) error {
+	counts := map[time.Time]map[string]int64{}
+	for _, r := range daily {
+		d := dateUTC(r.Day)
+		if counts[d] == nil {
+			counts[d] = map[string]int64{}
+		}
+		counts[d][r.Keyword] += r.Count
+	}
+	inList := make(map[string]bool, len(words))
+	for _, w := range words {
+		inList[w] = true
+	}
+	bw := bufio.NewWriterSize(out, 64<<10)
+	bw.WriteString(PDDExportHeader)
+	bw.WriteByte('\n')
+	camp := escapeTSV(campaign)
+	var num [32]byte
+	line := func(day, keyword string, count int64, r *PDDRound) {
+		bw.WriteString(camp)
+		bw.WriteByte('\t')
+		bw.WriteString(day)
+		bw.WriteByte('\t')
+		bw.WriteString(escapeTSV(keyword))
+		bw.WriteByte('\t')
+		bw.Write(strconv.AppendInt(num[:0], count, 10))
+		bw.WriteByte('\t')
+		bw.Write(strconv.AppendFloat(num[:0], r.Confidence, 'g', -1, 64))
+		bw.WriteByte('\t')
+		bw.Write(strconv.AppendFloat(num[:0], r.Epsilon, 'g', -1, 64))
+		bw.WriteString("\treleased\t\n")
+	}
+	for _, d := range days {
+		day := d.Day.UTC().Format("2006-01-02")
+		if !d.Released {
+			bw.WriteString(camp + "\t" + day + "\t\t\t\t\twithheld\t" + escapeTSV(d.Reason) + "\n")
+			continue
+		}
+		c := counts[d.Day]
+		n := 0
+		for _, w := range words {
+			if v := c[w]; v != 0 || zeros {
+				line(day, w, v, d.Round)
+				n++
+			}
+		}
+		var extra []string
+		for k := range c {
+			if !inList[k] {
+				extra = append(extra, k)
+			}
+		}
+		sort.Strings(extra)
+		for _, k := range extra {
+			if v := c[k]; v != 0 || zeros {
+				line(day, k, v, d.Round)
+				n++
+			}
+		}
+		if n == 0 {
+			line(day, "", 0, d.Round)
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("pdd release: write TSV export (is the output file writable?): %w", err)
+	}
+	return nil
+}

@@ -147,3 +147,20 @@ CREATE TABLE IF NOT EXISTS pdd_rounds (
     released_at DateTime
 ) ENGINE = ReplacingMergeTree(released_at)
 ORDER BY (campaign, day);
+
+-- One row per PDD day a release withheld, with the reason: budget (the
+-- day's noisy release would have passed the privacy budget; nothing of it
+-- was written and a later run with a larger budget may still release it),
+-- below_min_batch (Prio3 mode: fewer reports than the minimum batch size,
+-- so the aggregators never revealed the batch). detail says the same in
+-- words, without counts of people. A day that has a pdd_rounds row as well
+-- was released after all (pdd_rounds wins). A day whose groups were all
+-- lost has a pdd_rounds row (groups_lost = groups) and no row here.
+CREATE TABLE IF NOT EXISTS pdd_withheld (
+    campaign String,
+    day Date,
+    reason String,
+    detail String,
+    recorded_at DateTime
+) ENGINE = ReplacingMergeTree(recorded_at)
+ORDER BY (campaign, day, reason);

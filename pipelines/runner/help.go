@@ -136,6 +136,14 @@ not publish their report count, and the ledger (printed at the end)
 charges ε per person-day against --budget-epsilon (0: 1 per day). --pipeline FILE gives
 the mode and measurement from a pipeline file's pdd section.
 
+--export FILE writes one line per (released day, keyword), zeros included
+(--export-nonzero leaves them out), and one line per withheld day with its
+reason: lost (every group lost), budget (over the privacy budget; the run
+then fails at the end, naming those days) or below_min_batch (prio3). With
+--state DIR the run's ClickHouse stays in DIR/clickhouse: 'crowdlog
+clickhouse --dir DIR/clickhouse' serves it again and 'crowdlog report'
+plots its campaigns (docs/pdd.md, "Export, withheld days and the report").
+
 Examples:
   crowdlog pdd --input testdata/aol-top1000.tsv.gz --group-size 50 --delay 2 --max-days 14 --export pdd.tsv
   crowdlog pdd --mode prio3 --input testdata/aol-top1000.tsv.gz --max-days 7 --export pdd.tsv`

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/ed25519"
@@ -94,8 +95,10 @@ type PDDConfig struct {
 	// Dataset and Budget: the privacy ledger a noisy day spends from (L·ε
 	// per day in groups mode, release/pdd.Stage; ε per person-day in prio3
 	// mode, whose zero budget means release/prio3.DefaultBudgetEpsilon); a
-	// day over budget ends the run with an error wrapping
-	// release.ErrOverBudget (prio3: the day is refused, not released).
+	// day over budget is refused, not released, recorded as withheld
+	// (release.WithheldBudget) and listed so in the export, and the run
+	// ends with an error (groups mode: wrapping release.ErrOverBudget)
+	// once every other day is released.
 	Dataset string
 	Budget  release.Budget
 
@@ -104,9 +107,12 @@ type PDDConfig struct {
 	StateDir                string // "" = temp dir removed at the end
 	Partitions              int    // default 8
 
-	Export   string    // TSV of the released daily counts
-	Workers  int       // concurrent clients per day; default 8
-	Progress io.Writer // a line per day and phase (prio3 mode); nil = none
+	Export string // TSV of the released daily counts and the withheld days (release.PDDExportHeader)
+	// ExportNonZero (--export-nonzero) leaves the zero counts of released
+	// days out of Export.
+	ExportNonZero bool
+	Workers       int       // concurrent clients per day; default 8
+	Progress      io.Writer // a line per day and phase (prio3 mode); nil = none
 	// NoProgress (--no-progress): the command leaves Progress nil.
 	NoProgress bool
 	Timeout    time.Duration // wait for the release after the last day; default 10 min
@@ -188,6 +194,9 @@ func RunPDD(ctx context.Context, cfg PDDConfig) (*PDDSummary, error) {
 		return p.sum, err
 	}
 	p.sum.Elapsed = time.Since(t0)
+	if p.refused != nil {
+		return p.sum, fmt.Errorf("pdd: %d days refused over the privacy budget (raise --budget-epsilon, or give campaigns that share days their own --dataset; the export lists them as withheld): %w", p.nRefused, p.refused)
+	}
 	return p.sum, nil
 }
 
@@ -218,7 +227,8 @@ type pddRun struct {
 	agg        *vectors.Service
 	relMu      sync.Mutex
 	released   []pddrelease.Round // guarded by relMu
-	refused    error              // guarded by relMu
+	refused    error              // guarded by relMu: the first refusal
+	nRefused   int                // guarded by relMu: days refused over the budget
 	pub        *publish.Publisher
 	tr         *pdd.Transport
 
@@ -478,6 +488,7 @@ func (p *pddRun) startServers(svcCtx context.Context, svc *errgroup.Group) error
 			p.relMu.Lock()
 			defer p.relMu.Unlock()
 			p.refused = cmp.Or(p.refused, err)
+			p.nRefused++
 		},
 		Logger: p.log, OnRound: func(r pddrelease.Released) {
 			p.relMu.Lock()
@@ -590,17 +601,14 @@ func (p *pddRun) online(d keywords.Day, rng *rand.Rand) []*pddUser {
 }
 
 // waitReleased waits, at most Timeout, for every round with groups to be
-// released; a day refused over the privacy budget ends the wait at once.
+// released or refused over the privacy budget.
 func (p *pddRun) waitReleased(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	return waitFor(wctx, "the PDD release of every round", func() (bool, error) {
 		p.relMu.Lock()
 		defer p.relMu.Unlock()
-		if p.refused != nil {
-			return false, &permanent{fmt.Errorf("pdd: a day was refused over the privacy budget: %w", p.refused)}
-		}
-		return len(p.released) >= p.expect, nil
+		return len(p.released)+p.nRefused >= p.expect, nil
 	})
 }
 
@@ -628,7 +636,7 @@ func (p *pddRun) finish(ctx context.Context) error {
 	}
 	sum.AggregatorDropped = p.agg.Dropped.Load()
 	if p.cfg.Export != "" {
-		return exportPDD(ctx, p.writer, p.cfg.Campaign, p.cfg.Export)
+		return p.exportPDD(ctx)
 	}
 	return nil
 }
@@ -650,20 +658,23 @@ func forEach[T any](ctx context.Context, n int, items []T, f func(context.Contex
 	return g.Wait()
 }
 
-// exportPDD writes the campaign's keyword_daily rows as TSV
-// (release.KeywordDailyTSVHeader).
-func exportPDD(ctx context.Context, w *release.Writer, campaign, path string) error {
-	rows, err := w.ReadKeywordDaily(ctx, campaign)
-	if err != nil {
+// exportPDD writes the campaign's export to cfg.Export
+// (release.WritePDDExport: every keyword of the list but the blacklisted
+// ones for each released day, zeros unless cfg.ExportNonZero, and one line
+// per withheld day).
+func (p *pddRun) exportPDD(ctx context.Context) error {
+	var words []string
+	for _, w := range p.list.Words {
+		if !p.black[w] {
+			words = append(words, w)
+		}
+	}
+	var buf bytes.Buffer
+	if err := pddrelease.Export(ctx, p.writer, p.cfg.Campaign, words, !p.cfg.ExportNonZero, &buf); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("export: %w", err)
+	if err := os.WriteFile(p.cfg.Export, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("export: write %s (is the folder writable?): %w", p.cfg.Export, err)
 	}
-	if err := release.WriteKeywordDailyTSV(f, rows); err != nil {
-		f.Close()
-		return fmt.Errorf("export: %w", err)
-	}
-	return f.Close()
+	return nil
 }

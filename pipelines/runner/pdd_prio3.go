@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	crand "crypto/rand"
@@ -178,6 +179,7 @@ type prio3Run struct {
 
 	relMu    sync.Mutex
 	days     []prio3release.Released // guarded by relMu
+	stage    *prio3release.Stage     // its Refused counts the days refused over the budget
 	uploads  atomic.Int64
 	clipped  atomic.Int64
 	bytes    atomic.Int64
@@ -223,6 +225,9 @@ func runPrio3(ctx context.Context, p *pddRun) (*PDDSummary, error) {
 		return p.sum, err
 	}
 	p.sum.Elapsed = time.Since(t0)
+	if n := r.stage.Refused.Load(); n > 0 {
+		return p.sum, fmt.Errorf("pdd prio3: %d days refused over the privacy budget of dataset %q (ε %g per day; another campaign may have spent it): raise --budget-epsilon, or give campaigns that share days their own --dataset; the export lists them as withheld", n, cmp.Or(r.cfg.Dataset, pddrelease.DefaultDataset), r.cfg.Budget.Epsilon)
+	}
 	return p.sum, nil
 }
 
@@ -421,6 +426,7 @@ func (r *prio3Run) startRelease(svcCtx context.Context, svc *errgroup.Group) err
 			defer r.relMu.Unlock()
 			r.days = append(r.days, d)
 		}}
+	r.stage = st
 	svc.Go(func() error { return st.Run(svcCtx) })
 	return nil
 }
@@ -548,7 +554,7 @@ func rejectedTotal(m map[string]uint64) uint64 {
 }
 
 // waitReleased waits, at most Timeout, until every day a report was sent
-// for is in ClickHouse.
+// for is in ClickHouse or refused over the privacy budget.
 func (r *prio3Run) waitReleased(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
@@ -561,7 +567,7 @@ func (r *prio3Run) waitReleased(ctx context.Context) error {
 	return waitFor(wctx, fmt.Sprintf("the Prio3 release of %d days", want), func() (bool, error) {
 		r.relMu.Lock()
 		defer r.relMu.Unlock()
-		return len(r.days) >= want, nil
+		return len(r.days)+int(r.stage.Refused.Load()) >= want, nil
 	})
 }
 
@@ -605,8 +611,15 @@ func (r *prio3Run) finish(ctx context.Context) error {
 	for _, st := range r.relayStats {
 		sum.RelayDrops += int64(st.Snapshot().Dropped())
 	}
+	// days the leader never collected: fewer reports than the minimum batch
+	for d, n := range r.sentDays {
+		if n > 0 && n < uint64(r.cfg.MinBatchSize) {
+			pddrelease.RecordWithheld(ctx, r.writer, release.PDDWithheld{Campaign: r.cfg.Campaign, Day: d.Time(),
+				Reason: release.WithheldMinBatch, Detail: fmt.Sprintf("fewer reports than the minimum batch size %d: the aggregators never revealed the batch", r.cfg.MinBatchSize)}, r.log)
+		}
+	}
 	if r.cfg.Export != "" {
-		return exportPDD(ctx, r.writer, r.cfg.Campaign, r.cfg.Export)
+		return r.exportPDD(ctx)
 	}
 	return nil
 }

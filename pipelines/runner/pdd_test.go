@@ -15,8 +15,8 @@ import (
 
 const keywordList = "../../ingest/keywords/google-10000-english.txt"
 
-// readPDDExport reads `crowdlog pdd --export`: day → keyword → count, and
-// day → confidence.
+// readPDDExport reads `crowdlog pdd --export`: day → keyword → count
+// (non-zero counts of released days), and day → confidence.
 func readPDDExport(t *testing.T, path string) (map[string]map[string]int, map[string]float64) {
 	t.Helper()
 	f, err := os.Open(path)
@@ -28,21 +28,27 @@ func readPDDExport(t *testing.T, path string) (map[string]map[string]int, map[st
 	conf := map[string]float64{}
 	sc := bufio.NewScanner(f)
 	sc.Scan()
-	if h := sc.Text(); h != "campaign\tday\tkeyword\tcount\tconfidence" {
+	if h := sc.Text(); h != "campaign\tday\tkeyword\tcount\tconfidence\tepsilon\tstatus\treason" {
 		t.Fatalf("export header %q", h)
 	}
 	for sc.Scan() {
 		fl := strings.Split(sc.Text(), "\t")
-		if len(fl) != 5 {
+		if len(fl) != 8 {
 			t.Fatalf("export line %q", sc.Text())
+		}
+		if fl[6] != "released" {
+			continue
 		}
 		n, _ := strconv.Atoi(fl[3])
 		c, _ := strconv.ParseFloat(fl[4], 64)
+		conf[fl[1]] = c
+		if n == 0 {
+			continue
+		}
 		if counts[fl[1]] == nil {
 			counts[fl[1]] = map[string]int{}
 		}
 		counts[fl[1]][fl[2]] = n
-		conf[fl[1]] = c
 	}
 	return counts, conf
 }

@@ -36,6 +36,30 @@ type SpendingSink interface {
 
 var _ SpendingSink = (*release.Writer)(nil)
 
+// WithheldSink records a day withheld with its reason (satisfied by
+// *release.Writer: table pdd_withheld). A Stage whose Writer is one
+// records the days it refuses over the budget (release.WithheldBudget).
+type WithheldSink interface {
+	WritePDDWithheld(ctx context.Context, r release.PDDWithheld, recordedAt time.Time) error
+}
+
+var _ WithheldSink = (*release.Writer)(nil)
+
+// RecordWithheld writes r through sink when sink is a WithheldSink,
+// retrying ClickHouse errors until ctx ends; a failure is logged, not
+// returned (the day is withheld either way; only its record is missing).
+func RecordWithheld(ctx context.Context, sink Sink, r release.PDDWithheld, log *slog.Logger) {
+	ws, ok := sink.(WithheldSink)
+	if !ok {
+		return
+	}
+	if err := retry.Forever(ctx, log, "pdd release: record a withheld day", 200*time.Millisecond, 10*time.Second, func() error {
+		return ws.WritePDDWithheld(ctx, r, time.Now())
+	}); err != nil {
+		log.Warn("pdd release: could not record the withheld day", "campaign", r.Campaign, "day", r.Day.Format("2006-01-02"), "reason", r.Reason, "err", err)
+	}
+}
+
 // DefaultDataset is the privacy budget noisy days spend from when
 // Stage.Dataset is empty: the threshold release stage's default too, so
 // both modes share one budget unless told otherwise.
@@ -240,6 +264,8 @@ func (st *Stage) release(ctx context.Context, r Round, list *keywords.List, maxC
 		st.Refused.Add(1)
 		log.Error("pdd release: day refused, over the privacy budget; nothing released", "campaign", r.Campaign,
 			"day", r.Day.String(), "err", err)
+		RecordWithheld(ctx, st.Writer, release.PDDWithheld{Campaign: r.Campaign, Day: day, Reason: release.WithheldBudget,
+			Detail: budgetDetail(st.Dataset, st.Budget)}, log)
 		if st.OnRefused != nil {
 			st.OnRefused(r.Campaign, day, err)
 		}
@@ -270,13 +296,31 @@ func roundRow(r Round) release.PDDRound {
 		Confidence: r.Confidence}
 }
 
-// Export writes the keyword_daily rows of campaign as TSV (header
-// `campaign day keyword count confidence`, rows by day then keyword; see
-// release.WriteKeywordDailyTSV). Errors name the failing read or write.
-func Export(ctx context.Context, w *release.Writer, campaign string, out io.Writer) error {
+// budgetDetail is the detail of a day refused over budget.
+func budgetDetail(dataset string, b release.Budget) string {
+	if dataset == "" {
+		dataset = DefaultDataset
+	}
+	return fmt.Sprintf("the day's spend would pass the privacy budget of dataset %s (ε %g, δ %g per day); nothing written", dataset, b.Epsilon, b.Delta)
+}
+
+// Export writes the export of campaign (release.WritePDDExport: header
+// release.PDDExportHeader, one line per (released day, keyword of words)
+// with zeros when zeros is true, one line per withheld day with its
+// reason) from w's pdd_rounds, pdd_withheld and keyword_daily. Errors name
+// the failing read or write.
+func Export(ctx context.Context, w *release.Writer, campaign string, words []string, zeros bool, out io.Writer) error {
+	rounds, err := w.ReadPDDRounds(ctx, campaign)
+	if err != nil {
+		return err
+	}
+	withheld, err := w.ReadPDDWithheld(ctx, campaign)
+	if err != nil {
+		return err
+	}
 	rows, err := w.ReadKeywordDaily(ctx, campaign)
 	if err != nil {
 		return err
 	}
-	return release.WriteKeywordDailyTSV(out, rows)
+	return release.WritePDDExport(out, campaign, words, release.PDDDays(rounds, withheld), rows, zeros)
 }

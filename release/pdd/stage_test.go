@@ -210,12 +210,12 @@ func TestStageReleasesExactCountsAndRestarts(t *testing.T) {
 		t.Fatalf("keyword_daily has %d rows, want %d equal rows\n got %v\nwant %v", len(daily), len(want), daily, want)
 	}
 	var buf bytes.Buffer
-	if err := Export(ctx, w, "flu", &buf); err != nil {
+	if err := Export(ctx, w, "flu", nil, false, &buf); err != nil {
 		t.Fatal(err)
 	}
 	if lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n"); len(lines) != len(want)+1 ||
-		lines[0] != "campaign\tday\tkeyword\tcount\tconfidence" ||
-		lines[1] != fmt.Sprintf("flu\t%s\t%s\t%d\t%v", want[0].Day.Format("2006-01-02"), want[0].Keyword, want[0].Count, want[0].Confidence) {
+		lines[0] != release.PDDExportHeader ||
+		lines[1] != fmt.Sprintf("flu\t%s\t%s\t%d\t%v\t0\treleased\t", want[0].Day.Format("2006-01-02"), want[0].Keyword, want[0].Count, want[0].Confidence) {
 		t.Fatalf("export: %d lines, first %q", len(lines), lines[:2])
 	}
 

@@ -351,6 +351,8 @@ func (st *Stage) release(ctx context.Context, b Batch, skip map[int]bool, log *s
 		st.Refused.Add(1)
 		log.Error("prio3 release: day refused, over the privacy budget; nothing released", "campaign", b.Campaign,
 			"day", b.Day.String(), "err", err)
+		pdd.RecordWithheld(ctx, st.Writer, release.PDDWithheld{Campaign: b.Campaign, Day: day, Reason: release.WithheldBudget,
+			Detail: fmt.Sprintf("the day's spend would pass the privacy budget (ε %g per day); nothing written", st.Budget.Epsilon)}, log)
 		return nil
 	}
 	if err != nil {

@@ -17,7 +17,8 @@ import (
 )
 
 // TestLoadChDB runs the report's queries (releases, undecrypted summary,
-// top items with LIMIT … BY, trends with array arguments, ledger) on chDB,
+// top items with LIMIT … BY, trends with array arguments, ledger, PDD
+// days, top and named keywords) on chDB,
 // the current ClickHouse engine, over an analyst database the release code
 // filled, and compares what Load read with what the test wrote.
 func TestLoadChDB(t *testing.T) {
@@ -85,8 +86,24 @@ func TestLoadChDB(t *testing.T) {
 		t.Fatal("the crash hook did not stop the write")
 	}
 
+	// PDD: a released day, a lost day, a withheld day
+	pd := func(n int) time.Time { return time.Date(2006, 3, n, 0, 0, 0, 0, time.UTC) }
+	w.Hook = nil
+	for _, r := range []release.PDDRound{
+		{Campaign: "flu", Day: pd(1), Active: 5, Grouped: 5, Decrypted: 5, Groups: 1, Complete: 1, Confidence: 1, MaxCount: 3,
+			Counts: []release.KeywordCount{{Keyword: "flu", Count: 4}, {Keyword: "cold", Count: 2}, {Keyword: "it's", Count: 1}}},
+		{Campaign: "flu", Day: pd(2), Active: 5, Grouped: 5, Groups: 1, Lost: 1, MaxCount: 3},
+	} {
+		if err := w.WritePDDRound(ctx, r, when[q1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.WritePDDWithheld(ctx, release.PDDWithheld{Campaign: "flu", Day: pd(3), Reason: release.WithheldBudget, Detail: "over"}, when[q1]); err != nil {
+		t.Fatal(err)
+	}
+
 	const top = 3
-	data, err := report.LoadConn(ctx, e.Conn(adb), report.Options{Database: db, Top: top, MaxReleases: 10})
+	data, err := report.LoadConn(ctx, e.Conn(adb), report.Options{Database: db, Top: top, MaxReleases: 10, Keywords: []string{"it's"}, PDDTop: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +175,21 @@ func TestLoadChDB(t *testing.T) {
 	}
 	if !reflect.DeepEqual(data.Trends[0].Artifacts, want) {
 		t.Errorf("trend artifacts:\n got  %+v\n want %+v", data.Trends[0].Artifacts, want)
+	}
+	if len(data.PDD) != 1 || len(data.PDD[0].Days) != 3 {
+		t.Fatalf("PDD %+v, want campaign flu with 3 days", data.PDD)
+	}
+	c := data.PDD[0]
+	var days []string
+	for _, d := range c.Days {
+		days = append(days, fmt.Sprintf("%s %v %s", d.Day.Format("01-02"), d.Released, d.Reason))
+	}
+	if got := fmt.Sprint(days); got != "[03-01 true  03-02 false lost 03-03 false budget]" {
+		t.Errorf("PDD days %s", got)
+	}
+	if len(c.Keywords) != 2 || c.Keywords[0].Keyword != "flu" || c.Keywords[0].Counts[0] != 4 || c.Keywords[1].Keyword != "it's" ||
+		!c.Keywords[1].Named || c.Keywords[1].Counts[0] != 1 || c.Keywords[0].Total != 4 {
+		t.Errorf("PDD keywords %+v, want flu (4 on day 1) and the named it's (1)", c.Keywords)
 	}
 	if len(data.Ledger) != 1 {
 		t.Fatalf("ledger %+v, want the one spend", data.Ledger)

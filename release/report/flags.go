@@ -27,7 +27,12 @@ from elsewhere):
   - per release (the --max-releases most recent), its --top artifacts by
     impressions and what stayed encrypted (counts only);
   - the privacy ledger: ε and δ spent per (dataset, epoch), against the budget
-    given by --budget-epsilon / --budget-delta (the database does not record it).
+    given by --budget-epsilon / --budget-delta (the database does not record it);
+  - per Private Data Donor campaign (crowdlog pdd, groups or Prio3 mode): the
+    daily released counts of its --pdd-top keywords and of every --keyword,
+    with the 95% band of the Laplace noise on noisy days, each day's
+    confidence (clients decrypted / clients active), and a table of the days
+    released and withheld, with the reason (lost, budget, below minimum batch).
 
 Like the analyst views it shows only completed releases (keys with a row in
 releases). Everything on the page was released, so public by construction.
@@ -38,8 +43,9 @@ made by 'crowdlog clickhouse init'), so the read-only analyst can run it:
 As user default (no --user) it reads the release database itself when no
 analyst database exists.
 
-Example:
-  crowdlog report --clickhouse 127.0.0.1:9000 --user analyst --password-file pw --out report.html`
+Examples:
+  crowdlog report --clickhouse 127.0.0.1:9000 --user analyst --password-file pw --out report.html
+  crowdlog report --clickhouse 127.0.0.1:9000 --keyword weather --keyword flu --out report.html`
 
 // Flags are the flags of `crowdlog report`: Load's options, the page
 // written and where the password comes from.
@@ -57,6 +63,8 @@ func (o *Flags) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.PasswordFile, "password-file", "", "file whose first line is --user's password (else $"+PasswordEnv+")")
 	f.StringVar(&o.Out, "out", "report.html", "HTML file to write (replaced atomically)")
 	f.IntVar(&o.Top, "top", DefaultTop, "artifacts shown per release")
+	f.IntVar(&o.PDDTop, "pdd-top", DefaultPDDTop, "keywords followed per PDD campaign, by released count over its days")
+	f.StringArrayVar(&o.Keywords, "keyword", nil, "a keyword to follow in every PDD campaign besides its top ones (repeatable)")
 	f.IntVar(&o.MaxReleases, "max-releases", DefaultMaxReleases, "releases given a section of their own, most recent first")
 	f.Float64Var(&o.Budget.Epsilon, "budget-epsilon", 0, "ε budget per (dataset, epoch) to draw against the ledger (0 = none shown)")
 	f.Float64Var(&o.Budget.Delta, "budget-delta", 0, "δ budget per (dataset, epoch) to show against the ledger (0 = none shown)")
@@ -87,6 +95,6 @@ func (o *Flags) Run(ctx context.Context, w io.Writer) error {
 	if err := WriteFile(o.Out, d); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "wrote %s: %d releases, %d ledger rows\n", o.Out, len(d.Releases), len(d.Ledger))
+	fmt.Fprintf(w, "wrote %s: %d releases, %d ledger rows, %d PDD campaigns\n", o.Out, len(d.Releases), len(d.Ledger), len(d.PDD))
 	return nil
 }

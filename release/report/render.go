@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/crowdlog/crowdlog/infra/atomicfile"
@@ -81,6 +83,121 @@ func newTrendView(t Trend, n int) (trendView, error) {
 	return v, nil
 }
 
+// pddView is one PDD campaign as the page shows it.
+type pddView struct {
+	Campaign
+	Mode           string
+	Plot, ConfPlot *figure
+	Rows           []pddDayRow
+	Heads          []string // the days, for the keyword table
+	KRows          []pddKeywordRow
+	Released       int
+	Withheld       int
+	Reasons        string // withheld days per reason
+	Noisy          bool
+}
+
+type pddDayRow struct {
+	Day, Status, Reason, Detail string
+	Released                    bool
+	Active, Decrypted           string
+	Groups, Recovered, Lost     string
+	Confidence, Epsilon, Band   string
+	BandHow                     string // the draws and scale behind Band
+}
+
+type pddKeywordRow struct {
+	Rank    int
+	Keyword string
+	Named   bool
+	Cells   []string // "—" on withheld days
+	Total   int64
+}
+
+func newPDDView(c Campaign, n int) (pddView, error) {
+	v := pddView{Campaign: c, Mode: c.Mode}
+	switch c.Mode {
+	case "groups":
+		v.Mode = "groups mode (blinded groups, one Laplace draw per count at the release stage)"
+	case "prio3":
+		v.Mode = "Prio3 mode (two aggregators, one Laplace draw each per count)"
+	default:
+		v.Mode = "mode not recorded (exact days spend nothing from the ledger)"
+	}
+	reasons := map[string]int{}
+	var order []string
+	for i, d := range c.Days {
+		day := d.Day.Format("2006-01-02")
+		v.Heads = append(v.Heads, day)
+		row := pddDayRow{Day: day, Released: d.Released, Active: "—", Decrypted: "—", Groups: "—", Recovered: "—", Lost: "—",
+			Confidence: "—", Epsilon: "—", Band: "—"}
+		if r := d.Round; r != nil {
+			if r.Active > 0 || r.Epsilon == 0 {
+				row.Active, row.Decrypted = strconv.FormatUint(uint64(r.Active), 10), strconv.FormatUint(uint64(r.Decrypted), 10)
+			} else {
+				row.Active, row.Decrypted = "not published", "not published"
+			}
+			row.Groups, row.Recovered, row.Lost = strconv.FormatUint(uint64(r.Groups), 10), strconv.FormatUint(uint64(r.Recovered), 10), strconv.FormatUint(uint64(r.Lost), 10)
+			row.Confidence = fmt.Sprintf("%.3f", r.Confidence)
+			row.Epsilon = "exact"
+			if r.Epsilon > 0 {
+				row.Epsilon = num(r.Epsilon)
+			}
+		}
+		if nz := c.Noise[i]; nz.Scale > 0 {
+			row.Band = fmt.Sprintf("± %.1f", nz.HalfWidth)
+			row.BandHow = fmt.Sprintf("%d × Lap(%.4g), scale from the %s", nz.Draws, nz.Scale, nz.Source)
+			v.Noisy = true
+		}
+		if d.Released {
+			row.Status = "released"
+			v.Released++
+		} else {
+			row.Status = "withheld"
+			row.Reason, row.Detail = withheldText(d.Reason), d.Detail
+			v.Withheld++
+			for _, r := range strings.Split(d.Reason, ",") {
+				if reasons[r] == 0 {
+					order = append(order, r)
+				}
+				reasons[r]++
+			}
+		}
+		v.Rows = append(v.Rows, row)
+	}
+	var parts []string
+	for _, r := range order {
+		parts = append(parts, fmt.Sprintf("%s %d", r, reasons[r]))
+	}
+	v.Reasons = strings.Join(parts, ", ")
+	for i, k := range c.Keywords {
+		row := pddKeywordRow{Rank: i + 1, Keyword: k.Keyword, Named: k.Named, Total: k.Total}
+		for j, d := range c.Days {
+			if d.Released {
+				row.Cells = append(row.Cells, strconv.FormatInt(k.Counts[j], 10))
+			} else {
+				row.Cells = append(row.Cells, "—")
+			}
+		}
+		v.KRows = append(v.KRows, row)
+	}
+	if len(c.Days) > 0 {
+		s, err := pddPlot(c)
+		if err != nil {
+			return v, err
+		}
+		v.Plot = &figure{Name: fmt.Sprintf("pdd-%d", n), SVG: template.HTML(s)}
+		if v.Released > 0 {
+			s, err := confidencePlot(c)
+			if err != nil {
+				return v, err
+			}
+			v.ConfPlot = &figure{Name: fmt.Sprintf("pdd-confidence-%d", n), SVG: template.HTML(s)}
+		}
+	}
+	return v, nil
+}
+
 type totalView struct {
 	LedgerTotal
 	EpsBudget, EpsLeft, DeltaBudget, DeltaLeft string
@@ -102,13 +219,22 @@ type page struct {
 	Totals              []totalView
 	LedgerPlot          *figure
 	Top                 int
+	PDD                 []pddView
+	BandLevel           string
 }
 
 // Render writes d as one self-contained HTML page to w: inline CSS and
 // SVG, no script, nothing loaded from elsewhere.
 func Render(w io.Writer, d *Data) error {
 	pg := page{Database: d.Database, Generated: time.Now().UTC().Format(time.RFC3339), Ledger: d.Ledger, Top: d.Top,
-		TrendsDropped: d.TrendsDropped, TrendTop: d.TrendTop}
+		TrendsDropped: d.TrendsDropped, TrendTop: d.TrendTop, BandLevel: fmt.Sprintf("%.0f%%", 100*BandLevel)}
+	for n, c := range d.PDD {
+		v, err := newPDDView(c, n)
+		if err != nil {
+			return err
+		}
+		pg.PDD = append(pg.PDD, v)
+	}
 	views := make([]releaseView, len(d.Releases))
 	for i, r := range d.Releases {
 		v := releaseView{Release: r, Title: keyTitle(r), Still: r.UndecryptedReports(), StillTags: r.UndecryptedTags(), Share: "no summary"}
@@ -219,6 +345,8 @@ td.item { max-width: 28em; overflow-wrap: anywhere; }
 td.absent { color: #999; }
 div.wide { overflow-x: auto; }
 tr.over td { background: #fdd; }
+tr.withheld td { background: #f4f4f4; color: #666; }
+table.pdd-days td:first-child, table.pdd-counts th { white-space: nowrap; }
 figure.plot { margin: 1em 0; }
 figure.plot svg { max-width: 100%; height: auto; }
 .note { color: #555; font-size: 90%; }
@@ -328,6 +456,51 @@ figure.plot svg { max-width: 100%; height: auto; }
 <p>No summary lines were published for this release.</p>
 {{- end}}
 </article>
+{{- end}}
+</section>
+
+<section id="pdd">
+<h2>Private Data Donor campaigns: daily keyword counts</h2>
+{{- if .PDD}}
+<p class="note">Per campaign of <code>crowdlog pdd</code> (groups or Prio3 mode): the released count per day (UTC) of its keywords with the largest released count over its days, and of the keywords named with <code>--keyword</code> (thicker lines, "named"). A keyword without a row on a released day was released as 0 (the tables keep only non-zero counts; under noise, a noisy 0). On days released with noise (ε &gt; 0) the shaded band (drawn for the named keywords, else for the top three; the days table gives it for every count) is the {{.BandLevel}} band of the noise of one count: count ± h, where h is the {{.BandLevel}} quantile of the noise's absolute value (the 97.5% quantile of the noise, which is symmetric): for one Laplace draw of scale b (groups mode, b = max_count / ε) h = b·ln 20 ≈ 3.0·b; for the sum of the two aggregators' draws (Prio3 mode, b = S/ε as the privacy ledger records it) h solves (1 + h/2b)·e^(−h/b) = 0.05, h ≈ 4.1·b. The noise is integer (two-sided geometric), the band its continuous approximation. Under noise the keywords are ranked by their noisy sums, and among thousands of keywords the largest noisy sums are mostly noise: follow the keywords you mean with <code>--keyword</code>. Confidence is clients decrypted / clients active that day (PDD §4.5). Withheld days (× in the plots, — in the tables) released nothing.</p>
+{{- range .PDD}}
+<article class="pdd">
+<h3>campaign {{.Name}}</h3>
+<p>{{.Mode}}. {{len .Days}} days: {{.Released}} released{{if .Withheld}}, {{.Withheld}} withheld ({{.Reasons}}){{end}}.</p>
+{{- with .Plot}}
+<figure class="plot" data-plot="{{.Name}}">{{.SVG}}</figure>
+{{- end}}
+{{- with .ConfPlot}}
+<figure class="plot" data-plot="{{.Name}}">{{.SVG}}</figure>
+{{- end}}
+<h4>Days released and withheld</h4>
+<table class="pdd-days">
+<thead><tr><th>day</th><th>status</th><th>why withheld</th><th class="n">clients active</th><th class="n">decrypted</th><th class="n">groups</th><th class="n">recovered</th><th class="n">lost</th><th class="n">confidence</th><th class="n">ε</th><th class="n">noise band ({{$.BandLevel}})</th></tr></thead>
+<tbody>
+{{- range .Rows}}
+<tr class="{{.Status}}"><td>{{.Day}}</td><td>{{.Status}}</td><td title="{{.Detail}}">{{.Reason}}</td><td class="n">{{.Active}}</td><td class="n">{{.Decrypted}}</td><td class="n">{{.Groups}}</td><td class="n">{{.Recovered}}</td><td class="n">{{.Lost}}</td><td class="n">{{.Confidence}}</td><td class="n">{{.Epsilon}}</td><td class="n">{{.Band}}{{with .BandHow}}<br><span class="note">{{.}}</span>{{end}}</td></tr>
+{{- end}}
+</tbody>
+</table>
+{{- if .KRows}}
+<h4>Daily counts</h4>
+<div class="wide">
+<table class="pdd-counts">
+<thead><tr><th class="n">rank</th><th>keyword</th>{{range .Heads}}<th class="n">{{.}}</th>{{end}}<th class="n">total</th></tr></thead>
+<tbody>
+{{- range .KRows}}
+<tr><td class="n">{{.Rank}}</td><td class="item">{{.Keyword}}{{if .Named}} (named){{end}}</td>{{range .Cells}}<td class="n">{{.}}</td>{{end}}<td class="n">{{.Total}}</td></tr>
+{{- end}}
+</tbody>
+</table>
+</div>
+{{- else}}
+<p>No keyword count was released in this campaign.</p>
+{{- end}}
+</article>
+{{- end}}
+{{- else}}
+<p>No PDD campaign here: the tables <code>pdd_rounds</code> and <code>pdd_withheld</code> are empty or missing. <code>crowdlog pdd --clickhouse HOST:PORT</code> (or <code>--state DIR</code>, then <code>crowdlog clickhouse --dir DIR/clickhouse</code>) releases into this database.</p>
 {{- end}}
 </section>
 

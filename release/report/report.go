@@ -4,7 +4,11 @@
 // epoch, the top artifacts of a release series across its epochs (a
 // weekly replay, `crowdlog run --epoch-length 168h`), the counts-only
 // summary of what stayed encrypted (CrowdLogging
-// §3.3) and the privacy-budget ledger (docs/policies.md).
+// §3.3), the privacy-budget ledger (docs/policies.md) and, per Private Data
+// Donor campaign (Primault et al., WWW 2019; groups or Prio3 mode), the
+// daily counts of its top and named keywords with the band of their
+// Laplace noise, each day's confidence, and the days released and
+// withheld (tables pdd_rounds, pdd_keyword_counts, pdd_withheld).
 //
 // It reads the tables release.Writer writes (release/schema.sql), and only
 // the columns that schema.sql defines, so columns or views added later do
@@ -79,6 +83,12 @@ type Options struct {
 	// each release series with two epochs or more (Trend); DefaultTrendTop
 	// when ≤ 0.
 	TrendTop int
+	// PDDTop is the number of keywords followed per PDD campaign, by
+	// released count summed over its days; DefaultPDDTop when ≤ 0.
+	PDDTop int
+	// Keywords are followed in every PDD campaign besides its top ones
+	// (--keyword), in this order (at most 16 keywords per campaign in all).
+	Keywords []string
 	// Budget, when a coordinate is > 0, is drawn as the limit of every
 	// (dataset, epoch) in the ledger: the value given to the release
 	// stage's --budget-epsilon / --budget-delta. The database does not
@@ -98,6 +108,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.TrendTop <= 0 {
 		o.TrendTop = DefaultTrendTop
+	}
+	if o.PDDTop <= 0 {
+		o.PDDTop = DefaultPDDTop
 	}
 	return o
 }
@@ -184,6 +197,9 @@ type Data struct {
 	Totals []LedgerTotal
 	Budget release.Budget
 	Top    int
+	// PDD are the Private Data Donor campaigns (groups and Prio3 mode),
+	// by name; empty when the database has none.
+	PDD []Campaign
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
@@ -270,8 +286,15 @@ func LoadConn(ctx context.Context, conn driver.Conn, opts Options) (*Data, error
 	if d.Releases, err = r.releases(ctx); err != nil {
 		return nil, err
 	}
-	if len(d.Releases) == 0 {
-		return nil, fmt.Errorf("report: database %s: %w (table releases is empty): run `crowdlog run` or the release stage first, or pick another --database", db, ErrNoRelease)
+	if d.Ledger, err = r.ledger(ctx); err != nil {
+		return nil, err
+	}
+	d.Totals = totals(d.Ledger)
+	if d.PDD, err = r.campaigns(ctx, db, opts.PDDTop, opts.Keywords, d.Ledger); err != nil {
+		return nil, err
+	}
+	if len(d.Releases) == 0 && len(d.PDD) == 0 {
+		return nil, fmt.Errorf("report: database %s: %w (tables releases and pdd_rounds are empty): run `crowdlog run`, `crowdlog pdd` or a release stage first, or pick another --database", db, ErrNoRelease)
 	}
 	if err := r.undecrypted(ctx, d.Releases); err != nil {
 		return nil, err
@@ -284,10 +307,6 @@ func LoadConn(ctx context.Context, conn driver.Conn, opts Options) (*Data, error
 	if err := r.trends(ctx, d.Trends, opts.TrendTop); err != nil {
 		return nil, err
 	}
-	if d.Ledger, err = r.ledger(ctx); err != nil {
-		return nil, err
-	}
-	d.Totals = totals(d.Ledger)
 	return d, nil
 }
 
