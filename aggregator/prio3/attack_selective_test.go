@@ -89,21 +89,21 @@ func keccakP12(st *[25]uint64) {
 // jointRandPart is VDAF-14 Prio3 joint_rand_part for aggregator aggID of
 // the SumVec (algorithm id 3) of this package's campaign: XofTurboShake128
 // with dst = version 12 ‖ class 0 ‖ id ‖ usage 7 ‖ context, seed blind,
-// binder aggID ‖ nonce ‖ encoded measurement share.
-func jointRandPart(blind []byte, aggID byte, nonce p3.ReportID, measShare []byte) []byte {
-	ctx := []byte("crowdlog prio3 " + campaign)
-	var m []byte
-	m = binary.LittleEndian.AppendUint16(m, uint16(8+len(ctx)))
-	m = append(m, 12, 0)
-	m = binary.BigEndian.AppendUint32(m, 3)
-	m = binary.BigEndian.AppendUint16(m, 7)
-	m = append(m, ctx...)
-	m = append(m, 32) // SEED_SIZE
-	m = append(m, blind...)
-	m = append(m, aggID)
-	m = append(m, nonce[:]...)
-	m = append(m, measShare...)
-	return turboSHAKE128(m, 1, 32)
+// binder aggID ‖ nonce ‖ encoded measurement share (context p3.Context).
+func jointRandPart(m p3.Config, blind []byte, aggID byte, nonce p3.ReportID, measShare []byte) []byte {
+	ctx := p3.Context(campaign, m)
+	var b []byte
+	b = binary.LittleEndian.AppendUint16(b, uint16(8+len(ctx)))
+	b = append(b, 12, 0)
+	b = binary.BigEndian.AppendUint32(b, 3)
+	b = binary.BigEndian.AppendUint16(b, 7)
+	b = append(b, ctx...)
+	b = append(b, 32) // SEED_SIZE
+	b = append(b, blind...)
+	b = append(b, aggID)
+	b = append(b, nonce[:]...)
+	b = append(b, measShare...)
+	return turboSHAKE128(b, 1, 32)
 }
 
 // addOne adds 1 (in Field128) to the 16-byte element at index i of an
@@ -193,7 +193,7 @@ func TestAttackPrio3SelectiveFailure(t *testing.T) {
 		}
 		share := append([]byte(nil), r.LeaderShare...)
 		blind := share[len(share)-32:]
-		if got := jointRandPart(blind, 0, r.ID, share[:16*measLen]); string(got) != string(r.PublicShare[:32]) {
+		if got := jointRandPart(m, blind, 0, r.ID, share[:16*measLen]); string(got) != string(r.PublicShare[:32]) {
 			t.Fatalf("recomputed joint-randomness part %x, the client's %x", got, r.PublicShare[:32])
 		}
 		checked++
@@ -219,7 +219,7 @@ func TestAttackPrio3SelectiveFailure(t *testing.T) {
 		}
 		addOne(t, share, 0) // the leader's share of keyword 0's bit 0
 		patched := append([]byte(nil), r.PublicShare...)
-		copy(patched, jointRandPart(blind, 0, r.ID, share[:16*measLen]))
+		copy(patched, jointRandPart(m, blind, 0, r.ID, share[:16*measLen]))
 		for _, way := range ways {
 			it := p3.PrepItem{ID: r.ID, PublicShare: r.PublicShare, SealedHelper: r.SealedHelper, HelperToken: r.HelperToken}
 			switch way {
