@@ -23,7 +23,7 @@ import (
 func forgeOutOfRange(t testing.TB, w *world, day p3.Day, honest []uint64) []byte {
 	t.Helper()
 	c := w.v.Config
-	sv, err := sumvec.New(2, uint(c.Length), uint(c.Bits), uint(c.Chunk), []byte("crowdlog prio3 "+campaign))
+	sv, err := sumvec.New(2, uint(c.Length), uint(c.Bits), uint(c.Chunk), p3.Context(campaign, c))
 	if err != nil {
 		t.Fatal(err)
 	}

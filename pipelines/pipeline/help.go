@@ -18,11 +18,14 @@ Unknown or misspelled fields are errors. Examples: testdata/pipelines/.
     mode: prio3             # groups (default; group_size: 100) or prio3
     bits: 4                 # prio3: counts clipped to 2^bits − 1 (or measurement: presence, max_weight: W)
     min_batch_size: 10      # prio3: fewest reports a day is released with
+    l1: 20                  # prio3 counts: bound S on a client's daily sum; noise scale S/ε
+    exact_shares: false     # prio3: exact shares (ε 0); a malicious leader could then read a client
 
 'crowdlog run --pipeline FILE' runs it; its pipeline flags (--app, --policy,
 --k, --epsilon, ...) then must not be given. 'crowdlog pdd --pipeline FILE'
 reads the pdd section; --mode, --group-size, --measurement, --bits,
---max-weight, --chunk and --min-batch-size then must not be given.
+--max-weight, --chunk, --min-batch-size, --l1 and --exact-shares then must
+not be given.
 
 The pipeline's digest — SHA-256 of the canonical text of the fields that
 change what a report means (app and options, policy and its resolved

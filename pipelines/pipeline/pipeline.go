@@ -77,6 +77,16 @@ type PDD struct {
 	// MinBatchSize (prio3): the fewest reports a day is released with
 	// (default 10).
 	MinBatchSize int `yaml:"min_batch_size,omitempty"`
+	// L1 (prio3 counts): the bound S on one client's daily sum of clipped
+	// counts (the client keeps its most searched keywords within it), the
+	// noise's sensitivity: each aggregator's Laplace scale is S/ε
+	// (default 20).
+	L1 int `yaml:"l1,omitempty"`
+	// ExactShares (prio3): the aggregators release exact shares (no
+	// noise; the run's ε must be 0). It gives up the per-person guarantee
+	// against a malicious leader, which could pad a batch with reports of
+	// its own and read one client's vector.
+	ExactShares bool `yaml:"exact_shares,omitempty"`
 }
 
 // App is the mining application (docs/applications.md) and the options
@@ -190,6 +200,8 @@ const (
 	DefaultMeasurement  = "counts"
 	DefaultBits         = 4
 	DefaultMinBatchSize = 10
+	// DefaultL1 is protocol/prio3.DefaultL1, the SumVec L1 bound S.
+	DefaultL1 = 20
 )
 
 // Defaults of the optional fields.
@@ -357,8 +369,8 @@ func (p *Pipeline) Validate() error {
 func (q PDD) validate() error {
 	switch q.Mode {
 	case "", "groups":
-		if q.Measurement != "" || q.Bits != 0 || q.MaxWeight != 0 || q.Chunk != 0 || q.MinBatchSize != 0 {
-			return invalid("pdd", "measurement, bits, max_weight, chunk and min_batch_size belong to mode prio3")
+		if q.Measurement != "" || q.Bits != 0 || q.MaxWeight != 0 || q.Chunk != 0 || q.MinBatchSize != 0 || q.L1 != 0 || q.ExactShares {
+			return invalid("pdd", "measurement, bits, max_weight, chunk, min_batch_size, l1 and exact_shares belong to mode prio3")
 		}
 		if q.GroupSize < 0 {
 			return invalid("pdd.group_size", "%d: want ≥ 2 (0 = %d)", q.GroupSize, DefaultGroupSize)
@@ -379,9 +391,12 @@ func (q PDD) validate() error {
 		if q.Bits < 0 || q.Bits > 16 {
 			return invalid("pdd.bits", "%d: want 1..16 (0 = %d)", q.Bits, DefaultBits)
 		}
+		if q.L1 < 0 {
+			return invalid("pdd.l1", "%d: want ≥ 1 (0 = %d)", q.L1, DefaultL1)
+		}
 	case "presence":
-		if q.Bits != 0 {
-			return invalid("pdd.bits", "belongs to measurement counts")
+		if q.Bits != 0 || q.L1 != 0 {
+			return invalid("pdd.bits", "bits and l1 belong to measurement counts (presence is bounded by max_weight)")
 		}
 		if q.MaxWeight < 1 {
 			return invalid("pdd.max_weight", "%d: measurement presence needs the most keywords a client reports per day (≥ 1)", q.MaxWeight)
@@ -411,6 +426,9 @@ func (q PDD) Defaults() PDD {
 	}
 	if q.Measurement == "counts" && q.Bits == 0 {
 		q.Bits = DefaultBits
+	}
+	if q.Measurement == "counts" && q.L1 == 0 {
+		q.L1 = DefaultL1
 	}
 	if q.MinBatchSize == 0 {
 		q.MinBatchSize = DefaultMinBatchSize

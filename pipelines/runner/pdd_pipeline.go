@@ -12,7 +12,7 @@ import (
 
 // PDDPipelineFlags are the flags of `crowdlog pdd` whose values a pipeline
 // file's pdd section gives: with --pipeline they must not be given.
-var PDDPipelineFlags = []string{"mode", "group-size", "measurement", "bits", "max-weight", "chunk", "min-batch-size"}
+var PDDPipelineFlags = []string{"mode", "group-size", "measurement", "bits", "max-weight", "chunk", "min-batch-size", "l1", "exact-shares"}
 
 // Complete applies the pdd section of --pipeline (PipelineFile) to c,
 // refusing the flags of PDDPipelineFlags set beside it. Errors are
@@ -40,7 +40,8 @@ func (c *PDDConfig) Complete(f *pflag.FlagSet) error {
 }
 
 // ApplyPipelinePDD sets the fields of cfg that a pipeline's pdd section
-// defines (mode, group size, Prio3 measurement and minimum batch size),
+// defines (mode, group size, Prio3 measurement, minimum batch size, L1
+// bound and exact shares),
 // defaults filled in (pipeline.PDD.Defaults). p must be valid.
 func ApplyPipelinePDD(cfg *PDDConfig, p *pipeline.Pipeline) {
 	d := p.PDD.Defaults()
@@ -49,6 +50,7 @@ func ApplyPipelinePDD(cfg *PDDConfig, p *pipeline.Pipeline) {
 		cfg.GroupSize = d.GroupSize
 	}
 	cfg.Measurement, cfg.Bits, cfg.MaxWeight, cfg.Chunk, cfg.MinBatchSize = d.Measurement, d.Bits, d.MaxWeight, d.Chunk, d.MinBatchSize
+	cfg.L1, cfg.ExactShares = d.L1, d.ExactShares
 }
 
 // PDDPipelineOf returns the pdd section cfg's fields define, with defaults
@@ -61,11 +63,11 @@ func PDDPipelineOf(cfg PDDConfig) pipeline.PDD {
 		q.GroupSize = cfg.GroupSize
 		return q.Defaults()
 	}
-	q.Measurement, q.Chunk, q.MinBatchSize = cfg.Measurement, cfg.Chunk, cfg.MinBatchSize
+	q.Measurement, q.Chunk, q.MinBatchSize, q.ExactShares = cfg.Measurement, cfg.Chunk, cfg.MinBatchSize, cfg.ExactShares
 	if cfg.Measurement == MeasurePresence {
 		q.MaxWeight = cfg.MaxWeight
 	} else {
-		q.Bits = cfg.Bits
+		q.Bits, q.L1 = cfg.Bits, cfg.L1
 	}
 	return q.Defaults()
 }

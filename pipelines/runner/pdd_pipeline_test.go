@@ -31,6 +31,8 @@ func TestPDDPipelineFlagForms(t *testing.T) {
 		{"pdd:\n  mode: prio3\n  bits: 1\n  min_batch_size: 100\n", []string{"--mode", "prio3", "--bits", "1", "--min-batch-size", "100"}},
 		{"pdd:\n  mode: prio3\n  measurement: presence\n  max_weight: 20\n  chunk: 50\n",
 			[]string{"--mode", "prio3", "--measurement", "presence", "--max-weight", "20", "--chunk", "50"}},
+		{"pdd:\n  mode: prio3\n  l1: 50\n", []string{"--mode", "prio3", "--l1", "50"}},
+		{"pdd:\n  mode: prio3\n  exact_shares: true\n", []string{"--mode", "prio3", "--exact-shares"}},
 	}
 	for _, c := range cases {
 		p, err := pipeline.Parse([]byte(pddPipelineHead + c.yaml))
@@ -96,6 +98,10 @@ func TestPDDPipelineComplete(t *testing.T) {
 	for _, bad := range []string{
 		"pdd:\n  mode: pairs\n",
 		"pdd:\n  bits: 4\n",
+		"pdd:\n  l1: 20\n",
+		"pdd:\n  exact_shares: true\n",
+		"pdd:\n  mode: prio3\n  l1: -1\n",
+		"pdd:\n  mode: prio3\n  measurement: presence\n  max_weight: 3\n  l1: 5\n",
 		"pdd:\n  mode: prio3\n  group_size: 10\n",
 		"pdd:\n  mode: prio3\n  measurement: presence\n",
 		"pdd:\n  mode: prio3\n  bits: 17\n",

@@ -81,6 +81,14 @@ type Prio3Summary struct {
 	Epsilon float64
 	Ledger  map[string]float64
 	Budget  float64
+	// TopMRE is the mean relative error |released − exact| / exact of the
+	// daily counts of the 100 keywords with the largest exact totals over
+	// the released days, over their TopCells (day, keyword) pairs with an
+	// exact count > 0; exact = the sum of the sent reports' measurements
+	// as each client bounds them (p3.Config.Clip), what an --exact-shares
+	// run releases when no report is rejected. 0 cells: nothing released.
+	TopMRE   float64
+	TopCells int
 }
 
 // prio3Defaults checks the Prio3 fields of cfg and fills in their defaults.
@@ -184,13 +192,14 @@ type prio3Run struct {
 	clipped  atomic.Int64
 	bytes    atomic.Int64
 	sentMu   sync.Mutex
-	sentDays map[keywords.Day]uint64 // guarded by sentMu
+	sentDays map[keywords.Day]uint64  // guarded by sentMu
+	exact    map[keywords.Day][]int64 // the sent reports' bounded sums (TopMRE); guarded by sentMu
 }
 
 // runPrio3 runs Prio3 mode end to end; see PDDConfig.
 func runPrio3(ctx context.Context, p *pddRun) (*PDDSummary, error) {
 	t0 := time.Now()
-	r := &prio3Run{pddRun: p, sentDays: map[keywords.Day]uint64{}}
+	r := &prio3Run{pddRun: p, sentDays: map[keywords.Day]uint64{}, exact: map[keywords.Day][]int64{}}
 	if err := p.prepare(); err != nil {
 		return nil, err
 	}
@@ -275,7 +284,7 @@ func (r *prio3Run) startServices(ctx context.Context) error {
 	if err := kafka.EnsureTopics(ctx, r.brokers[0], cfg.Partitions, protocol.Prio3UploadsTopic, protocol.Prio3SharesTopic); err != nil {
 		return err
 	}
-	// an upload of L = 10,000 keywords at b = 4 is 654,876 bytes: over
+	// an upload of L = 10,000 keywords at b = 4 is 655,040 bytes: over
 	// Kafka's default 1 MiB batch once framed with others; both topics
 	// carry up to 2 MiB, as `crowdlog topics` makes them
 	if err := kafka.EnsureMaxMessageBytes(ctx, r.brokers[0], kafka.TopicMaxMessageBytes, protocol.Prio3UploadsTopic, protocol.Prio3SharesTopic); err != nil {
@@ -500,6 +509,16 @@ func (r *prio3Run) runDay(ctx context.Context, d keywords.Day, rng *rand.Rand) e
 		r.uploads.Add(1)
 		r.clipped.Add(int64(s.Clipped))
 		r.bytes.Store(int64(s.Bytes))
+		m, _ := u.client.Measurement(d)
+		b, _ := r.m.Clip(m)
+		r.sentMu.Lock()
+		if r.exact[d] == nil {
+			r.exact[d] = make([]int64, len(b))
+		}
+		for i, x := range b {
+			r.exact[d][i] += int64(x)
+		}
+		r.sentMu.Unlock()
 		return nil
 	}); err != nil {
 		return err
@@ -603,6 +622,9 @@ func (r *prio3Run) finish(ctx context.Context) error {
 			}
 		}
 	}
+	r.sentMu.Lock()
+	ps.TopMRE, ps.TopCells = topMRE(ps.Days, r.exact, 100)
+	r.sentMu.Unlock()
 	sum.Prio3 = ps
 	sum.RoundsReleased = len(ps.Days)
 	if len(ps.Days) > 0 {
@@ -650,8 +672,51 @@ func (s *PDDSummary) printPrio3(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+	if ps.TopCells > 0 {
+		fmt.Fprintf(w, "  top-100 keywords' daily counts: mean relative error %.3g against the exact sums of the reports sent (%d (day, keyword) pairs with a count > 0)\n", ps.TopMRE, ps.TopCells)
+	}
 	fmt.Fprintf(w, "  rejected: leader %d, helper %d; relay drops %d; confidence %.0f; elapsed %s\n",
 		rejectedTotal(ps.LeaderRejected), rejectedTotal(ps.HelperRejected), s.RelayDrops, s.MeanConfidence, s.Elapsed.Round(time.Second))
+}
+
+// topMRE is the mean relative error of the released daily counts of the
+// top keywords (the n with the largest exact totals over the released
+// days; ties: the earlier keyword) against exact, over the (day, keyword)
+// pairs with an exact count > 0, and the number of those pairs. Days
+// released without a written row (an earlier run's) are skipped.
+func topMRE(days []prio3release.Released, exact map[keywords.Day][]int64, n int) (float64, int) {
+	total := map[int]int64{}
+	for _, d := range days {
+		for i, x := range exact[keywords.Day(d.Batch.Day)] {
+			total[i] += x
+		}
+	}
+	top := slices.Collect(maps.Keys(total))
+	slices.SortFunc(top, func(a, b int) int {
+		if total[a] != total[b] {
+			return cmp.Compare(total[b], total[a])
+		}
+		return a - b
+	})
+	top = top[:min(n, len(top))]
+	var sum float64
+	cells := 0
+	for _, d := range days {
+		ex := exact[keywords.Day(d.Batch.Day)]
+		if ex == nil || len(d.Batch.Totals) != len(ex) {
+			continue
+		}
+		for _, i := range top {
+			if ex[i] > 0 {
+				sum += math.Abs(float64(d.Batch.Totals[i]-ex[i])) / float64(ex[i])
+				cells++
+			}
+		}
+	}
+	if cells == 0 {
+		return 0, 0
+	}
+	return sum / float64(cells), cells
 }
 
 // prio3Aggregator is a running leader or helper service, as the replay

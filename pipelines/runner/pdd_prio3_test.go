@@ -83,6 +83,10 @@ func TestPDDPrio3Exact(t *testing.T) {
 	if checked != days {
 		t.Fatalf("%d days released, want %d", checked, days)
 	}
+	// the closing note's error against the exact sums: none in an exact run
+	if sum.Prio3.TopCells == 0 || sum.Prio3.TopMRE != 0 {
+		t.Fatalf("exact run: top-100 MRE %v over %d cells, want 0 over > 0", sum.Prio3.TopMRE, sum.Prio3.TopCells)
+	}
 	var b strings.Builder
 	sum.Print(&b)
 	t.Logf("%d days × %d keywords equal the raw log's clipped counts (%d non-zero), %d clipped by clients\n%s%s",
@@ -153,4 +157,12 @@ func TestPDDPrio3Noise(t *testing.T) {
 		t.Fatalf("released − clipped truth over %v entries: mean %.3f, variance %.1f; want mean 0 and variance %.0f (two Laplace draws of scale S/ε = %v)", n, mean, v, wantVar, delta/eps)
 	}
 	t.Logf("released − clipped truth over %v entries: mean %.3f, variance %.1f (expected %.0f)", n, mean, v, wantVar)
+	if sum.Prio3.TopCells == 0 || sum.Prio3.TopMRE <= 0 {
+		t.Fatalf("noisy run: top-100 MRE %v over %d cells, want > 0", sum.Prio3.TopMRE, sum.Prio3.TopCells)
+	}
+	var b strings.Builder
+	sum.Print(&b)
+	if !strings.Contains(b.String(), "top-100 keywords' daily counts: mean relative error") {
+		t.Fatalf("the closing note has no top-100 error:\n%s", b.String())
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"strconv"
 
 	"github.com/cloudflare/circl/vdaf/prio3/arith/fp128"
 	"github.com/cloudflare/circl/vdaf/prio3/mhcv"
@@ -147,7 +148,7 @@ func (c Config) Check() error {
 }
 
 // VDAF is a campaign's Prio3 instance for two aggregators. The VDAF context
-// string is "crowdlog prio3 " ‖ campaign, so reports of one campaign never
+// string is Context(campaign, c) ("crowdlog prio3 " ‖ campaign, and the L1 bound), so reports of one campaign never
 // prepare under another's. A VDAF is not safe for concurrent use: circl's
 // Prio3 keeps one XOF state per instance (concurrent Shard calls panic in
 // its sha3 buffer); build one per goroutine.
@@ -165,7 +166,7 @@ func New(campaign string, c Config) (*VDAF, error) {
 	if c.Chunk == 0 {
 		c.Chunk = DefaultChunk(c)
 	}
-	ctx := []byte("crowdlog prio3 " + campaign)
+	ctx := Context(campaign, c)
 	v := &VDAF{Config: c}
 	var err error
 	if c.Kind == KindSumVec {
@@ -177,6 +178,23 @@ func New(campaign string, c Config) (*VDAF, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return v, nil
+}
+
+// Context is the VDAF application context string (draft-irtf-cfrg-vdaf
+// §4: bound into every XOF, so into the joint randomness and the proof's
+// randomness) of campaign with measurement c: "crowdlog prio3 " ‖
+// campaign, and for a SumVec campaign with an L1 bound S below the
+// proof's own (Sensitivity < L·Max) " l1=" ‖ S. The bound S thus binds
+// the client's clipping to the aggregators' noise scale S/ε: a report
+// sharded under another S fails the helper's proof check, so an operator
+// that announced a larger S to clients than the helper calibrates its
+// noise to gets their reports refused, not counted.
+func Context(campaign string, c Config) []byte {
+	ctx := "crowdlog prio3 " + campaign
+	if c.Kind == KindSumVec && c.L1 > 0 && c.L1 < uint64(max(c.Length, 0))*c.Max() {
+		ctx += " l1=" + strconv.FormatUint(c.L1, 10)
+	}
+	return []byte(ctx)
 }
 
 // RandSize is the randomness Shard consumes, in bytes.
