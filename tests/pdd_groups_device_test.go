@@ -16,7 +16,6 @@ import (
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
-	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/release"
 )
 
@@ -70,10 +69,7 @@ func TestPDDGroupsDevice(t *testing.T) {
 	kb, err := kafka.Config{Dir: filepath.Join(dir, "kafka"), Partitions: 1, SyncWrites: true}.Start(ctx)
 	must(t, err)
 	t.Cleanup(kb.Close)
-	run("topics", "--partitions", "1", "--kafka", kb.Bootstrap())
-	// `crowdlog topics` makes threshold and Prio3 mode's topics only; the
-	// coordinator's error says to create groups mode's with Kafka tooling
-	must(t, kafka.EnsureTopics(ctx, kb.Bootstrap(), 1, protocol.VectorsTopic, protocol.GroupSumsTopic))
+	run("topics", "--partitions", "1", "--kafka", kb.Bootstrap()) // vectors and group-sums too
 	run("streams", "--nats", ns.URL, "--nats-nkey", nkey(natsauth.Admin))
 	ch, err := clickhouse.Start(ctx, filepath.Join(dir, "clickhouse"))
 	must(t, err)
