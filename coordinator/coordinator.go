@@ -238,7 +238,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	parts, err := conn.ReadPartitions(protocol.VectorsTopic)
 	conn.Close()
 	if err != nil || len(parts) == 0 {
-		return fmt.Errorf("coordinator: topic vectors (create it with `crowdlog pdd` or your Kafka tooling): %v", err)
+		return fmt.Errorf("coordinator: topic vectors (create it with `crowdlog topics`, as for the other roles): %v", err)
 	}
 	c.partitions = len(parts)
 	// every control record names its partition (it is bound into the

@@ -266,12 +266,22 @@ func (d *Device) Downstream(ctx context.Context, app string) (Downstream, error)
 	if d.conn == nil {
 		return Downstream{}, errors.New("ingest: Downstream: the device has no NATS connection")
 	}
-	c := pipelinespec.Context{Pipeline: d.pipelines[app], App: app, Epoch: d.epoch}
-	anns, _, err := announcements(ctx, d.conn, d.wait, c.Key())
+	return FetchDownstream(ctx, d.conn, d.wait, d.pipelines[app], app, d.epoch)
+}
+
+// FetchDownstream asks the aggregators on nc (protocol.PipelineSubject,
+// waiting up to wait; 0 = DefaultPipelineWait) how many reports of app in
+// epoch, sealed for pipeline digest, they admitted and refused so far, as
+// Device.Downstream does for a device; for callers that replay many users
+// over one connection (ingest.Replay). Errors: no aggregator answered
+// (ErrNoAnnouncement: start it with --nats), ctx ended.
+func FetchDownstream(ctx context.Context, nc *nats.Conn, wait time.Duration, pipeline [32]byte, app, epoch string) (Downstream, error) {
+	c := pipelinespec.Context{Pipeline: pipeline, App: app, Epoch: epoch}
+	anns, _, err := announcements(ctx, nc, wait, c.Key())
 	if err != nil {
 		return Downstream{}, err
 	}
-	out := Downstream{Pipeline: c.Pipeline, App: app, Epoch: d.epoch, Processes: len(anns), Refused: map[string]int64{}}
+	out := Downstream{Pipeline: c.Pipeline, App: app, Epoch: epoch, Processes: len(anns), Refused: map[string]int64{}}
 	for _, a := range anns {
 		out.Withheld = out.Withheld || a.Withheld
 		n := a.Reports[c.Key()]

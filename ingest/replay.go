@@ -24,6 +24,11 @@ type ReplaySummary struct {
 	Users   int       // clients replayed (AnonIDs)
 	Reports int64     // reports published
 	Log     aol.Stats // lines read, bad lines with line numbers
+	// Downstream, when the caller asked the aggregators after the replay
+	// (FetchDownstream; crowdlog ingest does), is what they admitted and
+	// refused of the replay's pipeline and epoch so far, over every
+	// device; nil when not asked or no aggregator answered.
+	Downstream *Downstream
 }
 
 // Replay replays an AOL log as many devices: every AnonID becomes its own

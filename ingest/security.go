@@ -4,9 +4,12 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/natsauth"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
@@ -35,6 +38,29 @@ func (s NATSSecurity) security() natsconn.Security {
 	return natsconn.Security{Role: natsauth.Client, NKeyFile: s.NKeyFile, CAFile: s.CAFile, CertFile: s.CertFile, KeyFile: s.KeyFile,
 		Hints: natsconn.Hints{URL: "Config.NATS", NKey: "Config.NATSSecurity.NKeyFile", CA: "Config.NATSSecurity.CAFile",
 			Cert: "Config.NATSSecurity.CertFile", Key: "Config.NATSSecurity.KeyFile"}}
+}
+
+// Connect connects to the deployment's NATS at url (comma-separated for a
+// cluster) as client name, with s's credential and TLS files, reconnecting
+// forever. Errors say whether the server is down or a file was refused,
+// naming the Config field to fix (Config.NATS, Config.NATSSecurity.…).
+// The caller closes the connection.
+func (s NATSSecurity) Connect(url, name string) (*nats.Conn, error) {
+	return natsconn.ConnectAs(url, name, s.security())
+}
+
+// LoadRoute reads the onion route [relay A, relay B, aggregator] from the
+// public key files in dir (relay-a.key.pub, relay-b.key.pub,
+// aggregator.key.pub, as `crowdlog keys export-public` writes them), each
+// checked to be its hop's key. SubjectB is relay B's subject. Errors name
+// the file; verify the files' fingerprints out of band (docs/client.md,
+// "Operator keys") before shipping them.
+func LoadRoute(dir string) (Route, error) {
+	a, b, agg, err := loadRouteKeys(dir)
+	if err != nil {
+		return Route{}, err
+	}
+	return Route{RelayA: a, RelayB: b, Aggregator: agg, SubjectB: protocol.RelaySubject("b")}, nil
 }
 
 // loadRouteKeys reads the route's public key files from dir

@@ -390,6 +390,23 @@ func TestClientLibrary(t *testing.T) {
 	}
 	t.Logf("released %d items; weather users=%d impressions=%d, news users=%d after device 1's restart and reinstall", len(got),
 		got["made up weather"].Users, got["made up weather"].Impressions, got["made up news"].Users)
+
+	// `crowdlog ingest` (runner.Ingest) against the README's aggregator
+	// prints the aggregators' counts of its pipeline and epoch: they
+	// include the example devices' reports, admitted under the same digest
+	var exampleReports int64
+	for _, n := range impressions {
+		exampleReports += int64(n)
+	}
+	sum, err := runner.Ingest(ctx, runner.IngestConfig{Input: subset(t, 2), App: "query", Policy: "ft-u", K: k, Epoch: epoch,
+		NATS: d.nats, KeysDir: d.keys, Workers: 2, TokensOff: true, DownstreamWait: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds := sum.Downstream; ds == nil || ds.Withheld || ds.Processes < 1 || ds.Admitted < exampleReports {
+		t.Fatalf("crowdlog ingest's downstream: %v, want the aggregator's counts with at least the examples' %d reports admitted", ds, exampleReports)
+	}
+	t.Logf("crowdlog ingest after the epoch closed: %d reports sent; downstream: %s", sum.Reports, sum.Downstream)
 }
 
 // TestIngestStateDir: `crowdlog ingest --state DIR` (runner.Ingest) run
@@ -406,11 +423,16 @@ func TestIngestStateDir(t *testing.T) {
 	for range 2 {
 		reg := prometheus.NewRegistry()
 		sum, err := runner.Ingest(ctx, runner.IngestConfig{Input: log, App: "query", Policy: "ft-u", K: k, Epoch: epoch,
-			NATS: d.nats, KeysDir: d.keys, StateDir: state, Workers: 2, Registerer: reg})
+			NATS: d.nats, KeysDir: d.keys, StateDir: state, Workers: 2, Registerer: reg, DownstreamWait: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		sent = append(sent, sum.Reports)
+		// this aggregator runs without --nats: no counts, the summary
+		// says nothing about downstream (TestClientLibrary has them)
+		if sum.Downstream != nil {
+			t.Fatalf("ingest %d: downstream %s from an aggregator that announces nothing", len(sent), sum.Downstream)
+		}
 		// what `crowdlog ingest --metrics` serves: the reports it published
 		mfs, err := reg.Gather()
 		if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -29,7 +30,13 @@ func ingestCmd() *cobra.Command {
 			if !o.NoProgress && term.IsTerminal(int(os.Stderr.Fd())) {
 				o.Progress = os.Stderr
 			}
-			_, err = runner.Ingest(cmd.Context(), o.IngestConfig)
+			sum, err := runner.Ingest(cmd.Context(), o.IngestConfig)
+			if err == nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "ingest: %d clients, %d reports published\n", sum.Users, sum.Reports)
+				if sum.Downstream != nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "  downstream (pipeline and epoch, all clients, so far; reports in the relays' pools come later): %s\n", sum.Downstream)
+				}
+			}
 			return err
 		},
 	}

@@ -18,8 +18,8 @@ import (
 const DefaultBroker = "127.0.0.1:9092"
 
 // TopicsHelp is the long help of `crowdlog topics`.
-const TopicsHelp = `topics creates the topics "reports", "decrypted", "prio3-uploads" and
-"prio3-shares" on a Kafka cluster with --partitions partitions
+const TopicsHelp = `topics creates the topics "reports", "decrypted", "prio3-uploads",
+"prio3-shares" and PDD groups mode's "vectors" and "group-sums" on a Kafka cluster with --partitions partitions
 (replication min(3, brokers)) and makes them keep
 their records at least --retention (retention.ms; a shorter one is raised,
 a longer one kept). With --pipeline FILE both come from the file
@@ -120,7 +120,8 @@ func (o *TopicsOptions) Config() (TopicsConfig, error) {
 // writes each topic's partitions and retention (and the Prio3 topics'
 // max.message.bytes) and each ACL entry to w.
 func (c TopicsConfig) EnsureSetup(ctx context.Context, w io.Writer) error {
-	topics := []string{protocol.ReportsTopic, protocol.DecryptedTopic, protocol.Prio3UploadsTopic, protocol.Prio3SharesTopic}
+	topics := []string{protocol.ReportsTopic, protocol.DecryptedTopic, protocol.Prio3UploadsTopic, protocol.Prio3SharesTopic,
+		protocol.VectorsTopic, protocol.GroupSumsTopic}
 	if err := EnsureTopics(ctx, c.Broker, c.Partitions, topics...); err != nil {
 		return err
 	}

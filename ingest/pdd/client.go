@@ -36,6 +36,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
+	"github.com/crowdlog/crowdlog/ingest/publish"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/blind"
 )
@@ -80,9 +81,16 @@ type Client struct {
 // the relays (Route + Publish, as ingest.Client uses them).
 type Transport struct {
 	// NC is the connection to the coordinator (requests; left open).
-	NC      *nats.Conn
-	Route   ingest.Route
+	NC *nats.Conn
+	// Route holds the relays' and the aggregator's onion public keys
+	// (ingest.LoadRoute).
+	Route ingest.Route
+	// Publish sends an onion to relay A (ingest/publish.Publisher.Publish).
 	Publish func(ctx context.Context, onion []byte) error
+
+	// set by Dial: what Close flushes and closes
+	pub *publish.Publisher
+	own *nats.Conn
 }
 
 // Register creates a client with fresh keys and registers it (the request

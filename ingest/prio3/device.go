@@ -23,8 +23,6 @@ import (
 
 	"github.com/crowdlog/crowdlog/infra/atomicfile"
 	"github.com/crowdlog/crowdlog/infra/keydir"
-	"github.com/crowdlog/crowdlog/infra/natsauth"
-	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/ingest"
 	"github.com/crowdlog/crowdlog/ingest/aol"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
@@ -152,9 +150,10 @@ type Config struct {
 	// instead and left open by Close.
 	NATS string
 	Conn *nats.Conn
-	// NATSSecurity is the client's NATS credential and TLS files; its
-	// Role is always natsauth.Client.
-	NATSSecurity natsconn.Security
+	// NATSSecurity is the clients' NATS credential and TLS files
+	// (ingest.NATSSecurity, the type every client mode takes); errors
+	// connecting name its fields.
+	NATSSecurity ingest.NATSSecurity
 
 	// KeysDir holds the operators' public key files (KeyFiles). New
 	// copies them into StateDir/keys on first use; later runs may leave
@@ -311,10 +310,8 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 	}
 	nc := cfg.Conn
 	if nc == nil {
-		sec := cfg.NATSSecurity
-		sec.Role = natsauth.Client
-		if nc, err = natsconn.ConnectAs(cfg.NATS, "crowdlog-prio3-device", sec); err != nil {
-			return fail(fmt.Errorf("prio3: connect to NATS %s: %w (Config.NATS: is the deployment's NATS reachable?)", cfg.NATS, err))
+		if nc, err = cfg.NATSSecurity.Connect(cfg.NATS, "crowdlog-prio3-device"); err != nil {
+			return fail(fmt.Errorf("prio3: connect to NATS %s (Config.NATS): %w", cfg.NATS, err))
 		}
 		d.nc = nc
 	}

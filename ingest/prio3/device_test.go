@@ -267,3 +267,17 @@ func TestDeviceConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceNATSSecurityHints: a NATS credential file that cannot be read
+// is refused naming the Config field (ingest.NATSSecurity, the type every
+// client mode takes), not a command-line flag.
+func TestDeviceNATSSecurityHints(t *testing.T) {
+	w := newDeviceWorld(t)
+	cfg := w.config(t, t.TempDir())
+	cfg.NATSSecurity.NKeyFile = filepath.Join(t.TempDir(), "nats-client.nk")
+	_, err := New(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "Config.NATSSecurity.NKeyFile") || strings.Contains(err.Error(), "--nats-nkey") {
+		t.Fatalf("a missing NKey file: %v, want an error naming Config.NATSSecurity.NKeyFile", err)
+	}
+	t.Logf("missing NKey file: %v", err)
+}

@@ -66,9 +66,14 @@ type IngestConfig struct {
 	// `crowdlog keys enroll`: for an issuer that reads this keys
 	// directory. Without it the identities must be enrolled already (the
 	// issuer refuses others: tokenclient.ErrNotEnrolled).
-	Enroll   bool
-	Progress io.Writer
-	Logger   *slog.Logger
+	Enroll bool
+	// DownstreamWait, when > 0, makes Ingest ask the aggregators after
+	// the replay what they admitted and refused of its pipeline and epoch
+	// (ingest.FetchDownstream, waiting up to DownstreamWait for their
+	// answers) into ReplaySummary.Downstream; 0 does not ask.
+	DownstreamWait time.Duration
+	Progress       io.Writer
+	Logger         *slog.Logger
 	// Registerer, when set, receives the ingest's metrics
 	// (crowdlog_ingest_*: reports published, publish retries and
 	// failures; RegisterPublisher), as `crowdlog ingest --metrics` serves.
@@ -171,6 +176,14 @@ func Ingest(ctx context.Context, cfg IngestConfig) (ingest.ReplaySummary, error)
 	sum, err := replay.Run(ctx, input)
 	if ferr := pub.Flush(ctx); err == nil {
 		err = ferr
+	}
+	if err == nil && cfg.DownstreamWait > 0 {
+		// reports still in the relays' pools are not counted yet
+		if d, derr := ingest.FetchDownstream(ctx, nc, cfg.DownstreamWait, digest, a.Name(), cfg.Epoch); derr == nil {
+			sum.Downstream = &d
+		} else {
+			log.Warn("ingest: no downstream counts (start the aggregator with --nats to get them)", "err", derr)
+		}
 	}
 	log.Info("ingest done", "clients", sum.Users, "reports", sum.Reports, "log", sum.Log.String())
 	return sum, err

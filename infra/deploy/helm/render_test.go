@@ -355,7 +355,8 @@ const testDigest = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a
 
 // TestAggregatorServesPipelines: aggregator.pipelines become --pipeline
 // flags of the aggregate container, each file read from the public
-// ConfigMap's mount; without them the container names no pipeline.
+// ConfigMap's mount; without them the container names no pipeline. The
+// container announces them over NATS with its own NKey (--nats).
 func TestAggregatorServesPipelines(t *testing.T) {
 	for _, files := range [][]any{nil, {"query.yaml"}, {"query.yaml", "click.yaml"}} {
 		objs, err := Render("aggregator", map[string]any{"aggregator": map[string]any{"pipelines": files}})
@@ -368,6 +369,13 @@ func TestAggregatorServesPipelines(t *testing.T) {
 				continue
 			}
 			found = true
+			// --nats with the role's NKey: devices get the pipelines and
+			// report counts announced on crowdlog.pipeline
+			if flagArg(c.Args, "--nats") == "" || flagArg(c.Args, "--nats-nkey") == "" {
+				t.Errorf("aggregate %v: no --nats and --nats-nkey: devices cannot verify the pipeline", c.Args)
+			} else if err := c.Readable(flagArg(c.Args, "--nats-nkey")); err != nil {
+				t.Errorf("aggregate --nats-nkey not mounted: %v", err)
+			}
 			var got []string
 			for i, a := range c.Args {
 				if a == "--pipeline" && i+1 < len(c.Args) {

@@ -39,6 +39,8 @@ randomness-token keys.
 {{- else if eq $v.operator "aggregator" }}
 - name: aggregate
   args: [aggregate, --key, /etc/crowdlog/keys/aggregator.key, --keys, /var/lib/crowdlog, --control-pub, /etc/crowdlog/public/control-sign.key.pub, --group, {{ $v.aggregator.group | quote }}, --spill-dir, /tmp{{ range $v.aggregator.pipelines }}, --pipeline, {{ printf "/etc/crowdlog/public/%s" . | quote }}{{ end }}]
+  nats: aggregator
+  natsSecret: {{ $v.aggregator.natsSecret | quote }}
   kafka: true
   keys: [aggregator.key]
   public: [control-sign.key.pub{{ range $v.aggregator.pipelines }}, {{ . | quote }}{{ end }}]
