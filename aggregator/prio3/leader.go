@@ -285,7 +285,7 @@ func (l *Leader) aggregateResp(ev Event) error {
 			l.Stats.reject("replay")
 			continue
 		}
-		b.add(l.vdaf, res.ID, out, commit{})
+		b.add(l.vdaf, res.ID, out, digest{})
 		l.Stats.Prepared++
 	}
 	return nil
@@ -343,5 +343,6 @@ func (l *Leader) aggShare(ev Event) ([]Output, error) {
 		return nil, err
 	}
 	l.Stats.Collected++
+	b.markCollected()
 	return []Output{{To: ToCollector, Msg: mine}, {To: ToCollector, Msg: ev.Msg}}, nil
 }

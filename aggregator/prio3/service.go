@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,6 +87,9 @@ const DefaultMaxSkew = 5 * time.Minute
 // counters is the copy of a role's Stats that metrics read (the state
 // machine's own Stats change only in the service loop).
 type counters struct {
+	// written counts the bytes the service wrote to its state directory
+	// (batch logs and snapshots; Written).
+	written atomic.Int64
 	mu      sync.Mutex
 	stats   Stats
 	service map[string]uint64 // service-level rejections
@@ -100,6 +104,10 @@ func (c *counters) refuse(reason string) {
 	}
 	c.refused[reason]++
 }
+
+// Written returns the bytes written to the state directory since the
+// service started (batch logs and snapshots; not kept across restarts).
+func (c *counters) Written() int64 { return c.written.Load() }
 
 // Refused returns the requests refused before any state change, by reason
 // (RefusedReplySubject, RefusedUnsigned, …; not kept across restarts).
@@ -222,6 +230,7 @@ type leaderRun struct {
 	// retryAt: days whose collection the helper refused as batch_open
 	// (its clock behind the leader's) → when to ask again (wall clock)
 	retryAt map[p3.Day]time.Time
+	store   *batchStore // the batch logs
 	w       *kafka.Writer
 	log     *slog.Logger
 }
@@ -246,11 +255,11 @@ func (s *LeaderService) Run(ctx context.Context) error {
 	if err := onion.PrepareKeys(s.Config.Keys); err != nil {
 		return fmt.Errorf("prio3 leader: %w", err)
 	}
-	l, next, done, err := loadLeader(s.StateDir, s.Config)
+	l, next, done, store, err := loadLeader(s.StateDir, s.Config)
 	if err != nil {
 		return err
 	}
-	run := &leaderRun{s: s, l: l, next: next, done: done, log: log, retryAt: map[p3.Day]time.Time{}}
+	run := &leaderRun{s: s, l: l, next: next, done: done, store: store, log: log, retryAt: map[p3.Day]time.Time{}}
 	s.set(&l.Stats)
 	parts, err := uploadPartitions(ctx, s.Brokers)
 	if err != nil {
@@ -427,6 +436,7 @@ func (r *leaderRun) step(ctx context.Context, in <-chan upload, maxBatch int) er
 	}
 	for day := range r.done {
 		if r.l.forget(day, now) {
+			r.store.drop(day)
 			delete(r.done, day)
 			changed = true
 		}
@@ -544,12 +554,26 @@ func (r *leaderRun) collect(ctx context.Context, now time.Time) bool {
 	return changed
 }
 
+// save appends what the batches' logs lack, then replaces the snapshot
+// (offsets, outcomes, pending reports, the logs' lengths).
 func (r *leaderRun) save() error {
-	b, err := encodeLeaderFile(r.l, r.next, r.done)
+	if err := os.MkdirAll(r.s.StateDir, 0o700); err != nil {
+		return fmt.Errorf("prio3: state directory: %w", err)
+	}
+	if err := r.store.flush(r.l.batches); err != nil {
+		return err
+	}
+	b, err := encodeLeaderFile(r.l, r.next, r.done, r.store.refs)
 	if err != nil {
 		return err
 	}
-	return writeState(r.s.StateDir, LeaderStateFile, b)
+	if err := writeState(r.s.StateDir, LeaderStateFile, b); err != nil {
+		return err
+	}
+	r.s.written.Add(r.store.Written + int64(len(b)))
+	r.store.Written = 0
+	r.store.cleanup()
+	return nil
 }
 
 // ask sends req to the helper and returns its answer: Attempts tries of at
@@ -669,7 +693,7 @@ func (s *HelperService) Run(ctx context.Context) error {
 	if err := onion.PrepareKeys(s.Config.Keys); err != nil {
 		return fmt.Errorf("prio3 helper: %w", err)
 	}
-	h, err := loadHelper(s.StateDir, s.Config)
+	h, store, err := loadHelper(s.StateDir, s.Config)
 	if err != nil {
 		return err
 	}
@@ -698,7 +722,7 @@ func (s *HelperService) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("prio3 helper: NATS subscription: %w", err)
 		}
-		if err := s.handle(h, m, log); err != nil {
+		if err := s.handle(h, store, m, log); err != nil {
 			return err
 		}
 		s.Requests.Add(1)
@@ -756,7 +780,7 @@ func (s *HelperService) check(m *nats.Msg) ([]byte, string) {
 
 // handle checks one request (check), applies it, snapshots and answers;
 // only a failed snapshot is an error.
-func (s *HelperService) handle(h *Helper, m *nats.Msg, log *slog.Logger) error {
+func (s *HelperService) handle(h *Helper, store *batchStore, m *nats.Msg, log *slog.Logger) error {
 	body, reason := s.check(m)
 	if reason != "" {
 		s.refuse(reason)
@@ -781,8 +805,11 @@ func (s *HelperService) handle(h *Helper, m *nats.Msg, log *slog.Logger) error {
 		return nil
 	}
 	now := nowFunc(s.Now)()
-	if n := h.forget(now); n > 0 {
-		log.Info("prio3 helper: dropped the state of expired batches (--retain)", "batches", n)
+	if days := h.forget(now); len(days) > 0 {
+		for _, d := range days {
+			store.drop(d)
+		}
+		log.Info("prio3 helper: dropped the state of expired collected batches (--retain)", "batches", len(days))
 	}
 	outs, err := h.Apply(Event{Now: now, Kind: kind, Msg: body})
 	if err != nil {
@@ -790,13 +817,24 @@ func (s *HelperService) handle(h *Helper, m *nats.Msg, log *slog.Logger) error {
 		log.Warn("prio3 helper: dropped a request", "err", err)
 		return nil
 	}
-	b, err := h.MarshalBinary()
+	if err := os.MkdirAll(s.StateDir, 0o700); err != nil {
+		return fmt.Errorf("prio3: state directory: %w", err)
+	}
+	// the batch logs first, then the snapshot naming their lengths, then
+	// the answer: what the leader learns is on disk
+	if err := store.flush(h.batches); err != nil {
+		return err
+	}
+	b, err := encodeHelperFile(h, store.refs)
 	if err != nil {
 		return err
 	}
 	if err := writeState(s.StateDir, HelperStateFile, b); err != nil {
 		return err
 	}
+	s.written.Add(store.Written + int64(len(b)))
+	store.Written = 0
+	store.cleanup()
 	if kind == EventCollectReq {
 		if a, err := p3.ParseAggShare(outs[0].Msg); err == nil {
 			if a.Reason != "" {

@@ -161,20 +161,20 @@ func FuzzLeaderFile(f *testing.F) {
 	ups := w.shardAll(f, day, smallCounts(3, 4))
 	w.upload(f, day.Start(), ups[:2])
 	w.l.Apply(Event{Now: day.Start(), Kind: EventUpload, Msg: ups[2]})
-	b, err := encodeLeaderFile(w.l, map[int]int64{0: 3, 2: 7}, map[p3.Day]string{day - 1: "collected"})
+	b, err := encodeLeaderFile(w.l, map[int]int64{0: 3, 2: 7}, map[p3.Day]string{day - 1: "collected"}, map[p3.Day]batchRef{day: {gen: 2, size: 900}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		l, next, done, err := decodeLeaderFile(w.cfgL, b)
+		l, next, done, refs, err := decodeLeaderFile(w.cfgL, b)
 		if err != nil {
 			if !errors.Is(err, protocol.ErrMalformed) {
 				t.Fatalf("error not ErrMalformed: %v", err)
 			}
 			return
 		}
-		if _, err := encodeLeaderFile(l, next, done); err != nil {
+		if _, err := encodeLeaderFile(l, next, done, refs); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -255,10 +255,10 @@ func TestForget(t *testing.T) {
 		t.Fatal(err)
 	}
 	closeAt := day.Start().Add(24*time.Hour + w.cfgL.Grace)
-	if w.l.forget(day, closeAt.Add(59*time.Minute)) || w.h.forget(closeAt.Add(59*time.Minute)) != 0 {
+	if w.l.forget(day, closeAt.Add(59*time.Minute)) || len(w.h.forget(closeAt.Add(59*time.Minute))) != 0 {
 		t.Fatal("state dropped before Retain passed")
 	}
-	if !w.l.forget(day, closeAt.Add(time.Hour)) || w.h.forget(closeAt.Add(time.Hour)) != 1 {
+	if !w.l.forget(day, closeAt.Add(time.Hour)) || len(w.h.forget(closeAt.Add(time.Hour))) != 1 {
 		t.Fatal("state kept after Retain passed")
 	}
 	if d := w.l.Days(); len(d) != 0 {

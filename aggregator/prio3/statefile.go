@@ -13,29 +13,52 @@ import (
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 )
 
-// The services' snapshot files. The helper's is the Helper's encoded state
-// (Helper.MarshalBinary). The leader's, big-endian:
+// The services' snapshot files, written after the batch logs
+// (batchlog.go) and before anything the state holds leaves the process.
+// The leader's, big-endian:
 //
-//	magic "P3LS" ‖ version(1) ‖ n partitions(u32) ‖ n × (partition(u32) ‖
+//	magic "P3LS" ‖ version(1: 2) ‖ n partitions(u32) ‖ n × (partition(u32) ‖
 //	next offset(u64)) ‖ n days(u32) ‖ n × (day(u32) ‖ outcome(len8)) ‖
-//	leader state(len32, Leader.MarshalBinary)
+//	leader state(len32, Leader.MarshalBinary without batches) ‖ batch logs
 //
-// outcome is "collected" or why the batch was never revealed
-// ("small_batch", "helper_refused"). Files are written to a temporary file
-// beside the target, synced, then renamed (a crash leaves the previous
-// snapshot), mode 0600: the leader's holds its prep states and its input
-// shares' aggregates (one of two additive shares: nothing about a client
-// without the helper's), never a client's plaintext.
+// The helper's:
+//
+//	magic "P3HS" ‖ version(1: 1) ‖ helper state(len32, Helper.MarshalBinary
+//	without batches) ‖ batch logs
+//
+// batch logs = putRefs (each batch's log generation and length). Version 1
+// leader files and bare helper states (their batches inside, written
+// before the batch logs) are still read; their batches go to new logs at
+// the next write. outcome is "collected" or why the batch was never
+// revealed ("small_batch", "helper_refused"). Files are written to a
+// temporary file beside the target, synced, then renamed (a crash leaves
+// the previous snapshot), mode 0600: the leader's holds its prep states
+// (one of two additive shares: nothing about a client without the
+// helper's), never a client's plaintext.
 const leaderFileMagic = "P3LS"
 
-const leaderFileVersion byte = 1
+const helperFileMagic = "P3HS"
 
-func encodeLeaderFile(l *Leader, next map[int]int64, done map[p3.Day]string) ([]byte, error) {
-	st, err := l.MarshalBinary()
+const (
+	leaderFileVersion       byte = 2
+	leaderFileVersionInline byte = 1 // batches inside the leader state
+	helperFileVersion       byte = 1
+)
+
+// withoutBatches runs f with *bs swapped for an empty map.
+func withoutBatches(bs *map[p3.Day]*batch, f func() ([]byte, error)) ([]byte, error) {
+	saved := *bs
+	*bs = map[p3.Day]*batch{}
+	defer func() { *bs = saved }()
+	return f()
+}
+
+func encodeLeaderFile(l *Leader, next map[int]int64, done map[p3.Day]string, refs map[p3.Day]batchRef) ([]byte, error) {
+	st, err := withoutBatches(&l.batches, l.MarshalBinary)
 	if err != nil {
 		return nil, err
 	}
-	w := protocol.Writer{B: make([]byte, 0, len(st)+64+12*len(next)+16*len(done))}
+	w := protocol.Writer{B: make([]byte, 0, len(st)+64+12*len(next)+16*len(done)+16*len(refs))}
 	w.Raw([]byte(leaderFileMagic))
 	w.U8(leaderFileVersion)
 	parts := slices.Sorted(maps.Keys(next))
@@ -51,18 +74,22 @@ func encodeLeaderFile(l *Leader, next map[int]int64, done map[p3.Day]string) ([]
 		w.Bytes8([]byte(done[d]))
 	}
 	w.Bytes32(st)
+	putRefs(&w, refs)
 	return w.B, nil
 }
 
-// decodeLeaderFile rebuilds the leader service's state from a snapshot.
-// Errors wrap protocol.ErrMalformed or ErrConfig.
-func decodeLeaderFile(cfg Config, b []byte) (*Leader, map[int]int64, map[p3.Day]string, error) {
+// decodeLeaderFile rebuilds the leader service's state from a snapshot:
+// the leader (with its batches only from a version 1 file), the offsets,
+// the outcomes and the batch logs (nil from a version 1 file). Errors wrap
+// protocol.ErrMalformed or ErrConfig.
+func decodeLeaderFile(cfg Config, b []byte) (*Leader, map[int]int64, map[p3.Day]string, map[p3.Day]batchRef, error) {
 	r := protocol.Reader{B: b}
 	if m := r.Take(len(leaderFileMagic), "magic"); r.Err == nil && string(m) != leaderFileMagic {
 		r.Err = protocol.Malformed("not a prio3 leader snapshot")
 	}
-	if v := r.U8("version"); r.Err == nil && v != leaderFileVersion {
-		r.Err = protocol.Malformed("prio3 leader snapshot version %d, want %d", v, leaderFileVersion)
+	version := r.U8("version")
+	if r.Err == nil && version != leaderFileVersion && version != leaderFileVersionInline {
+		r.Err = protocol.Malformed("prio3 leader snapshot version %d, want %d", version, leaderFileVersion)
 	}
 	next := map[int]int64{}
 	n := r.U32("partitions")
@@ -87,53 +114,126 @@ func decodeLeaderFile(cfg Config, b []byte) (*Leader, map[int]int64, map[p3.Day]
 		done[d] = string(r.Bytes8("outcome"))
 	}
 	st := r.Bytes32("leader state")
+	var refs map[p3.Day]batchRef
+	if version == leaderFileVersion {
+		refs = getRefs(&r)
+	}
 	if err := r.Done("prio3 leader snapshot"); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	l, err := RestoreLeader(cfg, st)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	return l, next, done, nil
+	if refs != nil && len(l.batches) > 0 {
+		return nil, nil, nil, nil, protocol.Malformed("prio3 leader snapshot: batches both inline and in logs")
+	}
+	return l, next, done, refs, nil
 }
 
-// loadLeader restores the leader from dir's snapshot, or starts a new one
-// when there is none.
-func loadLeader(dir string, cfg Config) (*Leader, map[int]int64, map[p3.Day]string, error) {
+// loadLeader restores the leader and its batch logs from dir, or starts a
+// new one when there is no snapshot.
+func loadLeader(dir string, cfg Config) (*Leader, map[int]int64, map[p3.Day]string, *batchStore, error) {
 	path := filepath.Join(dir, LeaderStateFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		l, err := NewLeader(cfg)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
-		return l, map[int]int64{}, map[p3.Day]string{}, nil
+		store := newBatchStore(dir, "prio3-leader", false, l.vdaf)
+		if _, err := store.load(map[p3.Day]batchRef{}); err != nil {
+			return nil, nil, nil, nil, err
+		}
+		return l, map[int]int64{}, map[p3.Day]string{}, store, nil
 	}
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("prio3 leader: read snapshot: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("prio3 leader: read snapshot: %w", err)
 	}
-	l, next, done, err := decodeLeaderFile(cfg, b)
+	l, next, done, refs, err := decodeLeaderFile(cfg, b)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("prio3 leader: snapshot %s: %w (a state directory of another campaign or measurement? give each its own --state-dir)", path, err)
+		return nil, nil, nil, nil, fmt.Errorf("prio3 leader: snapshot %s: %w (a state directory of another campaign or measurement? give each its own --state-dir)", path, err)
 	}
-	return l, next, done, nil
+	store := newBatchStore(dir, "prio3-leader", false, l.vdaf)
+	if refs != nil {
+		if l.batches, err = store.load(refs); err != nil {
+			return nil, nil, nil, nil, fmt.Errorf("prio3 leader: %w", err)
+		}
+	}
+	return l, next, done, store, nil
 }
 
-// loadHelper restores the helper from dir's snapshot, or starts a new one.
-func loadHelper(dir string, cfg Config) (*Helper, error) {
+func encodeHelperFile(h *Helper, refs map[p3.Day]batchRef) ([]byte, error) {
+	st, err := withoutBatches(&h.batches, h.MarshalBinary)
+	if err != nil {
+		return nil, err
+	}
+	w := protocol.Writer{B: make([]byte, 0, len(st)+16+16*len(refs))}
+	w.Raw([]byte(helperFileMagic))
+	w.U8(helperFileVersion)
+	w.Bytes32(st)
+	putRefs(&w, refs)
+	return w.B, nil
+}
+
+// decodeHelperFile rebuilds the helper (without batches) and its batch
+// logs from a snapshot; a bare helper state (the format before batch
+// logs) comes back with its batches and nil refs. Errors wrap
+// protocol.ErrMalformed or ErrConfig.
+func decodeHelperFile(cfg Config, b []byte) (*Helper, map[p3.Day]batchRef, error) {
+	if len(b) < len(helperFileMagic) || string(b[:len(helperFileMagic)]) != helperFileMagic {
+		h, err := RestoreHelper(cfg, b)
+		return h, nil, err
+	}
+	r := protocol.Reader{B: b[len(helperFileMagic):]}
+	if v := r.U8("version"); r.Err == nil && v != helperFileVersion {
+		r.Err = protocol.Malformed("prio3 helper snapshot version %d, want %d", v, helperFileVersion)
+	}
+	st := r.Bytes32("helper state")
+	refs := getRefs(&r)
+	if err := r.Done("prio3 helper snapshot"); err != nil {
+		return nil, nil, err
+	}
+	h, err := RestoreHelper(cfg, st)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(h.batches) > 0 {
+		return nil, nil, protocol.Malformed("prio3 helper snapshot: batches both inline and in logs")
+	}
+	return h, refs, nil
+}
+
+// loadHelper restores the helper and its batch logs from dir, or starts a
+// new one.
+func loadHelper(dir string, cfg Config) (*Helper, *batchStore, error) {
 	path := filepath.Join(dir, HelperStateFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return NewHelper(cfg)
+		h, err := NewHelper(cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		store := newBatchStore(dir, "prio3-helper", true, h.vdaf)
+		if _, err := store.load(map[p3.Day]batchRef{}); err != nil {
+			return nil, nil, err
+		}
+		return h, store, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("prio3 helper: read snapshot: %w", err)
+		return nil, nil, fmt.Errorf("prio3 helper: read snapshot: %w", err)
 	}
-	h, err := RestoreHelper(cfg, b)
+	h, refs, err := decodeHelperFile(cfg, b)
 	if err != nil {
-		return nil, fmt.Errorf("prio3 helper: snapshot %s: %w (a state directory of another campaign or measurement? give each its own --state-dir)", path, err)
+		return nil, nil, fmt.Errorf("prio3 helper: snapshot %s: %w (a state directory of another campaign or measurement? give each its own --state-dir)", path, err)
 	}
-	return h, nil
+	store := newBatchStore(dir, "prio3-helper", true, h.vdaf)
+	if refs != nil {
+		if h.batches, err = store.load(refs); err != nil {
+			return nil, nil, fmt.Errorf("prio3 helper: %w", err)
+		}
+	}
+	return h, store, nil
 }
 
 // writeState replaces dir/name with b atomically (synced temporary file,
