@@ -73,6 +73,7 @@ fuzz:
 	  "./protocol/prio3 FuzzParseReport" "./protocol/prio3 FuzzParseAggregateReq" "./protocol/prio3 FuzzParseAggregateResp" \
 	  "./protocol/prio3 FuzzParseCollectReq" "./protocol/prio3 FuzzParseAggShare" "./protocol/prio3 FuzzOpenReport" \
 	  "./protocol/prio3 FuzzParseSignedReq" \
+	  "./aggregator/prio3 FuzzBatchLog" "./aggregator/prio3 FuzzLeaderFile" "./aggregator/prio3 FuzzHelperFile" \
 	  "./aggregator/prio3 FuzzRestoreLeader" "./aggregator/prio3 FuzzRestoreHelper" "./release/prio3 FuzzApply"; do \
 	  set -- $$spec; echo "== $$1 $$2"; $(GO) test -run XXX -fuzz "^$$2$$" -fuzztime $(FUZZTIME) $$1 || exit 1; done
 

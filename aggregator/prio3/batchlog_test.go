@@ -170,3 +170,32 @@ func FuzzBatchLog(f *testing.F) {
 		}
 	})
 }
+
+// FuzzHelperFile: arbitrary bytes never panic the helper service's
+// snapshot decoder; errors wrap ErrMalformed; a decoded snapshot encodes
+// again.
+func FuzzHelperFile(f *testing.F) {
+	m := p3.Config{Kind: p3.KindSumVec, Length: 4, Bits: 2}
+	w := newWorld(f, m, 1)
+	day := p3.Day(20000)
+	w.upload(f, day.Start(), w.shardAll(f, day, smallCounts(2, 4)))
+	b, err := encodeHelperFile(w.h, map[p3.Day]batchRef{day: {gen: 1, size: 300}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	hb, _ := w.h.MarshalBinary()
+	f.Add(hb)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, refs, err := decodeHelperFile(w.cfgH, b)
+		if err != nil {
+			if !errors.Is(err, protocol.ErrMalformed) {
+				t.Fatalf("error not ErrMalformed: %v", err)
+			}
+			return
+		}
+		if _, err := encodeHelperFile(h, refs); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
