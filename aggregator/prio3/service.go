@@ -348,7 +348,10 @@ func (s *LeaderService) read(ctx context.Context, partition int, from int64, in 
 // upload handed to in.
 func (s *LeaderService) readFrom(ctx context.Context, partition int, from *int64, in chan<- upload) error {
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: s.Brokers, Topic: protocol.Prio3UploadsTopic, Partition: partition,
-		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 250 * time.Millisecond, Dialer: infrakafka.Dialer(ctx)})
+		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 250 * time.Millisecond, Dialer: infrakafka.Dialer(ctx),
+		// an upload is 787 KB at L = 10,000, b = 4: kafka-go's default
+		// queue of 100 messages would hold 79 MB per partition
+		QueueCapacity: 8})
 	defer r.Close()
 	if err := r.SetOffset(*from); err != nil {
 		return fmt.Errorf("set offset %d: %w", *from, err)
