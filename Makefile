@@ -88,6 +88,14 @@ bench:
 bench-bounds:
 	GO=$(GO) bash scripts/bench-bounds.sh
 
+# Prio3 mode's scale curve: leader and helper as processes of their own on
+# pre-sealed uploads of L = 10,000 keywords, per size uploads/s per core,
+# peak RSS, disk bytes per upload, collection time, BOUND lines against
+# bare circl. SIZES=1000,10000,100000 adds the 100k point (~79 GB of Kafka).
+.PHONY: bench-prio3-scale
+bench-prio3-scale:
+	GO=$(GO) SIZES=$(SIZES) bash scripts/bench-prio3-scale.sh
+
 demo:
 	bash scripts/demo.sh
 

@@ -207,6 +207,9 @@ func scaleRun(b *testing.B, n, length int) {
 	if err := ikafka.EnsureTopics(ctx, br.Addr, 4, protocol.Prio3UploadsTopic, protocol.Prio3SharesTopic); err != nil {
 		b.Fatal(err)
 	}
+	if err := ikafka.EnsureMaxMessageBytes(ctx, br.Addr, ikafka.TopicMaxMessageBytes, protocol.Prio3UploadsTopic, protocol.Prio3SharesTopic); err != nil {
+		b.Fatal(err)
+	}
 	m := p3.Config{Kind: p3.KindSumVec, Length: length, Bits: 4}
 	w := newWorld(b, m, 100)
 	keys := filepath.Join(dir, "keys")
@@ -278,7 +281,7 @@ func scaleRun(b *testing.B, n, length int) {
 	// aggregators read meanwhile)
 	t0 := time.Now()
 	wr := ikafka.NewWriter(br.Addr, protocol.Prio3UploadsTopic)
-	wr.BatchBytes = 16 << 20
+	wr.BatchBytes = 2_000_000 // the topic's max.message.bytes is 2 MiB (infra/kafka)
 	next := make(chan int)
 	var wg sync.WaitGroup
 	var werr error
@@ -310,7 +313,7 @@ func scaleRun(b *testing.B, n, length int) {
 				}
 				vecs[i] = nil
 				msgs = append(msgs, kafka.Message{Key: []byte(campaign), Value: up})
-				if len(msgs) == 8 {
+				if len(msgs) == 2 {
 					flush()
 				}
 			}
