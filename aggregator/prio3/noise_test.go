@@ -265,7 +265,7 @@ func TestServicesNoise(t *testing.T) {
 	if differ < m.Length/2 {
 		t.Fatalf("only %d of %d totals differ from the exact sums: no noise?", differ, m.Length)
 	}
-	ls, _, _, _, err := loadLeader(e.lDir, e.w.cfgL)
+	ls, _, _, err := loadLeader(e.lDir, e.w.cfgL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -231,8 +231,13 @@ type leaderRun struct {
 	// (its clock behind the leader's) → when to ask again (wall clock)
 	retryAt map[p3.Day]time.Time
 	store   *batchStore // the batch logs
-	w       *kafka.Writer
-	log     *slog.Logger
+	// redo: uploads whose reports were pending at the last snapshot, to
+	// queue again when read (Leader.repend); at: pending report id → its
+	// upload
+	redo map[upLoc]bool
+	at   map[p3.ReportID]upLoc
+	w    *kafka.Writer
+	log  *slog.Logger
 }
 
 // Run serves until ctx ends (nil then) or the state or topic cannot be
@@ -255,11 +260,12 @@ func (s *LeaderService) Run(ctx context.Context) error {
 	if err := onion.PrepareKeys(s.Config.Keys); err != nil {
 		return fmt.Errorf("prio3 leader: %w", err)
 	}
-	l, next, done, store, err := loadLeader(s.StateDir, s.Config)
+	l, f, store, err := loadLeader(s.StateDir, s.Config)
 	if err != nil {
 		return err
 	}
-	run := &leaderRun{s: s, l: l, next: next, done: done, store: store, log: log, retryAt: map[p3.Day]time.Time{}}
+	next := f.next
+	run := &leaderRun{s: s, l: l, next: next, done: f.done, redo: f.redo, at: map[p3.ReportID]upLoc{}, store: store, log: log, retryAt: map[p3.Day]time.Time{}}
 	s.set(&l.Stats)
 	parts, err := uploadPartitions(ctx, s.Brokers)
 	if err != nil {
@@ -280,6 +286,12 @@ func (s *LeaderService) Run(ctx context.Context) error {
 		if !ok {
 			from = kafka.FirstOffset
 		}
+		for loc := range run.redo {
+			// the pending reports' uploads, read again
+			if loc.part == p && loc.off < from {
+				from = loc.off
+			}
+		}
 		wg.Go(func() { s.read(rctx, p, from, in, log) })
 	}
 	run.w = &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: protocol.Prio3SharesTopic, Transport: infrakafka.Transport(ctx),
@@ -290,7 +302,7 @@ func (s *LeaderService) Run(ctx context.Context) error {
 		// an upload can carry)
 		BatchBytes: 2_000_000, WriteTimeout: 30 * time.Second}
 	defer run.w.Close()
-	log.Info("prio3 leader: serving", "partitions", len(parts), "restored", len(next) > 0)
+	log.Info("prio3 leader: serving", "partitions", len(parts), "restored", len(next) > 0, "pending_uploads_to_read_again", len(run.redo))
 	for ctx.Err() == nil {
 		if err := run.step(ctx, in, maxBatch); err != nil {
 			if ctx.Err() != nil {
@@ -409,9 +421,26 @@ func (r *leaderRun) step(ctx context.Context, in <-chan upload, maxBatch int) er
 	}
 	now := nowFunc(s.Now)()
 	for _, u := range batch {
+		loc := upLoc{part: u.partition, off: u.offset}
+		if next, ok := r.next[u.partition]; ok && u.offset < next {
+			// read before the restart: queued again if its report was
+			// pending, else already counted
+			if r.redo[loc] {
+				delete(r.redo, loc)
+				if id, err := r.l.repend(u.value); err != nil {
+					r.log.Error("prio3 leader: a pending upload read again no longer prepares; left out", "partition", u.partition, "offset", u.offset, "err", err)
+				} else {
+					r.at[id] = loc
+				}
+			}
+			continue
+		}
 		// never an error: a dropped upload is counted in Stats.Rejected
 		if _, err := r.l.Apply(Event{Now: now, Kind: EventUpload, Msg: u.value}); err != nil {
 			return fmt.Errorf("prio3 leader: apply upload: %w", err)
+		}
+		if id, ok := r.l.lastQueued(); ok {
+			r.at[id] = loc
 		}
 		r.next[u.partition] = u.offset + 1
 	}
@@ -434,7 +463,9 @@ func (r *leaderRun) step(ctx context.Context, in <-chan upload, maxBatch int) er
 		r.prepare(ctx, now)
 		changed = true
 	}
-	if r.collect(ctx, now) {
+	if len(r.redo) == 0 && r.collect(ctx, now) {
+		// (not before every pending upload is queued again: a batch
+		// collected without them would not match the helper's)
 		changed = true
 	}
 	for day := range r.done {
@@ -566,7 +597,12 @@ func (r *leaderRun) save() error {
 	if err := r.store.flush(r.l.batches); err != nil {
 		return err
 	}
-	b, err := encodeLeaderFile(r.l, r.next, r.done, r.store.refs)
+	for id := range r.at {
+		if len(r.l.pending[id]) == 0 {
+			delete(r.at, id)
+		}
+	}
+	b, err := encodeLeaderFile(r.l, &leaderFile{next: r.next, done: r.done, refs: r.store.refs, redo: r.redo}, r.at)
 	if err != nil {
 		return err
 	}

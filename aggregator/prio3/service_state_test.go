@@ -3,6 +3,9 @@ package prio3
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -161,20 +164,25 @@ func FuzzLeaderFile(f *testing.F) {
 	ups := w.shardAll(f, day, smallCounts(3, 4))
 	w.upload(f, day.Start(), ups[:2])
 	w.l.Apply(Event{Now: day.Start(), Kind: EventUpload, Msg: ups[2]})
-	b, err := encodeLeaderFile(w.l, map[int]int64{0: 3, 2: 7}, map[p3.Day]string{day - 1: "collected"}, map[p3.Day]batchRef{day: {gen: 2, size: 900}})
+	var id p3.ReportID
+	for k := range w.l.pending {
+		id = k
+	}
+	b, err := encodeLeaderFile(w.l, &leaderFile{next: map[int]int64{0: 3, 2: 7}, done: map[p3.Day]string{day - 1: "collected"},
+		refs: map[p3.Day]batchRef{day: {gen: 2, size: 900}}, redo: map[upLoc]bool{{part: 0, off: 1}: true}}, map[p3.ReportID]upLoc{id: {part: 2, off: 5}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		l, next, done, refs, err := decodeLeaderFile(w.cfgL, b)
+		l, lf, err := decodeLeaderFile(w.cfgL, b)
 		if err != nil {
 			if !errors.Is(err, protocol.ErrMalformed) {
 				t.Fatalf("error not ErrMalformed: %v", err)
 			}
 			return
 		}
-		if _, err := encodeLeaderFile(l, next, done, refs); err != nil {
+		if _, err := encodeLeaderFile(l, lf, nil); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -283,4 +291,51 @@ func TestForget(t *testing.T) {
 	if w.h.Stats.Prepared != 3 {
 		t.Errorf("helper prepared %d, want 3", w.h.Stats.Prepared)
 	}
+}
+
+// TestLeaderPendingAfterClose: the leader stops with reports pending
+// (the helper down; its snapshot names their uploads by offset) and
+// restarts after its clock closed the day: it reads those uploads again
+// without the late check (they were accepted while the day was open), the
+// helper (whose clock still has the day open) prepares them, and the
+// batch is collected with every report once and the clients' totals.
+func TestLeaderPendingAfterClose(t *testing.T) {
+	m := p3.Config{Kind: p3.KindSumVec, Length: 50, Bits: 4}
+	e := newSvcEnv(t, m, 5, time.Hour)
+	day := p3.DayOf(time.Date(2006, 3, 1, 0, 0, 0, 0, time.UTC))
+	e.setNow(day.Start().Add(12 * time.Hour))
+	const n = 24
+	cs, want := clients(rand.New(rand.NewPCG(7, 8)), n, m.Length, 15)
+	ups := e.w.shardAll(t, day, cs)
+	_, hr := e.startHelper()
+	l, lr := e.startLeader(4)
+	e.write(ups[:n-4]...)
+	waitFor(t, "the first reports prepared", 60*time.Second, func() bool { return l.Stats().Prepared == n-4 })
+	hr.stop(t, "helper")
+	e.write(ups[n-4:]...)
+	waitFor(t, "the last uploads read", 60*time.Second, func() bool { return l.Stats().Uploads == n })
+	steps := l.Steps.Load()
+	waitFor(t, "a leader step without the helper", 60*time.Second, func() bool { return l.Steps.Load() > steps })
+	lr.stop(t, "leader")
+	b, err := os.ReadFile(filepath.Join(e.lDir, LeaderStateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, f, err := decodeLeaderFile(e.w.cfgL, b)
+	if err != nil || len(f.redo) == 0 {
+		t.Fatalf("snapshot: %v, %d pending uploads; want some", err, len(f.redo))
+	}
+	e.clock.Store(day.Start().Add(24*time.Hour + time.Hour + time.Minute).UnixNano())
+	h2, hr2 := e.startHelper()
+	l2, lr2 := e.startLeader(4)
+	waitFor(t, "every report prepared", 60*time.Second, func() bool { return l2.Stats().Prepared == n })
+	e.hclock.Store(e.clock.Load())
+	waitFor(t, "the batch collected", 60*time.Second, func() bool { return l2.Shares.Load() == 1 })
+	if st := l2.Stats(); len(st.Rejected) != 0 || h2.Stats().Prepared != n {
+		t.Errorf("leader rejected %v, helper prepared %d; want none and %d", st.Rejected, h2.Stats().Prepared, n)
+	}
+	checkTotals(t, day.String(), e.unshardDay(e.shares(2)[campaign+"/"+day.String()]), want, n)
+	t.Logf("restart after the close with %d pending uploads read again: %d prepared, totals equal", len(f.redo), l2.Stats().Prepared)
+	lr2.stop(t, "leader")
+	hr2.stop(t, "helper")
 }

@@ -19,8 +19,14 @@ import (
 //
 //	magic "P3LS" ‖ version(1: 2) ‖ n partitions(u32) ‖ n × (partition(u32) ‖
 //	next offset(u64)) ‖ n days(u32) ‖ n × (day(u32) ‖ outcome(len8)) ‖
-//	leader state(len32, Leader.MarshalBinary without batches) ‖ batch logs
+//	leader state(len32, Leader.MarshalBinary without batches, and without
+//	the pending reports named by offset) ‖ batch logs ‖ n pending uploads(u32)
+//	‖ n × (partition(u32) ‖ offset(u64))
 //
+// A pending report is named by its upload's offset, not kept with its prep
+// state (16 B × L): a restarted leader reads those uploads from the topic
+// again and prepares them anew (deterministic), so the uploads topic's
+// retention must exceed the leader's longest outage.
 // The helper's:
 //
 //	magic "P3HS" ‖ version(1: 1) ‖ helper state(len32, Helper.MarshalBinary
@@ -53,36 +59,83 @@ func withoutBatches(bs *map[p3.Day]*batch, f func() ([]byte, error)) ([]byte, er
 	return f()
 }
 
-func encodeLeaderFile(l *Leader, next map[int]int64, done map[p3.Day]string, refs map[p3.Day]batchRef) ([]byte, error) {
+// upLoc is where an upload sits in the uploads topic.
+type upLoc struct {
+	part int
+	off  int64
+}
+
+// leaderFile is the leader service's snapshot besides the Leader: the next
+// offset of each partition, the days' outcomes, the batch logs and the
+// uploads whose reports were pending (queued again from the topic at a
+// restart, Leader.repend).
+type leaderFile struct {
+	next map[int]int64
+	done map[p3.Day]string
+	refs map[p3.Day]batchRef
+	redo map[upLoc]bool
+}
+
+// encodeLeaderFile encodes l and f; at maps pending report ids to their
+// uploads: those reports are named by offset (pendingAt), the others (a
+// state restored from a version 1 file) kept inline with their prep state.
+func encodeLeaderFile(l *Leader, f *leaderFile, at map[p3.ReportID]upLoc) ([]byte, error) {
+	var locs []upLoc
+	inline := map[p3.ReportID][]*pending{}
+	for id, ps := range l.pending {
+		if loc, ok := at[id]; ok {
+			locs = append(locs, loc)
+		} else {
+			inline[id] = ps
+		}
+	}
+	for loc := range f.redo {
+		// not read again yet: still pending
+		locs = append(locs, loc)
+	}
+	slices.SortFunc(locs, func(a, b upLoc) int {
+		if a.part != b.part {
+			return a.part - b.part
+		}
+		return int(a.off - b.off)
+	})
+	saved := l.pending
+	l.pending = inline
 	st, err := withoutBatches(&l.batches, l.MarshalBinary)
+	l.pending = saved
 	if err != nil {
 		return nil, err
 	}
-	w := protocol.Writer{B: make([]byte, 0, len(st)+64+12*len(next)+16*len(done)+16*len(refs))}
+	w := protocol.Writer{B: make([]byte, 0, len(st)+64+12*len(f.next)+16*len(f.done)+16*len(f.refs)+12*len(locs))}
 	w.Raw([]byte(leaderFileMagic))
 	w.U8(leaderFileVersion)
-	parts := slices.Sorted(maps.Keys(next))
+	parts := slices.Sorted(maps.Keys(f.next))
 	w.U32(uint32(len(parts)))
 	for _, p := range parts {
 		w.U32(uint32(p))
-		putU64(&w, uint64(next[p]))
+		putU64(&w, uint64(f.next[p]))
 	}
-	days := sortedDays(done)
+	days := sortedDays(f.done)
 	w.U32(uint32(len(days)))
 	for _, d := range days {
 		w.U32(uint32(d))
-		w.Bytes8([]byte(done[d]))
+		w.Bytes8([]byte(f.done[d]))
 	}
 	w.Bytes32(st)
-	putRefs(&w, refs)
+	putRefs(&w, f.refs)
+	w.U32(uint32(len(locs)))
+	for _, loc := range locs {
+		w.U32(uint32(loc.part))
+		putU64(&w, uint64(loc.off))
+	}
 	return w.B, nil
 }
 
 // decodeLeaderFile rebuilds the leader service's state from a snapshot:
-// the leader (with its batches only from a version 1 file), the offsets,
-// the outcomes and the batch logs (nil from a version 1 file). Errors wrap
-// protocol.ErrMalformed or ErrConfig.
-func decodeLeaderFile(cfg Config, b []byte) (*Leader, map[int]int64, map[p3.Day]string, map[p3.Day]batchRef, error) {
+// the leader (with its batches only from a version 1 file) and the rest
+// (no batch logs and no pending offsets from a version 1 file). Errors
+// wrap protocol.ErrMalformed or ErrConfig.
+func decodeLeaderFile(cfg Config, b []byte) (*Leader, *leaderFile, error) {
 	r := protocol.Reader{B: b}
 	if m := r.Take(len(leaderFileMagic), "magic"); r.Err == nil && string(m) != leaderFileMagic {
 		r.Err = protocol.Malformed("not a prio3 leader snapshot")
@@ -91,7 +144,7 @@ func decodeLeaderFile(cfg Config, b []byte) (*Leader, map[int]int64, map[p3.Day]
 	if r.Err == nil && version != leaderFileVersion && version != leaderFileVersionInline {
 		r.Err = protocol.Malformed("prio3 leader snapshot version %d, want %d", version, leaderFileVersion)
 	}
-	next := map[int]int64{}
+	f := &leaderFile{next: map[int]int64{}, done: map[p3.Day]string{}, redo: map[upLoc]bool{}}
 	n := r.U32("partitions")
 	if r.Err == nil && int(n) > len(r.B)/12 {
 		r.Err = protocol.Malformed("prio3 leader snapshot claims %d partitions", n)
@@ -99,68 +152,77 @@ func decodeLeaderFile(cfg Config, b []byte) (*Leader, map[int]int64, map[p3.Day]
 	for i := 0; i < int(n) && r.Err == nil; i++ {
 		p := int(r.U32("partition"))
 		off := int64(getU64(&r, "offset"))
-		if _, dup := next[p]; (dup || off < 0) && r.Err == nil {
+		if _, dup := f.next[p]; (dup || off < 0) && r.Err == nil {
 			r.Err = protocol.Malformed("prio3 leader snapshot: partition %d twice or a negative offset", p)
 		}
-		next[p] = off
+		f.next[p] = off
 	}
-	done := map[p3.Day]string{}
 	k := r.U32("days")
 	if r.Err == nil && int(k) > len(r.B)/5 {
 		r.Err = protocol.Malformed("prio3 leader snapshot claims %d days", k)
 	}
 	for i := 0; i < int(k) && r.Err == nil; i++ {
 		d := p3.Day(r.U32("day"))
-		done[d] = string(r.Bytes8("outcome"))
+		f.done[d] = string(r.Bytes8("outcome"))
 	}
 	st := r.Bytes32("leader state")
-	var refs map[p3.Day]batchRef
 	if version == leaderFileVersion {
-		refs = getRefs(&r)
+		f.refs = getRefs(&r)
+		m := r.U32("pending uploads")
+		if r.Err == nil && int(m) > len(r.B)/12 {
+			r.Err = protocol.Malformed("prio3 leader snapshot claims %d pending uploads", m)
+		}
+		for i := 0; i < int(m) && r.Err == nil; i++ {
+			loc := upLoc{part: int(r.U32("partition")), off: int64(getU64(&r, "offset"))}
+			if next, ok := f.next[loc.part]; r.Err == nil && (!ok || loc.off < 0 || loc.off >= next || f.redo[loc]) {
+				r.Err = protocol.Malformed("prio3 leader snapshot: pending upload at partition %d offset %d not yet read or twice", loc.part, loc.off)
+			}
+			f.redo[loc] = true
+		}
 	}
 	if err := r.Done("prio3 leader snapshot"); err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, err
 	}
 	l, err := RestoreLeader(cfg, st)
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, err
 	}
-	if refs != nil && len(l.batches) > 0 {
-		return nil, nil, nil, nil, protocol.Malformed("prio3 leader snapshot: batches both inline and in logs")
+	if f.refs != nil && len(l.batches) > 0 {
+		return nil, nil, protocol.Malformed("prio3 leader snapshot: batches both inline and in logs")
 	}
-	return l, next, done, refs, nil
+	return l, f, nil
 }
 
 // loadLeader restores the leader and its batch logs from dir, or starts a
 // new one when there is no snapshot.
-func loadLeader(dir string, cfg Config) (*Leader, map[int]int64, map[p3.Day]string, *batchStore, error) {
+func loadLeader(dir string, cfg Config) (*Leader, *leaderFile, *batchStore, error) {
 	path := filepath.Join(dir, LeaderStateFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		l, err := NewLeader(cfg)
 		if err != nil {
-			return nil, nil, nil, nil, err
+			return nil, nil, nil, err
 		}
 		store := newBatchStore(dir, "prio3-leader", false, l.vdaf)
 		if _, err := store.load(map[p3.Day]batchRef{}); err != nil {
-			return nil, nil, nil, nil, err
+			return nil, nil, nil, err
 		}
-		return l, map[int]int64{}, map[p3.Day]string{}, store, nil
+		return l, &leaderFile{next: map[int]int64{}, done: map[p3.Day]string{}, redo: map[upLoc]bool{}}, store, nil
 	}
 	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("prio3 leader: read snapshot: %w", err)
+		return nil, nil, nil, fmt.Errorf("prio3 leader: read snapshot: %w", err)
 	}
-	l, next, done, refs, err := decodeLeaderFile(cfg, b)
+	l, f, err := decodeLeaderFile(cfg, b)
 	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("prio3 leader: snapshot %s: %w (a state directory of another campaign or measurement? give each its own --state-dir)", path, err)
+		return nil, nil, nil, fmt.Errorf("prio3 leader: snapshot %s: %w (a state directory of another campaign or measurement? give each its own --state-dir)", path, err)
 	}
 	store := newBatchStore(dir, "prio3-leader", false, l.vdaf)
-	if refs != nil {
-		if l.batches, err = store.load(refs); err != nil {
-			return nil, nil, nil, nil, fmt.Errorf("prio3 leader: %w", err)
+	if f.refs != nil {
+		if l.batches, err = store.load(f.refs); err != nil {
+			return nil, nil, nil, fmt.Errorf("prio3 leader: %w", err)
 		}
 	}
-	return l, next, done, store, nil
+	return l, f, store, nil
 }
 
 func encodeHelperFile(h *Helper, refs map[p3.Day]batchRef) ([]byte, error) {
