@@ -169,14 +169,19 @@ func nowFunc(f func() time.Time) func() time.Time {
 // day). One process per campaign: its state is one Leader.
 //
 // Restart safety: the snapshot (StateDir/LeaderStateFile, replaced
-// atomically) holds the Leader's state, the next offset of every partition
-// and the days collected. It is written after a step's uploads are applied
-// and before any request reaches the helper, and again after the answers
-// are applied, so after a crash the leader resumes from the snapshot's
-// offsets: an upload applied before it is not read again, one after it is
-// read again and prepared anew (the same prep share: Prio3's preparation is
-// deterministic), and reports the helper committed but the leader did not
-// are re-sent from its pending state and answered idempotently. A batch
+// atomically) holds the Leader's state but its batches (in their
+// append-only batch logs, batchlog.go, written first) and its pending
+// reports (named by their uploads' partition and offset), the next offset
+// of every partition and the days collected. It is written after a step's
+// uploads are applied and before any request reaches the helper, and again
+// after the answers are applied, so after a crash the leader resumes from
+// the snapshot's offsets: an upload applied before it is not read again,
+// one after it is read again and prepared anew (the same prep share:
+// Prio3's preparation is deterministic), and the uploads of reports that
+// were pending are read again, prepared anew without the checks they
+// already passed (Leader.repend), re-sent and answered idempotently by the
+// helper if it committed them. So the uploads topic's retention must
+// exceed the leader's longest outage. A batch
 // collected but not yet recorded is collected again: the shares may be
 // written twice (the same aggregate in another ciphertext); the release
 // stage keeps one pair per (campaign, day).
