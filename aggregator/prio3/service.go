@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -162,7 +163,11 @@ func nowFunc(f func() time.Time) func() time.Time {
 }
 
 // LeaderService is the leader aggregator process: it reads client uploads
-// from every partition of protocol.Prio3UploadsTopic, prepares them with
+// of its campaign from protocol.Prio3UploadsTopic (the partition the
+// campaign's key hashes to, as the relays write, and any it read before;
+// a partition the campaign moves to when the topic grows is picked up
+// within PartitionRefresh; uploads keyed with another campaign are
+// skipped unopened), prepares them with
 // the helper over NATS (protocol.Prio3HelperSubject), collects each batch
 // once the leader's clock passes the day's end + Config.Grace and writes
 // both aggregate shares to protocol.Prio3SharesTopic (key campaign + "/" +
@@ -210,6 +215,10 @@ type LeaderService struct {
 	// CollectRetry is the pause (wall clock) before the leader asks again
 	// for a batch the helper's clock still has open (0: 10 s).
 	CollectRetry time.Duration
+	// PartitionRefresh is how often the leader lists the uploads topic's
+	// partitions, to read the one its campaign's uploads move to when the
+	// topic grows (0: DefaultPartitionRefresh).
+	PartitionRefresh time.Duration
 
 	counters
 	// Steps counts the loop's completed steps (tests wait on it).
@@ -286,12 +295,23 @@ func (s *LeaderService) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer stop()
-	for _, p := range parts {
-		from, ok := next[p]
+	// the partitions to read: the campaign's (where the relays' key hash
+	// puts its uploads) and every partition read before (saved offsets,
+	// pending uploads); a partition that becomes the campaign's later (the
+	// topic grown) is picked up by watchPartitions
+	reading := map[int]bool{}
+	// copies: the step loop changes next and redo while the watcher reads
+	startNext, startRedo := maps.Clone(next), maps.Clone(run.redo)
+	readPart := func(p int) {
+		if reading[p] {
+			return
+		}
+		reading[p] = true
+		from, ok := startNext[p]
 		if !ok {
 			from = kafka.FirstOffset
 		}
-		for loc := range run.redo {
+		for loc := range startRedo {
 			// the pending reports' uploads, read again
 			if loc.part == p && loc.off < from {
 				from = loc.off
@@ -299,6 +319,19 @@ func (s *LeaderService) Run(ctx context.Context) error {
 		}
 		wg.Go(func() { s.read(rctx, p, from, in, log) })
 	}
+	for _, p := range s.ownPartitions(parts, startNext, startRedo) {
+		readPart(p)
+	}
+	wg.Go(func() {
+		s.watchPartitions(rctx, len(parts), func(parts []int) {
+			for _, p := range s.ownPartitions(parts, nil, nil) {
+				if !reading[p] {
+					log.Info("prio3 leader: reading a new partition of the uploads topic", "partition", p, "partitions", len(parts))
+				}
+				readPart(p)
+			}
+		}, log)
+	})
 	run.w = &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: protocol.Prio3SharesTopic, Transport: infrakafka.Transport(ctx),
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
 		// a request (batch) must stay under the topic's max.message.bytes
@@ -318,6 +351,49 @@ func (s *LeaderService) Run(ctx context.Context) error {
 		s.Steps.Add(1)
 	}
 	return nil
+}
+
+// DefaultPartitionRefresh is how often the leader lists the uploads
+// topic's partitions (LeaderService.PartitionRefresh).
+const DefaultPartitionRefresh = 30 * time.Second
+
+// ownPartitions returns the partitions the leader reads: the one the
+// campaign's key hashes to among parts (kafka-go's Hash balancer, as the
+// relays write: FNV-1a of the key modulo the partition count) and the
+// partitions of next and redo (read before).
+func (s *LeaderService) ownPartitions(parts []int, next map[int]int64, redo map[upLoc]bool) []int {
+	set := map[int]bool{}
+	if len(parts) > 0 {
+		set[(&kafka.Hash{}).Balance(kafka.Message{Key: []byte(s.Config.Campaign)}, parts...)] = true
+	}
+	for p := range next {
+		set[p] = true
+	}
+	for loc := range redo {
+		set[loc.part] = true
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// watchPartitions lists the uploads topic's partitions every
+// PartitionRefresh and calls grown with them when their count changed
+// from n, until ctx ends.
+func (s *LeaderService) watchPartitions(ctx context.Context, n int, grown func([]int), log *slog.Logger) {
+	every := s.PartitionRefresh
+	if every <= 0 {
+		every = DefaultPartitionRefresh
+	}
+	for sleep(ctx, every) == nil {
+		parts, err := uploadPartitions(ctx, s.Brokers)
+		if err != nil {
+			log.Warn("prio3 leader: listing the uploads topic's partitions failed; trying again later", "err", err)
+			continue
+		}
+		if len(parts) != n {
+			n = len(parts)
+			grown(parts)
+		}
+	}
 }
 
 // uploadPartitions lists the partitions of the uploads topic.
@@ -377,6 +453,12 @@ func (s *LeaderService) readFrom(ctx context.Context, partition int, from *int64
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
 			return err
+		}
+		if len(m.Key) > 0 && string(m.Key) != s.Config.Campaign {
+			// another campaign's upload (the relays key uploads by
+			// campaign): never opened, never counted
+			*from = m.Offset + 1
+			continue
 		}
 		select {
 		case in <- upload{partition: m.Partition, offset: m.Offset, value: m.Value}:

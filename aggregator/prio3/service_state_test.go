@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
+	ikafka "github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/protocol"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 )
@@ -338,4 +341,59 @@ func TestLeaderPendingAfterClose(t *testing.T) {
 	t.Logf("restart after the close with %d pending uploads read again: %d prepared, totals equal", len(f.redo), l2.Stats().Prepared)
 	lr2.stop(t, "leader")
 	hr2.stop(t, "helper")
+}
+
+// TestLeaderPartitions: the leader reads only its campaign's uploads (an
+// upload keyed with another campaign is never opened nor counted) and,
+// when the uploads topic grows and the relays' key hash moves the
+// campaign to another partition, reads that partition without a restart:
+// every report is prepared once and the totals equal the clients' sums.
+func TestLeaderPartitions(t *testing.T) {
+	m := p3.Config{Kind: p3.KindSumVec, Length: 30, Bits: 4}
+	e := newSvcEnv(t, m, 5, time.Hour)
+	day := p3.DayOf(time.Date(2006, 3, 1, 0, 0, 0, 0, time.UTC))
+	e.setNow(day.Start().Add(12 * time.Hour))
+	const n = 16
+	cs, want := clients(rand.New(rand.NewPCG(11, 12)), n, m.Length, 15)
+	ups := e.w.shardAll(t, day, cs)
+	owner := func(count int) int {
+		parts := make([]int, count)
+		for i := range parts {
+			parts[i] = i
+		}
+		return (&kafka.Hash{}).Balance(kafka.Message{Key: []byte(campaign)}, parts...)
+	}
+	grow := 5
+	for owner(grow) == owner(4) {
+		grow++
+	}
+	_, hr := e.startHelper()
+	l := &LeaderService{Config: e.w.cfgL, Brokers: []string{e.br.Addr}, NATS: e.conn(), StateDir: e.lDir, Now: e.now, SignKey: e.signKey,
+		MaxBatch: 4, MaxWait: 50 * time.Millisecond, RequestTimeout: 5 * time.Second, CollectRetry: 200 * time.Millisecond,
+		PartitionRefresh: 100 * time.Millisecond}
+	lr := e.start(l.Run)
+	e.write(ups[:n/2]...)
+	other := ikafka.NewWriter(e.br.Addr, protocol.Prio3UploadsTopic)
+	if err := other.WriteMessages(e.ctx, kafka.Message{Key: []byte("another-campaign"), Value: []byte("not an upload of this campaign")}); err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	waitFor(t, "the first half prepared", 60*time.Second, func() bool { return l.Stats().Prepared == n/2 })
+	cl := &kafka.Client{Addr: kafka.TCP(e.br.Addr)}
+	resp, err := cl.CreatePartitions(e.ctx, &kafka.CreatePartitionsRequest{Topics: []kafka.TopicPartitionsConfig{{Name: protocol.Prio3UploadsTopic, Count: int32(grow)}}})
+	if err != nil || resp.Errors[protocol.Prio3UploadsTopic] != nil {
+		t.Fatalf("grow the topic: %v %v", err, resp)
+	}
+	time.Sleep(500 * time.Millisecond)
+	e.write(ups[n/2:]...)
+	waitFor(t, "every report prepared", 60*time.Second, func() bool { return l.Stats().Prepared == n })
+	if st := l.Stats(); st.Uploads != n || len(st.Rejected) != 0 {
+		t.Errorf("leader: %d uploads, rejected %v; want %d and none (the other campaign's upload skipped)", st.Uploads, st.Rejected, n)
+	}
+	e.setNow(day.Start().Add(24*time.Hour + time.Hour + time.Minute))
+	waitFor(t, "the batch collected", 30*time.Second, func() bool { return l.Shares.Load() == 1 })
+	checkTotals(t, day.String(), e.unshardDay(e.shares(2)[campaign+"/"+day.String()]), want, n)
+	t.Logf("campaign partition %d of 4, then %d of %d: %d reports prepared, the other campaign's upload skipped", owner(4), owner(grow), grow, n)
+	lr.stop(t, "leader")
+	hr.stop(t, "helper")
 }
