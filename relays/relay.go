@@ -21,6 +21,10 @@ import (
 	"github.com/crowdlog/crowdlog/protocol/onion"
 )
 
+// KafkaRefusedErrorAfter is how many forwards in a row must fail on Kafka
+// before the relay logs them at Error rather than Warn.
+const KafkaRefusedErrorAfter = 5
+
 // KafkaWriter is where a relay produces HopKafka layers; *kafka.Writer
 // satisfies it. WriteMessages must return only after the messages are
 // acknowledged by the broker (kafka-go's synchronous mode), and an error if
@@ -711,9 +715,25 @@ func (r *Relay) forward(ctx context.Context, good []*item, rng *rand.Rand, mx *m
 	}
 	st.Forwarded.Add(uint64(fwd))
 	mx.forwarded.Add(float64(fwd))
+	var streak uint64
+	if kafkaErr != nil && ctx.Err() == nil {
+		st.KafkaRefused.Add(1)
+		mx.kafkaRefused.Inc()
+		streak = st.kafkaStreak.Add(1)
+	} else if kafkaErr == nil && len(kafkaItems)+len(vectorItems)+len(prio3Items) > 0 {
+		st.kafkaStreak.Store(0)
+	}
 	if failed > 0 {
 		st.ForwardFailures.Add(uint64(failed))
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case streak >= KafkaRefusedErrorAfter:
+			// a refusal that persists (a message over the topic's
+			// max.message.bytes, missing ACLs, a topic gone) is retried
+			// forever: say so where an operator looks
+			log.Error("Kafka keeps refusing the relay's writes; messages are redelivered until it accepts them (check the topic's max.message.bytes, the relay's ACLs and the brokers; crowdlog_relay_kafka_refused_total)",
+				"failures_in_a_row", streak, "failed", failed, "kafka_err", errString(kafkaErr), "retry_in", delay)
+		default:
 			log.Warn("forward failed; messages will be redelivered",
 				"failed", failed, "forwarded", fwd, "kafka_err", errString(kafkaErr), "nats_err", errString(pubErr), "retry_in", delay)
 		}

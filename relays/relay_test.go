@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -559,10 +560,12 @@ func TestRelayRetriesFailedKafkaWrites(t *testing.T) {
 	e := newEnv(t, 0)
 	rs := randomReports(500)
 	layers := e.onions(t, rs)
-	fw := &flakyWriter{w: e.writer(t), n: 4}
+	fw := &flakyWriter{w: e.writer(t), n: relays.KafkaRefusedErrorAfter + 1}
 	var stB relays.Stats
 	rb := e.relayB(t, fw, &stB)
 	rb.NakDelay = 100 * time.Millisecond
+	var logs lockedBuffer
+	rb.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))
 	runs := []*running{start(e.relayA(t, nil)), start(rb)}
 	defer func() {
 		for _, r := range runs {
@@ -577,6 +580,13 @@ func TestRelayRetriesFailedKafkaWrites(t *testing.T) {
 	t.Logf("relay b %+v, writer calls %d", b, fw.calls.Load())
 	if b.ForwardFailures == 0 || fw.calls.Load() <= fw.n {
 		t.Errorf("the injected failures did not happen: %+v", b)
+	}
+	// each refused write is counted, and a run of them is an Error
+	if b.KafkaRefused != uint64(fw.n) {
+		t.Errorf("relay b counted %d Kafka refusals, want %d", b.KafkaRefused, fw.n)
+	}
+	if n := strings.Count(logs.String(), "Kafka keeps refusing"); n != int(fw.n)-relays.KafkaRefusedErrorAfter+1 {
+		t.Errorf("%d Error lines about Kafka refusals, want %d:\n%s", n, int(fw.n)-relays.KafkaRefusedErrorAfter+1, logs.String())
 	}
 	if b.Forwarded != uint64(len(rs)) {
 		t.Errorf("relay b forwarded %d, want %d", b.Forwarded, len(rs))
@@ -857,4 +867,22 @@ func TestRelayDropsReplays(t *testing.T) {
 	if v := promValue(t, reg, "crowdlog_relay_dropped_total", "a"); v != replays-1 {
 		t.Errorf("crowdlog_relay_dropped_total{relay=a} = %v, want %d", v, replays-1)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

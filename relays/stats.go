@@ -36,6 +36,11 @@ type Stats struct {
 	Replay atomic.Uint64
 	// ForwardFailures counts messages Nak'ed because their forward failed.
 	ForwardFailures atomic.Uint64
+	// KafkaRefused counts batches whose Kafka write failed (the broker
+	// refused or was unreachable; crowdlog_relay_kafka_refused_total);
+	// kafkaStreak the failures since the last success.
+	KafkaRefused atomic.Uint64
+	kafkaStreak  atomic.Uint64
 	// Batches counts forwarded batches (pools), each shuffled as one set.
 	Batches atomic.Uint64
 	// TimeoutFlushes counts the batches forwarded because PoolTimeout
@@ -46,7 +51,7 @@ type Stats struct {
 
 // StatsSnapshot is a point-in-time copy of Stats.
 type StatsSnapshot struct {
-	In, Forwarded, Malformed, Oversized, UnknownKey, WrongHop, Replay, ForwardFailures, Batches, TimeoutFlushes uint64
+	In, Forwarded, Malformed, Oversized, UnknownKey, WrongHop, Replay, ForwardFailures, KafkaRefused, Batches, TimeoutFlushes uint64
 }
 
 // Dropped is the number of dropped messages over all reasons.
@@ -59,7 +64,7 @@ func (s *Stats) Snapshot() StatsSnapshot {
 	return StatsSnapshot{
 		In: s.In.Load(), Forwarded: s.Forwarded.Load(), Malformed: s.Malformed.Load(),
 		Oversized: s.Oversized.Load(), UnknownKey: s.UnknownKey.Load(), WrongHop: s.WrongHop.Load(), Replay: s.Replay.Load(),
-		ForwardFailures: s.ForwardFailures.Load(), Batches: s.Batches.Load(), TimeoutFlushes: s.TimeoutFlushes.Load(),
+		ForwardFailures: s.ForwardFailures.Load(), KafkaRefused: s.KafkaRefused.Load(), Batches: s.Batches.Load(), TimeoutFlushes: s.TimeoutFlushes.Load(),
 	}
 }
 
@@ -86,6 +91,8 @@ type metrics struct {
 	dropped   *prometheus.CounterVec
 	batchSize prometheus.Histogram
 	pool      prometheus.Histogram // a forwarded message's time from fetch to ack
+	// kafkaRefused: forwards whose Kafka write failed
+	kafkaRefused prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, name string, log *slog.Logger) *metrics {
@@ -103,6 +110,8 @@ func newMetrics(reg prometheus.Registerer, name string, log *slog.Logger) *metri
 		pool: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "crowdlog_relay_pool_latency_seconds",
 			Help: "A forwarded message's time in the relay: from its fetch to its ack after the forward (pool hold, shuffle, forward).", ConstLabels: labels,
 			Buckets: inframetrics.PoolBuckets}),
+		kafkaRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "crowdlog_relay_kafka_refused_total",
+			Help: "Forwarded batches whose Kafka write failed (refused by the broker or unreachable); the batch is redelivered.", ConstLabels: labels}),
 	}
 	if reg == nil {
 		return m
@@ -112,6 +121,7 @@ func newMetrics(reg prometheus.Registerer, name string, log *slog.Logger) *metri
 	m.dropped = register(reg, m.dropped, log)
 	m.batchSize = register(reg, m.batchSize, log)
 	m.pool = register(reg, m.pool, log)
+	m.kafkaRefused = register(reg, m.kafkaRefused, log)
 	for _, reason := range reasonNames {
 		if reason != "" {
 			m.dropped.WithLabelValues(reason) // export every reason from the start, at 0
