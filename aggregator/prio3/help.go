@@ -43,12 +43,12 @@ crowdlog_prio3_requests_refused_total{reason}.
 
 Both read the verify key file (--verify-key, written by 'crowdlog keys
 prio3-verify'; the same file at both operators only) and snapshot their
-state to --state-dir (the helper before every answer, the leader before
-every request and after every step): a restarted aggregator resumes
-without losing or double-counting a report. --retain drops a batch's
-state that long after it closes (default: never; the helper drops it
-collected or not, so keep it longer than any outage). Run one process per
-role and campaign.
+state to --state-dir (one append-only log per batch and a small snapshot;
+the helper before every answer, the leader before every request and after
+every step): a restarted aggregator resumes without losing or
+double-counting a report. --retain drops a collected batch's state that
+long after it closes (default 720h; an uncollected batch is never
+dropped). Run one process per role and campaign.
 
 --epsilon ε (default 1) adds integer Laplace noise of scale S/ε to each
 keyword's entry of this aggregator's aggregate share (S = --l1 for sumvec,

@@ -97,15 +97,16 @@ func (h *Helper) Apply(ev Event) ([]Output, error) {
 	return []Output{{To: ToLeader, Msg: msg}}, nil
 }
 
-// forget drops the state of every batch expired at now (Config.Retain
-// after its close) and returns how many it dropped. A later request for
-// such a day is answered late (reports) or unknown_batch (collection).
-func (h *Helper) forget(now time.Time) int {
-	n := 0
-	for d := range h.batches {
-		if expired(&h.cfg, d, now) {
+// forget drops the state of every collected batch expired at now
+// (Config.Retain after its close) and returns the days it dropped; an
+// uncollected batch is kept whatever its age. A later request for such a
+// day is answered late (reports) or unknown_batch (collection).
+func (h *Helper) forget(now time.Time) []p3.Day {
+	var n []p3.Day
+	for d, b := range h.batches {
+		if b.collected && expired(&h.cfg, d, now) {
 			delete(h.batches, d)
-			n++
+			n = append(n, d)
 		}
 	}
 	for d := range h.tokenKeys {
@@ -116,7 +117,9 @@ func (h *Helper) forget(now time.Time) int {
 	return n
 }
 
-func itemDigest(it *p3.PrepItem) [32]byte {
+// itemDigest is the SHA-256 of a request item's fields (length-prefixed),
+// truncated to DigestSize bytes.
+func itemDigest(it *p3.PrepItem) digest {
 	d := sha256.New()
 	parts := [][]byte{it.ID[:], it.PublicShare, it.SealedHelper, it.LeaderPrep}
 	if len(it.HelperToken) > 0 {
@@ -130,7 +133,7 @@ func itemDigest(it *p3.PrepItem) [32]byte {
 		d.Write(n[:])
 		d.Write(b)
 	}
-	return [32]byte(d.Sum(nil))
+	return digest(d.Sum(nil)[:DigestSize])
 }
 
 func (h *Helper) aggregate(ev Event) ([]byte, error) {
@@ -163,12 +166,13 @@ func (h *Helper) prepare(now time.Time, day p3.Day, vk [p3.VerifyKeySize]byte, k
 	digest := itemDigest(it)
 	if b != nil && !h.skipReplayCheck {
 		if c, ok := b.ids[it.ID]; ok {
-			if c.digest == digest {
+			if c == digest && keyOK {
 				// the leader's retry of the same request (a lost answer,
-				// the leader's restart): the same answer, counted once,
-				// also once the batch closed (the report was committed
-				// while it was open)
-				return c.msg, ""
+				// the leader's restart): the same answer (preparation
+				// is deterministic, so it is computed again rather than
+				// kept), counted once, also once the batch closed (the
+				// report was committed while it was open)
+				return h.reprepare(day, vk, it)
 			}
 			return nil, "replay"
 		}
@@ -191,6 +195,23 @@ func (h *Helper) prepare(now time.Time, day p3.Day, vk [p3.VerifyKeySize]byte, k
 			return nil, reason
 		}
 	}
+	msg, out, reason := h.prep(day, vk, it)
+	if reason != "" {
+		return nil, reason
+	}
+	if b == nil {
+		b = newBatch(h.vdaf)
+		h.batches[day] = b
+	}
+	b.add(h.vdaf, it.ID, out, digest)
+	h.Stats.Prepared++
+	return msg, ""
+}
+
+// prep opens the helper's input share of it and prepares it (the proof
+// check included); it returns the prep message and the output share, or a
+// rejection reason.
+func (h *Helper) prep(day p3.Day, vk [p3.VerifyKeySize]byte, it *p3.PrepItem) ([]byte, *p3.OutShare, string) {
 	share, err := p3.OpenHelperShare(h.cfg.Keys[0], h.cfg.Campaign, day, it.ID, it.PublicShare, it.SealedHelper)
 	for _, k := range h.cfg.Keys[1:] {
 		if err == nil {
@@ -199,22 +220,23 @@ func (h *Helper) prepare(now time.Time, day p3.Day, vk [p3.VerifyKeySize]byte, k
 		share, err = p3.OpenHelperShare(k, h.cfg.Campaign, day, it.ID, it.PublicShare, it.SealedHelper)
 	}
 	if err != nil {
-		return nil, "decrypt"
+		return nil, nil, "decrypt"
 	}
 	msg, out, err := h.vdaf.PrepHelper(vk, it.ID, it.PublicShare, share, it.LeaderPrep)
 	if errors.Is(err, p3.ErrProof) && h.skipProofCheck {
 		msg, out, err = h.prepareUnchecked(vk, it, share)
 	}
 	if err != nil {
-		return nil, p3.Reason(err)
+		return nil, nil, p3.Reason(err)
 	}
-	if b == nil {
-		b = newBatch(h.vdaf)
-		h.batches[day] = b
-	}
-	b.add(h.vdaf, it.ID, out, commit{digest: digest, msg: msg})
-	h.Stats.Prepared++
-	return msg, ""
+	return msg, out, ""
+}
+
+// reprepare answers a retried item of a committed report: the prep
+// message computed again, nothing committed.
+func (h *Helper) reprepare(day p3.Day, vk [p3.VerifyKeySize]byte, it *p3.PrepItem) ([]byte, string) {
+	msg, _, reason := h.prep(day, vk, it)
+	return msg, reason
 }
 
 // prepareUnchecked is the attack tests' control path without the proof
@@ -255,8 +277,14 @@ func (h *Helper) collectReq(ev Event) ([]byte, error) {
 	case !h.skipBatchCheck && (b.count != q.Count || b.checksum != q.Checksum):
 		return refuse("mismatch")
 	case !h.skipMinBatch && b.count < h.cfg.MinBatchSize:
+		// final: a closed batch never grows
+		b.markCollected()
 		return refuse("small_batch")
 	}
 	h.Stats.Collected++
-	return sealShare(&h.cfg, 1, q.Day, b)
+	out, err := sealShare(&h.cfg, 1, q.Day, b)
+	if err == nil {
+		b.markCollected()
+	}
+	return out, err
 }

@@ -37,6 +37,35 @@ type Leader struct {
 	// skipReplayCheck disables the report-id uniqueness checks (attack
 	// tests' control only).
 	skipReplayCheck bool
+
+	// queued: the id of the report the last EventUpload queued, if it
+	// queued one (the service maps it to the upload's offset).
+	queued    p3.ReportID
+	hasQueued bool
+}
+
+// lastQueued returns the id of the report the last EventUpload queued,
+// or false when it dropped the upload.
+func (l *Leader) lastQueued() (p3.ReportID, bool) { return l.queued, l.hasQueued }
+
+// repend queues an upload the leader had queued before a restart again,
+// without its checks or counters (they ran when it was first read): the
+// same preparation (deterministic), so the helper answers a report it
+// already committed idempotently. It returns the report's id.
+func (l *Leader) repend(msg []byte) (p3.ReportID, error) {
+	r, err := p3.OpenReport(l.cfg.Keys, msg)
+	if err != nil {
+		return p3.ReportID{}, err
+	}
+	prep, err := l.vdaf.PrepInit(l.cfg.VerifyKeys[l.cfg.KeyEpoch], r.ID, 0, r.PublicShare, r.LeaderShare)
+	if err != nil {
+		return p3.ReportID{}, err
+	}
+	if len(l.pending[r.ID]) > 0 || l.committed(r.Day, r.ID) {
+		return r.ID, nil
+	}
+	l.pending[r.ID] = append(l.pending[r.ID], &pending{day: r.Day, public: bytes.Clone(r.PublicShare), sealed: bytes.Clone(r.SealedHelper), state: prep.State, share: prep.Share, token: bytes.Clone(r.HelperToken)})
+	return r.ID, nil
 }
 
 // NewLeader returns an empty leader state.
@@ -83,6 +112,7 @@ func (l *Leader) committed(day p3.Day, id p3.ReportID) bool {
 }
 
 func (l *Leader) upload(ev Event) {
+	l.hasQueued = false
 	l.Stats.Uploads++
 	r, err := p3.OpenReport(l.cfg.Keys, ev.Msg)
 	if err != nil {
@@ -117,6 +147,7 @@ func (l *Leader) upload(ev Event) {
 	// copies: the parsed fields alias the whole opened upload (654 KB at
 	// L = 10,000, b = 4), which must not stay alive while the report waits
 	l.pending[r.ID] = append(l.pending[r.ID], &pending{day: r.Day, public: bytes.Clone(r.PublicShare), sealed: bytes.Clone(r.SealedHelper), state: prep.State, share: prep.Share, token: bytes.Clone(r.HelperToken)})
+	l.queued, l.hasQueued = r.ID, true
 }
 
 // Days returns the days the leader holds reports of, committed or in
@@ -285,7 +316,7 @@ func (l *Leader) aggregateResp(ev Event) error {
 			l.Stats.reject("replay")
 			continue
 		}
-		b.add(l.vdaf, res.ID, out, commit{})
+		b.add(l.vdaf, res.ID, out, digest{})
 		l.Stats.Prepared++
 	}
 	return nil
@@ -343,5 +374,6 @@ func (l *Leader) aggShare(ev Event) ([]Output, error) {
 		return nil, err
 	}
 	l.Stats.Collected++
+	b.markCollected()
 	return []Output{{To: ToCollector, Msg: mine}, {To: ToCollector, Msg: ev.Msg}}, nil
 }

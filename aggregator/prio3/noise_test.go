@@ -5,11 +5,10 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/crowdlog/crowdlog/protocol"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 )
 
@@ -223,13 +222,9 @@ func TestNoiseDrawnOnce(t *testing.T) {
 	same("restart without noise", restored(t, w, lb, hb, 0, 0))
 	same("restart with another epsilon", restored(t, w, lb, hb, 2, 2))
 
-	// version 1: no noise flag after each batch (one batch here; the
-	// leader's state ends with 0 pending and 0 collecting days)
-	v1 := func(b []byte, tail int) []byte {
-		out := append([]byte{1}, b[1:len(b)-tail-1]...)
-		return append(out, b[len(b)-tail:]...)
-	}
-	old := restored(t, w, v1(lb0, 8), v1(hb0, 0), 0, 0)
+	// version 1: no noise flag after each batch, no collected flag, the
+	// helper's 32-byte digests and prep messages
+	old := restored(t, w, legacyState(w.l.cfg, 'L', w.l.batches), legacyState(w.h.cfg, 'H', w.h.batches), 0, 0)
 	got, err := old.collect(day)
 	if err != nil {
 		t.Fatal(err)
@@ -270,15 +265,11 @@ func TestServicesNoise(t *testing.T) {
 	if differ < m.Length/2 {
 		t.Fatalf("only %d of %d totals differ from the exact sums: no noise?", differ, m.Length)
 	}
-	b, err := os.ReadFile(filepath.Join(e.lDir, LeaderStateFile))
+	ls, _, _, err := loadLeader(e.lDir, e.w.cfgL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls, _, _, err := decodeLeaderFile(e.w.cfgL, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs, err := loadHelper(e.hDir, e.w.cfgH)
+	hs, _, err := loadHelper(e.hDir, e.w.cfgH)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,4 +310,38 @@ func TestNoiseConfig(t *testing.T) {
 			t.Errorf("helper with epsilon %v: %v", eps, err)
 		}
 	}
+}
+
+// legacyState encodes batches in the state layout of version 1 (no noise
+// or collected flag; the helper's ids with a 32-byte digest and a prep
+// message; the leader's state ending with 0 pending and 0 collecting days).
+func legacyState(cfg Config, role byte, bs map[p3.Day]*batch) []byte {
+	w := protocol.Writer{}
+	w.U8(stateVersionNoNoise)
+	w.U8(role)
+	w.Bytes8([]byte(cfg.Campaign))
+	w.U32(uint32(cfg.Measurement.Length))
+	putStats(&w, &Stats{})
+	w.U32(uint32(len(bs)))
+	for _, d := range sortedDays(bs) {
+		b := bs[d]
+		w.U32(uint32(d))
+		putU64(&w, b.count)
+		w.Raw(b.checksum[:])
+		w.Bytes32(p3.EncodeAggregate(&b.agg))
+		w.U32(uint32(len(b.ids)))
+		for id, c := range b.ids {
+			w.Raw(id[:])
+			if role == 'H' {
+				w.Raw(c[:])
+				w.Raw(make([]byte, 32-DigestSize))
+				w.Bytes8([]byte("a prep message, no longer kept"))
+			}
+		}
+	}
+	if role == 'L' {
+		w.U32(0)
+		w.U32(0)
+	}
+	return w.B
 }

@@ -53,7 +53,7 @@ type Options struct {
 	// MinBatchSize: the fewest reports a batch is revealed with.
 	MinBatchSize uint64
 	Grace        time.Duration // after a day's end (UTC), its batch still takes reports
-	Retain       time.Duration // after a batch closes, its state is kept this long (0: forever)
+	Retain       time.Duration // after a batch closes, a collected batch's state is kept this long (0: forever; default DefaultRetain)
 	// Epsilon > 0: Laplace noise of scale S/ε on each entry of this
 	// aggregator's aggregate share (Config.Epsilon): ε per person-day.
 	// Epsilon 0 (exact shares) needs ExactShares: with exact shares a
@@ -97,11 +97,15 @@ const DefaultEpsilon = 1.0
 // up.
 const ExactSharesHelp = "release this aggregator's aggregate shares without noise (needs --epsilon 0). Gives up the privacy of every client against the other aggregator: a malicious leader that keeps one client's report and pads the batch to --min-batch-size with reports of its own reads that client's whole daily vector from the release; only the noise of --epsilon > 0 protects against it. For tests and exact comparisons only"
 
+// DefaultRetain is the default Options.Retain: 30 days after a batch's
+// close, longer than any outage the services are meant to ride out.
+const DefaultRetain = 30 * 24 * time.Hour
+
 // DefaultOptions returns the options of `crowdlog aggregate-prio3` without
 // flags.
 func DefaultOptions() Options {
 	return Options{Campaign: "pdd", Kind: "sumvec", Bits: p3.DefaultBits, MaxWeight: 100, L1: p3.DefaultL1, MinBatchSize: 100, Epsilon: DefaultEpsilon,
-		Grace: 2 * time.Hour, KeysDir: "keys", MaxRequestBytes: DefaultMaxRequestBytes, RequestTimeout: DefaultRequestTimeout,
+		Grace: 2 * time.Hour, Retain: DefaultRetain, KeysDir: "keys", MaxRequestBytes: DefaultMaxRequestBytes, RequestTimeout: DefaultRequestTimeout,
 		Kafka: []string{infrakafka.DefaultBroker}}
 }
 
@@ -118,7 +122,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.Chunk, "chunk", o.Chunk, "FLP chunk length (0: about √(length·bits), the fastest)")
 	f.Uint64Var(&o.MinBatchSize, "min-batch-size", o.MinBatchSize, "fewest reports a day's batch is revealed with (both aggregators refuse smaller batches)")
 	f.DurationVar(&o.Grace, "grace", o.Grace, "after a day's end (UTC) its batch takes reports this long, then closes and is collected")
-	f.DurationVar(&o.Retain, "retain", o.Retain, "after a batch closes its state (report ids for replay checks and retries, the aggregate) is kept this long, then dropped: the leader's once collected or refused, the helper's whether or not collected (a later collection is refused unknown_batch), so make it longer than any outage or replay span; 0 keeps every batch")
+	f.DurationVar(&o.Retain, "retain", o.Retain, "after a batch closes its state (aggregate, noise draw, batch log) is kept this long, then dropped, but only once the batch was collected (or refused for good): an uncollected batch is kept whatever its age; 0 keeps every batch")
 	f.Float64Var(&o.Epsilon, "epsilon", o.Epsilon, "privacy per person-day: Laplace noise on every keyword of this aggregator's aggregate share of each day, scale S/ε (S = --l1 for sumvec, --max-weight for presence), drawn once per batch. This aggregator's noise alone makes each person's whole day ε-DP, also against a malicious other aggregator; give both aggregators and release-pdd --mode prio3 the same ε (the collector refuses shares with another ε). 0 needs --exact-shares")
 	f.BoolVar(&o.ExactShares, "exact-shares", o.ExactShares, ExactSharesHelp)
 	f.StringVar(&o.VerifyKey, "verify-key", o.VerifyKey, "verify key file shared by the leader and the helper only (crowdlog keys prio3-verify)")

@@ -64,13 +64,12 @@ type Config struct {
 	// than the bound still goes alone.
 	MaxRequestBytes int
 	// Retain is how long after a batch closes (day end + Grace) its state
-	// is kept: the report ids of the replay check and of idempotent
-	// retries, the aggregate. Past it the services drop the batch: the
-	// leader only once collected or refused, the helper whether or not it
-	// was collected (a later CollectReq is refused unknown_batch: the
-	// batch is never revealed), so Retain must exceed any outage or log
-	// replay span. The batch is closed by then: a later report of it is
-	// late either way. 0 keeps every batch.
+	// is kept: the aggregate, its noise draw, the batch log. Past it the
+	// services drop the batch, but only a collected one (the leader's
+	// collected or refused batches; the helper's batches whose share it
+	// handed out or refused as small_batch): an uncollected batch is kept
+	// whatever its age. The batch is closed by then: a later report of it
+	// is late either way. 0 keeps every batch.
 	Retain time.Duration
 	// Epsilon > 0 adds integer Laplace noise of scale S/ε (S =
 	// Measurement.Sensitivity(), one person's daily L1 bound) to each
@@ -172,34 +171,59 @@ func (s *Stats) refuse(reason string) {
 	s.CollectRefused[reason]++
 }
 
-// batch is one (campaign, day)'s committed state.
+// batch is one (campaign, day)'s committed state: O(L) for the aggregate
+// and the noise draw, plus DigestSize + NonceSize bytes per committed report
+// for the replay check and idempotent retries (dropped once the batch is
+// collected: no report of a closed batch is accepted or retried then).
 type batch struct {
 	count    uint64
 	checksum p3.Checksum
 	agg      p3.Aggregate
-	// ids: committed report ids → the helper's record of what it prepared
-	// (digest of the request item and the prep message; empty at the leader).
-	ids map[p3.ReportID]commit
+	// ids: committed report ids → the helper's digest of the request item
+	// (itemDigest; zero at the leader); nil once collected.
+	ids map[p3.ReportID]digest
+	// fresh: the ids committed since the service last logged the batch
+	// (batchlog.go), in commit order.
+	fresh []p3.ReportID
 	// noise: the batch's noise vector (L entries), drawn at its first seal
 	// under ε noiseEps; nil when none was drawn (noise.go).
 	noise    []int64
 	noiseEps float64
+	// collected: the batch's share went to the collector (leader) or to
+	// the leader (helper), or its collection was refused for good
+	// (small_batch at the helper); only such a batch is ever forgotten.
+	collected bool
+	// logged: what the service's batch log already holds (batchlog.go).
+	noiseLogged, collectedLogged bool
 }
 
-type commit struct {
-	digest [32]byte
-	msg    []byte
-}
+// DigestSize is the bytes of an item digest the helper keeps per
+// committed report (a truncated SHA-256; itemDigest).
+const DigestSize = 16
+
+// digest is a truncated itemDigest: equal digests mean the leader sent
+// the same request item again (a retry), different ones a second report
+// under a committed id (a replay).
+type digest [DigestSize]byte
 
 func newBatch(v *p3.VDAF) *batch {
-	return &batch{agg: v.NewAggregate(), ids: map[p3.ReportID]commit{}}
+	return &batch{agg: v.NewAggregate(), ids: map[p3.ReportID]digest{}}
 }
 
-func (b *batch) add(v *p3.VDAF, id p3.ReportID, out *p3.OutShare, c commit) {
+func (b *batch) add(v *p3.VDAF, id p3.ReportID, out *p3.OutShare, d digest) {
 	v.Update(&b.agg, out)
 	b.checksum.Add(id)
 	b.count++
-	b.ids[id] = c
+	b.ids[id] = d
+	b.fresh = append(b.fresh, id)
+}
+
+// markCollected records that b's share is out for good and drops its
+// report ids (a closed batch takes no report, so none is checked against
+// them again).
+func (b *batch) markCollected() {
+	b.collected = true
+	b.ids = nil
 }
 
 // future reports whether day is after now's next day (UTC): no honest

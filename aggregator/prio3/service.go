@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,6 +88,9 @@ const DefaultMaxSkew = 5 * time.Minute
 // counters is the copy of a role's Stats that metrics read (the state
 // machine's own Stats change only in the service loop).
 type counters struct {
+	// written counts the bytes the service wrote to its state directory
+	// (batch logs and snapshots; Written).
+	written atomic.Int64
 	mu      sync.Mutex
 	stats   Stats
 	service map[string]uint64 // service-level rejections
@@ -100,6 +105,10 @@ func (c *counters) refuse(reason string) {
 	}
 	c.refused[reason]++
 }
+
+// Written returns the bytes written to the state directory since the
+// service started (batch logs and snapshots; not kept across restarts).
+func (c *counters) Written() int64 { return c.written.Load() }
 
 // Refused returns the requests refused before any state change, by reason
 // (RefusedReplySubject, RefusedUnsigned, …; not kept across restarts).
@@ -154,21 +163,30 @@ func nowFunc(f func() time.Time) func() time.Time {
 }
 
 // LeaderService is the leader aggregator process: it reads client uploads
-// from every partition of protocol.Prio3UploadsTopic, prepares them with
+// of its campaign from protocol.Prio3UploadsTopic (the partition the
+// campaign's key hashes to, as the relays write, and any it read before;
+// a partition the campaign moves to when the topic grows is picked up
+// within PartitionRefresh; uploads keyed with another campaign are
+// skipped unopened), prepares them with
 // the helper over NATS (protocol.Prio3HelperSubject), collects each batch
 // once the leader's clock passes the day's end + Config.Grace and writes
 // both aggregate shares to protocol.Prio3SharesTopic (key campaign + "/" +
 // day). One process per campaign: its state is one Leader.
 //
 // Restart safety: the snapshot (StateDir/LeaderStateFile, replaced
-// atomically) holds the Leader's state, the next offset of every partition
-// and the days collected. It is written after a step's uploads are applied
-// and before any request reaches the helper, and again after the answers
-// are applied, so after a crash the leader resumes from the snapshot's
-// offsets: an upload applied before it is not read again, one after it is
-// read again and prepared anew (the same prep share: Prio3's preparation is
-// deterministic), and reports the helper committed but the leader did not
-// are re-sent from its pending state and answered idempotently. A batch
+// atomically) holds the Leader's state but its batches (in their
+// append-only batch logs, batchlog.go, written first) and its pending
+// reports (named by their uploads' partition and offset), the next offset
+// of every partition and the days collected. It is written after a step's
+// uploads are applied and before any request reaches the helper, and again
+// after the answers are applied, so after a crash the leader resumes from
+// the snapshot's offsets: an upload applied before it is not read again,
+// one after it is read again and prepared anew (the same prep share:
+// Prio3's preparation is deterministic), and the uploads of reports that
+// were pending are read again, prepared anew without the checks they
+// already passed (Leader.repend), re-sent and answered idempotently by the
+// helper if it committed them. So the uploads topic's retention must
+// exceed the leader's longest outage. A batch
 // collected but not yet recorded is collected again: the shares may be
 // written twice (the same aggregate in another ciphertext); the release
 // stage keeps one pair per (campaign, day).
@@ -202,8 +220,8 @@ type LeaderService struct {
 	// for a batch the helper's clock still has open (0: 10 s).
 	CollectRetry time.Duration
 	// PartitionRefresh is how often the leader lists the uploads topic's
-	// partitions again and starts reading new ones (0:
-	// DefaultPartitionRefresh, 30 s; at least MinPartitionRefresh).
+	// partitions, to read the one its campaign's uploads move to when the
+	// topic grows (0: DefaultPartitionRefresh).
 	PartitionRefresh time.Duration
 
 	counters
@@ -233,8 +251,14 @@ type leaderRun struct {
 	// retryAt: days whose collection the helper refused as batch_open
 	// (its clock behind the leader's) → when to ask again (wall clock)
 	retryAt map[p3.Day]time.Time
-	w       *kafka.Writer
-	log     *slog.Logger
+	store   *batchStore // the batch logs
+	// redo: uploads whose reports were pending at the last snapshot, to
+	// queue again when read (Leader.repend); at: pending report id → its
+	// upload
+	redo map[upLoc]bool
+	at   map[p3.ReportID]upLoc
+	w    *kafka.Writer
+	log  *slog.Logger
 }
 
 // Run serves until ctx ends (nil then) or the state or topic cannot be
@@ -257,7 +281,7 @@ func (s *LeaderService) Run(ctx context.Context) error {
 	if err := onion.PrepareKeys(s.Config.Keys); err != nil {
 		return fmt.Errorf("prio3 leader: %w", err)
 	}
-	l, next, done, err := loadLeader(s.StateDir, s.Config)
+	l, f, store, err := loadLeader(s.StateDir, s.Config)
 	if err != nil {
 		return err
 	}
@@ -268,8 +292,13 @@ func (s *LeaderService) Run(ctx context.Context) error {
 		}
 		defer sub.Unsubscribe()
 	}
-	run := &leaderRun{s: s, l: l, next: next, done: done, log: log, retryAt: map[p3.Day]time.Time{}}
+	next := f.next
+	run := &leaderRun{s: s, l: l, next: next, done: f.done, redo: f.redo, at: map[p3.ReportID]upLoc{}, store: store, log: log, retryAt: map[p3.Day]time.Time{}}
 	s.set(&l.Stats)
+	parts, err := uploadPartitions(ctx, s.Brokers)
+	if err != nil {
+		return err
+	}
 	maxBatch := s.MaxBatch
 	if maxBatch <= 0 {
 		maxBatch = DefaultMaxBatch
@@ -277,12 +306,46 @@ func (s *LeaderService) Run(ctx context.Context) error {
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	in := make(chan upload, maxBatch)
-	parts, wait, err := s.readUploads(rctx, next, in, log)
-	if err != nil {
-		return err
-	}
-	defer wait()
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	defer stop()
+	// the partitions to read: the campaign's (where the relays' key hash
+	// puts its uploads) and every partition read before (saved offsets,
+	// pending uploads); a partition that becomes the campaign's later (the
+	// topic grown) is picked up by watchPartitions
+	reading := map[int]bool{}
+	// copies: the step loop changes next and redo while the watcher reads
+	startNext, startRedo := maps.Clone(next), maps.Clone(run.redo)
+	readPart := func(p int) {
+		if reading[p] {
+			return
+		}
+		reading[p] = true
+		from, ok := startNext[p]
+		if !ok {
+			from = kafka.FirstOffset
+		}
+		for loc := range startRedo {
+			// the pending reports' uploads, read again
+			if loc.part == p && loc.off < from {
+				from = loc.off
+			}
+		}
+		wg.Go(func() { s.read(rctx, p, from, in, log) })
+	}
+	for _, p := range s.ownPartitions(parts, startNext, startRedo) {
+		readPart(p)
+	}
+	wg.Go(func() {
+		s.watchPartitions(rctx, len(parts), func(parts []int) {
+			for _, p := range s.ownPartitions(parts, nil, nil) {
+				if !reading[p] {
+					log.Info("prio3 leader: reading a new partition of the uploads topic", "partition", p, "partitions", len(parts))
+				}
+				readPart(p)
+			}
+		}, log)
+	})
 	run.w = &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: protocol.Prio3SharesTopic, Transport: infrakafka.Transport(ctx),
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond,
 		// a request (batch) must stay under the topic's max.message.bytes
@@ -291,7 +354,7 @@ func (s *LeaderService) Run(ctx context.Context) error {
 		// an upload can carry)
 		BatchBytes: 2_000_000, WriteTimeout: 30 * time.Second}
 	defer run.w.Close()
-	log.Info("prio3 leader: serving", "partitions", parts, "restored", len(next) > 0)
+	log.Info("prio3 leader: serving", "partitions", len(parts), "restored", len(next) > 0, "pending_uploads_to_read_again", len(run.redo))
 	for ctx.Err() == nil {
 		if err := run.step(ctx, in, maxBatch); err != nil {
 			if ctx.Err() != nil {
@@ -302,6 +365,49 @@ func (s *LeaderService) Run(ctx context.Context) error {
 		s.Steps.Add(1)
 	}
 	return nil
+}
+
+// DefaultPartitionRefresh is how often the leader lists the uploads
+// topic's partitions (LeaderService.PartitionRefresh).
+const DefaultPartitionRefresh = 30 * time.Second
+
+// ownPartitions returns the partitions the leader reads: the one the
+// campaign's key hashes to among parts (kafka-go's Hash balancer, as the
+// relays write: FNV-1a of the key modulo the partition count) and the
+// partitions of next and redo (read before).
+func (s *LeaderService) ownPartitions(parts []int, next map[int]int64, redo map[upLoc]bool) []int {
+	set := map[int]bool{}
+	if len(parts) > 0 {
+		set[(&kafka.Hash{}).Balance(kafka.Message{Key: []byte(s.Config.Campaign)}, parts...)] = true
+	}
+	for p := range next {
+		set[p] = true
+	}
+	for loc := range redo {
+		set[loc.part] = true
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// watchPartitions lists the uploads topic's partitions every
+// PartitionRefresh and calls grown with them when their count changed
+// from n, until ctx ends.
+func (s *LeaderService) watchPartitions(ctx context.Context, n int, grown func([]int), log *slog.Logger) {
+	every := s.PartitionRefresh
+	if every <= 0 {
+		every = DefaultPartitionRefresh
+	}
+	for sleep(ctx, every) == nil {
+		parts, err := uploadPartitions(ctx, s.Brokers)
+		if err != nil {
+			log.Warn("prio3 leader: listing the uploads topic's partitions failed; trying again later", "err", err)
+			continue
+		}
+		if len(parts) != n {
+			n = len(parts)
+			grown(parts)
+		}
+	}
 }
 
 // uploadPartitions lists the partitions of the uploads topic.
@@ -349,7 +455,10 @@ func (s *LeaderService) read(ctx context.Context, partition int, from int64, in 
 // upload handed to in.
 func (s *LeaderService) readFrom(ctx context.Context, partition int, from *int64, in chan<- upload) error {
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: s.Brokers, Topic: protocol.Prio3UploadsTopic, Partition: partition,
-		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 250 * time.Millisecond, Dialer: infrakafka.Dialer(ctx)})
+		MinBytes: 1, MaxBytes: 16 << 20, MaxWait: 250 * time.Millisecond, Dialer: infrakafka.Dialer(ctx),
+		// an upload is 787 KB at L = 10,000, b = 4: kafka-go's default
+		// queue of 100 messages would hold 79 MB per partition
+		QueueCapacity: 8})
 	defer r.Close()
 	if err := r.SetOffset(*from); err != nil {
 		return fmt.Errorf("set offset %d: %w", *from, err)
@@ -411,9 +520,26 @@ func (r *leaderRun) step(ctx context.Context, in <-chan upload, maxBatch int) er
 	}
 	now := nowFunc(s.Now)()
 	for _, u := range batch {
+		loc := upLoc{part: u.partition, off: u.offset}
+		if next, ok := r.next[u.partition]; ok && u.offset < next {
+			// read before the restart: queued again if its report was
+			// pending, else already counted
+			if r.redo[loc] {
+				delete(r.redo, loc)
+				if id, err := r.l.repend(u.value); err != nil {
+					r.log.Error("prio3 leader: a pending upload read again no longer prepares; left out", "partition", u.partition, "offset", u.offset, "err", err)
+				} else {
+					r.at[id] = loc
+				}
+			}
+			continue
+		}
 		// never an error: a dropped upload is counted in Stats.Rejected
 		if _, err := r.l.Apply(Event{Now: now, Kind: EventUpload, Msg: u.value}); err != nil {
 			return fmt.Errorf("prio3 leader: apply upload: %w", err)
+		}
+		if id, ok := r.l.lastQueued(); ok {
+			r.at[id] = loc
 		}
 		r.next[u.partition] = u.offset + 1
 	}
@@ -436,11 +562,14 @@ func (r *leaderRun) step(ctx context.Context, in <-chan upload, maxBatch int) er
 		r.prepare(ctx, now)
 		changed = true
 	}
-	if r.collect(ctx, now) {
+	if len(r.redo) == 0 && r.collect(ctx, now) {
+		// (not before every pending upload is queued again: a batch
+		// collected without them would not match the helper's)
 		changed = true
 	}
 	for day := range r.done {
 		if r.l.forget(day, now) {
+			r.store.drop(day)
 			delete(r.done, day)
 			changed = true
 		}
@@ -558,12 +687,31 @@ func (r *leaderRun) collect(ctx context.Context, now time.Time) bool {
 	return changed
 }
 
+// save appends what the batches' logs lack, then replaces the snapshot
+// (offsets, outcomes, pending reports, the logs' lengths).
 func (r *leaderRun) save() error {
-	b, err := encodeLeaderFile(r.l, r.next, r.done)
+	if err := os.MkdirAll(r.s.StateDir, 0o700); err != nil {
+		return fmt.Errorf("prio3: state directory: %w", err)
+	}
+	if err := r.store.flush(r.l.batches); err != nil {
+		return err
+	}
+	for id := range r.at {
+		if len(r.l.pending[id]) == 0 {
+			delete(r.at, id)
+		}
+	}
+	b, err := encodeLeaderFile(r.l, &leaderFile{next: r.next, done: r.done, refs: r.store.refs, redo: r.redo}, r.at)
 	if err != nil {
 		return err
 	}
-	return writeState(r.s.StateDir, LeaderStateFile, b)
+	if err := writeState(r.s.StateDir, LeaderStateFile, b); err != nil {
+		return err
+	}
+	r.s.written.Add(r.store.Written + int64(len(b)))
+	r.store.Written = 0
+	r.store.cleanup()
+	return nil
 }
 
 // ask sends req to the helper and returns its answer: Attempts tries of at
@@ -683,7 +831,7 @@ func (s *HelperService) Run(ctx context.Context) error {
 	if err := onion.PrepareKeys(s.Config.Keys); err != nil {
 		return fmt.Errorf("prio3 helper: %w", err)
 	}
-	h, err := loadHelper(s.StateDir, s.Config)
+	h, store, err := loadHelper(s.StateDir, s.Config)
 	if err != nil {
 		return err
 	}
@@ -712,7 +860,7 @@ func (s *HelperService) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("prio3 helper: NATS subscription: %w", err)
 		}
-		if err := s.handle(h, m, log); err != nil {
+		if err := s.handle(h, store, m, log); err != nil {
 			return err
 		}
 		s.Requests.Add(1)
@@ -770,7 +918,7 @@ func (s *HelperService) check(m *nats.Msg) ([]byte, string) {
 
 // handle checks one request (check), applies it, snapshots and answers;
 // only a failed snapshot is an error.
-func (s *HelperService) handle(h *Helper, m *nats.Msg, log *slog.Logger) error {
+func (s *HelperService) handle(h *Helper, store *batchStore, m *nats.Msg, log *slog.Logger) error {
 	body, reason := s.check(m)
 	if reason != "" {
 		s.refuse(reason)
@@ -795,8 +943,11 @@ func (s *HelperService) handle(h *Helper, m *nats.Msg, log *slog.Logger) error {
 		return nil
 	}
 	now := nowFunc(s.Now)()
-	if n := h.forget(now); n > 0 {
-		log.Info("prio3 helper: dropped the state of expired batches (--retain)", "batches", n)
+	if days := h.forget(now); len(days) > 0 {
+		for _, d := range days {
+			store.drop(d)
+		}
+		log.Info("prio3 helper: dropped the state of expired collected batches (--retain)", "batches", len(days))
 	}
 	outs, err := h.Apply(Event{Now: now, Kind: kind, Msg: body})
 	if err != nil {
@@ -804,13 +955,24 @@ func (s *HelperService) handle(h *Helper, m *nats.Msg, log *slog.Logger) error {
 		log.Warn("prio3 helper: dropped a request", "err", err)
 		return nil
 	}
-	b, err := h.MarshalBinary()
+	if err := os.MkdirAll(s.StateDir, 0o700); err != nil {
+		return fmt.Errorf("prio3: state directory: %w", err)
+	}
+	// the batch logs first, then the snapshot naming their lengths, then
+	// the answer: what the leader learns is on disk
+	if err := store.flush(h.batches); err != nil {
+		return err
+	}
+	b, err := encodeHelperFile(h, store.refs)
 	if err != nil {
 		return err
 	}
 	if err := writeState(s.StateDir, HelperStateFile, b); err != nil {
 		return err
 	}
+	s.written.Add(store.Written + int64(len(b)))
+	store.Written = 0
+	store.cleanup()
 	if kind == EventCollectReq {
 		if a, err := p3.ParseAggShare(outs[0].Msg); err == nil {
 			if a.Reason != "" {

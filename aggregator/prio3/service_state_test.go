@@ -3,9 +3,15 @@ package prio3
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
+	ikafka "github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/protocol"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 )
@@ -161,20 +167,25 @@ func FuzzLeaderFile(f *testing.F) {
 	ups := w.shardAll(f, day, smallCounts(3, 4))
 	w.upload(f, day.Start(), ups[:2])
 	w.l.Apply(Event{Now: day.Start(), Kind: EventUpload, Msg: ups[2]})
-	b, err := encodeLeaderFile(w.l, map[int]int64{0: 3, 2: 7}, map[p3.Day]string{day - 1: "collected"})
+	var id p3.ReportID
+	for k := range w.l.pending {
+		id = k
+	}
+	b, err := encodeLeaderFile(w.l, &leaderFile{next: map[int]int64{0: 3, 2: 7}, done: map[p3.Day]string{day - 1: "collected"},
+		refs: map[p3.Day]batchRef{day: {gen: 2, size: 900}}, redo: map[upLoc]bool{{part: 0, off: 1}: true}}, map[p3.ReportID]upLoc{id: {part: 2, off: 5}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		l, next, done, err := decodeLeaderFile(w.cfgL, b)
+		l, lf, err := decodeLeaderFile(w.cfgL, b)
 		if err != nil {
 			if !errors.Is(err, protocol.ErrMalformed) {
 				t.Fatalf("error not ErrMalformed: %v", err)
 			}
 			return
 		}
-		if _, err := encodeLeaderFile(l, next, done); err != nil {
+		if _, err := encodeLeaderFile(l, lf, nil); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -255,10 +266,10 @@ func TestForget(t *testing.T) {
 		t.Fatal(err)
 	}
 	closeAt := day.Start().Add(24*time.Hour + w.cfgL.Grace)
-	if w.l.forget(day, closeAt.Add(59*time.Minute)) || w.h.forget(closeAt.Add(59*time.Minute)) != 0 {
+	if w.l.forget(day, closeAt.Add(59*time.Minute)) || len(w.h.forget(closeAt.Add(59*time.Minute))) != 0 {
 		t.Fatal("state dropped before Retain passed")
 	}
-	if !w.l.forget(day, closeAt.Add(time.Hour)) || w.h.forget(closeAt.Add(time.Hour)) != 1 {
+	if !w.l.forget(day, closeAt.Add(time.Hour)) || len(w.h.forget(closeAt.Add(time.Hour))) != 1 {
 		t.Fatal("state kept after Retain passed")
 	}
 	if d := w.l.Days(); len(d) != 0 {
@@ -283,4 +294,106 @@ func TestForget(t *testing.T) {
 	if w.h.Stats.Prepared != 3 {
 		t.Errorf("helper prepared %d, want 3", w.h.Stats.Prepared)
 	}
+}
+
+// TestLeaderPendingAfterClose: the leader stops with reports pending
+// (the helper down; its snapshot names their uploads by offset) and
+// restarts after its clock closed the day: it reads those uploads again
+// without the late check (they were accepted while the day was open), the
+// helper (whose clock still has the day open) prepares them, and the
+// batch is collected with every report once and the clients' totals.
+func TestLeaderPendingAfterClose(t *testing.T) {
+	m := p3.Config{Kind: p3.KindSumVec, Length: 50, Bits: 4}
+	e := newSvcEnv(t, m, 5, time.Hour)
+	day := p3.DayOf(time.Date(2006, 3, 1, 0, 0, 0, 0, time.UTC))
+	e.setNow(day.Start().Add(12 * time.Hour))
+	const n = 24
+	cs, want := clients(rand.New(rand.NewPCG(7, 8)), n, m.Length, 15)
+	ups := e.w.shardAll(t, day, cs)
+	_, hr := e.startHelper()
+	l, lr := e.startLeader(4)
+	e.write(ups[:n-4]...)
+	waitFor(t, "the first reports prepared", 60*time.Second, func() bool { return l.Stats().Prepared == n-4 })
+	hr.stop(t, "helper")
+	e.write(ups[n-4:]...)
+	waitFor(t, "the last uploads read", 60*time.Second, func() bool { return l.Stats().Uploads == n })
+	steps := l.Steps.Load()
+	waitFor(t, "a leader step without the helper", 60*time.Second, func() bool { return l.Steps.Load() > steps })
+	lr.stop(t, "leader")
+	b, err := os.ReadFile(filepath.Join(e.lDir, LeaderStateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, f, err := decodeLeaderFile(e.w.cfgL, b)
+	if err != nil || len(f.redo) == 0 {
+		t.Fatalf("snapshot: %v, %d pending uploads; want some", err, len(f.redo))
+	}
+	e.clock.Store(day.Start().Add(24*time.Hour + time.Hour + time.Minute).UnixNano())
+	h2, hr2 := e.startHelper()
+	l2, lr2 := e.startLeader(4)
+	waitFor(t, "every report prepared", 60*time.Second, func() bool { return l2.Stats().Prepared == n })
+	e.hclock.Store(e.clock.Load())
+	waitFor(t, "the batch collected", 60*time.Second, func() bool { return l2.Shares.Load() == 1 })
+	if st := l2.Stats(); len(st.Rejected) != 0 || h2.Stats().Prepared != n {
+		t.Errorf("leader rejected %v, helper prepared %d; want none and %d", st.Rejected, h2.Stats().Prepared, n)
+	}
+	checkTotals(t, day.String(), e.unshardDay(e.shares(2)[campaign+"/"+day.String()]), want, n)
+	t.Logf("restart after the close with %d pending uploads read again: %d prepared, totals equal", len(f.redo), l2.Stats().Prepared)
+	lr2.stop(t, "leader")
+	hr2.stop(t, "helper")
+}
+
+// TestLeaderPartitions: the leader reads only its campaign's uploads (an
+// upload keyed with another campaign is never opened nor counted) and,
+// when the uploads topic grows and the relays' key hash moves the
+// campaign to another partition, reads that partition without a restart:
+// every report is prepared once and the totals equal the clients' sums.
+func TestLeaderPartitions(t *testing.T) {
+	m := p3.Config{Kind: p3.KindSumVec, Length: 30, Bits: 4}
+	e := newSvcEnv(t, m, 5, time.Hour)
+	day := p3.DayOf(time.Date(2006, 3, 1, 0, 0, 0, 0, time.UTC))
+	e.setNow(day.Start().Add(12 * time.Hour))
+	const n = 16
+	cs, want := clients(rand.New(rand.NewPCG(11, 12)), n, m.Length, 15)
+	ups := e.w.shardAll(t, day, cs)
+	owner := func(count int) int {
+		parts := make([]int, count)
+		for i := range parts {
+			parts[i] = i
+		}
+		return (&kafka.Hash{}).Balance(kafka.Message{Key: []byte(campaign)}, parts...)
+	}
+	grow := 5
+	for owner(grow) == owner(4) {
+		grow++
+	}
+	_, hr := e.startHelper()
+	l := &LeaderService{Config: e.w.cfgL, Brokers: []string{e.br.Addr}, NATS: e.conn(), StateDir: e.lDir, Now: e.now, SignKey: e.signKey,
+		MaxBatch: 4, MaxWait: 50 * time.Millisecond, RequestTimeout: 5 * time.Second, CollectRetry: 200 * time.Millisecond,
+		PartitionRefresh: 100 * time.Millisecond}
+	lr := e.start(l.Run)
+	e.write(ups[:n/2]...)
+	other := ikafka.NewWriter(e.br.Addr, protocol.Prio3UploadsTopic)
+	if err := other.WriteMessages(e.ctx, kafka.Message{Key: []byte("another-campaign"), Value: []byte("not an upload of this campaign")}); err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	waitFor(t, "the first half prepared", 60*time.Second, func() bool { return l.Stats().Prepared == n/2 })
+	cl := &kafka.Client{Addr: kafka.TCP(e.br.Addr)}
+	resp, err := cl.CreatePartitions(e.ctx, &kafka.CreatePartitionsRequest{Topics: []kafka.TopicPartitionsConfig{{Name: protocol.Prio3UploadsTopic, Count: int32(grow)}}})
+	if err != nil || resp.Errors[protocol.Prio3UploadsTopic] != nil {
+		t.Fatalf("grow the topic: %v %v", err, resp)
+	}
+	time.Sleep(500 * time.Millisecond)
+	e.write(ups[n/2:]...)
+	waitFor(t, "every report prepared", 60*time.Second, func() bool { return l.Stats().Prepared == n })
+	if st := l.Stats(); st.Uploads != n || len(st.Rejected) != 0 {
+		t.Errorf("leader: %d uploads, rejected %v; want %d and none (the other campaign's upload skipped)", st.Uploads, st.Rejected, n)
+	}
+	e.setNow(day.Start().Add(24*time.Hour + time.Hour + time.Minute))
+	waitFor(t, "the batch collected", 30*time.Second, func() bool { return l.Shares.Load() == 1 })
+	checkTotals(t, day.String(), e.unshardDay(e.shares(2)[campaign+"/"+day.String()]), want, n)
+	t.Logf("campaign partition %d of 4, then %d of %d: %d reports prepared, the other campaign's upload skipped", owner(4), owner(grow), grow, n)
+	lr.stop(t, "leader")
+	hr.stop(t, "helper")
 }

@@ -17,18 +17,25 @@ import (
 //	stats = uploads, prepared, collected (u64 each) ‖ rejected map ‖ refused map
 //	map   = n(u16) ‖ n × (label(len8) ‖ value(u64))
 //	batch = day(u32) ‖ count(u64) ‖ checksum(32) ‖ aggregate(len32: L × 16 B) ‖
-//	        n ids(u32) ‖ n × (id(16) [helper: ‖ digest(32) ‖ prep message(len8)]) ‖
+//	        collected(1) ‖ n ids(u32) ‖ n × (id(16) [helper: ‖ digest(16)]) ‖
 //	        noise
+//	        (version 4; before it no collected flag and the helper's ids
+//	        carry a 32-byte digest and the prep message(len8); a collected
+//	        batch has no ids)
 //	noise = 0(1) | 1(1) ‖ epsilon(u64: IEEE 754 bits) ‖ L × draw(i64)
 //	        (version 2 only; version 1 states, which have no noise field,
 //	        are still read: their batches have no draw)
 //	pending = id(16) ‖ day(u32) ‖ public(len32) ‖ sealed(len32) ‖ state(len32) ‖ share(len32) ‖
-//	          helper token(len16) (version 3 only)
+//	          helper token(len16) (version 3 on)
 //
 // A restored leader re-sends every pending report on its next tick; the
 // helper answers a retry of a committed report (same request item) with the
 // same prep message and counts it once.
-const stateVersion byte = 3
+const stateVersion byte = 4
+
+// stateVersionDigest32 is the version before the collected flag and the
+// truncated digests.
+const stateVersionDigest32 byte = 3
 
 // stateVersionNoToken is the version before the pending reports' helper
 // token (read: their reports go to the helper without one).
@@ -95,34 +102,53 @@ func sortedDays[T any](m map[p3.Day]T) []p3.Day {
 func putBatches(w *protocol.Writer, bs map[p3.Day]*batch, helper bool) {
 	w.U32(uint32(len(bs)))
 	for _, d := range sortedDays(bs) {
-		b := bs[d]
 		w.U32(uint32(d))
-		putU64(w, b.count)
-		w.Raw(b.checksum[:])
-		w.Bytes32(p3.EncodeAggregate(&b.agg))
-		ids := make([]p3.ReportID, 0, len(b.ids))
-		for id := range b.ids {
-			ids = append(ids, id)
-		}
-		sort.Slice(ids, func(i, j int) bool { return string(ids[i][:]) < string(ids[j][:]) })
-		w.U32(uint32(len(ids)))
-		for _, id := range ids {
-			w.Raw(id[:])
-			if helper {
-				c := b.ids[id]
-				w.Raw(c.digest[:])
-				w.Bytes8(c.msg)
-			}
-		}
-		if b.noise == nil {
-			w.U8(0)
-			continue
-		}
+		putBatch(w, bs[d], helper)
+	}
+}
+
+// putBatch encodes b (state version 4): count ‖ checksum ‖ aggregate ‖
+// collected(1) ‖ ids ‖ noise.
+func putBatch(w *protocol.Writer, b *batch, helper bool) {
+	putU64(w, b.count)
+	w.Raw(b.checksum[:])
+	w.Bytes32(p3.EncodeAggregate(&b.agg))
+	if b.collected {
 		w.U8(1)
-		putU64(w, math.Float64bits(b.noiseEps))
-		for _, x := range b.noise {
-			putU64(w, uint64(x))
+	} else {
+		w.U8(0)
+	}
+	ids := make([]p3.ReportID, 0, len(b.ids))
+	for id := range b.ids {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return string(ids[i][:]) < string(ids[j][:]) })
+	putIDs(w, b, ids, helper)
+	putNoise(w, b)
+}
+
+// putIDs encodes ids: n(u32) ‖ n × (id(16) [helper: ‖ digest(16)]).
+func putIDs(w *protocol.Writer, b *batch, ids []p3.ReportID, helper bool) {
+	w.U32(uint32(len(ids)))
+	for _, id := range ids {
+		w.Raw(id[:])
+		if helper {
+			c := b.ids[id]
+			w.Raw(c[:])
 		}
+	}
+}
+
+// putNoise encodes b's noise field: 0(1) | 1(1) ‖ epsilon(u64) ‖ L × i64.
+func putNoise(w *protocol.Writer, b *batch) {
+	if b.noise == nil {
+		w.U8(0)
+		return
+	}
+	w.U8(1)
+	putU64(w, math.Float64bits(b.noiseEps))
+	for _, x := range b.noise {
+		putU64(w, uint64(x))
 	}
 }
 
@@ -134,42 +160,9 @@ func getBatches(r *protocol.Reader, v *p3.VDAF, helper bool, version byte) map[p
 	}
 	for i := 0; i < int(n) && r.Err == nil; i++ {
 		d := p3.Day(r.U32("day"))
-		b := &batch{count: getU64(r, "count"), ids: map[p3.ReportID]commit{}}
-		copy(b.checksum[:], r.Take(32, "checksum"))
-		agg := r.Bytes32("aggregate")
-		if r.Err != nil {
-			break
-		}
-		a, err := v.DecodeAggregate(agg)
-		if err != nil {
-			r.Err = err
-			break
-		}
-		b.agg = a
-		k := r.U32("ids")
-		if r.Err == nil && int(k) > len(r.B)/p3.NonceSize {
-			r.Err = protocol.Malformed("prio3 state claims %d ids", k)
-		}
-		var sum p3.Checksum
-		for j := 0; j < int(k) && r.Err == nil; j++ {
-			var id p3.ReportID
-			copy(id[:], r.Take(p3.NonceSize, "report id"))
-			var c commit
-			if helper {
-				copy(c.digest[:], r.Take(32, "digest"))
-				c.msg = r.Bytes8("prep message")
-			}
-			if _, dup := b.ids[id]; dup {
-				r.Err = protocol.Malformed("prio3 state: report id twice in a batch")
-			}
-			b.ids[id] = c
-			sum.Add(id)
-		}
-		if r.Err == nil && (sum != b.checksum || uint64(len(b.ids)) != b.count) {
+		b := getBatch(r, v, helper, version)
+		if r.Err == nil && b.ids != nil && !sameIDs(b) {
 			r.Err = protocol.Malformed("prio3 state: batch %s count or checksum does not match its ids", d)
-		}
-		if version >= stateVersionNoToken {
-			getNoise(r, b, v.Config.Length)
 		}
 		if _, dup := bs[d]; dup && r.Err == nil {
 			r.Err = protocol.Malformed("prio3 state: batch %s twice", d)
@@ -177,6 +170,82 @@ func getBatches(r *protocol.Reader, v *p3.VDAF, helper bool, version byte) map[p
 		bs[d] = b
 	}
 	return bs
+}
+
+// sameIDs reports whether b's count and checksum are those of its ids.
+func sameIDs(b *batch) bool {
+	var sum p3.Checksum
+	for id := range b.ids {
+		sum.Add(id)
+	}
+	return sum == b.checksum && uint64(len(b.ids)) == b.count
+}
+
+// getBatch decodes one batch of a state of version (putBatch; versions 1
+// to 3 keep 32-byte digests and prep messages, no collected flag).
+func getBatch(r *protocol.Reader, v *p3.VDAF, helper bool, version byte) *batch {
+	b := &batch{count: getU64(r, "count"), ids: map[p3.ReportID]digest{}}
+	copy(b.checksum[:], r.Take(32, "checksum"))
+	agg := r.Bytes32("aggregate")
+	if r.Err != nil {
+		return b
+	}
+	a, err := v.DecodeAggregate(agg)
+	if err != nil {
+		r.Err = err
+		return b
+	}
+	b.agg = a
+	if version >= stateVersion {
+		switch f := r.U8("collected"); {
+		case r.Err != nil:
+		case f == 1:
+			b.collected = true
+		case f != 0:
+			r.Err = protocol.Malformed("prio3 state: collected flag %d", f)
+		}
+	}
+	getIDs(r, b, helper, version)
+	if b.collected {
+		if len(b.ids) > 0 && r.Err == nil {
+			r.Err = protocol.Malformed("prio3 state: a collected batch with report ids")
+		}
+		b.ids = nil
+	}
+	if version >= stateVersionNoToken {
+		getNoise(r, b, v.Config.Length)
+	}
+	return b
+}
+
+// getIDs reads ids (putIDs) into b.ids; versions before 4 carry a
+// 32-byte digest and the prep message per id (the digest is truncated,
+// the message dropped: retries are prepared again).
+func getIDs(r *protocol.Reader, b *batch, helper bool, version byte) []p3.ReportID {
+	k := r.U32("ids")
+	if r.Err == nil && int(k) > len(r.B)/p3.NonceSize {
+		r.Err = protocol.Malformed("prio3 state claims %d ids", k)
+	}
+	var out []p3.ReportID
+	for j := 0; j < int(k) && r.Err == nil; j++ {
+		var id p3.ReportID
+		copy(id[:], r.Take(p3.NonceSize, "report id"))
+		var c digest
+		if helper {
+			if version >= stateVersion {
+				copy(c[:], r.Take(DigestSize, "digest"))
+			} else {
+				copy(c[:], r.Take(32, "digest"))
+				r.Bytes8("prep message")
+			}
+		}
+		if _, dup := b.ids[id]; dup && r.Err == nil {
+			r.Err = protocol.Malformed("prio3 state: report id twice in a batch")
+		}
+		b.ids[id] = c
+		out = append(out, id)
+	}
+	return out
 }
 
 // getNoise reads a batch's noise field (version 2).
@@ -208,8 +277,8 @@ func getNoise(r *protocol.Reader, b *batch, length int) {
 // (stateVersion or stateVersionNoNoise).
 func readStateHeader(r *protocol.Reader, role byte, cfg *Config) byte {
 	v := r.U8("state version")
-	if r.Err == nil && v != stateVersion && v != stateVersionNoToken && v != stateVersionNoNoise {
-		r.Err = protocol.Malformed("prio3 state version %d, want %d, %d or %d", v, stateVersion, stateVersionNoToken, stateVersionNoNoise)
+	if r.Err == nil && v != stateVersion && v != stateVersionDigest32 && v != stateVersionNoToken && v != stateVersionNoNoise {
+		r.Err = protocol.Malformed("prio3 state version %d, want %d to %d", v, stateVersionNoNoise, stateVersion)
 	}
 	if x := r.U8("role"); r.Err == nil && x != role {
 		r.Err = protocol.Malformed("prio3 state of role %q, want %q", x, role)
@@ -280,7 +349,7 @@ func RestoreLeader(cfg Config, b []byte) (*Leader, error) {
 		copy(id[:], r.Take(p3.NonceSize, "report id"))
 		p := &pending{day: p3.Day(r.U32("day")), public: r.Bytes32("public share"), sealed: r.Bytes32("sealed share"),
 			state: r.Bytes32("prep state"), share: r.Bytes32("prep share")}
-		if version >= stateVersion {
+		if version >= stateVersionDigest32 {
 			if p.token = r.Bytes16("helper token"); len(p.token) == 0 {
 				p.token = nil
 			}
