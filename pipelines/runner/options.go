@@ -176,7 +176,7 @@ func (c *PDDConfig) AddFlags(f *pflag.FlagSet) {
 	f.Var(config.NewList(&c.Kafka), "kafka", "Kafka bootstrap brokers, comma-separated host:port list (or repeated); empty starts kfake")
 	f.StringVar(&c.ClickHouse, "clickhouse", "", "ClickHouse native address; empty starts a local server")
 	f.StringVar(&c.Database, "database", "crowdlog", "ClickHouse database")
-	f.StringVar(&c.StateDir, "state", "", "state directory (default: a temporary one)")
+	f.StringVar(&c.StateDir, "state", "", "state directory: keys, broker data and the local ClickHouse (DIR/clickhouse; serve it again with crowdlog clickhouse --dir DIR/clickhouse); default: a temporary one, removed at the end")
 	f.StringVar(&c.Export, "export", "", "write the released daily counts as TSV (campaign day keyword count confidence)")
 	f.IntVar(&c.Workers, "workers", 8, "clients pinging concurrently")
 	f.BoolVar(&c.NoProgress, "no-progress", false, "no progress lines on stderr (prio3 mode: one per day and phase)")
