@@ -87,7 +87,7 @@ echo
 echo "== the two modes side by side (groups: exact sums of the members decrypted, unclipped without"
 echo "   noise; prio3: each client's count clipped to 15 per keyword and 20 per day)"
 q "SELECT campaign, day, active, decrypted, groups, groups_recovered, groups_lost, round(confidence, 3) AS confidence FROM pdd_rounds FINAL WHERE campaign IN ('pdd', 'pdd-prio3') ORDER BY campaign, day"
-q "SELECT keyword, sumIf(count, campaign = 'pdd') AS groups, sumIf(count, campaign = 'pdd-prio3') AS prio3 FROM keyword_daily WHERE campaign IN ('pdd', 'pdd-prio3') GROUP BY keyword ORDER BY groups DESC, keyword LIMIT 8"
+q "SELECT keyword, sumIf(count, campaign = 'pdd') AS groups, sumIf(count, campaign = 'pdd-prio3') AS prio3 FROM keyword_daily WHERE campaign IN ('pdd', 'pdd-prio3') AND length(keyword) >= 4 GROUP BY keyword ORDER BY groups DESC, keyword LIMIT 8"
 q "SELECT day, sumIf(count, campaign = 'pdd') AS groups, sumIf(count, campaign = 'pdd-prio3') AS prio3 FROM keyword_daily WHERE campaign IN ('pdd', 'pdd-prio3') AND keyword = 'free' GROUP BY day ORDER BY day"
 echo
 echo "== exports: $STATE/pdd.tsv (groups), $STATE/pdd-prio3.tsv (prio3)"
