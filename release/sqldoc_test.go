@@ -1,12 +1,10 @@
 package release
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,41 +14,56 @@ import (
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
 )
 
-// sqlBlock is one ```sql block of docs/sql.md, the name written after
-// "sql" on its fence line, and the ```tsv block that follows it, if any:
-// the rows it returns on the sample release.
+// sqlBlock is one ```sql block of a page of docs/ (file, the line of its
+// first statement), the name written after "sql" on its fence line, the
+// sql-test marker of the line before the fence, if any (docsql_test.go),
+// and the ```tsv block that follows it, if any: the rows it returns on the
+// sample release (docs/sql.md).
 type sqlBlock struct {
+	file     string
 	line     int
 	name     string
+	marker   string
 	sql      string
 	expected *string
 }
 
-// docBlocks returns the sql blocks of a Markdown text, each with the tsv
-// block that comes next before any other sql block.
-func docBlocks(t *testing.T, md string) []sqlBlock {
+// sqlTestMarker starts the HTML comment that may stand on the line before
+// a sql fence: <!-- sql-test: ... --> (docsql_test.go).
+const sqlTestMarker = "<!-- sql-test:"
+
+// docBlocks returns the sql blocks of a Markdown text (file names it in
+// errors), each with the tsv block that comes next before any other sql
+// block.
+func docBlocks(t *testing.T, file, md string) []sqlBlock {
 	t.Helper()
 	var out []sqlBlock
 	lines := strings.Split(md, "\n")
 	for i := 0; i < len(lines); i++ {
-		info, ok := strings.CutPrefix(lines[i], "```")
+		info, ok := strings.CutPrefix(strings.TrimLeft(lines[i], " "), "```")
 		if !ok || info == "" {
 			continue
 		}
+		marker := ""
+		if i > 0 {
+			if m, ok := strings.CutPrefix(strings.TrimSpace(lines[i-1]), sqlTestMarker); ok {
+				marker = strings.TrimSpace(strings.TrimSuffix(m, "-->"))
+			}
+		}
 		start := i + 1
-		for i++; i < len(lines) && lines[i] != "```"; i++ {
+		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
 		}
 		if i == len(lines) {
-			t.Fatalf("docs/sql.md:%d: unclosed ``` block", start)
+			t.Fatalf("%s:%d: unclosed ``` block", file, start)
 		}
 		body := strings.Join(lines[start:i], "\n")
 		lang, name, _ := strings.Cut(info, " ")
 		switch lang {
 		case "sql":
-			out = append(out, sqlBlock{line: start, name: strings.TrimSpace(name), sql: body})
+			out = append(out, sqlBlock{file: file, line: start, name: strings.TrimSpace(name), marker: marker, sql: body})
 		case "tsv":
 			if len(out) == 0 || out[len(out)-1].expected != nil {
-				t.Fatalf("docs/sql.md:%d: tsv block without a sql block before it", start)
+				t.Fatalf("%s:%d: tsv block without a sql block before it", file, start)
 			}
 			out[len(out)-1].expected = &body
 		}
@@ -82,6 +95,16 @@ type sampleData struct {
 	// interrupted are rows of a release without its releases row: no
 	// analyst view or copy may show them.
 	interrupted []Item
+	// pdd are PDD days (docsql_test.go's sample; none in docs/sql.md's),
+	// written with WritePDDRound, or WriteSpendingPDDRound when spend is
+	// set.
+	pdd []samplePDD
+}
+
+// samplePDD is one PDD day of a sample and, for a noisy day, its spend.
+type samplePDD struct {
+	round PDDRound
+	spend *Spend
 }
 
 func sample() sampleData {
@@ -134,12 +157,29 @@ func writeSampleWith(t *testing.T, ctx context.Context, w *Writer, s sampleData)
 			t.Fatal(err)
 		}
 	}
+	for _, p := range s.pdd {
+		var err error
+		if p.spend != nil {
+			err = w.WriteSpendingPDDRound(ctx, p.round, s.at, *p.spend, Budget{})
+		} else {
+			err = w.WritePDDRound(ctx, p.round, s.at)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // writeSample writes the sample release that docs/sql.md describes into
 // database crowdlog (dropped first, with its analyst database) of the
 // 18.16 test server, through the Writer.
 func writeSample(t *testing.T, ctx context.Context) {
+	t.Helper()
+	writeSampleData(t, ctx, sample())
+}
+
+// writeSampleData is writeSample with the sample s.
+func writeSampleData(t *testing.T, ctx context.Context, s sampleData) {
 	t.Helper()
 	w0 := openTestWriter(t) // starts the server
 	for _, db := range []string{AnalystDatabase(DefaultDatabase), DefaultDatabase} {
@@ -152,7 +192,7 @@ func writeSample(t *testing.T, ctx context.Context) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	writeSampleWith(t, ctx, w, sample())
+	writeSampleWith(t, ctx, w, s)
 }
 
 // The expected rows of the recipes, computed from sampleData alone: plain
@@ -636,7 +676,7 @@ func cookbookBlocks(t *testing.T) []sqlBlock {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := docBlocks(t, string(md))
+	blocks := docBlocks(t, "docs/sql.md", string(md))
 	if len(blocks) < 20 {
 		t.Fatalf("docs/sql.md has %d sql blocks; want ≥ 20", len(blocks))
 	}
@@ -724,27 +764,11 @@ func TestSQLCookbook(t *testing.T) {
 	if _, err := Init(ctx, InitOptions{Addr: srv.TCPAddr, AllowPasswordlessDefault: true, Analyst: a, UsersDir: clickhouse.UsersDir(srv.Dir)}); err != nil {
 		t.Fatal(err)
 	}
-	client, err := clickhouse.ClientBinary()
+	run, err := analystClient(ctx, a, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := port(srv.TCPAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := checkRecipes(t, "ClickHouse 18.16", blocks, func(sql string) (string, error) {
-		qctx, qcancel := context.WithTimeout(ctx, 30*time.Second)
-		defer qcancel()
-		args := append(client[1:], "--host", "127.0.0.1", "--port", port, "--user", a.Name, "--password", a.Password,
-			"--database", AnalystDatabase(DefaultDatabase), "--multiquery", "--query", sql)
-		cmd := exec.CommandContext(qctx, client[0], args...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			return "", fmt.Errorf("%w: %s", err, stderr.String())
-		}
-		return stdout.String(), nil
-	})
+	n := checkRecipes(t, "ClickHouse 18.16", blocks, run)
 	t.Logf("ClickHouse 18.16: %d of %d recipes returned the rows computed from the sample", n, len(blocks))
 }
 

@@ -116,7 +116,11 @@ containing it: an instance is a run of one user's identical queries that
 ends at midnight (UTC, or --timezone ZONE's); a keyword is contained when it
 starts and ends at Unicode word boundaries (UAX #29): a whole word where
 words are spaced, any substring of a run of ideographs (Chinese, Japanese).
---dropout skips each ping with that probability, to see recovery at work.
+--dropout P takes each client offline on each day with probability P: it
+does not ping that day, so it is not grouped for the day, and what it owes
+(vectors, recovery answers) waits for its next ping; with --epsilon > 0
+each client clips each keyword's daily count at --max-count (default 10)
+before blinding, and without noise counts are exact and unclipped.
 
 --mode prio3 counts the same campaign with two aggregators instead of groups
 (draft-irtf-cfrg-vdaf-14 Prio3, in DAP's layout): each active client uploads
@@ -125,8 +129,12 @@ counts clipped to 2^--bits − 1 (or, with --measurement presence, at most
 --max-weight keywords set), split between a leader and a helper with a
 proof that they are in range. The two prepare each report together, sum a
 day's shares and hand both sums to the release stage, which writes the day
-with confidence 1 once it holds at least --min-batch-size reports. A client
-that does not upload costs only its own counts; no recovery round exists.
+with confidence 1 once it holds at least --min-batch-size reports: no
+server learns of a client that never uploaded, so confidence counts only
+reports received. A client that does not upload (--dropout P: it skips a
+day's upload with probability P) costs only its own counts; no recovery
+round exists. The summary prints each day's coverage, reports released /
+clients active in the log, which only the replay knows.
 The replay runs both aggregators on one clock: every day's batch stays
 open while the clients upload, then closes at once. Each client keeps its
 day's counts within --l1 S (default 20, its most searched keywords) and

@@ -80,14 +80,15 @@ type PDDConfig struct {
 
 	// Online: "active" (default) — a client pings on the days it has log
 	// records, as PDD's clients do; "all" — every client pings every day
-	// (every client online). Dropout skips each ping with this probability
-	// (seeded by Seed).
+	// (every client online). Dropout takes a client offline on a day with
+	// this probability (seeded by Seed): in groups mode it sends no ping
+	// that day, in prio3 mode no upload.
 	Online  string
 	Dropout float64
 	Seed    uint64
 
 	Epsilon  float64 // Laplace noise on daily counts; 0 = exact counts (prio3: 0 = aggregator/prio3.DefaultEpsilon unless ExactShares)
-	MaxCount int     // per-client per-keyword per-day clip with noise
+	MaxCount int     // groups with Epsilon > 0: each client's per-keyword per-day clip, the noise's sensitivity (0 = release/pdd.DefaultMaxCount); no clip without noise
 	// ExactShares (prio3): the aggregators release exact shares (Epsilon
 	// must be 0), giving up the noise that protects a client against a
 	// malicious leader padding its batch.
@@ -365,6 +366,7 @@ func (p *pddRun) startServices(ctx context.Context) error {
 		p.cleanup = append(p.cleanup, func() { os.RemoveAll(state) })
 	}
 	p.keysDir = filepath.Join(state, "keys")
+	localCH := cfg.ClickHouse == ""
 	stopLocal, err := startLocal(ctx, state, &cfg.NATS, &cfg.Kafka, &cfg.ClickHouse, cfg.Partitions, &p.natsKeys)
 	if err != nil {
 		return err
@@ -386,11 +388,33 @@ func (p *pddRun) startServices(ctx context.Context) error {
 	if err := ensureStreams(ctx, p.connect, false, p.natsKeys != "", p.opjs); err != nil {
 		return err
 	}
-	if p.writer, err = release.Open(ctx, cfg.ClickHouse, cfg.Database); err != nil {
-		return fmt.Errorf("open ClickHouse at %s: %w", cfg.ClickHouse, err)
+	if p.writer, err = openPDDWriter(ctx, cfg.ClickHouse, cfg.Database, localCH); err != nil {
+		return err
 	}
 	p.cleanup = append(p.cleanup, func() { p.writer.Close() })
 	return nil
+}
+
+// openPDDWriter opens the release database on the ClickHouse at addr
+// (release.Open). On the local server a one-process run started itself
+// (local), it also creates the analyst database (<database>_analyst:
+// copies of the released days and the view keyword_daily,
+// release.OpenAnalystDatabase), so the analyst SQL of docs/pdd.md runs on
+// that server after the run (`crowdlog clickhouse --dir STATE/clickhouse`
+// serves it again). A server given by address is left to its operator's
+// `crowdlog clickhouse init`.
+func openPDDWriter(ctx context.Context, addr, database string, local bool) (*release.Writer, error) {
+	w, err := release.Open(ctx, addr, database)
+	if err != nil {
+		return nil, fmt.Errorf("open ClickHouse at %s: %w", addr, err)
+	}
+	if local {
+		if _, err := release.OpenAnalystDatabase(ctx, addr, database); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("create the analyst database on the local ClickHouse at %s: %w", addr, err)
+		}
+	}
+	return w, nil
 }
 
 // connect returns a NATS connection for role: with the embedded server's

@@ -38,8 +38,8 @@ import (
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 	"github.com/crowdlog/crowdlog/protocol/token"
-	"github.com/crowdlog/crowdlog/relays"
 	"github.com/crowdlog/crowdlog/release"
+	"github.com/crowdlog/crowdlog/relays"
 	pddrelease "github.com/crowdlog/crowdlog/release/pdd"
 	prio3release "github.com/crowdlog/crowdlog/release/prio3"
 )
@@ -72,6 +72,16 @@ type Prio3Summary struct {
 	UploadBytes      int
 	// PerDay: reports sent per day (YYYY-MM-DD) and reports released.
 	Sent, Released map[string]uint64
+	// Active are the clients active in the log per day (YYYY-MM-DD; every
+	// client with --online all), --dropout's skipped uploads included:
+	// only the log replay knows them. MeanCoverage is the mean over
+	// released days of reports released / Active, the groups mode's
+	// confidence definition (clients counted / clients active). The
+	// released confidence of a Prio3 day is 1: no server learns of a
+	// client that never uploaded, so a missing upload lowers coverage,
+	// never confidence.
+	Active       map[string]uint64
+	MeanCoverage float64
 	// Rejected by reason at the leader and at the helper.
 	LeaderRejected, HelperRejected map[string]uint64
 	Days                           []prio3release.Released
@@ -194,12 +204,15 @@ type prio3Run struct {
 	sentMu   sync.Mutex
 	sentDays map[keywords.Day]uint64  // guarded by sentMu
 	exact    map[keywords.Day][]int64 // the sent reports' bounded sums (TopMRE); guarded by sentMu
+	// activeDays are the clients active in the log each day (every
+	// client with --online all), before --dropout: guarded by sentMu
+	activeDays map[keywords.Day]uint64
 }
 
 // runPrio3 runs Prio3 mode end to end; see PDDConfig.
 func runPrio3(ctx context.Context, p *pddRun) (*PDDSummary, error) {
 	t0 := time.Now()
-	r := &prio3Run{pddRun: p, sentDays: map[keywords.Day]uint64{}, exact: map[keywords.Day][]int64{}}
+	r := &prio3Run{pddRun: p, sentDays: map[keywords.Day]uint64{}, exact: map[keywords.Day][]int64{}, activeDays: map[keywords.Day]uint64{}}
 	if err := p.prepare(); err != nil {
 		return nil, err
 	}
@@ -275,6 +288,7 @@ func (r *prio3Run) startServices(ctx context.Context) error {
 		r.cleanup = append(r.cleanup, func() { os.RemoveAll(state) })
 	}
 	r.keysDir = filepath.Join(state, "keys")
+	localCH := cfg.ClickHouse == ""
 	stopLocal, err := startLocal(ctx, state, &cfg.NATS, &cfg.Kafka, &cfg.ClickHouse, cfg.Partitions, &r.natsKeys)
 	if err != nil {
 		return err
@@ -309,8 +323,8 @@ func (r *prio3Run) startServices(ctx context.Context) error {
 	if err := ensureStreams(ctx, r.connect, false, r.natsKeys != "", r.opjs); err != nil {
 		return err
 	}
-	if r.writer, err = release.Open(ctx, cfg.ClickHouse, cfg.Database); err != nil {
-		return fmt.Errorf("open ClickHouse at %s: %w", cfg.ClickHouse, err)
+	if r.writer, err = openPDDWriter(ctx, cfg.ClickHouse, cfg.Database, localCH); err != nil {
+		return err
 	}
 	r.cleanup = append(r.cleanup, func() { r.writer.Close() })
 	return nil
@@ -482,8 +496,12 @@ func (r *prio3Run) runDays(ctx context.Context) error {
 // worker with its own VDAF: circl's is not safe for concurrent use).
 func (r *prio3Run) runDay(ctx context.Context, d keywords.Day, rng *rand.Rand) error {
 	var online []*prio3User
+	active := 0
 	for _, u := range r.clients {
 		on := r.cfg.Online == "all" || u.active[d]
+		if on {
+			active++
+		}
 		if r.cfg.Dropout > 0 && rng.Float64() < r.cfg.Dropout {
 			on = false
 		}
@@ -532,6 +550,7 @@ func (r *prio3Run) runDay(ctx context.Context, d keywords.Day, rng *rand.Rand) e
 	}
 	r.sentMu.Lock()
 	r.sentDays[d] = uint64(len(online))
+	r.activeDays[d] = uint64(active)
 	r.sentMu.Unlock()
 	r.progress("%s: %d reports sent (%d in all)", d, len(online), r.uploads.Load())
 	r.log.Info("pdd prio3: day sent", "day", d.String(), "reports", len(online))
@@ -598,6 +617,10 @@ func (r *prio3Run) finish(ctx context.Context) error {
 	for d, n := range r.sentDays {
 		ps.Sent[d.String()] = n
 	}
+	ps.Active = map[string]uint64{}
+	for d, n := range r.activeDays {
+		ps.Active[d.String()] = n
+	}
 	r.relMu.Lock()
 	ps.Days = slices.Clone(r.days)
 	r.relMu.Unlock()
@@ -629,6 +652,12 @@ func (r *prio3Run) finish(ctx context.Context) error {
 	sum.RoundsReleased = len(ps.Days)
 	if len(ps.Days) > 0 {
 		sum.MeanConfidence = 1
+		for _, d := range ps.Days {
+			if a := ps.Active[d.Batch.Day.String()]; a > 0 {
+				ps.MeanCoverage += float64(d.Batch.Count) / float64(a)
+			}
+		}
+		ps.MeanCoverage /= float64(len(ps.Days))
 	}
 	for _, st := range r.relayStats {
 		sum.RelayDrops += int64(st.Snapshot().Dropped())
@@ -664,7 +693,10 @@ func (s *PDDSummary) printPrio3(w io.Writer) {
 	}
 	days := slices.Sorted(maps.Keys(ps.Sent))
 	for _, d := range days {
-		fmt.Fprintf(w, "  %s: reports sent %d, released %d", d, ps.Sent[d], ps.Released[d])
+		fmt.Fprintf(w, "  %s: clients active in the log %d, reports sent %d, released %d", d, ps.Active[d], ps.Sent[d], ps.Released[d])
+		if a := ps.Active[d]; a > 0 {
+			fmt.Fprintf(w, " (coverage %.3f)", float64(ps.Released[d])/float64(a))
+		}
 		if ps.Epsilon > 0 {
 			if e, ok := ps.Ledger[d]; ok {
 				fmt.Fprintf(w, "; ledger ε %g per person", e)
@@ -675,8 +707,10 @@ func (s *PDDSummary) printPrio3(w io.Writer) {
 	if ps.TopCells > 0 {
 		fmt.Fprintf(w, "  top-100 keywords' daily counts: mean relative error %.3g against the exact sums of the reports sent (%d (day, keyword) pairs with a count > 0)\n", ps.TopMRE, ps.TopCells)
 	}
-	fmt.Fprintf(w, "  rejected: leader %d, helper %d; relay drops %d; confidence %.0f; elapsed %s\n",
-		rejectedTotal(ps.LeaderRejected), rejectedTotal(ps.HelperRejected), s.RelayDrops, s.MeanConfidence, s.Elapsed.Round(time.Second))
+	fmt.Fprintf(w, "  mean coverage %.3f (reports released / clients active in the log; the released confidence is %.0f: no server learns of a client that did not upload)\n",
+		ps.MeanCoverage, s.MeanConfidence)
+	fmt.Fprintf(w, "  rejected: leader %d, helper %d; relay drops %d; elapsed %s\n",
+		rejectedTotal(ps.LeaderRejected), rejectedTotal(ps.HelperRejected), s.RelayDrops, s.Elapsed.Round(time.Second))
 }
 
 // topMRE is the mean relative error of the released daily counts of the
