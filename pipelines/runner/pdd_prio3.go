@@ -38,8 +38,8 @@ import (
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 	"github.com/crowdlog/crowdlog/protocol/token"
-	"github.com/crowdlog/crowdlog/release"
 	"github.com/crowdlog/crowdlog/relays"
+	"github.com/crowdlog/crowdlog/release"
 	pddrelease "github.com/crowdlog/crowdlog/release/pdd"
 	prio3release "github.com/crowdlog/crowdlog/release/prio3"
 )
