@@ -95,6 +95,6 @@ echo
 
 echo "== crowdlog report: one HTML page with plots of what was released (top artifacts,"
 echo "   share released per epoch, top artifacts across the weeks, what stayed encrypted,"
-echo "   privacy ledger)"
-bin/crowdlog report --clickhouse "$CH_TCP" --user analyst --password-file "$STATE/analyst-password" --out "$STATE/report.html"
+echo "   privacy ledger, and per PDD campaign the daily keyword counts with 'free' followed)"
+bin/crowdlog report --clickhouse "$CH_TCP" --user analyst --password-file "$STATE/analyst-password" --keyword free --out "$STATE/report.html"
 echo "$(pwd)/$STATE/report.html"
