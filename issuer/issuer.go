@@ -76,7 +76,7 @@ func (l Limits) limit(kind token.Kind) int {
 		return l.RandomnessTokens
 	case token.KindReport:
 		return l.ReportTokens
-	case token.KindARC, token.KindPrio3Helper:
+	case token.KindARC, token.KindPrio3Helper, token.KindPrio3Leader:
 		return 1
 	}
 	return 0
@@ -137,13 +137,14 @@ type Service struct {
 	keys      sync.Map // epoch → *epochKeys
 
 	seedOnce sync.Once
-	seed     []byte // the prio3-helper token seed (keydir.Prio3HelperTokenSeed)
+	seed     []byte // the prio3 token seed (keydir.Prio3HelperTokenSeed or Prio3LeaderTokenSeed)
 	seedErr  error
 }
 
 type epochKeys struct {
 	rnd, rep *token.PrivateKey
 	p3h      *token.PrivateKey // KindPrio3Helper: derived from the helper operator's seed
+	p3l      *token.PrivateKey // KindPrio3Leader: derived from the leader operator's seed
 	arc      *arc.PrivateKey
 	arcPub   []byte
 }
@@ -298,6 +299,9 @@ func (s *Service) Subjects() (subject, keysSubject, bucket string, err error) {
 	if slices.Equal(held, []string{token.KindPrio3Helper.String()}) {
 		return protocol.IssuerPrio3HelperSubject, protocol.IssuerPrio3HelperPublicKeySubject, protocol.IssuerPrio3HelperCountersBucket, nil
 	}
+	if slices.Equal(held, []string{token.KindPrio3Leader.String()}) {
+		return protocol.IssuerPrio3LeaderSubject, protocol.IssuerPrio3LeaderPublicKeySubject, protocol.IssuerPrio3LeaderCountersBucket, nil
+	}
 	return protocol.IssuerSubject, protocol.IssuerPublicKeySubject, protocol.IssuerCountersBucket, nil
 }
 
@@ -386,18 +390,22 @@ func (s *Service) epochKeys(epoch string) (*epochKeys, error) {
 	return v.(*epochKeys), nil
 }
 
-// prio3Keys returns the KindPrio3Helper key of a Prio3 epoch ("campaign/
-// day", token.Prio3Epoch), derived from the token seed of the keys
-// directory (keydir.Prio3HelperTokenSeed); only an issuer whose directory
-// holds that kind (the prio3-helper operator's) has one. Keys are derived
+// prio3Keys returns the KindPrio3Helper (or KindPrio3Leader) key of a
+// Prio3 epoch ("campaign/day", token.Prio3Epoch), derived from the token
+// seed of the keys directory (keydir.Prio3HelperTokenSeed, or
+// Prio3LeaderTokenSeed); only an issuer whose directory holds that kind
+// (the prio3-helper, or prio3-leader, operator's) has one. Keys are derived
 // per request (one hash-to-scalar), never cached.
 func (s *Service) prio3Keys(epoch string) (*epochKeys, error) {
 	held, err := keydir.IssuerKindsOf(s.KeysDir)
 	if err != nil {
 		return nil, err
 	}
-	if !slices.Contains(held, token.KindPrio3Helper.String()) {
-		return nil, fmt.Errorf("%w: prio3-helper tokens (the Prio3 helper's operator issues them: crowdlog issuer --role prio3-helper)", ErrKindNotHeld)
+	kind, seedFile := token.KindPrio3Helper, keydir.Prio3HelperTokenSeed
+	if slices.Contains(held, token.KindPrio3Leader.String()) {
+		kind, seedFile = token.KindPrio3Leader, keydir.Prio3LeaderTokenSeed
+	} else if !slices.Contains(held, token.KindPrio3Helper.String()) {
+		return nil, fmt.Errorf("%w: prio3 tokens (each Prio3 aggregator's operator issues its own: crowdlog issuer --role prio3-helper or prio3-leader)", ErrKindNotHeld)
 	}
 	if s.EpochCheck != nil {
 		if err := s.EpochCheck(epoch); err != nil {
@@ -405,14 +413,17 @@ func (s *Service) prio3Keys(epoch string) (*epochKeys, error) {
 		}
 	}
 	s.seedOnce.Do(func() {
-		s.seed, s.seedErr = keydir.LoadPrio3TokenSeed(filepath.Join(s.KeysDir, keydir.Prio3HelperTokenSeed))
+		s.seed, s.seedErr = keydir.LoadPrio3TokenSeed(filepath.Join(s.KeysDir, seedFile))
 	})
 	if s.seedErr != nil {
 		return nil, s.seedErr
 	}
-	k, err := token.DeriveKey(token.KindPrio3Helper, epoch, s.seed)
+	k, err := token.DeriveKey(kind, epoch, s.seed)
 	if err != nil {
 		return nil, err
+	}
+	if kind == token.KindPrio3Leader {
+		return &epochKeys{p3l: k}, nil
 	}
 	// not cached: any client may name any day, and a cache would grow
 	// with every name
@@ -444,6 +455,9 @@ func (s *Service) HandleKeys(data []byte) *token.KeysResponse {
 	}
 	if k.p3h != nil {
 		out.Prio3Helper = k.p3h.Public()
+	}
+	if k.p3l != nil {
+		out.Prio3Leader = k.p3l.Public()
 	}
 	return out
 }
@@ -498,6 +512,8 @@ func (s *Service) issueTokens(ctx context.Context, identity [32]byte, q *token.I
 		key = keys.rep
 	case token.KindPrio3Helper:
 		key = keys.p3h
+	case token.KindPrio3Leader:
+		key = keys.p3l
 	}
 	if key == nil {
 		return s.refuse(ReasonKind, fmt.Errorf("%w: %s tokens (ask the operator that verifies them)", ErrKindNotHeld, q.Kind))

@@ -108,7 +108,7 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(f *pflag.FlagSet) {
 	o.NATS.AddFlags(f, "NATS URL (JetStream enabled); a comma-separated list for a cluster")
 	f.StringVar(&o.Keys, "keys", o.Keys, "keys directory: the enrollment list "+keydir.EnrollmentFile+" and the epoch keys in "+keydir.IssuerKeys+"/")
-	f.StringVar(&o.Role, "role", o.Role, "the operator this issuer runs at, aggregator (report tokens, ARC credentials), randomness (randomness tokens) or prio3-helper (Prio3 helper tokens, one per identity per campaign-day, keyed by the helper's "+keydir.Prio3HelperTokenSeed+"; run it on the helper aggregator's keys volume): marks --keys DIR with that role's custody marker, so only its kinds are issued; empty: DIR's own marker (keys generate --role), or every kind without one (single host)")
+	f.StringVar(&o.Role, "role", o.Role, "the operator this issuer runs at, aggregator (report tokens, ARC credentials), randomness (randomness tokens), prio3-helper (Prio3 helper tokens, one per identity per campaign-day, keyed by the helper's "+keydir.Prio3HelperTokenSeed+"; run it on the helper aggregator's keys volume) or prio3-leader (Prio3 leader tokens, the same at the leader's operator, keyed by its "+keydir.Prio3LeaderTokenSeed+"): marks --keys DIR with that role's custody marker, so only its kinds are issued; empty: DIR's own marker (keys generate --role), or every kind without one (single host)")
 	f.IntVar(&o.Limits.RandomnessTokens, "randomness-tokens", o.Limits.RandomnessTokens, "N: randomness tokens (OPRF elements) per identity and epoch")
 	f.IntVar(&o.Limits.ReportTokens, "report-tokens", o.Limits.ReportTokens, "d: report tokens (reports) per identity and epoch")
 	f.StringSliceVar(&o.Epochs, "epoch", o.Epochs, "open these epochs: create their keys before serving (requests for epochs not opened are refused); repeatable, idempotent")
@@ -135,7 +135,7 @@ func (o *Options) ApplyPipeline(f *pflag.FlagSet, randomness, report int, length
 // Validate errors when the keys directory is not the issuer's (it belongs
 // to neither the aggregator's nor the randomness operator).
 func (o *Options) Validate() error {
-	return keydir.RequireRole(o.Keys, "the issuer", keydir.RoleAggregator, keydir.RoleRandomness, keydir.RolePrio3Helper)
+	return keydir.RequireRole(o.Keys, "the issuer", keydir.RoleAggregator, keydir.RoleRandomness, keydir.RolePrio3Helper, keydir.RolePrio3Leader)
 }
 
 // Config marks the keys directory with o.Role (when set), validates o and
@@ -170,6 +170,12 @@ func (o *Options) Config() (Config, error) {
 			return Config{}, err
 		}
 		c.NATSRole = natsauth.Prio3Helper
+	case keydir.RolePrio3Leader:
+		// the leader's own issuer, the same on the leader's volume
+		if _, err := keydir.EnsurePrio3TokenSeed(filepath.Join(o.Keys, keydir.Prio3LeaderTokenSeed)); err != nil {
+			return Config{}, err
+		}
+		c.NATSRole = natsauth.Prio3Leader
 	}
 	return c, nil
 }

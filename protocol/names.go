@@ -92,6 +92,14 @@ const (
 	IssuerPrio3HelperSubject          = "crowdlog.issuer.prio3-helper"
 	IssuerPrio3HelperPublicKeySubject = "crowdlog.issuer.prio3-helper.pubkey"
 	IssuerPrio3HelperCountersBucket   = "crowdlog-issuer-prio3-helper-counters"
+	// IssuerPrio3LeaderSubject, IssuerPrio3LeaderPublicKeySubject and
+	// IssuerPrio3LeaderCountersBucket: the issuer of Prio3 leader tokens
+	// (token.KindPrio3Leader), run by the Prio3 leader's operator, whose
+	// account exports the two subjects and keeps the bucket: the helper's
+	// operator can neither mint leader tokens nor reset their counts.
+	IssuerPrio3LeaderSubject          = "crowdlog.issuer.prio3-leader"
+	IssuerPrio3LeaderPublicKeySubject = "crowdlog.issuer.prio3-leader.pubkey"
+	IssuerPrio3LeaderCountersBucket   = "crowdlog-issuer-prio3-leader-counters"
 	// SpentTokensBucket: JetStream KV of spent randomness tokens (key: hex
 	// of the token's spend id); a create that finds the key is a double
 	// spend, refused by every randomness replica alike.

@@ -311,6 +311,8 @@ func startPrio3Devices(t *testing.T, ctx context.Context) *prio3Devices {
 	start("helper", aggregator("helper", helperVerify)...)
 	start("issuer-prio3-helper", "issuer", "--role", keydir.RolePrio3Helper, "--keys", roleDir[keydir.RolePrio3Helper],
 		"--nats", ns.URL, "--nats-nkey", nkey(natsauth.Prio3Helper))
+	start("issuer-prio3-leader", "issuer", "--role", keydir.RolePrio3Leader, "--keys", roleDir[keydir.RolePrio3Leader],
+		"--nats", ns.URL, "--nats-nkey", nkey(natsauth.Prio3Leader))
 	start("leader", aggregator("leader", leaderVerify, "--metrics", fmt.Sprintf("127.0.0.1:%d", leaderMetrics))...)
 	start("release", append(append([]string{"release-pdd", "--mode", "prio3", "--clickhouse", ch.TCPAddr, "--kafka", kb.Bootstrap(),
 		"--collector-key", filepath.Join(roleDir[keydir.RolePrio3Collector], keydir.Prio3CollectorKey)}, measurement...), writer...)...)
@@ -323,7 +325,7 @@ func startPrio3Devices(t *testing.T, ctx context.Context) *prio3Devices {
 		out, err := exec.CommandContext(ctx, example, append(args, queries...)...).CombinedOutput()
 		return string(out), err
 	}
-	// each device's identity, enrolled by the helper's operator
+	// each device's identity, enrolled by both aggregators' operators
 	enroll := func(name string) {
 		t.Helper()
 		out, err := exec.CommandContext(ctx, example, "--state", filepath.Join(states, name), "--identity").Output()
@@ -331,6 +333,7 @@ func startPrio3Devices(t *testing.T, ctx context.Context) *prio3Devices {
 		pub, err := keydir.LoadSigningPublic(strings.TrimSpace(string(out)))
 		must(t, err)
 		must(t, keydir.EnrollIdentity(roleDir[keydir.RolePrio3Helper], pub))
+		must(t, keydir.EnrollIdentity(roleDir[keydir.RolePrio3Leader], pub))
 	}
 	waitUntil(t, ctx, logs, "the leader to announce its settings", time.Minute, func() bool {
 		b, _ := os.ReadFile(filepath.Join(logs, "leader.log"))

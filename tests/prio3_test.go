@@ -219,6 +219,10 @@ func TestPrio3EndToEnd(t *testing.T) {
 	must(t, keydir.EnrollIdentities(roleDir[keydir.RolePrio3Helper], pubs))
 	start("issuer-prio3-helper", nil, "issuer", "--role", keydir.RolePrio3Helper, "--keys", roleDir[keydir.RolePrio3Helper],
 		"--nats", ns.URL, "--nats-nkey", nkey(natsauth.Prio3Helper))
+	// and the leader's operator's issuer of leader tokens, likewise
+	must(t, keydir.EnrollIdentities(roleDir[keydir.RolePrio3Leader], pubs))
+	start("issuer-prio3-leader", nil, "issuer", "--role", keydir.RolePrio3Leader, "--keys", roleDir[keydir.RolePrio3Leader],
+		"--nats", ns.URL, "--nats-nkey", nkey(natsauth.Prio3Leader))
 	leaderMetrics := freePort(t)
 	start("leader", kafkaEnv["prio3-leader"], aggregator("leader", leaderVerify, append(kafkaArgs("prio3-leader"),
 		"--metrics", fmt.Sprintf("127.0.0.1:%d", leaderMetrics))...)...)
@@ -259,14 +263,19 @@ func TestPrio3EndToEnd(t *testing.T) {
 		pc.c.HelperToken = func(ctx context.Context, campaign string, day p3.Day, nonce [32]byte) ([]byte, error) {
 			return tc.Prio3HelperToken(ctx, campaign, uint32(day), nonce)
 		}
+		pc.c.LeaderToken = func(ctx context.Context, campaign string, day p3.Day, nonce [32]byte) ([]byte, error) {
+			return tc.Prio3LeaderToken(ctx, campaign, uint32(day), nonce)
+		}
 	}
-	waitUntil(t, ctx, logs, "the helper operator's issuer to answer", time.Minute, func() bool {
-		b, _ := (&token.KeysRequest{Epoch: token.Prio3Epoch(campaign, uint32(first))}).MarshalBinary()
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		_, err := cnc.RequestWithContext(rctx, protocol.IssuerPrio3HelperPublicKeySubject, b)
-		return err == nil
-	})
+	for _, subject := range []string{protocol.IssuerPrio3HelperPublicKeySubject, protocol.IssuerPrio3LeaderPublicKeySubject} {
+		waitUntil(t, ctx, logs, "the aggregator operators' issuers to answer", time.Minute, func() bool {
+			b, _ := (&token.KeysRequest{Epoch: token.Prio3Epoch(campaign, uint32(first))}).MarshalBinary()
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_, err := cnc.RequestWithContext(rctx, subject, b)
+			return err == nil
+		})
+	}
 
 	// upload day by day; on the last day every tenth active client is
 	// left out

@@ -135,6 +135,9 @@ func (l *Leader) upload(ev Event) {
 		l.Stats.reject("future")
 		return
 	}
+	if l.refuseLeaderToken(r) { // leadertoken.go
+		return
+	}
 	if !l.skipReplayCheck && (len(l.pending[r.ID]) > 0 || l.committed(r.Day, r.ID)) {
 		l.Stats.reject("replay")
 		return

@@ -79,6 +79,10 @@ type Options struct {
 	// NoHelperTokens (helper) prepares reports without helper tokens.
 	TokenSeed      string
 	NoHelperTokens bool
+	// NoLeaderTokens (leader) prepares reports without leader tokens;
+	// otherwise the leader loads its operator's seed (Config.LeaderTokenSeed)
+	// from TokenSeed, "" = KeysDir/prio3-leader-token.key.
+	NoLeaderTokens bool
 	StateDir       string // the snapshot's directory
 	// ClockFile, set, replaces the wall clock: the file holds the current
 	// time as RFC 3339, re-read at every step (log replays and tests).
@@ -131,7 +135,8 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.CollectorPub, "collector-pub", o.CollectorPub, "the collector's public key file (default: KEYS/"+keydir.Prio3CollectorKey+".pub)")
 	f.StringVar(&o.SignKey, "sign-key", o.SignKey, "leader: the Ed25519 key signing every request to the helper (default: KEYS/"+keydir.Prio3LeaderSignKey+", from crowdlog keys generate --role prio3-leader)")
 	f.StringVar(&o.LeaderPub, "leader-pub", o.LeaderPub, "helper: the leader's public signing key; requests not signed by it are refused (default: KEYS/"+keydir.Prio3LeaderSignKey+".pub, from the leader's public bundle)")
-	f.StringVar(&o.TokenSeed, "token-seed", o.TokenSeed, "helper: the seed of this operator's helper tokens, shared with its issuer (crowdlog issuer --role prio3-helper on the same keys volume): a report is prepared only with a valid, unspent helper token, one per enrolled identity per campaign-day (default: KEYS/"+keydir.Prio3HelperTokenSeed+", from crowdlog keys generate --role prio3-helper)")
+	f.StringVar(&o.TokenSeed, "token-seed", o.TokenSeed, "the seed of this operator's report tokens, shared with its issuer on the same keys volume (crowdlog issuer --role prio3-helper, or prio3-leader): a report is prepared only with a valid, unspent token of this aggregator, one per enrolled identity per campaign-day (default: KEYS/"+keydir.Prio3HelperTokenSeed+" at the helper, KEYS/"+keydir.Prio3LeaderTokenSeed+" at the leader, from crowdlog keys generate --role prio3-helper or prio3-leader)")
+	f.BoolVar(&o.NoLeaderTokens, "no-leader-tokens", o.NoLeaderTokens, "leader: prepare reports without leader tokens. Gives up the defence against a malicious helper operator: it mints helper tokens, so it can then upload reports of its own through the relays, pad a batch around one client and read that client's vector from the release (exact shares), and an unenrolled sender's reports count")
 	f.BoolVar(&o.NoHelperTokens, "no-helper-tokens", o.NoHelperTokens, "helper: prepare reports without helper tokens. Gives up the defence against a malicious leader: it can then pad a batch with reports of its own (whose values it knows) around one client and read that client's vector from the release, and a client can count itself more than once a day")
 	f.StringVar(&o.StateDir, "state-dir", o.StateDir, "directory of this aggregator's snapshot (required; one per role and campaign)")
 	f.StringVar(&o.ClockFile, "clock-file", o.ClockFile, "replay clock: a file holding the current time as RFC 3339, re-read at every step, instead of the wall clock (log replays and tests)")
@@ -326,6 +331,15 @@ func (o *Options) Leader(connect func() (*nats.Conn, error), log *slog.Logger) (
 	key, err := keydir.LoadSigningKey(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--sign-key %s: %w (crowdlog keys generate --role prio3-leader --keys DIR creates it; give the helper its .pub)", path, err)
+	}
+	if !o.NoLeaderTokens {
+		sp := o.TokenSeed
+		if sp == "" {
+			sp = filepath.Join(o.KeysDir, keydir.Prio3LeaderTokenSeed)
+		}
+		if cfg.LeaderTokenSeed, err = keydir.LoadPrio3TokenSeed(sp); err != nil {
+			return nil, nil, fmt.Errorf("--token-seed %s: %w (crowdlog keys generate --role prio3-leader --keys DIR creates it; or --no-leader-tokens, which lets the helper's operator pad batches)", sp, err)
+		}
 	}
 	nc, err := o.connect(connect)
 	if err != nil {

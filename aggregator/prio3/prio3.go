@@ -90,6 +90,13 @@ type Config struct {
 	// in the state) refuse its second use as a replay. nil: no token
 	// needed (the leader alone chooses who counts).
 	TokenSeed []byte
+	// LeaderTokenSeed (leader only), when set, is the leader's operator's
+	// 32-byte token seed: the leader prepares a report only with a valid,
+	// unspent leader token (protocol/token KindPrio3Leader, the same nonce
+	// as the helper token), so the helper's operator, who can mint helper
+	// tokens, can add no report of its own either. nil: no leader token
+	// needed.
+	LeaderTokenSeed []byte
 }
 
 // DefaultMaxRequestBytes is the default Config.MaxRequestBytes: 1 MiB,
@@ -254,6 +261,9 @@ func checkConfig(cfg *Config) (*p3.VDAF, error) {
 	}
 	if err := checkEpsilon(cfg.Epsilon); err != nil {
 		return nil, err
+	}
+	if cfg.LeaderTokenSeed != nil && len(cfg.LeaderTokenSeed) != token.SeedSize {
+		return nil, fmt.Errorf("%w: leader token seed of %d bytes, want %d", ErrConfig, len(cfg.LeaderTokenSeed), token.SeedSize)
 	}
 	if cfg.TokenSeed != nil && len(cfg.TokenSeed) != token.SeedSize {
 		return nil, fmt.Errorf("%w: helper token seed of %d bytes, want %d", ErrConfig, len(cfg.TokenSeed), token.SeedSize)

@@ -223,6 +223,7 @@ func TestHelmPrio3Files(t *testing.T) {
 	// the leader's signing key in its Secret, its public half (the
 	// leader's bundle) in the public ConfigMap the helper reads
 	src["crowdlog-prio3-leader-keys/"+keydir.Prio3LeaderSignKey] = filepath.Join(gen, keydir.RolePrio3Leader, keydir.Prio3LeaderSignKey)
+	src["crowdlog-prio3-leader-keys/"+keydir.Prio3LeaderTokenSeed] = filepath.Join(gen, keydir.RolePrio3Leader, keydir.Prio3LeaderTokenSeed)
 	src["crowdlog-public/"+keydir.Prio3LeaderSignKey+".pub"] = filepath.Join(gen, keydir.RolePrio3Leader, keydir.Prio3LeaderSignKey+".pub")
 	// the helper's token seed in its Secret (aggregate-prio3 --token-seed)
 	src["crowdlog-prio3-helper-keys/"+keydir.Prio3HelperTokenSeed] = filepath.Join(gen, keydir.RolePrio3Helper, keydir.Prio3HelperTokenSeed)

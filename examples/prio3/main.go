@@ -60,6 +60,7 @@ func main() {
 	l1 := flag.Uint64("l1", p3.DefaultL1, "sumvec: the campaign's bound S on a day's sum of counts")
 	digest := flag.String("digest", "", "the campaign digest the operators publish (optional)")
 	tokens := flag.Bool("helper-tokens", true, "fetch a helper token per upload (the helper's default)")
+	ltokens := flag.Bool("leader-tokens", true, "fetch a leader token per upload (the leader's default)")
 	day := flag.String("day", "", "the day (YYYY-MM-DD, UTC) the searches are of (default: today)")
 	fps := fingerprints{}
 	flag.Var(fps, "fingerprint", "NAME=SHA256 of a key file, as its operator published it (repeatable)")
@@ -91,7 +92,7 @@ func main() {
 		os.Exit(2)
 	}
 	cfg := prio3.Config{StateDir: *state, NATS: *natsURL, KeysDir: *keys, Fingerprints: fps,
-		Campaign: *campaign, Keywords: kw, Measurement: m, Digest: *digest, HelperTokens: *tokens,
+		Campaign: *campaign, Keywords: kw, Measurement: m, Digest: *digest, HelperTokens: *tokens, LeaderTokens: *ltokens,
 		Retry: prio3.Retry{MaxElapsed: time.Minute}, Logger: slog.Default()}
 	cfg.NATSSecurity.NKeyFile = *nkey
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

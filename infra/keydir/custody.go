@@ -94,9 +94,12 @@ var Custody = []RoleKeys{
 	// --verify-key says, in both operators' hands: keys prio3-verify);
 	// the leader signs its requests to the helper with its own Ed25519
 	// key, whose public half the helper imports
-	{Role: RolePrio3Leader, Private: []string{Prio3LeaderKey, Prio3LeaderSignKey},
-		Public:  []string{Prio3LeaderKey + ".pub", Prio3LeaderSignKey + ".pub"},
-		Imports: []string{Prio3CollectorKey + ".pub"}},
+	// the leader's operator keeps the seed of its own leader tokens and
+	// runs their issuer (IssuerKinds "prio3-leader"), as the helper's does
+	{Role: RolePrio3Leader, Private: []string{Prio3LeaderKey, Prio3LeaderSignKey, Prio3LeaderTokenSeed},
+		IssuerKinds: []string{token.KindPrio3Leader.String()},
+		Public:      []string{Prio3LeaderKey + ".pub", Prio3LeaderSignKey + ".pub"},
+		Imports:     []string{Prio3CollectorKey + ".pub"}},
 	// the helper's operator also keeps the token seed of its helper
 	// tokens and runs their issuer (IssuerKinds "prio3-helper": derived
 	// per campaign-day from the seed, no per-epoch files)
@@ -184,7 +187,7 @@ func GenerateRole(dir, role string) error {
 			if err := SaveKeyPair(path, strings.TrimSuffix(f, ".key"), k); err != nil {
 				return err
 			}
-		case Prio3HelperTokenSeed:
+		case Prio3HelperTokenSeed, Prio3LeaderTokenSeed:
 			if _, err := EnsurePrio3TokenSeed(path); err != nil {
 				return err
 			}

@@ -25,7 +25,7 @@ var wantPrivate = map[string][]string{
 	RoleCoord:      {"coordinator-sign.key"},
 	RoleClient:     nil,
 	// Prio3 mode
-	RolePrio3Leader:    {"prio3-leader-sign.key", "prio3-leader.key"},
+	RolePrio3Leader:    {"prio3-leader-sign.key", "prio3-leader-token.key", "prio3-leader.key"},
 	RolePrio3Helper:    {"prio3-helper-token.key", "prio3-helper.key"},
 	RolePrio3Collector: {"prio3-collector.key"},
 }

@@ -226,6 +226,14 @@ the old epoch's batches are collected, delete its line at both.`
 // it, so it can mint no report the helper prepares.
 const Prio3HelperTokenSeed = "prio3-helper-token.key"
 
+// Prio3LeaderTokenSeed is the leader operator's 32-byte token seed, the
+// counterpart of Prio3HelperTokenSeed: key of each campaign-day's leader
+// tokens token.DeriveKey(token.KindPrio3Leader, token.Prio3Epoch(campaign,
+// day), seed), issued by `crowdlog issuer --role prio3-leader` and
+// verified by aggregate-prio3 --role leader --token-seed. The helper never
+// holds it, so its operator can mint no report the leader prepares.
+const Prio3LeaderTokenSeed = "prio3-leader-token.key"
+
 // EnsurePrio3TokenSeed returns the token seed at path, creating a random
 // one (mode 0600, written once: atomicfile.CreateOnce) when it is missing.
 // Errors: a seed file of the wrong size, ErrNotCustodian in a role

@@ -40,7 +40,7 @@ func AccountOf(r Role) string {
 
 // JetStreamRoles are the roles whose account has JetStream and holds
 // their streams and key-value buckets (Streams).
-var JetStreamRoles = []Role{RelayA, RelayB, Randomness, Issuer, Coordinator, Prio3Helper}
+var JetStreamRoles = []Role{RelayA, RelayB, Randomness, Issuer, Coordinator, Prio3Helper, Prio3Leader}
 
 // Streams returns the JetStream streams in the account of role r, all
 // created by the admin step (`crowdlog streams`): a relay's inbox stream
@@ -60,6 +60,8 @@ func Streams(r Role) []string {
 		return []string{"KV_" + protocol.PDDBucket, "KV_" + protocol.PDDRoundsBucket, protocol.PDDActiveStream}
 	case Prio3Helper:
 		return []string{"KV_" + protocol.IssuerPrio3HelperCountersBucket}
+	case Prio3Leader:
+		return []string{"KV_" + protocol.IssuerPrio3LeaderCountersBucket}
 	}
 	return nil
 }
@@ -162,6 +164,8 @@ func Services() []Service {
 		{protocol.IssuerPrio3HelperSubject, Prio3Helper, []Role{Client}},
 		{protocol.IssuerPrio3HelperPublicKeySubject, Prio3Helper, []Role{Client}},
 		{protocol.Prio3SettingsSubject, Prio3Leader, []Role{Client}},
+		{protocol.IssuerPrio3LeaderSubject, Prio3Leader, []Role{Client}},
+		{protocol.IssuerPrio3LeaderPublicKeySubject, Prio3Leader, []Role{Client}},
 	}
 }
 

@@ -195,6 +195,7 @@ var clientRequests = []string{
 	protocol.IssuerSubject, protocol.IssuerPublicKeySubject,
 	protocol.IssuerRandomnessSubject, protocol.IssuerRandomnessPublicKeySubject,
 	protocol.IssuerPrio3HelperSubject, protocol.IssuerPrio3HelperPublicKeySubject,
+	protocol.IssuerPrio3LeaderSubject, protocol.IssuerPrio3LeaderPublicKeySubject,
 	protocol.Prio3SettingsSubject,
 	protocol.RelayKeysSubjectPrefix + "*",
 	protocol.PDDRegisterSubject, protocol.PDDPingSubject, protocol.PDDDepositSubject, protocol.PDDBundlesSubject,
@@ -235,7 +236,9 @@ var clientRequests = []string{
 //     JSAPIPrefix of each JetStream role), nothing else;
 //   - prio3-leader: request crowdlog.prio3.helper (replies to its own
 //     inbox) and answer crowdlog.prio3.settings (its signed campaign
-//     settings, to clients), nothing else;
+//     settings, to clients); its operator's issuer of leader tokens
+//     answers crowdlog.issuer.prio3-leader(.pubkey) and counts issuances
+//     in its own bucket, nothing else;
 //   - prio3-helper: answer crowdlog.prio3.helper; it publishes nothing of
 //     its own, and its publish list names only its own inbox because
 //     nats-server reads an empty allow list as no restriction at all.
@@ -302,8 +305,12 @@ func Table(r Role) (p Permissions, ok bool) {
 		}
 		return Permissions{Publish: pub, Subscribe: []string{inbox}}, true
 	case Prio3Leader:
-		// requests to the helper; answers the clients' settings requests
-		return Permissions{Publish: []string{protocol.Prio3HelperSubject}, Subscribe: []string{protocol.Prio3SettingsSubject, inbox}, Responses: true}, true
+		// requests to the helper; answers the clients' settings requests;
+		// its operator's issuer of leader tokens (counters in its own
+		// account's bucket)
+		return Permissions{Publish: slices.Concat([]string{protocol.Prio3HelperSubject}, kv(protocol.IssuerPrio3LeaderCountersBucket), []string{jsInfo}),
+			Subscribe: []string{protocol.Prio3SettingsSubject, protocol.IssuerPrio3LeaderSubject, protocol.IssuerPrio3LeaderPublicKeySubject, inbox},
+			Responses: true}, true
 	case Prio3Helper:
 		// the helper and its operator's issuer of helper tokens (counters
 		// in its own account's bucket)

@@ -87,6 +87,11 @@ type Client struct {
 	// identity per campaign-day, attached to the report before it is
 	// sealed. A helper that requires tokens refuses a report without one.
 	HelperToken func(ctx context.Context, campaign string, day p3.Day, nonce [32]byte) ([]byte, error)
+	// LeaderToken is HelperToken for the report's leader token (protocol/
+	// token KindPrio3Leader, same nonce) from the leader operator's issuer
+	// (tokenclient.Client.Prio3LeaderToken). A leader that requires tokens
+	// refuses a report without one.
+	LeaderToken func(ctx context.Context, campaign string, day p3.Day, nonce [32]byte) ([]byte, error)
 
 	mu      sync.Mutex
 	sent    map[keywords.Day]bool
@@ -175,6 +180,11 @@ func (c *Client) Upload(ctx context.Context, tr *Transport, v *p3.VDAF, d keywor
 		if c.HelperToken != nil {
 			if r.HelperToken, err = c.HelperToken(ctx, c.Campaign, p3.Day(d), r.HelperNonce()); err != nil {
 				return s, fmt.Errorf("prio3: helper token for the report of %s: %w", d, err)
+			}
+		}
+		if c.LeaderToken != nil {
+			if r.LeaderToken, err = c.LeaderToken(ctx, c.Campaign, p3.Day(d), r.HelperNonce()); err != nil {
+				return s, fmt.Errorf("prio3: leader token for the report of %s: %w", d, err)
 			}
 		}
 		upload, err := r.Seal(tr.Leader)

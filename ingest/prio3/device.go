@@ -196,7 +196,12 @@ type Config struct {
 	// use (print its public half for the operator to enroll:
 	// IdentityPublic). IssuerTimeout bounds each issuer request (0:
 	// tokenclient.DefaultTimeout).
-	HelperTokens  bool
+	HelperTokens bool
+	// LeaderTokens likewise fetches a leader token from the leader
+	// operator's issuer with the same identity (enrolled at both
+	// operators); a leader run without --no-leader-tokens refuses reports
+	// without one.
+	LeaderTokens  bool
 	Identity      ed25519.PrivateKey
 	IssuerTimeout time.Duration
 
@@ -335,7 +340,7 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 		return fail(fmt.Errorf("%w (move the file aside only if this device never uploaded with it: it records the days sent)", err))
 	}
 	c.List, c.Config = cfg.Keywords, cfg.Measurement
-	if cfg.HelperTokens {
+	if cfg.HelperTokens || cfg.LeaderTokens {
 		if d.identity = cfg.Identity; d.identity == nil {
 			if d.identity, err = keydir.EnsureIdentityKey(filepath.Join(cfg.StateDir, stateIdentity)); err != nil {
 				return fail(fmt.Errorf("prio3: identity key in the device state: %w", err))
@@ -343,8 +348,15 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 		}
 		tc := &tokenclient.Client{NC: nc, Identity: d.identity, Timeout: cfg.IssuerTimeout, Logger: log,
 			PinFile: filepath.Join(cfg.StateDir, stateIssuerPins)}
-		c.HelperToken = func(ctx context.Context, campaign string, day p3.Day, nonce [32]byte) ([]byte, error) {
-			return tc.Prio3HelperToken(ctx, campaign, uint32(day), nonce)
+		if cfg.HelperTokens {
+			c.HelperToken = func(ctx context.Context, campaign string, day p3.Day, nonce [32]byte) ([]byte, error) {
+				return tc.Prio3HelperToken(ctx, campaign, uint32(day), nonce)
+			}
+		}
+		if cfg.LeaderTokens {
+			c.LeaderToken = func(ctx context.Context, campaign string, day p3.Day, nonce [32]byte) ([]byte, error) {
+				return tc.Prio3LeaderToken(ctx, campaign, uint32(day), nonce)
+			}
 		}
 	}
 	d.client = c

@@ -202,6 +202,9 @@ func (c *Client) issuerSubject(kind token.Kind, epoch string) string {
 	if kind == token.KindPrio3Helper {
 		return protocol.IssuerPrio3HelperSubject
 	}
+	if kind == token.KindPrio3Leader {
+		return protocol.IssuerPrio3LeaderSubject
+	}
 	return protocol.IssuerSubject
 }
 
@@ -330,46 +333,66 @@ func (c *Client) Tokens(ctx context.Context, kind token.Kind, epoch string, nonc
 // for the day is refused with ErrBudget. Errors also wrap ErrNotEnrolled,
 // token.ErrProof and ErrKeyChanged.
 func (c *Client) Prio3HelperToken(ctx context.Context, campaign string, day uint32, nonce [32]byte) ([]byte, error) {
+	return c.prio3Token(ctx, token.KindPrio3Helper, campaign, day, nonce)
+}
+
+// Prio3LeaderToken is Prio3HelperToken for the report's leader token
+// (token.KindPrio3Leader, same nonce), issued by the Prio3 leader
+// operator's issuer (protocol.IssuerPrio3LeaderSubject): one per identity
+// per campaign-day, its key pinned under "prio3-leader:" + the epoch.
+func (c *Client) Prio3LeaderToken(ctx context.Context, campaign string, day uint32, nonce [32]byte) ([]byte, error) {
+	return c.prio3Token(ctx, token.KindPrio3Leader, campaign, day, nonce)
+}
+
+// prio3Token fetches one token of kind KindPrio3Helper or KindPrio3Leader.
+func (c *Client) prio3Token(ctx context.Context, kind token.Kind, campaign string, day uint32, nonce [32]byte) ([]byte, error) {
 	epoch := token.Prio3Epoch(campaign, day)
+	keysSubject, slot := protocol.IssuerPrio3HelperPublicKeySubject, epoch
+	if kind == token.KindPrio3Leader {
+		// both kinds share the epoch name: the leader's keys are cached
+		// and pinned under their own name
+		keysSubject, slot = protocol.IssuerPrio3LeaderPublicKeySubject, "prio3-leader:"+epoch
+	}
 	c.mu.Lock()
-	k := c.keys[epoch]
+	k := c.keys[slot]
 	c.mu.Unlock()
 	if k == nil {
 		b, err := (&token.KeysRequest{Epoch: epoch}).MarshalBinary()
 		if err != nil {
 			return nil, err
 		}
-		if k, err = c.fetchKeys(ctx, protocol.IssuerPrio3HelperPublicKeySubject, epoch, b); err != nil {
+		if k, err = c.fetchKeys(ctx, keysSubject, epoch, b); err != nil {
 			return nil, err
 		}
-		if len(k.Prio3Helper) == 0 {
-			return nil, fmt.Errorf("tokenclient: the issuer on %s sent no prio3-helper key for epoch %s", protocol.IssuerPrio3HelperPublicKeySubject, epoch)
+		if pub, _ := k.Key(kind); len(pub) == 0 {
+			return nil, fmt.Errorf("tokenclient: the issuer on %s sent no %s key for epoch %s", keysSubject, kind, epoch)
 		}
-		if err := c.checkPin(epoch, k); err != nil {
+		if err := c.checkPin(slot, k); err != nil {
 			return nil, err
 		}
 		c.mu.Lock()
 		if c.keys == nil {
 			c.keys, c.split = map[string]*token.KeysResponse{}, map[string]bool{}
 		}
-		if old := c.keys[epoch]; old != nil {
+		if old := c.keys[slot]; old != nil {
 			k = old
 		} else {
-			c.keys[epoch] = k
+			c.keys[slot] = k
 		}
 		c.mu.Unlock()
 	}
-	p, blinded, err := token.NewRequest(k.Prio3Helper, token.KindPrio3Helper, epoch, [][32]byte{nonce})
+	pub, _ := k.Key(kind)
+	p, blinded, err := token.NewRequest(pub, kind, epoch, [][32]byte{nonce})
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.issue(ctx, &token.IssueRequest{Kind: token.KindPrio3Helper, Epoch: epoch, Blinded: blinded})
+	resp, err := c.issue(ctx, &token.IssueRequest{Kind: kind, Epoch: epoch, Blinded: blinded})
 	if err != nil {
-		return nil, fmt.Errorf("tokenclient: prio3-helper token of %s: %w", epoch, err)
+		return nil, fmt.Errorf("tokenclient: %s token of %s: %w", kind, epoch, err)
 	}
 	toks, err := p.Finalize(resp.Evaluated, resp.Proof)
 	if err != nil {
-		return nil, fmt.Errorf("tokenclient: prio3-helper token of %s: %w", epoch, err)
+		return nil, fmt.Errorf("tokenclient: %s token of %s: %w", kind, epoch, err)
 	}
 	return toks[0].MarshalBinary()
 }

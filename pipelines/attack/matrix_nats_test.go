@@ -67,6 +67,7 @@ var mxResponders = []struct {
 	{protocol.PDDAdvanceSubject, natsauth.Coordinator, protocol.CoordinatorQueueGroup}, {protocol.PDDRecoverySubject, natsauth.Coordinator, protocol.CoordinatorQueueGroup},
 	{protocol.Prio3HelperSubject, natsauth.Prio3Helper, ""}, {protocol.Prio3SettingsSubject, natsauth.Prio3Leader, ""},
 	{protocol.IssuerPrio3HelperSubject, natsauth.Prio3Helper, issuer.Queue}, {protocol.IssuerPrio3HelperPublicKeySubject, natsauth.Prio3Helper, issuer.Queue},
+	{protocol.IssuerPrio3LeaderSubject, natsauth.Prio3Leader, issuer.Queue}, {protocol.IssuerPrio3LeaderPublicKeySubject, natsauth.Prio3Leader, issuer.Queue},
 	// aggregator/announce.go: every aggregator process answers (no queue group)
 	{protocol.PipelineSubject, natsauth.Aggregator, ""},
 }
@@ -105,6 +106,7 @@ var mxBuckets = []struct {
 	{protocol.IssuerRandomnessCountersBucket, natsauth.Randomness},
 	{protocol.SpentTokensBucket, natsauth.Randomness},
 	{protocol.IssuerPrio3HelperCountersBucket, natsauth.Prio3Helper},
+	{protocol.IssuerPrio3LeaderCountersBucket, natsauth.Prio3Leader},
 	{protocol.PDDBucket, natsauth.Coordinator},
 	{protocol.PDDRoundsBucket, natsauth.Coordinator},
 }

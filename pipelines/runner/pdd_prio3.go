@@ -179,7 +179,7 @@ func ReplayTimes(first, last keywords.Day) (open, closed time.Time, grace time.D
 type prio3User struct {
 	active   map[keywords.Day]bool
 	client   *ingestprio3.Client
-	identity ed25519.PrivateKey // enrolled at the helper operator's attester
+	identity ed25519.PrivateKey // enrolled at both aggregator operators' attesters
 }
 
 // prio3Run is the state of one Prio3-mode run.
@@ -386,7 +386,10 @@ func (r *prio3Run) startRoles(ctx context.Context, grace time.Duration) error {
 	if r.helper, err = r.startAggregator(svcCtx, svc, aggprio3.RoleHelper, grace); err != nil {
 		return err
 	}
-	if err := r.startHelperIssuer(svcCtx, svc); err != nil {
+	if err := r.startTokenIssuer(svcCtx, svc, keydir.RolePrio3Helper); err != nil {
+		return err
+	}
+	if err := r.startTokenIssuer(svcCtx, svc, keydir.RolePrio3Leader); err != nil {
 		return err
 	}
 	if r.leader, err = r.startAggregator(svcCtx, svc, aggprio3.RoleLeader, grace); err != nil {
@@ -395,21 +398,22 @@ func (r *prio3Run) startRoles(ctx context.Context, grace time.Duration) error {
 	return r.startRelease(svcCtx, svc)
 }
 
-// startHelperIssuer enrolls every client's identity at the helper's
-// operator and runs that operator's issuer of helper tokens (its keys
-// directory: the token seed the helper verifies with; its NATS
-// credential), one per identity per campaign-day; each client fetches its
-// day's token with its own identity (tokenclient.Prio3HelperToken).
-func (r *prio3Run) startHelperIssuer(svcCtx context.Context, svc *errgroup.Group) error {
-	dir := r.keyDirs[keydir.RolePrio3Helper]
+// startTokenIssuer enrolls every client's identity at one aggregator's
+// operator (role keydir.RolePrio3Helper or RolePrio3Leader) and runs that
+// operator's issuer of report tokens (its keys directory: the token seed
+// its aggregator verifies with; its NATS credential), one per identity
+// per campaign-day; each client fetches its day's token with its own
+// identity (tokenclient.Prio3HelperToken, Prio3LeaderToken).
+func (r *prio3Run) startTokenIssuer(svcCtx context.Context, svc *errgroup.Group, role string) error {
+	dir := r.keyDirs[role]
 	pubs := make([]ed25519.PublicKey, 0, len(r.clients))
 	for _, u := range r.clients {
 		pubs = append(pubs, u.identity.Public().(ed25519.PublicKey))
 	}
 	if err := keydir.EnrollIdentities(dir, pubs); err != nil {
-		return fmt.Errorf("pdd prio3: enroll the clients at the helper's operator: %w", err)
+		return fmt.Errorf("pdd prio3: enroll the clients at the %s's operator: %w", role, err)
 	}
-	nc, _, err := r.connect(natsauth.Prio3Helper, "crowdlog-issuer-prio3-helper")
+	nc, _, err := r.connect(natsauth.Role(role), "crowdlog-issuer-"+role)
 	if err != nil {
 		return err
 	}
@@ -420,6 +424,12 @@ func (r *prio3Run) startHelperIssuer(svcCtx context.Context, svc *errgroup.Group
 	svc.Go(func() error { return is.Run(svcCtx) })
 	for _, u := range r.clients {
 		tc := &tokenclient.Client{NC: r.nc, Identity: u.identity, Logger: r.log}
+		if role == keydir.RolePrio3Leader {
+			u.client.LeaderToken = func(ctx context.Context, campaign string, day p3.Day, nonce [32]byte) ([]byte, error) {
+				return tc.Prio3LeaderToken(ctx, campaign, uint32(day), nonce)
+			}
+			continue
+		}
 		u.client.HelperToken = func(ctx context.Context, campaign string, day p3.Day, nonce [32]byte) ([]byte, error) {
 			return tc.Prio3HelperToken(ctx, campaign, uint32(day), nonce)
 		}
@@ -427,10 +437,14 @@ func (r *prio3Run) startHelperIssuer(svcCtx context.Context, svc *errgroup.Group
 	// ready: it answers the first day's public-key request
 	epoch := token.Prio3Epoch(r.cfg.Campaign, uint32(r.first))
 	b, _ := (&token.KeysRequest{Epoch: epoch}).MarshalBinary()
-	return waitBounded(svcCtx, "the helper operator's issuer to answer", time.Minute, func(ctx context.Context) (bool, error) {
+	subject := protocol.IssuerPrio3HelperPublicKeySubject
+	if role == keydir.RolePrio3Leader {
+		subject = protocol.IssuerPrio3LeaderPublicKeySubject
+	}
+	return waitBounded(svcCtx, "the "+role+" operator's issuer to answer", time.Minute, func(ctx context.Context) (bool, error) {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		_, err := r.nc.RequestWithContext(rctx, protocol.IssuerPrio3HelperPublicKeySubject, b)
+		_, err := r.nc.RequestWithContext(rctx, subject, b)
 		return err == nil, nil
 	}, func(context.Context) string { return "no answer yet" })
 }

@@ -128,7 +128,7 @@ func ensure(ctx context.Context, jsOf func(natsauth.Role) jetstream.JetStream, a
 		owner  natsauth.Role
 		bucket string
 	}{{natsauth.Issuer, protocol.IssuerCountersBucket}, {natsauth.Randomness, protocol.IssuerRandomnessCountersBucket},
-		{natsauth.Prio3Helper, protocol.IssuerPrio3HelperCountersBucket}} {
+		{natsauth.Prio3Helper, protocol.IssuerPrio3HelperCountersBucket}, {natsauth.Prio3Leader, protocol.IssuerPrio3LeaderCountersBucket}} {
 		js := jsOf(b.owner)
 		if err := ensureKV(ctx, js, issuer.CountersConfig(b.bucket, natsconn.Replicas(js.Conn()))); err != nil {
 			return err

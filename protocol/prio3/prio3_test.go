@@ -212,6 +212,9 @@ func fuzzParse(f *testing.F, seed interface{ MarshalBinary() ([]byte, error) }, 
 }
 
 func FuzzParseReport(f *testing.F) {
+	// a seed with a leader token too
+	lt, _ := (&Report{Campaign: "c", Day: 1, PublicShare: []byte{1}, LeaderShare: []byte{2}, SealedHelper: []byte{3}, HelperToken: []byte{4, 5}, LeaderToken: []byte{6}}).MarshalBinary()
+	f.Add(lt)
 	fuzzParse(f, &Report{Campaign: "c", Day: 1, PublicShare: []byte{1}, LeaderShare: []byte{2}, SealedHelper: []byte{3}, HelperToken: []byte{4, 5}},
 		func(b []byte) (interface{ MarshalBinary() ([]byte, error) }, error) { return ParseReport(b) })
 }

@@ -63,9 +63,17 @@ type Report struct {
 	// identity per campaign-day, its nonce HelperNonce. Empty when the
 	// client has none (a helper that requires tokens refuses the report).
 	HelperToken []byte
+	// LeaderToken is the encoded Privacy Pass token (protocol/token,
+	// KindPrio3Leader, 162 B) that the leader verifies and spends before it
+	// prepares the report: issued by the leader's operator, one per
+	// enrolled identity per campaign-day, its nonce HelperNonce too (the
+	// token kinds' keys differ). Empty when the client has none (a leader
+	// that requires tokens refuses the report). Never forwarded.
+	LeaderToken []byte
 }
 
-// MaxHelperToken bounds Report.HelperToken and PrepItem.HelperToken.
+// MaxHelperToken bounds Report.HelperToken, Report.LeaderToken and
+// PrepItem.HelperToken.
 const MaxHelperToken = 512
 
 // HelperNonce is the nonce of the report's helper token
@@ -234,13 +242,14 @@ func open(sk kem.PrivateKey, info, aad, b []byte) ([]byte, error) {
 
 // MarshalBinary encodes the report's plaintext:
 // version(1) ‖ campaign(len8) ‖ day(u32) ‖ id(16) ‖ public(len32) ‖
-// leader share(len32) ‖ sealed helper share(len32) ‖ helper token(len16).
+// leader share(len32) ‖ sealed helper share(len32) ‖ helper token(len16)
+// [‖ leader token(len16), only when set].
 func (r *Report) MarshalBinary() ([]byte, error) {
 	if !blind.ValidCampaign(r.Campaign) {
 		return nil, fmt.Errorf("prio3: invalid campaign name %q", r.Campaign)
 	}
-	if len(r.HelperToken) > MaxHelperToken {
-		return nil, fmt.Errorf("prio3: helper token of %d bytes exceeds %d", len(r.HelperToken), MaxHelperToken)
+	if max(len(r.HelperToken), len(r.LeaderToken)) > MaxHelperToken {
+		return nil, fmt.Errorf("prio3: token of %d bytes exceeds %d", max(len(r.HelperToken), len(r.LeaderToken)), MaxHelperToken)
 	}
 	w := protocol.Writer{B: make([]byte, 0, 64+len(r.PublicShare)+len(r.LeaderShare)+len(r.SealedHelper))}
 	w.U8(WireVersion)
@@ -251,6 +260,9 @@ func (r *Report) MarshalBinary() ([]byte, error) {
 	w.Bytes32(r.LeaderShare)
 	w.Bytes32(r.SealedHelper)
 	w.Bytes16(r.HelperToken)
+	if len(r.LeaderToken) > 0 {
+		w.Bytes16(r.LeaderToken)
+	}
 	return w.B, nil
 }
 
@@ -293,6 +305,11 @@ func ParseReport(b []byte) (*Report, error) {
 	r.LeaderShare = rd.Bytes32("leader share")
 	r.SealedHelper = rd.Bytes32("sealed helper share")
 	r.HelperToken = readToken(&rd)
+	if rd.Err == nil && len(rd.B) > 0 {
+		if r.LeaderToken = readToken(&rd); rd.Err == nil && r.LeaderToken == nil {
+			return nil, protocol.Malformed("prio3 report with an empty leader token")
+		}
+	}
 	if err := rd.Done("prio3 report"); err != nil {
 		return nil, err
 	}

@@ -386,28 +386,34 @@ type KeysResponse struct {
 	// Prio3Helper is the KindPrio3Helper token key of Epoch (a
 	// Prio3Epoch), set by the Prio3 helper operator's issuer only.
 	Prio3Helper []byte
+	// Prio3Leader is the KindPrio3Leader token key of Epoch, set by the
+	// Prio3 leader operator's issuer only.
+	Prio3Leader []byte
 }
 
 // MarshalBinary encodes: version ‖ status (‖ message) and, when not
 // refused, u8 len epoch ‖ epoch ‖ u8 len ‖ randomness key ‖ u8 len ‖
 // report key ‖ u16 len ‖ ARC key [‖ u8 len ‖ prio3-helper key, only when
-// set].
+// either Prio3 key is set [‖ u8 len ‖ prio3-leader key, only when set]].
 func (p *KeysResponse) MarshalBinary() ([]byte, error) {
 	w := protocol.Writer{}
 	w.U8(protocol.Version)
 	if protocol.WriteStatus(&w, p.Refusal) {
 		return w.B, nil
 	}
-	if len(p.Epoch) == 0 || len(p.Epoch) > 255 || len(p.Randomness)+len(p.Report)+len(p.Prio3Helper) == 0 || len(p.Randomness) > maxElement ||
-		len(p.Report) > maxElement || len(p.ARC) > maxARCMessage || len(p.Prio3Helper) > maxElement {
+	if len(p.Epoch) == 0 || len(p.Epoch) > 255 || len(p.Randomness)+len(p.Report)+len(p.Prio3Helper)+len(p.Prio3Leader) == 0 || len(p.Randomness) > maxElement ||
+		len(p.Report) > maxElement || len(p.ARC) > maxARCMessage || len(p.Prio3Helper) > maxElement || len(p.Prio3Leader) > maxElement {
 		return nil, errors.New("token: issuer keys response fields out of range")
 	}
 	w.Bytes8([]byte(p.Epoch))
 	w.Bytes8(p.Randomness)
 	w.Bytes8(p.Report)
 	w.Bytes16(p.ARC)
-	if len(p.Prio3Helper) > 0 {
+	if len(p.Prio3Helper)+len(p.Prio3Leader) > 0 {
 		w.Bytes8(p.Prio3Helper)
+	}
+	if len(p.Prio3Leader) > 0 {
+		w.Bytes8(p.Prio3Leader)
 	}
 	return w.B, nil
 }
@@ -425,12 +431,23 @@ func ParseKeysResponse(b []byte) (*KeysResponse, error) {
 		p.Report = r.Bytes8("report key")
 		p.ARC = r.Bytes16("ARC key")
 		if r.Err == nil && len(r.B) > 0 {
-			// the optional trailing prio3-helper key (never empty when present)
-			if p.Prio3Helper = r.Bytes8("prio3-helper key"); r.Err == nil && len(p.Prio3Helper) == 0 {
+			// the optional trailing prio3-helper key, then the optional
+			// prio3-leader key (never empty when present); the helper key
+			// is empty only when a leader key follows
+			p.Prio3Helper = r.Bytes8("prio3-helper key")
+			if r.Err == nil && len(r.B) > 0 {
+				if p.Prio3Leader = r.Bytes8("prio3-leader key"); r.Err == nil && len(p.Prio3Leader) == 0 {
+					return nil, protocol.Malformed("issuer keys response with an empty prio3-leader key")
+				}
+			}
+			if r.Err == nil && len(p.Prio3Helper)+len(p.Prio3Leader) == 0 {
 				return nil, protocol.Malformed("issuer keys response with an empty prio3-helper key")
 			}
+			if len(p.Prio3Helper) == 0 {
+				p.Prio3Helper = nil
+			}
 		}
-		if r.Err == nil && (p.Epoch == "" || len(p.Randomness)+len(p.Report)+len(p.Prio3Helper) == 0) {
+		if r.Err == nil && (p.Epoch == "" || len(p.Randomness)+len(p.Report)+len(p.Prio3Helper)+len(p.Prio3Leader) == 0) {
 			return nil, protocol.Malformed("issuer keys response with empty fields")
 		}
 	}
@@ -440,8 +457,8 @@ func ParseKeysResponse(b []byte) (*KeysResponse, error) {
 	return p, nil
 }
 
-// Key returns the public key of kind (KindRandomness, KindReport or
-// KindPrio3Helper).
+// Key returns the public key of kind (KindRandomness, KindReport,
+// KindPrio3Helper or KindPrio3Leader).
 func (p *KeysResponse) Key(kind Kind) ([]byte, error) {
 	switch kind {
 	case KindRandomness:
@@ -450,6 +467,8 @@ func (p *KeysResponse) Key(kind Kind) ([]byte, error) {
 		return p.Report, nil
 	case KindPrio3Helper:
 		return p.Prio3Helper, nil
+	case KindPrio3Leader:
+		return p.Prio3Leader, nil
 	}
 	return nil, fmt.Errorf("token: no public key of kind %s", kind)
 }

@@ -221,6 +221,8 @@ func FuzzParseKeys(f *testing.F) {
 	f.Add(b)
 	b, _ = (&KeysResponse{Epoch: "c/1", Prio3Helper: []byte{3}}).MarshalBinary()
 	f.Add(b)
+	b, _ = (&KeysResponse{Epoch: "c/1", Prio3Leader: []byte{4}}).MarshalBinary()
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fuzzRoundTrip(t, b, ParseKeysRequest)
 		fuzzRoundTrip(t, b, ParseKeysResponse)

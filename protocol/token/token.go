@@ -34,6 +34,14 @@ const (
 	// Its epoch is Prio3Epoch(campaign, day), its key
 	// DeriveKey(KindPrio3Helper, epoch, seed) and its nonce Prio3Nonce.
 	KindPrio3Helper Kind = 4
+	// KindPrio3Leader is the Prio3 leader's report credential, the
+	// counterpart of KindPrio3Helper at the other aggregator: one per
+	// enrolled identity per campaign-day, issued by the leader's operator
+	// and verified and spent by the leader, so the helper's operator can
+	// mint none. Same epoch (Prio3Epoch) and nonce (Prio3Nonce) as the
+	// helper token of the report; key DeriveKey(KindPrio3Leader, epoch,
+	// seed) from the leader operator's own seed.
+	KindPrio3Leader Kind = 5
 )
 
 // String is the kind's name, also the TokenChallenge's origin_info.
@@ -47,12 +55,16 @@ func (k Kind) String() string {
 		return "arc"
 	case KindPrio3Helper:
 		return "prio3-helper"
+	case KindPrio3Leader:
+		return "prio3-leader"
 	}
 	return fmt.Sprintf("kind(%d)", byte(k))
 }
 
 // Valid reports whether k is a known kind.
-func (k Kind) Valid() bool { return k == KindRandomness || k == KindReport || k == KindPrio3Helper }
+func (k Kind) Valid() bool {
+	return k == KindRandomness || k == KindReport || k == KindPrio3Helper || k == KindPrio3Leader
+}
 
 // Token types (RFC 9578 §8.2 registry; RFC 9577 §2.2 Token.token_type).
 const (

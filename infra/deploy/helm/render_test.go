@@ -453,7 +453,7 @@ func TestPrio3Aggregators(t *testing.T) {
 		nats, kafka    string
 		flags          []string // file flags the role reads
 	}{
-		"leader": {"aggregator", "prio3-leader", "crowdlog-prio3-leader-keys", []string{keydir.Prio3LeaderKey, keydir.Prio3LeaderSignKey},
+		"leader": {"aggregator", "prio3-leader", "crowdlog-prio3-leader-keys", []string{keydir.Prio3LeaderKey, keydir.Prio3LeaderSignKey, keydir.Prio3LeaderTokenSeed},
 			"crowdlog-nats-prio3-leader", "crowdlog-kafka-prio3-leader", []string{"--sign-key"}},
 		"helper": {"prio3-helper", "prio3-helper", "crowdlog-prio3-helper-keys", []string{keydir.Prio3HelperKey, keydir.Prio3HelperTokenSeed}, "crowdlog-nats", "",
 			[]string{"--leader-pub"}},

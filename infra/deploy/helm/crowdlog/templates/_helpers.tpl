@@ -61,7 +61,7 @@ randomness-token keys.
   kafka: true
   kafkaUser: {{ $v.prio3.leader.kafkaUser | quote }}
   kafkaSecret: {{ $v.prio3.leader.kafkaSecret | quote }}
-  keys: [prio3-leader.key, prio3-leader-sign.key{{ range $i := until (int $v.prio3.rotatedKeys) }}, prio3-leader.{{ add1 $i }}.key{{ end }}]
+  keys: [prio3-leader.key, prio3-leader-sign.key, prio3-leader-token.key{{ range $i := until (int $v.prio3.rotatedKeys) }}, prio3-leader.{{ add1 $i }}.key{{ end }}]
   keysSecret: {{ required "prio3.leader.keysSecret: the Secret of the leader's key (crowdlog keys generate --role prio3-leader)" $v.prio3.leader.keysSecret | quote }}
   public: [prio3-collector.key.pub{{ if $v.prio3.keywordsFile }}, {{ $v.prio3.keywordsFile | quote }}{{ end }}]
   verifyKey: true
