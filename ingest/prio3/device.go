@@ -194,15 +194,18 @@ type Config struct {
 	// --no-helper-tokens refuses reports without one). Identity is the
 	// enrolled Ed25519 key; nil: StateDir/identity.key, created on first
 	// use (print its public half for the operator to enroll:
-	// IdentityPublic). IssuerTimeout bounds each issuer request (0:
-	// tokenclient.DefaultTimeout).
+	// IdentityPublic).
 	HelperTokens bool
 	// LeaderTokens likewise fetches a leader token from the leader
 	// operator's issuer with the same identity (enrolled at both
 	// operators); a leader run without --no-leader-tokens refuses reports
 	// without one.
-	LeaderTokens  bool
-	Identity      ed25519.PrivateKey
+	LeaderTokens bool
+	// Identity is the enrolled Ed25519 key the tokens are issued to; nil:
+	// StateDir/identity.key, created on first use.
+	Identity ed25519.PrivateKey
+	// IssuerTimeout bounds each issuer request (0:
+	// tokenclient.DefaultTimeout).
 	IssuerTimeout time.Duration
 
 	// SettingsTimeout bounds one request for the leader's settings (0:
