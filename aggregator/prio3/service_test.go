@@ -396,13 +396,17 @@ func TestServicesRestart(t *testing.T) {
 
 	h1, hr := e.startHelper()
 	l, lr := e.startLeader(4)
-	e.write(ups...)
+	// the first 12 uploads alone, so that the older snapshot is taken
+	// before the rest exist (however fast the leader prepares)
+	const first = 12
+	e.write(ups[:first]...)
 	state := filepath.Join(e.lDir, LeaderStateFile)
-	waitFor(t, "8 reports prepared", 60*time.Second, func() bool { return l.Stats().Prepared >= 8 })
+	waitFor(t, "the first 12 reports prepared", 60*time.Second, func() bool { return l.Stats().Prepared >= first })
 	old, err := os.ReadFile(state)
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.write(ups[first:]...)
 	waitFor(t, "20 reports prepared", 60*time.Second, func() bool { return l.Stats().Prepared >= 20 })
 	lr.stop(t, "leader")
 	hr.stop(t, "helper")
