@@ -314,6 +314,11 @@ func TestLeaderPendingAfterClose(t *testing.T) {
 	l, lr := e.startLeader(4)
 	e.write(ups[:n-4]...)
 	waitFor(t, "the first reports prepared", 60*time.Second, func() bool { return l.Stats().Prepared == n-4 })
+	// two more steps with the helper up: a request re-sent after a slow
+	// answer (a loaded machine) is answered before the helper stops, so
+	// the leader is idle and reads the last uploads at once
+	steps0 := l.Steps.Load()
+	waitFor(t, "two leader steps with the helper up", 60*time.Second, func() bool { return l.Steps.Load() >= steps0+2 })
 	hr.stop(t, "helper")
 	e.write(ups[n-4:]...)
 	waitFor(t, "the last uploads read", 60*time.Second, func() bool { return l.Stats().Uploads == n })
