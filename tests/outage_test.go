@@ -198,6 +198,11 @@ func TestClickHouseOutage(t *testing.T) {
 		"release done %s after ClickHouse returned",
 		outage.Round(100*time.Millisecond), failedDuringOutage, countInFile(releaseLog, failed),
 		time.Since(up).Round(100*time.Millisecond))
+	// the release role logs "epoch released" after its write returns, which
+	// can be just after the run saw the release in ClickHouse: wait (bounded)
+	for deadline := time.Now().Add(10 * time.Second); countInFile(releaseLog, "epoch released") < 1 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
 	if countInFile(releaseLog, "epoch released") != 1 {
 		t.Fatalf("%s: the release role released %d times, want 1", report, countInFile(releaseLog, "epoch released"))
 	}
