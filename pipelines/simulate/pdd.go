@@ -21,7 +21,6 @@ import (
 	"gonum.org/v1/gonum/stat/distuv"
 
 	"github.com/crowdlog/crowdlog/ingest/aol"
-	"github.com/crowdlog/crowdlog/ingest/apps"
 	"github.com/crowdlog/crowdlog/ingest/keywords"
 )
 
@@ -216,10 +215,14 @@ type QueryPool struct {
 	inst []int32   // per query instance: index into kw
 }
 
-// LoadQueryPool reads the log at path and keeps every query instance
-// (apps.QueryApp over all users: normalized, consecutive repeats
-// collapsed) with its distinct tokens (apps.KeywordApp's split) that
-// are in list. Errors: unreadable log, a log without queries.
+// LoadQueryPool reads the log at path and keeps every query instance of
+// every user with the monitored keywords of list it contains, read exactly
+// as a client reads its own log (ingest/keywords): instances by
+// keywords.Instances (normalized, consecutive repeats collapsed, a run
+// ending at the UTC day boundary) and keywords by List.Match (UAX #29 word
+// boundaries, so that keywords of scripts without spaces match inside a
+// query: "北京" in "北京大学招生"). Errors: unreadable log, a log without
+// queries.
 func LoadQueryPool(ctx context.Context, path string, list *keywords.List) (*QueryPool, error) {
 	p := &QueryPool{}
 	ids := map[string]int32{}
@@ -227,24 +230,14 @@ func LoadQueryPool(ctx context.Context, path string, list *keywords.List) (*Quer
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		for _, q := range (apps.QueryApp{}).Mine(u.Records) {
-			id, ok := ids[q.Primary]
+		for _, in := range keywords.Instances(u.Records, nil) {
+			id, ok := ids[in.Query]
 			if !ok {
 				id = int32(len(p.kw))
-				ids[q.Primary] = id
+				ids[in.Query] = id
 				var kws []int32
-				for _, tok := range strings.Split(q.Primary, " ") {
-					i := list.Index(tok)
-					if i < 0 {
-						continue
-					}
-					dup := false
-					for _, k := range kws {
-						dup = dup || k == int32(i)
-					}
-					if !dup {
-						kws = append(kws, int32(i))
-					}
+				for _, i := range list.Match(in.Query) {
+					kws = append(kws, int32(i))
 				}
 				p.kw = append(p.kw, kws)
 			}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -243,8 +244,8 @@ func TestPrio3FromLog(t *testing.T) {
 
 // TestPrio3UploadBytes: the upload size does not depend on the counts (a
 // real Shard of a non-zero vector has the zero vector's size) and, at
-// L = 10,000 and b = 4, is the 655,040 B docs/pdd.md gives (with the
-// helper token).
+// L = 10,000 and b = 4, is the 655,204 B docs/pdd.md gives (with both
+// aggregators' tokens).
 func TestPrio3UploadBytes(t *testing.T) {
 	for _, m := range Prio3Measurements([]int{1, 4}, []int{3}) {
 		got, err := Prio3UploadBytes(m, 40)
@@ -264,6 +265,7 @@ func TestPrio3UploadBytes(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.HelperToken = make([]byte, prio3HelperTokenBytes)
+		r.LeaderToken = make([]byte, prio3HelperTokenBytes)
 		up, err := r.Seal(l.PublicKey())
 		if err != nil {
 			t.Fatal(err)
@@ -279,8 +281,8 @@ func TestPrio3UploadBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != 655040 {
-		t.Errorf("L = 10,000, b = 4: %d B, docs/pdd.md says 655,040", got)
+	if got != 655204 {
+		t.Errorf("L = 10,000, b = 4: %d B, docs/pdd.md says 655,204", got)
 	}
 }
 
@@ -320,4 +322,54 @@ func TestGroupDepositBytes(t *testing.T) {
 			t.Errorf("n = %d: a real deal is %d B, GroupDepositBytes %d", n, size, GroupDepositBytes(n))
 		}
 	}
+}
+
+// TestQueryPoolMatchesLikeClient: the pool reads keywords as a client does
+// (keywords.List.Match, UAX #29 boundaries): in the Chinese query
+// "北京大学招生" (no spaces) the list's 北京, 大学 and 北京大学 all occur
+// and 上海 does not; in
+// "cheap flu-shots" flu occurs (a boundary at the hyphen), in "influenza"
+// it does not. A split on spaces found nothing in the Chinese query (one
+// token, not a keyword) and missed flu in "flu-shots". Also the midnight
+// rule: "weather" at 23:50 and at 00:10 is two instances.
+func TestQueryPoolMatchesLikeClient(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "log.tsv")
+	text := "AnonID\tQuery\tQueryTime\tItemRank\tClickURL\n" +
+		"1\t北京大学招生\t2006-03-01 07:33:28\t\t\n" +
+		"1\tcheap flu-shots\t2006-03-01 07:40:00\t\t\n" +
+		"1\tinfluenza\t2006-03-01 07:41:00\t\t\n" +
+		"1\tweather\t2006-03-01 23:50:00\t\t\n" +
+		"1\tweather\t2006-03-02 00:10:00\t\t\n"
+	if err := os.WriteFile(log, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	list, err := keywords.Parse(strings.NewReader("北京\n大学\n北京大学\n上海\nflu\nweather\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := LoadQueryPool(context.Background(), log, list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// independent: the keyword indices each instance holds, by hand
+	want := [][]int32{{0, 2, 1}, {4}, nil, {5}, {5}}
+	if len(pool.inst) != len(want) {
+		t.Fatalf("%d instances, want %d (the two weather searches straddle midnight)", len(pool.inst), len(want))
+	}
+	for i, id := range pool.inst {
+		got := pool.kw[id]
+		if !reflect.DeepEqual(sortedCopy(got), sortedCopy(want[i])) {
+			t.Errorf("instance %d: keywords %v, want %v", i, got, want[i])
+		}
+	}
+}
+
+func sortedCopy(s []int32) []int32 {
+	out := append([]int32(nil), s...)
+	slices.Sort(out)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
