@@ -89,7 +89,7 @@ func (rt *Route) WrapVector(key, msg []byte) ([]byte, error) {
 // so rt.Aggregator is not used): relay B's producing it as it is to Kafka
 // topic "prio3-uploads" (protocol.Prio3UploadsTopic) with message key
 // campaign, relay A's naming relay B's subject. An upload of L = 10,000
-// keywords at b = 4 (655,040 B) lands in the 786,432 B size class.
+// keywords at b = 4 (655,204 B with both tokens) lands in the 786,432 B size class.
 // Errors: a campaign name over 255 bytes, an upload over the largest size
 // class, or a key that does not seal.
 func (rt *Route) WrapPrio3(campaign string, upload []byte) ([]byte, error) {

@@ -66,7 +66,7 @@ func readTopic(ctx context.Context, addr, topic string) ([]kafka.Message, error)
 
 // TestRelayCarriesPrio3Upload: three Prio3 uploads of the largest
 // measurement the size classes were made for (SumVec, L = 10,000 keywords,
-// b = 4 bits; 655,040 bytes each) travel client → relay a → relay b
+// b = 4 bits; 655,204 bytes each with both tokens) travel client → relay a → relay b
 // (relays.New, its own Prio3 writer) over the embedded NATS server's relay
 // stream to kfake's topic prio3-uploads, created as `crowdlog topics`
 // does (max.message.bytes 2 MiB). The relay b layer is the 786432-byte

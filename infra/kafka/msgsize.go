@@ -12,8 +12,8 @@ import (
 // topics` gives the Prio3 topics (protocol.Prio3UploadsTopic,
 // protocol.Prio3SharesTopic): 2 MiB, twice Kafka's default of 1,048,588.
 // A Prio3 upload is up to the largest onion size class (about 1 MiB; a
-// leader share is ~16·L·b bytes, 655,040 bytes for L = 10,000 keywords of
-// b = 4 bits) and a broker refuses a whole record batch above the limit
+// leader share is ~16·L·b bytes, 655,204 bytes for an upload of L = 10,000
+// keywords of b = 4 bits with both tokens) and a broker refuses a whole record batch above the limit
 // ("Message Size Too Large"); relay b's writer of that topic batches up to
 // 2,000,000 bytes (relays). Consumers of these topics need a fetch limit
 // (kafka-go ReaderConfig.MaxBytes) of at least this much.

@@ -298,7 +298,7 @@ func (r *prio3Run) startServices(ctx context.Context) error {
 	if err := kafka.EnsureTopics(ctx, r.brokers[0], cfg.Partitions, protocol.Prio3UploadsTopic, protocol.Prio3SharesTopic); err != nil {
 		return err
 	}
-	// an upload of L = 10,000 keywords at b = 4 is 655,040 bytes: over
+	// an upload of L = 10,000 keywords at b = 4 is 655,204 bytes (with both tokens): over
 	// Kafka's default 1 MiB batch once framed with others; both topics
 	// carry up to 2 MiB, as `crowdlog topics` makes them
 	if err := kafka.EnsureMaxMessageBytes(ctx, r.brokers[0], kafka.TopicMaxMessageBytes, protocol.Prio3UploadsTopic, protocol.Prio3SharesTopic); err != nil {

@@ -148,7 +148,7 @@ func TestSizeClassesTable(t *testing.T) {
 // of relay b's input measures layer lengths to tell uploads (and so
 // campaigns or measurements) apart within a class, or by the campaign
 // name's length. For upload lengths around each large base class, the
-// L = 10,000, b = 4 upload length (655,040 bytes) and the largest upload
+// L = 10,000, b = 4 upload length with both tokens (655,204 bytes) and the largest upload
 // that fits, with keys of 0–255 bytes, the relay b layer must be exactly
 // the smallest of the base classes that holds the upload and the relay a
 // layer one 512-byte step more, both no longer than MaxLayer; every layer
@@ -161,7 +161,7 @@ func TestAttackLayerSizePrio3(t *testing.T) {
 	// kind, key length byte, u32 inner length (written out, not
 	// layerOverhead)
 	const frame = 2 + 32 + 16 + 1 + 1 + 1 + 4
-	sizes := []int{655040, 1048576 - frame - 255}
+	sizes := []int{655204, 1048576 - frame - 255}
 	for _, c := range []int{131072, 262144, 524288, 786432} {
 		for _, d := range []int{-frame - 255, -frame, -frame + 1, 0, 1000} {
 			sizes = append(sizes, c+d)

@@ -299,8 +299,8 @@ type Hop struct {
 // route [relay a, relay b, aggregator]).
 //
 // The four base classes from 262144 bytes up carry Prio3 uploads (a leader
-// share is about 16·L·b bytes: 655,040 bytes for L = 10,000 keywords of
-// b = 4 bits lands in 786432, the relay a layer around it in 786944).
+// share is about 16·L·b bytes: an upload of L = 10,000 keywords of b = 4
+// bits, 655,204 bytes with both tokens, lands in 786432, the relay a layer around it in 786944).
 // Threshold reports and PDD vectors are far smaller, so a layer of these
 // classes tells whoever sees its length (relay a, the relay stream, the
 // network between them) that it is a Prio3 upload of that length class,
