@@ -23,7 +23,8 @@ import (
 //     below), with the raw table's name and structure: rows of completed
 //     releases only (released_items, undecrypted_summary: keys with a
 //     releases row; pdd_keyword_counts: days with a pdd_rounds row), and
-//     every row of releases, pdd_rounds, pdd_withheld and privacy_ledger;
+//     every row of releases, pdd_rounds, pdd_withheld, pdd_campaigns and
+//     privacy_ledger;
 //   - the materialized views publish_<table> that fill the copies as user
 //     default writes the raw tables (triggered by the insert of the
 //     completion row: releases, pdd_rounds; or of the row itself);
@@ -100,6 +101,9 @@ var published = []publishedTable{
 	{name: "pdd_withheld",
 		columns: []string{"campaign", "day", "reason", "detail", "recorded_at"},
 		key:     []string{"campaign", "day", "reason"}},
+	{name: "pdd_campaigns",
+		columns: []string{"campaign", "mode", "epsilon", "sensitivity", "k", "params", "recorded_at"},
+		key:     []string{"campaign", "mode", "epsilon", "sensitivity", "k", "params"}},
 }
 
 // PublishedTables returns the names of the raw tables copied into the

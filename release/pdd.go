@@ -534,3 +534,82 @@ func WritePDDExport(out io.Writer, campaign string, words []string, days []PDDDa
 	}
 	return nil
 }
+
+// PDD modes: pdd_campaigns.mode.
+const (
+	// PDDModeGroups: blinded group sums (release/pdd), one Laplace draw
+	// of scale max_count/ε per released count.
+	PDDModeGroups = "groups"
+	// PDDModePrio3: two aggregators (release/prio3), each adding one
+	// Laplace draw of scale S/ε per released count.
+	PDDModePrio3 = "prio3"
+)
+
+// PDDCampaign is one pdd_campaigns row: how Campaign's days were
+// released. Epsilon is the per-day ε (0 = exact); Sensitivity is
+// max_count (groups) or S, one person's daily L1 bound (prio3); K is the
+// minimum batch size (prio3) or the group size (groups; 0 when the
+// release stage was not told it); Params is the measurement as key=value
+// fields.
+type PDDCampaign struct {
+	Campaign    string
+	Mode        string
+	Epsilon     float64
+	Sensitivity uint32
+	K           uint64
+	Params      string
+}
+
+// WritePDDCampaign records c at recordedAt truncated to the second
+// (time.Now() when zero). Idempotent under FINAL (ReplacingMergeTree: one
+// row per distinct configuration of a campaign). Errors name the campaign;
+// ctx bounds the call (DefaultTimeout when it has no deadline).
+func (w *Writer) WritePDDCampaign(ctx context.Context, c PDDCampaign, recordedAt time.Time) error {
+	if c.Campaign == "" || len(c.Campaign) > 64 || c.Mode == "" {
+		return fmt.Errorf("pdd campaign %q: campaign must be 1–64 bytes and the mode non-empty", c.Campaign)
+	}
+	if math.IsNaN(c.Epsilon) || math.IsInf(c.Epsilon, 0) || c.Epsilon < 0 {
+		return fmt.Errorf("pdd campaign %s: epsilon %v must be finite and ≥ 0", c.Campaign, c.Epsilon)
+	}
+	if recordedAt.IsZero() {
+		recordedAt = time.Now()
+	}
+	ctx, cancel := withDeadline(ctx)
+	defer cancel()
+	b, err := w.conn.PrepareBatch(ctx, "INSERT INTO pdd_campaigns (campaign, mode, epsilon, sensitivity, k, params, recorded_at)")
+	if err != nil {
+		return fmt.Errorf("pdd campaign %s: prepare insert: %w", c.Campaign, err)
+	}
+	if err := b.Append(c.Campaign, c.Mode, c.Epsilon, c.Sensitivity, c.K, c.Params, recordedAt.UTC().Truncate(time.Second)); err != nil {
+		b.Abort()
+		return fmt.Errorf("pdd campaign %s: append row: %w", c.Campaign, err)
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("pdd campaign %s: insert row (is ClickHouse up? the release stage records it again on its next run): %w", c.Campaign, err)
+	}
+	return nil
+}
+
+// ReadPDDCampaigns reads the pdd_campaigns rows of campaign with FINAL,
+// ordered by the table's key.
+func (w *Writer) ReadPDDCampaigns(ctx context.Context, campaign string) ([]PDDCampaign, error) {
+	ctx, cancel := withDeadline(ctx)
+	defer cancel()
+	rows, err := w.conn.Query(ctx, "SELECT mode, epsilon, sensitivity, k, params FROM pdd_campaigns FINAL WHERE campaign = ? ORDER BY mode, epsilon, sensitivity, k, params", campaign)
+	if err != nil {
+		return nil, fmt.Errorf("pdd campaign %s: read pdd_campaigns: %w", campaign, err)
+	}
+	defer rows.Close()
+	out := []PDDCampaign{}
+	for rows.Next() {
+		c := PDDCampaign{Campaign: campaign}
+		if err := rows.Scan(&c.Mode, &c.Epsilon, &c.Sensitivity, &c.K, &c.Params); err != nil {
+			return nil, fmt.Errorf("pdd campaign %s: scan pdd_campaigns: %w", campaign, err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pdd campaign %s: read pdd_campaigns: %w", campaign, err)
+	}
+	return out, nil
+}

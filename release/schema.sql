@@ -164,3 +164,23 @@ CREATE TABLE IF NOT EXISTS pdd_withheld (
     recorded_at DateTime
 ) ENGINE = ReplacingMergeTree(recorded_at)
 ORDER BY (campaign, day, reason);
+
+-- One row per PDD campaign configuration a release stage wrote days of:
+-- mode (groups or prio3), epsilon (the per-day ε of its noise; 0 = exact
+-- counts), sensitivity (groups: max_count, the clients' per-keyword clip;
+-- prio3: S, one person's daily L1 bound), k (prio3: the minimum batch size;
+-- groups: the group size when the release stage was told it, else 0) and
+-- params (the measurement, key=value). Written with the campaign's first
+-- day (released or withheld) of each run, so exact campaigns, which spend
+-- nothing from privacy_ledger, still say what they are. A campaign run
+-- again with another configuration has one row per configuration.
+CREATE TABLE IF NOT EXISTS pdd_campaigns (
+    campaign String,
+    mode String,
+    epsilon Float64,
+    sensitivity UInt32,
+    k UInt64,
+    params String,
+    recorded_at DateTime
+) ENGINE = ReplacingMergeTree(recorded_at)
+ORDER BY (campaign, mode, epsilon, sensitivity, k, params);

@@ -68,10 +68,10 @@ func TestWriteTSVReportsWriteError(t *testing.T) {
 
 func TestSchemaStatements(t *testing.T) {
 	stmts := release.SchemaStatements()
-	if len(stmts) != 8 {
-		t.Fatalf("schema has %d statements, want 8", len(stmts))
+	if len(stmts) != 9 {
+		t.Fatalf("schema has %d statements, want 9", len(stmts))
 	}
-	for _, table := range []string{"released_items", "undecrypted_summary", "releases", "privacy_ledger", "release_draws", "pdd_keyword_counts", "pdd_rounds", "pdd_withheld"} {
+	for _, table := range []string{"released_items", "undecrypted_summary", "releases", "privacy_ledger", "release_draws", "pdd_keyword_counts", "pdd_rounds", "pdd_withheld", "pdd_campaigns"} {
 		found := false
 		for _, s := range stmts {
 			if strings.HasPrefix(s, "CREATE TABLE IF NOT EXISTS "+table+" (") {

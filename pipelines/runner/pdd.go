@@ -507,7 +507,7 @@ func (p *pddRun) startServers(svcCtx context.Context, svc *errgroup.Group) error
 		return err
 	}
 	svc.Go(func() error { return p.agg.Run(svcCtx) })
-	rel := &pddrelease.Stage{Brokers: p.brokers, Writer: p.writer, List: p.list, Epsilon: cfg.Epsilon, MaxCount: int64(cfg.MaxCount),
+	rel := &pddrelease.Stage{Brokers: p.brokers, Writer: p.writer, List: p.list, Epsilon: cfg.Epsilon, MaxCount: int64(cfg.MaxCount), GroupSize: cfg.GroupSize,
 		Dataset: cfg.Dataset, Budget: cfg.Budget, OnRefused: func(_ string, _ time.Time, err error) {
 			p.relMu.Lock()
 			defer p.relMu.Unlock()

@@ -676,6 +676,7 @@ func (r *prio3Run) finish(ctx context.Context) error {
 	for _, st := range r.relayStats {
 		sum.RelayDrops += int64(st.Snapshot().Dropped())
 	}
+	r.stage.RecordCampaign(ctx, r.log)
 	// days the leader never collected: fewer reports than the minimum batch
 	for d, n := range r.sentDays {
 		if n > 0 && n < uint64(r.cfg.MinBatchSize) {

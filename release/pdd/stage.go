@@ -60,6 +60,30 @@ func RecordWithheld(ctx context.Context, sink Sink, r release.PDDWithheld, log *
 	}
 }
 
+// CampaignSink records how a campaign is released (satisfied by
+// *release.Writer: table pdd_campaigns).
+type CampaignSink interface {
+	WritePDDCampaign(ctx context.Context, c release.PDDCampaign, recordedAt time.Time) error
+}
+
+var _ CampaignSink = (*release.Writer)(nil)
+
+// RecordCampaign writes c through sink when sink is a CampaignSink,
+// retrying ClickHouse errors until ctx ends; a failure is logged, not
+// returned (the days are released either way; only the report's line on
+// the campaign's mode is missing).
+func RecordCampaign(ctx context.Context, sink Sink, c release.PDDCampaign, log *slog.Logger) {
+	cs, ok := sink.(CampaignSink)
+	if !ok {
+		return
+	}
+	if err := retry.Forever(ctx, log, "pdd release: record the campaign's mode", 200*time.Millisecond, 10*time.Second, func() error {
+		return cs.WritePDDCampaign(ctx, c, time.Now())
+	}); err != nil {
+		log.Warn("pdd release: could not record the campaign's mode", "campaign", c.Campaign, "mode", c.Mode, "err", err)
+	}
+}
+
 // DefaultDataset is the privacy budget noisy days spend from when
 // Stage.Dataset is empty: the threshold release stage's default too, so
 // both modes share one budget unless told otherwise.
@@ -121,6 +145,11 @@ type Stage struct {
 	// OnRound, when set, is called after each complete round is in
 	// ClickHouse (written now or by an earlier run), from Run's goroutine.
 	OnRound func(Released)
+	// GroupSize, when known (the coordinator's group size), is recorded
+	// as pdd_campaigns.k; 0 records 0 (not known to the release stage).
+	GroupSize int
+
+	recorded map[string]bool // campaigns whose pdd_campaigns row this run wrote
 
 	// Rounds counts days written by this run, Skipped those found already
 	// written, Refused those refused over the budget; Dropped the messages
@@ -225,6 +254,15 @@ func (st *Stage) release(ctx context.Context, r Round, list *keywords.List, maxC
 		return err
 	}); err != nil {
 		return err
+	}
+	if !st.recorded[r.Campaign] {
+		if st.recorded == nil {
+			st.recorded = map[string]bool{}
+		}
+		st.recorded[r.Campaign] = true
+		RecordCampaign(ctx, st.Writer, release.PDDCampaign{Campaign: r.Campaign, Mode: release.PDDModeGroups, Epsilon: st.Epsilon,
+			Sensitivity: uint32(maxCount), K: uint64(max(st.GroupSize, 0)),
+			Params: fmt.Sprintf("max_count=%d keywords=%d", maxCount, list.Len())}, log)
 	}
 	if written {
 		st.Skipped.Add(1)

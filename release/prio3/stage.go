@@ -105,6 +105,8 @@ type Stage struct {
 	mu      sync.Mutex
 	dropped map[string]int64
 
+	recorded atomic.Bool // the campaign's pdd_campaigns row written by this run
+
 	tail atomic.Pointer[infrakafka.Tail]
 }
 
@@ -307,8 +309,35 @@ func row(b Batch, list *keywords.List, m p3.Config, skip map[int]bool, epsilon f
 	return r
 }
 
+// Campaign is the pdd_campaigns row of a Prio3 campaign collected by c
+// with the aggregators' ε (0 = exact shares): mode prio3, sensitivity S
+// (m.Sensitivity()), k = the minimum batch size, params the measurement.
+func Campaign(c p3.Collector, epsilon float64) release.PDDCampaign {
+	m := c.Measurement
+	params := fmt.Sprintf("kind=sumvec bits=%d l1=%d keywords=%d", m.Bits, m.L1, m.Length)
+	if m.Kind == p3.KindPresence {
+		params = fmt.Sprintf("kind=presence max_weight=%d keywords=%d", m.MaxWeight, m.Length)
+	}
+	return release.PDDCampaign{Campaign: c.Campaign, Mode: release.PDDModePrio3, Epsilon: epsilon,
+		Sensitivity: uint32(min(m.Sensitivity(), math.MaxUint32)), K: c.MinBatchSize, Params: params}
+}
+
+// RecordCampaign writes the campaign's pdd_campaigns row (Campaign) once
+// per Stage value, when Writer is a pdd.CampaignSink; failures are logged.
+func (st *Stage) RecordCampaign(ctx context.Context, log *slog.Logger) {
+	if st.recorded.Load() {
+		return
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	pdd.RecordCampaign(ctx, st.Writer, Campaign(st.Collector, st.Epsilon), log)
+	st.recorded.Store(true)
+}
+
 // release writes one paired day unless it was written before.
 func (st *Stage) release(ctx context.Context, b Batch, skip map[int]bool, log *slog.Logger) error {
+	st.RecordCampaign(ctx, log)
 	day := b.Day.Start()
 	var written bool
 	if err := retry.Forever(ctx, log, "prio3 release: ClickHouse call", 200*time.Millisecond, 10*time.Second, func() (err error) {

@@ -33,10 +33,15 @@ const (
 // named.
 type Campaign struct {
 	Name string
-	// Mode is "groups" or "prio3" when the privacy ledger says (its
-	// mechanism: laplace or laplace-two-aggregators), else "" (exact
-	// days spend nothing, and the tables do not record the mode).
+	// Mode is "groups" or "prio3": from pdd_campaigns (every campaign a
+	// current release stage wrote), else from the privacy ledger (its
+	// mechanism: laplace or laplace-two-aggregators), else "" (a database
+	// written before pdd_campaigns existed, exact days only).
 	Mode string
+	// Configs are the campaign's pdd_campaigns rows (mode, ε, sensitivity,
+	// k, params), one per configuration it was released with; empty for a
+	// database written before that table existed.
+	Configs []release.PDDCampaign
 	// Days are the campaign's days in order (release.PDDDays): released,
 	// or withheld with the reason.
 	Days []release.PDDDay
@@ -147,24 +152,46 @@ func dayNoise(r *release.PDDRound, ledger []release.Spend) (Noise, string) {
 }
 
 // pddTables reports which PDD tables the database read has.
-func (r reader) pddTables(ctx context.Context, db string) (rounds, withheld bool, err error) {
-	rows, err := r.conn.Query(ctx, "SELECT name FROM system.tables WHERE database = ? AND name IN ('pdd_rounds', 'pdd_keyword_counts', 'pdd_withheld')", db)
+func (r reader) pddTables(ctx context.Context, db string) (rounds, withheld, campaigns bool, err error) {
+	rows, err := r.conn.Query(ctx, "SELECT name FROM system.tables WHERE database = ? AND name IN ('pdd_rounds', 'pdd_keyword_counts', 'pdd_withheld', 'pdd_campaigns')", db)
 	if err != nil {
-		return false, false, fmt.Errorf("report: list the PDD tables of %s: %w", db, err)
+		return false, false, false, fmt.Errorf("report: list the PDD tables of %s: %w", db, err)
 	}
 	defer rows.Close()
 	have := map[string]bool{}
 	for rows.Next() {
 		var n string
 		if err := rows.Scan(&n); err != nil {
-			return false, false, fmt.Errorf("report: list the PDD tables of %s: %w", db, err)
+			return false, false, false, fmt.Errorf("report: list the PDD tables of %s: %w", db, err)
 		}
 		have[n] = true
 	}
 	if err := rows.Err(); err != nil {
-		return false, false, fmt.Errorf("report: list the PDD tables of %s: %w", db, err)
+		return false, false, false, fmt.Errorf("report: list the PDD tables of %s: %w", db, err)
 	}
-	return have["pdd_rounds"] && have["pdd_keyword_counts"], have["pdd_withheld"], nil
+	return have["pdd_rounds"] && have["pdd_keyword_counts"], have["pdd_withheld"], have["pdd_campaigns"], nil
+}
+
+// campaignConfigs reads pdd_campaigns with FINAL: per campaign its
+// configurations.
+func (r reader) campaignConfigs(ctx context.Context) (map[string][]release.PDDCampaign, error) {
+	rows, err := r.conn.Query(ctx, "SELECT campaign, mode, epsilon, sensitivity, k, params FROM "+r.db+"pdd_campaigns FINAL ORDER BY campaign, mode, epsilon, sensitivity, k, params")
+	if err != nil {
+		return nil, fmt.Errorf("report: read pdd_campaigns: %w", err)
+	}
+	defer rows.Close()
+	out := map[string][]release.PDDCampaign{}
+	for rows.Next() {
+		var c release.PDDCampaign
+		if err := rows.Scan(&c.Campaign, &c.Mode, &c.Epsilon, &c.Sensitivity, &c.K, &c.Params); err != nil {
+			return nil, fmt.Errorf("report: scan pdd_campaigns: %w", err)
+		}
+		out[c.Campaign] = append(out[c.Campaign], c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("report: read pdd_campaigns: %w", err)
+	}
+	return out, nil
 }
 
 // campaigns reads every PDD campaign of the database: its days from
@@ -172,9 +199,15 @@ func (r reader) pddTables(ctx context.Context, db string) (rounds, withheld bool
 // counts of its top n keywords and of named, from pdd_keyword_counts of
 // complete days (a pdd_rounds row). ledger gives the noise of noisy days.
 func (r reader) campaigns(ctx context.Context, db string, n int, named []string, ledger []release.Spend) ([]Campaign, error) {
-	hasRounds, hasWithheld, err := r.pddTables(ctx, db)
+	hasRounds, hasWithheld, hasCampaigns, err := r.pddTables(ctx, db)
 	if err != nil || !hasRounds {
 		return nil, err
+	}
+	configs := map[string][]release.PDDCampaign{}
+	if hasCampaigns {
+		if configs, err = r.campaignConfigs(ctx); err != nil {
+			return nil, err
+		}
 	}
 	rounds := map[string][]release.PDDRound{}
 	var names []string
@@ -230,7 +263,10 @@ func (r reader) campaigns(ctx context.Context, db string, n int, named []string,
 	sort.Strings(names)
 	var out []Campaign
 	for _, name := range names {
-		c := Campaign{Name: name, Days: release.PDDDays(rounds[name], withheld[name])}
+		c := Campaign{Name: name, Days: release.PDDDays(rounds[name], withheld[name]), Configs: configs[name]}
+		for _, cf := range c.Configs {
+			c.Mode = cf.Mode
+		}
 		for _, d := range c.Days {
 			var nz Noise
 			if d.Released {

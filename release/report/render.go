@@ -122,7 +122,10 @@ func newPDDView(c Campaign, n int) (pddView, error) {
 	case "prio3":
 		v.Mode = "Prio3 mode (two aggregators, one Laplace draw each per count)"
 	default:
-		v.Mode = "mode not recorded (exact days spend nothing from the ledger)"
+		v.Mode = "mode not recorded (a database written before pdd_campaigns existed; exact days spend nothing from the ledger)"
+	}
+	if s := configText(c.Configs); s != "" {
+		v.Mode += "; " + s
 	}
 	reasons := map[string]int{}
 	var order []string
@@ -534,3 +537,34 @@ figure.plot svg { max-width: 100%; height: auto; }
 </body>
 </html>
 `))
+
+// configText states a campaign's configurations (pdd_campaigns rows) in
+// words: per row its ε ("exact" at 0), the sensitivity under its mode's
+// name (max_count, or S = one person's daily L1 bound), k (group size, or
+// minimum batch size) and the measurement; rows joined by "; ".
+func configText(cs []release.PDDCampaign) string {
+	var parts []string
+	for _, c := range cs {
+		eps := "exact counts (ε = 0)"
+		if c.Epsilon > 0 {
+			eps = "ε = " + num(c.Epsilon) + " per day"
+		}
+		var p string
+		switch c.Mode {
+		case release.PDDModePrio3:
+			p = fmt.Sprintf("%s, S = %d (one person's daily L1 bound), minimum batch %d", eps, c.Sensitivity, c.K)
+		case release.PDDModeGroups:
+			p = fmt.Sprintf("%s, max_count = %d", eps, c.Sensitivity)
+			if c.K > 0 {
+				p += fmt.Sprintf(", group size %d", c.K)
+			}
+		default:
+			p = fmt.Sprintf("mode %s, %s, sensitivity %d, k %d", c.Mode, eps, c.Sensitivity, c.K)
+		}
+		if c.Params != "" {
+			p += " (" + c.Params + ")"
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, "; ")
+}
