@@ -229,6 +229,11 @@ func TestStageReleasesExactCountsAndRestarts(t *testing.T) {
 	if st2.Skipped.Load() != 2 || st2.Rounds.Load() != 0 {
 		t.Fatalf("restart: skipped %d written %d", st2.Skipped.Load(), st2.Rounds.Load())
 	}
+	// the campaign's mode for the report: exact, the default clip
+	if cs, err := w.ReadPDDCampaigns(ctx, "flu"); err != nil || len(cs) != 1 || cs[0] != (release.PDDCampaign{Campaign: "flu",
+		Mode: release.PDDModeGroups, Sensitivity: DefaultMaxCount, Params: fmt.Sprintf("max_count=%d keywords=%d", DefaultMaxCount, list.Len())}) {
+		t.Fatalf("pdd_campaigns %+v, %v", cs, err)
+	}
 	if again, _ := w.ReadKeywordDaily(ctx, "flu"); !reflect.DeepEqual(again, want) {
 		t.Fatal("keyword_daily changed after the restart")
 	}
@@ -249,6 +254,9 @@ func TestStageReleasesExactCountsAndRestarts(t *testing.T) {
 	rounds, err := wn.ReadPDDRounds(ctx, "flu")
 	if err != nil || len(rounds) != 2 || rounds[0].Epsilon != 1 || rounds[0].MaxCount != 2 {
 		t.Fatalf("noisy pdd_rounds %+v, %v", rounds, err)
+	}
+	if cs, err := wn.ReadPDDCampaigns(ctx, "flu"); err != nil || len(cs) != 1 || cs[0].Epsilon != 1 || cs[0].Sensitivity != 2 || cs[0].Mode != release.PDDModeGroups {
+		t.Fatalf("noisy pdd_campaigns %+v, %v", cs, err)
 	}
 	noisy, _ := wn.ReadKeywordDaily(ctx, "flu")
 	// Lap(2) rounded is 0 with probability 1 − e^{−1/4} ≈ 0.22, so about

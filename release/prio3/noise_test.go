@@ -3,6 +3,7 @@ package prio3
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -235,6 +236,12 @@ func TestStageNoiseIntoClickHouse(t *testing.T) {
 	runStage(t, st, len(days), func() bool { return st.Dropped.Load() >= 2 })
 	if !failed.Load() || st.Days.Load() != int64(len(days)) || st.DroppedBy()[DropEpsilon] != 2 {
 		t.Fatalf("hook failed %v, days %d, dropped %v", failed.Load(), st.Days.Load(), st.DroppedBy())
+	}
+	// the campaign's mode, ε, S and minimum batch, for the report
+	if cs, err := w.ReadPDDCampaigns(ctx, campaign); err != nil || len(cs) != 1 ||
+		cs[0] != (release.PDDCampaign{Campaign: campaign, Mode: release.PDDModePrio3, Epsilon: eps, Sensitivity: uint32(m.Sensitivity()), K: 1,
+			Params: fmt.Sprintf("kind=sumvec bits=%d l1=%d keywords=%d", m.Bits, m.L1, m.Length)}) {
+		t.Fatalf("pdd_campaigns %+v, %v", cs, err)
 	}
 
 	rows, err := w.ReadKeywordDaily(ctx, campaign)
