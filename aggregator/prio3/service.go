@@ -622,8 +622,16 @@ func (r *leaderRun) collect(ctx context.Context, now time.Time) bool {
 		case errors.Is(err, ErrInFlight), errors.Is(err, ErrBatchOpen):
 			continue
 		case errors.Is(err, ErrSmallBatch):
+			// the collector learns that the day is withheld (it records
+			// below_min_batch): a refusal in the leader's role, no count
+			notice, _ := (&p3.AggShare{Role: 0, Campaign: r.l.cfg.Campaign, Day: day, Reason: p3.ReasonSmallBatch, Epsilon: r.l.cfg.Epsilon}).MarshalBinary()
+			msg := kafka.Message{Key: []byte(r.l.cfg.Campaign + "/" + day.String()), Value: notice}
+			if err := retry.Forever(ctx, r.log, "prio3 leader: write "+protocol.Prio3SharesTopic, 100*time.Millisecond, 5*time.Second,
+				func() error { return r.w.WriteMessages(ctx, msg) }); err != nil {
+				return changed
+			}
 			r.done[day] = "small_batch"
-			r.log.Warn("prio3 leader: batch under the minimum batch size, never revealed", "day", day.String())
+			r.log.Warn("prio3 leader: batch under the minimum batch size, never revealed; the collector is told", "day", day.String())
 			changed = true
 			continue
 		case err != nil:

@@ -199,9 +199,17 @@ func ParseCollectReq(b []byte) (*CollectReq, error) {
 	return q, nil
 }
 
+// ReasonSmallBatch is the AggShare.Reason of a batch under the minimum
+// batch size: the helper's refusal to the leader, and the leader's notice
+// to the collector (role 0, count 0, written to the shares topic) that the
+// day is withheld.
+const ReasonSmallBatch = "small_batch"
+
 // AggShare is one aggregator's answer for a batch's collection: its
 // aggregate share sealed to the collector (Reason == "") or why it refuses
-// ("batch_open", "mismatch", "small_batch", "unknown_batch").
+// ("batch_open", "mismatch", ReasonSmallBatch, "unknown_batch"). The
+// leader forwards only ReasonSmallBatch to the collector, as a notice
+// without a count.
 type AggShare struct {
 	Role     byte // 0 leader, 1 helper
 	Campaign string

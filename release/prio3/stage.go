@@ -66,6 +66,13 @@ type Released struct {
 // the day through release.Writer.WriteDrawnPDDRound: the day's counts are
 // stored as its draw before anything else and a redo writes the stored
 // day. A day over Budget is refused (Refused), logged, and not written.
+//
+// Withheld days: a day the leader did not collect because its batch had
+// fewer reports than the minimum batch size reaches the stage as the
+// leader's notice (State.SmallBatch) and is recorded in pdd_withheld,
+// reason release.WithheldMinBatch (Withheld), as `crowdlog pdd` records
+// it. That status is a function of the exact report count that ε does not
+// cover (docs/threat-model.md, "below_min_batch").
 type Stage struct {
 	Brokers []string
 	// Topic defaults to protocol.Prio3SharesTopic.
@@ -98,9 +105,11 @@ type Stage struct {
 	OnDay func(Released)
 
 	// Days counts days written by this run, Skipped those found already
-	// written, Refused noisy days refused over the privacy budget, Dropped
-	// the messages State dropped (by reason: DroppedBy).
-	Days, Skipped, Refused, Dropped atomic.Int64
+	// written, Refused noisy days refused over the privacy budget, Withheld
+	// the leader's small-batch notices recorded (pdd_withheld
+	// below_min_batch), Dropped the messages State dropped (by reason:
+	// DroppedBy).
+	Days, Skipped, Refused, Withheld, Dropped atomic.Int64
 
 	mu      sync.Mutex
 	dropped map[string]int64
@@ -228,6 +237,13 @@ func (st *Stage) Run(ctx context.Context) error {
 					log.Info("prio3 release: aggregate shares dropped so far", "by_reason", state.Dropped)
 				}
 			}
+			for _, d := range state.SmallBatch {
+				st.RecordCampaign(ctx, log)
+				pdd.RecordWithheld(ctx, st.Writer, release.PDDWithheld{Campaign: st.Collector.Campaign, Day: d.Start(), Reason: release.WithheldMinBatch,
+					Detail: fmt.Sprintf("fewer reports than the minimum batch size %d: the aggregators never revealed the batch", st.Collector.MinBatchSize)}, log)
+				st.Withheld.Add(1)
+			}
+			state.SmallBatch = state.SmallBatch[:0]
 			if !done {
 				continue
 			}

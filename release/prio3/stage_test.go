@@ -48,6 +48,16 @@ type counting struct {
 	writes atomic.Int32
 }
 
+// WritePDDWithheld and WritePDDCampaign pass through (pdd.WithheldSink,
+// pdd.CampaignSink).
+func (c *counting) WritePDDWithheld(ctx context.Context, r release.PDDWithheld, at time.Time) error {
+	return c.Sink.(pdd.WithheldSink).WritePDDWithheld(ctx, r, at)
+}
+
+func (c *counting) WritePDDCampaign(ctx context.Context, r release.PDDCampaign, at time.Time) error {
+	return c.Sink.(pdd.CampaignSink).WritePDDCampaign(ctx, r, at)
+}
+
 func (c *counting) WritePDDRound(ctx context.Context, r release.PDDRound, at time.Time) error {
 	if c.writes.Add(1) <= c.fail {
 		return errors.New("injected ClickHouse outage")
@@ -144,12 +154,20 @@ func testStage(t *testing.T, w *release.Writer) {
 	sh := aggregate(t, campaign, m, ck.PublicKey(), 1, small, randomClients(rng, 2, length))
 	other := aggregate(t, "another", m, ck.PublicKey(), 1, days[0], randomClients(rng, 3, length))
 	msgs = append(msgs, msg(small, sh[0]), msg(small, sh[1]), msg(days[0], []byte("not a share")), msg(days[0], other[0]))
+	dropped := len(msgs) - 2*len(days)
+	// the leader's notice of a day under the minimum batch (twice: a
+	// re-emit after a restart), and another campaign's: recorded once as
+	// below_min_batch, the other campaign's ignored
+	withheld := p3.Day(20004)
+	notice, _ := (&p3.AggShare{Role: 0, Campaign: campaign, Day: withheld, Reason: p3.ReasonSmallBatch}).MarshalBinary()
+	otherNotice, _ := (&p3.AggShare{Role: 0, Campaign: "another", Day: withheld + 1, Reason: p3.ReasonSmallBatch}).MarshalBinary()
+	msgs = append(msgs, msg(withheld, notice), msg(withheld, notice), msg(withheld+1, otherNotice))
+	dropped++
 	kw := kafka.NewWriter(broker.Addr, protocol.Prio3SharesTopic)
 	if err := kw.WriteMessages(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}
 	kw.Close()
-	dropped := len(msgs) - 2*len(days)
 
 	// the expected rows, from the clients' counts alone
 	blacklisted := ""
@@ -184,7 +202,7 @@ func testStage(t *testing.T, w *release.Writer) {
 			Collector: p3.Collector{Campaign: campaign, Measurement: m, Key: ck, MinBatchSize: minBatch}}
 	}
 	st := newStage(sink)
-	got := runStage(t, st, len(days), func() bool { return st.Dropped.Load() >= int64(dropped) })
+	got := runStage(t, st, len(days), func() bool { return st.Dropped.Load() >= int64(dropped) && st.Withheld.Load() >= 1 })
 	for _, r := range got {
 		if !r.Written {
 			t.Fatalf("day %s not written by the first run", r.Batch.Day)
@@ -192,8 +210,16 @@ func testStage(t *testing.T, w *release.Writer) {
 	}
 	by := st.DroppedBy()
 	if sink.writes.Load() != int32(len(days))+1 || st.Days.Load() != int64(len(days)) || st.Dropped.Load() != int64(dropped) ||
-		by[DropSmallBatch] != 2 || by[DropCampaign] != 1 || by[DropMalformed] != 1 || by[DropDuplicate]+by[DropLate] != 2 {
+		by[DropSmallBatch] != 2 || by[DropCampaign] != 2 || by[DropMalformed] != 1 || by[DropDuplicate]+by[DropLate] != 2 {
 		t.Fatalf("writes %d (want %d, one failed), days %d, dropped %v (want %d)", sink.writes.Load(), len(days)+1, st.Days.Load(), by, dropped)
+	}
+	// the notice: one pdd_withheld row, and the campaign's mode
+	if wh, err := w.ReadPDDWithheld(ctx, campaign); err != nil || len(wh) != 1 || !wh[0].Day.Equal(withheld.Start()) ||
+		wh[0].Reason != release.WithheldMinBatch || st.Withheld.Load() != 1 {
+		t.Fatalf("pdd_withheld %+v (%v), %d recorded; want %s below_min_batch once", wh, err, st.Withheld.Load(), withheld)
+	}
+	if cs, err := w.ReadPDDCampaigns(ctx, campaign); err != nil || len(cs) != 1 || cs[0].Mode != release.PDDModePrio3 || cs[0].K != minBatch {
+		t.Fatalf("pdd_campaigns %+v, %v", cs, err)
 	}
 	checkMetrics(t, st, map[string]float64{"crowdlog_prio3_release_days_total": float64(len(days)),
 		`crowdlog_prio3_release_dropped_total{reason="small_batch"}`: 2, `crowdlog_prio3_release_dropped_total{reason="malformed"}`: 1,

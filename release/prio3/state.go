@@ -31,7 +31,8 @@ const (
 	// DropCampaign: a share of another campaign than the configured one.
 	DropCampaign = "other_campaign"
 	// DropRefusal: an AggShare carrying an aggregator's refusal reason
-	// instead of a share (the leader should not forward one).
+	// instead of a share, other than the leader's small-batch notice
+	// (the leader forwards no other).
 	DropRefusal = "refusal"
 	// DropDay: a day ClickHouse's Date cannot hold (after 2149-06-06).
 	DropDay = "bad_day"
@@ -129,8 +130,17 @@ type State struct {
 	// first Apply.
 	Epsilon float64
 
+	// SmallBatch holds the days the leader said it withheld as under the
+	// minimum batch size (its notice: role 0, reason
+	// protocol/prio3.ReasonSmallBatch), in arrival order, each once and
+	// only while the day is not released; the Stage records them
+	// (release.WithheldMinBatch) and empties it. A notice carries no
+	// count; a day released later supersedes it (pdd_rounds wins).
+	SmallBatch []p3.Day
+
 	c        p3.Collector
 	keys     []*onion.KeyPair // c.Key, then the keys before a rotation
+	notified map[p3.Day]bool
 	open     map[p3.Day]*dayAcc
 	released map[p3.Day]bool
 }
@@ -178,6 +188,15 @@ func (s *State) Apply(b []byte) (Batch, bool) {
 	switch {
 	case a.Campaign != s.c.Campaign:
 		s.drop(DropCampaign)
+		return Batch{}, false
+	case a.Reason == p3.ReasonSmallBatch && a.Role == 0 && a.Day <= maxDay:
+		if !s.released[a.Day] && !s.notified[a.Day] {
+			if s.notified == nil {
+				s.notified = map[p3.Day]bool{}
+			}
+			s.notified[a.Day] = true
+			s.SmallBatch = append(s.SmallBatch, a.Day)
+		}
 		return Batch{}, false
 	case a.Reason != "":
 		s.drop(DropRefusal)

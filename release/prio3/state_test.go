@@ -330,3 +330,32 @@ func FuzzApply(f *testing.F) {
 		}
 	})
 }
+
+// TestSmallBatchNotice: the leader's notice (role 0, reason small_batch,
+// no share) puts its day in SmallBatch once; the helper's refusal with
+// the same reason, another refusal and a notice of a released day do not.
+func TestSmallBatchNotice(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	s, ck := newTestState(t)
+	notice := func(role byte, day p3.Day, reason string) []byte {
+		b, err := (&p3.AggShare{Role: role, Campaign: tCampaign, Day: day, Reason: reason}).MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	lv, hv := split(rng, []int64{1, 0, 0, 0, 0, 2})
+	released := apply(s, craft(t, ck.PublicKey(), 0, tCampaign, tDay, 5, 1, lv), craft(t, ck.PublicKey(), 1, tCampaign, tDay, 5, 1, hv))
+	if len(released) != 1 {
+		t.Fatalf("released %d days, want 1", len(released))
+	}
+	got := apply(s, notice(0, tDay+1, p3.ReasonSmallBatch), notice(0, tDay+1, p3.ReasonSmallBatch), notice(1, tDay+2, p3.ReasonSmallBatch),
+		notice(0, tDay+3, "mismatch"), notice(0, tDay, p3.ReasonSmallBatch), notice(0, tDay+4, p3.ReasonSmallBatch))
+	if len(got) != 0 {
+		t.Fatalf("a notice released %+v", got)
+	}
+	if want := []p3.Day{tDay + 1, tDay + 4}; !reflect.DeepEqual(s.SmallBatch, want) {
+		t.Fatalf("SmallBatch %v, want %v", s.SmallBatch, want)
+	}
+	wantDropped(t, s, map[string]int64{DropRefusal: 2})
+}
