@@ -120,6 +120,16 @@ func TestPDDReportAndExport(t *testing.T) {
 	if len(data.PDD) != 3 || data.PDD[0].Name != "groups" || data.PDD[1].Name != "p3" || data.PDD[2].Name != "p3b" {
 		t.Fatalf("PDD campaigns %+v, want groups, p3 and p3b", data.PDD)
 	}
+	// every campaign's mode, ε, S or max_count and k, recorded by the release stages
+	for i, want := range []release.PDDCampaign{
+		{Campaign: "groups", Mode: release.PDDModeGroups, Epsilon: 1, Sensitivity: 3, K: 10, Params: fmt.Sprintf("max_count=3 keywords=%d", length)},
+		{Campaign: "p3", Mode: release.PDDModePrio3, Sensitivity: p3.DefaultL1, K: uint64(minBatch), Params: fmt.Sprintf("kind=sumvec bits=%d l1=%d keywords=%d", bits, p3.DefaultL1, length)},
+		{Campaign: "p3b", Mode: release.PDDModePrio3, Epsilon: 1, Sensitivity: p3.DefaultL1, K: 1, Params: fmt.Sprintf("kind=sumvec bits=%d l1=%d keywords=%d", bits, p3.DefaultL1, length)},
+	} {
+		if got := data.PDD[i].Configs; len(got) != 1 || got[0] != want || data.PDD[i].Mode != want.Mode {
+			t.Errorf("campaign %s: mode %q, pdd_campaigns %+v; want %+v", want.Campaign, data.PDD[i].Mode, got, want)
+		}
+	}
 	for i, d := range data.PDD[2].Days {
 		if d.Released || d.Reason != release.WithheldBudget || d.Day.Format("2006-01-02") != logDays[i] {
 			t.Errorf("p3b day %d: %+v, want %s withheld over the budget", i, d, logDays[i])
@@ -230,7 +240,8 @@ func TestPDDReportAndExport(t *testing.T) {
 	}
 	html := string(b)
 	for _, s := range []string{`data-plot="pdd-0"`, `data-plot="pdd-confidence-0"`, `data-plot="pdd-1"`, `data-plot="pdd-confidence-1"`,
-		"<h3>campaign p3</h3>", "<h3>campaign groups</h3>", "± 9.0<br><span class=\"note\">1 × Lap(3), scale from the ledger</span>", "weather (named)"} {
+		"<h3>campaign p3</h3>", "<h3>campaign groups</h3>",
+		fmt.Sprintf("Prio3 mode (two aggregators, one Laplace draw each per count); exact counts (ε = 0), S = %d", p3.DefaultL1), "± 9.0<br><span class=\"note\">1 × Lap(3), scale from the ledger</span>", "weather (named)"} {
 		if !strings.Contains(html, s) {
 			t.Errorf("the report lacks %q", s)
 		}
@@ -242,6 +253,9 @@ func TestPDDReportAndExport(t *testing.T) {
 	}
 	if n := strings.Count(html, `<tr class="withheld">`); n != len(wantWithheld)+3 {
 		t.Errorf("%d withheld rows, want %d below the minimum batch and 3 over the budget", n, len(wantWithheld))
+	}
+	if strings.Contains(html, "mode not recorded") {
+		t.Error("the report says \"mode not recorded\" for a campaign of this run")
 	}
 	if n := strings.Count(html, "budget: the release would have passed the privacy budget"); n != 3 {
 		t.Errorf("%d rows withheld over the budget, want 3", n)
