@@ -23,11 +23,13 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 
+	"github.com/crowdlog/crowdlog/aggregator"
 	aggprio3 "github.com/crowdlog/crowdlog/aggregator/prio3"
 	"github.com/crowdlog/crowdlog/aggregator/vectors"
 	"github.com/crowdlog/crowdlog/coordinator"
 	"github.com/crowdlog/crowdlog/infra/ready"
 	"github.com/crowdlog/crowdlog/issuer"
+	"github.com/crowdlog/crowdlog/protocol/pipelinespec"
 	"github.com/crowdlog/crowdlog/randomness"
 	pddrelease "github.com/crowdlog/crowdlog/release/pdd"
 	prio3release "github.com/crowdlog/crowdlog/release/prio3"
@@ -214,6 +216,9 @@ func notInRun(t *testing.T) map[string]*dto.MetricFamily {
 	(&aggprio3.LeaderService{}).Register(reg)
 	(&aggprio3.HelperService{}).Register(reg)
 	(&prio3release.Stage{}).Register(reg)
+	// the per-pipeline counts exist only with aggregate --nats: one served
+	// threshold pipeline, admitted 0
+	reg.MustRegister(pipelineReports{&aggregator.Service{Announce: []pipelinespec.Spec{{App: "query", Policy: "ft-u", ShamirK: 2}}}})
 	ready.New(nil, ready.Check{Name: "nats"}, ready.Check{Name: "jetstream"}, ready.Check{Name: "kafka"},
 		ready.Check{Name: "kafka_writes"}, ready.Check{Name: "clickhouse"}).Register(reg)
 	mfs, err := reg.Gather()
@@ -339,6 +344,7 @@ func TestDashboardLabelValues(t *testing.T) {
 		{"crowdlog_issuer_refused_total", "reason", issuer.ReasonBudget},
 		{"crowdlog_prio3_rejected_total", "reason", aggprio3.ReasonTokenSpent},
 		{"crowdlog_prio3_rejected_total", "reason", "helper_" + aggprio3.ReasonTokenMissing},
+		{"crowdlog_aggregator_pipeline_reports_total", "outcome", aggregator.PipelineOutcomeAdmitted},
 	} {
 		mf := family(other, want.name)
 		if mf == nil || !hasLabel(mf, want.label, want.value) {
