@@ -266,11 +266,14 @@ func hasLabel(mf *dto.MetricFamily, name, value string) bool {
 // label="value" matcher's value appears on a series of that metric, e.g.
 // crowdlog_relay_dropped_total{reason="unknown_key"}. Metrics of the roles
 // the run does not run (notInRun) are checked against those roles'
-// registries instead, and logged.
+// registries instead, and logged; a metric with no series there (a
+// per-partition gauge before any fetch) only needs to be registered in
+// the code (registeredMetricNames) when the panel selects no label value.
 func checkDashboard(t *testing.T, scraped string) {
 	t.Helper()
 	run := scrapeFamilies(t, scraped)
 	other := notInRun(t)
+	registered := registeredMetricNames(t, "../..")
 	for _, p := range readDashboard(t) {
 		if len(p.Targets) == 0 {
 			t.Errorf("dashboard panel %q has no targets", p.Title)
@@ -292,6 +295,13 @@ func checkDashboard(t *testing.T, scraped string) {
 					}
 				}
 				if mf == nil {
+					// a per-partition gauge of a role not run here has no
+					// series before its first fetch: registered in the code
+					// is enough when the panel selects no label value
+					if file, ok := registered[sel.name]; ok && len(sel.equals) == 0 {
+						t.Logf("dashboard panel %q: %s registered in %s (no series without partitions)", p.Title, sel.name, file)
+						continue
+					}
 					t.Errorf("dashboard panel %q plots %s, which no role exports", p.Title, sel.name)
 					continue
 				}
