@@ -145,3 +145,41 @@ func (s *Service) announce(ctx context.Context, log *slog.Logger) error {
 }
 
 func processID() string { return rand.Text()[:16] }
+
+// PipelineOutcomeAdmitted is the outcome of PipelineReports for a report
+// admitted (the others are admit's drop reasons, e.g. "pipeline-mismatch",
+// "late", "unknown-epoch").
+const PipelineOutcomeAdmitted = "admitted"
+
+// PipelineReports returns the reports this process's partitions admitted
+// and refused since it started, summed over apps and epochs, per pipeline
+// whose counts Announcement discloses (a served threshold definition, and
+// "none" for reports sealed for no pipeline; never a DP definition's, nor
+// a digest not served, whose refusals the aggregate
+// crowdlog_aggregator_dropped_total counts): keys are
+// {pipelinespec.DigestString(digest), outcome}, outcome
+// PipelineOutcomeAdmitted or the refusal reason. Every served threshold
+// definition is present, admitted 0 until its first report. Counted only
+// while the service announces (NATS set), over at most
+// MaxAnnouncedContexts report contexts.
+func (s *Service) PipelineReports() map[[2]string]int64 {
+	out := map[[2]string]int64{}
+	for _, sp := range s.Announce {
+		if sp.DP == nil {
+			out[[2]string{pipelinespec.DigestString(sp.Digest()), PipelineOutcomeAdmitted}] += 0
+		}
+	}
+	s.annMu.Lock()
+	defer s.annMu.Unlock()
+	for c, n := range s.admits {
+		if !s.discloses(c.Pipeline) {
+			continue
+		}
+		d := pipelinespec.DigestString(c.Pipeline)
+		out[[2]string{d, PipelineOutcomeAdmitted}] += n.admitted
+		for r, v := range n.refused {
+			out[[2]string{d, r}] += v
+		}
+	}
+	return out
+}

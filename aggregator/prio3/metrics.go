@@ -6,12 +6,16 @@ import (
 	"github.com/crowdlog/crowdlog/infra/metrics"
 )
 
-// Known reasons (their series exist at 0 from the start).
+// Known reasons (their series exist at 0 from the start), the token
+// refusals included: the leader's own and, as helper_REASON, the helper's.
 var (
 	rejectReasons  = []string{"malformed", "unknown_key", "campaign", "late", "future", "replay", "decrypt", "key_epoch", "input_share", "joint_rand", "proof", "prep_share"}
 	refuseReasons  = []string{"small_batch", "batch_open", "mismatch", "unknown_batch"}
-	leaderRejected = append(append([]string{}, rejectReasons...), ReasonMalformedResponse)
-	helperRejected = append(append([]string{}, rejectReasons...), ReasonMalformedRequest)
+	leaderRejected = append(append([]string{}, rejectReasons...), ReasonMalformedResponse,
+		ReasonTokenMissing, ReasonTokenInvalid, ReasonTokenBinding, ReasonTokenSpent,
+		"helper_"+ReasonTokenMissing, "helper_"+ReasonTokenInvalid, "helper_"+ReasonTokenBinding)
+	helperRejected = append(append([]string{}, rejectReasons...), ReasonMalformedRequest,
+		ReasonTokenMissing, ReasonTokenInvalid, ReasonTokenBinding)
 )
 
 // reasonCollector exposes name{role, reason} from a role's counters.

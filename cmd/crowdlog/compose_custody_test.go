@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -27,6 +28,9 @@ func composeServices(t *testing.T) map[string]struct {
 	Command     []string          `yaml:"command"`
 	Volumes     []string          `yaml:"volumes"`
 	Environment map[string]string `yaml:"environment"`
+	Networks    []string          `yaml:"networks"`
+	Profiles    []string          `yaml:"profiles"`
+	Tmpfs       []string          `yaml:"tmpfs"`
 } {
 	t.Helper()
 	b, err := os.ReadFile("../../infra/deploy/compose.yaml")
@@ -39,6 +43,9 @@ func composeServices(t *testing.T) map[string]struct {
 			Command     []string          `yaml:"command"`
 			Volumes     []string          `yaml:"volumes"`
 			Environment map[string]string `yaml:"environment"`
+			Networks    []string          `yaml:"networks"`
+			Profiles    []string          `yaml:"profiles"`
+			Tmpfs       []string          `yaml:"tmpfs"`
 		} `yaml:"services"`
 	}
 	if err := yaml.Unmarshal(b, &c); err != nil {
@@ -50,32 +57,43 @@ func composeServices(t *testing.T) map[string]struct {
 // TestComposeMounts: in infra/deploy/compose.yaml no container mounts the
 // keys or NKey directory whole; a private key of the custody table
 // (keydir.Custody) and an NKey seed (*.nk) are mounted only into the
-// containers whose command names that file; control-sign.key into none;
+// containers whose command names that file, or names the directory it is
+// mounted in as --keys (the role loads its keys from there); no container
+// mounts private keys of two custody roles; control-sign.key into none;
 // the NATS servers mount no seed.
 func TestComposeMounts(t *testing.T) {
-	private := map[string]bool{}
+	private := map[string]string{} // file -> custody role
 	for _, r := range keydir.Custody {
 		for _, p := range r.Private {
-			private[p] = true
+			private[p] = r.Role
 		}
 	}
 	n := 0
 	for name, s := range composeServices(t) {
 		args := strings.Join(s.Command, " ")
+		keysDir := composeFlag(s.Command, "--keys")
+		roles := map[string]bool{}
 		for _, v := range s.Volumes {
-			src, _, _ := strings.Cut(v, ":")
+			src, rest, _ := strings.Cut(v, ":")
+			dst, _, _ := strings.Cut(rest, ":")
 			src = path.Clean(src)
 			if src == "keys" || src == "nats-auth" {
 				t.Errorf("service %s mounts the whole %s directory (%s)", name, src, v)
 			}
 			base := path.Base(src)
-			if (private[base] || strings.HasSuffix(base, ".nk")) && !strings.Contains(args, "/"+base) {
+			if (private[base] != "" || strings.HasSuffix(base, ".nk")) && !strings.Contains(args, "/"+base) && (keysDir == "" || path.Dir(dst) != keysDir) {
 				t.Errorf("service %s mounts %s, which its command does not use", name, base)
+			}
+			if r := private[base]; r != "" {
+				roles[r] = true
 			}
 			if base == keydir.ControlSignKey {
 				t.Errorf("service %s mounts the pipeline operator's %s", name, base)
 			}
 			n++
+		}
+		if len(roles) > 1 {
+			t.Errorf("service %s mounts private keys of %d custody roles %v", name, len(roles), slices.Sorted(maps.Keys(roles)))
 		}
 	}
 	if n < 10 {
@@ -220,4 +238,103 @@ func TestReleaseRequiresWriter(t *testing.T) {
 			t.Errorf("%v: %v; want a usage error saying %q", c.args, err, c.want)
 		}
 	}
+}
+
+// TestComposePrio3Issuers: compose's prio3 profile runs each Prio3
+// aggregator's token issuer beside it: `issuer --role prio3-leader` with the
+// leader and `issuer --role prio3-helper` with the helper, each on the
+// network of its aggregator's operator, with its aggregator's NKey and the
+// token seed and custody marker its aggregator reads (the same host files),
+// in a writable in-memory --keys directory with the attester's list. The
+// leader's operator and the helper's share no host file but public ones
+// (the collector's and the leader's public keys, the enrollment list).
+func TestComposePrio3Issuers(t *testing.T) {
+	svcs := composeServices(t)
+	mounts := func(name string) map[string]string { // destination -> host file
+		out := map[string]string{}
+		for _, v := range svcs[name].Volumes {
+			src, rest, _ := strings.Cut(v, ":")
+			dst, _, _ := strings.Cut(rest, ":")
+			out[dst] = path.Clean(src)
+		}
+		return out
+	}
+	for _, c := range []struct{ role, agg, seed string }{
+		{"prio3-leader", "prio3-leader", keydir.Prio3LeaderTokenSeed},
+		{"prio3-helper", "prio3-helper", keydir.Prio3HelperTokenSeed},
+	} {
+		name := c.role + "-issuer"
+		s, ok := svcs[name]
+		if !ok {
+			t.Errorf("compose.yaml has no service %s", name)
+			continue
+		}
+		a := svcs[c.agg]
+		if len(s.Command) < 3 || s.Command[0] != "issuer" || composeFlag(s.Command, "--role") != c.role {
+			t.Errorf("%s: command %v, want issuer --role %s", name, s.Command, c.role)
+		}
+		if !slices.Equal(s.Profiles, []string{"prio3"}) || !slices.Equal(a.Profiles, []string{"prio3"}) {
+			t.Errorf("%s profiles %v, %s profiles %v: want [prio3] (off unless Prio3 mode is started)", name, s.Profiles, c.agg, a.Profiles)
+		}
+		if !slices.Equal(s.Networks, a.Networks) {
+			t.Errorf("%s on networks %v, its aggregator on %v: want its operator's", name, s.Networks, a.Networks)
+		}
+		if n := composeFlag(s.Command, "--nats-nkey"); n == "" || n != composeFlag(a.Command, "--nats-nkey") || mounts(name)[n] != mounts(c.agg)[n] {
+			t.Errorf("%s: NKey %q (%s), its aggregator's %q (%s)", name, n, mounts(name)[n], composeFlag(a.Command, "--nats-nkey"), mounts(c.agg)[n])
+		}
+		keys := composeFlag(s.Command, "--keys")
+		if !slices.Contains(s.Tmpfs, keys) {
+			t.Errorf("%s: --keys %q is not a tmpfs (%v): the issuer writes its keys directory", name, keys, s.Tmpfs)
+		}
+		m, am := mounts(name), mounts(c.agg)
+		seed := am[composeFlag(a.Command, "--token-seed")]
+		if seed == "" || m[keys+"/"+c.seed] != seed {
+			t.Errorf("%s: seed %q at %s/%s, its aggregator's --token-seed is %q", name, m[keys+"/"+c.seed], keys, c.seed, seed)
+		}
+		if m[keys+"/"+keydir.CustodyFile] == "" || m[keys+"/"+keydir.CustodyFile] != am[composeFlag(a.Command, "--keys")+"/"+keydir.CustodyFile] {
+			t.Errorf("%s: custody marker %q, its aggregator's %q", name, m[keys+"/"+keydir.CustodyFile], am[composeFlag(a.Command, "--keys")+"/"+keydir.CustodyFile])
+		}
+		if m[keys+"/"+keydir.EnrollmentFile] == "" {
+			t.Errorf("%s: no enrollment list at %s/%s", name, keys, keydir.EnrollmentFile)
+		}
+	}
+	for _, name := range []string{"prio3-leader", "prio3-leader-issuer", "prio3-helper", "prio3-helper-issuer"} { // the binary's own flags
+		root := rootCmd()
+		cmd, rest, err := root.Find(svcs[name].Command)
+		if err != nil || cmd == root {
+			t.Errorf("%s: %v: not a crowdlog subcommand: %v", name, svcs[name].Command, err)
+			continue
+		}
+		if err := cmd.ParseFlags(rest); err != nil || len(cmd.Flags().Args()) > 0 {
+			t.Errorf("%s: %v: %v %v", name, svcs[name].Command, err, cmd.Flags().Args())
+		}
+	}
+	side := map[string]string{} // host file -> operator side
+	for _, op := range []string{"prio3-leader", "prio3-helper"} {
+		for _, svc := range []string{op, op + "-issuer"} {
+			for _, src := range mounts(svc) {
+				if strings.HasSuffix(src, ".pub") || path.Base(src) == keydir.EnrollmentFile || !strings.Contains(src, "/") {
+					continue // public files; named volumes
+				}
+				if o := side[src]; o != "" && o != op {
+					t.Errorf("%s is mounted by both the %s and the %s operator", src, o, op)
+				}
+				side[src] = op
+			}
+		}
+	}
+}
+
+// composeFlag returns the value of flag in a compose command ("--f v"
+// or "--f=v"), or "".
+func composeFlag(args []string, flag string) string {
+	for i, a := range args {
+		if a == flag && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v
+		}
+	}
+	return ""
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -161,7 +162,7 @@ func TestHelmChartArgs(t *testing.T) {
 				role, _ := cmd.Flags().GetString("role")
 				rk, ok := keydir.RoleOf(role)
 				if !ok || len(rk.IssuerKinds) == 0 {
-					t.Errorf("%s: issuer --role %q: want aggregator or randomness (the verifier it issues for)", where, role)
+					t.Errorf("%s: issuer --role %q: want aggregator, randomness, prio3-leader or prio3-helper (the verifier it issues for)", where, role)
 				}
 				n, _ := cmd.Flags().GetInt("randomness-tokens")
 				d, _ := cmd.Flags().GetInt("report-tokens")
@@ -181,7 +182,7 @@ func TestHelmChartArgs(t *testing.T) {
 	if !slices.Equal(streamsJobs, []string{"pipeline-operator"}) {
 		t.Errorf("streams Jobs at %v, want one at the pipeline operator (every stream exists before the roles start)", streamsJobs)
 	}
-	if want := []string{"randomness:randomness", "aggregator:aggregator"}; !slices.Equal(issuers, want) {
+	if want := []string{"randomness:randomness", "aggregator:aggregator", "aggregator:prio3-leader", "prio3-helper:prio3-helper"}; !slices.Equal(issuers, want) {
 		t.Errorf("issuers %v, want %v (each token issued where it is verified)", issuers, want)
 	}
 	for role, sub := range map[string]string{"relay": "relay", "aggregator": "aggregate", "release": "release", "operator": "open-epoch"} {
@@ -330,6 +331,105 @@ func TestHelmPrio3Files(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), "no NATS here") {
 			t.Errorf("%s %s: signing key from the chart's files: %v", c.op, c.role, err)
+		}
+	}
+}
+
+// TestHelmPrio3Issuers: each Prio3 token issuer of the chart (the
+// leader's at the aggregator operator, the helper's at the prio3-helper
+// operator) starts on what the chart mounts: a tree holding its keys
+// Secret's items (from keydir.GenerateRole of its aggregator's role) and
+// the enrollment list where its mounts put them, with its own arguments,
+// passes the issuer's Options.Config with exactly its token kind, and uses
+// its aggregator's token seed (the file is not replaced by a fresh one).
+func TestHelmPrio3Issuers(t *testing.T) {
+	for _, c := range []struct{ op, role, secret, seed string }{
+		{"aggregator", keydir.RolePrio3Leader, "crowdlog-prio3-leader-keys", keydir.Prio3LeaderTokenSeed},
+		{"prio3-helper", keydir.RolePrio3Helper, "crowdlog-prio3-helper-keys", keydir.Prio3HelperTokenSeed},
+	} {
+		gen := filepath.Join(t.TempDir(), c.role)
+		if err := keydir.GenerateRole(gen, c.role); err != nil {
+			t.Fatal(err)
+		}
+		objs, err := helm.Render(c.op, map[string]any{"prio3": map[string]any{"leader": map[string]any{"enabled": true}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ctr *helm.Container
+		for _, x := range helm.Containers(objs) {
+			if x.Name == c.role+"-issuer" {
+				ctr = &x
+			}
+		}
+		if ctr == nil {
+			t.Fatalf("%s: no %s-issuer container", c.op, c.role)
+		}
+		root := t.TempDir()
+		for _, m := range ctr.VolumeMounts {
+			for _, v := range ctr.Pod.Volumes {
+				if v.Name != m.Name {
+					continue
+				}
+				var items []corev1.KeyToPath
+				from := func(key string) string { return "" }
+				switch {
+				case v.Secret != nil && v.Secret.SecretName == c.secret:
+					items, from = v.Secret.Items, func(key string) string { return filepath.Join(gen, key) }
+				case v.ConfigMap != nil && v.ConfigMap.Name == "crowdlog-enrollment":
+					items = v.ConfigMap.Items
+				case v.EmptyDir != nil:
+					if err := os.MkdirAll(filepath.Join(root, m.MountPath), 0o700); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, it := range items {
+					to := filepath.Join(root, m.MountPath, it.Path)
+					if m.SubPath != "" {
+						if it.Path != m.SubPath {
+							continue
+						}
+						to = filepath.Join(root, m.MountPath)
+					}
+					var b []byte // the enrollment list: empty
+					if f := from(it.Key); f != "" {
+						if b, err = os.ReadFile(f); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(to, b, 0o440); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		args := slices.Clone(ctr.Args[1:])
+		for i, a := range args {
+			if strings.HasPrefix(a, "/var/lib/crowdlog") {
+				args[i] = filepath.Join(root, a)
+			}
+		}
+		o := issuer.NewOptions()
+		fs := pflag.NewFlagSet("issuer", pflag.ContinueOnError)
+		fs.ParseErrorsAllowlist.UnknownFlags = true // --metrics, added by the command
+		o.AddFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := o.Config()
+		if err != nil {
+			t.Errorf("%s %s-issuer: the chart's files do not start it: %v", c.op, c.role, err)
+			continue
+		}
+		if !slices.Equal(cfg.Kinds, []string{c.role}) {
+			t.Errorf("%s %s-issuer: kinds %v, want [%s]", c.op, c.role, cfg.Kinds, c.role)
+		}
+		want, _ := os.ReadFile(filepath.Join(gen, c.seed))
+		got, _ := os.ReadFile(filepath.Join(o.Keys, c.seed))
+		if len(want) == 0 || !bytes.Equal(got, want) {
+			t.Errorf("%s %s-issuer: token seed is not its aggregator's (%d bytes, want %d)", c.op, c.role, len(got), len(want))
 		}
 	}
 }

@@ -57,7 +57,9 @@ func ExactCounts(optIn bool, pipelineFiles []string) (bool, error) {
 // RegisterAggregator exposes an aggregator's counters: reports accepted
 // and dropped (all reasons, incl. redelivered duplicates); the consumer
 // lag per owned partition of the reports topic; the batch apply time
-// histogram (seconds); and, with exact (ExactCounts), reports decrypted,
+// histogram (seconds); the reports admitted and refused per served
+// threshold pipeline (aggregator.Service.PipelineReports); and, with exact
+// (ExactCounts), reports decrypted,
 // undecrypted tags pending in the partitions this process owns and the
 // sampled decrypt wait histogram (seconds).
 func RegisterAggregator(reg prometheus.Registerer, s *aggregator.Service, exact bool) {
@@ -82,8 +84,25 @@ func RegisterAggregator(reg prometheus.Registerer, s *aggregator.Service, exact 
 			}
 			return out
 		})
+	reg.MustRegister(pipelineReports{s})
 	metrics.CounterFunc(reg, "crowdlog_aggregator_snapshots_total", "Partition snapshots written (--snapshot-dir).", nil, func() float64 { return float64(s.Snapshots.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_aggregator_restores_total", "Partitions restored from a snapshot instead of replayed from the epoch's start.", nil, func() float64 { return float64(s.Restores.Load()) })
+}
+
+// pipelineReportsDesc describes crowdlog_aggregator_pipeline_reports_total.
+var pipelineReportsDesc = prometheus.NewDesc("crowdlog_aggregator_pipeline_reports_total",
+	"Reports admitted (outcome admitted) and refused (outcome: the drop reason, e.g. pipeline-mismatch, late, unknown-epoch) per served threshold pipeline (its digest; none: sealed for no pipeline), as announced on crowdlog.pipeline; DP pipelines are never counted here. Only with aggregate --nats.",
+	[]string{"pipeline", "outcome"}, nil)
+
+// pipelineReports exposes aggregator.Service.PipelineReports.
+type pipelineReports struct{ s *aggregator.Service }
+
+func (c pipelineReports) Describe(ch chan<- *prometheus.Desc) { ch <- pipelineReportsDesc }
+
+func (c pipelineReports) Collect(ch chan<- prometheus.Metric) {
+	for k, n := range c.s.PipelineReports() {
+		ch <- prometheus.MustNewConstMetric(pipelineReportsDesc, prometheus.CounterValue, float64(n), k[0], k[1])
+	}
 }
 
 // RegisterRandomness exposes OPRF elements evaluated and requests rejected.

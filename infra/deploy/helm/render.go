@@ -30,7 +30,9 @@ import (
 // aggregator's: report tokens and ARC; the randomness operator's:
 // randomness tokens), and the attester's enrollment list is a ConfigMap.
 // Prio3 mode's two aggregators are two operators: the leader runs at the
-// aggregator operator (prio3.leader.enabled), the helper at prio3-helper.
+// aggregator operator (prio3.leader.enabled), the helper at prio3-helper,
+// each beside the issuer of its own tokens (issuer --role prio3-leader,
+// issuer --role prio3-helper) with its credentials.
 var Operators = []string{"relay-a", "relay-b", "randomness", "aggregator", "prio3-helper", "release", "pipeline-operator"}
 
 // Dir is the directory of this package: the chart is Dir/crowdlog, the

@@ -189,6 +189,24 @@ func TestRenderRefuses(t *testing.T) {
 			t.Errorf("%s with %v rendered", c.op, c.set)
 		}
 	}
+	// a Secret the operator must create: the install names the value and
+	// the Secret's contents instead of falling back to another role's
+	// credential (the aggregate role with the issuer's crowdlog-nats would
+	// fail only at its first subscribe)
+	for _, c := range []struct {
+		set  map[string]any
+		want string
+	}{
+		{map[string]any{"aggregator": map[string]any{"natsSecret": ""}}, "aggregator.natsSecret: the Secret of the aggregate role's own NATS credential"},
+		{map[string]any{"prio3": map[string]any{"leader": map[string]any{"enabled": true, "natsSecret": ""}}}, "prio3.leader.natsSecret"},
+		{map[string]any{"prio3": map[string]any{"leader": map[string]any{"enabled": true, "kafkaSecret": ""}}}, "prio3.leader.kafkaSecret"},
+		{map[string]any{"prio3": map[string]any{"leader": map[string]any{"enabled": true, "keysSecret": ""}}}, "prio3.leader.keysSecret"},
+	} {
+		_, err := Render("aggregator", c.set)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("aggregator with %v: %v, want an error naming %q", c.set, err, c.want)
+		}
+	}
 }
 
 // TestTokenCustody: tokens are on and each is issued where it is verified
@@ -196,9 +214,10 @@ func TestRenderRefuses(t *testing.T) {
 // `issuer --role aggregator` on the PersistentVolumeClaim its aggregate
 // role mounts read-only as `aggregate --keys`; the randomness operator runs
 // `issuer --role randomness` on the claim of `randomness
-// --require-tokens`; both issuers read the attester's enrollment list from
-// the ConfigMap; no other operator runs an issuer; every --epoch-length
-// is the same.
+// --require-tokens`; the prio3-helper operator runs `issuer --role
+// prio3-helper` (TestPrio3Issuers); every issuer reads the attester's
+// enrollment list from the ConfigMap; no other operator runs an issuer;
+// every --epoch-length is the same.
 func TestTokenCustody(t *testing.T) {
 	lengths := map[string]string{} // operator/container -> --epoch-length
 	issuers := map[string]string{} // operator -> --role of its issuer
@@ -269,7 +288,7 @@ func TestTokenCustody(t *testing.T) {
 			}
 		}
 	}
-	if want := map[string]string{"aggregator": "aggregator", "randomness": "randomness"}; !maps.Equal(issuers, want) {
+	if want := map[string]string{"aggregator": "aggregator", "randomness": "randomness", "prio3-helper": "prio3-helper"}; !maps.Equal(issuers, want) {
 		t.Errorf("issuers per operator %v, want %v", issuers, want)
 	}
 	if len(lengths) != 4 {
@@ -317,12 +336,12 @@ func TestKeyCustodyMounts(t *testing.T) {
 		}
 		for _, c := range Containers(objs) {
 			r, rk := r, rk
-			if c.Name == "prio3-leader" { // the leader's own Secret at the aggregator operator
+			if c.Name == "prio3-leader" || c.Name == "prio3-leader-issuer" { // the leader's own Secret at the aggregator operator
 				r = keydir.RolePrio3Leader
 				rk, _ = keydir.RoleOf(r)
 			}
 			for _, m := range c.VolumeMounts {
-				if m.MountPath != "/etc/crowdlog/keys" {
+				if m.Name != "keys" { // at /etc/crowdlog/keys, or file by file in a token issuer's keys directory
 					continue
 				}
 				var items []string
@@ -578,6 +597,136 @@ func TestPrio3Aggregators(t *testing.T) {
 		}
 		if l, h := campaign(found["leader"].c.Args), campaign(found["helper"].c.Args); !slices.Equal(l, h) {
 			t.Errorf("campaign flags differ:\nleader %v\nhelper %v", l, h)
+		}
+	}
+}
+
+// TestPrio3Issuers: each Prio3 aggregator's operator runs the issuer of its
+// own tokens (`issuer --role prio3-leader` beside the leader, only with
+// prio3.leader.enabled; `issuer --role prio3-helper` beside the helper),
+// with its role's NATS credential (the leader's crowdlog-nats-prio3-leader,
+// never the aggregator operator's crowdlog-nats; the helper operator's
+// crowdlog-nats), the token seed of its aggregator's keys Secret (the seed
+// and custody marker only, mounted file by file into the writable
+// in-memory keys directory /var/lib/crowdlog) and the attester's
+// enrollment list; no Kafka, no ClickHouse, no claim. No Secret of one
+// custodian (aggregate role and its issuer, the Prio3 leader and its
+// issuer, the Prio3 helper and its issuer) is mounted by another.
+func TestPrio3Issuers(t *testing.T) {
+	off, err := Render("aggregator", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range Containers(off) {
+		if flagArg(c.Args, "--role") == "prio3-leader" {
+			t.Errorf("aggregator operator runs %s without prio3.leader.enabled", c.Name)
+		}
+	}
+	want := map[string]struct {
+		op, name, keys, seed, nats string
+	}{
+		"prio3-leader": {"aggregator", "prio3-leader-issuer", "crowdlog-prio3-leader-keys", keydir.Prio3LeaderTokenSeed, "crowdlog-nats-prio3-leader"},
+		"prio3-helper": {"prio3-helper", "prio3-helper-issuer", "crowdlog-prio3-helper-keys", keydir.Prio3HelperTokenSeed, "crowdlog-nats"},
+	}
+	custodian := func(container string) string {
+		switch container {
+		case "aggregate", "issuer":
+			return "aggregator"
+		case "prio3-leader", "prio3-leader-issuer":
+			return "prio3-leader"
+		}
+		return container // prio3-helper, prio3-helper-issuer: one operator
+	}
+	users := map[string]map[string]bool{} // namespace/Secret -> custodians mounting it
+	aggNATS := map[string]string{}        // Prio3 aggregator role -> its NATS Secret
+	found := map[string]Container{}
+	for _, op := range []string{"aggregator", "prio3-helper"} {
+		objs, err := Render(op, map[string]any{"prio3": leaderOn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range Containers(objs) {
+			for _, v := range c.Pod.Volumes {
+				if v.Secret != nil {
+					k := "crowdlog-" + op + "/" + v.Secret.SecretName
+					if users[k] == nil {
+						users[k] = map[string]bool{}
+					}
+					users[k][strings.TrimSuffix(custodian(c.Name), "-issuer")] = true
+				}
+				if v.Name == "nats" && c.Args[0] == "aggregate-prio3" {
+					aggNATS["prio3-"+flagArg(c.Args, "--role")] = v.Secret.SecretName
+				}
+			}
+			if c.Args[0] == "issuer" && strings.HasPrefix(flagArg(c.Args, "--role"), "prio3-") {
+				if _, dup := found[flagArg(c.Args, "--role")]; dup {
+					t.Errorf("two issuers --role %s", flagArg(c.Args, "--role"))
+				}
+				found[flagArg(c.Args, "--role")] = c
+				if w := want[flagArg(c.Args, "--role")]; w.op != op {
+					t.Errorf("issuer --role %s at operator %s, want %s", flagArg(c.Args, "--role"), op, w.op)
+				}
+			}
+		}
+	}
+	for k, us := range users {
+		if len(us) > 1 {
+			t.Errorf("Secret %s mounted by %v: each custodian has its own", k, slices.Sorted(maps.Keys(us)))
+		}
+	}
+	for role, w := range want {
+		c, ok := found[role]
+		if !ok {
+			t.Errorf("no issuer --role %s", role)
+			continue
+		}
+		if c.Name != w.name || c.Args[0] != "issuer" || c.Args[1] != "--role" || c.Args[2] != role || flagArg(c.Args, "--keys") != "/var/lib/crowdlog" {
+			t.Errorf("%s: container %s args %v, want %s: issuer --role %s --keys /var/lib/crowdlog", role, c.Name, c.Args, w.name, role)
+		}
+		for _, f := range []string{"--kafka", "--clickhouse", "--epoch-length"} {
+			if flagArg(c.Args, f) != "" {
+				t.Errorf("%s: %s %s (a Prio3 issuer derives each campaign-day's key from its seed; it has no Kafka or ClickHouse)", role, f, flagArg(c.Args, f))
+			}
+		}
+		secrets := map[string]string{}
+		var keyItems []string
+		state := ""
+		for _, v := range c.Pod.Volumes {
+			switch {
+			case v.Secret != nil:
+				secrets[v.Name] = v.Secret.SecretName
+				if v.Name == "keys" {
+					for _, it := range v.Secret.Items {
+						keyItems = append(keyItems, it.Path)
+					}
+				}
+			case v.Name == "state" && v.EmptyDir != nil:
+				state = "emptyDir"
+			case v.Name == "state":
+				state = "other"
+			}
+		}
+		if secrets["nats"] != w.nats || secrets["nats"] != aggNATS[role] {
+			t.Errorf("%s: NATS Secret %q, want %q, the one of its aggregator (%q)", role, secrets["nats"], w.nats, aggNATS[role])
+		}
+		if secrets["keys"] != w.keys || !slices.Equal(keyItems, []string{w.seed, keydir.CustodyFile}) {
+			t.Errorf("%s: keys Secret %q items %v, want %s with %s and the custody marker only", role, secrets["keys"], keyItems, w.keys, w.seed)
+		}
+		if len(secrets) != 2 {
+			t.Errorf("%s: Secrets %v, want its NATS credential and its keys only", role, secrets)
+		}
+		if state != "emptyDir" {
+			t.Errorf("%s: /var/lib/crowdlog volume %q, want an emptyDir (the issuer writes its keys directory)", role, state)
+		}
+		for _, p := range []string{"/var/lib/crowdlog/" + w.seed, "/var/lib/crowdlog/" + keydir.CustodyFile, "/var/lib/crowdlog/issuer.enrolled", flagArg(c.Args, "--nats-nkey")} {
+			if err := c.Readable(p); err != nil {
+				t.Errorf("%s: %v", role, err)
+			}
+		}
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == "/var/lib/crowdlog" && m.ReadOnly {
+				t.Errorf("%s: its keys directory is mounted read-only", role)
+			}
 		}
 	}
 }

@@ -4,7 +4,10 @@ list of {name, args, nats (NATS role or ""), kafka, clickhouse, keys
 (files of keys.secret), public (files of public.configMap), state (size of
 the PersistentVolumeClaim NAME-state it creates, mounted at
 /var/lib/crowdlog), stateOf (mount the claim of that component instead,
-read-only with stateReadOnly), enrollment (the attester's list at
+read-only with stateReadOnly), scratch (an in-memory emptyDir at
+/var/lib/crowdlog instead of a claim, with the files of keys mounted into
+it one by one, subPath, instead of at /etc/crowdlog/keys: a Prio3 token
+issuer's keys directory, which it writes), enrollment (the attester's list at
 /var/lib/crowdlog/issuer.enrolled), resources, replicas, natsSecret,
 kafkaUser, kafkaSecret and keysSecret (this component's own credential
 instead of the operator's), verifyKey (the Prio3 verify key Secret
@@ -40,7 +43,7 @@ randomness-token keys.
 - name: aggregate
   args: [aggregate, --key, /etc/crowdlog/keys/aggregator.key, --keys, /var/lib/crowdlog, --control-pub, /etc/crowdlog/public/control-sign.key.pub, --group, {{ $v.aggregator.group | quote }}, --spill-dir, /tmp{{ range $v.aggregator.pipelines }}, --pipeline, {{ printf "/etc/crowdlog/public/%s" . | quote }}{{ end }}]
   nats: aggregator
-  natsSecret: {{ $v.aggregator.natsSecret | quote }}
+  natsSecret: {{ required "aggregator.natsSecret: the Secret of the aggregate role's own NATS credential (ca.crt, tls.crt, tls.key, nkey of role aggregator; create it before installing: docs/operations.md, \"Upgrade notes\")" $v.aggregator.natsSecret | quote }}
   kafka: true
   keys: [aggregator.key]
   public: [control-sign.key.pub{{ range $v.aggregator.pipelines }}, {{ . | quote }}{{ end }}]
@@ -57,16 +60,24 @@ randomness-token keys.
 - name: prio3-leader
   args: [aggregate-prio3, --role, leader, {{ include "crowdlog.prio3Args" . }}, --sign-key, /etc/crowdlog/keys/prio3-leader-sign.key]
   nats: prio3-leader
-  natsSecret: {{ $v.prio3.leader.natsSecret | quote }}
+  natsSecret: {{ required "prio3.leader.natsSecret: the Secret of the Prio3 leader's own NATS credential (nkey of role prio3-leader)" $v.prio3.leader.natsSecret | quote }}
   kafka: true
   kafkaUser: {{ $v.prio3.leader.kafkaUser | quote }}
-  kafkaSecret: {{ $v.prio3.leader.kafkaSecret | quote }}
+  kafkaSecret: {{ required "prio3.leader.kafkaSecret: the Secret of the Prio3 leader's own Kafka password (SASL user prio3.leader.kafkaUser)" $v.prio3.leader.kafkaSecret | quote }}
   keys: [prio3-leader.key, prio3-leader-sign.key, prio3-leader-token.key{{ range $i := until (int $v.prio3.rotatedKeys) }}, prio3-leader.{{ add1 $i }}.key{{ end }}]
   keysSecret: {{ required "prio3.leader.keysSecret: the Secret of the leader's key (crowdlog keys generate --role prio3-leader)" $v.prio3.leader.keysSecret | quote }}
   public: [prio3-collector.key.pub{{ if $v.prio3.keywordsFile }}, {{ $v.prio3.keywordsFile | quote }}{{ end }}]
   verifyKey: true
   state: {{ $v.prio3.storage | quote }}
   replicas: 1
+- name: prio3-leader-issuer
+  args: [issuer, --role, prio3-leader, --keys, /var/lib/crowdlog]
+  nats: prio3-leader
+  natsSecret: {{ $v.prio3.leader.natsSecret | quote }}
+  keys: [prio3-leader-token.key]
+  keysSecret: {{ $v.prio3.leader.keysSecret | quote }}
+  scratch: true
+  enrollment: true
 {{- end }}
 {{- else if eq $v.operator "prio3-helper" }}
 - name: prio3-helper
@@ -77,6 +88,12 @@ randomness-token keys.
   verifyKey: true
   state: {{ $v.prio3.storage | quote }}
   replicas: 1
+- name: prio3-helper-issuer
+  args: [issuer, --role, prio3-helper, --keys, /var/lib/crowdlog]
+  nats: prio3-helper
+  keys: [prio3-helper-token.key]
+  scratch: true
+  enrollment: true
 {{- else if eq $v.operator "release" }}
 - name: release
   args: [release, --policy, {{ $v.release.policy | quote }}, --k, {{ $v.release.k | quote }}]
@@ -245,7 +262,7 @@ capabilities: {drop: [ALL]}
 {{- if $c.clickhouse }}
 - {name: clickhouse, mountPath: /etc/crowdlog/clickhouse, readOnly: true}
 {{- end }}
-{{- if $c.keys }}
+{{- if and $c.keys (not $c.scratch) }}
 - {name: keys, mountPath: /etc/crowdlog/keys, readOnly: true}
 {{- end }}
 {{- if $c.public }}
@@ -254,8 +271,14 @@ capabilities: {drop: [ALL]}
 {{- if $c.verifyKey }}
 - {name: prio3-verify, mountPath: /etc/crowdlog/prio3-verify, readOnly: true}
 {{- end }}
-{{- if or $c.state $c.stateOf }}
+{{- if or $c.state $c.stateOf $c.scratch }}
 - {name: state, mountPath: /var/lib/crowdlog{{ if $c.stateReadOnly }}, readOnly: true{{ end }}}
+{{- end }}
+{{- if and $c.keys $c.scratch }}
+{{- /* after the directory they lie in: each key file and the custody marker, one by one */}}
+{{- range (append $c.keys "custody") }}
+- {name: keys, mountPath: /var/lib/crowdlog/{{ . }}, subPath: {{ . | quote }}, readOnly: true}
+{{- end }}
 {{- end }}
 {{- if $c.enrollment }}
 - {name: enrollment, mountPath: /var/lib/crowdlog/issuer.enrolled, subPath: issuer.enrolled, readOnly: true}
