@@ -60,7 +60,9 @@ type Config struct {
 	NewRandomness func(nc *nats.Conn) Randomness
 
 	// KeysDir holds the route's public keys (relay-a.key.pub,
-	// relay-b.key.pub, aggregator.key.pub, `crowdlog keys generate`).
+	// relay-b.key.pub, aggregator.key.pub, `crowdlog keys generate`)
+	// and, with App, the aggregator operator's aggregator-sign.key.pub
+	// (AggregatorSignKeyFile, pinned in StateDir/keys).
 	// New copies them into StateDir/keys; later runs may leave KeysDir
 	// empty and use the copy. New keys in KeysDir (a rotation) replace the
 	// copy once the relays hold them.
