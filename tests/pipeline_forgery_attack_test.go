@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,8 +75,13 @@ func TestAttackPipelineAnnouncementForgery(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(fnc.Close)
+	var forgedMu sync.Mutex
 	var forged []pipelinespec.Spec
+	setForged := func(s []pipelinespec.Spec) { forgedMu.Lock(); forged = s; forgedMu.Unlock() }
 	forgedAnswer := func(m *nats.Msg) {
+		forgedMu.Lock()
+		forged := forged
+		forgedMu.Unlock()
 		signed, err := pipelinespec.SignPipelines(forgerKey, "forger", forged)
 		if err != nil {
 			t.Error(err)
@@ -106,9 +112,10 @@ func TestAttackPipelineAnnouncementForgery(t *testing.T) {
 	arts := []apps.Artifact{{Primary: "made up weather", Secondary: "made up weather", Time: at}, {Primary: "made up news", Secondary: "made up news", Time: at.Add(time.Second)}}
 
 	// arm 1: the forger alone
-	forged = []pipelinespec.Spec{{App: "query", Policy: "dp-u", ShamirK: k,
-		DP: &pipelinespec.DP{Epsilon: 50, Delta: 1e-6, D: 1, Users: 1000, CountShare: 0.5, Slack: 1, Lambda: 0.1}}}
-	fd := forged[0].Digest()
+	alone := pipelinespec.Spec{App: "query", Policy: "dp-u", ShamirK: k,
+		DP: &pipelinespec.DP{Epsilon: 50, Delta: 1e-6, D: 1, Users: 1000, CountShare: 0.5, Slack: 1, Lambda: 0.1}}
+	setForged([]pipelinespec.Spec{alone})
+	fd := alone.Digest()
 	sentForged := 0
 	dev, err := device("alone")
 	if err == nil {
@@ -147,7 +154,8 @@ func TestAttackPipelineAnnouncementForgery(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); svc.Run(sctx) }()
 	t.Cleanup(func() { stop(); <-done })
-	forged = []pipelinespec.Spec{{App: "query", Policy: "ft-u", ShamirK: 1}}
+	beside := pipelinespec.Spec{App: "query", Policy: "ft-u", ShamirK: 1}
+	setForged([]pipelinespec.Spec{beside})
 	// the real process announces once it has joined its group: wait
 	// until two processes answer (unverified, as an observer hears them)
 	for end := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
@@ -177,7 +185,7 @@ func TestAttackPipelineAnnouncementForgery(t *testing.T) {
 		}
 	}
 	fmt.Printf("ATTACK pipeline-announcement-forgery: forger beside the operator's aggregator (ft-u k=1): device started=%v, sealing for the operator's digest=%v, forged digest=%v\n",
-		besideErr == nil, sealed == real, sealed == forged[0].Digest())
+		besideErr == nil, sealed == real, sealed == beside.Digest())
 	if besideErr != nil || sealed != real {
 		t.Errorf("beside the real aggregator the forged k = 1 answer decided: started %v (%v), sealing %x", besideErr == nil, besideErr, sealed[:4])
 	}
