@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/pipelinespec"
@@ -68,7 +69,7 @@ func (s *Service) countAdmit(c pipelinespec.Context, reason string) {
 // pipeline is one whose counts it discloses (else Withheld: a DP
 // definition, or a digest not served).
 func (s *Service) Announcement(req pipelinespec.Request) pipelinespec.Announcement {
-	a := pipelinespec.Announcement{Process: s.process}
+	a := pipelinespec.Announcement{Process: s.process, Signed: s.signedAnnounce}
 	for _, sp := range s.Announce {
 		a.Pipelines = append(a.Pipelines, sp.Canonical())
 	}
@@ -117,6 +118,15 @@ func (s *Service) discloses(d [32]byte) bool {
 // Announcement until ctx ends (no queue group: each process of the group
 // answers for the partitions it owns).
 func (s *Service) announce(ctx context.Context, log *slog.Logger) error {
+	if s.SignKey != nil {
+		b, err := pipelinespec.SignPipelines(s.SignKey, s.process, s.Announce)
+		if err != nil {
+			return fmt.Errorf("aggregator: sign the pipeline announcement: %w", err)
+		}
+		s.signedAnnounce = b
+	} else {
+		log.Warn("aggregator: pipeline announcement unsigned (no " + keydir.AggregatorSignKey + "): clients that pin the aggregator's signing key refuse it; give --sign-key")
+	}
 	sub, err := s.NATS.Subscribe(protocol.PipelineSubject, func(m *nats.Msg) {
 		b, err := json.Marshal(s.Announcement(pipelinespec.ParseRequest(m.Data)))
 		if err == nil {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -63,6 +65,11 @@ type Options struct {
 	// as natsauth.Aggregator; URL "" (the default): no announcement, and
 	// clients cannot verify their configuration against this aggregator.
 	NATS natsconn.Options
+	// SignKey is the file of the aggregator operator's Ed25519 key (PEM,
+	// keydir.AggregatorSignKey) that signs the announced definitions
+	// (Service.SignKey); "": the aggregator-sign.key beside the first
+	// KeyPaths file, when there is one (else unsigned, logged).
+	SignKey string
 }
 
 // Served is one pipeline definition an aggregator serves, as read from its
@@ -111,6 +118,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.ControlPub, "control-pub", o.ControlPub, "the pipeline operator's Ed25519 public key (PEM, keys/"+keydir.ControlSignKey+".pub): epoch open/close records must be signed by it; empty: not checked (logged)")
 	f.StringVar(&o.NATS.URL, "nats", o.NATS.URL, "NATS URL(s), comma-separated: announce the --pipeline definitions and report counts to clients on "+protocol.PipelineSubject+" (they verify k, policy, app and digest before sending); empty: no announcement")
 	o.NATS.Security.AddFlags(f)
+	f.StringVar(&o.SignKey, "sign-key", o.SignKey, "the aggregator operator's Ed25519 key (PEM, keys/"+keydir.AggregatorSignKey+") that signs the --nats announcement, which clients verify against its pinned public half; empty: "+keydir.AggregatorSignKey+" beside --key, if present")
 	f.StringVar(&o.ControlKey, "control-key", o.ControlKey, "the pipeline operator's Ed25519 key (PEM, keys/"+keydir.ControlSignKey+") that signs the records of a --pipeline schedule; empty: unsigned")
 }
 
@@ -152,6 +160,9 @@ func (o *Options) Service(log *slog.Logger) (*Service, error) {
 			return nil, fmt.Errorf("aggregate: --nats: %w", err)
 		}
 		s.closeNATS = true
+		if s.SignKey, err = o.signKey(); err != nil {
+			return nil, err
+		}
 	} else if len(o.Pipelines) > 0 {
 		log.Warn("aggregate: --pipeline without --nats: clients cannot verify their k, policy and pipeline digest against this aggregator, and see no count of refused reports")
 	}
@@ -164,6 +175,23 @@ func (o *Options) Service(log *slog.Logger) (*Service, error) {
 	}
 	UseTokenKeys(s, o.KeysDir)
 	return s, nil
+}
+
+// signKey loads SignKey, or the aggregator-sign.key beside the first
+// key file when SignKey is empty (nil when there is none).
+func (o *Options) signKey() (ed25519.PrivateKey, error) {
+	path := o.SignKey
+	if path == "" {
+		path = filepath.Join(filepath.Dir(o.KeyPaths[0]), keydir.AggregatorSignKey)
+		if _, err := os.Stat(path); err != nil {
+			return nil, nil
+		}
+	}
+	k, err := keydir.LoadSigningKey(path)
+	if err != nil {
+		return nil, config.UsageError{Err: fmt.Errorf("--sign-key: %w (crowdlog keys generate --role aggregator creates %s)", err, keydir.AggregatorSignKey)}
+	}
+	return k, nil
 }
 
 // serve sets the pipelines s serves and the schedule of those with one;

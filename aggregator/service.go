@@ -101,6 +101,12 @@ type Service struct {
 	// and see what became of their reports. nil: no announcement.
 	NATS     *nats.Conn
 	Announce []pipelinespec.Spec
+	// SignKey is the aggregator operator's Ed25519 key (RFC 8032;
+	// keydir.AggregatorSignKey) that signs the announced definitions
+	// (pipelinespec.SignedPipelines, Announcement.Signed), which clients
+	// verify against the public half they pin. nil: the announcement is
+	// unsigned and clients that verify refuse it (logged).
+	SignKey ed25519.PrivateKey
 	// PipelineSealing sets Partition.PipelineSealing: the k and sealing
 	// of each served definition (Options.Service fills it from
 	// Served.Spec). Every member of a group must set it alike.
@@ -155,6 +161,7 @@ type Service struct {
 	annMu                       sync.Mutex
 	admits                      map[pipelinespec.Context]*admitCounts // reports per context (NATS set)
 	process                     string                                // Announcement.Process
+	signedAnnounce              []byte                                // Announcement.Signed, signed by announce
 	openEpochs                  map[int][]epochKey                    // open epochs per owned partition, after its last batch (Schedule)
 	Snapshots, Restores         atomic.Int64                          // snapshots written, partitions restored from one
 	// TokensSpent counts the report tokens this process accepted (verified

@@ -646,6 +646,10 @@ func (c *Coordinator) instructions(ctx context.Context, id string, sig *blind.Si
 			continue
 		}
 		task := blind.Task{Round: r, Group: in.Group, Member: i, Members: g.Pubs, T: g.T, Deadline: g.Deadline}
+		if c.SignKey != nil {
+			// the client verifies its roster under the key it pinned
+			blind.SignTask(c.SignKey, cp.Name, &task)
+		}
 		if day <= g.Deadline {
 			if _, err := c.rounds.Get(ctx, markKey("deposited", in, i)); errors.Is(err, jetstream.ErrKeyNotFound) {
 				ins.Tasks = append(ins.Tasks, task)

@@ -60,11 +60,23 @@ type Config struct {
 	NewRandomness func(nc *nats.Conn) Randomness
 
 	// KeysDir holds the route's public keys (relay-a.key.pub,
-	// relay-b.key.pub, aggregator.key.pub, `crowdlog keys generate`).
+	// relay-b.key.pub, aggregator.key.pub, `crowdlog keys generate`)
+	// and, with App, the aggregator operator's aggregator-sign.key.pub
+	// (AggregatorSignKeyFile, pinned in StateDir/keys).
 	// New copies them into StateDir/keys; later runs may leave KeysDir
 	// empty and use the copy. New keys in KeysDir (a rotation) replace the
 	// copy once the relays hold them.
 	KeysDir string
+	// Fingerprints are the operators' published fingerprints of public
+	// key files: file name (relay-a.key.pub, relay-b.key.pub,
+	// aggregator.key.pub, aggregator-sign.key.pub) → lowercase hex
+	// SHA-256 of the file's bytes (what `sha256sum FILE` prints). Get them
+	// out of band (the deployment's web page, the operators' signed
+	// release notes) and compile them into the app: a key file in KeysDir
+	// whose SHA-256 differs is refused (ErrKeyFingerprint), and a vouched
+	// aggregator-sign.key.pub replaces the pinned one (a rotation). Empty:
+	// trust on first use (StateDir/keys).
+	Fingerprints map[string]string
 	// SkipRouteCheck skips asking relays a and b whether they hold the
 	// route's key ids (CheckRelayKeys) in New. RelayKeys, when set,
 	// replaces the NATS request for each relay's announcement.
@@ -90,8 +102,11 @@ type Config struct {
 	Pipelines map[string][32]byte
 	// App, when set, is the application the device sends (apps.Apps(),
 	// e.g. apps.QueryAppName): New asks the aggregators which pipelines
-	// they serve (protocol.PipelineSubject; `crowdlog aggregate --nats`)
-	// and fails with ErrPipelineMismatch, naming the value and the field
+	// they serve (protocol.PipelineSubject; `crowdlog aggregate --nats`),
+	// keeps only the answers signed by the aggregator operator's key
+	// (pipelinespec.SignedPipelines under aggregator-sign.key.pub from
+	// KeysDir, pinned in StateDir/keys on first use or vouched by
+	// Fingerprints; none: ErrAnnouncementSignature), and fails with ErrPipelineMismatch, naming the value and the field
 	// to set, unless exactly one pipeline of App agrees with K, Policy,
 	// AppOptions and, when given, Pipelines[App]; the device then seals
 	// App's reports for that pipeline's digest, and Downstream counts
@@ -201,7 +216,8 @@ type Device struct {
 	conn      *nats.Conn
 	pipelines map[string][32]byte
 	wait      time.Duration
-	lock      *flock.Flock // the state directory's lock, held until Close
+	signPub   ed25519.PublicKey // the pinned aggregator signing key (Config.App); nil: answers unverified
+	lock      *flock.Flock      // the state directory's lock, held until Close
 }
 
 // keyPinner is the optional part of Randomness that lets a device pin the
@@ -244,6 +260,10 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 			return nil, err
 		}
 	}
+	if err := checkFingerprintNames(cfg.Fingerprints); err != nil {
+		unlockStateDir(lock)
+		return nil, err
+	}
 	route, err := loadRoute(cfg, log)
 	if err != nil {
 		unlockStateDir(lock)
@@ -269,7 +289,10 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 		d.pipelines[app] = dg
 	}
 	if cfg.App != "" {
-		dg, err := verifyPipeline(ctx, nc, cfg, log)
+		if d.signPub, err = pinSignKey(cfg, log); err != nil {
+			return fail(err)
+		}
+		dg, err := verifyPipeline(ctx, nc, cfg, d.signPub, log)
 		if err != nil {
 			return fail(err)
 		}
@@ -395,6 +418,9 @@ func loadRoute(cfg Config, log *slog.Logger) (Route, error) {
 		if _, err := os.Stat(filepath.Join(dir, keydir.RelayAKey+".pub")); err != nil {
 			return Route{}, fmt.Errorf("ingest: no route keys in the device state %s and Config.KeysDir is empty: give KeysDir (relay-a.key.pub, relay-b.key.pub, aggregator.key.pub) once", dir)
 		}
+	}
+	if err := checkRouteFingerprints(dir, cfg.Fingerprints); err != nil {
+		return Route{}, err
 	}
 	a, b, ag, err := loadRouteKeys(dir)
 	if err != nil {

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,7 +40,12 @@ const DefaultPipelineWait = 3 * time.Second
 // after the first (one per process, pipelinespec.Announcement), with the
 // parsed pipelines of each. Errors: none heard (ErrNoAnnouncement), a
 // malformed answer.
-func announcements(ctx context.Context, nc *nats.Conn, wait time.Duration, key string) ([]pipelinespec.Announcement, [][]pipelinespec.Spec, error) {
+//
+// With signPub, an answer counts only when its Signed part verifies under
+// signPub, and its pipelines and process id are the signed ones; the
+// others are refused (logged with log) and, when no answer remains, the
+// error wraps ErrAnnouncementSignature.
+func announcements(ctx context.Context, nc *nats.Conn, wait time.Duration, key string, signPub ed25519.PublicKey, log *slog.Logger) ([]pipelinespec.Announcement, [][]pipelinespec.Spec, error) {
 	if wait <= 0 {
 		wait = DefaultPipelineWait
 	}
@@ -57,6 +63,7 @@ func announcements(ctx context.Context, nc *nats.Conn, wait time.Duration, key s
 	var anns []pipelinespec.Announcement
 	var specs [][]pipelinespec.Spec
 	seen := map[string]bool{}
+	refused := 0
 	for {
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -72,8 +79,24 @@ func announcements(ctx context.Context, nc *nats.Conn, wait time.Duration, key s
 			break
 		}
 		a, s, err := pipelinespec.ParseAnnouncement(m.Data)
-		if err != nil {
+		if err != nil && signPub == nil {
 			return nil, nil, fmt.Errorf("ingest: pipeline announcement: %w", err)
+		}
+		if signPub != nil {
+			var sp *pipelinespec.SignedPipelines
+			if err == nil {
+				if len(a.Signed) == 0 {
+					err = errors.New("unsigned")
+				} else if sp, err = pipelinespec.ParseSignedPipelines(a.Signed); err == nil {
+					err = sp.Verify(signPub)
+				}
+			}
+			if err != nil {
+				refused++
+				log.Warn("device: pipeline announcement refused: not signed by the pinned aggregator key", "key", AggregatorSignKeyFile, "err", err)
+				continue
+			}
+			a.Process, a.Pipelines, s = sp.Process, sp.Pipelines, sp.Specs
 		}
 		if seen[a.Process] {
 			continue
@@ -85,6 +108,10 @@ func announcements(ctx context.Context, nc *nats.Conn, wait time.Duration, key s
 				deadline = d
 			}
 		}
+	}
+	if len(anns) == 0 && refused > 0 {
+		return nil, nil, fmt.Errorf("ingest: %w: %d answers on %s within %s, none signed by the aggregator operator's key pinned from %s (Config.KeysDir, Config.Fingerprints): do not send; if the aggregator runs without its signing key, its operator gives `crowdlog aggregate` --sign-key; otherwise someone else answers in its place",
+			ErrAnnouncementSignature, refused, protocol.PipelineSubject, wait, AggregatorSignKeyFile)
 	}
 	if len(anns) == 0 {
 		return nil, nil, fmt.Errorf("ingest: %w on %s within %s: start `crowdlog aggregate` with --nats (and its --pipeline), check that the client's NATS credential may publish to %s, raise Config.PipelineWait, or leave Config.App empty to send unchecked",
@@ -100,14 +127,14 @@ func announcements(ctx context.Context, nc *nats.Conn, wait time.Duration, key s
 // exactly one must agree, and every process that names definitions must
 // serve it. Aggregators that serve every definition (no --pipeline)
 // leave Config.Pipelines[App] as given (logged).
-func verifyPipeline(ctx context.Context, nc *nats.Conn, cfg Config, log *slog.Logger) ([32]byte, error) {
+func verifyPipeline(ctx context.Context, nc *nats.Conn, cfg Config, signPub ed25519.PublicKey, log *slog.Logger) ([32]byte, error) {
 	want, given := cfg.Pipelines[cfg.App]
 	a, err := apps.LookupWith(cfg.App, cfg.AppOptions)
 	if err != nil {
 		return [32]byte{}, fmt.Errorf("ingest: Config.App %q: %w", cfg.App, err)
 	}
 	meaning := apps.Meaning(a)
-	_, specs, err := announcements(ctx, nc, cfg.PipelineWait, "")
+	_, specs, err := announcements(ctx, nc, cfg.PipelineWait, "", signPub, log)
 	if err != nil {
 		return [32]byte{}, err
 	}
@@ -266,7 +293,7 @@ func (d *Device) Downstream(ctx context.Context, app string) (Downstream, error)
 	if d.conn == nil {
 		return Downstream{}, errors.New("ingest: Downstream: the device has no NATS connection")
 	}
-	return FetchDownstream(ctx, d.conn, d.wait, d.pipelines[app], app, d.epoch)
+	return fetchDownstream(ctx, d.conn, d.wait, d.pipelines[app], app, d.epoch, d.signPub, d.log)
 }
 
 // FetchDownstream asks the aggregators on nc (protocol.PipelineSubject,
@@ -276,8 +303,12 @@ func (d *Device) Downstream(ctx context.Context, app string) (Downstream, error)
 // over one connection (ingest.Replay). Errors: no aggregator answered
 // (ErrNoAnnouncement: start it with --nats), ctx ended.
 func FetchDownstream(ctx context.Context, nc *nats.Conn, wait time.Duration, pipeline [32]byte, app, epoch string) (Downstream, error) {
+	return fetchDownstream(ctx, nc, wait, pipeline, app, epoch, nil, slog.Default())
+}
+
+func fetchDownstream(ctx context.Context, nc *nats.Conn, wait time.Duration, pipeline [32]byte, app, epoch string, signPub ed25519.PublicKey, log *slog.Logger) (Downstream, error) {
 	c := pipelinespec.Context{Pipeline: pipeline, App: app, Epoch: epoch}
-	anns, _, err := announcements(ctx, nc, wait, c.Key())
+	anns, _, err := announcements(ctx, nc, wait, c.Key(), signPub, log)
 	if err != nil {
 		return Downstream{}, err
 	}

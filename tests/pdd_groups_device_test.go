@@ -82,7 +82,7 @@ func TestPDDGroupsDevice(t *testing.T) {
 	key := func(name string) string { return filepath.Join(keys, name) }
 	public := filepath.Join(dir, "public-keys") // what a device is given
 	must(t, os.MkdirAll(public, 0o755))
-	for _, f := range []string{"relay-a.key.pub", "relay-b.key.pub", "aggregator.key.pub"} {
+	for _, f := range []string{"relay-a.key.pub", "relay-b.key.pub", "aggregator.key.pub", "coordinator-sign.key.pub"} {
 		copyFile(t, key(f), filepath.Join(public, f))
 	}
 	words := []string{"weather", "news", "recipe", "football", "movies", "music"}

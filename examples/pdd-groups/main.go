@@ -17,7 +17,9 @@
 // an app passes the searches of the oldest day not yet settled, from its
 // own history; a round whose day has no searches here is sent as zeros.
 //
-// --keys holds relay-a.key.pub, relay-b.key.pub and aggregator.key.pub;
+// --keys holds relay-a.key.pub, relay-b.key.pub, aggregator.key.pub and
+// coordinator-sign.key.pub (the client blinds only for rosters the
+// coordinator signed with it, and pins it in its state file);
 // --state is a directory with the client's state file (pdd-client.json:
 // its keys, sequence number, rounds sent and requests answered; losing it
 // makes the device a new client, and its pending rounds are dropped).
@@ -47,7 +49,7 @@ const stateFile = "pdd-client.json"
 func main() {
 	natsURL := flag.String("nats", "nats://127.0.0.1:4222", "the deployment's NATS URL")
 	nkey := flag.String("nats-nkey", "", "the client's NATS NKey seed file (a deployment with the permission table on)")
-	keys := flag.String("keys", "keys", "directory with relay-a.key.pub, relay-b.key.pub, aggregator.key.pub")
+	keys := flag.String("keys", "keys", "directory with relay-a.key.pub, relay-b.key.pub, aggregator.key.pub, coordinator-sign.key.pub")
 	state := flag.String("state", "crowdlog-pdd-device", "this device's state directory")
 	campaign := flag.String("campaign", "pdd", "the campaign's name")
 	list := flag.String("keywords", "", "the campaign's keyword list, one per line (default: the embedded list)")

@@ -86,7 +86,7 @@ var Custody = []RoleKeys{
 		Public: []string{ControlSignKey + ".pub", OperatorSignKey + ".pub"}},
 	{Role: RoleCoord, Private: []string{CoordinatorSignKey}, Public: []string{CoordinatorSignKey + ".pub"},
 		Imports: []string{AggregatorSignKey + ".pub", OperatorSignKey + ".pub"}},
-	{Role: RoleClient, Imports: []string{RelayAKey + ".pub", RelayBKey + ".pub", AggregatorKey + ".pub",
+	{Role: RoleClient, Imports: []string{RelayAKey + ".pub", RelayBKey + ".pub", AggregatorKey + ".pub", AggregatorSignKey + ".pub", CoordinatorSignKey + ".pub",
 		Prio3LeaderKey + ".pub", Prio3HelperKey + ".pub"}},
 	// Prio3 mode: the leader and the helper each keep their own HPKE key
 	// and import the collector's public key (aggregate shares are sealed

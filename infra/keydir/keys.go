@@ -41,8 +41,9 @@ const (
 )
 
 // EnsureKeys creates the HPKE key pairs of relay A, relay B and the
-// aggregator in dir when missing (mode 0600, public halves in *.pub) and
-// returns nothing else: services load their own keys, clients the .pub files.
+// aggregator, and the aggregator operator's Ed25519 signing key
+// (AggregatorSignKey), in dir when missing (mode 0600, public halves in
+// *.pub) and returns nothing else: services load their own keys, clients the .pub files.
 // This is the single-host layout (every role's keys in one directory, for
 // `crowdlog run`, the demo and tests); separate operators use GenerateRole,
 // and EnsureKeys refuses a role directory (ErrNotCustodian).
@@ -69,6 +70,11 @@ func EnsureKeys(dir string) error {
 		if err := SaveKeyPair(path, name[:len(name)-4], k); err != nil {
 			return err
 		}
+	}
+	// the aggregator operator's signing key: it signs the pipeline
+	// announcement clients verify (aggregator --sign-key)
+	if _, err := EnsureSigningKey(filepath.Join(dir, AggregatorSignKey)); err != nil {
+		return err
 	}
 	return nil
 }

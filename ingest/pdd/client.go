@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/crowdlog/crowdlog/infra/atomicfile"
@@ -72,6 +73,13 @@ type Client struct {
 	// StatePath, when set, is the file the client's state is kept in.
 	StatePath string
 
+	// CoordinatorKey is the coordinator's Ed25519 public key this client
+	// pinned (kept in the state file): the first Transport.CoordinatorKey
+	// it used. Tasks must be signed by it (blind.VerifyTask); a Transport
+	// showing another key is refused with ErrCoordinatorKeyChanged unless
+	// Config.Fingerprints vouched for it. nil: not pinned yet.
+	CoordinatorKey ed25519.PublicKey
+
 	seq      uint64
 	answered map[blind.Instance]bool
 	sent     map[blind.Instance][32]byte // instance → hash of the roster submitted for
@@ -87,6 +95,16 @@ type Transport struct {
 	Route ingest.Route
 	// Publish sends an onion to relay A (ingest/publish.Publisher.Publish).
 	Publish func(ctx context.Context, onion []byte) error
+	// CoordinatorKey is the coordinator operator's Ed25519 public key
+	// (coordinator-sign.key.pub; Dial reads it from Config.KeysDir): the
+	// client blinds and deals only for rosters signed by it
+	// (blind.VerifyTask) and pins it in its state. nil (a Transport built
+	// by hand for an in-process simulation): the key the client pinned,
+	// or none — then tasks are not verified.
+	CoordinatorKey ed25519.PublicKey
+	// coordVouched: Config.Fingerprints vouched for CoordinatorKey (a
+	// rotation replaces the pinned key)
+	coordVouched bool
 
 	// set by Dial: what Close flushes and closes
 	pub *publish.Publisher
@@ -105,7 +123,7 @@ func Register(ctx context.Context, tr *Transport, campaign string, list *keyword
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{Key: k, SignKey: spriv, Campaign: campaign, List: list, StatePath: statePath}
+	c := &Client{Key: k, SignKey: spriv, Campaign: campaign, List: list, StatePath: statePath, CoordinatorKey: tr.CoordinatorKey}
 	if _, err := rand.Read(c.Secret[:]); err != nil {
 		return nil, err
 	}
@@ -155,6 +173,9 @@ func checkCampaign(rep blind.RegisterReply, campaign string, list *keywords.List
 // Answered the recovery requests answered (one per group instance).
 type DayStats struct {
 	Submitted, Answered int
+	// Refused counts the tasks refused because the pinned coordinator key
+	// did not sign them (ErrCoordinatorSignature).
+	Refused int
 }
 
 func (c *Client) nextSeq() uint64 {
@@ -171,12 +192,25 @@ func (c *Client) Ping(ctx context.Context, tr *Transport) (DayStats, error) {
 	if c.sent == nil {
 		c.sent, c.answered = map[blind.Instance][32]byte{}, map[blind.Instance]bool{}
 	}
+	coord, err := c.coordinatorKey(tr)
+	if err != nil {
+		return st, err
+	}
 	signed, err := blind.SignMessage(c.SignKey, blind.PurposePing, blind.PingRequest{ClientID: c.ID, Campaign: c.Campaign, Seq: c.nextSeq()})
 	if err != nil {
 		return st, err
 	}
 	if err := c.save(); err != nil {
 		return st, err
+	}
+	var refused []string
+	verified := func(t *blind.Task) bool {
+		if coord == nil || blind.VerifyTask(coord, c.Campaign, t) == nil {
+			return true
+		}
+		refused = append(refused, t.Instance(c.Campaign).String())
+		st.Refused++
+		return false
 	}
 	var ins blind.Instructions
 	if err := natsconn.RequestJSON(ctx, tr.NC, protocol.PDDPingSubject, signed, &ins); err != nil {
@@ -193,6 +227,9 @@ func (c *Client) Ping(ctx context.Context, tr *Transport) (DayStats, error) {
 		if _, ok := c.sent[in]; ok {
 			continue
 		}
+		if !verified(&t) {
+			continue // nothing blinded or dealt for a roster the coordinator did not sign
+		}
 		if err := c.submit(ctx, tr, t); err != nil {
 			return st, fmt.Errorf("pdd: submit %s: %w", in, err)
 		}
@@ -203,12 +240,45 @@ func (c *Client) Ping(ctx context.Context, tr *Transport) (DayStats, error) {
 		if c.answered[in] {
 			continue // one answer per instance, whatever the server asks
 		}
+		if !verified(&rt.Task) {
+			continue
+		}
 		if err := c.answer(ctx, tr, rt); err != nil {
 			return st, fmt.Errorf("pdd: recovery %s: %w", in, err)
 		}
 		st.Answered++
 	}
+	if len(refused) > 0 {
+		return st, fmt.Errorf("%w: %d tasks (%s) refused, nothing sent for them: someone other than the coordinator answers on %s, or the coordinator runs without its --sign-key; compare coordinator-sign.key.pub with its operator's published fingerprint (Config.Fingerprints)",
+			ErrCoordinatorSignature, len(refused), strings.Join(refused, ", "), protocol.PDDPingSubject)
+	}
 	return st, nil
+}
+
+// ErrCoordinatorSignature is wrapped by Ping's error when tasks came that
+// the pinned coordinator key did not sign (blind.ErrTaskSignature): they
+// are refused, and nothing is blinded, dealt or answered for them.
+var ErrCoordinatorSignature = errors.New("pdd: tasks not signed by the pinned coordinator key")
+
+// ErrCoordinatorKeyChanged is returned by Ping when the Transport's
+// coordinator key differs from the one the client pinned and
+// Config.Fingerprints does not vouch for it.
+var ErrCoordinatorKeyChanged = errors.New("pdd: the coordinator's signing key changed since this client pinned it")
+
+// coordinatorKey returns the key the client's tasks must verify under:
+// the pinned one, pinning tr's on first use (or a vouched rotation).
+func (c *Client) coordinatorKey(tr *Transport) (ed25519.PublicKey, error) {
+	switch {
+	case tr.CoordinatorKey == nil:
+		return c.CoordinatorKey, nil
+	case c.CoordinatorKey == nil || (tr.coordVouched && !c.CoordinatorKey.Equal(tr.CoordinatorKey)):
+		c.CoordinatorKey = tr.CoordinatorKey
+		return c.CoordinatorKey, c.save()
+	case !c.CoordinatorKey.Equal(tr.CoordinatorKey):
+		return nil, fmt.Errorf("%w: pinned %x…, Config.KeysDir's %s is %x…: if the operator rotated it, verify the new file's fingerprint out of band and set Config.Fingerprints[%q]",
+			ErrCoordinatorKeyChanged, c.CoordinatorKey[:4], CoordinatorKeyFile, tr.CoordinatorKey[:4], CoordinatorKeyFile)
+	}
+	return c.CoordinatorKey, nil
 }
 
 // rosterHash identifies the roster a task names (its members' keys in
@@ -447,6 +517,9 @@ type state struct {
 	Seq      uint64            `json:"seq"`
 	Sent     map[string][]byte `json:"sent"`
 	Answered []string          `json:"answered"`
+	// Coordinator is the pinned coordinator public key (Ed25519, 32
+	// bytes); absent before the first verified contact.
+	Coordinator []byte `json:"coordinator_key,omitempty"`
 }
 
 func instKey(in blind.Instance) string { return fmt.Sprintf("%d/%d", in.Round, in.Group) }
@@ -456,7 +529,7 @@ func (c *Client) save() error {
 		return nil
 	}
 	st := state{ID: c.ID, Campaign: c.Campaign, Key: c.Key.Bytes(), SignSeed: c.SignKey.Seed(), Secret: c.Secret[:], Seq: c.seq,
-		Sent: map[string][]byte{}}
+		Sent: map[string][]byte{}, Coordinator: c.CoordinatorKey}
 	for in, h := range c.sent {
 		st.Sent[instKey(in)] = h[:]
 	}
@@ -492,6 +565,12 @@ func Open(path string, list *keywords.List) (*Client, error) {
 	c := &Client{ID: st.ID, Key: k, SignKey: ed25519.NewKeyFromSeed(st.SignSeed), Campaign: st.Campaign, List: list,
 		StatePath: path, seq: st.Seq, sent: map[blind.Instance][32]byte{}, answered: map[blind.Instance]bool{}}
 	copy(c.Secret[:], st.Secret)
+	if st.Coordinator != nil {
+		if len(st.Coordinator) != ed25519.PublicKeySize {
+			return nil, fmt.Errorf("pdd: client state %s: bad coordinator key", path)
+		}
+		c.CoordinatorKey = ed25519.PublicKey(st.Coordinator)
+	}
 	parse := func(s string) (blind.Instance, error) {
 		in := blind.Instance{Campaign: st.Campaign}
 		_, err := fmt.Sscanf(s, "%d/%d", &in.Round, &in.Group)

@@ -533,7 +533,12 @@ func (p *pddRun) register(ctx context.Context) error {
 	}
 	p.pub = &publish.Publisher{JS: p.js, Subject: protocol.RelaySubject("a")}
 	p.cleanup = append(p.cleanup, func() { p.pub.Close(context.Background()) })
-	p.tr = &pdd.Transport{NC: p.nc, Route: ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: protocol.RelaySubject("b")}, Publish: p.pub.Publish}
+	coord, err := keydir.LoadSigningPublic(filepath.Join(p.keysDir, keydir.CoordinatorSignKey+".pub"))
+	if err != nil {
+		return err
+	}
+	p.tr = &pdd.Transport{NC: p.nc, Route: ingest.Route{RelayA: a, RelayB: b, Aggregator: ag, SubjectB: protocol.RelaySubject("b")}, Publish: p.pub.Publish,
+		CoordinatorKey: coord}
 	return forEach(ctx, cfg.Workers, p.users, func(ctx context.Context, u *pddUser) error {
 		c, err := pdd.Register(ctx, p.tr, cfg.Campaign, p.list, "")
 		if err != nil {

@@ -118,6 +118,9 @@ type Task struct {
 	Members  [][]byte `json:"members"`
 	T        int      `json:"t"`
 	Deadline int32    `json:"deadline"`
+	// Sig is the coordinator's Ed25519 signature of the task (SignTask;
+	// absent from a coordinator without a signing key).
+	Sig []byte `json:"sig,omitempty"`
 }
 
 // Instance is the task's protocol instance.

@@ -58,6 +58,13 @@ type Announcement struct {
 	// context's counts: its pipeline is a DP definition (an exact report
 	// count is outside the release's (ε, δ)) or one it does not serve.
 	Withheld bool `json:"withheld,omitempty"`
+	// Signed is the process's SignedPipelines encoding (base64 in the
+	// JSON): its Process and Pipelines signed by the aggregator operator's
+	// key. A client that pins that key uses the definitions of Signed
+	// only and ignores an answer whose Signed is missing or does not
+	// verify; Pipelines stays for clients that do not verify. The counts
+	// (Reports, Withheld) are not signed.
+	Signed []byte `json:"signed,omitempty"`
 }
 
 // Counts are one report context's counts in an Announcement.
