@@ -90,7 +90,7 @@ func TestSplitIssuers(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	pins := filepath.Join(t.TempDir(), "issuer.pins")
-	c := &tokenclient.Client{NC: nc, Identity: priv, Timeout: 10 * time.Second, Logger: quiet(), PinFile: pins}
+	c := &tokenclient.Client{NC: nc, Identity: priv, Timeout: time.Minute, Logger: quiet(), PinFile: pins}
 	rt, err := c.Tokens(ctx, token.KindRandomness, epoch, nonces(5))
 	if err != nil {
 		t.Fatalf("randomness tokens: %v", err)
@@ -148,7 +148,7 @@ func TestSplitIssuers(t *testing.T) {
 	if string(k.Randomness) != string(rkey.Public()) || string(k.Report) != string(pkey.Public()) {
 		t.Error("merged keys differ from the operators' keys")
 	}
-	again := &tokenclient.Client{NC: nc, Identity: priv, Timeout: 10 * time.Second, Logger: quiet(), PinFile: pins}
+	again := &tokenclient.Client{NC: nc, Identity: priv, Timeout: time.Minute, Logger: quiet(), PinFile: pins}
 	if _, err := again.Keys(ctx, epoch); err != nil {
 		t.Errorf("restarted client against its pin: %v", err)
 	}

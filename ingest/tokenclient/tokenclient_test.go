@@ -78,7 +78,7 @@ func client(t *testing.T, nc *nats.Conn, keys string, enroll bool) *tokenclient.
 			t.Fatal(err)
 		}
 	}
-	return &tokenclient.Client{NC: nc, Identity: priv, Timeout: 10 * time.Second, Logger: quiet()}
+	return &tokenclient.Client{NC: nc, Identity: priv, Timeout: time.Minute, Logger: quiet()}
 }
 
 func nonces(n int) [][32]byte {

@@ -166,7 +166,7 @@ func (e *tokenEnv) identity(enroll bool) *tokenclient.Client {
 			e.t.Fatal(err)
 		}
 	}
-	return &tokenclient.Client{NC: e.nc, Identity: priv, Timeout: 10 * time.Second, Logger: quiet()}
+	return &tokenclient.Client{NC: e.nc, Identity: priv, Timeout: time.Minute, Logger: quiet()}
 }
 
 // identities enrolls n fresh identities at once.
@@ -177,7 +177,7 @@ func (e *tokenEnv) identities(n int) []*tokenclient.Client {
 	for range n {
 		pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 		pubs = append(pubs, pub)
-		out = append(out, &tokenclient.Client{NC: e.nc, Identity: priv, Timeout: 10 * time.Second, Logger: quiet()})
+		out = append(out, &tokenclient.Client{NC: e.nc, Identity: priv, Timeout: time.Minute, Logger: quiet()})
 	}
 	if err := keydir.EnrollIdentities(e.keys, pubs); err != nil {
 		e.t.Fatal(err)
@@ -226,7 +226,7 @@ func (q *tokenQueue) RandomnessTokens(_ context.Context, epoch string, n int) ([
 // omegaClient is the randomness service's client of an attacker holding
 // tokens (nil = sending none).
 func (e *tokenEnv) omegaClient(ts oprfclient.TokenSource) *oprfclient.Client {
-	return &oprfclient.Client{NC: e.nc, Timeout: 10 * time.Second, RetryFor: -1, Tokens: ts}
+	return &oprfclient.Client{NC: e.nc, Timeout: time.Minute, RetryFor: -1, Tokens: ts}
 }
 
 // sealing derives the sealing of artifact q from the service's ω (the
