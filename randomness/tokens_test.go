@@ -198,7 +198,7 @@ func request(t *testing.T, e *env, q *oprf.RandomnessRequest) *oprf.RandomnessRe
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second) // the service's answer
+	ctx, cancel := context.WithTimeout(e.ctx, 60*time.Second) // the service's answer
 	defer cancel()
 	m, err := e.nc.RequestWithContext(ctx, protocol.RandomnessSubject, b)
 	if err != nil {

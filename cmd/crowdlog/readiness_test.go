@@ -45,8 +45,8 @@ func TestIssuerReadyz(t *testing.T) {
 		stop()
 		select {
 		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("issuer did not stop within 10 s")
+		case <-time.After(30 * time.Second):
+			t.Error("issuer did not stop within 30 s")
 		}
 	}()
 

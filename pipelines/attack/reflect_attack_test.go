@@ -211,7 +211,7 @@ func (w *reflectWorld) responders() {
 	// both answer their public-key subject once subscribed
 	cl := w.conn(natsauth.Client) // public keys are the clients' requests
 	for _, subj := range []string{protocol.IssuerPublicKeySubject, protocol.RandomnessPublicKeySubject} {
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(60 * time.Second)
 		for {
 			if _, err := cl.Request(subj, []byte("{}"), time.Second); err == nil {
 				break
