@@ -46,7 +46,7 @@ import (
 // serves at the no-responders status).
 const (
 	mxWait   = 400 * time.Millisecond
-	mxAnswer = 2 * time.Second
+	mxAnswer = 10 * time.Second
 )
 
 // mxResponders are the request subjects of the responders, the role
