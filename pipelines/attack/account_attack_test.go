@@ -221,7 +221,7 @@ func rolePubAckReflection(t *testing.T, split bool) (landed, tried int, detail [
 				}
 			}
 		}
-		if err := nc.FlushTimeout(2 * time.Second); err != nil {
+		if err := nc.FlushTimeout(30 * time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -317,7 +317,7 @@ func reflectReplies(t *testing.T, l reflectLayout) (lost, total int, doubleSpend
 			}
 		}
 	}
-	if err := client.FlushTimeout(2 * time.Second); err != nil {
+	if err := client.FlushTimeout(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond) // the responders answer
@@ -387,7 +387,7 @@ func reflectPubAck(t *testing.T, l reflectLayout) (corrupted, toB int) {
 		_ = client.PublishRequest(protocol.RelaySubject("a"), "$KV."+protocol.IssuerCountersBucket+"."+k, fmt.Appendf(nil, "onion-%d", i))
 		_ = client.PublishRequest(protocol.RelaySubject("a"), protocol.RelaySubject("b"), fmt.Appendf(nil, "onion-b-%d", i))
 	}
-	if err := client.FlushTimeout(2 * time.Second); err != nil {
+	if err := client.FlushTimeout(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -449,12 +449,12 @@ func reflectInbox(t *testing.T, l reflectLayout, n int) (shared, wildcard int) {
 			t.Fatal(err)
 		}
 	}
-	if err := c2.FlushTimeout(2 * time.Second); err != nil {
+	if err := c2.FlushTimeout(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond) // a refused subscription's error arrives
 	for range n {
-		if _, err := c1.Request(protocol.IssuerSubject, []byte("junk"), 2*time.Second); err != nil {
+		if _, err := c1.Request(protocol.IssuerSubject, []byte("junk"), 30*time.Second); err != nil {
 			t.Fatalf("client 1's request: %v", err)
 		}
 	}
