@@ -82,13 +82,13 @@ func TestIssuerReadyz(t *testing.T) {
 	srv.Shutdown()
 	await(`503 naming "nats"`, func(code int, body string) bool {
 		return code == http.StatusServiceUnavailable && strings.HasPrefix(body, "nats: ")
-	}, 10*time.Second)
+	}, 60*time.Second)
 
 	srv, err = natsserver.Options{Dir: natsDir, Port: srv.Port}.Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	await("ready after NATS restart", isReady, 10*time.Second)
+	await("ready after NATS restart", isReady, 60*time.Second)
 }
 
 func TestRelayChecks(t *testing.T) {
