@@ -286,7 +286,7 @@ func vectorsRecords(t *testing.T, broker string, p int) []kafkago.Message {
 	}
 	var out []kafkago.Message
 	for int64(len(out)) < last {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		m, err := r.ReadMessage(ctx)
 		cancel()
 		if err != nil {

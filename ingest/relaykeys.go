@@ -32,8 +32,11 @@ type RelayKeysFunc func(ctx context.Context, relay string) (*onion.RelayKeysResp
 var ErrNoRelayKeysAnswer = errors.New("no key announcement from the relay")
 
 // RelayKeysTimeout bounds one relay's key announcement request in
-// NATSRelayKeys.
-const RelayKeysTimeout = 3 * time.Second
+// NATSRelayKeys. A relay answers at once; the bound covers a relay
+// process queued behind others on a loaded machine (3 s could pass there,
+// and the check was then skipped with a warning). A relay that does not
+// subscribe at all answers "no responders" at once, without this wait.
+const RelayKeysTimeout = 10 * time.Second
 
 // FetchRelayKeys asks relay name, over NATS request/reply on
 // protocol.RelayKeysSubject(name), which HPKE key ids (and public keys) it

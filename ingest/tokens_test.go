@@ -272,6 +272,7 @@ func TestNewTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rs.Ready, is.Ready = make(chan struct{}), make(chan struct{})
 	sctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, run := range []func(context.Context) error{rs.Run, is.Run} {
@@ -279,7 +280,13 @@ func TestNewTokens(t *testing.T) {
 		go func() { defer wg.Done(); run(sctx) }()
 	}
 	defer func() { stop(); wg.Wait() }()
-	time.Sleep(200 * time.Millisecond) // both subscribed
+	for _, ready := range []chan struct{}{rs.Ready, is.Ready} { // both subscribed
+		select {
+		case <-ready:
+		case <-time.After(60 * time.Second):
+			t.Fatal("the randomness service or the issuer did not subscribe within 60 s")
+		}
+	}
 
 	state := t.TempDir()
 	d, err := New(ctx, Config{StateDir: state, NATS: url, KeysDir: keys, SkipRouteCheck: true, Epoch: epoch, K: 2, Tokens: true})

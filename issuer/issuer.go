@@ -115,6 +115,11 @@ var reasons = []string{ReasonMalformed, ReasonSignature, ReasonStale, ReasonRepl
 // Service is the issuer. Set NC, KeysDir, Attester and Limits (or use
 // New), then Run.
 type Service struct {
+	// Ready, when not nil, is closed by Run once its subscriptions have
+	// reached the NATS server (a request sent after it is served); tests
+	// wait on it instead of sleeping.
+	Ready chan struct{}
+
 	NC       *nats.Conn
 	KeysDir  string // keys directory: token keys in issuer.keys/, one set per epoch an operator opened (keydir.EnsureIssuerKeys; `crowdlog issuer --epoch`)
 	Attester Attester
@@ -271,6 +276,9 @@ func (s *Service) Run(ctx context.Context) error {
 	defer psub.Unsubscribe()
 	if err := s.NC.Flush(); err != nil {
 		return err
+	}
+	if s.Ready != nil {
+		close(s.Ready)
 	}
 	log.Info("issuer ready", "subject", subj, "public_keys", keysSubj, "counters", bucket,
 		"randomness_tokens", s.Limits.RandomnessTokens, "report_tokens", s.Limits.ReportTokens)

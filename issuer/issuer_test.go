@@ -96,8 +96,8 @@ func (e *env) start(limits Limits) (*Service, func()) {
 		cancel()
 		select {
 		case <-done:
-		case <-time.After(10 * time.Second):
-			e.t.Fatal("issuer did not stop within 10 s of its context ending")
+		case <-time.After(30 * time.Second):
+			e.t.Fatal("issuer did not stop within 30 s of its context ending")
 		}
 	}
 }

@@ -33,7 +33,7 @@ func TestReplyCheckedBeforeIssuance(t *testing.T) {
 		}
 	}
 	inject()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for s.RefusedBy(ReasonReplySubject) < 1 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -53,7 +53,7 @@ func TestReplyCheckedBeforeIssuance(t *testing.T) {
 	if err := nc.PublishMsg(&nats.Msg{Subject: protocol.IssuerSubject, Reply: "crowdlog.attacker.deliver", Data: b}); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(60 * time.Second)
 	for s.Issued.Load() < 6 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}

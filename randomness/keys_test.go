@@ -337,7 +337,7 @@ func TestServiceSweeps(t *testing.T) {
 	if err := keys.Close("2006-03"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for exists(KeyFile(dir, "2006-03")) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}

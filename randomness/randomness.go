@@ -56,6 +56,11 @@ const DefaultSweepEvery = time.Minute
 // PublicKeySubject, and destroys due epoch keys (Keys.Sweep) every
 // SweepEvery (0 means DefaultSweepEvery).
 type Service struct {
+	// Ready, when not nil, is closed by Run once its subscriptions have
+	// reached the NATS server (a request sent after it is served); tests
+	// wait on it instead of sleeping.
+	Ready chan struct{}
+
 	NC         *nats.Conn
 	Keys       *Keys
 	Logger     *slog.Logger
@@ -144,6 +149,9 @@ func (s *Service) Run(ctx context.Context) error {
 	defer psub.Unsubscribe()
 	if err := s.NC.Flush(); err != nil {
 		return err
+	}
+	if s.Ready != nil {
+		close(s.Ready)
 	}
 	log.Info("randomness service ready", "subject", protocol.RandomnessSubject, "public_keys", protocol.RandomnessPublicKeySubject,
 		"key_dir", s.Keys.Dir(), "epoch_length", s.Keys.EpochLength(), "current_epoch", s.Keys.Current())

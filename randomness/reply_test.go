@@ -53,9 +53,9 @@ func TestReplyCheckedBeforeSpend(t *testing.T) {
 		}
 	}
 	wait := func(what string, cond func() bool) {
-		for end := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		for end := time.Now().Add(60 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
 			if time.Now().After(end) {
-				t.Fatalf("waited 10 s for %s", what)
+				t.Fatalf("waited 60 s for %s", what)
 			}
 		}
 	}

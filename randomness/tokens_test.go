@@ -57,6 +57,7 @@ func (e *env) serveTokens(dir string, keys map[string]*token.PrivateKey) (*Servi
 		}
 		return nil, fmt.Errorf("no key file for epoch %s", epoch)
 	}}
+	s.Ready = make(chan struct{})
 	sctx, stop := context.WithCancel(e.ctx)
 	done := make(chan struct{})
 	go func() {
@@ -65,7 +66,13 @@ func (e *env) serveTokens(dir string, keys map[string]*token.PrivateKey) (*Servi
 		}
 		close(done)
 	}()
-	time.Sleep(100 * time.Millisecond) // subscriptions in place (Run flushes); no client asks before
+	select { // subscriptions in place: no client asks before
+	case <-s.Ready:
+	case <-done:
+		e.t.Fatal("the service stopped before it subscribed")
+	case <-time.After(60 * time.Second):
+		e.t.Fatal("the service did not subscribe within 60 s")
+	}
 	return s, k, func() { stop(); <-done; e.nc.Flush() }
 }
 
@@ -198,7 +205,7 @@ func request(t *testing.T, e *env, q *oprf.RandomnessRequest) *oprf.RandomnessRe
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second) // the service's answer
+	ctx, cancel := context.WithTimeout(e.ctx, 60*time.Second) // the service's answer
 	defer cancel()
 	m, err := e.nc.RequestWithContext(ctx, protocol.RandomnessSubject, b)
 	if err != nil {

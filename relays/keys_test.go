@@ -31,10 +31,10 @@ func TestRelayAnnouncesKeys(t *testing.T) {
 	defer run.stop(t)
 
 	nc := e.connect(t).Conn()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var ann *onion.RelayKeysResponse
-	for deadline := time.Now().Add(5 * time.Second); ; { // Run subscribes asynchronously
+	for deadline := time.Now().Add(30 * time.Second); ; { // Run subscribes asynchronously
 		ann, err = ingest.FetchRelayKeys(ctx, nc, "a")
 		if err == nil || !errors.Is(err, ingest.ErrNoRelayKeysAnswer) || time.Now().After(deadline) {
 			break

@@ -290,7 +290,7 @@ func (e *env) checkDelivered(t testing.TB, rs []report, msgs []kafka.Message) (d
 
 func (e *env) waitDrained(t testing.TB) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ok, err := relays.Drained(context.Background(), e.js, "a", "b")
 		if err != nil {

@@ -596,7 +596,7 @@ func CheckAnalyst(ctx context.Context, addr string, a Analyst) error {
 // in database, and pings it: what an analyst's client does. The caller
 // closes the connection. ctx bounds the ping.
 func DialAs(ctx context.Context, addr, database, user, password string) (driver.Conn, error) {
-	conn, err := chgo.Open(&chgo.Options{
+	conn, err := clickhouse.Open(&chgo.Options{
 		Addr:        []string{addr},
 		Protocol:    chgo.Native,
 		Auth:        chgo.Auth{Database: database, Username: user, Password: password},

@@ -147,6 +147,7 @@ func OpenConn(ctx context.Context, conn driver.Conn, database string) (*Writer, 
 	}
 	ctx, cancel := withDeadline(ctx)
 	defer cancel()
+	conn = clickhouse.SafeBatches(conn) // a batch's context must not close a pooled connection later
 	server, err := probe(ctx, conn)
 	if err != nil {
 		return nil, err
@@ -173,7 +174,7 @@ func (w *Writer) Server() Server { return w.server }
 // Login of ctx (user default without password when none) and pings it.
 func dial(ctx context.Context, addr, database string) (driver.Conn, error) {
 	l := clickhouse.LoginFrom(ctx)
-	conn, err := chgo.Open(&chgo.Options{
+	conn, err := clickhouse.Open(&chgo.Options{
 		Addr:        []string{addr},
 		Protocol:    chgo.Native, // HTTP fails on 18.16 (docs/decisions.md)
 		Auth:        chgo.Auth{Database: database, Username: l.Username(), Password: l.Password},

@@ -200,7 +200,7 @@ func TestClickHouseOutage(t *testing.T) {
 		time.Since(up).Round(100*time.Millisecond))
 	// the release role logs "epoch released" after its write returns, which
 	// can be just after the run saw the release in ClickHouse: wait (bounded)
-	for deadline := time.Now().Add(10 * time.Second); countInFile(releaseLog, "epoch released") < 1 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(60 * time.Second); countInFile(releaseLog, "epoch released") < 1 && time.Now().Before(deadline); {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if countInFile(releaseLog, "epoch released") != 1 {

@@ -124,7 +124,7 @@ func openUploads(t *testing.T, ctx context.Context, brokers string, want int, ke
 	r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: []string{brokers}, Topic: protocol.Prio3UploadsTopic, Partition: 0, MaxBytes: 8 << 20})
 	defer r.Close()
 	for stored < int(last) {
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		m, err := r.ReadMessage(rctx)
 		cancel()
 		if err != nil {

@@ -133,7 +133,7 @@ func TestAttackPrio3HelperUnauthenticated(t *testing.T) {
 	signed, _ := p3.SignReq(e.signKey, outs[0].Msg, time.Now())
 	stale, _ := p3.SignReq(e.signKey, outs[0].Msg, time.Now().Add(-2*DefaultMaxSkew))
 	nc := e.conn()
-	if _, err := nc.Request(protocol.Prio3HelperSubject, signed, 10*time.Second); err != nil {
+	if _, err := nc.Request(protocol.Prio3HelperSubject, signed, 60*time.Second); err != nil {
 		t.Fatalf("the leader's signed request was not answered: %v", err)
 	}
 	for _, b := range [][]byte{signed, stale} {
@@ -141,7 +141,7 @@ func TestAttackPrio3HelperUnauthenticated(t *testing.T) {
 			t.Errorf("a replayed or stale request was answered: %v", err)
 		}
 	}
-	waitFor(t, "the helper to handle the leader's requests", 10*time.Second, func() bool { return h.Requests.Load() == 3 })
+	waitFor(t, "the helper to handle the leader's requests", 60*time.Second, func() bool { return h.Requests.Load() == 3 })
 	if got := h.Stats().Prepared; got != n {
 		t.Errorf("the leader's signed request: %d of %d reports prepared", got, n)
 	}

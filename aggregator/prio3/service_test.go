@@ -116,8 +116,8 @@ func (e *svcEnv) startHelper() (*HelperService, *running) {
 	case <-h.Ready:
 	case err := <-r.done:
 		e.t.Fatalf("helper stopped: %v", err)
-	case <-time.After(10 * time.Second):
-		e.t.Fatal("helper not subscribed within 10 s")
+	case <-time.After(60 * time.Second):
+		e.t.Fatal("helper not subscribed within 60 s")
 	}
 	return h, r
 }
@@ -313,7 +313,7 @@ func TestServices(t *testing.T) {
 			t.Errorf("leader rejected %q: %d, want %d (all: %v)", reason, st.Rejected[reason], want, st.Rejected)
 		}
 	}
-	waitFor(t, "the helper to count both malformed requests", 10*time.Second, func() bool { return h.Stats().Rejected[ReasonMalformedRequest] == 2 })
+	waitFor(t, "the helper to count both malformed requests", 60*time.Second, func() bool { return h.Stats().Rejected[ReasonMalformedRequest] == 2 })
 	if hs := h.Stats(); hs.Prepared != 2*n {
 		t.Errorf("helper prepared %d, want %d", hs.Prepared, 2*n)
 	}
@@ -361,7 +361,7 @@ func TestServices(t *testing.T) {
 	// Retain after the close, the leader drops both collected batches
 	e.setNow(closedAt.Add(48 * time.Hour))
 	steps := l.Steps.Load()
-	waitFor(t, "three more leader steps", 10*time.Second, func() bool { return l.Steps.Load() >= steps+3 })
+	waitFor(t, "three more leader steps", 60*time.Second, func() bool { return l.Steps.Load() >= steps+3 })
 	lr.stop(t, "leader")
 	hr.stop(t, "helper")
 	kept, f, _, err := loadLeader(e.lDir, e.w.cfgL)

@@ -43,7 +43,7 @@ func TestLeaderSkipsOtherCampaigns(t *testing.T) {
 	e.write(ups[:own]...)
 	mine := (&kafka.Hash{}).Balance(kafka.Message{Key: []byte(campaign)}, 0, 1, 2, 3)
 	for _, u := range ups[own : own+other] {
-		ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 		conn, err := kafka.DialLeader(ctx, "tcp", e.br.Addr, protocol.Prio3UploadsTopic, mine)
 		cancel()
 		if err != nil {

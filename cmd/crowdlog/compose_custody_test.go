@@ -158,7 +158,9 @@ func TestComposeRoutesAuthorized(t *testing.T) {
 
 	// joins starts a server from argv and a rogue route to it (with user
 	// and password when given) and reports whether the route came up.
-	joins := func(argv []string, user, pass string) bool {
+	// joins reports whether a rogue route joins within `within` (a refused
+	// route never does: 3 s show it; a joining one is waited for up to 30 s)
+	joins := func(argv []string, user, pass string, within time.Duration) bool {
 		t.Helper()
 		fs := flag.NewFlagSet("nats-server", flag.ContinueOnError)
 		o, err := server.ConfigureOptions(fs, argv, func() {}, func() {}, func() {})
@@ -176,7 +178,7 @@ func TestComposeRoutesAuthorized(t *testing.T) {
 		}
 		go victim.Start()
 		defer victim.Shutdown()
-		if !victim.ReadyForConnections(5 * time.Second) {
+		if !victim.ReadyForConnections(30 * time.Second) {
 			t.Fatal("nats server not ready")
 		}
 		u := "nats://" + victim.ClusterAddr().String()
@@ -191,7 +193,7 @@ func TestComposeRoutesAuthorized(t *testing.T) {
 		}
 		go rogue.Start()
 		defer rogue.Shutdown()
-		deadline := time.Now().Add(3 * time.Second)
+		deadline := time.Now().Add(within)
 		for time.Now().Before(deadline) {
 			if victim.NumRoutes() > 0 {
 				return true
@@ -200,13 +202,13 @@ func TestComposeRoutesAuthorized(t *testing.T) {
 		}
 		return false
 	}
-	if joins(args, "", "") {
+	if joins(args, "", "", 3*time.Second) {
 		t.Error("a route without the route user and password joined compose's NATS server")
 	}
-	if !joins(args, "route", pw) {
+	if !joins(args, "route", pw, 30*time.Second) {
 		t.Error("control: the route with compose's user and password did not join")
 	}
-	if !joins(old, "", "") {
+	if !joins(old, "", "", 30*time.Second) {
 		t.Error("control: the former route-open command line refused the unauthorized route")
 	}
 	if slices.Contains(args, "nats://0.0.0.0:6222") {

@@ -52,8 +52,8 @@ func TestIssuerCmd(t *testing.T) {
 		stop()
 		select {
 		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("issuer did not stop within 10 s")
+		case <-time.After(30 * time.Second):
+			t.Error("issuer did not stop within 30 s")
 		}
 	}()
 	nc, err := nats.Connect(srv.URL)
@@ -158,8 +158,8 @@ func TestIssuerRoleFlag(t *testing.T) {
 		for range 2 {
 			select {
 			case <-done:
-			case <-time.After(10 * time.Second):
-				t.Error("issuer did not stop within 10 s")
+			case <-time.After(30 * time.Second):
+				t.Error("issuer did not stop within 30 s")
 			}
 		}
 	}()

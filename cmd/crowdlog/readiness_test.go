@@ -45,8 +45,8 @@ func TestIssuerReadyz(t *testing.T) {
 		stop()
 		select {
 		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("issuer did not stop within 10 s")
+		case <-time.After(30 * time.Second):
+			t.Error("issuer did not stop within 30 s")
 		}
 	}()
 
@@ -82,13 +82,13 @@ func TestIssuerReadyz(t *testing.T) {
 	srv.Shutdown()
 	await(`503 naming "nats"`, func(code int, body string) bool {
 		return code == http.StatusServiceUnavailable && strings.HasPrefix(body, "nats: ")
-	}, 10*time.Second)
+	}, 60*time.Second)
 
 	srv, err = natsserver.Options{Dir: natsDir, Port: srv.Port}.Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	await("ready after NATS restart", isReady, 10*time.Second)
+	await("ready after NATS restart", isReady, 60*time.Second)
 }
 
 func TestRelayChecks(t *testing.T) {

@@ -109,8 +109,13 @@ func TestPublishWaitsForStream(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// longer than nats.go's own no-responders retries (2 × 250 ms)
-	time.Sleep(1500 * time.Millisecond)
+	// past nats.go's own no-responders retries (2 × 250 ms): the
+	// Publisher's own retry has started (polled, up to 30 s)
+	for end := time.Now().Add(30 * time.Second); p.Retried.Load() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("no retry counted within 30 s of publishing without a stream")
+		}
+	}
 	if err := relays.EnsureStream(ctx, js, 0); err != nil {
 		t.Fatal(err)
 	}

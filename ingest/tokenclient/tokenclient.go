@@ -174,10 +174,27 @@ func (c *Client) Keys(ctx context.Context, epoch string) (*token.KeysResponse, e
 	return resp, nil
 }
 
+// keysAttempts is how often a public-key request that timed out is sent
+// again (it changes nothing at the issuer). Issue requests are never
+// re-sent after a timeout: the same signed bytes are refused as a replay,
+// and a freshly signed request would count the identity's tokens twice
+// when the first one was served and only its answer was late.
+const keysAttempts = 3
+
 // fetchKeys asks subj for the keys of epoch (request b) and checks the
-// answer names epoch.
+// answer names epoch. A request that timed out (a loaded issuer) is sent
+// again, keysAttempts in all, with a Warn log line.
 func (c *Client) fetchKeys(ctx context.Context, subj, epoch string, b []byte) (*token.KeysResponse, error) {
-	data, err := c.request(ctx, subj, b)
+	var data []byte
+	var err error
+	for attempt := 1; ; attempt++ {
+		data, err = c.request(ctx, subj, b)
+		if err == nil || attempt == keysAttempts || ctx.Err() != nil ||
+			!(errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)) {
+			break
+		}
+		c.log().Warn("tokenclient: the issuer's public keys did not come in time; asking again", "subject", subj, "attempt", attempt+1, "err", err)
+	}
 	if err != nil {
 		return nil, err
 	}

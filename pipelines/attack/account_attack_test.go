@@ -221,34 +221,48 @@ func rolePubAckReflection(t *testing.T, split bool) (landed, tried int, detail [
 				}
 			}
 		}
-		if err := nc.FlushTimeout(2 * time.Second); err != nil {
+		if err := nc.FlushTimeout(30 * time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(500 * time.Millisecond) // JetStream acknowledges
-	for _, target := range targets {
-		kv := w.bucket(target.owner, target.bucket)
-		n := 0
-		for _, a := range attackers {
-			if a.role == target.owner {
-				continue
-			}
-			for i := range pubAckKeys {
-				e, err := kv.Get(ctx, key(a.role, target, i))
-				switch {
-				case target.bucket == protocol.IssuerCountersBucket:
-					if err != nil || string(e.Value()) != "3" {
+	measure := func() (landed int, detail []string) {
+		for _, target := range targets {
+			kv := w.bucket(target.owner, target.bucket)
+			n := 0
+			for _, a := range attackers {
+				if a.role == target.owner {
+					continue
+				}
+				for i := range pubAckKeys {
+					e, err := kv.Get(ctx, key(a.role, target, i))
+					switch {
+					case target.bucket == protocol.IssuerCountersBucket:
+						if err != nil || string(e.Value()) != "3" {
+							n++
+						}
+					case err == nil:
 						n++
 					}
-				case err == nil:
-					n++
 				}
 			}
+			landed += n
+			detail = append(detail, fmt.Sprintf("%s %d", target.bucket, n))
 		}
-		landed += n
-		detail = append(detail, fmt.Sprintf("%s %d", target.bucket, n))
+		return landed, detail
 	}
-	return landed, tried, detail
+	// JetStream acknowledges asynchronously: with one account per role
+	// nothing lands, and 500 ms show it; in the control every
+	// acknowledgement lands, polled for up to 30 s
+	wait := 500 * time.Millisecond
+	if !split {
+		wait = 30 * time.Second
+	}
+	for end := time.Now().Add(wait); ; time.Sleep(50 * time.Millisecond) {
+		landed, detail = measure()
+		if (!split && landed == tried) || time.Now().After(end) {
+			return landed, tried, detail
+		}
+	}
 }
 
 // TestAttackRolePubAckReflection: a role that may publish into a

@@ -139,7 +139,7 @@ func kafkaMatrix(t *testing.T, ctx context.Context) map[string][]mxResult {
 			if r := out[name]; r[len(r)-1].ok {
 				// topic deletion is asynchronous on a broker: retry the
 				// creation until the name is free
-				deadline := time.Now().Add(10 * time.Second)
+				deadline := time.Now().Add(60 * time.Second)
 				for kafka.EnsureTopics(adminCtx, b.Addr, 2, topic) != nil || !topicBack(adminCtx, b.Addr, topic) {
 					if time.Now().After(deadline) {
 						t.Fatalf("topic %s not back after %s deleted it", topic, name)

@@ -46,7 +46,7 @@ import (
 // serves at the no-responders status).
 const (
 	mxWait   = 400 * time.Millisecond
-	mxAnswer = 2 * time.Second
+	mxAnswer = 10 * time.Second
 )
 
 // mxResponders are the request subjects of the responders, the role
@@ -532,7 +532,7 @@ func (a *mxAttacker) publish(m *nats.Msg) (refused bool) {
 	if err := a.nc.PublishMsg(m); err != nil {
 		return true
 	}
-	_ = a.nc.FlushTimeout(time.Second)
+	_ = a.nc.FlushTimeout(30 * time.Second)
 	for range 10 {
 		if a.wasRefused(m.Subject) {
 			return true
@@ -651,7 +651,7 @@ func (a *mxAttacker) subscriptions(add func(string, bool)) {
 	for i, s := range subjects {
 		subs[i], _ = a.nc.SubscribeSync(s)
 	}
-	_ = a.nc.FlushTimeout(time.Second)
+	_ = a.nc.FlushTimeout(30 * time.Second)
 	var wg sync.WaitGroup
 	for _, r := range mxResponders {
 		wg.Go(func() { _, _ = w.conns[mxRequester(r.subject)].Request(r.subject, []byte("legit"), mxAnswer) })

@@ -116,7 +116,7 @@ func relayBypass(t *testing.T, auth bool, n, m int) (fromClient, fromA, toA int)
 	client := w.js(w.conn(natsauth.Client))
 	clientNC := client.Conn()
 	for i := range n {
-		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
 		if _, err := client.Publish(pctx, protocol.RelaySubject("a"), fmt.Appendf(nil, "client-a-%d", i)); err != nil {
 			t.Fatalf("the client's legitimate publish to relay a: %v", err)
 		}
@@ -128,12 +128,12 @@ func relayBypass(t *testing.T, auth bool, n, m int) (fromClient, fromA, toA int)
 		pcancel()
 		_ = clientNC.Publish(protocol.RelaySubject("b"), fmt.Appendf(nil, "client-b-core-%d", i))
 	}
-	if err := clientNC.FlushTimeout(2 * time.Second); err != nil {
+	if err := clientNC.FlushTimeout(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	relayA := w.js(w.conn(natsauth.RelayA))
 	for i := range m {
-		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
 		if _, err := relayA.Publish(pctx, protocol.RelaySubject("b"), fmt.Appendf(nil, "relay-a-%d", i)); err != nil {
 			t.Fatalf("relay a's legitimate forward to relay b: %v", err)
 		}

@@ -59,11 +59,18 @@ func TestAttackPrio3DoubleUpload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	is.Ready = make(chan struct{})
 	ictx, icancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- is.Run(ictx) }()
 	defer func() { icancel(); <-done }()
-	time.Sleep(200 * time.Millisecond) // its subscriptions are in place
+	select { // its subscriptions are in place
+	case <-is.Ready:
+	case err := <-done:
+		t.Fatalf("issuer: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("issuer not subscribed within 60 s")
+	}
 	seed, err := keydir.LoadPrio3TokenSeed(filepath.Join(keys, keydir.Prio3HelperTokenSeed))
 	if err != nil {
 		t.Fatal(err)

@@ -57,12 +57,19 @@ func TestPrio3LeaderTokenIssuance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		is.Ready = make(chan struct{})
 		ictx, icancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- is.Run(ictx) }()
 		defer func() { icancel(); <-done }()
+		select { // its subscriptions are in place
+		case <-is.Ready:
+		case err := <-done:
+			t.Fatalf("%s issuer: %v", role, err)
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%s issuer not subscribed within 60 s", role)
+		}
 	}
-	time.Sleep(200 * time.Millisecond) // their subscriptions are in place
 
 	const camp = "lt"
 	day := p3.DayOf(time.Now())

@@ -224,12 +224,14 @@ func rewireAttack(t *testing.T, r natsauth.Role, old bool) rewireResult {
 			Sources: source, RePublish: republish, Storage: jetstream.MemoryStorage})
 		return err
 	})
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
+	// an accepted rewire republishes every entry (the control): wait
+	// for them, up to 30 s; none accepted: 500 ms show nothing arrives
+	start := time.Now()
+	for deadline := start.Add(30 * time.Second); time.Now().Before(deadline); {
 		mu.Lock()
 		n := len(seen)
 		mu.Unlock()
-		if n >= rewireEntries || (res.accepted == 0 && time.Since(deadline.Add(-2*time.Second)) > 500*time.Millisecond) {
+		if n >= rewireEntries || (res.accepted == 0 && time.Since(start) > 500*time.Millisecond) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)

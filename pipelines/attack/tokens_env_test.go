@@ -84,8 +84,16 @@ func newTokenEnv(t *testing.T, limits issuer.Limits) *tokenEnv {
 	return e
 }
 
-// run runs fn on a context of its own until stopAll or the returned stop.
+// run runs fn on a context of its own until stopAll or the returned stop,
+// and returns once fn's two subscriptions on e.nc (the issuer's and the
+// randomness service's Run subscribe two subjects each) have reached the
+// server, so no client asks before it listens.
 func (e *tokenEnv) run(what string, fn func(context.Context) error) (stop func()) {
+	// nats.go opens the connection's shared reply subscription on its
+	// first request (fn's JetStream calls would): open it now, so the
+	// count below grows by fn's own subscriptions only
+	_, _ = e.nc.Request("crowdlog_test.nobody", nil, time.Second) // no responders
+	subs := e.nc.NumSubscriptions()
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan struct{})
 	go func() {
@@ -98,12 +106,26 @@ func (e *tokenEnv) run(what string, fn func(context.Context) error) (stop func()
 		cancel()
 		select {
 		case <-done:
-		case <-time.After(10 * time.Second):
-			e.t.Errorf("%s did not stop within 10 s", what)
+		case <-time.After(30 * time.Second):
+			e.t.Errorf("%s did not stop within 30 s", what)
 		}
 	}
 	e.stops = append(e.stops, stop)
-	time.Sleep(100 * time.Millisecond) // its subscriptions are in place before any client asks
+	for end := time.Now().Add(60 * time.Second); e.nc.NumSubscriptions() < subs+2; time.Sleep(10 * time.Millisecond) {
+		select {
+		case <-done:
+			return stop // fn returned; its error is reported
+		default:
+		}
+		if time.Now().After(end) {
+			e.t.Fatalf("%s did not subscribe within 60 s", what)
+		}
+	}
+	// the subscriptions were written before this PING on the same
+	// connection: the server has them when the PONG comes
+	if err := e.nc.Flush(); err != nil {
+		e.t.Fatal(err)
+	}
 	return stop
 }
 

@@ -235,7 +235,7 @@ func Load(ctx context.Context, opts Options) (*Data, error) {
 		// an analyst may use its analyst database only
 		session = release.AnalystDatabase(opts.Database)
 	}
-	conn, err := chgo.Open(&chgo.Options{
+	conn, err := clickhouse.Open(&chgo.Options{
 		Addr:        []string{opts.Addr},
 		Protocol:    chgo.Native, // HTTP fails on 18.16 (docs/decisions.md)
 		Auth:        chgo.Auth{Database: session, Username: user, Password: opts.Password},

@@ -1160,7 +1160,7 @@ func (r *rehearsal) checkNoStreamAdmin(ctx context.Context, url string) {
 		must(t, err)
 		js, err := jetstream.New(nc)
 		must(t, err)
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		st, err := js.Stream(sctx, c.stream)
 		if err != nil {
 			t.Errorf("%s: stream %s not found (did the streams Job run?): %v", c.role, c.stream, err)
