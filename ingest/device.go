@@ -115,7 +115,7 @@ type Config struct {
 	// an aggregator does not serve are dropped there without a word here.
 	App string
 	// PipelineWait bounds how long New and Downstream wait for the
-	// aggregators' answers; 0 = DefaultPipelineWait (3 s).
+	// aggregators' answers; 0 = DefaultPipelineWait (10 s).
 	PipelineWait time.Duration
 	// Limit and LimitDistinct cap what the device sends per epoch and
 	// application: at most Limit artifact instances, or with

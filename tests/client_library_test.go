@@ -399,7 +399,7 @@ func TestClientLibrary(t *testing.T) {
 		exampleReports += int64(n)
 	}
 	sum, err := runner.Ingest(ctx, runner.IngestConfig{Input: subset(t, 2), App: "query", Policy: "ft-u", K: k, Epoch: epoch,
-		NATS: d.nats, KeysDir: d.keys, Workers: 2, TokensOff: true, DownstreamWait: 2 * time.Second})
+		NATS: d.nats, KeysDir: d.keys, Workers: 2, TokensOff: true, DownstreamWait: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +423,7 @@ func TestIngestStateDir(t *testing.T) {
 	for range 2 {
 		reg := prometheus.NewRegistry()
 		sum, err := runner.Ingest(ctx, runner.IngestConfig{Input: log, App: "query", Policy: "ft-u", K: k, Epoch: epoch,
-			NATS: d.nats, KeysDir: d.keys, StateDir: state, Workers: 2, Registerer: reg, DownstreamWait: 2 * time.Second})
+			NATS: d.nats, KeysDir: d.keys, StateDir: state, Workers: 2, Registerer: reg, DownstreamWait: 20 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

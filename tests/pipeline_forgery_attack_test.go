@@ -106,7 +106,7 @@ func TestAttackPipelineAnnouncementForgery(t *testing.T) {
 	states := t.TempDir()
 	device := func(name string) (*ingest.Device, error) {
 		return ingest.New(ctx, ingest.Config{StateDir: filepath.Join(states, name), NATS: d.nats, KeysDir: d.keys,
-			Epoch: epoch, Policy: star.FTu, K: k, App: apps.QueryAppName, PipelineWait: 2 * time.Second})
+			Epoch: epoch, Policy: star.FTu, K: k, App: apps.QueryAppName, PipelineWait: 20 * time.Second})
 	}
 	at := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
 	arts := []apps.Artifact{{Primary: "made up weather", Secondary: "made up weather", Time: at}, {Primary: "made up news", Secondary: "made up news", Time: at.Add(time.Second)}}

@@ -126,7 +126,7 @@ func (o *IngestOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&c.StateDir, "state", "", "keep each replayed device's state (user secret per epoch, what it sent) under this directory, so a restarted ingest adds no second share; default: in memory")
 	AddTokensFlag(f, &c.TokensOff)
 	f.BoolVar(&c.Enroll, "enroll", false, "enroll every replayed identity in the enrollment list of --keys (as 'crowdlog keys enroll' would), for an issuer reading that directory")
-	f.DurationVar(&c.DownstreamWait, "downstream-wait", 3*time.Second, "after sending, wait this long for the aggregators' counts of the pipeline and epoch (admitted, refused by reason; `aggregate --nats`) and print them; 0: do not ask")
+	f.DurationVar(&c.DownstreamWait, "downstream-wait", 10*time.Second, "after sending, wait this long for the aggregators' counts of the pipeline and epoch (admitted, refused by reason; `aggregate --nats`) and print them; 0: do not ask")
 	f.StringVar(&o.Metrics, "metrics", "", metrics.FlagHelp)
 	f.BoolVar(&o.NoProgress, "no-progress", false, "no progress bar on stderr (shown only when stderr is a terminal)")
 }
