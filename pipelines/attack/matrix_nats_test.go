@@ -251,7 +251,9 @@ func (w *mxWorld) dial(r natsauth.Role, cb nats.ErrHandler) *nats.Conn {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	opts = append(opts, nats.Name("matrix-"+string(r)))
+	// 22 deployments connect side by side: on a loaded machine the
+	// handshake takes longer than nats.go's 2 s
+	opts = append(opts, nats.Name("matrix-"+string(r)), nats.Timeout(30*time.Second))
 	if cb != nil {
 		opts = append(opts, nats.ErrorHandler(cb))
 	} else {
