@@ -61,6 +61,11 @@ const (
 	mxLate    = 5 * time.Second
 )
 
+// mxConnect bounds a connection's handshake, on both sides (nats.go's
+// connect timeout, the server's auth_timeout): 22 deployments connect
+// side by side, and on a loaded machine the 2 s defaults ran out.
+const mxConnect = 30 * time.Second
+
 // mxResponders are the request subjects of the responders, the role
 // whose credential serves each and the queue group its code subscribes
 // with ("": a plain subscription).
@@ -200,7 +205,7 @@ func newMXWorld(t *testing.T, ctx context.Context, split bool) *mxWorld {
 		err error
 	)
 	if split {
-		ns, err = natsserver.Options{Dir: filepath.Join(dir, "js")}.StartAuth(ctx, w.keyDir, nil)
+		ns, err = natsserver.Options{Dir: filepath.Join(dir, "js"), AuthTimeout: mxConnect}.StartAuth(ctx, w.keyDir, nil)
 	} else {
 		var keys map[natsauth.Role]string
 		if keys, err = natsauth.GenerateAll(w.keyDir); err != nil {
@@ -210,7 +215,7 @@ func newMXWorld(t *testing.T, ctx context.Context, split bool) *mxWorld {
 		if err := os.WriteFile(conf, []byte(beforeSplitConfig(keys)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		ns, err = natsserver.Options{Dir: filepath.Join(dir, "js"), ConfigFile: conf}.Start(ctx)
+		ns, err = natsserver.Options{Dir: filepath.Join(dir, "js"), ConfigFile: conf, AuthTimeout: mxConnect}.Start(ctx)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -251,9 +256,7 @@ func (w *mxWorld) dial(r natsauth.Role, cb nats.ErrHandler) *nats.Conn {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	// 22 deployments connect side by side: on a loaded machine the
-	// handshake takes longer than nats.go's 2 s
-	opts = append(opts, nats.Name("matrix-"+string(r)), nats.Timeout(30*time.Second))
+	opts = append(opts, nats.Name("matrix-"+string(r)), nats.Timeout(mxConnect))
 	if cb != nil {
 		opts = append(opts, nats.ErrorHandler(cb))
 	} else {
@@ -345,7 +348,7 @@ func (w *mxWorld) spies() {
 		}
 	}
 	for _, nc := range w.conns {
-		if err := nc.Flush(); err != nil {
+		if err := nc.FlushTimeout(30 * time.Second); err != nil {
 			w.t.Fatal(err)
 		}
 	}
@@ -600,7 +603,7 @@ func (a *mxAttacker) publish(m *nats.Msg) (refused bool) {
 	if err := a.nc.PublishMsg(m); err != nil {
 		return true
 	}
-	_ = a.nc.FlushTimeout(time.Second)
+	_ = a.nc.FlushTimeout(30 * time.Second)
 	for range 10 {
 		if a.wasRefused(m.Subject) {
 			return true
@@ -720,7 +723,7 @@ func (a *mxAttacker) subscriptions(add func(string, bool)) {
 	for i, s := range subjects {
 		subs[i], _ = a.nc.SubscribeSync(s)
 	}
-	_ = a.nc.FlushTimeout(time.Second)
+	_ = a.nc.FlushTimeout(30 * time.Second) // the subscriptions are in place before the traffic
 	var wg sync.WaitGroup
 	for _, r := range mxResponders {
 		wg.Go(func() { _, _ = w.conns[mxRequester(r.subject)].Request(r.subject, []byte("legit"), mxAnswer) })
