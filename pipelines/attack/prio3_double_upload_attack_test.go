@@ -17,6 +17,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/ingest/tokenclient"
 	"github.com/crowdlog/crowdlog/issuer"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 	"github.com/crowdlog/crowdlog/protocol/token"
@@ -63,7 +64,7 @@ func TestAttackPrio3DoubleUpload(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- is.Run(ictx) }()
 	defer func() { icancel(); <-done }()
-	time.Sleep(200 * time.Millisecond) // its subscriptions are in place
+	awaitResponders(t, nc, protocol.IssuerPrio3HelperPublicKeySubject) // its subscriptions are in place (the token subject's first)
 	seed, err := keydir.LoadPrio3TokenSeed(filepath.Join(keys, keydir.Prio3HelperTokenSeed))
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/ingest/tokenclient"
 	"github.com/crowdlog/crowdlog/issuer"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 	"github.com/crowdlog/crowdlog/protocol/token"
@@ -62,7 +63,8 @@ func TestPrio3LeaderTokenIssuance(t *testing.T) {
 		go func() { done <- is.Run(ictx) }()
 		defer func() { icancel(); <-done }()
 	}
-	time.Sleep(200 * time.Millisecond) // their subscriptions are in place
+	// their subscriptions are in place (each token subject's before its key subject's)
+	awaitResponders(t, nc, protocol.IssuerPrio3HelperPublicKeySubject, protocol.IssuerPrio3LeaderPublicKeySubject)
 
 	const camp = "lt"
 	day := p3.DayOf(time.Now())

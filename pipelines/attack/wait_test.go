@@ -3,6 +3,7 @@ package attack
 import (
 	"context"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -65,5 +66,26 @@ func refusals(nc *nats.Conn) func(ctx context.Context, wait time.Duration) (cont
 			}
 		}()
 		return actx, cancel
+	}
+}
+
+// awaitResponders waits until every subject has a responder, 30 s at
+// most: an empty request to it gets an answer (a service's refusal
+// counts) rather than nats.ErrNoResponders. It replaces a fixed sleep
+// after starting a service.
+func awaitResponders(t *testing.T, nc *nats.Conn, subjects ...string) {
+	t.Helper()
+	for _, subj := range subjects {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, err := nc.Request(subj, nil, 5*time.Second)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("nobody answers %s after 30 s: %v", subj, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }
