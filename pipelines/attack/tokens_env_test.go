@@ -17,6 +17,7 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/ingest/tokenclient"
 	"github.com/crowdlog/crowdlog/issuer"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
@@ -79,13 +80,19 @@ func newTokenEnv(t *testing.T, limits issuer.Limits) *tokenEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.run("issuer", is.Run)
+	_, keysSubj, _, err := is.Subjects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run("issuer", is.Run, keysSubj)
 	t.Cleanup(func() { e.stopAll() })
 	return e
 }
 
-// run runs fn on a context of its own until stopAll or the returned stop.
-func (e *tokenEnv) run(what string, fn func(context.Context) error) (stop func()) {
+// run runs fn on a context of its own until stopAll or the returned stop;
+// it returns once ready (a subject the service subscribes to last) has a
+// responder, or, without one, after 100 ms.
+func (e *tokenEnv) run(what string, fn func(context.Context) error, ready string) (stop func()) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan struct{})
 	go func() {
@@ -103,7 +110,12 @@ func (e *tokenEnv) run(what string, fn func(context.Context) error) (stop func()
 		}
 	}
 	e.stops = append(e.stops, stop)
-	time.Sleep(100 * time.Millisecond) // its subscriptions are in place before any client asks
+	// its subscriptions are in place before any client asks
+	if ready != "" {
+		awaitResponders(e.t, e.nc, ready)
+	} else {
+		time.Sleep(100 * time.Millisecond)
+	}
 	return stop
 }
 
@@ -133,7 +145,7 @@ func (e *tokenEnv) startRandomness(requireTokens bool) (*randomness.Service, fun
 		}
 	}
 	e.rs = rs
-	return rs, e.run("randomness", rs.Run)
+	return rs, e.run("randomness", rs.Run, protocol.RandomnessPublicKeySubject)
 }
 
 // startRandomnessWith starts a randomness service requiring tokens whose
@@ -151,7 +163,7 @@ func (e *tokenEnv) startRandomnessWith(st randomness.SpentStore) func() {
 	rs.TokenKeys = func(epoch string) (*token.PrivateKey, error) {
 		return keydir.LoadTokenKey(e.keys, token.KindRandomness, epoch)
 	}
-	return e.run("randomness", rs.Run)
+	return e.run("randomness", rs.Run, protocol.RandomnessPublicKeySubject)
 }
 
 // identity is a fresh Ed25519 identity, enrolled when enroll.
