@@ -16,7 +16,17 @@ grep -E '^ATTACK ' "$out" | sort
 n=$(grep -cE '^ATTACK ' "$out")
 if [ "$rc" -ne 0 ]; then
   echo "attacks: go test failed (exit $rc); the failing tests:" >&2
-  grep -E -- '^(--- FAIL|FAIL|panic:|\s+\S+_test\.go:[0-9]+:)' "$out" >&2
+  # each failure line and, after a "x_test.go:N:" line, its continuation
+  # lines (more indented, up to the next ---/=== or less indented line):
+  # a message listing operations puts them there
+  awk '
+    /^([ \t]*--- FAIL|FAIL|panic:)/ { print; cont = 0; next }
+    match($0, /^[ \t]+[^ \t]+_test\.go:[0-9]+:/) {
+      print; cont = 1; ind = match($0, /[^ \t]/); next
+    }
+    cont && /^[ \t]/ && match($0, /[^ \t]/) > ind && $0 !~ /^[ \t]*(---|===)/ { print; next }
+    { cont = 0 }
+  ' "$out" >&2
   exit 1
 fi
 if [ "$n" -eq 0 ]; then

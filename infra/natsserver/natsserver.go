@@ -47,6 +47,11 @@ type Options struct {
 	// (2 MiB) without one: the largest onion layer exceeds nats-server's
 	// default of 1 MiB.
 	MaxPayload int32
+	// AuthTimeout is how long a new connection has to authenticate
+	// (nats-server's auth_timeout); 0 means the ConfigFile's, or
+	// nats-server's default (2 s; with TLS the TLS timeout plus 1 s). A
+	// test opening hundreds of connections on a loaded machine raises it.
+	AuthTimeout time.Duration
 
 	// ServerName names the server; "" means "crowdlog-embedded". The
 	// servers of a cluster need distinct names (JetStream peers are
@@ -126,6 +131,9 @@ func (o Options) Start(ctx context.Context) (*Server, error) {
 		opts.MaxPayload = o.MaxPayload
 	} else if opts.MaxPayload == 0 {
 		opts.MaxPayload = natsauth.DefaultMaxPayload
+	}
+	if o.AuthTimeout > 0 {
+		opts.AuthTimeout = o.AuthTimeout.Seconds()
 	}
 	if o.ClusterName != "" {
 		opts.Cluster.Name = o.ClusterName

@@ -177,8 +177,9 @@ type pubAckTarget struct {
 // subject a key of another operator's bucket: the issuer's counters, the
 // randomness service's spent tokens, the coordinator's clients. It
 // returns how many of those writes landed (a counter no longer 3, a new
-// key in the spent-token or PDD bucket) and how many were tried.
-func rolePubAckReflection(t *testing.T, split bool) (landed, tried int, detail []string) {
+// key in the spent-token or PDD bucket) within wait (polling; ending
+// when all did), how many were tried and how long it waited.
+func rolePubAckReflection(t *testing.T, split bool, wait time.Duration) (landed, tried int, detail []string, took time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	w := newAccountWorld(t, ctx, split)
@@ -225,9 +226,14 @@ func rolePubAckReflection(t *testing.T, split bool) (landed, tried int, detail [
 			t.Fatal(err)
 		}
 	}
-	measure := func() (landed int, detail []string) {
+	buckets := map[string]jetstream.KeyValue{}
+	for _, target := range targets {
+		buckets[target.bucket] = w.bucket(target.owner, target.bucket)
+	}
+	count := func() int {
+		landed, detail = 0, nil
 		for _, target := range targets {
-			kv := w.bucket(target.owner, target.bucket)
+			kv := buckets[target.bucket]
 			n := 0
 			for _, a := range attackers {
 				if a.role == target.owner {
@@ -248,21 +254,10 @@ func rolePubAckReflection(t *testing.T, split bool) (landed, tried int, detail [
 			landed += n
 			detail = append(detail, fmt.Sprintf("%s %d", target.bucket, n))
 		}
-		return landed, detail
+		return landed
 	}
-	// JetStream acknowledges asynchronously: with one account per role
-	// nothing lands, and 500 ms show it; in the control every
-	// acknowledgement lands, polled for up to 30 s
-	wait := 500 * time.Millisecond
-	if !split {
-		wait = 30 * time.Second
-	}
-	for end := time.Now().Add(wait); ; time.Sleep(50 * time.Millisecond) {
-		landed, detail = measure()
-		if (!split && landed == tried) || time.Now().After(end) {
-			return landed, tried, detail
-		}
-	}
+	_, took = settle(wait, tried, count) // JetStream acknowledges
+	return landed, tried, detail, took
 }
 
 // TestAttackRolePubAckReflection: a role that may publish into a
@@ -273,12 +268,17 @@ func rolePubAckReflection(t *testing.T, split bool) (landed, tried int, detail [
 // but the client in one account, as generated before the split) has the
 // acknowledgement JSON overwrite the issuer's counters (the issuer then
 // refuses those identities as over budget) and create keys in the
-// spent-token and PDD buckets.
+// spent-token and PDD buckets. The control runs first and waits for every
+// write to land (30 s at most); the split run then waits 3 times as long
+// as the control took, at least 500 ms (calibratedWait).
 func TestAttackRolePubAckReflection(t *testing.T) {
 	var landed, tried, cLanded, cTried int
 	var detail, cDetail []string
-	t.Run("split", func(t *testing.T) { landed, tried, detail = rolePubAckReflection(t, true) })
-	t.Run("control", func(t *testing.T) { cLanded, cTried, cDetail = rolePubAckReflection(t, false) })
+	var took time.Duration
+	t.Run("control", func(t *testing.T) { cLanded, cTried, cDetail, took = rolePubAckReflection(t, false, settleControl) })
+	t.Run("split", func(t *testing.T) {
+		landed, tried, detail, _ = rolePubAckReflection(t, true, calibratedWait(took, 500*time.Millisecond))
+	})
 	fmt.Printf("ATTACK role-puback-reflection: %d of %d acknowledgements landed in another operator's bucket (%s; relay a, randomness and coordinator credentials); control before the account split (one account): %d of %d (%s)\n",
 		landed, tried, strings.Join(detail, ", "), cLanded, cTried, strings.Join(cDetail, ", "))
 	if landed != 0 {
@@ -295,9 +295,10 @@ func TestAttackRolePubAckReflection(t *testing.T) {
 // is the Prio3 helper's request subject; the coordinator (the one runtime
 // role that still creates consumers, ordered ones on its own buckets)
 // does the same on its PDD bucket. A subscriber with the Prio3 helper's
-// credential counts what arrives on crowdlog.prio3.helper. It returns the
-// messages delivered and whether each consumer create was accepted.
-func pushConsumerInject(t *testing.T, split bool) (delivered int, accepted []string) {
+// credential counts what arrives on crowdlog.prio3.helper within wait
+// (polling; ending when 5 did, one bucket's entries). It returns the messages delivered,
+// which consumer creates were accepted and how long it waited.
+func pushConsumerInject(t *testing.T, split bool, wait time.Duration) (delivered int, accepted []string, took time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	w := newAccountWorld(t, ctx, split)
@@ -321,19 +322,26 @@ func pushConsumerInject(t *testing.T, split bool) (delivered int, accepted []str
 				t.Fatal(err)
 			}
 		}
-		js, err := jetstream.New(w.conn(a.role))
+		nc := w.conn(a.role)
+		js, err := jetstream.New(nc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cctx, ccancel := context.WithTimeout(ctx, time.Second) // a refused request gets no answer
+		// a refused request ends at its permission error, an accepted
+		// one at its answer
+		cctx, ccancel := refusals(nc)(ctx, 20*time.Second)
+		start := time.Now()
 		_, err = js.CreateOrUpdatePushConsumer(cctx, "KV_"+a.bucket, jetstream.ConsumerConfig{DeliverSubject: protocol.Prio3HelperSubject})
 		ccancel()
+		t.Logf("%s's consumer create: %v (%s)", a.role, err, time.Since(start).Round(time.Millisecond))
 		if err == nil {
 			accepted = append(accepted, string(a.role))
 		}
 	}
-	time.Sleep(time.Second)
-	return int(got.Load()), accepted
+	// the issuer's 5 entries (acknowledged by nobody: redelivered after
+	// the consumer's 30 s acknowledgement wait, so no later count)
+	n, took := settle(wait, 5, func() int { return int(got.Load()) })
+	return n, accepted, took
 }
 
 // TestAttackPushConsumerInject: nats-server does not check a push
@@ -343,11 +351,16 @@ func pushConsumerInject(t *testing.T, split bool) (delivered int, accepted []str
 // account, which imports nothing: nothing reaches the Prio3 helper. The
 // control (one account, the owners' old consumer rights) delivers the
 // issuer's chosen bytes to the helper, which it may not publish to.
+//
+// The control runs first and waits for 5 messages (30 s at most);
+// the split run then waits 3 times as long as the control took, at least
+// 1 s (calibratedWait).
 func TestAttackPushConsumerInject(t *testing.T) {
 	var n, cn int
 	var acc, cacc []string
-	t.Run("split", func(t *testing.T) { n, acc = pushConsumerInject(t, true) })
-	t.Run("control", func(t *testing.T) { cn, cacc = pushConsumerInject(t, false) })
+	var took time.Duration
+	t.Run("control", func(t *testing.T) { cn, cacc, took = pushConsumerInject(t, false, settleControl) })
+	t.Run("split", func(t *testing.T) { n, acc, _ = pushConsumerInject(t, true, calibratedWait(took, time.Second)) })
 	fmt.Printf("ATTACK push-consumer-inject: %d messages reached the Prio3 helper through push consumers of the issuer and the coordinator (consumer creates accepted: %v); control before the account split (one account, owners may create consumers): %d messages (accepted: %v)\n",
 		n, acc, cn, cacc)
 	if n != 0 {

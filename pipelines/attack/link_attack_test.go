@@ -97,7 +97,7 @@ func TestAttackLinkTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.run("logged issuer", is.Run) // a second member of the issuer's queue group, logging everything
+	e.run("logged issuer", is.Run, "") // a second member of the issuer's queue group, logging everything
 
 	// the issuer's wiretap: every request and its reply
 	var mu sync.Mutex

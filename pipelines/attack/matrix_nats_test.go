@@ -40,14 +40,31 @@ import (
 // judged by their effect on someone else's state (one at a time, each in
 // its own window) and destructive API requests (last, stream by stream).
 
-// mxWait bounds how long an operation judged by its effect waits for it
-// (after the server took every publish), mxAnswer how long a request waits
-// for its answer (a refused one ends at the permission error, one nobody
-// serves at the no-responders status).
+// mxWait bounds how long an operation beyond need judged by its effect
+// waits for it (after the server took every publish), mxAnswer how long
+// a request beyond need waits for its answer (a refused one ends at the
+// permission error, one nobody serves at the no-responders status),
+// mxSubWait how long a subscription beyond need waits for a message once
+// the normal traffic's requests were answered. mxNeeded replaces all
+// three for an operation testdata/least-privilege.txt lists: it ends
+// when the effect, answer or message arrives (or at the permission
+// error), so the long bound costs time only on a real refusal, and a
+// loaded machine that delivers late does not pass for a refusal.
+// mxLate is how long, after the last window, the effects that name a
+// subject of their own (inbox and key-value targets) may still arrive
+// and count for the operation whose window they missed.
 const (
-	mxWait   = 400 * time.Millisecond
-	mxAnswer = 10 * time.Second
+	mxWait    = 400 * time.Millisecond
+	mxAnswer  = 2 * time.Second
+	mxSubWait = time.Second
+	mxNeeded  = 20 * time.Second
+	mxLate    = 5 * time.Second
 )
+
+// mxConnect bounds a connection's handshake, on both sides (nats.go's
+// connect timeout, the server's auth_timeout): 22 deployments connect
+// side by side, and on a loaded machine the 2 s defaults ran out.
+const mxConnect = 30 * time.Second
 
 // mxResponders are the request subjects of the responders, the role
 // whose credential serves each and the queue group its code subscribes
@@ -158,6 +175,9 @@ type mxConsumer struct {
 	ackReply     string // the reply subject of a message delivered and not acknowledged
 }
 
+// mxHit is a message a spy received: the spy's name and the subject.
+type mxHit struct{ spy, subject string }
+
 // mxWorld is one deployment attacked by one credential.
 type mxWorld struct {
 	t      *testing.T
@@ -167,7 +187,7 @@ type mxWorld struct {
 	conns  map[natsauth.Role]*nats.Conn
 
 	mu   sync.Mutex
-	hits []string // spy names, in arrival order
+	hits []mxHit // in arrival order
 
 	streams []mxStream
 }
@@ -185,7 +205,7 @@ func newMXWorld(t *testing.T, ctx context.Context, split bool) *mxWorld {
 		err error
 	)
 	if split {
-		ns, err = natsserver.Options{Dir: filepath.Join(dir, "js")}.StartAuth(ctx, w.keyDir, nil)
+		ns, err = natsserver.Options{Dir: filepath.Join(dir, "js"), AuthTimeout: mxConnect}.StartAuth(ctx, w.keyDir, nil)
 	} else {
 		var keys map[natsauth.Role]string
 		if keys, err = natsauth.GenerateAll(w.keyDir); err != nil {
@@ -195,7 +215,7 @@ func newMXWorld(t *testing.T, ctx context.Context, split bool) *mxWorld {
 		if err := os.WriteFile(conf, []byte(beforeSplitConfig(keys)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		ns, err = natsserver.Options{Dir: filepath.Join(dir, "js"), ConfigFile: conf}.Start(ctx)
+		ns, err = natsserver.Options{Dir: filepath.Join(dir, "js"), ConfigFile: conf, AuthTimeout: mxConnect}.Start(ctx)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +256,7 @@ func (w *mxWorld) dial(r natsauth.Role, cb nats.ErrHandler) *nats.Conn {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	opts = append(opts, nats.Name("matrix-"+string(r)))
+	opts = append(opts, nats.Name("matrix-"+string(r)), nats.Timeout(mxConnect))
 	if cb != nil {
 		opts = append(opts, nats.ErrorHandler(cb))
 	} else {
@@ -297,15 +317,15 @@ func (w *mxWorld) seed() {
 // subject as its code does (queue group or plain; answering through
 // natsconn.Respond) and to every role's inbox.
 func (w *mxWorld) spies() {
-	hit := func(name string) {
+	hit := func(name, subject string) {
 		w.mu.Lock()
-		w.hits = append(w.hits, name)
+		w.hits = append(w.hits, mxHit{name, subject})
 		w.mu.Unlock()
 	}
 	for _, r := range mxResponders {
 		subj := r.subject
 		answer := func(m *nats.Msg) {
-			hit(subj)
+			hit(subj, m.Subject)
 			_ = natsconn.Respond(m, []byte("matrix-answer"))
 		}
 		var err error
@@ -323,12 +343,12 @@ func (w *mxWorld) spies() {
 			continue
 		}
 		name := "inbox:" + string(r)
-		if _, err := w.dial(r, nil).Subscribe(natsauth.InboxPrefix(r)+".>", func(*nats.Msg) { hit(name) }); err != nil {
+		if _, err := w.dial(r, nil).Subscribe(natsauth.InboxPrefix(r)+".>", func(m *nats.Msg) { hit(name, m.Subject) }); err != nil {
 			w.t.Fatal(err)
 		}
 	}
 	for _, nc := range w.conns {
-		if err := nc.Flush(); err != nil {
+		if err := nc.FlushTimeout(30 * time.Second); err != nil {
 			w.t.Fatal(err)
 		}
 	}
@@ -390,7 +410,7 @@ func (w *mxWorld) snapshotStreams() {
 			if err != nil {
 				w.t.Fatal(err)
 			}
-			batch, err := cons.Fetch(1, jetstream.FetchMaxWait(2*time.Second))
+			batch, err := cons.Fetch(1, jetstream.FetchMaxWait(30*time.Second)) // ends at the message
 			if err != nil {
 				w.t.Fatal(err)
 			}
@@ -445,28 +465,73 @@ func (w *mxWorld) streamState(subject string) map[string][2]uint64 {
 	return out
 }
 
+// kvHolds reports whether the bucket of subject "$KV.<bucket>.<key>"
+// holds key, read with the bucket owner's credential.
+func (w *mxWorld) kvHolds(subject string) bool {
+	bucket, key, _ := strings.Cut(strings.TrimPrefix(subject, "$KV."), ".")
+	i := slices.IndexFunc(mxBuckets, func(b struct {
+		bucket string
+		owner  natsauth.Role
+	}) bool {
+		return b.bucket == bucket
+	})
+	if i < 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, mxAnswer)
+	defer cancel()
+	kv, err := w.js(mxBuckets[i].owner).KeyValue(ctx, bucket)
+	if err != nil {
+		return false
+	}
+	_, err = kv.Get(ctx, key)
+	return err == nil
+}
+
 // mxAttacker is the attacking credential's connection; it remembers the
-// subjects the server refused it to publish to.
+// subjects the server refused it to publish to and to subscribe to.
 type mxAttacker struct {
 	w       *mxWorld
 	role    natsauth.Role
 	nc      *nats.Conn
-	account string // the NATS account the server put the credential in
+	account string          // the NATS account the server put the credential in
+	spec    map[string]bool // the least-privilege specification
 
-	mu      sync.Mutex
-	refused map[string]bool
+	mu         sync.Mutex
+	refused    map[string]bool
+	subRefused map[string]bool
+}
+
+// needed reports whether the specification lists op ("pub S", "js …")
+// for the attacker's credential.
+func (a *mxAttacker) needed(op string) bool { return a.spec["nats/"+string(a.role)+" "+op] }
+
+// answerWait is how long op's requests wait for an answer: mxNeeded when
+// the specification lists op, else mxAnswer.
+func (a *mxAttacker) answerWait(op string) time.Duration {
+	if a.needed(op) {
+		return mxNeeded
+	}
+	return mxAnswer
 }
 
 var mxQuoted = regexp.MustCompile(`"([^"]*)"`)
 
-func (w *mxWorld) attacker(r natsauth.Role) *mxAttacker {
-	a := &mxAttacker{w: w, role: r, refused: map[string]bool{}}
+func (w *mxWorld) attacker(r natsauth.Role, spec map[string]bool) *mxAttacker {
+	a := &mxAttacker{w: w, role: r, spec: spec, refused: map[string]bool{}, subRefused: map[string]bool{}}
 	a.nc = w.dial(r, func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		e := strings.ToLower(err.Error())
-		if m := mxQuoted.FindStringSubmatch(err.Error()); m != nil && strings.Contains(e, "permissions violation for publish") {
-			a.mu.Lock()
+		m := mxQuoted.FindStringSubmatch(err.Error())
+		if m == nil {
+			return
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		switch {
+		case strings.Contains(e, "permissions violation for publish"):
 			a.refused[m[1]] = true
-			a.mu.Unlock()
+		case strings.Contains(e, "permissions violation for subscription"):
+			a.subRefused[m[1]] = true
 		}
 	})
 	cid, err := a.nc.GetClientID()
@@ -501,8 +566,8 @@ func (a *mxAttacker) apiPrefixes(s *mxStream) []string {
 
 // api sends body to the JetStream API subject rest ("STREAM.INFO.…") of
 // stream s (nil: the account-wide API) through each of apiPrefixes and
-// reports whether one answered without an error.
-func (a *mxAttacker) api(s *mxStream, rest string, body any) bool {
+// reports whether one answered without an error within wait.
+func (a *mxAttacker) api(wait time.Duration, s *mxStream, rest string, body any) bool {
 	var b []byte
 	switch v := body.(type) {
 	case nil:
@@ -512,7 +577,7 @@ func (a *mxAttacker) api(s *mxStream, rest string, body any) bool {
 		b, _ = json.Marshal(v)
 	}
 	for _, p := range a.apiPrefixes(s) {
-		if apiOK(a.request(p+rest, b)) {
+		if apiOK(a.request(p+rest, b, wait)) {
 			return true
 		}
 	}
@@ -523,6 +588,12 @@ func (a *mxAttacker) wasRefused(subject string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.refused[subject]
+}
+
+func (a *mxAttacker) wasSubRefused(subject string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.subRefused[subject]
 }
 
 // publish sends m and reports whether the server refused it (its
@@ -543,8 +614,8 @@ func (a *mxAttacker) publish(m *nats.Msg) (refused bool) {
 }
 
 // request sends body to subject and returns the first answer, or nil when
-// the server refused the publish, nobody answered or mxAnswer passed.
-func (a *mxAttacker) request(subject string, body []byte) *nats.Msg {
+// the server refused the publish, nobody answered or wait passed.
+func (a *mxAttacker) request(subject string, body []byte, wait time.Duration) *nats.Msg {
 	inbox := a.nc.NewRespInbox()
 	sub, err := a.nc.SubscribeSync(inbox)
 	if err != nil {
@@ -554,7 +625,7 @@ func (a *mxAttacker) request(subject string, body []byte) *nats.Msg {
 	if err := a.nc.PublishRequest(subject, inbox, body); err != nil {
 		return nil
 	}
-	deadline := time.Now().Add(mxAnswer)
+	deadline := time.Now().Add(wait)
 	for time.Now().Before(deadline) {
 		if m, err := sub.NextMsg(10 * time.Millisecond); err == nil {
 			if m.Header.Get("Status") == "503" { // no responders
@@ -596,7 +667,7 @@ type mxResult struct {
 // (split: one account per operator; else the control, newMXWorld).
 func natsMatrix(t *testing.T, ctx context.Context, r natsauth.Role, spec map[string]bool, split bool) []mxResult {
 	w := newMXWorld(t, ctx, split)
-	a := w.attacker(r)
+	a := w.attacker(r, spec)
 	var (
 		mu  sync.Mutex
 		out []mxResult
@@ -608,7 +679,7 @@ func natsMatrix(t *testing.T, ctx context.Context, r natsauth.Role, spec map[str
 	}
 	a.subscriptions(add)
 	a.readAPI(add)
-	a.effects(add, spec)
+	a.effects(add)
 	a.destructive(add)
 	// streams of one name in several accounts (each relay's inbox stream
 	// when each operator has an account) are one resource: an operation
@@ -628,8 +699,9 @@ func natsMatrix(t *testing.T, ctx context.Context, r natsauth.Role, spec map[str
 // subject and inbox; then each is used as in normal operation (requests by
 // their requesters, publishes by their publishers, a request by each
 // role, answered into its inbox). A subscription succeeded when a message
-// reached it once the traffic's requests were answered (or mxAnswer
-// passed).
+// reached it within mxSubWait (mxNeeded when the specification lists it;
+// a refused one ends at the permission error) once the traffic's
+// requests were answered (or mxAnswer passed).
 func (a *mxAttacker) subscriptions(add func(string, bool)) {
 	w := a.w
 	var subjects []string
@@ -651,7 +723,7 @@ func (a *mxAttacker) subscriptions(add func(string, bool)) {
 	for i, s := range subjects {
 		subs[i], _ = a.nc.SubscribeSync(s)
 	}
-	_ = a.nc.FlushTimeout(30 * time.Second)
+	_ = a.nc.FlushTimeout(30 * time.Second) // the subscriptions are in place before the traffic
 	var wg sync.WaitGroup
 	for _, r := range mxResponders {
 		wg.Go(func() { _, _ = w.conns[mxRequester(r.subject)].Request(r.subject, []byte("legit"), mxAnswer) })
@@ -675,15 +747,34 @@ func (a *mxAttacker) subscriptions(add func(string, bool)) {
 		}
 	}
 	wg.Wait()
-	time.Sleep(100 * time.Millisecond)
+	got := make([]bool, len(subjects))
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		pending := false
+		for i, s := range subjects {
+			if got[i] || subs[i] == nil {
+				continue
+			}
+			if _, err := subs[i].NextMsg(0); err == nil {
+				got[i] = true
+				continue
+			}
+			wait := mxSubWait
+			if a.needed("sub " + s) {
+				wait = mxNeeded
+			}
+			if time.Since(start) < wait && !a.wasSubRefused(s) {
+				pending = true
+			}
+		}
+		if !pending {
+			break
+		}
+	}
 	for i, s := range subjects {
-		ok := false
 		if subs[i] != nil {
-			_, err := subs[i].NextMsg(0)
-			ok = err == nil
 			_ = subs[i].Unsubscribe()
 		}
-		add("sub "+s, ok)
+		add("sub "+s, got[i])
 	}
 }
 
@@ -695,8 +786,8 @@ func (a *mxAttacker) subscriptions(add func(string, bool)) {
 // re-creating it with its own configuration, its info and a fetch.
 func (a *mxAttacker) readAPI(add func(string, bool)) {
 	var wg sync.WaitGroup
-	try := func(op string, fn func() bool) { wg.Go(func() { add(op, fn()) }) }
-	try("js INFO", func() bool { return a.api(nil, "INFO", nil) })
+	try := func(op string, fn func(wait time.Duration) bool) { wg.Go(func() { add(op, fn(a.answerWait(op))) }) }
+	try("js INFO", func(wait time.Duration) bool { return a.api(wait, nil, "INFO", nil) })
 	newConsumer := func(name string) map[string]any {
 		c := map[string]any{"ack_policy": "none", "deliver_policy": "all", "inactive_threshold": int64(10 * time.Minute)}
 		if name != "" {
@@ -705,27 +796,29 @@ func (a *mxAttacker) readAPI(add func(string, bool)) {
 		return c
 	}
 	for _, s := range a.w.streams {
-		try("js STREAM.INFO "+s.name, func() bool { return a.api(&s, "STREAM.INFO."+s.name, nil) })
-		try("js STREAM.MSG.GET "+s.name, func() bool { return a.api(&s, "STREAM.MSG.GET."+s.name, map[string]any{"seq": s.first}) })
-		try("js DIRECT.GET "+s.name, func() bool {
-			return a.api(&s, "DIRECT.GET."+s.name, map[string]any{"seq": s.first}) ||
-				(s.seedSubject != "" && a.api(&s, "DIRECT.GET."+s.name+"."+s.seedSubject, nil))
+		try("js STREAM.INFO "+s.name, func(wait time.Duration) bool { return a.api(wait, &s, "STREAM.INFO."+s.name, nil) })
+		try("js STREAM.MSG.GET "+s.name, func(wait time.Duration) bool {
+			return a.api(wait, &s, "STREAM.MSG.GET."+s.name, map[string]any{"seq": s.first})
 		})
-		try("js STREAM.CREATE "+s.name, func() bool { return a.api(&s, "STREAM.CREATE."+s.name, s.config) })
-		try("js STREAM.UPDATE "+s.name, func() bool { return a.api(&s, "STREAM.UPDATE."+s.name, s.config) })
-		try("js CONSUMER.CREATE "+s.name, func() bool {
+		try("js DIRECT.GET "+s.name, func(wait time.Duration) bool {
+			return a.api(wait, &s, "DIRECT.GET."+s.name, map[string]any{"seq": s.first}) ||
+				(s.seedSubject != "" && a.api(wait, &s, "DIRECT.GET."+s.name+"."+s.seedSubject, nil))
+		})
+		try("js STREAM.CREATE "+s.name, func(wait time.Duration) bool { return a.api(wait, &s, "STREAM.CREATE."+s.name, s.config) })
+		try("js STREAM.UPDATE "+s.name, func(wait time.Duration) bool { return a.api(wait, &s, "STREAM.UPDATE."+s.name, s.config) })
+		try("js CONSUMER.CREATE "+s.name, func(wait time.Duration) bool {
 			name := "mx-" + string(a.role)
 			filtered := newConsumer(name + "f")
 			filtered["filter_subject"] = s.seedSubject
-			return a.api(&s, "CONSUMER.CREATE."+s.name, map[string]any{"stream_name": s.name, "config": newConsumer("")}) ||
-				a.api(&s, "CONSUMER.CREATE."+s.name+"."+name, map[string]any{"stream_name": s.name, "config": newConsumer(name)}) ||
-				(s.seedSubject != "" && a.api(&s, "CONSUMER.CREATE."+s.name+"."+name+"f."+s.seedSubject, map[string]any{"stream_name": s.name, "config": filtered}))
+			return a.api(wait, &s, "CONSUMER.CREATE."+s.name, map[string]any{"stream_name": s.name, "config": newConsumer("")}) ||
+				a.api(wait, &s, "CONSUMER.CREATE."+s.name+"."+name, map[string]any{"stream_name": s.name, "config": newConsumer(name)}) ||
+				(s.seedSubject != "" && a.api(wait, &s, "CONSUMER.CREATE."+s.name+"."+name+"f."+s.seedSubject, map[string]any{"stream_name": s.name, "config": filtered}))
 		})
-		try("js CONSUMER.DURABLE.CREATE "+s.name, func() bool {
+		try("js CONSUMER.DURABLE.CREATE "+s.name, func(wait time.Duration) bool {
 			name := "mxd-" + string(a.role)
 			c := newConsumer("")
 			c["durable_name"] = name
-			return a.api(&s, "CONSUMER.DURABLE.CREATE."+s.name+"."+name, map[string]any{"stream_name": s.name, "config": c})
+			return a.api(wait, &s, "CONSUMER.DURABLE.CREATE."+s.name+"."+name, map[string]any{"stream_name": s.name, "config": c})
 		})
 		for _, c := range s.consumers {
 			rest := "CONSUMER.CREATE." + s.name + "." + c.name
@@ -733,10 +826,10 @@ func (a *mxAttacker) readAPI(add func(string, bool)) {
 				rest += "." + c.filter
 			}
 			body := []byte(`{"stream_name":"` + s.name + `","config":` + string(c.config) + `}`)
-			try("js CONSUMER.CREATE "+s.name+" "+c.name, func() bool { return a.api(&s, rest, body) })
-			try("js CONSUMER.INFO "+s.name+" "+c.name, func() bool { return a.api(&s, "CONSUMER.INFO."+s.name+"."+c.name, nil) })
-			try("js CONSUMER.MSG.NEXT "+s.name+" "+c.name, func() bool {
-				return a.api(&s, "CONSUMER.MSG.NEXT."+s.name+"."+c.name, map[string]any{"batch": 1, "no_wait": true})
+			try("js CONSUMER.CREATE "+s.name+" "+c.name, func(wait time.Duration) bool { return a.api(wait, &s, rest, body) })
+			try("js CONSUMER.INFO "+s.name+" "+c.name, func(wait time.Duration) bool { return a.api(wait, &s, "CONSUMER.INFO."+s.name+"."+c.name, nil) })
+			try("js CONSUMER.MSG.NEXT "+s.name+" "+c.name, func(wait time.Duration) bool {
+				return a.api(wait, &s, "CONSUMER.MSG.NEXT."+s.name+"."+c.name, map[string]any{"batch": 1, "no_wait": true})
 			})
 		}
 	}
@@ -744,11 +837,16 @@ func (a *mxAttacker) readAPI(add func(string, bool)) {
 }
 
 // effects: operations judged by what they do to state the attacker does
-// not hold, one at a time, each in a window of at most mxWait (shorter
-// when the server refused every publish of the operation). An operation
-// succeeded when, in its window, a spy (a responder stand-in or an inbox)
-// received a message, a stream capturing the target subject grew, or a
-// consumer's acknowledgements moved:
+// not hold, one at a time, each in a window of at most mxWait, or
+// mxNeeded for an operation the specification lists (shorter when the
+// server refused every publish of the operation). An operation succeeded
+// when, in its window, a spy (a responder stand-in or an inbox) received
+// a message, a stream capturing the target subject grew, or a consumer's
+// acknowledgements moved. An operation whose window showed nothing but
+// that names a subject of its own (kv-put, and steering onto an inbox or
+// a bucket key: "…matrix-N") succeeded too when, by the end of the phase
+// and at least mxLate after its window, its spy received a message on
+// that subject or the bucket holds that key: its effect came late.
 //
 //   - pub S: a plain publish to every request and stream subject;
 //   - kv-put B: a publish to $KV.B.<key>;
@@ -759,8 +857,17 @@ func (a *mxAttacker) readAPI(add func(string, bool)) {
 //     reply subject (JetStream acknowledges there);
 //   - deliver-to T: a push consumer on every stream not holding T with T
 //     as deliver subject (operations last: the consumers keep running).
-func (a *mxAttacker) effects(add func(string, bool), spec map[string]bool) {
+func (a *mxAttacker) effects(add func(string, bool)) {
 	w := a.w
+	var res []mxResult
+	// late: operations whose window showed nothing, with the check of
+	// their own subject and when their late window ends
+	type lateCheck struct {
+		i     int
+		until time.Time
+		check func() bool
+	}
+	var late []lateCheck
 	n := 0
 	uniq := func(s string) string {
 		n++
@@ -771,41 +878,28 @@ func (a *mxAttacker) effects(add func(string, bool), spec map[string]bool) {
 	}
 	// window runs act (which says whether everything it sent was refused)
 	// and waits for spy, one of the streams capturing subject or (subject
-	// "*") any consumer's acknowledgements to change.
-	window := func(spy, subject string, act func() (allRefused bool)) bool {
-		w.mu.Lock()
-		from := len(w.hits)
-		w.mu.Unlock()
-		var before map[string][2]uint64
-		if subject != "" {
-			before = w.streamState(subject)
+	// "*") any consumer's acknowledgements to change; when nothing did,
+	// lateSubj (a spy's subject or a bucket's key subject of this
+	// operation only, "" for none) is checked again at the end.
+	window := func(op, spy, subject, lateSubj string, act func() (allRefused bool)) {
+		ok := a.window(op, spy, subject, act)
+		res = append(res, mxResult{op, ok})
+		if ok || lateSubj == "" {
+			return
 		}
-		refused := act()
-		deadline := time.Now().Add(mxWait)
-		for {
-			w.mu.Lock()
-			hit := spy != "" && slices.Contains(w.hits[from:], spy)
-			w.mu.Unlock()
-			if hit {
-				return true
+		l := lateCheck{i: len(res) - 1, until: time.Now().Add(mxLate)}
+		if spy != "" {
+			l.check = func() bool {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				return slices.Contains(w.hits, mxHit{spy, lateSubj})
 			}
-			if subject != "" {
-				for k, v := range w.streamState(subject) {
-					b, ok := before[k]
-					if subject == "*" && strings.Count(k, "/") == 2 && ok && (v[0] > b[0] || v[1] < b[1]) {
-						return true
-					}
-					if subject != "*" && (!ok || v[0] > b[0]) {
-						return true
-					}
-				}
-			}
-			if refused || time.Now().After(deadline) {
-				return false
-			}
-			time.Sleep(10 * time.Millisecond)
+		} else {
+			l.check = func() bool { return w.kvHolds(lateSubj) }
 		}
+		late = append(late, l)
 	}
+
 	// pub: plainly, then as a request (replies to the attacker's own
 	// inbox), as the roles' code publishes
 	pub := func(subj string) func() bool {
@@ -815,30 +909,30 @@ func (a *mxAttacker) effects(add func(string, bool), spec map[string]bool) {
 		}
 	}
 	for _, r := range mxResponders {
-		add("pub "+r.subject, window(r.subject, "", pub(r.subject)))
+		window("pub "+r.subject, r.subject, "", "", pub(r.subject))
 	}
 	for _, s := range mxStreamSubjects {
-		add("pub "+s.subject, window("", s.subject, pub(s.subject)))
+		window("pub "+s.subject, "", s.subject, "", pub(s.subject))
 	}
 	for _, b := range mxBuckets {
 		subj := uniq("$KV." + b.bucket + ".matrix-%d")
-		add("kv-put "+b.bucket, window("", subj, pub(subj)))
+		window("kv-put "+b.bucket, "", subj, subj, pub(subj))
 	}
 	for _, s := range w.streams {
 		for _, c := range s.consumers {
 			if c.ackReply == "" {
 				continue
 			}
-			add("ack "+s.name+" "+c.name, window("", "*", func() bool {
+			window("ack "+s.name+" "+c.name, "", "*", "", func() bool {
 				return a.publish(&nats.Msg{Subject: c.ackReply, Data: []byte("+ACK")})
-			}))
+			})
 		}
 	}
 	holds := func(s mxStream, subject string) bool { return mxMatchAny(s.subjects, subject) }
 	// steering: only onto what another role owns and the credential may
 	// not publish to itself (steering there gains nothing)
 	targets := slices.DeleteFunc(mxTargets(), func(t mxTarget) bool {
-		return t.owner == a.role || spec["nats/"+string(a.role)+" pub "+t.subject]
+		return t.owner == a.role || a.needed("pub "+t.subject)
 	})
 	var candidates []string // subjects a stream captures
 	for _, s := range mxStreamSubjects {
@@ -852,11 +946,14 @@ func (a *mxAttacker) effects(add func(string, bool), spec map[string]bool) {
 	steer := func(kind string, act func(t mxTarget, subj string) (allRefused bool)) {
 		for _, t := range targets {
 			subj := uniq(t.subject)
-			sinkSubj := subj
+			sinkSubj, lateSubj := subj, ""
 			if t.spy != "" {
 				sinkSubj = "" // responders and inboxes: no stream holds them
 			}
-			add(kind+" "+t.name, window(t.spy, sinkSubj, func() bool { return act(t, subj) }))
+			if subj != t.subject { // a subject of this operation's own
+				lateSubj = subj
+			}
+			window(kind+" "+t.name, t.spy, sinkSubj, lateSubj, func() bool { return act(t, subj) })
 		}
 	}
 	steer("reply-to", func(_ mxTarget, subj string) bool {
@@ -896,13 +993,75 @@ func (a *mxAttacker) effects(add func(string, bool), spec map[string]bool) {
 					cfg["deliver_group"] = group
 				}
 				body, _ := json.Marshal(map[string]any{"stream_name": s.name, "config": cfg})
-				if a.api(&s, "CONSUMER.CREATE."+s.name+"."+name, body) || a.api(&s, "CONSUMER.CREATE."+s.name, body) {
+				if a.api(mxAnswer, &s, "CONSUMER.CREATE."+s.name+"."+name, body) || a.api(mxAnswer, &s, "CONSUMER.CREATE."+s.name, body) {
 					all = false
 				}
 			}
 		}
 		return all
 	})
+	// effects that came late: each named subject is checked until it is
+	// found or its late window has passed
+	for {
+		late = slices.DeleteFunc(late, func(l lateCheck) bool {
+			if l.check() {
+				res[l.i].ok = true
+				return true
+			}
+			return false
+		})
+		if !slices.ContainsFunc(late, func(l lateCheck) bool { return time.Now().Before(l.until) }) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	for _, r := range res {
+		add(r.op, r.ok)
+	}
+}
+
+// window runs act (which says whether everything it sent was refused)
+// and waits, mxWait or (op listed in the specification) mxNeeded, for
+// spy, one of the streams capturing subject or (subject "*") any
+// consumer's acknowledgements to change; it reports whether one did.
+func (a *mxAttacker) window(op, spy, subject string, act func() (allRefused bool)) bool {
+	w := a.w
+	wait := mxWait
+	if a.needed(op) {
+		wait = mxNeeded
+	}
+	w.mu.Lock()
+	from := len(w.hits)
+	w.mu.Unlock()
+	var before map[string][2]uint64
+	if subject != "" {
+		before = w.streamState(subject)
+	}
+	refused := act()
+	deadline := time.Now().Add(wait)
+	for {
+		w.mu.Lock()
+		hit := spy != "" && slices.ContainsFunc(w.hits[from:], func(h mxHit) bool { return h.spy == spy })
+		w.mu.Unlock()
+		if hit {
+			return true
+		}
+		if subject != "" {
+			for k, v := range w.streamState(subject) {
+				b, ok := before[k]
+				if subject == "*" && strings.Count(k, "/") == 2 && ok && (v[0] > b[0] || v[1] < b[1]) {
+					return true
+				}
+				if subject != "*" && (!ok || v[0] > b[0]) {
+					return true
+				}
+			}
+		}
+		if refused || time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // destructive: per stream, one after the other, deleting its first
@@ -912,12 +1071,13 @@ func (a *mxAttacker) destructive(add func(string, bool)) {
 	var wg sync.WaitGroup
 	for _, s := range a.w.streams {
 		wg.Go(func() {
-			add("js STREAM.MSG.DELETE "+s.name, a.api(&s, "STREAM.MSG.DELETE."+s.name, []byte(fmt.Sprintf(`{"seq":%d,"no_erase":true}`, s.first))))
+			try := func(op, rest string, body any) { add(op, a.api(a.answerWait(op), &s, rest, body)) }
+			try("js STREAM.MSG.DELETE "+s.name, "STREAM.MSG.DELETE."+s.name, []byte(fmt.Sprintf(`{"seq":%d,"no_erase":true}`, s.first)))
 			for _, c := range s.consumers {
-				add("js CONSUMER.DELETE "+s.name+" "+c.name, a.api(&s, "CONSUMER.DELETE."+s.name+"."+c.name, nil))
+				try("js CONSUMER.DELETE "+s.name+" "+c.name, "CONSUMER.DELETE."+s.name+"."+c.name, nil)
 			}
-			add("js STREAM.PURGE "+s.name, a.api(&s, "STREAM.PURGE."+s.name, []byte("{}")))
-			add("js STREAM.DELETE "+s.name, a.api(&s, "STREAM.DELETE."+s.name, nil))
+			try("js STREAM.PURGE "+s.name, "STREAM.PURGE."+s.name, []byte("{}"))
+			try("js STREAM.DELETE "+s.name, "STREAM.DELETE."+s.name, nil)
 		})
 	}
 	wg.Wait()

@@ -17,6 +17,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/ingest/tokenclient"
 	"github.com/crowdlog/crowdlog/issuer"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 	"github.com/crowdlog/crowdlog/protocol/token"
@@ -59,18 +60,11 @@ func TestAttackPrio3DoubleUpload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	is.Ready = make(chan struct{})
 	ictx, icancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- is.Run(ictx) }()
 	defer func() { icancel(); <-done }()
-	select { // its subscriptions are in place
-	case <-is.Ready:
-	case err := <-done:
-		t.Fatalf("issuer: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("issuer not subscribed within 60 s")
-	}
+	awaitResponders(t, nc, protocol.IssuerPrio3HelperPublicKeySubject) // its subscriptions are in place (the token subject's first)
 	seed, err := keydir.LoadPrio3TokenSeed(filepath.Join(keys, keydir.Prio3HelperTokenSeed))
 	if err != nil {
 		t.Fatal(err)

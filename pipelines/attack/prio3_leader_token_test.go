@@ -15,6 +15,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/ingest/tokenclient"
 	"github.com/crowdlog/crowdlog/issuer"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 	"github.com/crowdlog/crowdlog/protocol/token"
@@ -57,19 +58,13 @@ func TestPrio3LeaderTokenIssuance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		is.Ready = make(chan struct{})
 		ictx, icancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- is.Run(ictx) }()
 		defer func() { icancel(); <-done }()
-		select { // its subscriptions are in place
-		case <-is.Ready:
-		case err := <-done:
-			t.Fatalf("%s issuer: %v", role, err)
-		case <-time.After(60 * time.Second):
-			t.Fatalf("%s issuer not subscribed within 60 s", role)
-		}
 	}
+	// their subscriptions are in place (each token subject's before its key subject's)
+	awaitResponders(t, nc, protocol.IssuerPrio3HelperPublicKeySubject, protocol.IssuerPrio3LeaderPublicKeySubject)
 
 	const camp = "lt"
 	day := p3.DayOf(time.Now())

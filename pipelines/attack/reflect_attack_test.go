@@ -211,7 +211,7 @@ func (w *reflectWorld) responders() {
 	// both answer their public-key subject once subscribed
 	cl := w.conn(natsauth.Client) // public keys are the clients' requests
 	for _, subj := range []string{protocol.IssuerPublicKeySubject, protocol.RandomnessPublicKeySubject} {
-		deadline := time.Now().Add(60 * time.Second)
+		deadline := time.Now().Add(10 * time.Second)
 		for {
 			if _, err := cl.Request(subj, []byte("{}"), time.Second); err == nil {
 				break
@@ -276,9 +276,10 @@ func (w *reflectWorld) kvMsgs(kv jetstream.KeyValue) uint64 {
 // stream 4 onions; a client sends junk to crowdlog.issuer and
 // crowdlog.randomness with reply subjects "$JS.API.STREAM.PURGE.<stream>"
 // of each of the three and "$KV.<counters>.<key>". It returns how many
-// stored messages were lost or overwritten, of how many, and whether the
-// spent token is then accepted again with another binding (double spend).
-func reflectReplies(t *testing.T, l reflectLayout) (lost, total int, doubleSpend bool) {
+// stored messages were lost or overwritten within wait (polling; ending
+// when all were), of how many, whether the spent token is then accepted
+// again with another binding (double spend) and how long it waited.
+func reflectReplies(t *testing.T, l reflectLayout, wait time.Duration) (lost, total int, doubleSpend bool, took time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	w := newReflectWorld(t, ctx, l)
@@ -320,32 +321,20 @@ func reflectReplies(t *testing.T, l reflectLayout) (lost, total int, doubleSpend
 	if err := client.FlushTimeout(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	// the responders answer asynchronously: with a defence nothing is
-	// lost, and 500 ms show it; the pre-fix control loses state, polled
-	// for up to 30 s until the loss has not grown for 500 ms
-	wait := 500 * time.Millisecond
-	if !l.accounts && !l.replyCheck {
-		wait = 30 * time.Second
-	}
-	last, since := -1, time.Now()
-	for end := time.Now().Add(wait); ; time.Sleep(50 * time.Millisecond) {
+	// the responders answer
+	lost, took = settle(wait, int(before), func() int {
 		after := w.kvMsgs(s.counters) + w.kvMsgs(s.spentKV) + w.msgs(s.relay)
-		lost = int(before - after)
+		n := int(before) - int(after)
 		if e, err := s.counters.Get(ctx, keys[0]); err == nil && string(e.Value()) != "3" && after == before {
-			lost++ // overwritten, not deleted
+			n++ // overwritten, not deleted
 		}
-		if lost != last {
-			last, since = lost, time.Now()
-		}
-		if (lost > 0 && time.Since(since) >= 500*time.Millisecond) || time.Now().After(end) {
-			break
-		}
-	}
+		return n
+	})
 	double, err := st.Spend(ctx, []spent.Spend{{ID: id, Binding: [32]byte{2}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return lost, int(before), !double[0]
+	return lost, int(before), !double[0], took
 }
 
 // TestAttackReplyReflection: a client names a JetStream API or key-value
@@ -355,20 +344,25 @@ func reflectReplies(t *testing.T, l reflectLayout) (lost, total int, doubleSpend
 // account and the responders answering only requester inboxes nothing is
 // lost and a spent token stays spent; each defence alone suffices; the
 // pre-fix control loses the stored state and accepts the token again.
+// The control runs first and waits until every stored message is lost
+// (30 s at most); the others then wait 3 times as long as it took, at
+// least 500 ms (calibratedWait).
 func TestAttackReplyReflection(t *testing.T) {
 	type res struct {
 		lost, total int
 		double      bool
+		took        time.Duration
 	}
-	run := func(l reflectLayout) res {
+	run := func(l reflectLayout, wait time.Duration) res {
 		var r res
-		t.Run(l.String(), func(t *testing.T) { r.lost, r.total, r.double = reflectReplies(t, l) })
+		t.Run(l.String(), func(t *testing.T) { r.lost, r.total, r.double, r.took = reflectReplies(t, l, wait) })
 		return r
 	}
-	fixed := run(reflectLayout{accounts: true, replyCheck: true})
-	acc := run(reflectLayout{accounts: true})
-	chk := run(reflectLayout{replyCheck: true})
-	ctl := run(reflectLayout{})
+	ctl := run(reflectLayout{}, settleControl)
+	wait := calibratedWait(ctl.took, 500*time.Millisecond)
+	fixed := run(reflectLayout{accounts: true, replyCheck: true}, wait)
+	acc := run(reflectLayout{accounts: true}, wait)
+	chk := run(reflectLayout{replyCheck: true}, wait)
 	fmt.Printf("ATTACK reply-reflection: %d of %d stored messages lost (issuer counters, spent tokens, relay stream), spent token accepted again: %v; accounts only: %d lost, reply check only: %d lost; control pre-fix (one account, any reply answered): %d of %d lost, spent token accepted again: %v\n",
 		fixed.lost, fixed.total, fixed.double, acc.lost, chk.lost, ctl.lost, ctl.total, ctl.double)
 	for name, r := range map[string]res{"fixed": fixed, "accounts only": acc, "reply check only": chk} {
@@ -385,8 +379,9 @@ func TestAttackReplyReflection(t *testing.T) {
 // issuer holds 4 counters; a client publishes 4 onions to relay a with
 // reply "$KV.<counters>.<key>" (one per key) and 4 with reply relay b's
 // inbox. It returns how many counters no longer parse as a number and how
-// many messages landed on relay b's subject.
-func reflectPubAck(t *testing.T, l reflectLayout) (corrupted, toB int) {
+// many messages landed on relay b's subject within wait (polling; ending
+// when all 8 did), and how long it waited.
+func reflectPubAck(t *testing.T, l reflectLayout, wait time.Duration) (corrupted, toB int, took time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	w := newReflectWorld(t, ctx, l)
@@ -405,22 +400,26 @@ func reflectPubAck(t *testing.T, l reflectLayout) (corrupted, toB int) {
 	if err := client.FlushTimeout(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
-	for _, k := range keys {
-		e, err := s.counters.Get(ctx, k)
+	_, took = settle(wait, 2*len(keys), func() int {
+		corrupted = 0
+		for _, k := range keys {
+			e, err := s.counters.Get(ctx, k)
+			if err != nil {
+				corrupted++
+				continue
+			}
+			if _, err := strconv.Atoi(string(e.Value())); err != nil {
+				corrupted++
+			}
+		}
+		info, err := s.relayB.Info(ctx, jetstream.WithSubjectFilter(protocol.RelaySubject("b")))
 		if err != nil {
-			corrupted++
-			continue
+			t.Fatal(err)
 		}
-		if _, err := strconv.Atoi(string(e.Value())); err != nil {
-			corrupted++
-		}
-	}
-	info, err := s.relayB.Info(ctx, jetstream.WithSubjectFilter(protocol.RelaySubject("b")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return corrupted, int(info.State.Subjects[protocol.RelaySubject("b")])
+		toB = int(info.State.Subjects[protocol.RelaySubject("b")])
+		return corrupted + toB
+	})
+	return corrupted, toB, took
 }
 
 // TestAttackPubAckReflection: JetStream acknowledges a client's publish to
@@ -429,11 +428,16 @@ func reflectPubAck(t *testing.T, l reflectLayout) (corrupted, toB int) {
 // counter is overwritten and nothing reaches relay b's inbox; the pre-fix
 // control (one account) has the acknowledgement JSON written as the
 // counters' values (the issuer then refuses those identities) and the
-// acknowledgements stored in relay b's inbox.
+// acknowledgements stored in relay b's inbox. The control runs first and
+// waits for all 8 writes (30 s at most); the fixed run then waits 3 times
+// as long as it took, at least 300 ms (calibratedWait).
 func TestAttackPubAckReflection(t *testing.T) {
 	var fc, fb, cc, cb int
-	t.Run("fixed", func(t *testing.T) { fc, fb = reflectPubAck(t, reflectLayout{accounts: true, replyCheck: true}) })
-	t.Run("control", func(t *testing.T) { cc, cb = reflectPubAck(t, reflectLayout{}) })
+	var took time.Duration
+	t.Run("control", func(t *testing.T) { cc, cb, took = reflectPubAck(t, reflectLayout{}, settleControl) })
+	t.Run("fixed", func(t *testing.T) {
+		fc, fb, _ = reflectPubAck(t, reflectLayout{accounts: true, replyCheck: true}, calibratedWait(took, 300*time.Millisecond))
+	})
 	fmt.Printf("ATTACK puback-reflection: %d of 4 issuer counters corrupted, %d of 4 acknowledgements in relay b's inbox; control pre-fix (one account): %d of 4 corrupted, %d of 4 in relay b's inbox\n",
 		fc, fb, cc, cb)
 	if fc != 0 || fb != 0 {
@@ -456,6 +460,13 @@ func reflectInbox(t *testing.T, l reflectLayout, n int) (shared, wildcard int) {
 	w.responders()
 	c1, c2 := w.conn(natsauth.Client), w.conn(natsauth.Client)
 	var sh, wc atomic.Int64
+	var shRefused atomic.Bool // the server refused the shared-inbox subscription
+	c2.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if strings.Contains(strings.ToLower(err.Error()), "permissions violation for subscription") &&
+			strings.Contains(err.Error(), `"`+natsauth.InboxPrefix(natsauth.Client)+`.>"`) {
+			shRefused.Store(true)
+		}
+	})
 	for _, sub := range []struct {
 		subj string
 		n    *atomic.Int64
@@ -469,11 +480,18 @@ func reflectInbox(t *testing.T, l reflectLayout, n int) (shared, wildcard int) {
 	}
 	time.Sleep(100 * time.Millisecond) // a refused subscription's error arrives
 	for range n {
-		if _, err := c1.Request(protocol.IssuerSubject, []byte("junk"), 30*time.Second); err != nil {
+		if _, err := c1.Request(protocol.IssuerSubject, []byte("junk"), 20*time.Second); err != nil {
 			t.Fatalf("client 1's request: %v", err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	// both layouts let "_INBOX.client.*.>" see every reply; the shared
+	// inbox's subscription sees them too unless the server refused it
+	settle(settleControl, 1, func() int {
+		if wc.Load() >= int64(n) && (sh.Load() >= int64(n) || shRefused.Load()) {
+			return 1
+		}
+		return 0
+	})
 	return int(sh.Load()), int(wc.Load())
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/ingest/tokenclient"
 	"github.com/crowdlog/crowdlog/issuer"
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/arc"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	"github.com/crowdlog/crowdlog/protocol/oprf"
@@ -79,21 +80,19 @@ func newTokenEnv(t *testing.T, limits issuer.Limits) *tokenEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.run("issuer", is.Run)
+	_, keysSubj, _, err := is.Subjects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run("issuer", is.Run, keysSubj)
 	t.Cleanup(func() { e.stopAll() })
 	return e
 }
 
-// run runs fn on a context of its own until stopAll or the returned stop,
-// and returns once fn's two subscriptions on e.nc (the issuer's and the
-// randomness service's Run subscribe two subjects each) have reached the
-// server, so no client asks before it listens.
-func (e *tokenEnv) run(what string, fn func(context.Context) error) (stop func()) {
-	// nats.go opens the connection's shared reply subscription on its
-	// first request (fn's JetStream calls would): open it now, so the
-	// count below grows by fn's own subscriptions only
-	_, _ = e.nc.Request("crowdlog_test.nobody", nil, time.Second) // no responders
-	subs := e.nc.NumSubscriptions()
+// run runs fn on a context of its own until stopAll or the returned stop;
+// it returns once ready (a subject the service subscribes to last) has a
+// responder, or, without one, after 100 ms.
+func (e *tokenEnv) run(what string, fn func(context.Context) error, ready string) (stop func()) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan struct{})
 	go func() {
@@ -106,25 +105,16 @@ func (e *tokenEnv) run(what string, fn func(context.Context) error) (stop func()
 		cancel()
 		select {
 		case <-done:
-		case <-time.After(30 * time.Second):
-			e.t.Errorf("%s did not stop within 30 s", what)
+		case <-time.After(10 * time.Second):
+			e.t.Errorf("%s did not stop within 10 s", what)
 		}
 	}
 	e.stops = append(e.stops, stop)
-	for end := time.Now().Add(60 * time.Second); e.nc.NumSubscriptions() < subs+2; time.Sleep(10 * time.Millisecond) {
-		select {
-		case <-done:
-			return stop // fn returned; its error is reported
-		default:
-		}
-		if time.Now().After(end) {
-			e.t.Fatalf("%s did not subscribe within 60 s", what)
-		}
-	}
-	// the subscriptions were written before this PING on the same
-	// connection: the server has them when the PONG comes
-	if err := e.nc.Flush(); err != nil {
-		e.t.Fatal(err)
+	// its subscriptions are in place before any client asks
+	if ready != "" {
+		awaitResponders(e.t, e.nc, ready)
+	} else {
+		time.Sleep(100 * time.Millisecond)
 	}
 	return stop
 }
@@ -155,7 +145,7 @@ func (e *tokenEnv) startRandomness(requireTokens bool) (*randomness.Service, fun
 		}
 	}
 	e.rs = rs
-	return rs, e.run("randomness", rs.Run)
+	return rs, e.run("randomness", rs.Run, protocol.RandomnessPublicKeySubject)
 }
 
 // startRandomnessWith starts a randomness service requiring tokens whose
@@ -173,7 +163,7 @@ func (e *tokenEnv) startRandomnessWith(st randomness.SpentStore) func() {
 	rs.TokenKeys = func(epoch string) (*token.PrivateKey, error) {
 		return keydir.LoadTokenKey(e.keys, token.KindRandomness, epoch)
 	}
-	return e.run("randomness", rs.Run)
+	return e.run("randomness", rs.Run, protocol.RandomnessPublicKeySubject)
 }
 
 // identity is a fresh Ed25519 identity, enrolled when enroll.
