@@ -168,7 +168,13 @@ func FromState(ctx context.Context, dir string) ([]aggregator.PendingGroup, erro
 }
 
 func aggregatorKeys(dir string) ([]*onion.KeyPair, error) {
-	paths, _ := filepath.Glob(filepath.Join(dir, "aggregator*.key"))
+	all, _ := filepath.Glob(filepath.Join(dir, "aggregator*.key"))
+	var paths []string
+	for _, p := range all {
+		if filepath.Base(p) != keydir.AggregatorSignKey { // Ed25519, signs announcements: no report key
+			paths = append(paths, p)
+		}
+	}
 	if len(paths) == 0 {
 		return nil, fmt.Errorf("attack: no aggregator*.key in %s", dir)
 	}
