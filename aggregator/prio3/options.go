@@ -126,7 +126,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.Chunk, "chunk", o.Chunk, "FLP chunk length (0: about √(length·bits), the fastest)")
 	f.Uint64Var(&o.MinBatchSize, "min-batch-size", o.MinBatchSize, "fewest reports a day's batch is revealed with (both aggregators refuse smaller batches)")
 	f.DurationVar(&o.Grace, "grace", o.Grace, "after a day's end (UTC) its batch takes reports this long, then closes and is collected")
-	f.DurationVar(&o.Retain, "retain", o.Retain, "after a batch closes its state (aggregate, noise draw, batch log) is kept this long, then dropped, but only once the batch was collected (or refused for good): an uncollected batch is kept whatever its age; 0 keeps every batch")
+	f.DurationVar(&o.Retain, "retain", o.Retain, "after a batch closes its state (aggregate, noise draw, batch log) is kept this long, then dropped, but only once the batch was collected or can never be (refused, or closed with fewer than --min-batch-size reports): a batch that could still be collected is kept whatever its age; 0 keeps every batch")
 	f.Float64Var(&o.Epsilon, "epsilon", o.Epsilon, "privacy per person-day: Laplace noise on every keyword of this aggregator's aggregate share of each day, scale S/ε (S = --l1 for sumvec, --max-weight for presence), drawn once per batch. This aggregator's noise alone makes each person's whole day ε-DP, also against a malicious other aggregator; give both aggregators and release-pdd --mode prio3 the same ε (the collector refuses shares with another ε). 0 needs --exact-shares")
 	f.BoolVar(&o.ExactShares, "exact-shares", o.ExactShares, ExactSharesHelp)
 	f.StringVar(&o.VerifyKey, "verify-key", o.VerifyKey, "verify key file shared by the leader and the helper only (crowdlog keys prio3-verify)")
