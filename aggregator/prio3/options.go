@@ -89,8 +89,11 @@ type Options struct {
 	ClockFile       string
 	MaxRequestBytes int           // leader: bound of one AggregateReq
 	RequestTimeout  time.Duration // leader: bound of one helper request
-	NATS            natsconn.Options
-	Kafka           []string // leader: bootstrap brokers
+	// PartitionRefresh (leader) is how often the uploads topic's
+	// partitions are listed (LeaderService.PartitionRefresh).
+	PartitionRefresh time.Duration
+	NATS             natsconn.Options
+	Kafka            []string // leader: bootstrap brokers
 }
 
 // DefaultEpsilon is the default --epsilon of each aggregator: ε = 1 per
@@ -110,7 +113,8 @@ const DefaultRetain = 30 * 24 * time.Hour
 func DefaultOptions() Options {
 	return Options{Campaign: "pdd", Kind: "sumvec", Bits: p3.DefaultBits, MaxWeight: 100, L1: p3.DefaultL1, MinBatchSize: 100, Epsilon: DefaultEpsilon,
 		Grace: 2 * time.Hour, Retain: DefaultRetain, KeysDir: "keys", MaxRequestBytes: DefaultMaxRequestBytes, RequestTimeout: DefaultRequestTimeout,
-		Kafka: []string{infrakafka.DefaultBroker}}
+		PartitionRefresh: DefaultPartitionRefresh,
+		Kafka:            []string{infrakafka.DefaultBroker}}
 }
 
 // AddFlags adds the flags of `crowdlog aggregate-prio3` (but --metrics) to
@@ -142,6 +146,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.ClockFile, "clock-file", o.ClockFile, "replay clock: a file holding the current time as RFC 3339, re-read at every step, instead of the wall clock (log replays and tests)")
 	f.IntVar(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "leader: bound of one aggregate request to the helper in bytes (below the NATS max_payload)")
 	f.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "leader: bound of one request to the helper (retried)")
+	f.DurationVar(&o.PartitionRefresh, "partition-refresh", o.PartitionRefresh, "leader: how often the partitions of the uploads topic are listed: when the topic grows and the campaign's key hashes to a new partition, the leader reads it (from its first offset) within this time, without a restart; each listing is one metadata request to the brokers")
 	o.NATS.AddFlags(f, "NATS URL(s), comma-separated: the leader requests, the helper answers on "+"crowdlog.prio3.helper")
 	f.StringSliceVar(&o.Kafka, "kafka", o.Kafka, "leader: Kafka bootstrap brokers, comma-separated")
 }
@@ -178,6 +183,8 @@ func (o *Options) Validate() error {
 		return bad("--max-request-bytes %d: at least 65536", o.MaxRequestBytes)
 	case o.RequestTimeout <= 0:
 		return bad("--request-timeout must be positive")
+	case o.PartitionRefresh <= 0:
+		return bad("--partition-refresh %s: must be positive (default %s)", o.PartitionRefresh, DefaultPartitionRefresh)
 	}
 	m := o.measurement(1)
 	if m.Kind == p3.KindSumVec && (m.Bits < 1 || m.Bits > 16) {
@@ -351,7 +358,7 @@ func (o *Options) Leader(connect func() (*nats.Conn, error), log *slog.Logger) (
 		return nil, nil, fmt.Errorf("--keywords: %w", err)
 	}
 	return &LeaderService{Config: cfg, Brokers: o.Kafka, NATS: nc, StateDir: o.StateDir, Now: now, Logger: log,
-		RequestTimeout: o.RequestTimeout, SignKey: key, ListHash: list.Hash()}, nc, nil
+		RequestTimeout: o.RequestTimeout, PartitionRefresh: o.PartitionRefresh, SignKey: key, ListHash: list.Hash()}, nc, nil
 }
 
 // Helper is Leader for the helper (NATS credential prio3-helper).
