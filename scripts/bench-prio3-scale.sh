@@ -12,9 +12,10 @@
 # as aggregator 1 + PrepSharesToPrep), peak RSS against 500 MB.
 #
 # Variables:
-#   SIZES=1000,10000[,100000]  upload counts (100,000 uploads are ~79 GB of
-#                              Kafka data in the broker's directory and
-#                              memory: only on a machine with room for it)
+#   SIZES=1000,10000[,100000]  upload counts (100,000 uploads are 66 GB in
+#                              the broker's data directory, under TMPDIR:
+#                              only on a machine with room for it;
+#                              docs/benchmarks.md)
 #   PRIO3_N=N                  reports of the bare circl bound (default 10)
 #   CROWDLOG_PRIO3_L=N         keywords (default 10000)
 set -euo pipefail
