@@ -19,6 +19,9 @@
 #   PRIO3_N=N                  reports of the bare circl bound (default 10)
 #   CROWDLOG_PRIO3_L=N         keywords (default 10000)
 set -euo pipefail
+# main: bash reads the whole function before running it, so a script
+# edited during a run (hours at large SIZES) does not change that run
+main() {
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 SIZES=${SIZES:-1000,10000}
@@ -47,3 +50,6 @@ grep '^PRIO3SCALE' "$work/scale.txt" | while read -r l; do
   line "prio3-scale-leader-rss-n$n" "$(get leader_rss_mb "$l")" 500 'MB(lower-is-better)'
   line "prio3-scale-helper-rss-n$n" "$(get helper_rss_mb "$l")" 500 'MB(lower-is-better)'
 done
+}
+main "$@"
+exit
