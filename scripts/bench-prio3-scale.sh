@@ -12,12 +12,16 @@
 # as aggregator 1 + PrepSharesToPrep), peak RSS against 500 MB.
 #
 # Variables:
-#   SIZES=1000,10000[,100000]  upload counts (100,000 uploads are ~79 GB of
-#                              Kafka data in the broker's directory and
-#                              memory: only on a machine with room for it)
+#   SIZES=1000,10000[,100000]  upload counts (100,000 uploads are 66 GB in
+#                              the broker's data directory, under TMPDIR:
+#                              only on a machine with room for it;
+#                              docs/benchmarks.md)
 #   PRIO3_N=N                  reports of the bare circl bound (default 10)
 #   CROWDLOG_PRIO3_L=N         keywords (default 10000)
 set -euo pipefail
+# main: bash reads the whole function before running it, so a script
+# edited during a run (hours at large SIZES) does not change that run
+main() {
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 SIZES=${SIZES:-1000,10000}
@@ -46,3 +50,6 @@ grep '^PRIO3SCALE' "$work/scale.txt" | while read -r l; do
   line "prio3-scale-leader-rss-n$n" "$(get leader_rss_mb "$l")" 500 'MB(lower-is-better)'
   line "prio3-scale-helper-rss-n$n" "$(get helper_rss_mb "$l")" 500 'MB(lower-is-better)'
 done
+}
+main "$@"
+exit

@@ -50,6 +50,51 @@ func TestRetainKeepsUncollected(t *testing.T) {
 	t.Logf("helper after Retain: dropped %d collected batch, kept and later collected 1 uncollected (%d reports)", len(dropped), got.Count)
 }
 
+// TestRetainDropsSmallBatch: with MinBatchSize 5 and a finite Retain, a
+// batch that closed with 3 reports (never asked for: the leader refuses it
+// itself) is final: the helper keeps it until Retain after its close, then
+// drops it; a batch of 6 reports, closed but never collected, is kept and
+// still collected afterwards. A report of the small day sent after its close
+// is refused late, so its count cannot reach the minimum.
+func TestRetainDropsSmallBatch(t *testing.T) {
+	m := p3.Config{Kind: p3.KindSumVec, Length: 8, Bits: 4}
+	w := newWorld(t, m, 5)
+	w.cfgL.Retain, w.cfgH.Retain = time.Hour, time.Hour
+	var err error
+	if w.l, err = NewLeader(w.cfgL); err != nil {
+		t.Fatal(err)
+	}
+	if w.h, err = NewHelper(w.cfgH); err != nil {
+		t.Fatal(err)
+	}
+	small, big := p3.Day(20000), p3.Day(20001)
+	ups := w.shardAll(t, small, smallCounts(4, 8))
+	w.upload(t, small.Start(), ups[:3])
+	w.upload(t, big.Start(), w.shardAll(t, big, smallCounts(6, 8)))
+	closeSmall := small.Start().Add(24*time.Hour + w.cfgH.Grace)
+	// the fourth report after the close: refused late
+	w.upload(t, closeSmall, ups[3:])
+	if c := w.h.batches[small].count; c != 3 {
+		t.Fatalf("small batch has %d reports after a late one, want 3", c)
+	}
+	if dropped := w.h.forget(closeSmall.Add(w.cfgH.Retain - time.Minute)); len(dropped) != 0 {
+		t.Fatalf("helper dropped %v before Retain", dropped)
+	}
+	late := big.Start().Add(24*time.Hour + w.cfgH.Grace + 30*24*time.Hour)
+	dropped := w.h.forget(late)
+	if len(dropped) != 1 || dropped[0] != small {
+		t.Fatalf("helper dropped %v, want only the small %s", dropped, small)
+	}
+	got, err := w.collect(big)
+	if err != nil {
+		t.Fatalf("collecting the kept batch: %v", err)
+	}
+	if got.Count != 6 {
+		t.Errorf("kept batch collected with %d reports, want 6", got.Count)
+	}
+	t.Logf("helper after Retain: dropped the closed batch of 3 (< 5), kept and later collected the uncollected one of %d", got.Count)
+}
+
 // TestBatchLog: a batch log written record by record restores the batch
 // exactly (aggregate, count, checksum, ids with digests); bytes written
 // after the length the snapshot names (a crash between the log and the

@@ -8,10 +8,11 @@ client uploads once per day per campaign through the onion relays; only
 the sum of both aggregators' shares of a batch (campaign, day) is ever
 revealed, and only to the collector (crowdlog release-pdd --mode prio3).
 
---role leader reads the uploads from Kafka topic "prio3-uploads" (every
-partition, also those added while it runs, found within 30 s; offsets kept
-in its snapshot), skips unopened every record keyed for another campaign
-(relay b keys each upload with its campaign; counted in
+--role leader reads the uploads from Kafka topic "prio3-uploads" (the
+partition its campaign's key hashes to, and the one it moves to when the
+topic grows, found within --partition-refresh; offsets kept in its
+snapshot, past skipped records too), skips unopened every record keyed for
+another campaign (relay b keys each upload with its campaign; counted in
 crowdlog_prio3_uploads_skipped_total), opens each with its HPKE key
 (KEYS/prio3-leader.key), runs its half of the proof check and sends the
 reports, in requests of at most --max-request-bytes, to the helper over

@@ -97,14 +97,20 @@ func (h *Helper) Apply(ev Event) ([]Output, error) {
 	return []Output{{To: ToLeader, Msg: msg}}, nil
 }
 
-// forget drops the state of every collected batch expired at now
-// (Config.Retain after its close) and returns the days it dropped; an
-// uncollected batch is kept whatever its age. A later request for such a
-// day is answered late (reports) or unknown_batch (collection).
+// forget drops the state of every final batch expired at now
+// (Config.Retain after its close) and returns the days it dropped; a batch
+// that could still be collected is kept whatever its age. Final: collected
+// (its share went out or was refused), or closed with fewer than
+// MinBatchSize reports: a closed batch takes no new report (late), so its
+// count never reaches the minimum and every collection of it is refused
+// small_batch; the leader, whose count is at most the helper's, refuses
+// it itself and never asks. A later request for a dropped day is answered
+// late (reports) or unknown_batch (collection).
 func (h *Helper) forget(now time.Time) []p3.Day {
 	var n []p3.Day
 	for d, b := range h.batches {
-		if b.collected && expired(&h.cfg, d, now) {
+		small := !h.skipMinBatch && b.count < h.cfg.MinBatchSize
+		if (b.collected || small) && expired(&h.cfg, d, now) {
 			delete(h.batches, d)
 			n = append(n, d)
 		}

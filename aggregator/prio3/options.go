@@ -89,8 +89,11 @@ type Options struct {
 	ClockFile       string
 	MaxRequestBytes int           // leader: bound of one AggregateReq
 	RequestTimeout  time.Duration // leader: bound of one helper request
-	NATS            natsconn.Options
-	Kafka           []string // leader: bootstrap brokers
+	// PartitionRefresh (leader) is how often the uploads topic's
+	// partitions are listed (LeaderService.PartitionRefresh).
+	PartitionRefresh time.Duration
+	NATS             natsconn.Options
+	Kafka            []string // leader: bootstrap brokers
 }
 
 // DefaultEpsilon is the default --epsilon of each aggregator: ε = 1 per
@@ -110,7 +113,8 @@ const DefaultRetain = 30 * 24 * time.Hour
 func DefaultOptions() Options {
 	return Options{Campaign: "pdd", Kind: "sumvec", Bits: p3.DefaultBits, MaxWeight: 100, L1: p3.DefaultL1, MinBatchSize: 100, Epsilon: DefaultEpsilon,
 		Grace: 2 * time.Hour, Retain: DefaultRetain, KeysDir: "keys", MaxRequestBytes: DefaultMaxRequestBytes, RequestTimeout: DefaultRequestTimeout,
-		Kafka: []string{infrakafka.DefaultBroker}}
+		PartitionRefresh: DefaultPartitionRefresh,
+		Kafka:            []string{infrakafka.DefaultBroker}}
 }
 
 // AddFlags adds the flags of `crowdlog aggregate-prio3` (but --metrics) to
@@ -126,7 +130,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.Chunk, "chunk", o.Chunk, "FLP chunk length (0: about √(length·bits), the fastest)")
 	f.Uint64Var(&o.MinBatchSize, "min-batch-size", o.MinBatchSize, "fewest reports a day's batch is revealed with (both aggregators refuse smaller batches)")
 	f.DurationVar(&o.Grace, "grace", o.Grace, "after a day's end (UTC) its batch takes reports this long, then closes and is collected")
-	f.DurationVar(&o.Retain, "retain", o.Retain, "after a batch closes its state (aggregate, noise draw, batch log) is kept this long, then dropped, but only once the batch was collected (or refused for good): an uncollected batch is kept whatever its age; 0 keeps every batch")
+	f.DurationVar(&o.Retain, "retain", o.Retain, "after a batch closes its state (aggregate, noise draw, batch log) is kept this long, then dropped, but only once the batch was collected or can never be (refused, or closed with fewer than --min-batch-size reports): a batch that could still be collected is kept whatever its age; 0 keeps every batch")
 	f.Float64Var(&o.Epsilon, "epsilon", o.Epsilon, "privacy per person-day: Laplace noise on every keyword of this aggregator's aggregate share of each day, scale S/ε (S = --l1 for sumvec, --max-weight for presence), drawn once per batch. This aggregator's noise alone makes each person's whole day ε-DP, also against a malicious other aggregator; give both aggregators and release-pdd --mode prio3 the same ε (the collector refuses shares with another ε). 0 needs --exact-shares")
 	f.BoolVar(&o.ExactShares, "exact-shares", o.ExactShares, ExactSharesHelp)
 	f.StringVar(&o.VerifyKey, "verify-key", o.VerifyKey, "verify key file shared by the leader and the helper only (crowdlog keys prio3-verify)")
@@ -142,6 +146,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.ClockFile, "clock-file", o.ClockFile, "replay clock: a file holding the current time as RFC 3339, re-read at every step, instead of the wall clock (log replays and tests)")
 	f.IntVar(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "leader: bound of one aggregate request to the helper in bytes (below the NATS max_payload)")
 	f.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "leader: bound of one request to the helper (retried)")
+	f.DurationVar(&o.PartitionRefresh, "partition-refresh", o.PartitionRefresh, "leader: how often the partitions of the uploads topic are listed: when the topic grows and the campaign's key hashes to a new partition, the leader reads it (from its first offset) within this time, without a restart; each listing is one metadata request to the brokers")
 	o.NATS.AddFlags(f, "NATS URL(s), comma-separated: the leader requests, the helper answers on "+"crowdlog.prio3.helper")
 	f.StringSliceVar(&o.Kafka, "kafka", o.Kafka, "leader: Kafka bootstrap brokers, comma-separated")
 }
@@ -178,6 +183,8 @@ func (o *Options) Validate() error {
 		return bad("--max-request-bytes %d: at least 65536", o.MaxRequestBytes)
 	case o.RequestTimeout <= 0:
 		return bad("--request-timeout must be positive")
+	case o.PartitionRefresh <= 0:
+		return bad("--partition-refresh %s: must be positive (default %s)", o.PartitionRefresh, DefaultPartitionRefresh)
 	}
 	m := o.measurement(1)
 	if m.Kind == p3.KindSumVec && (m.Bits < 1 || m.Bits > 16) {
@@ -351,7 +358,7 @@ func (o *Options) Leader(connect func() (*nats.Conn, error), log *slog.Logger) (
 		return nil, nil, fmt.Errorf("--keywords: %w", err)
 	}
 	return &LeaderService{Config: cfg, Brokers: o.Kafka, NATS: nc, StateDir: o.StateDir, Now: now, Logger: log,
-		RequestTimeout: o.RequestTimeout, SignKey: key, ListHash: list.Hash()}, nc, nil
+		RequestTimeout: o.RequestTimeout, PartitionRefresh: o.PartitionRefresh, SignKey: key, ListHash: list.Hash()}, nc, nil
 }
 
 // Helper is Leader for the helper (NATS credential prio3-helper).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/pflag"
 
 	"github.com/crowdlog/crowdlog/infra/config"
 	"github.com/crowdlog/crowdlog/infra/keydir"
@@ -83,15 +84,16 @@ func TestOptionsConfig(t *testing.T) {
 	base.KeysDir = dirs[keydir.RolePrio3Leader]
 
 	for name, mut := range map[string]func(o *Options){
-		"role":        func(o *Options) { o.Role = "boss" },
-		"kind":        func(o *Options) { o.Kind = "histogram" },
-		"bits":        func(o *Options) { o.Bits = 17 },
-		"min batch":   func(o *Options) { o.MinBatchSize = 0 },
-		"state dir":   func(o *Options) { o.StateDir = "" },
-		"verify key":  func(o *Options) { o.VerifyKey = "" },
-		"campaign":    func(o *Options) { o.Campaign = "a/b" },
-		"epsilon":     func(o *Options) { o.Epsilon = -1 },
-		"epsilon inf": func(o *Options) { o.Epsilon = math.Inf(1) },
+		"role":              func(o *Options) { o.Role = "boss" },
+		"kind":              func(o *Options) { o.Kind = "histogram" },
+		"bits":              func(o *Options) { o.Bits = 17 },
+		"min batch":         func(o *Options) { o.MinBatchSize = 0 },
+		"state dir":         func(o *Options) { o.StateDir = "" },
+		"verify key":        func(o *Options) { o.VerifyKey = "" },
+		"campaign":          func(o *Options) { o.Campaign = "a/b" },
+		"epsilon":           func(o *Options) { o.Epsilon = -1 },
+		"epsilon inf":       func(o *Options) { o.Epsilon = math.Inf(1) },
+		"partition refresh": func(o *Options) { o.PartitionRefresh = 0 },
 		// exact shares only when asked for by name
 		"epsilon 0 without --exact-shares": func(o *Options) { o.Epsilon = 0 },
 		"--exact-shares with epsilon 1":    func(o *Options) { o.ExactShares = true },
@@ -167,5 +169,25 @@ func TestOptionsConfig(t *testing.T) {
 	o.SignKey = filepath.Join(root, "missing.key")
 	if _, _, err := o.Leader(noNATS, nil); err == nil || !strings.Contains(err.Error(), "--sign-key") {
 		t.Errorf("leader without its signing key: %v, want a --sign-key error", err)
+	}
+}
+
+// TestPartitionRefreshFlag: --partition-refresh defaults to
+// DefaultPartitionRefresh and sets Options.PartitionRefresh (Options.Leader
+// hands it to LeaderService.PartitionRefresh).
+func TestPartitionRefreshFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{{nil, DefaultPartitionRefresh}, {[]string{"--partition-refresh", "5s"}, 5 * time.Second}} {
+		o := DefaultOptions()
+		f := pflag.NewFlagSet("aggregate-prio3", pflag.ContinueOnError)
+		o.AddFlags(f)
+		if err := f.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if o.PartitionRefresh != tc.want {
+			t.Errorf("%v: PartitionRefresh %s, want %s", tc.args, o.PartitionRefresh, tc.want)
+		}
 	}
 }

@@ -67,9 +67,10 @@ type Config struct {
 	// is kept: the aggregate, its noise draw, the batch log. Past it the
 	// services drop the batch, but only a collected one (the leader's
 	// collected or refused batches; the helper's batches whose share it
-	// handed out or refused as small_batch): an uncollected batch is kept
-	// whatever its age. The batch is closed by then: a later report of it
-	// is late either way. 0 keeps every batch.
+	// handed out or refused as small_batch, or that closed with fewer than
+	// MinBatchSize reports, so can never be collected): a batch that could
+	// still be collected is kept whatever its age. The batch is closed by
+	// then: a later report of it is late either way. 0 keeps every batch.
 	Retain time.Duration
 	// Epsilon > 0 adds integer Laplace noise of scale S/ε (S =
 	// Measurement.Sensitivity(), one person's daily L1 bound) to each

@@ -47,6 +47,7 @@ type scaleProgress struct {
 	Rejected                     map[string]uint64
 	Written                      int64 // bytes to the state directory (batch logs and snapshots)
 	WriteBytes                   int64 // /proc/self/io write_bytes
+	HWMKB                        int64 // /proc/self/status VmHWM: peak RSS of this process's own memory, KiB
 	Shares                       int64
 }
 
@@ -64,6 +65,21 @@ func scaleConfig(c *scaleChild) (Config, error) {
 	}
 	return Config{Campaign: campaign, Measurement: p3.Config{Kind: p3.KindSumVec, Length: c.Length, Bits: 4}, KeyEpoch: 1,
 		VerifyKeys: map[uint32][32]byte{1: vk}, Grace: time.Hour, MinBatchSize: c.MinBatch, Keys: []*onion.KeyPair{kp}, Collector: col}, nil
+}
+
+// procHWM returns the process's peak RSS (VmHWM) in KiB. Not the child's
+// getrusage ru_maxrss: Linux carries the parent's peak RSS into a child
+// forked with CLONE_VM (Go's os/exec) at exec, so a child started by a
+// large benchmark process reports the parent's peak.
+func procHWM() int64 {
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n
+		}
+	}
+	return -1
 }
 
 func procWriteBytes() int64 {
@@ -129,7 +145,7 @@ func TestPrio3ScaleChild(t *testing.T) {
 	report := func() {
 		s := stats()
 		p := scaleProgress{Uploads: s.Uploads, Prepared: s.Prepared, Collected: s.Collected, Rejected: s.Rejected,
-			Written: written(), WriteBytes: procWriteBytes(), Shares: shares()}
+			Written: written(), WriteBytes: procWriteBytes(), HWMKB: procHWM(), Shares: shares()}
 		b, _ := json.Marshal(p)
 		tmp := c.Progress + ".tmp"
 		if os.WriteFile(tmp, b, 0o600) == nil {
@@ -167,7 +183,8 @@ func TestPrio3ScaleChild(t *testing.T) {
 //	PRIO3SCALE n=… leader_cpu_s=… helper_cpu_s=… leader_ups_core=… helper_ups_core=… leader_rss_mb=… helper_rss_mb=… leader_disk_b_upload=… helper_disk_b_upload=… collect_s=… prep_wall_s=… correct=…
 //
 // uploads/s per core are n over the process's CPU time (getrusage of the
-// child: user + system), RSS its peak (ru_maxrss), disk bytes the bytes
+// child: user + system), RSS its peak (VmHWM, written by the child as it
+// stops; procHWM says why not ru_maxrss), disk bytes the bytes
 // it wrote to its state directory (batch logs and snapshots) per upload,
 // collect_s the wall time from the day's close on the aggregators' clock
 // to the collector's unsharded result.
@@ -264,16 +281,22 @@ func scaleRun(b *testing.B, n, length int) {
 		}
 	}()
 
-	// clients: ten keywords each, counts 1..3 (the truth is their sum)
+	// clients: ten keywords each, counts 1..3 (the truth is their sum);
+	// kept as (keyword, count) pairs, 160 B a client, and expanded to an
+	// L-entry vector only when sharded (n vectors would be 8·L·n bytes:
+	// 8 GB at 100,000 uploads)
+	type pick struct {
+		j int
+		x uint64
+	}
 	want := make([]int64, length)
-	vecs := make([][]uint64, n)
+	picks := make([][10]pick, n)
 	rng := rand.New(rand.NewPCG(uint64(n), 49))
-	for i := range vecs {
-		vecs[i] = make([]uint64, length)
-		for range 10 {
+	for i := range picks {
+		for k := range 10 {
 			j := rng.IntN(length)
 			x := 1 + rng.Uint64N(3)
-			vecs[i][j] += x
+			picks[i][k] = pick{j, x}
 			want[j] += int64(x)
 		}
 	}
@@ -304,14 +327,17 @@ func scaleRun(b *testing.B, n, length int) {
 				}
 			}
 			for i := range next {
-				up, _, _, err := v.Shard(campaign, day, vecs[i], w.lk.PublicKey(), w.hk.PublicKey())
+				vec := make([]uint64, length)
+				for _, p := range picks[i] {
+					vec[p.j] += p.x
+				}
+				up, _, _, err := v.Shard(campaign, day, vec, w.lk.PublicKey(), w.hk.PublicKey())
 				if err != nil {
 					mu.Lock()
 					werr = err
 					mu.Unlock()
 					continue
 				}
-				vecs[i] = nil
 				msgs = append(msgs, kafka.Message{Key: []byte(campaign), Value: up})
 				if len(msgs) == 2 {
 					flush()
@@ -402,7 +428,8 @@ func scaleRun(b *testing.B, n, length int) {
 		c.cmd.Process.Signal(syscall.SIGTERM)
 		c.cmd.Wait()
 		ru := c.cmd.ProcessState.SysUsage().(*syscall.Rusage)
-		return usage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds(), rssMB: float64(ru.Maxrss) / 1024, p: read(c)}
+		p := read(c)
+		return usage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds(), rssMB: float64(p.HWMKB) / 1024, p: p}
 	}
 	lu, hu := stop(leader), stop(helper)
 	fmt.Printf("PRIO3SCALE n=%d L=%d leader_cpu_s=%.1f helper_cpu_s=%.1f leader_ups_core=%.1f helper_ups_core=%.1f leader_rss_mb=%.0f helper_rss_mb=%.0f leader_disk_b_upload=%.0f helper_disk_b_upload=%.0f leader_io_b_upload=%.0f helper_io_b_upload=%.0f collect_s=%.2f seal_wall_s=%.1f prep_wall_s=%.1f correct=%v\n",

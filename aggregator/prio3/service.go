@@ -234,11 +234,14 @@ type LeaderService struct {
 	OtherCampaign atomic.Int64
 }
 
-// upload is one message of the uploads topic.
+// upload is one message of the uploads topic. skip marks a record of
+// another campaign, skipped unopened (no value): it only advances the
+// partition's next offset, so a restart does not read it again.
 type upload struct {
 	partition int
 	offset    int64
 	value     []byte
+	skip      bool
 }
 
 // leaderRun is one LeaderService.Run's working state.
@@ -468,12 +471,14 @@ func (s *LeaderService) readFrom(ctx context.Context, partition int, from *int64
 		if err != nil {
 			return err
 		}
+		u := upload{partition: m.Partition, offset: m.Offset, value: m.Value}
 		if !s.forCampaign(&m) {
-			*from = m.Offset + 1
-			continue
+			// through the step loop like an upload, in order: the saved
+			// offset passes it only after every upload before it
+			u.value, u.skip = nil, true
 		}
 		select {
-		case in <- upload{partition: m.Partition, offset: m.Offset, value: m.Value}:
+		case in <- u:
 			*from = m.Offset + 1
 		case <-ctx.Done():
 			return ctx.Err()
@@ -481,23 +486,31 @@ func (s *LeaderService) readFrom(ctx context.Context, partition int, from *int64
 	}
 }
 
-// fetch returns up to max uploads: it waits up to wait for the first.
+// fetch returns up to max uploads (and the skipped records among them,
+// which do not count): it waits up to wait for the first.
 func fetch(ctx context.Context, in <-chan upload, max int, wait time.Duration) []upload {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	var out []upload
+	n := 0
 	select {
 	case u := <-in:
 		out = append(out, u)
+		if !u.skip {
+			n++
+		}
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
 		return nil
 	}
-	for len(out) < max {
+	for n < max {
 		select {
 		case u := <-in:
 			out = append(out, u)
+			if !u.skip {
+				n++
+			}
 		default:
 			return out
 		}
@@ -532,6 +545,10 @@ func (r *leaderRun) step(ctx context.Context, in <-chan upload, maxBatch int) er
 					r.at[id] = loc
 				}
 			}
+			continue
+		}
+		if u.skip {
+			r.next[u.partition] = u.offset + 1
 			continue
 		}
 		// never an error: a dropped upload is counted in Stats.Rejected

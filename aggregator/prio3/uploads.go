@@ -20,6 +20,10 @@ import (
 // preparation. A client that keys its upload for campaign A but seals
 // campaign B inside is still refused as "campaign" by A's leader after the
 // open, and never reaches B's leader: it loses only its own upload.
+//
+// A skipped record still passes through the step loop, in partition order
+// (upload.skip, without its value): the snapshot's next offset moves past
+// it as past an applied upload, so a restart does not read it again.
 
 // forCampaign reports whether an uploads-topic record is keyed for this
 // leader's campaign (else it is skipped unopened).
