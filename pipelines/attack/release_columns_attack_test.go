@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -137,18 +138,24 @@ func colsRun(t *testing.T, st *stage.State, app string, pol *policy.Policy, exac
 	return items, undec
 }
 
-// colsEvents are the events of one release, as names: every column of
-// every released row — "X released", "X app/epoch/policy/k=…",
-// "X variant=v", "X impressions>q" and "X users>q" for q in qs[X] —, the
-// whole row set's discrete columns, and the undecrypted lines' count.
+// colsEvents are the events of one release, as names, each at most once:
+// every column of every released row — "X released", "X
+// app/epoch/policy/k=…", "X variant=v", "X impressions>q" for q in
+// qs["X impressions"] and "X users>q" for q in qs["X users"] —, the whole
+// row set's discrete columns, and the undecrypted lines' count. An event
+// listed twice in one release would be counted twice, its frequency then
+// being twice a binomial one, with twice the standard error the audit's
+// slack assumes (and above 1 when common).
 func colsEvents(items []release.Item, undec []release.Undecrypted, qs map[string][]uint64) []string {
 	var ev, set []string
 	for _, it := range items {
 		ev = append(ev, it.Item+" released", fmt.Sprintf("%s key=%s", it.Item, it.Key()), fmt.Sprintf("%s variant=%q", it.Item, it.Variant))
-		for _, q := range qs[it.Item] {
+		for _, q := range qs[it.Item+" impressions"] {
 			if it.Impressions > q {
 				ev = append(ev, fmt.Sprintf("%s impressions>%d", it.Item, q))
 			}
+		}
+		for _, q := range qs[it.Item+" users"] {
 			if it.Users > q {
 				ev = append(ev, fmt.Sprintf("%s users>%d", it.Item, q))
 			}
@@ -157,7 +164,30 @@ func colsEvents(items []release.Item, undec []release.Undecrypted, qs map[string
 	}
 	sort.Strings(set)
 	ev = append(ev, "rows="+strings.Join(set, ","), fmt.Sprintf("undecrypted lines=%d", len(undec)))
-	return ev
+	sort.Strings(ev)
+	return slices.Compact(ev)
+}
+
+// colsZ is the audit's slack in binomial standard errors. Each audit
+// compares a few hundred event frequencies both ways, and the count
+// events of dp-su sit exactly at the bound (a Laplace tail above both
+// counts: P_D' = e^ε·P_D), so the slack must cover the largest sampling
+// error of some 10⁴ comparisons of the whole test (Bonferroni: a
+// two-sided normal tail of 2·10⁻⁹ each). Exact binomial sums at n = 3000
+// for dp-su (ε = ln 10, b = 1/ε, counts 10 in D and 11 in D'): the tight
+// event "count > 11" fails with probability 5·10⁻⁹ (1.3·10⁻⁵ with 4
+// standard errors), while a count of sensitivity 2 (12 in D') fails it
+// with probability 1 − 3·10⁻¹² and a count noised with scale b/2 (ε
+// spent twice) fails "count > 10" with probability 0.9999.
+const colsZ = 6
+
+// colsRatio is ratio with colsZ standard errors of slack: the larger of
+// (p − z·se(p)) / (e^ε·(q + z·se(q)) + δ) and the same with p and q
+// swapped, se(p) = √(max(p, δ)·(1 − p)/n); above 1 breaks p ≤ e^ε·q + δ.
+func colsRatio(p, q, eps, delta float64, n int) float64 {
+	slack := func(p float64) float64 { return colsZ * math.Sqrt(math.Max(p, delta)*(1-p)/float64(n)) }
+	e := math.Exp(eps)
+	return math.Max((p-slack(p))/(e*(q+slack(q))+delta), (q-slack(q))/(e*(p+slack(p))+delta))
 }
 
 // colsCheck is the outcome of one policy × app × path.
@@ -170,24 +200,26 @@ type colsCheck struct {
 
 // colsAudit releases D and D' n times each under pol and compares the
 // frequency of every event (colsEvents) both ways against e^ε·p + δ with
-// the achieved (ε, δ), up to 4 binomial standard errors (ratio, as the
-// dp-gsu audit uses). Count thresholds q are the 50th, 90th and 99th
-// percentiles of each item's released counts in a pilot of 400 releases
-// of D.
+// the achieved (ε, δ), up to colsZ binomial standard errors (colsRatio).
+// Count thresholds q are the distinct 50th, 90th and 99th percentiles of
+// each item's released impressions, and separately of its released users,
+// in a pilot of 400 releases of D drawn apart from the audited ones.
 func colsAudit(t *testing.T, d, dn *stage.State, app string, pol *policy.Policy, exact bool, n int) colsCheck {
 	qs := map[string][]uint64{}
 	pilot := map[string][]uint64{}
 	for range 400 {
 		items, _ := colsRun(t, d, app, pol, exact)
 		for _, it := range items {
-			pilot[it.Item] = append(pilot[it.Item], it.Impressions, it.Users)
+			pilot[it.Item+" impressions"] = append(pilot[it.Item+" impressions"], it.Impressions)
+			pilot[it.Item+" users"] = append(pilot[it.Item+" users"], it.Users)
 		}
 	}
 	for it, v := range pilot {
-		sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
+		slices.Sort(v)
 		for _, p := range []float64{0.5, 0.9, 0.99} {
 			qs[it] = append(qs[it], v[int(p*float64(len(v)-1))])
 		}
+		qs[it] = slices.Compact(qs[it])
 	}
 	freq := func(st *stage.State) (map[string]float64, float64) {
 		f := map[string]float64{}
@@ -214,7 +246,7 @@ func colsAudit(t *testing.T, d, dn *stage.State, app string, pol *policy.Policy,
 	c := colsCheck{flip: vN, base: vD}
 	for _, m := range []map[string]float64{fD, fN} {
 		for e := range m {
-			r := ratio(fD[e], fN[e], pol.AchievedEpsilon, pol.AchievedDelta, n)
+			r := colsRatio(fD[e], fN[e], pol.AchievedEpsilon, pol.AchievedDelta, n)
 			if r > c.worst {
 				c.worst, c.event, c.pD, c.pN = r, e, fD[e], fN[e]
 			}
@@ -259,7 +291,7 @@ func colsPolicies(t *testing.T) []*policy.Policy {
 // and limit and the release stage's State (Apply, Publish) n times; every
 // column of every released row (item, key, variant, impressions, users),
 // the row set and the undecrypted lines are events whose frequencies must
-// satisfy p ≤ e^ε·q + δ both ways beyond 4 standard errors. Control: the
+// satisfy p ≤ e^ε·q + δ both ways beyond colsZ = 6 standard errors. Control: the
 // same audit with each row's variant the exact most frequent original
 // form (the release before DP rows dropped it) must fail on the apps that
 // carry original queries (query, reformulation, click, ltr), and at
