@@ -233,16 +233,23 @@ func readAll(ctx context.Context, addr string) ([]kafka.Message, error) {
 // waitKafka polls the topic until it holds at least want records.
 func (e *env) waitKafka(t testing.TB, want int, timeout time.Duration) []kafka.Message {
 	t.Helper()
+	// it ends as soon as the records are there: a generous bound costs only
+	// on a failure (under -race on a loaded machine one read took over 30 s)
+	timeout = max(timeout, 2*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	for {
-		msgs, err := readAll(ctx, e.broker.Addr)
+		// each read has its own bound, so one stuck dial does not use up
+		// the whole wait
+		rctx, rcancel := context.WithTimeout(ctx, 15*time.Second)
+		msgs, err := readAll(rctx, e.broker.Addr)
+		rcancel()
 		if err == nil && len(msgs) >= want {
 			return msgs
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("Kafka topic has %d records, want %d (err %v)", len(msgs), want, err)
+			t.Fatalf("Kafka topic has %d records, want %d after %s (err %v)", len(msgs), want, timeout, err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
