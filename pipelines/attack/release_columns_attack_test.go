@@ -295,7 +295,7 @@ func colsPolicies(t *testing.T) []*policy.Policy {
 // same audit with each row's variant the exact most frequent original
 // form (the release before DP rows dropped it) must fail on the apps that
 // carry original queries (query, reformulation, click, ltr), and at
-// dp-gsu's defaults the 40-user tie (20 "Weather", 20 "weather",
+// dp-gsu's defaults the 40-user tie (20 "Weather", 20 "weather",
 // one more "weather" in D') must flip the exact variant in ≥ 90% of
 // releases while the released one never is "weather". The count events
 // are tight where the mechanism is (dp-su's Laplace tail: p ≈ e^ε·q), so
