@@ -9,6 +9,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+	"github.com/crowdlog/crowdlog/protocol/token"
 )
 
 // pending is a report the leader prepared and awaits the helper's answer on.
@@ -42,6 +43,9 @@ type Leader struct {
 	// queued one (the service maps it to the upload's offset).
 	queued    p3.ReportID
 	hasQueued bool
+
+	// tokenKeys: the leader-token key of each day seen (derived once)
+	tokenKeys map[p3.Day]*token.PrivateKey
 }
 
 // lastQueued returns the id of the report the last EventUpload queued,

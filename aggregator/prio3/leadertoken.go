@@ -44,10 +44,18 @@ func (l *Leader) leaderTokenReason(r *p3.Report) string {
 	if t.Nonce != r.HelperNonce() {
 		return ReasonTokenBinding
 	}
-	// derived per report: one hash to a scalar and one base-point
-	// multiplication, small beside the report's preparation
-	k, err := token.DeriveKey(token.KindPrio3Leader, token.Prio3Epoch(l.cfg.Campaign, uint32(r.Day)), l.cfg.LeaderTokenSeed)
-	if err != nil || k.Verify(t) != nil {
+	// derived once per day, like the helper's
+	k := l.tokenKeys[r.Day]
+	if k == nil {
+		if k, err = token.DeriveKey(token.KindPrio3Leader, token.Prio3Epoch(l.cfg.Campaign, uint32(r.Day)), l.cfg.LeaderTokenSeed); err != nil {
+			return ReasonTokenInvalid
+		}
+		if l.tokenKeys == nil {
+			l.tokenKeys = map[p3.Day]*token.PrivateKey{}
+		}
+		l.tokenKeys[r.Day] = k
+	}
+	if k.Verify(t) != nil {
 		return ReasonTokenInvalid
 	}
 	if len(l.pending[r.ID]) > 0 || l.committed(r.Day, r.ID) {

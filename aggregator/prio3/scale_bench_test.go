@@ -14,18 +14,22 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	ikafka "github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/natsserver"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/onion"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
+	"github.com/crowdlog/crowdlog/protocol/token"
 )
 
 // scaleChild is what BenchmarkPrio3Scale hands an aggregator process.
@@ -41,6 +45,14 @@ type scaleChild struct {
 	MinBatch uint64
 }
 
+// The keys directory's token seeds: each aggregator checks its own
+// operator's report tokens (Config.LeaderTokenSeed, Config.TokenSeed), as
+// `crowdlog aggregate-prio3` does by default.
+const (
+	scaleLeaderSeed = "leader-token.seed"
+	scaleHelperSeed = "helper-token.seed"
+)
+
 // scaleProgress is a child's counters.
 type scaleProgress struct {
 	Uploads, Prepared, Collected uint64
@@ -49,6 +61,9 @@ type scaleProgress struct {
 	WriteBytes                   int64 // /proc/self/io write_bytes
 	HWMKB                        int64 // /proc/self/status VmHWM: peak RSS of this process's own memory, KiB
 	Shares                       int64
+	// Applied (leader): LeaderService.Applied, the offsets below which
+	// the benchmark may delete the uploads topic's records
+	Applied map[int]int64 `json:",omitempty"`
 }
 
 func scaleConfig(c *scaleChild) (Config, error) {
@@ -63,8 +78,37 @@ func scaleConfig(c *scaleChild) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	return Config{Campaign: campaign, Measurement: p3.Config{Kind: p3.KindSumVec, Length: c.Length, Bits: 4}, KeyEpoch: 1,
-		VerifyKeys: map[uint32][32]byte{1: vk}, Grace: time.Hour, MinBatchSize: c.MinBatch, Keys: []*onion.KeyPair{kp}, Collector: col}, nil
+	cfg := Config{Campaign: campaign, Measurement: p3.Config{Kind: p3.KindSumVec, Length: c.Length, Bits: 4}, KeyEpoch: 1,
+		VerifyKeys: map[uint32][32]byte{1: vk}, Grace: time.Hour, MinBatchSize: c.MinBatch, Keys: []*onion.KeyPair{kp}, Collector: col}
+	if role == "leader" {
+		cfg.LeaderTokenSeed, err = os.ReadFile(filepath.Join(c.KeysDir, scaleLeaderSeed))
+	} else {
+		cfg.TokenSeed, err = os.ReadFile(filepath.Join(c.KeysDir, scaleHelperSeed))
+	}
+	return cfg, err
+}
+
+// mint returns a token of kind for r, issued under seed's key for r's
+// campaign-day (the client's blinding, the issuer's evaluation and proof,
+// the client's finalization: protocol/token), bound to r's nonce.
+func mint(kind token.Kind, seed []byte, r *p3.Report) ([]byte, error) {
+	k, err := token.DeriveKey(kind, token.Prio3Epoch(r.Campaign, uint32(r.Day)), seed)
+	if err != nil {
+		return nil, err
+	}
+	p, blinded, err := token.NewRequest(k.Public(), kind, k.Epoch(), [][32]byte{r.HelperNonce()})
+	if err != nil {
+		return nil, err
+	}
+	ev, proof, err := k.Issue(blinded)
+	if err != nil {
+		return nil, err
+	}
+	toks, err := p.Finalize(ev, proof)
+	if err != nil {
+		return nil, err
+	}
+	return toks[0].MarshalBinary()
 }
 
 // procHWM returns the process's peak RSS (VmHWM) in KiB. Not the child's
@@ -133,11 +177,12 @@ func TestPrio3ScaleChild(t *testing.T) {
 	var stats func() Stats
 	var written func() int64
 	shares := func() int64 { return 0 }
+	applied := func() map[int]int64 { return nil }
 	var run func(context.Context) error
 	if c.Role == "leader" {
 		l := &LeaderService{Config: cfg, Brokers: c.Brokers, NATS: nc, StateDir: c.StateDir, Now: now, SignKey: sign,
 			RequestTimeout: 30 * time.Second, CollectRetry: 200 * time.Millisecond}
-		stats, written, run, shares = l.Stats, l.Written, l.Run, l.Shares.Load
+		stats, written, run, shares, applied = l.Stats, l.Written, l.Run, l.Shares.Load, l.Applied
 	} else {
 		h := &HelperService{Config: cfg, NATS: nc, StateDir: c.StateDir, Now: now, LeaderKey: sign.Public().(ed25519.PublicKey)}
 		stats, written, run = h.Stats, h.Written, h.Run
@@ -145,7 +190,7 @@ func TestPrio3ScaleChild(t *testing.T) {
 	report := func() {
 		s := stats()
 		p := scaleProgress{Uploads: s.Uploads, Prepared: s.Prepared, Collected: s.Collected, Rejected: s.Rejected,
-			Written: written(), WriteBytes: procWriteBytes(), HWMKB: procHWM(), Shares: shares()}
+			Written: written(), WriteBytes: procWriteBytes(), HWMKB: procHWM(), Shares: shares(), Applied: applied()}
 		b, _ := json.Marshal(p)
 		tmp := c.Progress + ".tmp"
 		if os.WriteFile(tmp, b, 0o600) == nil {
@@ -208,7 +253,7 @@ func BenchmarkPrio3Scale(b *testing.B) {
 }
 
 func scaleRun(b *testing.B, n, length int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Hour)
 	defer cancel()
 	dir := b.TempDir()
 	ns, err := natsserver.Start(ctx, filepath.Join(dir, "nats"))
@@ -239,6 +284,9 @@ func scaleRun(b *testing.B, n, length int) {
 	seed := make([]byte, ed25519.SeedSize)
 	copy(seed, "the scale benchmark's sign seed.")
 	os.WriteFile(filepath.Join(keys, "sign.seed"), seed, 0o600)
+	leaderSeed, helperSeed := newSeed(b), newSeed(b)
+	os.WriteFile(filepath.Join(keys, scaleLeaderSeed), leaderSeed, 0o600)
+	os.WriteFile(filepath.Join(keys, scaleHelperSeed), helperSeed, 0o600)
 	day := p3.DayOf(time.Date(2006, 3, 1, 0, 0, 0, 0, time.UTC))
 	clock := filepath.Join(dir, "clock")
 	setClock := func(t time.Time) { os.WriteFile(clock, []byte(strconv.FormatInt(t.UnixNano(), 10)), 0o600) }
@@ -253,7 +301,7 @@ func scaleRun(b *testing.B, n, length int) {
 		js, _ := json.Marshal(c)
 		cfgPath := filepath.Join(dir, role+".json")
 		os.WriteFile(cfgPath, js, 0o600)
-		cmd := exec.Command(os.Args[0], "-test.run", "^TestPrio3ScaleChild$", "-test.timeout", "3h")
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestPrio3ScaleChild$", "-test.timeout", "5h")
 		cmd.Env = append(os.Environ(), "CROWDLOG_PRIO3_SCALE_CHILD="+cfgPath)
 		logf, _ := os.Create(filepath.Join(dir, role+".log"))
 		cmd.Stdout, cmd.Stderr = logf, logf
@@ -300,6 +348,63 @@ func scaleRun(b *testing.B, n, length int) {
 			want[j] += int64(x)
 		}
 	}
+	// delete the uploads the leader no longer needs, as its snapshots pass
+	// them (LeaderService.Applied; Kafka DeleteRecords), and keep the
+	// broker's peak data-directory size: without it 100,000 uploads are
+	// 66 GB of broker disk
+	trimCtx, stopTrim := context.WithCancel(ctx)
+	var trimmed, peakKafka atomic.Int64
+	var trimWG sync.WaitGroup
+	trimWG.Go(func() {
+		kc, err := kgo.NewClient(kgo.SeedBrokers(br.Addr))
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer kc.Close()
+		done := map[int]int64{}
+		tick := time.NewTicker(2 * time.Second)
+		defer tick.Stop()
+		for {
+			if sz := dirSize(filepath.Join(dir, "kafka")); sz > peakKafka.Load() {
+				peakKafka.Store(sz)
+			}
+			req := kmsg.NewPtrDeleteRecordsRequest()
+			req.TimeoutMillis = 10_000
+			rt := kmsg.NewDeleteRecordsRequestTopic()
+			rt.Topic = protocol.Prio3UploadsTopic
+			for part, off := range read(leader).Applied {
+				if off > done[part] {
+					rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+					rp.Partition, rp.Offset = int32(part), off
+					rt.Partitions = append(rt.Partitions, rp)
+				}
+			}
+			if len(rt.Partitions) > 0 {
+				req.Topics = append(req.Topics, rt)
+				rctx, cancel := context.WithTimeout(trimCtx, 15*time.Second)
+				resp, err := req.RequestWith(rctx, kc)
+				cancel()
+				if err == nil {
+					for _, t := range resp.Topics {
+						for _, p := range t.Partitions {
+							if p.ErrorCode == 0 {
+								trimmed.Add(p.LowWatermark - done[int(p.Partition)])
+								done[int(p.Partition)] = p.LowWatermark
+							}
+						}
+					}
+				}
+			}
+			select {
+			case <-trimCtx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	defer trimWG.Wait()
+	defer stopTrim()
 	// shard and write as they come (2 goroutines per core here; the
 	// aggregators read meanwhile)
 	t0 := time.Now()
@@ -331,7 +436,19 @@ func scaleRun(b *testing.B, n, length int) {
 				for _, p := range picks[i] {
 					vec[p.j] += p.x
 				}
-				up, _, _, err := v.Shard(campaign, day, vec, w.lk.PublicKey(), w.hk.PublicKey())
+				// the client's whole path: shard, a token from each
+				// operator's issuer bound to the report, seal
+				r, _, err := v.ShardReport(campaign, day, vec, w.hk.PublicKey())
+				if err == nil {
+					r.HelperToken, err = mint(token.KindPrio3Helper, helperSeed, r)
+				}
+				if err == nil {
+					r.LeaderToken, err = mint(token.KindPrio3Leader, leaderSeed, r)
+				}
+				var up []byte
+				if err == nil {
+					up, err = r.Seal(w.lk.PublicKey())
+				}
 				if err != nil {
 					mu.Lock()
 					werr = err
@@ -356,7 +473,7 @@ func scaleRun(b *testing.B, n, length int) {
 		b.Fatal(werr)
 	}
 	sealed := time.Since(t0)
-	deadline := time.Now().Add(2 * time.Hour)
+	deadline := time.Now().Add(4 * time.Hour)
 	for {
 		p := read(leader)
 		rejected := uint64(0)
@@ -432,12 +549,30 @@ func scaleRun(b *testing.B, n, length int) {
 		return usage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds(), rssMB: float64(p.HWMKB) / 1024, p: p}
 	}
 	lu, hu := stop(leader), stop(helper)
-	fmt.Printf("PRIO3SCALE n=%d L=%d leader_cpu_s=%.1f helper_cpu_s=%.1f leader_ups_core=%.1f helper_ups_core=%.1f leader_rss_mb=%.0f helper_rss_mb=%.0f leader_disk_b_upload=%.0f helper_disk_b_upload=%.0f leader_io_b_upload=%.0f helper_io_b_upload=%.0f collect_s=%.2f seal_wall_s=%.1f prep_wall_s=%.1f correct=%v\n",
+	stopTrim()
+	trimWG.Wait()
+	fmt.Printf("PRIO3SCALE n=%d L=%d tokens=on leader_cpu_s=%.1f helper_cpu_s=%.1f leader_ups_core=%.1f helper_ups_core=%.1f leader_rss_mb=%.0f helper_rss_mb=%.0f leader_disk_b_upload=%.0f helper_disk_b_upload=%.0f leader_io_b_upload=%.0f helper_io_b_upload=%.0f kafka_peak_mb=%.0f uploads_deleted=%d collect_s=%.2f seal_wall_s=%.1f prep_wall_s=%.1f correct=%v\n",
 		n, length, lu.cpu, hu.cpu, float64(n)/lu.cpu, float64(n)/hu.cpu, lu.rssMB, hu.rssMB,
 		float64(lu.p.Written)/float64(n), float64(hu.p.Written)/float64(n),
 		float64(lu.p.WriteBytes)/float64(n), float64(hu.p.WriteBytes)/float64(n),
+		float64(peakKafka.Load())/(1<<20), trimmed.Load(),
 		collect.Seconds(), sealed.Seconds(), prepWall.Seconds(), correct)
 	if !correct {
 		b.Errorf("n=%d: the collector's totals differ from the clients' sums (count %d)", n, res.Count)
 	}
+}
+
+// dirSize is the bytes of the regular files under dir (0 where it cannot
+// be read: the broker may delete a segment while it is walked).
+func dirSize(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }

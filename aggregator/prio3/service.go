@@ -232,6 +232,24 @@ type LeaderService struct {
 	// OtherCampaign counts uploads-topic records keyed for another
 	// campaign (or not keyed), skipped without being opened (uploads.go).
 	OtherCampaign atomic.Int64
+
+	applied atomic.Pointer[map[int]int64] // Applied: set by each snapshot
+}
+
+// Applied returns, per partition of protocol.Prio3UploadsTopic this leader
+// has read, the offset below which no upload is needed again, even after a
+// crash: the last snapshot's next offset, lowered to the oldest upload
+// whose report was still pending then (it is read again at a restart).
+// Nil before the first snapshot of this Run. Records below it may be
+// deleted (Kafka DeleteRecords; the scale benchmark does, as an operator
+// whose partitions hold only this campaign can) without losing a report;
+// records of other campaigns on the same partition are another leader's
+// to decide.
+func (s *LeaderService) Applied() map[int]int64 {
+	if m := s.applied.Load(); m != nil {
+		return maps.Clone(*m)
+	}
+	return nil
 }
 
 // upload is one message of the uploads topic. skip marks a record of
@@ -736,6 +754,19 @@ func (r *leaderRun) save() error {
 	r.s.written.Add(r.store.Written + int64(len(b)))
 	r.store.Written = 0
 	r.store.cleanup()
+	low := maps.Clone(r.next)
+	lower := func(loc upLoc) {
+		if o, ok := low[loc.part]; !ok || loc.off < o {
+			low[loc.part] = loc.off
+		}
+	}
+	for _, loc := range r.at {
+		lower(loc)
+	}
+	for loc := range r.redo {
+		lower(loc)
+	}
+	r.s.applied.Store(&low)
 	return nil
 }
 

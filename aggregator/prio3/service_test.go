@@ -307,6 +307,15 @@ func TestServices(t *testing.T) {
 		}
 	}
 	waitFor(t, "the leader to prepare every upload", 60*time.Second, func() bool { return l.Stats().Prepared == 2*n && l.Stats().Uploads == 2*n+3 })
+	// every record read is applied and snapshotted: Applied reaches the
+	// partitions' ends (2n+3 records, from offset 0)
+	waitFor(t, "Applied to pass every record", 30*time.Second, func() bool {
+		sum := int64(0)
+		for _, off := range l.Applied() {
+			sum += off
+		}
+		return sum == 2*n+3
+	})
 	st := l.Stats()
 	for reason, want := range map[string]uint64{"malformed": 1, "future": 1, "replay": 1} {
 		if st.Rejected[reason] != want {
