@@ -20,6 +20,14 @@
 #                              hundred MB because the benchmark deletes
 #                              the uploads the leader's snapshots passed,
 #                              LeaderService.Applied; docs/benchmarks.md)
+#   RATE=R                     pace the clients at R uploads a second, each
+#                              written as it is sealed (default: as fast as
+#                              they are sealed, a backlog): at a trickle the
+#                              disk written per upload is the steps' count
+#                              (leader --step-fill)
+#   FILL=D                     the leader's step fill (LeaderService.StepFill,
+#                              default 1s; -1ns: none, each step takes what
+#                              has arrived)
 #   PRIO3_N=N                  reports of the bare circl bound (default 10)
 #   CROWDLOG_PRIO3_L=N         keywords (default 10000)
 set -euo pipefail
@@ -43,7 +51,7 @@ get() { printf '%s\n' "$2" | tr ' ' '\n' | awk -F= -v k="$1" '$1 == k { print $2
 bare_leader=$(awk -v x="$(get bare_leader_ms "$prio3")" 'BEGIN { print 1000 / x }')
 bare_helper=$(awk -v x="$(get bare_helper_ms "$prio3")" 'BEGIN { print 1000 / x }')
 echo "== BenchmarkPrio3Scale SIZES=$SIZES" >&2
-CROWDLOG_PRIO3_SCALE_SIZES=$SIZES "$work/prio3.test" -test.run '^$' -test.bench '^BenchmarkPrio3Scale$' -test.benchtime 1x \
+CROWDLOG_PRIO3_SCALE_SIZES=$SIZES CROWDLOG_PRIO3_SCALE_RATE=${RATE:-0} CROWDLOG_PRIO3_SCALE_FILL=${FILL:-} "$work/prio3.test" -test.run '^$' -test.bench '^BenchmarkPrio3Scale$' -test.benchtime 1x \
   -test.timeout 5h >"$work/scale.txt" 2>&1 || { grep -v '^20[0-9][0-9]/' "$work/scale.txt" | tail -40 >&2; exit 1; }
 grep '^PRIO3SCALE' "$work/scale.txt"
 line() { awk -v s="$1" -v m="$2" -v b="$3" -v u="$4" 'BEGIN { printf "BOUND %s measured=%.0f bound=%.0f unit=%s ratio=%.2f\n", s, m, b, u, m / b }'; }

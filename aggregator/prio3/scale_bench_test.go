@@ -43,6 +43,7 @@ type scaleChild struct {
 	Progress string // file the child writes its counters to, every 200 ms
 	Length   int
 	MinBatch uint64
+	StepFill time.Duration // LeaderService.StepFill
 }
 
 // The keys directory's token seeds: each aggregator checks its own
@@ -181,7 +182,7 @@ func TestPrio3ScaleChild(t *testing.T) {
 	var run func(context.Context) error
 	if c.Role == "leader" {
 		l := &LeaderService{Config: cfg, Brokers: c.Brokers, NATS: nc, StateDir: c.StateDir, Now: now, SignKey: sign,
-			RequestTimeout: 30 * time.Second, CollectRetry: 200 * time.Millisecond}
+			RequestTimeout: 30 * time.Second, CollectRetry: 200 * time.Millisecond, StepFill: c.StepFill}
 		stats, written, run, shares, applied = l.Stats, l.Written, l.Run, l.Shares.Load, l.Applied
 	} else {
 		h := &HelperService{Config: cfg, NATS: nc, StateDir: c.StateDir, Now: now, LeaderKey: sign.Public().(ed25519.PublicKey)}
@@ -223,9 +224,16 @@ func TestPrio3ScaleChild(t *testing.T) {
 // client), sharded and sealed here (the client's CPU is this process's,
 // not the aggregators'), then the day closed and collected, and the
 // collector's unsharded totals compared with the clients' sums computed
-// here. It prints per size
+// here. CROWDLOG_PRIO3_SCALE_RATE (uploads a second) paces the clients
+// instead, each upload written as it is sealed; CROWDLOG_PRIO3_SCALE_FILL
+// is the leader's StepFill (a duration; negative: none). The uploads the
+// leader's snapshots passed (LeaderService.Applied) are deleted from the
+// broker as the run goes (Kafka DeleteRecords), so its disk holds the
+// leader's lag, not n uploads (kafka_peak_mb). Every upload carries a
+// leader and a helper token, minted here, checked by each aggregator.
+// It prints per size
 //
-//	PRIO3SCALE n=… leader_cpu_s=… helper_cpu_s=… leader_ups_core=… helper_ups_core=… leader_rss_mb=… helper_rss_mb=… leader_disk_b_upload=… helper_disk_b_upload=… collect_s=… prep_wall_s=… correct=…
+//	PRIO3SCALE n=… L=… rate=… step_fill=… tokens=on leader_cpu_s=… helper_cpu_s=… leader_ups_core=… helper_ups_core=… leader_rss_mb=… helper_rss_mb=… leader_disk_b_upload=… helper_disk_b_upload=… leader_io_b_upload=… helper_io_b_upload=… kafka_peak_mb=… uploads_deleted=… collect_s=… seal_wall_s=… prep_wall_s=… correct=…
 //
 // uploads/s per core are n over the process's CPU time (getrusage of the
 // child: user + system), RSS its peak (VmHWM, written by the child as it
@@ -245,14 +253,31 @@ func BenchmarkPrio3Scale(b *testing.B) {
 			sizes = append(sizes, n)
 		}
 	}
+	rate := 0.0
+	if s := os.Getenv("CROWDLOG_PRIO3_SCALE_RATE"); s != "" {
+		var err error
+		if rate, err = strconv.ParseFloat(s, 64); err != nil || rate < 0 {
+			b.Fatalf("CROWDLOG_PRIO3_SCALE_RATE: %q (uploads a second)", s)
+		}
+	}
+	fill := time.Duration(0)
+	if s := os.Getenv("CROWDLOG_PRIO3_SCALE_FILL"); s != "" {
+		var err error
+		if fill, err = time.ParseDuration(s); err != nil {
+			b.Fatalf("CROWDLOG_PRIO3_SCALE_FILL: %q (a duration; negative: no fill)", s)
+		}
+	}
 	for i := 0; i < b.N; i++ {
 		for _, n := range sizes {
-			scaleRun(b, n, benchLength())
+			scaleRun(b, n, benchLength(), rate, fill)
 		}
 	}
 }
 
-func scaleRun(b *testing.B, n, length int) {
+// scaleRun: rate > 0 paces the clients' uploads at rate a second (each
+// written as it is sealed) instead of as fast as they are sealed; fill is
+// the leader's StepFill.
+func scaleRun(b *testing.B, n, length int, rate float64, fill time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Hour)
 	defer cancel()
 	dir := b.TempDir()
@@ -297,7 +322,7 @@ func scaleRun(b *testing.B, n, length int) {
 	}
 	start := func(role string) *child {
 		c := scaleChild{Role: role, Brokers: []string{br.Addr}, NATS: ns.URL, StateDir: filepath.Join(dir, role), KeysDir: keys,
-			Clock: clock, Progress: filepath.Join(dir, role+".progress"), Length: length, MinBatch: 100}
+			Clock: clock, Progress: filepath.Join(dir, role+".progress"), Length: length, MinBatch: 100, StepFill: fill}
 		js, _ := json.Marshal(c)
 		cfgPath := filepath.Join(dir, role+".json")
 		os.WriteFile(cfgPath, js, 0o600)
@@ -456,17 +481,27 @@ func scaleRun(b *testing.B, n, length int) {
 					continue
 				}
 				msgs = append(msgs, kafka.Message{Key: []byte(campaign), Value: up})
-				if len(msgs) == 2 {
+				if len(msgs) == 2 || rate > 0 {
 					flush()
 				}
 			}
 			flush()
 		})
 	}
+	var pace *time.Ticker
+	if rate > 0 {
+		pace = time.NewTicker(time.Duration(float64(time.Second) / rate))
+	}
 	for i := range n {
+		if pace != nil {
+			<-pace.C
+		}
 		next <- i
 	}
 	close(next)
+	if pace != nil {
+		pace.Stop()
+	}
 	wg.Wait()
 	wr.Close()
 	if werr != nil {
@@ -551,8 +586,8 @@ func scaleRun(b *testing.B, n, length int) {
 	lu, hu := stop(leader), stop(helper)
 	stopTrim()
 	trimWG.Wait()
-	fmt.Printf("PRIO3SCALE n=%d L=%d tokens=on leader_cpu_s=%.1f helper_cpu_s=%.1f leader_ups_core=%.1f helper_ups_core=%.1f leader_rss_mb=%.0f helper_rss_mb=%.0f leader_disk_b_upload=%.0f helper_disk_b_upload=%.0f leader_io_b_upload=%.0f helper_io_b_upload=%.0f kafka_peak_mb=%.0f uploads_deleted=%d collect_s=%.2f seal_wall_s=%.1f prep_wall_s=%.1f correct=%v\n",
-		n, length, lu.cpu, hu.cpu, float64(n)/lu.cpu, float64(n)/hu.cpu, lu.rssMB, hu.rssMB,
+	fmt.Printf("PRIO3SCALE n=%d L=%d rate=%g step_fill=%s tokens=on leader_cpu_s=%.1f helper_cpu_s=%.1f leader_ups_core=%.1f helper_ups_core=%.1f leader_rss_mb=%.0f helper_rss_mb=%.0f leader_disk_b_upload=%.0f helper_disk_b_upload=%.0f leader_io_b_upload=%.0f helper_io_b_upload=%.0f kafka_peak_mb=%.0f uploads_deleted=%d collect_s=%.2f seal_wall_s=%.1f prep_wall_s=%.1f correct=%v\n",
+		n, length, rate, fillName(fill), lu.cpu, hu.cpu, float64(n)/lu.cpu, float64(n)/hu.cpu, lu.rssMB, hu.rssMB,
 		float64(lu.p.Written)/float64(n), float64(hu.p.Written)/float64(n),
 		float64(lu.p.WriteBytes)/float64(n), float64(hu.p.WriteBytes)/float64(n),
 		float64(peakKafka.Load())/(1<<20), trimmed.Load(),
@@ -575,4 +610,14 @@ func dirSize(dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+func fillName(d time.Duration) string {
+	if d == 0 {
+		return DefaultStepFill.String()
+	}
+	if d < 0 {
+		return "off"
+	}
+	return d.String()
 }

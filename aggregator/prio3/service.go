@@ -40,6 +40,7 @@ import (
 const (
 	DefaultMaxBatch       = 64
 	DefaultMaxWait        = 200 * time.Millisecond
+	DefaultStepFill       = time.Second
 	DefaultRequestTimeout = time.Minute
 	DefaultAttempts       = 3
 )
@@ -211,6 +212,17 @@ type LeaderService struct {
 	// waits at most MaxWait for them (0: DefaultMaxWait).
 	MaxBatch int
 	MaxWait  time.Duration
+	// StepFill: after a step's first upload the step waits up to StepFill
+	// for more (up to MaxBatch) before applying them. Each step that
+	// commits reports appends one batch-log record carrying the day's
+	// running aggregate (L × 16 B: 160 KB at L = 10,000) at the leader
+	// and, through its one answer, at the helper, so at a trickle of
+	// uploads StepFill bounds those records to one per StepFill per
+	// aggregator (86,400 × 160 KB = 13.8 GB a day at 1 s, whatever the
+	// rate) for at most StepFill more latency per report (0:
+	// DefaultStepFill; negative: no wait, each step takes what has
+	// arrived).
+	StepFill time.Duration
 	// RequestTimeout bounds one helper request (0: DefaultRequestTimeout);
 	// Attempts is the tries per request in a step (0: DefaultAttempts)
 	// before the step gives up and the next one retries it.
@@ -506,7 +518,7 @@ func (s *LeaderService) readFrom(ctx context.Context, partition int, from *int64
 
 // fetch returns up to max uploads (and the skipped records among them,
 // which do not count): it waits up to wait for the first.
-func fetch(ctx context.Context, in <-chan upload, max int, wait time.Duration) []upload {
+func fetch(ctx context.Context, in <-chan upload, max int, wait, fill time.Duration) []upload {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	var out []upload
@@ -522,6 +534,22 @@ func fetch(ctx context.Context, in <-chan upload, max int, wait time.Duration) [
 	case <-ctx.Done():
 		return nil
 	}
+	if fill <= 0 {
+		for n < max {
+			select {
+			case u := <-in:
+				out = append(out, u)
+				if !u.skip {
+					n++
+				}
+			default:
+				return out
+			}
+		}
+		return out
+	}
+	f := time.NewTimer(fill)
+	defer f.Stop()
 	for n < max {
 		select {
 		case u := <-in:
@@ -529,7 +557,9 @@ func fetch(ctx context.Context, in <-chan upload, max int, wait time.Duration) [
 			if !u.skip {
 				n++
 			}
-		default:
+		case <-f.C:
+			return out
+		case <-ctx.Done():
 			return out
 		}
 	}
@@ -545,7 +575,11 @@ func (r *leaderRun) step(ctx context.Context, in <-chan upload, maxBatch int) er
 	}
 	var batch []upload
 	if len(r.outstanding) == 0 {
-		batch = fetch(ctx, in, maxBatch, wait)
+		fill := s.StepFill
+		if fill == 0 {
+			fill = DefaultStepFill
+		}
+		batch = fetch(ctx, in, maxBatch, wait, fill)
 	} else if err := sleep(ctx, wait); err != nil {
 		return nil
 	}

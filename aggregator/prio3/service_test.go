@@ -508,3 +508,30 @@ func TestServicesHelperOutage(t *testing.T) {
 	lr.stop(t, "leader")
 	hr2.stop(t, "helper")
 }
+
+// TestFetchFills: with a fill time a step takes uploads that arrive after
+// its first until it holds max (here the fill time is never reached, so
+// the result does not depend on the machine's speed); skipped records do
+// not count toward max.
+func TestFetchFills(t *testing.T) {
+	in := make(chan upload)
+	go func() {
+		for i := range 4 {
+			time.Sleep(20 * time.Millisecond)
+			in <- upload{offset: int64(i), skip: i == 1}
+		}
+	}()
+	got := fetch(context.Background(), in, 3, time.Minute, time.Hour)
+	if len(got) != 4 || got[3].offset != 3 {
+		t.Fatalf("fetch took %d uploads, want all 4 (3 and a skipped record)", len(got))
+	}
+	// ending the context ends the fill with what it holds
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		in <- upload{offset: 9}
+		cancel()
+	}()
+	if got := fetch(ctx, in, 3, time.Minute, time.Hour); len(got) != 1 || got[0].offset != 9 {
+		t.Fatalf("after cancel: %d uploads, want the 1 sent", len(got))
+	}
+}
