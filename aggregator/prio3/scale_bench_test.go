@@ -430,7 +430,7 @@ func scaleRun(b *testing.B, n, length int, rate float64, fill time.Duration) {
 	})
 	defer trimWG.Wait()
 	defer stopTrim()
-	// shard and write as they come (2 goroutines per core here; the
+	// shard and write as they come (2 goroutines per core; the
 	// aggregators read meanwhile)
 	t0 := time.Now()
 	wr := ikafka.NewWriter(br.Addr, protocol.Prio3UploadsTopic)
@@ -439,7 +439,7 @@ func scaleRun(b *testing.B, n, length int, rate float64, fill time.Duration) {
 	var wg sync.WaitGroup
 	var werr error
 	var mu sync.Mutex
-	for range runtime.GOMAXPROCS(0) {
+	for range 2 * runtime.GOMAXPROCS(0) { // 2 per core: one seals while the other waits on its write
 		v, err := p3.New(campaign, m)
 		if err != nil {
 			b.Fatal(err)
