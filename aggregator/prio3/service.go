@@ -523,41 +523,40 @@ func fetch(ctx context.Context, in <-chan upload, max int, wait, fill time.Durat
 	defer t.Stop()
 	var out []upload
 	n := 0
-	select {
-	case u := <-in:
+	take := func(u upload) {
 		out = append(out, u)
 		if !u.skip {
 			n++
 		}
+	}
+	select {
+	case u := <-in:
+		take(u)
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
 		return nil
 	}
-	if fill <= 0 {
-		for n < max {
+	var filled <-chan time.Time // nil: take only what has arrived
+	if fill > 0 {
+		f := time.NewTimer(fill)
+		defer f.Stop()
+		filled = f.C
+	}
+	for n < max {
+		if filled == nil {
 			select {
 			case u := <-in:
-				out = append(out, u)
-				if !u.skip {
-					n++
-				}
+				take(u)
 			default:
 				return out
 			}
+			continue
 		}
-		return out
-	}
-	f := time.NewTimer(fill)
-	defer f.Stop()
-	for n < max {
 		select {
 		case u := <-in:
-			out = append(out, u)
-			if !u.skip {
-				n++
-			}
-		case <-f.C:
+			take(u)
+		case <-filled:
 			return out
 		case <-ctx.Done():
 			return out
