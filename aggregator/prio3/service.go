@@ -517,7 +517,8 @@ func (s *LeaderService) readFrom(ctx context.Context, partition int, from *int64
 }
 
 // fetch returns up to max uploads (and the skipped records among them,
-// which do not count): it waits up to wait for the first.
+// which do not count): it waits up to wait for the first (nil when none
+// came), then up to fill for more (fill ≤ 0: only those already there).
 func fetch(ctx context.Context, in <-chan upload, max int, wait, fill time.Duration) []upload {
 	t := time.NewTimer(wait)
 	defer t.Stop()
