@@ -75,6 +75,7 @@ fuzz:
 	  "./protocol/prio3 FuzzParseSignedReq" "./protocol/prio3 FuzzParseSignedSettings" \
 	  "./protocol/pipelinespec FuzzParse" "./protocol/pipelinespec FuzzParseAnnouncement" "./protocol/pipelinespec FuzzParseRequest" \
 	  "./protocol/pipelinespec FuzzParseSignedPipelines" \
+	  "./protocol/pipelinespec FuzzParseSignedAnswer" \
 	  "./aggregator/prio3 FuzzBatchLog" "./aggregator/prio3 FuzzLeaderFile" "./aggregator/prio3 FuzzHelperFile" \
 	  "./aggregator/prio3 FuzzRestoreLeader" "./aggregator/prio3 FuzzRestoreHelper" "./release/prio3 FuzzApply"; do \
 	  set -- $$spec; echo "== $$1 $$2"; $(GO) test -run XXX -fuzz "^$$2$$" -fuzztime $(FUZZTIME) $$1 || exit 1; done

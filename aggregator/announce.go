@@ -67,19 +67,38 @@ func (s *Service) countAdmit(c pipelinespec.Context, reason string) {
 // context req names (its Context.Key), if its partitions have read any
 // since the process started (Partition.OnAdmit) and the context's
 // pipeline is one whose counts it discloses (else Withheld: a DP
-// definition, or a digest not served).
+// definition, or a digest not served). With SignKey, Signed is the
+// announcement signed at start and SignedAnswer this answer signed with
+// req's nonce and context (pipelinespec.SignedAnswer; one Ed25519
+// signature per request, pipelinespec.BenchmarkSignAnswer).
 func (s *Service) Announcement(req pipelinespec.Request) pipelinespec.Announcement {
 	a := pipelinespec.Announcement{Process: s.process, Signed: s.signedAnnounce}
 	for _, sp := range s.Announce {
 		a.Pipelines = append(a.Pipelines, sp.Canonical())
 	}
-	c, ok := pipelinespec.ParseContextKey(req.Context)
-	if !ok {
-		return a
+	if c, ok := pipelinespec.ParseContextKey(req.Context); ok {
+		s.counts(c, req.Context, &a)
 	}
+	if s.SignKey != nil {
+		ans := pipelinespec.SignedAnswer{Process: a.Process, Nonce: req.Nonce, Pipelines: a.Pipelines, Withheld: a.Withheld}
+		if len(req.Context) <= pipelinespec.MaxRequest {
+			ans.Context = req.Context
+			ans.Counts = a.Reports[req.Context]
+		}
+		// the bounds were checked by SignPipelines at start, the nonce's
+		// by ParseRequest, the context's by MaxRequest; the reasons are
+		// the aggregator's own: an error here is a bug, and the answer
+		// goes unsigned (the client refuses it)
+		a.SignedAnswer, _ = pipelinespec.SignAnswer(s.SignKey, ans)
+	}
+	return a
+}
+
+// counts fills a's Reports (under key) or Withheld for report context c.
+func (s *Service) counts(c pipelinespec.Context, key string, a *pipelinespec.Announcement) {
 	if !s.discloses(c.Pipeline) {
 		a.Withheld = true
-		return a
+		return
 	}
 	s.annMu.Lock()
 	defer s.annMu.Unlock()
@@ -91,9 +110,8 @@ func (s *Service) Announcement(req pipelinespec.Request) pipelinespec.Announceme
 				k.Refused[r] = v
 			}
 		}
-		a.Reports = map[string]pipelinespec.Counts{req.Context: k}
+		a.Reports = map[string]pipelinespec.Counts{key: k}
 	}
-	return a
 }
 
 // discloses says whether the announcement may carry the counts of reports

@@ -103,8 +103,11 @@ type Service struct {
 	Announce []pipelinespec.Spec
 	// SignKey is the aggregator operator's Ed25519 key (RFC 8032;
 	// keydir.AggregatorSignKey) that signs the announced definitions
-	// (pipelinespec.SignedPipelines, Announcement.Signed), which clients
-	// verify against the public half they pin. nil: the announcement is
+	// (pipelinespec.SignedPipelines, Announcement.Signed, once at start)
+	// and each answer with its counts and the request's nonce
+	// (pipelinespec.SignedAnswer, Announcement.SignedAnswer, one Ed25519
+	// signature per request), which clients verify against the public
+	// half they pin. nil: the announcement is
 	// unsigned and clients that verify refuse it (logged).
 	SignKey ed25519.PrivateKey
 	// PipelineSealing sets Partition.PipelineSealing: the k and sealing

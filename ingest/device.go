@@ -103,10 +103,12 @@ type Config struct {
 	// App, when set, is the application the device sends (apps.Apps(),
 	// e.g. apps.QueryAppName): New asks the aggregators which pipelines
 	// they serve (protocol.PipelineSubject; `crowdlog aggregate --nats`),
-	// keeps only the answers signed by the aggregator operator's key
-	// (pipelinespec.SignedPipelines under aggregator-sign.key.pub from
-	// KeysDir, pinned in StateDir/keys on first use or vouched by
-	// Fingerprints; none: ErrAnnouncementSignature), and fails with ErrPipelineMismatch, naming the value and the field
+	// keeps only the answers signed by the aggregator operator's key for
+	// this request (pipelinespec.SignedAnswer over a fresh nonce, under
+	// aggregator-sign.key.pub from KeysDir, pinned in StateDir/keys on
+	// first use or vouched by Fingerprints; none: ErrAnnouncementSignature,
+	// or ErrAnnouncementStale when only answers signed for other requests
+	// came: replays), and fails with ErrPipelineMismatch, naming the value and the field
 	// to set, unless exactly one pipeline of App agrees with K, Policy,
 	// AppOptions and, when given, Pipelines[App]; the device then seals
 	// App's reports for that pipeline's digest, and Downstream counts

@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,10 +44,14 @@ const DefaultPipelineWait = 10 * time.Second
 // parsed pipelines of each. Errors: none heard (ErrNoAnnouncement), a
 // malformed answer.
 //
-// With signPub, an answer counts only when its Signed part verifies under
-// signPub, and its pipelines and process id are the signed ones; the
-// others are refused (logged with log) and, when no answer remains, the
-// error wraps ErrAnnouncementSignature.
+// With signPub, the request carries a fresh random nonce
+// (pipelinespec.NonceSize bytes) and an answer counts only when its
+// SignedAnswer verifies under signPub and echoes that nonce and key; its
+// process id, pipelines and counts are then the signed ones. The others
+// are refused and counted (logged with log): when no answer remains, the
+// error wraps ErrAnnouncementStale if some were signed by signPub for
+// another request (a replay, or an aggregator that signs only at its
+// start), else ErrAnnouncementSignature.
 func announcements(ctx context.Context, nc *nats.Conn, wait time.Duration, key string, signPub ed25519.PublicKey, log *slog.Logger) ([]pipelinespec.Announcement, [][]pipelinespec.Spec, error) {
 	if wait <= 0 {
 		wait = DefaultPipelineWait
@@ -57,7 +62,12 @@ func announcements(ctx context.Context, nc *nats.Conn, wait time.Duration, key s
 		return nil, nil, fmt.Errorf("ingest: pipeline announcement: %w", err)
 	}
 	defer sub.Unsubscribe()
-	req, _ := json.Marshal(pipelinespec.Request{Context: key})
+	var nonce []byte
+	if signPub != nil {
+		nonce = make([]byte, pipelinespec.NonceSize)
+		rand.Read(nonce)
+	}
+	req, _ := json.Marshal(pipelinespec.Request{Context: key, Nonce: nonce})
 	if err := nc.PublishRequest(protocol.PipelineSubject, inbox, req); err != nil {
 		return nil, nil, fmt.Errorf("ingest: pipeline announcement: %w", err)
 	}
@@ -65,7 +75,7 @@ func announcements(ctx context.Context, nc *nats.Conn, wait time.Duration, key s
 	var anns []pipelinespec.Announcement
 	var specs [][]pipelinespec.Spec
 	seen := map[string]bool{}
-	refused := 0
+	refused, stale := 0, 0
 	for {
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -85,20 +95,26 @@ func announcements(ctx context.Context, nc *nats.Conn, wait time.Duration, key s
 			return nil, nil, fmt.Errorf("ingest: pipeline announcement: %w", err)
 		}
 		if signPub != nil {
-			var sp *pipelinespec.SignedPipelines
+			var ans *pipelinespec.SignedAnswer
 			if err == nil {
-				if len(a.Signed) == 0 {
-					err = errors.New("unsigned")
-				} else if sp, err = pipelinespec.ParseSignedPipelines(a.Signed); err == nil {
-					err = sp.Verify(signPub)
-				}
+				ans, err = verifyAnswer(a, signPub, nonce, key)
+			}
+			if errors.Is(err, errStaleAnswer) {
+				stale++
+				log.Warn("device: pipeline announcement refused: signed by the aggregator key, but not for this request (a replay, or an aggregator older than the client)",
+					"key", AggregatorSignKeyFile, "stale", stale, "err", err)
+				continue
 			}
 			if err != nil {
 				refused++
-				log.Warn("device: pipeline announcement refused: not signed by the pinned aggregator key", "key", AggregatorSignKeyFile, "err", err)
+				log.Warn("device: pipeline announcement refused: not signed by the pinned aggregator key", "key", AggregatorSignKeyFile, "refused", refused, "err", err)
 				continue
 			}
-			a.Process, a.Pipelines, s = sp.Process, sp.Pipelines, sp.Specs
+			a.Process, a.Pipelines, s = ans.Process, ans.Pipelines, ans.Specs
+			a.Withheld, a.Reports = ans.Withheld, nil
+			if key != "" {
+				a.Reports = map[string]pipelinespec.Counts{key: ans.Counts}
+			}
 		}
 		if seen[a.Process] {
 			continue
@@ -111,6 +127,10 @@ func announcements(ctx context.Context, nc *nats.Conn, wait time.Duration, key s
 			}
 		}
 	}
+	if len(anns) == 0 && stale > 0 {
+		return nil, nil, fmt.Errorf("ingest: %w: %d answers on %s within %s signed by the aggregator operator's key pinned from %s, none for this request's nonce (%d more not signed by it): do not send; an aggregator of an older release signs only at its start (upgrade it), otherwise someone replays recorded answers in its place",
+			ErrAnnouncementStale, stale, protocol.PipelineSubject, wait, AggregatorSignKeyFile, refused)
+	}
 	if len(anns) == 0 && refused > 0 {
 		return nil, nil, fmt.Errorf("ingest: %w: %d answers on %s within %s, none signed by the aggregator operator's key pinned from %s (Config.KeysDir, Config.Fingerprints): do not send; if the aggregator runs without its signing key, its operator gives `crowdlog aggregate` --sign-key; otherwise someone else answers in its place",
 			ErrAnnouncementSignature, refused, protocol.PipelineSubject, wait, AggregatorSignKeyFile)
@@ -120,6 +140,42 @@ func announcements(ctx context.Context, nc *nats.Conn, wait time.Duration, key s
 			ErrNoAnnouncement, protocol.PipelineSubject, wait, protocol.PipelineSubject)
 	}
 	return anns, specs, nil
+}
+
+// errStaleAnswer marks verifyAnswer's refusal of an answer signed by the
+// pinned key for another request.
+var errStaleAnswer = errors.New("signed for another request")
+
+// verifyAnswer returns a's SignedAnswer when it verifies under signPub
+// and answers the request of nonce and key. Errors: errStaleAnswer when
+// it verifies but answers another request, or when a has only the
+// Signed announcement of its start and that verifies; else the reason
+// (absent, malformed, pipelinespec.ErrSignature).
+func verifyAnswer(a pipelinespec.Announcement, signPub ed25519.PublicKey, nonce []byte, key string) (*pipelinespec.SignedAnswer, error) {
+	if len(a.SignedAnswer) == 0 {
+		if len(a.Signed) == 0 {
+			return nil, errors.New("unsigned")
+		}
+		sp, err := pipelinespec.ParseSignedPipelines(a.Signed)
+		if err != nil {
+			return nil, err
+		}
+		if err := sp.Verify(signPub); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: only the announcement signed at the process's start", errStaleAnswer)
+	}
+	ans, err := pipelinespec.ParseSignedAnswer(a.SignedAnswer)
+	if err != nil {
+		return nil, err
+	}
+	if err := ans.Verify(signPub); err != nil {
+		return nil, err
+	}
+	if !ans.Answers(nonce, key) {
+		return nil, fmt.Errorf("%w: it echoes nonce %x… and context %q", errStaleAnswer, ans.Nonce[:min(4, len(ans.Nonce))], ans.Context)
+	}
+	return ans, nil
 }
 
 // verifyPipeline checks cfg against the pipelines the aggregators serve
@@ -243,7 +299,11 @@ func policyName(p star.Policy) string {
 // (pipeline, app, epoch), summed over the processes that answered
 // (pipelinespec.Announcement): counts over every device that sends in
 // that context, not this device's alone (an aggregator cannot tell
-// devices apart, by design).
+// devices apart, by design). Device.Downstream of a device with
+// Config.App sums only counts signed by the pinned aggregator key for
+// its request (pipelinespec.SignedAnswer); FetchDownstream's are
+// unverified. The device decides nothing on them: they are for the
+// caller to show.
 type Downstream struct {
 	Pipeline  [32]byte         // the digest reports were sealed for (zero: none)
 	App       string           // the app ("query", "click", …) the counts are for
@@ -288,9 +348,12 @@ func (d Downstream) String() string {
 // to Config.PipelineWait) how many reports of app in the device's epoch,
 // sealed for the device's pipeline digest of app, they admitted and
 // refused so far; Downstream.Withheld for a DP pipeline's reports. Reports pass the relays' pools first, so counts grow
-// for a while after Submit returns. Errors: the device has no NATS
+// for a while after Submit returns. With Config.App the answers are
+// verified as New verifies them. Errors: the device has no NATS
 // connection of its own or given (a replay's device), no aggregator
-// answered (ErrNoAnnouncement: start it with --nats), ctx ended.
+// answered (ErrNoAnnouncement: start it with --nats), none signed for
+// this request (ErrAnnouncementSignature, ErrAnnouncementStale), ctx
+// ended.
 func (d *Device) Downstream(ctx context.Context, app string) (Downstream, error) {
 	if d.conn == nil {
 		return Downstream{}, errors.New("ingest: Downstream: the device has no NATS connection")

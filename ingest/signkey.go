@@ -32,6 +32,12 @@ var (
 	// but none was signed by the pinned aggregator signing key (an
 	// aggregator without its signing key, or someone else answering).
 	ErrAnnouncementSignature = errors.New("no pipeline announcement signed by the pinned aggregator key")
+	// ErrAnnouncementStale: answers signed by the pinned aggregator key
+	// came on protocol.PipelineSubject, but none for this request: each
+	// echoed another request's nonce or context, or had only the
+	// announcement signed once at its process's start (a recorded answer
+	// replayed, or an aggregator older than the client).
+	ErrAnnouncementStale = errors.New("no pipeline announcement signed for this request (replayed or from an older aggregator)")
 )
 
 // AggregatorSignKeyFile is the file of the aggregator operator's public

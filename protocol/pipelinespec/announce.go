@@ -17,6 +17,11 @@ const MaxAnnouncement = 1 << 20
 // the answers for a short while and sums them.
 type Request struct {
 	Context string `json:"context,omitempty"`
+	// Nonce (base64 in the JSON, NonceSize random bytes) is echoed in
+	// each answer's SignedAnswer, so that a client knows the answer is
+	// to this request and not a recorded one. Absent, or longer than
+	// NonceSize (dropped by ParseRequest): the answers echo none.
+	Nonce []byte `json:"nonce,omitempty"`
 }
 
 // MaxRequest bounds a Request's JSON, in bytes.
@@ -28,6 +33,9 @@ func ParseRequest(b []byte) Request {
 	var r Request
 	if len(b) > MaxRequest || json.Unmarshal(b, &r) != nil {
 		return Request{}
+	}
+	if len(r.Nonce) > NonceSize {
+		r.Nonce = nil
 	}
 	return r
 }
@@ -62,9 +70,20 @@ type Announcement struct {
 	// JSON): its Process and Pipelines signed by the aggregator operator's
 	// key. A client that pins that key uses the definitions of Signed
 	// only and ignores an answer whose Signed is missing or does not
-	// verify; Pipelines stays for clients that do not verify. The counts
-	// (Reports, Withheld) are not signed.
+	// verify; Pipelines stays for clients that do not verify. Signed
+	// once per process, it verifies forever: a recorded answer replayed
+	// after the operator changed the definitions verifies too, so a
+	// client of this revision uses SignedAnswer and Signed stays for
+	// older clients. The counts (Reports, Withheld) are not in it.
 	Signed []byte `json:"signed,omitempty"`
+	// SignedAnswer is the process's SignedAnswer encoding (base64 in the
+	// JSON): its Process, Pipelines and the requested context's counts
+	// (Reports, Withheld), with the request's Nonce and Context, signed
+	// by the aggregator operator's key for this request. A client that
+	// pins the key and sent a nonce uses this field only, and ignores an
+	// answer whose SignedAnswer is missing, does not verify or echoes
+	// another nonce or context.
+	SignedAnswer []byte `json:"signed_answer,omitempty"`
 }
 
 // Counts are one report context's counts in an Announcement.
