@@ -293,12 +293,12 @@ type SettingsWeakerError struct {
 	Param  string // the parameter, e.g. "epsilon" or "min batch size"
 	Field  string // the Config field that sets the floor, e.g. "Config.MaxEpsilon"
 	Leader string // the leader's announced value
-	Floor  string // the weakest value the device accepts
+	Floor  string // the weakest the device accepts, e.g. "ε ≤ 1"
 }
 
 // Error names the parameter, both values and what to do.
 func (e *SettingsWeakerError) Error() string {
-	return fmt.Sprintf("%s: %s: the leader announces %s, this device accepts at most %s (%s): nothing sealed or sent; ask the operators why (the campaign's published terms), and change %s only if they say so",
+	return fmt.Sprintf("%s: %s: the leader announces %s, this device's floor is %s (%s): nothing sealed or sent; ask the operators why (the campaign's published terms), and change %s only if they say so",
 		ErrSettingsWeaker, e.Param, e.Leader, e.Floor, e.Field, e.Field)
 }
 
@@ -322,12 +322,12 @@ func (cfg Config) CheckFloor(s *p3.Settings) error {
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 	switch {
 	case s.Epsilon == 0 && !cfg.AllowExactShares:
-		return &SettingsWeakerError{Param: "noise", Field: "Config.AllowExactShares", Leader: "exact shares (ε = 0, no noise)", Floor: "noise with ε ≤ " + f(maxEps)}
+		return &SettingsWeakerError{Param: "noise", Field: "Config.AllowExactShares", Leader: "exact shares (ε = 0, no noise)", Floor: "noise, ε ≤ " + f(maxEps)}
 	case s.Epsilon > maxEps:
-		return &SettingsWeakerError{Param: "epsilon", Field: "Config.MaxEpsilon", Leader: "ε = " + f(s.Epsilon) + " per person-day", Floor: "ε = " + f(maxEps)}
+		return &SettingsWeakerError{Param: "epsilon", Field: "Config.MaxEpsilon", Leader: "ε = " + f(s.Epsilon) + " per person-day", Floor: "ε ≤ " + f(maxEps)}
 	case s.MinBatchSize < minBatch:
-		return &SettingsWeakerError{Param: "min batch size", Field: "Config.MinBatchFloor", Leader: strconv.FormatUint(s.MinBatchSize, 10) + " reports",
-			Floor: "a minimum of " + strconv.FormatUint(minBatch, 10)}
+		return &SettingsWeakerError{Param: "min batch size", Field: "Config.MinBatchFloor", Leader: "a minimum of " + strconv.FormatUint(s.MinBatchSize, 10) + " reports per day",
+			Floor: "a minimum of at least " + strconv.FormatUint(minBatch, 10)}
 	}
 	return nil
 }
