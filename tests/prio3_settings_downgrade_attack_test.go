@@ -103,7 +103,10 @@ func TestAttackPrio3SettingsDowngrade(t *testing.T) {
 	t.Cleanup(func() { stop() })
 
 	day := keywords.DayOf(time.Now().UTC())
-	searches := []prio3.Search{{Query: "weather today", Time: day.Time().Add(time.Hour)}, {Query: "football news", Time: day.Time().Add(2 * time.Hour)}}
+	searchesOf := func(d keywords.Day) []prio3.Search {
+		return []prio3.Search{{Query: "weather today", Time: d.Time().Add(time.Hour)}, {Query: "football news", Time: d.Time().Add(2 * time.Hour)}}
+	}
+	searches := searchesOf(day)
 	config := func(name string) prio3.Config {
 		return prio3.Config{StateDir: filepath.Join(dir, "devices", name), NATS: ns.URL, KeysDir: public, SkipRouteCheck: true,
 			Campaign: campaign, Keywords: list, Measurement: p3.Config{Kind: p3.KindSumVec, Bits: 4, L1: 20}, Retry: prio3.Retry{MaxTries: 1}}
@@ -158,12 +161,13 @@ func TestAttackPrio3SettingsDowngrade(t *testing.T) {
 	for _, d := range devs {
 		counted += d.Stats().SettingsWeaker
 	}
-	// control: the shipped defaults again; the same devices seal
+	// control: the shipped defaults again; the same devices seal (the
+	// next day's report: the day above is sent where the check is off)
 	announce(aggprio3.DefaultEpsilon, 100)
 	before = inbox()
 	for i, d := range devs {
-		if _, err := d.UploadSearches(ctx, day, searches); err != nil {
-			t.Fatalf("control: running device %d: %v", i, err)
+		if _, err := d.UploadSearches(ctx, day+1, searchesOf(day+1)); err != nil {
+			t.Errorf("control: running device %d: %v", i, err)
 		}
 	}
 	sealedControl := inbox() - before
