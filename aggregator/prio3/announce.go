@@ -30,11 +30,16 @@ func (s *LeaderService) Settings(listHash [32]byte) (*p3.Settings, error) {
 	return st, nil
 }
 
-// serveSettings answers every request on protocol.Prio3SettingsSubject
-// with the leader's signed settings (the same bytes for every client: a
-// client compares them with its own and refuses to upload on a mismatch,
-// ingest/prio3 Device). The caller unsubscribes.
-func (s *LeaderService) serveSettings(log *slog.Logger) (*nats.Subscription, error) {
+// ServeSettings answers every request on protocol.Prio3SettingsSubject
+// (on s.NATS) with the leader's settings for s.ListHash, signed with
+// s.SignKey: the same bytes for every client. A client compares them with
+// its own and refuses to upload on a mismatch or on privacy settings
+// weaker than its floor (ingest/prio3 Device). Run calls it when ListHash
+// is set; the caller unsubscribes. log nil means slog.Default().
+func (s *LeaderService) ServeSettings(log *slog.Logger) (*nats.Subscription, error) {
+	if log == nil {
+		log = slog.Default()
+	}
 	st, err := s.Settings(s.ListHash)
 	if err != nil {
 		return nil, err

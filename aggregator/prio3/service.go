@@ -319,7 +319,7 @@ func (s *LeaderService) Run(ctx context.Context) error {
 		return err
 	}
 	if s.ListHash != ([32]byte{}) {
-		sub, err := s.serveSettings(log)
+		sub, err := s.ServeSettings(log)
 		if err != nil {
 			return err
 		}

@@ -13,8 +13,12 @@
 // prio3-leader-sign.key.pub); --fingerprint NAME=SHA256 pins one to the
 // fingerprint its operator published. The measurement flags must equal the
 // campaign's: the device asks the leader for its signed settings and
-// refuses to upload, naming the value, when they differ. Running it again
-// for the same day sends nothing (the state directory records the day).
+// refuses to upload, naming the value, when they differ. It also refuses
+// when the leader announces privacy settings weaker than the app's floor
+// (--max-epsilon, --min-batch-floor, --allow-exact-shares; the defaults
+// accept the aggregators' defaults ε = 1 and a minimum batch of 100).
+// Running it again for the same day sends nothing (the state directory
+// records the day).
 package main
 
 import (
@@ -62,6 +66,9 @@ func main() {
 	tokens := flag.Bool("helper-tokens", true, "fetch a helper token per upload (the helper's default)")
 	ltokens := flag.Bool("leader-tokens", true, "fetch a leader token per upload (the leader's default)")
 	day := flag.String("day", "", "the day (YYYY-MM-DD, UTC) the searches are of (default: today)")
+	maxEps := flag.Float64("max-epsilon", prio3.DefaultMaxEpsilon, "the largest ε per person-day the leader may announce")
+	minBatch := flag.Uint64("min-batch-floor", prio3.DefaultMinBatchFloor, "the smallest minimum batch size the leader may announce")
+	exact := flag.Bool("allow-exact-shares", false, "accept a leader that announces exact shares (ε = 0, no noise)")
 	fps := fingerprints{}
 	flag.Var(fps, "fingerprint", "NAME=SHA256 of a key file, as its operator published it (repeatable)")
 	flag.Parse()
@@ -93,6 +100,7 @@ func main() {
 	}
 	cfg := prio3.Config{StateDir: *state, NATS: *natsURL, KeysDir: *keys, Fingerprints: fps,
 		Campaign: *campaign, Keywords: kw, Measurement: m, Digest: *digest, HelperTokens: *tokens, LeaderTokens: *ltokens,
+		MaxEpsilon: *maxEps, MinBatchFloor: *minBatch, AllowExactShares: *exact,
 		Retry: prio3.Retry{MaxElapsed: time.Minute}, Logger: slog.Default()}
 	cfg.NATSSecurity.NKeyFile = *nkey
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

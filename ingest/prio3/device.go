@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -54,6 +55,27 @@ var (
 	// ErrKeyFingerprint: a public key file's SHA-256 differs from its
 	// fingerprint in Config.Fingerprints.
 	ErrKeyFingerprint = errors.New("prio3: an operator's public key does not match its published fingerprint")
+	// ErrSettingsWeaker: the leader announces privacy settings weaker than
+	// the device's floor (Config.MaxEpsilon, Config.MinBatchFloor,
+	// Config.AllowExactShares); the error is a *SettingsWeakerError naming
+	// the parameter. Returned by New, and by Upload when the leader's
+	// announcement changed since (nothing is sealed or sent).
+	ErrSettingsWeaker = errors.New("prio3: the leader announces weaker privacy settings than this device accepts")
+)
+
+// Defaults of the device's privacy floor (Config): they accept the
+// aggregators' shipped defaults (`crowdlog aggregate-prio3`: --epsilon 1,
+// --min-batch-size 100) and refuse clearly weaker announcements.
+const (
+	// DefaultMaxEpsilon is the largest ε per person-day (the Laplace
+	// noise of scale S/ε on each keyword of each aggregator's share) a
+	// device accepts when Config.MaxEpsilon is 0: the aggregators' default
+	// --epsilon.
+	DefaultMaxEpsilon = 1.0
+	// DefaultMinBatchFloor is the smallest minimum batch size (reports a
+	// day is released with) a device accepts when Config.MinBatchFloor is
+	// 0: a tenth of the aggregators' default --min-batch-size 100.
+	DefaultMinBatchFloor = 10
 )
 
 // Key files a Prio3 device pins (names in Config.KeysDir, the state
@@ -189,6 +211,27 @@ type Config struct {
 	// count 0 in UploadSearches (PDD §6.1).
 	Blacklist map[string]bool
 
+	// The privacy floor: the weakest settings the app accepts from the
+	// leader's signed announcement. The leader's operator alone chooses
+	// what it announces; a device refuses to seal or send (New and each
+	// Upload, ErrSettingsWeaker naming the parameter) when the announced
+	// ε per person-day exceeds MaxEpsilon, the announced minimum batch
+	// size is below MinBatchFloor, or the announcement says exact shares
+	// (ε = 0: no noise) and AllowExactShares is false. The measurement
+	// (kind, L, bits, max weight, chunk, the bound S that scales the
+	// noise, the keyword list) must equal the Config's exactly
+	// (ErrSettingsMismatch). Set them from the campaign's published terms.
+	//
+	// MaxEpsilon: 0 means DefaultMaxEpsilon (1); a finite ε > 0.
+	MaxEpsilon float64
+	// MinBatchFloor: 0 means DefaultMinBatchFloor (10).
+	MinBatchFloor uint64
+	// AllowExactShares accepts a leader that announces ε = 0 (aggregate
+	// shares without noise: the totals only k-anonymous by the minimum
+	// batch, and a malicious leader padding a batch reads one client's
+	// vector). Only for a campaign that says so, or a test.
+	AllowExactShares bool
+
 	// HelperTokens fetches, per upload, a helper token from the helper
 	// operator's issuer with the device's identity (a helper run without
 	// --no-helper-tokens refuses reports without one). Identity is the
@@ -244,6 +287,70 @@ func (e *SettingsMismatchError) Error() string {
 // Unwrap makes errors.Is(err, ErrSettingsMismatch) true.
 func (e *SettingsMismatchError) Unwrap() error { return ErrSettingsMismatch }
 
+// SettingsWeakerError names the privacy parameter the leader announces
+// weaker than the device's floor.
+type SettingsWeakerError struct {
+	Param  string // the parameter, e.g. "epsilon" or "min batch size"
+	Field  string // the Config field that sets the floor, e.g. "Config.MaxEpsilon"
+	Leader string // the leader's announced value
+	Floor  string // the weakest the device accepts, e.g. "ε ≤ 1"
+}
+
+// Error names the parameter, both values and what to do.
+func (e *SettingsWeakerError) Error() string {
+	return fmt.Sprintf("%s: %s: the leader announces %s, this device's floor is %s (%s): nothing sealed or sent; ask the operators why (the campaign's published terms), and change %s only if they say so",
+		ErrSettingsWeaker, e.Param, e.Leader, e.Floor, e.Field, e.Field)
+}
+
+// Unwrap makes errors.Is(err, ErrSettingsWeaker) true.
+func (e *SettingsWeakerError) Unwrap() error { return ErrSettingsWeaker }
+
+// CheckFloor compares the privacy parameters of the leader's settings s
+// with cfg's floor (MaxEpsilon, MinBatchFloor, AllowExactShares; zero
+// fields take the defaults) and returns a *SettingsWeakerError (wrapping
+// ErrSettingsWeaker) for the first one weaker, else nil. New and Upload
+// call it; VerifySettings does not, so a program driving Clients itself
+// calls it after VerifySettings.
+func (cfg Config) CheckFloor(s *p3.Settings) error {
+	maxEps, minBatch := cfg.MaxEpsilon, cfg.MinBatchFloor
+	if maxEps == 0 {
+		maxEps = DefaultMaxEpsilon
+	}
+	if minBatch == 0 {
+		minBatch = DefaultMinBatchFloor
+	}
+	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+	switch {
+	case s.Epsilon == 0 && !cfg.AllowExactShares:
+		return &SettingsWeakerError{Param: "noise", Field: "Config.AllowExactShares", Leader: "exact shares (ε = 0, no noise)", Floor: "noise, ε ≤ " + f(maxEps)}
+	case s.Epsilon > maxEps:
+		return &SettingsWeakerError{Param: "epsilon", Field: "Config.MaxEpsilon", Leader: "ε = " + f(s.Epsilon) + " per person-day", Floor: "ε ≤ " + f(maxEps)}
+	case s.MinBatchSize < minBatch:
+		return &SettingsWeakerError{Param: "min batch size", Field: "Config.MinBatchFloor", Leader: "a minimum of " + strconv.FormatUint(s.MinBatchSize, 10) + " reports per day",
+			Floor: "a minimum of at least " + strconv.FormatUint(minBatch, 10)}
+	}
+	return nil
+}
+
+// Stats are a device's counters since New (not kept across restarts).
+type Stats struct {
+	// Uploaded counts the reports sealed and stored at relay a.
+	Uploaded uint64
+	// SettingsWeaker counts uploads refused before sealing because the
+	// leader's announcement, asked again, was weaker than the floor
+	// (ErrSettingsWeaker).
+	SettingsWeaker uint64
+	// SettingsChanged counts uploads refused before sealing because the
+	// leader's verified announcement no longer agrees with the Config
+	// (ErrSettingsMismatch).
+	SettingsChanged uint64
+	// SettingsUnverified counts uploads for which the leader's
+	// announcement could not be asked again or did not verify (no answer,
+	// a malformed or unsigned answer): they went ahead under the settings
+	// verified last.
+	SettingsUnverified uint64
+}
+
 // Device is a Prio3-mode client device: it pins the operators' keys,
 // verifies the leader's signed campaign settings against its own before
 // anything is sent, and uploads at most one report per campaign-day
@@ -260,14 +367,20 @@ type Device struct {
 	nc       *nats.Conn // owned; nil when Config.Conn
 	lock     *flock.Flock
 	identity ed25519.PrivateKey
+	conn     *nats.Conn        // the connection the settings are asked on
+	signPub  ed25519.PublicKey // the leader's pinned signing key
+	leaderPK onion.PublicKey   // the leader report key sealed to
 
-	mu sync.Mutex // serializes uploads (one VDAF)
+	mu    sync.Mutex // serializes uploads (one VDAF)
+	smu   sync.Mutex // guards settings (after New) and stats
+	stats Stats
 }
 
 // New opens a Prio3 device: its state directory, the pinned keys, a NATS
 // connection, the relays' key check, the leader's signed settings (checked
-// against cfg: ErrSettingsMismatch names the value and field) and the
-// upload record. Every blocking step is bounded by ctx. Errors say which
+// against cfg: ErrSettingsMismatch names the value and field; against the
+// privacy floor: ErrSettingsWeaker names the parameter) and the upload
+// record. Every blocking step is bounded by ctx. Errors say which
 // Config field to fix.
 func New(ctx context.Context, cfg Config) (*Device, error) {
 	log := cfg.Logger
@@ -328,6 +441,7 @@ func New(ctx context.Context, cfg Config) (*Device, error) {
 			return fail(fmt.Errorf("prio3: %w", err))
 		}
 	}
+	d.conn, d.signPub, d.leaderPK = nc, signPub, lk
 	if err := d.checkSettings(ctx, nc, signPub, lk); err != nil {
 		return fail(err)
 	}
@@ -388,6 +502,8 @@ func (cfg *Config) check() error {
 		return errors.New("prio3: Config.Keywords is nil: load the campaign's keyword list (keywords.Load)")
 	case cfg.Identity != nil && len(cfg.Identity) != ed25519.PrivateKeySize:
 		return errors.New("prio3: Config.Identity is not an Ed25519 private key")
+	case math.IsNaN(cfg.MaxEpsilon) || math.IsInf(cfg.MaxEpsilon, 0) || cfg.MaxEpsilon < 0:
+		return fmt.Errorf("prio3: Config.MaxEpsilon %v: give a finite ε > 0 (0: DefaultMaxEpsilon %g)", cfg.MaxEpsilon, DefaultMaxEpsilon)
 	}
 	if cfg.Measurement.Length == 0 {
 		cfg.Measurement.Length = cfg.Keywords.Len()
@@ -461,11 +577,15 @@ func (d *Device) pinKeys() error {
 	return nil
 }
 
-// checkSettings verifies the leader's settings (VerifySettings) and pins
-// their digest in the state directory.
+// checkSettings verifies the leader's settings (VerifySettings), checks
+// them against the privacy floor (Config.CheckFloor) and pins their
+// digest in the state directory.
 func (d *Device) checkSettings(ctx context.Context, nc *nats.Conn, signPub ed25519.PublicKey, lk onion.PublicKey) error {
 	s, err := verifySettings(ctx, nc, signPub, d.cfg, lk, d.log)
 	if err != nil {
+		return err
+	}
+	if err := d.cfg.CheckFloor(&s); err != nil {
 		return err
 	}
 	digest := hex.EncodeToString(sumDigest(s))
@@ -492,7 +612,8 @@ func (d *Device) checkSettings(ctx context.Context, nc *nats.Conn, signPub ed255
 // with the leader operator's public signing key signPub, and compares
 // them with cfg (Campaign, Keywords, Measurement, Digest) and the leader
 // report key the client seals to (leader). Only cfg's campaign and
-// measurement fields, SettingsTimeout, Retry and Logger are read. Errors:
+// measurement fields, SettingsTimeout, Retry and Logger are read; the
+// privacy floor is not applied (Config.CheckFloor does). Errors:
 // an answer that does not verify (wraps p3.ErrSettings), a
 // *SettingsMismatchError naming the value and the Config field, or the
 // request's error after cfg.Retry. Device.New calls it; a program that
@@ -599,12 +720,17 @@ func compareSettings(s *p3.Settings, cfg Config, lk onion.PublicKey) error {
 		Hint: "get the leader operator's current public bundle, compare its fingerprint out of band (Config.Fingerprints) and give it in Config.KeysDir"}
 }
 
-// Settings returns the leader's campaign settings the device verified.
-func (d *Device) Settings() p3.Settings { return d.settings }
+// Settings returns the leader's campaign settings the device verified
+// last (at New or before the last Upload).
+func (d *Device) Settings() p3.Settings {
+	d.smu.Lock()
+	defer d.smu.Unlock()
+	return d.settings
+}
 
 // Digest returns the campaign digest (p3.Settings.Digest) of the verified
 // settings, lowercase hex: what Config.Digest pins.
-func (d *Device) Digest() string { return hex.EncodeToString(sumDigest(d.settings)) }
+func (d *Device) Digest() string { s := d.Settings(); return hex.EncodeToString(sumDigest(s)) }
 
 // IdentityPublic returns the public half of the device's identity key
 // (nil without HelperTokens): the key the helper's operator enrolls
@@ -639,12 +765,21 @@ func (d *Device) UploadSearches(ctx context.Context, day keywords.Day, searches 
 // Upload uploads the report of day with the keyword counts counts (index
 // = position in Config.Keywords; nil: an all-zero report, which still says
 // the device was active), once: a second Upload of a day fails with
-// ErrAlreadySent. A failure that may pass (issuer, NATS, JetStream) is
-// retried under Config.Retry with the same report (Client.Upload); it
-// returns once JetStream has stored the upload at relay a.
+// ErrAlreadySent. Before it seals, it asks the leader for its settings
+// again (one request, Config.SettingsTimeout): a verified announcement
+// weaker than the floor is refused with ErrSettingsWeaker, one that no
+// longer agrees with the Config with ErrSettingsMismatch (nothing sealed
+// or sent; Stats counts both); no answer, or one that does not verify,
+// leaves the settings verified last in force. A failure that may pass
+// (issuer, NATS, JetStream) is retried under Config.Retry with the same
+// report (Client.Upload); it returns once JetStream has stored the upload
+// at relay a.
 func (d *Device) Upload(ctx context.Context, day keywords.Day, counts keywords.Sparse) (Sent, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.recheck(ctx); err != nil {
+		return Sent{}, err
+	}
 	if d.client.Counts == nil {
 		d.client.Counts = map[keywords.Day]keywords.Sparse{}
 	}
@@ -663,7 +798,53 @@ func (d *Device) Upload(ctx context.Context, day keywords.Day, counts keywords.S
 		}
 		return nil
 	})
+	if err == nil {
+		d.count(func(st *Stats) { st.Uploaded++ })
+	}
 	return s, err
+}
+
+// recheck asks the leader for its settings once more before an upload:
+// refused (and counted) when a verified answer disagrees with the Config
+// or is weaker than the floor; an unanswered or unverified request keeps
+// the settings verified last.
+func (d *Device) recheck(ctx context.Context) error {
+	cfg := d.cfg
+	cfg.Retry = Retry{MaxTries: 1}
+	s, err := verifySettings(ctx, d.conn, d.signPub, cfg, d.leaderPK, d.log)
+	if err == nil {
+		err = d.cfg.CheckFloor(&s)
+	}
+	switch {
+	case err == nil:
+		d.smu.Lock()
+		d.settings = s
+		d.smu.Unlock()
+		return nil
+	case errors.Is(err, ErrSettingsWeaker):
+		d.count(func(st *Stats) { st.SettingsWeaker++ })
+	case errors.Is(err, ErrSettingsMismatch):
+		d.count(func(st *Stats) { st.SettingsChanged++ })
+	default:
+		d.count(func(st *Stats) { st.SettingsUnverified++ })
+		d.log.Warn("prio3 device: the leader's settings not verified again; uploading under those verified last", "err", err)
+		return nil
+	}
+	d.log.Error("prio3 device: upload refused: the leader's announcement changed", "err", err)
+	return err
+}
+
+func (d *Device) count(f func(*Stats)) {
+	d.smu.Lock()
+	defer d.smu.Unlock()
+	f(&d.stats)
+}
+
+// Stats returns a copy of the device's counters.
+func (d *Device) Stats() Stats {
+	d.smu.Lock()
+	defer d.smu.Unlock()
+	return d.stats
 }
 
 // permanentUpload reports whether an upload error cannot pass by retrying.

@@ -281,3 +281,95 @@ func TestDeviceNATSSecurityHints(t *testing.T) {
 	}
 	t.Logf("missing NKey file: %v", err)
 }
+
+// TestDeviceSettingsFloor: a leader announcement weaker than the floor —
+// ε above Config.MaxEpsilon, exact shares without AllowExactShares, a
+// minimum batch below Config.MinBatchFloor — is refused by New with a
+// *SettingsWeakerError naming the parameter and the Config field; the
+// floor's defaults accept the aggregators' defaults; a floor the app
+// lowers accepts what it allows. An announcement that weakens after New
+// is refused by Upload before anything is sealed, and counted.
+func TestDeviceSettingsFloor(t *testing.T) {
+	w := newDeviceWorld(t)
+	ctx := context.Background()
+	good := *w.settings.Load()
+	cases := []struct {
+		name, param, field string
+		mod                func(*p3.Settings)
+		cfg                func(*Config)
+		ok                 bool
+	}{
+		{"shipped defaults", "", "", func(s *p3.Settings) { s.Epsilon, s.MinBatchSize = 1, 100 }, nil, true},
+		{"epsilon 50", "epsilon", "Config.MaxEpsilon", func(s *p3.Settings) { s.Epsilon = 50 }, nil, false},
+		{"epsilon 1.5", "epsilon", "Config.MaxEpsilon", func(s *p3.Settings) { s.Epsilon = 1.5 }, nil, false},
+		{"epsilon 2 allowed", "", "", func(s *p3.Settings) { s.Epsilon = 2 }, func(c *Config) { c.MaxEpsilon = 2 }, true},
+		{"exact shares", "noise", "Config.AllowExactShares", func(s *p3.Settings) { s.Epsilon = 0 }, nil, false},
+		{"exact shares allowed", "", "", func(s *p3.Settings) { s.Epsilon = 0 }, func(c *Config) { c.AllowExactShares = true }, true},
+		{"min batch 1", "min batch size", "Config.MinBatchFloor", func(s *p3.Settings) { s.MinBatchSize = 1 }, nil, false},
+		{"min batch 9", "min batch size", "Config.MinBatchFloor", func(s *p3.Settings) { s.MinBatchSize = 9 }, nil, false},
+		{"min batch 3 allowed", "", "", func(s *p3.Settings) { s.MinBatchSize = 3 }, func(c *Config) { c.MinBatchFloor = 3 }, true},
+	}
+	for _, c := range cases {
+		st := good
+		c.mod(&st)
+		w.settings.Store(&st)
+		cfg := w.config(t, t.TempDir())
+		if c.cfg != nil {
+			c.cfg(&cfg)
+		}
+		d, err := New(ctx, cfg)
+		if c.ok {
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			d.Close(ctx)
+			continue
+		}
+		var we *SettingsWeakerError
+		if err == nil {
+			d.Close(ctx)
+			t.Fatalf("%s: the device opened", c.name)
+		}
+		if !errors.Is(err, ErrSettingsWeaker) || !errors.As(err, &we) || we.Param != c.param || we.Field != c.field ||
+			!strings.Contains(err.Error(), c.field) {
+			t.Fatalf("%s: %v, want ErrSettingsWeaker on %s naming %s", c.name, err, c.param, c.field)
+		}
+		t.Logf("%s: %v", c.name, err)
+	}
+	bad := w.config(t, t.TempDir())
+	bad.MaxEpsilon = -1
+	if _, err := New(ctx, bad); err == nil || !strings.Contains(err.Error(), "Config.MaxEpsilon") {
+		t.Fatalf("negative MaxEpsilon: %v", err)
+	}
+
+	// opened under good settings; the leader then announces ε = 50
+	w.settings.Store(&good)
+	d, err := New(ctx, w.config(t, t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(ctx)
+	weak := good
+	weak.Epsilon = 50
+	w.settings.Store(&weak)
+	asked := w.requests.Load()
+	if _, err := d.Upload(ctx, 20000, keywords.Sparse{0: 1}); !errors.Is(err, ErrSettingsWeaker) {
+		t.Fatalf("upload after the leader weakened its settings: %v, want ErrSettingsWeaker", err)
+	}
+	if w.requests.Load() != asked+1 {
+		t.Fatalf("the upload asked the leader %d times, want once", w.requests.Load()-asked)
+	}
+	// the leader now announces another S: a mismatch
+	changed := good
+	changed.Measurement.L1 = 15
+	w.settings.Store(&changed)
+	if _, err := d.Upload(ctx, 20000, keywords.Sparse{0: 1}); !errors.Is(err, ErrSettingsMismatch) {
+		t.Fatalf("upload after the leader changed S: %v, want ErrSettingsMismatch", err)
+	}
+	if st := d.Stats(); st.SettingsWeaker != 1 || st.SettingsChanged != 1 || st.Uploaded != 0 {
+		t.Fatalf("stats %+v, want 1 weaker, 1 changed, 0 uploaded", st)
+	}
+	if d.Settings().Epsilon != good.Epsilon {
+		t.Fatalf("the refused settings replaced the verified ones: %+v", d.Settings())
+	}
+}
