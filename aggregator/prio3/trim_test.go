@@ -3,12 +3,15 @@ package prio3
 import (
 	"context"
 	"math/rand/v2"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
+	ikafka "github.com/crowdlog/crowdlog/infra/kafka"
+	"github.com/crowdlog/crowdlog/infra/tlstest"
 	"github.com/crowdlog/crowdlog/protocol"
 	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 )
@@ -260,4 +263,85 @@ func TestServicesRestartDeleteApplied(t *testing.T) {
 	t.Logf("deletion requests failed: %d before the restart, %d after (timeouts on a loaded machine; retried)", l.DeleteFailures.Load(), l2.DeleteFailures.Load())
 	lr2.stop(t, "leader")
 	hr2.stop(t, "helper")
+}
+
+// TestDeleteAppliedRefused: on a kfake broker with TLS, SCRAM and the ACL
+// table, a leader whose Kafka user holds the prio3-leader rows only runs
+// with DeleteApplied: its DeleteRecords are refused (topic authorization),
+// counted in DeleteFailures and logged, and it still prepares every upload
+// (10) while the log start stays 0. Once the admin grants the user
+// infra/kafka.RolePrio3Delete (ApplyACLs, as `crowdlog topics --acl
+// prio3-delete=USER` does) the next rounds delete: the log start reaches 10.
+func TestDeleteAppliedRefused(t *testing.T) {
+	m := p3.Config{Kind: p3.KindSumVec, Length: 20, Bits: 4}
+	e := newSvcEnv(t, m, 1, 48*time.Hour)
+	day := p3.DayOf(time.Date(2006, 3, 1, 0, 0, 0, 0, time.UTC))
+	e.setNow(day.Start().Add(12 * time.Hour))
+	dir := t.TempDir()
+	srvTLS, caFile := tlstest.TLS(t, dir)
+	admin := ikafka.Credential{Mechanism: ikafka.MechanismSCRAMSHA512, User: "admin", Password: "admin-secret"}
+	user := ikafka.Credential{Mechanism: ikafka.MechanismSCRAMSHA512, User: "prio3-leader", Password: "leader-secret"}
+	br, err := ikafka.Config{Dir: filepath.Join(dir, "kafka"), Partitions: 4, TLS: srvTLS, Admin: &admin, ACLs: true,
+		Users: []ikafka.User{{Role: ikafka.RolePrio3Leader, Credential: user}}}.Start(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(br.Close)
+	auth := func(c ikafka.Credential) *ikafka.Auth {
+		a, err := c.AuthConfig(caFile).Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	adminAuth, leaderAuth := auth(admin), auth(user)
+	actx := ikafka.WithAuth(e.ctx, adminAuth)
+	if err := ikafka.EnsureTopics(actx, br.Addr, 4, protocol.Prio3UploadsTopic, protocol.Prio3SharesTopic); err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	cs, _ := clients(rand.New(rand.NewPCG(13, 14)), n, m.Length, 15)
+	ups := e.w.shardAll(t, day, cs)
+	wr := ikafka.NewWriterAuth(adminAuth, br.Addr, protocol.Prio3UploadsTopic)
+	msgs := make([]kafka.Message, n)
+	for i, u := range ups {
+		msgs[i] = kafka.Message{Key: []byte(campaign), Value: u}
+	}
+	if err := wr.WriteMessages(e.ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	wr.Close()
+	logStart := func() int64 {
+		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+		defer cancel()
+		conn, err := ikafka.Dialer(actx).DialLeader(ctx, "tcp", br.Addr, protocol.Prio3UploadsTopic, mine())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(30 * time.Second))
+		first, err := conn.ReadFirstOffset()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return first
+	}
+
+	_, hr := e.startHelper()
+	l := &LeaderService{Config: e.w.cfgL, Brokers: []string{br.Addr}, NATS: e.conn(), StateDir: e.lDir, Now: e.now, SignKey: e.signKey,
+		MaxWait: 50 * time.Millisecond, RequestTimeout: 5 * time.Second, DeleteApplied: true, DeleteEvery: 50 * time.Millisecond, DeleteTimeout: 30 * time.Second}
+	lr := e.start(func(ctx context.Context) error { return l.Run(ikafka.WithAuth(ctx, leaderAuth)) })
+	waitFor(t, "every report prepared and 3 refused deletions", 60*time.Second, func() bool {
+		return l.Stats().Prepared == n && l.DeleteFailures.Load() >= 3
+	})
+	if lo := logStart(); lo != 0 || l.UploadsDeleted.Load() != 0 {
+		t.Fatalf("without Delete on the topic: log start %d, deleted %d; want 0, 0", lo, l.UploadsDeleted.Load())
+	}
+	t.Logf("without %s: %d refused deletion requests, %d reports prepared", ikafka.RolePrio3Delete, l.DeleteFailures.Load(), l.Stats().Prepared)
+	if err := ikafka.ApplyACLs(actx, br.Addr, map[ikafka.Role]string{ikafka.RolePrio3Delete: user.User}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the log start to reach Applied once Delete is granted", 60*time.Second, func() bool { return logStart() == n })
+	lr.stop(t, "leader")
+	hr.stop(t, "helper")
 }
