@@ -65,6 +65,14 @@ Give both aggregators and release-pdd --mode prio3 the same ε and --l1:
 each share carries its ε authenticated, and the collector releases only
 shares with its own. Exact shares (--epsilon 0) need --exact-shares,
 which gives that protection up.
+--delete-applied-uploads (leader) deletes, every --delete-applied-every
+(default 30s), the records of "prio3-uploads" its snapshots have passed
+(Kafka DeleteRecords below the offset no restart needs again), never past
+the first record of another campaign or without a key on a partition: the
+brokers keep about the leader's lag of sealed uploads instead of the
+topic's retention. Its Kafka user needs Delete on the topic ('crowdlog
+topics --acl prio3-delete=USER'); a failed request is logged and counted
+(crowdlog_prio3_uploads_delete_failures_total), never stops the leader.
 --clock-file replaces the wall clock for log replays and tests:
 the file holds the current time as RFC 3339 and is re-read every step.
 
@@ -72,5 +80,7 @@ Metrics (--metrics): crowdlog_prio3_uploads_total (leader),
 crowdlog_prio3_prepared_total, crowdlog_prio3_rejected_total{reason},
 crowdlog_prio3_collect_refused_total{reason},
 crowdlog_prio3_collected_total, each with role="leader" or "helper";
+crowdlog_prio3_uploads_skipped_total, crowdlog_prio3_uploads_deleted_total
+and crowdlog_prio3_uploads_delete_failures_total (leader);
 crowdlog_prio3_requests_refused_total{reason} (helper: reply_subject,
 unsigned, bad_signature, stale, request_replay).`

@@ -57,7 +57,10 @@ func register(reg prometheus.Registerer, role string, c *counters, rejected []st
 }
 
 // Register exposes the leader's counters on reg:
-// crowdlog_prio3_uploads_total, crowdlog_prio3_uploads_skipped_total, and crowdlog_prio3_prepared_total,
+// crowdlog_prio3_uploads_total, crowdlog_prio3_uploads_skipped_total,
+// crowdlog_prio3_uploads_deleted_total,
+// crowdlog_prio3_uploads_delete_failures_total (not kept across restarts),
+// and crowdlog_prio3_prepared_total,
 // crowdlog_prio3_rejected_total{reason}, crowdlog_prio3_collect_refused_total{reason}
 // and crowdlog_prio3_collected_total with role="leader". The counters are
 // kept in the snapshot: they continue across restarts.
@@ -66,6 +69,10 @@ func (s *LeaderService) Register(reg prometheus.Registerer) {
 		func() float64 { return float64(s.Stats().Uploads) })
 	metrics.CounterFunc(reg, "crowdlog_prio3_uploads_skipped_total", "Records of the uploads topic keyed for another campaign (or not keyed), skipped without being opened.", nil,
 		func() float64 { return float64(s.OtherCampaign.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_prio3_uploads_deleted_total", "Records of the uploads topic the leader deleted (--delete-applied-uploads: Kafka DeleteRecords below the offsets its snapshots passed), since the process started.", nil,
+		func() float64 { return float64(s.UploadsDeleted.Load()) })
+	metrics.CounterFunc(reg, "crowdlog_prio3_uploads_delete_failures_total", "Requests of --delete-applied-uploads that failed (listing log start offsets, scanning for other campaigns' records, DeleteRecords), since the process started; each is logged at WARN and retried in the next round.", nil,
+		func() float64 { return float64(s.DeleteFailures.Load()) })
 	register(reg, "leader", &s.counters, leaderRejected)
 }
 

@@ -95,8 +95,12 @@ type Options struct {
 	// StepFill (leader): how long a step waits for more uploads after its
 	// first (LeaderService.StepFill; negative: no wait).
 	StepFill time.Duration
-	NATS     natsconn.Options
-	Kafka    []string // leader: bootstrap brokers
+	// DeleteApplied (leader): delete the uploads its snapshots passed,
+	// every DeleteEvery (LeaderService.DeleteApplied, DeleteEvery).
+	DeleteApplied bool
+	DeleteEvery   time.Duration
+	NATS          natsconn.Options
+	Kafka         []string // leader: bootstrap brokers
 }
 
 // DefaultEpsilon is the default --epsilon of each aggregator: ε = 1 per
@@ -116,7 +120,7 @@ const DefaultRetain = 30 * 24 * time.Hour
 func DefaultOptions() Options {
 	return Options{Campaign: "pdd", Kind: "sumvec", Bits: p3.DefaultBits, MaxWeight: 100, L1: p3.DefaultL1, MinBatchSize: 100, Epsilon: DefaultEpsilon,
 		Grace: 2 * time.Hour, Retain: DefaultRetain, KeysDir: "keys", MaxRequestBytes: DefaultMaxRequestBytes, RequestTimeout: DefaultRequestTimeout,
-		PartitionRefresh: DefaultPartitionRefresh, StepFill: DefaultStepFill,
+		PartitionRefresh: DefaultPartitionRefresh, StepFill: DefaultStepFill, DeleteEvery: DefaultDeleteEvery,
 		Kafka: []string{infrakafka.DefaultBroker}}
 }
 
@@ -151,6 +155,8 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "leader: bound of one request to the helper (retried)")
 	f.DurationVar(&o.StepFill, "step-fill", o.StepFill, "leader: after a step's first upload, wait this long for more (up to 64) before preparing them with the helper. Each step that commits reports writes one record with the day's running aggregate (16 B per keyword: 160 KB at 10,000 keywords) at both aggregators, so at a trickle of uploads this bounds those writes to one per --step-fill (13.8 GB a day at 1s, whatever the rate), for at most this much more latency per report; a negative value takes each upload as it arrives")
 	f.DurationVar(&o.PartitionRefresh, "partition-refresh", o.PartitionRefresh, "leader: how often the partitions of the uploads topic are listed: when the topic grows and the campaign's key hashes to a new partition, the leader reads it (from its first offset) within this time, without a restart; each listing is one metadata request to the brokers")
+	f.BoolVar(&o.DeleteApplied, "delete-applied-uploads", o.DeleteApplied, "leader: delete (Kafka DeleteRecords) the records of the uploads topic its snapshots have passed, every --delete-applied-every: on each partition it reads, below the offset no restart needs again (the oldest pending report's upload, else the snapshot's next offset), but never past the first record there of another campaign or without a key. The broker then keeps about the leader's lag of uploads instead of the topic's whole retention (656 GB a day at 10^6 uploads), and sealed uploads are not kept for anyone who takes the broker's disk. Needs Delete on the topic for the leader's Kafka user (crowdlog topics --acl prio3-delete=USER). A failed request is logged and counted, never stops the leader. A state directory restored from a backup older than a deletion loses the pending reports of the deleted uploads")
+	f.DurationVar(&o.DeleteEvery, "delete-applied-every", o.DeleteEvery, "leader, with --delete-applied-uploads: how often it deletes (each round: one ListOffsets and at most one DeleteRecords request, each bounded by 30s)")
 	o.NATS.AddFlags(f, "NATS URL(s), comma-separated: the leader requests, the helper answers on "+"crowdlog.prio3.helper")
 	f.StringSliceVar(&o.Kafka, "kafka", o.Kafka, "leader: Kafka bootstrap brokers, comma-separated")
 }
@@ -189,6 +195,8 @@ func (o *Options) Validate() error {
 		return bad("--request-timeout must be positive")
 	case o.PartitionRefresh <= 0:
 		return bad("--partition-refresh %s: must be positive (default %s)", o.PartitionRefresh, DefaultPartitionRefresh)
+	case o.DeleteApplied && (o.DeleteEvery < time.Second || o.DeleteEvery > 24*time.Hour):
+		return bad("--delete-applied-every %s: between 1s and 24h (default %s)", o.DeleteEvery, DefaultDeleteEvery)
 	}
 	m := o.measurement(1)
 	if m.Kind == p3.KindSumVec && (m.Bits < 1 || m.Bits > 16) {
@@ -362,7 +370,8 @@ func (o *Options) Leader(connect func() (*nats.Conn, error), log *slog.Logger) (
 		return nil, nil, fmt.Errorf("--keywords: %w", err)
 	}
 	return &LeaderService{Config: cfg, Brokers: o.Kafka, NATS: nc, StateDir: o.StateDir, Now: now, Logger: log,
-		RequestTimeout: o.RequestTimeout, PartitionRefresh: o.PartitionRefresh, StepFill: o.StepFill, SignKey: key, ListHash: list.Hash()}, nc, nil
+		RequestTimeout: o.RequestTimeout, PartitionRefresh: o.PartitionRefresh, StepFill: o.StepFill,
+		DeleteApplied: o.DeleteApplied, DeleteEvery: o.DeleteEvery, SignKey: key, ListHash: list.Hash()}, nc, nil
 }
 
 // Helper is Leader for the helper (NATS credential prio3-helper).

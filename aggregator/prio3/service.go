@@ -235,6 +235,20 @@ type LeaderService struct {
 	// partitions, to read the one its campaign's uploads move to when the
 	// topic grows (0: DefaultPartitionRefresh).
 	PartitionRefresh time.Duration
+	// DeleteApplied: the leader deletes (Kafka DeleteRecords, KIP-107) the
+	// records of the uploads topic below Applied on each partition it
+	// reads, but never past the lowest record of another campaign (or
+	// without a key) there (trim.go), every DeleteEvery (0:
+	// DefaultDeleteEvery), each request bounded by DeleteTimeout (0:
+	// DefaultDeleteTimeout). A failed request is logged and counted
+	// (DeleteFailures) and never stops the leader. The broker then holds
+	// about the leader's lag of uploads instead of the topic's retention.
+	// Its Kafka user needs Delete on the topic (infra/kafka
+	// RolePrio3Delete). A state directory restored from a backup older
+	// than a deletion lacks those uploads: its pending reports are lost.
+	DeleteApplied bool
+	DeleteEvery   time.Duration
+	DeleteTimeout time.Duration
 
 	counters
 	// Steps counts the loop's completed steps (tests wait on it).
@@ -244,6 +258,12 @@ type LeaderService struct {
 	// OtherCampaign counts uploads-topic records keyed for another
 	// campaign (or not keyed), skipped without being opened (uploads.go).
 	OtherCampaign atomic.Int64
+	// UploadsDeleted counts the uploads-topic records deleted
+	// (DeleteApplied; the log start offsets' moves this process made);
+	// DeleteFailures the deletion requests that failed.
+	UploadsDeleted atomic.Int64
+	DeleteFailures atomic.Int64
+	deleteRounds   atomic.Int64 // deletion rounds done (tests wait on it)
 
 	applied atomic.Pointer[map[int]int64] // Applied: set by each snapshot
 }
@@ -272,6 +292,9 @@ type upload struct {
 	offset    int64
 	value     []byte
 	skip      bool
+	// foreign: keyed for another campaign or not keyed (another
+	// campaign's leader may need it: never deleted)
+	foreign bool
 }
 
 // leaderRun is one LeaderService.Run's working state.
@@ -292,6 +315,8 @@ type leaderRun struct {
 	at   map[p3.ReportID]upLoc
 	w    *kafka.Writer
 	log  *slog.Logger
+	// watch: the records of other campaigns seen (DeleteApplied; else nil)
+	watch *foreignWatch
 }
 
 // Run serves until ctx ends (nil then) or the state or topic cannot be
@@ -327,6 +352,9 @@ func (s *LeaderService) Run(ctx context.Context) error {
 	}
 	next := f.next
 	run := &leaderRun{s: s, l: l, next: next, done: f.done, redo: f.redo, at: map[p3.ReportID]upLoc{}, store: store, log: log, retryAt: map[p3.Day]time.Time{}}
+	if s.DeleteApplied {
+		run.watch = newForeignWatch()
+	}
 	s.set(&l.Stats)
 	parts, err := uploadPartitions(ctx, s.Brokers)
 	if err != nil {
@@ -364,6 +392,7 @@ func (s *LeaderService) Run(ctx context.Context) error {
 				from = loc.off
 			}
 		}
+		run.watch.start(p, from)
 		wg.Go(func() { s.read(rctx, p, from, in, log) })
 	}
 	for _, p := range s.ownPartitions(parts, startNext, startRedo) {
@@ -387,7 +416,10 @@ func (s *LeaderService) Run(ctx context.Context) error {
 		// an upload can carry)
 		BatchBytes: 2_000_000, WriteTimeout: 30 * time.Second}
 	defer run.w.Close()
-	log.Info("prio3 leader: serving", "partitions", len(parts), "restored", len(next) > 0, "pending_uploads_to_read_again", len(run.redo))
+	if s.DeleteApplied {
+		wg.Go(func() { s.deleteApplied(rctx, run.watch, log) })
+	}
+	log.Info("prio3 leader: serving", "delete_applied_uploads", s.DeleteApplied, "partitions", len(parts), "restored", len(next) > 0, "pending_uploads_to_read_again", len(run.redo))
 	for ctx.Err() == nil {
 		if err := run.step(ctx, in, maxBatch); err != nil {
 			if ctx.Err() != nil {
@@ -501,8 +533,9 @@ func (s *LeaderService) readFrom(ctx context.Context, partition int, from *int64
 		if err != nil {
 			return err
 		}
-		u := upload{partition: m.Partition, offset: m.Offset, value: m.Value}
+		u := upload{partition: m.Partition, offset: m.Offset, value: m.Value, foreign: len(m.Key) == 0}
 		if !s.forCampaign(&m) {
+			u.foreign = true
 			// through the step loop like an upload, in order: the saved
 			// offset passes it only after every upload before it
 			u.value, u.skip = nil, true
@@ -586,6 +619,7 @@ func (r *leaderRun) step(ctx context.Context, in <-chan upload, maxBatch int) er
 	now := nowFunc(s.Now)()
 	for _, u := range batch {
 		loc := upLoc{part: u.partition, off: u.offset}
+		r.watch.note(u.partition, u.offset, u.foreign)
 		if next, ok := r.next[u.partition]; ok && u.offset < next {
 			// read before the restart: queued again if its report was
 			// pending, else already counted

@@ -58,13 +58,21 @@ const (
 	// batch to prio3-shares. The helper aggregator has no Kafka credential
 	// (it talks to the leader over NATS only).
 	RolePrio3Leader Role = "prio3-leader"
+	// RolePrio3Delete is the right a Prio3 leader running with
+	// --delete-applied-uploads adds to RolePrio3Leader: it deletes the
+	// records of prio3-uploads its snapshots have passed (DeleteRecords,
+	// KIP-107, which Kafka authorizes as Delete on the topic). Give it to
+	// the leader's SASL user only when the option is on (`crowdlog topics
+	// --acl prio3-delete=USER`).
+	RolePrio3Delete Role = "prio3-delete"
 )
 
 // Roles lists every Role, in the order of the ACL table.
-var Roles = []Role{RoleRelay, RoleAggregator, RoleScheduler, RoleOperator, RoleCoordinator, RoleRelease, RoleAuditor, RolePrio3Leader}
+var Roles = []Role{RoleRelay, RoleAggregator, RoleScheduler, RoleOperator, RoleCoordinator, RoleRelease, RoleAuditor, RolePrio3Leader, RolePrio3Delete}
 
 // Grant is one row of the ACL table: Role may do Op on the resource
-// (a topic or a consumer group; Prefixed: every name starting with Name).
+// (a topic or a consumer group; Prefixed: every name starting with Name;
+// Delete on a topic is what DeleteRecords needs).
 // Kafka implies Describe by Read and Write (KIP-253), which is what
 // metadata, offset and group-coordinator requests need. No role needs
 // IdempotentWrite or a transactional id: kafka-go's writers are neither
@@ -74,7 +82,7 @@ type Grant struct {
 	Resource kafkago.ResourceType // ResourceTypeTopic or ResourceTypeGroup
 	Name     string
 	Prefixed bool
-	Op       kafkago.ACLOperationType // ACLOperationTypeRead or ACLOperationTypeWrite
+	Op       kafkago.ACLOperationType // ACLOperationTypeRead, ACLOperationTypeWrite or ACLOperationTypeDelete
 	// Why says which code path needs it.
 	Why string
 }
@@ -112,6 +120,8 @@ var ACLTable = []Grant{
 
 	{RolePrio3Leader, kafkago.ResourceTypeTopic, protocol.Prio3UploadsTopic, false, kafkago.ACLOperationTypeRead, "prio3 leader: uploads (partitions read directly, offsets in its snapshot; no group)"},
 	{RolePrio3Leader, kafkago.ResourceTypeTopic, protocol.Prio3SharesTopic, false, kafkago.ACLOperationTypeWrite, "prio3 leader: both aggregate shares of a collected batch"},
+
+	{RolePrio3Delete, kafkago.ResourceTypeTopic, protocol.Prio3UploadsTopic, false, kafkago.ACLOperationTypeDelete, "prio3 leader with --delete-applied-uploads: DeleteRecords below the offsets its snapshots passed"},
 }
 
 // GrantsOf returns the rows of ACLTable for role, in table order.
@@ -200,6 +210,8 @@ func opName(op kafkago.ACLOperationType) string {
 		return "Read"
 	case kafkago.ACLOperationTypeWrite:
 		return "Write"
+	case kafkago.ACLOperationTypeDelete:
+		return "Delete"
 	}
 	return fmt.Sprint(int(op))
 }

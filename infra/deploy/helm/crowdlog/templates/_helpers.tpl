@@ -58,7 +58,7 @@ randomness-token keys.
   enrollment: true
 {{- if $v.prio3.leader.enabled }}
 - name: prio3-leader
-  args: [aggregate-prio3, --role, leader, {{ include "crowdlog.prio3Args" . }}, --sign-key, /etc/crowdlog/keys/prio3-leader-sign.key]
+  args: [aggregate-prio3, --role, leader, {{ include "crowdlog.prio3Args" . }}, --sign-key, /etc/crowdlog/keys/prio3-leader-sign.key{{ if $v.prio3.leader.deleteAppliedUploads }}, --delete-applied-uploads{{ end }}]
   nats: prio3-leader
   natsSecret: {{ required "prio3.leader.natsSecret: the Secret of the Prio3 leader's own NATS credential (nkey of role prio3-leader)" $v.prio3.leader.natsSecret | quote }}
   kafka: true
