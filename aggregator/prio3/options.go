@@ -62,7 +62,7 @@ type Options struct {
 	Epsilon     float64
 	ExactShares bool
 	// StatusEpsilon (leader) is ε_c of the day's status
-	// (Config.StatusEpsilon); AutoStatusEpsilon (the default) means
+	// (Config.StatusEpsilon); p3.AutoStatusEpsilon (the default) means
 	// 0.1 × Epsilon, 0 the exact minimum batch rule. StatusDelta is its δ
 	// (Config.StatusDelta). CampaignStart (leader), "YYYY-MM-DD" or "",
 	// is the first day of the campaign's span
@@ -113,26 +113,6 @@ const DefaultEpsilon = 1.0
 // up.
 const ExactSharesHelp = "release this aggregator's aggregate shares without noise (needs --epsilon 0). Gives up the privacy of every client against the other aggregator: a malicious leader that keeps one client's report and pads the batch to --min-batch-size with reports of its own reads that client's whole daily vector from the release; only the noise of --epsilon > 0 protects against it. For tests and exact comparisons only"
 
-// AutoStatusEpsilon is the default Options.StatusEpsilon: ε_c =
-// StatusEpsilonShare × --epsilon (0 with exact shares).
-const AutoStatusEpsilon = -1.0
-
-// StatusEpsilonShare is the share of --epsilon the day's status gets by
-// default: at ε = 1 and δ = 10⁻⁶ the noisy count must reach the minimum
-// batch size + 132 (StatusThreshold), and the ledger charges 1.1 per
-// person-day.
-const StatusEpsilonShare = 0.1
-
-// StatusEpsilonOf returns the ε_c an aggregator runs with for flag value
-// statusEps and noise ε eps: StatusEpsilonShare × eps for
-// AutoStatusEpsilon (any negative value), else statusEps.
-func StatusEpsilonOf(statusEps, eps float64) float64 {
-	if statusEps < 0 {
-		return StatusEpsilonShare * eps
-	}
-	return statusEps
-}
-
 // DefaultRetain is the default Options.Retain: 30 days after a batch's
 // close, longer than any outage the services are meant to ride out.
 const DefaultRetain = 30 * 24 * time.Hour
@@ -141,7 +121,7 @@ const DefaultRetain = 30 * 24 * time.Hour
 // flags.
 func DefaultOptions() Options {
 	return Options{Campaign: "pdd", Kind: "sumvec", Bits: p3.DefaultBits, MaxWeight: 100, L1: p3.DefaultL1, MinBatchSize: 100, Epsilon: DefaultEpsilon,
-		StatusEpsilon: AutoStatusEpsilon, StatusDelta: DefaultStatusDelta,
+		StatusEpsilon: p3.AutoStatusEpsilon, StatusDelta: p3.DefaultStatusDelta,
 		Grace: 2 * time.Hour, Retain: DefaultRetain, KeysDir: "keys", MaxRequestBytes: DefaultMaxRequestBytes, RequestTimeout: DefaultRequestTimeout,
 		PartitionRefresh: DefaultPartitionRefresh,
 		Kafka:            []string{infrakafka.DefaultBroker}}
@@ -207,9 +187,9 @@ func (o *Options) Validate() error {
 	case o.Epsilon > 0 && o.ExactShares:
 		return bad("--exact-shares with --epsilon %v: give --epsilon 0 for exact shares, or leave --exact-shares out", o.Epsilon)
 	case o.StatusEpsilon >= 0 && (math.IsNaN(o.StatusEpsilon) || math.IsInf(o.StatusEpsilon, 0)):
-		return bad("--status-epsilon %v: must be finite (%g = %g × --epsilon, 0 = the exact minimum batch rule)", o.StatusEpsilon, AutoStatusEpsilon, StatusEpsilonShare)
-	case StatusEpsilonOf(o.StatusEpsilon, o.Epsilon) > 0 && !(o.StatusDelta > 0 && o.StatusDelta < 0.5):
-		return bad("--status-delta %v: want 0 < δ < 0.5 (default %g)", o.StatusDelta, DefaultStatusDelta)
+		return bad("--status-epsilon %v: must be finite (%g = %g × --epsilon, 0 = the exact minimum batch rule)", o.StatusEpsilon, p3.AutoStatusEpsilon, p3.StatusEpsilonShare)
+	case p3.StatusEpsilonOf(o.StatusEpsilon, o.Epsilon) > 0 && !(o.StatusDelta > 0 && o.StatusDelta < 0.5):
+		return bad("--status-delta %v: want 0 < δ < 0.5 (default %g)", o.StatusDelta, p3.DefaultStatusDelta)
 	case o.CampaignStart != "" && !validDay(o.CampaignStart):
 		return bad("--campaign-start %q: want a day as YYYY-MM-DD", o.CampaignStart)
 	case o.VerifyKey == "":
@@ -300,7 +280,7 @@ func (o *Options) Config() (Config, error) {
 	}
 	return Config{Campaign: o.Campaign, Measurement: m, KeyEpoch: epoch, VerifyKeys: vks, Grace: o.Grace,
 		MinBatchSize: o.MinBatchSize, Keys: keys, Collector: collector, MaxRequestBytes: o.MaxRequestBytes, Retain: o.Retain,
-		Epsilon: o.Epsilon, StatusEpsilon: StatusEpsilonOf(o.StatusEpsilon, o.Epsilon), StatusDelta: o.StatusDelta}, nil
+		Epsilon: o.Epsilon, StatusEpsilon: p3.StatusEpsilonOf(o.StatusEpsilon, o.Epsilon), StatusDelta: o.StatusDelta}, nil
 }
 
 // StatusEpsilonHelp is the help of --status-epsilon (aggregate-prio3, and

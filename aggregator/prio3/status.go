@@ -2,9 +2,10 @@ package prio3
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/google/differential-privacy/go/v3/noise"
+
+	p3 "github.com/crowdlog/crowdlog/protocol/prio3"
 )
 
 // A day's status (Config.StatusEpsilon > 0): released or withheld
@@ -46,29 +47,13 @@ import (
 // retry or a restart never draws again. The release charges ε_c and δ on
 // the day's ledger row with the totals' ε (release/prio3 DaySpend).
 
-// DefaultStatusDelta is the default Config.StatusDelta (--status-delta):
-// the probability that a day of exactly min reports is released though
-// one of min − 1 never is.
-const DefaultStatusDelta = 1e-6
-
-// StatusThreshold returns T = ⌈ln(1/(2δ))/ε_c⌉, the margin above the
-// minimum batch size a noisy count must reach (the day's status is then
-// (ε_c, δ)-DP; status.go). It panics on ε_c ≤ 0 or δ outside (0, ½):
-// checkStatus rejects those first.
-func StatusThreshold(epsC, delta float64) uint64 {
-	if !(epsC > 0) || !(delta > 0 && delta < 0.5) {
-		panic(fmt.Sprintf("prio3: status threshold of ε_c %v, δ %v", epsC, delta))
-	}
-	return uint64(math.Ceil(math.Log(1/(2*delta)) / epsC))
-}
+// StatusThreshold is p3.StatusThreshold: T = ⌈ln(1/(2δ))/ε_c⌉.
+func StatusThreshold(epsC, delta float64) uint64 { return p3.StatusThreshold(epsC, delta) }
 
 // checkStatus validates Config.StatusEpsilon and StatusDelta.
 func checkStatus(epsC, delta float64) error {
-	if math.IsNaN(epsC) || math.IsInf(epsC, 0) || epsC < 0 {
-		return fmt.Errorf("%w: status epsilon %v must be finite and ≥ 0 (0 = the exact minimum batch rule)", ErrConfig, epsC)
-	}
-	if epsC > 0 && !(delta > 0 && delta < 0.5) {
-		return fmt.Errorf("%w: status delta %v must be in (0, 0.5) with a status epsilon (default %g)", ErrConfig, delta, DefaultStatusDelta)
+	if err := p3.CheckStatus(epsC, delta); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return nil
 }
