@@ -37,8 +37,9 @@ import (
 // ≤ δ: the δ of the noisy-threshold (stability-based histogram) argument,
 // as in Korolova, Kenthapadi, Mishra and Ntoulas, "Releasing search
 // queries and clicks privately" (WWW 2009) and Vadhan, "The Complexity of
-// Differential Privacy" (2017), §3.3. Below min − 1 both neighbours are
-// withheld. A day without reports and a day of one report are both
+// Differential Privacy" (2017), §3, "Releasing stable values" (a
+// one-query noisy threshold; cf. the sparse vector technique, Dwork &
+// Roth §3.6). Below min − 1 both neighbours are withheld. A day without reports and a day of one report are both
 // withheld (min ≥ 1). The hard floor stays: it is also the helper's rule
 // (helper.go), which the helper's own count enforces against the leader.
 //
