@@ -606,7 +606,10 @@ func (r *leaderRun) step(ctx context.Context, in <-chan upload, maxBatch int) er
 		// collected without them would not match the helper's)
 		changed = true
 	}
-	for day := range r.done {
+	for day, v := range r.done {
+		if v == statusPassed {
+			continue // still to be collected: kept whatever its age
+		}
 		if r.l.forget(day, now) {
 			r.store.drop(day)
 			delete(r.done, day)
