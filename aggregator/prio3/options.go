@@ -186,7 +186,7 @@ func (o *Options) Validate() error {
 		return bad("--epsilon 0 releases exact shares: a malicious leader padding a batch would read one client's vector; give --exact-shares too if that is meant, else an ε > 0 (default %g)", DefaultEpsilon)
 	case o.Epsilon > 0 && o.ExactShares:
 		return bad("--exact-shares with --epsilon %v: give --epsilon 0 for exact shares, or leave --exact-shares out", o.Epsilon)
-	case o.StatusEpsilon >= 0 && (math.IsNaN(o.StatusEpsilon) || math.IsInf(o.StatusEpsilon, 0)):
+	case math.IsNaN(o.StatusEpsilon) || math.IsInf(o.StatusEpsilon, 0):
 		return bad("--status-epsilon %v: must be finite (%g = %g × --epsilon, 0 = the exact minimum batch rule)", o.StatusEpsilon, p3.AutoStatusEpsilon, p3.StatusEpsilonShare)
 	case p3.StatusEpsilonOf(o.StatusEpsilon, o.Epsilon) > 0 && !(o.StatusDelta > 0 && o.StatusDelta < 0.5):
 		return bad("--status-delta %v: want 0 < δ < 0.5 (default %g)", o.StatusDelta, p3.DefaultStatusDelta)

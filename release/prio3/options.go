@@ -117,7 +117,7 @@ func (o *Options) Validate() error {
 		return errors.New("prio3 mode needs --min-batch-size ≥ 1 (the aggregators' value)")
 	case o.Kind != KindSumVec && o.Kind != KindPresence:
 		return fmt.Errorf("--kind %q: give sumvec or presence", o.Kind)
-	case o.StatusEpsilon >= 0 && p3.CheckStatus(o.StatusEpsilon, o.StatusDelta) != nil:
+	case !(o.StatusEpsilon < 0) && p3.CheckStatus(o.StatusEpsilon, o.StatusDelta) != nil:
 		return fmt.Errorf("--status-epsilon %v, --status-delta %v: %w (the leader's values)", o.StatusEpsilon, o.StatusDelta, p3.CheckStatus(o.StatusEpsilon, o.StatusDelta))
 	case o.StatusEpsilon < 0 && !(o.StatusDelta > 0 && o.StatusDelta < 0.5):
 		return fmt.Errorf("--status-delta %v: want 0 < δ < 0.5 (the leader's value)", o.StatusDelta)
