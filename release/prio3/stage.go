@@ -249,8 +249,12 @@ func (st *Stage) Run(ctx context.Context) error {
 			}
 			for _, d := range state.SmallBatch {
 				st.RecordCampaign(ctx, log)
-				pdd.RecordWithheld(ctx, st.Writer, release.PDDWithheld{Campaign: st.Collector.Campaign, Day: d.Start(), Reason: release.WithheldMinBatch,
-					Detail: fmt.Sprintf("fewer reports than the minimum batch size %d: the aggregators never revealed the batch", st.Collector.MinBatchSize)}, log)
+				detail := fmt.Sprintf("fewer reports than the minimum batch size %d: the aggregators never revealed the batch", st.Collector.MinBatchSize)
+				if st.StatusEpsilon > 0 {
+					detail = fmt.Sprintf("the leader's noisy count (status ε_c %g, δ %g) under the minimum batch size %d + %d, or no reports: the aggregators never revealed the batch",
+						st.StatusEpsilon, st.StatusDelta, st.Collector.MinBatchSize, p3.StatusThreshold(st.StatusEpsilon, st.StatusDelta))
+				}
+				pdd.RecordWithheld(ctx, st.Writer, release.PDDWithheld{Campaign: st.Collector.Campaign, Day: d.Start(), Reason: release.WithheldMinBatch, Detail: detail}, log)
 				st.Withheld.Add(1)
 			}
 			state.SmallBatch = state.SmallBatch[:0]
