@@ -73,6 +73,17 @@ brokers keep about the leader's lag of sealed uploads instead of the
 topic's retention. Its Kafka user needs Delete on the topic ('crowdlog
 topics --acl prio3-delete=USER'); a failed request is logged and counted
 (crowdlog_prio3_uploads_delete_failures_total), never stops the leader.
+
+The leader decides each day's status (released, or withheld below
+min_batch_size) from a noisy count, once per day: released iff the report
+count n ≥ --min-batch-size and n + Laplace(1/ε_c) ≥ --min-batch-size +
+⌈ln(1/(2δ))/ε_c⌉ (ε_c = --status-epsilon, default 0.1 × --epsilon; δ =
+--status-delta, default 1e-6; at the defaults the margin is 132), and it
+writes a withheld notice for every closed day of the campaign without
+reports too (from --campaign-start, default the earliest day it could take
+a report for when it first ran). So the status is (ε_c, δ)-DP: a reader
+cannot tell from it whether one person took part, at 0 against 1 report
+nor at min − 1 against min. --status-epsilon 0 is the exact DAP rule.
 --clock-file replaces the wall clock for log replays and tests:
 the file holds the current time as RFC 3339 and is re-read every step.
 

@@ -33,7 +33,11 @@ type Leader struct {
 	pending map[p3.ReportID][]*pending
 	// collecting: days whose CollectReq went out, awaiting the helper's share.
 	collecting map[p3.Day]bool
-	Stats      Stats
+	// passed: days whose noisy status test passed (statusReleases, drawn
+	// once per batch), their shares not yet out; the service keeps them
+	// in its state (statusPassed).
+	passed map[p3.Day]bool
+	Stats  Stats
 
 	// skipReplayCheck disables the report-id uniqueness checks (attack
 	// tests' control only).
@@ -241,6 +245,7 @@ func (l *Leader) forget(day p3.Day, now time.Time) bool {
 	}
 	delete(l.batches, day)
 	delete(l.collecting, day)
+	delete(l.passed, day)
 	for id, ps := range l.pending {
 		kept := ps[:0]
 		for _, p := range ps {
@@ -329,8 +334,18 @@ func (l *Leader) aggregateResp(ev Event) error {
 	return nil
 }
 
+// markPassed records that day passed its status test (status.go).
+func (l *Leader) markPassed(day p3.Day) {
+	if l.passed == nil {
+		l.passed = map[p3.Day]bool{}
+	}
+	l.passed[day] = true
+}
+
 // collect starts collection of batch ev.Day: closed, nothing in
-// preparation, at least MinBatchSize reports. It sends the leader's count
+// preparation, at least MinBatchSize reports and, with StatusEpsilon > 0,
+// a noisy count that passed the status test (status.go; decided once per
+// batch). It sends the leader's count
 // and checksum to the helper; the leader's own share goes to the collector
 // with the helper's (aggShare).
 func (l *Leader) collect(ev Event) ([]Output, error) {
@@ -348,9 +363,22 @@ func (l *Leader) collect(ev Event) ([]Output, error) {
 	if b == nil {
 		b = newBatch(l.vdaf)
 	}
-	if b.count < l.cfg.MinBatchSize {
-		l.Stats.refuse("small_batch")
-		return nil, fmt.Errorf("%w: %s has %d reports, the minimum is %d", ErrSmallBatch, ev.Day, b.count, l.cfg.MinBatchSize)
+	if !l.passed[ev.Day] {
+		// the day's status, decided once (status.go): the exact minimum,
+		// and with StatusEpsilon > 0 a noisy count above it
+		ok, err := statusReleases(&l.cfg, b.count)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			l.Stats.refuse("small_batch")
+			if b.count < l.cfg.MinBatchSize {
+				return nil, fmt.Errorf("%w: %s has %d reports, the minimum is %d", ErrSmallBatch, ev.Day, b.count, l.cfg.MinBatchSize)
+			}
+			return nil, fmt.Errorf("%w: %s failed the noisy status test (ε_c %g, δ %g: a noisy count under %d + %d)", ErrSmallBatch, ev.Day,
+				l.cfg.StatusEpsilon, l.cfg.StatusDelta, l.cfg.MinBatchSize, StatusThreshold(l.cfg.StatusEpsilon, l.cfg.StatusDelta))
+		}
+		l.markPassed(ev.Day)
 	}
 	q := &p3.CollectReq{Campaign: l.cfg.Campaign, Day: ev.Day, Count: b.count, Checksum: b.checksum}
 	msg, err := q.MarshalBinary()

@@ -61,8 +61,17 @@ type Options struct {
 	// one client's vector from the release.
 	Epsilon     float64
 	ExactShares bool
-	VerifyKey   string // the verify key file (keydir.ParseVerifyKeys)
-	KeyEpoch    uint32 // leader: the verify-key epoch to prepare under; 0 = the file's newest
+	// StatusEpsilon (leader) is ε_c of the day's status
+	// (Config.StatusEpsilon); p3.AutoStatusEpsilon (the default) means
+	// 0.1 × Epsilon, 0 the exact minimum batch rule. StatusDelta is its δ
+	// (Config.StatusDelta). CampaignStart (leader), "YYYY-MM-DD" or "",
+	// is the first day of the campaign's span
+	// (LeaderService.CampaignStart).
+	StatusEpsilon float64
+	StatusDelta   float64
+	CampaignStart string
+	VerifyKey     string // the verify key file (keydir.ParseVerifyKeys)
+	KeyEpoch      uint32 // leader: the verify-key epoch to prepare under; 0 = the file's newest
 	// KeysDir is the role's keys directory: the leader's prio3-leader.key
 	// or the helper's prio3-helper.key (with rotated-out ROLE.N.key files,
 	// accepted too) and the collector's public key.
@@ -119,6 +128,7 @@ const DefaultRetain = 30 * 24 * time.Hour
 // flags.
 func DefaultOptions() Options {
 	return Options{Campaign: "pdd", Kind: "sumvec", Bits: p3.DefaultBits, MaxWeight: 100, L1: p3.DefaultL1, MinBatchSize: 100, Epsilon: DefaultEpsilon,
+		StatusEpsilon: p3.AutoStatusEpsilon, StatusDelta: p3.DefaultStatusDelta,
 		Grace: 2 * time.Hour, Retain: DefaultRetain, KeysDir: "keys", MaxRequestBytes: DefaultMaxRequestBytes, RequestTimeout: DefaultRequestTimeout,
 		PartitionRefresh: DefaultPartitionRefresh, StepFill: DefaultStepFill, DeleteEvery: DefaultDeleteEvery,
 		Kafka: []string{infrakafka.DefaultBroker}}
@@ -140,6 +150,9 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.Retain, "retain", o.Retain, "after a batch closes its state (aggregate, noise draw, batch log) is kept this long, then dropped, but only once the batch was collected or can never be (refused, or closed with fewer than --min-batch-size reports): a batch that could still be collected is kept whatever its age; 0 keeps every batch")
 	f.Float64Var(&o.Epsilon, "epsilon", o.Epsilon, "privacy per person-day: Laplace noise on every keyword of this aggregator's aggregate share of each day, scale S/ε (S = --l1 for sumvec, --max-weight for presence), drawn once per batch. This aggregator's noise alone makes each person's whole day ε-DP, also against a malicious other aggregator; give both aggregators and release-pdd --mode prio3 the same ε (the collector refuses shares with another ε). 0 needs --exact-shares")
 	f.BoolVar(&o.ExactShares, "exact-shares", o.ExactShares, ExactSharesHelp)
+	f.Float64Var(&o.StatusEpsilon, "status-epsilon", o.StatusEpsilon, StatusEpsilonHelp)
+	f.Float64Var(&o.StatusDelta, "status-delta", o.StatusDelta, StatusDeltaHelp)
+	f.StringVar(&o.CampaignStart, "campaign-start", o.CampaignStart, "leader, with a status ε_c > 0: the campaign's first day (YYYY-MM-DD, UTC); every closed day from it on without reports is withheld below_min_batch like a day of too few, so a reader cannot tell 0 reports from 1. Default: the earliest day this leader could take a report for when it first ran (its state's first day after a restart)")
 	f.StringVar(&o.VerifyKey, "verify-key", o.VerifyKey, "verify key file shared by the leader and the helper only (crowdlog keys prio3-verify)")
 	f.Uint32Var(&o.KeyEpoch, "key-epoch", o.KeyEpoch, "leader: verify-key epoch to prepare under (0: the newest of --verify-key)")
 	f.StringVar(&o.KeysDir, "keys", o.KeysDir, "this role's keys directory (crowdlog keys generate --role prio3-leader or prio3-helper): its HPKE key and the collector's public key")
@@ -183,6 +196,12 @@ func (o *Options) Validate() error {
 		return bad("--epsilon 0 releases exact shares: a malicious leader padding a batch would read one client's vector; give --exact-shares too if that is meant, else an ε > 0 (default %g)", DefaultEpsilon)
 	case o.Epsilon > 0 && o.ExactShares:
 		return bad("--exact-shares with --epsilon %v: give --epsilon 0 for exact shares, or leave --exact-shares out", o.Epsilon)
+	case math.IsNaN(o.StatusEpsilon) || math.IsInf(o.StatusEpsilon, 0):
+		return bad("--status-epsilon %v: must be finite (%g = %g × --epsilon, 0 = the exact minimum batch rule)", o.StatusEpsilon, p3.AutoStatusEpsilon, p3.StatusEpsilonShare)
+	case p3.StatusEpsilonOf(o.StatusEpsilon, o.Epsilon) > 0 && !(o.StatusDelta > 0 && o.StatusDelta < 0.5):
+		return bad("--status-delta %v: want 0 < δ < 0.5 (default %g)", o.StatusDelta, p3.DefaultStatusDelta)
+	case o.CampaignStart != "" && !validDay(o.CampaignStart):
+		return bad("--campaign-start %q: want a day as YYYY-MM-DD", o.CampaignStart)
 	case o.VerifyKey == "":
 		return bad("--verify-key is required (crowdlog keys prio3-verify --out FILE; the same file at the leader and the helper)")
 	case o.StateDir == "":
@@ -273,7 +292,19 @@ func (o *Options) Config() (Config, error) {
 	}
 	return Config{Campaign: o.Campaign, Measurement: m, KeyEpoch: epoch, VerifyKeys: vks, Grace: o.Grace,
 		MinBatchSize: o.MinBatchSize, Keys: keys, Collector: collector, MaxRequestBytes: o.MaxRequestBytes, Retain: o.Retain,
-		Epsilon: o.Epsilon}, nil
+		Epsilon: o.Epsilon, StatusEpsilon: p3.StatusEpsilonOf(o.StatusEpsilon, o.Epsilon), StatusDelta: o.StatusDelta}, nil
+}
+
+// StatusEpsilonHelp is the help of --status-epsilon (aggregate-prio3, and
+// the release's and crowdlog pdd's flag of the same name).
+const StatusEpsilonHelp = "ε_c of each day's status (released, or withheld below_min_batch): the leader releases a day only when its report count n ≥ --min-batch-size and n + Laplace(1/ε_c) ≥ --min-batch-size + ⌈ln(1/(2δ))/ε_c⌉ (δ = --status-delta), drawn once per day, so the status is (ε_c, δ)-DP per person-day and costs ε_c on the day's ledger (give release-pdd the same value). A negative value means 0.1 × --epsilon (at ε = 1, δ = 1e-6: n must pass the minimum by about 132); 0 = the exact minimum (the DAP rule), whose status tells whether one person took part on a day of min − 1 reports"
+
+// StatusDeltaHelp is the help of --status-delta.
+const StatusDeltaHelp = "δ of each day's status with --status-epsilon > 0: the chance that a day of exactly --min-batch-size reports is released though a day of one report fewer never is (0 < δ < 0.5)"
+
+func validDay(s string) bool {
+	_, err := time.Parse(time.DateOnly, s)
+	return err == nil
 }
 
 // Clock returns the service clock: nil (time.Now) without ClockFile;
@@ -369,7 +400,11 @@ func (o *Options) Leader(connect func() (*nats.Conn, error), log *slog.Logger) (
 		nc.Close()
 		return nil, nil, fmt.Errorf("--keywords: %w", err)
 	}
-	return &LeaderService{Config: cfg, Brokers: o.Kafka, NATS: nc, StateDir: o.StateDir, Now: now, Logger: log,
+	var start time.Time
+	if o.CampaignStart != "" {
+		start, _ = time.Parse(time.DateOnly, o.CampaignStart) // checked by Validate
+	}
+	return &LeaderService{Config: cfg, Brokers: o.Kafka, NATS: nc, StateDir: o.StateDir, Now: now, Logger: log, CampaignStart: start,
 		RequestTimeout: o.RequestTimeout, PartitionRefresh: o.PartitionRefresh, StepFill: o.StepFill,
 		DeleteApplied: o.DeleteApplied, DeleteEvery: o.DeleteEvery, SignKey: key, ListHash: list.Hash()}, nc, nil
 }

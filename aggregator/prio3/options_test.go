@@ -84,16 +84,20 @@ func TestOptionsConfig(t *testing.T) {
 	base.KeysDir = dirs[keydir.RolePrio3Leader]
 
 	for name, mut := range map[string]func(o *Options){
-		"role":              func(o *Options) { o.Role = "boss" },
-		"kind":              func(o *Options) { o.Kind = "histogram" },
-		"bits":              func(o *Options) { o.Bits = 17 },
-		"min batch":         func(o *Options) { o.MinBatchSize = 0 },
-		"state dir":         func(o *Options) { o.StateDir = "" },
-		"verify key":        func(o *Options) { o.VerifyKey = "" },
-		"campaign":          func(o *Options) { o.Campaign = "a/b" },
-		"epsilon":           func(o *Options) { o.Epsilon = -1 },
-		"epsilon inf":       func(o *Options) { o.Epsilon = math.Inf(1) },
-		"partition refresh": func(o *Options) { o.PartitionRefresh = 0 },
+		"role":               func(o *Options) { o.Role = "boss" },
+		"kind":               func(o *Options) { o.Kind = "histogram" },
+		"bits":               func(o *Options) { o.Bits = 17 },
+		"min batch":          func(o *Options) { o.MinBatchSize = 0 },
+		"state dir":          func(o *Options) { o.StateDir = "" },
+		"verify key":         func(o *Options) { o.VerifyKey = "" },
+		"campaign":           func(o *Options) { o.Campaign = "a/b" },
+		"epsilon":            func(o *Options) { o.Epsilon = -1 },
+		"epsilon inf":        func(o *Options) { o.Epsilon = math.Inf(1) },
+		"partition refresh":  func(o *Options) { o.PartitionRefresh = 0 },
+		"status epsilon NaN": func(o *Options) { o.StatusEpsilon = math.NaN() },
+		"status delta 0":     func(o *Options) { o.StatusDelta = 0 },
+		"status delta ½":     func(o *Options) { o.StatusDelta = 0.5 },
+		"campaign start":     func(o *Options) { o.CampaignStart = "2006-13-01" },
 		// exact shares only when asked for by name
 		"epsilon 0 without --exact-shares": func(o *Options) { o.Epsilon = 0 },
 		"--exact-shares with epsilon 1":    func(o *Options) { o.ExactShares = true },
@@ -117,6 +121,16 @@ func TestOptionsConfig(t *testing.T) {
 	cfg, err := o.Config()
 	if err != nil {
 		t.Fatal(err)
+	}
+	// the day's status: 0.1 × ε by default, δ 10⁻⁶; an explicit ε_c wins
+	if cfg.StatusEpsilon != 0.05 || cfg.StatusDelta != 1e-6 {
+		t.Errorf("default status (ε_c, δ) = (%v, %v), want (0.05, 1e-06)", cfg.StatusEpsilon, cfg.StatusDelta)
+	}
+	if o2 := o; true {
+		o2.StatusEpsilon = 0
+		if c2, err := o2.Config(); err != nil || c2.StatusEpsilon != 0 {
+			t.Errorf("--status-epsilon 0: %v, ε_c %v", err, c2.StatusEpsilon)
+		}
 	}
 	if cfg.Epsilon != 0.5 {
 		t.Errorf("epsilon %v, want 0.5", cfg.Epsilon)

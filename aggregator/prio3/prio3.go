@@ -79,6 +79,17 @@ type Config struct {
 	// collector must be told the same ε (release-pdd --epsilon), which each
 	// share carries authenticated (AggShare.Epsilon).
 	Epsilon float64
+	// StatusEpsilon (leader) > 0 decides each day's status from a noisy
+	// count: released iff count ≥ MinBatchSize and count + Lap(1/ε_c) ≥
+	// MinBatchSize + StatusThreshold(ε_c, StatusDelta), drawn once per
+	// batch, so released/withheld is (ε_c, StatusDelta)-DP (status.go);
+	// the service then also withholds every day of the campaign's span
+	// without reports. 0: the exact rule (count ≥ MinBatchSize), whose
+	// status tells one person's presence at a count of MinBatchSize − 1.
+	StatusEpsilon float64
+	// StatusDelta is the δ of the status (0 < δ < ½; used only with
+	// StatusEpsilon > 0; DefaultStatusDelta).
+	StatusDelta float64
 	// TokenSeed (helper only), when set, is the helper's operator's
 	// 32-byte token seed: the helper prepares a report only with a valid
 	// helper token (protocol/token KindPrio3Helper, key
@@ -261,6 +272,9 @@ func checkConfig(cfg *Config) (*p3.VDAF, error) {
 		return nil, fmt.Errorf("%w: min batch size 0 would reveal single clients", ErrConfig)
 	}
 	if err := checkEpsilon(cfg.Epsilon); err != nil {
+		return nil, err
+	}
+	if err := checkStatus(cfg.StatusEpsilon, cfg.StatusDelta); err != nil {
 		return nil, err
 	}
 	if cfg.LeaderTokenSeed != nil && len(cfg.LeaderTokenSeed) != token.SeedSize {

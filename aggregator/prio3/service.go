@@ -208,6 +208,14 @@ type LeaderService struct {
 	// Now is the leader's clock (nil: time.Now); read once per step.
 	Now    func() time.Time
 	Logger *slog.Logger
+	// CampaignStart (Config.StatusEpsilon > 0), when not zero, is the
+	// first day (UTC) of the campaign's span: the leader writes a
+	// withheld notice for every closed day from it on that has no batch,
+	// so a day without reports reads as a day of too few (status.go).
+	// Zero: the span starts at the earliest day this leader could still
+	// take a report for when it first ran (not closed at its first step,
+	// or the earliest day of its state), which depends on no report.
+	CampaignStart time.Time
 	// MaxBatch uploads are applied per step (0: DefaultMaxBatch); a step
 	// waits at most MaxWait for them (0: DefaultMaxWait).
 	MaxBatch int
@@ -317,7 +325,16 @@ type leaderRun struct {
 	log  *slog.Logger
 	// watch: the records of other campaigns seen (DeleteApplied; else nil)
 	watch *foreignWatch
+	// spanStart: the first day of the campaign's span (withholdEmpty);
+	// spanSet once known.
+	spanStart p3.Day
+	spanSet   bool
 }
+
+// statusPassed is the done value of a day whose noisy status test passed
+// (status.go) and whose shares are not yet written: kept in the state so
+// that a retry or a restart never draws the status again.
+const statusPassed = "status_passed"
 
 // Run serves until ctx ends (nil then) or the state or topic cannot be
 // read (an error saying what to do).
@@ -354,6 +371,11 @@ func (s *LeaderService) Run(ctx context.Context) error {
 	run := &leaderRun{s: s, l: l, next: next, done: f.done, redo: f.redo, at: map[p3.ReportID]upLoc{}, store: store, log: log, retryAt: map[p3.Day]time.Time{}}
 	if s.DeleteApplied {
 		run.watch = newForeignWatch()
+	}
+	for day, v := range run.done {
+		if v == statusPassed {
+			l.markPassed(day)
+		}
 	}
 	s.set(&l.Stats)
 	parts, err := uploadPartitions(ctx, s.Brokers)
@@ -670,7 +692,10 @@ func (r *leaderRun) step(ctx context.Context, in <-chan upload, maxBatch int) er
 		// collected without them would not match the helper's)
 		changed = true
 	}
-	for day := range r.done {
+	for day, v := range r.done {
+		if v == statusPassed {
+			continue // still to be collected: kept whatever its age
+		}
 		if r.l.forget(day, now) {
 			r.store.drop(day)
 			delete(r.done, day)
@@ -716,8 +741,14 @@ func (r *leaderRun) prepare(ctx context.Context, now time.Time) {
 // state changed.
 func (r *leaderRun) collect(ctx context.Context, now time.Time) bool {
 	changed := false
+	if r.l.cfg.StatusEpsilon > 0 {
+		var ok bool
+		if changed, ok = r.withholdEmpty(ctx, now); !ok {
+			return changed
+		}
+	}
 	for _, day := range r.l.Days() {
-		if _, ok := r.done[day]; ok || !closed(&r.l.cfg, day, now) || time.Now().Before(r.retryAt[day]) {
+		if v, ok := r.done[day]; (ok && v != statusPassed) || !closed(&r.l.cfg, day, now) || time.Now().Before(r.retryAt[day]) {
 			continue
 		}
 		outs, err := r.l.Apply(Event{Now: now, Kind: EventCollect, Day: day})
@@ -725,16 +756,10 @@ func (r *leaderRun) collect(ctx context.Context, now time.Time) bool {
 		case errors.Is(err, ErrInFlight), errors.Is(err, ErrBatchOpen):
 			continue
 		case errors.Is(err, ErrSmallBatch):
-			// the collector learns that the day is withheld (it records
-			// below_min_batch): a refusal in the leader's role, no count
-			notice, _ := (&p3.AggShare{Role: 0, Campaign: r.l.cfg.Campaign, Day: day, Reason: p3.ReasonSmallBatch, Epsilon: r.l.cfg.Epsilon}).MarshalBinary()
-			msg := kafka.Message{Key: []byte(r.l.cfg.Campaign + "/" + day.String()), Value: notice}
-			if err := retry.Forever(ctx, r.log, "prio3 leader: write "+protocol.Prio3SharesTopic, 100*time.Millisecond, 5*time.Second,
-				func() error { return r.w.WriteMessages(ctx, msg) }); err != nil {
+			if !r.notice(ctx, day) {
 				return changed
 			}
-			r.done[day] = "small_batch"
-			r.log.Warn("prio3 leader: batch under the minimum batch size, never revealed; the collector is told", "day", day.String())
+			r.log.Warn("prio3 leader: batch withheld (under the minimum batch size, or its noisy count under the status threshold), never revealed; the collector is told", "day", day.String())
 			changed = true
 			continue
 		case err != nil:
@@ -742,6 +767,15 @@ func (r *leaderRun) collect(ctx context.Context, now time.Time) bool {
 			continue
 		}
 		changed = true
+		if r.l.cfg.StatusEpsilon > 0 && r.done[day] != statusPassed {
+			// the status decision is on disk before the helper is asked:
+			// a retry or a restart uses it, never a fresh draw
+			r.done[day] = statusPassed
+			if err := r.save(); err != nil {
+				r.log.Error("prio3 leader: snapshot of a day's status failed; retrying in the next step", "day", day.String(), "err", err)
+				continue
+			}
+		}
 		resp, err := r.s.ask(ctx, outs[0].Msg, r.log)
 		if err != nil {
 			r.log.Warn("prio3 leader: the helper did not answer a collect request; retrying in the next step", "day", day.String(), "err", err)
@@ -796,6 +830,61 @@ func (r *leaderRun) collect(ctx context.Context, now time.Time) bool {
 		r.log.Info("prio3 leader: batch collected", "day", day.String(), "reports", count)
 	}
 	return changed
+}
+
+// notice writes the leader's withheld notice of day to the shares topic
+// (the collector records it below_min_batch: a refusal in the leader's
+// role, no count) and marks the day done; false when ctx ended first.
+func (r *leaderRun) notice(ctx context.Context, day p3.Day) bool {
+	notice, _ := (&p3.AggShare{Role: 0, Campaign: r.l.cfg.Campaign, Day: day, Reason: p3.ReasonSmallBatch, Epsilon: r.l.cfg.Epsilon}).MarshalBinary()
+	msg := kafka.Message{Key: []byte(r.l.cfg.Campaign + "/" + day.String()), Value: notice}
+	if err := retry.Forever(ctx, r.log, "prio3 leader: write "+protocol.Prio3SharesTopic, 100*time.Millisecond, 5*time.Second,
+		func() error { return r.w.WriteMessages(ctx, msg) }); err != nil {
+		return false
+	}
+	r.done[day] = "small_batch"
+	return true
+}
+
+// withholdEmpty (StatusEpsilon > 0) writes a withheld notice for every
+// closed, unexpired day of the campaign's span that has no batch and no
+// outcome yet, so that a day without reports reads as withheld, as a day
+// of one report does (status.go). The span starts at
+// LeaderService.CampaignStart, else at the earliest day not closed at
+// this run's first step or the earliest day of the state's outcomes,
+// whichever is first: a day before it took no report in any run (it was
+// closed when the leader started), so its absence depends on no data. It
+// reports whether the state changed and false for ok when ctx ended.
+func (r *leaderRun) withholdEmpty(ctx context.Context, now time.Time) (changed, ok bool) {
+	cfg := &r.l.cfg
+	if !r.spanSet {
+		start := p3.DayOf(now.Add(-24*time.Hour - cfg.Grace))
+		for closed(cfg, start, now) {
+			start++
+		}
+		for d := range r.done {
+			start = min(start, d)
+		}
+		if !r.s.CampaignStart.IsZero() {
+			start = p3.DayOf(r.s.CampaignStart)
+		}
+		r.spanStart, r.spanSet = start, true
+	}
+	have := map[p3.Day]bool{}
+	for _, d := range r.l.Days() {
+		have[d] = true
+	}
+	for d := r.spanStart; closed(cfg, d, now); d++ {
+		if _, done := r.done[d]; done || have[d] || expired(cfg, d, now) {
+			continue
+		}
+		if !r.notice(ctx, d) {
+			return changed, false
+		}
+		r.log.Info("prio3 leader: a day of the campaign without reports withheld; the collector is told", "day", d.String())
+		changed = true
+	}
+	return changed, true
 }
 
 // save appends what the batches' logs lack, then replaces the snapshot

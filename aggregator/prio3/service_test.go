@@ -455,8 +455,9 @@ func TestServicesRestart(t *testing.T) {
 	// a third start changes nothing: the batch is recorded as collected
 	_, hr3 := e.startHelper()
 	l3, lr3 := e.startLeader(4)
-	time.Sleep(500 * time.Millisecond)
-	if l3.Steps.Load() == 0 || l3.Shares.Load() != 0 {
+	// (a few whole steps, each of which would collect a batch not done)
+	waitFor(t, "three steps of the restarted leader", 60*time.Second, func() bool { return l3.Steps.Load() >= 3 })
+	if l3.Shares.Load() != 0 {
 		t.Errorf("restarted leader: %d steps, %d share pairs written again", l3.Steps.Load(), l3.Shares.Load())
 	}
 	lr3.stop(t, "leader")

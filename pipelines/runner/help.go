@@ -141,7 +141,12 @@ day's counts within --l1 S (default 20, its most searched keywords) and
 each aggregator adds Laplace noise of scale S/--epsilon (default ε = 1 per
 person-day; exact counts need --epsilon 0 --exact-shares); noisy days do
 not publish their report count, and the ledger (printed at the end)
-charges ε per person-day against --budget-epsilon (0: 1 per day). --pipeline FILE gives
+charges ε per person-day, plus the status's --status-epsilon (default
+0.1 × ε; δ = --status-delta), against --budget-epsilon (0: 1.1 per day).
+The leader releases a day only when its noisy count passes
+--min-batch-size + ⌈ln(1/(2δ))/ε_c⌉ (132 at the defaults) and withholds
+every other day of the log, so a day's status does not tell whether one
+person took part (--status-epsilon 0: the exact minimum). --pipeline FILE gives
 the mode and measurement from a pipeline file's pdd section.
 
 --export FILE writes one line per (released day, keyword), zeros included

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	aggprio3 "github.com/crowdlog/crowdlog/aggregator/prio3"
 	"github.com/crowdlog/crowdlog/infra/config"
 	"github.com/crowdlog/crowdlog/infra/metrics"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
@@ -165,6 +166,8 @@ func (c *PDDConfig) AddFlags(f *pflag.FlagSet) {
 	f.IntVar(&c.L1, "l1", p3.DefaultL1, "prio3 counts: the bound S on one client's daily sum of counts (clients keep their most searched keywords within it); the noise's sensitivity")
 	f.BoolVar(&c.ExactShares, "exact-shares", false, "prio3: the aggregators release exact shares (with --epsilon 0): exact counts, but a malicious leader padding a batch with its own reports would read one client's vector; without it --epsilon 0 means the default ε = 1 per person-day")
 	f.IntVar(&c.MinBatchSize, "min-batch-size", pipeline.DefaultMinBatchSize, "prio3: the fewest reports a day is released with")
+	f.Float64Var(&c.StatusEpsilon, "status-epsilon", p3.AutoStatusEpsilon, "prio3: "+aggprio3.StatusEpsilonHelp)
+	f.Float64Var(&c.StatusDelta, "status-delta", p3.DefaultStatusDelta, "prio3: "+aggprio3.StatusDeltaHelp)
 	f.IntVar(&c.GroupSize, "group-size", pipeline.DefaultGroupSize, "clients per group (PDD §4.2)")
 	f.IntVar(&c.Delay, "delay", 2, "days the aggregator waits for late members (PDD §4.3)")
 	f.IntVar(&c.RecoveryDays, "recovery-days", 1, "days after the delay for survivors' recovery answers")

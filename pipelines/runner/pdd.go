@@ -87,8 +87,16 @@ type PDDConfig struct {
 	Dropout float64
 	Seed    uint64
 
-	Epsilon  float64 // Laplace noise on daily counts; 0 = exact counts (prio3: 0 = aggregator/prio3.DefaultEpsilon unless ExactShares)
-	MaxCount int     // groups with Epsilon > 0: each client's per-keyword per-day clip, the noise's sensitivity (0 = release/pdd.DefaultMaxCount); no clip without noise
+	Epsilon float64 // Laplace noise on daily counts; 0 = exact counts (prio3: 0 = aggregator/prio3.DefaultEpsilon unless ExactShares)
+	// StatusEpsilon and StatusDelta (prio3): the (ε_c, δ) of each day's
+	// released/withheld status, decided by the leader from a noisy count
+	// (aggregate-prio3 --status-epsilon; aggregator/prio3 status.go) and
+	// charged on each noisy day's ledger row. p3.AutoStatusEpsilon (the
+	// CLI's default) = 0.1 × Epsilon; 0 (the zero value) = the exact
+	// minimum batch rule, whose status tells one person's presence on a
+	// day of MinBatchSize − 1 reports. StatusDelta 0 = p3.DefaultStatusDelta.
+	StatusEpsilon, StatusDelta float64
+	MaxCount                   int // groups with Epsilon > 0: each client's per-keyword per-day clip, the noise's sensitivity (0 = release/pdd.DefaultMaxCount); no clip without noise
 	// ExactShares (prio3): the aggregators release exact shares (Epsilon
 	// must be 0), giving up the noise that protects a client against a
 	// malicious leader padding its batch.

@@ -137,6 +137,16 @@ func (cfg *PDDConfig) prio3Defaults() error {
 	if cfg.MinBatchSize <= 0 {
 		cfg.MinBatchSize = DefaultMinBatchSize
 	}
+	if cfg.StatusDelta == 0 {
+		cfg.StatusDelta = p3.DefaultStatusDelta
+	}
+	cfg.StatusEpsilon = p3.StatusEpsilonOf(cfg.StatusEpsilon, cfg.Epsilon)
+	if cfg.ExactShares {
+		cfg.StatusEpsilon = p3.StatusEpsilonOf(cfg.StatusEpsilon, 0)
+	}
+	if err := p3.CheckStatus(cfg.StatusEpsilon, cfg.StatusDelta); err != nil {
+		return fmt.Errorf("--status-epsilon %v, --status-delta %v: %w", cfg.StatusEpsilon, cfg.StatusDelta, err)
+	}
 	return nil
 }
 
@@ -457,6 +467,7 @@ func (r *prio3Run) startRelease(svcCtx context.Context, svc *errgroup.Group) err
 	}
 	st := &prio3release.Stage{Brokers: r.brokers, Writer: r.writer, List: r.list, Blacklist: r.cfg.Blacklist, Logger: r.log,
 		Epsilon: r.cfg.Epsilon, Dataset: r.cfg.Dataset, Budget: r.cfg.Budget,
+		StatusEpsilon: r.cfg.StatusEpsilon, StatusDelta: r.cfg.StatusDelta,
 		Collector: p3.Collector{Campaign: r.cfg.Campaign, Measurement: r.m, Key: ck, MinBatchSize: uint64(r.cfg.MinBatchSize)},
 		OnDay: func(d prio3release.Released) {
 			r.relMu.Lock()
@@ -605,21 +616,26 @@ func rejectedTotal(m map[string]uint64) uint64 {
 	return n
 }
 
-// waitReleased waits, at most Timeout, until every day a report was sent
-// for is in ClickHouse or refused over the privacy budget.
+// waitReleased waits, at most Timeout, until every day of at least the
+// minimum batch size is in ClickHouse or refused over the privacy budget;
+// with a status ε_c > 0 (the leader's noisy status, which may withhold
+// any day) until every day of the log is released, refused or withheld.
 func (r *prio3Run) waitReleased(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
-	want := 0
+	want, withheld := 0, func() int { return 0 }
 	for _, n := range r.sentDays {
 		if n >= uint64(r.cfg.MinBatchSize) {
 			want++
 		}
 	}
-	return waitFor(wctx, fmt.Sprintf("the Prio3 release of %d days", want), func() (bool, error) {
+	if r.cfg.StatusEpsilon > 0 {
+		want, withheld = int(r.last-r.first+1), func() int { return int(r.stage.Withheld.Load()) }
+	}
+	return waitFor(wctx, fmt.Sprintf("the Prio3 release (or withheld notice) of %d days", want), func() (bool, error) {
 		r.relMu.Lock()
 		defer r.relMu.Unlock()
-		return len(r.days)+int(r.stage.Refused.Load()) >= want, nil
+		return len(r.days)+int(r.stage.Refused.Load())+withheld() >= want, nil
 	})
 }
 
@@ -677,9 +693,12 @@ func (r *prio3Run) finish(ctx context.Context) error {
 		sum.RelayDrops += int64(st.Snapshot().Dropped())
 	}
 	r.stage.RecordCampaign(ctx, r.log)
-	// days the leader never collected: fewer reports than the minimum batch
+	// days the leader never collected: fewer reports than the minimum
+	// batch (with a status ε_c > 0 the leader's notices, recorded by the
+	// stage, are the only record: every day of the log it withheld, empty
+	// ones included, and no day an exact count would tell)
 	for d, n := range r.sentDays {
-		if n > 0 && n < uint64(r.cfg.MinBatchSize) {
+		if r.cfg.StatusEpsilon == 0 && n > 0 && n < uint64(r.cfg.MinBatchSize) {
 			pddrelease.RecordWithheld(ctx, r.writer, release.PDDWithheld{Campaign: r.cfg.Campaign, Day: d.Time(),
 				Reason: release.WithheldMinBatch, Detail: fmt.Sprintf("fewer reports than the minimum batch size %d: the aggregators never revealed the batch", r.cfg.MinBatchSize)}, r.log)
 		}
@@ -786,6 +805,8 @@ func (r *prio3Run) startAggregator(svcCtx context.Context, svc *errgroup.Group, 
 	}
 	o.MinBatchSize, o.Grace, o.VerifyKey = uint64(r.cfg.MinBatchSize), grace, r.verify
 	o.Epsilon, o.ExactShares, o.L1 = r.cfg.Epsilon, r.cfg.ExactShares, r.m.L1 // each aggregator's own draw (docs/pdd.md, "Noise")
+	// the day's status (aggregator/prio3 status.go), over the log's span
+	o.StatusEpsilon, o.StatusDelta, o.CampaignStart = r.cfg.StatusEpsilon, r.cfg.StatusDelta, r.first.Time().Format(time.DateOnly)
 	custody := "prio3-" + role
 	o.KeysDir, o.StateDir = r.keyDirs[custody], filepath.Join(filepath.Dir(r.keysDir), "state-"+custody)
 	o.CollectorPub = r.keyPath(keydir.RolePrio3Collector, keydir.Prio3CollectorKey) + ".pub"

@@ -21,6 +21,9 @@ so a mismatch releases nothing. A noisy day is written as released
 (negative counts possible, zero ones left out) with epsilon and max_count
 = 2^bits − 1 in pdd_rounds; its report count is not published (active,
 grouped, decrypted = 0), since it would tell whether one person took part.
-It spends ε per person-day (δ = 0) from the privacy ledger of --dataset
-for that day, once. A day over --budget-epsilon is refused; in prio3 mode
-0 means a budget of 1 per day. --max-count does not apply.`
+It spends ε per person-day, plus the leader's status ε_c and δ
+(--status-epsilon, default 0.1 × --epsilon; --status-delta, default 1e-6:
+the day's released/withheld status is a noisy count's threshold), from the
+privacy ledger of --dataset for that day, once. A day over
+--budget-epsilon is refused; in prio3 mode 0 means a budget of 1.1 per
+day. --max-count does not apply.`

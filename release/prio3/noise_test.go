@@ -134,16 +134,21 @@ func TestStateNoise(t *testing.T) {
 func TestDaySpend(t *testing.T) {
 	day := p3.Day(20000).Start()
 	r := release.PDDRound{Campaign: "flu", Day: day, Epsilon: 0.5, MaxCount: 15}
-	s := DaySpend("ds", r, p3.Config{Kind: p3.KindSumVec, Length: 300, Bits: 4, L1: 20})
+	s := DaySpend("ds", r, p3.Config{Kind: p3.KindSumVec, Length: 300, Bits: 4, L1: 20}, 0, 0)
 	if s.Epsilon != 0.5 || s.Delta != 0 || s.Dataset != "ds" || s.Key() != release.PDDLedgerKey("flu", day) ||
 		!strings.Contains(s.Params, "mechanism=laplace-two-aggregators") || !strings.Contains(s.Params, "unit=person-day") ||
 		!strings.Contains(s.Params, "sensitivity_l1=20 scale=40") {
 		t.Fatalf("sumvec spend %+v", s)
 	}
 	r.MaxCount = 1
-	s = DaySpend("ds", r, p3.Config{Kind: p3.KindPresence, Length: 300, MaxWeight: 7})
+	s = DaySpend("ds", r, p3.Config{Kind: p3.KindPresence, Length: 300, MaxWeight: 7}, 0, 0)
 	if s.Epsilon != 0.5 || !strings.Contains(s.Params, "sensitivity_l1=7 scale=14") || !strings.Contains(s.Params, "kind=presence") {
 		t.Fatalf("presence spend %+v", s)
+	}
+	// the day's status at ε_c = 0.05, δ = 10⁻⁶: ε + ε_c, δ, T = ⌈ln(5·10⁵)/0.05⌉ = 263
+	s = DaySpend("ds", r, p3.Config{Kind: p3.KindPresence, Length: 300, MaxWeight: 7}, 0.05, 1e-6)
+	if s.Epsilon != 0.55 || s.Delta != 1e-6 || !strings.Contains(s.Params, "status=noisy-threshold status_epsilon=0.05 status_delta=1e-06 status_threshold=263") {
+		t.Fatalf("spend with the status %+v", s)
 	}
 }
 

@@ -42,22 +42,28 @@ type Options struct {
 	MaxWeight    int      // presence: most keywords per report
 	L1           uint64   // SumVec: the clients' daily L1 bound S, the noise's sensitivity (0 = L·(2^Bits − 1))
 	MinBatchSize uint64   // fewest reports a released day may have (the aggregators' value)
-	Blacklist    []string // keywords never released
+	// StatusEpsilon, StatusDelta: the leader's --status-epsilon and
+	// --status-delta (p3.AutoStatusEpsilon = 0.1 × --epsilon), charged on
+	// each noisy day's ledger row (Stage.StatusEpsilon).
+	StatusEpsilon, StatusDelta float64
+	Blacklist                  []string // keywords never released
 }
 
 // DefaultOptions returns the options without flags: groups mode; for
 // prio3, SumVec with DefaultBits and the collector key of the keys
 // directory "keys" (keydir role prio3-collector).
 func DefaultOptions() Options {
-	return Options{Mode: ModeGroups, Kind: KindSumVec, Bits: p3.DefaultBits, L1: p3.DefaultL1, CollectorKey: []string{"keys/" + keydir.Prio3CollectorKey}}
+	return Options{Mode: ModeGroups, Kind: KindSumVec, Bits: p3.DefaultBits, L1: p3.DefaultL1, CollectorKey: []string{"keys/" + keydir.Prio3CollectorKey},
+		StatusEpsilon: p3.AutoStatusEpsilon, StatusDelta: p3.DefaultStatusDelta}
 }
 
 // DefaultBudgetEpsilon is the privacy budget per (dataset, day) of a
 // Prio3-mode release when --budget-epsilon is 0: ε = 1 per person-day,
-// the aggregators' default --epsilon. A day whose spend would pass it is
+// the aggregators' default --epsilon, plus the leader's default status
+// ε_c = 0.1 × ε (p3.StatusEpsilonShare). A day whose spend would pass it is
 // refused (a second collection of a day under another ε, a larger
 // --epsilon); raise --budget-epsilon to release more.
-const DefaultBudgetEpsilon = 1.0
+const DefaultBudgetEpsilon = 1.0 + p3.StatusEpsilonShare
 
 // AddFlags adds --mode and the Prio3-mode flags to f, filling o.
 func (o *Options) AddFlags(f *pflag.FlagSet) {
@@ -70,6 +76,8 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.Uint64Var(&o.L1, "l1", o.L1, "prio3 sumvec: the clients' bound S on one client's daily sum of counts, the noise's sensitivity (the aggregators' --l1; 0 = L·(2^bits − 1))")
 	f.Uint64Var(&o.MinBatchSize, "min-batch-size", o.MinBatchSize, "prio3: fewest reports a released day may have (the aggregators' value)")
 	f.StringSliceVar(&o.Blacklist, "blacklist", o.Blacklist, "prio3: keywords never released (comma-separated)")
+	f.Float64Var(&o.StatusEpsilon, "status-epsilon", o.StatusEpsilon, "prio3: the leader's --status-epsilon (ε_c of each day's released/withheld status; negative = 0.1 × --epsilon, 0 = the exact minimum batch rule): each noisy day's ledger row charges ε + ε_c")
+	f.Float64Var(&o.StatusDelta, "status-delta", o.StatusDelta, "prio3: the leader's --status-delta (δ of each day's status), charged on each noisy day's ledger row with --status-epsilon > 0")
 }
 
 // Measurement returns the campaign's measurement over a list of length
@@ -109,6 +117,10 @@ func (o *Options) Validate() error {
 		return errors.New("prio3 mode needs --min-batch-size ≥ 1 (the aggregators' value)")
 	case o.Kind != KindSumVec && o.Kind != KindPresence:
 		return fmt.Errorf("--kind %q: give sumvec or presence", o.Kind)
+	case !(o.StatusEpsilon < 0) && p3.CheckStatus(o.StatusEpsilon, o.StatusDelta) != nil:
+		return fmt.Errorf("--status-epsilon %v, --status-delta %v: %w (the leader's values)", o.StatusEpsilon, o.StatusDelta, p3.CheckStatus(o.StatusEpsilon, o.StatusDelta))
+	case o.StatusEpsilon < 0 && !(o.StatusDelta > 0 && o.StatusDelta < 0.5):
+		return fmt.Errorf("--status-delta %v: want 0 < δ < 0.5 (the leader's value)", o.StatusDelta)
 	}
 	return nil
 }
@@ -152,6 +164,7 @@ func (o *Options) New(ctx context.Context, base pdd.Options, log *slog.Logger) (
 	budget := finiteBudget(base.Budget)
 	st := &Stage{Brokers: base.Kafka, Writer: w, List: list, Blacklist: o.Blacklist, Logger: log,
 		Epsilon: base.Epsilon, Dataset: base.Dataset, Budget: budget,
+		StatusEpsilon: p3.StatusEpsilonOf(o.StatusEpsilon, base.Epsilon), StatusDelta: o.StatusDelta,
 		Collector: p3.Collector{Campaign: o.Campaign, Measurement: m, Key: keys[0], MinBatchSize: o.MinBatchSize}, OldKeys: keys[1:]}
 	return st, w, nil
 }

@@ -71,8 +71,11 @@ type Released struct {
 // fewer reports than the minimum batch size reaches the stage as the
 // leader's notice (State.SmallBatch) and is recorded in pdd_withheld,
 // reason release.WithheldMinBatch (Withheld), as `crowdlog pdd` records
-// it. That status is a function of the exact report count that ε does not
-// cover (docs/threat-model.md, "below_min_batch").
+// it. With the leader's status ε_c > 0 the status is (ε_c, δ)-DP (a
+// noisy count, and every day of the span without reports withheld too:
+// aggregator/prio3 status.go), and a released day's ledger row charges
+// ε_c and δ; with ε_c = 0 it is the exact count's threshold bit
+// (docs/threat-model.md, "below_min_batch").
 type Stage struct {
 	Brokers []string
 	// Topic defaults to protocol.Prio3SharesTopic.
@@ -94,6 +97,11 @@ type Stage struct {
 	// --epsilon); 0 = exact shares. With Epsilon > 0 Writer must be a
 	// pdd.SpendingSink (a *release.Writer).
 	Epsilon float64
+	// StatusEpsilon and StatusDelta are the (ε_c, δ) of each day's status
+	// at the leader (aggregate-prio3 --status-epsilon, --status-delta;
+	// 0: the exact minimum batch rule): a noisy day's ledger row charges
+	// them with Epsilon (DaySpend).
+	StatusEpsilon, StatusDelta float64
 	// Dataset names the privacy budget noisy days spend from (with the
 	// day); "" means pdd.DefaultDataset.
 	Dataset string
@@ -184,6 +192,8 @@ func (st *Stage) config() (topic string, log *slog.Logger, skip map[int]bool, er
 		return "", nil, nil, fmt.Errorf("prio3 release: measurement length %d ≠ the keyword list's %d keywords", st.Collector.Measurement.Length, st.List.Len())
 	case st.Collector.Campaign == "" || len(st.Collector.Campaign) > 64:
 		return "", nil, nil, fmt.Errorf("prio3 release: campaign name %q must be 1–64 bytes (--campaign)", st.Collector.Campaign)
+	case p3.CheckStatus(st.StatusEpsilon, st.StatusDelta) != nil:
+		return "", nil, nil, fmt.Errorf("prio3 release: %w (the leader's --status-epsilon, --status-delta)", p3.CheckStatus(st.StatusEpsilon, st.StatusDelta))
 	case math.IsNaN(st.Epsilon) || math.IsInf(st.Epsilon, 0) || st.Epsilon < 0:
 		return "", nil, nil, fmt.Errorf("prio3 release: epsilon %v must be finite and ≥ 0 (0 = exact shares; the aggregators' --epsilon)", st.Epsilon)
 	case st.Epsilon > 0 && !isSpending(st.Writer):
@@ -239,8 +249,12 @@ func (st *Stage) Run(ctx context.Context) error {
 			}
 			for _, d := range state.SmallBatch {
 				st.RecordCampaign(ctx, log)
-				pdd.RecordWithheld(ctx, st.Writer, release.PDDWithheld{Campaign: st.Collector.Campaign, Day: d.Start(), Reason: release.WithheldMinBatch,
-					Detail: fmt.Sprintf("fewer reports than the minimum batch size %d: the aggregators never revealed the batch", st.Collector.MinBatchSize)}, log)
+				detail := fmt.Sprintf("fewer reports than the minimum batch size %d: the aggregators never revealed the batch", st.Collector.MinBatchSize)
+				if st.StatusEpsilon > 0 {
+					detail = fmt.Sprintf("the leader's noisy count (status ε_c %g, δ %g) under the minimum batch size %d + %d, or no reports: the aggregators never revealed the batch",
+						st.StatusEpsilon, st.StatusDelta, st.Collector.MinBatchSize, p3.StatusThreshold(st.StatusEpsilon, st.StatusDelta))
+				}
+				pdd.RecordWithheld(ctx, st.Writer, release.PDDWithheld{Campaign: st.Collector.Campaign, Day: d.Start(), Reason: release.WithheldMinBatch, Detail: detail}, log)
 				st.Withheld.Add(1)
 			}
 			state.SmallBatch = state.SmallBatch[:0]
@@ -262,7 +276,12 @@ func isSpending(s pdd.Sink) bool {
 // DaySpend is the privacy-ledger row of the noisy day row (row.Epsilon =
 // the aggregators' ε > 0) of a campaign measured by m, on the budget of
 // (dataset, row.Day): key release.PDDLedgerKey(row.Campaign, row.Day),
-// ε = row.Epsilon per person-day, δ = 0 (pure Laplace). Each aggregator
+// ε = row.Epsilon + statusEps per person-day, δ = statusDelta (0 without
+// a status ε_c: pure Laplace). The status (released, not withheld) is
+// the leader's noisy count test, (ε_c, δ)-DP (aggregator/prio3 status.go),
+// charged with the totals by basic composition (Dwork & Roth, Thm. 3.16);
+// a withheld day, which releases nothing but its status, has no row.
+// Each aggregator
 // adds Laplace noise of scale S/ε to every total, S = m.Sensitivity():
 // the L1 bound of one person's whole daily vector (the campaign's L1,
 // which the honest client keeps, for SumVec; the max weight w, which the
@@ -278,16 +297,20 @@ func isSpending(s pdd.Sink) bool {
 // draws together protect better than the ledger says, never worse. Params
 // names the mechanism (laplace-two-aggregators), both aggregators' ε per
 // person-day, S and the measurement.
-func DaySpend(dataset string, row release.PDDRound, m p3.Config) release.Spend {
+func DaySpend(dataset string, row release.PDDRound, m p3.Config, statusEps, statusDelta float64) release.Spend {
 	key := release.PDDLedgerKey(row.Campaign, row.Day)
 	what := fmt.Sprintf("kind=sumvec bits=%d l1=%d keywords=%d", m.Bits, m.L1, m.Length)
 	if m.Kind == p3.KindPresence {
 		what = fmt.Sprintf("kind=presence max_weight=%d keywords=%d", m.MaxWeight, m.Length)
 	}
+	status, delta := "status=exact-threshold", 0.0
+	if statusEps > 0 {
+		status, delta = fmt.Sprintf("status=noisy-threshold status_epsilon=%g status_delta=%g status_threshold=%d", statusEps, statusDelta, p3.StatusThreshold(statusEps, statusDelta)), statusDelta
+	}
 	return release.Spend{Dataset: dataset, Epoch: key.Epoch, App: key.App, Policy: key.Policy, K: key.K,
-		Epsilon: row.Epsilon,
-		Params: fmt.Sprintf("mechanism=laplace-two-aggregators unit=person-day leader_epsilon=%g helper_epsilon=%g sensitivity_l1=%d scale=%g max_count=%d %s",
-			row.Epsilon, row.Epsilon, m.Sensitivity(), float64(m.Sensitivity())/row.Epsilon, row.MaxCount, what)}
+		Epsilon: row.Epsilon + statusEps, Delta: delta,
+		Params: fmt.Sprintf("mechanism=laplace-two-aggregators unit=person-day leader_epsilon=%g helper_epsilon=%g sensitivity_l1=%d scale=%g max_count=%d %s %s",
+			row.Epsilon, row.Epsilon, m.Sensitivity(), float64(m.Sensitivity())/row.Epsilon, row.MaxCount, what, status)}
 }
 
 func total(m map[string]int64) int64 {
@@ -378,7 +401,7 @@ func (st *Stage) release(ctx context.Context, b Batch, skip map[int]bool, log *s
 		if dataset == "" {
 			dataset = pdd.DefaultDataset
 		}
-		spend := DaySpend(dataset, r, st.Collector.Measurement)
+		spend := DaySpend(dataset, r, st.Collector.Measurement, st.StatusEpsilon, st.StatusDelta)
 		ss := st.Writer.(pdd.SpendingSink) // checked by config
 		write = func() error {
 			drawn, err := ss.WriteDrawnPDDRound(ctx, r, time.Now(), spend, st.Budget)
