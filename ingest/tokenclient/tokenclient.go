@@ -311,7 +311,7 @@ func (c *Client) issue(ctx context.Context, q *token.IssueRequest) (*token.Issue
 				if t <= 0 {
 					t = DefaultTimeout
 				}
-				return nil, fmt.Errorf("tokenclient: the issuer answered none of %d requests on %s for the same %s of epoch %s, each given %s (%s in all; it counted them at most once: retry later, or raise Client.Timeout on a loaded issuer): %w",
+				return nil, fmt.Errorf("tokenclient: the issuer answered none of %d requests on %s (all the same %s request of epoch %s), each given %s (%s in all; one that reached it was counted once and its tokens are lost: check that the issuer runs, or raise Client.Timeout for a loaded one): %w",
 					timeouts, subj, q.Kind, q.Epoch, t, time.Duration(timeouts)*t, err)
 			}
 			c.log().Warn("tokenclient: the issuer's answer did not come in time; sending the same request again (counted once)",
