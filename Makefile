@@ -68,6 +68,7 @@ fuzz:
 	  "./protocol/token FuzzParseToken" "./protocol/token FuzzParsePrivateKey" "./protocol/token FuzzIssue" \
 	  "./protocol/token FuzzParseIssueRequest" "./protocol/token FuzzParseIssueResponse" "./protocol/token FuzzParseKeys" \
 	  "./protocol/token FuzzParsePrio3Epoch" \
+	  "./issuer FuzzParseCounter" \
 	  "./aggregator FuzzPrepareReport" "./aggregator FuzzDecodeSpill" "./aggregator FuzzDecodeState" "./aggregator FuzzSnapshotHeader" \
 	  "./release FuzzDecodeDraw" \
 	  "./protocol/prio3 FuzzParseReport" "./protocol/prio3 FuzzParseAggregateReq" "./protocol/prio3 FuzzParseAggregateResp" \

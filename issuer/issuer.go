@@ -15,15 +15,20 @@
 // reserved with compare-and-set (Create for the first issuance, Update at
 // the read revision after) before the answer leaves the issuer, so
 // replicas cannot together over-issue and a restart keeps the counts. The
-// bucket holds only counts keyed by SHA-256(identity ‖ epoch ‖ kind) and
-// short-lived replay markers keyed by SHA-256(identity ‖ timestamp):
-// nothing the issuer stores or logs names an artifact or a blinded element.
+// bucket holds only counts keyed by SHA-256(identity ‖ epoch ‖ kind), each
+// with the SHA-256 of its last RetryRecords requests
+// (token.IssueRequest.ContentID, so that a client's retry after a lost
+// answer is answered again without being counted twice, by any replica,
+// after a restart too), and short-lived replay markers keyed by
+// SHA-256(identity ‖ timestamp): nothing the issuer stores or logs names
+// an artifact, and of the blinded elements only those hashes (of values the
+// issuer sees anyway, unlinkable to a token without the blind, which only
+// the client holds: RFC 9497 §3.3).
 package issuer
 
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -33,7 +38,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,6 +141,9 @@ type Service struct {
 	Now     func() time.Time
 	Issued  atomic.Int64 // tokens and credentials issued
 	Refused atomic.Int64 // requests refused (any reason)
+	// Reissued counts requests answered again as retries (RetryRecords):
+	// their tokens or credential were counted when first issued, not now.
+	Reissued atomic.Int64
 
 	refusedBy sync.Map // reason → *atomic.Int64
 	keys      sync.Map // epoch → *epochKeys
@@ -471,7 +478,10 @@ func (s *Service) HandleKeys(data []byte) *token.KeysResponse {
 }
 
 // Handle answers one IssueRequest: parse, signature, freshness, replay,
-// attestation, budget reservation, issuance.
+// attestation, budget reservation, issuance. A request whose ContentID is
+// among the identity's recent issuances of the epoch and kind
+// (RetryRecords) is a retry: answered again (the same evaluations; the
+// same ARC response) without being counted (Reissued).
 func (s *Service) Handle(ctx context.Context, data []byte) *token.IssueResponse {
 	q, err := token.ParseIssueRequest(data)
 	if err != nil {
@@ -528,10 +538,13 @@ func (s *Service) issueTokens(ctx context.Context, identity [32]byte, q *token.I
 	}
 	limit := s.Limits.limit(q.Kind)
 	n := len(q.Blinded)
-	if used, err := s.count(ctx, identity, q.Epoch, q.Kind); err != nil {
+	id := q.ContentID()
+	c, err := s.count(ctx, identity, q.Epoch, q.Kind)
+	if err != nil {
 		return s.internal(err)
-	} else if used+n > limit {
-		return s.refuse(ReasonBudget, budgetError(q.Epoch, q.Kind, limit, used, n))
+	}
+	if !c.has(id) && c.used+n > limit { // a retry (c.has) was counted when first issued
+		return s.refuse(ReasonBudget, budgetError(q.Epoch, q.Kind, limit, c.used, n))
 	}
 	// evaluate first (it also checks the elements), reserve second: the
 	// answer leaves only once the reservation holds
@@ -539,15 +552,19 @@ func (s *Service) issueTokens(ctx context.Context, identity [32]byte, q *token.I
 	if err != nil {
 		return s.refuse(ReasonBadElements, err)
 	}
-	used, err := s.reserve(ctx, identity, q.Epoch, q.Kind, n, limit)
+	used, retry, err := s.reserve(ctx, identity, q.Epoch, q.Kind, n, limit, id)
 	if err != nil {
 		if errors.Is(err, token.ErrBudget) {
 			return s.refuse(ReasonBudget, err)
 		}
 		return s.internal(err)
 	}
-	s.Issued.Add(int64(n))
-	s.log().Debug("issuer: issued", "identity", shortID(identity), "epoch", q.Epoch, "kind", q.Kind.String(), "count", n, "used", used)
+	if retry {
+		s.Reissued.Add(1)
+	} else {
+		s.Issued.Add(int64(n))
+	}
+	s.log().Debug("issuer: issued", "identity", shortID(identity), "epoch", q.Epoch, "kind", q.Kind.String(), "count", n, "used", used, "retry", retry)
 	return &token.IssueResponse{Kind: q.Kind, Evaluated: ev, Proof: proof, Used: uint32(used), Limit: uint32(limit)}
 }
 
@@ -559,16 +576,23 @@ func (s *Service) issueARC(ctx context.Context, identity [32]byte, q *token.Issu
 	if keys.arc == nil {
 		return s.refuse(ReasonKind, fmt.Errorf("%w: ARC credentials (ask the aggregator's operator)", ErrKindNotHeld))
 	}
-	if used, err := s.count(ctx, identity, q.Epoch, token.KindARC); err != nil {
+	id := q.ContentID()
+	if c, err := s.count(ctx, identity, q.Epoch, token.KindARC); err != nil {
 		return s.internal(err)
-	} else if used >= 1 {
-		return s.refuse(ReasonBudget, budgetError(q.Epoch, token.KindARC, 1, used, 1))
+	} else if !c.has(id) && c.used >= 1 { // a retry (c.has) was counted when first issued
+		return s.refuse(ReasonBudget, budgetError(q.Epoch, token.KindARC, 1, c.used, 1))
 	}
 	creq, err := arc.ParseCredentialRequest(q.ARC)
 	if err != nil {
 		return s.refuse(ReasonBadElements, err)
 	}
-	cresp, err := keys.arc.Issue(rand.Reader, creq)
+	// randomness derived from the key and the request: a retry gets the
+	// very same response, never a second credential
+	rnd, err := arcRandomness(keys.arc, id)
+	if err != nil {
+		return s.internal(err)
+	}
+	cresp, err := keys.arc.Issue(rnd, creq)
 	if err != nil {
 		return s.refuse(ReasonBadElements, err)
 	}
@@ -576,14 +600,19 @@ func (s *Service) issueARC(ctx context.Context, identity [32]byte, q *token.Issu
 	if err != nil {
 		return s.refuse(ReasonBadElements, err)
 	}
-	if _, err := s.reserve(ctx, identity, q.Epoch, token.KindARC, 1, 1); err != nil {
+	_, retry, err := s.reserve(ctx, identity, q.Epoch, token.KindARC, 1, 1, id)
+	if err != nil {
 		if errors.Is(err, token.ErrBudget) {
 			return s.refuse(ReasonBudget, err)
 		}
 		return s.internal(err)
 	}
-	s.Issued.Add(1)
-	s.log().Debug("issuer: issued", "identity", shortID(identity), "epoch", q.Epoch, "kind", token.KindARC.String(), "count", 1)
+	if retry {
+		s.Reissued.Add(1)
+	} else {
+		s.Issued.Add(1)
+	}
+	s.log().Debug("issuer: issued", "identity", shortID(identity), "epoch", q.Epoch, "kind", token.KindARC.String(), "count", 1, "retry", retry)
 	return &token.IssueResponse{Kind: token.KindARC, ARC: b, Used: 1, Limit: 1}
 }
 
@@ -626,59 +655,65 @@ func CounterKey(identity [32]byte, epoch string, kind token.Kind) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// count reads the number issued so far.
-func (s *Service) count(ctx context.Context, identity [32]byte, epoch string, kind token.Kind) (int, error) {
-	used, _, err := s.get(ctx, CounterKey(identity, epoch, kind))
-	return used, err
+// count reads the counter of (identity, epoch, kind): the number issued
+// so far and the recent issuances (RetryRecords).
+func (s *Service) count(ctx context.Context, identity [32]byte, epoch string, kind token.Kind) (counter, error) {
+	c, _, err := s.get(ctx, CounterKey(identity, epoch, kind))
+	return c, err
 }
 
-func (s *Service) get(ctx context.Context, key string) (used int, rev uint64, err error) {
+func (s *Service) get(ctx context.Context, key string) (c counter, rev uint64, err error) {
 	e, err := s.Counters.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, 0, nil
+		return counter{}, 0, nil
 	}
 	if err != nil {
-		return 0, 0, err
+		return counter{}, 0, err
 	}
-	used, err = strconv.Atoi(string(e.Value()))
-	if err != nil || used < 0 {
-		return 0, 0, fmt.Errorf("%w (%d bytes)", ErrCorruptCounter, len(e.Value()))
+	if c, err = parseCounter(e.Value()); err != nil {
+		return counter{}, 0, err
 	}
-	return used, e.Revision(), nil
+	return c, e.Revision(), nil
 }
 
 // reserve adds n to the count of (identity, epoch, kind) unless that
-// passes limit, with compare-and-set so concurrent replicas serialize:
-// Create when no count exists, Update at the revision read otherwise; a
-// conflict rereads and retries. It returns the new count; errors wrap
-// token.ErrBudget when the budget does not allow n more.
-func (s *Service) reserve(ctx context.Context, identity [32]byte, epoch string, kind token.Kind, n, limit int) (int, error) {
+// passes limit, and records id (token.IssueRequest.ContentID) among its
+// recent issuances, with compare-and-set so concurrent replicas
+// serialize: Create when no count exists, Update at the revision read
+// otherwise; a conflict rereads and retries. When id is already recorded
+// the request is a retry: nothing changes and retry is true. It returns
+// the count after; errors wrap token.ErrBudget when the budget does not
+// allow n more.
+func (s *Service) reserve(ctx context.Context, identity [32]byte, epoch string, kind token.Kind, n, limit int, id [32]byte) (used int, retry bool, err error) {
 	key := CounterKey(identity, epoch, kind)
 	for range maxCASAttempts {
-		used, rev, err := s.get(ctx, key)
+		c, rev, err := s.get(ctx, key)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
-		if used+n > limit {
-			return 0, budgetError(epoch, kind, limit, used, n)
+		if c.has(id) {
+			return c.used, true, nil
 		}
-		val := []byte(strconv.Itoa(used + n))
+		if c.used+n > limit {
+			return 0, false, budgetError(epoch, kind, limit, c.used, n)
+		}
+		val := c.charge(n, id).encode()
 		if rev == 0 {
 			_, err = s.Counters.Create(ctx, key, val)
 		} else {
 			_, err = s.Counters.Update(ctx, key, val, rev)
 		}
 		if err == nil {
-			return used + n, nil
+			return c.used + n, false, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return 0, err
+			return 0, false, err
 		}
 		if err := ctx.Err(); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 	}
-	return 0, fmt.Errorf("counter of %s: %d compare-and-set conflicts in a row", shortID(identity), maxCASAttempts)
+	return 0, false, fmt.Errorf("counter of %s: %d compare-and-set conflicts in a row", shortID(identity), maxCASAttempts)
 }
 
 // markFresh records (identity, timestamp) for 2·MaxClockSkew plus a

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -337,8 +336,11 @@ func TestReplicas(t *testing.T) {
 		t.Fatalf("one replica issued nothing (%d, %d): the test did not race them", s1.Issued.Load(), s2.Issued.Load())
 	}
 	e1, err := s1.Counters.Get(e.ctx, CounterKey(IdentityOf(alice.Public().(ed25519.PublicKey)), epoch, token.KindRandomness))
-	if err != nil || string(e1.Value()) != strconv.Itoa(n) {
-		t.Fatalf("stored count %q (%v), want %d", e1.Value(), err, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := parseCounter(e1.Value()); err != nil || c.used != n {
+		t.Fatalf("stored count %d (%v), want %d", c.used, err, n)
 	}
 }
 
@@ -394,7 +396,8 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-// TestStoresNoElements: the counters bucket holds counts and replay
+// TestStoresNoElements: the counters bucket holds counts (each with the
+// SHA-256 ContentID of its recent requests, for retries) and replay
 // markers only: no key or value contains a blinded element or the
 // identity key.
 func TestStoresNoElements(t *testing.T) {
@@ -431,8 +434,9 @@ func TestStoresNoElements(t *testing.T) {
 				t.Fatalf("bucket entry %s names a request field", k)
 			}
 		}
-		if !strings.HasPrefix(k, "replay-") && string(ent.Value()) != "3" {
-			t.Fatalf("count entry %s = %q, want 3", k, ent.Value())
+		id := q.ContentID()
+		if want := "3 " + hexOf(id[:]); !strings.HasPrefix(k, "replay-") && string(ent.Value()) != want {
+			t.Fatalf("count entry %s = %q, want %q (the count and the request's ContentID)", k, ent.Value(), want)
 		}
 	}
 }

@@ -33,7 +33,9 @@ credentials, not self-chosen secrets). Counts are reserved in JetStream KV
 ` + protocol.IssuerCountersBucket + ` before an answer leaves, so replicas never
 over-issue together and a restart keeps them. The issuer sees blinded values
 only: it cannot link a token it issued to its redemption, and it stores and
-logs only hashed identities, epochs, kinds and counts.
+logs only hashed identities, epochs, kinds and counts (each count with the
+SHA-256 of its last 16 requests, so that a client's retry after a lost
+answer is answered again without being counted twice).
 
 Keys: DIR/` + keydir.IssuerKeys + `/EPOCH.{randomness,report,arc}.key (0600), created by --epoch (an operator opens each epoch; requests naming
 another epoch are refused and create nothing). Which kinds depends on DIR:

@@ -164,6 +164,8 @@ func printTokenVectors(t *testing.T) {
 		field{qb[52:53], "u8 len = 32"}, field{qb[53:85], "blinded element 0"}, field{qb[85:86], "u8 len = 32"}, field{qb[86:118], "blinded element 1"},
 		field{qb[118:], "Ed25519 signature"})
 	block("issue-request-randomness-signed-bytes", field{[]byte("crowdlog-v1 issue request\x00"), `"crowdlog-v1 issue request" 00`}, field{qb[:118], "the request before its signature"})
+	cid := q.ContentID()
+	block("issue-request-randomness-content-id", field{cid[:], `SHA-256("crowdlog-v1 issue content" 00 ‖ 01 ‖ str8("2006-03") ‖ 0002 ‖ str8(B_0) ‖ str8(B_1))`})
 	rs := enc(&token.IssueResponse{Kind: token.KindRandomness, Evaluated: evald, Proof: proof, Used: 2, Limit: 10})
 	block("issue-response-randomness", V, field{rs[1:2], "status 0 (ok)"}, field{rs[2:3], "kind 1 (randomness)"}, field{rs[3:7], "u32 used = 2"}, field{rs[7:11], "u32 limit = 10"},
 		field{rs[11:13], "u16 count = 2"}, field{rs[13:14], "u8 len = 32"}, field{rs[14:46], "evaluated element 0 = skI·blinded_0"}, field{rs[46:47], "u8 len = 32"},

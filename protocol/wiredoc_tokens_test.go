@@ -198,6 +198,15 @@ func checkTokens(w *wire) {
 	if err := q.VerifySignature(); err != nil {
 		t.Errorf("issue-request-randomness: %v", err)
 	}
+	// what a retry keeps: kind ‖ str8(epoch) ‖ u16 n ‖ the elements, not
+	// the timestamp, identity or signature
+	content := append([]byte("crowdlog-v1 issue content\x00"), req[1:10]...)
+	content = append(content, req[50:len(req)-64]...)
+	cid := sha256.Sum256(content)
+	w.eq("issue-request-randomness-content-id", cid[:], `SHA-256("crowdlog-v1 issue content" 00 ‖ kind ‖ str8(epoch) ‖ u16 n ‖ n × str8(B_i))`)
+	if q.ContentID() != cid {
+		t.Error("token.IssueRequest.ContentID differs from the documented hash")
+	}
 	w.eq("issue-request-randomness", enc(q), "re-encoding")
 	q.Kind = token.KindReport
 	if err := q.VerifySignature(); !errors.Is(err, token.ErrBadSignature) {

@@ -40,7 +40,17 @@ type Security struct {
 	// caller sets each value; zero fields name the crowdlog command's
 	// flags (FlagHints).
 	Hints Hints
+	// ConnectTimeout bounds each attempt of ConnectAs to reach a server
+	// (dial, TLS handshake, the server's INFO: nats.Timeout); 0 means
+	// DefaultConnectTimeout.
+	ConnectTimeout time.Duration
 }
+
+// DefaultConnectTimeout is Security.ConnectTimeout when 0: nats.go's own
+// default (2 s) ran out on a loaded 2-core machine where many processes
+// connected at once. The server's side of the handshake has its own bound
+// (nats-server's auth_timeout, natsserver.Options.AuthTimeout).
+const DefaultConnectTimeout = 10 * time.Second
 
 // Hints name, in natsconn's errors, the setting that fixes each: the
 // crowdlog command's flags (FlagHints, used for a zero field) or the
@@ -114,15 +124,20 @@ func ClientInboxPrefix() string { return natsauth.InboxPrefix(natsauth.Client) +
 func Connect(url, name string) (*nats.Conn, error) { return ConnectAs(url, name, Security{}) }
 
 // ConnectAs connects to url (comma-separated for a cluster) as name, with
-// s's credential, TLS and inbox prefix, reconnecting forever and logging
-// disconnects. Errors say whether the server is down or the credential or
+// s's credential, TLS and inbox prefix, each attempt bounded by
+// s.ConnectTimeout (DefaultConnectTimeout), reconnecting forever and
+// logging disconnects. Errors say whether the server is down or the credential or
 // TLS files were refused.
 func ConnectAs(url, name string, s Security) (*nats.Conn, error) {
 	sec, err := s.Options()
 	if err != nil {
 		return nil, err
 	}
-	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+	timeout := s.ConnectTimeout
+	if timeout <= 0 {
+		timeout = DefaultConnectTimeout
+	}
+	opts := append([]nats.Option{nats.Name(name), nats.Timeout(timeout), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				slog.Warn("NATS disconnected; reconnecting", "conn", name, "err", err)

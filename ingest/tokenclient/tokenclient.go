@@ -175,11 +175,19 @@ func (c *Client) Keys(ctx context.Context, epoch string) (*token.KeysResponse, e
 }
 
 // keysAttempts is how often a public-key request that timed out is sent
-// again (it changes nothing at the issuer). Issue requests are never
-// re-sent after a timeout: the same signed bytes are refused as a replay,
-// and a freshly signed request would count the identity's tokens twice
-// when the first one was served and only its answer was late.
+// in all (it changes nothing at the issuer).
 const keysAttempts = 3
+
+// IssueAttempts is how often an issue request is sent in all when the
+// issuer's answers do not come within Client.Timeout: each attempt is
+// signed again (fresh timestamp) over the same blinded elements (or ARC
+// request), so the issuer recognizes it by its content
+// (token.IssueRequest.ContentID) and answers it again without counting
+// it twice when only an earlier answer was lost (issuer.RetryRecords).
+// One batch waits at most IssueAttempts × Timeout for the issuer
+// (90 s with DefaultTimeout), plus what a replay refusal adds
+// (replayRetries).
+const IssueAttempts = 3
 
 // fetchKeys asks subj for the keys of epoch (request b) and checks the
 // answer names epoch. A request that timed out (a loaded issuer) is sent
@@ -267,13 +275,24 @@ func (c *Client) checkPin(epoch string, resp *token.KeysResponse) error {
 	return nil
 }
 
-// issue signs q (fresh timestamp) and sends it; a replay refusal (same
-// millisecond as another request of this identity) is signed again.
+// timedOut reports whether err is a request that got no answer in time
+// (and not the caller's context ending).
+func timedOut(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && (errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded))
+}
+
+// issue signs q (fresh timestamp) and sends it. A replay refusal (same
+// millisecond as another request of this identity) is signed again, up to
+// replayRetries times; a request whose answer does not come in time is
+// signed again and re-sent with the same content, IssueAttempts in all,
+// with a Warn log line (the issuer counts it once: IssueAttempts).
 func (c *Client) issue(ctx context.Context, q *token.IssueRequest) (*token.IssueResponse, error) {
 	if len(c.Identity) != ed25519.PrivateKeySize {
 		return nil, errors.New("tokenclient: no identity key (keydir.EnsureIdentityKey)")
 	}
-	for attempt := 0; ; attempt++ {
+	subj := c.issuerSubject(q.Kind, q.Epoch)
+	timeouts, replays := 0, 0
+	for {
 		q.Timestamp = c.timestamp()
 		if err := q.Sign(c.Identity); err != nil {
 			return nil, err
@@ -282,16 +301,30 @@ func (c *Client) issue(ctx context.Context, q *token.IssueRequest) (*token.Issue
 		if err != nil {
 			return nil, err
 		}
-		data, err := c.request(ctx, c.issuerSubject(q.Kind, q.Epoch), b)
+		data, err := c.request(ctx, subj, b)
 		if err != nil {
-			return nil, err
+			if !timedOut(ctx, err) {
+				return nil, err
+			}
+			if timeouts++; timeouts >= IssueAttempts {
+				t := c.Timeout
+				if t <= 0 {
+					t = DefaultTimeout
+				}
+				return nil, fmt.Errorf("tokenclient: the issuer answered none of %d requests on %s (all the same %s request of epoch %s), each given %s (%s in all; one that reached it was counted once and its tokens are lost: check that the issuer runs, or raise Client.Timeout for a loaded one): %w",
+					timeouts, subj, q.Kind, q.Epoch, t, time.Duration(timeouts)*t, err)
+			}
+			c.log().Warn("tokenclient: the issuer's answer did not come in time; sending the same request again (counted once)",
+				"subject", subj, "kind", q.Kind.String(), "epoch", q.Epoch, "attempt", timeouts+1, "of", IssueAttempts, "err", err)
+			continue
 		}
 		resp, err := token.ParseIssueResponse(data)
 		if err != nil {
 			return nil, fmt.Errorf("tokenclient: issuer response: %w", err)
 		}
 		if err := resp.Err(); err != nil {
-			if errors.Is(err, token.ErrReplay) && attempt < replayRetries {
+			if errors.Is(err, token.ErrReplay) && replays < replayRetries {
+				replays++
 				continue
 			}
 			return nil, err

@@ -162,6 +162,40 @@ func (q *IssueRequest) ReplayID() [32]byte {
 	return id
 }
 
+// ContentID identifies what a request asks for, independent of when it
+// was signed: SHA-256("crowdlog-v1 issue content\0" ‖ u8 kind ‖ u8 len
+// epoch ‖ epoch ‖ token kinds: u16 count ‖ count × (u8 len ‖ element);
+// KindARC: u16 len ‖ credential request), 32 bytes. A client that sends
+// the same blinded elements (or ARC request) again with a fresh timestamp
+// and signature — a retry after an answer that did not come — sends the
+// same ContentID; the issuer answers it again without counting it twice
+// (package issuer). Identical content has identical evaluations (RFC
+// 9578 §5: the VOPRF evaluation is a function of the key and the
+// element), so a retry gives the client nothing it was not already given.
+// The zero ID on fields out of range.
+func (q *IssueRequest) ContentID() [32]byte {
+	w := protocol.Writer{}
+	w.U8(byte(q.Kind))
+	w.Bytes8([]byte(q.Epoch))
+	switch {
+	case q.Kind.Valid():
+		w.U16(uint16(len(q.Blinded)))
+		for _, e := range q.Blinded {
+			w.Bytes8(e)
+		}
+	case q.Kind == KindARC:
+		w.Bytes16(q.ARC)
+	}
+	if _, err := q.body(); err != nil {
+		return [32]byte{}
+	}
+	return sha256.Sum256(append([]byte(issueContentPurpose), w.B...))
+}
+
+// issueContentPurpose separates ContentID from every other SHA-256 of the
+// protocol.
+const issueContentPurpose = "crowdlog-v1 issue content\x00"
+
 // MarshalBinary encodes the request: body ‖ signature[64]. It fails on an
 // unsigned request or fields out of range.
 func (q *IssueRequest) MarshalBinary() ([]byte, error) {
