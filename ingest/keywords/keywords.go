@@ -125,6 +125,18 @@ func (l *List) Index(w string) int {
 	return -1
 }
 
+// Lookup returns ℓ for w as a user or operator writes it ("Free",
+// " MP3 "), normalized as Parse normalizes the list's own lines, or -1
+// when it is not monitored. Blacklists given on a command line go
+// through it, so they match however they are cased or spaced.
+func (l *List) Lookup(w string) int {
+	n, ok := normalize.Query(strings.TrimSpace(w))
+	if !ok {
+		return -1
+	}
+	return l.Index(n)
+}
+
 // Day is a round: the number of days since 1970-01-01 of a calendar date
 // (PDD §3.4: "the round number s becomes the number of days elapsed"). The
 // date is UTC's unless the campaign names a time zone (DayIn).

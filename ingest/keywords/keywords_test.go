@@ -66,3 +66,24 @@ func TestCounts(t *testing.T) {
 		t.Fatalf("dense %v", v)
 	}
 }
+
+// TestLookup: a word as an operator types it (case, spaces) finds the
+// list's normalized keyword; Index, which takes the normalized form only,
+// does not.
+func TestLookup(t *testing.T) {
+	l, err := Parse(strings.NewReader("free\nmp3\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		in   string
+		want int
+	}{{"free", 0}, {"Free", 0}, {" FREE ", 0}, {"MP3", 1}, {"flu", -1}, {"", -1}} {
+		if got := l.Lookup(c.in); got != c.want {
+			t.Errorf("Lookup(%q) = %d, want %d", c.in, got, c.want)
+		}
+	}
+	if l.Index("Free") != -1 {
+		t.Error(`Index("Free") found a keyword: Lookup is the normalizing one`)
+	}
+}

@@ -155,7 +155,7 @@ func (c *PDDConfig) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&c.Input, "input", "", "AOL TSV log (plain or .gz)")
 	f.StringVar(&c.Campaign, "campaign", "pdd", "campaign name")
 	f.StringVar(&c.Keywords, "keywords", "", "monitored keyword list, one per line (default: embedded "+keywords.DefaultName+")")
-	f.StringSliceVar(&c.Blacklist, "blacklist", nil, "keywords no client ever shares (comma-separated)")
+	f.StringSliceVar(&c.Blacklist, "blacklist", nil, "keywords no client ever shares (comma-separated; normalized like the keyword list, so any case matches)")
 	f.IntVar(&c.MaxUsers, "max-users", 0, "only the first N users of the log (0 = all)")
 	f.IntVar(&c.MaxDays, "max-days", 0, "only the first N days of the log (0 = all)")
 	f.StringVar(&c.Timezone, "timezone", "", "IANA time zone whose calendar days are the rounds (e.g. Asia/Shanghai); a query instance ends at its midnight (default UTC)")

@@ -312,7 +312,10 @@ func (p *pddRun) prepare() error {
 	}
 	p.black = map[string]bool{}
 	for _, w := range p.cfg.Blacklist {
-		p.black[w] = true
+		// normalized like the list: "Free" blacklists "free"
+		if i := p.list.Lookup(w); i >= 0 {
+			p.black[p.list.Words[i]] = true
+		}
 	}
 	return nil
 }

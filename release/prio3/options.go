@@ -75,7 +75,7 @@ func (o *Options) AddFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.MaxWeight, "max-weight", o.MaxWeight, "prio3 presence: most keywords one report may set")
 	f.Uint64Var(&o.L1, "l1", o.L1, "prio3 sumvec: the clients' bound S on one client's daily sum of counts, the noise's sensitivity (the aggregators' --l1; 0 = L·(2^bits − 1))")
 	f.Uint64Var(&o.MinBatchSize, "min-batch-size", o.MinBatchSize, "prio3: fewest reports a released day may have (the aggregators' value)")
-	f.StringSliceVar(&o.Blacklist, "blacklist", o.Blacklist, "prio3: keywords never released (comma-separated)")
+	f.StringSliceVar(&o.Blacklist, "blacklist", o.Blacklist, "prio3: keywords never released (comma-separated; normalized like the keyword list, so any case matches)")
 	f.Float64Var(&o.StatusEpsilon, "status-epsilon", o.StatusEpsilon, "prio3: the leader's --status-epsilon (ε_c of each day's released/withheld status; negative = 0.1 × --epsilon, 0 = the exact minimum batch rule): each noisy day's ledger row charges ε + ε_c")
 	f.Float64Var(&o.StatusDelta, "status-delta", o.StatusDelta, "prio3: the leader's --status-delta (δ of each day's status), charged on each noisy day's ledger row with --status-epsilon > 0")
 }

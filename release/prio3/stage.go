@@ -201,7 +201,7 @@ func (st *Stage) config() (topic string, log *slog.Logger, skip map[int]bool, er
 	}
 	skip = map[int]bool{}
 	for _, w := range st.Blacklist {
-		if i := st.List.Index(w); i >= 0 {
+		if i := st.List.Lookup(w); i >= 0 { // normalized like the list
 			skip[i] = true
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -197,8 +198,9 @@ func testStage(t *testing.T, w *release.Writer) {
 	}
 
 	sink := &counting{Sink: w, fail: 1}
+	// the blacklist as an operator may type it: normalized like the list
 	newStage := func(s pdd.Sink) *Stage {
-		return &Stage{Brokers: []string{broker.Addr}, Writer: s, List: list, Blacklist: []string{blacklisted},
+		return &Stage{Brokers: []string{broker.Addr}, Writer: s, List: list, Blacklist: []string{" " + strings.ToUpper(blacklisted)},
 			Collector: p3.Collector{Campaign: campaign, Measurement: m, Key: ck, MinBatchSize: minBatch}}
 	}
 	st := newStage(sink)
