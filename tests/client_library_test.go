@@ -20,6 +20,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/aggregator"
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
+	"github.com/crowdlog/crowdlog/infra/gobuild"
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
@@ -242,8 +243,8 @@ func TestClientLibrary(t *testing.T) {
 	defer cancel()
 	const epoch, k = "library-e1", 5 // k: the README's pipeline, testdata/pipelines/query-ftu-k5.yaml
 	bin := filepath.Join(t.TempDir(), "embed")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "../examples/embed").CombinedOutput(); err != nil {
-		t.Fatalf("go build examples/embed: %v\n%s", err, out)
+	if err := gobuild.Build(ctx, bin, "../examples/embed"); err != nil {
+		t.Fatal(err)
 	}
 	d := startDeploymentWith(t, ctx, epoch, func(d *deployment) []string { return readmeAggregateArgs(t, d) })
 	if d.signer == nil {

@@ -14,6 +14,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
+	"github.com/crowdlog/crowdlog/infra/gobuild"
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/tests/truth"
@@ -33,12 +34,21 @@ func subset(t *testing.T, n int) string {
 
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "crowdlog")
-	cmd := exec.Command("go", "build", "-o", bin, "../cmd/crowdlog")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	bin, err := crowdlogBin.Path("../cmd/crowdlog")
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
+}
+
+// crowdlogBin is cmd/crowdlog built once for the package's tests (removed
+// by TestMain).
+var crowdlogBin gobuild.Once
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	crowdlogBin.Remove()
+	os.Exit(code)
 }
 
 type proc struct {

@@ -106,6 +106,9 @@ func (c *cluster) startRun(ctx context.Context, input, ch, policy string, k int,
 		"--start-timeout", "10m", "--timeout", "10m")
 	var runOut bytes.Buffer
 	run.Stdout, run.Stderr = &runOut, &runOut
+	// once ctx ends and the run is killed, Wait stops waiting for the
+	// output pipe within 30 s
+	run.WaitDelay = 30 * time.Second
 	if err := run.Start(); err != nil {
 		c.t.Fatal(err)
 	}

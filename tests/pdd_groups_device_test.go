@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
+	"github.com/crowdlog/crowdlog/infra/gobuild"
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/natsauth"
 	"github.com/crowdlog/crowdlog/infra/natsconn"
@@ -48,8 +49,8 @@ func TestPDDGroupsDevice(t *testing.T) {
 	dir := t.TempDir()
 	bin := buildBinary(t)
 	example := filepath.Join(dir, "pdd-groups-example")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", example, "../examples/pdd-groups").CombinedOutput(); err != nil {
-		t.Fatalf("go build examples/pdd-groups: %v\n%s", err, out)
+	if err := gobuild.Build(ctx, example, "../examples/pdd-groups"); err != nil {
+		t.Fatal(err)
 	}
 	logs := filepath.Join(dir, "logs")
 	must(t, os.MkdirAll(logs, 0o755))

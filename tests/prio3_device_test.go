@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
+	"github.com/crowdlog/crowdlog/infra/gobuild"
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/natsauth"
@@ -232,8 +233,8 @@ func startPrio3Devices(t *testing.T, ctx context.Context) *prio3Devices {
 	dir := t.TempDir()
 	bin := buildBinary(t)
 	example := filepath.Join(dir, "prio3-example")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", example, "../examples/prio3").CombinedOutput(); err != nil {
-		t.Fatalf("go build examples/prio3: %v\n%s", err, out)
+	if err := gobuild.Build(ctx, example, "../examples/prio3"); err != nil {
+		t.Fatal(err)
 	}
 	logs := filepath.Join(dir, "logs")
 	must(t, os.MkdirAll(logs, 0o755))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/crowdlog/crowdlog/infra/gobuild"
 	"github.com/crowdlog/crowdlog/pipelines/pipeline"
 	"github.com/crowdlog/crowdlog/pipelines/runner"
 )
@@ -52,8 +54,8 @@ func TestPipelineFlagForms(t *testing.T) {
 // 2 on an unknown --log-level, and prints a version.
 func TestPipelineExitStatus(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "crowdlog")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	if err := gobuild.Build(context.Background(), bin, "."); err != nil {
+		t.Fatal(err)
 	}
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, []byte("name: x\napp:\n  name: query\npolicy:\n  kind: ft-u\n  k: 500000\n"), 0o600)

@@ -847,12 +847,23 @@ func (r *run) connect(role natsauth.Role, name string) (*nats.Conn, jetstream.Je
 	return connectRole(r.cfg.NATS, name, sec, &r.conns)
 }
 
-// closeAll runs every close function of conns, last first.
+// closeAll runs every close function of conns, last first, each bounded
+// by closeWait (one that does not return is logged and left running).
 func closeAll(conns []func()) {
 	for i := len(conns) - 1; i >= 0; i-- {
-		conns[i]()
+		done := make(chan struct{})
+		go func() { conns[i](); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(closeWait):
+			slog.Warn("a NATS connection did not close in time; left to the process's exit", "waited", closeWait, "of", len(conns)-i)
+		}
 	}
 }
+
+// closeWait bounds each Close of closeAll: nats.go's own write deadline
+// (FlusherTimeout) is 1 min.
+const closeWait = 70 * time.Second
 
 // connectRole opens a NATS connection to url as name with sec, and its
 // JetStream; the connection's Close is appended to conns.

@@ -32,6 +32,7 @@ import (
 
 	"github.com/crowdlog/crowdlog/infra/clickhouse"
 	"github.com/crowdlog/crowdlog/infra/deploy/helm"
+	"github.com/crowdlog/crowdlog/infra/gobuild"
 	"github.com/crowdlog/crowdlog/infra/kafka"
 	"github.com/crowdlog/crowdlog/infra/keydir"
 	"github.com/crowdlog/crowdlog/infra/natsauth"
@@ -356,8 +357,8 @@ func must(t *testing.T, err error) {
 func buildBinary(t *testing.T, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "crowdlog")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/crowdlog").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := gobuild.Build(context.Background(), bin, "../../cmd/crowdlog"); err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
