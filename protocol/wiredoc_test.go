@@ -1514,9 +1514,36 @@ func TestWireDocVectors(t *testing.T) {
 	checkReportTrailer(w)
 	checkControl(w)
 	checkVectorsControl(w)
+	checkedInPackages(w)
 	for _, name := range order {
 		if !w.used[name] {
 			t.Errorf("docs/wire.md: vector %s is checked by nothing (add a check to protocol/wiredoc_test.go)", name)
+		}
+	}
+}
+
+// vectorsInPackages are the vectors that the format's own package checks
+// (its vectors_test.go reads this document, assembles the bytes by hand
+// and checks the signatures with crypto/ed25519), by the test file that
+// does: checkedInPackages requires each file to name each of its vectors.
+var vectorsInPackages = map[string][]string{
+	"pipelinespec/vectors_test.go": {"aggregator-sign-seed", "aggregator-sign-public",
+		"pipeline-announcement-signed-bytes", "pipeline-announcement-signed",
+		"pipeline-answer-nonce", "pipeline-answer-signed-bytes", "pipeline-answer-signed"},
+}
+
+func checkedInPackages(w *wire) {
+	for file, names := range vectorsInPackages {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			w.t.Errorf("the vectors %v are checked in %s: %v", names, file, err)
+			continue
+		}
+		for _, name := range names {
+			w.get(name)
+			if !bytes.Contains(src, []byte(`"`+name+`"`)) {
+				w.t.Errorf("docs/wire.md: vector %s is not named in %s, which should check it", name, file)
+			}
 		}
 	}
 }
