@@ -133,7 +133,7 @@ func TestWireVectorSignedAnnouncement(t *testing.T) {
 	body := testvec.Fields{
 		fl([]byte{0x01}, "version 1"),
 		fl([]byte{0x01}, "type 1 (signed announcement)"),
-		fl(str8b(vecProcess), "str8 process " + q(vecProcess)),
+		fl(str8b(vecProcess), "str8 process "+q(vecProcess)),
 		fl(u16b(1), "u16 n = 1 definition"),
 		fl(u16b(len(vecCanonical)), fmt.Sprintf("u16 length = %d", len(vecCanonical))),
 		fl([]byte(vecCanonical), "canonical text (star-pipeline-canonical)"),
@@ -188,7 +188,7 @@ func TestWireVectorSignedAnswer(t *testing.T) {
 	body := testvec.Fields{
 		fl([]byte{0x02}, "version 2"),
 		fl([]byte{0x02}, "type 2 (signed answer)"),
-		fl(str8b(vecProcess), "str8 process " + q(vecProcess)),
+		fl(str8b(vecProcess), "str8 process "+q(vecProcess)),
 		fl([]byte{32}, "u8 nonce length = 32"),
 		fl(nonce, "nonce (pipeline-answer-nonce, echoed)"),
 		fl(u16b(len(context)), fmt.Sprintf("u16 context length = %d", len(context))),
