@@ -1530,6 +1530,8 @@ var vectorsInPackages = map[string][]string{
 	"pipelinespec/vectors_test.go": {"aggregator-sign-seed", "aggregator-sign-public",
 		"pipeline-announcement-signed-bytes", "pipeline-announcement-signed",
 		"pipeline-answer-nonce", "pipeline-answer-signed-bytes", "pipeline-answer-signed"},
+	"prio3/vectors_test.go": {"prio3-leader-sign-seed", "prio3-leader-sign-public",
+		"prio3-settings-signed-bytes", "prio3-settings-signed", "prio3-campaign-digest"},
 }
 
 func checkedInPackages(w *wire) {

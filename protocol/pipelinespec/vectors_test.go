@@ -58,7 +58,7 @@ func str8b(s string) []byte {
 	return append([]byte{byte(len(s))}, s...)
 }
 
-func fl(b []byte, note string) testvec.Field { return testvec.Field{B: b, Note: note} }
+var fl = testvec.F
 
 func q(s string) string { return fmt.Sprintf("%q", s) }
 
@@ -72,54 +72,9 @@ func vecKeys(t *testing.T, doc map[string][]byte, print bool) (ed25519.PrivateKe
 	if print && *testvec.PrintWireVectors {
 		fmt.Print(seed.Block("aggregator-sign-seed"), "\n", pubF.Block("aggregator-sign-public"), "\n")
 	}
-	vecEq(t, doc, "aggregator-sign-seed", seed.Bytes())
-	vecEq(t, doc, "aggregator-sign-public", pub)
+	testvec.DocEq(t, doc, "aggregator-sign-seed", seed.Bytes())
+	testvec.DocEq(t, doc, "aggregator-sign-public", pub)
 	return key, pub
-}
-
-func vecEq(t *testing.T, doc map[string][]byte, name string, want []byte) {
-	t.Helper()
-	got, ok := doc[name]
-	if !ok && *testvec.PrintWireVectors {
-		t.Errorf("docs/wire.md has no vector %s yet: paste the printed block", name)
-		return
-	}
-	if !ok {
-		t.Fatalf("docs/wire.md has no vector %s", name)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("docs/wire.md vector %s is\n%x\nthe hand assembly of the documented layout gives\n%x", name, got, want)
-	}
-}
-
-// checkSigned is what a verifier does with the document's signed message
-// (signedName: the domain then the body, as assembled by hand; encName:
-// body ‖ signature): the body is the signed bytes less the domain, the
-// signature the 64 bytes after it, nothing follows, and crypto/ed25519
-// accepts the signature over the signed bytes under pub — and over no
-// other (one byte changed anywhere).
-func checkSigned(t *testing.T, doc map[string][]byte, domain, signedName, encName string, pub ed25519.PublicKey) (body, sig []byte) {
-	t.Helper()
-	signed, enc := doc[signedName], doc[encName]
-	if !bytes.HasPrefix(signed, []byte(domain)) {
-		t.Fatalf("%s does not start with the domain %q", signedName, domain)
-	}
-	body = signed[len(domain):]
-	if len(enc) != len(body)+ed25519.SignatureSize || !bytes.Equal(enc[:len(body)], body) {
-		t.Fatalf("%s is not %s without its domain, then a 64-byte signature", encName, signedName)
-	}
-	sig = enc[len(body):]
-	if !ed25519.Verify(pub, signed, sig) {
-		t.Fatalf("%s: the signature does not verify (crypto/ed25519) over %s", encName, signedName)
-	}
-	for _, i := range []int{0, len(domain) - 1, len(domain), len(signed) - 1} {
-		c := bytes.Clone(signed)
-		c[i] ^= 1
-		if ed25519.Verify(pub, c, sig) {
-			t.Errorf("%s: the signature verifies with byte %d changed", encName, i)
-		}
-	}
-	return body, sig
 }
 
 func TestWireVectorSignedAnnouncement(t *testing.T) {
@@ -144,8 +99,8 @@ func TestWireVectorSignedAnnouncement(t *testing.T) {
 	if *testvec.PrintWireVectors {
 		fmt.Print(signed.Block("pipeline-announcement-signed-bytes"), "\n", enc.Block("pipeline-announcement-signed"), "\n")
 	}
-	vecEq(t, doc, "pipeline-announcement-signed-bytes", signed.Bytes())
-	_, docSig := checkSigned(t, doc, domain, "pipeline-announcement-signed-bytes", "pipeline-announcement-signed", pub)
+	testvec.DocEq(t, doc, "pipeline-announcement-signed-bytes", signed.Bytes())
+	_, docSig := testvec.CheckSigned(t, doc, domain, "pipeline-announcement-signed-bytes", "pipeline-announcement-signed", pub)
 	if !bytes.Equal(docSig, sig) {
 		t.Errorf("pipeline-announcement-signed: signature %x, crypto/ed25519 gives %x (RFC 8032 signatures are deterministic)", docSig, sig)
 	}
@@ -162,7 +117,7 @@ func TestWireVectorSignedAnnouncement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vecEq(t, doc, "pipeline-announcement-signed", got)
+	testvec.DocEq(t, doc, "pipeline-announcement-signed", got)
 	a, err := ParseSignedPipelines(doc["pipeline-announcement-signed"])
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +132,7 @@ func TestWireVectorSignedAnswer(t *testing.T) {
 	key, pub := vecKeys(t, doc, false)
 	nonce, context := vecNonce(), vecContext()
 	nonceF := testvec.Fields{fl(nonce, "the request's nonce: bytes 00 01 … 1f")}
-	vecEq(t, doc, "pipeline-answer-nonce", nonce)
+	testvec.DocEq(t, doc, "pipeline-answer-nonce", nonce)
 
 	// by hand, from "u8 version 2 ‖ u8 type 2 ‖ str8 process ‖ str8 nonce ‖
 	// u16 length ‖ context ‖ u8 flags ‖ u64 admitted ‖ u8 m ‖ m × (str8
@@ -210,8 +165,8 @@ func TestWireVectorSignedAnswer(t *testing.T) {
 	if *testvec.PrintWireVectors {
 		fmt.Print(nonceF.Block("pipeline-answer-nonce"), "\n", signed.Block("pipeline-answer-signed-bytes"), "\n", enc.Block("pipeline-answer-signed"), "\n")
 	}
-	vecEq(t, doc, "pipeline-answer-signed-bytes", signed.Bytes())
-	docBody, docSig := checkSigned(t, doc, domain, "pipeline-answer-signed-bytes", "pipeline-answer-signed", pub)
+	testvec.DocEq(t, doc, "pipeline-answer-signed-bytes", signed.Bytes())
+	docBody, docSig := testvec.CheckSigned(t, doc, domain, "pipeline-answer-signed-bytes", "pipeline-answer-signed", pub)
 	if !bytes.Equal(docSig, sig) {
 		t.Errorf("pipeline-answer-signed: signature %x, crypto/ed25519 gives %x (RFC 8032 signatures are deterministic)", docSig, sig)
 	}
@@ -235,7 +190,7 @@ func TestWireVectorSignedAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vecEq(t, doc, "pipeline-answer-signed", got)
+	testvec.DocEq(t, doc, "pipeline-answer-signed", got)
 	a, err := ParseSignedAnswer(doc["pipeline-answer-signed"])
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,8 @@ package testvec
 
 import (
 	"bufio"
+	"bytes"
+	"crypto/ed25519"
 	"encoding/hex"
 	"flag"
 	"fmt"
@@ -137,3 +139,56 @@ func (fs Fields) Block(name string) string {
 	s.WriteString("```\n")
 	return s.String()
 }
+
+// DocEq fails t unless the document's vector name is want (the bytes a
+// test assembled by hand). With -wirevec.print a missing vector is an
+// error, not fatal, so that every block gets printed.
+func DocEq(t testing.TB, doc map[string][]byte, name string, want []byte) {
+	t.Helper()
+	got, ok := doc[name]
+	if !ok && *PrintWireVectors {
+		t.Errorf("docs/wire.md has no vector %s yet: paste the printed block", name)
+		return
+	}
+	if !ok {
+		t.Fatalf("docs/wire.md has no vector %s", name)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("docs/wire.md vector %s is\n%x\nthe hand assembly of the documented layout gives\n%x", name, got, want)
+	}
+}
+
+// CheckSigned is what a verifier does with a signed message of the
+// document, with crypto/ed25519 alone: signedName is the block of the
+// signed bytes (domain ‖ body), encName the message as sent (body ‖
+// signature[64]). The body is the signed bytes less the domain, the
+// signature the 64 bytes after it, nothing follows, and the signature
+// verifies over the signed bytes under pub and over no other (one byte
+// changed at either end of the domain or of the body). It returns the
+// body and the signature.
+func CheckSigned(t testing.TB, doc map[string][]byte, domain, signedName, encName string, pub ed25519.PublicKey) (body, sig []byte) {
+	t.Helper()
+	signed, enc := doc[signedName], doc[encName]
+	if !bytes.HasPrefix(signed, []byte(domain)) {
+		t.Fatalf("%s does not start with the domain %q", signedName, domain)
+	}
+	body = signed[len(domain):]
+	if len(body) == 0 || len(enc) != len(body)+ed25519.SignatureSize || !bytes.Equal(enc[:len(body)], body) {
+		t.Fatalf("%s is not %s without its domain, then a 64-byte signature", encName, signedName)
+	}
+	sig = enc[len(body):]
+	if !ed25519.Verify(pub, signed, sig) {
+		t.Fatalf("%s: the signature does not verify (crypto/ed25519) over %s", encName, signedName)
+	}
+	for _, i := range []int{0, len(domain) - 1, len(domain), len(signed) - 1} {
+		c := bytes.Clone(signed)
+		c[i] ^= 1
+		if ed25519.Verify(pub, c, sig) {
+			t.Errorf("%s: the signature verifies with byte %d of %s changed", encName, i, signedName)
+		}
+	}
+	return body, sig
+}
+
+// F is a Field.
+func F(b []byte, note string) Field { return Field{B: b, Note: note} }
