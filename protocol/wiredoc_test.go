@@ -1532,6 +1532,7 @@ var vectorsInPackages = map[string][]string{
 		"pipeline-answer-nonce", "pipeline-answer-signed-bytes", "pipeline-answer-signed"},
 	"prio3/vectors_test.go": {"prio3-leader-sign-seed", "prio3-leader-sign-public",
 		"prio3-settings-signed-bytes", "prio3-settings-signed", "prio3-campaign-digest"},
+	"blind/vectors_test.go": {"pdd-task-signed-bytes", "pdd-task-signature", "pdd-task"},
 }
 
 func checkedInPackages(w *wire) {
