@@ -1531,7 +1531,8 @@ var vectorsInPackages = map[string][]string{
 		"pipeline-announcement-signed-bytes", "pipeline-announcement-signed",
 		"pipeline-answer-nonce", "pipeline-answer-signed-bytes", "pipeline-answer-signed"},
 	"prio3/vectors_test.go": {"prio3-leader-sign-seed", "prio3-leader-sign-public",
-		"prio3-settings-signed-bytes", "prio3-settings-signed", "prio3-campaign-digest"},
+		"prio3-settings-signed-bytes", "prio3-settings-signed", "prio3-campaign-digest",
+		"prio3-report", "prio3-helper-nonce", "prio3-leader-request-signed-bytes", "prio3-leader-request"},
 	"blind/vectors_test.go": {"pdd-task-signed-bytes", "pdd-task-signature", "pdd-task"},
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/crowdlog/crowdlog/protocol/internal/testvec"
 )
@@ -120,5 +121,134 @@ func TestWireVectorSettings(t *testing.T) {
 	if a.Settings.Campaign != want.Campaign || a.Settings.Measurement != want.Measurement || a.Settings.ListHash != want.ListHash ||
 		a.Settings.MinBatchSize != 100 || a.Settings.Epsilon != 1.5 || len(a.Settings.LeaderKeys) != 1 || a.Settings.LeaderKeys[0] != want.LeaderKeys[0] {
 		t.Errorf("ParseSignedSettings: %+v, want %+v", a.Settings, want)
+	}
+}
+
+// TestWireVectorReport checks the vectors of docs/wire.md "Prio3 report
+// and helper token": a report's plaintext, its helper token nonce, and the
+// leader's signed AggregateReq forwarding it to the helper, each
+// assembled by hand from the documented layouts (the shares are
+// placeholders: the framing does not look inside them).
+func TestWireVectorReport(t *testing.T) {
+	doc := testvec.WireDoc(t, wireDoc)
+	seedB := sha256.Sum256([]byte("crowdlog wire vector prio3-leader-sign.key"))
+	key := ed25519.NewKeyFromSeed(seedB[:])
+	pub := key.Public().(ed25519.PublicKey)
+	fill := func(b byte, n int) []byte { return bytes.Repeat([]byte{b}, n) }
+	var id ReportID
+	for i := range id {
+		id[i] = byte(0xa0 + i)
+	}
+	public, leader, sealed := fill(0x11, 64), fill(0x22, 16), fill(0x33, 112)
+	be16 := func(n uint16) []byte { return binary.BigEndian.AppendUint16(nil, n) }
+	campaign := fl(append([]byte{11}, "health-2006"...), `str8 campaign "health-2006"`)
+	day := fl(be32(13210), "u32 day = 13210 (2006-03-03)")
+
+	// by hand, from "u8 version ‖ str8 campaign ‖ u32 day ‖ id[16] ‖
+	// str32 public share ‖ str32 leader share ‖ str32 sealed helper share ‖
+	// str16 helper token [‖ str16 leader token]"
+	report := testvec.Fields{
+		fl([]byte{0x01}, "version 1 (prio3.WireVersion)"), campaign, day,
+		fl(id[:], "report id a0 a1 … af"),
+		fl(be32(64), "u32 length = 64"), fl(public, "public share (placeholder: 64 × 11)"),
+		fl(be32(16), "u32 length = 16"), fl(leader, "leader share (placeholder: 16 × 22)"),
+		fl(be32(112), "u32 length = 112"), fl(sealed, "sealed helper share (placeholder: 112 × 33)"),
+		fl(be16(0), "u16 helper token length = 0 (none; no leader token)"),
+	}
+	// "SHA-256("crowdlog-v1 prio3 helper token" ‖ str8 campaign ‖ u32 day ‖
+	// id[16] ‖ SHA-256(public share) ‖ SHA-256(sealed helper share))"
+	ps, hs := sha256.Sum256(public), sha256.Sum256(sealed)
+	nonceIn := testvec.Fields{fl([]byte("crowdlog-v1 prio3 helper token"), `"crowdlog-v1 prio3 helper token"`), campaign, day,
+		fl(id[:], "report id"), fl(ps[:], "SHA-256(public share)"), fl(hs[:], "SHA-256(sealed helper share)")}
+	nonceB := sha256.Sum256(nonceIn.Bytes())
+	nonce := testvec.Fields{fl(nonceB[:], "helper token nonce = SHA-256 of the input above")}
+
+	// the AggregateReq forwarding it (leader prep share: placeholder), by
+	// hand from "version ‖ type 1 ‖ str8 campaign ‖ u32 day ‖ u32 key epoch
+	// ‖ u32 n ‖ n × item", signed as "version ‖ type 5 ‖ id[16] ‖ u64 issued
+	// (Unix ms) ‖ str32 body ‖ signature[64]" over "crowdlog prio3 leader
+	// request v1" 00 ‖ id ‖ issued ‖ body
+	body := testvec.Fields{
+		fl([]byte{0x01}, "version 1"), fl([]byte{0x01}, "type 1 (AggregateReq)"), campaign, day,
+		fl(be32(1), "u32 key epoch = 1"), fl(be32(1), "u32 n = 1 report"),
+		fl(id[:], "report id"),
+		fl(be32(64), "u32 length = 64"), fl(public, "public share"),
+		fl(be32(112), "u32 length = 112"), fl(sealed, "sealed helper share"),
+		fl(be32(16), "u32 length = 16"), fl(fill(0x44, 16), "leader prep share (placeholder: 16 × 44)"),
+		fl(be16(0), "u16 helper token length = 0"),
+	}
+	var reqID [16]byte
+	for i := range reqID {
+		reqID[i] = byte(0xc0 + i)
+	}
+	const issued = 1141430400000 // 2006-03-04T00:00:00Z, Unix ms
+	const domain = "crowdlog prio3 leader request v1\x00"
+	signed := append(testvec.Fields{fl([]byte(domain), `"crowdlog prio3 leader request v1" 00`),
+		fl(reqID[:], "request id c0 c1 … cf"), fl(be64(issued), "u64 issued = 1141430400000 (2006-03-04T00:00:00Z, Unix ms)")}, body...)
+	sig := ed25519.Sign(key, signed.Bytes())
+	req := append(testvec.Fields{fl([]byte{0x01}, "version 1"), fl([]byte{0x05}, "type 5 (signed leader request)"),
+		fl(reqID[:], "request id"), fl(be64(issued), "u64 issued"),
+		fl(be32(uint32(len(body.Bytes()))), fmt.Sprintf("u32 body length = %d", len(body.Bytes())))}, body...)
+	req = append(req, fl(sig, "Ed25519 signature (prio3-leader-sign-seed's key) over prio3-leader-request-signed-bytes"))
+	if *testvec.PrintWireVectors {
+		fmt.Print(report.Block("prio3-report"), "\n", nonce.Block("prio3-helper-nonce"), "\n",
+			signed.Block("prio3-leader-request-signed-bytes"), "\n", req.Block("prio3-leader-request"), "\n")
+	}
+	testvec.DocEq(t, doc, "prio3-report", report.Bytes())
+	testvec.DocEq(t, doc, "prio3-helper-nonce", nonce.Bytes())
+	testvec.DocEq(t, doc, "prio3-leader-request-signed-bytes", signed.Bytes())
+	testvec.DocEq(t, doc, "prio3-leader-request", req.Bytes())
+	// the verifier (the helper): the signature is the last 64 bytes, over
+	// the domain ‖ id ‖ issued ‖ body cut from the request
+	docReq := doc["prio3-leader-request"]
+	if len(docReq) < 30+ed25519.SignatureSize {
+		t.Fatalf("prio3-leader-request: %d bytes", len(docReq))
+	}
+	n := int(binary.BigEndian.Uint32(docReq[26:30]))
+	if 30+n+ed25519.SignatureSize != len(docReq) {
+		t.Fatalf("prio3-leader-request: body length %d does not end 64 bytes before the end", n)
+	}
+	msg := append(append([]byte(domain), docReq[2:26]...), docReq[30:30+n]...)
+	if !bytes.Equal(msg, doc["prio3-leader-request-signed-bytes"]) || !ed25519.Verify(pub, msg, docReq[30+n:]) {
+		t.Fatal("prio3-leader-request: the signature does not verify (crypto/ed25519) over the domain ‖ id ‖ issued ‖ body")
+	}
+
+	// the package: encoders from the same inputs, parsers, Verify, nonce
+	r := &Report{Campaign: "health-2006", Day: 13210, ID: id, PublicShare: public, LeaderShare: leader, SealedHelper: sealed}
+	got, err := r.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	testvec.DocEq(t, doc, "prio3-report", got)
+	pr, err := ParseReport(doc["prio3-report"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hn := pr.HelperNonce(); !bytes.Equal(hn[:], doc["prio3-helper-nonce"]) {
+		t.Errorf("Report.HelperNonce %x, the document %x", hn, doc["prio3-helper-nonce"])
+	}
+	agg := &AggregateReq{Campaign: "health-2006", Day: 13210, KeyEpoch: 1,
+		Items: []PrepItem{{ID: id, PublicShare: public, SealedHelper: sealed, LeaderPrep: fill(0x44, 16)}}}
+	aggB, err := agg.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &SignedReq{ID: reqID, Issued: time.UnixMilli(issued), Body: aggB}
+	copy(q.Sig[:], ed25519.Sign(key, q.signed()))
+	qb, err := q.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	testvec.DocEq(t, doc, "prio3-leader-request", qb)
+	pq, err := ParseSignedReq(doc["prio3-leader-request"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pq.Verify(pub); err != nil || pq.Kind() != 1 {
+		t.Errorf("ParseSignedReq: kind %d, Verify %v", pq.Kind(), err)
+	}
+	pa, err := ParseAggregateReq(pq.Body)
+	if err != nil || len(pa.Items) != 1 || pa.Items[0].ID != id || pa.KeyEpoch != 1 {
+		t.Errorf("ParseAggregateReq: %+v, %v", pa, err)
 	}
 }
