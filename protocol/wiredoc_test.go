@@ -1535,6 +1535,7 @@ var vectorsInPackages = map[string][]string{
 		"prio3-report", "prio3-helper-nonce", "prio3-leader-request-signed-bytes", "prio3-leader-request"},
 	"blind/vectors_test.go": {"pdd-task-signed-bytes", "pdd-task-signature", "pdd-task"},
 	"token/vectors_test.go": {"prio3-token-seeds", "issuer-keys-response-prio3-helper", "issuer-keys-response-prio3-leader"},
+	"vectors_test.go":       {"control-v2-signed-bytes", "control-v2-close-signed"},
 }
 
 func checkedInPackages(w *wire) {
