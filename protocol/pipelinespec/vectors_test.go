@@ -60,6 +60,15 @@ func str8b(s string) []byte {
 
 var fl = testvec.F
 
+func mustHex(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func q(s string) string { return fmt.Sprintf("%q", s) }
 
 // vecKeys checks the key blocks both vectors share (print: print them).
@@ -131,6 +140,9 @@ func TestWireVectorSignedAnswer(t *testing.T) {
 	doc := testvec.WireDoc(t, wireDoc)
 	key, pub := vecKeys(t, doc, false)
 	nonce, context := vecNonce(), vecContext()
+	// the inputs the document names: its definition and digest
+	testvec.DocEq(t, doc, "star-pipeline-canonical", []byte(vecCanonical))
+	testvec.DocEq(t, doc, "star-pipeline-digest", mustHex(t, context[:64]))
 	nonceF := testvec.Fields{fl(nonce, "the request's nonce: bytes 00 01 … 1f")}
 	testvec.DocEq(t, doc, "pipeline-answer-nonce", nonce)
 
