@@ -372,7 +372,7 @@ func (cfg Config) CheckFloor(s *p3.Settings) error {
 	case s.StatusEpsilon == 0 && !cfg.AllowExactStatus:
 		return &SettingsWeakerError{Param: "status noise", Field: "Config.AllowExactStatus",
 			Leader: "the exact minimum batch rule for each day's status (ε_c = 0: a day of min − 1 reports withheld, one of min released)",
-			Floor: "a noisy status, ε_c ≤ " + f(maxStatus)}
+			Floor:  "a noisy status, ε_c ≤ " + f(maxStatus)}
 	case s.StatusEpsilon > maxStatus:
 		return &SettingsWeakerError{Param: "status epsilon", Field: "Config.MaxStatusEpsilon", Leader: "ε_c = " + f(s.StatusEpsilon) + " per person-day for each day's status",
 			Floor: "ε_c ≤ " + f(maxStatus)}
