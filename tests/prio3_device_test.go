@@ -323,8 +323,9 @@ func startPrio3Devices(t *testing.T, ctx context.Context) *prio3Devices {
 		args := append([]string{"--nats", ns.URL, "--nats-nkey", nkey(natsauth.Client), "--keys", public,
 			"--state", filepath.Join(states, name), "--campaign", p3dCampaign, "--keywords", listPath,
 			"--bits", strconv.Itoa(p3dBits), "--l1", strconv.Itoa(p3dL1), "--day", day.String(),
-			// the campaign's terms: exact shares, a minimum batch of 3
-			"--allow-exact-shares", "--min-batch-floor", strconv.Itoa(p3dMinBatch)}, extra...)
+			// the campaign's terms: exact shares, a minimum batch of 3, the
+			// exact status rule (--epsilon 0 makes the default ε_c 0)
+			"--allow-exact-shares", "--min-batch-floor", strconv.Itoa(p3dMinBatch), "--allow-exact-status"}, extra...)
 		out, err := exec.CommandContext(ctx, example, append(args, queries...)...).CombinedOutput()
 		return string(out), err
 	}

@@ -40,77 +40,10 @@ import (
 func TestAttackPrio3SettingsDowngrade(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	ns, err := natsserver.Start(ctx, filepath.Join(dir, "nats"))
-	must(t, err)
-	t.Cleanup(ns.Shutdown)
-	admin, err := natsconn.Connect(ns.URL, "admin")
-	must(t, err)
-	t.Cleanup(admin.Close)
-	js, err := jetstream.New(admin)
-	must(t, err)
-	must(t, relays.EnsureStream(ctx, js, 0))
-	inbox := func() int {
-		s, err := js.Stream(ctx, relays.Stream)
-		must(t, err)
-		info, err := s.Info(ctx, jetstream.WithSubjectFilter(protocol.RelaySubject("a")))
-		must(t, err)
-		return int(info.State.Msgs)
-	}
-
-	// each operator's keys; the public files the app ships
-	relayDir, leaderDir, helperDir, public := filepath.Join(dir, "relays"), filepath.Join(dir, "leader"), filepath.Join(dir, "helper"), filepath.Join(dir, "public")
-	must(t, keydir.EnsureKeys(relayDir))
-	must(t, keydir.GenerateRole(leaderDir, keydir.RolePrio3Leader))
-	must(t, keydir.GenerateRole(helperDir, keydir.RolePrio3Helper))
-	must(t, os.MkdirAll(public, 0o755))
-	for name, src := range map[string]string{keydir.RelayAKey: relayDir, keydir.RelayBKey: relayDir, keydir.Prio3LeaderKey: leaderDir,
-		keydir.Prio3HelperKey: helperDir, keydir.Prio3LeaderSignKey: leaderDir} {
-		copyFile(t, filepath.Join(src, name+".pub"), filepath.Join(public, name+".pub"))
-	}
-	list, err := keywords.Parse(strings.NewReader("weather\nnews\nrecipe\nfootball\n"))
-	must(t, err)
-	leaderKeys, err := keydir.LoadKeyPairs([]string{filepath.Join(leaderDir, keydir.Prio3LeaderKey)})
-	must(t, err)
-	sign, err := keydir.LoadSigningKey(filepath.Join(leaderDir, keydir.Prio3LeaderSignKey))
-	must(t, err)
-	const campaign = "downgrade"
-	m := p3.Config{Kind: p3.KindSumVec, Length: list.Len(), Bits: 4, L1: 20}
-
-	// the leader operator's announcement, re-made with other settings
-	// (a restart of `crowdlog aggregate-prio3 --role leader` with other
-	// --epsilon and --min-batch-size)
-	var stop func()
-	announce := func(eps float64, minBatch uint64) {
-		if stop != nil {
-			stop()
-		}
-		nc, err := natsconn.Connect(ns.URL, "prio3-leader")
-		must(t, err)
-		ls := &aggprio3.LeaderService{Config: aggprio3.Config{Campaign: campaign, Measurement: m, MinBatchSize: minBatch, Epsilon: eps, Keys: leaderKeys},
-			NATS: nc, SignKey: sign, ListHash: list.Hash()}
-		sub, err := ls.ServeSettings(nil)
-		must(t, err)
-		// a round trip: the server holds the subscription before a device asks
-		must(t, nc.Flush())
-		stop = func() {
-			// the server drops the old answerer before the next one starts
-			must(t, sub.Unsubscribe())
-			must(t, nc.Flush())
-			nc.Close()
-		}
-	}
-	t.Cleanup(func() { stop() })
-
-	day := keywords.DayOf(time.Now().UTC())
-	searchesOf := func(d keywords.Day) []prio3.Search {
-		return []prio3.Search{{Query: "weather today", Time: d.Time().Add(time.Hour)}, {Query: "football news", Time: d.Time().Add(2 * time.Hour)}}
-	}
+	w := newDowngradeWorld(t, ctx)
+	inbox, announce, config, searchesOf, day := w.inbox, w.announce, w.config, w.searchesOf, w.day
 	searches := searchesOf(day)
-	config := func(name string) prio3.Config {
-		return prio3.Config{StateDir: filepath.Join(dir, "devices", name), NATS: ns.URL, KeysDir: public, SkipRouteCheck: true,
-			Campaign: campaign, Keywords: list, Measurement: p3.Config{Kind: p3.KindSumVec, Bits: 4, L1: 20}, Retry: prio3.Retry{MaxTries: 1}}
-	}
+	var err error
 	const n = 4
 	// arm 1: devices that start under the weakened announcement
 	fresh := func(arm string) (sealed int, refusal string) {
@@ -188,4 +121,101 @@ func TestAttackPrio3SettingsDowngrade(t *testing.T) {
 		}
 	}
 	t.Logf("refusal: %s", ref50)
+}
+
+// downgradeWorld is the harness of the settings downgrade attacks: an
+// embedded nats-server with the relay JetStream stream, each operator's
+// real keys, the real leader announcement (announce re-makes it with
+// other settings, as a restart of `crowdlog aggregate-prio3 --role
+// leader` with other flags would), device configurations with the
+// default floor, and inbox, the count of reports stored in relay a's
+// inbox (the stream's own count).
+type downgradeWorld struct {
+	inbox          func() int
+	announce       func(eps float64, minBatch uint64)
+	announceStatus func(eps float64, minBatch uint64, statusEps, statusDelta float64)
+	config         func(name string) prio3.Config
+	searchesOf     func(d keywords.Day) []prio3.Search
+	day            keywords.Day
+}
+
+func newDowngradeWorld(t *testing.T, ctx context.Context) *downgradeWorld {
+	t.Helper()
+	dir := t.TempDir()
+	ns, err := natsserver.Start(ctx, filepath.Join(dir, "nats"))
+	must(t, err)
+	t.Cleanup(ns.Shutdown)
+	admin, err := natsconn.Connect(ns.URL, "admin")
+	must(t, err)
+	t.Cleanup(admin.Close)
+	js, err := jetstream.New(admin)
+	must(t, err)
+	must(t, relays.EnsureStream(ctx, js, 0))
+	inbox := func() int {
+		s, err := js.Stream(ctx, relays.Stream)
+		must(t, err)
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter(protocol.RelaySubject("a")))
+		must(t, err)
+		return int(info.State.Msgs)
+	}
+
+	// each operator's keys; the public files the app ships
+	relayDir, leaderDir, helperDir, public := filepath.Join(dir, "relays"), filepath.Join(dir, "leader"), filepath.Join(dir, "helper"), filepath.Join(dir, "public")
+	must(t, keydir.EnsureKeys(relayDir))
+	must(t, keydir.GenerateRole(leaderDir, keydir.RolePrio3Leader))
+	must(t, keydir.GenerateRole(helperDir, keydir.RolePrio3Helper))
+	must(t, os.MkdirAll(public, 0o755))
+	for name, src := range map[string]string{keydir.RelayAKey: relayDir, keydir.RelayBKey: relayDir, keydir.Prio3LeaderKey: leaderDir,
+		keydir.Prio3HelperKey: helperDir, keydir.Prio3LeaderSignKey: leaderDir} {
+		copyFile(t, filepath.Join(src, name+".pub"), filepath.Join(public, name+".pub"))
+	}
+	list, err := keywords.Parse(strings.NewReader("weather\nnews\nrecipe\nfootball\n"))
+	must(t, err)
+	leaderKeys, err := keydir.LoadKeyPairs([]string{filepath.Join(leaderDir, keydir.Prio3LeaderKey)})
+	must(t, err)
+	sign, err := keydir.LoadSigningKey(filepath.Join(leaderDir, keydir.Prio3LeaderSignKey))
+	must(t, err)
+	const campaign = "downgrade"
+	m := p3.Config{Kind: p3.KindSumVec, Length: list.Len(), Bits: 4, L1: 20}
+
+	// the leader operator's announcement, re-made with other settings
+	// (a restart of `crowdlog aggregate-prio3 --role leader` with other
+	// --epsilon and --min-batch-size)
+	var stop func()
+	announceStatus := func(eps float64, minBatch uint64, statusEps, statusDelta float64) {
+		if stop != nil {
+			stop()
+		}
+		nc, err := natsconn.Connect(ns.URL, "prio3-leader")
+		must(t, err)
+		ls := &aggprio3.LeaderService{Config: aggprio3.Config{Campaign: campaign, Measurement: m, MinBatchSize: minBatch, Epsilon: eps, Keys: leaderKeys,
+			StatusEpsilon: statusEps, StatusDelta: statusDelta},
+			NATS: nc, SignKey: sign, ListHash: list.Hash()}
+		sub, err := ls.ServeSettings(nil)
+		must(t, err)
+		// a round trip: the server holds the subscription before a device asks
+		must(t, nc.Flush())
+		stop = func() {
+			// the server drops the old answerer before the next one starts
+			must(t, sub.Unsubscribe())
+			must(t, nc.Flush())
+			nc.Close()
+		}
+	}
+	t.Cleanup(func() { stop() })
+	// the leader's default day status: ε_c = 0.1 × ε, δ = 10⁻⁶
+	// (--status-epsilon, --status-delta left alone)
+	announce := func(eps float64, minBatch uint64) {
+		announceStatus(eps, minBatch, p3.StatusEpsilonOf(p3.AutoStatusEpsilon, eps), p3.DefaultStatusDelta)
+	}
+
+	day := keywords.DayOf(time.Now().UTC())
+	searchesOf := func(d keywords.Day) []prio3.Search {
+		return []prio3.Search{{Query: "weather today", Time: d.Time().Add(time.Hour)}, {Query: "football news", Time: d.Time().Add(2 * time.Hour)}}
+	}
+	config := func(name string) prio3.Config {
+		return prio3.Config{StateDir: filepath.Join(dir, "devices", name), NATS: ns.URL, KeysDir: public, SkipRouteCheck: true,
+			Campaign: campaign, Keywords: list, Measurement: p3.Config{Kind: p3.KindSumVec, Bits: 4, L1: 20}, Retry: prio3.Retry{MaxTries: 1}}
+	}
+	return &downgradeWorld{inbox: inbox, announce: announce, announceStatus: announceStatus, config: config, searchesOf: searchesOf, day: day}
 }

@@ -14,10 +14,16 @@ import (
 // Settings is what the leader announces to clients on
 // protocol.Prio3SettingsSubject (p3.Settings): its campaign, measurement,
 // the keyword list's hash (listHash, keywords.List.Hash), the batch
-// size, ε and its report public keys.
+// size, ε, its report public keys and the (ε_c, δ) of each day's status
+// (Config.StatusEpsilon, StatusDelta; δ announced 0 with ε_c = 0, the
+// exact minimum batch rule), so a device can refuse a status rule weaker
+// than its floor.
 func (s *LeaderService) Settings(listHash [32]byte) (*p3.Settings, error) {
 	st := &p3.Settings{Campaign: s.Config.Campaign, Measurement: s.Config.Measurement, ListHash: listHash,
-		MinBatchSize: s.Config.MinBatchSize, Epsilon: s.Config.Epsilon}
+		MinBatchSize: s.Config.MinBatchSize, Epsilon: s.Config.Epsilon, StatusEpsilon: s.Config.StatusEpsilon}
+	if st.StatusEpsilon > 0 {
+		st.StatusDelta = s.Config.StatusDelta
+	}
 	for _, k := range s.Config.Keys {
 		b, err := k.Public.MarshalBinary()
 		if err != nil || len(b) != 32 {

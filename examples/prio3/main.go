@@ -15,8 +15,10 @@
 // campaign's: the device asks the leader for its signed settings and
 // refuses to upload, naming the value, when they differ. It also refuses
 // when the leader announces privacy settings weaker than the app's floor
-// (--max-epsilon, --min-batch-floor, --allow-exact-shares; the defaults
-// accept the aggregators' defaults ε = 1 and a minimum batch of 100).
+// (--max-epsilon, --min-batch-floor, --allow-exact-shares,
+// --max-status-epsilon, --max-status-delta, --allow-exact-status; the
+// defaults accept the aggregators' defaults ε = 1, a minimum batch of 100
+// and a noisy day status of ε_c = 0.1, δ = 10⁻⁶).
 // Running it again for the same day sends nothing (the state directory
 // records the day).
 package main
@@ -69,6 +71,9 @@ func main() {
 	maxEps := flag.Float64("max-epsilon", prio3.DefaultMaxEpsilon, "the largest ε per person-day the leader may announce")
 	minBatch := flag.Uint64("min-batch-floor", prio3.DefaultMinBatchFloor, "the smallest minimum batch size the leader may announce")
 	exact := flag.Bool("allow-exact-shares", false, "accept a leader that announces exact shares (ε = 0, no noise)")
+	maxStatus := flag.Float64("max-status-epsilon", prio3.DefaultMaxStatusEpsilon, "the largest ε_c of each day's released/withheld status the leader may announce")
+	maxDelta := flag.Float64("max-status-delta", prio3.DefaultMaxStatusDelta, "the largest δ of each day's status the leader may announce")
+	exactStatus := flag.Bool("allow-exact-status", false, "accept a leader that announces the exact minimum batch rule for each day's status (ε_c = 0: the status tells whether one person took part on a day of min − 1 reports)")
 	fps := fingerprints{}
 	flag.Var(fps, "fingerprint", "NAME=SHA256 of a key file, as its operator published it (repeatable)")
 	flag.Parse()
@@ -101,6 +106,7 @@ func main() {
 	cfg := prio3.Config{StateDir: *state, NATS: *natsURL, KeysDir: *keys, Fingerprints: fps,
 		Campaign: *campaign, Keywords: kw, Measurement: m, Digest: *digest, HelperTokens: *tokens, LeaderTokens: *ltokens,
 		MaxEpsilon: *maxEps, MinBatchFloor: *minBatch, AllowExactShares: *exact,
+		MaxStatusEpsilon: *maxStatus, MaxStatusDelta: *maxDelta, AllowExactStatus: *exactStatus,
 		Retry: prio3.Retry{MaxElapsed: time.Minute}, Logger: slog.Default()}
 	cfg.NATSSecurity.NKeyFile = *nkey
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

@@ -57,7 +57,9 @@ var (
 	ErrKeyFingerprint = errors.New("prio3: an operator's public key does not match its published fingerprint")
 	// ErrSettingsWeaker: the leader announces privacy settings weaker than
 	// the device's floor (Config.MaxEpsilon, Config.MinBatchFloor,
-	// Config.AllowExactShares); the error is a *SettingsWeakerError naming
+	// Config.AllowExactShares, Config.MaxStatusEpsilon,
+	// Config.MaxStatusDelta, Config.AllowExactStatus); the error is a
+	// *SettingsWeakerError naming
 	// the parameter. Returned by New, and by Upload when the leader's
 	// announcement changed since (nothing is sealed or sent).
 	ErrSettingsWeaker = errors.New("prio3: the leader announces weaker privacy settings than this device accepts")
@@ -76,6 +78,23 @@ const (
 	// day is released with) a device accepts when Config.MinBatchFloor is
 	// 0: a tenth of the aggregators' default --min-batch-size 100.
 	DefaultMinBatchFloor = 10
+	// DefaultMaxStatusEpsilon is the largest ε_c of a day's
+	// released/withheld status (the leader's noisy count test, one count
+	// query of sensitivity 1 per person-day) a device accepts when
+	// Config.MaxStatusEpsilon is 0: the same as DefaultMaxEpsilon. By
+	// basic composition (Dwork & Roth, "The Algorithmic Foundations of
+	// Differential Privacy", 2014, Thm. 3.16) a person-day then costs at
+	// most ε + ε_c ≤ 2 under the default floor; the aggregators' default
+	// ε_c is 0.1 × ε (0.1 at ε = 1), well inside it. At ε_c = 1 and δ =
+	// 10⁻⁶ the noisy count must pass the minimum by 14; at ε_c = 50 by 1,
+	// about the exact rule, which the floor refuses.
+	DefaultMaxStatusEpsilon = DefaultMaxEpsilon
+	// DefaultMaxStatusDelta is the largest δ of the status a device
+	// accepts when Config.MaxStatusDelta is 0: ten times the aggregators'
+	// default --status-delta 10⁻⁶, and below 1/n for a campaign of up to
+	// 10⁵ people (δ must be well under the inverse of the population:
+	// Dwork & Roth §2.3).
+	DefaultMaxStatusDelta = 1e-5
 )
 
 // Key files a Prio3 device pins (names in Config.KeysDir, the state
@@ -231,6 +250,20 @@ type Config struct {
 	// batch, and a malicious leader padding a batch reads one client's
 	// vector). Only for a campaign that says so, or a test.
 	AllowExactShares bool
+	// The status floor: the leader decides each day's released/withheld
+	// status from a noisy count, (ε_c, δ)-DP per person-day
+	// (aggregator/prio3 status.go), and announces (ε_c, δ). A device
+	// refuses ε_c above MaxStatusEpsilon (0 means
+	// DefaultMaxStatusEpsilon, 1), δ above MaxStatusDelta (0 means
+	// DefaultMaxStatusDelta, 10⁻⁵), and the exact minimum batch rule (ε_c
+	// = 0: a day of min − 1 reports is withheld and one of min released,
+	// so the status tells whether one person took part) unless
+	// AllowExactStatus. A leader running exact shares with the default
+	// --status-epsilon (0.1 × ε = 0) runs the exact rule: such a
+	// campaign's devices set both AllowExactShares and AllowExactStatus.
+	MaxStatusEpsilon float64
+	MaxStatusDelta   float64
+	AllowExactStatus bool
 
 	// HelperTokens fetches, per upload, a helper token from the helper
 	// operator's issuer with the device's identity (a helper run without
@@ -306,11 +339,12 @@ func (e *SettingsWeakerError) Error() string {
 func (e *SettingsWeakerError) Unwrap() error { return ErrSettingsWeaker }
 
 // CheckFloor compares the privacy parameters of the leader's settings s
-// with cfg's floor (MaxEpsilon, MinBatchFloor, AllowExactShares; zero
-// fields take the defaults) and returns a *SettingsWeakerError (wrapping
-// ErrSettingsWeaker) for the first one weaker, else nil. New and Upload
-// call it; VerifySettings does not, so a program driving Clients itself
-// calls it after VerifySettings.
+// with cfg's floor (MaxEpsilon, MinBatchFloor, AllowExactShares,
+// MaxStatusEpsilon, MaxStatusDelta, AllowExactStatus; zero fields take
+// the defaults) and returns a *SettingsWeakerError (wrapping
+// ErrSettingsWeaker) for the first one weaker — param "noise", "epsilon",
+// "min batch size", "status noise", "status epsilon" or "status delta" —
+// else nil. New, Upload and VerifySettings call it.
 func (cfg Config) CheckFloor(s *p3.Settings) error {
 	maxEps, minBatch := cfg.MaxEpsilon, cfg.MinBatchFloor
 	if maxEps == 0 {
@@ -318,6 +352,13 @@ func (cfg Config) CheckFloor(s *p3.Settings) error {
 	}
 	if minBatch == 0 {
 		minBatch = DefaultMinBatchFloor
+	}
+	maxStatus, maxDelta := cfg.MaxStatusEpsilon, cfg.MaxStatusDelta
+	if maxStatus == 0 {
+		maxStatus = DefaultMaxStatusEpsilon
+	}
+	if maxDelta == 0 {
+		maxDelta = DefaultMaxStatusDelta
 	}
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 	switch {
@@ -328,6 +369,16 @@ func (cfg Config) CheckFloor(s *p3.Settings) error {
 	case s.MinBatchSize < minBatch:
 		return &SettingsWeakerError{Param: "min batch size", Field: "Config.MinBatchFloor", Leader: "a minimum of " + strconv.FormatUint(s.MinBatchSize, 10) + " reports per day",
 			Floor: "a minimum of at least " + strconv.FormatUint(minBatch, 10)}
+	case s.StatusEpsilon == 0 && !cfg.AllowExactStatus:
+		return &SettingsWeakerError{Param: "status noise", Field: "Config.AllowExactStatus",
+			Leader: "the exact minimum batch rule for each day's status (ε_c = 0: a day of min − 1 reports withheld, one of min released)",
+			Floor:  "a noisy status, ε_c ≤ " + f(maxStatus)}
+	case s.StatusEpsilon > maxStatus:
+		return &SettingsWeakerError{Param: "status epsilon", Field: "Config.MaxStatusEpsilon", Leader: "ε_c = " + f(s.StatusEpsilon) + " per person-day for each day's status",
+			Floor: "ε_c ≤ " + f(maxStatus)}
+	case s.StatusEpsilon > 0 && s.StatusDelta > maxDelta:
+		return &SettingsWeakerError{Param: "status delta", Field: "Config.MaxStatusDelta", Leader: "δ = " + f(s.StatusDelta) + " for each day's status",
+			Floor: "δ ≤ " + f(maxDelta)}
 	}
 	return nil
 }
@@ -504,6 +555,10 @@ func (cfg *Config) check() error {
 		return errors.New("prio3: Config.Identity is not an Ed25519 private key")
 	case math.IsNaN(cfg.MaxEpsilon) || math.IsInf(cfg.MaxEpsilon, 0) || cfg.MaxEpsilon < 0:
 		return fmt.Errorf("prio3: Config.MaxEpsilon %v: give a finite ε > 0 (0: DefaultMaxEpsilon %g)", cfg.MaxEpsilon, DefaultMaxEpsilon)
+	case math.IsNaN(cfg.MaxStatusEpsilon) || math.IsInf(cfg.MaxStatusEpsilon, 0) || cfg.MaxStatusEpsilon < 0:
+		return fmt.Errorf("prio3: Config.MaxStatusEpsilon %v: give a finite ε_c > 0 (0: DefaultMaxStatusEpsilon %g)", cfg.MaxStatusEpsilon, DefaultMaxStatusEpsilon)
+	case math.IsNaN(cfg.MaxStatusDelta) || !(cfg.MaxStatusDelta >= 0 && cfg.MaxStatusDelta < 0.5):
+		return fmt.Errorf("prio3: Config.MaxStatusDelta %v: give a δ in (0, 0.5) (0: DefaultMaxStatusDelta %g)", cfg.MaxStatusDelta, DefaultMaxStatusDelta)
 	}
 	if cfg.Measurement.Length == 0 {
 		cfg.Measurement.Length = cfg.Keywords.Len()
@@ -611,13 +666,16 @@ func (d *Device) checkSettings(ctx context.Context, nc *nats.Conn, signPub ed255
 // for the campaign settings of cfg.Campaign, verifies their signature
 // with the leader operator's public signing key signPub, and compares
 // them with cfg (Campaign, Keywords, Measurement, Digest) and the leader
-// report key the client seals to (leader). Only cfg's campaign and
-// measurement fields, SettingsTimeout, Retry and Logger are read; the
-// privacy floor is not applied (Config.CheckFloor does). Errors:
-// an answer that does not verify (wraps p3.ErrSettings), a
-// *SettingsMismatchError naming the value and the Config field, or the
-// request's error after cfg.Retry. Device.New calls it; a program that
-// drives Clients itself (a log replay) calls it once before uploading.
+// report key the client seals to (leader), and applies cfg's privacy
+// floor as a Device does (Config.CheckFloor: zero floor fields take the
+// defaults, so a caller whose campaign runs weaker settings on purpose
+// says so in cfg). Only cfg's campaign, measurement and floor fields,
+// SettingsTimeout, Retry and Logger are read. Errors: an answer that does
+// not verify (wraps p3.ErrSettings), a *SettingsMismatchError naming the
+// value and the Config field, a *SettingsWeakerError (ErrSettingsWeaker)
+// naming the parameter, or the request's error after cfg.Retry. A
+// program that drives Clients itself (a log replay: `crowdlog pdd --mode
+// prio3`) calls it once before uploading.
 func VerifySettings(ctx context.Context, nc *nats.Conn, signPub ed25519.PublicKey, cfg Config, leader onion.PublicKey) (p3.Settings, error) {
 	log := cfg.Logger
 	if log == nil {
@@ -629,7 +687,14 @@ func VerifySettings(ctx context.Context, nc *nats.Conn, signPub ed25519.PublicKe
 	if cfg.Measurement.Length == 0 {
 		cfg.Measurement.Length = cfg.Keywords.Len()
 	}
-	return verifySettings(ctx, nc, signPub, cfg, leader, log)
+	s, err := verifySettings(ctx, nc, signPub, cfg, leader, log)
+	if err != nil {
+		return p3.Settings{}, err
+	}
+	if err := cfg.CheckFloor(&s); err != nil {
+		return p3.Settings{}, err
+	}
+	return s, nil
 }
 
 func verifySettings(ctx context.Context, nc *nats.Conn, signPub ed25519.PublicKey, cfg Config, lk onion.PublicKey, log *slog.Logger) (p3.Settings, error) {

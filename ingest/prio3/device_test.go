@@ -72,7 +72,8 @@ func newDeviceWorld(t *testing.T) *deviceWorld {
 	lk := p3.LeaderKey{ID: kps[0].ID}
 	copy(lk.Key[:], raw)
 	w.settings.Store(&p3.Settings{Campaign: "c1", Measurement: p3.Config{Kind: p3.KindSumVec, Length: 3, Bits: 4, L1: 20},
-		ListHash: w.list.Hash(), MinBatchSize: 10, Epsilon: 1, LeaderKeys: []p3.LeaderKey{lk}})
+		ListHash: w.list.Hash(), MinBatchSize: 10, Epsilon: 1, LeaderKeys: []p3.LeaderKey{lk},
+		StatusEpsilon: 0.1, StatusDelta: p3.DefaultStatusDelta})
 	sign, err := keydir.LoadSigningKey(filepath.Join(w.leaderDir, keydir.Prio3LeaderSignKey))
 	if err != nil {
 		t.Fatal(err)
@@ -284,7 +285,9 @@ func TestDeviceNATSSecurityHints(t *testing.T) {
 
 // TestDeviceSettingsFloor: a leader announcement weaker than the floor —
 // ε above Config.MaxEpsilon, exact shares without AllowExactShares, a
-// minimum batch below Config.MinBatchFloor — is refused by New with a
+// minimum batch below Config.MinBatchFloor, the exact status rule without
+// AllowExactStatus, a status ε_c above Config.MaxStatusEpsilon or δ above
+// Config.MaxStatusDelta — is refused by New (and VerifySettings) with a
 // *SettingsWeakerError naming the parameter and the Config field; the
 // floor's defaults accept the aggregators' defaults; a floor the app
 // lowers accepts what it allows. An announcement that weakens after New
@@ -308,6 +311,17 @@ func TestDeviceSettingsFloor(t *testing.T) {
 		{"min batch 1", "min batch size", "Config.MinBatchFloor", func(s *p3.Settings) { s.MinBatchSize = 1 }, nil, false},
 		{"min batch 9", "min batch size", "Config.MinBatchFloor", func(s *p3.Settings) { s.MinBatchSize = 9 }, nil, false},
 		{"min batch 3 allowed", "", "", func(s *p3.Settings) { s.MinBatchSize = 3 }, func(c *Config) { c.MinBatchFloor = 3 }, true},
+		{"exact status", "status noise", "Config.AllowExactStatus", func(s *p3.Settings) { s.StatusEpsilon, s.StatusDelta = 0, 0 }, nil, false},
+		{"exact status allowed", "", "", func(s *p3.Settings) { s.StatusEpsilon, s.StatusDelta = 0, 0 }, func(c *Config) { c.AllowExactStatus = true }, true},
+		{"exact shares and status", "status noise", "Config.AllowExactStatus", func(s *p3.Settings) { s.Epsilon, s.StatusEpsilon, s.StatusDelta = 0, 0, 0 },
+			func(c *Config) { c.AllowExactShares = true }, false},
+		{"status epsilon 50", "status epsilon", "Config.MaxStatusEpsilon", func(s *p3.Settings) { s.StatusEpsilon = 50 }, nil, false},
+		{"status epsilon 1", "", "", func(s *p3.Settings) { s.StatusEpsilon = 1 }, nil, true},
+		{"status epsilon 1.01", "status epsilon", "Config.MaxStatusEpsilon", func(s *p3.Settings) { s.StatusEpsilon = 1.01 }, nil, false},
+		{"status epsilon 3 allowed", "", "", func(s *p3.Settings) { s.StatusEpsilon = 3 }, func(c *Config) { c.MaxStatusEpsilon = 3 }, true},
+		{"status delta 1e-3", "status delta", "Config.MaxStatusDelta", func(s *p3.Settings) { s.StatusDelta = 1e-3 }, nil, false},
+		{"status delta 1e-5", "", "", func(s *p3.Settings) { s.StatusDelta = 1e-5 }, nil, true},
+		{"status delta 1e-3 allowed", "", "", func(s *p3.Settings) { s.StatusDelta = 1e-3 }, func(c *Config) { c.MaxStatusDelta = 1e-3 }, true},
 	}
 	for _, c := range cases {
 		st := good
@@ -340,6 +354,39 @@ func TestDeviceSettingsFloor(t *testing.T) {
 	bad.MaxEpsilon = -1
 	if _, err := New(ctx, bad); err == nil || !strings.Contains(err.Error(), "Config.MaxEpsilon") {
 		t.Fatalf("negative MaxEpsilon: %v", err)
+	}
+	bad = w.config(t, t.TempDir())
+	bad.MaxStatusDelta = 0.5
+	if _, err := New(ctx, bad); err == nil || !strings.Contains(err.Error(), "Config.MaxStatusDelta") {
+		t.Fatalf("MaxStatusDelta 0.5: %v", err)
+	}
+
+	// VerifySettings (a program driving Clients itself) applies the same
+	// floor
+	sign, err := keydir.LoadSigningPublic(filepath.Join(w.pub, keydir.Prio3LeaderSignKey+".pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk, err := onion.LoadPublicKey(filepath.Join(w.pub, keydir.Prio3LeaderKey+".pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := natsconn.Connect(w.url, "verify-settings")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	exact := good
+	exact.StatusEpsilon, exact.StatusDelta = 0, 0
+	w.settings.Store(&exact)
+	var we *SettingsWeakerError
+	if _, err := VerifySettings(ctx, nc, sign, w.config(t, ""), lk); !errors.As(err, &we) || we.Field != "Config.AllowExactStatus" {
+		t.Fatalf("VerifySettings of the exact status rule: %v, want a *SettingsWeakerError naming Config.AllowExactStatus", err)
+	}
+	allow := w.config(t, "")
+	allow.AllowExactStatus = true
+	if _, err := VerifySettings(ctx, nc, sign, allow, lk); err != nil {
+		t.Fatalf("VerifySettings with AllowExactStatus: %v", err)
 	}
 
 	// opened under good settings; the leader then announces ε = 50

@@ -500,7 +500,15 @@ func (r *prio3Run) runDays(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := ingestprio3.VerifySettings(ctx, r.nc, sign, ingestprio3.Config{Campaign: r.cfg.Campaign, Keywords: r.list, Measurement: r.m, Logger: r.log}, lk); err != nil {
+	// The run's operator is also its devices' app: the floor is what it
+	// told the aggregators to run (--epsilon, --min-batch-size,
+	// --exact-shares, --status-epsilon, --status-delta), each weaker
+	// setting allowed explicitly, so a leader announcing anything weaker
+	// than the run's own settings is refused as a device refuses it.
+	floor := ingestprio3.Config{Campaign: r.cfg.Campaign, Keywords: r.list, Measurement: r.m, Logger: r.log,
+		MaxEpsilon: r.cfg.Epsilon, MinBatchFloor: uint64(r.cfg.MinBatchSize), AllowExactShares: r.cfg.ExactShares,
+		MaxStatusEpsilon: r.cfg.StatusEpsilon, MaxStatusDelta: r.cfg.StatusDelta, AllowExactStatus: r.cfg.StatusEpsilon == 0}
+	if _, err := ingestprio3.VerifySettings(ctx, r.nc, sign, floor, lk); err != nil {
 		return fmt.Errorf("pdd prio3: %w", err)
 	}
 	r.pub = &publish.Publisher{JS: r.js, Subject: protocol.RelaySubject("a")}

@@ -10,8 +10,11 @@ import (
 	"github.com/crowdlog/crowdlog/protocol"
 )
 
-// msgSettings is the type byte of a SignedSettings.
-const msgSettings byte = 6
+// msgSettings is the type byte of a SignedSettings: 7 since the
+// announcement carries the status (ε_c, δ); type 6, the format before,
+// had none and is refused (a leader could otherwise hide its status rule
+// from the device's floor by announcing the old format).
+const msgSettings byte = 7
 
 // SettingsDomain separates the leader's signatures over its settings
 // from every other signature of its key (SignedReqDomain).
@@ -40,8 +43,10 @@ type LeaderKey struct {
 // L, b, max weight, chunk length with 0 resolved to DefaultChunk, the L1
 // bound S), the hash of the keyword list (keywords.List.Hash: SHA-256 of
 // the words, one per line), the fewest reports a day is released with,
-// the ε of each aggregator's noise per person-day (0: exact shares) and
-// the leader's report public keys. A client whose own settings differ
+// the ε of each aggregator's noise per person-day (0: exact shares), the
+// leader's report public keys, and the (ε_c, δ) of each day's
+// released/withheld status (StatusEpsilon 0: the exact minimum batch
+// rule, StatusDelta then 0; StatusThreshold). A client whose own settings differ
 // would send reports the leader cannot prepare (a VDAF of another length
 // or bit width fails the proof; another list counts other keywords).
 type Settings struct {
@@ -51,6 +56,23 @@ type Settings struct {
 	MinBatchSize uint64
 	Epsilon      float64
 	LeaderKeys   []LeaderKey
+	// StatusEpsilon is ε_c of each day's status (finite, ≥ 0; 0 = the
+	// exact minimum batch rule), StatusDelta its δ (0 < δ < ½ with ε_c >
+	// 0, exactly 0 without): CheckSettingsStatus.
+	StatusEpsilon float64
+	StatusDelta   float64
+}
+
+// CheckSettingsStatus validates an announced status (ε_c, δ): CheckStatus,
+// and δ = 0 with ε_c = 0 (one encoding per rule).
+func CheckSettingsStatus(epsC, delta float64) error {
+	if err := CheckStatus(epsC, delta); err != nil {
+		return err
+	}
+	if epsC == 0 && delta != 0 {
+		return fmt.Errorf("%w: status delta %v without a status epsilon (the exact rule announces δ 0)", ErrConfig, delta)
+	}
+	return nil
 }
 
 // Digest is the campaign digest: SHA-256 of DigestDomain ‖ campaign(len8)
@@ -88,7 +110,8 @@ func (s *Settings) measurement(w *protocol.Writer, m Config) {
 // body is the signed part: version ‖ type 6 ‖ campaign(len8) ‖ kind(1) ‖
 // L(u32) ‖ b(1) ‖ max weight(u32) ‖ chunk(u32) ‖ S(u64) ‖ list hash(32) ‖
 // min batch size(u64) ‖ ε(u64, IEEE 754 bits) ‖ n(1) ‖ n × (key id(1) ‖
-// key(32)).
+// key(32)) ‖ status ε_c(u64, IEEE 754 bits) ‖ status δ(u64, IEEE 754
+// bits).
 func (s *Settings) body() ([]byte, error) {
 	if len(s.Campaign) == 0 || len(s.Campaign) > 255 {
 		return nil, fmt.Errorf("prio3: settings: campaign name of %d bytes", len(s.Campaign))
@@ -99,7 +122,10 @@ func (s *Settings) body() ([]byte, error) {
 	if math.IsNaN(s.Epsilon) || math.IsInf(s.Epsilon, 0) || s.Epsilon < 0 {
 		return nil, fmt.Errorf("prio3: settings: ε %v", s.Epsilon)
 	}
-	w := protocol.Writer{B: make([]byte, 0, 160+33*len(s.LeaderKeys))}
+	if err := CheckSettingsStatus(s.StatusEpsilon, s.StatusDelta); err != nil {
+		return nil, fmt.Errorf("prio3: settings: %w", err)
+	}
+	w := protocol.Writer{B: make([]byte, 0, 176+33*len(s.LeaderKeys))}
 	w.U8(WireVersion)
 	w.U8(msgSettings)
 	s.measurement(&w, s.Measurement)
@@ -110,6 +136,8 @@ func (s *Settings) body() ([]byte, error) {
 		w.U8(k.ID)
 		w.Raw(k.Key[:])
 	}
+	u64(&w, math.Float64bits(s.StatusEpsilon))
+	u64(&w, math.Float64bits(s.StatusDelta))
 	return w.B, nil
 }
 
@@ -185,6 +213,13 @@ func ParseSignedSettings(b []byte) (*SignedSettings, error) {
 		k.ID = r.U8("key id")
 		copy(k.Key[:], r.Take(32, "leader key"))
 		s.LeaderKeys = append(s.LeaderKeys, k)
+	}
+	s.StatusEpsilon = math.Float64frombits(readU64(&r, "status epsilon"))
+	s.StatusDelta = math.Float64frombits(readU64(&r, "status delta"))
+	if r.Err == nil {
+		if err := CheckSettingsStatus(s.StatusEpsilon, s.StatusDelta); err != nil {
+			r.Err = protocol.Malformed("prio3 settings: %v", err)
+		}
 	}
 	bodyLen := len(b) - len(r.B)
 	copy(a.Sig[:], r.Take(ed25519.SignatureSize, "signature"))

@@ -53,7 +53,8 @@ func TestWireVectorSettings(t *testing.T) {
 	// by hand, from "u8 version ‖ u8 type 6 ‖ str8 campaign ‖ u8 kind ‖
 	// u32 L ‖ u8 bits ‖ u32 max weight ‖ u32 chunk ‖ u64 S ‖ list hash[32] ‖
 	// u64 min batch size ‖ u64 ε (IEEE 754 bits) ‖ u8 n ‖ n × (u8 key id ‖
-	// X25519 report key[32]) ‖ signature[64]"; version 1, the chunk
+	// X25519 report key[32]) ‖ u64 status ε_c ‖ u64 status δ ‖
+	// signature[64]"; version 1, the chunk
 	// resolved: round(√(L·bits)) = round(√12) = 3
 	const domain = "crowdlog prio3 campaign settings v1\x00"
 	measurement := testvec.Fields{
@@ -68,7 +69,7 @@ func TestWireVectorSettings(t *testing.T) {
 	}
 	body := append(testvec.Fields{
 		fl([]byte{0x01}, "version 1 (prio3.WireVersion)"),
-		fl([]byte{0x06}, "type 6 (settings)"),
+		fl([]byte{0x07}, "type 7 (settings)"),
 	}, measurement...)
 	body = append(body,
 		fl(be64(100), "u64 min batch size = 100"),
@@ -76,6 +77,8 @@ func TestWireVectorSettings(t *testing.T) {
 		fl([]byte{1}, "u8 n = 1 report key"),
 		fl([]byte{3}, "key id 3"),
 		fl(reportKey, "X25519 report key (onion-key-aggregator-public)"),
+		fl(be64(math.Float64bits(0.15)), "u64 status ε_c = 0.15 (IEEE 754 bits)"),
+		fl(be64(math.Float64bits(1e-6)), "u64 status δ = 1e-6 (IEEE 754 bits)"),
 	)
 	signed := append(testvec.Fields{fl([]byte(domain), `"crowdlog prio3 campaign settings v1" 00`)}, body...)
 	sig := ed25519.Sign(key, signed.Bytes())
@@ -99,7 +102,8 @@ func TestWireVectorSettings(t *testing.T) {
 	// the package: its encoder from the same inputs (chunk 0: resolved),
 	// its parser, Verify and Digest
 	s := &Settings{Campaign: "health-2006", Measurement: Config{Kind: KindSumVec, Length: 3, Bits: 4, L1: 20},
-		MinBatchSize: 100, Epsilon: 1.5, LeaderKeys: []LeaderKey{{ID: 3, Key: [32]byte(reportKey)}}}
+		MinBatchSize: 100, Epsilon: 1.5, LeaderKeys: []LeaderKey{{ID: 3, Key: [32]byte(reportKey)}},
+		StatusEpsilon: 0.15, StatusDelta: 1e-6}
 	copy(s.ListHash[:], listHash)
 	got, err := SignSettings(key, s)
 	if err != nil {
@@ -119,7 +123,7 @@ func TestWireVectorSettings(t *testing.T) {
 	want := *s
 	want.Measurement.Chunk = 3
 	if a.Settings.Campaign != want.Campaign || a.Settings.Measurement != want.Measurement || a.Settings.ListHash != want.ListHash ||
-		a.Settings.MinBatchSize != 100 || a.Settings.Epsilon != 1.5 || len(a.Settings.LeaderKeys) != 1 || a.Settings.LeaderKeys[0] != want.LeaderKeys[0] {
+		a.Settings.MinBatchSize != 100 || a.Settings.Epsilon != 1.5 || a.Settings.StatusEpsilon != 0.15 || a.Settings.StatusDelta != 1e-6 || len(a.Settings.LeaderKeys) != 1 || a.Settings.LeaderKeys[0] != want.LeaderKeys[0] {
 		t.Errorf("ParseSignedSettings: %+v, want %+v", a.Settings, want)
 	}
 }

@@ -74,7 +74,10 @@ type Released struct {
 // it. With the leader's status ε_c > 0 the status is (ε_c, δ)-DP (a
 // noisy count, and every day of the span without reports withheld too:
 // aggregator/prio3 status.go), and a released day's ledger row charges
-// ε_c and δ; with ε_c = 0 it is the exact count's threshold bit
+// ε_c and δ; with Epsilon > 0 a withheld day's status has its own row
+// (StatusSpend, key release.PDDStatusLedgerKey, budget-checked: over the
+// budget the day is recorded withheld for the budget and counted
+// Refused); with ε_c = 0 it is the exact count's threshold bit
 // (docs/threat-model.md, "below_min_batch").
 type Stage struct {
 	Brokers []string
@@ -198,6 +201,10 @@ func (st *Stage) config() (topic string, log *slog.Logger, skip map[int]bool, er
 		return "", nil, nil, fmt.Errorf("prio3 release: epsilon %v must be finite and ≥ 0 (0 = exact shares; the aggregators' --epsilon)", st.Epsilon)
 	case st.Epsilon > 0 && !isSpending(st.Writer):
 		return "", nil, nil, errors.New("prio3 release: epsilon > 0 needs a Writer with a privacy ledger (a *release.Writer: pdd.SpendingSink)")
+	case st.chargesStatus():
+		if _, ok := st.Writer.(StatusSpendingSink); !ok {
+			return "", nil, nil, errors.New("prio3 release: a status epsilon > 0 with epsilon > 0 needs a Writer that charges withheld days' status (a *release.Writer: StatusSpendingSink)")
+		}
 	}
 	skip = map[int]bool{}
 	for _, w := range st.Blacklist {
@@ -248,14 +255,9 @@ func (st *Stage) Run(ctx context.Context) error {
 				}
 			}
 			for _, d := range state.SmallBatch {
-				st.RecordCampaign(ctx, log)
-				detail := fmt.Sprintf("fewer reports than the minimum batch size %d: the aggregators never revealed the batch", st.Collector.MinBatchSize)
-				if st.StatusEpsilon > 0 {
-					detail = fmt.Sprintf("the leader's noisy count (status ε_c %g, δ %g) under the minimum batch size %d + %d, or no reports: the aggregators never revealed the batch",
-						st.StatusEpsilon, st.StatusDelta, st.Collector.MinBatchSize, p3.StatusThreshold(st.StatusEpsilon, st.StatusDelta))
+				if err := st.withhold(ctx, d, log); err != nil {
+					return err
 				}
-				pdd.RecordWithheld(ctx, st.Writer, release.PDDWithheld{Campaign: st.Collector.Campaign, Day: d.Start(), Reason: release.WithheldMinBatch, Detail: detail}, log)
-				st.Withheld.Add(1)
 			}
 			state.SmallBatch = state.SmallBatch[:0]
 			if !done {
@@ -273,6 +275,83 @@ func isSpending(s pdd.Sink) bool {
 	return ok
 }
 
+// StatusSpendingSink appends the ledger row of a withheld day's status,
+// refusing it over the budget (satisfied by *release.Writer: see
+// release.Writer.SpendPDDStatus).
+type StatusSpendingSink interface {
+	SpendPDDStatus(ctx context.Context, spend release.Spend, budget release.Budget) (bool, error)
+}
+
+var _ StatusSpendingSink = (*release.Writer)(nil)
+
+// chargesStatus reports whether a withheld day's status is charged to the
+// ledger (StatusSpend): a noisy campaign (Epsilon > 0, the ledger's
+// domain) whose leader decides the status from a noisy count
+// (StatusEpsilon > 0).
+func (st *Stage) chargesStatus() bool { return st.Epsilon > 0 && st.StatusEpsilon > 0 }
+
+// withhold records the leader's notice that day d was withheld: with
+// chargesStatus, first the status's ledger row (StatusSpend, once per
+// day: a re-read notice spends nothing again), then the pdd_withheld row
+// below_min_batch (Withheld). A status over the budget is not charged;
+// the day is recorded withheld for the budget instead (Refused). It
+// returns an error only when ctx ends while a ClickHouse call is retried.
+func (st *Stage) withhold(ctx context.Context, d p3.Day, log *slog.Logger) error {
+	st.RecordCampaign(ctx, log)
+	detail := fmt.Sprintf("fewer reports than the minimum batch size %d: the aggregators never revealed the batch", st.Collector.MinBatchSize)
+	if st.StatusEpsilon > 0 {
+		detail = fmt.Sprintf("the leader's noisy count (status ε_c %g, δ %g) under the minimum batch size %d + %d, or no reports: the aggregators never revealed the batch",
+			st.StatusEpsilon, st.StatusDelta, st.Collector.MinBatchSize, p3.StatusThreshold(st.StatusEpsilon, st.StatusDelta))
+	}
+	if st.chargesStatus() {
+		dataset := st.Dataset
+		if dataset == "" {
+			dataset = pdd.DefaultDataset
+		}
+		spend := StatusSpend(dataset, st.Collector.Campaign, d.Start(), st.StatusEpsilon, st.StatusDelta, st.Collector.MinBatchSize)
+		ss := st.Writer.(StatusSpendingSink) // checked by config
+		err := retry.Forever(ctx, log, "prio3 release: status ledger row", 200*time.Millisecond, 10*time.Second, func() error {
+			_, err := ss.SpendPDDStatus(ctx, spend, st.Budget)
+			if errors.Is(err, release.ErrOverBudget) {
+				return retry.Permanent(err)
+			}
+			return err
+		})
+		if errors.Is(err, release.ErrOverBudget) {
+			st.Refused.Add(1)
+			log.Error("prio3 release: a withheld day's status would pass the privacy budget; recorded as withheld for the budget", "campaign", st.Collector.Campaign,
+				"day", d.String(), "err", err)
+			pdd.RecordWithheld(ctx, st.Writer, release.PDDWithheld{Campaign: st.Collector.Campaign, Day: d.Start(), Reason: release.WithheldBudget,
+				Detail: fmt.Sprintf("the day's status spend (ε_c %g) would pass the privacy budget (ε %g per day)", st.StatusEpsilon, st.Budget.Epsilon)}, log)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	pdd.RecordWithheld(ctx, st.Writer, release.PDDWithheld{Campaign: st.Collector.Campaign, Day: d.Start(), Reason: release.WithheldMinBatch, Detail: detail}, log)
+	st.Withheld.Add(1)
+	return nil
+}
+
+// StatusSpend is the privacy-ledger row of the status of the withheld
+// day (campaign, day) on the budget of (dataset, day): key
+// release.PDDStatusLedgerKey(campaign, day), ε = statusEps, δ =
+// statusDelta per person-day. The leader's status test (aggregator/prio3
+// status.go: release iff n ≥ min and n + Lap(1/ε_c) ≥ min + T) is one
+// (ε_c, δ)-DP query of the report count whatever its outcome, so a
+// withheld day, which releases nothing but its status, spends it too (a
+// released day charges it on its DaySpend row; basic composition, Dwork
+// & Roth, "The Algorithmic Foundations of Differential Privacy", 2014,
+// Thm. 3.16). statusEps must be > 0.
+func StatusSpend(dataset, campaign string, day time.Time, statusEps, statusDelta float64, minBatch uint64) release.Spend {
+	key := release.PDDStatusLedgerKey(campaign, day)
+	return release.Spend{Dataset: dataset, Epoch: key.Epoch, App: key.App, Policy: key.Policy, K: key.K,
+		Epsilon: statusEps, Delta: statusDelta,
+		Params: fmt.Sprintf("mechanism=noisy-threshold unit=person-day outcome=withheld status_epsilon=%g status_delta=%g status_threshold=%d min_batch=%d",
+			statusEps, statusDelta, p3.StatusThreshold(statusEps, statusDelta), minBatch)}
+}
+
 // DaySpend is the privacy-ledger row of the noisy day row (row.Epsilon =
 // the aggregators' ε > 0) of a campaign measured by m, on the budget of
 // (dataset, row.Day): key release.PDDLedgerKey(row.Campaign, row.Day),
@@ -280,7 +359,8 @@ func isSpending(s pdd.Sink) bool {
 // a status ε_c: pure Laplace). The status (released, not withheld) is
 // the leader's noisy count test, (ε_c, δ)-DP (aggregator/prio3 status.go),
 // charged with the totals by basic composition (Dwork & Roth, Thm. 3.16);
-// a withheld day, which releases nothing but its status, has no row.
+// a withheld day, which releases nothing but its status, has a row of its
+// own (StatusSpend).
 // Each aggregator
 // adds Laplace noise of scale S/ε to every total, S = m.Sensitivity():
 // the L1 bound of one person's whole daily vector (the campaign's L1,
