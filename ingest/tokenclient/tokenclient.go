@@ -89,6 +89,9 @@ type Client struct {
 	split  map[string]bool                // epochs whose randomness tokens come from the randomness operator's issuer
 	lastTS int64                          // last timestamp signed, unix ms
 	stats  Stats
+	// Prio3 token requests that failed, kept so that a later call for
+	// the same report sends the same content (prio3Token)
+	pending map[pendingKey]pendingToken
 }
 
 func (c *Client) log() *slog.Logger {
@@ -557,8 +560,12 @@ func (c *Client) Tokens(ctx context.Context, kind token.Kind, epoch string, nonc
 // by the Prio3 helper operator's issuer (protocol.IssuerPrio3HelperSubject)
 // under the key of epoch token.Prio3Epoch(campaign, day), pinned like
 // Keys. The issuer gives one per identity per campaign-day: a second call
-// for the day is refused with ErrBudget. Errors also wrap ErrNotEnrolled,
-// token.ErrProof and ErrKeyChanged.
+// for the day is refused with ErrBudget. A call that failed (the issuer
+// away past IssueAttempts × Timeout, an answer lost) is kept in this
+// Client's memory: the next call with the same nonce sends the same
+// blinded element, which an issuer that already counted it answers again
+// (issuer.RetryRecords) instead of refusing it as over budget. Errors
+// also wrap ErrNotEnrolled, token.ErrProof and ErrKeyChanged.
 func (c *Client) Prio3HelperToken(ctx context.Context, campaign string, day uint32, nonce [32]byte) ([]byte, error) {
 	return c.prio3Token(ctx, token.KindPrio3Helper, campaign, day, nonce)
 }
@@ -609,20 +616,58 @@ func (c *Client) prio3Token(ctx context.Context, kind token.Kind, campaign strin
 		c.mu.Unlock()
 	}
 	pub, _ := k.Key(kind)
-	p, blinded, err := token.NewRequest(pub, kind, epoch, [][32]byte{nonce})
-	if err != nil {
-		return nil, err
+	// a request that failed before (its answer lost, or the issuer away
+	// past the bound) is sent again with the same blinded element: an
+	// issuer that counted it answers it again (one token per day: new
+	// content would be refused as over budget)
+	pk := pendingKey{kind, epoch, nonce}
+	c.mu.Lock()
+	pend, ok := c.pending[pk]
+	c.mu.Unlock()
+	if !ok {
+		p, blinded, err := token.NewRequest(pub, kind, epoch, [][32]byte{nonce})
+		if err != nil {
+			return nil, err
+		}
+		pend = pendingToken{p, blinded}
+		c.mu.Lock()
+		if c.pending == nil || len(c.pending) >= maxPending {
+			c.pending = map[pendingKey]pendingToken{}
+		}
+		c.pending[pk] = pend
+		c.mu.Unlock()
 	}
-	resp, err := c.issue(ctx, &token.IssueRequest{Kind: kind, Epoch: epoch, Blinded: blinded})
+	resp, err := c.issue(ctx, &token.IssueRequest{Kind: kind, Epoch: epoch, Blinded: pend.blinded})
 	if err != nil {
 		return nil, fmt.Errorf("tokenclient: %s token of %s: %w", kind, epoch, err)
 	}
-	toks, err := p.Finalize(resp.Evaluated, resp.Proof)
+	c.mu.Lock()
+	delete(c.pending, pk)
+	c.mu.Unlock()
+	toks, err := pend.p.Finalize(resp.Evaluated, resp.Proof)
 	if err != nil {
 		return nil, fmt.Errorf("tokenclient: %s token of %s: %w", kind, epoch, err)
 	}
 	return toks[0].MarshalBinary()
 }
+
+// pendingKey names a Prio3 token request not answered yet: its kind,
+// epoch and nonce (the report's, prio3.Report.HelperNonce).
+type pendingKey struct {
+	kind  token.Kind
+	epoch string
+	nonce [32]byte
+}
+
+// pendingToken is such a request's blind and blinded element.
+type pendingToken struct {
+	p       *token.Pending
+	blinded [][]byte
+}
+
+// maxPending bounds the Prio3 token requests a Client keeps for a retry
+// (in memory only); past it they are forgotten, all at once.
+const maxPending = 256
 
 // Credential returns a new ARC credential of epoch
 // (draft-ietf-privacypass-arc-protocol): the issuer gives one per identity
