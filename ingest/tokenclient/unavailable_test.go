@@ -296,3 +296,60 @@ func TestIssueGivesUpWithinBound(t *testing.T) {
 		t.Fatalf("stats %+v: want 3 given up, ≥ 1 unavailable and ≥ 2 no-responders retries", st)
 	}
 }
+
+// TestPrio3TokenRetriedAcrossCalls: the Prio3 helper's issuer counts a
+// token request but its answers are lost until the client gives up; the
+// device's next call for the same report (same nonce) sends the same
+// blinded element, which the issuer recognizes and answers again: the
+// token comes, counted once. (A fresh blinded element would be refused:
+// one helper token per identity and day.)
+func TestPrio3TokenRetriedAcrossCalls(t *testing.T) {
+	o := startOutage(t, issuer.Limits{})
+	keys := t.TempDir() // the helper operator's
+	if err := keydir.GenerateRole(keys, keydir.RolePrio3Helper); err != nil {
+		t.Fatal(err)
+	}
+	c := client(t, o.nc, keys, true)
+	c.Timeout = time.Second
+	s, err := issuer.New(o.inc, keys, issuer.Limits{}, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Counters, err = issuer.OpenCountersBucket(o.ctx, o.inc, protocol.IssuerPrio3HelperCountersBucket); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.inc.Subscribe(protocol.IssuerPrio3HelperPublicKeySubject, func(m *nats.Msg) {
+		b, _ := s.HandleKeys(m.Data).MarshalBinary()
+		_ = m.Respond(b)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	handled := 0 // one subscription: its handler runs requests one at a time, in order
+	if _, err := o.inc.Subscribe(protocol.IssuerPrio3HelperSubject, func(m *nats.Msg) {
+		handled++
+		b, _ := s.Handle(o.ctx, m.Data).MarshalBinary()
+		if handled > tokenclient.IssueAttempts { // the first call's answers are lost
+			_ = m.Respond(b)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.inc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nonce := [32]byte{7}
+	if _, err := c.Prio3HelperToken(o.ctx, "camp", 20421, nonce); !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+		t.Fatalf("answers lost: %v, want a timeout", err)
+	}
+	b, err := c.Prio3HelperToken(o.ctx, "camp", 20421, nonce)
+	if err != nil {
+		t.Fatalf("the same report's token once the answers come: %v", err)
+	}
+	tk, err := token.ParseToken(b)
+	if err != nil || tk.Nonce != nonce {
+		t.Fatalf("token %v, nonce %x", err, tk.Nonce)
+	}
+	if s.Issued.Load() != 1 || s.Reissued.Load() < 1 || s.RefusedBy(issuer.ReasonBudget) != 0 {
+		t.Fatalf("issued %d, reissued %d, refused over budget %d; want 1, ≥ 1, 0", s.Issued.Load(), s.Reissued.Load(), s.RefusedBy(issuer.ReasonBudget))
+	}
+}
