@@ -91,7 +91,8 @@ type Client struct {
 	stats  Stats
 	// Prio3 token requests that failed, kept so that a later call for
 	// the same report sends the same content (prio3Token)
-	pending map[pendingKey]pendingToken
+	pending    map[pendingKey]pendingToken
+	pendingARC map[string]pendingCredential // by epoch, as pending
 }
 
 func (c *Client) log() *slog.Logger {
@@ -665,13 +666,23 @@ type pendingToken struct {
 	blinded [][]byte
 }
 
-// maxPending bounds the Prio3 token requests a Client keeps for a retry
+// pendingCredential is an ARC credential request not answered yet.
+type pendingCredential struct {
+	secrets *arc.ClientSecrets
+	req     *arc.CredentialRequest
+	encoded []byte
+}
+
+// maxPending bounds the Prio3 token (and ARC) requests a Client keeps for a retry
 // (in memory only); past it they are forgotten, all at once.
 const maxPending = 256
 
 // Credential returns a new ARC credential of epoch
 // (draft-ietf-privacypass-arc-protocol): the issuer gives one per identity
-// and epoch, so keep it (a second call is refused with ErrBudget). The
+// and epoch, so keep it (a second call is refused with ErrBudget). A call
+// that failed (the issuer away past IssueAttempts × Timeout, an answer
+// lost) is kept in this Client's memory and the next call sends the same
+// request, which an issuer that already counted it answers again. The
 // issuer's proof is checked against the epoch's pinned ARC public key.
 func (c *Client) Credential(ctx context.Context, epoch string) (*arc.Credential, error) {
 	keys, err := c.Keys(ctx, epoch)
@@ -685,18 +696,37 @@ func (c *Client) Credential(ctx context.Context, epoch string) (*arc.Credential,
 	if err != nil {
 		return nil, fmt.Errorf("tokenclient: issuer ARC key of epoch %s: %w", epoch, err)
 	}
-	secrets, req, err := arc.NewCredentialRequest(rand.Reader)
-	if err != nil {
-		return nil, err
+	// a request that failed before is sent again as it was: an issuer
+	// that counted it answers it again (one credential per epoch: a new
+	// request would be refused as over budget)
+	c.mu.Lock()
+	pend, ok := c.pendingARC[epoch]
+	c.mu.Unlock()
+	if !ok {
+		secrets, req, err := arc.NewCredentialRequest(rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		rb, err := req.MarshalBinary()
+		if err != nil {
+			return nil, err
+		}
+		pend = pendingCredential{secrets, req, rb}
+		c.mu.Lock()
+		if c.pendingARC == nil || len(c.pendingARC) >= maxPending {
+			c.pendingARC = map[string]pendingCredential{}
+		}
+		c.pendingARC[epoch] = pend
+		c.mu.Unlock()
 	}
-	rb, err := req.MarshalBinary()
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.issue(ctx, &token.IssueRequest{Kind: token.KindARC, Epoch: epoch, ARC: rb})
+	secrets, req := pend.secrets, pend.req
+	resp, err := c.issue(ctx, &token.IssueRequest{Kind: token.KindARC, Epoch: epoch, ARC: pend.encoded})
 	if err != nil {
 		return nil, fmt.Errorf("tokenclient: ARC credential of epoch %s: %w", epoch, err)
 	}
+	c.mu.Lock()
+	delete(c.pendingARC, epoch)
+	c.mu.Unlock()
 	cresp, err := arc.ParseCredentialResponse(resp.ARC)
 	if err != nil {
 		return nil, fmt.Errorf("tokenclient: ARC credential of epoch %s: %w", epoch, err)
