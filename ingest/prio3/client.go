@@ -172,7 +172,10 @@ func (c *Client) Measurement(d keywords.Day) (m []uint64, dropped int) {
 // a crash), that same onion is published again.
 // Errors: ErrAlreadySent, a measurement the VDAF refuses, an onion that
 // does not seal, the state file's write error, or the publisher's (the day
-// then stays pending and a later Upload retries it).
+// then stays pending and a later Upload retries it), or a token's (the
+// sharded report and the tokens it got are kept in memory: a later Upload
+// of the day with the same counts sends that report and asks only for the
+// tokens it lacks, each issuing one per identity and day).
 func (c *Client) Upload(ctx context.Context, tr *Transport, v *p3.VDAF, d keywords.Day) (Sent, error) {
 	var s Sent
 	if d < 0 {

@@ -74,7 +74,7 @@ type Client struct {
 	// NC is the connection to the issuer (requests; left open).
 	NC       *nats.Conn
 	Identity ed25519.PrivateKey // the client's identity key (keydir.EnsureIdentityKey)
-	Timeout  time.Duration      // per request; 0 means DefaultTimeout
+	Timeout  time.Duration      // per request; 0 means DefaultTimeout; IssueAttempts × Timeout bounds a request with its re-sends
 	Logger   *slog.Logger       // nil: slog.Default()
 	// PinFile, when set, holds "EPOCH hex-fingerprint" lines, the
 	// fingerprint being SHA-256 of the epoch's token.KeysResponse
