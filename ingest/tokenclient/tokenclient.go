@@ -327,6 +327,8 @@ func (c *Client) retry(ctx context.Context, subj, what string, send func(ctx con
 	b.Reset()
 	tries := map[string]int{}
 	sends := 0
+	var other string // the last reason other than a timeout, and its error
+	var otherErr error
 	for {
 		sends++
 		err := send(bctx)
@@ -338,6 +340,15 @@ func (c *Client) retry(ctx context.Context, subj, what string, send func(ctx con
 			return err
 		}
 		tries[reason]++
+		if reason == RetryTimeout && bctx.Err() != nil && other != "" {
+			// the bound, not the issuer, ended the last send: say why
+			// the sends before it failed
+			return c.gaveUp(subj, what, other, sends, tries, t, bound,
+				fmt.Errorf("%w (the last send, cut short by the bound: %w)", otherErr, err))
+		}
+		if reason != RetryTimeout {
+			other, otherErr = reason, err
+		}
 		var wait time.Duration
 		switch reason {
 		case RetryTimeout:
