@@ -51,9 +51,9 @@ var (
 	// those pinned in Client.PinFile: it changed keys mid-epoch or shows
 	// clients different keys, which would let it link their tokens.
 	ErrKeyChanged = errors.New("tokenclient: the issuer's public keys of the epoch changed")
-	// ErrUnavailable: the issuer's counter store failed for longer than
-	// IssueAttempts × Client.Timeout (each answer "temporarily
-	// unavailable"; nothing of those requests was counted).
+	// ErrUnavailable: the issuer answered "temporarily unavailable" (its
+	// counter store failed; it counted nothing) until IssueAttempts ×
+	// Client.Timeout had passed.
 	ErrUnavailable = token.ErrUnavailable
 )
 
@@ -306,7 +306,8 @@ func retryReason(ctx context.Context, err error) string {
 }
 
 // retry calls send (one request to subj; what names it in logs and
-// errors: "the same randomness request of epoch E") until it succeeds or
+// errors: "the same randomness request of epoch E"; issue: an issue
+// request, which the issuer counts, not a keys request) until it succeeds or
 // fails for a reason that sending again cannot cure, for at most
 // IssueAttempts × Timeout in all (bound; send's ctx carries it):
 // RetryTimeout re-sends at once, at most IssueAttempts sends in all;
@@ -318,7 +319,7 @@ func retryReason(ctx context.Context, err error) string {
 // attempt failed for and what to do, wrapping the last attempt's error
 // (errors.Is nats.ErrNoResponders, token.ErrUnavailable, nats.ErrTimeout
 // or context.DeadlineExceeded).
-func (c *Client) retry(ctx context.Context, subj, what string, send func(ctx context.Context) error) error {
+func (c *Client) retry(ctx context.Context, subj, what string, issue bool, send func(ctx context.Context) error) error {
 	t := c.timeout()
 	bound := IssueAttempts * t
 	bctx, cancel := context.WithTimeout(ctx, bound)
@@ -343,7 +344,7 @@ func (c *Client) retry(ctx context.Context, subj, what string, send func(ctx con
 		if reason == RetryTimeout && bctx.Err() != nil && other != "" {
 			// the bound, not the issuer, ended the last send: say why
 			// the sends before it failed
-			return c.gaveUp(subj, what, other, sends, tries, t, bound,
+			return c.gaveUp(subj, what, issue, other, sends, tries, t, bound,
 				fmt.Errorf("%w (the last send, cut short by the bound: %w)", otherErr, err))
 		}
 		if reason != RetryTimeout {
@@ -353,7 +354,7 @@ func (c *Client) retry(ctx context.Context, subj, what string, send func(ctx con
 		switch reason {
 		case RetryTimeout:
 			if tries[reason] >= IssueAttempts {
-				return c.gaveUp(subj, what, reason, sends, tries, t, bound, err)
+				return c.gaveUp(subj, what, issue, reason, sends, tries, t, bound, err)
 			}
 		case RetryReplay:
 			if tries[reason] > replayRetries {
@@ -363,7 +364,7 @@ func (c *Client) retry(ctx context.Context, subj, what string, send func(ctx con
 			wait = b.NextBackOff()
 		}
 		if dl, _ := bctx.Deadline(); bctx.Err() != nil || time.Until(dl) <= wait {
-			return c.gaveUp(subj, what, reason, sends, tries, t, bound, err)
+			return c.gaveUp(subj, what, issue, reason, sends, tries, t, bound, err)
 		}
 		c.count(reason)
 		if reason != RetryReplay {
@@ -379,19 +380,22 @@ func (c *Client) retry(ctx context.Context, subj, what string, send func(ctx con
 				if ctx.Err() != nil {
 					return errors.Join(err, ctx.Err())
 				}
-				return c.gaveUp(subj, what, reason, sends, tries, t, bound, err)
+				return c.gaveUp(subj, what, issue, reason, sends, tries, t, bound, err)
 			}
 		}
 	}
 }
 
 // gaveUp is retry's final error, by the reason of the last attempt.
-func (c *Client) gaveUp(subj, what, reason string, sends int, tries map[string]int, t, bound time.Duration, err error) error {
+func (c *Client) gaveUp(subj, what string, issue bool, reason string, sends int, tries map[string]int, t, bound time.Duration, err error) error {
 	c.count("gave-up")
 	// an issuer counts a request it answered unavailable only when its
 	// store kept a write it saw fail, and one that timed out perhaps
 	counted := "nothing was counted"
-	if tries[RetryTimeout] > 0 || tries[RetryUnavailable] > 0 {
+	switch {
+	case !issue:
+		counted = "a keys request is never counted"
+	case tries[RetryTimeout] > 0 || tries[RetryUnavailable] > 0:
 		counted = "the issuer counted it at most once, and its tokens are lost if it did"
 	}
 	switch reason {
@@ -411,7 +415,7 @@ func (c *Client) gaveUp(subj, what, reason string, sends int, tries map[string]i
 // again (retry).
 func (c *Client) fetchKeys(ctx context.Context, subj, epoch string, b []byte) (*token.KeysResponse, error) {
 	var data []byte
-	err := c.retry(ctx, subj, "the keys request of epoch "+epoch, func(ctx context.Context) (err error) {
+	err := c.retry(ctx, subj, "the same keys request of epoch "+epoch, false, func(ctx context.Context) (err error) {
 		data, err = c.request(ctx, subj, b)
 		return err
 	})
@@ -497,7 +501,7 @@ func (c *Client) issue(ctx context.Context, q *token.IssueRequest) (*token.Issue
 	}
 	subj := c.issuerSubject(q.Kind, q.Epoch)
 	var resp *token.IssueResponse
-	err := c.retry(ctx, subj, fmt.Sprintf("the same %s request of epoch %s", q.Kind, q.Epoch), func(ctx context.Context) error {
+	err := c.retry(ctx, subj, fmt.Sprintf("the same %s request of epoch %s", q.Kind, q.Epoch), true, func(ctx context.Context) error {
 		q.Timestamp = c.timestamp()
 		if err := q.Sign(c.Identity); err != nil {
 			return err
