@@ -164,7 +164,9 @@ type Config struct {
 	// Identity).
 	Issuer Issuer
 	// IssuerTimeout bounds each issuer request (tokenclient.Client.Timeout);
-	// 0 = tokenclient's default.
+	// 0 = tokenclient's default. A request and its re-sends (no issuer
+	// subscribed, the issuer temporarily unavailable, a timeout) take at
+	// most tokenclient.IssueAttempts × IssuerTimeout (90 s by default).
 	IssuerTimeout time.Duration
 	// RandomnessRetryFor bounds how long a randomness request that timed
 	// out or found no responder is re-sent with backoff
@@ -492,8 +494,11 @@ func pinRandomnessKey(ctx context.Context, kp keyPinner, st store, epoch string)
 // stored every report. Errors: the randomness service's (epoch not open or
 // closed, failed proof, ErrRandomnessKeyChanged), the issuer's with
 // Config.Tokens (errors.Is tokenclient.ErrBudget: the identity's budget of
-// the epoch is spent, nothing of the call was sent; ErrNotEnrolled), an
-// unknown app, the state directory's, ctx's.
+// the epoch is spent, nothing of the call was sent; ErrNotEnrolled; an
+// issuer away for longer than IssuerTimeout's bound: nats.ErrNoResponders
+// or tokenclient.ErrUnavailable, nothing of the call sent or recorded, so
+// a later Submit of the same artifacts sends them), an unknown app, the
+// state directory's, ctx's.
 func (d *Device) Submit(ctx context.Context, app string, arts ...apps.Artifact) (int, error) {
 	c, onions, err := d.prepare(ctx, app, arts)
 	if err != nil || len(onions) == 0 {

@@ -10,6 +10,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/crowdlog/crowdlog/protocol"
 	"github.com/crowdlog/crowdlog/protocol/token"
 )
 
@@ -63,5 +66,47 @@ func TestCorruptCounter(t *testing.T) {
 	}
 	if err := e.tokens(nc, bob, token.KindRandomness, 1); err != nil {
 		t.Fatalf("another identity: %v", err)
+	}
+}
+
+// TestUnavailableCounterStore: with its counters bucket gone (a JetStream
+// outage looks the same) the issuer answers the refusal the client maps to
+// token.ErrUnavailable and re-sends, counted as internal; once the bucket
+// is back the same content is issued and counted once.
+func TestUnavailableCounterStore(t *testing.T) {
+	e := newEnv(t)
+	s, stop := e.start(Limits{RandomnessTokens: 5})
+	defer stop()
+	nc := e.conn()
+	alice := e.identity(true)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(e.ctx, protocol.IssuerCountersBucket); err != nil {
+		t.Fatal(err)
+	}
+	p, b := e.request(alice, token.KindRandomness, 3, now())
+	if err := e.ask(nc, b).Err(); !errors.Is(err, token.ErrUnavailable) || s.RefusedBy(ReasonInternal) != 1 {
+		t.Fatalf("bucket gone: %v (internal refusals %d), want token.ErrUnavailable once", err, s.RefusedBy(ReasonInternal))
+	}
+	if _, err := OpenCounters(e.ctx, nc); err != nil { // restored (`crowdlog streams`)
+		t.Fatal(err)
+	}
+	q, err := token.ParseIssueRequest(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Timestamp = now() // the client's re-send: same content, signed anew
+	if err := q.Sign(alice); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = q.MarshalBinary()
+	resp := e.ask(nc, b)
+	if err := resp.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Finalize(resp.Evaluated, resp.Proof); err != nil || resp.Used != 3 || s.Issued.Load() != 3 {
+		t.Fatalf("after the restore: %v, used %d, issued %d; want 3, 3", err, resp.Used, s.Issued.Load())
 	}
 }

@@ -508,7 +508,7 @@ func (s *Service) Handle(ctx context.Context, data []byte) *token.IssueResponse 
 			return s.refuse(ReasonReplay, err)
 		}
 		s.log().Error("issuer: replay marker", "err", err)
-		return s.refuse(ReasonInternal, errors.New("issuer temporarily unavailable (counter store); retry"))
+		return s.refuse(ReasonInternal, unavailable)
 	}
 	var out *token.IssueResponse
 	if q.Kind == token.KindARC {
@@ -633,8 +633,12 @@ func (s *Service) internal(err error) *token.IssueResponse {
 		return s.refuse(ReasonCorruptCounter, fmt.Errorf("%w: budget exhausted for this epoch", token.ErrBudget))
 	}
 	s.log().Error("issuer: counter store", "err", err)
-	return s.refuse(ReasonInternal, errors.New("issuer temporarily unavailable (counter store); retry"))
+	return s.refuse(ReasonInternal, unavailable)
 }
+
+// unavailable is the refusal of a request the counter store failed
+// (token.ErrUnavailable): nothing was counted, the client sends it again.
+var unavailable = fmt.Errorf("%w (counter store); retry", token.ErrUnavailable)
 
 func budgetError(epoch string, kind token.Kind, limit, used, asked int) error {
 	err := token.BudgetError(epoch, kind, limit, used)

@@ -96,6 +96,22 @@ type Client struct {
 	mu      sync.Mutex
 	sent    map[keywords.Day]bool
 	pending map[keywords.Day]pendingUpload
+	// sharded holds, in memory only, a day's report whose tokens an
+	// Upload did not all get; dropped once the day's onion is pending
+	sharded map[keywords.Day]*shardedReport
+}
+
+// shardedReport is a day's sharded report, the measurement it shards,
+// how many counts were clipped and the helper key it was sealed to.
+type shardedReport struct {
+	r       *p3.Report
+	m       []uint64
+	clipped int
+	helper  onion.PublicKey
+}
+
+func sameKey(a, b onion.PublicKey) bool {
+	return a.ID == b.ID && a.Role == b.Role && (a.Key == nil) == (b.Key == nil) && (a.Key == nil || a.Key.Equal(b.Key))
 }
 
 // pendingUpload is a day's onion built but not yet published.
@@ -156,7 +172,10 @@ func (c *Client) Measurement(d keywords.Day) (m []uint64, dropped int) {
 // a crash), that same onion is published again.
 // Errors: ErrAlreadySent, a measurement the VDAF refuses, an onion that
 // does not seal, the state file's write error, or the publisher's (the day
-// then stays pending and a later Upload retries it).
+// then stays pending and a later Upload retries it), or a token's (the
+// sharded report and the tokens it got are kept in memory: a later Upload
+// of the day with the same counts sends that report and asks only for the
+// tokens it lacks, each issuing one per identity and day).
 func (c *Client) Upload(ctx context.Context, tr *Transport, v *p3.VDAF, d keywords.Day) (Sent, error) {
 	var s Sent
 	if d < 0 {
@@ -173,18 +192,31 @@ func (c *Client) Upload(ctx context.Context, tr *Transport, v *p3.VDAF, d keywor
 	p, ok := c.pending[d]
 	if !ok {
 		m, dropped := c.Measurement(d)
-		r, clipped, err := v.ShardReport(c.Campaign, p3.Day(d), m, tr.Helper)
-		if err != nil {
-			return s, fmt.Errorf("prio3: shard the report of %s: %w", d, err)
+		// a report sharded by an Upload that failed getting its tokens is
+		// taken again (same nonce, the tokens it got): each issuer gives
+		// one token per day and recognizes the same request again
+		sh := c.sharded[d]
+		if sh == nil || !slices.Equal(sh.m, m) || sh.r.Campaign != c.Campaign || !sameKey(sh.helper, tr.Helper) {
+			r, clipped, err := v.ShardReport(c.Campaign, p3.Day(d), m, tr.Helper)
+			if err != nil {
+				return s, fmt.Errorf("prio3: shard the report of %s: %w", d, err)
+			}
+			sh = &shardedReport{r: r, m: m, clipped: clipped, helper: tr.Helper}
+			if c.sharded == nil {
+				c.sharded = map[keywords.Day]*shardedReport{}
+			}
+			c.sharded[d] = sh
 		}
-		if c.HelperToken != nil {
+		r, clipped := sh.r, sh.clipped
+		var err error
+		if c.HelperToken != nil && len(r.HelperToken) == 0 {
 			if r.HelperToken, err = c.HelperToken(ctx, c.Campaign, p3.Day(d), r.HelperNonce()); err != nil {
-				return s, fmt.Errorf("prio3: helper token for the report of %s: %w", d, err)
+				return s, fmt.Errorf("prio3: helper token for the report of %s (the report is kept for the next upload of the day): %w", d, err)
 			}
 		}
-		if c.LeaderToken != nil {
+		if c.LeaderToken != nil && len(r.LeaderToken) == 0 {
 			if r.LeaderToken, err = c.LeaderToken(ctx, c.Campaign, p3.Day(d), r.HelperNonce()); err != nil {
-				return s, fmt.Errorf("prio3: leader token for the report of %s: %w", d, err)
+				return s, fmt.Errorf("prio3: leader token for the report of %s (the report is kept for the next upload of the day): %w", d, err)
 			}
 		}
 		upload, err := r.Seal(tr.Leader)
@@ -201,6 +233,7 @@ func (c *Client) Upload(ctx context.Context, tr *Transport, v *p3.VDAF, d keywor
 			c.pending = map[keywords.Day]pendingUpload{}
 		}
 		c.pending[d] = p
+		delete(c.sharded, d)
 		if err := c.save(); err != nil {
 			return s, err
 		}

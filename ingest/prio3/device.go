@@ -281,7 +281,10 @@ type Config struct {
 	// StateDir/identity.key, created on first use.
 	Identity ed25519.PrivateKey
 	// IssuerTimeout bounds each issuer request (0:
-	// tokenclient.DefaultTimeout).
+	// tokenclient.DefaultTimeout); with its re-sends (no issuer
+	// subscribed, the issuer temporarily unavailable, a timeout) a token
+	// request takes at most tokenclient.IssueAttempts × IssuerTimeout,
+	// after which Retry re-runs the upload with the same report.
 	IssuerTimeout time.Duration
 
 	// SettingsTimeout bounds one request for the leader's settings (0:

@@ -181,3 +181,29 @@ func TestIssueAttemptsBounded(t *testing.T) {
 		t.Fatalf("counted %d, handled %d; want 2, %d", n, l.handledN(), tokenclient.IssueAttempts)
 	}
 }
+
+// TestCredentialRetriedAcrossCalls: the issuer counts an ARC credential
+// request but its answers are lost until the client gives up; the
+// client's next call sends the same request, answered again (the same
+// response): the credential comes and presents, counted once. (A new
+// request would be refused: one credential per identity and epoch.)
+func TestCredentialRetriedAcrossCalls(t *testing.T) {
+	ctx, nc, keys, l := startLossy(t, issuer.Limits{}, tokenclient.IssueAttempts)
+	c := client(t, nc, keys, true)
+	c.Timeout = time.Second
+	if _, err := c.Credential(ctx, epoch); !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+		t.Fatalf("answers lost: %v, want a timeout", err)
+	}
+	cred, err := c.Credential(ctx, epoch)
+	if err != nil {
+		t.Fatalf("credential once the answers come: %v", err)
+	}
+	sk, _ := keydir.LoadARCKey(keys, epoch)
+	p, err := cred.Present(rand.Reader, []byte("ctx"), 0, 1)
+	if err != nil || sk.VerifyPresentation(p, []byte("ctx"), 1) != nil {
+		t.Fatalf("the credential does not present: %v", err)
+	}
+	if n := l.count(t, ctx, c, token.KindARC); n != 1 || l.restarted.Reissued.Load() < 1 {
+		t.Fatalf("ARC counted %d, reissued %d; want 1, ≥ 1", n, l.restarted.Reissued.Load())
+	}
+}

@@ -24,10 +24,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/crowdlog/crowdlog/ingest/pinfile"
 	"github.com/crowdlog/crowdlog/protocol"
@@ -48,6 +51,10 @@ var (
 	// those pinned in Client.PinFile: it changed keys mid-epoch or shows
 	// clients different keys, which would let it link their tokens.
 	ErrKeyChanged = errors.New("tokenclient: the issuer's public keys of the epoch changed")
+	// ErrUnavailable: the issuer answered "temporarily unavailable" (its
+	// counter store failed; it counted nothing) until IssueAttempts ×
+	// Client.Timeout had passed.
+	ErrUnavailable = token.ErrUnavailable
 )
 
 // DefaultTimeout bounds one issuer request when Client.Timeout is 0. A
@@ -67,7 +74,7 @@ type Client struct {
 	// NC is the connection to the issuer (requests; left open).
 	NC       *nats.Conn
 	Identity ed25519.PrivateKey // the client's identity key (keydir.EnsureIdentityKey)
-	Timeout  time.Duration      // per request; 0 means DefaultTimeout
+	Timeout  time.Duration      // per request; 0 means DefaultTimeout; IssueAttempts × Timeout bounds a request with its re-sends
 	Logger   *slog.Logger       // nil: slog.Default()
 	// PinFile, when set, holds "EPOCH hex-fingerprint" lines, the
 	// fingerprint being SHA-256 of the epoch's token.KeysResponse
@@ -81,6 +88,11 @@ type Client struct {
 	keys   map[string]*token.KeysResponse // pinned per epoch
 	split  map[string]bool                // epochs whose randomness tokens come from the randomness operator's issuer
 	lastTS int64                          // last timestamp signed, unix ms
+	stats  Stats
+	// Prio3 token requests that failed, kept so that a later call for
+	// the same report sends the same content (prio3Token)
+	pending    map[pendingKey]pendingToken
+	pendingARC map[string]pendingCredential // by epoch, as pending
 }
 
 func (c *Client) log() *slog.Logger {
@@ -104,21 +116,27 @@ func (c *Client) timestamp() time.Time {
 	return time.UnixMilli(ms)
 }
 
-// request sends b on subj and returns the reply, bounded by Timeout.
+// timeout is Timeout, or DefaultTimeout when it is 0.
+func (c *Client) timeout() time.Duration {
+	if c.Timeout <= 0 {
+		return DefaultTimeout
+	}
+	return c.Timeout
+}
+
+// request sends b on subj and returns the reply, bounded by Timeout (and
+// by ctx).
 func (c *Client) request(ctx context.Context, subj string, b []byte) ([]byte, error) {
 	if c.NC == nil {
 		return nil, errors.New("tokenclient: no NATS connection")
 	}
-	t := c.Timeout
-	if t <= 0 {
-		t = DefaultTimeout
-	}
+	t := c.timeout()
 	rctx, cancel := context.WithTimeout(ctx, t)
 	defer cancel()
 	m, err := c.NC.RequestWithContext(rctx, subj, b)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, fmt.Errorf("tokenclient: no issuer answers on %s (the deployment runs none: turn tokens off, ingest.Config.Tokens; or its operator has not started it): %w", subj, err)
+			return nil, fmt.Errorf("tokenclient: no issuer answers on %s: %w", subj, err)
 		}
 		return nil, fmt.Errorf("tokenclient: request %s (waited at most %s for the issuer): %w", subj, t, err)
 	}
@@ -174,35 +192,233 @@ func (c *Client) Keys(ctx context.Context, epoch string) (*token.KeysResponse, e
 	return resp, nil
 }
 
-// keysAttempts is how often a public-key request that timed out is sent
-// in all (it changes nothing at the issuer).
-const keysAttempts = 3
-
 // IssueAttempts is how often an issue request is sent in all when the
 // issuer's answers do not come within Client.Timeout: each attempt is
 // signed again (fresh timestamp) over the same blinded elements (or ARC
 // request), so the issuer recognizes it by its content
 // (token.IssueRequest.ContentID) and answers it again without counting
 // it twice when only an earlier answer was lost (issuer.RetryRecords).
-// One batch waits at most IssueAttempts × Timeout for the issuer
-// (90 s with DefaultTimeout), plus what a replay refusal adds
-// (replayRetries).
+// A keys request that timed out is sent as often. IssueAttempts ×
+// Client.Timeout (90 s with DefaultTimeout) also bounds everything a
+// request may take, retries and their waits included (retry).
 const IssueAttempts = 3
 
+// Reasons a request is sent again: the label of
+// crowdlog_ingest_issuer_retries_total and the fields of Stats.
+const (
+	// RetryTimeout: the answer did not come within Client.Timeout (the
+	// request may have been served: it is sent again with the same
+	// content, counted once). At most IssueAttempts sends, re-sent at
+	// once (the wait was the timeout).
+	RetryTimeout = "timeout"
+	// RetryNoResponders: no issuer was subscribed to the subject
+	// (nats.ErrNoResponders: it is restarting, a rolling update, or not
+	// started yet); nothing reached an issuer. Re-sent after a backoff.
+	RetryNoResponders = "no-responders"
+	// RetryUnavailable: the issuer answered token.ErrUnavailable (its
+	// counter store failed; nothing counted). Re-sent after a backoff.
+	RetryUnavailable = "unavailable"
+	// RetryReplay: the issuer refused the request as a replay (another
+	// request of this identity signed in the same millisecond); signed
+	// again at once, at most replayRetries times.
+	RetryReplay = "replay"
+)
+
+// RetryReasons are the reasons, in order.
+var RetryReasons = []string{RetryTimeout, RetryNoResponders, RetryUnavailable, RetryReplay}
+
+// Backoff between sends after no responders or an unavailable answer:
+// exponential from retryInitial, doubling with ±50 % jitter, at most
+// retryMax (github.com/cenkalti/backoff/v5, the project's retry library).
+const (
+	retryInitial = 250 * time.Millisecond
+	retryMax     = 5 * time.Second
+)
+
+// Retries counts, process-wide, requests to issuers sent again, by reason
+// (RetryReasons), and requests given up after their bound ("gave-up"):
+// crowdlog_ingest_issuer_retries_total{reason}. Every Client of a program
+// counts, however it was made; a role running clients registers it
+// (Collectors; pipelines/runner.RegisterPublisher).
+var Retries = newRetries()
+
+func newRetries() *prometheus.CounterVec {
+	v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "crowdlog_ingest_issuer_retries_total",
+		Help: "Requests to a token issuer sent again, by reason (timeout, no-responders, unavailable, replay), and given up after their bound (gave-up)."},
+		[]string{"reason"})
+	for _, r := range append(slices.Clone(RetryReasons), "gave-up") {
+		v.WithLabelValues(r)
+	}
+	return v
+}
+
+// Collectors returns the package's metrics (Retries).
+func Collectors() []prometheus.Collector { return []prometheus.Collector{Retries} }
+
+// Stats are a Client's counters since it was made: requests sent again by
+// reason (Retry*) and requests given up after IssueAttempts × Timeout.
+type Stats struct {
+	RetriedTimeout, RetriedNoResponders, RetriedUnavailable, RetriedReplay int64
+	GaveUp                                                                 int64
+}
+
+// Stats returns a copy of the Client's counters.
+func (c *Client) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+func (c *Client) count(reason string) {
+	Retries.WithLabelValues(reason).Inc()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch reason {
+	case RetryTimeout:
+		c.stats.RetriedTimeout++
+	case RetryNoResponders:
+		c.stats.RetriedNoResponders++
+	case RetryUnavailable:
+		c.stats.RetriedUnavailable++
+	case RetryReplay:
+		c.stats.RetriedReplay++
+	default:
+		c.stats.GaveUp++
+	}
+}
+
+// retryReason is why err may be cured by sending the request again, or ""
+// when it may not (a refusal, a bad answer, ctx ending).
+func retryReason(ctx context.Context, err error) string {
+	switch {
+	case ctx.Err() != nil:
+		return ""
+	case errors.Is(err, nats.ErrNoResponders):
+		return RetryNoResponders
+	case errors.Is(err, token.ErrUnavailable):
+		return RetryUnavailable
+	case errors.Is(err, token.ErrReplay):
+		return RetryReplay
+	case errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded):
+		return RetryTimeout
+	}
+	return ""
+}
+
+// retry calls send (one request to subj; what names it in logs and
+// errors: "the same randomness request of epoch E"; issue: an issue
+// request, which the issuer counts, not a keys request) until it succeeds or
+// fails for a reason that sending again cannot cure, for at most
+// IssueAttempts × Timeout in all (bound; send's ctx carries it):
+// RetryTimeout re-sends at once, at most IssueAttempts sends in all;
+// RetryNoResponders and RetryUnavailable re-send after a backoff
+// (retryInitial doubling to retryMax, jittered) while the bound allows;
+// RetryReplay re-signs at once, at most replayRetries times. Each re-send
+// is logged at Warn and counted (Stats, Retries). Once the bound passes,
+// the error says how often and how long it tried, which reason the last
+// attempt failed for and what to do, wrapping the last attempt's error
+// (errors.Is nats.ErrNoResponders, token.ErrUnavailable, nats.ErrTimeout
+// or context.DeadlineExceeded).
+func (c *Client) retry(ctx context.Context, subj, what string, issue bool, send func(ctx context.Context) error) error {
+	t := c.timeout()
+	bound := IssueAttempts * t
+	bctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	b := &backoff.ExponentialBackOff{InitialInterval: retryInitial, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: retryMax}
+	b.Reset()
+	tries := map[string]int{}
+	sends := 0
+	var other string // the last reason other than a timeout, and its error
+	var otherErr error
+	for {
+		sends++
+		err := send(bctx)
+		if err == nil {
+			return nil
+		}
+		reason := retryReason(ctx, err)
+		if reason == "" {
+			return err
+		}
+		tries[reason]++
+		if reason == RetryTimeout && bctx.Err() != nil && other != "" {
+			// the bound, not the issuer, ended the last send: say why
+			// the sends before it failed
+			return c.gaveUp(subj, what, issue, other, sends, tries, t, bound,
+				fmt.Errorf("%w (the last send, cut short by the bound: %w)", otherErr, err))
+		}
+		if reason != RetryTimeout {
+			other, otherErr = reason, err
+		}
+		var wait time.Duration
+		switch reason {
+		case RetryTimeout:
+			if tries[reason] >= IssueAttempts {
+				return c.gaveUp(subj, what, issue, reason, sends, tries, t, bound, err)
+			}
+		case RetryReplay:
+			if tries[reason] > replayRetries {
+				return err
+			}
+		default:
+			wait = b.NextBackOff()
+		}
+		if dl, _ := bctx.Deadline(); bctx.Err() != nil || time.Until(dl) <= wait {
+			return c.gaveUp(subj, what, issue, reason, sends, tries, t, bound, err)
+		}
+		c.count(reason)
+		if reason != RetryReplay {
+			c.log().Warn("tokenclient: sending the same request to the issuer again (counted once)",
+				"subject", subj, "request", what, "reason", reason, "send", sends+1, "in", wait.Round(time.Millisecond), "err", err)
+		}
+		if wait > 0 {
+			tm := time.NewTimer(wait)
+			select {
+			case <-tm.C:
+			case <-bctx.Done():
+				tm.Stop()
+				if ctx.Err() != nil {
+					return errors.Join(err, ctx.Err())
+				}
+				return c.gaveUp(subj, what, issue, reason, sends, tries, t, bound, err)
+			}
+		}
+	}
+}
+
+// gaveUp is retry's final error, by the reason of the last attempt.
+func (c *Client) gaveUp(subj, what string, issue bool, reason string, sends int, tries map[string]int, t, bound time.Duration, err error) error {
+	c.count("gave-up")
+	// an issuer counts a request it answered unavailable only when its
+	// store kept a write it saw fail, and one that timed out perhaps
+	counted := "nothing was counted"
+	switch {
+	case !issue:
+		counted = "a keys request is never counted"
+	case tries[RetryTimeout] > 0 || tries[RetryUnavailable] > 0:
+		counted = "the issuer counted it at most once, and its tokens are lost if it did"
+	}
+	switch reason {
+	case RetryNoResponders:
+		return fmt.Errorf("tokenclient: no issuer answered on %s for %s (%d sends of %s; %s): it is restarting or not running — check that the operator's `crowdlog issuer` serves %s (with tokens off, ingest.Config.Tokens, no issuer is needed), then send again later: %w",
+			subj, bound, sends, what, counted, subj, err)
+	case RetryUnavailable:
+		return fmt.Errorf("tokenclient: the issuer on %s stayed temporarily unavailable for %s (%d sends of %s; its JetStream counters bucket did not answer; %s): its operator checks the NATS JetStream servers and the bucket (`crowdlog streams`), then send again later: %w",
+			subj, bound, sends, what, counted, err)
+	}
+	return fmt.Errorf("tokenclient: the issuer answered none of %d requests on %s (all %s), each given %s (%s in all; %s: check that the issuer runs, or raise Client.Timeout for a loaded one): %w",
+		sends, subj, what, t, bound, counted, err)
+}
+
 // fetchKeys asks subj for the keys of epoch (request b) and checks the
-// answer names epoch. A request that timed out (a loaded issuer) is sent
-// again, keysAttempts in all, with a Warn log line.
+// answer names epoch; a request that timed out or found no issuer is sent
+// again (retry).
 func (c *Client) fetchKeys(ctx context.Context, subj, epoch string, b []byte) (*token.KeysResponse, error) {
 	var data []byte
-	var err error
-	for attempt := 1; ; attempt++ {
+	err := c.retry(ctx, subj, "the same keys request of epoch "+epoch, false, func(ctx context.Context) (err error) {
 		data, err = c.request(ctx, subj, b)
-		if err == nil || attempt == keysAttempts || ctx.Err() != nil ||
-			!(errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)) {
-			break
-		}
-		c.log().Warn("tokenclient: the issuer's public keys did not come in time; asking again", "subject", subj, "attempt", attempt+1, "err", err)
-	}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -275,65 +491,41 @@ func (c *Client) checkPin(epoch string, resp *token.KeysResponse) error {
 	return nil
 }
 
-// timedOut reports whether err is a request that got no answer in time
-// (and not the caller's context ending).
-func timedOut(ctx context.Context, err error) bool {
-	return ctx.Err() == nil && (errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded))
-}
-
-// issue signs q (fresh timestamp) and sends it. A replay refusal (same
-// millisecond as another request of this identity) is signed again, up to
-// replayRetries times; a request whose answer does not come in time is
-// signed again and re-sent with the same content, IssueAttempts in all,
-// with a Warn log line (the issuer counts it once: IssueAttempts).
+// issue signs q (fresh timestamp) and sends it, again with the same
+// content and a fresh timestamp after a timeout, no responders, an
+// unavailable answer or a replay refusal (retry; the issuer counts it
+// once: IssueAttempts), for at most IssueAttempts × Timeout.
 func (c *Client) issue(ctx context.Context, q *token.IssueRequest) (*token.IssueResponse, error) {
 	if len(c.Identity) != ed25519.PrivateKeySize {
 		return nil, errors.New("tokenclient: no identity key (keydir.EnsureIdentityKey)")
 	}
 	subj := c.issuerSubject(q.Kind, q.Epoch)
-	timeouts, replays := 0, 0
-	for {
+	var resp *token.IssueResponse
+	err := c.retry(ctx, subj, fmt.Sprintf("the same %s request of epoch %s", q.Kind, q.Epoch), true, func(ctx context.Context) error {
 		q.Timestamp = c.timestamp()
 		if err := q.Sign(c.Identity); err != nil {
-			return nil, err
+			return err
 		}
 		b, err := q.MarshalBinary()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		data, err := c.request(ctx, subj, b)
 		if err != nil {
-			if !timedOut(ctx, err) {
-				return nil, err
-			}
-			if timeouts++; timeouts >= IssueAttempts {
-				t := c.Timeout
-				if t <= 0 {
-					t = DefaultTimeout
-				}
-				return nil, fmt.Errorf("tokenclient: the issuer answered none of %d requests on %s (all the same %s request of epoch %s), each given %s (%s in all; one that reached it was counted once and its tokens are lost: check that the issuer runs, or raise Client.Timeout for a loaded one): %w",
-					timeouts, subj, q.Kind, q.Epoch, t, time.Duration(timeouts)*t, err)
-			}
-			c.log().Warn("tokenclient: the issuer's answer did not come in time; sending the same request again (counted once)",
-				"subject", subj, "kind", q.Kind.String(), "epoch", q.Epoch, "attempt", timeouts+1, "of", IssueAttempts, "err", err)
-			continue
+			return err
 		}
-		resp, err := token.ParseIssueResponse(data)
-		if err != nil {
-			return nil, fmt.Errorf("tokenclient: issuer response: %w", err)
+		if resp, err = token.ParseIssueResponse(data); err != nil {
+			return fmt.Errorf("tokenclient: issuer response: %w", err)
 		}
-		if err := resp.Err(); err != nil {
-			if errors.Is(err, token.ErrReplay) && replays < replayRetries {
-				replays++
-				continue
-			}
-			return nil, err
-		}
-		if resp.Kind != q.Kind {
-			return nil, fmt.Errorf("tokenclient: asked for %s, the issuer answered %s", q.Kind, resp.Kind)
-		}
-		return resp, nil
+		return resp.Err()
+	})
+	if err != nil {
+		return nil, err
 	}
+	if resp.Kind != q.Kind {
+		return nil, fmt.Errorf("tokenclient: asked for %s, the issuer answered %s", q.Kind, resp.Kind)
+	}
+	return resp, nil
 }
 
 // Tokens returns one token of kind (token.KindRandomness or
@@ -384,8 +576,12 @@ func (c *Client) Tokens(ctx context.Context, kind token.Kind, epoch string, nonc
 // by the Prio3 helper operator's issuer (protocol.IssuerPrio3HelperSubject)
 // under the key of epoch token.Prio3Epoch(campaign, day), pinned like
 // Keys. The issuer gives one per identity per campaign-day: a second call
-// for the day is refused with ErrBudget. Errors also wrap ErrNotEnrolled,
-// token.ErrProof and ErrKeyChanged.
+// for the day is refused with ErrBudget. A call that failed (the issuer
+// away past IssueAttempts × Timeout, an answer lost) is kept in this
+// Client's memory: the next call with the same nonce sends the same
+// blinded element, which an issuer that already counted it answers again
+// (issuer.RetryRecords) instead of refusing it as over budget. Errors
+// also wrap ErrNotEnrolled, token.ErrProof and ErrKeyChanged.
 func (c *Client) Prio3HelperToken(ctx context.Context, campaign string, day uint32, nonce [32]byte) ([]byte, error) {
 	return c.prio3Token(ctx, token.KindPrio3Helper, campaign, day, nonce)
 }
@@ -436,24 +632,72 @@ func (c *Client) prio3Token(ctx context.Context, kind token.Kind, campaign strin
 		c.mu.Unlock()
 	}
 	pub, _ := k.Key(kind)
-	p, blinded, err := token.NewRequest(pub, kind, epoch, [][32]byte{nonce})
-	if err != nil {
-		return nil, err
+	// a request that failed before (its answer lost, or the issuer away
+	// past the bound) is sent again with the same blinded element: an
+	// issuer that counted it answers it again (one token per day: new
+	// content would be refused as over budget)
+	pk := pendingKey{kind, epoch, nonce}
+	c.mu.Lock()
+	pend, ok := c.pending[pk]
+	c.mu.Unlock()
+	if !ok {
+		p, blinded, err := token.NewRequest(pub, kind, epoch, [][32]byte{nonce})
+		if err != nil {
+			return nil, err
+		}
+		pend = pendingToken{p, blinded}
+		c.mu.Lock()
+		if c.pending == nil || len(c.pending) >= maxPending {
+			c.pending = map[pendingKey]pendingToken{}
+		}
+		c.pending[pk] = pend
+		c.mu.Unlock()
 	}
-	resp, err := c.issue(ctx, &token.IssueRequest{Kind: kind, Epoch: epoch, Blinded: blinded})
+	resp, err := c.issue(ctx, &token.IssueRequest{Kind: kind, Epoch: epoch, Blinded: pend.blinded})
 	if err != nil {
 		return nil, fmt.Errorf("tokenclient: %s token of %s: %w", kind, epoch, err)
 	}
-	toks, err := p.Finalize(resp.Evaluated, resp.Proof)
+	c.mu.Lock()
+	delete(c.pending, pk)
+	c.mu.Unlock()
+	toks, err := pend.p.Finalize(resp.Evaluated, resp.Proof)
 	if err != nil {
 		return nil, fmt.Errorf("tokenclient: %s token of %s: %w", kind, epoch, err)
 	}
 	return toks[0].MarshalBinary()
 }
 
+// pendingKey names a Prio3 token request not answered yet: its kind,
+// epoch and nonce (the report's, prio3.Report.HelperNonce).
+type pendingKey struct {
+	kind  token.Kind
+	epoch string
+	nonce [32]byte
+}
+
+// pendingToken is such a request's blind and blinded element.
+type pendingToken struct {
+	p       *token.Pending
+	blinded [][]byte
+}
+
+// pendingCredential is an ARC credential request not answered yet.
+type pendingCredential struct {
+	secrets *arc.ClientSecrets
+	req     *arc.CredentialRequest
+	encoded []byte
+}
+
+// maxPending bounds the Prio3 token (and ARC) requests a Client keeps for a retry
+// (in memory only); past it they are forgotten, all at once.
+const maxPending = 256
+
 // Credential returns a new ARC credential of epoch
 // (draft-ietf-privacypass-arc-protocol): the issuer gives one per identity
-// and epoch, so keep it (a second call is refused with ErrBudget). The
+// and epoch, so keep it (a second call is refused with ErrBudget). A call
+// that failed (the issuer away past IssueAttempts × Timeout, an answer
+// lost) is kept in this Client's memory and the next call sends the same
+// request, which an issuer that already counted it answers again. The
 // issuer's proof is checked against the epoch's pinned ARC public key.
 func (c *Client) Credential(ctx context.Context, epoch string) (*arc.Credential, error) {
 	keys, err := c.Keys(ctx, epoch)
@@ -467,18 +711,37 @@ func (c *Client) Credential(ctx context.Context, epoch string) (*arc.Credential,
 	if err != nil {
 		return nil, fmt.Errorf("tokenclient: issuer ARC key of epoch %s: %w", epoch, err)
 	}
-	secrets, req, err := arc.NewCredentialRequest(rand.Reader)
-	if err != nil {
-		return nil, err
+	// a request that failed before is sent again as it was: an issuer
+	// that counted it answers it again (one credential per epoch: a new
+	// request would be refused as over budget)
+	c.mu.Lock()
+	pend, ok := c.pendingARC[epoch]
+	c.mu.Unlock()
+	if !ok {
+		secrets, req, err := arc.NewCredentialRequest(rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		rb, err := req.MarshalBinary()
+		if err != nil {
+			return nil, err
+		}
+		pend = pendingCredential{secrets, req, rb}
+		c.mu.Lock()
+		if c.pendingARC == nil || len(c.pendingARC) >= maxPending {
+			c.pendingARC = map[string]pendingCredential{}
+		}
+		c.pendingARC[epoch] = pend
+		c.mu.Unlock()
 	}
-	rb, err := req.MarshalBinary()
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.issue(ctx, &token.IssueRequest{Kind: token.KindARC, Epoch: epoch, ARC: rb})
+	secrets, req := pend.secrets, pend.req
+	resp, err := c.issue(ctx, &token.IssueRequest{Kind: token.KindARC, Epoch: epoch, ARC: pend.encoded})
 	if err != nil {
 		return nil, fmt.Errorf("tokenclient: ARC credential of epoch %s: %w", epoch, err)
 	}
+	c.mu.Lock()
+	delete(c.pendingARC, epoch)
+	c.mu.Unlock()
 	cresp, err := arc.ParseCredentialResponse(resp.ARC)
 	if err != nil {
 		return nil, fmt.Errorf("tokenclient: ARC credential of epoch %s: %w", epoch, err)

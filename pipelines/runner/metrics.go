@@ -11,6 +11,7 @@ import (
 	"github.com/crowdlog/crowdlog/infra/metrics"
 	"github.com/crowdlog/crowdlog/ingest/oprfclient"
 	"github.com/crowdlog/crowdlog/ingest/publish"
+	"github.com/crowdlog/crowdlog/ingest/tokenclient"
 	"github.com/crowdlog/crowdlog/randomness"
 	pddrelease "github.com/crowdlog/crowdlog/release/pdd"
 	"github.com/crowdlog/crowdlog/release/policy"
@@ -145,10 +146,12 @@ func lagMap(lag map[int]int64) map[string]float64 {
 // RegisterPublisher exposes a client publisher's reports published and
 // retried, its PubAck latency, and the process's OPRF round trips
 // (oprfclient.RoundTripSeconds: the clients that the role's publisher
-// sends for).
+// sends for) and their requests re-sent to token issuers
+// (tokenclient.Retries).
 func RegisterPublisher(reg prometheus.Registerer, p *publish.Publisher) {
 	metrics.Collect(reg, p.AckSeconds())
 	metrics.Collect(reg, oprfclient.Collectors()...)
+	metrics.Collect(reg, tokenclient.Collectors()...)
 	metrics.CounterFunc(reg, "crowdlog_ingest_reports_published_total", "Onion-wrapped reports stored by relay a's stream.", nil, func() float64 { return float64(p.Published.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_ingest_publish_retries_total", "Publishes retried (backpressure or timeouts).", nil, func() float64 { return float64(p.Retried.Load()) })
 	metrics.CounterFunc(reg, "crowdlog_ingest_publish_failed_total", "Reports abandoned at Close.", nil, func() float64 { return float64(p.Failed.Load()) })

@@ -51,6 +51,11 @@ var (
 	ErrStale = errors.New("stale request")
 	// ErrReplay: the issuer already answered this signed request.
 	ErrReplay = errors.New("replayed request")
+	// ErrUnavailable: the issuer could not reach its counter store (the
+	// JetStream counters bucket did not answer, or its compare-and-set
+	// kept losing) and counted nothing for this request: send the same
+	// request again later, signed with a fresh timestamp.
+	ErrUnavailable = errors.New("issuer temporarily unavailable")
 )
 
 // BudgetError is the issuer's refusal of a request that would exceed an
@@ -353,10 +358,11 @@ func ParseIssueResponse(b []byte) (*IssueResponse, error) {
 }
 
 // refusalSentinels map refusal texts back to errors on the client.
-var refusalSentinels = []error{ErrNotEnrolled, ErrBudget, ErrBadSignature, ErrStale, ErrReplay}
+var refusalSentinels = []error{ErrNotEnrolled, ErrBudget, ErrBadSignature, ErrStale, ErrReplay, ErrUnavailable}
 
 // Err is the refusal as a client error: "issuer: <message>", wrapping
-// ErrNotEnrolled, ErrBudget, ErrBadSignature, ErrStale or ErrReplay when
+// ErrNotEnrolled, ErrBudget, ErrBadSignature, ErrStale, ErrReplay or
+// ErrUnavailable when
 // the message starts with one of them; nil when not refused.
 func (p *IssueResponse) Err() error { return IssuerRefusalErr(p.Refusal) }
 

@@ -119,7 +119,10 @@ func TestRefusalErrors(t *testing.T) {
 	if err := (&IssueResponse{Refusal: protocol.Refusal{Error: ErrNotEnrolled.Error()}}).Err(); !errors.Is(err, ErrNotEnrolled) {
 		t.Fatalf("not enrolled: %v", err)
 	}
-	if err := (&IssueResponse{Refusal: protocol.Refusal{Error: "something else"}}).Err(); err == nil || errors.Is(err, ErrBudget) {
+	if err := (&IssueResponse{Refusal: protocol.Refusal{Error: "issuer temporarily unavailable (counter store); retry"}}).Err(); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("unavailable refusal: %v", err)
+	}
+	if err := (&IssueResponse{Refusal: protocol.Refusal{Error: "something else"}}).Err(); err == nil || errors.Is(err, ErrBudget) || errors.Is(err, ErrUnavailable) {
 		t.Fatalf("plain refusal: %v", err)
 	}
 	if (&IssueResponse{Kind: KindReport}).Err() != nil {
@@ -205,6 +208,7 @@ func FuzzParseIssueResponse(f *testing.F) {
 		{Kind: KindReport, Evaluated: [][]byte{{1, 2}}, Proof: []byte{3}, Used: 1, Limit: 2},
 		{Kind: KindARC, ARC: []byte("r")},
 		{Refusal: protocol.Refusal{Error: "identity not enrolled"}},
+		{Refusal: protocol.Refusal{Error: "issuer temporarily unavailable (counter store); retry"}},
 	} {
 		b, _ := c.MarshalBinary()
 		f.Add(b)
