@@ -2,10 +2,14 @@ package gobuild
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Build makes a binary that runs; a package that does not exist fails with
@@ -41,5 +45,35 @@ func TestBuildCanceled(t *testing.T) {
 	cancel()
 	if err := Build(ctx, filepath.Join(t.TempDir(), "x"), "./testdata/hello"); err == nil {
 		t.Fatal("a canceled build succeeded")
+	}
+}
+
+// processTree finds this test's own child and says its state.
+func TestProcessTree(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Skip(err)
+	}
+	defer cmd.Process.Kill()
+	tree := processTree(os.Getpid())
+	if !strings.Contains(tree, fmt.Sprintf("%d %d ", cmd.Process.Pid, os.Getpid())) || !strings.Contains(tree, "sleep 30") {
+		t.Fatalf("process tree of %d lacks its child %d:\n%s", os.Getpid(), cmd.Process.Pid, tree)
+	}
+}
+
+// A go command that never finishes is stopped after the bound, started
+// again once, and the error shows its process tree.
+func TestBuildTimesOut(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "go"), []byte("#!/bin/sh\necho started >&2\nexec sleep 600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	defer func(d time.Duration) { attemptTimeout = d }(attemptTimeout)
+	attemptTimeout = time.Second
+	err := Build(context.Background(), filepath.Join(dir, "x"), "./testdata/hello")
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "did not finish") ||
+		!strings.Contains(err.Error(), "sleep 600") || !strings.Contains(err.Error(), "started") {
+		t.Fatalf("a hung go build: %v", err)
 	}
 }
