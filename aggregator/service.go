@@ -436,7 +436,7 @@ func (s *Service) Run(ctx context.Context) error {
 	w := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: protocol.DecryptedTopic, Transport: infrakafka.Transport(ctx),
 		Balancer: kafka.BalancerFunc(samePartition), RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 2 * time.Millisecond, BatchSize: 1024, BatchBytes: 64 << 20}
-	defer w.Close()
+	defer infrakafka.CloseWriter(w)
 	if s.Schedule != nil {
 		if s.Schedule.Length <= 0 || s.Schedule.Length%time.Second != 0 || s.Schedule.CloseDelay < 0 {
 			return fmt.Errorf("aggregator: schedule: epoch length %s (want a positive whole number of seconds) or close delay %s (want ≥ 0)", s.Schedule.Length, s.Schedule.CloseDelay)
@@ -993,7 +993,7 @@ func writeControl(ctx context.Context, brokers []string, signer *ControlSigner, 
 	}
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: protocol.ReportsTopic, Transport: infrakafka.Transport(ctx),
 		Balancer: kafka.BalancerFunc(samePartition), RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond}
-	defer w.Close()
+	defer infrakafka.CloseWriter(w)
 	return writeRetry(ctx, w, msgs)
 }
 

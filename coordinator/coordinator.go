@@ -296,8 +296,8 @@ func (c *Coordinator) Close() {
 		_ = s.Unsubscribe()
 	}
 	if c.w != nil {
-		c.w.Close()
-		c.tickW.Close()
+		infrakafka.CloseWriter(c.w)
+		infrakafka.CloseWriter(c.tickW)
 	}
 }
 

@@ -91,5 +91,5 @@ func New(ctx context.Context, js jetstream.JetStream, o Config, log *slog.Logger
 	r := &Relay{Name: o.Name, Keys: keys, JS: js, Kafka: w, Vectors: vw, Prio3: pw, BatchSize: o.BatchSize,
 		BatchTimeout: o.BatchTimeout, AckWait: o.AckWait, PoolSize: o.PoolSize, PoolTimeout: o.PoolTimeout,
 		Next: o.Next, Logger: log, Stats: &Stats{}}
-	return r, func() { w.Close(); vw.Close(); pw.Close() }, nil
+	return r, func() { infrakafka.CloseWriter(w); infrakafka.CloseWriter(vw); infrakafka.CloseWriter(pw) }, nil
 }

@@ -185,7 +185,7 @@ func (e *env) relayB(t testing.TB, w relays.KafkaWriter, st *relays.Stats) *rela
 
 func (e *env) writer(t testing.TB) *kafka.Writer {
 	w := ikafka.NewWriter(e.broker.Addr, topic)
-	t.Cleanup(func() { w.Close() })
+	t.Cleanup(func() { ikafka.CloseWriter(w) })
 	return w
 }
 

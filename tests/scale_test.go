@@ -312,7 +312,7 @@ func preload(ctx context.Context, addr, input string, ag onion.PublicKey) (int64
 	w := &kafkago.Writer{Addr: kafkago.TCP(addr), Topic: protocol.ReportsTopic, Transport: &kafkago.Transport{},
 		Balancer: &kafkago.Hash{}, RequiredAcks: kafkago.RequireAll, BatchTimeout: 5 * time.Millisecond,
 		BatchSize: 10000, BatchBytes: 64 << 20}
-	defer w.Close()
+	defer kafka.CloseWriter(w)
 	jobs := make(chan aol.User, 4)
 	var mu sync.Mutex
 	var n int64

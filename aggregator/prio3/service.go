@@ -437,7 +437,7 @@ func (s *LeaderService) Run(ctx context.Context) error {
 		// retried forever; one share is 16 B·L + 200 B (≤ 1 MiB at any L
 		// an upload can carry)
 		BatchBytes: 2_000_000, WriteTimeout: 30 * time.Second}
-	defer run.w.Close()
+	defer infrakafka.CloseWriter(run.w)
 	if s.DeleteApplied {
 		wg.Go(func() { s.deleteApplied(rctx, run.watch, log) })
 	}

@@ -132,7 +132,7 @@ func (e *svcEnv) startLeader(maxBatch int) (*LeaderService, *running) {
 func (e *svcEnv) write(uploads ...[]byte) {
 	e.t.Helper()
 	wr := ikafka.NewWriter(e.br.Addr, protocol.Prio3UploadsTopic)
-	defer wr.Close()
+	defer ikafka.CloseWriter(wr)
 	msgs := make([]kafka.Message, len(uploads))
 	for i, u := range uploads {
 		msgs[i] = kafka.Message{Key: []byte(campaign), Value: u}

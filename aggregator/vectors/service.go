@@ -138,7 +138,7 @@ func (s *Service) Run(ctx context.Context) error {
 	w := &kafka.Writer{Addr: kafka.TCP(s.Brokers...), Topic: protocol.GroupSumsTopic, Transport: infrakafka.Transport(ctx),
 		Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 2 * time.Millisecond, BatchSize: 1000, BatchBytes: 256 << 20}
-	defer w.Close()
+	defer infrakafka.CloseWriter(w)
 	return infrakafka.ServeGroup(ctx, s.Brokers, s.GroupID, protocol.VectorsTopic, s.SessionTimeout, log, "vectors",
 		func(ctx context.Context, gen *kafka.Generation, id int, committed int64) error {
 			return s.runPartition(ctx, gen, w, id, committed, log)

@@ -110,7 +110,7 @@ func TestAttackMetricsExactCounts(t *testing.T) {
 	if err := w.WriteMessages(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}
-	w.Close()
+	infrakafka.CloseWriter(w)
 
 	exactSeries := []string{"crowdlog_aggregator_decrypted_total", "crowdlog_aggregator_pending_tags", "crowdlog_aggregator_decrypt_wait_seconds_count"}
 	all := shamirK["dp-u"] + shamirK["ft-u"] + shamirK[""]

@@ -306,7 +306,8 @@ func Partitions(ctx context.Context, addr, topic string) (int, error) {
 // partitions by key (kafka-go Hash balancer), acks from all in-sync replicas,
 // and a 2 ms batch timeout so a WriteMessages call of a relay batch returns
 // promptly. It connects in plaintext without SASL; NewWriterAuth
-// authenticates. Close it when done.
+// authenticates. Close it with CloseWriter when done (its Close alone
+// leaves the Transport running).
 func NewWriter(addr, topic string) *kafkago.Writer { return NewWriterAuth(nil, addr, topic) }
 
 // NewWriterAuth is NewWriter authenticated with a (nil: plaintext).
@@ -323,6 +324,20 @@ func NewWriterAuth(a *Auth, addr, topic string) *kafkago.Writer {
 		MaxAttempts:  3,
 		Transport:    a.Transport(),
 	}
+}
+
+// CloseWriter closes w (kafka-go Writer.Close: writes its pending batches
+// and waits for them) and then the connections and the metadata goroutine
+// of w's own Transport. kafka-go's Close leaves a Transport the caller gave
+// (Transport, NewWriterAuth) open: its connection pool keeps refreshing
+// the brokers' metadata every few seconds (MetadataTTL) for the life of the
+// process, dialing brokers long gone. The error is Close's.
+func CloseWriter(w *kafkago.Writer) error {
+	err := w.Close()
+	if t, ok := w.Transport.(*kafkago.Transport); ok {
+		t.CloseIdleConnections()
+	}
+	return err
 }
 
 func closeTransport(cl *kafkago.Client) {

@@ -165,7 +165,7 @@ func fetchAll(ctx context.Context, addr, topic string, partitions int) (int, err
 func produce(ctx context.Context, addr, topic string, msgs ...kafkago.Message) error {
 	w := NewWriterAuth(AuthFrom(ctx), addr, topic)
 	w.MaxAttempts = 1
-	defer w.Close()
+	defer CloseWriter(w)
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return w.WriteMessages(wctx, msgs...)

@@ -62,7 +62,7 @@ func TestSnapshotFromState(t *testing.T) {
 	if err := w.WriteMessages(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}
-	w.Close()
+	ikafka.CloseWriter(w)
 	b.Close()
 
 	got, err := FromState(ctx, state)

@@ -62,10 +62,12 @@ func runPDD(t *testing.T, cfg PDDConfig) (*PDDSummary, string) {
 	cfg.Partitions = 4
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	before := goroutineStacks()
 	sum, err := RunPDD(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkNoLeaks(t, before)
 	t.Logf("pdd: %d users, %d days, %d rounds released; groups %d (complete %d, recovered %d, lost %d); pings %d submitted %d answers %d; confidence %.3f",
 		sum.Users, sum.Days, sum.RoundsReleased, sum.Groups, sum.Complete, sum.Recovered, sum.Lost,
 		sum.Pings, sum.Submitted, sum.Answered, sum.MeanConfidence)

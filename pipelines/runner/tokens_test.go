@@ -39,7 +39,9 @@ func TestRunTokens(t *testing.T) {
 		out := filepath.Join(sub, "out.tsv")
 		cfg.Input, cfg.App, cfg.Export, cfg.StateDir, cfg.Partitions = input, "query", out, filepath.Join(sub, "state"), 2
 		cfg.ClickHouse, cfg.Database, cfg.Timeout = ch.TCPAddr, db, 3*time.Minute
+		before := goroutineStacks()
 		sum, err := Run(ctx, cfg)
+		checkNoLeaks(t, before)
 		return sum, out, err
 	}
 	for i, c := range []struct {
