@@ -1533,7 +1533,9 @@ var vectorsInPackages = map[string][]string{
 	"prio3/vectors_test.go": {"prio3-leader-sign-seed", "prio3-leader-sign-public",
 		"prio3-settings-signed-bytes", "prio3-settings-signed", "prio3-campaign-digest",
 		"prio3-report", "prio3-helper-nonce", "prio3-leader-request-signed-bytes", "prio3-leader-request"},
-	"blind/vectors_test.go": {"pdd-task-signed-bytes", "pdd-task-signature", "pdd-task"},
+	"blind/vectors_test.go": {"pdd-task-signed-bytes", "pdd-task-signature", "pdd-task",
+		"pdd-recovery-signed-bytes", "pdd-recovery", "operator-sign-seed", "pdd-advance-signed-bytes", "pdd-advance",
+		"pdd-roster", "pdd-commitments"},
 	"token/vectors_test.go": {"prio3-token-seeds", "issuer-keys-response-prio3-helper", "issuer-keys-response-prio3-leader"},
 	"vectors_test.go":       {"control-v2-signed-bytes", "control-v2-close-signed"},
 }
