@@ -258,8 +258,20 @@ func Collectors() []prometheus.Collector { return []prometheus.Collector{Retries
 // Stats are a Client's counters since it was made: requests sent again by
 // reason (Retry*) and requests given up after IssueAttempts × Timeout.
 type Stats struct {
-	RetriedTimeout, RetriedNoResponders, RetriedUnavailable, RetriedReplay int64
-	GaveUp                                                                 int64
+	// RetriedTimeout counts requests sent again after no answer within
+	// Client.Timeout (RetryTimeout).
+	RetriedTimeout int64
+	// RetriedNoResponders counts requests sent again after NATS found no
+	// issuer subscribed (nats.ErrNoResponders; RetryNoResponders).
+	RetriedNoResponders int64
+	// RetriedUnavailable counts requests sent again after the issuer
+	// answered ErrUnavailable (RetryUnavailable).
+	RetriedUnavailable int64
+	// RetriedReplay counts requests signed and sent again after the
+	// issuer refused them as replayed (RetryReplay).
+	RetriedReplay int64
+	// GaveUp counts requests given up after IssueAttempts × Timeout.
+	GaveUp int64
 }
 
 // Stats returns a copy of the Client's counters.
