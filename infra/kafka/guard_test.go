@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"net"
@@ -353,4 +354,34 @@ func BenchmarkFrameGuardRead(b *testing.B) {
 			b.Fatal("refused")
 		}
 	}
+}
+
+// TestNotKafkaPeerTLS checks the claim that TLS needs no guard: a TLS
+// Writer pointed at an embedded NATS server fails the TLS handshake (the
+// greeting is no TLS record) without a large allocation.
+func TestNotKafkaPeerTLS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ns, err := natsserver.Start(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	nu, err := url.Parse(ns.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := heapWatch(t, 0)
+	a := &Auth{TLS: &tls.Config{MinVersion: tls.VersionTLS12}}
+	w := NewWriterAuth(a, nu.Host, "reports")
+	if w.Transport.(*kafkago.Transport).Dial != nil {
+		t.Fatal("a TLS Transport got the plaintext guard")
+	}
+	err = w.WriteMessages(ctx, kafkago.Message{Value: []byte("x")})
+	CloseWriter(w)
+	heap, _ := stop()
+	if err == nil || heap > 200<<20 {
+		t.Fatalf("TLS Writer at a NATS server: err %v, heap growth %d MiB; want an error and < 200 MiB", err, heap>>20)
+	}
+	t.Logf("TLS Writer at a NATS server: %v (heap growth %d MiB)", err, heap>>20)
 }
