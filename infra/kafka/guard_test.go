@@ -349,6 +349,7 @@ func BenchmarkFrameGuardRead(b *testing.B) {
 	buf := bytes.Repeat(frame(make([]byte, 16<<10-4)), 4)
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
+	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if _, bad := g.scan(buf); bad {
 			b.Fatal("refused")
