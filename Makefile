@@ -78,7 +78,8 @@ fuzz:
 	  "./protocol/pipelinespec FuzzParseSignedPipelines" \
 	  "./protocol/pipelinespec FuzzParseSignedAnswer" \
 	  "./aggregator/prio3 FuzzBatchLog" "./aggregator/prio3 FuzzLeaderFile" "./aggregator/prio3 FuzzHelperFile" \
-	  "./aggregator/prio3 FuzzRestoreLeader" "./aggregator/prio3 FuzzRestoreHelper" "./release/prio3 FuzzApply"; do \
+	  "./aggregator/prio3 FuzzRestoreLeader" "./aggregator/prio3 FuzzRestoreHelper" "./release/prio3 FuzzApply" \
+	  "./infra/kafka FuzzFrameGuard"; do \
 	  set -- $$spec; echo "== $$1 $$2"; $(GO) test -run XXX -fuzz "^$$2$$" -fuzztime $(FUZZTIME) $$1 || exit 1; done
 
 bench:

@@ -159,22 +159,32 @@ func (a *Auth) String() string {
 // Dialer returns a new kafka-go Dialer with a's TLS and SASL and a
 // DialTimeout; a nil a gives a plaintext one. For Readers, consumer groups
 // and single connections (ReaderConfig.Dialer, ConsumerGroupConfig.Dialer,
-// Dialer.DialContext, Dialer.DialLeader).
+// Dialer.DialContext, Dialer.DialLeader). Without TLS its connections
+// refuse a response size above MaxResponseBytes with ErrNotKafka (a peer
+// that is not Kafka), instead of allocating for it.
 func (a *Auth) Dialer() *kafkago.Dialer {
 	d := &kafkago.Dialer{Timeout: DialTimeout, DualStack: true}
 	if a != nil {
 		d.TLS, d.SASLMechanism = a.TLS, a.SASL
+	}
+	if d.TLS == nil {
+		d.DialFunc = guardDial(DialTimeout)
 	}
 	return d
 }
 
 // Transport returns a new kafka-go Transport with a's TLS and SASL (a
 // plaintext one for a nil a). Every Writer and Client gets its own (the
-// shared default caches stale metadata, docs/decisions.md).
+// shared default caches stale metadata, docs/decisions.md). Without TLS
+// its connections refuse a response size above MaxResponseBytes with
+// ErrNotKafka (a peer that is not Kafka), instead of allocating for it.
 func (a *Auth) Transport() *kafkago.Transport {
 	t := &kafkago.Transport{DialTimeout: DialTimeout}
 	if a != nil {
 		t.TLS, t.SASL = a.TLS, a.SASL
+	}
+	if t.TLS == nil {
+		t.Dial = guardDial(DialTimeout)
 	}
 	return t
 }
